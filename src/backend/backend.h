@@ -1,0 +1,136 @@
+// The Backend interface: every numeric operation the trainer performs, at the granularity of
+// fused ops (a norm, an attention, a cross-entropy over the vocabulary, an optimizer update),
+// never scalar loops. The CPU backend (cpu/) is the reference; the CUDA backend implements
+// the same contract. All tensors are row-major, contiguous views; shapes are in the comments.
+//
+// Conventions:
+// - N = rows (tokens of a micro-batch, B*T), C = channels, V = vocabulary, F = MLP width,
+//   B = batch, T = sequence length, H = heads, Hkv = key/value heads, D = head dim.
+// - "backward" ops ACCUMULATE (+=) into parameter gradients and WRITE (=) input gradients,
+//   unless the comment says otherwise. An empty parameter-gradient view means "frozen: skip".
+// - Activations and gradients are fp32 for now; the compute dtype (bf16/fp16) arrives with the
+//   mixed-precision issue, when ops take the stored dtype of their views.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/rng.h"
+#include "core/tensor.h"
+
+namespace zt {
+
+struct AdamWParams {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  int64_t step = 1;          // 1-based step count used for bias correction
+  bool bias_correction = true;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;
+
+  // ---- memory -------------------------------------------------------------------------
+  virtual void* allocate(size_t bytes) = 0;  // aligned to 64 bytes; throws on failure
+  virtual void release(void* pointer) = 0;
+  // dst = src (same numel); converts dtype (fp32/bf16/fp16, RNE) and crosses devices.
+  virtual void copy(Tensor dst, Tensor src) = 0;
+  virtual void fill(Tensor dst, float value) = 0;
+
+  // ---- elementwise --------------------------------------------------------------------
+  // dst += scale * src (same shape). Residual adds and gradient accumulation.
+  virtual void accumulate(Tensor dst, Tensor src, float scale) = 0;
+  virtual void scale(Tensor dst, float factor) = 0;
+  // Sum of squares of all elements, accumulated in double (gradient norms).
+  virtual double sum_squares(Tensor x) = 0;
+  // True when any element is NaN or +-inf (fp16 overflow check).
+  virtual bool has_inf_or_nan(Tensor x) = 0;
+
+  // ---- GEMM ---------------------------------------------------------------------------
+  // C[M,N] = alpha * op(A) op(B) + beta * C, op(A) = A[M,K] or A[K,M]^T, op(B) = B[K,N] or B[N,K]^T.
+  virtual void matmul(Tensor c, Tensor a, bool transpose_a, Tensor b, bool transpose_b,
+                      float alpha, float beta) = 0;
+  // y[N,C] += bias[C] broadcast over rows.
+  virtual void add_bias(Tensor y, Tensor bias) = 0;
+  // dbias[C] += sum over rows of dy[N,C].
+  virtual void bias_backward(Tensor dbias, Tensor dy) = 0;
+
+  // ---- embedding ----------------------------------------------------------------------
+  // out[N,C] = table[ids[n], :]; ids int32[N], each in [0, V).
+  virtual void embedding_forward(Tensor out, Tensor table, Tensor ids) = 0;
+  // dtable[V,C] += scatter of dout[N,C] by ids (deterministic order).
+  virtual void embedding_backward(Tensor dtable, Tensor dout, Tensor ids) = 0;
+
+  // ---- normalisation ------------------------------------------------------------------
+  // RMSNorm (LLaMA): y = x * rstd * weight, rstd[N] = 1/sqrt(mean(x^2) + eps), in fp32.
+  virtual void rmsnorm_forward(Tensor y, Tensor rstd, Tensor x, Tensor weight, float eps) = 0;
+  // dx[N,C] = written; dweight[C] += (empty: frozen).
+  virtual void rmsnorm_backward(Tensor dx, Tensor dweight, Tensor dy, Tensor x, Tensor weight,
+                                Tensor rstd) = 0;
+  // LayerNorm (OPT): y = (x - mean) * rstd * weight + bias; mean[N], rstd[N] saved.
+  virtual void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, Tensor x, Tensor weight,
+                                 Tensor bias, float eps) = 0;
+  // dx written; dweight[C], dbias[C] += (empty: frozen).
+  virtual void layernorm_backward(Tensor dx, Tensor dweight, Tensor dbias, Tensor dy, Tensor x,
+                                  Tensor weight, Tensor mean, Tensor rstd) = 0;
+
+  // ---- rotary position embedding (HF half-split layout, `rotate_half`) -----------------
+  // In place on x[B,T,H,D]: position of token (b,t) is t (batches are right-padded).
+  // inv_freq[D/2] = 1 / theta^(2i/D) (divided by a linear scaling factor where configured);
+  // angle = position * inv_freq[i]; (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) for
+  // x1 = x[..., i], x2 = x[..., i + D/2].
+  virtual void rope_forward(Tensor x, Tensor inv_freq) = 0;
+  // In place on dx[B,T,H,D]: the transpose of the rotation (rotation by -angle).
+  virtual void rope_backward(Tensor dx, Tensor inv_freq) = 0;
+
+  // ---- MLP activations ----------------------------------------------------------------
+  // SwiGLU (LLaMA): h[N,F] = silu(gate) * up.
+  virtual void swiglu_forward(Tensor h, Tensor gate, Tensor up) = 0;
+  // dgate[N,F], dup[N,F] written from dh[N,F].
+  virtual void swiglu_backward(Tensor dgate, Tensor dup, Tensor dh, Tensor gate, Tensor up) = 0;
+  // ReLU (OPT): y = max(x, 0), in place allowed (y may alias x).
+  virtual void relu_forward(Tensor y, Tensor x) = 0;
+  // dx = dy * (y > 0) (dx may alias dy).
+  virtual void relu_backward(Tensor dx, Tensor dy, Tensor y) = 0;
+
+  // ---- attention ----------------------------------------------------------------------
+  // Causal self-attention with grouped-query heads: q[B,T,H,D], k,v[B,T,Hkv,D] (H % Hkv == 0,
+  // query head h reads kv head h / (H/Hkv)); out[B,T,H,D]; lse[B,H,T] = log-sum-exp of the
+  // scaled scores of each query row, saved for backward. scale is usually 1/sqrt(D).
+  virtual void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
+                                 float scale) = 0;
+  // dq[B,T,H,D], dk, dv[B,T,Hkv,D] written.
+  virtual void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
+                                  Tensor k, Tensor v, Tensor out, Tensor lse, float scale) = 0;
+
+  // ---- loss ---------------------------------------------------------------------------
+  // Fused softmax + cross-entropy over logits[N,V] for rows with mask[n] = 1 (uint8[N]),
+  // targets int32[N]. Returns the SUM of the per-token losses over masked rows (in double).
+  // When grad_scale != 0, overwrites logits with dlogits = (softmax - onehot) * grad_scale
+  // on masked rows and 0 on the others (grad_scale is 1 / target tokens of the global batch).
+  virtual double cross_entropy(Tensor logits, Tensor targets, Tensor mask, float grad_scale) = 0;
+
+  // ---- regularisation -----------------------------------------------------------------
+  // Inverted dropout: out[N,C] = in * keep / (1 - p), keep = uniform(key, row_ids[n]*C + c) >= p.
+  // row_ids int64[N] are global token positions, so the mask does not depend on the batch
+  // layout or the rank. The backward of dropout is the same call on the gradient.
+  virtual void dropout(Tensor out, Tensor in, float p, RngKey key, Tensor row_ids) = 0;
+
+  // ---- optimizer ----------------------------------------------------------------------
+  // AdamW on flat fp32 buffers param, grad, exp_avg, exp_avg_sq [n] (PyTorch/DeepSpeed
+  // semantics: decoupled weight decay param *= 1 - lr*wd, then the bias-corrected Adam step).
+  virtual void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
+                     const AdamWParams& params) = 0;
+};
+
+// The CPU reference backend (OpenBLAS + OpenMP).
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace zt

@@ -1,0 +1,52 @@
+// Buffer: memory owned through a Backend (host or device), released when the Buffer dies.
+// Arenas, flat parameter buffers and activations are Buffers; ops see them as Tensor views.
+#pragma once
+#include <cstddef>
+#include <initializer_list>
+#include <utility>
+
+#include "backend/backend.h"
+
+namespace zt {
+
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Backend& backend, size_t bytes) : backend_(&backend), bytes_(bytes) {
+    data_ = bytes ? backend.allocate(bytes) : nullptr;
+  }
+  ~Buffer() { reset(); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  Buffer(Buffer&& other) noexcept { *this = std::move(other); }
+  Buffer& operator=(Buffer&& other) noexcept {
+    if (this != &other) {
+      reset();
+      backend_ = std::exchange(other.backend_, nullptr);
+      data_ = std::exchange(other.data_, nullptr);
+      bytes_ = std::exchange(other.bytes_, 0);
+    }
+    return *this;
+  }
+  void reset() {
+    if (data_) backend_->release(data_);
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  // A view of the whole buffer (or its first elements) with the given dtype and shape.
+  Tensor view(DType dtype, std::initializer_list<int64_t> shape) const {
+    Tensor tensor(data_, dtype, shape, backend_ ? backend_->device() : Device::CPU);
+    ZT_CHECK(tensor.bytes() <= bytes_, "view ", tensor.describe(), " exceeds its buffer of ", bytes_, " bytes");
+    return tensor;
+  }
+
+ private:
+  Backend* backend_ = nullptr;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace zt

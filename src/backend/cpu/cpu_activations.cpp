@@ -1,0 +1,152 @@
+// The CPU backend's pointwise layers: rotary position embedding (HF rotate_half layout),
+// SwiGLU, ReLU and inverted dropout with counter-based masks.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_vector_math.h"
+
+namespace zt::cpu {
+
+namespace {
+constexpr int64_t kParallelThreshold = 32768;  // elements; below this one thread is faster
+
+// Rotates x[B,T,H,D] in place by angle t * inv_freq[i] (direction +1: forward) or by its
+// negative (direction -1: the transpose, for backward) on the pairs (x[i], x[i + D/2]).
+void rotate_pairs(const char* op, const Tensor& x, const Tensor& inv_freq, float direction) {
+  float* data = f32_arg(op, "x", x);
+  const float* freq = f32_arg(op, "inv_freq", inv_freq);
+  ZT_CHECK(x.ndim == 4, op, ": x must be [B, T, H, D], got ", x.describe());
+  const int64_t batch = x.dim(0), time = x.dim(1), heads = x.dim(2), head_dim = x.dim(3);
+  ZT_CHECK(head_dim % 2 == 0, op, ": head dim D must be even, got ", x.describe());
+  const int64_t half = head_dim / 2;
+  expect_shape(op, "inv_freq", inv_freq, {half});
+  // As HF: angle = position * inv_freq in fp32, then cos and sin in fp32. Table [T, D/2].
+  std::vector<float> cos_table(static_cast<size_t>(time * half));
+  std::vector<float> sin_table(static_cast<size_t>(time * half));
+#pragma omp parallel for schedule(static) if (time * half > 4096)
+  for (int64_t t = 0; t < time; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(t) * freq[i];
+      cos_table[static_cast<size_t>(t * half + i)] = std::cos(angle);
+      sin_table[static_cast<size_t>(t * half + i)] = direction * std::sin(angle);
+    }
+  }
+  // One (b, t) token per iteration: all its heads share the same cos/sin row.
+#pragma omp parallel for schedule(static) if (x.numel() > kParallelThreshold)
+  for (int64_t token = 0; token < batch * time; ++token) {
+    const int64_t t = token % time;
+    const float* cos_row = cos_table.data() + t * half;  // cos_row[D/2]
+    const float* sin_row = sin_table.data() + t * half;  // sin_row[D/2]
+    for (int64_t h = 0; h < heads; ++h) {
+      float* first = data + (token * heads + h) * head_dim;  // first[D/2] = x1
+      float* second = first + half;                         // second[D/2] = x2
+#pragma omp simd
+      for (int64_t i = 0; i < half; ++i) {
+        const float x1 = first[i];
+        const float x2 = second[i];
+        // x * cos + rotate_half(x) * sin, rotate_half(x) = (-x2, x1).
+        first[i] = x1 * cos_row[i] - x2 * sin_row[i];
+        second[i] = x2 * cos_row[i] + x1 * sin_row[i];
+      }
+    }
+  }
+}
+}  // namespace
+
+void CpuBackend::rope_forward(Tensor x, Tensor inv_freq) {
+  rotate_pairs("rope_forward", x, inv_freq, 1.0f);
+}
+
+void CpuBackend::rope_backward(Tensor dx, Tensor inv_freq) {
+  rotate_pairs("rope_backward", dx, inv_freq, -1.0f);
+}
+
+void CpuBackend::swiglu_forward(Tensor h, Tensor gate, Tensor up) {
+  const char* op = "swiglu_forward";
+  float* h_data = f32_arg(op, "h", h);
+  const float* gate_data = f32_arg(op, "gate", gate);
+  const float* up_data = f32_arg(op, "up", up);
+  expect_same_shape(op, "gate", gate, "h", h);
+  expect_same_shape(op, "up", up, "h", h);
+  const int64_t n = h.numel();
+#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate_data[i];
+    h_data[i] = g / (1.0f + vector_exp(-g)) * up_data[i];  // silu(g) = g / (1 + e^-g), as torch
+  }
+}
+
+void CpuBackend::swiglu_backward(Tensor dgate, Tensor dup, Tensor dh, Tensor gate, Tensor up) {
+  const char* op = "swiglu_backward";
+  float* dgate_data = f32_arg(op, "dgate", dgate);
+  float* dup_data = f32_arg(op, "dup", dup);
+  const float* dh_data = f32_arg(op, "dh", dh);
+  const float* gate_data = f32_arg(op, "gate", gate);
+  const float* up_data = f32_arg(op, "up", up);
+  expect_same_shape(op, "dgate", dgate, "dh", dh);
+  expect_same_shape(op, "dup", dup, "dh", dh);
+  expect_same_shape(op, "gate", gate, "dh", dh);
+  expect_same_shape(op, "up", up, "dh", dh);
+  const int64_t n = dh.numel();
+#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate_data[i];
+    const float u = up_data[i];
+    const float grad = dh_data[i];
+    const float sigmoid = vector_sigmoid(g);
+    // silu'(g) = s + g s (1 - s) for s = sigmoid(g).
+    const float silu_derivative = sigmoid * (1.0f + g * (1.0f - sigmoid));
+    dgate_data[i] = grad * u * silu_derivative;
+    dup_data[i] = grad * (g * sigmoid);
+  }
+}
+
+void CpuBackend::relu_forward(Tensor y, Tensor x) {
+  float* y_data = f32_arg("relu_forward", "y", y);
+  const float* x_data = f32_arg("relu_forward", "x", x);
+  expect_same_shape("relu_forward", "y", y, "x", x);
+  const int64_t n = x.numel();
+#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; ++i) y_data[i] = x_data[i] < 0.0f ? 0.0f : x_data[i];  // NaN stays
+}
+
+void CpuBackend::relu_backward(Tensor dx, Tensor dy, Tensor y) {
+  float* dx_data = f32_arg("relu_backward", "dx", dx);
+  const float* dy_data = f32_arg("relu_backward", "dy", dy);
+  const float* y_data = f32_arg("relu_backward", "y", y);
+  expect_same_shape("relu_backward", "dy", dy, "dx", dx);
+  expect_same_shape("relu_backward", "y", y, "dx", dx);
+  const int64_t n = dx.numel();
+#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; ++i) dx_data[i] = y_data[i] > 0.0f ? dy_data[i] : 0.0f;
+}
+
+void CpuBackend::dropout(Tensor out, Tensor in, float p, RngKey key, Tensor row_ids) {
+  const char* op = "dropout";
+  const Matrix output = f32_matrix(op, "out", out);
+  const float* in_data = f32_arg(op, "in", in);
+  expect_same_shape(op, "in", in, "out", out);
+  const int64_t* row_id_data = i64_arg(op, "row_ids", row_ids);
+  expect_numel(op, "row_ids", row_ids, output.rows, "one global position per row of out");
+  ZT_CHECK(p >= 0.0f && p < 1.0f, op, ": probability p = ", p, " must be in [0, 1)");
+  if (p == 0.0f) {  // identity (no random numbers drawn)
+    if (output.data != in_data) std::memmove(output.data, in_data, out.bytes());
+    return;
+  }
+  const float keep_scale = 1.0f / (1.0f - p);
+  const int64_t cols = output.cols;
+#pragma omp parallel for schedule(static) if (output.numel() > 4096)
+  for (int64_t row = 0; row < output.rows; ++row) {
+    const uint64_t first_index = static_cast<uint64_t>(row_id_data[row] * cols);
+    const float* in_row = in_data + row * cols;  // in_row[C]
+    float* out_row = output.data + row * cols;   // out_row[C]
+    for (int64_t c = 0; c < cols; ++c) {
+      const bool keep = rng_uniform(key, first_index + static_cast<uint64_t>(c)) >= p;
+      out_row[c] = keep ? in_row[c] * keep_scale : 0.0f;
+    }
+  }
+}
+
+}  // namespace zt::cpu

@@ -1,0 +1,242 @@
+// The CPU backend's causal self-attention with grouped-query heads, forward and backward.
+// Work is split into blocks of query rows: block [i0, i0 + rows) only needs keys [0, i0 + rows),
+// so the scores are computed for about half of the T x T square, and the scratch is
+// rows x T per thread (never T x T). The products QK^T, PV, dO V^T, dS K, dS^T Q, P^T dO are
+// single-threaded cblas_sgemm calls inside the OpenMP loop (the OpenMP build of OpenBLAS runs
+// one thread per call inside a parallel region): with B*H independent heads there is enough
+// parallel work and no nested threading. The backward recomputes the probabilities from the
+// saved log-sum-exp instead of storing the B*H*T*T attention matrix.
+#include <cblas.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_vector_math.h"
+
+namespace zt::cpu {
+
+namespace {
+
+constexpr int64_t kQueryBlock = 64;  // query rows per work item
+
+struct AttentionShapes {
+  int64_t batch = 0, time = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t group() const { return heads / kv_heads; }  // query heads per kv head
+  int64_t blocks() const { return (time + kQueryBlock - 1) / kQueryBlock; }
+};
+
+// Checks q[B,T,H,D], k,v[B,T,Hkv,D], out (or dout) like q, lse[B,H,T].
+AttentionShapes check_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Tensor& out, const char* out_arg, const Tensor& lse) {
+  f32_arg(op, "q", q);
+  f32_arg(op, "k", k);
+  f32_arg(op, "v", v);
+  f32_arg(op, out_arg, out);
+  f32_arg(op, "lse", lse);
+  ZT_CHECK(q.ndim == 4, op, ": q must be [B, T, H, D], got ", q.describe());
+  AttentionShapes shapes;
+  shapes.batch = q.dim(0);
+  shapes.time = q.dim(1);
+  shapes.heads = q.dim(2);
+  shapes.head_dim = q.dim(3);
+  ZT_CHECK(k.ndim == 4, op, ": k must be [B, T, Hkv, D], got ", k.describe());
+  shapes.kv_heads = k.dim(2);
+  ZT_CHECK(shapes.kv_heads > 0 && shapes.heads % shapes.kv_heads == 0, op, ": query heads H = ",
+           shapes.heads, " must be a multiple of key/value heads Hkv = ", shapes.kv_heads);
+  ZT_CHECK(shapes.head_dim > 0, op, ": head dim D must be positive, got ", q.describe());
+  expect_shape(op, "k", k, {shapes.batch, shapes.time, shapes.kv_heads, shapes.head_dim});
+  expect_same_shape(op, "v", v, "k", k);
+  expect_same_shape(op, out_arg, out, "q", q);
+  expect_shape(op, "lse", lse, {shapes.batch, shapes.heads, shapes.time});
+  const int64_t blas_limit = std::numeric_limits<int>::max();
+  ZT_CHECK(shapes.time * shapes.heads * shapes.head_dim <= blas_limit, op, ": q ", q.describe(),
+           " exceeds the BLAS int range");
+  return shapes;
+}
+
+// The views one work item reads: the first row of each matrix and its row stride (leading
+// dimension), for query head `head` of batch `b` and its kv head.
+struct HeadViews {
+  int64_t q_offset = 0;   // element offset of (b, t=0, head, 0) in q[B,T,H,D]
+  int64_t kv_offset = 0;  // element offset of (b, t=0, kv head, 0) in k,v[B,T,Hkv,D]
+  int q_stride = 0;       // H * D
+  int kv_stride = 0;      // Hkv * D
+};
+
+HeadViews head_views(const AttentionShapes& shapes, int64_t b, int64_t head) {
+  HeadViews views;
+  views.q_offset = (b * shapes.time * shapes.heads + head) * shapes.head_dim;
+  views.kv_offset = (b * shapes.time * shapes.kv_heads + head / shapes.group()) * shapes.head_dim;
+  views.q_stride = static_cast<int>(shapes.heads * shapes.head_dim);
+  views.kv_stride = static_cast<int>(shapes.kv_heads * shapes.head_dim);
+  return views;
+}
+
+// scores[rows, keys] = scale * Q[first_query : first_query + rows] K[0 : keys]^T.
+void block_scores(float* scores, const float* q, const float* k, const HeadViews& views,
+                  int64_t first_query, int64_t rows, int64_t keys, int64_t head_dim,
+                  float scale) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows),
+              static_cast<int>(keys), static_cast<int>(head_dim), scale,
+              q + views.q_offset + first_query * views.q_stride, views.q_stride,
+              k + views.kv_offset, views.kv_stride, 0.0f, scores, static_cast<int>(keys));
+}
+
+}  // namespace
+
+void CpuBackend::attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
+                                   float scale_factor) {
+  const AttentionShapes shapes = check_attention("attention_forward", q, k, v, out, "out", lse);
+  const float* q_data = q.f32();
+  const float* k_data = k.f32();
+  const float* v_data = v.f32();
+  float* out_data = out.f32();
+  float* lse_data = lse.f32();
+  const int64_t time = shapes.time, heads = shapes.heads, blocks = shapes.blocks();
+  const int64_t items = shapes.batch * heads * blocks;
+#pragma omp parallel if (items > 1)
+  {
+    std::vector<float> scores(static_cast<size_t>(kQueryBlock * time));  // scores[rows, keys]
+    // Dynamic: the last query blocks of a head see the most keys.
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t item = 0; item < items; ++item) {
+      const int64_t b = item / (heads * blocks);
+      const int64_t head = item / blocks % heads;
+      const int64_t block = blocks - 1 - item % blocks;  // heavy blocks first
+      const int64_t first_query = block * kQueryBlock;
+      const int64_t rows = std::min(kQueryBlock, time - first_query);
+      const int64_t keys = first_query + rows;  // causal: query i sees keys 0..i
+      const HeadViews views = head_views(shapes, b, head);
+      block_scores(scores.data(), q_data, k_data, views, first_query, rows, keys,
+                   shapes.head_dim, scale_factor);
+      float* lse_row = lse_data + (b * heads + head) * time + first_query;  // lse_row[rows]
+      for (int64_t r = 0; r < rows; ++r) {
+        float* s = scores.data() + r * keys;  // s[keys]: this query's scores
+        const int64_t visible = first_query + r + 1;
+        float row_max = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : row_max)
+        for (int64_t j = 0; j < visible; ++j) row_max = std::max(row_max, s[j]);
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t j = 0; j < visible; ++j) {
+          s[j] = vector_exp(s[j] - row_max);
+          sum += s[j];
+        }
+        const float inverse_sum = 1.0f / sum;
+#pragma omp simd
+        for (int64_t j = 0; j < visible; ++j) s[j] *= inverse_sum;
+        for (int64_t j = visible; j < keys; ++j) s[j] = 0.0f;  // masked (future) keys
+        lse_row[r] = row_max + std::log(sum);
+      }
+      // out[first_query : +rows, head] = P[rows, keys] V[0 : keys]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
+                  static_cast<int>(shapes.head_dim), static_cast<int>(keys), 1.0f, scores.data(),
+                  static_cast<int>(keys), v_data + views.kv_offset, views.kv_stride, 0.0f,
+                  out_data + views.q_offset + first_query * views.q_stride, views.q_stride);
+    }
+  }
+}
+
+void CpuBackend::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
+                                    Tensor k, Tensor v, Tensor out, Tensor lse,
+                                    float scale_factor) {
+  const char* op = "attention_backward";
+  const AttentionShapes shapes = check_attention(op, q, k, v, out, "out", lse);
+  f32_arg(op, "dout", dout);
+  f32_arg(op, "dq", dq);
+  f32_arg(op, "dk", dk);
+  f32_arg(op, "dv", dv);
+  expect_same_shape(op, "dout", dout, "q", q);
+  expect_same_shape(op, "dq", dq, "q", q);
+  expect_same_shape(op, "dk", dk, "k", k);
+  expect_same_shape(op, "dv", dv, "v", v);
+  const float* q_data = q.f32();
+  const float* k_data = k.f32();
+  const float* v_data = v.f32();
+  const float* out_data = out.f32();
+  const float* dout_data = dout.f32();
+  const float* lse_data = lse.f32();
+  float* dq_data = dq.f32();
+  float* dk_data = dk.f32();
+  float* dv_data = dv.f32();
+  const int64_t time = shapes.time, heads = shapes.heads, head_dim = shapes.head_dim;
+  const int64_t kv_heads = shapes.kv_heads, group = shapes.group();
+  // One work item per (b, kv head): it owns dk, dv of that kv head, so the query heads of its
+  // group accumulate into them without races and in a fixed order.
+  const int64_t items = shapes.batch * kv_heads;
+#pragma omp parallel if (items > 1)
+  {
+    std::vector<float> probs(static_cast<size_t>(kQueryBlock * time));   // probs[rows, keys]
+    std::vector<float> dprobs(static_cast<size_t>(kQueryBlock * time));  // dprobs[rows, keys]
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t item = 0; item < items; ++item) {
+      const int64_t b = item / kv_heads;
+      const int64_t kv_head = item % kv_heads;
+      const HeadViews kv_views = head_views(shapes, b, kv_head * group);
+      float* dk_head = dk_data + kv_views.kv_offset;  // rows of stride Hkv*D
+      float* dv_head = dv_data + kv_views.kv_offset;
+      for (int64_t t = 0; t < time; ++t) {
+        std::memset(dk_head + t * kv_views.kv_stride, 0, static_cast<size_t>(head_dim) * sizeof(float));
+        std::memset(dv_head + t * kv_views.kv_stride, 0, static_cast<size_t>(head_dim) * sizeof(float));
+      }
+      for (int64_t head = kv_head * group; head < (kv_head + 1) * group; ++head) {
+        const HeadViews views = head_views(shapes, b, head);
+        const float* lse_head = lse_data + (b * heads + head) * time;  // lse_head[T]
+        for (int64_t block = 0; block < shapes.blocks(); ++block) {
+          const int64_t first_query = block * kQueryBlock;
+          const int64_t rows = std::min(kQueryBlock, time - first_query);
+          const int64_t keys = first_query + rows;
+          const int ld = static_cast<int>(keys);
+          const int64_t row_offset = views.q_offset + first_query * views.q_stride;
+          // P = exp(scale Q K^T - lse) on visible keys, 0 on future keys.
+          block_scores(probs.data(), q_data, k_data, views, first_query, rows, keys, head_dim,
+                       scale_factor);
+          // dP[rows, keys] = dO V^T
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), ld,
+                      static_cast<int>(head_dim), 1.0f, dout_data + row_offset, views.q_stride,
+                      v_data + views.kv_offset, views.kv_stride, 0.0f, dprobs.data(), ld);
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t query = first_query + r;
+            float* p = probs.data() + r * keys;    // p[keys]
+            float* dp = dprobs.data() + r * keys;  // dp[keys], becomes dS
+            const float* dout_row = dout_data + row_offset + r * views.q_stride;  // [D]
+            const float* out_row = out_data + row_offset + r * views.q_stride;    // [D]
+            // softmax backward: dS = P (dP - rowsum(dO * O)), rowsum(dO*O) = rowsum(P * dP).
+            float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+            for (int64_t d = 0; d < head_dim; ++d) dot += dout_row[d] * out_row[d];
+            const float row_lse = lse_head[query];
+            const int64_t visible = query + 1;
+#pragma omp simd
+            for (int64_t j = 0; j < visible; ++j) {
+              p[j] = vector_exp(p[j] - row_lse);
+              dp[j] = p[j] * (dp[j] - dot);
+            }
+            for (int64_t j = visible; j < keys; ++j) {
+              p[j] = 0.0f;
+              dp[j] = 0.0f;
+            }
+          }
+          // dQ[rows] = scale dS K[0:keys]
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
+                      static_cast<int>(head_dim), ld, scale_factor, dprobs.data(), ld,
+                      k_data + views.kv_offset, views.kv_stride, 0.0f, dq_data + row_offset,
+                      views.q_stride);
+          // dK[0:keys] += scale dS^T Q[rows]
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ld, static_cast<int>(head_dim),
+                      static_cast<int>(rows), scale_factor, dprobs.data(), ld,
+                      q_data + row_offset, views.q_stride, 1.0f, dk_head, views.kv_stride);
+          // dV[0:keys] += P^T dO[rows]
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ld, static_cast<int>(head_dim),
+                      static_cast<int>(rows), 1.0f, probs.data(), ld, dout_data + row_offset,
+                      views.q_stride, 1.0f, dv_head, views.kv_stride);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace zt::cpu

@@ -1,0 +1,389 @@
+// The CPU backend's argument checks, memory, dtype copies, elementwise ops and reductions,
+// GEMM (OpenBLAS cblas_sgemm), bias and embedding ops, and make_cpu_backend().
+#include "backend/cpu/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/error.h"
+
+namespace zt {
+namespace cpu {
+
+// ---- argument checks ------------------------------------------------------------------------
+
+void expect_host(const char* op, const char* arg, const Tensor& tensor, DType dtype) {
+  ZT_CHECK(tensor.device == Device::CPU, op, ": ", arg, " must be host memory, got ",
+           tensor.describe());
+  ZT_CHECK(tensor.dtype == dtype, op, ": ", arg, " must be ", dtype_name(dtype), ", got ",
+           tensor.describe());
+  ZT_CHECK(tensor.data != nullptr || tensor.numel() == 0, op, ": ", arg,
+           " has no data (empty view ", tensor.describe(), ")");
+}
+
+float* f32_arg(const char* op, const char* arg, const Tensor& tensor) {
+  expect_host(op, arg, tensor, DType::F32);
+  return static_cast<float*>(tensor.data);
+}
+
+Matrix f32_matrix(const char* op, const char* arg, const Tensor& tensor) {
+  float* data = f32_arg(op, arg, tensor);
+  ZT_CHECK(tensor.ndim >= 1, op, ": ", arg, " must have at least one dimension, got ",
+           tensor.describe());
+  Matrix matrix;
+  matrix.data = data;
+  matrix.cols = tensor.dim(-1);
+  matrix.rows = matrix.cols == 0 ? 0 : tensor.numel() / matrix.cols;
+  return matrix;
+}
+
+const int32_t* i32_arg(const char* op, const char* arg, const Tensor& tensor) {
+  expect_host(op, arg, tensor, DType::I32);
+  return static_cast<const int32_t*>(tensor.data);
+}
+
+const uint8_t* u8_arg(const char* op, const char* arg, const Tensor& tensor) {
+  expect_host(op, arg, tensor, DType::U8);
+  return static_cast<const uint8_t*>(tensor.data);
+}
+
+const int64_t* i64_arg(const char* op, const char* arg, const Tensor& tensor) {
+  expect_host(op, arg, tensor, DType::I64);
+  return static_cast<const int64_t*>(tensor.data);
+}
+
+namespace {
+std::string shape_text(std::initializer_list<int64_t> shape) {
+  std::string text = "[";
+  bool first = true;
+  for (int64_t extent : shape) {
+    text += cat(first ? "" : ", ", extent);
+    first = false;
+  }
+  return text + "]";
+}
+}  // namespace
+
+void expect_shape(const char* op, const char* arg, const Tensor& tensor,
+                  std::initializer_list<int64_t> shape) {
+  bool same = tensor.ndim == static_cast<int>(shape.size());
+  int i = 0;
+  for (int64_t extent : shape) {
+    if (same && tensor.shape[static_cast<size_t>(i)] != extent) same = false;
+    ++i;
+  }
+  ZT_CHECK(same, op, ": ", arg, " must have shape ", shape_text(shape), ", got ",
+           tensor.describe());
+}
+
+void expect_numel(const char* op, const char* arg, const Tensor& tensor, int64_t numel,
+                  const std::string& what) {
+  ZT_CHECK(tensor.numel() == numel, op, ": ", arg, " must have ", numel, " elements (", what,
+           "), got ", tensor.describe());
+}
+
+void expect_same_shape(const char* op, const char* arg, const Tensor& tensor,
+                       const char* other_arg, const Tensor& other) {
+  bool same = tensor.ndim == other.ndim;
+  for (int i = 0; same && i < tensor.ndim; ++i) {
+    same = tensor.shape[static_cast<size_t>(i)] == other.shape[static_cast<size_t>(i)];
+  }
+  ZT_CHECK(same, op, ": ", arg, " ", tensor.describe(), " and ", other_arg, " ", other.describe(),
+           " must have the same shape");
+}
+
+// ---- memory -------------------------------------------------------------------------------
+
+void* CpuBackend::allocate(size_t bytes) {
+  constexpr size_t kAlignment = 64;  // a cache line; also what AVX-512 loads like
+  const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+  void* pointer = std::aligned_alloc(kAlignment, rounded);
+  ZT_CHECK(pointer != nullptr, "cpu backend: cannot allocate ", bytes, " bytes of host memory");
+  return pointer;
+}
+
+void CpuBackend::release(void* pointer) { std::free(pointer); }
+
+namespace {
+
+// Loops below this many elements run on one thread: waking the team costs more than it saves.
+constexpr int64_t kParallelThreshold = 32768;
+
+// Converts n floats to the 16-bit format `dtype` (bf16 or fp16), round to nearest even.
+void floats_to_half(uint16_t* dst, const float* src, int64_t n, DType dtype) {
+  if (dtype == DType::BF16) {
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+    for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
+  } else {
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+    for (int64_t i = 0; i < n; ++i) dst[i] = float_to_fp16(src[i]);
+  }
+}
+
+// Converts n values of the 16-bit format `dtype` (bf16 or fp16) to floats (exact).
+void half_to_floats(float* dst, const uint16_t* src, int64_t n, DType dtype) {
+  if (dtype == DType::BF16) {
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);
+  } else {
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+    for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_float(src[i]);
+  }
+}
+
+// Sum of squares of a float array in fixed chunks of kChunk elements, each chunk in double
+// and the chunks added in order: the result does not depend on the number of threads.
+double chunked_sum_squares(const float* x, int64_t n) {
+  constexpr int64_t kChunk = 16384;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(static_cast<size_t>(chunks));  // partial[chunks]
+#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    const int64_t end = std::min(n, (chunk + 1) * kChunk);
+    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = chunk * kChunk; i < end; ++i) sum += static_cast<double>(x[i]) * x[i];
+    partial[static_cast<size_t>(chunk)] = sum;
+  }
+  double total = 0.0;
+  for (double sum : partial) total += sum;
+  return total;
+}
+
+// Fills an integer tensor (masks, ids) with `value`, which must be a whole number in range.
+template <class Integer>
+void fill_integer(const Tensor& dst, float value) {
+  const double low = static_cast<double>(std::numeric_limits<Integer>::min());
+  const double high = static_cast<double>(std::numeric_limits<Integer>::max());
+  ZT_CHECK(std::trunc(value) == value && value >= low && value < high + 1.0, "fill: value ", value,
+           " is not representable in ", dst.describe());
+  std::fill_n(static_cast<Integer*>(dst.data), dst.numel(), static_cast<Integer>(value));
+}
+
+}  // namespace
+
+void CpuBackend::copy(Tensor dst, Tensor src) {
+  ZT_CHECK(dst.device == Device::CPU && src.device == Device::CPU,
+           "copy: the cpu backend copies host memory only, got dst ", dst.describe(), " and src ",
+           src.describe());
+  ZT_CHECK(dst.numel() == src.numel(), "copy: dst ", dst.describe(), " and src ", src.describe(),
+           " must have the same number of elements");
+  const int64_t n = src.numel();
+  if (n == 0) return;
+  ZT_CHECK(dst.data != nullptr && src.data != nullptr, "copy: empty view (dst ", dst.describe(),
+           ", src ", src.describe(), ")");
+  if (dst.dtype == src.dtype) {
+    if (dst.data != src.data) std::memmove(dst.data, src.data, src.bytes());
+    return;
+  }
+  const bool dst_half = dst.dtype == DType::BF16 || dst.dtype == DType::F16;
+  const bool src_half = src.dtype == DType::BF16 || src.dtype == DType::F16;
+  if (dst.dtype == DType::F32 && src_half) {
+    half_to_floats(static_cast<float*>(dst.data), static_cast<const uint16_t*>(src.data), n,
+                   src.dtype);
+  } else if (dst_half && src.dtype == DType::F32) {
+    floats_to_half(static_cast<uint16_t*>(dst.data), static_cast<const float*>(src.data), n,
+                   dst.dtype);
+  } else if (dst_half && src_half) {
+    // bf16 <-> fp16 through fp32 (exact), then one rounding; in chunks to bound the scratch.
+    constexpr int64_t kChunk = 65536;
+    std::vector<float> scratch(static_cast<size_t>(std::min(n, kChunk)));  // scratch[chunk]
+    for (int64_t begin = 0; begin < n; begin += kChunk) {
+      const int64_t count = std::min(kChunk, n - begin);
+      half_to_floats(scratch.data(), static_cast<const uint16_t*>(src.data) + begin, count,
+                     src.dtype);
+      floats_to_half(static_cast<uint16_t*>(dst.data) + begin, scratch.data(), count, dst.dtype);
+    }
+  } else {
+    fail("copy: cannot convert ", src.describe(), " to ", dst.describe(),
+         " (conversions are between fp32, bf16 and fp16 only)");
+  }
+}
+
+void CpuBackend::fill(Tensor dst, float value) {
+  ZT_CHECK(dst.device == Device::CPU, "fill: dst must be host memory, got ", dst.describe());
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  ZT_CHECK(dst.data != nullptr, "fill: dst has no data (empty view ", dst.describe(), ")");
+  switch (dst.dtype) {
+    case DType::F32: {
+      float* data = static_cast<float*>(dst.data);
+#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+      for (int64_t i = 0; i < n; ++i) data[i] = value;
+      return;
+    }
+    case DType::BF16:
+    case DType::F16: {
+      const uint16_t bits = dst.dtype == DType::BF16 ? float_to_bf16(value) : float_to_fp16(value);
+      uint16_t* data = static_cast<uint16_t*>(dst.data);
+      std::fill(data, data + n, bits);
+      return;
+    }
+    case DType::I32: return fill_integer<int32_t>(dst, value);
+    case DType::I64: return fill_integer<int64_t>(dst, value);
+    case DType::U8: return fill_integer<uint8_t>(dst, value);
+  }
+  fail("fill: unknown dtype in ", dst.describe());
+}
+
+// ---- elementwise ----------------------------------------------------------------------------
+
+void CpuBackend::accumulate(Tensor dst, Tensor src, float scale_factor) {
+  float* out = f32_arg("accumulate", "dst", dst);
+  const float* in = f32_arg("accumulate", "src", src);
+  expect_numel("accumulate", "src", src, dst.numel(), "the elements of dst");
+  const int64_t n = dst.numel();
+  if (scale_factor == 1.0f) {  // the residual add: keep it a plain add
+#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+    for (int64_t i = 0; i < n; ++i) out[i] += in[i];
+  } else {
+#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+    for (int64_t i = 0; i < n; ++i) out[i] += scale_factor * in[i];
+  }
+}
+
+void CpuBackend::scale(Tensor dst, float factor) {
+  float* data = f32_arg("scale", "dst", dst);
+  const int64_t n = dst.numel();
+#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; ++i) data[i] *= factor;
+}
+
+double CpuBackend::sum_squares(Tensor x) {
+  const float* data = f32_arg("sum_squares", "x", x);
+  return chunked_sum_squares(data, x.numel());
+}
+
+bool CpuBackend::has_inf_or_nan(Tensor x) {
+  const float* data = f32_arg("has_inf_or_nan", "x", x);
+  const int64_t n = x.numel();
+  int found = 0;
+  constexpr float kMaxFinite = std::numeric_limits<float>::max();
+#pragma omp parallel for simd reduction(| : found) schedule(static) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; ++i) found |= !(std::fabs(data[i]) <= kMaxFinite);  // NaN: false
+  return found != 0;
+}
+
+// ---- GEMM -----------------------------------------------------------------------------------
+
+void CpuBackend::matmul(Tensor c, Tensor a, bool transpose_a, Tensor b, bool transpose_b,
+                        float alpha, float beta) {
+  const Matrix out = f32_matrix("matmul", "c", c);
+  const Matrix left = f32_matrix("matmul", "a", a);
+  const Matrix right = f32_matrix("matmul", "b", b);
+  const int64_t m = out.rows;
+  const int64_t n = out.cols;
+  const int64_t k = transpose_a ? left.rows : left.cols;
+  const int64_t a_rows = transpose_a ? left.cols : left.rows;
+  const int64_t b_cols = transpose_b ? right.rows : right.cols;
+  const int64_t b_inner = transpose_b ? right.cols : right.rows;
+  ZT_CHECK(a_rows == m && b_cols == n && b_inner == k, "matmul: shapes do not agree: c ",
+           c.describe(), " = a", transpose_a ? "^T " : " ", a.describe(), " x b",
+           transpose_b ? "^T " : " ", b.describe());
+  constexpr int64_t kBlasLimit = std::numeric_limits<int>::max();
+  ZT_CHECK(m <= kBlasLimit && n <= kBlasLimit && k <= kBlasLimit, "matmul: dimensions of c ",
+           c.describe(), " exceed the BLAS int range");
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // no products: C = beta * C (BLAS does this too, but be explicit)
+    if (beta == 0.0f) {
+      fill(c, 0.0f);
+    } else {
+      scale(c, beta);
+    }
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
+              transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+              static_cast<int>(k), alpha, left.data, static_cast<int>(left.cols), right.data,
+              static_cast<int>(right.cols), beta, out.data, static_cast<int>(n));
+}
+
+void CpuBackend::add_bias(Tensor y, Tensor bias) {
+  const Matrix out = f32_matrix("add_bias", "y", y);
+  const float* bias_data = f32_arg("add_bias", "bias", bias);
+  expect_shape("add_bias", "bias", bias, {out.cols});
+  const int64_t cols = out.cols;
+#pragma omp parallel for schedule(static) if (out.numel() > kParallelThreshold)
+  for (int64_t row = 0; row < out.rows; ++row) {
+    float* y_row = out.data + row * cols;  // y_row[C]
+#pragma omp simd
+    for (int64_t col = 0; col < cols; ++col) y_row[col] += bias_data[col];
+  }
+}
+
+void CpuBackend::bias_backward(Tensor dbias, Tensor dy) {
+  if (dbias.empty()) return;  // frozen bias
+  const Matrix grad_out = f32_matrix("bias_backward", "dy", dy);
+  float* dbias_data = f32_arg("bias_backward", "dbias", dbias);
+  expect_shape("bias_backward", "dbias", dbias, {grad_out.cols});
+  const float* dy_data = grad_out.data;
+  const int64_t cols = grad_out.cols;
+  accumulate_column_sums(dbias_data, grad_out.rows, cols,
+                         [=](int64_t row, int64_t col) { return dy_data[row * cols + col]; });
+}
+
+// ---- embedding ------------------------------------------------------------------------------
+
+namespace {
+// Throws unless every id is in [0, vocab) (checked before the parallel loops, which cannot throw).
+void check_ids(const char* op, const int32_t* ids, int64_t count, int64_t vocab) {
+  for (int64_t i = 0; i < count; ++i) {
+    ZT_CHECK(ids[i] >= 0 && ids[i] < vocab, op, ": ids[", i, "] = ", ids[i],
+             " is outside the vocabulary [0, ", vocab, ")");
+  }
+}
+}  // namespace
+
+void CpuBackend::embedding_forward(Tensor out, Tensor table, Tensor ids) {
+  const Matrix output = f32_matrix("embedding_forward", "out", out);
+  const Matrix weights = f32_matrix("embedding_forward", "table", table);
+  const int32_t* id_data = i32_arg("embedding_forward", "ids", ids);
+  ZT_CHECK(weights.cols == output.cols, "embedding_forward: out ", out.describe(), " and table ",
+           table.describe(), " must have the same number of channels");
+  expect_numel("embedding_forward", "ids", ids, output.rows, "one id per row of out");
+  check_ids("embedding_forward", id_data, output.rows, weights.rows);
+  const int64_t cols = output.cols;
+#pragma omp parallel for schedule(static) if (output.numel() > kParallelThreshold)
+  for (int64_t row = 0; row < output.rows; ++row) {
+    std::memcpy(output.data + row * cols, weights.data + id_data[row] * cols,
+                static_cast<size_t>(cols) * sizeof(float));
+  }
+}
+
+void CpuBackend::embedding_backward(Tensor dtable, Tensor dout, Tensor ids) {
+  if (dtable.empty()) return;  // frozen table
+  const Matrix grad_table = f32_matrix("embedding_backward", "dtable", dtable);
+  const Matrix grad_out = f32_matrix("embedding_backward", "dout", dout);
+  const int32_t* id_data = i32_arg("embedding_backward", "ids", ids);
+  ZT_CHECK(grad_table.cols == grad_out.cols, "embedding_backward: dtable ", dtable.describe(),
+           " and dout ", dout.describe(), " must have the same number of channels");
+  expect_numel("embedding_backward", "ids", ids, grad_out.rows, "one id per row of dout");
+  check_ids("embedding_backward", id_data, grad_out.rows, grad_table.rows);
+  // Parallel over blocks of channels, rows in order inside: repeated ids add up in the same
+  // order whatever the number of threads (deterministic), and no two threads share an element.
+  const int64_t cols = grad_out.cols;
+  constexpr int64_t kBlock = 64;
+  const int64_t blocks = (cols + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (grad_out.numel() > kParallelThreshold)
+  for (int64_t block = 0; block < blocks; ++block) {
+    const int64_t begin = block * kBlock;
+    const int64_t width = std::min(kBlock, cols - begin);
+    for (int64_t row = 0; row < grad_out.rows; ++row) {
+      float* table_row = grad_table.data + id_data[row] * cols + begin;  // table_row[width]
+      const float* dout_row = grad_out.data + row * cols + begin;        // dout_row[width]
+#pragma omp simd
+      for (int64_t col = 0; col < width; ++col) table_row[col] += dout_row[col];
+    }
+  }
+}
+
+}  // namespace cpu
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<cpu::CpuBackend>(); }
+
+}  // namespace zt

@@ -1,0 +1,120 @@
+// The CPU reference backend: the class that implements zt::Backend with OpenBLAS + OpenMP, and
+// the argument checks its ops share. The ops are split by topic over cpu_*.cpp files.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "backend/backend.h"
+
+namespace zt::cpu {
+
+// ---- argument checks (every message names the op, the argument and the problem) ------------
+
+// A float matrix view of a tensor: the last dimension is the columns, all leading dimensions
+// are flattened into rows (so x[B,T,C] is seen as [B*T, C]).
+struct Matrix {
+  float* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t numel() const { return rows * cols; }
+};
+
+// Throws unless `tensor` is a host tensor of `dtype` whose data is present (or has no elements).
+void expect_host(const char* op, const char* arg, const Tensor& tensor, DType dtype);
+// fp32 host data of an argument.
+float* f32_arg(const char* op, const char* arg, const Tensor& tensor);
+// fp32 host argument seen as a matrix (needs at least one dimension).
+Matrix f32_matrix(const char* op, const char* arg, const Tensor& tensor);
+// Integer host arguments (token ids, masks, global row ids).
+const int32_t* i32_arg(const char* op, const char* arg, const Tensor& tensor);
+const uint8_t* u8_arg(const char* op, const char* arg, const Tensor& tensor);
+const int64_t* i64_arg(const char* op, const char* arg, const Tensor& tensor);
+// Throws unless `tensor` has exactly this shape.
+void expect_shape(const char* op, const char* arg, const Tensor& tensor,
+                  std::initializer_list<int64_t> shape);
+// Throws unless `tensor` has `numel` elements (what `what` says it must match).
+void expect_numel(const char* op, const char* arg, const Tensor& tensor, int64_t numel,
+                  const std::string& what);
+// Throws unless the two tensors have the same shape.
+void expect_same_shape(const char* op, const char* arg, const Tensor& tensor,
+                       const char* other_arg, const Tensor& other);
+
+// ---- shared loops ---------------------------------------------------------------------------
+
+// dst[c] += sum over rows n (in row order) of term(n, c), for c in [0, cols). Parallel over
+// blocks of columns, so each sum is taken in the same order whatever the number of threads:
+// parameter gradients (bias, norm weights) are deterministic.
+template <class Term>
+void accumulate_column_sums(float* dst, int64_t rows, int64_t cols, Term term) {
+  constexpr int64_t kBlock = 128;  // columns per task: a few vector registers of sums
+  const int64_t blocks = (cols + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (rows * cols > 32768)
+  for (int64_t block = 0; block < blocks; ++block) {
+    const int64_t begin = block * kBlock;
+    const int64_t width = std::min(kBlock, cols - begin);
+    float sums[kBlock] = {};  // sums[width]: this block's column sums
+    for (int64_t n = 0; n < rows; ++n) {
+#pragma omp simd
+      for (int64_t c = 0; c < width; ++c) sums[c] += term(n, begin + c);
+    }
+    for (int64_t c = 0; c < width; ++c) dst[begin + c] += sums[c];
+  }
+}
+
+// ---- the backend ----------------------------------------------------------------------------
+
+class CpuBackend final : public Backend {
+ public:
+  Device device() const override { return Device::CPU; }
+  std::string name() const override { return "cpu"; }
+
+  void* allocate(size_t bytes) override;
+  void release(void* pointer) override;
+  void copy(Tensor dst, Tensor src) override;
+  void fill(Tensor dst, float value) override;
+
+  void accumulate(Tensor dst, Tensor src, float scale) override;
+  void scale(Tensor dst, float factor) override;
+  double sum_squares(Tensor x) override;
+  bool has_inf_or_nan(Tensor x) override;
+
+  void matmul(Tensor c, Tensor a, bool transpose_a, Tensor b, bool transpose_b, float alpha,
+              float beta) override;
+  void add_bias(Tensor y, Tensor bias) override;
+  void bias_backward(Tensor dbias, Tensor dy) override;
+
+  void embedding_forward(Tensor out, Tensor table, Tensor ids) override;
+  void embedding_backward(Tensor dtable, Tensor dout, Tensor ids) override;
+
+  void rmsnorm_forward(Tensor y, Tensor rstd, Tensor x, Tensor weight, float eps) override;
+  void rmsnorm_backward(Tensor dx, Tensor dweight, Tensor dy, Tensor x, Tensor weight,
+                        Tensor rstd) override;
+  void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, Tensor x, Tensor weight, Tensor bias,
+                         float eps) override;
+  void layernorm_backward(Tensor dx, Tensor dweight, Tensor dbias, Tensor dy, Tensor x,
+                          Tensor weight, Tensor mean, Tensor rstd) override;
+
+  void rope_forward(Tensor x, Tensor inv_freq) override;
+  void rope_backward(Tensor dx, Tensor inv_freq) override;
+
+  void swiglu_forward(Tensor h, Tensor gate, Tensor up) override;
+  void swiglu_backward(Tensor dgate, Tensor dup, Tensor dh, Tensor gate, Tensor up) override;
+  void relu_forward(Tensor y, Tensor x) override;
+  void relu_backward(Tensor dx, Tensor dy, Tensor y) override;
+
+  void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
+                         float scale) override;
+  void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k,
+                          Tensor v, Tensor out, Tensor lse, float scale) override;
+
+  double cross_entropy(Tensor logits, Tensor targets, Tensor mask, float grad_scale) override;
+
+  void dropout(Tensor out, Tensor in, float p, RngKey key, Tensor row_ids) override;
+
+  void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
+             const AdamWParams& params) override;
+};
+
+}  // namespace zt::cpu

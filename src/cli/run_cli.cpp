@@ -1,0 +1,90 @@
+// Subcommand dispatch and the top-level error handler: a zt::Error (or any exception) is
+// printed once with the rank, and the job ends non-zero on every rank (MPI_Abort when more
+// than one rank runs, so no rank waits forever in a collective).
+#include <mpi.h>
+
+#include <cstdio>
+#include <exception>
+#include <map>
+#include <string>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+namespace zt {
+
+namespace {
+
+using Command = int (*)(const std::vector<std::string>&);
+
+const std::map<std::string, Command>& commands() {
+  static const std::map<std::string, Command> table = {
+      {"init", command_init},
+      {"train", command_train},
+  };
+  return table;
+}
+
+void print_usage(std::FILE* stream) {
+  std::fprintf(stream,
+               "usage: zerotune <command> [options]\n\n"
+               "commands:\n"
+               "  init    write a randomly initialised model in HF layout\n"
+               "  train   fine-tune a model (full or LoRA) on a tokenized dataset\n\n"
+               "`zerotune <command> --help` lists a command's options.\n");
+}
+
+// MPI stays up for the whole process; a singleton MPI_Init works without mpirun.
+struct MpiSession {
+  MpiSession(int& argc, char**& argv) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    process_rank() = rank;
+  }
+  ~MpiSession() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+  }
+  int rank = 0;
+  int size = 1;
+};
+
+}  // namespace
+
+int run_cli(int argc, char** argv) {
+  if (argc < 2) {
+    print_usage(stderr);
+    return 2;
+  }
+  const std::string name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") {
+    print_usage(stdout);
+    return 0;
+  }
+  auto found = commands().find(name);
+  if (found == commands().end()) {
+    std::fprintf(stderr, "zerotune: unknown command '%s'\n\n", name.c_str());
+    print_usage(stderr);
+    return 2;
+  }
+  MpiSession mpi(argc, argv);
+  std::vector<std::string> args(argv + 2, argv + argc);
+  std::string message;
+  try {
+    return found->second(args);
+  } catch (const Error& error) {
+    message = error.what();
+  } catch (const std::exception& error) {
+    message = cat("internal error: ", error.what());
+  }
+  std::fprintf(stderr, "zerotune %s: error (rank %d): %s\n", name.c_str(), mpi.rank, message.c_str());
+  std::fflush(stderr);
+  if (mpi.size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+  return 1;
+}
+
+}  // namespace zt

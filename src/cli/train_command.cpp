@@ -1,0 +1,143 @@
+// `zerotune train`: the command-line and INI options, merged over the DeepSpeed JSON into a
+// TrainConfig (flags win over the JSON), then the training loop.
+#include <mpi.h>
+
+#include <boost/program_options.hpp>
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "train/ds_config.h"
+#include "train/trainer.h"
+
+namespace zt {
+
+namespace po = boost::program_options;
+
+namespace {
+
+po::options_description train_options() {
+  po::options_description options("zerotune train options");
+  options.add_options()
+      ("help,h", "show this help")
+      ("model", po::value<std::string>(), "HF model directory (config.json + safetensors)")
+      ("data", po::value<std::string>(), "tokenized dataset directory (HDF5 shards)")
+      ("out", po::value<std::string>(), "output directory (metrics.jsonl, run.json)")
+      ("deepspeed", po::value<std::string>(), "DeepSpeed JSON config (batch sizes, optimizer, scheduler, ...)")
+      ("config", po::value<std::string>(), "INI file with any of these options (key = value)")
+      ("micro-batch-size", po::value<int64_t>(), "samples per micro-batch per rank (train_micro_batch_size_per_gpu)")
+      ("grad-accum", po::value<int64_t>(), "micro-batches per optimizer step (gradient_accumulation_steps)")
+      ("lr", po::value<double>(), "learning rate (optimizer.params.lr)")
+      ("weight-decay", po::value<double>(), "AdamW weight decay on linear and embedding weights")
+      ("gradient-clipping", po::value<double>(), "clip the global gradient norm to this (0: off)")
+      ("lr-scheduler", po::value<std::string>(), "constant | linear | cosine (HF style, with --warmup-steps)")
+      ("warmup-steps", po::value<int64_t>(), "warmup steps of the linear/cosine schedule")
+      ("lora-r", po::value<int>(), "LoRA rank (enables LoRA; base weights are frozen)")
+      ("lora-alpha", po::value<double>(), "LoRA alpha (scaling alpha/r)")
+      ("lora-dropout", po::value<double>(), "dropout on the LoRA input")
+      ("lora-targets", po::value<std::string>(), "comma-separated module names (q_proj,v_proj) or all-linear")
+      ("lora-rslora", po::bool_switch(), "rank-stabilised LoRA: scaling alpha/sqrt(r)")
+      ("adapter", po::value<std::string>(), "continue training this PEFT adapter directory")
+      ("activation-checkpointing", po::bool_switch(), "recompute each block's forward in backward")
+      ("epochs", po::value<int64_t>(), "epochs over the data (default 1)")
+      ("max-steps", po::value<int64_t>(), "stop after this many optimizer steps (overrides --epochs)")
+      ("seed", po::value<uint64_t>(), "seed of shuffling, dropout and LoRA init (default 42)")
+      ("no-shuffle", po::bool_switch(), "take samples in order")
+      ("log-every", po::value<int64_t>(), "console line every N steps (default: steps_per_print)")
+      ("peak-tflops", po::value<double>(), "per-rank peak TFLOPS for the MFU figure")
+      ("dump-step0", po::value<std::string>(), "write logits, loss and gradients of step 0 to this safetensors file");
+  return options;
+}
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> parts;
+  std::stringstream stream(text);
+  std::string part;
+  while (std::getline(stream, part, ','))
+    if (!part.empty()) parts.push_back(part);
+  return parts;
+}
+
+template <class T>
+void take(const po::variables_map& vm, const char* key, T& target) {
+  if (vm.count(key)) target = vm[key].as<T>();
+}
+
+}  // namespace
+
+int command_train(const std::vector<std::string>& args) {
+  po::options_description options = train_options();
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(options).run(), vm);
+    if (vm.count("config")) {
+      const std::string path = vm["config"].as<std::string>();
+      std::ifstream ini(path);
+      ZT_CHECK(ini, path, ": cannot open the --config file");
+      po::store(po::parse_config_file(ini, options), vm);
+    }
+    po::notify(vm);
+  } catch (const po::error& error) {
+    fail(error.what(), " (see zerotune train --help)");
+  }
+  if (vm.count("help")) {
+    std::cout << options << "\n";
+    return 0;
+  }
+  for (const char* required : {"model", "data", "out"})
+    ZT_CHECK(vm.count(required), "--", required, " is required (see zerotune train --help)");
+
+  TrainConfig config;
+  RunOptions run;
+  int world_size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  if (vm.count("deepspeed")) {
+    config.deepspeed_config_path = vm["deepspeed"].as<std::string>();
+    load_deepspeed_config(config.deepspeed_config_path, world_size, config, run.notes);
+  }
+  take(vm, "model", config.model_dir);
+  take(vm, "data", config.data_dir);
+  take(vm, "out", config.out_dir);
+  if (vm.count("micro-batch-size")) config.micro_batch_size = vm["micro-batch-size"].as<int64_t>();
+  if (vm.count("grad-accum")) config.gradient_accumulation_steps = vm["grad-accum"].as<int64_t>();
+  take(vm, "lr", config.optimizer.lr);
+  take(vm, "weight-decay", config.optimizer.weight_decay);
+  take(vm, "gradient-clipping", config.gradient_clipping);
+  if (vm.count("lr-scheduler")) {
+    config.scheduler.type = vm["lr-scheduler"].as<std::string>();
+    ZT_CHECK(config.scheduler.type == "constant" || config.scheduler.type == "linear" || config.scheduler.type == "cosine",
+             "--lr-scheduler '", config.scheduler.type, "' is not one of constant, linear, cosine (DeepSpeed's "
+             "WarmupLR/WarmupDecayLR/WarmupCosineLR come from the --deepspeed JSON)");
+  }
+  take(vm, "warmup-steps", config.scheduler.warmup_steps);
+  take(vm, "lora-r", config.lora.r);
+  take(vm, "lora-alpha", config.lora.alpha);
+  take(vm, "lora-dropout", config.lora.dropout);
+  if (vm.count("lora-targets")) config.lora.targets = split_commas(vm["lora-targets"].as<std::string>());
+  if (vm["lora-rslora"].as<bool>()) config.lora.rslora = true;
+  const bool lora_flag = vm.count("lora-alpha") || vm.count("lora-dropout") || vm.count("lora-targets") ||
+                         vm["lora-rslora"].as<bool>();
+  ZT_CHECK(!lora_flag || config.lora.r > 0 || vm.count("adapter"),
+           "LoRA options were given without --lora-r (the LoRA rank)");
+  if (config.lora.enabled() && config.lora.targets.empty()) config.lora.targets = {"q_proj", "v_proj"};  // PEFT's llama default
+  ZT_CHECK(config.lora.dropout >= 0.0 && config.lora.dropout < 1.0, "--lora-dropout must be in [0, 1), not ",
+           config.lora.dropout);
+  take(vm, "adapter", run.adapter_dir);
+  if (vm["activation-checkpointing"].as<bool>()) config.activation_checkpointing = true;
+  take(vm, "epochs", config.epochs);
+  take(vm, "max-steps", config.max_steps);
+  take(vm, "seed", config.seed);
+  if (vm["no-shuffle"].as<bool>()) config.shuffle = false;
+  take(vm, "log-every", run.log_every);
+  take(vm, "peak-tflops", run.peak_tflops);
+  take(vm, "dump-step0", config.dump_step0_path);
+  ZT_CHECK(config.epochs > 0, "--epochs must be positive, not ", config.epochs);
+  ZT_CHECK(config.max_steps >= 0, "--max-steps must not be negative");
+  run_training(config, run);
+  return 0;
+}
+
+}  // namespace zt

@@ -1,0 +1,524 @@
+// The HDF5 token-shard writer and reader (format in token_shards.h and DESIGN.md). Every HDF5
+// call is checked; every handle is owned by an H5Handle so it is closed on error paths too.
+#include "data/token_shards.h"
+
+#include <hdf5.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <utility>
+
+#include "core/error.h"
+
+namespace zt {
+namespace {
+
+namespace fs = std::filesystem;
+
+// HDF5 prints its own error stack to stderr by default; our messages say what went wrong, so
+// turn that printing off (once per process, before the first HDF5 call that may fail).
+void silence_hdf5_error_printing() {
+  static const bool silenced = [] {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    return true;
+  }();
+  (void)silenced;
+}
+
+// Owns one HDF5 identifier and closes it with the matching H5?close function.
+class H5Handle {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  H5Handle() = default;
+  H5Handle(hid_t id, Closer closer) : id_(id), closer_(closer) {}
+  H5Handle(H5Handle&& other) noexcept : id_(std::exchange(other.id_, H5I_INVALID_HID)), closer_(other.closer_) {}
+  H5Handle& operator=(H5Handle&& other) noexcept {
+    if (this != &other) {
+      reset();
+      id_ = std::exchange(other.id_, H5I_INVALID_HID);
+      closer_ = other.closer_;
+    }
+    return *this;
+  }
+  H5Handle(const H5Handle&) = delete;
+  H5Handle& operator=(const H5Handle&) = delete;
+  ~H5Handle() { reset(); }
+
+  hid_t get() const { return id_; }
+  // Closes now and reports failure (closing a file flushes it, so a failed close is a failed write).
+  bool close() {
+    if (id_ < 0) return true;
+    const herr_t status = closer_(std::exchange(id_, H5I_INVALID_HID));
+    return status >= 0;
+  }
+
+ private:
+  void reset() {
+    if (id_ >= 0) closer_(std::exchange(id_, H5I_INVALID_HID));
+  }
+  hid_t id_ = H5I_INVALID_HID;
+  Closer closer_ = nullptr;
+};
+
+// Wraps a freshly returned identifier, failing with "<path>: <what>" when the call failed.
+H5Handle owned(hid_t id, H5Handle::Closer closer, const std::string& path, const std::string& what) {
+  ZT_CHECK(id >= 0, path, ": HDF5 failed to ", what);
+  return H5Handle(id, closer);
+}
+H5Handle owned_file(hid_t id, const std::string& path, const std::string& what) { return owned(id, H5Fclose, path, what); }
+H5Handle owned_dataset(hid_t id, const std::string& path, const std::string& what) { return owned(id, H5Dclose, path, what); }
+H5Handle owned_space(hid_t id, const std::string& path, const std::string& what) { return owned(id, H5Sclose, path, what); }
+H5Handle owned_type(hid_t id, const std::string& path, const std::string& what) { return owned(id, H5Tclose, path, what); }
+H5Handle owned_plist(hid_t id, const std::string& path, const std::string& what) { return owned(id, H5Pclose, path, what); }
+H5Handle owned_attribute(hid_t id, const std::string& path, const std::string& what) { return owned(id, H5Aclose, path, what); }
+
+void check_status(herr_t status, const std::string& path, const std::string& what) {
+  ZT_CHECK(status >= 0, path, ": HDF5 failed to ", what);
+}
+
+// A variable-length UTF-8 string type (what h5py writes for a Python str; h5py reads it back as str).
+H5Handle utf8_string_type(const std::string& path) {
+  H5Handle type = owned_type(H5Tcopy(H5T_C_S1), path, "copy the string type");
+  check_status(H5Tset_size(type.get(), H5T_VARIABLE), path, "make a variable-length string type");
+  check_status(H5Tset_cset(type.get(), H5T_CSET_UTF8), path, "set the UTF-8 character set");
+  return type;
+}
+
+// "int32", "uint8", "float64", "string", ... for error messages.
+std::string describe_type(hid_t type) {
+  const H5T_class_t type_class = H5Tget_class(type);
+  const size_t bits = H5Tget_size(type) * 8;
+  if (type_class == H5T_INTEGER) return cat(H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int", bits);
+  if (type_class == H5T_FLOAT) return cat("float", bits);
+  if (type_class == H5T_STRING) return "string";
+  return "a non-numeric type";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing
+
+void write_int64_attribute(hid_t file, const std::string& path, const char* name, int64_t value) {
+  H5Handle space = owned_space(H5Screate(H5S_SCALAR), path, "create a scalar dataspace");
+  H5Handle attribute = owned_attribute(H5Acreate2(file, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                                       path, cat("create attribute '", name, "'"));
+  check_status(H5Awrite(attribute.get(), H5T_NATIVE_INT64, &value), path, cat("write attribute '", name, "'"));
+}
+
+void write_string_attribute(hid_t file, const std::string& path, const char* name, const std::string& value) {
+  H5Handle type = utf8_string_type(path);
+  H5Handle space = owned_space(H5Screate(H5S_SCALAR), path, "create a scalar dataspace");
+  H5Handle attribute = owned_attribute(H5Acreate2(file, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                                       path, cat("create attribute '", name, "'"));
+  const char* text = value.c_str();
+  check_status(H5Awrite(attribute.get(), type.get(), &text), path, cat("write attribute '", name, "'"));
+}
+
+// Writes a 1-D dataset of `count` elements, chunked (at most 16Ki elements per chunk, so reading
+// one sample decompresses little) with byte-shuffle + deflate, and no timestamps.
+void write_1d_dataset(hid_t file, const std::string& path, const char* name, hid_t file_type, hid_t memory_type,
+                      const void* data, hsize_t count) {
+  constexpr hsize_t kChunkElements = 16384;
+  const hsize_t chunk = std::min(count, kChunkElements);
+  H5Handle space = owned_space(H5Screate_simple(1, &count, nullptr), path, cat("create the dataspace of '", name, "'"));
+  H5Handle create_props = owned_plist(H5Pcreate(H5P_DATASET_CREATE), path, "create a dataset property list");
+  check_status(H5Pset_chunk(create_props.get(), 1, &chunk), path, cat("set the chunk size of '", name, "'"));
+  check_status(H5Pset_shuffle(create_props.get()), path, cat("set the shuffle filter of '", name, "'"));
+  check_status(H5Pset_deflate(create_props.get(), 4), path, cat("set the deflate filter of '", name, "'"));
+  check_status(H5Pset_obj_track_times(create_props.get(), 0), path, "turn off object timestamps");
+  H5Handle dataset = owned_dataset(
+      H5Dcreate2(file, name, file_type, space.get(), H5P_DEFAULT, create_props.get(), H5P_DEFAULT), path,
+      cat("create dataset '", name, "'"));
+  check_status(H5Dwrite(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), path,
+               cat("write dataset '", name, "'"));
+}
+
+void check_attributes_for_writing(const std::string& path, const ShardAttributes& attrs) {
+  ZT_CHECK(attrs.vocab_size > 0, path, ": vocab_size must be positive, not ", attrs.vocab_size);
+  ZT_CHECK(attrs.max_seq_len > 0, path, ": max_seq_len must be positive, not ", attrs.max_seq_len);
+  ZT_CHECK(attrs.pad_id >= 0 && attrs.pad_id < attrs.vocab_size, path, ": pad_id ", attrs.pad_id,
+           " is outside [0, vocab_size=", attrs.vocab_size, ")");
+  ZT_CHECK(attrs.bos_id >= -1 && attrs.bos_id < attrs.vocab_size, path, ": bos_id ", attrs.bos_id,
+           " is outside [-1, vocab_size=", attrs.vocab_size, ")");
+  ZT_CHECK(attrs.eos_id >= -1 && attrs.eos_id < attrs.vocab_size, path, ": eos_id ", attrs.eos_id,
+           " is outside [-1, vocab_size=", attrs.vocab_size, ")");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading
+
+bool has_attribute(hid_t object, const std::string& path, const char* name) {
+  const htri_t exists = H5Aexists(object, name);
+  check_status(exists, path, cat("look up attribute '", name, "'"));
+  return exists > 0;
+}
+
+// Opens an attribute that must exist and hold exactly one value.
+H5Handle open_scalar_attribute(hid_t object, const std::string& path, const char* name) {
+  ZT_CHECK(has_attribute(object, path, name), path, ": attribute '", name, "' is missing");
+  H5Handle attribute = owned_attribute(H5Aopen(object, name, H5P_DEFAULT), path, cat("open attribute '", name, "'"));
+  H5Handle space = owned_space(H5Aget_space(attribute.get()), path, cat("get the dataspace of attribute '", name, "'"));
+  const hssize_t points = H5Sget_simple_extent_npoints(space.get());
+  ZT_CHECK(points == 1, path, ": attribute '", name, "' holds ", points, " values, expected one");
+  return attribute;
+}
+
+int64_t read_int64_attribute(hid_t object, const std::string& path, const char* name) {
+  H5Handle attribute = open_scalar_attribute(object, path, name);
+  H5Handle type = owned_type(H5Aget_type(attribute.get()), path, cat("get the type of attribute '", name, "'"));
+  ZT_CHECK(H5Tget_class(type.get()) == H5T_INTEGER, path, ": attribute '", name, "' is ", describe_type(type.get()),
+           ", expected an integer");
+  int64_t value = 0;
+  check_status(H5Aread(attribute.get(), H5T_NATIVE_INT64, &value), path, cat("read attribute '", name, "'"));
+  return value;
+}
+
+// Reads a string attribute written either as a variable-length string (h5py's str, our writer)
+// or as a fixed-length one (h5py's numpy bytes).
+std::string read_string_attribute(hid_t object, const std::string& path, const char* name) {
+  H5Handle attribute = open_scalar_attribute(object, path, name);
+  H5Handle file_type = owned_type(H5Aget_type(attribute.get()), path, cat("get the type of attribute '", name, "'"));
+  ZT_CHECK(H5Tget_class(file_type.get()) == H5T_STRING, path, ": attribute '", name, "' is ",
+           describe_type(file_type.get()), ", expected a string");
+  const htri_t variable = H5Tis_variable_str(file_type.get());
+  check_status(variable, path, cat("inspect the string type of attribute '", name, "'"));
+  H5Handle memory_type = owned_type(H5Tcopy(H5T_C_S1), path, "copy the string type");
+  check_status(H5Tset_cset(memory_type.get(), H5Tget_cset(file_type.get())), path, "set a string character set");
+  if (variable > 0) {
+    check_status(H5Tset_size(memory_type.get(), H5T_VARIABLE), path, "make a variable-length string type");
+    char* text = nullptr;
+    check_status(H5Aread(attribute.get(), memory_type.get(), &text), path, cat("read attribute '", name, "'"));
+    std::string value = text ? std::string(text) : std::string();
+    H5free_memory(text);
+    return value;
+  }
+  const size_t size = H5Tget_size(file_type.get());
+  ZT_CHECK(size > 0, path, ": attribute '", name, "' has an invalid string size");
+  check_status(H5Tset_size(memory_type.get(), size + 1), path, "size a fixed-length string type");
+  check_status(H5Tset_strpad(memory_type.get(), H5T_STR_NULLTERM), path, "set a string padding");
+  std::string buffer(size + 1, '\0');
+  check_status(H5Aread(attribute.get(), memory_type.get(), buffer.data()), path, cat("read attribute '", name, "'"));
+  return std::string(buffer.c_str());
+}
+
+// The integer element type a dataset of the format must have.
+struct IntegerType {
+  size_t bytes;
+  bool is_signed;
+  std::string describe() const { return cat(is_signed ? "int" : "uint", bytes * 8); }
+};
+
+// Opens a 1-D integer dataset and checks its type; returns the handle and sets `length`.
+H5Handle open_1d_dataset(hid_t file, const std::string& path, const char* name, IntegerType expected,
+                         hsize_t& length) {
+  const htri_t exists = H5Lexists(file, name, H5P_DEFAULT);
+  check_status(exists, path, cat("look up dataset '", name, "'"));
+  ZT_CHECK(exists > 0, path, ": dataset '", name, "' is missing (a token shard holds tokens, loss_mask and offsets)");
+  H5Handle dataset = owned_dataset(H5Dopen2(file, name, H5P_DEFAULT), path, cat("open '", name, "' as a dataset"));
+  H5Handle type = owned_type(H5Dget_type(dataset.get()), path, cat("get the type of dataset '", name, "'"));
+  const bool type_ok = H5Tget_class(type.get()) == H5T_INTEGER && H5Tget_size(type.get()) == expected.bytes &&
+                       (H5Tget_sign(type.get()) != H5T_SGN_NONE) == expected.is_signed;
+  ZT_CHECK(type_ok, path, ": dataset '", name, "' has type ", describe_type(type.get()), ", expected ",
+           expected.describe());
+  H5Handle space = owned_space(H5Dget_space(dataset.get()), path, cat("get the dataspace of '", name, "'"));
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  ZT_CHECK(rank == 1, path, ": dataset '", name, "' has rank ", rank, ", expected 1");
+  check_status(H5Sget_simple_extent_dims(space.get(), &length, nullptr), path, cat("get the size of '", name, "'"));
+  return dataset;
+}
+
+// Reads elements [begin, begin + count) of a 1-D dataset into `out` (a hyperslab read: only the
+// chunks that hold the range are read and decompressed).
+void read_1d_range(hid_t dataset, const std::string& path, const char* name, hid_t memory_type, hsize_t begin,
+                   hsize_t count, void* out) {
+  H5Handle file_space = owned_space(H5Dget_space(dataset), path, cat("get the dataspace of '", name, "'"));
+  check_status(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, &begin, nullptr, &count, nullptr), path,
+               cat("select elements [", begin, ", ", begin + count, ") of '", name, "'"));
+  H5Handle memory_space = owned_space(H5Screate_simple(1, &count, nullptr), path, "create a memory dataspace");
+  check_status(H5Dread(dataset, memory_type, memory_space.get(), file_space.get(), H5P_DEFAULT, out), path,
+               cat("read elements [", begin, ", ", begin + count, ") of '", name, "'"));
+}
+
+// One open shard: its file and datasets stay open; its offsets are in memory.
+struct Shard {
+  std::string path;
+  H5Handle file;                 // declared first: closed last
+  H5Handle tokens;               // int32 [T]
+  H5Handle loss_mask;            // uint8 [T]
+  std::vector<int64_t> offsets;  // [N+1]
+  ShardAttributes attrs;
+  int64_t num_samples() const { return static_cast<int64_t>(offsets.size()) - 1; }
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+void write_token_shard(const std::string& path, std::span<const TokenSample> samples, const ShardAttributes& attrs) {
+  silence_hdf5_error_printing();
+  check_attributes_for_writing(path, attrs);
+  ZT_CHECK(!samples.empty(), path, ": a token shard must hold at least one sample");
+
+  // Concatenate the samples, checking each against the attributes.
+  std::vector<int64_t> offsets(samples.size() + 1, 0);  // [N+1]
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const TokenSample& sample = samples[i];
+    const int64_t length = static_cast<int64_t>(sample.tokens.size());
+    ZT_CHECK(sample.loss_mask.size() == sample.tokens.size(), path, ": sample ", i, " has ", sample.tokens.size(),
+             " tokens but ", sample.loss_mask.size(), " loss_mask values");
+    ZT_CHECK(length >= 1, path, ": sample ", i, " is empty");
+    ZT_CHECK(length <= attrs.max_seq_len, path, ": sample ", i, " has ", length, " tokens, more than max_seq_len=",
+             attrs.max_seq_len);
+    for (size_t t = 0; t < sample.tokens.size(); ++t) {
+      ZT_CHECK(sample.tokens[t] >= 0 && sample.tokens[t] < attrs.vocab_size, path, ": sample ", i, " has token id ",
+               sample.tokens[t], " at position ", t, ", outside [0, vocab_size=", attrs.vocab_size, ")");
+      ZT_CHECK(sample.loss_mask[t] <= 1, path, ": sample ", i, " has loss_mask value ", int(sample.loss_mask[t]),
+               " at position ", t, ", expected 0 or 1");
+    }
+    offsets[i + 1] = offsets[i] + length;
+  }
+  std::vector<int32_t> tokens;     // [T]
+  std::vector<uint8_t> loss_mask;  // [T]
+  tokens.reserve(static_cast<size_t>(offsets.back()));
+  loss_mask.reserve(static_cast<size_t>(offsets.back()));
+  for (const TokenSample& sample : samples) {
+    tokens.insert(tokens.end(), sample.tokens.begin(), sample.tokens.end());
+    loss_mask.insert(loss_mask.end(), sample.loss_mask.begin(), sample.loss_mask.end());
+  }
+
+  const std::string temporary_path = path + ".tmp";
+  {
+    // No timestamps on the root group either, so the same samples give the same bytes.
+    H5Handle create_props = owned_plist(H5Pcreate(H5P_FILE_CREATE), temporary_path, "create a file property list");
+    check_status(H5Pset_obj_track_times(create_props.get(), 0), temporary_path, "turn off object timestamps");
+    H5Handle file = owned_file(H5Fcreate(temporary_path.c_str(), H5F_ACC_TRUNC, create_props.get(), H5P_DEFAULT),
+                               temporary_path, "create the file (does its directory exist and is it writable?)");
+    const hid_t id = file.get();
+    write_1d_dataset(id, temporary_path, "tokens", H5T_STD_I32LE, H5T_NATIVE_INT32, tokens.data(), tokens.size());
+    write_1d_dataset(id, temporary_path, "loss_mask", H5T_STD_U8LE, H5T_NATIVE_UINT8, loss_mask.data(),
+                     loss_mask.size());
+    write_1d_dataset(id, temporary_path, "offsets", H5T_STD_I64LE, H5T_NATIVE_INT64, offsets.data(), offsets.size());
+    write_string_attribute(id, temporary_path, "format", kTokenShardFormat);
+    write_int64_attribute(id, temporary_path, "version", kTokenShardVersion);
+    write_int64_attribute(id, temporary_path, "vocab_size", attrs.vocab_size);
+    write_int64_attribute(id, temporary_path, "bos_id", attrs.bos_id);
+    write_int64_attribute(id, temporary_path, "eos_id", attrs.eos_id);
+    write_int64_attribute(id, temporary_path, "pad_id", attrs.pad_id);
+    write_string_attribute(id, temporary_path, "tokenizer_sha256", attrs.tokenizer_sha256);
+    write_int64_attribute(id, temporary_path, "max_seq_len", attrs.max_seq_len);
+    write_string_attribute(id, temporary_path, "split", attrs.split);
+    write_string_attribute(id, temporary_path, "source", attrs.source);
+    ZT_CHECK(file.close(), temporary_path, ": HDF5 failed to close (flush) the file");
+  }
+  std::error_code error;
+  fs::rename(temporary_path, path, error);
+  if (error) {
+    fs::remove(temporary_path, error);
+    fail(path, ": cannot rename ", temporary_path, " to it: ", error.message());
+  }
+}
+
+std::string shard_split_from_file_name(const std::string& file_name) {
+  std::string stem = file_name;
+  if (stem.size() > 3 && stem.compare(stem.size() - 3, 3, ".h5") == 0) stem.resize(stem.size() - 3);
+  const size_t dash = stem.rfind('-');
+  if (dash == std::string::npos || dash == 0 || dash + 1 == stem.size()) return stem;
+  const bool digits_after_dash =
+      std::all_of(stem.begin() + static_cast<std::ptrdiff_t>(dash) + 1, stem.end(), [](char c) { return c >= '0' && c <= '9'; });
+  return digits_after_dash ? stem.substr(0, dash) : stem;
+}
+
+struct TokenDataset::Impl {
+  std::string description;           // the path the dataset was opened from, for messages
+  std::vector<Shard> shards;         // in file-name order
+  std::vector<int64_t> first_sample; // [shards+1] global index of each shard's first sample
+  std::vector<std::string> paths;    // [shards]
+  ShardAttributes attrs;
+  int64_t longest = 0;
+
+  // The shard holding global sample `index` and the sample's index inside it.
+  std::pair<const Shard*, int64_t> locate(int64_t index) const {
+    ZT_CHECK(index >= 0 && index < first_sample.back(), description, ": sample index ", index, " is outside [0, ",
+             first_sample.back(), ")");
+    const auto next = std::upper_bound(first_sample.begin(), first_sample.end(), index);
+    const size_t shard = static_cast<size_t>(next - first_sample.begin()) - 1;
+    return {&shards[shard], index - first_sample[shard]};
+  }
+};
+
+namespace {
+
+Shard open_shard(const std::string& path) {
+  Shard shard;
+  shard.path = path;
+  const hid_t file_id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ZT_CHECK(file_id >= 0, path, ": cannot open as an HDF5 file (not an HDF5 file, unreadable, or being written)");
+  shard.file = H5Handle(file_id, H5Fclose);
+
+  // The format attribute first: a file that is not a shard gets that message, not a missing dataset.
+  if (!has_attribute(file_id, path, "format")) {
+    fail(path, ": not a zerotune token shard (attribute 'format' is missing, expected '", kTokenShardFormat, "')");
+  }
+  H5Handle format_attribute = owned_attribute(H5Aopen(file_id, "format", H5P_DEFAULT), path, "open attribute 'format'");
+  H5Handle format_type = owned_type(H5Aget_type(format_attribute.get()), path, "get the type of attribute 'format'");
+  ZT_CHECK(H5Tget_class(format_type.get()) == H5T_STRING, path,
+           ": not a zerotune token shard (attribute 'format' is ", describe_type(format_type.get()),
+           ", expected the string '", kTokenShardFormat, "')");
+  const std::string format = read_string_attribute(file_id, path, "format");
+  ZT_CHECK(format == kTokenShardFormat, path, ": not a zerotune token shard (attribute 'format' is '", format,
+           "', expected '", kTokenShardFormat, "')");
+  const int64_t version = read_int64_attribute(file_id, path, "version");
+  ZT_CHECK(version == kTokenShardVersion, path, ": token shard version ", version,
+           " is not supported (this zerotune reads version ", kTokenShardVersion, ")");
+
+  ShardAttributes& attrs = shard.attrs;
+  attrs.vocab_size = read_int64_attribute(file_id, path, "vocab_size");
+  attrs.bos_id = read_int64_attribute(file_id, path, "bos_id");
+  attrs.eos_id = read_int64_attribute(file_id, path, "eos_id");
+  attrs.pad_id = read_int64_attribute(file_id, path, "pad_id");
+  attrs.tokenizer_sha256 = read_string_attribute(file_id, path, "tokenizer_sha256");
+  attrs.max_seq_len = read_int64_attribute(file_id, path, "max_seq_len");
+  attrs.split = read_string_attribute(file_id, path, "split");
+  attrs.source = read_string_attribute(file_id, path, "source");
+  check_attributes_for_writing(path, attrs);  // the same value ranges the writer enforces
+
+  hsize_t token_count = 0, mask_count = 0, offset_count = 0;
+  shard.tokens = open_1d_dataset(file_id, path, "tokens", {4, true}, token_count);
+  shard.loss_mask = open_1d_dataset(file_id, path, "loss_mask", {1, false}, mask_count);
+  H5Handle offsets = open_1d_dataset(file_id, path, "offsets", {8, true}, offset_count);
+  ZT_CHECK(mask_count == token_count, path, ": dataset 'loss_mask' has ", mask_count,
+           " values but 'tokens' has ", token_count);
+  ZT_CHECK(offset_count >= 2, path, ": dataset 'offsets' has ", offset_count,
+           " values; a shard holds at least one sample (N+1 >= 2 offsets)");
+  shard.offsets.resize(offset_count);
+  read_1d_range(offsets.get(), path, "offsets", H5T_NATIVE_INT64, 0, offset_count, shard.offsets.data());
+  ZT_CHECK(shard.offsets[0] == 0, path, ": offsets[0] is ", shard.offsets[0], ", expected 0");
+  for (size_t i = 0; i + 1 < shard.offsets.size(); ++i) {
+    const int64_t length = shard.offsets[i + 1] - shard.offsets[i];
+    ZT_CHECK(length > 0, path, ": offsets are not strictly increasing (offsets[", i, "]=", shard.offsets[i],
+             ", offsets[", i + 1, "]=", shard.offsets[i + 1], ")");
+    ZT_CHECK(length <= attrs.max_seq_len, path, ": sample ", i, " has ", length, " tokens, more than max_seq_len=",
+             attrs.max_seq_len);
+  }
+  ZT_CHECK(shard.offsets.back() == static_cast<int64_t>(token_count), path, ": the last offset is ",
+           shard.offsets.back(), " but dataset 'tokens' has ", token_count, " values");
+  return shard;
+}
+
+// The shard files a dataset path names: the file itself, or the directory's *.h5 of one split.
+std::vector<std::string> list_shard_files(const std::string& path, const std::string& split) {
+  std::error_code error;
+  const fs::file_status status = fs::status(path, error);
+  ZT_CHECK(!error && fs::exists(status), path, ": no such file or directory");
+  if (fs::is_regular_file(status)) return {path};
+  ZT_CHECK(fs::is_directory(status), path, ": not a file or directory");
+
+  std::map<std::string, std::vector<std::string>> files_by_split;  // split -> file names (sorted)
+  for (const fs::directory_entry& entry : fs::directory_iterator(path)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_regular_file() || name.size() <= 3 || name.compare(name.size() - 3, 3, ".h5") != 0) continue;
+    files_by_split[shard_split_from_file_name(name)].push_back(name);
+  }
+  ZT_CHECK(!files_by_split.empty(), path, ": holds no token shards (*.h5 files)");
+  std::string splits_present;
+  for (const auto& [name, files] : files_by_split) splits_present += (splits_present.empty() ? "" : ", ") + name;
+
+  std::string chosen = split;
+  if (chosen.empty()) {
+    ZT_CHECK(files_by_split.size() == 1, path, ": holds shards of several splits (", splits_present,
+             "); name the split to use");
+    chosen = files_by_split.begin()->first;
+  }
+  const auto found = files_by_split.find(chosen);
+  ZT_CHECK(found != files_by_split.end(), path, ": holds no shards of split '", chosen, "' (splits present: ",
+           splits_present, ")");
+  std::vector<std::string> names = found->second;
+  std::sort(names.begin(), names.end());
+  std::vector<std::string> paths;
+  for (const std::string& name : names) paths.push_back((fs::path(path) / name).string());
+  return paths;
+}
+
+// Shards of one dataset must come from one tokenizer: fail naming both files otherwise.
+template <class Value>
+void check_shards_agree(const Shard& first, const Shard& other, const char* key, const Value& first_value,
+                        const Value& other_value) {
+  ZT_CHECK(first_value == other_value, first.path, " and ", other.path, " disagree on '", key, "' (", first_value,
+           " vs ", other_value, "): the shards of one dataset must come from one tokenizer");
+}
+
+}  // namespace
+
+TokenDataset TokenDataset::open(const std::string& path, const std::string& split) {
+  silence_hdf5_error_printing();
+  auto impl = std::make_unique<Impl>();
+  impl->description = path;
+  impl->first_sample.push_back(0);
+  for (const std::string& shard_path : list_shard_files(path, split)) {
+    Shard shard = open_shard(shard_path);
+    if (!impl->shards.empty()) {
+      const Shard& first = impl->shards.front();
+      check_shards_agree(first, shard, "vocab_size", first.attrs.vocab_size, shard.attrs.vocab_size);
+      check_shards_agree(first, shard, "tokenizer_sha256", first.attrs.tokenizer_sha256, shard.attrs.tokenizer_sha256);
+      check_shards_agree(first, shard, "bos_id", first.attrs.bos_id, shard.attrs.bos_id);
+      check_shards_agree(first, shard, "eos_id", first.attrs.eos_id, shard.attrs.eos_id);
+      check_shards_agree(first, shard, "pad_id", first.attrs.pad_id, shard.attrs.pad_id);
+    }
+    for (size_t i = 0; i + 1 < shard.offsets.size(); ++i) {
+      impl->longest = std::max(impl->longest, shard.offsets[i + 1] - shard.offsets[i]);
+    }
+    impl->first_sample.push_back(impl->first_sample.back() + shard.num_samples());
+    impl->paths.push_back(shard_path);
+    impl->shards.push_back(std::move(shard));
+  }
+  impl->attrs = impl->shards.front().attrs;
+  for (const Shard& shard : impl->shards) impl->attrs.max_seq_len = std::max(impl->attrs.max_seq_len, shard.attrs.max_seq_len);
+  return TokenDataset(std::move(impl));
+}
+
+TokenDataset::TokenDataset(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TokenDataset::TokenDataset(TokenDataset&&) noexcept = default;
+TokenDataset& TokenDataset::operator=(TokenDataset&&) noexcept = default;
+TokenDataset::~TokenDataset() = default;
+
+int64_t TokenDataset::num_samples() const { return impl_->first_sample.back(); }
+int64_t TokenDataset::longest_sample() const { return impl_->longest; }
+const ShardAttributes& TokenDataset::attributes() const { return impl_->attrs; }
+const std::vector<std::string>& TokenDataset::shard_paths() const { return impl_->paths; }
+
+int64_t TokenDataset::sample_length(int64_t index) const {
+  const auto [shard, local] = impl_->locate(index);
+  return shard->offsets[static_cast<size_t>(local) + 1] - shard->offsets[static_cast<size_t>(local)];
+}
+
+std::vector<uint8_t> TokenDataset::read_loss_mask(int64_t index) const {
+  const auto [shard, local] = impl_->locate(index);
+  const hsize_t begin = static_cast<hsize_t>(shard->offsets[static_cast<size_t>(local)]);
+  const hsize_t length = static_cast<hsize_t>(shard->offsets[static_cast<size_t>(local) + 1]) - begin;
+  std::vector<uint8_t> loss_mask(length);  // [L]
+  read_1d_range(shard->loss_mask.get(), shard->path, "loss_mask", H5T_NATIVE_UINT8, begin, length, loss_mask.data());
+  for (size_t t = 0; t < loss_mask.size(); ++t) {
+    ZT_CHECK(loss_mask[t] <= 1, shard->path, ": sample ", local, " (global index ", index, ") has loss_mask value ",
+             int(loss_mask[t]), " at position ", t, ", expected 0 or 1");
+  }
+  return loss_mask;
+}
+
+TokenSample TokenDataset::read_sample(int64_t index) const {
+  const auto [shard, local] = impl_->locate(index);
+  const hsize_t begin = static_cast<hsize_t>(shard->offsets[static_cast<size_t>(local)]);
+  const hsize_t length = static_cast<hsize_t>(shard->offsets[static_cast<size_t>(local) + 1]) - begin;
+  TokenSample sample;
+  sample.tokens.resize(length);  // [L]
+  read_1d_range(shard->tokens.get(), shard->path, "tokens", H5T_NATIVE_INT32, begin, length, sample.tokens.data());
+  const int64_t vocab_size = shard->attrs.vocab_size;
+  for (size_t t = 0; t < sample.tokens.size(); ++t) {
+    ZT_CHECK(sample.tokens[t] >= 0 && sample.tokens[t] < vocab_size, shard->path, ": sample ", local,
+             " (global index ", index, ") has token id ", sample.tokens[t], " at position ", t,
+             ", outside [0, vocab_size=", vocab_size, ")");
+  }
+  sample.loss_mask = read_loss_mask(index);
+  return sample;
+}
+
+}  // namespace zt

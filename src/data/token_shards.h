@@ -1,0 +1,84 @@
+// Tokenized data on disk: the HDF5 token-shard format of DESIGN.md ("Tokenized dataset"), its
+// writer (one shard file) and its reader (TokenDataset: a directory of shards seen as one
+// global list of samples, read one sample at a time with hyperslab reads).
+//
+// One shard holds N samples:
+//   tokens     int32 [T]    all samples' token ids, concatenated
+//   loss_mask  uint8 [T]    1 where the token is a training target (loss_mask[0] of a sample is 0)
+//   offsets    int64 [N+1]  sample i is tokens[offsets[i]:offsets[i+1]]; offsets[0] = 0,
+//                           strictly increasing (every sample has at least one token), offsets[N] = T
+//   attributes format="zerotune-tokens", version=1, vocab_size, bos_id, eos_id, pad_id,
+//              tokenizer_sha256, max_seq_len, split, source
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace zt {
+
+inline constexpr const char* kTokenShardFormat = "zerotune-tokens";
+inline constexpr int64_t kTokenShardVersion = 1;
+
+// The attributes every shard carries. bos_id/eos_id may be -1 for a tokenizer without that
+// token; pad_id must be a real id (it is fed to the model on padded positions, masked out).
+struct ShardAttributes {
+  int64_t vocab_size = 0;
+  int64_t bos_id = -1;
+  int64_t eos_id = -1;
+  int64_t pad_id = 0;
+  std::string tokenizer_sha256;
+  int64_t max_seq_len = 0;  // no sample is longer than this
+  std::string split = "train";
+  std::string source;  // where the samples came from (input file name), informational
+};
+
+// One sample: its token ids and, per token, whether it is a training target.
+struct TokenSample {
+  std::vector<int32_t> tokens;     // [L]
+  std::vector<uint8_t> loss_mask;  // [L], values 0 or 1
+};
+
+// Writes one shard holding `samples` (chunked, deflate-compressed) to `path`. The file is
+// written as path + ".tmp" and renamed, so a reader never sees a half-written shard. The same
+// input gives the same bytes (HDF5 object timestamps are turned off). Checks every sample
+// against `attrs` (ids in [0, vocab_size), length in [1, max_seq_len], mask values 0/1).
+void write_token_shard(const std::string& path, std::span<const TokenSample> samples,
+                       const ShardAttributes& attrs);
+
+// The name of a shard's split from its file name: "train-00003.h5" -> "train". A name that does
+// not end in "-<digits>.h5" is its own split ("extra.h5" -> "extra").
+std::string shard_split_from_file_name(const std::string& file_name);
+
+// A directory of shards (or a single shard file) as one list of samples. The global sample
+// index runs over all shards in file-name order. Shard files stay open for the dataset's
+// lifetime; only each shard's offsets are held in memory. Not thread-safe (HDF5 is not).
+class TokenDataset {
+ public:
+  // Opens every `<split>-*.h5` in `path` (or `path` itself when it is a file) and validates
+  // each shard and that the shards agree. With an empty `split` the directory must hold one
+  // split only. Every problem is a zt::Error naming the file.
+  static TokenDataset open(const std::string& path, const std::string& split = "");
+
+  TokenDataset(TokenDataset&&) noexcept;
+  TokenDataset& operator=(TokenDataset&&) noexcept;
+  ~TokenDataset();
+
+  int64_t num_samples() const;
+  int64_t sample_length(int64_t index) const;  // tokens in sample `index`
+  int64_t longest_sample() const;
+  TokenSample read_sample(int64_t index) const;
+  std::vector<uint8_t> read_loss_mask(int64_t index) const;  // [L] (no token read)
+
+  // The attributes the shards share (those of the first shard; max_seq_len is the largest).
+  const ShardAttributes& attributes() const;
+  const std::vector<std::string>& shard_paths() const;
+
+ private:
+  struct Impl;
+  explicit TokenDataset(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zt

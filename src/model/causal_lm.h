@@ -1,0 +1,54 @@
+// CausalLM: what the trainer sees of a model, whatever its architecture (LLaMA now, OPT next):
+// a forward pass to the logits, and a fused loss + explicit backward that accumulates
+// gradients into the ParamStore. Nothing in the trainer depends on the block structure.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/linear.h"
+#include "model/param_store.h"
+
+namespace zt {
+
+// One micro-batch on the backend's device. All [B*T], row-major by (b, t); right-padded.
+struct BatchTensors {
+  int64_t batch = 0;  // B
+  int64_t seq = 0;    // T: longest sample of the micro-batch
+  Tensor input_ids;   // int32 [B*T]
+  Tensor targets;     // int32 [B*T]: the next token (pad where none)
+  Tensor loss_mask;   // uint8 [B*T]: 1 where targets[n] counts in the loss
+  Tensor row_ids;     // int64 [B*T]: global token positions (dropout masks)
+};
+
+struct ModelOptions {
+  bool activation_checkpointing = false;  // keep only block inputs; recompute blocks in backward
+  float lora_scaling = 0.0f;
+  float lora_dropout = 0.0f;
+};
+
+class CausalLM {
+ public:
+  virtual ~CausalLM() = default;
+  // Runs the model on the batch; returns the logits, fp32 [B*T, V] (valid until backward).
+  virtual Tensor forward(const BatchTensors& batch, const DropoutContext& dropout) = 0;
+  // After forward on the same batch: fused softmax-cross-entropy and the full backward.
+  // Gradients of d(sum of masked token losses * grad_scale) accumulate into the ParamStore.
+  // Returns the sum of the masked token losses.
+  virtual double backward(const BatchTensors& batch, float grad_scale, const DropoutContext& dropout) = 0;
+  // After forward: the sum of the masked token losses, no gradients (evaluation).
+  virtual double loss(const BatchTensors& batch) = 0;
+  // Matmul FLOPs of one forward pass for a batch of B sequences of length T (2 per multiply-add),
+  // counting causal attention as half the full T x T product.
+  virtual double forward_flops(int64_t batch, int64_t seq) const = 0;
+  // The subset of forward_flops spent in GEMMs whose weights are trainable (they need a second
+  // backward GEMM for the weight gradient).
+  virtual double trainable_weight_flops(int64_t batch, int64_t seq) const = 0;
+};
+
+// Builds the model for config.model_type over the parameters in `store`.
+std::unique_ptr<CausalLM> make_causal_lm(const ModelConfig& config, ParamStore& store, Backend& backend,
+                                         const ModelOptions& options);
+
+}  // namespace zt

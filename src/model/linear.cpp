@@ -1,0 +1,91 @@
+// The linear layer with optional bias and LoRA adapter: forward and explicit backward.
+#include "model/linear.h"
+
+#include "core/rng.h"
+
+namespace zt {
+
+namespace {
+Tensor rows_view(const Buffer& buffer, int64_t rows, int64_t cols) { return buffer.view(DType::F32, {rows, cols}); }
+}  // namespace
+
+LinearLayer::LinearLayer(const ParamStore& store, const std::string& path, float lora_scaling, float lora_dropout,
+                         uint32_t dropout_stream)
+    : scaling_(lora_scaling), dropout_(lora_dropout), dropout_stream_(dropout_stream) {
+  weight_ = store.param(path + ".weight");
+  weight_grad_ = store.grad(path + ".weight");
+  out_ = weight_.dim(0);
+  in_ = weight_.dim(1);
+  if (store.contains(path + ".bias")) {
+    bias_ = store.param(path + ".bias");
+    bias_grad_ = store.grad(path + ".bias");
+  }
+  if (store.contains(path + ".lora_A.weight")) {
+    lora_a_ = store.param(path + ".lora_A.weight");
+    lora_a_grad_ = store.grad(path + ".lora_A.weight");
+    lora_b_ = store.param(path + ".lora_B.weight");
+    lora_b_grad_ = store.grad(path + ".lora_B.weight");
+    rank_ = lora_a_.dim(0);
+  }
+}
+
+double LinearLayer::macs_per_token() const {
+  return static_cast<double>(in_ * out_ + rank_ * (in_ + out_));
+}
+
+double LinearLayer::trainable_macs_per_token() const {
+  double macs = static_cast<double>(rank_ * (in_ + out_));  // adapters are always trainable
+  if (!weight_grad_.empty()) macs += static_cast<double>(in_ * out_);
+  return macs;
+}
+
+void LinearLayer::ensure_saved(Backend& backend, LoraSaved& saved, int64_t rows) const {
+  if (!has_lora()) return;
+  size_t z_bytes = static_cast<size_t>(rows * rank_) * sizeof(float);
+  if (saved.z.bytes() < z_bytes) saved.z = Buffer(backend, z_bytes);
+  size_t x_bytes = static_cast<size_t>(rows * in_) * sizeof(float);
+  if (dropout_ > 0.0f && saved.dropped_x.bytes() < x_bytes) saved.dropped_x = Buffer(backend, x_bytes);
+}
+
+void LinearLayer::forward(Backend& backend, Tensor y, Tensor x, LoraSaved& saved, const DropoutContext& dropout) const {
+  const int64_t n = x.dim(0);
+  backend.matmul(y, x, false, weight_, true, 1.0f, 0.0f);  // y[N,out] = x[N,in] W^T
+  if (!bias_.empty()) backend.add_bias(y, bias_);
+  if (!has_lora()) return;
+  Tensor adapter_input = x;  // [N, in]
+  if (dropout_ > 0.0f) {
+    adapter_input = rows_view(saved.dropped_x, n, in_);
+    RngKey key{dropout.seed, dropout_stream_, dropout.step};
+    backend.dropout(adapter_input, x, dropout_, key, dropout.row_ids);
+  }
+  Tensor z = rows_view(saved.z, n, rank_);                          // [N, r]
+  backend.matmul(z, adapter_input, false, lora_a_, true, 1.0f, 0.0f);  // z = xd A^T
+  backend.matmul(y, z, false, lora_b_, true, scaling_, 1.0f);          // y += s * z B^T
+}
+
+void LinearLayer::backward(Backend& backend, Tensor dx, bool accumulate_dx, Tensor dy, Tensor x,
+                           const LoraSaved& saved, const DropoutContext& dropout, Tensor lora_dz,
+                           Tensor scratch) const {
+  const int64_t n = x.dim(0);
+  if (!weight_grad_.empty()) backend.matmul(weight_grad_, dy, true, x, false, 1.0f, 1.0f);  // dW += dy^T x
+  if (!bias_grad_.empty()) backend.bias_backward(bias_grad_, dy);
+  backend.matmul(dx, dy, false, weight_, false, 1.0f, accumulate_dx ? 1.0f : 0.0f);  // dx = dy W
+  if (!has_lora()) return;
+  Tensor adapter_input = dropout_ > 0.0f ? rows_view(saved.dropped_x, n, in_) : x;  // [N, in]
+  Tensor z = rows_view(saved.z, n, rank_);                                          // [N, r]
+  Tensor dz = lora_dz.first({n, rank_});  // the caller's scratch may be larger
+  if (!lora_b_grad_.empty()) backend.matmul(lora_b_grad_, dy, true, z, false, scaling_, 1.0f);  // dB += s dy^T z
+  backend.matmul(dz, dy, false, lora_b_, false, scaling_, 0.0f);                                  // dz = s dy B
+  if (!lora_a_grad_.empty()) backend.matmul(lora_a_grad_, dz, true, adapter_input, false, 1.0f, 1.0f);  // dA += dz^T xd
+  if (dropout_ <= 0.0f) {
+    backend.matmul(dx, dz, false, lora_a_, false, 1.0f, 1.0f);  // dx += dz A
+    return;
+  }
+  Tensor dxd = scratch.first({n, in_});  // [N, in]
+  backend.matmul(dxd, dz, false, lora_a_, false, 1.0f, 0.0f);
+  RngKey key{dropout.seed, dropout_stream_, dropout.step};
+  backend.dropout(dxd, dxd, dropout_, key, dropout.row_ids);  // the same mask: dropout is linear
+  backend.accumulate(dx, dxd, 1.0f);
+}
+
+}  // namespace zt

@@ -1,0 +1,64 @@
+// LinearLayer: y = x W^T (+ b) (+ LoRA: dropout(x) A^T B^T * scaling), with its explicit
+// backward. Frozen weights (empty gradient views) get no weight-gradient GEMM: that is where
+// LoRA saves its compute.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "backend/buffer.h"
+#include "model/param_store.h"
+
+namespace zt {
+
+// What dropout needs to draw a mask that depends only on (seed, module, step, token position).
+struct DropoutContext {
+  uint64_t seed = 0;
+  uint32_t step = 0;  // optimizer step: a sample sees a fresh mask each epoch
+  Tensor row_ids;     // int64 [N] global token positions of the micro-batch
+};
+
+// Per-call-site tensors a LoRA linear keeps from forward for backward.
+struct LoraSaved {
+  Buffer dropped_x;  // fp32 [N, in]: dropout(x) (only when dropout > 0)
+  Buffer z;          // fp32 [N, r]:  dropout(x) A^T
+};
+
+class LinearLayer {
+ public:
+  LinearLayer() = default;
+  // `path` is the module path, e.g. "model.layers.0.self_attn.q_proj"; the weight is
+  // path + ".weight", an optional bias path + ".bias", optional adapters path + ".lora_A.weight".
+  LinearLayer(const ParamStore& store, const std::string& path, float lora_scaling, float lora_dropout,
+              uint32_t dropout_stream);
+
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+  bool has_lora() const { return !lora_a_.empty(); }
+  int64_t lora_rank() const { return rank_; }
+  // Multiply-adds per token of the forward pass (incl. the adapter), and the part of them whose
+  // weights are trainable (each of those costs one more GEMM in backward for its gradient).
+  double macs_per_token() const;
+  double trainable_macs_per_token() const;
+
+  // y[N,out] = x[N,in] W^T + b + LoRA term. `saved` must hold room for N rows (ensure_saved).
+  void forward(Backend& backend, Tensor y, Tensor x, LoraSaved& saved, const DropoutContext& dropout) const;
+  // dx[N,in] = dy W (+ LoRA path), written (accumulate_dx=false) or added (true);
+  // dW += dy^T x, db += sum(dy), dA, dB += for trainable parameters.
+  // `scratch` is fp32 with room for N*in elements (LoRA dropout backward).
+  void backward(Backend& backend, Tensor dx, bool accumulate_dx, Tensor dy, Tensor x, const LoraSaved& saved,
+                const DropoutContext& dropout, Tensor lora_dz, Tensor scratch) const;
+  // Makes `saved` large enough for `rows` rows.
+  void ensure_saved(Backend& backend, LoraSaved& saved, int64_t rows) const;
+
+ private:
+  Tensor weight_, weight_grad_;  // [out, in]
+  Tensor bias_, bias_grad_;      // [out] or empty
+  Tensor lora_a_, lora_a_grad_;  // [r, in] or empty
+  Tensor lora_b_, lora_b_grad_;  // [out, r] or empty
+  int64_t in_ = 0, out_ = 0, rank_ = 0;
+  float scaling_ = 0.0f;
+  float dropout_ = 0.0f;
+  uint32_t dropout_stream_ = 0;
+};
+
+}  // namespace zt

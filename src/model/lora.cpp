@@ -1,0 +1,70 @@
+// LoRA targeting, parameter lists and initialisation (PEFT semantics, see lora.h).
+#include "model/lora.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "core/error.h"
+#include "core/rng.h"
+
+namespace zt {
+
+namespace {
+// "model.layers.0.self_attn.q_proj.weight" -> "model.layers.0.self_attn.q_proj"
+std::string module_path(const std::string& weight_name) {
+  return weight_name.substr(0, weight_name.size() - std::string(".weight").size());
+}
+
+bool is_adaptable(const ParamSpec& spec) {
+  return spec.role == ParamRole::Linear && spec.layer >= 0;  // PEFT's all-linear skips the head
+}
+}  // namespace
+
+std::vector<std::string> lora_target_modules(const std::vector<ParamSpec>& specs, const LoraConfig& lora) {
+  std::set<std::string> available;
+  for (const ParamSpec& spec : specs)
+    if (is_adaptable(spec)) available.insert(spec.module);
+  ZT_CHECK(!lora.targets.empty(), "--lora-targets is empty: name modules (e.g. q_proj,v_proj) or all-linear");
+  std::vector<std::string> modules;
+  for (const std::string& target : lora.targets) {
+    if (target == "all-linear") return {available.begin(), available.end()};
+    if (!available.count(target)) {
+      std::string names;
+      for (const std::string& name : available) names += (names.empty() ? "" : ", ") + name;
+      fail("LoRA target '", target, "' matches no linear module of this model (modules: ", names,
+           ", or all-linear)");
+    }
+    if (std::find(modules.begin(), modules.end(), target) == modules.end()) modules.push_back(target);
+  }
+  return modules;
+}
+
+std::vector<ParamSpec> lora_param_specs(const std::vector<ParamSpec>& specs, const LoraConfig& lora) {
+  ZT_CHECK(lora.r > 0, "LoRA rank must be positive (--lora-r ", lora.r, ")");
+  std::vector<std::string> modules = lora_target_modules(specs, lora);
+  std::vector<ParamSpec> adapters;
+  for (const ParamSpec& spec : specs) {
+    if (!is_adaptable(spec) || std::find(modules.begin(), modules.end(), spec.module) == modules.end()) continue;
+    const std::string path = module_path(spec.name);
+    const int64_t out = spec.shape[0], in = spec.shape[1];
+    adapters.push_back({path + ".lora_A.weight", {lora.r, in}, ParamRole::Linear, spec.layer, spec.module});
+    adapters.push_back({path + ".lora_B.weight", {out, lora.r}, ParamRole::Linear, spec.layer, spec.module});
+  }
+  return adapters;
+}
+
+float lora_scaling(const LoraConfig& lora) {
+  return static_cast<float>(lora.rslora ? lora.alpha / std::sqrt(static_cast<double>(lora.r))
+                                        : lora.alpha / static_cast<double>(lora.r));
+}
+
+void lora_init_a(float* a, int64_t rows, int64_t in_features, uint64_t seed, uint32_t adapter_index) {
+  // kaiming_uniform_(a=sqrt(5)): gain = sqrt(2 / (1 + 5)), bound = gain * sqrt(3 / fan_in) = 1/sqrt(fan_in).
+  const float bound = static_cast<float>(1.0 / std::sqrt(static_cast<double>(in_features)));
+  RngKey key{seed, rng_stream(RngPurpose::LoraInit, adapter_index), 0};
+  for (int64_t i = 0; i < rows * in_features; ++i)
+    a[i] = (2.0f * rng_uniform(key, static_cast<uint64_t>(i)) - 1.0f) * bound;
+}
+
+}  // namespace zt

@@ -1,0 +1,748 @@
+// DeepSpeed JSON -> TrainConfig (see ds_config.h for what is translated, noted or refused).
+// The key lists are DeepSpeed 0.14.4's schema: runtime/constants.py and config.py (top level),
+// runtime/zero/config.py and offload_config.py (zero_optimization), lr_schedules.py (scheduler
+// params), engine.py _configure_basic_optimizer and ops/adam (optimizer params).
+#include "train/ds_config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+#include "optim/lr_schedule.h"
+
+namespace zt {
+
+using nlohmann::json;
+
+namespace {
+
+// What zerotune does with a key of DeepSpeed's schema.
+enum class Role {
+  translated,              // read by the code below (maybe accepted only at one value)
+  tooling,                 // monitoring, profiling, launching: noted as ignored
+  no_effect,               // a DeepSpeed implementation knob that does not change the result: noted
+  unsupported,             // a feature that changes what is computed: an error
+  unsupported_if_enabled,  // such a feature with an "enabled" switch: an error when on, noted when off
+};
+
+struct KnownKey {
+  std::string name;
+  Role role;
+};
+using KeyTable = std::vector<KnownKey>;
+
+// "auto" is the HF-integration placeholder for "fill this in from the trainer's arguments".
+bool is_auto(const json& value) { return value.is_string() && value.get<std::string>() == "auto"; }
+
+std::string lowercase(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
+
+// A value for a message: its JSON text, shortened when long.
+std::string show(const json& value) {
+  std::string text = value.dump();
+  if (text.size() > 80) text = text.substr(0, 77) + "...";
+  return text;
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string text;
+  for (const std::string& name : names) text += (text.empty() ? "" : ", ") + name;
+  return text;
+}
+
+// The candidate nearest to `key` when it is near enough to be the intended one, else "".
+std::string nearest(const std::string& key, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_distance = std::numeric_limits<size_t>::max();
+  for (const std::string& candidate : candidates) {
+    const size_t distance = key_edit_distance(key, candidate);
+    if (distance < best_distance) best_distance = distance, best = candidate;
+  }
+  return best_distance <= std::max<size_t>(2, key.size() / 2) ? best : "";
+}
+
+// Whether a value was found, found as "auto", or absent (the target is then left as it was).
+enum class Got { absent, automatic, value };
+
+// One JSON object of the config: its dotted location (for messages), the file and the notes.
+class Section {
+ public:
+  Section(const json& object, const std::string& file, std::string location, std::vector<std::string>& notes)
+      : object_(&object), file_(&file), location_(std::move(location)), notes_(&notes) {}
+
+  const std::string& file() const { return *file_; }
+  const json* find(const std::string& key) const {
+    auto it = object_->find(key);
+    return it == object_->end() ? nullptr : &*it;
+  }
+  bool has(const std::string& key) const { return find(key) != nullptr; }
+  std::string key_path(const std::string& key) const { return location_.empty() ? key : location_ + "." + key; }
+  void note(const std::string& text) const { notes_->push_back(cat(*file_, ": ", text)); }
+
+  // Every key present must be in `table`: typos are errors with the nearest known key, tooling
+  // and no-effect keys get a note, unsupported features an error.
+  void check_keys(const KeyTable& table) const {
+    std::vector<std::string> names;
+    for (const KnownKey& known : table) names.push_back(known.name);
+    for (auto it = object_->begin(); it != object_->end(); ++it) {
+      auto known = std::find_if(table.begin(), table.end(), [&](const KnownKey& k) { return k.name == it.key(); });
+      if (known == table.end()) fail_unknown(it.key(), names);
+      check_role(it.key(), it.value(), known->role);
+    }
+  }
+
+  [[noreturn]] void fail_value(const std::string& key, const json& value, const std::string& expected) const {
+    fail(*file_, ": ", key_path(key), " must be ", expected, ", got ", show(value));
+  }
+
+  // An integer in [min, max]; JSON floats with an integral value (Python writes 3e7 as
+  // 30000000.0, as DeepSpeed-Chat's configs do) count as integers, as pydantic reads them.
+  Got integer(const std::string& key, int64_t& out, int64_t min, int64_t max, bool allow_auto) const {
+    const json* value = find(key);
+    if (!value) return Got::absent;
+    if (allow_auto && is_auto(*value)) return Got::automatic;
+    const std::string expected = cat("an integer in [", min, ", ", max, "]", allow_auto ? " or \"auto\"" : "");
+    double number = 0.0;
+    if (value->is_number_integer() && !value->is_number_unsigned()) number = static_cast<double>(value->get<int64_t>());
+    else if (value->is_number()) number = value->get<double>();
+    else fail_value(key, *value, expected);
+    // Range check in double first so that huge values cannot overflow the cast.
+    if (!(number >= static_cast<double>(min) && number <= static_cast<double>(max)) || number != std::floor(number))
+      fail_value(key, *value, expected);
+    out = value->is_number_integer() ? value->get<int64_t>() : static_cast<int64_t>(number);
+    if (out < min || out > max) fail_value(key, *value, expected);
+    return Got::value;
+  }
+
+  Got integer(const std::string& key, int& out, int min, int max, bool allow_auto) const {
+    int64_t wide = out;
+    const Got got = integer(key, wide, min, max, allow_auto);
+    out = static_cast<int>(wide);
+    return got;
+  }
+
+  Got number(const std::string& key, double& out, double min, bool allow_auto) const {
+    const json* value = find(key);
+    if (!value) return Got::absent;
+    if (allow_auto && is_auto(*value)) return Got::automatic;
+    const std::string expected = cat("a number >= ", min, allow_auto ? " or \"auto\"" : "");
+    if (value->is_array()) fail_value(key, *value, expected + " (per-parameter-group lists are not supported)");
+    if (!value->is_number()) fail_value(key, *value, expected);
+    const double number = value->get<double>();
+    if (!std::isfinite(number) || number < min) fail_value(key, *value, expected);
+    out = number;
+    return Got::value;
+  }
+
+  Got boolean(const std::string& key, bool& out, bool allow_auto) const {
+    const json* value = find(key);
+    if (!value) return Got::absent;
+    if (allow_auto && is_auto(*value)) return Got::automatic;
+    if (!value->is_boolean()) fail_value(key, *value, allow_auto ? "true, false or \"auto\"" : "true or false");
+    out = value->get<bool>();
+    return Got::value;
+  }
+
+  Got text(const std::string& key, std::string& out, const std::vector<std::string>& choices) const {
+    const json* value = find(key);
+    if (!value) return Got::absent;
+    if (!value->is_string() ||
+        std::find(choices.begin(), choices.end(), value->get<std::string>()) == choices.end())
+      fail_value(key, *value, "one of \"" + join(choices) + "\"");
+    out = value->get<std::string>();
+    return Got::value;
+  }
+
+  // Keys zerotune accepts only at the value that leaves the computation as it implements it.
+  void require(const std::string& key, const json& allowed, const std::string& why) const {
+    const json* value = find(key);
+    if (value && *value != allowed)
+      fail(*file_, ": ", key_path(key), " ", show(*value), " is not supported (only ", show(allowed), "): ", why);
+  }
+
+  // The object under `key`; absent or null gives an empty section.
+  Section child(const std::string& key) const {
+    static const json empty = json::object();
+    const json* value = find(key);
+    if (!value || value->is_null()) return Section(empty, *file_, key_path(key), *notes_);
+    if (!value->is_object()) fail_value(key, *value, "a JSON object");
+    return Section(*value, *file_, key_path(key), *notes_);
+  }
+
+  // Of two spellings DeepSpeed accepts for one field (a pydantic alias), the one present.
+  std::string either(const std::string& name, const std::string& alias) const {
+    ZT_CHECK(!(has(name) && has(alias)), *file_, ": give only one of ", key_path(name), " and ", key_path(alias),
+             " (the same setting)");
+    return has(alias) ? alias : name;
+  }
+
+ private:
+  [[noreturn]] void fail_unknown(const std::string& key, const std::vector<std::string>& names) const {
+    const std::string suggestion = nearest(key, names);
+    if (!suggestion.empty())
+      fail(*file_, ": unknown DeepSpeed key '", key_path(key), "' (did you mean '", key_path(suggestion), "'?)");
+    if (location_.empty())
+      fail(*file_, ": unknown DeepSpeed key '", key, "': it is not in DeepSpeed's config schema");
+    fail(*file_, ": unknown DeepSpeed key '", key_path(key), "' (", location_, " takes: ", join(names), ")");
+  }
+
+  void check_role(const std::string& key, const json& value, Role role) const {
+    switch (role) {
+      case Role::translated: return;
+      case Role::tooling: note(cat(key_path(key), " is ignored (tooling)")); return;
+      case Role::no_effect:
+        note(cat(key_path(key), " is ignored (a DeepSpeed implementation setting that does not change the result)"));
+        return;
+      case Role::unsupported:
+        fail(*file_, ": ", key_path(key), " is not supported by zerotune (it changes what is computed)");
+      case Role::unsupported_if_enabled: {
+        const json* enabled = value.is_object() && value.contains("enabled") ? &value["enabled"] : nullptr;
+        if (!value.is_object() || (enabled && !enabled->is_boolean() && !is_auto(*enabled)))
+          fail_value(key, value, "a JSON object with \"enabled\": true or false");
+        if (enabled && enabled->is_boolean() && enabled->get<bool>())
+          fail(*file_, ": ", key_path(key), " is enabled, but it is not supported by zerotune (it changes what is "
+               "computed); remove the section or set \"enabled\": false");
+        note(cat(key_path(key), " is disabled; ignored"));
+        return;
+      }
+    }
+  }
+
+  const json* object_;
+  const std::string* file_;
+  std::string location_;
+  std::vector<std::string>* notes_;
+};
+
+// ---- top level -----------------------------------------------------------------------------
+
+const KeyTable& top_level_keys() {
+  static const KeyTable table = {
+      {"train_batch_size", Role::translated},
+      {"train_micro_batch_size_per_gpu", Role::translated},
+      {"gradient_accumulation_steps", Role::translated},
+      {"gradient_clipping", Role::translated},
+      {"steps_per_print", Role::translated},
+      {"optimizer", Role::translated},
+      {"scheduler", Role::translated},
+      {"fp16", Role::translated},
+      {"bf16", Role::translated},
+      {"bfloat16", Role::translated},
+      {"zero_optimization", Role::translated},
+      {"activation_checkpointing", Role::translated},
+      {"prescale_gradients", Role::translated},
+      {"gradient_predivide_factor", Role::translated},
+      {"sparse_gradients", Role::translated},
+      {"disable_allgather", Role::translated},
+      {"communication_data_type", Role::translated},
+      {"data_types", Role::translated},
+      // tooling: monitors, profilers, logging, launching, checkpoint I/O
+      {"wandb", Role::tooling},
+      {"tensorboard", Role::tooling},
+      {"csv_monitor", Role::tooling},
+      {"comet", Role::tooling},
+      {"comms_logger", Role::tooling},
+      {"flops_profiler", Role::tooling},
+      {"autotuning", Role::tooling},
+      {"dump_state", Role::tooling},
+      {"wall_clock_breakdown", Role::tooling},
+      {"memory_breakdown", Role::tooling},
+      {"zero_allow_untested_optimizer", Role::tooling},
+      {"zero_force_ds_cpu_optimizer", Role::tooling},
+      {"nebula", Role::tooling},
+      {"aio", Role::tooling},
+      {"timers", Role::tooling},
+      {"checkpoint", Role::tooling},
+      {"dataloader_drop_last", Role::tooling},
+      {"vocabulary_size", Role::tooling},
+      {"hybrid_engine", Role::tooling},  // DeepSpeed-Chat's RLHF generation engine
+      {"weight_quantization", Role::tooling},  // inference only
+      // implementation knobs with no effect on the result
+      {"graph_harvesting", Role::no_effect},
+      {"use_data_before_expert_parallelism", Role::no_effect},
+      {"seq_parallel_comm_data_type", Role::no_effect},
+      // features that change what is computed
+      {"sparse_attention", Role::unsupported},
+      {"pipeline", Role::unsupported},
+      {"compression_training", Role::unsupported},
+      {"quantize_training", Role::unsupported},
+      {"amp", Role::unsupported_if_enabled},
+      {"data_efficiency", Role::unsupported_if_enabled},
+      {"curriculum_learning", Role::unsupported_if_enabled},
+      {"progressive_layer_drop", Role::unsupported_if_enabled},
+      {"eigenvalue", Role::unsupported_if_enabled},
+      {"elasticity", Role::unsupported_if_enabled},  // it chooses the batch sizes itself
+  };
+  return table;
+}
+
+constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
+
+void translate_top_level(const Section& top, TrainConfig& config) {
+  top.integer("train_batch_size", config.train_batch_size, 1, kMaxInt, true);
+  top.integer("train_micro_batch_size_per_gpu", config.micro_batch_size, 1, kMaxInt, true);
+  top.integer("gradient_accumulation_steps", config.gradient_accumulation_steps, 1, kMaxInt, true);
+  top.number("gradient_clipping", config.gradient_clipping, 0.0, true);
+  top.integer("steps_per_print", config.steps_per_print, 1, kMaxInt, false);
+  top.require("prescale_gradients", false, "zerotune averages gradients after the reduction");
+  top.require("gradient_predivide_factor", 1.0, "zerotune averages gradients after the reduction");
+  top.require("sparse_gradients", false, "zerotune reduces dense gradients");
+  top.require("disable_allgather", false, "a legacy ZeRO-1 mode zerotune does not implement");
+  top.require("communication_data_type", nullptr, "zerotune chooses the reduction precision itself");
+  Section data_types = top.child("data_types");
+  data_types.check_keys({{"grad_accum_dtype", Role::translated}});
+  data_types.require("grad_accum_dtype", nullptr, "zerotune chooses the gradient accumulation precision itself");
+}
+
+// ---- optimizer -----------------------------------------------------------------------------
+
+// DeepSpeed's own optimizer names (matched case-insensitively, runtime/config.py) and the
+// torch.optim classes it falls back to (matched as spelled).
+const std::vector<std::string> kDeepSpeedOptimizers = {"adagrad",    "adam",   "adamw",   "lamb",
+                                                       "onebitadam", "zerooneadam", "onebitlamb", "muadam",
+                                                       "muadamw",    "musgd",  "lion"};
+const std::vector<std::string> kTorchOptimizers = {"ASGD",  "Adadelta", "Adagrad", "Adam",    "AdamW",
+                                                   "Adamax", "LBFGS",    "NAdam",   "RAdam",   "RMSprop",
+                                                   "Rprop", "SGD",      "SparseAdam"};
+
+void translate_optimizer(const Section& top, TrainConfig& config) {
+  if (!top.has("optimizer")) return;
+  const Section section = top.child("optimizer");
+  section.check_keys({{"type", Role::translated}, {"params", Role::translated}, {"legacy_fusion", Role::no_effect}});
+  std::string type;
+  const json* type_value = section.find("type");
+  if (!type_value) fail(top.file(), ": optimizer.type is missing (zerotune supports Adam and AdamW)");
+  if (!type_value->is_string()) section.fail_value("type", *type_value, "an optimizer name such as \"AdamW\"");
+  type = type_value->get<std::string>();
+  const std::string name = lowercase(type);
+  if (name != "adam" && name != "adamw") {
+    const bool known = std::find(kDeepSpeedOptimizers.begin(), kDeepSpeedOptimizers.end(), name) !=
+                           kDeepSpeedOptimizers.end() ||
+                       std::find(kTorchOptimizers.begin(), kTorchOptimizers.end(), type) != kTorchOptimizers.end();
+    if (known) fail(top.file(), ": optimizer type ", type, " is not supported (yet): zerotune implements Adam and AdamW");
+    std::vector<std::string> candidates = kDeepSpeedOptimizers;
+    candidates.insert(candidates.end(), kTorchOptimizers.begin(), kTorchOptimizers.end());
+    const std::string suggestion = nearest(type, candidates);
+    fail(top.file(), ": optimizer type '", type, "' is neither a DeepSpeed nor a torch.optim optimizer",
+         suggestion.empty() ? std::string() : cat(" (did you mean '", suggestion, "'?)"));
+  }
+
+  // Parameters of DeepSpeed's FusedAdam / DeepSpeedCPUAdam and of torch's Adam/AdamW (the
+  // engine passes them through to whichever it builds).
+  const Section params = section.child("params");
+  params.check_keys({{"lr", Role::translated},
+                     {"betas", Role::translated},
+                     {"eps", Role::translated},
+                     {"weight_decay", Role::translated},
+                     {"bias_correction", Role::translated},
+                     {"amsgrad", Role::translated},
+                     {"adam_w_mode", Role::translated},
+                     {"torch_adam", Role::translated},
+                     {"maximize", Role::translated},
+                     {"fp32_optimizer_states", Role::translated},
+                     {"max_grad_norm", Role::translated},
+                     {"set_grad_none", Role::no_effect},
+                     {"foreach", Role::no_effect},
+                     {"fused", Role::no_effect},
+                     {"capturable", Role::no_effect},
+                     {"differentiable", Role::no_effect}});
+  OptimizerConfig& optimizer = config.optimizer;
+  ZT_CHECK(!params.has("max_grad_norm"), top.file(), ": optimizer.params.max_grad_norm is not supported (as in "
+           "DeepSpeed): use the top-level \"gradient_clipping\"");
+  params.number("lr", optimizer.lr, 0.0, true);
+  if (const json* betas = params.find("betas"); betas && !is_auto(*betas)) {
+    const bool valid = betas->is_array() && betas->size() == 2 && (*betas)[0].is_number() && (*betas)[1].is_number() &&
+                       (*betas)[0].get<double>() >= 0.0 && (*betas)[0].get<double>() < 1.0 &&
+                       (*betas)[1].get<double>() >= 0.0 && (*betas)[1].get<double>() < 1.0;
+    if (!valid) params.fail_value("betas", *betas, "[beta1, beta2] with 0 <= beta < 1, or \"auto\"");
+    optimizer.beta1 = (*betas)[0].get<double>();
+    optimizer.beta2 = (*betas)[1].get<double>();
+  }
+  params.number("eps", optimizer.eps, 0.0, true);
+  const Got weight_decay = params.number("weight_decay", optimizer.weight_decay, 0.0, true);
+  params.require("bias_correction", true, "zerotune's Adam is bias-corrected");
+  params.require("amsgrad", false, "zerotune implements Adam without AMSGrad");
+  params.require("maximize", false, "zerotune minimizes the loss");
+  params.require("fp32_optimizer_states", true, "zerotune keeps optimizer states in fp32");
+
+  // DeepSpeed: "AdamW", or "Adam" unless adam_w_mode is false, is decoupled weight decay.
+  bool adam_w_mode = true, torch_adam = false;
+  params.boolean("adam_w_mode", adam_w_mode, false);
+  params.boolean("torch_adam", torch_adam, false);
+  const bool decoupled = name == "adamw" || adam_w_mode;
+  optimizer.type = "adamw";
+  optimizer.adam_w_mode = decoupled;
+  if (torch_adam && decoupled && weight_decay == Got::absent) {
+    optimizer.weight_decay = 0.01;  // torch.optim.AdamW's default, which torch_adam builds
+    section.note("optimizer.params.torch_adam builds torch.optim.AdamW: weight_decay defaults to its 0.01");
+  }
+  if (!decoupled) {
+    ZT_CHECK(optimizer.weight_decay == 0.0, top.file(), ": optimizer Adam with adam_w_mode false (L2-regularised "
+             "Adam) and weight_decay ", optimizer.weight_decay, " is not supported: use AdamW (decoupled decay)");
+    section.note("optimizer Adam with adam_w_mode false and weight_decay 0 is the same update as AdamW");
+  }
+}
+
+// ---- scheduler -----------------------------------------------------------------------------
+
+const std::vector<std::string> kDeepSpeedSchedules = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle",
+                                                      "LRRangeTest"};
+const std::vector<std::string> kTorchSchedules = {
+    "LambdaLR",       "MultiplicativeLR", "StepLR",     "MultiStepLR",       "ConstantLR",
+    "LinearLR",       "ExponentialLR",    "SequentialLR", "CosineAnnealingLR", "ChainedScheduler",
+    "ReduceLROnPlateau", "CyclicLR",      "CosineAnnealingWarmRestarts", "OneCycleLR", "PolynomialLR"};
+
+void translate_scheduler(const Section& top, TrainConfig& config) {
+  if (!top.has("scheduler")) return;
+  const Section section = top.child("scheduler");
+  section.check_keys({{"type", Role::translated}, {"params", Role::translated}});
+  const json* type_value = section.find("type");
+  if (!type_value) fail(top.file(), ": scheduler.type is missing (one of WarmupLR, WarmupDecayLR, WarmupCosineLR)");
+  if (!type_value->is_string()) section.fail_value("type", *type_value, "a scheduler name such as \"WarmupLR\"");
+  const std::string type = type_value->get<std::string>();
+  const bool translated = type == "WarmupLR" || type == "WarmupDecayLR" || type == "WarmupCosineLR";
+  if (!translated) {
+    const bool known = std::find(kDeepSpeedSchedules.begin(), kDeepSpeedSchedules.end(), type) !=
+                           kDeepSpeedSchedules.end() ||
+                       std::find(kTorchSchedules.begin(), kTorchSchedules.end(), type) != kTorchSchedules.end();
+    if (known)
+      fail(top.file(), ": scheduler type ", type,
+           " is not supported (yet): zerotune implements WarmupLR, WarmupDecayLR and WarmupCosineLR");
+    std::vector<std::string> candidates = kDeepSpeedSchedules;
+    candidates.insert(candidates.end(), kTorchSchedules.begin(), kTorchSchedules.end());
+    const std::string suggestion = nearest(type, candidates);
+    fail(top.file(), ": scheduler type '", type, "' is neither a DeepSpeed nor a torch.optim.lr_scheduler schedule",
+         suggestion.empty() ? std::string() : cat(" (did you mean '", suggestion, "'?)"));
+  }
+
+  // The constructor arguments of DeepSpeed's classes (lr_schedules.py).
+  const Section params = section.child("params");
+  KeyTable keys = {{"warmup_num_steps", Role::translated},
+                   {"warmup_type", Role::translated},
+                   {"last_batch_iteration", Role::translated}};
+  if (type == "WarmupCosineLR") {
+    keys.insert(keys.end(), {{"total_num_steps", Role::translated},
+                             {"warmup_min_ratio", Role::translated},
+                             {"cos_min_ratio", Role::translated}});
+  } else {
+    keys.insert(keys.end(), {{"warmup_min_lr", Role::translated}, {"warmup_max_lr", Role::translated}});
+    if (type == "WarmupDecayLR") keys.push_back({"total_num_steps", Role::translated});
+  }
+  params.check_keys(keys);
+  params.require("last_batch_iteration", -1, "a schedule starts at its beginning (resume restores the position)");
+
+  SchedulerConfig& schedule = config.scheduler;
+  schedule.type = type;
+  params.number("warmup_min_lr", schedule.warmup_min_lr, 0.0, true);  // "auto": 0, DeepSpeed's and HF's value
+  if (params.number("warmup_max_lr", schedule.warmup_max_lr, 0.0, true) == Got::automatic)
+    schedule.warmup_max_lr_auto = true;  // HF: the optimizer's lr
+  if (params.integer("warmup_num_steps", schedule.warmup_num_steps, 0, kMaxInt, true) == Got::automatic)
+    schedule.warmup_num_steps = 0;  // HF's default warmup; DeepSpeed counts it as 2
+  params.text("warmup_type", schedule.warmup_type, {"log", "linear"});
+  params.number("warmup_min_ratio", schedule.warmup_min_ratio, 0.0, true);
+  params.number("cos_min_ratio", schedule.cos_min_ratio, 0.0, true);
+  if (type != "WarmupLR") {
+    const Got total = params.integer("total_num_steps", schedule.total_num_steps, 1, kMaxInt, true);
+    ZT_CHECK(total != Got::absent, top.file(), ": scheduler.params.total_num_steps is required by ", type,
+             " (DeepSpeed has no default; \"auto\" takes the run's length)");
+    if (total == Got::automatic) schedule.total_num_steps = 0;  // the trainer fills in the run's length
+  }
+  // Check what is known now; an "auto" total stands in as long enough.
+  SchedulerConfig probe = schedule;
+  if (probe.total_num_steps == 0) probe.total_num_steps = kMaxInt;
+  try {
+    validate_schedule(probe);
+  } catch (const Error& error) {
+    fail(top.file(), ": ", error.what());
+  }
+}
+
+// ---- precision -----------------------------------------------------------------------------
+
+void translate_precision(const Section& top, TrainConfig& config) {
+  ZT_CHECK(!(top.has("bf16") && top.has("bfloat16")), top.file(),
+           ": give only one of bf16 and bfloat16 (DeepSpeed reads bf16 and ignores the other)");
+  bool fp16_enabled = false, bf16_enabled = false;
+
+  const Section fp16 = top.child("fp16");
+  fp16.check_keys({{"enabled", Role::translated},
+                   {"auto_cast", Role::translated},
+                   {"loss_scale", Role::translated},
+                   {"initial_scale_power", Role::translated},
+                   {"loss_scale_window", Role::translated},
+                   {"hysteresis", Role::translated},
+                   {"consecutive_hysteresis", Role::translated},
+                   {"min_loss_scale", Role::translated},
+                   {"fp16_master_weights_and_grads", Role::translated}});
+  fp16.boolean("enabled", fp16_enabled, true);  // "auto": the flags decide (off by default)
+  fp16.require("auto_cast", false, "zerotune casts parameters, not module inputs");
+  fp16.require("consecutive_hysteresis", false, "zerotune's loss scaler uses DeepSpeed's default hysteresis");
+  fp16.require("fp16_master_weights_and_grads", false, "zerotune keeps fp32 master weights and gradients");
+  LossScalerConfig& scaler = config.loss_scaler;
+  fp16.number("loss_scale", scaler.loss_scale, 0.0, false);
+  const bool dynamic_args_given = fp16.has("initial_scale_power") || fp16.has("loss_scale_window") ||
+                                  fp16.has("hysteresis") || fp16.has("min_loss_scale") ||
+                                  fp16.has("consecutive_hysteresis");
+  fp16.integer("initial_scale_power", scaler.initial_scale_power, 0, 64, false);
+  fp16.integer("loss_scale_window", scaler.loss_scale_window, 1, std::numeric_limits<int>::max(), false);
+  fp16.integer("hysteresis", scaler.hysteresis, 1, std::numeric_limits<int>::max(), false);
+  fp16.number("min_loss_scale", scaler.min_loss_scale, 0.0, false);
+  if (fp16_enabled && !dynamic_args_given && scaler.loss_scale == 0.0) {
+    // DeepSpeed passes no dynamic-scaler arguments then, and its ZeRO optimizers build
+    // DynamicLossScaler() with that class's defaults: initial scale 2^32, hysteresis 1.
+    scaler.initial_scale_power = 32;
+    scaler.hysteresis = 1;
+    fp16.note("fp16 sets none of initial_scale_power, loss_scale_window, hysteresis, min_loss_scale: as DeepSpeed's "
+              "ZeRO optimizers do then, the dynamic loss scale starts at 2^32 with hysteresis 1");
+  }
+
+  const std::string bf16_key = top.has("bfloat16") ? "bfloat16" : "bf16";
+  const Section bf16 = top.child(bf16_key);
+  bf16.check_keys({{"enabled", Role::translated}, {"immediate_grad_update", Role::no_effect}});
+  bf16.boolean("enabled", bf16_enabled, true);
+
+  ZT_CHECK(!(fp16_enabled && bf16_enabled), top.file(), ": fp16.enabled and ", bf16_key,
+           ".enabled are both true; DeepSpeed allows only one of them");
+  if (fp16_enabled) config.compute_dtype = DType::F16;
+  if (bf16_enabled) config.compute_dtype = DType::BF16;
+}
+
+// ---- zero_optimization ---------------------------------------------------------------------
+
+const KeyTable& zero_keys() {
+  static const KeyTable table = {
+      {"stage", Role::translated},
+      {"reduce_bucket_size", Role::translated},
+      {"allgather_bucket_size", Role::translated},
+      {"overlap_comm", Role::translated},
+      {"contiguous_gradients", Role::translated},
+      {"reduce_scatter", Role::translated},
+      {"allgather_partitions", Role::translated},
+      {"round_robin_gradients", Role::translated},
+      {"sub_group_size", Role::translated},
+      {"offload_optimizer", Role::translated},
+      {"offload_param", Role::translated},
+      {"cpu_offload", Role::translated},                 // deprecated: offload_optimizer cpu
+      {"cpu_offload_param", Role::translated},           // deprecated: offload_param cpu
+      {"cpu_offload_use_pin_memory", Role::translated},  // deprecated: pin_memory
+      {"stage3_prefetch_bucket_size", Role::translated},
+      {"prefetch_bucket_size", Role::translated},
+      {"stage3_param_persistence_threshold", Role::translated},
+      {"param_persistence_threshold", Role::translated},
+      {"stage3_model_persistence_threshold", Role::translated},
+      {"model_persistence_threshold", Role::translated},
+      {"stage3_max_live_parameters", Role::translated},
+      {"max_live_parameters", Role::translated},
+      {"stage3_max_reuse_distance", Role::translated},
+      {"max_reuse_distance", Role::translated},
+      {"stage3_gather_16bit_weights_on_model_save", Role::translated},
+      {"gather_16bit_weights_on_model_save", Role::translated},
+      {"stage3_gather_fp16_weights_on_model_save", Role::translated},  // deprecated spelling
+      {"zero_quantized_weights", Role::translated},
+      {"zero_quantized_nontrainable_weights", Role::translated},
+      {"zero_quantized_gradients", Role::translated},
+      {"stage3_use_all_reduce_for_fetch_params", Role::no_effect},
+      {"use_all_reduce_for_fetch_params", Role::no_effect},
+      {"use_multi_rank_bucket_allreduce", Role::no_effect},
+      {"load_from_fp32_weights", Role::no_effect},
+      {"elastic_checkpoint", Role::no_effect},
+      {"ignore_unused_parameters", Role::no_effect},
+      {"legacy_stage1", Role::no_effect},
+      {"zero_hpz_partition_size", Role::no_effect},
+      {"mics_shard_size", Role::no_effect},
+      {"mics_hierarchical_params_gather", Role::no_effect},
+      {"memory_efficient_linear", Role::no_effect},
+      {"pipeline_loading_checkpoint", Role::no_effect},
+      {"override_module_apply", Role::no_effect},
+  };
+  return table;
+}
+
+// offload_optimizer / offload_param: device none|cpu (nvme is refused), pin_memory; the NVMe
+// buffer settings are noted as ignored.
+void translate_offload(const Section& zero, const std::string& key, std::string& device, bool& pin_memory) {
+  const Section offload = zero.child(key);
+  KeyTable keys = {{"device", Role::translated},  {"pin_memory", Role::translated},
+                   {"nvme_path", Role::no_effect}, {"buffer_count", Role::no_effect}};
+  if (key == "offload_optimizer") {
+    keys.insert(keys.end(), {{"pipeline_read", Role::no_effect},
+                             {"pipeline_write", Role::no_effect},
+                             {"fast_init", Role::no_effect},
+                             {"ratio", Role::translated}});
+  } else {
+    keys.insert(keys.end(), {{"buffer_size", Role::no_effect}, {"max_in_cpu", Role::no_effect}});
+  }
+  offload.check_keys(keys);
+  if (const json* value = offload.find("device"); value && value->is_string() && value->get<std::string>() == "nvme")
+    fail(zero.file(), ": ", offload.key_path("device"), " \"nvme\" is not supported (yet): use \"cpu\" or \"none\"");
+  offload.text("device", device, {"none", "cpu"});
+  offload.boolean("pin_memory", pin_memory, false);
+  double ratio = 1.0;
+  if (offload.number("ratio", ratio, 0.0, false) == Got::value) {
+    if (ratio > 1.0) offload.fail_value("ratio", ratio, "a number in [0, 1]");
+    if (ratio < 1.0)
+      offload.note(cat(offload.key_path("ratio"), " ", ratio, " is ignored: zerotune offloads all optimizer states"));
+  }
+}
+
+void translate_zero(const Section& top, TrainConfig& config) {
+  ZeroConfig& zero = config.zero;
+  if (const json* value = top.find("zero_optimization"); value && value->is_boolean()) {
+    zero.stage = value->get<bool>() ? 1 : 0;  // DeepSpeed's deprecated form
+    top.note(cat("zero_optimization: ", value->dump(), " is DeepSpeed's deprecated form of {\"stage\": ", zero.stage, "}"));
+    return;
+  }
+  const Section section = top.child("zero_optimization");
+  section.check_keys(zero_keys());
+  section.integer("stage", zero.stage, 0, 3, false);
+  // Sizes: "auto" keeps DeepSpeed's default (HF derives them from hidden_size; they change
+  // only speed and memory).
+  section.integer("reduce_bucket_size", zero.reduce_bucket_size, 0, kMaxInt, true);
+  section.integer("allgather_bucket_size", zero.allgather_bucket_size, 0, kMaxInt, true);
+  section.integer("sub_group_size", zero.sub_group_size, 0, kMaxInt, true);
+  section.integer(section.either("stage3_prefetch_bucket_size", "prefetch_bucket_size"),
+                  zero.stage3_prefetch_bucket_size, 0, kMaxInt, true);
+  section.integer(section.either("stage3_param_persistence_threshold", "param_persistence_threshold"),
+                  zero.stage3_param_persistence_threshold, 0, kMaxInt, true);
+  section.integer(section.either("stage3_model_persistence_threshold", "model_persistence_threshold"),
+                  zero.stage3_model_persistence_threshold, 0, kMaxInt, true);
+  section.integer(section.either("stage3_max_live_parameters", "max_live_parameters"),
+                  zero.stage3_max_live_parameters, 0, kMaxInt, true);
+  section.integer(section.either("stage3_max_reuse_distance", "max_reuse_distance"), zero.stage3_max_reuse_distance,
+                  0, kMaxInt, true);
+  const std::string gather_key =
+      section.either("stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save");
+  section.boolean(section.either(gather_key, "stage3_gather_fp16_weights_on_model_save"),
+                  zero.stage3_gather_16bit_weights_on_model_save, false);
+  // DeepSpeed's overlap_comm default depends on the stage: on for stage 3, off below.
+  if (section.boolean("overlap_comm", zero.overlap_comm, false) == Got::absent) zero.overlap_comm = zero.stage == 3;
+  section.boolean("contiguous_gradients", zero.contiguous_gradients, false);
+  section.boolean("reduce_scatter", zero.reduce_scatter, false);
+  section.boolean("allgather_partitions", zero.allgather_partitions, false);
+  section.boolean("round_robin_gradients", zero.round_robin_gradients, false);
+  section.require("zero_quantized_weights", false, "zerotune communicates weights unquantized");
+  section.require("zero_quantized_nontrainable_weights", false, "zerotune keeps frozen weights unquantized");
+  section.require("zero_quantized_gradients", false, "zerotune communicates gradients unquantized");
+
+  // Offload, in the current form or DeepSpeed's deprecated booleans (not both, as in DeepSpeed).
+  ZT_CHECK(!(section.has("cpu_offload") && section.has("offload_optimizer")), top.file(),
+           ": give only one of zero_optimization.cpu_offload (deprecated) and zero_optimization.offload_optimizer");
+  ZT_CHECK(!(section.has("cpu_offload_param") && section.has("offload_param")), top.file(),
+           ": give only one of zero_optimization.cpu_offload_param (deprecated) and zero_optimization.offload_param");
+  translate_offload(section, "offload_optimizer", zero.offload_optimizer_device, zero.offload_optimizer_pin_memory);
+  translate_offload(section, "offload_param", zero.offload_param_device, zero.offload_param_pin_memory);
+  bool deprecated_flag = false;
+  if (section.boolean("cpu_offload", deprecated_flag, false) == Got::value && deprecated_flag)
+    zero.offload_optimizer_device = "cpu";
+  if (section.boolean("cpu_offload_param", deprecated_flag, false) == Got::value && deprecated_flag)
+    zero.offload_param_device = "cpu";
+  if (section.boolean("cpu_offload_use_pin_memory", deprecated_flag, false) == Got::value)
+    zero.offload_optimizer_pin_memory = zero.offload_param_pin_memory = deprecated_flag;
+
+  ZT_CHECK(zero.offload_optimizer_device == "none" || zero.stage >= 1, top.file(),
+           ": zero_optimization.offload_optimizer.device \"cpu\" needs ZeRO stage 1, 2 or 3 (stage is ", zero.stage, ")");
+  if (zero.offload_param_device != "none" && zero.stage < 3) {
+    // DeepSpeed-Chat writes offload_param for every stage; DeepSpeed uses it only in stage 3.
+    section.note(cat("zero_optimization.offload_param is ignored below stage 3 (as in DeepSpeed; stage is ",
+                     zero.stage, ")"));
+    zero.offload_param_device = "none";
+  }
+}
+
+// ---- activation_checkpointing --------------------------------------------------------------
+
+void translate_activation_checkpointing(const Section& top) {
+  if (!top.has("activation_checkpointing")) return;
+  const Section section = top.child("activation_checkpointing");
+  section.check_keys({{"partition_activations", Role::translated},
+                      {"contiguous_memory_optimization", Role::translated},
+                      {"cpu_checkpointing", Role::translated},
+                      {"number_checkpoints", Role::translated},
+                      {"synchronize_checkpoint_boundary", Role::translated},
+                      {"profile", Role::translated}});
+  section.note("activation_checkpointing is ignored: in DeepSpeed it configures deepspeed.checkpointing but does not "
+               "switch checkpointing on for HF models (they call gradient_checkpointing_enable()); use "
+               "--activation-checkpointing");
+}
+
+}  // namespace
+
+size_t key_edit_distance(const std::string& a_text, const std::string& b_text) {
+  const std::string a = lowercase(a_text), b = lowercase(b_text);
+  // distance[i][j]: edits turning a[0:i] into b[0:j]; rows kept for the swap case.
+  std::vector<std::vector<size_t>> distance(a.size() + 1, std::vector<size_t>(b.size() + 1, 0));
+  for (size_t i = 0; i <= a.size(); ++i) distance[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) distance[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t substitution = a[i - 1] == b[j - 1] ? 0 : 1;
+      distance[i][j] = std::min({distance[i - 1][j] + 1, distance[i][j - 1] + 1, distance[i - 1][j - 1] + substitution});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        distance[i][j] = std::min(distance[i][j], distance[i - 2][j - 2] + 1);
+    }
+  }
+  return distance[a.size()][b.size()];
+}
+
+void apply_deepspeed_config(const json& ds, const std::string& path, int world_size, TrainConfig& config,
+                            std::vector<std::string>& notes) {
+  ZT_CHECK(ds.is_object(), path, ": a DeepSpeed config must be a JSON object, got ", show(ds));
+  const Section top(ds, path, "", notes);
+  top.check_keys(top_level_keys());
+  config.deepspeed_config_path = path;
+  translate_top_level(top, config);
+  translate_optimizer(top, config);
+  translate_scheduler(top, config);
+  translate_precision(top, config);
+  translate_zero(top, config);
+  translate_activation_checkpointing(top);
+
+  // DeepSpeed checks the batch numbers of the JSON against the world size; so do we, on a copy:
+  // the flags may still change them, and resolve_batch_sizes derives them after the flags.
+  TrainConfig probe = config;
+  probe.deepspeed_config_path.clear();
+  try {
+    probe.resolve_batch_sizes(world_size);
+  } catch (const Error& error) {
+    fail(path, ": ", error.what());
+  }
+}
+
+void load_deepspeed_config(const std::string& path, int world_size, TrainConfig& config,
+                           std::vector<std::string>& notes) {
+  std::ifstream file(path, std::ios::binary);
+  ZT_CHECK(file, path, ": cannot open the DeepSpeed config");
+  std::stringstream text;
+  text << file.rdbuf();
+  ZT_CHECK(!file.bad(), path, ": cannot read the DeepSpeed config");
+
+  // DeepSpeed refuses duplicate keys (dict_raise_error_on_duplicate_keys): track the keys of
+  // each open object while parsing.
+  std::vector<std::set<std::string>> open_objects;
+  const json::parser_callback_t refuse_duplicates = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) open_objects.emplace_back();
+    else if (event == json::parse_event_t::object_end) open_objects.pop_back();
+    else if (event == json::parse_event_t::key)
+      ZT_CHECK(open_objects.back().insert(parsed.get<std::string>()).second, path, ": duplicate key '",
+               parsed.get<std::string>(), "'");
+    return true;
+  };
+  json ds;
+  try {
+    ds = json::parse(text.str(), refuse_duplicates, true, /*ignore_comments=*/true);
+  } catch (const json::parse_error& error) {
+    std::string what = error.what();  // "[json.exception.parse_error.101] parse error at line L, column C: ..."
+    if (const size_t start = what.find("] "); start != std::string::npos) what = what.substr(start + 2);
+    fail(path, ": invalid JSON: ", what);
+  }
+  apply_deepspeed_config(ds, path, world_size, config, notes);
+}
+
+}  // namespace zt

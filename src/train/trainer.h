@@ -1,0 +1,22 @@
+// The training loop of `zerotune train`: loads the model and data, builds the parameter store
+// (with LoRA adapters when asked), and runs optimizer steps over global batches, writing
+// OUT/run.json and OUT/metrics.jsonl.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "train/train_config.h"
+
+namespace zt {
+
+// Extra run options that only the command line gives.
+struct RunOptions {
+  std::string adapter_dir;     // --adapter: continue a PEFT adapter
+  double peak_tflops = 0.0;    // --peak-tflops: per-rank peak for MFU (0: unknown)
+  int64_t log_every = 0;       // console line every N steps (0: steps_per_print)
+  std::vector<std::string> notes;  // messages from config translation, printed at start
+};
+
+void run_training(TrainConfig config, const RunOptions& options);
+
+}  // namespace zt

@@ -1,0 +1,225 @@
+#!/usr/bin/env bash
+# tests/cli/test_bad_inputs.sh: every kind of bad input to `zerotune train` ends with a non-zero
+# exit and one clear message naming the file and the problem, never with a crash, an abort or
+# library noise. Each case starts from a good tiny model and data set and breaks one thing.
+# Usage: test_bad_inputs.sh ZEROTUNE_BINARY PYTHON   (PYTHON: the venv with h5py and safetensors)
+set -uo pipefail
+
+ZEROTUNE="$1"
+PYTHON="$2"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/../.." && pwd)"
+MAKE_SHARD="$REPO/tests/oracle/make_token_shard.py"
+WORK="$(mktemp -d /tmp/zt-bad-inputs.XXXXXX)"
+trap 'rm -rf "$WORK"' EXIT
+
+failures=0
+cases=0
+fatal() { echo "FATAL: $*" >&2; exit 1; }
+
+# Output that means zerotune did not handle the error itself: C++/MPI aborts, sanitizer or
+# signal reports, HDF5's default error stack, Python-style tracebacks.
+NOISE='terminate called|what\(\):|Aborted|core dumped|Segmentation fault|MPI_ABORT|HDF5-DIAG|Traceback|internal error'
+
+# expect_error NAME PHRASE... -- ZEROTUNE_ARGS...
+# Runs zerotune; the case passes when it exits with status 1..127, stderr holds every PHRASE
+# (fixed strings, case-sensitive; the first one is normally the offending file's path) and the
+# "zerotune <command>: error (rank 0): " prefix, and nothing matches NOISE.
+expect_error() {
+  local name="$1"; shift
+  local phrases=()
+  while [[ "$1" != "--" ]]; do phrases+=("$1"); shift; done
+  shift
+  local stdout="$WORK/$name.stdout" stderr="$WORK/$name.stderr" problems=() phrase status
+  cases=$((cases + 1))
+  "$ZEROTUNE" "$@" >"$stdout" 2>"$stderr"
+  status=$?
+  if [[ "$status" -eq 0 ]]; then problems+=("exit status 0, expected non-zero"); fi
+  if [[ "$status" -ge 128 ]]; then problems+=("killed by signal $((status - 128))"); fi
+  if ! grep -qE "^zerotune [a-z]+: error \(rank 0\): " "$stderr"; then
+    problems+=("no 'zerotune <command>: error (rank 0): ' line on stderr")
+  fi
+  for phrase in "${phrases[@]}"; do
+    if ! grep -qF -- "$phrase" "$stderr"; then problems+=("stderr lacks: $phrase"); fi
+  done
+  if grep -qE "$NOISE" "$stdout" "$stderr"; then problems+=("crash or library noise in the output"); fi
+  if [[ "${#problems[@]}" -eq 0 ]]; then
+    echo "ok   $name"
+  else
+    failures=$((failures + 1))
+    echo "FAIL $name (exit status $status)"
+    printf '       %s\n' "${problems[@]}"
+    echo "     command: zerotune $*"
+    echo "     stderr:"; sed 's/^/       | /' "$stderr" | head -20
+  fi
+}
+
+# A copy of the good model directory, to break one thing in.
+copy_model() { cp -r "$WORK/model" "$WORK/$1"; }
+# Edits DIR/config.json or a JSON file: python code on `d` (the parsed object), or raw text.
+edit_json() {
+  "$PYTHON" - "$1" "$2" <<'EOF' || fatal "editing $1 failed"
+import json, sys
+path, code = sys.argv[1], sys.argv[2]
+d = json.load(open(path))
+exec(code)
+json.dump(d, open(path, "w"), indent=2)
+EOF
+}
+
+# ---------------------------------------------------------------------------------------------
+# The good inputs: a tiny LLaMA, a small data set, a DeepSpeed JSON; a run with them succeeds.
+"$ZEROTUNE" init --config "$REPO/data/tiny-llama/config.json" --out "$WORK/model" --seed 1 >/dev/null \
+  || fatal "zerotune init of the good model failed"
+"$PYTHON" "$MAKE_SHARD" --out "$WORK/data" --samples 16 --vocab 256 --min-len 8 --max-len 24 --seed 0 >/dev/null \
+  || fatal "making the good data set failed"
+cp "$REPO/data/tiny-llama/ds_config.json" "$WORK/ds.json"
+M="$WORK/model" D="$WORK/data"
+
+if ! "$ZEROTUNE" train --model "$M" --data "$D" --out "$WORK/out-good" --deepspeed "$WORK/ds.json" --max-steps 1 \
+     >"$WORK/good.stdout" 2>"$WORK/good.stderr"; then
+  cat "$WORK/good.stderr"
+  fatal "the baseline run on good inputs failed, so the cases below would prove nothing"
+fi
+echo "ok   baseline run on good inputs"
+
+# ---------------------------------------------------------------------------------------------
+# config.json
+copy_model cfg-no-type; edit_json "$WORK/cfg-no-type/config.json" 'del d["model_type"]'
+expect_error config-missing-model-type "$WORK/cfg-no-type/config.json" "key 'model_type' is missing" \
+  -- train --model "$WORK/cfg-no-type" --data "$D" --out "$WORK/o1" --max-steps 1
+
+copy_model cfg-gpt5; edit_json "$WORK/cfg-gpt5/config.json" 'd["model_type"] = "gpt5"'
+expect_error config-unknown-model-type "$WORK/cfg-gpt5/config.json" "key 'model_type' = \"gpt5\": not supported" \
+  -- train --model "$WORK/cfg-gpt5" --data "$D" --out "$WORK/o2" --max-steps 1
+
+copy_model cfg-yarn; edit_json "$WORK/cfg-yarn/config.json" 'd["rope_scaling"] = {"type": "yarn", "factor": 2.0}'
+expect_error config-rope-scaling-yarn "$WORK/cfg-yarn/config.json" "rope_scaling" "rope scaling type 'yarn' is not implemented" \
+  -- train --model "$WORK/cfg-yarn" --data "$D" --out "$WORK/o3" --max-steps 1
+
+copy_model cfg-gelu; edit_json "$WORK/cfg-gelu/config.json" 'd["hidden_act"] = "gelu"'
+expect_error config-hidden-act-gelu "$WORK/cfg-gelu/config.json" "key 'hidden_act' = \"gelu\"" "not implemented" \
+  -- train --model "$WORK/cfg-gelu" --data "$D" --out "$WORK/o4" --max-steps 1
+
+copy_model cfg-badjson; printf '{"model_type": "llama", "hidden_size": 64,,}\n' > "$WORK/cfg-badjson/config.json"
+expect_error config-invalid-json "$WORK/cfg-badjson/config.json" "invalid JSON" \
+  -- train --model "$WORK/cfg-badjson" --data "$D" --out "$WORK/o5" --max-steps 1
+
+# ---------------------------------------------------------------------------------------------
+# DeepSpeed JSON
+cp "$WORK/ds.json" "$WORK/ds-typo.json"
+edit_json "$WORK/ds-typo.json" 'd["train_micro_batch_size_per_gpus"] = d.pop("train_micro_batch_size_per_gpu")'
+expect_error ds-typo-key "$WORK/ds-typo.json" "train_micro_batch_size_per_gpus" "did you mean" "'train_micro_batch_size_per_gpu'" \
+  -- train --model "$M" --data "$D" --out "$WORK/o6" --max-steps 1 --deepspeed "$WORK/ds-typo.json"
+
+cp "$WORK/ds.json" "$WORK/ds-onebitlamb.json"
+edit_json "$WORK/ds-onebitlamb.json" 'd["optimizer"] = {"type": "OneBitLamb", "params": {"lr": 1e-3}}'
+expect_error ds-unsupported-optimizer "$WORK/ds-onebitlamb.json" "OneBitLamb" "not supported" \
+  -- train --model "$M" --data "$D" --out "$WORK/o7" --max-steps 1 --deepspeed "$WORK/ds-onebitlamb.json"
+
+cp "$WORK/ds.json" "$WORK/ds-sparse.json"
+edit_json "$WORK/ds-sparse.json" 'd["sparse_attention"] = {"mode": "fixed", "block": 16}'
+expect_error ds-unsupported-key "$WORK/ds-sparse.json" "sparse_attention" "not supported" \
+  -- train --model "$M" --data "$D" --out "$WORK/o8" --max-steps 1 --deepspeed "$WORK/ds-sparse.json"
+
+# Keys for tooling zerotune does not use are accepted and reported once as ignored.
+cp "$WORK/ds.json" "$WORK/ds-tooling.json"
+edit_json "$WORK/ds-tooling.json" 'd["wandb"] = {"enabled": False}; d["tensorboard"] = {"enabled": False, "output_path": "tb"}'
+cases=$((cases + 1))
+if "$ZEROTUNE" train --model "$M" --data "$D" --out "$WORK/o-tooling" --deepspeed "$WORK/ds-tooling.json" --max-steps 1 \
+     >"$WORK/tooling.out" 2>&1 \
+   && [[ "$(grep -c wandb "$WORK/tooling.out")" -eq 1 ]] && grep wandb "$WORK/tooling.out" | grep -qF ignored \
+   && ! grep -qE "$NOISE" "$WORK/tooling.out"; then
+  echo "ok   ds-tooling-keys-ignored"
+else
+  failures=$((failures + 1))
+  echo "FAIL ds-tooling-keys-ignored: want exit 0 and one line naming wandb as ignored; output:"
+  sed 's/^/       | /' "$WORK/tooling.out" | head -20
+fi
+
+# 10 != 4 (micro) * 2 (accumulation) * 1 (world size): the message shows these numbers.
+cp "$WORK/ds.json" "$WORK/ds-batch.json"
+edit_json "$WORK/ds-batch.json" 'd["train_batch_size"] = 10'
+expect_error ds-inconsistent-batch "$WORK/ds-batch.json" "train_batch_size" "10" "4 * 2 * 1" \
+  -- train --model "$M" --data "$D" --out "$WORK/o9" --max-steps 1 --deepspeed "$WORK/ds-batch.json"
+
+# ---------------------------------------------------------------------------------------------
+# safetensors
+copy_model st-shape
+"$PYTHON" - "$WORK/st-shape/model.safetensors" <<'EOF' || fatal "rewriting the safetensors file failed"
+import sys, numpy as np
+from safetensors.numpy import load_file, save_file
+tensors = load_file(sys.argv[1])
+tensors["model.layers.0.self_attn.q_proj.weight"] = np.zeros((64, 32), dtype=np.float32)
+save_file(tensors, sys.argv[1], metadata={"format": "pt"})
+EOF
+expect_error safetensors-wrong-shape "$WORK/st-shape/model.safetensors" \
+  "tensor model.layers.0.self_attn.q_proj.weight has shape [64, 32] but the model config needs [64, 64]" \
+  -- train --model "$WORK/st-shape" --data "$D" --out "$WORK/o10" --max-steps 1
+
+copy_model st-truncated
+truncate -s "$(( $(stat -c %s "$WORK/st-truncated/model.safetensors") / 2 ))" "$WORK/st-truncated/model.safetensors"
+expect_error safetensors-truncated "$WORK/st-truncated/model.safetensors" "truncated" \
+  -- train --model "$WORK/st-truncated" --data "$D" --out "$WORK/o11" --max-steps 1
+
+# Split into two shards with an index, then lose the second shard.
+copy_model st-sharded
+"$PYTHON" - "$WORK/st-sharded" <<'EOF' || fatal "sharding the model failed"
+import json, os, sys
+from safetensors.numpy import load_file, save_file
+folder = sys.argv[1]
+tensors = load_file(os.path.join(folder, "model.safetensors"))
+names = sorted(tensors)
+halves = [names[: len(names) // 2], names[len(names) // 2 :]]
+weight_map = {}
+for i, half in enumerate(halves):
+    shard = f"model-{i + 1:05d}-of-00002.safetensors"
+    save_file({n: tensors[n] for n in half}, os.path.join(folder, shard), metadata={"format": "pt"})
+    weight_map.update({n: shard for n in half})
+total = sum(t.nbytes for t in tensors.values())
+json.dump({"metadata": {"total_size": total}, "weight_map": weight_map},
+          open(os.path.join(folder, "model.safetensors.index.json"), "w"), indent=2)
+os.remove(os.path.join(folder, "model.safetensors"))
+os.remove(os.path.join(folder, "model-00002-of-00002.safetensors"))
+EOF
+expect_error safetensors-missing-shard "$WORK/st-sharded/model.safetensors.index.json" \
+  "shard model-00002-of-00002.safetensors" "is missing" \
+  -- train --model "$WORK/st-sharded" --data "$D" --out "$WORK/o12" --max-steps 1
+
+# ---------------------------------------------------------------------------------------------
+# data
+mkdir -p "$WORK/data-foreign"
+"$PYTHON" - "$WORK/data-foreign/train-00000.h5" <<'EOF' || fatal "writing the foreign HDF5 file failed"
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "w") as f:  # an HDF5 file, but not a token shard: no attributes
+    f["input_ids"] = np.arange(64, dtype=np.int64).reshape(4, 16)
+EOF
+expect_error data-foreign-hdf5 "$WORK/data-foreign/train-00000.h5" "not a zerotune token shard" \
+  -- train --model "$M" --data "$WORK/data-foreign" --out "$WORK/o13" --max-steps 1
+
+mkdir -p "$WORK/data-text"
+echo "this is not an HDF5 file" > "$WORK/data-text/train-00000.h5"
+expect_error data-text-file "$WORK/data-text/train-00000.h5" "cannot open as an HDF5 file" \
+  -- train --model "$M" --data "$WORK/data-text" --out "$WORK/o14" --max-steps 1
+
+mkdir -p "$WORK/data-empty"
+expect_error data-empty-dir "$WORK/data-empty" "holds no token shards" \
+  -- train --model "$M" --data "$WORK/data-empty" --out "$WORK/o15" --max-steps 1
+
+# Token ids up to 511 for a model with 256 embedding rows.
+"$PYTHON" "$MAKE_SHARD" --out "$WORK/data-vocab512" --samples 16 --vocab 512 --min-len 8 --max-len 24 --seed 0 >/dev/null \
+  || fatal "making the vocab-512 data set failed"
+expect_error data-vocab-larger-than-model "$WORK/data-vocab512" "vocab_size" "512" "256" \
+  -- train --model "$M" --data "$WORK/data-vocab512" --out "$WORK/o16" --max-steps 1
+
+# ---------------------------------------------------------------------------------------------
+# command line
+expect_error missing-model-flag "--model is required" \
+  -- train --data "$D" --out "$WORK/o17" --max-steps 1
+
+expect_error lora-target-matches-nothing "--lora-targets" "foo_proj" \
+  -- train --model "$M" --data "$D" --out "$WORK/o18" --max-steps 1 --lora-r 8 --lora-targets foo_proj
+
+# ---------------------------------------------------------------------------------------------
+echo "$((cases - failures)) of $cases bad-input cases passed"
+[[ "$failures" -eq 0 ]]

@@ -1,0 +1,577 @@
+# Shared helpers of the oracle tests (tests/oracle/test_*.py): command-line parsing, running
+# `zerotune train` as a subprocess, tiny random HF LLaMA models, token shards (written through
+# tests/oracle/make_token_shard.py), padded micro-batches exactly as zerotune's batcher builds
+# them, the HF reference loss/logits/gradients, DeepSpeed's clipping and WarmupDecayLR formulas,
+# and a Report that prints every comparison and turns any failure into a non-zero exit.
+#
+# The oracle never skips: a missing package, a failing zerotune run or a mismatch all fail.
+import argparse
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import traceback
+
+# Nothing is downloaded at run time: transformers/peft must not look anything up on the Hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+try:
+    import numpy
+    import torch
+    import torch.nn.functional as F
+    import transformers
+    import peft
+    import safetensors.torch
+    import h5py  # noqa: F401 (make_token_shard.py needs it; fail here with a clear message)
+except ImportError as error:  # a missing package is a failure, never a skip
+    print(f"oracle: missing Python package: {error}. Run scripts/setup.sh (it makes .venv with "
+          f"the pinned oracle packages of tests/oracle/requirements.txt).", file=sys.stderr)
+    sys.exit(1)
+
+ORACLE_DIR = os.path.dirname(os.path.abspath(__file__))
+BOS_ID, EOS_ID, PAD_ID = 1, 2, 0
+IGNORE = -100  # HF label of a position that is not a target
+
+# The tiny model every oracle test uses: GQA on (4 query heads share 2 key/value heads).
+TINY_LLAMA = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6,
+                  rope_theta=10000.0, max_position_embeddings=128, hidden_act="silu",
+                  tie_word_embeddings=False, bos_token_id=BOS_ID, eos_token_id=EOS_ID,
+                  pad_token_id=PAD_ID)
+
+
+# ---------------------------------------------------------------------------------------------
+# command line, temporary directories, zerotune runs
+
+
+def parse_args(description):
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--zerotune", required=True, help="path of the zerotune executable")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the temporary directory (its path is printed) for debugging")
+    args = parser.parse_args()
+    if not os.access(args.zerotune, os.X_OK):
+        print(f"oracle: --zerotune {args.zerotune}: not an executable file", file=sys.stderr)
+        sys.exit(1)
+    return args
+
+
+def temporary_directory(args, prefix):
+    """A TemporaryDirectory (removed at exit) or, with --keep, a directory that stays."""
+    if args.keep:
+        path = tempfile.mkdtemp(prefix=prefix)
+        print(f"oracle: keeping {path}")
+
+        class Kept:
+            def __enter__(self):
+                return path
+
+            def __exit__(self, *exc):
+                return False
+        return Kept()
+    return tempfile.TemporaryDirectory(prefix=prefix)
+
+
+class OracleError(Exception):
+    """A failure that is not a numeric mismatch (zerotune exited non-zero, a file is missing)."""
+
+
+def run_zerotune(zerotune, arguments, timeout_s=400):
+    """Runs `zerotune ARGUMENTS...`; on a non-zero exit prints its stdout/stderr and raises."""
+    command = [zerotune] + [str(a) for a in arguments]
+    print("oracle: running " + " ".join(command), flush=True)
+    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            timeout=timeout_s)
+    if result.returncode != 0:
+        print(f"---- zerotune stdout ----\n{result.stdout}\n---- zerotune stderr ----\n"
+              f"{result.stderr}\n-------------------------", file=sys.stderr)
+        raise OracleError(f"zerotune exited with status {result.returncode}: {' '.join(command)}")
+    return result
+
+
+def run_guarded(report, label, function, *arguments, **keywords):
+    """Runs one test case; an exception (zerotune failed, a file is missing) is reported as a
+    failure of that case and the next cases still run, so one report shows everything."""
+    try:
+        function(*arguments, **keywords)
+    except Exception as error:  # noqa: BLE001 - reported, and the test exits non-zero
+        traceback.print_exc()
+        report.fail(f"[{label}] {type(error).__name__}: {error}")
+
+
+def main_guard(main):
+    """Runs main(); any exception (zerotune failure, missing file, bug) prints and exits 1."""
+    try:
+        code = main()
+    except Exception:  # noqa: BLE001 - every failure must become a non-zero exit
+        traceback.print_exc()
+        print("oracle: FAILED (exception above)", file=sys.stderr)
+        sys.exit(1)
+    sys.exit(code)
+
+
+# ---------------------------------------------------------------------------------------------
+# comparisons
+
+
+class Report:
+    """Collects comparisons; each prints one line; finish() returns the exit status."""
+
+    def __init__(self, title):
+        self.title = title
+        self.failures = []
+        self.count = 0
+        print(f"==== {title}")
+
+    def fail(self, what):
+        self.failures.append(what)
+        print(f"FAIL  {what}", flush=True)
+
+    def check(self, condition, what):
+        self.count += 1
+        if condition:
+            print(f"ok    {what}", flush=True)
+        else:
+            self.fail(what)
+        return condition
+
+    def close(self, what, got, ref, atol=0.0, rel_of_max=0.0):
+        """Passes iff max|got - ref| <= atol + rel_of_max * max|ref|. Prints the max abs error,
+        the max abs error relative to max|ref|, and the max element-wise relative error."""
+        self.count += 1
+        got = torch.as_tensor(got).detach().to(torch.float64)
+        ref = torch.as_tensor(ref).detach().to(torch.float64)
+        if tuple(got.shape) != tuple(ref.shape):
+            self.fail(f"{what}: shape {tuple(got.shape)} != reference {tuple(ref.shape)}")
+            return False
+        if not bool(torch.isfinite(got).all()):
+            self.fail(f"{what}: zerotune's values are not all finite")
+            return False
+        ref_max = float(ref.abs().max()) if ref.numel() else 0.0
+        diff = (got - ref).abs()
+        max_abs = float(diff.max()) if diff.numel() else 0.0
+        scale = max(ref_max, 1e-30)
+        elementwise = diff / ref.abs().clamp_min(1e-3 * scale)  # rel. error, tiny refs floored
+        max_rel = float(elementwise.max()) if diff.numel() else 0.0
+        tolerance = atol + rel_of_max * ref_max
+        ok = max_abs <= tolerance
+        line = (f"{what}: shape {tuple(ref.shape)} max|ref| {ref_max:.3e} max abs err "
+                f"{max_abs:.3e} (= {max_abs / scale:.2e} of max|ref|, max elem rel "
+                f"{max_rel:.2e}) tol {tolerance:.2e}")
+        if ok:
+            print(f"ok    {line}", flush=True)
+        else:
+            where = numpy.unravel_index(int(diff.argmax()), tuple(diff.shape))
+            self.fail(f"{line}; worst at index {tuple(int(i) for i in where)}: zerotune "
+                      f"{float(got[where]):.9g} reference {float(ref[where]):.9g}")
+        return ok
+
+    def scalar(self, what, got, ref, rel):
+        """|got - ref| <= rel * |ref| (or <= rel when ref is 0)."""
+        self.count += 1
+        got, ref = float(got), float(ref)
+        err = abs(got - ref)
+        bound = rel * abs(ref) if ref != 0.0 else rel
+        ok = math.isfinite(got) and err <= bound
+        line = (f"{what}: zerotune {got:.12g} reference {ref:.12g} abs err {err:.3e} rel err "
+                f"{err / abs(ref) if ref != 0.0 else err:.3e} (tol rel {rel:.0e})")
+        if ok:
+            print(f"ok    {line}", flush=True)
+        else:
+            self.fail(line)
+        return ok
+
+    def finish(self):
+        if self.failures:
+            print(f"==== {self.title}: {len(self.failures)} of {self.count} checks FAILED:")
+            for failure in self.failures:
+                print(f"  - {failure}")
+            return 1
+        print(f"==== {self.title}: all {self.count} checks passed")
+        return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# models
+
+
+def make_llama(model_dir, seed, initializer_range=0.1, **overrides):
+    """Writes a tiny random LlamaForCausalLM (TINY_LLAMA + overrides) in fp32 to model_dir with
+    save_pretrained(safe_serialization=True) and returns its config.
+
+    initializer_range 0.1 (not HF's 0.02) makes attention scores O(1), so attention is far from
+    uniform and a RoPE or masking bug moves the logits by much more than the tolerance; the norm
+    weights are randomised around 1 so that a norm that ignores its weight is caught too."""
+    torch.manual_seed(seed)
+    settings = dict(TINY_LLAMA)
+    settings.update(overrides)
+    config = transformers.LlamaConfig(initializer_range=initializer_range, **settings)
+    model = transformers.LlamaForCausalLM(config)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("norm.weight"):
+                parameter.copy_(1.0 + 0.2 * torch.randn_like(parameter))
+    model = model.to(torch.float32)
+    model.save_pretrained(model_dir, safe_serialization=True)
+    for required in ("config.json", "model.safetensors"):
+        if not os.path.exists(os.path.join(model_dir, required)):
+            raise OracleError(f"save_pretrained did not write {required} in {model_dir}")
+    return config
+
+
+def load_reference_llama(model_dir):
+    """The HF model of model_dir in float64 (the exact reference for zerotune's fp32), eager
+    attention (a plain masked softmax, no fused kernel). HF computes RMSNorm's normalisation and
+    the RoPE angles in fp32 even in a float64 model; that is ~1e-7 relative, far below the
+    tolerances below."""
+    model = transformers.LlamaForCausalLM.from_pretrained(
+        model_dir, torch_dtype=torch.float64, attn_implementation="eager")
+    model.train()  # dropout-free model: train() changes nothing numerically, as in zerotune
+    return model
+
+
+# ---------------------------------------------------------------------------------------------
+# PEFT adapters
+
+
+def make_adapter(model_dir, adapter_dir, seed, target_modules, use_rslora, dropout):
+    """A PEFT LoRA adapter (r 4, alpha 8) on the fp32 model of model_dir with lora_B ~ N(0, 0.1)
+    (PEFT initialises B to zero, which would make every lora_A gradient zero), saved with
+    save_pretrained (adapter_config.json + adapter_model.safetensors)."""
+    base = transformers.LlamaForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=target_modules,
+                             lora_dropout=dropout, use_rslora=use_rslora, bias="none",
+                             task_type="CAUSAL_LM")
+    model = peft.get_peft_model(base, config)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(0.0, 0.1)
+    # PEFT 0.10 renders a new model card from a Jinja2 template, and Jinja2 is not among the
+    # oracle packages; with a README.md already there it only updates that file.
+    os.makedirs(adapter_dir, exist_ok=True)
+    with open(os.path.join(adapter_dir, "README.md"), "w") as stream:
+        stream.write("---\nlibrary_name: peft\n---\n# oracle test adapter\n")
+    model.save_pretrained(adapter_dir, save_embedding_layers=False)  # no Hub look-up
+    for required in ("adapter_config.json", "adapter_model.safetensors"):
+        if not os.path.exists(os.path.join(adapter_dir, required)):
+            raise OracleError(f"PEFT save_pretrained did not write {required} in {adapter_dir}")
+
+
+def load_reference_peft(model_dir, adapter_dir):
+    """The float64 HF model with the saved adapter loaded by PEFT, LoRA weights trainable."""
+    base = load_reference_llama(model_dir)
+    model = peft.PeftModel.from_pretrained(base, adapter_dir, is_trainable=True)
+    return model.double()
+
+
+def zerotune_name(peft_name):
+    """base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight ->
+    model.layers.0.self_attn.q_proj.lora_A.weight (the name zerotune's dump uses)."""
+    prefix = "base_model.model."
+    if not peft_name.startswith(prefix):
+        raise OracleError(f"unexpected PEFT parameter name {peft_name}")
+    return peft_name[len(prefix):].replace(".default.", ".")
+
+
+def trainable_lora_grads(model):
+    """zerotune name -> gradient of every trainable (LoRA) parameter of a PEFT model."""
+    return {zerotune_name(name): p.grad.detach().clone()
+            for name, p in model.named_parameters() if p.requires_grad}
+
+
+# ---------------------------------------------------------------------------------------------
+# data
+
+
+def load_make_token_shard():
+    """Imports tests/oracle/make_token_shard.py by path (it is not a package)."""
+    path = os.path.join(ORACLE_DIR, "make_token_shard.py")
+    if not os.path.exists(path):
+        raise OracleError(f"{path} is missing (it writes the HDF5 token shards zerotune reads)")
+    spec = importlib.util.spec_from_file_location("make_token_shard", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def make_samples(seed, lengths, vocab_size, prompt_masked=True):
+    """One sample per length: BOS, random tokens in [3, vocab), EOS; with prompt_masked the
+    first p tokens (a random prompt, BOS included) have loss_mask 0, the rest 1, and at least
+    one target remains. loss_mask[0] is always 0 (token 0 is never predicted)."""
+    generator = numpy.random.default_rng(seed)
+    samples = []
+    for length in lengths:
+        if length < 3:
+            raise OracleError(f"sample length {length} < 3")
+        tokens = [BOS_ID] + [int(t) for t in generator.integers(3, vocab_size, length - 2)]
+        tokens.append(EOS_ID)
+        prompt = int(generator.integers(1, length - 1)) if prompt_masked else 1
+        loss_mask = [0] * prompt + [1] * (length - prompt)
+        samples.append((tokens, loss_mask))
+    return samples
+
+
+def write_data(data_dir, samples, vocab_size, max_seq_len=128):
+    """Writes samples as data_dir/train-00000.h5 through make_token_shard.write_shard."""
+    os.makedirs(data_dir, exist_ok=True)
+    shard = load_make_token_shard()
+    shard.write_shard(os.path.join(data_dir, "train-00000.h5"), samples=samples,
+                      vocab_size=vocab_size, bos_id=BOS_ID, eos_id=EOS_ID, pad_id=PAD_ID,
+                      max_seq_len=max_seq_len, split="train", source="test",
+                      tokenizer_sha256="0" * 64)
+    written, _ = shard.read_shard(os.path.join(data_dir, "train-00000.h5"))
+    if [(list(t), list(m)) for t, m in written] != [(list(t), list(m)) for t, m in samples]:
+        raise OracleError(f"{data_dir}/train-00000.h5 does not read back as the samples written")
+
+
+def micro_batch(samples):
+    """Pads samples on the right with PAD_ID to the longest one, as zerotune does.
+    Returns input_ids [B, T] int64, labels [B, T] int64 (HF convention: labels[b, t] is the
+    token at t when loss_mask[t] == 1, else IGNORE; the model shifts them), lengths [B]."""
+    longest = max(len(tokens) for tokens, _ in samples)
+    input_ids = torch.full((len(samples), longest), PAD_ID, dtype=torch.int64)  # [B, T]
+    labels = torch.full((len(samples), longest), IGNORE, dtype=torch.int64)     # [B, T]
+    for row, (tokens, loss_mask) in enumerate(samples):
+        input_ids[row, :len(tokens)] = torch.tensor(tokens)
+        for position in range(1, len(tokens)):
+            if loss_mask[position]:
+                labels[row, position] = tokens[position]
+    return input_ids, labels, [len(tokens) for tokens, _ in samples]
+
+
+def step_micro_batches(samples, step, micro_batch_size, accumulation):
+    """The micro-batches of optimizer step `step` (0-based) with --no-shuffle on one process:
+    micro-step j uses samples [step*G + j*micro, step*G + (j+1)*micro), G = micro*accum."""
+    global_batch = micro_batch_size * accumulation
+    first = step * global_batch
+    return [micro_batch(samples[first + j * micro_batch_size: first + (j + 1) * micro_batch_size])
+            for j in range(accumulation)]
+
+
+def target_count(labels):
+    return int((labels[:, 1:] != IGNORE).sum())
+
+
+def cross_entropy_sum(logits, labels):
+    """Sum of CE over targets: logits[b, t] predicts labels[b, t + 1]. logits [B, T, V]."""
+    vocab = logits.shape[-1]
+    return F.cross_entropy(logits[:, :-1, :].reshape(-1, vocab), labels[:, 1:].reshape(-1),
+                           ignore_index=IGNORE, reduction="sum")
+
+
+def forward_logits(model, input_ids):
+    """Logits [B, T, V] in the model's dtype. LlamaForCausalLM.forward (transformers 4.40) ends
+    with logits.float(), which would round a float64 reference to fp32; so run its decoder and
+    lm_head directly. Works for a PEFT model too (LoRA lives inside those modules)."""
+    causal_lm = model.get_base_model() if isinstance(model, peft.PeftModel) else model
+    hidden = causal_lm.model(input_ids=input_ids)[0]  # [B, T, hidden]
+    return causal_lm.lm_head(hidden)
+
+
+def reference_step(model, micro_batches):
+    """One global batch through the HF model: loss = sum CE / targets of ALL micro-batches,
+    gradients accumulated over micro-batches into param.grad (zeroed first).
+    Returns (loss, logits of micro-batch 0 [B, T, V])."""
+    total_targets = sum(target_count(labels) for _, labels, _ in micro_batches)
+    if total_targets == 0:
+        raise OracleError("a global batch without targets")
+    model.zero_grad(set_to_none=True)
+    loss_sum = 0.0
+    first_logits = None
+    for input_ids, labels, _ in micro_batches:
+        logits = forward_logits(model, input_ids)  # [B, T, V]
+        ce = cross_entropy_sum(logits, labels)
+        (ce / total_targets).backward()
+        loss_sum += float(ce.detach())
+        if first_logits is None:
+            first_logits = logits.detach()
+    return loss_sum / total_targets, first_logits
+
+
+def check_oracle_self_consistency(report, model, samples):
+    """Checks the oracle's own assumptions on the HF model:
+    1. forward_logits (decoder + lm_head in float64) gives model(...).logits up to the fp32
+       rounding transformers applies there;
+    2. the manual loss equals model(labels=...).loss when nothing is padded and every token
+       after the first is a target (transformers computes it on fp32 logits, hence 1e-6);
+    3. a sample's logits at its real positions do not depend on right padding (the model is
+       causal, so an all-ones attention mask is enough)."""
+    with torch.no_grad():
+        tokens = torch.tensor([samples[0][0]], dtype=torch.int64)  # [1, L]
+        logits = forward_logits(model, tokens)  # [1, L, V]
+        report.close("oracle self-check: forward_logits vs HF model(...).logits",
+                     model(input_ids=tokens).logits, logits, rel_of_max=1e-6)
+        hf_loss = float(model(input_ids=tokens, labels=tokens).loss)
+        labels = tokens.clone()
+        labels[:, 0] = IGNORE
+        manual = float(cross_entropy_sum(logits, labels)) / (tokens.shape[1] - 1)
+        report.scalar("oracle self-check: manual CE mean vs HF model(labels=...).loss", manual,
+                      hf_loss, rel=1e-6)
+        input_ids, _, lengths = micro_batch(samples)
+        padded = forward_logits(model, input_ids)  # [B, T, V]
+        worst = 0.0
+        for row, (sample_tokens, _) in enumerate(samples):
+            alone = forward_logits(model, torch.tensor([sample_tokens]))[0]  # [L, V]
+            worst = max(worst, float((padded[row, :lengths[row]] - alone).abs().max()))
+        report.check(worst <= 1e-10, f"oracle self-check: real-token logits do not depend on "
+                     f"right padding (max diff {worst:.2e} <= 1e-10)")
+
+
+# ---------------------------------------------------------------------------------------------
+# zerotune outputs
+
+
+def load_dump(path):
+    if not os.path.exists(path):
+        raise OracleError(f"zerotune did not write the --dump-step0 file {path}")
+    return safetensors.torch.load_file(path)
+
+
+def read_metrics(out_dir):
+    """The training records (those with "loss" and "step") of OUT/metrics.jsonl, in order."""
+    path = os.path.join(out_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        raise OracleError(f"zerotune did not write {path}")
+    records = []
+    with open(path) as stream:
+        for number, line in enumerate(stream, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise OracleError(f"{path}:{number}: not JSON: {error}") from error
+            if "step" in record and "loss" in record:
+                records.append(record)
+    return records
+
+
+def check_metrics_keys(report, records, path_hint):
+    required = ["step", "epoch", "loss", "lr", "grad_norm", "loss_scale", "skipped", "samples",
+                "tokens", "samples_per_sec", "tokens_per_sec", "tflops_per_rank", "mfu",
+                "mem_device_peak", "mem_host_rss"]
+    missing = sorted({key for record in records for key in required if key not in record})
+    report.check(not missing, f"{path_hint}: every record has the keys DESIGN.md lists"
+                 + (f" (missing: {missing})" if missing else ""))
+
+
+def compare_dump_logits(report, dump, reference_logits, lengths, what, atol):
+    """zerotune's dump "logits" [B, T, V] (micro-batch 0) against the reference, compared only
+    at real (unpadded) positions: what a padded position holds is not specified."""
+    if "logits" not in dump:
+        report.fail(f"{what}: the dump has no 'logits'")
+        return
+    got = dump["logits"]
+    if tuple(got.shape) != tuple(reference_logits.shape):
+        report.fail(f"{what}: dump logits shape {tuple(got.shape)} != reference "
+                    f"{tuple(reference_logits.shape)} (micro-batch 0 padded to its longest)")
+        return
+    got_real = torch.cat([got[row, :length] for row, length in enumerate(lengths)])
+    ref_real = torch.cat([reference_logits[row, :length] for row, length in enumerate(lengths)])
+    report.close(f"{what} logits (real positions)", got_real, ref_real, atol=atol)
+
+
+def compare_dump_loss(report, dump, reference_loss, what, rel):
+    if "loss" not in dump:
+        report.fail(f"{what}: the dump has no 'loss'")
+        return
+    report.check(dump["loss"].numel() == 1, f"{what}: dump 'loss' has one element")
+    report.scalar(f"{what} loss", dump["loss"].reshape(-1)[0], reference_loss, rel=rel)
+
+
+def compare_dump_grads(report, dump, reference_grads, what, rel_of_max):
+    """Every trainable parameter's "grad.<name>" against the reference (a dict name -> grad),
+    and no other grad.* entry (frozen weights have no gradients)."""
+    dumped = {key[len("grad."):] for key in dump if key.startswith("grad.")}
+    expected = set(reference_grads)
+    report.check(dumped == expected,
+                 f"{what}: the dump has a grad for exactly the {len(expected)} trainable "
+                 f"parameters (missing: {sorted(expected - dumped)[:6]}, unexpected: "
+                 f"{sorted(dumped - expected)[:6]})")
+    for name in sorted(expected & dumped):
+        report.close(f"{what} grad.{name}", dump["grad." + name], reference_grads[name],
+                     rel_of_max=rel_of_max)
+
+
+def compare_dumps_identical(report, first, second, what, atol):
+    """Two dumps of zerotune (e.g. with and without activation checkpointing) must agree."""
+    report.check(set(first) == set(second), f"{what}: same tensors in both dumps")
+    worst, worst_name = 0.0, ""
+    for name in sorted(set(first) & set(second)):
+        if first[name].shape != second[name].shape:
+            report.fail(f"{what}: {name} shape {tuple(first[name].shape)} vs "
+                        f"{tuple(second[name].shape)}")
+            continue
+        diff = float((first[name].double() - second[name].double()).abs().max())
+        if diff > worst:
+            worst, worst_name = diff, name
+    report.check(worst <= atol, f"{what}: max abs difference {worst:.3e} (in {worst_name or '-'})"
+                 f" <= {atol:.0e}")
+
+
+# ---------------------------------------------------------------------------------------------
+# DeepSpeed semantics (formulas from deepspeed/runtime/utils.py and lr_schedules.py)
+
+
+def deepspeed_clip_coefficient(total_norm, clip):
+    """deepspeed.runtime.utils.clip_grad_norm_: clip_coef = min(1, clip / (norm + 1e-6)); the
+    ZeRO optimizers do the same as (norm + 1e-6) / clip > 1 -> grads /= that."""
+    if clip <= 0.0:
+        return 1.0
+    return min(1.0, clip / (total_norm + 1e-6))
+
+
+def deepspeed_warmup_decay_lrs(updates, total_num_steps, warmup_min_lr, warmup_max_lr,
+                               warmup_num_steps, warmup_type):
+    """The lr each of the first `updates` optimizer updates uses under DeepSpeed's
+    WarmupDecayLR, replaying what DeepSpeed does:
+    - the constructor sets last_batch_iteration = -1 and (since DeepSpeed 0.15.3, PR #6597) writes
+      get_lr() into the optimizer, and get_lr() at iteration < 0 is warmup_min_lr;
+    - the engine calls scheduler.step() after every applied update (iteration += 1).
+    So update 1 uses warmup_min_lr and update k >= 2 uses lr(iteration k - 2), where
+    lr(i) = min + (max - min) * gamma(i) and gamma(i) = i / W (linear) or log(i + 1) / log(W)
+    (log) for i < W, else max(0, (total - i) / max(1, total - W)); W = max(2, warmup_num_steps)."""
+    warmup = max(2, warmup_num_steps)
+
+    def lr_at(iteration):
+        if iteration < 0:
+            return warmup_min_lr
+        if iteration < warmup:
+            if warmup_type == "linear":
+                gamma = iteration / warmup
+            else:
+                gamma = math.log(iteration + 1) / math.log(warmup)
+        else:
+            gamma = max(0.0, float(total_num_steps - iteration) /
+                        float(max(1.0, total_num_steps - warmup)))
+        return warmup_min_lr + (warmup_max_lr - warmup_min_lr) * gamma
+
+    return [lr_at(update - 2) for update in range(1, updates + 1)]
+
+
+def decay_parameter_groups(model, weight_decay):
+    """torch AdamW parameter groups as zerotune/DeepSpeed-Chat build them: weight decay on the
+    weights of Linear and Embedding modules (LoRA A/B included), none on norm weights/biases.
+    Only trainable parameters."""
+    decayed = set()
+    for module in model.modules():
+        if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
+            decayed.add(id(module.weight))
+    decay, no_decay = [], []
+    for _, parameter in model.named_parameters():
+        if parameter.requires_grad:
+            (decay if id(parameter) in decayed else no_decay).append(parameter)
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0}]
+
+
+def global_grad_norm(parameters):
+    """L2 norm over all gradients of the trainable parameters (DeepSpeed's total_norm)."""
+    squares = [p.grad.detach().double().pow(2).sum() for p in parameters if p.grad is not None]
+    return float(torch.stack(squares).sum().sqrt())

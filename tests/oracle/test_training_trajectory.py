@@ -1,0 +1,171 @@
+# Oracle: a few optimizer steps of `zerotune train` against a torch training loop on the same
+# batches, step by step (loss, grad_norm, lr from OUT/metrics.jsonl).
+# 1. Full fine-tuning, 6 updates, micro-batch 2 x accumulation 2, from a DeepSpeed JSON: AdamW
+#    (betas 0.9/0.95, weight decay 0.1 on Linear/Embedding weights only), gradient clipping 1.0
+#    (the data makes it trigger), WarmupDecayLR with linear warmup; reference: HF in float64 +
+#    torch.optim.AdamW + DeepSpeed's clipping and scheduler formulas.
+# 2. LoRA (all-linear, r 4, non-zero B from --adapter), 4 updates, optimizer from flags
+#    (--lr, --weight-decay, --gradient-clipping, constant schedule); reference: PEFT + AdamW.
+import json
+import math
+import os
+
+import oracle_common as oc
+
+torch = oc.torch
+
+# fp32 zerotune against a float64 loop. After k AdamW updates the parameters differ by the
+# fp32 noise of the gradients pushed through Adam (updates are ~lr per element whatever the
+# gradient scale), which moves the loss by ~1e-7 relative; the bounds keep a 10-100x margin.
+LOSS_REL = 1e-5
+GRAD_NORM_REL = 1e-4
+LR_REL = 1e-9
+
+MICRO_BATCH, ACCUMULATION = 2, 2
+
+DEEPSPEED_CONFIG = {
+    "train_micro_batch_size_per_gpu": MICRO_BATCH,
+    "gradient_accumulation_steps": ACCUMULATION,
+    "gradient_clipping": 1.0,
+    "optimizer": {"type": "AdamW",
+                  "params": {"lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-8,
+                             "weight_decay": 0.1}},
+    "scheduler": {"type": "WarmupDecayLR",
+                  "params": {"warmup_min_lr": 0, "warmup_max_lr": 1e-3, "warmup_num_steps": 2,
+                             "warmup_type": "linear", "total_num_steps": 6}},
+}
+FULL_STEPS = 6
+# The global batch of each update: (sample lengths, prompt-masked?). With HF's initializer_range
+# 0.02, short prompt-masked batches (few targets) have a gradient norm above the clip (1.0) and
+# long all-target batches one below it, so both branches of clipping are exercised.
+FULL_BATCHES = [([9, 12, 8, 11], True), ([88, 96, 80, 92], False), ([10, 14, 9, 12], True),
+                ([90, 84, 96, 86], False), ([20, 64, 16, 40], True), ([96, 82, 90, 94], False)]
+
+LORA_STEPS = 4
+LORA_LR, LORA_WEIGHT_DECAY, LORA_CLIP = 2e-3, 0.01, 2.2  # betas/eps: the defaults
+LORA_BETAS, LORA_EPS = (0.9, 0.999), 1e-8
+
+
+def reference_trajectory(model, samples, steps, lrs, betas, eps, weight_decay, clip):
+    """torch AdamW on the micro-batches zerotune uses; returns per update (loss, grad_norm,
+    clipped). Gradients are clipped the DeepSpeed way before the update."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(oc.decay_parameter_groups(model, weight_decay), lr=lrs[0],
+                                  betas=betas, eps=eps)
+    history = []
+    for step in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = lrs[step]
+        loss, _ = oc.reference_step(model, oc.step_micro_batches(samples, step, MICRO_BATCH,
+                                                                 ACCUMULATION))
+        norm = oc.global_grad_norm(trainable)
+        coefficient = oc.deepspeed_clip_coefficient(norm, clip)
+        with torch.no_grad():
+            for parameter in trainable:
+                parameter.grad.mul_(coefficient)
+        optimizer.step()
+        history.append((loss, norm, coefficient < 1.0))
+    return history
+
+
+def check_some_clipped(report, label, history):
+    """The oracle's data must exercise both branches of clipping."""
+    clipped = [update + 1 for update, (_, _, c) in enumerate(history) if c]
+    report.check(0 < len(clipped) < len(history), f"[{label}] oracle: clipping triggers at some "
+                 f"updates but not all (clipped updates {clipped}, norms "
+                 f"{[round(n, 4) for _, n, _ in history]})")
+
+
+def compare_trajectory(report, label, records, history, lrs):
+    if not report.check(len(records) == len(history),
+                        f"[{label}] metrics.jsonl has {len(history)} training records "
+                        f"(has {len(records)})"):
+        return
+    oc.check_metrics_keys(report, records, f"[{label}] metrics.jsonl")
+    for index, (record, (loss, norm, clipped)) in enumerate(zip(records, history)):
+        update = index + 1
+        report.check(record["step"] == update, f"[{label}] record {update} has step "
+                     f"{record['step']} == {update}")
+        report.scalar(f"[{label}] update {update} loss", record["loss"], loss, rel=LOSS_REL)
+        report.scalar(f"[{label}] update {update} grad_norm (before clipping; the reference "
+                      f"{'clips' if clipped else 'does not clip'})", record["grad_norm"], norm,
+                      rel=GRAD_NORM_REL)
+        report.scalar(f"[{label}] update {update} lr", record["lr"], lrs[index], rel=LR_REL)
+        report.check(not record["skipped"], f"[{label}] update {update} not skipped")
+
+
+def run_full(args, report, tmp, seed):
+    label = "full"
+    model_dir = os.path.join(tmp, label, "model")
+    data_dir = os.path.join(tmp, label, "data")
+    out_dir = os.path.join(tmp, label, "out")
+    config = oc.make_llama(model_dir, seed=seed, initializer_range=0.02)
+    samples = []
+    for update, (lengths, prompt_masked) in enumerate(FULL_BATCHES):
+        samples += oc.make_samples(seed + 1 + update, lengths, config.vocab_size, prompt_masked)
+    oc.write_data(data_dir, samples, config.vocab_size)
+    ds_path = os.path.join(tmp, label, "ds_config.json")
+    with open(ds_path, "w") as stream:
+        json.dump(DEEPSPEED_CONFIG, stream, indent=2)
+
+    oc.run_zerotune(args.zerotune, ["train", "--model", model_dir, "--data", data_dir,
+                                    "--out", out_dir, "--deepspeed", ds_path, "--no-shuffle",
+                                    "--max-steps", FULL_STEPS])
+    records = oc.read_metrics(out_dir)
+
+    scheduler = DEEPSPEED_CONFIG["scheduler"]["params"]
+    lrs = oc.deepspeed_warmup_decay_lrs(FULL_STEPS, **scheduler)
+    print(f"[{label}] DeepSpeed WarmupDecayLR lrs per update: {lrs}")
+    optimizer = DEEPSPEED_CONFIG["optimizer"]["params"]
+    history = reference_trajectory(oc.load_reference_llama(model_dir), samples, FULL_STEPS, lrs,
+                                   tuple(optimizer["betas"]), optimizer["eps"],
+                                   optimizer["weight_decay"],
+                                   DEEPSPEED_CONFIG["gradient_clipping"])
+    clipped = [update + 1 for update, (_, _, c) in enumerate(history) if c]
+    check_some_clipped(report, label, history)
+    report.check(len(set(lrs)) > 2 and max(lrs) > 0, f"[{label}] oracle: the schedule varies")
+    compare_trajectory(report, label, records, history, lrs)
+
+
+def run_lora(args, report, tmp, seed):
+    label = "lora_all_linear"
+    model_dir = os.path.join(tmp, label, "model")
+    adapter_dir = os.path.join(tmp, label, "adapter")
+    data_dir = os.path.join(tmp, label, "data")
+    out_dir = os.path.join(tmp, label, "out")
+    config = oc.make_llama(model_dir, seed=seed)
+    oc.make_adapter(model_dir, adapter_dir, seed + 2, "all-linear", use_rslora=False, dropout=0.0)
+    global_batch = MICRO_BATCH * ACCUMULATION
+    generator = oc.numpy.random.default_rng(seed)
+    lengths = [int(n) for n in generator.integers(8, 25, LORA_STEPS * global_batch)]
+    samples = oc.make_samples(seed + 1, lengths, config.vocab_size)
+    oc.write_data(data_dir, samples, config.vocab_size)
+
+    oc.run_zerotune(args.zerotune, [
+        "train", "--model", model_dir, "--data", data_dir, "--out", out_dir,
+        "--adapter", adapter_dir, "--no-shuffle", "--max-steps", LORA_STEPS,
+        "--micro-batch-size", MICRO_BATCH, "--grad-accum", ACCUMULATION, "--lr", LORA_LR,
+        "--weight-decay", LORA_WEIGHT_DECAY, "--gradient-clipping", LORA_CLIP])
+    records = oc.read_metrics(out_dir)
+
+    lrs = [LORA_LR] * LORA_STEPS
+    history = reference_trajectory(oc.load_reference_peft(model_dir, adapter_dir), samples,
+                                   LORA_STEPS, lrs, LORA_BETAS, LORA_EPS, LORA_WEIGHT_DECAY,
+                                   LORA_CLIP)
+    check_some_clipped(report, label, history)
+    losses = [loss for loss, _, _ in history]
+    report.check(all(math.isfinite(x) for x in losses), f"[{label}] oracle: finite losses")
+    compare_trajectory(report, label, records, history, lrs)
+
+
+def main():
+    args = oc.parse_args("zerotune training steps vs a torch AdamW loop")
+    report = oc.Report("Training trajectory: zerotune vs HF/PEFT + torch AdamW (float64)")
+    with oc.temporary_directory(args, "zt_oracle_trajectory_") as tmp:
+        oc.run_guarded(report, "full", run_full, args, report, tmp, 300)
+        oc.run_guarded(report, "lora_all_linear", run_lora, args, report, tmp, 310)
+    return report.finish()
+
+
+if __name__ == "__main__":
+    oc.main_guard(main)
