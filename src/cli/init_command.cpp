@@ -1,4 +1,5 @@
-// `zerotune init --config config.json --out DIR [--seed S] [--dtype fp32|bf16|fp16] [--force]`:
+// `zerotune init --config config.json --out DIR [--seed S] [--dtype fp32|bf16|fp16]
+//                [--max-shard-size 5GB] [--force]`:
 // writes a randomly initialised model in HF layout (see model/init_model.h).
 #include <boost/program_options.hpp>
 
@@ -15,6 +16,7 @@ int command_init(const std::vector<std::string>& args) {
   namespace po = boost::program_options;
   InitModelOptions options;
   std::string dtype_name_text = "fp32";
+  std::string max_shard_size_text = "5GB";
   po::options_description description("zerotune init: write a randomly initialised model in HF layout\noptions");
   description.add_options()
       ("help,h", "print this help")
@@ -22,6 +24,8 @@ int command_init(const std::vector<std::string>& args) {
       ("out", po::value(&options.out_dir)->required(), "output model directory (created if needed)")
       ("seed", po::value(&options.seed)->default_value(42), "random seed")
       ("dtype", po::value(&dtype_name_text)->default_value("fp32"), "stored dtype: fp32, bf16 or fp16")
+      ("max-shard-size", po::value(&max_shard_size_text)->default_value("5GB"),
+       "shard the weights above this size, as save_pretrained's max_shard_size (5GB, 50KB, 2GiB, bytes)")
       ("force", po::bool_switch(&options.force), "write into a non-empty output directory");
 
   po::variables_map values;
@@ -33,12 +37,17 @@ int command_init(const std::vector<std::string>& args) {
     }
     po::notify(values);
   } catch (const po::error& error) {
-    fail("init: ", error.what(), " (see `zerotune init --help`)");
+    fail(error.what(), " (see `zerotune init --help`)");
   }
   try {
     options.dtype = parse_compute_dtype(dtype_name_text);
   } catch (const Error& error) {
-    fail("init: --dtype: ", error.what());
+    fail("--dtype: ", error.what());
+  }
+  try {
+    options.max_shard_bytes = parse_max_shard_size(max_shard_size_text);
+  } catch (const Error& error) {
+    fail("--max-shard-size: ", error.what());
   }
 
   // One process writes the model; other ranks of an mpirun launch have nothing to do.

@@ -114,11 +114,11 @@ void write_string_attribute(hid_t file, const std::string& path, const char* nam
   check_status(H5Awrite(attribute.get(), type.get(), &text), path, cat("write attribute '", name, "'"));
 }
 
-// Writes a 1-D dataset of `count` elements, chunked (at most 16Ki elements per chunk, so reading
+// Writes a 1-D dataset of `count` elements, chunked (at most 4Ki elements per chunk, so reading
 // one sample decompresses little) with byte-shuffle + deflate, and no timestamps.
 void write_1d_dataset(hid_t file, const std::string& path, const char* name, hid_t file_type, hid_t memory_type,
                       const void* data, hsize_t count) {
-  constexpr hsize_t kChunkElements = 16384;
+  constexpr hsize_t kChunkElements = 4096;
   const hsize_t chunk = std::min(count, kChunkElements);
   H5Handle space = owned_space(H5Screate_simple(1, &count, nullptr), path, cat("create the dataspace of '", name, "'"));
   H5Handle create_props = owned_plist(H5Pcreate(H5P_DATASET_CREATE), path, "create a dataset property list");
@@ -133,7 +133,7 @@ void write_1d_dataset(hid_t file, const std::string& path, const char* name, hid
                cat("write dataset '", name, "'"));
 }
 
-void check_attributes_for_writing(const std::string& path, const ShardAttributes& attrs) {
+void check_attribute_values(const std::string& path, const ShardAttributes& attrs) {
   ZT_CHECK(attrs.vocab_size > 0, path, ": vocab_size must be positive, not ", attrs.vocab_size);
   ZT_CHECK(attrs.max_seq_len > 0, path, ": max_seq_len must be positive, not ", attrs.max_seq_len);
   ZT_CHECK(attrs.pad_id >= 0 && attrs.pad_id < attrs.vocab_size, path, ": pad_id ", attrs.pad_id,
@@ -256,7 +256,7 @@ struct Shard {
 
 void write_token_shard(const std::string& path, std::span<const TokenSample> samples, const ShardAttributes& attrs) {
   silence_hdf5_error_printing();
-  check_attributes_for_writing(path, attrs);
+  check_attribute_values(path, attrs);
   ZT_CHECK(!samples.empty(), path, ": a token shard must hold at least one sample");
 
   // Concatenate the samples, checking each against the attributes.
@@ -351,7 +351,13 @@ namespace {
 Shard open_shard(const std::string& path) {
   Shard shard;
   shard.path = path;
-  const hid_t file_id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  H5Handle access_props = owned_plist(H5Pcreate(H5P_FILE_ACCESS), path, "create a file access property list");
+#if H5_VERSION_GE(1, 10, 7)
+  // Shards are only read (and are written under another name, then renamed), so no lock is
+  // needed; skipping it avoids "unable to lock file" on cluster file systems without flock.
+  check_status(H5Pset_file_locking(access_props.get(), false, true), path, "turn off file locking");
+#endif
+  const hid_t file_id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, access_props.get());
   ZT_CHECK(file_id >= 0, path, ": cannot open as an HDF5 file (not an HDF5 file, unreadable, or being written)");
   shard.file = H5Handle(file_id, H5Fclose);
 
@@ -380,7 +386,7 @@ Shard open_shard(const std::string& path) {
   attrs.max_seq_len = read_int64_attribute(file_id, path, "max_seq_len");
   attrs.split = read_string_attribute(file_id, path, "split");
   attrs.source = read_string_attribute(file_id, path, "source");
-  check_attributes_for_writing(path, attrs);  // the same value ranges the writer enforces
+  check_attribute_values(path, attrs);  // the value ranges the writer enforces
 
   hsize_t token_count = 0, mask_count = 0, offset_count = 0;
   shard.tokens = open_1d_dataset(file_id, path, "tokens", {4, true}, token_count);

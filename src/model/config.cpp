@@ -212,6 +212,13 @@ std::string supported_model_types() {
   return names;
 }
 
+// DIR/config.json for a directory, else the path itself.
+std::string model_config_file(const std::string& path) {
+  std::filesystem::path file = path;
+  if (std::filesystem::is_directory(file)) file /= "config.json";
+  return file.string();
+}
+
 }  // namespace
 
 ModelConfig parse_model_config(const nlohmann::json& json, const std::string& where) {
@@ -233,15 +240,6 @@ ModelConfig parse_model_config(const nlohmann::json& json, const std::string& wh
   parser(reader, config);
   return config;
 }
-
-namespace {
-// DIR/config.json for a directory, else the path itself.
-std::string model_config_file(const std::string& path) {
-  std::filesystem::path file = path;
-  if (std::filesystem::is_directory(file)) file /= "config.json";
-  return file.string();
-}
-}  // namespace
 
 ModelConfig load_model_config(const std::string& path) {
   const std::string file = model_config_file(path);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -176,6 +177,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     int error = errno;
     ::close(fd);
     fail(path, ": cannot stat: ", std::strerror(error));
+  }
+  if (!S_ISREG(status.st_mode)) {
+    ::close(fd);
+    fail(path, ": not a regular file (expected a .safetensors file)");
   }
   file_bytes_ = static_cast<size_t>(status.st_size);
   if (file_bytes_ < 8) {
@@ -463,6 +468,23 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   AtomicFile file(path);
   file.write(bytes.data(), bytes.size());
   file.commit();
+}
+
+int64_t parse_max_shard_size(const std::string& text) {
+  static const std::regex pattern(R"(\s*([0-9]+)\s*([KMG]I?B|B)?\s*)", std::regex::icase);
+  std::smatch match;
+  ZT_CHECK(std::regex_match(text, match, pattern), "max shard size '", text,
+           "' is not a size like 5GB, 500MB, 50KB, 2GiB or a byte count");
+  std::string unit = match[2].str();
+  std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  static const std::map<std::string, int64_t> scale = {{"", 1},          {"B", 1},          {"KB", 1000},
+                                                       {"MB", 1000000}, {"GB", 1000000000}, {"KIB", 1 << 10},
+                                                       {"MIB", 1 << 20}, {"GIB", 1 << 30}};
+  const int64_t number = std::stoll(match[1].str());
+  const int64_t factor = scale.at(unit);
+  ZT_CHECK(number > 0 && number <= std::numeric_limits<int64_t>::max() / factor, "max shard size '", text,
+           "' must be positive and below 2^63 bytes");
+  return number * factor;
 }
 
 std::vector<std::string> write_sharded_safetensors(const std::string& dir, const std::vector<SafetensorsEntry>& entries,

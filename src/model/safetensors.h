@@ -113,6 +113,10 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
 // transformers' default max_shard_size ("5GB" = 5 * 10^9 bytes).
 constexpr int64_t kHfMaxShardBytes = 5'000'000'000;
 
+// A shard size as transformers' max_shard_size spells it: a byte count, or a number with KB/MB/GB
+// (powers of 10) or KiB/MiB/GiB (powers of 2), case-insensitive: "5GB", "50KB", "2GiB".
+int64_t parse_max_shard_size(const std::string& text);
+
 // Writes a model's weights into DIR the way save_pretrained(safe_serialization=True) does:
 // model.safetensors when everything fits in max_shard_bytes, else shards
 // model-0000i-of-0000n.safetensors (filled in entry order, a new shard when the next tensor

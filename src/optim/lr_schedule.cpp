@@ -1,5 +1,7 @@
 // Learning-rate schedules (see lr_schedule.h for how DeepSpeed and HF step them). The formulas
-// are DeepSpeed 0.14.4's lr_schedules.py and transformers 4.40's optimization.py, re-expressed.
+// are DeepSpeed's lr_schedules.py (as of 0.15.3 and later: the scheduler's constructor sets the
+// first lr, and WarmupCosineLR's decay stays at its floor past the end) and transformers 4.40's
+// optimization.py, re-expressed.
 #include "optim/lr_schedule.h"
 
 #include <algorithm>
@@ -54,10 +56,12 @@ double deepspeed_lr(const SchedulerConfig& schedule, double optimizer_lr, int64_
       return optimizer_lr * (schedule.warmup_min_ratio + fraction * (1.0 - schedule.warmup_min_ratio));
     }
     // DeepSpeed counts the decay from 1 at iteration == warmup, so the peak ratio 1.0 itself is
-    // never used; past total_num_steps the cosine rises again (as in DeepSpeed).
+    // never used; the progress is clamped at 1, so past total_num_steps the ratio stays at
+    // cos_min_ratio.
     const double decay_step = static_cast<double>(iteration - warmup + 1);
-    const double decay_steps = total - static_cast<double>(warmup);
-    const double cosine = (1.0 + std::cos(std::numbers::pi * decay_step / decay_steps)) / 2.0;
+    const double decay_steps = std::max(1.0, total - static_cast<double>(warmup));
+    const double progress = std::min(1.0, decay_step / decay_steps);
+    const double cosine = (1.0 + std::cos(std::numbers::pi * progress)) / 2.0;
     return optimizer_lr * std::max(0.0, schedule.cos_min_ratio + (1.0 - schedule.cos_min_ratio) * cosine);
   }
   const double min_lr = schedule.warmup_min_lr;
@@ -105,8 +109,10 @@ void validate_schedule(const SchedulerConfig& schedule) {
   if (is_deepspeed_schedule(schedule.type)) {
     ZT_CHECK(schedule.warmup_type == "log" || schedule.warmup_type == "linear", "scheduler ", schedule.type,
              ": warmup_type '", schedule.warmup_type, "' is not one of log, linear");
-    ZT_CHECK(schedule.warmup_num_steps >= 0, "scheduler ", schedule.type, ": warmup_num_steps ",
-             schedule.warmup_num_steps, " must be >= 0");
+    // Current DeepSpeed raises ValueError for warmup_num_steps <= 0 (and HF now fills "auto" with
+    // max(1, warmup_steps)); 1 is then counted as 2.
+    ZT_CHECK(schedule.warmup_num_steps >= 1, "scheduler ", schedule.type, ": warmup_num_steps ",
+             schedule.warmup_num_steps, " must be a positive integer (DeepSpeed refuses <= 0)");
     if (schedule.type == "WarmupCosineLR") {
       check_non_negative(schedule, "warmup_min_ratio", schedule.warmup_min_ratio);
       check_non_negative(schedule, "cos_min_ratio", schedule.cos_min_ratio);
@@ -148,8 +154,10 @@ double learning_rate_at(const SchedulerConfig& schedule, double optimizer_lr, in
   ZT_CHECK(step >= 0, "learning_rate_at: step ", step, " must be >= 0");
   if (schedule.type == "constant") return optimizer_lr;
   if (is_hf_schedule(schedule.type)) return optimizer_lr * hf_multiplier(schedule, step);
-  // DeepSpeed: the first update runs before the first scheduler.step(), with the optimizer's lr.
-  if (step == 0) return optimizer_lr;
+  // DeepSpeed: the scheduler's constructor (last_batch_iteration -1) sets the lr of the first
+  // update: warmup_min_lr for WarmupLR/WarmupDecayLR, 0 for WarmupCosineLR. The engine steps the
+  // scheduler after each applied update, so update s+1 (s >= 1) runs at iteration s-1.
+  if (step == 0) return schedule.type == "WarmupCosineLR" ? 0.0 : schedule.warmup_min_lr;
   return deepspeed_lr(schedule, optimizer_lr, step - 1);
 }
 

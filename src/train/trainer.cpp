@@ -26,6 +26,7 @@
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
 #include "train/metrics.h"
+#include "train/versions.h"
 
 namespace zt {
 
@@ -181,6 +182,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
   nlohmann::json run = config.to_json();
   run["world_size"] = world_size;
   run["backend"] = backend->name();
+  run["versions"] = software_versions();
   run["parameters"] = {{"total", store.count_parameters(false)}, {"trainable", store.count_parameters(true)}};
   run["steps_per_epoch"] = steps_per_epoch;
   run["total_steps"] = total_steps;

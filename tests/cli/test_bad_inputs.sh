@@ -44,7 +44,7 @@ expect_error() {
   done
   if grep -qE "$NOISE" "$stdout" "$stderr"; then problems+=("crash or library noise in the output"); fi
   if [[ "${#problems[@]}" -eq 0 ]]; then
-    echo "ok   $name"
+    echo "ok   $name: $(grep -m1 -E "^zerotune [a-z]+: error" "$stderr")"
   else
     failures=$((failures + 1))
     echo "FAIL $name (exit status $status)"
@@ -137,10 +137,10 @@ else
   sed 's/^/       | /' "$WORK/tooling.out" | head -20
 fi
 
-# 10 != 4 (micro) * 2 (accumulation) * 1 (world size): the message shows these numbers.
+# 10 != 4 (micro) * 2 (accumulation) * 1 (world size) = 8: the message shows the arithmetic.
 cp "$WORK/ds.json" "$WORK/ds-batch.json"
 edit_json "$WORK/ds-batch.json" 'd["train_batch_size"] = 10'
-expect_error ds-inconsistent-batch "$WORK/ds-batch.json" "train_batch_size" "10" "4 * 2 * 1" \
+expect_error ds-inconsistent-batch "$WORK/ds-batch.json" "train_batch_size 10 !=" "train_micro_batch_size_per_gpu 4" "gradient_accumulation_steps 2" "= 8" \
   -- train --model "$M" --data "$D" --out "$WORK/o9" --max-steps 1 --deepspeed "$WORK/ds-batch.json"
 
 # ---------------------------------------------------------------------------------------------
@@ -217,7 +217,7 @@ expect_error data-vocab-larger-than-model "$WORK/data-vocab512" "vocab_size" "51
 expect_error missing-model-flag "--model is required" \
   -- train --data "$D" --out "$WORK/o17" --max-steps 1
 
-expect_error lora-target-matches-nothing "--lora-targets" "foo_proj" \
+expect_error lora-target-matches-nothing "LoRA target 'foo_proj' matches no linear module" \
   -- train --model "$M" --data "$D" --out "$WORK/o18" --max-steps 1 --lora-r 8 --lora-targets foo_proj
 
 # ---------------------------------------------------------------------------------------------

@@ -64,7 +64,7 @@ for run in ("full", "lora"):
         print(f"{run}: mean loss of the first 4 steps {first:.4f}, of the last 4 steps {last:.4f}")
         # Random tokens: the loss starts at about ln(256) = 5.545 and can only drop by learning
         # the token statistics and memorising the 64 samples; the full fine-tune must get there.
-        if run == "full" and not last < first - 0.05:
+        if run == "full" and not last < first - 0.2:
             problems.append(f"{path}: the loss did not fall: first steps {first:.4f}, last steps {last:.4f}")
     for name in ("run.json",):
         try:

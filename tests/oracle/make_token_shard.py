@@ -42,7 +42,7 @@ def write_shard(path, samples, vocab_size, bos_id=1, eos_id=2, pad_id=0, max_seq
     temporary = path + ".tmp"
     with h5py.File(temporary, "w", track_order=False) as f:
         for name, data in (("tokens", tokens), ("loss_mask", loss_mask), ("offsets", offsets)):
-            f.create_dataset(name, data=data, chunks=(min(len(data), 16384),), shuffle=True,
+            f.create_dataset(name, data=data, chunks=(min(len(data), 4096),), shuffle=True,
                              compression="gzip", compression_opts=4)
         f.attrs["format"] = FORMAT
         f.attrs["version"] = np.int64(VERSION)

@@ -4,30 +4,21 @@
 # lora_B must match PEFT run in float64, and the dump must hold no gradient for a frozen base
 # weight. Cases: q_proj,v_proj; all-linear (also with --activation-checkpointing); rsLoRA; and
 # LoRA dropout > 0, where the masks come from zerotune's own RNG, so only its effect is checked.
+# Tolerances and batch layout: oracle_common.py, "step-0 parity".
 import math
 import os
 
 import oracle_common as oc
 
 torch = oc.torch
-peft = oc.peft
 
-# Same reasoning as test_llama_parity.py: fp32 against float64, errors ~1e-6 of the scale.
-LOGITS_ATOL = 1e-4
-LOSS_REL = 1e-5
-GRAD_REL_OF_MAX = 1e-4
-SAME_RUN_ATOL = 1e-6  # reruns (activation checkpointing, same seed) change nothing
-
-MICRO_BATCH, ACCUMULATION = 3, 2
-LENGTHS = [8, 24, 13, 17, 11, 20]
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 CASES = [
-    # label, target_modules given to PEFT, modules expected to carry LoRA, rslora, dropout
-    ("q_v", ["q_proj", "v_proj"], ["q_proj", "v_proj"], False, 0.0),
-    ("all_linear", "all-linear", ALL_LINEAR, False, 0.0),
-    ("rslora_q_v_down", ["q_proj", "v_proj", "down_proj"], ["q_proj", "v_proj", "down_proj"],
-     True, 0.0),
+    # label, target_modules given to PEFT, modules expected to carry LoRA, rslora
+    ("q_v", ["q_proj", "v_proj"], ["q_proj", "v_proj"], False),
+    ("all_linear", "all-linear", ALL_LINEAR, False),
+    ("rslora_q_v_down", ["q_proj", "v_proj", "down_proj"], ["q_proj", "v_proj", "down_proj"], True),
 ]
 
 
@@ -42,49 +33,50 @@ def check_lora_layout(report, model, label, modules, layers):
                  f"[{label}] oracle: PEFT made exactly {len(expected)} trainable LoRA tensors")
 
 
-def run_case(args, report, tmp, label, seed, target_modules, modules, use_rslora, dropout):
-    model_dir = os.path.join(tmp, label, "model")
-    adapter_dir = os.path.join(tmp, label, "adapter")
-    data_dir = os.path.join(tmp, label, "data")
+def make_case(tmp, label, seed, target_modules, use_rslora, dropout, sample_count):
+    """A model, a PEFT adapter on it and a dataset under tmp/label; returns their paths and
+    the samples."""
+    run_dir = os.path.join(tmp, label)
+    model_dir = os.path.join(run_dir, "model")
+    adapter_dir = os.path.join(run_dir, "adapter")
+    data_dir = os.path.join(run_dir, "data")
     config = oc.make_llama(model_dir, seed=seed)
     oc.make_adapter(model_dir, adapter_dir, seed + 2, target_modules, use_rslora, dropout)
-    samples = oc.make_samples(seed + 1, LENGTHS, config.vocab_size)
+    lengths = (oc.PARITY_LENGTHS * sample_count)[:sample_count]
+    samples = oc.make_samples(seed + 1, lengths, config.vocab_size)
     oc.write_data(data_dir, samples, config.vocab_size)
+    return run_dir, model_dir, adapter_dir, data_dir, samples
 
-    common = ["train", "--model", model_dir, "--data", data_dir, "--adapter", adapter_dir,
-              "--no-shuffle", "--max-steps", 1, "--micro-batch-size", MICRO_BATCH,
-              "--grad-accum", ACCUMULATION]
-    dump_path = os.path.join(tmp, label, "dump.safetensors")
-    oc.run_zerotune(args.zerotune, common + ["--out", os.path.join(tmp, label, "out"),
-                                             "--dump-step0", dump_path])
-    dump = oc.load_dump(dump_path)
+
+def run_case(args, report, tmp, label, seed, target_modules, modules, use_rslora):
+    run_dir, model_dir, adapter_dir, data_dir, samples = make_case(
+        tmp, label, seed, target_modules, use_rslora, 0.0, len(oc.PARITY_LENGTHS))
+    dump, _ = oc.run_step0_dump(args.zerotune, model_dir, data_dir, run_dir,
+                                ["--adapter", adapter_dir])
 
     model = oc.load_reference_peft(model_dir, adapter_dir)
-    check_lora_layout(report, model, label, modules, config.num_hidden_layers)
+    check_lora_layout(report, model, label, modules, len(model.get_base_model().model.layers))
     if use_rslora:  # the reference really is rsLoRA: scaling alpha / sqrt(r) = 4, not alpha/r = 2
-        scaling = model.base_model.model.model.layers[0].self_attn.q_proj.scaling["default"]
+        scaling = model.get_base_model().model.layers[0].self_attn.q_proj.scaling["default"]
         report.check(abs(scaling - 8 / math.sqrt(4)) < 1e-12,
                      f"[{label}] oracle: PEFT scaling {scaling} == alpha/sqrt(r)")
-    micro_batches = oc.step_micro_batches(samples, 0, MICRO_BATCH, ACCUMULATION)
+    micro_batches = oc.parity_micro_batches(samples)
     loss, logits = oc.reference_step(model, micro_batches)
 
     base_grads = sorted(k for k in dump if k.startswith("grad.") and ".lora_" not in k)
     report.check(not base_grads, f"[{label}] no gradient of a frozen base weight in the dump"
                  + (f" (found {base_grads[:4]})" if base_grads else ""))
-    oc.compare_dump_logits(report, dump, logits, micro_batches[0][2], f"[{label}]",
-                           atol=LOGITS_ATOL)
-    oc.compare_dump_loss(report, dump, loss, f"[{label}]", rel=LOSS_REL)
-    oc.compare_dump_grads(report, dump, oc.trainable_lora_grads(model), f"[{label}]",
-                          rel_of_max=GRAD_REL_OF_MAX)
+    oc.compare_step0(report, label, dump, micro_batches, loss, logits,
+                     oc.trainable_lora_grads(model))
 
     if label == "all_linear":
-        checkpointed_path = os.path.join(tmp, label, "dump_checkpointing.safetensors")
-        oc.run_zerotune(args.zerotune, common + ["--out", os.path.join(tmp, label, "out_ac"),
-                                                 "--dump-step0", checkpointed_path,
-                                                 "--activation-checkpointing"])
-        oc.compare_dumps_identical(report, dump, oc.load_dump(checkpointed_path),
+        checkpointed, _ = oc.run_step0_dump(args.zerotune, model_dir, data_dir,
+                                            os.path.join(run_dir, "checkpointing"),
+                                            ["--adapter", adapter_dir,
+                                             "--activation-checkpointing"])
+        oc.compare_dumps_identical(report, dump, checkpointed,
                                    f"[{label}] --activation-checkpointing vs without",
-                                   atol=SAME_RUN_ATOL)
+                                   atol=oc.SAME_RUN_ATOL)
 
 
 def run_dropout_case(args, report, tmp, seed):
@@ -92,29 +84,18 @@ def run_dropout_case(args, report, tmp, seed):
     really acts (the step-0 loss differs from the dropout-free PEFT loss, but not wildly); the
     masks depend on --seed only (same seed: identical dump; another seed: another loss)."""
     label = "dropout"
-    model_dir = os.path.join(tmp, label, "model")
-    adapter_dir = os.path.join(tmp, label, "adapter")
-    data_dir = os.path.join(tmp, label, "data")
-    config = oc.make_llama(model_dir, seed=seed)
-    oc.make_adapter(model_dir, adapter_dir, seed + 2, "all-linear", False, 0.1)
-    samples = oc.make_samples(seed + 1, LENGTHS * 2, config.vocab_size)
-    oc.write_data(data_dir, samples, config.vocab_size)
+    run_dir, model_dir, adapter_dir, data_dir, samples = make_case(
+        tmp, label, seed, "all-linear", False, 0.1, 2 * len(oc.PARITY_LENGTHS))
 
     def run(name, train_seed, steps):
-        out_dir = os.path.join(tmp, label, name)
-        dump_path = os.path.join(tmp, label, name + ".safetensors")
-        oc.run_zerotune(args.zerotune, [
-            "train", "--model", model_dir, "--data", data_dir, "--adapter", adapter_dir,
-            "--out", out_dir, "--no-shuffle", "--max-steps", steps, "--micro-batch-size",
-            MICRO_BATCH, "--grad-accum", ACCUMULATION, "--seed", train_seed,
-            "--dump-step0", dump_path])
-        return oc.load_dump(dump_path), oc.read_metrics(out_dir)
+        return oc.run_step0_dump(args.zerotune, model_dir, data_dir, os.path.join(run_dir, name),
+                                 ["--adapter", adapter_dir, "--seed", train_seed], steps=steps)
 
-    dump, records = run("seed7", 7, 2)
+    dump, out_dir = run("seed7", 7, 2)
+    records = oc.read_metrics(out_dir)
     model = oc.load_reference_peft(model_dir, adapter_dir)
-    model.eval()  # dropout off: the loss LoRA dropout perturbs
-    clean_loss, _ = oc.reference_step(model, oc.step_micro_batches(samples, 0, MICRO_BATCH,
-                                                                   ACCUMULATION))
+    model.eval()  # dropout off: the loss that LoRA dropout perturbs
+    clean_loss, _ = oc.reference_step(model, oc.parity_micro_batches(samples))
     if report.check(len(records) == 2, f"[{label}] metrics.jsonl has 2 training records "
                     f"(has {len(records)})"):
         report.check(all(math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"])
@@ -130,7 +111,7 @@ def run_dropout_case(args, report, tmp, seed):
 
     same_dump, _ = run("seed7_again", 7, 1)
     oc.compare_dumps_identical(report, dump, same_dump, f"[{label}] same --seed, same dump",
-                               atol=SAME_RUN_ATOL)
+                               atol=oc.SAME_RUN_ATOL)
     other_dump, _ = run("seed8", 8, 1)
     other_loss = float(other_dump["loss"].reshape(-1)[0])
     report.check(abs(other_loss - dumped_loss) > 1e-6 * clean_loss,
@@ -142,9 +123,9 @@ def main():
     args = oc.parse_args("zerotune LoRA vs PEFT: logits, loss, LoRA gradients")
     report = oc.Report("LoRA parity: zerotune vs PEFT 0.10 (float64)")
     with oc.temporary_directory(args, "zt_oracle_lora_") as tmp:
-        for index, (label, targets, modules, rslora, dropout) in enumerate(CASES):
+        for index, (label, targets, modules, rslora) in enumerate(CASES):
             oc.run_guarded(report, label, run_case, args, report, tmp, label, 200 + 10 * index,
-                           targets, modules, rslora, dropout)
+                           targets, modules, rslora)
         oc.run_guarded(report, "dropout", run_dropout_case, args, report, tmp, 290)
     return report.finish()
 

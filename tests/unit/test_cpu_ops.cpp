@@ -611,6 +611,41 @@ BOOST_AUTO_TEST_CASE(adamw_matches_double_loop) {
                "adamw step 0");
 }
 
+BOOST_AUTO_TEST_CASE(adamw_matches_torch) {
+  // Three steps of torch.optim.AdamW(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1,
+  // foreach=False) in fp32 (torch 2.x), printed with float.hex(): the same result to within one
+  // ulp (the compiler may fuse a multiply-add that torch rounds twice, or the reverse).
+  auto backend = zt::make_cpu_backend();
+  std::vector<float> param = {0.5f, -1.25f, 3.0f, 1e-3f, -2e-2f, 0.75f, 10.0f, -0.1f};
+  const std::vector<std::vector<float>> grads = {{0.1f, -0.2f, 0.3f, 1e-4f, 5.0f, -0.05f, 0.01f, 2.0f},
+                                                 {-0.3f, 0.1f, 0.25f, -1e-4f, 4.0f, 0.07f, -0.02f, -1.0f},
+                                                 {0.2f, 0.2f, -0.4f, 2e-4f, -3.0f, 0.0f, 0.03f, 0.5f}};
+  const std::vector<float> torch_param = {0x1.f91beep-2f, -0x1.3c80c6p+0f, 0x1.7c346cp+1f, -0x1.b858f8p-7f,
+                                          -0x1.686874p-5f, 0x1.81ff1cp-1f, 0x1.3eba92p+3f, -0x1.da17c2p-4f};
+  const std::vector<float> torch_exp_avg = {0x1.205bccp-10f, 0x1.a36e30p-7f, 0x1.bda50ap-8f, 0x1.4071e0p-16f,
+                                            0x1.dc28f8p-2f, 0x1.26e978p-9f, 0x1.077468p-9f, 0x1.f3b646p-4f};
+  const std::vector<float> torch_exp_avg_sq = {0x1.255ee2p-13f, 0x1.791c2cp-14f, 0x1.476d04p-12f, 0x1.07c03ap-34f,
+                                               0x1.990f40p-5f, 0x1.eff100p-18f, 0x1.77a60cp-20f, 0x1.577976p-8f};
+  std::vector<float> exp_avg(8, 0.0f), exp_avg_sq(8, 0.0f);
+  zt::AdamWParams params;
+  params.lr = 1e-2f;
+  params.beta1 = 0.9f;
+  params.beta2 = 0.999f;
+  params.eps = 1e-8f;
+  params.weight_decay = 0.1f;
+  for (size_t step = 0; step < grads.size(); ++step) {
+    std::vector<float> grad = grads[step];
+    params.step = static_cast<int64_t>(step) + 1;
+    backend->adamw(view(param, {8}), view(grad, {8}), view(exp_avg, {8}), view(exp_avg_sq, {8}), params);
+  }
+  auto within_one_ulp = [](float a, float b) { return a == b || std::nextafter(a, b) == b; };
+  for (size_t i = 0; i < 8; ++i) {
+    BOOST_TEST(within_one_ulp(param[i], torch_param[i]), "param[" << i << "] " << param[i] << " vs torch " << torch_param[i]);
+    BOOST_TEST(within_one_ulp(exp_avg[i], torch_exp_avg[i]), "exp_avg[" << i << "]");
+    BOOST_TEST(within_one_ulp(exp_avg_sq[i], torch_exp_avg_sq[i]), "exp_avg_sq[" << i << "]");
+  }
+}
+
 BOOST_AUTO_TEST_CASE(sum_squares_and_inf_nan_check) {
   auto backend = zt::make_cpu_backend();
   std::vector<float> x = random_floats(100003, 31u, -3.0f, 3.0f);  // several chunks

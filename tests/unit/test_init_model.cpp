@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -102,7 +103,7 @@ BOOST_AUTO_TEST_CASE(values_follow_hf_init_and_the_counter_rng) {
     }
   }
   // Another seed or another parameter index gives other numbers.
-  std::vector<float> a(static_cast<size_t>(specs[1].numel())), b(a.size()), c(a.size());
+  std::vector<float> a(static_cast<size_t>(specs[2].numel())), b(a.size()), c(a.size());
   zt::init_parameter_values(config, specs[2], 2, 7, a.data());
   zt::init_parameter_values(config, specs[2], 2, 8, b.data());
   zt::init_parameter_values(config, specs[2], 3, 7, c.data());
@@ -214,6 +215,16 @@ BOOST_AUTO_TEST_CASE(command_line) {
   BOOST_TEST(message.find("--force") != std::string::npos);
   BOOST_TEST(zt::command_init({"--config", config_path, "--out", dir.file("cli"), "--force"}) == 0);
   BOOST_TEST(zt::SafetensorsFile(dir.file("cli/model.safetensors")).info("model.norm.weight").dtype == "F32");
+  message = error_of([&] { zt::command_init({"--config", config_path, "--out", dir.file("y"), "--max-shard-size", "big"}); });
+  BOOST_TEST(message.find("--max-shard-size") != std::string::npos);
+  // 20KB: the 32 KiB fp32 embedding gets a shard of its own, and more shards follow.
+  BOOST_TEST(zt::command_init({"--config", config_path, "--out", dir.file("sharded"), "--max-shard-size", "20KB"}) == 0);
+  BOOST_TEST(fs::exists(dir.file("sharded/model.safetensors.index.json")));
+  std::set<std::string> shards;
+  const nlohmann::json index = nlohmann::json::parse(read_bytes(dir.file("sharded/model.safetensors.index.json")));
+  for (const auto& [name, shard] : index["weight_map"].items()) shards.insert(shard.get<std::string>());
+  BOOST_TEST(shards.size() > 2u);
+  BOOST_TEST(zt::ModelWeights(dir.file("sharded")).names().size() == zt::model_param_specs(zt::load_model_config(config_path)).size());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

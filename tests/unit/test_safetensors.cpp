@@ -304,4 +304,16 @@ BOOST_AUTO_TEST_CASE(writer_refuses_bad_entries) {
   BOOST_TEST(!fs::exists(path + ".tmp"));
 }
 
+BOOST_AUTO_TEST_CASE(max_shard_size_spelled_as_transformers_does) {
+  BOOST_TEST(zt::parse_max_shard_size("5GB") == 5'000'000'000);
+  BOOST_TEST(zt::parse_max_shard_size("50KB") == 50'000);
+  BOOST_TEST(zt::parse_max_shard_size("500mb") == 500'000'000);
+  BOOST_TEST(zt::parse_max_shard_size("2GiB") == int64_t{2} << 30);
+  BOOST_TEST(zt::parse_max_shard_size("4KiB") == 4096);
+  BOOST_TEST(zt::parse_max_shard_size("1234") == 1234);
+  check_error([] { zt::parse_max_shard_size("5 parsecs"); }, {"5 parsecs"});
+  check_error([] { zt::parse_max_shard_size("0GB"); }, {"0GB", "positive"});
+  check_error([] { zt::parse_max_shard_size("-1"); }, {"-1"});
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -68,46 +68,13 @@ int64_t weighted_sum(const std::vector<int64_t>& values) {
   return sum;
 }
 
-}  // namespace
-
-BOOST_AUTO_TEST_SUITE(sampler)
-
-BOOST_AUTO_TEST_CASE(matches_recorded_torch_output) {
-  for (const TorchCase& c : kTorchCases) {
-    const DistributedSampler sampler(c.n, c.world_size, c.rank, c.seed, c.shuffle, c.drop_last);
-    const std::vector<int64_t> indices = sampler.rank_indices(c.epoch);
-    BOOST_TEST_CONTEXT("n=" << c.n << " W=" << c.world_size << " rank=" << c.rank << " seed=" << c.seed
-                            << " epoch=" << c.epoch << " shuffle=" << c.shuffle << " drop_last=" << c.drop_last) {
-      BOOST_TEST(int64_t(indices.size()) == c.length);
-      BOOST_TEST(sampler.num_samples_per_rank() == c.length);
-      BOOST_TEST(weighted_sum(indices) == c.weighted_sum);
-      const std::vector<int64_t> head(indices.begin(), indices.begin() + std::ptrdiff_t(c.head.size()));
-      BOOST_TEST(head == c.head, boost::test_tools::per_element());
-    }
-  }
-}
-
-BOOST_AUTO_TEST_CASE(randperm_matches_torch) {
-  // torch.randperm(10, generator=g) after g.manual_seed(seed), torch 1.13: a 64-bit seed
-  // only contributes its low 32 bits (2^32 draws as 0 does).
-  const std::vector<int64_t> seed_zero = {4, 1, 7, 5, 3, 9, 0, 8, 6, 2};
-  BOOST_TEST(zt::torch_randperm(10, 0) == seed_zero, boost::test_tools::per_element());
-  BOOST_TEST(zt::torch_randperm(10, uint64_t{1} << 32) == seed_zero, boost::test_tools::per_element());
-  BOOST_TEST(zt::torch_randperm(10, ~uint64_t{0}) == (std::vector<int64_t>{1, 4, 6, 2, 0, 5, 8, 7, 9, 3}),
-             boost::test_tools::per_element());
-  BOOST_TEST(zt::torch_randperm(0, 0).empty());
-  BOOST_TEST(zt::torch_randperm(1, 7) == std::vector<int64_t>{0});
-}
-
 // The broad comparison: tests/oracle/test_sampler.py writes every (n, W, seed, epoch, shuffle,
-// drop_last) case of its grid with torch's per-rank lists to a JSON file and runs this case
-// by name with ZT_SAMPLER_CASES=<file>. Disabled in the plain unit run (it needs that file);
-// run explicitly without the variable it fails.
-BOOST_AUTO_TEST_CASE(matches_torch_cases_from_file, *boost::unit_test::disabled()) {
-  const char* path = std::getenv("ZT_SAMPLER_CASES");
-  BOOST_REQUIRE_MESSAGE(path != nullptr, "set ZT_SAMPLER_CASES to the JSON file tests/oracle/test_sampler.py writes");
+// drop_last) case of its grid, with torch's list for every rank, to a JSON file and runs
+// matches_torch_output with ZT_SAMPLER_CASES=<file>; it checks the "compared N rank lists"
+// message so the run cannot pass without comparing.
+void check_cases_from_file(const char* path) {
   std::ifstream in(path);
-  BOOST_REQUIRE_MESSAGE(in.good(), path << ": cannot open");
+  BOOST_REQUIRE_MESSAGE(in.good(), "ZT_SAMPLER_CASES=" << path << ": cannot open");
   const nlohmann::json cases = nlohmann::json::parse(in).at("cases");
   BOOST_REQUIRE(!cases.empty());
   size_t compared = 0, mismatched = 0;
@@ -121,13 +88,45 @@ BOOST_AUTO_TEST_CASE(matches_torch_cases_from_file, *boost::unit_test::disabled(
       const auto expected = ranks[size_t(rank)].get<std::vector<int64_t>>();
       ++compared;
       if (sampler.rank_indices(c.at("epoch").get<int64_t>()) != expected && ++mismatched <= 10) {
-        BOOST_ERROR("torch's list differs for case " << c.dump().substr(0, 200) << " rank " << rank);
+        BOOST_ERROR("torch's list differs for rank " << rank << " of case " << c.dump().substr(0, 160));
       }
     }
   }
   BOOST_TEST(mismatched == 0u);
-  BOOST_TEST_MESSAGE("compared " << compared << " rank lists of " << cases.size() << " torch sampler cases, "
-                                 << mismatched << " mismatched");
+  BOOST_TEST_MESSAGE("compared " << compared << " rank lists of " << cases.size() << " torch sampler cases from "
+                                 << path << ", " << mismatched << " mismatched");
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(sampler)
+
+BOOST_AUTO_TEST_CASE(matches_torch_output) {
+  for (const TorchCase& c : kTorchCases) {
+    const DistributedSampler sampler(c.n, c.world_size, c.rank, c.seed, c.shuffle, c.drop_last);
+    const std::vector<int64_t> indices = sampler.rank_indices(c.epoch);
+    BOOST_TEST_CONTEXT("n=" << c.n << " W=" << c.world_size << " rank=" << c.rank << " seed=" << c.seed
+                            << " epoch=" << c.epoch << " shuffle=" << c.shuffle << " drop_last=" << c.drop_last) {
+      BOOST_TEST(int64_t(indices.size()) == c.length);
+      BOOST_TEST(sampler.num_samples_per_rank() == c.length);
+      BOOST_TEST(weighted_sum(indices) == c.weighted_sum);
+      const std::vector<int64_t> head(indices.begin(), indices.begin() + std::ptrdiff_t(c.head.size()));
+      BOOST_TEST(head == c.head, boost::test_tools::per_element());
+    }
+  }
+  if (const char* path = std::getenv("ZT_SAMPLER_CASES")) check_cases_from_file(path);
+}
+
+BOOST_AUTO_TEST_CASE(randperm_matches_torch) {
+  // torch.randperm(10, generator=g) after g.manual_seed(seed), torch 1.13: a 64-bit seed
+  // only contributes its low 32 bits (2^32 draws as 0 does).
+  const std::vector<int64_t> seed_zero = {4, 1, 7, 5, 3, 9, 0, 8, 6, 2};
+  BOOST_TEST(zt::torch_randperm(10, 0) == seed_zero, boost::test_tools::per_element());
+  BOOST_TEST(zt::torch_randperm(10, uint64_t{1} << 32) == seed_zero, boost::test_tools::per_element());
+  BOOST_TEST(zt::torch_randperm(10, ~uint64_t{0}) == (std::vector<int64_t>{1, 4, 6, 2, 0, 5, 8, 7, 9, 3}),
+             boost::test_tools::per_element());
+  BOOST_TEST(zt::torch_randperm(0, 0).empty());
+  BOOST_TEST(zt::torch_randperm(1, 7) == std::vector<int64_t>{0});
 }
 
 BOOST_AUTO_TEST_CASE(ranks_partition_the_global_order) {

@@ -157,7 +157,7 @@ BOOST_AUTO_TEST_SUITE(token_shards)
 
 BOOST_AUTO_TEST_CASE(round_trip_over_several_shards) {
   TempDir dir;
-  // Three shards; sample 4 (20000 tokens) spans several 16Ki-element chunks.
+  // Three shards; sample 4 (20000 tokens) spans several 4Ki-element chunks.
   const std::vector<std::vector<int>> lengths = {{5, 1, 17}, {20000}, {2, 9, 4, 33}};
   std::vector<TokenSample> all;
   for (size_t s = 0; s < lengths.size(); ++s) {

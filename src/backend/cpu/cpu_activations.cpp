@@ -131,6 +131,9 @@ void CpuBackend::dropout(Tensor out, Tensor in, float p, RngKey key, Tensor row_
   const int64_t* row_id_data = i64_arg(op, "row_ids", row_ids);
   expect_numel(op, "row_ids", row_ids, output.rows, "one global position per row of out");
   ZT_CHECK(p >= 0.0f && p < 1.0f, op, ": probability p = ", p, " must be in [0, 1)");
+  for (int64_t row = 0; row < output.rows; ++row) {
+    ZT_CHECK(row_id_data[row] >= 0, op, ": row_ids[", row, "] = ", row_id_data[row], " is negative");
+  }
   if (p == 0.0f) {  // identity (no random numbers drawn)
     if (output.data != in_data) std::memmove(output.data, in_data, out.bytes());
     return;

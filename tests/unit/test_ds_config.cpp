@@ -1,0 +1,531 @@
+// Tests of the DeepSpeed JSON translation (src/train/ds_config) and of TrainConfig's batch-size
+// resolution and JSON form (src/train/train_config.cpp).
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "core/error.h"
+#include "train/ds_config.h"
+#include "train/train_config.h"
+
+using nlohmann::json;
+using zt::TrainConfig;
+
+namespace {
+
+const std::string kPath = "ds_config.json";
+
+TrainConfig translate(const std::string& text, std::vector<std::string>& notes, int world_size = 1) {
+  TrainConfig config;
+  zt::apply_deepspeed_config(json::parse(text), kPath, world_size, config, notes);
+  return config;
+}
+
+TrainConfig translate(const std::string& text, int world_size = 1) {
+  std::vector<std::string> notes;
+  return translate(text, notes, world_size);
+}
+
+void check_error(const std::function<void()>& action, const std::string& expected) {
+  try {
+    action();
+  } catch (const zt::Error& error) {
+    BOOST_CHECK_MESSAGE(std::string(error.what()).find(expected) != std::string::npos,
+                        "message '" << error.what() << "' lacks '" << expected << "'");
+    return;
+  }
+  BOOST_ERROR("no error; expected one containing '" << expected << "'");
+}
+
+void check_translate_error(const std::string& text, const std::string& expected, int world_size = 1) {
+  check_error([&] { translate(text, world_size); }, expected);
+}
+
+std::string optimizer_of_type(const std::string& type) { return R"({"optimizer": {"type": ")" + type + R"("}})"; }
+
+bool has_note(const std::vector<std::string>& notes, const std::string& text) {
+  return std::any_of(notes.begin(), notes.end(), [&](const std::string& n) { return n.find(text) != std::string::npos; });
+}
+
+size_t count_notes(const std::vector<std::string>& notes, const std::string& text) {
+  return static_cast<size_t>(
+      std::count_if(notes.begin(), notes.end(), [&](const std::string& n) { return n.find(text) != std::string::npos; }));
+}
+
+// A scratch directory for config files, removed at the end of the test.
+struct ScratchDir {
+  std::filesystem::path path;
+  ScratchDir() {
+    path = std::filesystem::temp_directory_path() / ("zt_ds_config_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(path);
+  }
+  ~ScratchDir() { std::filesystem::remove_all(path); }
+  std::string write(const std::string& name, const std::string& text) const {
+    const std::filesystem::path file = path / name;
+    std::ofstream(file) << text;
+    return file.string();
+  }
+};
+
+// What DeepSpeed-Chat's get_train_ds_config writes for step 1 with --dtype bf16 --zero_stage 2
+// --offload --enable_tensorboard (json.dumps: 1e4 and 3e7 are written as floats), with the
+// optimizer and scheduler that a JSON-only user adds, and a wandb section.
+const char* kDeepSpeedChatStep1 = R"({
+  "train_batch_size": 64,
+  "train_micro_batch_size_per_gpu": 8,
+  "steps_per_print": 10,
+  "zero_optimization": {
+    "stage": 2,
+    "overlap_comm": true,
+    "offload_param": {"device": "cpu"},
+    "offload_optimizer": {"device": "cpu"},
+    "stage3_param_persistence_threshold": 10000.0,
+    "stage3_max_live_parameters": 30000000.0,
+    "stage3_prefetch_bucket_size": 30000000.0,
+    "memory_efficient_linear": false
+  },
+  "bfloat16": {"enabled": true},
+  "gradient_clipping": 1.0,
+  "prescale_gradients": false,
+  "wall_clock_breakdown": false,
+  "hybrid_engine": {
+    "enabled": false, "max_out_tokens": 512, "inference_tp_size": 1,
+    "release_inference_cache": false, "pin_parameters": true, "tp_gather_partition_size": 8
+  },
+  "tensorboard": {"enabled": true, "output_path": "out/ds_tensorboard_logs/", "job_name": "step1_tensorboard"},
+  "wandb": {"enabled": true, "project": "sft"},
+  "optimizer": {"type": "AdamW", "params": {"lr": 9.65e-6, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.0}},
+  "scheduler": {"type": "WarmupDecayLR",
+                "params": {"warmup_min_lr": 0, "warmup_max_lr": 9.65e-6, "warmup_num_steps": 100,
+                           "total_num_steps": 2000, "warmup_type": "linear"}}
+})";
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(ds_config)
+
+BOOST_AUTO_TEST_CASE(deepspeed_chat_step1_config_translates) {
+  std::vector<std::string> notes;
+  TrainConfig config = translate(kDeepSpeedChatStep1, notes, 4);
+  BOOST_CHECK_EQUAL(config.train_batch_size, 64);
+  BOOST_CHECK_EQUAL(config.micro_batch_size, 8);
+  BOOST_CHECK_EQUAL(config.gradient_accumulation_steps, 0);  // derived later, after the flags
+  BOOST_CHECK_EQUAL(config.gradient_clipping, 1.0);
+  BOOST_CHECK_EQUAL(config.steps_per_print, 10);
+  BOOST_CHECK(config.compute_dtype == zt::DType::BF16);
+  BOOST_CHECK_EQUAL(config.deepspeed_config_path, kPath);
+  BOOST_CHECK_EQUAL(config.optimizer.type, "adamw");
+  BOOST_CHECK_EQUAL(config.optimizer.lr, 9.65e-6);
+  BOOST_CHECK_EQUAL(config.optimizer.beta1, 0.9);
+  BOOST_CHECK_EQUAL(config.optimizer.beta2, 0.95);
+  BOOST_CHECK_EQUAL(config.optimizer.eps, 1e-8);
+  BOOST_CHECK_EQUAL(config.optimizer.weight_decay, 0.0);
+  BOOST_CHECK(config.optimizer.adam_w_mode);
+  BOOST_CHECK_EQUAL(config.scheduler.type, "WarmupDecayLR");
+  BOOST_CHECK_EQUAL(config.scheduler.warmup_max_lr, 9.65e-6);
+  BOOST_CHECK_EQUAL(config.scheduler.warmup_num_steps, 100);
+  BOOST_CHECK_EQUAL(config.scheduler.total_num_steps, 2000);
+  BOOST_CHECK_EQUAL(config.scheduler.warmup_type, "linear");
+  BOOST_CHECK_EQUAL(config.zero.stage, 2);
+  BOOST_CHECK(config.zero.overlap_comm);
+  BOOST_CHECK_EQUAL(config.zero.offload_optimizer_device, "cpu");
+  BOOST_CHECK_EQUAL(config.zero.offload_param_device, "none");  // DeepSpeed uses it only in stage 3
+  BOOST_CHECK_EQUAL(config.zero.stage3_param_persistence_threshold, 10000);
+  BOOST_CHECK_EQUAL(config.zero.stage3_max_live_parameters, 30000000);
+  BOOST_CHECK_EQUAL(config.zero.stage3_prefetch_bucket_size, 30000000);
+  BOOST_CHECK_EQUAL(config.zero.reduce_bucket_size, 500000000);  // DeepSpeed's default
+  // One note per ignored key, naming the file.
+  for (const char* key : {"wandb", "tensorboard", "wall_clock_breakdown", "hybrid_engine"}) {
+    BOOST_CHECK_MESSAGE(count_notes(notes, std::string(key) + " is ignored (tooling)") == 1, key);
+  }
+  BOOST_CHECK(has_note(notes, "ds_config.json: wandb is ignored (tooling)"));
+  BOOST_CHECK(has_note(notes, "zero_optimization.memory_efficient_linear is ignored"));
+  BOOST_CHECK(has_note(notes, "zero_optimization.offload_param is ignored below stage 3"));
+  BOOST_CHECK_EQUAL(notes.size(), 6u);
+  // The batch numbers are consistent with 4 ranks (accumulation 2) ...
+  config.resolve_batch_sizes(4);
+  BOOST_CHECK_EQUAL(config.gradient_accumulation_steps, 2);
+  // ... and not with 3.
+  check_translate_error(kDeepSpeedChatStep1,
+                        "ds_config.json: batch sizes: train_batch_size 64 is not a positive multiple of "
+                        "train_micro_batch_size_per_gpu 8 * world size 3 = 24",
+                        3);
+}
+
+BOOST_AUTO_TEST_CASE(stage3_fp16_config_translates) {
+  std::vector<std::string> notes;
+  const TrainConfig config = translate(R"({
+    "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 8,
+    "fp16": {"enabled": true, "loss_scale_window": 100},
+    "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "pin_memory": true},
+                          "offload_optimizer": {"device": "cpu", "pin_memory": true, "buffer_count": 4},
+                          "reduce_bucket_size": 5e8, "stage3_max_reuse_distance": 1e9,
+                          "stage3_gather_16bit_weights_on_model_save": true, "sub_group_size": 1e8,
+                          "round_robin_gradients": true, "contiguous_gradients": false},
+    "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 1000, "warmup_num_steps": 30,
+                                                      "warmup_min_ratio": 0.01, "cos_min_ratio": 0.1}}
+  })", notes);
+  BOOST_CHECK(config.compute_dtype == zt::DType::F16);
+  BOOST_CHECK_EQUAL(config.loss_scaler.loss_scale, 0.0);  // dynamic
+  BOOST_CHECK_EQUAL(config.loss_scaler.loss_scale_window, 100);
+  BOOST_CHECK_EQUAL(config.loss_scaler.initial_scale_power, 16);
+  BOOST_CHECK_EQUAL(config.loss_scaler.hysteresis, 2);
+  BOOST_CHECK_EQUAL(config.zero.stage, 3);
+  BOOST_CHECK(config.zero.overlap_comm);  // DeepSpeed's default for stage 3
+  BOOST_CHECK(!config.zero.contiguous_gradients);
+  BOOST_CHECK(config.zero.round_robin_gradients);
+  BOOST_CHECK(config.zero.stage3_gather_16bit_weights_on_model_save);
+  BOOST_CHECK_EQUAL(config.zero.sub_group_size, 100000000);
+  BOOST_CHECK_EQUAL(config.zero.offload_param_device, "cpu");
+  BOOST_CHECK(config.zero.offload_param_pin_memory);
+  BOOST_CHECK(config.zero.offload_optimizer_pin_memory);
+  BOOST_CHECK(has_note(notes, "zero_optimization.offload_optimizer.buffer_count is ignored"));
+  BOOST_CHECK_EQUAL(config.scheduler.type, "WarmupCosineLR");
+  BOOST_CHECK_EQUAL(config.scheduler.warmup_min_ratio, 0.01);
+  BOOST_CHECK_EQUAL(config.scheduler.cos_min_ratio, 0.1);
+  BOOST_CHECK_EQUAL(config.scheduler.warmup_type, "log");  // DeepSpeed's default
+}
+
+BOOST_AUTO_TEST_CASE(fp16_without_scaler_settings_follows_zero_defaults) {
+  std::vector<std::string> notes;
+  const TrainConfig config = translate(R"({"fp16": {"enabled": true}, "zero_optimization": {"stage": 1}})", notes);
+  BOOST_CHECK_EQUAL(config.loss_scaler.initial_scale_power, 32);  // DynamicLossScaler() defaults
+  BOOST_CHECK_EQUAL(config.loss_scaler.hysteresis, 1);
+  BOOST_CHECK(has_note(notes, "2^32"));
+  // Without overlap_comm, stage 1 keeps DeepSpeed's default off.
+  BOOST_CHECK(!config.zero.overlap_comm);
+}
+
+// "auto" (HF integration): not set by the JSON; tied values follow HF.
+BOOST_AUTO_TEST_CASE(auto_values_resolve) {
+  const TrainConfig config = translate(R"({
+    "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+    "gradient_clipping": "auto",
+    "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+    "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
+                                                     "warmup_num_steps": "auto", "total_num_steps": "auto"}},
+    "fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"},
+    "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+                          "stage3_param_persistence_threshold": "auto"}
+  })");
+  const TrainConfig defaults;
+  BOOST_CHECK_EQUAL(config.train_batch_size, 0);
+  BOOST_CHECK_EQUAL(config.micro_batch_size, 0);
+  BOOST_CHECK_EQUAL(config.gradient_accumulation_steps, 0);
+  BOOST_CHECK_EQUAL(config.gradient_clipping, defaults.gradient_clipping);
+  BOOST_CHECK_EQUAL(config.optimizer.lr, defaults.optimizer.lr);
+  BOOST_CHECK_EQUAL(config.optimizer.beta2, defaults.optimizer.beta2);
+  BOOST_CHECK_EQUAL(config.optimizer.eps, defaults.optimizer.eps);
+  BOOST_CHECK_EQUAL(config.optimizer.weight_decay, defaults.optimizer.weight_decay);
+  BOOST_CHECK(config.compute_dtype == zt::DType::F32);
+  BOOST_CHECK_EQUAL(config.scheduler.warmup_min_lr, 0.0);
+  BOOST_CHECK(config.scheduler.warmup_max_lr_auto);       // the optimizer's lr
+  BOOST_CHECK_EQUAL(config.scheduler.warmup_num_steps, 0);  // HF's default warmup
+  BOOST_CHECK_EQUAL(config.scheduler.total_num_steps, 0);   // the run's length, filled in later
+  BOOST_CHECK_EQUAL(config.zero.reduce_bucket_size, defaults.zero.reduce_bucket_size);
+  BOOST_CHECK_EQUAL(config.zero.stage3_prefetch_bucket_size, defaults.zero.stage3_prefetch_bucket_size);
+  BOOST_CHECK_EQUAL(config.zero.stage3_param_persistence_threshold, defaults.zero.stage3_param_persistence_threshold);
+  // run.json shows the resolved peak.
+  TrainConfig with_lr = config;
+  with_lr.optimizer.lr = 3e-5;
+  BOOST_CHECK_EQUAL(with_lr.to_json()["scheduler"]["warmup_max_lr"].get<double>(), 3e-5);
+}
+
+BOOST_AUTO_TEST_CASE(typos_get_the_nearest_key) {
+  check_translate_error(R"({"train_micro_batch_size_per_gpus": 4})",
+                        "ds_config.json: unknown DeepSpeed key 'train_micro_batch_size_per_gpus' (did you mean "
+                        "'train_micro_batch_size_per_gpu'?)");
+  check_translate_error(R"({"gradient_acumulation_steps": 4})", "(did you mean 'gradient_accumulation_steps'?)");
+  check_translate_error(R"({"zero_optimization": {"stgae": 2}})",
+                        "unknown DeepSpeed key 'zero_optimization.stgae' (did you mean 'zero_optimization.stage'?)");
+  check_translate_error(R"({"zero_optimization": {"offload_optimizer": {"devce": "cpu"}}})",
+                        "(did you mean 'zero_optimization.offload_optimizer.device'?)");
+  check_translate_error(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_max_lrr": 0.1}}})",
+                        "(did you mean 'scheduler.params.warmup_max_lr'?)");
+  check_translate_error(R"({"fp16": {"enabled": true, "loss_scale_windows": 100}})",
+                        "(did you mean 'fp16.loss_scale_window'?)");
+  check_translate_error(R"({"optimizer": {"type": "AdamW", "params": {"Lr": 0.1}}})",
+                        "(did you mean 'optimizer.params.lr'?)");
+  check_translate_error(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.1}, "param": {}}})",
+                        "(did you mean 'optimizer.params'?)");
+  // A parameter of another schedule is not a parameter of this one.
+  check_translate_error(R"({"scheduler": {"type": "WarmupLR", "params": {"total_num_steps": 10}}})",
+                        "unknown DeepSpeed key 'scheduler.params.total_num_steps'");
+  // Nothing near: say so, and for a section list what it takes.
+  check_translate_error(R"({"my_custom_setting": 1})", "unknown DeepSpeed key 'my_custom_setting': it is not in "
+                                                       "DeepSpeed's config schema");
+  check_translate_error(R"({"bf16": {"xyzzy": 1}})", "unknown DeepSpeed key 'bf16.xyzzy' (bf16 takes: enabled, "
+                                                     "immediate_grad_update)");
+  check_translate_error(R"({"optimizer": {"type": "AdamV"}})", "optimizer type 'AdamV' is neither a DeepSpeed nor a "
+                                                                "torch.optim optimizer (did you mean 'adam'?)");
+  check_translate_error(R"({"scheduler": {"type": "WarmupDecay"}})", "(did you mean 'WarmupDecayLR'?)");
+}
+
+BOOST_AUTO_TEST_CASE(edit_distance) {
+  BOOST_CHECK_EQUAL(zt::key_edit_distance("stage", "stage"), 0u);
+  BOOST_CHECK_EQUAL(zt::key_edit_distance("stgae", "stage"), 1u);  // adjacent swap
+  BOOST_CHECK_EQUAL(zt::key_edit_distance("Stage", "stage"), 0u);  // case-insensitive
+  BOOST_CHECK_EQUAL(zt::key_edit_distance("stag", "stage"), 1u);
+  BOOST_CHECK_EQUAL(zt::key_edit_distance("", "abc"), 3u);
+  BOOST_CHECK_EQUAL(zt::key_edit_distance("kitten", "sitting"), 3u);
+}
+
+BOOST_AUTO_TEST_CASE(unsupported_optimizers_and_schedules) {
+  for (const char* type : {"OneBitAdam", "Lamb", "SGD", "Lion", "ZeroOneAdam", "RMSprop"})
+    check_translate_error(optimizer_of_type(type), std::string("ds_config.json: optimizer type ") + type +
+                                              " is not supported (yet)");
+  check_translate_error(R"({"scheduler": {"type": "OneCycle", "params": {}}})",
+                        "scheduler type OneCycle is not supported (yet)");
+  check_translate_error(R"({"scheduler": {"type": "LRRangeTest"}})", "scheduler type LRRangeTest is not supported (yet)");
+  check_translate_error(R"({"scheduler": {"type": "StepLR"}})", "scheduler type StepLR is not supported (yet)");
+  check_translate_error(R"({"optimizer": {"params": {"lr": 1}}})", "optimizer.type is missing");
+  check_translate_error(R"({"optimizer": {"type": "Adam", "params": {"max_grad_norm": 1.0}}})",
+                        "optimizer.params.max_grad_norm is not supported");
+  check_translate_error(R"({"optimizer": {"type": "Adam", "params": {"amsgrad": true}}})",
+                        "optimizer.params.amsgrad true is not supported (only false)");
+  check_translate_error(R"({"optimizer": {"type": "AdamW", "params": {"bias_correction": false}}})",
+                        "optimizer.params.bias_correction false is not supported (only true)");
+}
+
+BOOST_AUTO_TEST_CASE(adam_flavours) {
+  // DeepSpeed "Adam" (any case) is AdamW unless adam_w_mode is false.
+  BOOST_CHECK(translate(R"({"optimizer": {"type": "adam", "params": {"weight_decay": 0.1}}})").optimizer.adam_w_mode);
+  BOOST_CHECK_EQUAL(translate(R"({"optimizer": {"type": "ADAMW"}})").optimizer.type, "adamw");
+  // L2 Adam: the same as AdamW only without weight decay.
+  std::vector<std::string> notes;
+  const TrainConfig l2 = translate(R"({"optimizer": {"type": "Adam", "params": {"adam_w_mode": false}}})", notes);
+  BOOST_CHECK(!l2.optimizer.adam_w_mode);
+  BOOST_CHECK(has_note(notes, "the same update as AdamW"));
+  check_translate_error(R"({"optimizer": {"type": "Adam", "params": {"adam_w_mode": false, "weight_decay": 0.01}}})",
+                        "optimizer Adam with adam_w_mode false (L2-regularised Adam) and weight_decay 0.01 is not "
+                        "supported");
+  // AdamW ignores adam_w_mode false, as DeepSpeed does.
+  BOOST_CHECK(translate(R"({"optimizer": {"type": "AdamW", "params": {"adam_w_mode": false}}})").optimizer.adam_w_mode);
+  // torch_adam builds torch.optim.AdamW, whose default weight decay is 0.01.
+  BOOST_CHECK_EQUAL(translate(R"({"optimizer": {"type": "AdamW", "params": {"torch_adam": true}}})")
+                        .optimizer.weight_decay, 0.01);
+  BOOST_CHECK_EQUAL(translate(R"({"optimizer": {"type": "AdamW", "params": {"torch_adam": true, "weight_decay": 0}}})")
+                        .optimizer.weight_decay, 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(sections_that_change_the_math_are_refused) {
+  for (const char* key : {"sparse_attention", "pipeline", "compression_training", "quantize_training"})
+    check_translate_error(std::string("{\"") + key + "\": {}}",
+                          std::string("ds_config.json: ") + key + " is not supported by zerotune (it changes what is computed)");
+  check_translate_error(R"({"amp": {"enabled": true, "opt_level": "O1"}})",
+                        "ds_config.json: amp is enabled, but it is not supported by zerotune");
+  check_translate_error(R"({"curriculum_learning": {"enabled": true}})", "curriculum_learning is enabled");
+  check_translate_error(R"({"elasticity": {"enabled": true}})", "elasticity is enabled");
+  std::vector<std::string> notes;
+  translate(R"({"amp": {"enabled": false}, "data_efficiency": {"enabled": false}})", notes);
+  BOOST_CHECK(has_note(notes, "amp is disabled; ignored"));
+  BOOST_CHECK(has_note(notes, "data_efficiency is disabled; ignored"));
+  // Values that change the math, accepted only at DeepSpeed's default.
+  check_translate_error(R"({"prescale_gradients": true})", "prescale_gradients true is not supported (only false)");
+  check_translate_error(R"({"gradient_predivide_factor": 2.0})", "gradient_predivide_factor 2.0 is not supported");
+  BOOST_CHECK_NO_THROW(translate(R"({"gradient_predivide_factor": 1, "prescale_gradients": false})"));
+  check_translate_error(R"({"sparse_gradients": true})", "sparse_gradients true is not supported");
+  check_translate_error(R"({"fp16": {"enabled": true, "auto_cast": true}})", "fp16.auto_cast true is not supported");
+  check_translate_error(R"({"zero_optimization": {"stage": 3, "zero_quantized_weights": true}})",
+                        "zero_optimization.zero_quantized_weights true is not supported");
+  check_translate_error(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}}})",
+                        "zero_optimization.offload_optimizer.device \"nvme\" is not supported (yet)");
+  check_translate_error(R"({"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}})",
+                        "offload_optimizer.device \"cpu\" needs ZeRO stage 1, 2 or 3 (stage is 0)");
+  check_translate_error(R"({"zero_optimization": {"stage": 4}})", "zero_optimization.stage must be an integer in [0, 3]");
+}
+
+BOOST_AUTO_TEST_CASE(fp16_and_bf16_together_are_refused) {
+  check_translate_error(R"({"fp16": {"enabled": true}, "bf16": {"enabled": true}})",
+                        "ds_config.json: fp16.enabled and bf16.enabled are both true");
+  check_translate_error(R"({"fp16": {"enabled": true}, "bfloat16": {"enabled": true}})",
+                        "fp16.enabled and bfloat16.enabled are both true");
+  check_translate_error(R"({"bf16": {"enabled": true}, "bfloat16": {"enabled": true}})",
+                        "give only one of bf16 and bfloat16");
+  // Disabled sections leave fp32.
+  BOOST_CHECK(translate(R"({"fp16": {"enabled": false}, "bf16": {"enabled": false}})").compute_dtype ==
+              zt::DType::F32);
+}
+
+BOOST_AUTO_TEST_CASE(wrong_json_types_name_the_key_and_value) {
+  check_translate_error(R"({"train_batch_size": "32"})",
+                        "ds_config.json: train_batch_size must be an integer in [1, 9223372036854775807] or \"auto\", "
+                        "got \"32\"");
+  check_translate_error(R"({"train_batch_size": 2.5})", "train_batch_size must be an integer");
+  check_translate_error(R"({"train_micro_batch_size_per_gpu": 0})", "train_micro_batch_size_per_gpu must be an integer in [1,");
+  check_translate_error(R"({"gradient_clipping": true})", "gradient_clipping must be a number >= 0 or \"auto\", got true");
+  check_translate_error(R"({"zero_optimization": {"stage": "2"}})", "zero_optimization.stage must be an integer in [0, 3], got \"2\"");
+  check_translate_error(R"({"zero_optimization": {"overlap_comm": "yes"}})",
+                        "zero_optimization.overlap_comm must be true or false, got \"yes\"");
+  check_translate_error(R"({"optimizer": {"type": "AdamW", "params": {"betas": [0.9]}}})",
+                        "optimizer.params.betas must be [beta1, beta2] with 0 <= beta < 1, or \"auto\", got [0.9]");
+  check_translate_error(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": [0.1, 0.2]}}})",
+                        "per-parameter-group lists are not supported");
+  check_translate_error(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "cosine"}}})",
+                        "scheduler.params.warmup_type must be one of \"log, linear\", got \"cosine\"");
+  check_translate_error(R"({"zero_optimization": []})", "zero_optimization must be a JSON object, got []");
+  check_translate_error(R"([1, 2])", "ds_config.json: a DeepSpeed config must be a JSON object");
+  check_translate_error(R"({"optimizer": {"type": 7}})", "optimizer.type must be an optimizer name");
+}
+
+BOOST_AUTO_TEST_CASE(scheduler_checks) {
+  check_translate_error(R"({"scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 10}}})",
+                        "scheduler.params.total_num_steps is required by WarmupDecayLR");
+  check_translate_error(R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 50,
+                                                                               "warmup_num_steps": 50}}})",
+                        "ds_config.json: scheduler WarmupCosineLR: total_num_steps 50 must be greater than "
+                        "warmup_num_steps 50");
+  check_translate_error(R"({"scheduler": {"type": "WarmupLR", "params": {"last_batch_iteration": 10}}})",
+                        "scheduler.params.last_batch_iteration 10 is not supported (only -1)");
+  // An "auto" total is checked later, against the run's length.
+  BOOST_CHECK_NO_THROW(translate(R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": "auto"}}})"));
+}
+
+BOOST_AUTO_TEST_CASE(tooling_keys_get_one_note_each) {
+  std::vector<std::string> notes;
+  translate(R"({
+    "wandb": {"enabled": true}, "tensorboard": {"enabled": false}, "csv_monitor": {"enabled": true},
+    "comms_logger": {"enabled": true}, "flops_profiler": {"enabled": true}, "autotuning": {"enabled": false},
+    "dump_state": true, "zero_force_ds_cpu_optimizer": false, "zero_allow_untested_optimizer": true,
+    "memory_breakdown": false, "checkpoint": {"tag_validation": "Warn"},
+    "activation_checkpointing": {"partition_activations": true, "cpu_checkpointing": false}
+  })", notes);
+  for (const char* key : {"wandb", "tensorboard", "csv_monitor", "comms_logger", "flops_profiler", "autotuning",
+                          "dump_state", "zero_force_ds_cpu_optimizer", "zero_allow_untested_optimizer",
+                          "memory_breakdown", "checkpoint"})
+    BOOST_CHECK_MESSAGE(count_notes(notes, std::string("ds_config.json: ") + key + " is ignored (tooling)") == 1, key);
+  BOOST_CHECK(has_note(notes, "activation_checkpointing is ignored"));
+  BOOST_CHECK_EQUAL(notes.size(), 12u);
+  check_translate_error(R"({"activation_checkpointing": {"partition_activation": true}})",
+                        "(did you mean 'activation_checkpointing.partition_activations'?)");
+}
+
+BOOST_AUTO_TEST_CASE(deprecated_zero_forms) {
+  std::vector<std::string> notes;
+  BOOST_CHECK_EQUAL(translate(R"({"zero_optimization": true})", notes).zero.stage, 1);
+  BOOST_CHECK(has_note(notes, "deprecated form"));
+  const TrainConfig old = translate(R"({"zero_optimization": {"stage": 3, "cpu_offload": true,
+                                                              "cpu_offload_param": true, "cpu_offload_use_pin_memory": true,
+                                                              "prefetch_bucket_size": 1000}})");
+  BOOST_CHECK_EQUAL(old.zero.offload_optimizer_device, "cpu");
+  BOOST_CHECK_EQUAL(old.zero.offload_param_device, "cpu");
+  BOOST_CHECK(old.zero.offload_optimizer_pin_memory);
+  BOOST_CHECK_EQUAL(old.zero.stage3_prefetch_bucket_size, 1000);
+  check_translate_error(R"({"zero_optimization": {"prefetch_bucket_size": 1, "stage3_prefetch_bucket_size": 2}})",
+                        "give only one of zero_optimization.stage3_prefetch_bucket_size and "
+                        "zero_optimization.prefetch_bucket_size");
+}
+
+BOOST_AUTO_TEST_CASE(files_invalid_json_and_duplicates) {
+  ScratchDir scratch;
+  const std::string good = scratch.write("good.json", "{\n  // DeepSpeed (hjson) allows comments\n"
+                                                      "  \"train_batch_size\": 16, /* and these */ \"bf16\": {\"enabled\": true}\n}\n");
+  TrainConfig config;
+  std::vector<std::string> notes;
+  zt::load_deepspeed_config(good, 2, config, notes);
+  BOOST_CHECK_EQUAL(config.train_batch_size, 16);
+  BOOST_CHECK(config.compute_dtype == zt::DType::BF16);
+  BOOST_CHECK_EQUAL(config.deepspeed_config_path, good);
+
+  const std::string broken = scratch.write("broken.json", "{\n  \"train_batch_size\": 16,\n}\n");
+  check_error([&] { zt::load_deepspeed_config(broken, 1, config, notes); }, broken + ": invalid JSON: parse error at line 3, column 1");
+  const std::string duplicate = scratch.write("dup.json", R"({"zero_optimization": {"stage": 2, "stage": 3}})");
+  check_error([&] { zt::load_deepspeed_config(duplicate, 1, config, notes); }, duplicate + ": duplicate key 'stage'");
+  check_error([&] { zt::load_deepspeed_config((scratch.path / "missing.json").string(), 1, config, notes); },
+              "missing.json: cannot open the DeepSpeed config");
+  const std::string typo = scratch.write("typo.json", R"({"train_micro_batch_size_per_gpus": 4})");
+  check_error([&] { zt::load_deepspeed_config(typo, 1, config, notes); },
+              typo + ": unknown DeepSpeed key 'train_micro_batch_size_per_gpus'");
+}
+
+// ---- TrainConfig::resolve_batch_sizes (DeepSpeed's _set_batch_related_parameters) -------------
+
+namespace {
+
+TrainConfig batches(int64_t total, int64_t micro, int64_t accum) {
+  TrainConfig config;
+  config.train_batch_size = total;
+  config.micro_batch_size = micro;
+  config.gradient_accumulation_steps = accum;
+  return config;
+}
+
+void check_batches(TrainConfig config, int world, int64_t total, int64_t micro, int64_t accum) {
+  config.resolve_batch_sizes(world);
+  BOOST_CHECK_EQUAL(config.train_batch_size, total);
+  BOOST_CHECK_EQUAL(config.micro_batch_size, micro);
+  BOOST_CHECK_EQUAL(config.gradient_accumulation_steps, accum);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(batch_sizes_resolve_like_deepspeed) {
+  check_batches(batches(32, 4, 2), 4, 32, 4, 2);  // all three, consistent
+  check_batches(batches(32, 4, 0), 2, 32, 4, 4);  // total + micro -> accumulation
+  check_batches(batches(32, 0, 2), 2, 32, 8, 2);  // total + accumulation -> micro
+  check_batches(batches(0, 4, 3), 2, 24, 4, 3);   // micro + accumulation -> total
+  check_batches(batches(32, 0, 0), 4, 32, 8, 1);  // total only: accumulation 1
+  check_batches(batches(0, 4, 0), 3, 12, 4, 1);   // micro only: accumulation 1
+  check_batches(batches(0, 0, 0), 2, 2, 1, 1);    // none: zerotune's micro-batch 1
+  check_batches(batches(0, 0, 5), 2, 10, 1, 5);   // accumulation only: micro-batch 1
+}
+
+BOOST_AUTO_TEST_CASE(inconsistent_batch_sizes_show_the_arithmetic) {
+  check_error([] { batches(32, 4, 2).resolve_batch_sizes(2); },
+              "train_batch_size 32 != train_micro_batch_size_per_gpu 4 * gradient_accumulation_steps 2 * world size 2 "
+              "= 16");
+  check_error([] { batches(30, 4, 0).resolve_batch_sizes(2); },
+              "train_batch_size 30 is not a positive multiple of train_micro_batch_size_per_gpu 4 * world size 2 = 8");
+  check_error([] { batches(4, 4, 0).resolve_batch_sizes(2); },
+              "train_batch_size 4 is not a positive multiple of train_micro_batch_size_per_gpu 4 * world size 2 = 8");
+  check_error([] { batches(30, 0, 4).resolve_batch_sizes(2); },
+              "train_batch_size 30 is not a positive multiple of gradient_accumulation_steps 4 * world size 2 = 8");
+  check_error([] { batches(10, 0, 0).resolve_batch_sizes(4); },
+              "train_batch_size 10 is not a positive multiple of world size 4 (with gradient_accumulation_steps 1) = 4");
+  check_error([] { batches(-1, 0, 0).resolve_batch_sizes(1); }, "train_batch_size -1 must be positive");
+  check_error([] { batches(0, 0, 0).resolve_batch_sizes(0); }, "world size 0 must be >= 1");
+  // The DeepSpeed file is named when the numbers came from one.
+  TrainConfig from_file = batches(32, 4, 2);
+  from_file.deepspeed_config_path = "run/ds.json";
+  check_error([&] { from_file.resolve_batch_sizes(2); }, "batch sizes (run/ds.json and flags): train_batch_size 32 !=");
+  check_translate_error(R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2})",
+                        "ds_config.json: batch sizes: train_batch_size 32 != train_micro_batch_size_per_gpu 4 * "
+                        "gradient_accumulation_steps 2 * world size 2 = 16",
+                        2);
+}
+
+BOOST_AUTO_TEST_CASE(to_json_writes_every_field) {
+  TrainConfig config = translate(kDeepSpeedChatStep1, 4);
+  config.resolve_batch_sizes(4);
+  config.lora.r = 8;
+  config.lora.targets = {"q_proj", "v_proj"};
+  config.model_dir = "models/tiny";
+  const json j = config.to_json();
+  for (const char* key : {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                          "gradient_clipping", "steps_per_print", "compute_dtype", "loss_scaler", "optimizer",
+                          "scheduler", "zero_optimization", "lora", "activation_checkpointing", "model_dir", "data_dir",
+                          "out_dir", "deepspeed_config_path", "seed", "shuffle", "epochs", "max_steps",
+                          "dump_step0_path"})
+    BOOST_CHECK_MESSAGE(j.contains(key), key);
+  BOOST_CHECK_EQUAL(j.size(), 21u);
+  BOOST_CHECK_EQUAL(j["gradient_accumulation_steps"].get<int64_t>(), 2);
+  BOOST_CHECK_EQUAL(j["compute_dtype"].get<std::string>(), "bf16");
+  BOOST_CHECK_EQUAL(j["optimizer"]["betas"][1].get<double>(), 0.95);
+  BOOST_CHECK_EQUAL(j["scheduler"]["type"].get<std::string>(), "WarmupDecayLR");
+  BOOST_CHECK_EQUAL(j["scheduler"].size(), 10u);
+  BOOST_CHECK_EQUAL(j["zero_optimization"]["offload_optimizer"]["device"].get<std::string>(), "cpu");
+  BOOST_CHECK_EQUAL(j["zero_optimization"]["stage3_max_live_parameters"].get<int64_t>(), 30000000);
+  BOOST_CHECK_EQUAL(j["zero_optimization"].size(), 17u);
+  BOOST_CHECK_EQUAL(j["loss_scaler"].size(), 5u);
+  BOOST_CHECK_EQUAL(j["lora"]["targets"][1].get<std::string>(), "v_proj");
+  BOOST_CHECK_EQUAL(j["model_dir"].get<std::string>(), "models/tiny");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
