@@ -21,12 +21,14 @@
 
 namespace zt {
 
+// Hyperparameters in double, as torch computes 1 - beta2, lr / (1 - beta1^t), ... from Python
+// floats: from float(0.999) instead, 1 - beta2 would be wrong by 1e-5 relative.
 struct AdamWParams {
-  float lr = 1e-3f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
   int64_t step = 1;          // 1-based step count used for bias correction
   bool bias_correction = true;
 };

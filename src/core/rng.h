@@ -27,14 +27,34 @@ struct RngKey {
 // same index space never share numbers.
 uint32_t rng_stream(RngPurpose purpose, uint32_t sub_stream);
 
-// Four 32-bit random words for counter `index` under `key`.
-std::array<uint32_t, 4> philox4x32(const RngKey& key, uint64_t index);
+// Four 32-bit random words for counter `index` under `key`: Philox-4x32-10 (Salmon et al.,
+// "Parallel random numbers: as easy as 1, 2, 3", SC'11) with counter (index_lo, index_hi,
+// purpose, step) and key (seed_lo, seed_hi). Inline so per-element loops (dropout) vectorise.
+inline std::array<uint32_t, 4> philox4x32(const RngKey& key, uint64_t index) {
+  constexpr uint32_t kMultiplier0 = 0xD2511F53u, kMultiplier1 = 0xCD9E8D57u;
+  constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
+  uint32_t c0 = static_cast<uint32_t>(index), c1 = static_cast<uint32_t>(index >> 32), c2 = key.purpose, c3 = key.step;
+  uint32_t key0 = static_cast<uint32_t>(key.seed), key1 = static_cast<uint32_t>(key.seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t product0 = static_cast<uint64_t>(kMultiplier0) * c0;
+    const uint64_t product1 = static_cast<uint64_t>(kMultiplier1) * c2;
+    const uint32_t hi0 = static_cast<uint32_t>(product0 >> 32), lo0 = static_cast<uint32_t>(product0);
+    const uint32_t hi1 = static_cast<uint32_t>(product1 >> 32), lo1 = static_cast<uint32_t>(product1);
+    c0 = hi1 ^ c1 ^ key0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ key1;
+    c3 = lo0;
+    key0 += kWeyl0;
+    key1 += kWeyl1;
+  }
+  return {c0, c1, c2, c3};
+}
 
 // Uniform float in [0, 1) from one 32-bit word (24 random bits, exact in float).
 inline float uniform_from_bits(uint32_t bits) { return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f); }
 
 // The uniform number for element `index` (each index uses its own Philox block's first word).
-float rng_uniform(const RngKey& key, uint64_t index);
+inline float rng_uniform(const RngKey& key, uint64_t index) { return uniform_from_bits(philox4x32(key, index)[0]); }
 
 // A standard normal for element `index` (Box-Muller on the block's first two words).
 float rng_normal(const RngKey& key, uint64_t index);

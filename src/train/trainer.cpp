@@ -263,11 +263,11 @@ void run_training(TrainConfig config, const RunOptions& options) {
         if (!numel) continue;
         if (clip != 1.0f) backend->scale(store.group_grads(group), 1.0f / clip);
         AdamWParams adam_params;
-        adam_params.lr = static_cast<float>(lr);
-        adam_params.beta1 = static_cast<float>(config.optimizer.beta1);
-        adam_params.beta2 = static_cast<float>(config.optimizer.beta2);
-        adam_params.eps = static_cast<float>(config.optimizer.eps);
-        adam_params.weight_decay = group == ParamGroup::Decay ? static_cast<float>(config.optimizer.weight_decay) : 0.0f;
+        adam_params.lr = lr;
+        adam_params.beta1 = config.optimizer.beta1;
+        adam_params.beta2 = config.optimizer.beta2;
+        adam_params.eps = config.optimizer.eps;
+        adam_params.weight_decay = group == ParamGroup::Decay ? config.optimizer.weight_decay : 0.0;
         adam_params.step = updates_done + 1;
         AdamState& state = adam[static_cast<int>(group)];
         backend->adamw(store.group_params(group), store.group_grads(group), state.exp_avg.view(DType::F32, {numel}),

@@ -17,8 +17,8 @@ failures=0
 cases=0
 fatal() { echo "FATAL: $*" >&2; exit 1; }
 
-# Output that means zerotune did not handle the error itself: C++/MPI aborts, sanitizer or
-# signal reports, HDF5's default error stack, Python-style tracebacks.
+# Output that means zerotune did not handle the error itself: C++/MPI aborts, signal reports,
+# HDF5's default error stack, Python-style tracebacks, exceptions that are not zt::Error.
 NOISE='terminate called|what\(\):|Aborted|core dumped|Segmentation fault|MPI_ABORT|HDF5-DIAG|Traceback|internal error'
 
 # expect_error NAME PHRASE... -- ZEROTUNE_ARGS...
@@ -56,7 +56,7 @@ expect_error() {
 
 # A copy of the good model directory, to break one thing in.
 copy_model() { cp -r "$WORK/model" "$WORK/$1"; }
-# Edits DIR/config.json or a JSON file: python code on `d` (the parsed object), or raw text.
+# edit_json FILE CODE: runs the python CODE on `d`, the parsed JSON of FILE, and writes d back.
 edit_json() {
   "$PYTHON" - "$1" "$2" <<'EOF' || fatal "editing $1 failed"
 import json, sys

@@ -574,11 +574,11 @@ BOOST_AUTO_TEST_CASE(adamw_matches_double_loop) {
   const int64_t n = 37;
   for (bool bias_correction : {true, false}) {
     zt::AdamWParams params;
-    params.lr = 1e-2f;
-    params.beta1 = 0.9f;
-    params.beta2 = 0.99f;
-    params.eps = 1e-6f;
-    params.weight_decay = 0.1f;
+    params.lr = 1e-2;
+    params.beta1 = 0.9;
+    params.beta2 = 0.99;
+    params.eps = 1e-6;
+    params.weight_decay = 0.1;
     params.bias_correction = bias_correction;
     std::vector<float> param = random_floats(static_cast<size_t>(n), 29u), exp_avg(static_cast<size_t>(n), 0.0f),
                        exp_avg_sq(static_cast<size_t>(n), 0.0f);
@@ -628,11 +628,11 @@ BOOST_AUTO_TEST_CASE(adamw_matches_torch) {
                                                0x1.990f40p-5f, 0x1.eff100p-18f, 0x1.77a60cp-20f, 0x1.577976p-8f};
   std::vector<float> exp_avg(8, 0.0f), exp_avg_sq(8, 0.0f);
   zt::AdamWParams params;
-  params.lr = 1e-2f;
-  params.beta1 = 0.9f;
-  params.beta2 = 0.999f;
-  params.eps = 1e-8f;
-  params.weight_decay = 0.1f;
+  params.lr = 1e-2;
+  params.beta1 = 0.9;
+  params.beta2 = 0.999;
+  params.eps = 1e-8;
+  params.weight_decay = 0.1;
   for (size_t step = 0; step < grads.size(); ++step) {
     std::vector<float> grad = grads[step];
     params.step = static_cast<int64_t>(step) + 1;

@@ -95,7 +95,7 @@ const std::vector<double> kWarmupLogOracle = {
 const std::vector<double> kWarmupLinearOracle = {0.0, 0.0, 0.0005, 0.001, 0.0015, 0.002, 0.002, 0.002};
 // WarmupLR(1e-4, 1e-3, warmup_num_steps=1 -> DeepSpeed uses 2), log; optimizer lr 1e-3
 const std::vector<double> kWarmupClampOracle = {0.0001, 0.0001, 0.001, 0.001, 0.001};
-// WarmupLR(1e-5, warmup_max_lr absent, 3, "linear"); optimizer lr 4e-4
+// WarmupLR(1e-5, warmup_max_lr absent: the optimizer's lr, 3, "linear"); optimizer lr 4e-4
 const std::vector<double> kWarmupDefaultMaxOracle = {1e-05, 1e-05, 0.00014, 0.00027, 0.0004, 0.0004};
 // WarmupDecayLR(total_num_steps=20, 1e-5, 1e-3, 5), log; optimizer lr 1e-3
 const std::vector<double> kWarmupDecayLogOracle = {
@@ -107,14 +107,16 @@ const std::vector<double> kWarmupDecayLogOracle = {
 const std::vector<double> kWarmupDecayLinearOracle = {
     0.0, 0.0, 0.00025, 0.0005, 0.00075, 0.001, 0.0008333333333333334, 0.0006666666666666666, 0.0005,
     0.0003333333333333333, 0.00016666666666666666, 0.0, 0.0};
-// WarmupCosineLR(total_num_steps=20, warmup_min_ratio=0.1, warmup_num_steps=5), log, cos_min_ratio 1e-4 (default); optimizer lr 2e-3
+// WarmupCosineLR(total_num_steps=20, warmup_min_ratio=0.1, warmup_num_steps=5), log, cos_min_ratio
+// 1e-4 (default); optimizer lr 2e-3. Past the end the ratio stays at cos_min_ratio.
 const std::vector<double> kWarmupCosineLogOracle = {
     0.0, 0.0002, 0.0009752178045321076, 0.0014286911500747737, 0.0017504356090642151, 0.002, 0.0019781497859737325,
     0.0019135541030968367, 0.00180903609267551, 0.0016691636932982224, 0.00150005, 0.00130908609267551,
     0.001104618010421327, 0.0008955819895786735, 0.0006911139073244902, 0.0005001500000000002,
     0.00033103630670177795, 0.00019116390732449014, 8.664589690316329e-05, 2.205021402626769e-05,
     2.0000000000000002e-07, 2.0000000000000002e-07, 2.0000000000000002e-07, 2.0000000000000002e-07};
-// WarmupCosineLR(total_num_steps=12, warmup_min_ratio=0, warmup_num_steps=4, cos_min_ratio=0.05, "linear"); optimizer lr 1e-3
+// WarmupCosineLR(total_num_steps=12, warmup_min_ratio=0, warmup_num_steps=4, cos_min_ratio=0.05,
+// "linear"); optimizer lr 1e-3
 const std::vector<double> kWarmupCosineLinearOracle = {
     0.0, 0.0, 0.00025, 0.0005, 0.00075, 0.0009638427779428612, 0.0008608757210636101, 0.0007067746303734177,
     0.0005250000000000001, 0.00034322536962658233, 0.00018912427893638995, 8.61572220571388e-05, 5e-05, 5e-05,
@@ -142,20 +144,20 @@ BOOST_AUTO_TEST_CASE(constant_is_the_optimizer_lr) {
 }
 
 // DeepSpeed's WarmupLR, written as a function of the update index k: update 0 runs before the
-// first scheduler.step() with the optimizer's lr; update k >= 1 sees iteration k-1, i.e. the
-// log warmup fraction ln(k)/ln(W) and the linear one (k-1)/W, then the peak.
+// first scheduler.step() at warmup_min_lr (set by the constructor); update k >= 1 sees iteration
+// k-1, i.e. the log warmup fraction ln(k)/ln(W) and the linear one (k-1)/W, then the peak.
 BOOST_AUTO_TEST_CASE(warmup_lr_closed_form) {
   const double min_lr = 1e-5, max_lr = 1e-3, opt_lr = 3e-4;
   const int64_t warmup = 10;
   const SchedulerConfig log_schedule = deepspeed("WarmupLR", min_lr, max_lr, warmup, "log");
   const SchedulerConfig linear_schedule = deepspeed("WarmupLR", min_lr, max_lr, warmup, "linear");
   auto expected_log = [&](int64_t k) {
-    if (k == 0) return opt_lr;
+    if (k == 0) return min_lr;
     if (k - 1 >= warmup) return max_lr;
     return min_lr + (max_lr - min_lr) * std::log(static_cast<double>(k)) / std::log(static_cast<double>(warmup));
   };
   auto expected_linear = [&](int64_t k) {
-    if (k == 0) return opt_lr;
+    if (k == 0) return min_lr;
     if (k - 1 >= warmup) return max_lr;
     return min_lr + (max_lr - min_lr) * static_cast<double>(k - 1) / static_cast<double>(warmup);
   };
@@ -164,7 +166,8 @@ BOOST_AUTO_TEST_CASE(warmup_lr_closed_form) {
     BOOST_CHECK_MESSAGE(close(learning_rate_at(linear_schedule, opt_lr, k), expected_linear(k)), "linear update " << k);
   }
   // The landmarks spelled out: first update, start of warmup, end of warmup, beyond.
-  BOOST_CHECK_EQUAL(learning_rate_at(log_schedule, opt_lr, 0), opt_lr);
+  BOOST_CHECK_EQUAL(learning_rate_at(log_schedule, opt_lr, 0), min_lr);  // not the optimizer's lr
+  BOOST_CHECK_EQUAL(learning_rate_at(linear_schedule, opt_lr, 0), min_lr);
   BOOST_CHECK_EQUAL(learning_rate_at(log_schedule, opt_lr, 1), min_lr);  // ln(1) = 0
   BOOST_CHECK(close(learning_rate_at(log_schedule, opt_lr, 10), max_lr));  // ln(10)/ln(10)
   BOOST_CHECK_EQUAL(learning_rate_at(log_schedule, opt_lr, 11), max_lr);
@@ -175,18 +178,21 @@ BOOST_AUTO_TEST_CASE(warmup_lr_matches_deepspeed) {
   check_sequence(deepspeed("WarmupLR", 1e-5, 1e-3, 10, "log"), 3e-4, kWarmupLogOracle, "WarmupLR log");
   check_sequence(deepspeed("WarmupLR", 0.0, 2e-3, 4, "linear"), 5e-4, kWarmupLinearOracle, "WarmupLR linear");
   check_sequence(deepspeed("WarmupLR", 1e-4, 1e-3, 1, "log"), 1e-3, kWarmupClampOracle, "WarmupLR warmup 1");
-  // warmup_num_steps 0 is clamped to 2 as well: update 2 (iteration 1) is ln(2)/ln(2) = the peak.
-  BOOST_CHECK_EQUAL(learning_rate_at(deepspeed("WarmupLR", 1e-4, 1e-3, 0, "log"), 5.0, 2), 1e-3);
+  // An absent warmup_max_lr is the optimizer's lr in WarmupLR (ds_config marks it auto).
+  SchedulerConfig default_max = deepspeed("WarmupLR", 1e-5, 1e-3, 3, "linear");
+  default_max.warmup_max_lr_auto = true;
+  check_sequence(default_max, 4e-4, kWarmupDefaultMaxOracle, "WarmupLR without warmup_max_lr");
 }
 
-// WarmupDecayLR: warmup as WarmupLR, then gamma = max(0, (T - i) / max(1, T - W)) at iteration
-// i = k - 1, so the peak is at update W+1 and warmup_min_lr is reached at update T+1.
+// WarmupDecayLR: warmup_min_lr at update 0, warmup as WarmupLR, then gamma = max(0, (T - i) /
+// max(1, T - W)) at iteration i = k - 1, so the peak is at update W+1 and warmup_min_lr is
+// reached again at update T+1.
 BOOST_AUTO_TEST_CASE(warmup_decay_lr_closed_form) {
   const double min_lr = 1e-5, max_lr = 1e-3, opt_lr = 1e-3;
   const int64_t warmup = 5, total = 20;
   const SchedulerConfig s = deepspeed("WarmupDecayLR", min_lr, max_lr, warmup, "log", total);
   auto expected = [&](int64_t k) {
-    if (k == 0) return opt_lr;
+    if (k == 0) return min_lr;
     const double i = static_cast<double>(k - 1);
     if (k - 1 < warmup) return min_lr + (max_lr - min_lr) * std::log(i + 1.0) / std::log(5.0);
     const double gamma = std::max(0.0, (20.0 - i) / 15.0);
@@ -194,6 +200,7 @@ BOOST_AUTO_TEST_CASE(warmup_decay_lr_closed_form) {
   };
   for (int64_t k = 0; k <= 30; ++k)
     BOOST_CHECK_MESSAGE(close(learning_rate_at(s, opt_lr, k), expected(k)), "update " << k);
+  BOOST_CHECK_EQUAL(learning_rate_at(s, opt_lr, 0), min_lr);                               // first update
   BOOST_CHECK(close(learning_rate_at(s, opt_lr, 6), max_lr));                              // end of warmup
   BOOST_CHECK(close(learning_rate_at(s, opt_lr, 11), min_lr + (max_lr - min_lr) * 10.0 / 15.0));  // mid-decay: i = 10
   BOOST_CHECK(close(learning_rate_at(s, opt_lr, 21), min_lr));                              // last: i = T
@@ -207,27 +214,33 @@ BOOST_AUTO_TEST_CASE(warmup_decay_lr_matches_deepspeed) {
                  "WarmupDecayLR linear");
 }
 
-// WarmupCosineLR, ratios of the optimizer lr: warmup from warmup_min_ratio to 1, then at
-// iteration i >= W: max(0, c + (1 - c) * (1 + cos(pi * (i - W + 1) / (T - W))) / 2).
+// WarmupCosineLR, ratios of the optimizer lr: 0 at update 0 (set by the constructor), warmup from
+// warmup_min_ratio to 1, then at iteration i >= W:
+// max(0, c + (1 - c) * (1 + cos(pi * min(1, (i - W + 1) / (T - W)))) / 2), i.e. the floor c from
+// i = T - 1 on.
 BOOST_AUTO_TEST_CASE(warmup_cosine_lr_closed_form) {
   const double opt_lr = 2e-3, min_ratio = 0.1, cos_min = 1e-4;
   const int64_t warmup = 5, total = 20;
   const SchedulerConfig s = cosine_ds(total, warmup, min_ratio, cos_min, "log");
   auto expected = [&](int64_t k) {
-    if (k == 0) return opt_lr;
+    if (k == 0) return 0.0;
     const double i = static_cast<double>(k - 1);
     if (k - 1 < warmup) return opt_lr * (min_ratio + (1.0 - min_ratio) * std::log(i + 1.0) / std::log(5.0));
-    const double cosine = (1.0 + std::cos(kPi * (i - 5.0 + 1.0) / 15.0)) / 2.0;
+    const double cosine = (1.0 + std::cos(kPi * std::min(1.0, (i - 5.0 + 1.0) / 15.0))) / 2.0;
     return opt_lr * std::max(0.0, cos_min + (1.0 - cos_min) * cosine);
   };
   for (int64_t k = 0; k <= 26; ++k)
     BOOST_CHECK_MESSAGE(close(learning_rate_at(s, opt_lr, k), expected(k)), "update " << k);
+  BOOST_CHECK_EQUAL(learning_rate_at(s, opt_lr, 0), 0.0);                  // first update: not min_ratio
   BOOST_CHECK(close(learning_rate_at(s, opt_lr, 1), opt_lr * min_ratio));  // start of warmup
   BOOST_CHECK(close(learning_rate_at(s, opt_lr, 4), opt_lr * (min_ratio + (1 - min_ratio) * std::log(4.0) / std::log(5.0))));
   BOOST_CHECK(close(learning_rate_at(s, opt_lr, 5), opt_lr));  // end of warmup: i = 4, ln(5)/ln(5)
   // Mid-decay: i - W + 1 = 7.5 is not an integer; at update 13, i = 12, the angle is 8/15 pi.
   BOOST_CHECK(close(learning_rate_at(s, opt_lr, 13), opt_lr * (cos_min + (1 - cos_min) * (1 + std::cos(kPi * 8 / 15)) / 2)));
   BOOST_CHECK(close(learning_rate_at(s, opt_lr, 20), opt_lr * cos_min));  // i = T - 1: the floor
+  // Past the end the ratio stays at the floor (it rose again before DeepSpeed clamped it).
+  for (int64_t k : {21, 22, 30, 1000})
+    BOOST_CHECK_MESSAGE(close(learning_rate_at(s, opt_lr, k), opt_lr * cos_min), "past the end: update " << k);
 }
 
 BOOST_AUTO_TEST_CASE(warmup_cosine_lr_matches_deepspeed) {
@@ -284,8 +297,17 @@ BOOST_AUTO_TEST_CASE(invalid_schedules_are_refused) {
   check_error([&] { learning_rate_at(unknown, 1e-3, 0); }, "is unknown");
   check_error([&] { zt::validate_schedule(deepspeed("WarmupDecayLR", 0, 1e-3, 10, "log", 10)); },
               "scheduler WarmupDecayLR: total_num_steps 10 must be greater than warmup_num_steps 10");
-  check_error([&] { zt::validate_schedule(deepspeed("WarmupDecayLR", 0, 1e-3, 0, "log", 2)); },
-              "total_num_steps 2 must be greater than warmup_num_steps 2 (DeepSpeed counts warmup_num_steps 0 as 2)");
+  check_error([&] { zt::validate_schedule(deepspeed("WarmupDecayLR", 0, 1e-3, 1, "log", 2)); },
+              "total_num_steps 2 must be greater than warmup_num_steps 2 (DeepSpeed counts warmup_num_steps 1 as 2)");
+  // Current DeepSpeed raises ValueError for warmup_num_steps <= 0 (all three classes).
+  check_error([&] { zt::validate_schedule(deepspeed("WarmupLR", 0, 1e-3, 0, "log")); },
+              "scheduler WarmupLR: warmup_num_steps 0 must be a positive integer");
+  check_error([&] { zt::validate_schedule(deepspeed("WarmupDecayLR", 0, 1e-3, -3, "linear", 10)); },
+              "scheduler WarmupDecayLR: warmup_num_steps -3 must be a positive integer");
+  check_error([&] { learning_rate_at(cosine_ds(10, 0, 0, 0, "log"), 1e-3, 3); },
+              "scheduler WarmupCosineLR: warmup_num_steps 0 must be a positive integer");
+  // DeepSpeed only warns here (its clamped cosine then stays at the floor after warmup); we refuse
+  // such a misconfigured run.
   check_error([&] { zt::validate_schedule(cosine_ds(5, 8, 0, 0, "log")); },
               "scheduler WarmupCosineLR: total_num_steps 5 must be greater than warmup_num_steps 8");
   check_error([&] { zt::validate_schedule(hf("cosine", 0, 0)); },

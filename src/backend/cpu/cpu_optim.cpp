@@ -1,26 +1,11 @@
 // The CPU backend's AdamW update: one fused pass over param, grad, exp_avg, exp_avg_sq with the
 // operation order of torch.optim.AdamW (single-tensor path), so results match it bit for bit
 // up to the compiler's choice of fused multiply-adds.
-#include <charconv>
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
 
 namespace zt::cpu {
-
-namespace {
-// The double a user wrote for a hyperparameter that reached us as a float: the shortest decimal
-// that round-trips the float (0.999f -> "0.999"), read back as a double. torch computes
-// 1 - beta2, lr / (1 - beta1^t), ... from Python floats; doing it from double(0.999f) instead
-// would make 1 - beta2 wrong by 1e-5 relative.
-double as_written(float value) {
-  char text[32];
-  const auto written = std::to_chars(text, text + sizeof(text), value);
-  double parsed = static_cast<double>(value);
-  if (written.ec == std::errc()) std::from_chars(text, written.ptr, parsed);
-  return parsed;
-}
-}  // namespace
 
 void CpuBackend::adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
                        const AdamWParams& params) {
@@ -35,8 +20,8 @@ void CpuBackend::adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg
   expect_numel(op, "exp_avg_sq", exp_avg_sq, n, "the elements of param");
   ZT_CHECK(params.step >= 1, op, ": step = ", params.step, " (steps count from 1)");
   // Scalars as torch computes them: in double (Python floats), then used as fp32 in the kernel.
-  const double lr = as_written(params.lr), beta1 = as_written(params.beta1);
-  const double beta2 = as_written(params.beta2), weight_decay = as_written(params.weight_decay);
+  const double lr = params.lr, beta1 = params.beta1;
+  const double beta2 = params.beta2, weight_decay = params.weight_decay;
   const double step = static_cast<double>(params.step);
   const double bias_correction1 = params.bias_correction ? 1.0 - std::pow(beta1, step) : 1.0;
   const double bias_correction2 = params.bias_correction ? 1.0 - std::pow(beta2, step) : 1.0;
@@ -50,7 +35,7 @@ void CpuBackend::adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg
   const float one_minus_b2 = static_cast<float>(1.0 - beta2);
   const float negative_step_size = static_cast<float>(-(lr / bias_correction1));
   const float bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  const float eps = params.eps;
+  const float eps = static_cast<float>(params.eps);
 #pragma omp parallel for simd schedule(static) if (n > 32768)
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i];
