@@ -23,6 +23,7 @@
 #include "model/param_store.h"
 #include "model/peft_adapter.h"
 #include "model/safetensors.h"
+#include "optim/adamw_optimizer.h"
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
 #include "train/metrics.h"
@@ -85,11 +86,6 @@ BatchTensors batch_views(MicroBatch& micro) {
   batch.row_ids = Tensor(micro.row_ids.data(), DType::I64, {n});
   return batch;
 }
-
-// Optimizer state of one trainable group: fp32 first and second moments [numel].
-struct AdamState {
-  Buffer exp_avg, exp_avg_sq;
-};
 
 void write_text_file(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::trunc);
@@ -165,17 +161,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
   const int64_t total_steps = config.max_steps > 0 ? config.max_steps : config.epochs * steps_per_epoch;
   resolve_schedule(config.scheduler, config.optimizer.lr, total_steps);
 
-  // Optimizer state per trainable group.
-  AdamState adam[kParamGroups];
-  for (ParamGroup group : {ParamGroup::Decay, ParamGroup::NoDecay}) {
-    size_t bytes = static_cast<size_t>(store.group(group).numel) * sizeof(float);
-    adam[static_cast<int>(group)].exp_avg = Buffer(*backend, bytes);
-    adam[static_cast<int>(group)].exp_avg_sq = Buffer(*backend, bytes);
-    if (bytes) {
-      backend->fill(adam[static_cast<int>(group)].exp_avg.view(DType::F32, {store.group(group).numel}), 0.0f);
-      backend->fill(adam[static_cast<int>(group)].exp_avg_sq.view(DType::F32, {store.group(group).numel}), 0.0f);
-    }
-  }
+  AdamWOptimizer optimizer(*backend, store, config.optimizer);
 
   // Output directory: run.json now, metrics.jsonl per step.
   fs::create_directories(config.out_dir);
@@ -199,7 +185,6 @@ void run_training(TrainConfig config, const RunOptions& options) {
   std::fflush(stdout);
 
   const int64_t log_every = options.log_every > 0 ? options.log_every : std::max<int64_t>(1, config.steps_per_print);
-  const ParamGroup trainable_groups[] = {ParamGroup::Decay, ParamGroup::NoDecay};
   int64_t skipped = 0;
   std::vector<int64_t> order;  // this epoch's sample order (global positions)
   int64_t order_epoch = -1;
@@ -243,36 +228,17 @@ void run_training(TrainConfig config, const RunOptions& options) {
     if (step == 0 && !config.dump_step0_path.empty())
       write_step0_dump(config.dump_step0_path, step0_logits, step0_batch, step0_seq, model_config.vocab_size, loss, store);
 
-    // Optimizer step: global norm, clipping, AdamW per group (no decay on norms and biases).
-    double norm_squared = 0.0;
-    for (ParamGroup group : trainable_groups)
-      if (store.group(group).numel) norm_squared += backend->sum_squares(store.group_grads(group));
-    const double grad_norm = std::sqrt(norm_squared);
-    // Skipped steps do not advance the schedule or Adam's step count (DeepSpeed).
+    // Optimizer step: global norm, clipping, AdamW per group. Skipped steps do not advance the
+    // schedule or Adam's step count (DeepSpeed).
+    const double grad_norm = optimizer.gradient_norm();
     const int64_t updates_done = step - skipped;
     const double lr = learning_rate_at(config.scheduler, config.optimizer.lr, updates_done);
-    const bool skip = target_tokens == 0 || !std::isfinite(grad_norm);
-    if (skip) {
+    if (target_tokens == 0 || !std::isfinite(grad_norm)) {
       ++skipped;
       std::printf("warning: step %lld skipped (%s)\n", static_cast<long long>(step + 1),
                   target_tokens == 0 ? "the global batch has no target tokens" : "the gradient is not finite");
     } else {
-      const float clip = clip_coefficient(grad_norm, config.gradient_clipping);
-      for (ParamGroup group : trainable_groups) {
-        const int64_t numel = store.group(group).numel;
-        if (!numel) continue;
-        if (clip != 1.0f) backend->scale(store.group_grads(group), 1.0f / clip);
-        AdamWParams adam_params;
-        adam_params.lr = lr;
-        adam_params.beta1 = config.optimizer.beta1;
-        adam_params.beta2 = config.optimizer.beta2;
-        adam_params.eps = config.optimizer.eps;
-        adam_params.weight_decay = group == ParamGroup::Decay ? config.optimizer.weight_decay : 0.0;
-        adam_params.step = updates_done + 1;
-        AdamState& state = adam[static_cast<int>(group)];
-        backend->adamw(store.group_params(group), store.group_grads(group), state.exp_avg.view(DType::F32, {numel}),
-                       state.exp_avg_sq.view(DType::F32, {numel}), adam_params);
-      }
+      optimizer.step(lr, clip_coefficient(grad_norm, config.gradient_clipping), updates_done + 1);
     }
 
     StepMetrics metrics;
