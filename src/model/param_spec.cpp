@@ -1,4 +1,5 @@
-// Parameter lists per architecture (HF LlamaForCausalLM key names and shapes).
+// Parameter lists per architecture (HF LlamaForCausalLM key names and shapes, in the order of
+// its state_dict, which is also the order save_pretrained fills shards in).
 #include "model/param_spec.h"
 
 #include "core/error.h"
@@ -24,15 +25,15 @@ std::vector<ParamSpec> llama_param_specs(const ModelConfig& c) {
       specs.push_back({prefix + block + module + ".weight", {out, in}, ParamRole::Linear, layer, module});
       if (bias) specs.push_back({prefix + block + module + ".bias", {out}, ParamRole::Bias, layer, module});
     };
-    specs.push_back({prefix + "input_layernorm.weight", {c.hidden_size}, ParamRole::NormWeight, layer, ""});
     linear("self_attn.", "q_proj", q_out, c.hidden_size, c.attention_bias);
     linear("self_attn.", "k_proj", kv_out, c.hidden_size, c.attention_bias);
     linear("self_attn.", "v_proj", kv_out, c.hidden_size, c.attention_bias);
     linear("self_attn.", "o_proj", c.hidden_size, q_out, c.attention_bias);
-    specs.push_back({prefix + "post_attention_layernorm.weight", {c.hidden_size}, ParamRole::NormWeight, layer, ""});
     linear("mlp.", "gate_proj", c.intermediate_size, c.hidden_size, c.mlp_bias);
     linear("mlp.", "up_proj", c.intermediate_size, c.hidden_size, c.mlp_bias);
     linear("mlp.", "down_proj", c.hidden_size, c.intermediate_size, c.mlp_bias);
+    specs.push_back({prefix + "input_layernorm.weight", {c.hidden_size}, ParamRole::NormWeight, layer, ""});
+    specs.push_back({prefix + "post_attention_layernorm.weight", {c.hidden_size}, ParamRole::NormWeight, layer, ""});
   }
   specs.push_back({"model.norm.weight", {c.hidden_size}, ParamRole::NormWeight, -1, ""});
   if (!c.tie_word_embeddings)

@@ -441,10 +441,12 @@ void translate_scheduler(const Section& top, TrainConfig& config) {
   SchedulerConfig& schedule = config.scheduler;
   schedule.type = type;
   params.number("warmup_min_lr", schedule.warmup_min_lr, 0.0, true);  // "auto": 0, DeepSpeed's and HF's value
-  if (params.number("warmup_max_lr", schedule.warmup_max_lr, 0.0, true) == Got::automatic)
-    schedule.warmup_max_lr_auto = true;  // HF: the optimizer's lr
-  if (params.integer("warmup_num_steps", schedule.warmup_num_steps, 0, kMaxInt, true) == Got::automatic)
-    schedule.warmup_num_steps = 0;  // HF's default warmup; DeepSpeed counts it as 2
+  const Got max_lr = params.number("warmup_max_lr", schedule.warmup_max_lr, 0.0, true);
+  // "auto" (HF) takes the optimizer's lr; so does a WarmupLR without the key (current DeepSpeed's
+  // default is None -> the optimizer's lr; WarmupDecayLR still defaults to 0.001).
+  if (max_lr == Got::automatic || (max_lr == Got::absent && type == "WarmupLR")) schedule.warmup_max_lr_auto = true;
+  if (params.integer("warmup_num_steps", schedule.warmup_num_steps, 1, kMaxInt, true) == Got::automatic)
+    schedule.warmup_num_steps = 1;  // transformers: max(1, warmup_steps); DeepSpeed counts it as 2
   params.text("warmup_type", schedule.warmup_type, {"log", "linear"});
   params.number("warmup_min_ratio", schedule.warmup_min_ratio, 0.0, true);
   params.number("cos_min_ratio", schedule.cos_min_ratio, 0.0, true);

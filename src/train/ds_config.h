@@ -17,7 +17,7 @@
 // "auto" (the HF-integration placeholder) means "not set here": the INI file / flags or
 // zerotune's default (which is DeepSpeed's) decide, except where the value is tied to another
 // one as HF ties it: warmup_max_lr -> the optimizer's lr, total_num_steps -> the run's length,
-// warmup_num_steps -> 0 (HF's default warmup; DeepSpeed then counts it as 2). Bucket and
+// warmup_num_steps -> 1 (transformers' max(1, warmup); DeepSpeed then counts it as 2). Bucket and
 // stage3_* sizes that HF derives from hidden_size keep DeepSpeed's defaults (they only change
 // speed and memory, never the result).
 // activation_checkpointing: in DeepSpeed this section only configures deepspeed.checkpointing

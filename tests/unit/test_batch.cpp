@@ -10,24 +10,14 @@
 #include "core/error.h"
 #include "data/batch.h"
 #include "data/token_shards.h"
+#include "temp_dir.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
 // A fresh directory under the system temp dir, removed with everything in it at the end.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "zt-batch-XXXXXX").string();
-    BOOST_REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-};
+using zt::test::TempDir;
 
 // Three samples in two shards (so a batch reads across shards):
 //   0: 1 10 11 12 2         mask 0 0 1 1 1

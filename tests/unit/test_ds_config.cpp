@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "train/ds_config.h"
 #include "train/train_config.h"
+#include "temp_dir.h"
 
 using nlohmann::json;
 using zt::TrainConfig;
@@ -60,19 +61,7 @@ size_t count_notes(const std::vector<std::string>& notes, const std::string& tex
 }
 
 // A scratch directory for config files, removed at the end of the test.
-struct ScratchDir {
-  std::filesystem::path path;
-  ScratchDir() {
-    path = std::filesystem::temp_directory_path() / ("zt_ds_config_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(path);
-  }
-  ~ScratchDir() { std::filesystem::remove_all(path); }
-  std::string write(const std::string& name, const std::string& text) const {
-    const std::filesystem::path file = path / name;
-    std::ofstream(file) << text;
-    return file.string();
-  }
-};
+using ScratchDir = zt::test::TempDir;
 
 // What DeepSpeed-Chat's get_train_ds_config writes for step 1 with --dtype bf16 --zero_stage 2
 // --offload --enable_tensorboard (json.dumps: 1e4 and 3e7 are written as floats), with the
@@ -204,6 +193,19 @@ BOOST_AUTO_TEST_CASE(fp16_without_scaler_settings_follows_zero_defaults) {
 }
 
 // "auto" (HF integration): not set by the JSON; tied values follow HF.
+BOOST_AUTO_TEST_CASE(warmup_lr_without_max_lr_takes_the_optimizer_lr) {
+  // Current DeepSpeed: WarmupLR's warmup_max_lr defaults to None -> the optimizer's lr;
+  // WarmupDecayLR keeps its explicit default 0.001.
+  const TrainConfig warmup = translate(R"({"optimizer": {"type": "AdamW", "params": {"lr": 2e-4}},
+    "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}}})");
+  BOOST_TEST(warmup.scheduler.warmup_max_lr_auto);
+  BOOST_CHECK_EQUAL(warmup.to_json()["scheduler"]["warmup_max_lr"].get<double>(), 2e-4);
+  const TrainConfig decay = translate(R"({"optimizer": {"type": "AdamW", "params": {"lr": 2e-4}},
+    "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 10, "total_num_steps": 100}}})");
+  BOOST_TEST(!decay.scheduler.warmup_max_lr_auto);
+  BOOST_CHECK_EQUAL(decay.scheduler.warmup_max_lr, 0.001);
+}
+
 BOOST_AUTO_TEST_CASE(auto_values_resolve) {
   const TrainConfig config = translate(R"({
     "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
@@ -227,7 +229,7 @@ BOOST_AUTO_TEST_CASE(auto_values_resolve) {
   BOOST_CHECK(config.compute_dtype == zt::DType::F32);
   BOOST_CHECK_EQUAL(config.scheduler.warmup_min_lr, 0.0);
   BOOST_CHECK(config.scheduler.warmup_max_lr_auto);       // the optimizer's lr
-  BOOST_CHECK_EQUAL(config.scheduler.warmup_num_steps, 0);  // HF's default warmup
+  BOOST_CHECK_EQUAL(config.scheduler.warmup_num_steps, 1);  // transformers: max(1, warmup_steps)
   BOOST_CHECK_EQUAL(config.scheduler.total_num_steps, 0);   // the run's length, filled in later
   BOOST_CHECK_EQUAL(config.zero.reduce_bucket_size, defaults.zero.reduce_bucket_size);
   BOOST_CHECK_EQUAL(config.zero.stage3_prefetch_bucket_size, defaults.zero.stage3_prefetch_bucket_size);

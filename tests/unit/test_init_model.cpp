@@ -22,24 +22,13 @@
 #include "model/init_model.h"
 #include "model/param_spec.h"
 #include "model/safetensors.h"
+#include "temp_dir.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "zt-init-model-XXXXXX").string();
-    BOOST_REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using zt::test::TempDir;
 
 // A tiny GQA llama; the odd spacing checks that config.json is copied byte for byte.
 const char* kTinyConfig = R"({"model_type": "llama",   "vocab_size": 128, "hidden_size": 64,

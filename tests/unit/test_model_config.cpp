@@ -10,24 +10,14 @@
 
 #include "core/error.h"
 #include "model/config.h"
+#include "temp_dir.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
 // A fresh directory under the system temp dir, removed with everything in it at the end.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "zt-model-config-XXXXXX").string();
-    BOOST_REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-};
+using zt::test::TempDir;
 
 std::string write_config(const TempDir& dir, const std::string& text, const std::string& name = "config.json") {
   const std::string file = (dir.path / name).string();

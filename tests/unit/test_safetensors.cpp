@@ -18,24 +18,13 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "model/safetensors.h"
+#include "temp_dir.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "zt-safetensors-XXXXXX").string();
-    BOOST_REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using zt::test::TempDir;
 
 // Runs `action`, which must throw a zt::Error whose message contains every one of `parts`.
 template <class Action>

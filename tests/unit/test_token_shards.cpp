@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "data/token_shards.h"
+#include "temp_dir.h"
 
 namespace {
 
@@ -26,19 +27,7 @@ using zt::TokenDataset;
 using zt::TokenSample;
 
 // A fresh directory under the system temp dir, removed with everything in it at the end.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "zt-token-shards-XXXXXX").string();
-    BOOST_REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using zt::test::TempDir;
 
 ShardAttributes test_attributes() {
   ShardAttributes attrs;
