@@ -2,6 +2,8 @@
 # CPU training-step benchmark: zerotune's CPU backend against PyTorch (HF LlamaForCausalLM)
 # on the same cores and thread count, run one after the other in one go; prints the ratio.
 #   bench/run_cpu_bench.sh [BUILD_DIR] [THREADS]   (defaults: build, 2)
+# OpenBLAS 0.3.21 does not know newer CPUs (e.g. Zen 5) and falls back to its Haswell kernels;
+# OPENBLAS_CORETYPE=SkylakeX in the environment selects its AVX-512 kernels for both sides.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
