@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "data/batch.h"
 #include "data/token_shards.h"
-#include "temp_dir.h"
+#include "test_util.h"
 
 namespace {
 

@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "train/ds_config.h"
 #include "train/train_config.h"
-#include "temp_dir.h"
+#include "test_util.h"
 
 using nlohmann::json;
 using zt::TrainConfig;
@@ -34,16 +34,7 @@ TrainConfig translate(const std::string& text, int world_size = 1) {
   return translate(text, notes, world_size);
 }
 
-void check_error(const std::function<void()>& action, const std::string& expected) {
-  try {
-    action();
-  } catch (const zt::Error& error) {
-    BOOST_CHECK_MESSAGE(std::string(error.what()).find(expected) != std::string::npos,
-                        "message '" << error.what() << "' lacks '" << expected << "'");
-    return;
-  }
-  BOOST_ERROR("no error; expected one containing '" << expected << "'");
-}
+using zt::test::check_error;
 
 void check_translate_error(const std::string& text, const std::string& expected, int world_size = 1) {
   check_error([&] { translate(text, world_size); }, expected);

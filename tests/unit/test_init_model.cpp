@@ -22,7 +22,7 @@
 #include "model/init_model.h"
 #include "model/param_spec.h"
 #include "model/safetensors.h"
-#include "temp_dir.h"
+#include "test_util.h"
 
 namespace {
 

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
+#include "test_util.h"
 
 using zt::SchedulerConfig;
 using zt::learning_rate_at;
@@ -33,16 +34,7 @@ void check_sequence(const SchedulerConfig& schedule, double optimizer_lr, const 
   }
 }
 
-void check_error(const std::function<void()>& action, const std::string& expected) {
-  try {
-    action();
-  } catch (const zt::Error& error) {
-    BOOST_CHECK_MESSAGE(std::string(error.what()).find(expected) != std::string::npos,
-                        "message '" << error.what() << "' lacks '" << expected << "'");
-    return;
-  }
-  BOOST_ERROR("no error; expected one containing '" << expected << "'");
-}
+using zt::test::check_error;
 
 SchedulerConfig deepspeed(const std::string& type, double min_lr, double max_lr, int64_t warmup, const std::string& warmup_type,
                           int64_t total = 0) {

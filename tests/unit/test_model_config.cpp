@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "model/config.h"
-#include "temp_dir.h"
+#include "test_util.h"
 
 namespace {
 

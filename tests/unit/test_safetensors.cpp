@@ -18,7 +18,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "model/safetensors.h"
-#include "temp_dir.h"
+#include "test_util.h"
 
 namespace {
 
@@ -26,19 +26,7 @@ namespace fs = std::filesystem;
 
 using zt::test::TempDir;
 
-// Runs `action`, which must throw a zt::Error whose message contains every one of `parts`.
-template <class Action>
-void check_error(Action action, const std::vector<std::string>& parts) {
-  try {
-    action();
-  } catch (const zt::Error& error) {
-    const std::string message = error.what();
-    for (const std::string& part : parts)
-      BOOST_TEST(message.find(part) != std::string::npos, "'" << part << "' is not in: " << message);
-    return;
-  }
-  BOOST_ERROR("no error thrown; expected one mentioning " << parts.front());
-}
+using zt::test::check_error_mentions;
 
 // A file with a hand-made header: declared_length (8 bytes LE), header text, then data bytes.
 void write_raw(const std::string& path, uint64_t declared_length, const std::string& header, size_t data_bytes) {
@@ -198,10 +186,10 @@ BOOST_AUTO_TEST_CASE(wrong_shape_and_missing_tensor_name_the_file) {
   zt::ModelWeights weights(dir.path.string());
   std::vector<float> out(12);
   const std::string file = dir.file("model.safetensors");
-  check_error([&] { weights.read_f32("w", out.data(), {4, 3}); },
+  check_error_mentions([&] { weights.read_f32("w", out.data(), {4, 3}); },
               {file, ": tensor w has shape [3, 4] but the model config needs [4, 3]"});
-  check_error([&] { weights.read_f32("lm_head.weight", out.data(), {3, 4}); }, {file, "lm_head.weight"});
-  check_error([&] { weights.info("nope"); }, {file, "nope"});
+  check_error_mentions([&] { weights.read_f32("lm_head.weight", out.data(), {3, 4}); }, {file, "lm_head.weight"});
+  check_error_mentions([&] { weights.info("nope"); }, {file, "nope"});
 }
 
 BOOST_AUTO_TEST_CASE(truncated_file) {
@@ -210,44 +198,44 @@ BOOST_AUTO_TEST_CASE(truncated_file) {
   const std::string path = dir.file("model.safetensors");
   zt::write_safetensors(path, {{"x", {4, 4}, data.data(), zt::DType::F32, zt::DType::F32}});
   fs::resize_file(path, fs::file_size(path) - 10);
-  check_error([&] { zt::SafetensorsFile file(path); },
+  check_error_mentions([&] { zt::SafetensorsFile file(path); },
               {path, ": truncated: tensor x needs bytes [0,64) but the data section has only 54 bytes"});
-  check_error([&] { zt::ModelWeights weights(dir.path.string()); }, {path, "truncated"});
+  check_error_mentions([&] { zt::ModelWeights weights(dir.path.string()); }, {path, "truncated"});
 }
 
 BOOST_AUTO_TEST_CASE(bad_header_length_json_and_entries) {
   TempDir dir;
   const std::string path = dir.file("bad.safetensors");
   write_raw(path, 1000, "{}", 0);
-  check_error([&] { zt::SafetensorsFile file(path); }, {path, "header length 1000", "beyond the end of the file"});
+  check_error_mentions([&] { zt::SafetensorsFile file(path); }, {path, "header length 1000", "beyond the end of the file"});
   { std::ofstream(path, std::ios::binary) << "abc"; }
-  check_error([&] { zt::SafetensorsFile file(path); }, {path, "too short"});
+  check_error_mentions([&] { zt::SafetensorsFile file(path); }, {path, "too short"});
   write_raw(path, "{\"x\": {\"dtype\": ", 0);
-  check_error([&] { zt::SafetensorsFile file(path); }, {path, "invalid safetensors header JSON"});
+  check_error_mentions([&] { zt::SafetensorsFile file(path); }, {path, "invalid safetensors header JSON"});
   write_raw(path, "[1, 2]", 0);
-  check_error([&] { zt::SafetensorsFile file(path); }, {path, "not a JSON object"});
+  check_error_mentions([&] { zt::SafetensorsFile file(path); }, {path, "not a JSON object"});
   write_raw(path, R"({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}})", 8);
-  check_error([&] { zt::SafetensorsFile file(path); }, {path, "tensor x", "need 8 bytes", "[0, 4]"});
+  check_error_mentions([&] { zt::SafetensorsFile file(path); }, {path, "tensor x", "need 8 bytes", "[0, 4]"});
   write_raw(path, R"({"x": {"dtype": "Q7", "shape": [2], "data_offsets": [0, 8]}})", 8);
-  check_error([&] { zt::SafetensorsFile file(path); }, {path, "tensor x", "unknown dtype 'Q7'"});
+  check_error_mentions([&] { zt::SafetensorsFile file(path); }, {path, "tensor x", "unknown dtype 'Q7'"});
   write_raw(path, R"({"x": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})", 8);
-  check_error([&] { zt::SafetensorsFile file(path); }, {path, "tensor x", "shape"});
+  check_error_mentions([&] { zt::SafetensorsFile file(path); }, {path, "tensor x", "shape"});
   write_raw(path, R"({"x": {"dtype": "F32", "shape": [2]}})", 8);
-  check_error([&] { zt::SafetensorsFile file(path); }, {path, "tensor x", "data_offsets"});
+  check_error_mentions([&] { zt::SafetensorsFile file(path); }, {path, "tensor x", "data_offsets"});
   write_raw(path, R"({"__metadata__": {"format": 1}})", 0);
-  check_error([&] { zt::SafetensorsFile file(path); }, {path, "__metadata__", "format"});
+  check_error_mentions([&] { zt::SafetensorsFile file(path); }, {path, "__metadata__", "format"});
 
   // A dtype the format defines but zerotune does not read as floats: the file opens, reading fails.
   write_raw(path, R"({"x": {"dtype": "F64", "shape": [2], "data_offsets": [0, 16]}})", 16);
   zt::SafetensorsFile f64(path);
   BOOST_TEST(f64.info("x").bytes == 16u);
   std::vector<float> out(2);
-  check_error([&] { f64.read_as_f32("x", out.data()); }, {path, "tensor x", "F64"});
+  check_error_mentions([&] { f64.read_as_f32("x", out.data()); }, {path, "tensor x", "F64"});
 }
 
 BOOST_AUTO_TEST_CASE(broken_model_directories) {
   TempDir dir;
-  check_error([&] { zt::ModelWeights weights(dir.path.string()); },
+  check_error_mentions([&] { zt::ModelWeights weights(dir.path.string()); },
               {dir.path.string(), "model.safetensors", "model.safetensors.index.json"});
 
   const std::vector<float> data = exact_values(8);
@@ -262,17 +250,17 @@ BOOST_AUTO_TEST_CASE(broken_model_directories) {
   nlohmann::json extra = index;
   extra["weight_map"]["c"] = "model-00001-of-00002.safetensors";
   std::ofstream(index_path) << extra.dump();
-  check_error([&] { zt::ModelWeights weights(dir.path.string()); },
+  check_error_mentions([&] { zt::ModelWeights weights(dir.path.string()); },
               {index_path, "tensor c", "model-00001-of-00002.safetensors"});
 
   // Invalid index JSON.
   std::ofstream(index_path) << "{\"weight_map\": ";
-  check_error([&] { zt::ModelWeights weights(dir.path.string()); }, {index_path, "invalid JSON"});
+  check_error_mentions([&] { zt::ModelWeights weights(dir.path.string()); }, {index_path, "invalid JSON"});
 
   // A shard named in the index is gone.
   std::ofstream(index_path) << index.dump();
   fs::remove(dir.file("model-00002-of-00002.safetensors"));
-  check_error([&] { zt::ModelWeights weights(dir.path.string()); },
+  check_error_mentions([&] { zt::ModelWeights weights(dir.path.string()); },
               {index_path, "model-00002-of-00002.safetensors", "tensor b", "missing"});
 }
 
@@ -280,15 +268,15 @@ BOOST_AUTO_TEST_CASE(writer_refuses_bad_entries) {
   TempDir dir;
   const std::string path = dir.file("w.safetensors");
   const std::vector<float> data = exact_values(4);
-  check_error([&] {
+  check_error_mentions([&] {
     zt::write_safetensors(path, {{"x", {4}, data.data(), zt::DType::F32, zt::DType::F32},
                                  {"x", {4}, data.data(), zt::DType::F32, zt::DType::F32}});
   }, {path, "tensor x", "twice"});
-  check_error([&] { zt::write_safetensors(path, {{"x", {4}, nullptr, zt::DType::F32, zt::DType::F32}}); },
+  check_error_mentions([&] { zt::write_safetensors(path, {{"x", {4}, nullptr, zt::DType::F32, zt::DType::F32}}); },
               {path, "tensor x", "no data"});
-  check_error([&] { zt::write_safetensors(path, {{"x", {4}, data.data(), zt::DType::F32, zt::DType::I32}}); },
+  check_error_mentions([&] { zt::write_safetensors(path, {{"x", {4}, data.data(), zt::DType::F32, zt::DType::I32}}); },
               {path, "tensor x", "fp32", "int32"});
-  check_error([&] { zt::write_safetensors(dir.file("no/such/dir/w.safetensors"), {}); }, {"no/such/dir/w.safetensors"});
+  check_error_mentions([&] { zt::write_safetensors(dir.file("no/such/dir/w.safetensors"), {}); }, {"no/such/dir/w.safetensors"});
   BOOST_TEST(!fs::exists(path));
   BOOST_TEST(!fs::exists(path + ".tmp"));
 }
@@ -300,9 +288,9 @@ BOOST_AUTO_TEST_CASE(max_shard_size_spelled_as_transformers_does) {
   BOOST_TEST(zt::parse_max_shard_size("2GiB") == int64_t{2} << 30);
   BOOST_TEST(zt::parse_max_shard_size("4KiB") == 4096);
   BOOST_TEST(zt::parse_max_shard_size("1234") == 1234);
-  check_error([] { zt::parse_max_shard_size("5 parsecs"); }, {"5 parsecs"});
-  check_error([] { zt::parse_max_shard_size("0GB"); }, {"0GB", "positive"});
-  check_error([] { zt::parse_max_shard_size("-1"); }, {"-1"});
+  check_error_mentions([] { zt::parse_max_shard_size("5 parsecs"); }, {"5 parsecs"});
+  check_error_mentions([] { zt::parse_max_shard_size("0GB"); }, {"0GB", "positive"});
+  check_error_mentions([] { zt::parse_max_shard_size("-1"); }, {"-1"});
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -17,7 +17,7 @@
 
 #include "core/error.h"
 #include "data/token_shards.h"
-#include "temp_dir.h"
+#include "test_util.h"
 
 namespace {
 
