@@ -73,16 +73,20 @@ int command_train(const std::vector<std::string>& args) {
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(options).run(), vm);
-    if (vm.count("config")) {
-      const std::string path = vm["config"].as<std::string>();
-      std::ifstream ini(path);
-      ZT_CHECK(ini, path, ": cannot open the --config file");
-      po::store(po::parse_config_file(ini, options), vm);
-    }
-    po::notify(vm);
   } catch (const po::error& error) {
     fail(error.what(), " (see zerotune train --help)");
   }
+  if (vm.count("config")) {  // command-line values win: po::store keeps the first value stored
+    const std::string path = vm["config"].as<std::string>();
+    std::ifstream ini(path);
+    ZT_CHECK(ini, path, ": cannot open the --config file");
+    try {
+      po::store(po::parse_config_file(ini, options), vm);
+    } catch (const po::error& error) {
+      fail(path, ": ", error.what(), " (the INI file takes the options of zerotune train --help, without --)");
+    }
+  }
+  po::notify(vm);
   if (vm.count("help")) {
     std::cout << options << "\n";
     return 0;

@@ -220,6 +220,10 @@ expect_error missing-model-flag "--model is required" \
 expect_error lora-target-matches-nothing "LoRA target 'foo_proj' matches no linear module" \
   -- train --model "$M" --data "$D" --out "$WORK/o18" --max-steps 1 --lora-r 8 --lora-targets foo_proj
 
+printf 'model = %s\ndata = %s\nmax-steps = 1\nlora-rank = 8\n' "$M" "$D" > "$WORK/run.ini"
+expect_error ini-unknown-option "$WORK/run.ini" "unrecognised option 'lora-rank'" \
+  -- train --config "$WORK/run.ini" --out "$WORK/o19"
+
 # ---------------------------------------------------------------------------------------------
 echo "$((cases - failures)) of $cases bad-input cases passed"
 [[ "$failures" -eq 0 ]]
