@@ -48,6 +48,8 @@ po::options_description train_options() {
       ("no-shuffle", po::bool_switch(), "take samples in order")
       ("log-every", po::value<int64_t>(), "console line every N steps (default: steps_per_print)")
       ("peak-tflops", po::value<double>(), "per-rank peak TFLOPS for the MFU figure")
+      ("eval-data", po::value<std::string>(), "evaluation split (token shards): eval_loss/eval_ppl in metrics.jsonl")
+      ("eval-every", po::value<int64_t>(), "evaluate every N steps (default: at the end of each epoch only)")
       ("dump-step0", po::value<std::string>(), "write logits, loss and gradients of step 0 to this safetensors file");
   return options;
 }
@@ -138,6 +140,10 @@ int command_train(const std::vector<std::string>& args) {
   take(vm, "log-every", run.log_every);
   take(vm, "peak-tflops", run.peak_tflops);
   take(vm, "dump-step0", config.dump_step0_path);
+  take(vm, "eval-data", config.eval_data_dir);
+  take(vm, "eval-every", config.eval_every);
+  ZT_CHECK(config.eval_every >= 0, "--eval-every must not be negative");
+  ZT_CHECK(config.eval_every == 0 || !config.eval_data_dir.empty(), "--eval-every needs --eval-data");
   ZT_CHECK(config.epochs > 0, "--epochs must be positive, not ", config.epochs);
   ZT_CHECK(config.max_steps >= 0, "--max-steps must not be negative");
   run_training(config, run);

@@ -53,7 +53,7 @@ void LinearLayer::forward(Backend& backend, Tensor y, Tensor x, LoraSaved& saved
   if (!bias_.empty()) backend.add_bias(y, bias_);
   if (!has_lora()) return;
   Tensor adapter_input = x;  // [N, in]
-  if (dropout_ > 0.0f) {
+  if (dropout_ > 0.0f && dropout.training) {
     adapter_input = rows_view(saved.dropped_x, n, in_);
     RngKey key{dropout.seed, dropout_stream_, dropout.step};
     backend.dropout(adapter_input, x, dropout_, key, dropout.row_ids);
@@ -67,6 +67,7 @@ void LinearLayer::backward(Backend& backend, Tensor dx, bool accumulate_dx, Tens
                            const LoraSaved& saved, const DropoutContext& dropout, Tensor lora_dz,
                            Tensor scratch) const {
   const int64_t n = x.dim(0);
+  ZT_CHECK(dropout.training || dropout_ == 0.0f, "LinearLayer: backward after an evaluation forward");
   if (!weight_grad_.empty()) backend.matmul(weight_grad_, dy, true, x, false, 1.0f, 1.0f);  // dW += dy^T x
   if (!bias_grad_.empty()) backend.bias_backward(bias_grad_, dy);
   backend.matmul(dx, dy, false, weight_, false, 1.0f, accumulate_dx ? 1.0f : 0.0f);  // dx = dy W

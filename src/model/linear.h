@@ -15,6 +15,7 @@ struct DropoutContext {
   uint64_t seed = 0;
   uint32_t step = 0;  // optimizer step: a sample sees a fresh mask each epoch
   Tensor row_ids;     // int64 [N] global token positions of the micro-batch
+  bool training = true;  // false in evaluation: dropout is the identity
 };
 
 // Per-call-site tensors a LoRA linear keeps from forward for backward.

@@ -134,6 +134,8 @@ nlohmann::json TrainConfig::to_json() const {
       {"epochs", epochs},
       {"max_steps", max_steps},
       {"dump_step0_path", dump_step0_path},
+      {"eval_data_dir", eval_data_dir},
+      {"eval_every", eval_every},
   };
 }
 

@@ -107,6 +107,8 @@ struct TrainConfig {
   int64_t epochs = 1;
   int64_t max_steps = 0;           // 0: run the epochs
   std::string dump_step0_path;     // oracle/debug: logits, loss and gradients of step 0
+  std::string eval_data_dir;       // evaluation split (token shards); empty: no evaluation
+  int64_t eval_every = 0;          // evaluate every N steps (0: only at the end of each epoch)
 
   // Fills the three batch numbers from whichever are given (DeepSpeed's rules) and checks that
   // they agree; errors show the arithmetic.

@@ -26,6 +26,8 @@
 #include "optim/adamw_optimizer.h"
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
+#include "train/batch_views.h"
+#include "train/evaluation.h"
 #include "train/metrics.h"
 #include "train/versions.h"
 
@@ -74,19 +76,6 @@ void init_lora_weights(ParamStore& store, uint64_t seed) {
   }
 }
 
-// Host views of a micro-batch (the CPU backend reads host memory directly).
-BatchTensors batch_views(MicroBatch& micro) {
-  const int64_t n = micro.batch * micro.seq;
-  BatchTensors batch;
-  batch.batch = micro.batch;
-  batch.seq = micro.seq;
-  batch.input_ids = Tensor(micro.input_ids.data(), DType::I32, {n});
-  batch.targets = Tensor(micro.targets.data(), DType::I32, {n});
-  batch.loss_mask = Tensor(micro.loss_mask.data(), DType::U8, {n});
-  batch.row_ids = Tensor(micro.row_ids.data(), DType::I64, {n});
-  return batch;
-}
-
 void write_text_file(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::trunc);
   out << text;
@@ -131,6 +120,15 @@ void run_training(TrainConfig config, const RunOptions& options) {
   ZT_CHECK(data_attrs.vocab_size <= model_config.vocab_size, config.data_dir, ": the data's vocab_size ",
            data_attrs.vocab_size, " exceeds the model's (", model_config.path, ": vocab_size ",
            model_config.vocab_size, "): the data was tokenized for another model");
+  std::unique_ptr<TokenDataset> eval_data;
+  if (!config.eval_data_dir.empty()) {
+    eval_data = std::make_unique<TokenDataset>(TokenDataset::open(config.eval_data_dir));
+    const ShardAttributes& eval_attrs = eval_data->attributes();
+    ZT_CHECK(eval_attrs.tokenizer_sha256 == data_attrs.tokenizer_sha256 && eval_attrs.vocab_size == data_attrs.vocab_size,
+             "the evaluation data ", config.eval_data_dir, " (tokenizer ", eval_attrs.tokenizer_sha256, ", vocab_size ",
+             eval_attrs.vocab_size, ") was tokenized differently from the training data ", config.data_dir,
+             " (tokenizer ", data_attrs.tokenizer_sha256, ", vocab_size ", data_attrs.vocab_size, ")");
+  }
   if (!options.adapter_dir.empty()) {
     ZT_CHECK(!config.lora.enabled(), "--adapter takes the LoRA settings from ", options.adapter_dir,
              "/adapter_config.json: do not give --lora-r as well");
@@ -260,6 +258,18 @@ void run_training(TrainConfig config, const RunOptions& options) {
     metrics_writer.write(metrics_json(metrics));
     if ((step + 1) % log_every == 0 || step + 1 == total_steps) {
       std::printf("%s\n", metrics_console_line(metrics).c_str());
+      std::fflush(stdout);
+    }
+    const bool epoch_end = (step + 1) % steps_per_epoch == 0;
+    const bool eval_due = config.eval_every > 0 && (step + 1) % config.eval_every == 0;
+    if (eval_data && (epoch_end || eval_due)) {
+      const EvalResult eval = evaluate(*model, *eval_data, micro_batch);
+      metrics_writer.write({{"step", step + 1}, {"epoch", metrics.epoch}, {"eval_loss", eval.loss},
+                            {"eval_ppl", eval.perplexity}, {"eval_tokens", eval.target_tokens},
+                            {"eval_samples", eval.samples}});
+      std::printf("eval at step %lld | eval_loss %.4f | eval_ppl %.3f | %lld target tokens in %lld samples\n",
+                  static_cast<long long>(step + 1), eval.loss, eval.perplexity,
+                  static_cast<long long>(eval.target_tokens), static_cast<long long>(eval.samples));
       std::fflush(stdout);
     }
   }

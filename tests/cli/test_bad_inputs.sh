@@ -212,6 +212,9 @@ expect_error data-empty-dir "$WORK/data-empty" "holds no token shards" \
 expect_error data-vocab-larger-than-model "$WORK/data-vocab512" "vocab_size" "512" "256" \
   -- train --model "$M" --data "$WORK/data-vocab512" --out "$WORK/o16" --max-steps 1
 
+expect_error eval-data-tokenized-differently "$WORK/data-vocab512" "$D" "tokenized differently" \
+  -- train --model "$M" --data "$D" --eval-data "$WORK/data-vocab512" --out "$WORK/o20" --max-steps 1
+
 # ---------------------------------------------------------------------------------------------
 # command line
 expect_error missing-model-flag "--model is required" \

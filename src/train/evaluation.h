@@ -1,0 +1,22 @@
+// Evaluation: token-weighted loss and perplexity of a model over a whole evaluation split,
+// with the samples divided over the ranks and the sums all-reduced, so the result does not
+// depend on the number of ranks or the micro-batch size (up to float reassociation).
+#pragma once
+#include <cstdint>
+
+#include "data/token_shards.h"
+#include "model/causal_lm.h"
+
+namespace zt {
+
+struct EvalResult {
+  double loss = 0.0;          // sum of target-token losses / target tokens
+  double perplexity = 0.0;    // exp(loss)
+  int64_t target_tokens = 0;
+  int64_t samples = 0;
+};
+
+// Rank r evaluates samples r, r+W, r+2W, ... in micro-batches of `micro_batch` (no dropout).
+EvalResult evaluate(CausalLM& model, const TokenDataset& data, int64_t micro_batch);
+
+}  // namespace zt
