@@ -11,5 +11,6 @@ int run_cli(int argc, char** argv);
 // Each subcommand gets the arguments after its name.
 int command_init(const std::vector<std::string>& args);
 int command_train(const std::vector<std::string>& args);
+int command_prep(const std::vector<std::string>& args);
 
 }  // namespace zt

@@ -21,6 +21,7 @@ const std::map<std::string, Command>& commands() {
   static const std::map<std::string, Command> table = {
       {"init", command_init},
       {"train", command_train},
+      {"prep", command_prep},
   };
   return table;
 }
@@ -30,7 +31,8 @@ void print_usage(std::FILE* stream) {
                "usage: zerotune <command> [options]\n\n"
                "commands:\n"
                "  init    write a randomly initialised model in HF layout\n"
-               "  train   fine-tune a model (full or LoRA) on a tokenized dataset\n\n"
+               "  train   fine-tune a model (full or LoRA) on a tokenized dataset\n"
+               "  prep    tokenize JSONL/JSON prompt/response rows into HDF5 token shards\n\n"
                "`zerotune <command> --help` lists a command's options.\n");
 }
 

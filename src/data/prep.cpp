@@ -1,0 +1,280 @@
+// The preprocessing pipeline of `zerotune prep` (data/prep.h): rows are read file by file,
+// turned into samples and written shard by shard into a temporary directory inside the output
+// directory; only when every shard is complete are old shards of the split removed (--force)
+// and the new ones renamed into place.
+#include "data/prep.h"
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "core/error.h"
+#include "data/jsonl_reader.h"
+
+namespace zt {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string shard_file_name(const std::string& split, int64_t index) {
+  char number[32];
+  std::snprintf(number, sizeof number, "%05lld", static_cast<long long>(index));
+  return cat(split, "-", number, ".h5");
+}
+
+// The shards of `split` already in `dir` (sorted), e.g. train-00000.h5.
+std::vector<fs::path> existing_shards(const fs::path& dir, const std::string& split) {
+  std::vector<fs::path> shards;
+  if (!fs::is_directory(dir)) return shards;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_regular_file() && entry.path().extension() == ".h5" && shard_split_from_file_name(name) == split)
+      shards.push_back(entry.path());
+  }
+  std::sort(shards.begin(), shards.end());
+  return shards;
+}
+
+// Why a row cannot become a sample, as a short fixed reason (skip counts group by it), or ""
+// when it can.
+std::string bad_row_reason(const nlohmann::json& row, const PrepOptions& options) {
+  for (const std::string* column : {&options.prompt_column, &options.response_column}) {
+    const auto found = row.find(*column);
+    if (found == row.end()) return cat("missing column '", *column, "'");
+    if (!found->is_string()) return cat("column '", *column, "' is not a string");
+  }
+  if (row[options.response_column].get_ref<const std::string&>().empty())
+    return cat("empty response (column '", options.response_column, "')");
+  return "";
+}
+
+std::string column_list(const nlohmann::json& row) {
+  std::string names;
+  for (const auto& item : row.items()) {
+    if (!names.empty()) names += ", ";
+    names += item.key();
+  }
+  return names.empty() ? "none" : names;
+}
+
+// Value at percentile `percent` of sorted `values` (nearest rank: the ceil(p/100 * n)-th).
+int64_t percentile(const std::vector<int64_t>& sorted, int percent) {
+  if (sorted.empty()) return 0;
+  const size_t rank = (sorted.size() * static_cast<size_t>(percent) + 99) / 100;
+  return sorted[std::max<size_t>(rank, 1) - 1];
+}
+
+// The staging directory inside the output directory. Unless commit() ran, the destructor
+// removes the staging directory, and the output directory too when this run created it.
+class ShardStaging {
+ public:
+  ShardStaging(const fs::path& out_dir, const std::string& split) : out_dir_(out_dir) {
+    std::error_code error;
+    created_out_dir_ = !fs::exists(out_dir_);
+    fs::create_directories(out_dir_, error);
+    ZT_CHECK(!error, out_dir_.string(), ": cannot create the output directory: ", error.message());
+    std::string pattern = (out_dir_ / cat(".prep-", split, "-XXXXXX")).string();
+    if (mkdtemp(pattern.data()) == nullptr) {
+      remove_created_out_dir();
+      fail(out_dir_.string(), ": cannot create a temporary directory in it");
+    }
+    staging_dir_ = pattern;
+  }
+  ShardStaging(const ShardStaging&) = delete;
+  ShardStaging& operator=(const ShardStaging&) = delete;
+  ~ShardStaging() {
+    if (committed_) return;
+    std::error_code ignored;
+    fs::remove_all(staging_dir_, ignored);
+    remove_created_out_dir();
+  }
+
+  const fs::path& staging_dir() const { return staging_dir_; }
+
+  // Removes `old_shards`, then moves every staged file into the output directory.
+  std::vector<std::string> commit(const std::vector<fs::path>& old_shards, const std::vector<std::string>& staged_names) {
+    std::error_code error;
+    for (const fs::path& old_shard : old_shards) {
+      fs::remove(old_shard, error);
+      ZT_CHECK(!error, old_shard.string(), ": cannot remove the old shard (--force): ", error.message());
+    }
+    std::vector<std::string> final_paths;
+    for (const std::string& name : staged_names) {
+      const fs::path target = out_dir_ / name;
+      fs::rename(staging_dir_ / name, target, error);
+      ZT_CHECK(!error, target.string(), ": cannot move the new shard into place: ", error.message());
+      final_paths.push_back(target.string());
+    }
+    committed_ = true;
+    fs::remove_all(staging_dir_, error);
+    return final_paths;
+  }
+
+ private:
+  void remove_created_out_dir() {
+    std::error_code ignored;
+    if (created_out_dir_ && fs::is_empty(out_dir_, ignored)) fs::remove(out_dir_, ignored);
+  }
+  fs::path out_dir_;
+  fs::path staging_dir_;
+  bool created_out_dir_ = false;
+  bool committed_ = false;
+};
+
+void check_options(const PrepOptions& options) {
+  ZT_CHECK(!options.inputs.empty(), "--input: at least one input file is needed");
+  ZT_CHECK(!options.out_dir.empty(), "--out: an output directory is needed");
+  ZT_CHECK(options.max_seq_len >= 2, "--max-seq-len ", options.max_seq_len, ": must be at least 2 (BOS and one token)");
+  ZT_CHECK(options.shard_samples >= 1, "--shard-samples ", options.shard_samples, ": must be at least 1");
+  ZT_CHECK(!options.prompt_column.empty() && !options.response_column.empty(), "--prompt-column/--response-column: must not be empty");
+  const bool split_ok = !options.split.empty() && std::all_of(options.split.begin(), options.split.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
+  });
+  ZT_CHECK(split_ok && shard_split_from_file_name(shard_file_name(options.split, 0)) == options.split, "--split '",
+           options.split, "': use letters, digits, '_', '-', '.' (e.g. train, test)");
+  for (const std::string& input : options.inputs)
+    ZT_CHECK(fs::is_regular_file(input), "--input ", input, ": no such file");
+}
+
+}  // namespace
+
+TokenSample build_prep_sample(const Tokenizer& tokenizer, std::string_view prompt, std::string_view response,
+                              int64_t max_seq_len, bool loss_on_all, bool& truncated) {
+  const std::vector<int32_t> prompt_ids = tokenizer.encode(prompt);                  // [P]
+  const std::vector<int32_t> response_ids = tokenizer.encode_continuation(response);  // [R]
+  TokenSample sample;
+  auto append = [&](int32_t id, uint8_t target) {
+    sample.tokens.push_back(id);
+    sample.loss_mask.push_back(target);
+  };
+  const uint8_t prompt_target = loss_on_all ? 1 : 0;
+  if (tokenizer.bos_id() >= 0) append(static_cast<int32_t>(tokenizer.bos_id()), 0);
+  for (int32_t id : prompt_ids) append(id, prompt_target);
+  for (int32_t id : response_ids) append(id, 1);
+  if (tokenizer.eos_id() >= 0) append(static_cast<int32_t>(tokenizer.eos_id()), 1);
+  // The first token is never a target: nothing before it predicts it (matters without a BOS).
+  if (!sample.loss_mask.empty()) sample.loss_mask[0] = 0;
+  truncated = static_cast<int64_t>(sample.tokens.size()) > max_seq_len;
+  if (truncated) {  // keep the beginning, as DeepSpeed-Chat's tokenizer(truncation=True) does
+    sample.tokens.resize(static_cast<size_t>(max_seq_len));
+    sample.loss_mask.resize(static_cast<size_t>(max_seq_len));
+  }
+  return sample;
+}
+
+PrepSummary run_prep(const PrepOptions& options) {
+  check_options(options);
+  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(options.tokenizer);
+
+  const fs::path out_dir(options.out_dir);
+  ZT_CHECK(!fs::exists(out_dir) || fs::is_directory(out_dir), "--out ", options.out_dir, ": exists and is not a directory");
+  const std::vector<fs::path> old_shards = existing_shards(out_dir, options.split);
+  ZT_CHECK(old_shards.empty() || options.force, "--out ", options.out_dir, ": already holds ", old_shards.size(),
+           " shard(s) of split '", options.split, "' (", old_shards.front().filename().string(),
+           "); use --force to replace them or another --out/--split");
+
+  ShardAttributes attributes;
+  attributes.vocab_size = tokenizer->vocab_size();
+  attributes.bos_id = tokenizer->bos_id();
+  attributes.eos_id = tokenizer->eos_id();
+  attributes.pad_id = tokenizer->pad_id();
+  attributes.tokenizer_sha256 = tokenizer->file_sha256();
+  attributes.max_seq_len = options.max_seq_len;
+  attributes.split = options.split;
+  for (const std::string& input : options.inputs) {  // file names only: the bytes must not depend on the cwd
+    if (!attributes.source.empty()) attributes.source += ",";
+    attributes.source += fs::path(input).filename().string();
+  }
+
+  ShardStaging staging(out_dir, options.split);
+  PrepSummary summary;
+  std::vector<int64_t> lengths;        // [samples] tokens per sample
+  std::vector<TokenSample> pending;    // [<= shard_samples] samples of the shard being filled
+  std::vector<std::string> staged_names;
+  auto flush_shard = [&] {
+    if (pending.empty()) return;
+    const std::string name = shard_file_name(options.split, static_cast<int64_t>(staged_names.size()));
+    write_token_shard((staging.staging_dir() / name).string(), pending, attributes);
+    staged_names.push_back(name);
+    pending.clear();
+  };
+
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point last_progress = Clock::now();
+  for (size_t file_index = 0; file_index < options.inputs.size(); ++file_index) {
+    JsonRowReader reader(options.inputs[file_index]);
+    JsonRow row;
+    while (reader.next(row)) {
+      ++summary.rows_read;
+      const std::string reason = bad_row_reason(row.object, options);
+      if (!reason.empty()) {
+        ZT_CHECK(options.skip_bad_rows, reader.path(), ":", row.line, ": ", reason, " (the row has columns: ",
+                 column_list(row.object), "); choose columns with --prompt-column/--response-column, or count such rows "
+                 "as skipped with --skip-bad-rows");
+        ++summary.skipped[reason];
+        continue;
+      }
+      bool truncated = false;
+      TokenSample sample = build_prep_sample(*tokenizer, row.object[options.prompt_column].get_ref<const std::string&>(),
+                                             row.object[options.response_column].get_ref<const std::string&>(),
+                                             options.max_seq_len, options.loss_on_all, truncated);
+      int64_t targets = 0;
+      for (uint8_t target : sample.loss_mask) targets += target;
+      if (targets == 0) {  // the prompt fills max_seq_len: nothing to learn from this row
+        ++summary.skipped[cat("no target token within --max-seq-len ", options.max_seq_len, " (prompt too long)")];
+        continue;
+      }
+      summary.truncated += truncated ? 1 : 0;
+      summary.tokens += static_cast<int64_t>(sample.tokens.size());
+      summary.target_tokens += targets;
+      lengths.push_back(static_cast<int64_t>(sample.tokens.size()));
+      pending.push_back(std::move(sample));
+      if (static_cast<int64_t>(pending.size()) == options.shard_samples) flush_shard();
+
+      if (options.progress && Clock::now() - last_progress >= std::chrono::seconds(1)) {
+        last_progress = Clock::now();
+        std::fprintf(stderr, "\rprep: file %zu/%zu, %3.0f%% read, %lld rows, %lld samples   ", file_index + 1,
+                     options.inputs.size(), 100.0 * static_cast<double>(reader.bytes_done()) / static_cast<double>(std::max<int64_t>(reader.bytes_total(), 1)),
+                     static_cast<long long>(summary.rows_read), static_cast<long long>(lengths.size()));
+        std::fflush(stderr);
+      }
+    }
+  }
+  if (options.progress) std::fprintf(stderr, "\r%80s\r", "");
+  flush_shard();
+  ZT_CHECK(!staged_names.empty(), "no samples to write: ", summary.rows_read, " rows read from ",
+           attributes.source.empty() ? "the inputs" : attributes.source, ", all of them skipped");
+
+  summary.samples_written = static_cast<int64_t>(lengths.size());
+  std::sort(lengths.begin(), lengths.end());
+  summary.length_p50 = percentile(lengths, 50);
+  summary.length_p90 = percentile(lengths, 90);
+  summary.length_p99 = percentile(lengths, 99);
+  summary.length_max = lengths.back();
+  summary.shard_paths = staging.commit(old_shards, staged_names);
+  return summary;
+}
+
+std::string format_prep_summary(const PrepSummary& summary, const PrepOptions& options) {
+  std::string text = cat("zerotune prep: split '", options.split, "' written to ", options.out_dir, " (",
+                         summary.shard_paths.size(), " shard", summary.shard_paths.size() == 1 ? "" : "s", ")\n");
+  text += cat("  rows read         ", summary.rows_read, "\n");
+  text += cat("  samples written   ", summary.samples_written, "\n");
+  text += cat("  truncated         ", summary.truncated, " (cut to --max-seq-len ", options.max_seq_len, ")\n");
+  int64_t skipped = 0;
+  for (const auto& [reason, count] : summary.skipped) skipped += count;
+  text += cat("  skipped           ", skipped, "\n");
+  for (const auto& [reason, count] : summary.skipped) text += cat("    ", count, "  ", reason, "\n");
+  const double target_percent = summary.tokens > 0 ? 100.0 * static_cast<double>(summary.target_tokens) / static_cast<double>(summary.tokens) : 0.0;
+  char percent_text[32];
+  std::snprintf(percent_text, sizeof percent_text, "%.1f", target_percent);
+  text += cat("  tokens            ", summary.tokens, " (targets ", summary.target_tokens, ", ", percent_text, "%)\n");
+  text += cat("  sample length     p50 ", summary.length_p50, ", p90 ", summary.length_p90, ", p99 ", summary.length_p99,
+              ", max ", summary.length_max, "\n");
+  return text;
+}
+
+}  // namespace zt
