@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/parse_options.h"
 #include "core/error.h"
 #include "model/init_model.h"
 
@@ -29,16 +30,7 @@ int command_init(const std::vector<std::string>& args) {
       ("force", po::bool_switch(&options.force), "write into a non-empty output directory");
 
   po::variables_map values;
-  try {
-    po::store(po::command_line_parser(args).options(description).run(), values);
-    if (values.count("help")) {
-      std::cout << description << "\n";
-      return 0;
-    }
-    po::notify(values);
-  } catch (const po::error& error) {
-    fail(error.what(), " (see `zerotune init --help`)");
-  }
+  if (!parse_command_options(args, description, values, "init")) return 0;
   try {
     options.dtype = parse_compute_dtype(dtype_name_text);
   } catch (const Error& error) {

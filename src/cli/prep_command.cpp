@@ -11,6 +11,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/parse_options.h"
 #include "core/error.h"
 #include "data/prep.h"
 
@@ -37,16 +38,7 @@ int command_prep(const std::vector<std::string>& args) {
       ("force", po::bool_switch(&options.force), "replace shards of this split already in --out");
 
   po::variables_map values;
-  try {
-    po::store(po::command_line_parser(args).options(description).run(), values);
-    if (values.count("help")) {
-      std::cout << description << "\n";
-      return 0;
-    }
-    po::notify(values);
-  } catch (const po::error& error) {
-    fail(error.what(), " (see `zerotune prep --help`)");
-  }
+  if (!parse_command_options(args, description, values, "prep")) return 0;
   ZT_CHECK(loss_on == "response" || loss_on == "all", "--loss-on '", loss_on, "': use response or all");
   options.loss_on_all = loss_on == "all";
   options.progress = isatty(fileno(stderr)) != 0;  // progress for people, none in logs
