@@ -45,6 +45,10 @@ class Backend {
   // dst = src (same numel); converts dtype (fp32/bf16/fp16, RNE) and crosses devices.
   virtual void copy(Tensor dst, Tensor src) = 0;
   virtual void fill(Tensor dst, float value) = 0;
+  // The contents of `range` are no longer needed (ZeRO released a gathered unit or reduced
+  // gradients): the backend may give the memory of whole pages inside it back to the system.
+  // The range's contents are unspecified afterwards: write before reading it again.
+  virtual void discard(Tensor range) { (void)range; }
 
   // ---- elementwise --------------------------------------------------------------------
   // dst += scale * src (same shape). Residual adds and gradient accumulation.

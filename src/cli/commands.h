@@ -12,5 +12,7 @@ int run_cli(int argc, char** argv);
 int command_init(const std::vector<std::string>& args);
 int command_train(const std::vector<std::string>& args);
 int command_prep(const std::vector<std::string>& args);
+int command_inspect(const std::vector<std::string>& args);
+int command_estimate(const std::vector<std::string>& args);
 
 }  // namespace zt

@@ -22,6 +22,8 @@ const std::map<std::string, Command>& commands() {
       {"init", command_init},
       {"train", command_train},
       {"prep", command_prep},
+      {"inspect", command_inspect},
+      {"estimate", command_estimate},
   };
   return table;
 }
@@ -32,7 +34,9 @@ void print_usage(std::FILE* stream) {
                "commands:\n"
                "  init    write a randomly initialised model in HF layout\n"
                "  train   fine-tune a model (full or LoRA) on a tokenized dataset\n"
-               "  prep    tokenize JSONL/JSON prompt/response rows into HDF5 token shards\n\n"
+               "  prep    tokenize JSONL/JSON prompt/response rows into HDF5 token shards\n"
+               "  inspect show what a data directory holds (shards, lengths, a decoded sample)\n"
+               "  estimate memory per GPU/CPU for each ZeRO stage and offload choice\n\n"
                "`zerotune <command> --help` lists a command's options.\n");
 }
 

@@ -50,7 +50,11 @@ po::options_description train_options() {
       ("peak-tflops", po::value<double>(), "per-rank peak TFLOPS for the MFU figure")
       ("eval-data", po::value<std::string>(), "evaluation split (token shards): eval_loss/eval_ppl in metrics.jsonl")
       ("eval-every", po::value<int64_t>(), "evaluate every N steps (default: at the end of each epoch only)")
-      ("dump-step0", po::value<std::string>(), "write logits, loss and gradients of step 0 to this safetensors file");
+      ("zero-stage", po::value<int>(), "ZeRO stage 0-3 (zero_optimization.stage)")
+      ("offload-optimizer", po::value<std::string>(), "none | cpu (zero_optimization.offload_optimizer.device)")
+      ("comm-timeout", po::value<double>(), "seconds a collective may take before the job aborts (default 1800)")
+      ("dump-step0", po::value<std::string>(), "write logits, loss and gradients of step 0 to this safetensors file")
+      ("dump-final", po::value<std::string>(), "write every trainable parameter after the last step to this safetensors file");
   return options;
 }
 
@@ -140,6 +144,14 @@ int command_train(const std::vector<std::string>& args) {
   take(vm, "log-every", run.log_every);
   take(vm, "peak-tflops", run.peak_tflops);
   take(vm, "dump-step0", config.dump_step0_path);
+  take(vm, "dump-final", config.dump_final_path);
+  take(vm, "zero-stage", config.zero.stage);
+  ZT_CHECK(config.zero.stage >= 0 && config.zero.stage <= 3, "--zero-stage must be 0, 1, 2 or 3, not ", config.zero.stage);
+  take(vm, "offload-optimizer", config.zero.offload_optimizer_device);
+  ZT_CHECK(config.zero.offload_optimizer_device == "none" || config.zero.offload_optimizer_device == "cpu",
+           "--offload-optimizer must be none or cpu, not '", config.zero.offload_optimizer_device, "'");
+  take(vm, "comm-timeout", config.comm_timeout_seconds);
+  ZT_CHECK(config.comm_timeout_seconds > 0, "--comm-timeout must be positive, not ", config.comm_timeout_seconds);
   take(vm, "eval-data", config.eval_data_dir);
   take(vm, "eval-every", config.eval_every);
   ZT_CHECK(config.eval_every >= 0, "--eval-every must not be negative");

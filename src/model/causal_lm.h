@@ -28,8 +28,29 @@ struct ModelOptions {
   float lora_dropout = 0.0f;
 };
 
+// What a model tells the ZeRO engine as it runs, unit by unit (units: see param_store.h).
+// Stage 3 gathers a unit's partitioned parameters on acquire and may free them on release;
+// stage 2/3 reduce-scatter a unit's gradients once they are complete. The default does
+// nothing: every parameter is resident and gradients wait for the optimizer step.
+enum class UnitUse {
+  Forward,       // the unit's parameters will be read
+  Backward,      // its parameters will be read and its gradients written (accumulated)
+  GradientOnly,  // only its gradients will be written (e.g. the embedding's backward)
+};
+class UnitHooks {
+ public:
+  virtual ~UnitHooks() = default;
+  virtual void acquire(int unit, UnitUse use) { (void)unit, (void)use; }
+  virtual void release(int unit) { (void)unit; }
+  // Every gradient contribution of this micro-batch to the unit has been written.
+  virtual void gradients_ready(int unit) { (void)unit; }
+};
+
 class CausalLM {
  public:
+  // The hooks the model calls around each unit (not owned; must outlive the model's use).
+  void set_unit_hooks(UnitHooks* hooks) { hooks_ = hooks ? hooks : &no_hooks_; }
+
   virtual ~CausalLM() = default;
   // Runs the model on the batch; returns the logits, fp32 [B*T, V] (valid until backward).
   virtual Tensor forward(const BatchTensors& batch, const DropoutContext& dropout) = 0;
@@ -45,6 +66,13 @@ class CausalLM {
   // The subset of forward_flops spent in GEMMs whose weights are trainable (they need a second
   // backward GEMM for the weight gradient).
   virtual double trainable_weight_flops(int64_t batch, int64_t seq) const = 0;
+
+ protected:
+  UnitHooks& hooks() { return *hooks_; }
+
+ private:
+  UnitHooks no_hooks_;
+  UnitHooks* hooks_ = &no_hooks_;
 };
 
 // Builds the model for config.model_type over the parameters in `store`.

@@ -82,13 +82,20 @@ class LlamaModel final : public CausalLM {
   Tensor forward(const BatchTensors& batch, const DropoutContext& dropout) override {
     reserve(batch.batch, batch.seq);
     const int64_t n = rows();
+    hooks().acquire(kEmbedUnit, UnitUse::Forward);
     backend_.embedding_forward(residual(0), embed_, batch.input_ids);
-    for (int64_t l = 0; l < c_.num_hidden_layers; ++l)
+    hooks().release(kEmbedUnit);
+    for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
+      hooks().acquire(block_unit(l), UnitUse::Forward);
       block_forward(l, residual(l), block_activations(l), residual(l + 1), dropout);
+      hooks().release(block_unit(l));
+    }
+    hooks().acquire(head_unit(), UnitUse::Forward);
     backend_.rmsnorm_forward(matrix(final_ln_, n, c_.hidden_size), final_rstd_.view(DType::F32, {n}),
                              residual(c_.num_hidden_layers), final_norm_, static_cast<float>(c_.norm_eps));
     Tensor logits = matrix(logits_, n, c_.vocab_size);
     head_.forward(backend_, logits, matrix(final_ln_, n, c_.hidden_size), head_saved_, dropout);
+    hooks().release(head_unit());
     return logits;
   }
 
@@ -101,17 +108,26 @@ class LlamaModel final : public CausalLM {
     Tensor dlogits = matrix(logits_, n, c_.vocab_size);
     double loss_sum = backend_.cross_entropy(dlogits, batch.targets, batch.loss_mask, grad_scale);
     Tensor d_final_ln = matrix(grad_ln_, n, hidden);
+    hooks().acquire(head_unit(), UnitUse::Backward);
     head_.backward(backend_, d_final_ln, false, dlogits, matrix(final_ln_, n, hidden), head_saved_, dropout,
                    lora_dz(), lora_scratch());
     Tensor d_residual = matrix(grad_residual_, n, hidden);  // gradient of the residual stream
     backend_.rmsnorm_backward(d_residual, final_norm_grad_, d_final_ln, residual(c_.num_hidden_layers), final_norm_,
                               final_rstd_.view(DType::F32, {n}));
+    hooks().gradients_ready(head_unit());
+    hooks().release(head_unit());
     for (int64_t l = c_.num_hidden_layers - 1; l >= 0; --l) {
+      hooks().acquire(block_unit(l), UnitUse::Backward);
       if (options_.activation_checkpointing)  // recompute this block's forward from its saved input
         block_forward(l, residual(l), block_activations(l), matrix(recompute_out_, n, hidden), dropout);
       block_backward(l, residual(l), block_activations(l), d_residual, dropout);
+      hooks().gradients_ready(block_unit(l));
+      hooks().release(block_unit(l));
     }
+    hooks().acquire(kEmbedUnit, UnitUse::GradientOnly);
     if (!embed_grad_.empty()) backend_.embedding_backward(embed_grad_, d_residual, batch.input_ids);
+    hooks().gradients_ready(kEmbedUnit);
+    hooks().release(kEmbedUnit);
     return loss_sum;
   }
 
@@ -134,6 +150,10 @@ class LlamaModel final : public CausalLM {
 
  private:
   int64_t rows() const { return batch_ * seq_; }
+  // Units (param_store.h): 0 = embedding, l+1 = block l, L+1 = final norm + head.
+  static constexpr int kEmbedUnit = 0;
+  static int block_unit(int64_t layer) { return static_cast<int>(layer) + 1; }
+  int head_unit() const { return static_cast<int>(c_.num_hidden_layers) + 1; }
   Tensor residual(int64_t index) { return matrix(residual_[static_cast<size_t>(index)], rows(), c_.hidden_size); }
   BlockActivations& block_activations(int64_t layer) {
     return activations_[options_.activation_checkpointing ? 0 : static_cast<size_t>(layer)];

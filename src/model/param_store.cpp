@@ -1,6 +1,8 @@
 // Flat parameter/gradient buffers per group and the named views into them.
 #include "model/param_store.h"
 
+#include <algorithm>
+
 namespace zt {
 
 namespace {
@@ -26,27 +28,71 @@ const char* param_group_name(ParamGroup group) {
   return "unknown";
 }
 
-ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, const std::vector<bool>& trainable)
-    : backend_(backend) {
+std::vector<int> param_units(const std::vector<ParamSpec>& specs) {
+  int layers = 0;
+  for (const ParamSpec& spec : specs) layers = std::max(layers, spec.layer + 1);
+  std::map<std::string, int> unit_of_name;
+  std::vector<int> units;
+  bool seen_block = false;
+  for (const ParamSpec& spec : specs) {
+    int unit;
+    const size_t lora = spec.name.find(".lora_");
+    if (lora != std::string::npos && unit_of_name.count(spec.name.substr(0, lora) + ".weight")) {
+      unit = unit_of_name[spec.name.substr(0, lora) + ".weight"];  // an adapter lives with its base weight
+    } else if (spec.layer >= 0) {
+      unit = spec.layer + 1;
+      seen_block = true;
+    } else {
+      unit = seen_block ? layers + 1 : 0;
+    }
+    unit_of_name[spec.name] = unit;
+    units.push_back(unit);
+  }
+  return units;
+}
+
+ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, const std::vector<bool>& trainable,
+                       int partitions)
+    : backend_(backend), partitions_(partitions) {
   ZT_CHECK(specs.size() == trainable.size(), "ParamStore: ", specs.size(), " specs but ", trainable.size(), " flags");
-  std::array<int64_t, kParamGroups> sizes{};
+  ZT_CHECK(partitions >= 1, "ParamStore: partitions = ", partitions);
+  const std::vector<int> units = param_units(specs);
+  for (int unit : units) num_units_ = std::max(num_units_, unit + 1);
   for (size_t i = 0; i < specs.size(); ++i) {
     ParamGroup group = !trainable[i] ? ParamGroup::Frozen : specs[i].decays() ? ParamGroup::Decay : ParamGroup::NoDecay;
-    int64_t& size = sizes[static_cast<size_t>(group)];
     ZT_CHECK(!index_.count(specs[i].name), "parameter ", specs[i].name, " is listed twice");
     index_[specs[i].name] = entries_.size();
-    entries_.push_back({specs[i], group, size});
-    size = align_up(size + specs[i].numel());
+    entries_.push_back({specs[i], group, 0, units[i]});
   }
+  // Offsets: unit by unit within each group, each unit padded to whole 16-element slices per partition.
+  const int64_t unit_alignment = kAlignElements * partitions;
   for (int g = 0; g < kParamGroups; ++g) {
     FlatGroup& flat = groups_[static_cast<size_t>(g)];
-    flat.numel = sizes[static_cast<size_t>(g)];
+    flat.units.assign(static_cast<size_t>(num_units_), UnitRange());
+    int64_t size = 0;
+    for (int unit = 0; unit < num_units_; ++unit) {
+      const int64_t begin = size;
+      for (ParamEntry& e : entries_) {
+        if (static_cast<int>(e.group) != g || e.unit != unit) continue;
+        e.offset = size;
+        size = align_up(size + e.spec.numel());
+      }
+      size = (size - begin + unit_alignment - 1) / unit_alignment * unit_alignment + begin;
+      flat.units[static_cast<size_t>(unit)] = {begin, size - begin};
+    }
+    flat.numel = size;
     size_t bytes = static_cast<size_t>(flat.numel) * sizeof(float);
     flat.params = Buffer(backend, bytes);
     if (flat.numel) backend.fill(group_params(static_cast<ParamGroup>(g)), 0.0f);  // padding stays 0
     if (g != static_cast<int>(ParamGroup::Frozen)) flat.grads = Buffer(backend, bytes);
   }
   zero_grads();
+}
+
+int64_t ParamStore::unit_numel(int unit) const {
+  int64_t numel = 0;
+  for (const FlatGroup& flat : groups_) numel += flat.units[static_cast<size_t>(unit)].numel;
+  return numel;
 }
 
 const ParamEntry& ParamStore::entry(const std::string& name) const {

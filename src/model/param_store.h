@@ -2,6 +2,13 @@
 // so that optimizer updates and (later) collectives are single calls over a contiguous range.
 // Groups: frozen (no gradient, e.g. LoRA base weights), trainable with weight decay, trainable
 // without weight decay (norm weights and biases). Each parameter is a slice of its group.
+//
+// Units (ZeRO): the parameters a model reads together. Unit 0 holds what comes before the
+// blocks (embeddings), unit l+1 block l, unit L+1 what comes after (final norm, head); a LoRA
+// adapter belongs to its base weight's unit. Within each group the buffer is laid out unit
+// after unit, and each unit's range is padded to a multiple of 16 x `partitions` elements, so
+// that partition r of a unit is the plain slice [begin + r*n/W, begin + (r+1)*n/W) and every
+// rank's slices of consecutive units are consecutive in its partition buffer (at begin/W).
 #pragma once
 #include <array>
 #include <map>
@@ -21,18 +28,32 @@ struct ParamEntry {
   ParamSpec spec;
   ParamGroup group;
   int64_t offset;  // element offset in its group's flat buffer (a multiple of 16: 64-byte aligned)
+  int unit;        // see "Units" above
+};
+
+// The unit of every spec (same order): see "Units" above.
+std::vector<int> param_units(const std::vector<ParamSpec>& specs);
+
+// A unit's range in one group's flat buffer: [begin, begin + numel), numel a multiple of
+// 16 x partitions (0 when the unit has no parameter of that group).
+struct UnitRange {
+  int64_t begin = 0;
+  int64_t numel = 0;
 };
 
 struct FlatGroup {
   int64_t numel = 0;  // padded element count of the buffers below
+  std::vector<UnitRange> units;  // [units]
   Buffer params;      // fp32 [numel]
   Buffer grads;       // fp32 [numel] (empty for the frozen group)
 };
 
 class ParamStore {
  public:
-  // `trainable` decides, per spec, whether it gets a gradient (LoRA: only adapters).
-  ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, const std::vector<bool>& trainable);
+  // `trainable` decides, per spec, whether it gets a gradient (LoRA: only adapters);
+  // `partitions` is the ZeRO world size the unit ranges are padded for (1: no padding).
+  ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, const std::vector<bool>& trainable,
+             int partitions = 1);
 
   const std::vector<ParamEntry>& entries() const { return entries_; }
   const ParamEntry& entry(const std::string& name) const;
@@ -49,12 +70,20 @@ class ParamStore {
   int64_t count_parameters(bool trainable_only) const;  // unpadded element counts
   void zero_grads();
 
+  int num_units() const { return num_units_; }
+  int unit_of(const std::string& name) const { return entry(name).unit; }
+  int partitions() const { return partitions_; }
+  UnitRange unit_range(ParamGroup g, int unit) const { return group(g).units[static_cast<size_t>(unit)]; }
+  int64_t unit_numel(int unit) const;  // padded elements of the unit over all groups
+
  private:
   Tensor slice(const Buffer& buffer, const ParamEntry& entry) const;
   Backend& backend_;
   std::vector<ParamEntry> entries_;
   std::map<std::string, size_t> index_;
   std::array<FlatGroup, kParamGroups> groups_;
+  int num_units_ = 0;
+  int partitions_ = 1;
 };
 
 }  // namespace zt

@@ -1,7 +1,5 @@
-// Evaluation over a whole split: forward passes only, sums all-reduced over MPI_COMM_WORLD.
+// Evaluation over a whole split: forward passes only, sums all-reduced over the ranks.
 #include "train/evaluation.h"
-
-#include <mpi.h>
 
 #include <cmath>
 #include <vector>
@@ -10,29 +8,33 @@
 
 namespace zt {
 
-EvalResult evaluate(CausalLM& model, const TokenDataset& data, int64_t micro_batch) {
-  int rank = 0, world_size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+EvalResult evaluate(CausalLM& model, const TokenDataset& data, int64_t micro_batch, Communicator& comm) {
+  const int rank = comm.rank(), world_size = comm.size();
   std::vector<int64_t> mine;  // this rank's sample indices
   for (int64_t index = rank; index < data.num_samples(); index += world_size) mine.push_back(index);
+  const int64_t most_per_rank = (data.num_samples() + world_size - 1) / world_size;
+  const int64_t rounds = (most_per_rank + micro_batch - 1) / micro_batch;  // the same on every rank
 
   double sums[3] = {0.0, 0.0, 0.0};  // loss sum, target tokens, samples
-  for (size_t first = 0; first < mine.size(); first += static_cast<size_t>(micro_batch)) {
-    const size_t count = std::min(mine.size() - first, static_cast<size_t>(micro_batch));
-    MicroBatch micro = make_micro_batch(data, std::span<const int64_t>(mine.data() + first, count),
-                                        static_cast<int32_t>(data.attributes().pad_id));
+  for (int64_t round = 0; round < rounds; ++round) {
+    const size_t first = static_cast<size_t>(round * micro_batch);
+    const bool counted = first < mine.size();
+    const int64_t filler = 0;  // a rank without samples left runs sample 0 and ignores it
+    std::span<const int64_t> samples =
+        counted ? std::span<const int64_t>(mine.data() + first, std::min(mine.size() - first, static_cast<size_t>(micro_batch)))
+                : std::span<const int64_t>(&filler, 1);
+    MicroBatch micro = make_micro_batch(data, samples, static_cast<int32_t>(data.attributes().pad_id));
     BatchTensors batch = batch_views(micro);
     DropoutContext no_dropout;
     no_dropout.training = false;
     no_dropout.row_ids = batch.row_ids;
     model.forward(batch, no_dropout);
+    if (!counted) continue;
     sums[0] += model.loss(batch);
     sums[1] += static_cast<double>(micro.target_tokens);
     sums[2] += static_cast<double>(micro.batch);
   }
-  ZT_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS,
-           "evaluation: MPI_Allreduce of the loss sums failed");
+  comm.all_reduce_scalars(sums);
   EvalResult result;
   result.target_tokens = static_cast<int64_t>(sums[1]);
   result.samples = static_cast<int64_t>(sums[2]);

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 
+#include "comm/communicator.h"
 #include "data/token_shards.h"
 #include "model/causal_lm.h"
 
@@ -17,6 +18,8 @@ struct EvalResult {
 };
 
 // Rank r evaluates samples r, r+W, r+2W, ... in micro-batches of `micro_batch` (no dropout).
-EvalResult evaluate(CausalLM& model, const TokenDataset& data, int64_t micro_batch);
+// Every rank runs the same number of forward passes (a rank that has run out of samples runs
+// one that it does not count), because ZeRO-3 gathers parameters collectively inside them.
+EvalResult evaluate(CausalLM& model, const TokenDataset& data, int64_t micro_batch, Communicator& comm);
 
 }  // namespace zt

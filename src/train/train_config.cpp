@@ -136,6 +136,9 @@ nlohmann::json TrainConfig::to_json() const {
       {"dump_step0_path", dump_step0_path},
       {"eval_data_dir", eval_data_dir},
       {"eval_every", eval_every},
+      {"dump_final_path", dump_final_path},
+      {"comm_timeout_seconds", comm_timeout_seconds},
+      {"group_by_length", group_by_length},
   };
 }
 

@@ -109,6 +109,9 @@ struct TrainConfig {
   std::string dump_step0_path;     // oracle/debug: logits, loss and gradients of step 0
   std::string eval_data_dir;       // evaluation split (token shards); empty: no evaluation
   int64_t eval_every = 0;          // evaluate every N steps (0: only at the end of each epoch)
+  std::string dump_final_path;     // tests/debug: every trainable parameter after the last step
+  double comm_timeout_seconds = 1800.0;  // a collective slower than this aborts the job
+  bool group_by_length = false;    // micro-batches of similar lengths within each global batch
 
   // Fills the three batch numbers from whichever are given (DeepSpeed's rules) and checks that
   // they agree; errors show the arithmetic.

@@ -1,7 +1,9 @@
-// The step loop: global batch -> micro-batches -> forward/backward (gradients accumulate in
-// the flat buffers) -> global norm, clipping -> AdamW per parameter group -> metrics.
+// The step loop: global batch -> this rank's micro-batches -> forward/backward (the ZeRO
+// engine reduces gradients as units complete or at the boundary) -> global norm, clipping ->
+// AdamW on this rank's partitions -> parameter sync -> metrics (rank 0).
 // Loss contract (DESIGN.md): sum of token losses over the global batch / its target tokens, so
-// every micro-batch's backward is scaled by 1 / (target tokens of the whole global batch).
+// every micro-batch's backward is scaled by 1 / (target tokens of the whole global batch, all
+// ranks): the count is all-reduced before backward.
 #include "train/trainer.h"
 
 #include <mpi.h>
@@ -11,9 +13,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <span>
 
 #include "backend/backend.h"
+#include "comm/mpi/mpi_communicator.h"
+#include "core/fault_injection.h"
 #include "data/batch.h"
 #include "data/sampler.h"
 #include "data/token_shards.h"
@@ -23,13 +28,13 @@
 #include "model/param_store.h"
 #include "model/peft_adapter.h"
 #include "model/safetensors.h"
-#include "optim/adamw_optimizer.h"
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
 #include "train/batch_views.h"
 #include "train/evaluation.h"
 #include "train/metrics.h"
 #include "train/versions.h"
+#include "zero/zero_engine.h"
 
 namespace zt {
 
@@ -82,6 +87,33 @@ void write_text_file(const fs::path& path, const std::string& text) {
   ZT_CHECK(out, path.string(), ": cannot write");
 }
 
+// --dump-final: every trainable parameter (fp32, HF names) after the last step.
+void write_final_dump(const std::string& path, const ParamStore& store) {
+  std::vector<SafetensorsEntry> entries;
+  for (const ParamEntry& entry : store.entries()) {
+    if (entry.group == ParamGroup::Frozen) continue;
+    entries.push_back({entry.spec.name, entry.spec.shape, store.param(entry.spec.name).data, DType::F32, DType::F32});
+  }
+  write_safetensors(path, entries);
+}
+
+std::string mib(int64_t bytes) { return cat(static_cast<double>(bytes) / (1024.0 * 1024.0), " MiB"); }
+
+// Rank 0's start banner: the per-rank memory of the ZeRO layout and the expected traffic.
+void print_zero_banner(const ZeroEngine& engine, const ZeroConfig& zero, int world_size, int nodes,
+                       int64_t accumulation) {
+  const ZeroMemory m = engine.memory();
+  const ZeroCommPlan plan = engine.comm_plan(accumulation);
+  std::printf("zero: stage %d, offload_optimizer %s, %d rank(s) on %d node(s)\n", zero.stage,
+              zero.offload_optimizer_device.c_str(), world_size, nodes);
+  std::printf("zero: per rank: parameters %s, gradients %s, fp32 master %s, optimizer state %s%s\n",
+              mib(m.compute_params).c_str(), mib(m.gradients).c_str(), mib(m.master_params).c_str(),
+              mib(m.optimizer_state).c_str(), engine.offload() ? cat(" (host: ", mib(m.host_bytes), ")").c_str() : "");
+  std::printf("zero: expected traffic per step and rank: all-reduce %s, reduce-scatter %s, all-gather %s\n",
+              mib(static_cast<int64_t>(plan.all_reduce)).c_str(), mib(static_cast<int64_t>(plan.reduce_scatter)).c_str(),
+              mib(static_cast<int64_t>(plan.all_gather)).c_str());
+}
+
 // --dump-step0: logits of micro-batch 0, the step-0 loss and every trainable gradient.
 void write_step0_dump(const std::string& path, const std::vector<float>& logits, int64_t batch, int64_t seq,
                       int64_t vocab, double loss, const ParamStore& store) {
@@ -100,18 +132,20 @@ void write_step0_dump(const std::string& path, const std::vector<float>& logits,
 }  // namespace
 
 void run_training(TrainConfig config, const RunOptions& options) {
-  int world_size = 1, rank = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  ZT_CHECK(world_size == 1, "this build trains on one rank only (launched with ", world_size,
-           " ranks); multi-rank ZeRO training is not implemented yet");
+  std::unique_ptr<Communicator> comm = make_mpi_communicator(MPI_COMM_WORLD);
+  comm->set_timeout(std::chrono::duration<double>(config.comm_timeout_seconds));
+  const int world_size = comm->size(), rank = comm->rank();
+  const bool leader = rank == 0;
   ZT_CHECK(config.compute_dtype == DType::F32, "compute dtype ", dtype_name(config.compute_dtype),
            " (bf16/fp16 mixed precision) is not implemented yet: disable fp16/bf16 in the DeepSpeed config");
   ZT_CHECK(!config.model_dir.empty(), "--model is required");
   ZT_CHECK(!config.data_dir.empty(), "--data is required");
   ZT_CHECK(!config.out_dir.empty(), "--out is required");
+  ZT_CHECK(config.dump_step0_path.empty() || (world_size == 1 && config.zero.stage <= 1),
+           "--dump-step0 needs one rank and ZeRO stage 0 or 1 (it writes full, unpartitioned gradients)");
   config.resolve_batch_sizes(world_size);
-  for (const std::string& note : options.notes) std::printf("note: %s\n", note.c_str());
+  if (leader)
+    for (const std::string& note : options.notes) std::printf("note: %s\n", note.c_str());
 
   // Model, data and parameters.
   const ModelConfig model_config = load_model_config(config.model_dir);
@@ -136,10 +170,12 @@ void run_training(TrainConfig config, const RunOptions& options) {
   }
   std::unique_ptr<Backend> backend = make_cpu_backend();
   ParameterPlan plan = plan_parameters(model_config, config.lora);
-  ParamStore store(*backend, plan.specs, plan.trainable);
+  ParamStore store(*backend, plan.specs, plan.trainable, world_size);
   load_base_weights(config.model_dir, store);
   if (!options.adapter_dir.empty()) load_peft_adapter_weights(options.adapter_dir, store);
   else if (config.lora.enabled()) init_lora_weights(store, config.seed);
+  ZeroEngine engine(*backend, *comm, store, config.zero, config.optimizer);
+  engine.init_from_store();
 
   ModelOptions model_options;
   model_options.activation_checkpointing = config.activation_checkpointing;
@@ -148,10 +184,13 @@ void run_training(TrainConfig config, const RunOptions& options) {
     model_options.lora_dropout = static_cast<float>(config.lora.dropout);
   }
   std::unique_ptr<CausalLM> model = make_causal_lm(model_config, store, *backend, model_options);
+  model->set_unit_hooks(&engine);
 
-  // Batches: DistributedSampler order; step b takes permutation positions [b*G, (b+1)*G).
+  // Batches: DistributedSampler order; step b takes permutation positions [b*G, (b+1)*G), of
+  // which this rank takes b*G + rank + k*W (k < G/W), micro-batch m its [m*mb, (m+1)*mb).
   const int64_t global_batch = config.train_batch_size;
   const int64_t micro_batch = config.micro_batch_size;
+  const int64_t per_rank = global_batch / world_size;
   DistributedSampler sampler(dataset.num_samples(), world_size, rank, config.seed, config.shuffle, false);
   const int64_t steps_per_epoch = sampler.num_samples_per_rank() * world_size / global_batch;
   ZT_CHECK(steps_per_epoch > 0, config.data_dir, ": ", dataset.num_samples(), " samples do not fill one global batch of ",
@@ -159,55 +198,79 @@ void run_training(TrainConfig config, const RunOptions& options) {
   const int64_t total_steps = config.max_steps > 0 ? config.max_steps : config.epochs * steps_per_epoch;
   resolve_schedule(config.scheduler, config.optimizer.lr, total_steps);
 
-  AdamWOptimizer optimizer(*backend, store, config.optimizer);
-
-  // Output directory: run.json now, metrics.jsonl per step.
-  fs::create_directories(config.out_dir);
-  nlohmann::json run = config.to_json();
-  run["world_size"] = world_size;
-  run["backend"] = backend->name();
-  run["versions"] = software_versions();
-  run["parameters"] = {{"total", store.count_parameters(false)}, {"trainable", store.count_parameters(true)}};
-  run["steps_per_epoch"] = steps_per_epoch;
-  run["total_steps"] = total_steps;
-  run["dataset"] = {{"samples", dataset.num_samples()}, {"shards", dataset.shard_paths().size()}};
-  write_text_file(fs::path(config.out_dir) / "run.json", run.dump(2) + "\n");
-  MetricsWriter metrics_writer((fs::path(config.out_dir) / "metrics.jsonl").string(), false);
-  std::printf("zerotune train: %s, %lld parameters (%lld trainable), %lld samples, %lld steps of %lld samples "
-              "(micro-batch %lld x accumulation %lld x %d ranks)\n",
-              model_config.model_type.c_str(), static_cast<long long>(store.count_parameters(false)),
-              static_cast<long long>(store.count_parameters(true)), static_cast<long long>(dataset.num_samples()),
-              static_cast<long long>(total_steps), static_cast<long long>(global_batch),
-              static_cast<long long>(micro_batch), static_cast<long long>(config.gradient_accumulation_steps),
-              world_size);
-  std::fflush(stdout);
+  // Output directory (rank 0): run.json now, metrics.jsonl per step.
+  std::optional<MetricsWriter> metrics_writer;
+  if (leader) {
+    fs::create_directories(config.out_dir);
+    nlohmann::json run = config.to_json();
+    run["world_size"] = world_size;
+    run["nodes"] = comm->nodes();
+    run["backend"] = backend->name();
+    run["communicator"] = comm->name();
+    run["versions"] = software_versions();
+    run["parameters"] = {{"total", store.count_parameters(false)}, {"trainable", store.count_parameters(true)}};
+    run["steps_per_epoch"] = steps_per_epoch;
+    run["total_steps"] = total_steps;
+    run["dataset"] = {{"samples", dataset.num_samples()}, {"shards", dataset.shard_paths().size()}};
+    const ZeroMemory memory = engine.memory();
+    run["zero_memory_per_rank"] = {{"parameters", memory.compute_params}, {"gradients", memory.gradients},
+                                   {"master_params", memory.master_params}, {"optimizer_state", memory.optimizer_state},
+                                   {"host", memory.host_bytes}};
+    nlohmann::json layout = {{"all_elements", 0}, {"trainable_elements", 0}, {"unit_elements", nlohmann::json::array()}};
+    for (ParamGroup group : {ParamGroup::Frozen, ParamGroup::Decay, ParamGroup::NoDecay}) {
+      layout["all_elements"] = layout["all_elements"].get<int64_t>() + store.group(group).numel;
+      if (group != ParamGroup::Frozen)
+        layout["trainable_elements"] = layout["trainable_elements"].get<int64_t>() + store.group(group).numel;
+    }
+    for (int unit = 0; unit < store.num_units(); ++unit) layout["unit_elements"].push_back(store.unit_numel(unit));
+    run["zero_layout"] = layout;  // padded element counts: what the ZeRO formulas apply to
+    const ZeroCommPlan comm_plan = engine.comm_plan(config.gradient_accumulation_steps);
+    run["zero_comm_plan_bytes_per_step"] = {{"all_reduce", comm_plan.all_reduce},
+                                            {"reduce_scatter", comm_plan.reduce_scatter},
+                                            {"all_gather", comm_plan.all_gather}};
+    write_text_file(fs::path(config.out_dir) / "run.json", run.dump(2) + "\n");
+    metrics_writer.emplace((fs::path(config.out_dir) / "metrics.jsonl").string(), false);
+    std::printf("zerotune train: %s, %lld parameters (%lld trainable), %lld samples, %lld steps of %lld samples "
+                "(micro-batch %lld x accumulation %lld x %d ranks)\n",
+                model_config.model_type.c_str(), static_cast<long long>(store.count_parameters(false)),
+                static_cast<long long>(store.count_parameters(true)), static_cast<long long>(dataset.num_samples()),
+                static_cast<long long>(total_steps), static_cast<long long>(global_batch),
+                static_cast<long long>(micro_batch), static_cast<long long>(config.gradient_accumulation_steps),
+                world_size);
+    print_zero_banner(engine, config.zero, world_size, comm->nodes(), config.gradient_accumulation_steps);
+    std::fflush(stdout);
+  }
 
   const int64_t log_every = options.log_every > 0 ? options.log_every : std::max<int64_t>(1, config.steps_per_print);
   int64_t skipped = 0;
   std::vector<int64_t> order;  // this epoch's sample order (global positions)
   int64_t order_epoch = -1;
+  std::vector<int64_t> my_samples(static_cast<size_t>(per_rank));  // this rank's share of the step
   for (int64_t step = 0; step < total_steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
+    comm->set_context(cat("step ", step + 1));
+    const CommStats comm_before = comm->stats();
     const int64_t epoch = step / steps_per_epoch;
     if (epoch != order_epoch) {
       order = sampler.global_order(epoch);
       order_epoch = epoch;
     }
     const int64_t first = (step % steps_per_epoch) * global_batch;
-    std::span<const int64_t> step_samples(order.data() + first, static_cast<size_t>(global_batch));
-    const int64_t target_tokens = count_target_tokens(dataset, step_samples);
+    for (int64_t k = 0; k < per_rank; ++k)
+      my_samples[static_cast<size_t>(k)] = order[static_cast<size_t>(first + rank + k * world_size)];
+    const int64_t target_tokens =
+        static_cast<int64_t>(comm->all_reduce_sum(static_cast<double>(count_target_tokens(dataset, my_samples))));
     const float grad_scale = target_tokens > 0 ? 1.0f / static_cast<float>(target_tokens) : 0.0f;
 
-    // Forward/backward over the micro-batches; gradients accumulate in the flat buffers.
-    store.zero_grads();
-    double loss_sum = 0.0, flops = 0.0;
-    int64_t real_tokens = 0, padded_tokens = 0;
+    // Forward/backward over this rank's micro-batches; the engine reduces the gradients.
+    engine.begin_step();
+    double sums[4] = {0.0, 0.0, 0.0, 0.0};  // loss sum, real tokens, padded tokens, FLOPs (all ranks)
     std::vector<float> step0_logits;  // [B, T, V] of micro-batch 0 (only for --dump-step0)
     int64_t step0_batch = 0, step0_seq = 0;
     DropoutContext dropout{config.seed, static_cast<uint32_t>(step), Tensor()};
     for (int64_t micro = 0; micro < config.gradient_accumulation_steps; ++micro) {
       MicroBatch micro_data = make_micro_batch(
-          dataset, step_samples.subspan(static_cast<size_t>(micro * micro_batch), static_cast<size_t>(micro_batch)),
+          dataset, std::span<const int64_t>(my_samples).subspan(static_cast<size_t>(micro * micro_batch), static_cast<size_t>(micro_batch)),
           static_cast<int32_t>(data_attrs.pad_id));
       BatchTensors batch = batch_views(micro_data);
       dropout.row_ids = batch.row_ids;
@@ -217,26 +280,31 @@ void run_training(TrainConfig config, const RunOptions& options) {
         step0_batch = batch.batch;
         step0_seq = batch.seq;
       }
-      loss_sum += model->backward(batch, grad_scale, dropout);
-      real_tokens += micro_data.real_tokens;
-      padded_tokens += batch.batch * batch.seq;
-      flops += 2.0 * model->forward_flops(batch.batch, batch.seq) + model->trainable_weight_flops(batch.batch, batch.seq);
+      fault_point("step", step + 1);
+      sums[0] += model->backward(batch, grad_scale, dropout);
+      engine.end_micro_batch();
+      sums[1] += static_cast<double>(micro_data.real_tokens);
+      sums[2] += static_cast<double>(batch.batch * batch.seq);
+      sums[3] += 2.0 * model->forward_flops(batch.batch, batch.seq) + model->trainable_weight_flops(batch.batch, batch.seq);
     }
-    const double loss = target_tokens > 0 ? loss_sum / static_cast<double>(target_tokens) : 0.0;
+    comm->all_reduce_scalars(sums);
+    const double loss = target_tokens > 0 ? sums[0] / static_cast<double>(target_tokens) : 0.0;
     if (step == 0 && !config.dump_step0_path.empty())
       write_step0_dump(config.dump_step0_path, step0_logits, step0_batch, step0_seq, model_config.vocab_size, loss, store);
+    engine.reduce_gradients();
 
-    // Optimizer step: global norm, clipping, AdamW per group. Skipped steps do not advance the
-    // schedule or Adam's step count (DeepSpeed).
-    const double grad_norm = optimizer.gradient_norm();
+    // Optimizer step: global norm, clipping, AdamW on the partitions. Skipped steps do not
+    // advance the schedule or Adam's step count (DeepSpeed).
+    const double grad_norm = engine.gradient_norm();
     const int64_t updates_done = step - skipped;
     const double lr = learning_rate_at(config.scheduler, config.optimizer.lr, updates_done);
     if (target_tokens == 0 || !std::isfinite(grad_norm)) {
       ++skipped;
-      std::printf("warning: step %lld skipped (%s)\n", static_cast<long long>(step + 1),
-                  target_tokens == 0 ? "the global batch has no target tokens" : "the gradient is not finite");
+      if (leader)
+        std::printf("warning: step %lld skipped (%s)\n", static_cast<long long>(step + 1),
+                    target_tokens == 0 ? "the global batch has no target tokens" : "the gradient is not finite");
     } else {
-      optimizer.step(lr, clip_coefficient(grad_norm, config.gradient_clipping), updates_done + 1);
+      engine.apply_update(lr, clip_coefficient(grad_norm, config.gradient_clipping), updates_done + 1);
     }
 
     StepMetrics metrics;
@@ -248,33 +316,52 @@ void run_training(TrainConfig config, const RunOptions& options) {
     metrics.grad_norm = grad_norm;
     metrics.skipped = skipped;
     metrics.samples = global_batch;
-    metrics.tokens = real_tokens;
+    metrics.tokens = static_cast<int64_t>(sums[1]);
     metrics.target_tokens = target_tokens;
-    metrics.padding_fraction = padded_tokens ? 1.0 - static_cast<double>(real_tokens) / static_cast<double>(padded_tokens) : 0.0;
+    metrics.padding_fraction = sums[2] > 0 ? 1.0 - sums[1] / sums[2] : 0.0;
     metrics.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    metrics.flops = flops;
+    metrics.flops = sums[3];
     metrics.peak_tflops = options.peak_tflops;
     metrics.world_size = world_size;
-    metrics_writer.write(metrics_json(metrics));
-    if ((step + 1) % log_every == 0 || step + 1 == total_steps) {
-      std::printf("%s\n", metrics_console_line(metrics).c_str());
-      std::fflush(stdout);
+    if (leader) {
+      nlohmann::json record = metrics_json(metrics);
+      const CommStats& comm_after = comm->stats();
+      nlohmann::json sent;  // bytes rank 0 sent in this step, by collective
+      for (int kind = 0; kind < kCollectiveKinds; ++kind)
+        sent[collective_name(static_cast<Collective>(kind))] =
+            comm_after.bytes_sent[static_cast<size_t>(kind)] - comm_before.bytes_sent[static_cast<size_t>(kind)];
+      record["comm_bytes_sent"] = sent;
+      metrics_writer->write(record);
+      if ((step + 1) % log_every == 0 || step + 1 == total_steps) {
+        std::printf("%s\n", metrics_console_line(metrics).c_str());
+        std::fflush(stdout);
+      }
     }
     const bool epoch_end = (step + 1) % steps_per_epoch == 0;
     const bool eval_due = config.eval_every > 0 && (step + 1) % config.eval_every == 0;
     if (eval_data && (epoch_end || eval_due)) {
-      const EvalResult eval = evaluate(*model, *eval_data, micro_batch);
-      metrics_writer.write({{"step", step + 1}, {"epoch", metrics.epoch}, {"eval_loss", eval.loss},
-                            {"eval_ppl", eval.perplexity}, {"eval_tokens", eval.target_tokens},
-                            {"eval_samples", eval.samples}});
-      std::printf("eval at step %lld | eval_loss %.4f | eval_ppl %.3f | %lld target tokens in %lld samples\n",
-                  static_cast<long long>(step + 1), eval.loss, eval.perplexity,
-                  static_cast<long long>(eval.target_tokens), static_cast<long long>(eval.samples));
-      std::fflush(stdout);
+      comm->set_context(cat("evaluation after step ", step + 1));
+      const EvalResult eval = evaluate(*model, *eval_data, micro_batch, *comm);
+      if (leader) {
+        metrics_writer->write({{"step", step + 1}, {"epoch", metrics.epoch}, {"eval_loss", eval.loss},
+                               {"eval_ppl", eval.perplexity}, {"eval_tokens", eval.target_tokens},
+                               {"eval_samples", eval.samples}});
+        std::printf("eval at step %lld | eval_loss %.4f | eval_ppl %.3f | %lld target tokens in %lld samples\n",
+                    static_cast<long long>(step + 1), eval.loss, eval.perplexity,
+                    static_cast<long long>(eval.target_tokens), static_cast<long long>(eval.samples));
+        std::fflush(stdout);
+      }
     }
   }
-  std::printf("zerotune train: done, %lld steps (%lld skipped); metrics in %s\n", static_cast<long long>(total_steps),
-              static_cast<long long>(skipped), (fs::path(config.out_dir) / "metrics.jsonl").c_str());
+  comm->set_context("after training");
+  if (!config.dump_final_path.empty()) {
+    engine.gather_full_params();
+    if (leader) write_final_dump(config.dump_final_path, store);
+  }
+  comm->barrier();
+  if (leader)
+    std::printf("zerotune train: done, %lld steps (%lld skipped); metrics in %s\n", static_cast<long long>(total_steps),
+                static_cast<long long>(skipped), (fs::path(config.out_dir) / "metrics.jsonl").c_str());
 }
 
 }  // namespace zt

@@ -3,7 +3,10 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <cblas.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -108,6 +111,17 @@ void* CpuBackend::allocate(size_t bytes) {
 }
 
 void CpuBackend::release(void* pointer) { std::free(pointer); }
+
+void CpuBackend::discard(Tensor range) {
+  // madvise(MADV_DONTNEED) on the whole pages inside the range: private anonymous memory is
+  // returned to the system (RSS drops) and faulted back in, zeroed, when written again.
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(range.data) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(range.data) + range.bytes()) / page * page;
+  if (range.empty() || end <= begin) return;
+  ZT_CHECK(madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED) == 0, "cpu backend: madvise of ",
+           end - begin, " bytes failed: ", std::strerror(errno));
+}
 
 namespace {
 

@@ -74,6 +74,7 @@ class CpuBackend final : public Backend {
   void release(void* pointer) override;
   void copy(Tensor dst, Tensor src) override;
   void fill(Tensor dst, float value) override;
+  void discard(Tensor range) override;
 
   void accumulate(Tensor dst, Tensor src, float scale) override;
   void scale(Tensor dst, float factor) override;

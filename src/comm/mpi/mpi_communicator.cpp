@@ -1,0 +1,194 @@
+// Communicator over MPI: MPI_Iallreduce / MPI_Ireduce_scatter_block / MPI_Iallgather /
+// MPI_Ibcast / MPI_Ibarrier, each completed by a deadline-bounded MPI_Test loop.
+#include "comm/mpi/mpi_communicator.h"
+
+#include <climits>
+#include <thread>
+
+#include "core/error.h"
+
+namespace zt {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string mpi_error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return cat("MPI error ", code);
+  return std::string(text, static_cast<size_t>(length));
+}
+
+class MpiCommunicator;
+
+// One MPI request in flight; wait() polls it until it completes or the timeout passes.
+class MpiPending final : public PendingCollective {
+ public:
+  MpiPending(MPI_Request request, Collective kind, int rank, std::chrono::duration<double> timeout,
+             std::string context)
+      : request_(request), kind_(kind), rank_(rank), timeout_(timeout), context_(std::move(context)) {}
+  ~MpiPending() override {
+    if (request_ != MPI_REQUEST_NULL) {
+      try {
+        wait();
+      } catch (...) {  // the error that made us unwind is the one to report
+      }
+    }
+  }
+
+  bool done() const override { return request_ == MPI_REQUEST_NULL; }
+
+  void wait() override {
+    if (request_ == MPI_REQUEST_NULL) return;
+    const Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout_);
+    // Spin briefly (small collectives finish in microseconds), then back off so that
+    // oversubscribed ranks leave the cores to the ranks still computing.
+    auto pause = std::chrono::microseconds(20);
+    for (int polls = 0;; ++polls) {
+      int complete = 0;
+      const int code = MPI_Test(&request_, &complete, MPI_STATUS_IGNORE);
+      if (code != MPI_SUCCESS) {
+        request_ = MPI_REQUEST_NULL;
+        fail("MPI ", collective_name(kind_), " failed on rank ", rank_, context_suffix(), ": ", mpi_error_text(code));
+      }
+      if (complete) return;
+      if (Clock::now() > deadline) {
+        // The request cannot be cancelled (collectives are not cancellable): leave it to
+        // MPI_Abort, which the top-level handler calls.
+        request_ = MPI_REQUEST_NULL;
+        fail("collective ", collective_name(kind_), " did not complete within ", timeout_.count(),
+             " s on rank ", rank_, context_suffix(),
+             " (another rank failed, hangs or is far behind; see --comm-timeout)");
+      }
+      if (polls > 200) {
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, std::chrono::microseconds(1000));
+      }
+    }
+  }
+
+ private:
+  std::string context_suffix() const { return context_.empty() ? "" : cat(" (", context_, ")"); }
+  MPI_Request request_;
+  Collective kind_;
+  int rank_;
+  std::chrono::duration<double> timeout_;
+  std::string context_;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+    check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+    check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+    // Local rank: the rank within the processes that share this node's memory (DESIGN.md).
+    MPI_Comm node_comm = MPI_COMM_NULL;
+    check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_comm), "MPI_Comm_split_type");
+    check(MPI_Comm_rank(node_comm, &local_rank_), "MPI_Comm_rank(node)");
+    check(MPI_Comm_size(node_comm, &local_size_), "MPI_Comm_size(node)");
+    check(MPI_Comm_free(&node_comm), "MPI_Comm_free");
+    int leader = local_rank_ == 0 ? 1 : 0;
+    check(MPI_Allreduce(&leader, &nodes_, 1, MPI_INT, MPI_SUM, comm_), "MPI_Allreduce(node count)");
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_size_; }
+  int nodes() const override { return nodes_; }
+  std::string name() const override { return "mpi"; }
+
+  Pending all_reduce_sum_async(Tensor data) override {
+    const int n = count_of(data, "all_reduce");
+    count(Collective::AllReduce, 2.0 * ring_share() * static_cast<double>(data.bytes()));
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Iallreduce(MPI_IN_PLACE, data.data, n, MPI_FLOAT, MPI_SUM, comm_, &request), "MPI_Iallreduce");
+    return pending(request, Collective::AllReduce);
+  }
+
+  Pending reduce_scatter_sum_async(Tensor out, Tensor in) override {
+    const int n = count_of(out, "reduce_scatter");
+    count_of(in, "reduce_scatter");
+    ZT_CHECK(in.numel() == out.numel() * size_, "reduce_scatter: input has ", in.numel(), " elements, expected ",
+             size_, " x ", out.numel());
+    count(Collective::ReduceScatter, ring_share() * static_cast<double>(in.bytes()));
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Ireduce_scatter_block(in.data, out.data, n, MPI_FLOAT, MPI_SUM, comm_, &request),
+          "MPI_Ireduce_scatter_block");
+    return pending(request, Collective::ReduceScatter);
+  }
+
+  Pending all_gather_async(Tensor out, Tensor in) override {
+    const int n = count_of(in, "all_gather");
+    count_of(out, "all_gather");
+    ZT_CHECK(out.numel() == in.numel() * size_, "all_gather: output has ", out.numel(), " elements, expected ", size_,
+             " x ", in.numel());
+    count(Collective::AllGather, ring_share() * static_cast<double>(out.bytes()));
+    // In place when `in` is already this rank's slice of `out` (MPI forbids aliasing otherwise).
+    const bool in_place = static_cast<char*>(in.data) == static_cast<char*>(out.data) + rank_ * in.bytes();
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data, n, MPI_FLOAT, out.data, n, MPI_FLOAT, comm_, &request),
+          "MPI_Iallgather");
+    return pending(request, Collective::AllGather);
+  }
+
+  void broadcast(Tensor data, int root) override {
+    ZT_CHECK(data.device == Device::CPU, "broadcast: the MPI communicator needs host buffers, got ", data.describe());
+    ZT_CHECK(data.bytes() <= static_cast<size_t>(INT_MAX), "broadcast of ", data.bytes(), " bytes exceeds MPI's int count");
+    count(Collective::Broadcast, rank_ == root ? static_cast<double>(data.bytes()) : 0.0);
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Ibcast(data.data, static_cast<int>(data.bytes()), MPI_BYTE, root, comm_, &request), "MPI_Ibcast");
+    pending(request, Collective::Broadcast)->wait();
+  }
+
+  void barrier() override {
+    count(Collective::Barrier, 0.0);
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Ibarrier(comm_, &request), "MPI_Ibarrier");
+    pending(request, Collective::Barrier)->wait();
+  }
+
+  void all_reduce_scalars(std::span<double> values) override {
+    count(Collective::Scalars, 2.0 * ring_share() * static_cast<double>(values.size_bytes()));
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Iallreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_SUM, comm_,
+                         &request),
+          "MPI_Iallreduce(scalars)");
+    pending(request, Collective::Scalars)->wait();
+  }
+
+  double all_reduce_max(double value) override {
+    count(Collective::Scalars, 2.0 * ring_share() * sizeof(double));
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, comm_, &request), "MPI_Iallreduce(max)");
+    pending(request, Collective::Scalars)->wait();
+    return value;
+  }
+
+ private:
+  void check(int code, const char* call) const {
+    if (code != MPI_SUCCESS) fail(call, " failed on rank ", rank_, ": ", mpi_error_text(code));
+  }
+  // Element count of an f32 host tensor as MPI's int.
+  int count_of(const Tensor& tensor, const char* op) const {
+    ZT_CHECK(tensor.device == Device::CPU, op, ": the MPI communicator needs host buffers, got ", tensor.describe());
+    ZT_CHECK(tensor.dtype == DType::F32, op, ": expected fp32, got ", tensor.describe());
+    ZT_CHECK(tensor.numel() <= INT_MAX, op, ": ", tensor.numel(), " elements exceed MPI's int count (split the bucket)");
+    return static_cast<int>(tensor.numel());
+  }
+  double ring_share() const { return static_cast<double>(size_ - 1) / static_cast<double>(size_); }
+  Pending pending(MPI_Request request, Collective kind) const {
+    return std::make_unique<MpiPending>(request, kind, rank_, timeout_, context_);
+  }
+
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, nodes_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm) { return std::make_unique<MpiCommunicator>(comm); }
+
+}  // namespace zt

@@ -1,0 +1,480 @@
+// ZeRO stages 0-3 and offload: partitions, gradient buckets, the update and parameter sync.
+#include "zero/zero_engine.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "zero/rank_major.h"
+
+namespace zt {
+
+namespace {
+constexpr ParamGroup kTrainableGroups[] = {ParamGroup::Decay, ParamGroup::NoDecay};
+constexpr ParamGroup kAllGroups[] = {ParamGroup::Frozen, ParamGroup::Decay, ParamGroup::NoDecay};
+
+Tensor f32_buffer_view(const Buffer& buffer, int64_t numel) { return buffer.view(DType::F32, {numel}); }
+
+// Grows `buffer` to hold `numel` fp32 elements.
+void ensure_numel(Buffer& buffer, Backend& backend, int64_t numel) {
+  const size_t bytes = static_cast<size_t>(numel) * sizeof(float);
+  if (buffer.bytes() < bytes) buffer = Buffer(backend, bytes);
+}
+}  // namespace
+
+// One parameter group's share on this rank. P = group numel / W for stage >= 1, the whole
+// group for stage 0.
+struct ZeroEngine::GroupState {
+  ParamGroup group = ParamGroup::Frozen;
+  int64_t partition_numel = 0;  // P
+  Buffer master;                // fp32 [P] trainable groups (host when offloaded)
+  Buffer exp_avg, exp_avg_sq;   // fp32 [P] Adam moments (host when offloaded)
+  Buffer grad_partition;        // fp32 [P] stage >= 1: this rank's reduced gradient slices
+  Buffer host_grad;             // fp32 [P] offload: the gradient partition copied to the host
+  Buffer compute_partition;     // fp32 [P] device: offload's updated copy of master, or stage 3's frozen slices
+  Buffer staging_in, staging_out;  // fp32 [W*S], [S]: bucket staging (grown as needed)
+};
+
+// A gradient bucket being reduce-scattered (stage 1-3).
+struct ZeroEngine::InflightBucket {
+  struct Part {
+    ParamGroup group;
+    std::vector<UnitRange> units;  // ascending
+    Pending pending;
+  };
+  std::vector<Part> parts;
+  std::vector<int> units;  // unit indices whose gradient ranges are released when done
+};
+
+ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, const ZeroConfig& zero,
+                       const OptimizerConfig& optimizer)
+    : backend_(backend), comm_(comm), store_(store), zero_(zero), optimizer_(optimizer), stage_(zero.stage),
+      world_(comm.size()), rank_(comm.rank()), offload_(zero.offload_optimizer_device == "cpu") {
+  ZT_CHECK(stage_ >= 0 && stage_ <= 3, "zero_optimization.stage ", stage_, " is not 0, 1, 2 or 3");
+  ZT_CHECK(store.partitions() == world_, "ZeRO: the parameter store is padded for ", store.partitions(),
+           " partitions but the job has ", world_, " ranks");
+  ZT_CHECK(!offload_ || stage_ >= 1, "zero_optimization.offload_optimizer.device \"cpu\" needs ZeRO stage 1, 2 or 3 "
+           "(as in DeepSpeed); the config has stage 0");
+  ZT_CHECK(zero.offload_param_device != "cpu" || stage_ == 3,
+           "zero_optimization.offload_param.device \"cpu\" needs ZeRO stage 3; the config has stage ", stage_);
+  ZT_CHECK(zero.offload_param_device != "cpu",
+           "zero_optimization.offload_param (stage-3 parameter offload) is not implemented on the CPU backend yet");
+  ZT_CHECK(optimizer.adam_w_mode || optimizer.weight_decay == 0.0,
+           "Adam with L2 regularisation (adam_w_mode false and weight_decay ", optimizer.weight_decay,
+           ") is not supported: use AdamW (adam_w_mode true) or weight_decay 0");
+  ZT_CHECK(zero.reduce_bucket_size > 0 && zero.allgather_bucket_size > 0,
+           "zero_optimization: reduce_bucket_size and allgather_bucket_size must be positive");
+  if (offload_) host_ = make_cpu_backend();
+  Backend& state_backend = offload_ ? *host_ : backend_;
+  const int64_t divisor = stage_ == 0 ? 1 : world_;
+  for (ParamGroup group : kAllGroups) {
+    auto state = std::make_unique<GroupState>();
+    state->group = group;
+    state->partition_numel = store.group(group).numel / divisor;
+    const size_t bytes = static_cast<size_t>(state->partition_numel) * sizeof(float);
+    if (group != ParamGroup::Frozen && bytes) {
+      state->master = Buffer(state_backend, bytes);
+      state->exp_avg = Buffer(state_backend, bytes);
+      state->exp_avg_sq = Buffer(state_backend, bytes);
+      state_backend.fill(f32_buffer_view(state->exp_avg, state->partition_numel), 0.0f);
+      state_backend.fill(f32_buffer_view(state->exp_avg_sq, state->partition_numel), 0.0f);
+      if (stage_ >= 1) state->grad_partition = Buffer(backend_, bytes);
+      if (offload_) {
+        state->host_grad = Buffer(*host_, bytes);
+        state->compute_partition = Buffer(backend_, bytes);
+      }
+    }
+    if (group == ParamGroup::Frozen && stage_ == 3 && bytes) state->compute_partition = Buffer(backend_, bytes);
+    groups_.push_back(std::move(state));
+  }
+  units_.resize(static_cast<size_t>(store.num_units()));
+}
+
+ZeroEngine::~ZeroEngine() {
+  // Complete what is in flight before the buffers it writes go away.
+  try {
+    if (inflight_)
+      for (auto& part : inflight_->parts) part.pending->wait();
+    for (UnitState& unit : units_)
+      for (Pending& pending : unit.inflight) pending->wait();
+  } catch (...) {  // unwinding from another error: that one is reported
+  }
+}
+
+ZeroEngine::GroupState& ZeroEngine::state(ParamGroup group) { return *groups_[static_cast<size_t>(group)]; }
+
+Tensor ZeroEngine::gather_source(ParamGroup group) const {
+  const GroupState& s = *groups_[static_cast<size_t>(group)];
+  const Buffer& source = s.compute_partition.data() ? s.compute_partition : s.master;
+  return f32_buffer_view(source, s.partition_numel);
+}
+
+// Copies this rank's slice of every unit of `full` into `partition` (at unit.begin / W).
+static void copy_own_slices(Backend& backend, Tensor partition, Tensor full, const std::vector<UnitRange>& units,
+                            int world, int rank) {
+  for (const UnitRange& unit : units) {
+    const int64_t n = unit.numel / world;
+    if (n) backend.copy(partition.rows(unit.begin / world, n), full.rows(unit.begin + rank * n, n));
+  }
+}
+
+void ZeroEngine::init_from_store() {
+  for (ParamGroup group : kAllGroups) {
+    GroupState& s = state(group);
+    if (!s.partition_numel) continue;
+    const Tensor full = store_.group_params(group);
+    if (group != ParamGroup::Frozen) {
+      Tensor master = f32_buffer_view(s.master, s.partition_numel);
+      if (stage_ == 0) backend_.copy(master, full);
+      else copy_own_slices(backend_, master, full, store_.group(group).units, world_, rank_);
+      if (offload_) backend_.copy(f32_buffer_view(s.compute_partition, s.partition_numel), master);
+    } else if (stage_ == 3) {
+      copy_own_slices(backend_, f32_buffer_view(s.compute_partition, s.partition_numel), full,
+                      store_.group(group).units, world_, rank_);
+    }
+  }
+  if (stage_ == 3) {
+    for (int unit = 0; unit < store_.num_units(); ++unit) {
+      live_gathered_ += store_.unit_numel(unit);
+      if (store_.unit_numel(unit) >= zero_.stage3_param_persistence_threshold) {
+        discard_unit_params(unit);
+        units_[static_cast<size_t>(unit)].gathered = false;
+      }
+    }
+    peak_gathered_ = live_gathered_;
+  }
+  if (stage_ >= 2) {
+    for (int unit = 0; unit < store_.num_units(); ++unit) {
+      for (ParamGroup group : kTrainableGroups) {
+        const UnitRange range = store_.unit_range(group, unit);
+        if (range.numel) backend_.discard(store_.group_grads(group).rows(range.begin, range.numel));
+      }
+      units_[static_cast<size_t>(unit)].grads_live = false;
+    }
+  }
+}
+
+void ZeroEngine::begin_step() {
+  if (stage_ <= 1) store_.zero_grads();
+  for (ParamGroup group : kTrainableGroups) {
+    GroupState& s = state(group);
+    if (s.grad_partition.data()) backend_.fill(f32_buffer_view(s.grad_partition, s.partition_numel), 0.0f);
+  }
+}
+
+// ---- stage 3: parameters ------------------------------------------------------------------
+
+void ZeroEngine::gather_unit(int unit, bool async) {
+  UnitState& u = units_[static_cast<size_t>(unit)];
+  for (ParamGroup group : kAllGroups) {
+    const UnitRange range = store_.unit_range(group, unit);
+    if (!range.numel) continue;
+    Tensor out = store_.group_params(group).rows(range.begin, range.numel);
+    Tensor in = gather_source(group).rows(range.begin / world_, range.numel / world_);
+    u.inflight.push_back(comm_.all_gather_async(out, in));
+  }
+  u.gathered = true;
+  live_gathered_ += store_.unit_numel(unit);
+  peak_gathered_ = std::max(peak_gathered_, live_gathered_);
+  if (!async) finish_prefetch(unit);
+}
+
+void ZeroEngine::finish_prefetch(int unit) {
+  UnitState& u = units_[static_cast<size_t>(unit)];
+  for (Pending& pending : u.inflight) pending->wait();
+  u.inflight.clear();
+}
+
+void ZeroEngine::discard_unit_params(int unit) {
+  for (ParamGroup group : kAllGroups) {
+    const UnitRange range = store_.unit_range(group, unit);
+    if (range.numel) backend_.discard(store_.group_params(group).rows(range.begin, range.numel));
+  }
+  live_gathered_ -= store_.unit_numel(unit);
+}
+
+bool ZeroEngine::keep_after_release(int unit) const {
+  const int64_t numel = store_.unit_numel(unit);
+  if (numel < zero_.stage3_param_persistence_threshold) return true;  // persistent: never released
+  if (units_[static_cast<size_t>(unit)].last_use != UnitUse::Forward) return false;
+  // Released in forward, the unit is next used in backward after every later unit:
+  // DeepSpeed's reuse distance is the parameters fetched in between.
+  int64_t distance = 0;
+  for (int later = unit + 1; later < store_.num_units(); ++later) distance += store_.unit_numel(later);
+  return distance < zero_.stage3_max_reuse_distance && live_gathered_ <= zero_.stage3_max_live_parameters;
+}
+
+void ZeroEngine::acquire(int unit, UnitUse use) {
+  UnitState& u = units_[static_cast<size_t>(unit)];
+  if (stage_ == 3 && use != UnitUse::GradientOnly) {
+    u.last_use = use;
+    if (!u.gathered) gather_unit(unit, false);
+    finish_prefetch(unit);
+    // Prefetch the next unit of this pass (the embedding, unit 0, needs no parameters in
+    // backward) within stage3_prefetch_bucket_size and stage3_max_live_parameters.
+    const int next = use == UnitUse::Forward ? unit + 1 : unit - 1;
+    if (next >= (use == UnitUse::Forward ? 0 : 1) && next < store_.num_units()) {
+      const int64_t next_numel = store_.unit_numel(next);
+      if (!units_[static_cast<size_t>(next)].gathered && next_numel <= zero_.stage3_prefetch_bucket_size &&
+          live_gathered_ + next_numel <= zero_.stage3_max_live_parameters)
+        gather_unit(next, true);
+    }
+  }
+  if (stage_ >= 2 && use != UnitUse::Forward && !u.grads_live) {
+    for (ParamGroup group : kTrainableGroups) {
+      const UnitRange range = store_.unit_range(group, unit);
+      if (range.numel) backend_.fill(store_.group_grads(group).rows(range.begin, range.numel), 0.0f);
+    }
+    u.grads_live = true;
+  }
+}
+
+void ZeroEngine::release(int unit) {
+  UnitState& u = units_[static_cast<size_t>(unit)];
+  if (stage_ != 3 || !u.gathered || keep_after_release(unit)) return;
+  finish_prefetch(unit);
+  discard_unit_params(unit);
+  u.gathered = false;
+}
+
+// ---- gradients ------------------------------------------------------------------------------
+
+void ZeroEngine::gradients_ready(int unit) {
+  if (stage_ >= 2) enqueue_gradients(unit);  // stage 0/1 reduce at the boundary
+}
+
+void ZeroEngine::enqueue_gradients(int unit) {
+  pending_bucket_.push_back(unit);
+  for (ParamGroup group : kTrainableGroups) pending_bucket_numel_ += store_.unit_range(group, unit).numel;
+  if (pending_bucket_numel_ >= zero_.reduce_bucket_size) flush_gradient_bucket();
+}
+
+void ZeroEngine::flush_gradient_bucket() {
+  complete_inflight();
+  if (pending_bucket_.empty()) return;
+  auto bucket = std::make_unique<InflightBucket>();
+  bucket->units = pending_bucket_;
+  std::vector<int> ascending = pending_bucket_;
+  std::sort(ascending.begin(), ascending.end());
+  for (ParamGroup group : kTrainableGroups) {
+    InflightBucket::Part part;
+    part.group = group;
+    for (int unit : ascending)
+      if (store_.unit_range(group, unit).numel) part.units.push_back(store_.unit_range(group, unit));
+    const int64_t per_rank = slice_numel(part.units, world_);
+    if (!per_rank) continue;
+    GroupState& s = state(group);
+    Tensor grads = store_.group_grads(group);
+    Tensor in;
+    if (part.units.size() == 1) {  // one unit is already rank-major: reduce it in place
+      in = grads.rows(part.units[0].begin, part.units[0].numel);
+    } else {
+      ensure_numel(s.staging_in, backend_, per_rank * world_);
+      in = f32_buffer_view(s.staging_in, per_rank * world_);
+      pack_rank_major(backend_, in, grads, part.units, world_);
+    }
+    ensure_numel(s.staging_out, backend_, per_rank);
+    peak_staging_ = std::max<int64_t>(peak_staging_, static_cast<int64_t>(s.staging_in.bytes() + s.staging_out.bytes()));
+    part.pending = comm_.reduce_scatter_sum_async(f32_buffer_view(s.staging_out, per_rank), in);
+    bucket->parts.push_back(std::move(part));
+  }
+  pending_bucket_.clear();
+  pending_bucket_numel_ = 0;
+  inflight_ = std::move(bucket);
+  if (!zero_.overlap_comm) complete_inflight();
+}
+
+void ZeroEngine::complete_inflight() {
+  if (!inflight_) return;
+  std::unique_ptr<InflightBucket> bucket = std::move(inflight_);
+  for (InflightBucket::Part& part : bucket->parts) {
+    part.pending->wait();
+    GroupState& s = state(part.group);
+    add_slices(backend_, f32_buffer_view(s.grad_partition, s.partition_numel),
+               f32_buffer_view(s.staging_out, slice_numel(part.units, world_)), part.units, world_);
+  }
+  // The full-size gradients of these units are reduced: give their memory back.
+  for (int unit : bucket->units) {
+    for (ParamGroup group : kTrainableGroups) {
+      const UnitRange range = store_.unit_range(group, unit);
+      if (range.numel) backend_.discard(store_.group_grads(group).rows(range.begin, range.numel));
+    }
+    units_[static_cast<size_t>(unit)].grads_live = false;
+  }
+}
+
+void ZeroEngine::end_micro_batch() {
+  if (stage_ < 2) return;
+  flush_gradient_bucket();
+  complete_inflight();
+}
+
+void ZeroEngine::reduce_gradients() {
+  if (stage_ == 0) {
+    for (ParamGroup group : kTrainableGroups) {
+      Tensor grads = store_.group_grads(group);
+      const int64_t numel = store_.group(group).numel;
+      for (int64_t begin = 0; begin < numel; begin += zero_.reduce_bucket_size)
+        comm_.all_reduce_sum(grads.rows(begin, std::min(zero_.reduce_bucket_size, numel - begin)));
+    }
+  } else if (stage_ == 1) {  // the stage-2 machinery, with every unit ready at the boundary
+    for (int unit = store_.num_units() - 1; unit >= 0; --unit) {
+      units_[static_cast<size_t>(unit)].grads_live = true;
+      enqueue_gradients(unit);
+    }
+    flush_gradient_bucket();
+    complete_inflight();
+  }
+}
+
+double ZeroEngine::gradient_norm() {
+  double squares = 0.0;
+  for (ParamGroup group : kTrainableGroups) {
+    GroupState& s = state(group);
+    if (!s.partition_numel) continue;
+    squares += backend_.sum_squares(stage_ == 0 ? store_.group_grads(group)
+                                                : f32_buffer_view(s.grad_partition, s.partition_numel));
+  }
+  if (stage_ >= 1) squares = comm_.all_reduce_sum(squares);  // stage 0: every rank has the full gradient
+  return std::sqrt(squares);
+}
+
+// ---- update ------------------------------------------------------------------------------------
+
+void ZeroEngine::apply_update(double lr, float clip_coefficient, int64_t update_number) {
+  for (UnitState& unit : units_)
+    for (Pending& pending : unit.inflight) pending->wait();
+  for (UnitState& unit : units_) unit.inflight.clear();
+  Backend& state_backend = offload_ ? *host_ : backend_;
+  for (ParamGroup group : kTrainableGroups) {
+    GroupState& s = state(group);
+    const int64_t numel = s.partition_numel;
+    if (!numel) continue;
+    Tensor grad = stage_ == 0 ? store_.group_grads(group) : f32_buffer_view(s.grad_partition, numel);
+    if (offload_) {  // the gradient partition goes to the host, where the optimizer state lives
+      backend_.copy(f32_buffer_view(s.host_grad, numel), grad);
+      grad = f32_buffer_view(s.host_grad, numel);
+    }
+    if (clip_coefficient != 1.0f) state_backend.scale(grad, 1.0f / clip_coefficient);
+    AdamWParams params;
+    params.lr = lr;
+    params.beta1 = optimizer_.beta1;
+    params.beta2 = optimizer_.beta2;
+    params.eps = optimizer_.eps;
+    params.weight_decay = group == ParamGroup::Decay ? optimizer_.weight_decay : 0.0;
+    params.step = update_number;
+    state_backend.adamw(f32_buffer_view(s.master, numel), grad, f32_buffer_view(s.exp_avg, numel),
+                        f32_buffer_view(s.exp_avg_sq, numel), params);
+    if (offload_) backend_.copy(f32_buffer_view(s.compute_partition, numel), f32_buffer_view(s.master, numel));
+  }
+  sync_params_after_update();
+}
+
+void ZeroEngine::sync_params_after_update() {
+  if (stage_ == 0) {
+    for (ParamGroup group : kTrainableGroups)
+      if (state(group).partition_numel)
+        backend_.copy(store_.group_params(group), f32_buffer_view(state(group).master, state(group).partition_numel));
+    return;
+  }
+  if (stage_ == 3) {  // gathered copies are stale: refresh the persistent ones, drop the others
+    for (int unit = 0; unit < store_.num_units(); ++unit) {
+      UnitState& u = units_[static_cast<size_t>(unit)];
+      if (!u.gathered) continue;
+      discard_unit_params(unit);
+      u.gathered = false;
+      if (store_.unit_numel(unit) < zero_.stage3_param_persistence_threshold) gather_unit(unit, false);
+    }
+    return;
+  }
+  for (ParamGroup group : kTrainableGroups) {  // stage 1/2: all-gather the updated partitions
+    GroupState& s = state(group);
+    Tensor params = store_.group_params(group);
+    for (const std::vector<UnitRange>& bucket : plan_buckets(store_.group(group).units, zero_.allgather_bucket_size)) {
+      const int64_t per_rank = slice_numel(bucket, world_);
+      Tensor in = gather_source(group).rows(bucket.front().begin / world_, per_rank);
+      if (bucket.size() == 1) {
+        comm_.all_gather(params.rows(bucket.front().begin, bucket.front().numel), in);
+      } else {
+        ensure_numel(s.staging_in, backend_, per_rank * world_);
+        Tensor staging = f32_buffer_view(s.staging_in, per_rank * world_);
+        comm_.all_gather(staging, in);
+        unpack_rank_major(backend_, params, staging, bucket, world_);
+      }
+    }
+  }
+}
+
+void ZeroEngine::gather_full_params() {
+  if (stage_ != 3) return;
+  for (int unit = 0; unit < store_.num_units(); ++unit)
+    if (!units_[static_cast<size_t>(unit)].gathered) gather_unit(unit, false);
+    else finish_prefetch(unit);
+}
+
+// ---- accounting ----------------------------------------------------------------------------------
+
+ZeroMemory ZeroEngine::memory() const {
+  ZeroMemory m;
+  int64_t all_numel = 0, trainable_numel = 0, trainable_partition = 0;
+  for (ParamGroup group : kAllGroups) {
+    all_numel += store_.group(group).numel;
+    if (group != ParamGroup::Frozen) {
+      trainable_numel += store_.group(group).numel;
+      trainable_partition += groups_[static_cast<size_t>(group)]->partition_numel;
+    }
+  }
+  const int64_t f = sizeof(float);
+  if (stage_ < 3) {
+    m.compute_params = all_numel * f;
+  } else {
+    // Gathered at most: the persistent units plus the largest unit in use and one prefetched
+    // (or what was measured, when more), within stage3_max_live_parameters.
+    int64_t persistent = 0, largest = 0;
+    for (int unit = 0; unit < store_.num_units(); ++unit) {
+      const int64_t numel = store_.unit_numel(unit);
+      if (numel < zero_.stage3_param_persistence_threshold) persistent += numel;
+      else largest = std::max(largest, numel);
+    }
+    const int64_t planned = persistent + std::min(2 * largest, std::max(largest, zero_.stage3_max_live_parameters));
+    const int64_t frozen_partition = groups_[static_cast<size_t>(ParamGroup::Frozen)]->partition_numel;
+    m.compute_params =
+        (std::max(peak_gathered_, planned) + frozen_partition + (offload_ ? trainable_partition : 0)) * f;
+  }
+  m.gradients = stage_ < 2 ? trainable_numel * f
+                           : (trainable_partition + std::min(zero_.reduce_bucket_size, trainable_numel)) * f;
+  if (stage_ == 1) m.gradients += trainable_partition * f;
+  m.master_params = trainable_partition * f;
+  m.optimizer_state = 2 * trainable_partition * f;
+  if (offload_) m.host_bytes = m.master_params + m.optimizer_state + trainable_partition * f;
+  m.staging = peak_staging_;
+  return m;
+}
+
+ZeroCommPlan ZeroEngine::comm_plan(int64_t accumulation) const {
+  const double share = static_cast<double>(world_ - 1) / static_cast<double>(world_);
+  double trainable_bytes = 0.0;
+  for (ParamGroup group : kTrainableGroups) trainable_bytes += static_cast<double>(store_.group(group).numel) * 4.0;
+  ZeroCommPlan plan;
+  const double micro = static_cast<double>(accumulation);
+  switch (stage_) {
+    case 0: plan.all_reduce = 2.0 * share * trainable_bytes; break;
+    case 1: plan.reduce_scatter = plan.all_gather = share * trainable_bytes; break;
+    case 2:
+      plan.reduce_scatter = micro * share * trainable_bytes;
+      plan.all_gather = share * trainable_bytes;
+      break;
+    default: {
+      plan.reduce_scatter = micro * share * trainable_bytes;
+      double gathered = 0.0, persistent = 0.0;  // bytes gathered per micro-batch / after each update
+      for (int unit = 0; unit < store_.num_units(); ++unit) {
+        const double bytes = static_cast<double>(store_.unit_numel(unit)) * 4.0;
+        if (store_.unit_numel(unit) < zero_.stage3_param_persistence_threshold) persistent += bytes;
+        else gathered += unit == 0 ? bytes : 2.0 * bytes;  // forward + backward (unit 0: forward only)
+      }
+      plan.all_gather = share * (micro * gathered + persistent);
+    }
+  }
+  return plan;
+}
+
+}  // namespace zt

@@ -1,0 +1,129 @@
+// ZeroEngine: ZeRO stages 0-3 and ZeRO-Offload over a ParamStore and a Communicator.
+//
+//   stage 0: every rank holds everything; gradients all-reduced in buckets at the boundary.
+//   stage 1: fp32 master weights and Adam state partitioned (1/W each); gradients
+//            reduce-scattered at the accumulation boundary; updated partitions all-gathered.
+//   stage 2: as 1, but each unit's gradients are reduce-scattered (in buckets of
+//            reduce_bucket_size elements) as soon as backward completes them, and only this
+//            rank's partition is kept and accumulated.
+//   stage 3: as 2, and the parameters themselves are partitioned: a unit is all-gathered just
+//            before the model uses it (the next one prefetched) and released after use unless
+//            persistent (stage3_param_persistence_threshold) or soon reused
+//            (stage3_max_reuse_distance), within stage3_max_live_parameters.
+//   offload_optimizer cpu: master + Adam state (and a copy of the gradient partition) live in
+//            host memory and are updated there by the CPU Adam; the updated partition is copied
+//            back to the compute device.
+//
+// Partition r of a group is the concatenation of every unit's slice r (param_store.h), so all
+// collectives run over contiguous ranges. Gradients are summed over ranks, not averaged: the
+// trainer already scales the loss by 1 / (target tokens of the global batch).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/buffer.h"
+#include "comm/communicator.h"
+#include "model/causal_lm.h"
+#include "model/param_store.h"
+#include "train/train_config.h"
+
+namespace zt {
+
+// Bytes held per rank, by what they are and where (rank 0 prints this at start).
+struct ZeroMemory {
+  int64_t compute_params = 0;      // device: compute-dtype parameters resident (stage 3: partitions +
+                                   // persistent units + the largest unit twice: in use and prefetched)
+  int64_t gradients = 0;           // device: gradient buffers (full for 0/1; partition + one bucket for 2/3)
+  int64_t master_params = 0;       // fp32 master partition (host when offloaded)
+  int64_t optimizer_state = 0;     // Adam moments (host when offloaded)
+  int64_t host_bytes = 0;          // the part of the above that lives in host memory for offload
+  int64_t staging = 0;             // bucket staging buffers
+};
+
+// Bytes each rank sends per optimizer step by collective, from the ZeRO formulas for this
+// layout (ring algorithm: see communicator.h); the tests compare it with the counters.
+struct ZeroCommPlan {
+  double all_reduce = 0, reduce_scatter = 0, all_gather = 0;
+  double total() const { return all_reduce + reduce_scatter + all_gather; }
+};
+
+class ZeroEngine final : public UnitHooks {
+ public:
+  ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, const ZeroConfig& zero,
+             const OptimizerConfig& optimizer);
+  ~ZeroEngine() override;
+
+  int stage() const { return stage_; }
+  bool offload() const { return offload_; }
+
+  // Once the store holds the initial weights (identical on every rank): builds this rank's
+  // master partition and, for stage 3, partitions the parameters and frees the rest.
+  void init_from_store();
+
+  // Step protocol: begin_step, then per micro-batch forward/backward + end_micro_batch, then
+  // reduce_gradients, gradient_norm, apply_update.
+  void begin_step();
+  void end_micro_batch();      // stage 2/3: flush the last gradient bucket
+  void reduce_gradients();     // stage 0: all-reduce; stage 1: reduce-scatter
+  double gradient_norm();      // global L2 norm of the (reduced) gradients
+  // Clips (divides the gradients by clip_coefficient), runs AdamW on this rank's partitions and
+  // makes the compute parameters current (all-gather for stages 1/2, invalidation for 3).
+  void apply_update(double lr, float clip_coefficient, int64_t update_number);
+
+  // Makes every parameter of the store current and resident (stage 3: gathers all units),
+  // e.g. before writing the final weights.
+  void gather_full_params();
+
+  // UnitHooks (called by the model).
+  void acquire(int unit, UnitUse use) override;
+  void release(int unit) override;
+  void gradients_ready(int unit) override;
+
+  ZeroMemory memory() const;
+  // Expected bytes sent per step for `accumulation` micro-batches (stage 3: with every
+  // non-persistent unit gathered twice per micro-batch, i.e. stage3_max_reuse_distance 0).
+  ZeroCommPlan comm_plan(int64_t accumulation) const;
+
+ private:
+  struct GroupState;
+  struct InflightBucket;
+  struct UnitState {
+    bool gathered = true;    // stage 3: the unit's parameters are resident and current
+    bool grads_live = true;  // stage 2/3: the unit's gradient range holds this micro-batch's sums
+    UnitUse last_use = UnitUse::Forward;
+    std::vector<Pending> inflight;  // stage 3: all-gathers started ahead of use (a prefetch)
+  };
+
+  GroupState& state(ParamGroup group);
+  Tensor gather_source(ParamGroup group) const;  // what stage 1-3 all-gather from (compute partition)
+  void gather_unit(int unit, bool async);
+  void finish_prefetch(int unit);
+  void discard_unit_params(int unit);
+  bool keep_after_release(int unit) const;
+  void enqueue_gradients(int unit);  // adds a unit to the bucket; flushes it when full
+  void flush_gradient_bucket();
+  void complete_inflight();
+  void sync_params_after_update();
+
+  Backend& backend_;
+  Communicator& comm_;
+  ParamStore& store_;
+  ZeroConfig zero_;
+  OptimizerConfig optimizer_;
+  int stage_ = 0;
+  int world_ = 1;
+  int rank_ = 0;
+  bool offload_ = false;
+  std::unique_ptr<Backend> host_;  // offload: the host memory and CPU Adam
+  std::vector<std::unique_ptr<GroupState>> groups_;  // [kParamGroups]
+  std::vector<UnitState> units_;
+  std::vector<int> pending_bucket_;                  // stage 2/3: units whose gradients wait to be reduced
+  int64_t pending_bucket_numel_ = 0;
+  std::unique_ptr<InflightBucket> inflight_;         // overlap_comm: one bucket reduction in flight
+  int64_t live_gathered_ = 0, peak_gathered_ = 0;    // stage 3: gathered elements now / at most
+  int64_t peak_staging_ = 0;
+};
+
+}  // namespace zt

@@ -1,0 +1,69 @@
+# Failure handling (issue 4): when one rank fails, every rank exits non-zero within seconds with
+# the message and the failing rank, and a collective that never completes aborts the job
+# naming the collective.
+#   1. a file missing on rank 1 only (MPMD launch: rank 1 gets another --data);
+#   2. an exception on rank 1 in the middle of step 2 (ZT_FAULT=throw:step:1:2), stage 2;
+#   3. rank 1 hangs in step 2 (ZT_FAULT=hang:step:1:2): rank 0's next collective times out
+#      after --comm-timeout 3 s and the job ends with a message naming the collective.
+import os
+import subprocess
+import time
+
+from mpi_common import MPI_ENV, Report, main_guard, make_model_and_data, parse_args, temporary_directory
+
+LIMIT_S = 60  # "within seconds": generous for an oversubscribed 2-core CI machine
+
+
+def launch(report, label, command, extra_env=None):
+    env = dict(os.environ, **MPI_ENV, **(extra_env or {}))
+    print("mpi: running " + " ".join(command), flush=True)
+    start = time.monotonic()
+    try:
+        result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=LIMIT_S,
+                                env=env)
+    except subprocess.TimeoutExpired:
+        report.fail(f"{label}: the job still ran after {LIMIT_S} s (a rank hangs)")
+        return None
+    seconds = time.monotonic() - start
+    report.check(result.returncode != 0, f"{label}: job exit status {result.returncode} (non-zero)")
+    report.check(seconds < LIMIT_S, f"{label}: ended after {seconds:.1f} s")
+    return result.stdout + result.stderr
+
+
+def main():
+    args = parse_args(__doc__)
+    report = Report("a failing or hanging rank ends the whole job with its message")
+    with temporary_directory(args, "zt-fail-") as workdir:
+        model, data = make_model_and_data(args.zerotune, workdir)
+        train = ["train", "--model", model, "--out", os.path.join(workdir, "out"), "--micro-batch-size", "2",
+                 "--grad-accum", "1", "--max-steps", "4", "--zero-stage", "2"]
+        base = ["mpiexec", "--oversubscribe", "--bind-to", "none"]
+
+        missing = os.path.join(workdir, "no-such-data")
+        output = launch(report, "missing file on rank 1",
+                        base + ["-np", "1", args.zerotune] + train + ["--data", data] +
+                        [":", "-np", "1", args.zerotune] + train + ["--data", missing])
+        if output is not None:
+            report.check("error (rank 1)" in output and "no-such-data" in output,
+                         "missing file: the message names rank 1 and the missing path")
+
+        output = launch(report, "exception on rank 1 in step 2",
+                        base + ["-np", "2", args.zerotune] + train + ["--data", data],
+                        {"ZT_FAULT": "throw:step:1:2"})
+        if output is not None:
+            report.check("error (rank 1)" in output and "injected fault" in output and "step 2" in output,
+                         "exception: the message names rank 1, the fault and the step")
+
+        output = launch(report, "rank 1 hangs in step 2",
+                        base + ["-np", "2", args.zerotune] + train + ["--data", data, "--comm-timeout", "3"],
+                        {"ZT_FAULT": "hang:step:1:2"})
+        if output is not None:
+            report.check("error (rank 0)" in output and "did not complete within 3 s" in output and
+                         "step 2" in output, "hang: rank 0 reports the collective that timed out, and the step")
+            names = ("all_reduce", "reduce_scatter", "all_gather", "scalar_all_reduce", "barrier")
+            report.check(any(f"collective {name} " in output for name in names), "hang: the collective is named")
+    return report.finish()
+
+
+if __name__ == "__main__":
+    main_guard(main)
