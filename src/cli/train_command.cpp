@@ -52,6 +52,10 @@ po::options_description train_options() {
       ("eval-every", po::value<int64_t>(), "evaluate every N steps (default: at the end of each epoch only)")
       ("zero-stage", po::value<int>(), "ZeRO stage 0-3 (zero_optimization.stage)")
       ("offload-optimizer", po::value<std::string>(), "none | cpu (zero_optimization.offload_optimizer.device)")
+      ("save-every", po::value<int64_t>(), "save a checkpoint every N steps (OUT/checkpoints)")
+      ("no-save-at-end", po::bool_switch(), "do not save a checkpoint after the last step")
+      ("keep-last", po::value<int64_t>(), "keep only the newest K checkpoints (default: all)")
+      ("resume", po::value<std::string>(), "auto (the latest checkpoint under OUT, if any) or a checkpoint directory")
       ("comm-timeout", po::value<double>(), "seconds a collective may take before the job aborts (default 1800)")
       ("dump-step0", po::value<std::string>(), "write logits, loss and gradients of step 0 to this safetensors file")
       ("dump-final", po::value<std::string>(), "write every trainable parameter after the last step to this safetensors file");
@@ -150,6 +154,12 @@ int command_train(const std::vector<std::string>& args) {
   take(vm, "offload-optimizer", config.zero.offload_optimizer_device);
   ZT_CHECK(config.zero.offload_optimizer_device == "none" || config.zero.offload_optimizer_device == "cpu",
            "--offload-optimizer must be none or cpu, not '", config.zero.offload_optimizer_device, "'");
+  take(vm, "save-every", config.save_every);
+  ZT_CHECK(config.save_every >= 0, "--save-every must not be negative");
+  if (vm["no-save-at-end"].as<bool>()) config.save_at_end = false;
+  take(vm, "keep-last", config.keep_last);
+  ZT_CHECK(config.keep_last >= 0, "--keep-last must not be negative");
+  take(vm, "resume", config.resume);
   take(vm, "comm-timeout", config.comm_timeout_seconds);
   ZT_CHECK(config.comm_timeout_seconds > 0, "--comm-timeout must be positive, not ", config.comm_timeout_seconds);
   take(vm, "eval-data", config.eval_data_dir);

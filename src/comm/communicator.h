@@ -15,6 +15,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -67,6 +68,8 @@ class Communicator {
   virtual void all_reduce_scalars(std::span<double> values) = 0;
   // The maximum over ranks (e.g. "did any rank overflow").
   virtual double all_reduce_max(double value) = 0;
+  // Every rank's string, in rank order (checkpoint file checksums for rank 0's manifest).
+  virtual std::vector<std::string> all_gather_strings(const std::string& mine) = 0;
 
   void all_reduce_sum(Tensor data) { all_reduce_sum_async(data)->wait(); }
   void reduce_scatter_sum(Tensor out, Tensor in) { reduce_scatter_sum_async(out, in)->wait(); }

@@ -112,6 +112,10 @@ struct TrainConfig {
   std::string dump_final_path;     // tests/debug: every trainable parameter after the last step
   double comm_timeout_seconds = 1800.0;  // a collective slower than this aborts the job
   bool group_by_length = false;    // micro-batches of similar lengths within each global batch
+  int64_t save_every = 0;          // checkpoint every N steps (0: never by count)
+  bool save_at_end = true;         // checkpoint after the last step
+  int64_t keep_last = 0;           // keep only the newest K checkpoints (0: all)
+  std::string resume;              // "auto" (the latest under OUT/checkpoints, if any) or a checkpoint dir
 
   // Fills the three batch numbers from whichever are given (DeepSpeed's rules) and checks that
   // they agree; errors show the arithmetic.

@@ -17,6 +17,7 @@
 #include <span>
 
 #include "backend/backend.h"
+#include "ckpt/checkpoint.h"
 #include "comm/mpi/mpi_communicator.h"
 #include "core/fault_injection.h"
 #include "data/batch.h"
@@ -33,6 +34,7 @@
 #include "train/batch_views.h"
 #include "train/evaluation.h"
 #include "train/metrics.h"
+#include "train/stop_signal.h"
 #include "train/versions.h"
 #include "zero/zero_engine.h"
 
@@ -95,6 +97,22 @@ void write_final_dump(const std::string& path, const ParamStore& store) {
     entries.push_back({entry.spec.name, entry.spec.shape, store.param(entry.spec.name).data, DType::F32, DType::F32});
   }
   write_safetensors(path, entries);
+}
+
+// On resume, metrics.jsonl keeps only the records up to the checkpoint's step: the steps after it
+// run again and append their records.
+void drop_metrics_after(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
+    if (!record.is_discarded() && record.value("step", int64_t{0}) > step) continue;
+    kept += line + "\n";
+  }
+  in.close();
+  write_file_atomic(path, kept);
 }
 
 std::string mib(int64_t bytes) { return cat(static_cast<double>(bytes) / (1024.0 * 1024.0), " MiB"); }
@@ -198,6 +216,26 @@ void run_training(TrainConfig config, const RunOptions& options) {
   const int64_t total_steps = config.max_steps > 0 ? config.max_steps : config.epochs * steps_per_epoch;
   resolve_schedule(config.scheduler, config.optimizer.lr, total_steps);
 
+  // Resume: the optimizer partitions (re-sliced for this world size and stage) and the position.
+  install_stop_signal_handlers();
+  RunIdentity identity;
+  identity.model_dir = config.model_dir;
+  identity.model_checksum = model_structure_checksum(config.model_dir);
+  identity.train_batch_size = global_batch;
+  identity.dataset_samples = dataset.num_samples();
+  identity.seed = config.seed;
+  identity.shuffle = config.shuffle;
+  identity.lora = config.lora;
+  TrainingState state;
+  const std::optional<std::string> resume_from = resolve_resume_checkpoint(config.resume, config.out_dir);
+  if (resume_from) {
+    state = load_checkpoint(*resume_from, identity, engine, store, *comm);
+    if (leader) std::printf("resumed from %s at step %lld\n", resume_from->c_str(), static_cast<long long>(state.step));
+  } else if (!config.resume.empty() && leader) {
+    std::printf("--resume %s: no checkpoint under %s yet, starting from step 0\n", config.resume.c_str(),
+                (fs::path(config.out_dir) / "checkpoints").c_str());
+  }
+
   // Output directory (rank 0): run.json now, metrics.jsonl per step.
   std::optional<MetricsWriter> metrics_writer;
   if (leader) {
@@ -229,7 +267,9 @@ void run_training(TrainConfig config, const RunOptions& options) {
                                             {"reduce_scatter", comm_plan.reduce_scatter},
                                             {"all_gather", comm_plan.all_gather}};
     write_text_file(fs::path(config.out_dir) / "run.json", run.dump(2) + "\n");
-    metrics_writer.emplace((fs::path(config.out_dir) / "metrics.jsonl").string(), false);
+    const std::string metrics_path = (fs::path(config.out_dir) / "metrics.jsonl").string();
+    if (resume_from) drop_metrics_after(metrics_path, state.step);  // steps after the checkpoint run again
+    metrics_writer.emplace(metrics_path, resume_from.has_value());
     std::printf("zerotune train: %s, %lld parameters (%lld trainable), %lld samples, %lld steps of %lld samples "
                 "(micro-batch %lld x accumulation %lld x %d ranks)\n",
                 model_config.model_type.c_str(), static_cast<long long>(store.count_parameters(false)),
@@ -242,11 +282,24 @@ void run_training(TrainConfig config, const RunOptions& options) {
   }
 
   const int64_t log_every = options.log_every > 0 ? options.log_every : std::max<int64_t>(1, config.steps_per_print);
-  int64_t skipped = 0;
+  int64_t skipped = state.skipped;
   std::vector<int64_t> order;  // this epoch's sample order (global positions)
   int64_t order_epoch = -1;
   std::vector<int64_t> my_samples(static_cast<size_t>(per_rank));  // this rank's share of the step
-  for (int64_t step = 0; step < total_steps; ++step) {
+  int64_t last_saved_step = resume_from ? state.step : -1;
+  const auto save = [&](int64_t steps_done) {
+    TrainingState now;
+    now.step = steps_done;
+    now.skipped = skipped;
+    now.samples_consumed = steps_done * global_batch;
+    const std::string dir = save_checkpoint(config.out_dir, now, identity, config, engine, store, *comm, config.keep_last);
+    last_saved_step = steps_done;
+    if (leader) {
+      std::printf("checkpoint saved: %s\n", dir.c_str());
+      std::fflush(stdout);
+    }
+  };
+  for (int64_t step = state.step; step < total_steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     comm->set_context(cat("step ", step + 1));
     const CommStats comm_before = comm->stats();
@@ -351,6 +404,22 @@ void run_training(TrainConfig config, const RunOptions& options) {
                     static_cast<long long>(eval.target_tokens), static_cast<long long>(eval.samples));
         std::fflush(stdout);
       }
+    }
+    // Checkpoints: every save_every steps, at the end, and when the batch system asks us to stop.
+    const bool stop = comm->all_reduce_max(static_cast<double>(stop_signal_received())) > 0;
+    const bool save_due = (config.save_every > 0 && (step + 1) % config.save_every == 0) || stop ||
+                          (config.save_at_end && step + 1 == total_steps);
+    if (save_due && last_saved_step != step + 1) {
+      comm->set_context(cat("checkpoint at step ", step + 1));
+      save(step + 1);
+    }
+    if (stop) {
+      if (leader)
+        std::printf("zerotune train: stop requested (signal) at step %lld of %lld: checkpoint saved, exiting; "
+                    "run again with --resume auto to continue\n",
+                    static_cast<long long>(step + 1), static_cast<long long>(total_steps));
+      std::fflush(stdout);
+      return;
     }
   }
   comm->set_context("after training");

@@ -404,6 +404,27 @@ void ZeroEngine::sync_params_after_update() {
   }
 }
 
+std::vector<ZeroEngine::PartitionViews> ZeroEngine::partition_views() {
+  std::vector<PartitionViews> views;
+  for (ParamGroup group : kTrainableGroups) {
+    GroupState& s = state(group);
+    if (!s.partition_numel) continue;
+    views.push_back({group, f32_buffer_view(s.master, s.partition_numel), f32_buffer_view(s.exp_avg, s.partition_numel),
+                     f32_buffer_view(s.exp_avg_sq, s.partition_numel)});
+  }
+  return views;
+}
+
+void ZeroEngine::refresh_params_from_master() {
+  if (offload_)
+    for (ParamGroup group : kTrainableGroups) {
+      GroupState& s = state(group);
+      if (s.partition_numel)
+        backend_.copy(f32_buffer_view(s.compute_partition, s.partition_numel), f32_buffer_view(s.master, s.partition_numel));
+    }
+  sync_params_after_update();
+}
+
 void ZeroEngine::gather_full_params() {
   if (stage_ != 3) return;
   for (int unit = 0; unit < store_.num_units(); ++unit)

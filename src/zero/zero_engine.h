@@ -56,6 +56,7 @@ class ZeroEngine final : public UnitHooks {
   ~ZeroEngine() override;
 
   int stage() const { return stage_; }
+  Backend& backend() { return backend_; }
   bool offload() const { return offload_; }
 
   // Once the store holds the initial weights (identical on every rank): builds this rank's
@@ -80,6 +81,19 @@ class ZeroEngine final : public UnitHooks {
   void acquire(int unit, UnitUse use) override;
   void release(int unit) override;
   void gradients_ready(int unit) override;
+
+  // Checkpoint access: this rank's optimizer partitions (host or device views) per trainable
+  // group with elements, and how many distinct partitions the job holds (stage 0: one, the
+  // same on every rank; else W). After loading them, refresh_params_from_master makes the
+  // compute parameters current again.
+  struct PartitionViews {
+    ParamGroup group;
+    Tensor master, exp_avg, exp_avg_sq;  // fp32 [P]
+  };
+  std::vector<PartitionViews> partition_views();
+  int partition_count() const { return stage_ == 0 ? 1 : world_; }
+  int partition_index() const { return stage_ == 0 ? 0 : rank_; }
+  void refresh_params_from_master();
 
   ZeroMemory memory() const;
   // Expected bytes sent per step for `accumulation` micro-batches (stage 3: with every

@@ -167,6 +167,27 @@ class MpiCommunicator final : public Communicator {
     return value;
   }
 
+  std::vector<std::string> all_gather_strings(const std::string& mine) override {
+    ZT_CHECK(mine.size() <= static_cast<size_t>(INT_MAX), "all_gather_strings: a string of ", mine.size(), " bytes");
+    int length = static_cast<int>(mine.size());
+    std::vector<int> lengths(static_cast<size_t>(size_));
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Iallgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm_, &request), "MPI_Iallgather(lengths)");
+    pending(request, Collective::Scalars)->wait();
+    std::vector<int> offsets(static_cast<size_t>(size_), 0);
+    for (size_t r = 1; r < offsets.size(); ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
+    std::string all(static_cast<size_t>(offsets.back() + lengths.back()), '\0');
+    count(Collective::Scalars, static_cast<double>(mine.size()) * (size_ - 1));
+    check(MPI_Iallgatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, comm_,
+                          &request),
+          "MPI_Iallgatherv(strings)");
+    pending(request, Collective::Scalars)->wait();
+    std::vector<std::string> strings;
+    for (size_t r = 0; r < lengths.size(); ++r)
+      strings.push_back(all.substr(static_cast<size_t>(offsets[r]), static_cast<size_t>(lengths[r])));
+    return strings;
+  }
+
  private:
   void check(int code, const char* call) const {
     if (code != MPI_SUCCESS) fail(call, " failed on rank ", rank_, ": ", mpi_error_text(code));

@@ -1,0 +1,400 @@
+// Checkpoint save / verify / load with re-slicing onto another world size or ZeRO stage.
+#include "ckpt/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <regex>
+#include <sstream>
+
+#include "core/fault_injection.h"
+#include "core/hdf5_util.h"
+#include "core/sha256.h"
+#include "model/safetensors.h"
+
+namespace zt {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kFormat = "zerotune-checkpoint";
+constexpr int kVersion = 1;
+constexpr ParamGroup kTrainableGroups[] = {ParamGroup::Decay, ParamGroup::NoDecay};
+constexpr const char* kArrays[] = {"master", "exp_avg", "exp_avg_sq"};
+
+std::string rank_file_name(int partition) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "rank-%05d.h5", partition);
+  return name;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  ZT_CHECK(in, path.string(), ": cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// fsync a file or directory so a rename that follows is durable after a crash.
+void fsync_path(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  ZT_CHECK(fd >= 0, path.string(), ": cannot open to flush it to disk");
+  const int status = ::fsync(fd);
+  ::close(fd);
+  ZT_CHECK(status == 0, path.string(), ": fsync failed");
+}
+
+json lora_json(const LoraConfig& lora) {
+  if (!lora.enabled()) return nullptr;
+  return {{"r", lora.r}, {"alpha", lora.alpha}, {"dropout", lora.dropout}, {"targets", lora.targets},
+          {"rslora", lora.rslora}};
+}
+
+json layout_json(const ParamStore& store) {
+  json groups = json::object();
+  for (ParamGroup group : kTrainableGroups) {
+    json units = json::array();
+    for (const UnitRange& unit : store.group(group).units) units.push_back({unit.begin, unit.numel});
+    groups[param_group_name(group)] = {{"numel", store.group(group).numel}, {"units", units}};
+  }
+  json parameters = json::array();
+  for (const ParamEntry& entry : store.entries()) {
+    if (entry.group == ParamGroup::Frozen) continue;
+    parameters.push_back({{"name", entry.spec.name}, {"shape", entry.spec.shape}, {"group", param_group_name(entry.group)},
+                          {"offset", entry.offset}, {"unit", entry.unit}});
+  }
+  return {{"groups", groups}, {"parameters", parameters}};
+}
+
+// The old layout's unit ranges of one group.
+std::vector<UnitRange> manifest_units(const json& manifest, ParamGroup group) {
+  std::vector<UnitRange> units;
+  for (const json& unit : manifest.at("layout").at("groups").at(param_group_name(group)).at("units"))
+    units.push_back({unit.at(0).get<int64_t>(), unit.at(1).get<int64_t>()});
+  return units;
+}
+
+// Copies a tensor (host or device) into a host vector through the backend.
+std::vector<float> to_host(Backend& backend, Tensor tensor) {
+  std::vector<float> host(static_cast<size_t>(tensor.numel()));
+  if (!host.empty()) backend.copy(f32_view(host.data(), {tensor.numel()}), tensor);
+  return host;
+}
+
+void write_rank_file(const fs::path& path, ZeroEngine& engine, int64_t step) {
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  h5::silence_error_printing();
+  const std::string name = path.string();
+  h5::Handle file = h5::owned_file(H5Fcreate(name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), name, "create the file");
+  h5::write_string_attribute(file.get(), name, "format", kFormat);
+  h5::write_int64_attribute(file.get(), name, "version", kVersion);
+  h5::write_int64_attribute(file.get(), name, "partition", engine.partition_index());
+  h5::write_int64_attribute(file.get(), name, "partitions", engine.partition_count());
+  h5::write_int64_attribute(file.get(), name, "step", step);
+  for (const ZeroEngine::PartitionViews& views : engine.partition_views()) {
+    const std::string group_name = param_group_name(views.group);
+    h5::Handle group = h5::owned(H5Gcreate2(file.get(), group_name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                                 H5Gclose, name, cat("create group '", group_name, "'"));
+    const Tensor tensors[] = {views.master, views.exp_avg, views.exp_avg_sq};
+    for (int a = 0; a < 3; ++a) {
+      const std::vector<float> host = to_host(engine.backend(), tensors[a]);
+      h5::write_f32_dataset(group.get(), name, kArrays[a], host.data(), host.size());
+    }
+  }
+  h5::check_status(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), name, "flush the file");
+  ZT_CHECK(file.close(), name, ": HDF5 failed to close (write) the file");
+  fsync_path(path);
+}
+
+std::vector<std::string> complete_checkpoint_tags(const fs::path& root) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  const std::regex pattern("global_step([0-9]+)");
+  std::smatch match;
+  if (fs::is_directory(root))
+    for (const fs::directory_entry& entry : fs::directory_iterator(root)) {
+      const std::string name = entry.path().filename().string();
+      if (entry.is_directory() && std::regex_match(name, match, pattern) && fs::exists(entry.path() / "manifest.json"))
+        found.push_back({std::stoll(match[1].str()), name});
+    }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> tags;
+  for (auto& [step, name] : found) tags.push_back(name);
+  return tags;
+}
+
+// Reading the old partitions of a checkpoint, re-sliced for a new layout.
+class PartitionReader {
+ public:
+  PartitionReader(fs::path dir, const json& manifest) : dir_(std::move(dir)), manifest_(manifest) {
+    partitions_ = manifest.at("partitions").get<int>();
+  }
+
+  // out[new numel / divisor] = partition `index` of `divisor` of the new layout `new_units`.
+  void read(ParamGroup group, const char* array, const std::vector<UnitRange>& new_units, int divisor, int index,
+            float* out) {
+    const std::vector<UnitRange> old_units = manifest_units(manifest_, group);
+    ZT_CHECK(old_units.size() == new_units.size(), dir_.string(), ": the checkpoint has ", old_units.size(),
+             " units, this model ", new_units.size());
+    for (size_t u = 0; u < new_units.size(); ++u) {
+      const int64_t slice = new_units[u].numel / divisor;
+      float* target = out + new_units[u].begin / divisor;
+      const int64_t old_numel = old_units[u].numel, old_slice = old_numel / partitions_;
+      for (int64_t k = index * slice, end = (index + 1) * slice; k < end;) {
+        if (k >= old_numel) {  // padding the old layout did not have
+          std::fill(target + (k - index * slice), target + slice, 0.0f);
+          break;
+        }
+        const int64_t old_partition = k / old_slice;
+        const int64_t run = std::min({end, (old_partition + 1) * old_slice, old_numel}) - k;
+        const int64_t at = old_units[u].begin / partitions_ + (k - old_partition * old_slice);
+        read_range(static_cast<int>(old_partition), group, array, at, run, target + (k - index * slice));
+        k += run;
+      }
+    }
+  }
+
+ private:
+  void read_range(int partition, ParamGroup group, const char* array, int64_t begin, int64_t count, float* out) {
+    std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+    h5::silence_error_printing();
+    const std::string path = (dir_ / rank_file_name(partition)).string();
+    auto found = files_.find(partition);
+    if (found == files_.end())
+      found = files_.emplace(partition, h5::owned_file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), path,
+                                                       "open the checkpoint file")).first;
+    const std::string dataset_name = cat(param_group_name(group), "/", array);
+    hsize_t length = 0;
+    h5::Handle dataset = h5::open_f32_dataset(found->second.get(), path, dataset_name.c_str(), length);
+    ZT_CHECK(static_cast<hsize_t>(begin + count) <= length, path, ": dataset '", dataset_name, "' has ", length,
+             " elements, the manifest's layout needs ", begin + count);
+    h5::read_1d_range(dataset.get(), path, dataset_name.c_str(), H5T_NATIVE_FLOAT, static_cast<hsize_t>(begin),
+                      static_cast<hsize_t>(count), out);
+  }
+
+  fs::path dir_;
+  const json& manifest_;
+  int partitions_ = 1;
+  std::map<int, h5::Handle> files_;
+};
+
+void check_identity(const json& manifest, const RunIdentity& identity, const ParamStore& store, const std::string& dir) {
+  const json& saved = manifest.at("run");
+  const auto mismatch = [&](const char* what, const json& then, const json& now) {
+    fail(dir, ": the checkpoint was made with ", what, " ", then.dump(), ", this run has ", now.dump(),
+         " (resume with the same ", what, ", or start a new run in another --out)");
+  };
+  if (saved.at("model_checksum") != identity.model_checksum)
+    fail(dir, ": the checkpoint was made from the model ", saved.at("model_dir").get<std::string>(),
+         " (structure checksum ", saved.at("model_checksum").get<std::string>(), "), this run's --model ",
+         identity.model_dir, " differs (checksum ", identity.model_checksum, ")");
+  if (saved.at("train_batch_size") != identity.train_batch_size)
+    mismatch("train_batch_size", saved.at("train_batch_size"), identity.train_batch_size);
+  if (saved.at("dataset_samples") != identity.dataset_samples)
+    mismatch("number of training samples", saved.at("dataset_samples"), identity.dataset_samples);
+  if (saved.at("seed") != identity.seed) mismatch("seed", saved.at("seed"), identity.seed);
+  if (saved.at("shuffle") != identity.shuffle) mismatch("shuffle setting", saved.at("shuffle"), identity.shuffle);
+  if (saved.at("lora") != lora_json(identity.lora)) mismatch("LoRA configuration", saved.at("lora"), lora_json(identity.lora));
+  // Every trainable parameter with the same shape, group and offset inside its unit.
+  std::map<std::string, const json*> saved_parameters;
+  for (const json& parameter : manifest.at("layout").at("parameters"))
+    saved_parameters[parameter.at("name").get<std::string>()] = &parameter;
+  size_t trainable = 0;
+  for (const ParamEntry& entry : store.entries()) {
+    if (entry.group == ParamGroup::Frozen) continue;
+    ++trainable;
+    auto found = saved_parameters.find(entry.spec.name);
+    ZT_CHECK(found != saved_parameters.end(), dir, ": the checkpoint has no parameter '", entry.spec.name, "'");
+    const json& p = *found->second;
+    const std::vector<UnitRange> old_units = manifest_units(manifest, entry.group);
+    ZT_CHECK(p.at("shape") == json(entry.spec.shape) && p.at("group") == param_group_name(entry.group) &&
+                 p.at("unit") == entry.unit,
+             dir, ": parameter '", entry.spec.name, "' is ", p.dump(), " in the checkpoint, not shape ",
+             json(entry.spec.shape).dump(), " in group ", param_group_name(entry.group));
+    const int64_t old_in_unit = p.at("offset").get<int64_t>() - old_units.at(static_cast<size_t>(entry.unit)).begin;
+    const int64_t new_in_unit = entry.offset - store.unit_range(entry.group, entry.unit).begin;
+    ZT_CHECK(old_in_unit == new_in_unit, dir, ": parameter '", entry.spec.name, "' sits at offset ", old_in_unit,
+             " of its unit in the checkpoint, ", new_in_unit, " here (a different layout version)");
+  }
+  ZT_CHECK(trainable == saved_parameters.size(), dir, ": the checkpoint has ", saved_parameters.size(),
+           " trainable parameters, this run ", trainable);
+}
+
+}  // namespace
+
+std::string model_structure_checksum(const std::string& model_dir) {
+  Sha256 hash;
+  hash.update(read_text(fs::path(model_dir) / "config.json"));
+  std::vector<fs::path> files;
+  for (const fs::directory_entry& entry : fs::directory_iterator(model_dir))
+    if (entry.path().extension() == ".safetensors") files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  for (const fs::path& file : files) {
+    std::ifstream in(file, std::ios::binary);
+    ZT_CHECK(in, file.string(), ": cannot open");
+    uint64_t header_bytes = 0;
+    in.read(reinterpret_cast<char*>(&header_bytes), 8);
+    ZT_CHECK(in && header_bytes < (uint64_t{1} << 27), file.string(), ": not a safetensors file");
+    std::string header(header_bytes, '\0');
+    in.read(header.data(), static_cast<std::streamsize>(header_bytes));
+    ZT_CHECK(in, file.string(), ": truncated safetensors header");
+    hash.update(cat(file.filename().string(), "\n", fs::file_size(file), "\n", header, "\n"));
+  }
+  return hash.hex_digest();
+}
+
+std::string save_checkpoint(const std::string& out_dir, const TrainingState& state, const RunIdentity& identity,
+                            const TrainConfig& config, ZeroEngine& engine, const ParamStore& store, Communicator& comm,
+                            int64_t keep_last) {
+  const fs::path root = fs::path(out_dir) / "checkpoints";
+  const std::string tag = cat("global_step", state.step);
+  const fs::path final_dir = root / tag, temporary = root / (tag + ".tmp");
+  const bool leader = comm.rank() == 0;
+  fault_point("save.begin", state.step);
+  if (leader) {
+    fs::create_directories(root);
+    fs::remove_all(temporary);  // a crashed earlier attempt
+    fs::create_directories(temporary);
+  }
+  comm.barrier();
+
+  // Each partition's file, its size and checksum.
+  json file_entry = nullptr;
+  if (engine.partition_index() == comm.rank()) {  // stage 0: rank 0 holds the one partition
+    const fs::path path = temporary / rank_file_name(engine.partition_index());
+    write_rank_file(path, engine, state.step);
+    file_entry = {{"name", rank_file_name(engine.partition_index())}, {"bytes", fs::file_size(path)},
+                  {"sha256", sha256_file_hex(path.string())}};
+  }
+  fault_point("save.rank_file_written", state.step);
+  const std::vector<std::string> entries = comm.all_gather_strings(file_entry.dump());
+
+  if (leader) {
+    json files = json::array();
+    for (const std::string& entry : entries)
+      if (entry != "null") files.push_back(json::parse(entry));
+    json manifest = {
+        {"format", kFormat}, {"version", kVersion}, {"tag", tag},
+        {"step", state.step}, {"skipped", state.skipped}, {"updates", state.step - state.skipped},
+        {"samples_consumed", state.samples_consumed},
+        {"world_size", comm.size()}, {"zero_stage", engine.stage()}, {"partitions", engine.partition_count()},
+        {"compute_dtype", dtype_name(config.compute_dtype)},
+        {"loss_scale", state.loss_scale}, {"loss_scaler", state.loss_scaler},
+        {"lr_scheduler", {{"type", config.scheduler.type}, {"updates", state.step - state.skipped}}},
+        {"rng", {{"seed", config.seed}, {"generator", "philox4x32-10 keyed by (seed, purpose, step, position)"},
+                 {"next_step", state.step}}},
+        {"run", {{"model_dir", identity.model_dir}, {"model_checksum", identity.model_checksum},
+                 {"train_batch_size", identity.train_batch_size}, {"dataset_samples", identity.dataset_samples},
+                 {"seed", identity.seed}, {"shuffle", identity.shuffle}, {"lora", lora_json(identity.lora)}}},
+        {"config", config.to_json()},
+        {"layout", layout_json(store)},
+        {"files", files}};
+    write_file_atomic((temporary / "manifest.json").string(), manifest.dump(2) + "\n");
+    fsync_path(temporary);
+  }
+  fault_point("save.manifest_written", state.step);
+  comm.barrier();
+  if (leader) {
+    fs::remove_all(final_dir);  // an older save of the same step (e.g. a rerun)
+    fs::rename(temporary, final_dir);
+    fsync_path(root);
+    fault_point("save.renamed", state.step);
+    write_file_atomic((root / "latest").string(), tag + "\n");
+    fsync_path(root);
+    if (keep_last > 0) {
+      std::vector<std::string> tags = complete_checkpoint_tags(root);
+      for (size_t i = 0; i + static_cast<size_t>(keep_last) < tags.size(); ++i)
+        if (tags[i] != tag) fs::remove_all(root / tags[i]);
+    }
+  }
+  comm.barrier();
+  return final_dir.string();
+}
+
+std::optional<std::string> resolve_resume_checkpoint(const std::string& resume, const std::string& out_dir) {
+  if (resume.empty()) return std::nullopt;
+  if (resume != "auto") {
+    ZT_CHECK(fs::exists(fs::path(resume) / "manifest.json"), "--resume ", resume,
+             ": not a complete checkpoint (no manifest.json; incomplete saves end in .tmp)");
+    return resume;
+  }
+  const fs::path root = fs::path(out_dir) / "checkpoints";
+  const fs::path latest = root / "latest";
+  if (!fs::exists(latest)) return std::nullopt;
+  std::string tag = read_text(latest);
+  tag.erase(tag.find_last_not_of(" \n\r\t") + 1);
+  ZT_CHECK(!tag.empty() && fs::exists(root / tag / "manifest.json"), latest.string(), " names '", tag,
+           "', which is not a complete checkpoint under ", root.string());
+  return (root / tag).string();
+}
+
+json read_checkpoint_manifest(const std::string& checkpoint_dir, bool verify_files) {
+  const fs::path manifest_path = fs::path(checkpoint_dir) / "manifest.json";
+  ZT_CHECK(fs::exists(manifest_path), manifest_path.string(), ": missing (not a complete checkpoint)");
+  json manifest;
+  try {
+    manifest = json::parse(read_text(manifest_path));
+  } catch (const json::exception& error) {
+    fail(manifest_path.string(), ": not valid JSON (", error.what(), ")");
+  }
+  ZT_CHECK(manifest.value("format", "") == kFormat, manifest_path.string(), ": format is not '", kFormat, "'");
+  ZT_CHECK(manifest.value("version", 0) == kVersion, manifest_path.string(), ": version ", manifest.value("version", 0),
+           " (this zerotune reads version ", kVersion, ")");
+  const int partitions = manifest.at("partitions").get<int>();
+  ZT_CHECK(manifest.at("files").size() == static_cast<size_t>(partitions), manifest_path.string(), ": lists ",
+           manifest.at("files").size(), " files for ", partitions, " partitions");
+  for (const json& file : manifest.at("files")) {
+    const fs::path path = fs::path(checkpoint_dir) / file.at("name").get<std::string>();
+    ZT_CHECK(fs::exists(path), path.string(), ": missing (the checkpoint is incomplete)");
+    ZT_CHECK(fs::file_size(path) == file.at("bytes").get<uintmax_t>(), path.string(), ": ", fs::file_size(path),
+             " bytes, the manifest says ", file.at("bytes").get<uintmax_t>(), " (the file is damaged or truncated)");
+    if (verify_files)
+      ZT_CHECK(sha256_file_hex(path.string()) == file.at("sha256").get<std::string>(), path.string(),
+               ": sha256 does not match the manifest (the file is damaged)");
+  }
+  return manifest;
+}
+
+TrainingState load_checkpoint(const std::string& checkpoint_dir, const RunIdentity& identity, ZeroEngine& engine,
+                              const ParamStore& store, Communicator& comm) {
+  // Rank 0 verifies every checksum; the others check sizes. A failure anywhere ends the job.
+  const json manifest = read_checkpoint_manifest(checkpoint_dir, comm.rank() == 0);
+  check_identity(manifest, identity, store, checkpoint_dir);
+  PartitionReader reader(checkpoint_dir, manifest);
+  for (const ZeroEngine::PartitionViews& views : engine.partition_views()) {
+    const Tensor tensors[] = {views.master, views.exp_avg, views.exp_avg_sq};
+    for (int a = 0; a < 3; ++a) {
+      std::vector<float> host(static_cast<size_t>(tensors[a].numel()));
+      reader.read(views.group, kArrays[a], store.group(views.group).units, engine.partition_count(),
+                  engine.partition_index(), host.data());
+      engine.backend().copy(tensors[a], f32_view(host.data(), {tensors[a].numel()}));
+    }
+  }
+  engine.refresh_params_from_master();
+  TrainingState state;
+  state.step = manifest.at("step").get<int64_t>();
+  state.skipped = manifest.at("skipped").get<int64_t>();
+  state.samples_consumed = manifest.at("samples_consumed").get<int64_t>();
+  state.loss_scale = manifest.at("loss_scale").get<double>();
+  state.loss_scaler = manifest.at("loss_scaler");
+  return state;
+}
+
+void load_full_master(const std::string& checkpoint_dir, const json& manifest, ParamStore& store) {
+  ZT_CHECK(store.partitions() == 1, "load_full_master: the store must be laid out for one partition");
+  PartitionReader reader(checkpoint_dir, manifest);
+  for (ParamGroup group : kTrainableGroups) {
+    if (!store.group(group).numel) continue;
+    reader.read(group, "master", store.group(group).units, 1, 0, store.group_params(group).f32());
+  }
+}
+
+}  // namespace zt

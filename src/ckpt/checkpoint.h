@@ -1,0 +1,77 @@
+// Per-rank checkpoints (DESIGN.md "Checkpoints"): save, find, verify, load (also onto another
+// world size or ZeRO stage).
+//
+//   OUT/checkpoints/<tag>/manifest.json   what was saved (step, world size, stage, layout,
+//                                         training state, base model, per-file size + sha256)
+//   OUT/checkpoints/<tag>/rank-RRRRR.h5   partition r: fp32 master, exp_avg, exp_avg_sq per
+//                                         trainable group ("decay/master", ...)
+//   OUT/checkpoints/latest                the tag of the newest complete checkpoint
+//
+// Saving: every rank writes its file into <tag>.tmp/ (flushed, checksummed), the checksums
+// are gathered to rank 0, which writes the manifest; after a barrier rank 0 renames the
+// directory to <tag> and replaces `latest` by rename. A crash at any moment leaves the
+// previous checkpoint complete and `latest` pointing at it. Frozen base weights are not saved:
+// the manifest records the base model's path and a checksum of its structure.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/communicator.h"
+#include "model/param_store.h"
+#include "train/train_config.h"
+#include "zero/zero_engine.h"
+
+namespace zt {
+
+// The training loop's position and state besides the optimizer partitions.
+struct TrainingState {
+  int64_t step = 0;            // optimizer steps done (skipped ones included)
+  int64_t skipped = 0;         // of which skipped (they did not advance the schedule or Adam)
+  int64_t samples_consumed = 0;  // global samples of the finished steps (step x train_batch_size)
+  double loss_scale = 1.0;     // the fp16 loss scaler's state (1 without fp16)
+  nlohmann::json loss_scaler;  // the scaler's full state (empty without fp16)
+};
+
+// What must agree between a checkpoint and the run that resumes it.
+struct RunIdentity {
+  std::string model_dir;
+  std::string model_checksum;  // model_structure_checksum(model_dir)
+  int64_t train_batch_size = 0;
+  int64_t dataset_samples = 0;
+  uint64_t seed = 0;
+  bool shuffle = true;
+  LoraConfig lora;
+};
+
+// sha256 over config.json and each weight file's name, size and safetensors header: equal for
+// the same model files, cheap for a 13 GB model (the tensor data is not read).
+std::string model_structure_checksum(const std::string& model_dir);
+
+// Saves a checkpoint of the current state as OUT/checkpoints/global_step<step>. Collective: every
+// rank calls it. keep_last > 0 deletes the oldest complete checkpoints beyond that many.
+// Returns the checkpoint's directory.
+std::string save_checkpoint(const std::string& out_dir, const TrainingState& state, const RunIdentity& identity,
+                            const TrainConfig& config, ZeroEngine& engine, const ParamStore& store, Communicator& comm,
+                            int64_t keep_last);
+
+// --resume auto: the checkpoint `latest` names under OUT/checkpoints, or nothing when there is
+// none yet (a fresh start). --resume DIR: that checkpoint. Errors name what is missing.
+std::optional<std::string> resolve_resume_checkpoint(const std::string& resume, const std::string& out_dir);
+
+// Verifies the checkpoint (manifest, every file's size and sha256), checks it fits this run
+// (same model, parameters, batch size, data, seed), loads this rank's partitions re-sliced for
+// the engine's world size and stage, refreshes the compute parameters and returns the state.
+TrainingState load_checkpoint(const std::string& checkpoint_dir, const RunIdentity& identity, ZeroEngine& engine,
+                              const ParamStore& store, Communicator& comm);
+
+// Reads a checkpoint's manifest (verifying its files' sizes and checksums when `verify_files`).
+nlohmann::json read_checkpoint_manifest(const std::string& checkpoint_dir, bool verify_files);
+
+// Fills the trainable groups of `store` (laid out for ONE partition) with the full fp32 master
+// weights of a checkpoint: for export and for --dump-final-style reads.
+void load_full_master(const std::string& checkpoint_dir, const nlohmann::json& manifest, ParamStore& store);
+
+}  // namespace zt
