@@ -84,4 +84,28 @@ void load_peft_adapter_weights(const std::string& adapter_dir, ParamStore& store
            " adapter tensors (target modules or layers differ)");
 }
 
+void write_peft_adapter(const std::string& adapter_dir, const ParamStore& store, const LoraConfig& lora,
+                        const std::vector<std::string>& target_modules, const std::string& base_model, DType dtype) {
+  std::filesystem::create_directories(adapter_dir);
+  std::vector<std::string> keys;  // kept alive for the entries' names
+  std::vector<SafetensorsEntry> entries;
+  for (const ParamEntry& entry : store.entries()) {
+    const std::string& name = entry.spec.name;
+    if (name.find(".lora_A.") == std::string::npos && name.find(".lora_B.") == std::string::npos) continue;
+    entries.push_back({kPeftKeyPrefix + name, entry.spec.shape, store.param(name).data, DType::F32, dtype});
+  }
+  ZT_CHECK(!entries.empty(), adapter_dir, ": the model has no LoRA adapters to write");
+  write_safetensors((std::filesystem::path(adapter_dir) / "adapter_model.safetensors").string(), entries);
+  const nlohmann::json config = {
+      {"alpha_pattern", nlohmann::json::object()}, {"auto_mapping", nullptr},
+      {"base_model_name_or_path", base_model}, {"bias", "none"}, {"fan_in_fan_out", false},
+      {"inference_mode", true}, {"init_lora_weights", true}, {"layers_pattern", nullptr},
+      {"layers_to_transform", nullptr}, {"loftq_config", nlohmann::json::object()}, {"lora_alpha", lora.alpha},
+      {"lora_dropout", lora.dropout}, {"megatron_config", nullptr}, {"megatron_core", "megatron.core"},
+      {"modules_to_save", nullptr}, {"peft_type", "LORA"}, {"r", lora.r}, {"rank_pattern", nlohmann::json::object()},
+      {"revision", nullptr}, {"target_modules", target_modules}, {"task_type", "CAUSAL_LM"}, {"use_dora", false},
+      {"use_rslora", lora.rslora}};
+  write_file_atomic((std::filesystem::path(adapter_dir) / "adapter_config.json").string(), config.dump(2) + "\n");
+}
+
 }  // namespace zt

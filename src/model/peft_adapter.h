@@ -1,5 +1,5 @@
 // PEFT LoRA adapter directories (adapter_config.json + adapter_model.safetensors): reading one
-// to continue training it (--adapter). Keys in the weights file are PEFT's:
+// to continue training it (--adapter), writing one (export --format peft). Keys in the weights file are PEFT's:
 // "base_model.model." + "<module path>.lora_A.weight" (no adapter name).
 #pragma once
 #include <string>
@@ -19,5 +19,10 @@ LoraConfig read_peft_adapter_config(const std::string& adapter_dir);
 // Copies every lora_A/lora_B of `store` from the adapter's weights file; a missing tensor, a
 // wrong shape or a tensor the model has no place for is an error naming the file.
 void load_peft_adapter_weights(const std::string& adapter_dir, ParamStore& store);
+
+// Writes adapter_config.json (PEFT 0.10's keys; target_modules resolved to module names) and
+// adapter_model.safetensors (every lora_A/lora_B of `store` stored as `dtype`) into adapter_dir.
+void write_peft_adapter(const std::string& adapter_dir, const ParamStore& store, const LoraConfig& lora,
+                        const std::vector<std::string>& target_modules, const std::string& base_model, DType dtype);
 
 }  // namespace zt

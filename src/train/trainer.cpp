@@ -27,6 +27,7 @@
 #include "model/config.h"
 #include "model/lora.h"
 #include "model/param_store.h"
+#include "model/parameter_plan.h"
 #include "model/peft_adapter.h"
 #include "model/safetensors.h"
 #include "optim/grad_clip.h"
@@ -43,45 +44,6 @@ namespace zt {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Parameter list (base + adapters) and which of them train.
-struct ParameterPlan {
-  std::vector<ParamSpec> specs;
-  std::vector<bool> trainable;
-};
-
-ParameterPlan plan_parameters(const ModelConfig& model_config, const LoraConfig& lora) {
-  ParameterPlan plan;
-  plan.specs = model_param_specs(model_config);
-  plan.trainable.assign(plan.specs.size(), !lora.enabled());  // LoRA freezes every base weight
-  if (lora.enabled()) {
-    for (ParamSpec& adapter : lora_param_specs(plan.specs, lora)) {
-      plan.specs.push_back(std::move(adapter));
-      plan.trainable.push_back(true);
-    }
-  }
-  return plan;
-}
-
-void load_base_weights(const std::string& model_dir, ParamStore& store) {
-  ModelWeights weights(model_dir);
-  for (const ParamEntry& entry : store.entries()) {
-    const std::string& name = entry.spec.name;
-    if (name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos) continue;
-    ZT_CHECK(weights.contains(name), weights.source(), ": tensor '", name, "' is missing (the config needs it)");
-    weights.read_f32(name, store.param(name).f32(), entry.spec.shape);
-  }
-}
-
-// PEFT's fresh adapter: A kaiming-uniform, B zeros (the store starts zeroed).
-void init_lora_weights(ParamStore& store, uint64_t seed) {
-  uint32_t adapter_index = 0;
-  for (const ParamEntry& entry : store.entries()) {
-    if (entry.spec.name.find(".lora_A.") == std::string::npos) continue;
-    Tensor a = store.param(entry.spec.name);  // [r, in]
-    lora_init_a(a.f32(), a.dim(0), a.dim(1), seed, adapter_index++);
-  }
-}
 
 void write_text_file(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::trunc);

@@ -1,0 +1,115 @@
+// Export of a checkpoint to HF safetensors or a PEFT adapter.
+#include "ckpt/export.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "ckpt/checkpoint.h"
+#include "model/lora.h"
+#include "model/parameter_plan.h"
+#include "model/peft_adapter.h"
+#include "model/safetensors.h"
+
+namespace zt {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+// Files of an HF model directory besides the weights that a loader needs (tokenizer, generation).
+constexpr const char* kCompanionFiles[] = {"tokenizer.model", "tokenizer.json", "tokenizer_config.json",
+                                           "special_tokens_map.json", "vocab.json", "merges.txt",
+                                           "added_tokens.json", "generation_config.json"};
+
+LoraConfig lora_from_manifest(const json& manifest) {
+  LoraConfig lora;
+  const json& saved = manifest.at("run").at("lora");
+  if (saved.is_null()) return lora;
+  lora.r = saved.at("r").get<int>();
+  lora.alpha = saved.at("alpha").get<double>();
+  lora.dropout = saved.at("dropout").get<double>();
+  lora.targets = saved.at("targets").get<std::vector<std::string>>();
+  lora.rslora = saved.at("rslora").get<bool>();
+  return lora;
+}
+
+// W[out, in] += scaling * B[out, r] A[r, in] for every adapted linear, through the CPU backend's GEMM.
+void merge_lora(Backend& backend, ParamStore& store, float scaling) {
+  for (const ParamEntry& entry : store.entries()) {
+    const std::string& name = entry.spec.name;
+    const size_t at = name.find(".lora_A.weight");
+    if (at == std::string::npos) continue;
+    const std::string module = name.substr(0, at);
+    backend.matmul(store.param(module + ".weight"), store.param(module + ".lora_B.weight"), false,
+                   store.param(name), false, scaling, 1.0f);
+  }
+}
+
+void write_hf_config(const std::string& model_dir, const std::string& out_dir, DType dtype) {
+  const fs::path source = fs::path(model_dir) / "config.json";
+  std::ifstream in(source);
+  ZT_CHECK(in, source.string(), ": cannot open");
+  json config;
+  try {
+    config = json::parse(in);
+  } catch (const json::exception& error) {
+    fail(source.string(), ": invalid JSON: ", error.what());
+  }
+  config["torch_dtype"] = dtype == DType::BF16 ? "bfloat16" : dtype == DType::F16 ? "float16" : "float32";
+  write_file_atomic((fs::path(out_dir) / "config.json").string(), config.dump(2) + "\n");
+}
+
+}  // namespace
+
+std::string export_checkpoint(const ExportOptions& options) {
+  ZT_CHECK(options.format == "hf" || options.format == "peft", "--format must be hf or peft, not '", options.format, "'");
+  ZT_CHECK(options.dtype == DType::F32 || options.dtype == DType::BF16 || options.dtype == DType::F16,
+           "--dtype must be fp32, bf16 or fp16");
+  const json manifest = read_checkpoint_manifest(options.checkpoint_dir, true);
+  const std::string checksum = model_structure_checksum(options.model_dir);
+  ZT_CHECK(checksum == manifest.at("run").at("model_checksum").get<std::string>(), "--model ", options.model_dir,
+           " is not the model the checkpoint ", options.checkpoint_dir, " was trained from (",
+           manifest.at("run").at("model_dir").get<std::string>(), "): their structure checksums differ");
+  const LoraConfig lora = lora_from_manifest(manifest);
+  ZT_CHECK(options.format != "peft" || lora.enabled(), options.checkpoint_dir,
+           " is a full fine-tuning checkpoint: there is no adapter to write as --format peft (use --format hf)");
+  ZT_CHECK(options.format != "peft" || !options.merge, "--merge applies to --format hf (PEFT adapters stay separate)");
+  ZT_CHECK(options.format != "hf" || !lora.enabled() || options.merge, options.checkpoint_dir,
+           " is a LoRA checkpoint: --format hf needs --merge (HF model files have no adapters), or use --format peft");
+
+  const ModelConfig model_config = load_model_config(options.model_dir);
+  const ParameterPlan plan = plan_parameters(model_config, lora);
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  ParamStore store(*backend, plan.specs, plan.trainable, 1);
+  load_base_weights(options.model_dir, store);
+  load_full_master(options.checkpoint_dir, manifest, store);
+  fs::create_directories(options.out_dir);
+
+  if (options.format == "peft") {
+    write_peft_adapter(options.out_dir, store, lora, lora_target_modules(model_param_specs(model_config), lora),
+                       fs::absolute(options.model_dir).string(), options.dtype);
+    return cat("wrote the PEFT adapter of ", options.checkpoint_dir, " (r ", lora.r, ", step ",
+               manifest.at("step").get<int64_t>(), ") to ", options.out_dir);
+  }
+  if (lora.enabled()) merge_lora(*backend, store, lora_scaling(lora));
+  std::vector<SafetensorsEntry> entries;
+  for (const ParamEntry& entry : store.entries())
+    if (!is_lora_parameter(entry.spec.name))
+      entries.push_back({entry.spec.name, entry.spec.shape, store.param(entry.spec.name).data, DType::F32, options.dtype});
+  const std::vector<std::string> files =
+      options.max_shard_bytes > 0 ? write_sharded_safetensors(options.out_dir, entries, options.max_shard_bytes)
+                                  : write_sharded_safetensors(options.out_dir, entries);
+  write_hf_config(options.model_dir, options.out_dir, options.dtype);
+  for (const char* name : kCompanionFiles) {
+    const fs::path source = fs::path(options.model_dir) / name;
+    if (fs::exists(source)) fs::copy_file(source, fs::path(options.out_dir) / name, fs::copy_options::overwrite_existing);
+  }
+  return cat("wrote the HF model of ", options.checkpoint_dir, " (step ", manifest.at("step").get<int64_t>(),
+             lora.enabled() ? ", LoRA merged" : "", ") to ", options.out_dir, " in ", files.size(), " weight file(s)");
+}
+
+}  // namespace zt

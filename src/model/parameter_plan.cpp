@@ -1,0 +1,45 @@
+// Parameter plans, base-weight loading and LoRA initialisation.
+#include "model/parameter_plan.h"
+
+#include "model/lora.h"
+#include "model/safetensors.h"
+
+namespace zt {
+
+ParameterPlan plan_parameters(const ModelConfig& model_config, const LoraConfig& lora) {
+  ParameterPlan plan;
+  plan.specs = model_param_specs(model_config);
+  plan.trainable.assign(plan.specs.size(), !lora.enabled());  // LoRA freezes every base weight
+  if (lora.enabled()) {
+    for (ParamSpec& adapter : lora_param_specs(plan.specs, lora)) {
+      plan.specs.push_back(std::move(adapter));
+      plan.trainable.push_back(true);
+    }
+  }
+  return plan;
+}
+
+bool is_lora_parameter(const std::string& name) {
+  return name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
+}
+
+void load_base_weights(const std::string& model_dir, ParamStore& store) {
+  ModelWeights weights(model_dir);
+  for (const ParamEntry& entry : store.entries()) {
+    const std::string& name = entry.spec.name;
+    if (is_lora_parameter(name)) continue;
+    ZT_CHECK(weights.contains(name), weights.source(), ": tensor '", name, "' is missing (the config needs it)");
+    weights.read_f32(name, store.param(name).f32(), entry.spec.shape);
+  }
+}
+
+void init_lora_weights(ParamStore& store, uint64_t seed) {
+  uint32_t adapter_index = 0;
+  for (const ParamEntry& entry : store.entries()) {
+    if (entry.spec.name.find(".lora_A.") == std::string::npos) continue;
+    Tensor a = store.param(entry.spec.name);  // [r, in]
+    lora_init_a(a.f32(), a.dim(0), a.dim(1), seed, adapter_index++);
+  }
+}
+
+}  // namespace zt

@@ -1,0 +1,32 @@
+// The parameters of a run: the model's HF parameters plus the LoRA adapters when LoRA is on
+// (which then freezes every base weight), loading the base weights into a ParamStore and PEFT's
+// fresh adapter initialisation. Shared by `train` and `export`.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/param_spec.h"
+#include "model/param_store.h"
+#include "train/train_config.h"
+
+namespace zt {
+
+struct ParameterPlan {
+  std::vector<ParamSpec> specs;  // HF order, then the adapters
+  std::vector<bool> trainable;   // per spec
+};
+
+ParameterPlan plan_parameters(const ModelConfig& model_config, const LoraConfig& lora);
+
+bool is_lora_parameter(const std::string& name);
+
+// Reads every non-adapter parameter of the store from the model directory's safetensors.
+void load_base_weights(const std::string& model_dir, ParamStore& store);
+
+// PEFT's fresh adapter: A kaiming-uniform (RNG keyed by seed and adapter index), B zeros (the
+// store starts zeroed).
+void init_lora_weights(ParamStore& store, uint64_t seed);
+
+}  // namespace zt
