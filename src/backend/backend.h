@@ -49,6 +49,11 @@ class Backend {
   // gradients): the backend may give the memory of whole pages inside it back to the system.
   // The range's contents are unspecified afterwards: write before reading it again.
   virtual void discard(Tensor range) { (void)range; }
+  // Rounds fp32 values in place to the nearest value of `dtype` (bf16/fp16, RNE; fp16
+  // overflow becomes +-inf): mixed precision's compute-dtype parameters and gradients held in
+  // fp32 storage (the CPU backend's emulation; the ZeRO engine's casts). The default goes
+  // through copy() into a temporary buffer of `dtype`.
+  virtual void round_to(Tensor x, DType dtype);
 
   // ---- elementwise --------------------------------------------------------------------
   // dst += scale * src (same shape). Residual adds and gradient accumulation.

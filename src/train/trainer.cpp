@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <span>
 
@@ -31,6 +32,7 @@
 #include "model/peft_adapter.h"
 #include "model/safetensors.h"
 #include "optim/grad_clip.h"
+#include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "train/batch_views.h"
 #include "train/evaluation.h"
@@ -116,8 +118,6 @@ void run_training(TrainConfig config, const RunOptions& options) {
   comm->set_timeout(std::chrono::duration<double>(config.comm_timeout_seconds));
   const int world_size = comm->size(), rank = comm->rank();
   const bool leader = rank == 0;
-  ZT_CHECK(config.compute_dtype == DType::F32, "compute dtype ", dtype_name(config.compute_dtype),
-           " (bf16/fp16 mixed precision) is not implemented yet: disable fp16/bf16 in the DeepSpeed config");
   ZT_CHECK(!config.model_dir.empty(), "--model is required");
   ZT_CHECK(!config.data_dir.empty(), "--data is required");
   ZT_CHECK(!config.out_dir.empty(), "--out is required");
@@ -154,7 +154,10 @@ void run_training(TrainConfig config, const RunOptions& options) {
   load_base_weights(config.model_dir, store);
   if (!options.adapter_dir.empty()) load_peft_adapter_weights(options.adapter_dir, store);
   else if (config.lora.enabled()) init_lora_weights(store, config.seed);
-  ZeroEngine engine(*backend, *comm, store, config.zero, config.optimizer);
+  ZeroEngine engine(*backend, *comm, store, config.zero, config.optimizer, config.compute_dtype);
+  // fp16: DeepSpeed's dynamic loss scaler; bf16 and fp32 train unscaled (as DeepSpeed does).
+  std::optional<DynamicLossScaler> scaler;
+  if (config.compute_dtype == DType::F16) scaler.emplace(config.loss_scaler);
   engine.init_from_store();
 
   ModelOptions model_options;
@@ -192,6 +195,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
   const std::optional<std::string> resume_from = resolve_resume_checkpoint(config.resume, config.out_dir);
   if (resume_from) {
     state = load_checkpoint(*resume_from, identity, engine, store, *comm);
+    if (scaler) scaler->load_state(LossScalerState::from_json(state.loss_scaler, *resume_from), *resume_from);
     if (leader) std::printf("resumed from %s at step %lld\n", resume_from->c_str(), static_cast<long long>(state.step));
   } else if (!config.resume.empty() && leader) {
     std::printf("--resume %s: no checkpoint under %s yet, starting from step 0\n", config.resume.c_str(),
@@ -254,6 +258,10 @@ void run_training(TrainConfig config, const RunOptions& options) {
     now.step = steps_done;
     now.skipped = skipped;
     now.samples_consumed = steps_done * global_batch;
+    if (scaler) {
+      now.loss_scale = scaler->scale();
+      now.loss_scaler = scaler->state().to_json();
+    }
     const std::string dir = save_checkpoint(config.out_dir, now, identity, config, engine, store, *comm, config.keep_last);
     last_saved_step = steps_done;
     if (leader) {
@@ -275,7 +283,9 @@ void run_training(TrainConfig config, const RunOptions& options) {
       my_samples[static_cast<size_t>(k)] = order[static_cast<size_t>(first + rank + k * world_size)];
     const int64_t target_tokens =
         static_cast<int64_t>(comm->all_reduce_sum(static_cast<double>(count_target_tokens(dataset, my_samples))));
-    const float grad_scale = target_tokens > 0 ? 1.0f / static_cast<float>(target_tokens) : 0.0f;
+    // The backward seed: 1 / target tokens (the loss contract), times the fp16 loss scale.
+    const float loss_scale = scaler ? scaler->scale() : 1.0f;
+    const float grad_scale = target_tokens > 0 ? loss_scale / static_cast<float>(target_tokens) : 0.0f;
 
     // Forward/backward over this rank's micro-batches; the engine reduces the gradients.
     engine.begin_step();
@@ -310,16 +320,23 @@ void run_training(TrainConfig config, const RunOptions& options) {
 
     // Optimizer step: global norm, clipping, AdamW on the partitions. Skipped steps do not
     // advance the schedule or Adam's step count (DeepSpeed).
-    const double grad_norm = engine.gradient_norm();
+    // fp16: an overflow anywhere skips the step and lowers the loss scale (DeepSpeed).
+    const bool overflow = scaler && engine.gradients_overflow();
+    if (scaler) scaler->update(overflow);
+    const double grad_norm = overflow ? std::numeric_limits<double>::quiet_NaN() : engine.gradient_norm() / loss_scale;
     const int64_t updates_done = step - skipped;
     const double lr = learning_rate_at(config.scheduler, config.optimizer.lr, updates_done);
-    if (target_tokens == 0 || !std::isfinite(grad_norm)) {
+    if (target_tokens == 0 || overflow || !std::isfinite(grad_norm)) {
       ++skipped;
       if (leader)
         std::printf("warning: step %lld skipped (%s)\n", static_cast<long long>(step + 1),
-                    target_tokens == 0 ? "the global batch has no target tokens" : "the gradient is not finite");
+                    target_tokens == 0 ? "the global batch has no target tokens"
+                    : overflow         ? cat("fp16 gradient overflow at loss scale ", loss_scale, "; the scale is now ",
+                                             scaler->scale()).c_str()
+                                       : "the gradient is not finite");
     } else {
-      engine.apply_update(lr, clip_coefficient(grad_norm, config.gradient_clipping), updates_done + 1);
+      const float clip = clip_coefficient(grad_norm, config.gradient_clipping);
+      engine.apply_update(lr, loss_scale * clip, updates_done + 1);
     }
 
     StepMetrics metrics;
@@ -329,6 +346,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
     metrics.loss = loss;
     metrics.lr = lr;
     metrics.grad_norm = grad_norm;
+    metrics.loss_scale = loss_scale;
     metrics.skipped = skipped;
     metrics.samples = global_batch;
     metrics.tokens = static_cast<int64_t>(sums[1]);

@@ -46,9 +46,12 @@ struct ZeroEngine::InflightBucket {
 };
 
 ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, const ZeroConfig& zero,
-                       const OptimizerConfig& optimizer)
+                       const OptimizerConfig& optimizer, DType compute_dtype)
     : backend_(backend), comm_(comm), store_(store), zero_(zero), optimizer_(optimizer), stage_(zero.stage),
-      world_(comm.size()), rank_(comm.rank()), offload_(zero.offload_optimizer_device == "cpu") {
+      world_(comm.size()), rank_(comm.rank()), offload_(zero.offload_optimizer_device == "cpu"),
+      compute_dtype_(compute_dtype), rounds_(compute_dtype != DType::F32) {
+  ZT_CHECK(compute_dtype == DType::F32 || compute_dtype == DType::BF16 || compute_dtype == DType::F16,
+           "compute dtype ", dtype_name(compute_dtype), " is not fp32, bf16 or fp16");
   ZT_CHECK(stage_ >= 0 && stage_ <= 3, "zero_optimization.stage ", stage_, " is not 0, 1, 2 or 3");
   ZT_CHECK(store.partitions() == world_, "ZeRO: the parameter store is padded for ", store.partitions(),
            " partitions but the job has ", world_, " ranks");
@@ -78,10 +81,8 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
       state_backend.fill(f32_buffer_view(state->exp_avg, state->partition_numel), 0.0f);
       state_backend.fill(f32_buffer_view(state->exp_avg_sq, state->partition_numel), 0.0f);
       if (stage_ >= 1) state->grad_partition = Buffer(backend_, bytes);
-      if (offload_) {
-        state->host_grad = Buffer(*host_, bytes);
-        state->compute_partition = Buffer(backend_, bytes);
-      }
+      if (offload_) state->host_grad = Buffer(*host_, bytes);
+      if (stage_ >= 1 && (offload_ || rounds_)) state->compute_partition = Buffer(backend_, bytes);
     }
     if (group == ParamGroup::Frozen && stage_ == 3 && bytes) state->compute_partition = Buffer(backend_, bytes);
     groups_.push_back(std::move(state));
@@ -118,6 +119,8 @@ static void copy_own_slices(Backend& backend, Tensor partition, Tensor full, con
 }
 
 void ZeroEngine::init_from_store() {
+  if (rounds_ && store_.group(ParamGroup::Frozen).numel)  // frozen weights are used in the compute dtype as loaded
+    backend_.round_to(store_.group_params(ParamGroup::Frozen), compute_dtype_);
   for (ParamGroup group : kAllGroups) {
     GroupState& s = state(group);
     if (!s.partition_numel) continue;
@@ -126,7 +129,6 @@ void ZeroEngine::init_from_store() {
       Tensor master = f32_buffer_view(s.master, s.partition_numel);
       if (stage_ == 0) backend_.copy(master, full);
       else copy_own_slices(backend_, master, full, store_.group(group).units, world_, rank_);
-      if (offload_) backend_.copy(f32_buffer_view(s.compute_partition, s.partition_numel), master);
     } else if (stage_ == 3) {
       copy_own_slices(backend_, f32_buffer_view(s.compute_partition, s.partition_numel), full,
                       store_.group(group).units, world_, rank_);
@@ -142,6 +144,8 @@ void ZeroEngine::init_from_store() {
     }
     peak_gathered_ = live_gathered_;
   }
+  update_compute_partitions();
+  if (rounds_) sync_params_after_update();  // the compute parameters become the rounded master
   if (stage_ >= 2) {
     for (int unit = 0; unit < store_.num_units(); ++unit) {
       for (ParamGroup group : kTrainableGroups) {
@@ -324,6 +328,21 @@ void ZeroEngine::reduce_gradients() {
     flush_gradient_bucket();
     complete_inflight();
   }
+  if (rounds_)  // the reduced gradients in the compute dtype (fp16 overflow becomes inf here)
+    for (ParamGroup group : kTrainableGroups)
+      if (state(group).partition_numel) backend_.round_to(gradient_view(group), compute_dtype_);
+}
+
+Tensor ZeroEngine::gradient_view(ParamGroup group) {
+  GroupState& s = state(group);
+  return stage_ == 0 ? store_.group_grads(group) : f32_buffer_view(s.grad_partition, s.partition_numel);
+}
+
+bool ZeroEngine::gradients_overflow() {
+  double local = 0.0;
+  for (ParamGroup group : kTrainableGroups)
+    if (state(group).partition_numel && backend_.has_inf_or_nan(gradient_view(group))) local = 1.0;
+  return comm_.all_reduce_max(local) > 0.0;
 }
 
 double ZeroEngine::gradient_norm() {
@@ -331,8 +350,7 @@ double ZeroEngine::gradient_norm() {
   for (ParamGroup group : kTrainableGroups) {
     GroupState& s = state(group);
     if (!s.partition_numel) continue;
-    squares += backend_.sum_squares(stage_ == 0 ? store_.group_grads(group)
-                                                : f32_buffer_view(s.grad_partition, s.partition_numel));
+    squares += backend_.sum_squares(gradient_view(group));
   }
   if (stage_ >= 1) squares = comm_.all_reduce_sum(squares);  // stage 0: every rank has the full gradient
   return std::sqrt(squares);
@@ -340,7 +358,7 @@ double ZeroEngine::gradient_norm() {
 
 // ---- update ------------------------------------------------------------------------------------
 
-void ZeroEngine::apply_update(double lr, float clip_coefficient, int64_t update_number) {
+void ZeroEngine::apply_update(double lr, float grad_divisor, int64_t update_number) {
   for (UnitState& unit : units_)
     for (Pending& pending : unit.inflight) pending->wait();
   for (UnitState& unit : units_) unit.inflight.clear();
@@ -349,12 +367,12 @@ void ZeroEngine::apply_update(double lr, float clip_coefficient, int64_t update_
     GroupState& s = state(group);
     const int64_t numel = s.partition_numel;
     if (!numel) continue;
-    Tensor grad = stage_ == 0 ? store_.group_grads(group) : f32_buffer_view(s.grad_partition, numel);
+    Tensor grad = gradient_view(group);
     if (offload_) {  // the gradient partition goes to the host, where the optimizer state lives
       backend_.copy(f32_buffer_view(s.host_grad, numel), grad);
       grad = f32_buffer_view(s.host_grad, numel);
     }
-    if (clip_coefficient != 1.0f) state_backend.scale(grad, 1.0f / clip_coefficient);
+    if (grad_divisor != 1.0f) state_backend.scale(grad, 1.0f / grad_divisor);
     AdamWParams params;
     params.lr = lr;
     params.beta1 = optimizer_.beta1;
@@ -364,16 +382,28 @@ void ZeroEngine::apply_update(double lr, float clip_coefficient, int64_t update_
     params.step = update_number;
     state_backend.adamw(f32_buffer_view(s.master, numel), grad, f32_buffer_view(s.exp_avg, numel),
                         f32_buffer_view(s.exp_avg_sq, numel), params);
-    if (offload_) backend_.copy(f32_buffer_view(s.compute_partition, numel), f32_buffer_view(s.master, numel));
   }
+  update_compute_partitions();
   sync_params_after_update();
+}
+
+void ZeroEngine::update_compute_partitions() {
+  for (ParamGroup group : kTrainableGroups) {
+    GroupState& s = state(group);
+    if (!s.compute_partition.data()) continue;
+    Tensor compute = f32_buffer_view(s.compute_partition, s.partition_numel);
+    backend_.copy(compute, f32_buffer_view(s.master, s.partition_numel));  // crosses host -> device when offloaded
+    if (rounds_) backend_.round_to(compute, compute_dtype_);
+  }
 }
 
 void ZeroEngine::sync_params_after_update() {
   if (stage_ == 0) {
     for (ParamGroup group : kTrainableGroups)
-      if (state(group).partition_numel)
+      if (state(group).partition_numel) {
         backend_.copy(store_.group_params(group), f32_buffer_view(state(group).master, state(group).partition_numel));
+        if (rounds_) backend_.round_to(store_.group_params(group), compute_dtype_);
+      }
     return;
   }
   if (stage_ == 3) {  // gathered copies are stale: refresh the persistent ones, drop the others
@@ -416,12 +446,7 @@ std::vector<ZeroEngine::PartitionViews> ZeroEngine::partition_views() {
 }
 
 void ZeroEngine::refresh_params_from_master() {
-  if (offload_)
-    for (ParamGroup group : kTrainableGroups) {
-      GroupState& s = state(group);
-      if (s.partition_numel)
-        backend_.copy(f32_buffer_view(s.compute_partition, s.partition_numel), f32_buffer_view(s.master, s.partition_numel));
-    }
+  update_compute_partitions();
   sync_params_after_update();
 }
 
@@ -445,8 +470,9 @@ ZeroMemory ZeroEngine::memory() const {
     }
   }
   const int64_t f = sizeof(float);
+  const bool compute_copy = stage_ >= 1 && (offload_ || rounds_);  // compute_partition beside the master
   if (stage_ < 3) {
-    m.compute_params = all_numel * f;
+    m.compute_params = (all_numel + (compute_copy ? trainable_partition : 0)) * f;
   } else {
     // Gathered at most: the persistent units plus the largest unit in use and one prefetched
     // (or what was measured, when more), within stage3_max_live_parameters.
@@ -459,7 +485,7 @@ ZeroMemory ZeroEngine::memory() const {
     const int64_t planned = persistent + std::min(2 * largest, std::max(largest, zero_.stage3_max_live_parameters));
     const int64_t frozen_partition = groups_[static_cast<size_t>(ParamGroup::Frozen)]->partition_numel;
     m.compute_params =
-        (std::max(peak_gathered_, planned) + frozen_partition + (offload_ ? trainable_partition : 0)) * f;
+        (std::max(peak_gathered_, planned) + frozen_partition + (compute_copy ? trainable_partition : 0)) * f;
   }
   m.gradients = stage_ < 2 ? trainable_numel * f
                            : (trainable_partition + std::min(zero_.reduce_bucket_size, trainable_numel)) * f;

@@ -51,8 +51,11 @@ struct ZeroCommPlan {
 
 class ZeroEngine final : public UnitHooks {
  public:
+  // compute_dtype bf16/fp16: the compute parameters are the master rounded to that dtype and
+  // the reduced gradients are rounded to it too (fp16 overflow shows up as inf), stored in fp32
+  // (the CPU backend's emulation of mixed precision; DESIGN.md "Numerics").
   ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, const ZeroConfig& zero,
-             const OptimizerConfig& optimizer);
+             const OptimizerConfig& optimizer, DType compute_dtype = DType::F32);
   ~ZeroEngine() override;
 
   int stage() const { return stage_; }
@@ -67,11 +70,13 @@ class ZeroEngine final : public UnitHooks {
   // reduce_gradients, gradient_norm, apply_update.
   void begin_step();
   void end_micro_batch();      // stage 2/3: flush the last gradient bucket
-  void reduce_gradients();     // stage 0: all-reduce; stage 1: reduce-scatter
-  double gradient_norm();      // global L2 norm of the (reduced) gradients
-  // Clips (divides the gradients by clip_coefficient), runs AdamW on this rank's partitions and
-  // makes the compute parameters current (all-gather for stages 1/2, invalidation for 3).
-  void apply_update(double lr, float clip_coefficient, int64_t update_number);
+  void reduce_gradients();     // stage 0: all-reduce; stage 1: reduce-scatter; then the dtype rounding
+  double gradient_norm();      // global L2 norm of the (reduced, still loss-scaled) gradients
+  bool gradients_overflow();   // any inf/NaN in any rank's gradients (the fp16 overflow check)
+  // Divides the gradients by grad_divisor (loss scale x clip coefficient), runs AdamW on this
+  // rank's partitions and makes the compute parameters current (all-gather for stages 1/2,
+  // invalidation for 3).
+  void apply_update(double lr, float grad_divisor, int64_t update_number);
 
   // Makes every parameter of the store current and resident (stage 3: gathers all units),
   // e.g. before writing the final weights.
@@ -120,6 +125,8 @@ class ZeroEngine final : public UnitHooks {
   void flush_gradient_bucket();
   void complete_inflight();
   void sync_params_after_update();
+  void update_compute_partitions();  // compute_partition = master (rounded to the compute dtype)
+  Tensor gradient_view(ParamGroup group);  // the reduced gradients this rank updates from
 
   Backend& backend_;
   Communicator& comm_;
@@ -130,6 +137,8 @@ class ZeroEngine final : public UnitHooks {
   int world_ = 1;
   int rank_ = 0;
   bool offload_ = false;
+  DType compute_dtype_ = DType::F32;
+  bool rounds_ = false;  // compute dtype bf16/fp16
   std::unique_ptr<Backend> host_;  // offload: the host memory and CPU Adam
   std::vector<std::unique_ptr<GroupState>> groups_;  // [kParamGroups]
   std::vector<UnitState> units_;
