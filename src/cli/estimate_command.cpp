@@ -1,7 +1,268 @@
-// `zerotune estimate`: placeholder until its implementation lands (being written now).
+// `zerotune estimate --model DIR | --params N [--largest-layer-params N] [--trainable-params N]
+//                    [--gpus-per-node G] [--nodes K] [--lora-r R --lora-targets ...]
+//                    [--compute-dtype bf16|fp16|fp32] [bucket sizes] [--json]`:
+// memory for model states per GPU and per CPU (node) for every ZeRO stage and offload choice:
+// DeepSpeed's estimator formulas and zerotune's own buffer plan side by side
+// (zero/memory_estimate.h).
+#include <boost/program_options.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
+#include "cli/parse_options.h"
+#include "core/dtype.h"
 #include "core/error.h"
+#include "model/config.h"
+#include "model/lora.h"
+#include "model/param_spec.h"
+#include "zero/memory_estimate.h"
 
 namespace zt {
-int command_estimate(const std::vector<std::string>&) { fail("zerotune estimate is not implemented yet"); }
+
+namespace {
+
+// The configurations of the table, in DeepSpeed's vocabulary.
+struct Choice {
+  int stage;
+  bool offload_optimizer;
+  bool offload_params;
+};
+const std::vector<Choice> kChoices = {{0, false, false}, {1, false, false}, {1, true, false}, {2, false, false},
+                                      {2, true, false},  {3, false, false}, {3, true, false}, {3, true, true}};
+
+struct ModelSummary {
+  std::string source;  // config.json path, or "--params"
+  ModelParamCounts counts;
+  bool shapes_assumed = false;  // largest layer / gather unit from the rule of thumb
+};
+
+// Bytes in the largest binary unit that keeps the number >= 1 (tiny test models print KiB).
+std::string bytes_text(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < std::size(units)) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.2f %s", value, units[unit]);
+  return text;
+}
+
+// A parameter count with a decimal suffix: 6.74B, 131.1M, 45.4K.
+std::string count_text(int64_t count) {
+  const double value = static_cast<double>(count);
+  char text[32];
+  if (value >= 1e9) std::snprintf(text, sizeof text, "%.2fB", value / 1e9);
+  else if (value >= 1e6) std::snprintf(text, sizeof text, "%.1fM", value / 1e6);
+  else if (value >= 1e3) std::snprintf(text, sizeof text, "%.1fK", value / 1e3);
+  else std::snprintf(text, sizeof text, "%.0f", value);
+  return text;
+}
+
+const char* device_name(bool offloaded) { return offloaded ? "cpu" : "none"; }
+
+nlohmann::ordered_json estimate_report(const ModelSummary& model, const ZeroMemoryInputs& base, int nodes,
+                                       DType compute_dtype) {
+  nlohmann::ordered_json report;
+  report["model"] = {{"source", model.source},
+                     {"total_params", model.counts.total},
+                     {"trainable_params", model.counts.trainable},
+                     {"largest_layer_params", model.counts.largest_layer},
+                     {"gather_unit_params", model.counts.gather_unit},
+                     {"shapes_assumed", model.shapes_assumed}};
+  report["nodes"] = nodes;
+  report["gpus_per_node"] = base.gpus_per_node;
+  report["world_size"] = base.world_size;
+  report["compute_dtype"] = dtype_name(compute_dtype);
+  report["reduce_bucket_size"] = base.reduce_bucket_size;
+  report["stage3_max_live_parameters"] = base.stage3_max_live_parameters;
+  report["stage3_prefetch_bucket_size"] = base.stage3_prefetch_bucket_size;
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (const Choice& choice : kChoices) {
+    ZeroMemoryInputs inputs = base;
+    inputs.stage = choice.stage;
+    inputs.offload_optimizer = choice.offload_optimizer;
+    inputs.offload_params = choice.offload_params;
+    const ZeroMemoryPlan plan = zero_memory_plan(inputs);
+    const DeepSpeedEstimate deepspeed =
+        deepspeed_estimate(model.counts.total, model.counts.largest_layer, base.gpus_per_node, nodes, choice.stage,
+                           choice.offload_optimizer, choice.offload_params);
+    rows.push_back({{"stage", choice.stage},
+                    {"offload_optimizer", device_name(choice.offload_optimizer)},
+                    {"offload_param", device_name(choice.offload_params)},
+                    {"deepspeed",
+                     {{"gpu_bytes", deepspeed.gpu_bytes},
+                      {"cpu_bytes_per_node", deepspeed.cpu_bytes},
+                      {"cpu_bytes_per_node_without_zero_init", deepspeed.cpu_bytes_without_zero_init},
+                      {"source", deepspeed.source}}},
+                    {"zerotune", plan.to_json()}});
+  }
+  report["rows"] = rows;
+  return report;
+}
+
+std::string format_report(const nlohmann::ordered_json& report) {
+  const auto& model = report["model"];
+  std::string text;
+  auto line = [&](const std::string& part) { text += part + "\n"; };
+  const int64_t total = model["total_params"], trainable = model["trainable_params"];
+  const std::string trained =
+      trainable == total ? std::string("all trainable") : cat(trainable, " trainable (", count_text(trainable), ")");
+  line(cat("model: ", model["source"].get<std::string>(), ": ", total, " parameters (", count_text(total), "), ", trained,
+           "; largest layer ", count_text(model["largest_layer_params"]), ", stage-3 gather unit ",
+           count_text(model["gather_unit_params"]),
+           model["shapes_assumed"].get<bool>() ? " (rule of thumb, see --help)" : ""));
+  const int nodes = report["nodes"], gpus = report["gpus_per_node"];
+  line(cat("hardware: ", nodes, " node", nodes == 1 ? "" : "s", " x ", gpus, " GPU", gpus == 1 ? "" : "s",
+           " per node; compute dtype ", report["compute_dtype"].get<std::string>(), "; reduce_bucket_size ",
+           report["reduce_bucket_size"].get<int64_t>(), ", stage3_max_live_parameters ",
+           report["stage3_max_live_parameters"].get<int64_t>(), ", stage3_prefetch_bucket_size ",
+           report["stage3_prefetch_bucket_size"].get<int64_t>()));
+  line("");
+  char row[256];
+  std::snprintf(row, sizeof row, "%-5s %-9s %-7s | %12s %12s %12s | %12s %12s", "", "offload", "offload",
+                "DeepSpeed", "DeepSpeed", "DeepSpeed", "zerotune", "zerotune");
+  line(row);
+  std::snprintf(row, sizeof row, "%-5s %-9s %-7s | %12s %12s %12s | %12s %12s", "stage", "optimizer", "param",
+                "per GPU", "CPU/node", "(no z_init)", "per GPU", "CPU/node");
+  line(row);
+  for (const auto& entry : report["rows"]) {
+    const auto& deepspeed = entry["deepspeed"];
+    const auto& plan = entry["zerotune"];
+    const int64_t cpu = deepspeed["cpu_bytes_per_node"], cpu_no_init = deepspeed["cpu_bytes_per_node_without_zero_init"];
+    std::snprintf(row, sizeof row, "%-5d %-9s %-7s | %12s %12s %12s | %12s %12s", entry["stage"].get<int>(),
+                  entry["offload_optimizer"].get<std::string>().c_str(),
+                  entry["offload_param"].get<std::string>().c_str(), bytes_text(deepspeed["gpu_bytes"]).c_str(),
+                  bytes_text(cpu).c_str(), entry["stage"].get<int>() == 3 ? bytes_text(cpu_no_init).c_str() : "",
+                  bytes_text(plan["device_total_bytes"]).c_str(), bytes_text(plan["host_total_bytes_per_node"]).c_str());
+    line(row);
+  }
+  line("");
+  line("DeepSpeed: estimate_zero2_model_states_mem_needs (stage 2) and estimate_zero3_model_states_mem_needs (stage 3,");
+  line("  CPU/node with zero_init=True, then False), additional_buffer_factor 1.5; stages 0/1 apply its stage-2");
+  line("  per-parameter accounting (it has no estimator for them). Its formulas assume fp16/bf16 compute and count");
+  line("  every parameter as trainable; its CPU figures include loading the model on the host.");
+  line("zerotune: per GPU = compute-dtype parameters (stage 3: this rank's partition + the gathered working set)");
+  line("  + fp32 gradients (stages 2/3: partition + one reduce bucket) + fp32 master weights and Adam moments");
+  line("  (partitioned from stage 1); CPU/node = the offloaded states of the node's ranks. Activations, workspaces");
+  line("  and communication buffers come on top of both. `--json` gives every term.");
+  line("Offloading the optimizer needs ZeRO stage >= 1 and offloading parameters stage 3, as in DeepSpeed.");
+  return text;
+}
+
+}  // namespace
+
+int command_estimate(const std::vector<std::string>& args) {
+  namespace po = boost::program_options;
+  std::string model_dir, params_text, largest_text, trainable_text, dtype_text, targets_text;
+  std::string reduce_bucket_text, max_live_text, prefetch_text;
+  int gpus_per_node = 1, nodes = 1, lora_r = 0;
+  bool as_json = false;
+  po::options_description description(
+      "zerotune estimate: memory for parameters, gradients and optimizer state per GPU and per CPU (node) for\n"
+      "each ZeRO stage and offload choice, by DeepSpeed's formulas and by zerotune's buffers.\n"
+      "Counts accept 6738415616, 7e9, 6.7B, 125M. With --params only, the shapes follow a rule of thumb for\n"
+      "LLaMA-like models: N = 12 L C^2 with L = C/128 layers gives the hidden size C; the largest layer is the\n"
+      "embedding (32000 x C) and a decoder block has 12 C^2 parameters.\noptions");
+  description.add_options()
+      ("help,h", "print this help")
+      ("model", po::value(&model_dir), "HF model directory (or config.json): count its parameters")
+      ("params", po::value(&params_text), "total parameter count, instead of --model")
+      ("largest-layer-params", po::value(&largest_text), "with --params: the largest layer (default: rule of thumb)")
+      ("trainable-params", po::value(&trainable_text), "with --params: parameters being trained (default: all)")
+      ("gpus-per-node", po::value(&gpus_per_node)->default_value(1), "GPUs (ranks) per node")
+      ("nodes", po::value(&nodes)->default_value(1), "number of nodes")
+      ("lora-r", po::value(&lora_r)->default_value(0), "with --model: LoRA rank (only the adapters are trained)")
+      ("lora-targets", po::value(&targets_text), "with --lora-r: comma-separated modules or all-linear "
+       "(default q_proj,v_proj)")
+      ("compute-dtype", po::value(&dtype_text)->default_value("bf16"), "bf16, fp16 or fp32")
+      ("reduce-bucket-size", po::value(&reduce_bucket_text)->default_value("500000000"),
+       "zero_optimization.reduce_bucket_size (elements)")
+      ("stage3-max-live-parameters", po::value(&max_live_text)->default_value("1000000000"),
+       "zero_optimization.stage3_max_live_parameters")
+      ("stage3-prefetch-bucket-size", po::value(&prefetch_text)->default_value("50000000"),
+       "zero_optimization.stage3_prefetch_bucket_size")
+      ("json", po::bool_switch(&as_json), "print the report as JSON");
+  po::variables_map values;
+  if (!parse_command_options(args, description, values, "estimate")) return 0;
+
+  const bool have_model = values.count("model") > 0, have_params = values.count("params") > 0;
+  ZT_CHECK(have_model || have_params, "give the model: --model DIR or --params N (see `zerotune estimate --help`)");
+  ZT_CHECK(!(have_model && have_params), "give either --model or --params, not both");
+  ZT_CHECK(gpus_per_node >= 1, "--gpus-per-node = ", gpus_per_node, ": must be >= 1");
+  ZT_CHECK(nodes >= 1, "--nodes = ", nodes, ": must be >= 1");
+  ZT_CHECK(lora_r >= 0, "--lora-r = ", lora_r, ": must be >= 0");
+  ZT_CHECK(!values.count("lora-targets") || lora_r > 0, "--lora-targets was given without --lora-r (the LoRA rank)");
+  DType compute_dtype = DType::BF16;
+  try {
+    compute_dtype = parse_compute_dtype(dtype_text);
+  } catch (const Error& error) {
+    fail("--compute-dtype: ", error.what());
+  }
+
+  ModelSummary model;
+  if (have_model) {
+    ZT_CHECK(!values.count("largest-layer-params") && !values.count("trainable-params"),
+             "--largest-layer-params and --trainable-params go with --params; with --model they are counted");
+    const ModelConfig config = load_model_config(model_dir);
+    const std::vector<ParamSpec> specs = model_param_specs(config);
+    std::vector<ParamSpec> adapters;
+    if (lora_r > 0) {
+      LoraConfig lora;
+      lora.r = lora_r;
+      lora.targets = split_commas(targets_text);
+      if (lora.targets.empty()) lora.targets = {"q_proj", "v_proj"};  // PEFT's llama default, as `train`
+      adapters = lora_param_specs(specs, lora);
+    }
+    model.source = config.path;
+    model.counts = count_model_params(specs, adapters);
+  } else {
+    ZT_CHECK(lora_r == 0, "--lora-r needs --model (the adapters' size comes from the model's layers); "
+             "with --params give --trainable-params instead");
+    model.source = "--params " + params_text;
+    model.counts.total = parse_param_count(params_text, "--params");
+    model.counts.trainable =
+        values.count("trainable-params") ? parse_param_count(trainable_text, "--trainable-params") : model.counts.total;
+    ZT_CHECK(model.counts.trainable <= model.counts.total, "--trainable-params = ", trainable_text,
+             ": more than --params = ", params_text);
+    model.counts.gather_unit = rule_of_thumb_block(model.counts.total);
+    if (values.count("largest-layer-params")) {
+      model.counts.largest_layer = parse_param_count(largest_text, "--largest-layer-params");
+      ZT_CHECK(model.counts.largest_layer <= model.counts.total, "--largest-layer-params = ", largest_text,
+               ": more than --params = ", params_text);
+      model.counts.gather_unit = std::max(model.counts.gather_unit, model.counts.largest_layer);
+    } else {
+      model.counts.largest_layer = rule_of_thumb_largest_layer(model.counts.total);
+      model.counts.gather_unit = std::max(model.counts.gather_unit, model.counts.largest_layer);
+      model.shapes_assumed = true;
+    }
+  }
+
+  ZeroMemoryInputs inputs;
+  inputs.total_params = model.counts.total;
+  inputs.trainable_params = model.counts.trainable;
+  inputs.largest_layer_params = model.counts.largest_layer;
+  inputs.gather_unit_params = model.counts.gather_unit;
+  inputs.gpus_per_node = gpus_per_node;
+  inputs.world_size = gpus_per_node * nodes;
+  inputs.compute_dtype_bytes = static_cast<int64_t>(dtype_size(compute_dtype));
+  inputs.reduce_bucket_size = parse_param_count(reduce_bucket_text, "--reduce-bucket-size");
+  inputs.stage3_max_live_parameters = parse_param_count(max_live_text, "--stage3-max-live-parameters");
+  inputs.stage3_prefetch_bucket_size = parse_param_count(prefetch_text, "--stage3-prefetch-bucket-size");
+
+  if (process_rank() != 0) return 0;  // one report per job
+  const nlohmann::ordered_json report = estimate_report(model, inputs, nodes, compute_dtype);
+  const std::string text = as_json ? report.dump(2) + "\n" : format_report(report);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return 0;
+}
+
 }  // namespace zt

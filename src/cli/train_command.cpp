@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/parse_options.h"
 #include "core/error.h"
 #include "train/ds_config.h"
 #include "train/trainer.h"
@@ -46,6 +47,7 @@ po::options_description train_options() {
       ("max-steps", po::value<int64_t>(), "stop after this many optimizer steps (overrides --epochs)")
       ("seed", po::value<uint64_t>(), "seed of shuffling, dropout and LoRA init (default 42)")
       ("no-shuffle", po::bool_switch(), "take samples in order")
+      ("group-by-length", po::bool_switch(), "micro-batches of similar lengths within each global batch (less padding)")
       ("log-every", po::value<int64_t>(), "console line every N steps (default: steps_per_print)")
       ("peak-tflops", po::value<double>(), "per-rank peak TFLOPS for the MFU figure")
       ("eval-data", po::value<std::string>(), "evaluation split (token shards): eval_loss/eval_ppl in metrics.jsonl")
@@ -60,15 +62,6 @@ po::options_description train_options() {
       ("dump-step0", po::value<std::string>(), "write logits, loss and gradients of step 0 to this safetensors file")
       ("dump-final", po::value<std::string>(), "write every trainable parameter after the last step to this safetensors file");
   return options;
-}
-
-std::vector<std::string> split_commas(const std::string& text) {
-  std::vector<std::string> parts;
-  std::stringstream stream(text);
-  std::string part;
-  while (std::getline(stream, part, ','))
-    if (!part.empty()) parts.push_back(part);
-  return parts;
 }
 
 template <class T>
@@ -145,6 +138,7 @@ int command_train(const std::vector<std::string>& args) {
   take(vm, "max-steps", config.max_steps);
   take(vm, "seed", config.seed);
   if (vm["no-shuffle"].as<bool>()) config.shuffle = false;
+  if (vm["group-by-length"].as<bool>()) config.group_by_length = true;
   take(vm, "log-every", run.log_every);
   take(vm, "peak-tflops", run.peak_tflops);
   take(vm, "dump-step0", config.dump_step0_path);

@@ -44,18 +44,6 @@ bool is_float(DType dtype) {
   return dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16;
 }
 
-uint16_t float_to_bf16(float value) {
-  uint32_t bits = std::bit_cast<uint32_t>(value);
-  if (std::isnan(value)) return static_cast<uint16_t>((bits >> 16) | 0x0040u);  // keep sign, quiet
-  // Add 0x7FFF plus the lowest kept bit: rounds to nearest, ties to the even result.
-  uint32_t lsb = (bits >> 16) & 1u;
-  bits += 0x7FFFu + lsb;
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-float bf16_to_float(uint16_t bits) {
-  return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
-}
 
 uint16_t float_to_fp16(float value) {
   uint32_t bits = std::bit_cast<uint32_t>(value);

@@ -3,6 +3,15 @@
 
 #include "core/error.h"
 
+namespace zt {
+
+std::recursive_mutex& hdf5_mutex() {
+  static std::recursive_mutex mutex;
+  return mutex;
+}
+
+}  // namespace zt
+
 namespace zt::h5 {
 
 void silence_error_printing() {

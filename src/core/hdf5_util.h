@@ -1,7 +1,11 @@
 // Small, checked wrappers over the HDF5 C API shared by the token shards (src/data) and the
 // checkpoints (src/ckpt): an owning handle per identifier, scalar attributes, 1-D datasets and
-// hyperslab reads. Every failure is a zt::Error "<path>: HDF5 failed to <what>". Callers hold
-// hdf5_mutex() around HDF5 calls (Debian's libhdf5 is not built thread-safe).
+// hyperslab reads. Every failure is a zt::Error "<path>: HDF5 failed to <what>".
+//
+// HDF5 is only safe to call from two threads at once when it was built with its thread-safe
+// option (Debian 12's libhdf5 1.10 is; many source, module and conda builds are not), so we do
+// not rely on it: every HDF5 call holds hdf5_mutex(), one process-wide recursive lock (the batch
+// prefetcher reads shards on its own thread while the main thread evaluates or checkpoints).
 #pragma once
 #include <hdf5.h>
 
@@ -12,7 +16,7 @@
 
 namespace zt {
 
-std::recursive_mutex& hdf5_mutex();
+std::recursive_mutex& hdf5_mutex();  // see above
 
 namespace h5 {
 

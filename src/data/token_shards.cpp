@@ -1,5 +1,7 @@
 // The HDF5 token-shard writer and reader (format in token_shards.h and DESIGN.md). Every HDF5
 // call is checked; every handle is owned by an H5Handle so it is closed on error paths too.
+// Every public function that reaches HDF5 (opening, reading, writing, closing) holds
+// hdf5_mutex() for its whole duration, so the prefetch thread and the main thread can read.
 #include "data/token_shards.h"
 
 #include <hdf5.h>
@@ -10,109 +12,33 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/hdf5_util.h"
 
 namespace zt {
+
 namespace {
 
 namespace fs = std::filesystem;
+using Hdf5Lock = std::lock_guard<std::recursive_mutex>;
 
-// HDF5 prints its own error stack to stderr by default; our messages say what went wrong, so
-// turn that printing off (once per process, before the first HDF5 call that may fail).
-void silence_hdf5_error_printing() {
-  static const bool silenced = [] {
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-    return true;
-  }();
-  (void)silenced;
-}
-
-// Owns one HDF5 identifier and closes it with the matching H5?close function.
-class H5Handle {
- public:
-  using Closer = herr_t (*)(hid_t);
-  H5Handle() = default;
-  H5Handle(hid_t id, Closer closer) : id_(id), closer_(closer) {}
-  H5Handle(H5Handle&& other) noexcept : id_(std::exchange(other.id_, H5I_INVALID_HID)), closer_(other.closer_) {}
-  H5Handle& operator=(H5Handle&& other) noexcept {
-    if (this != &other) {
-      reset();
-      id_ = std::exchange(other.id_, H5I_INVALID_HID);
-      closer_ = other.closer_;
-    }
-    return *this;
-  }
-  H5Handle(const H5Handle&) = delete;
-  H5Handle& operator=(const H5Handle&) = delete;
-  ~H5Handle() { reset(); }
-
-  hid_t get() const { return id_; }
-  // Closes now and reports failure (closing a file flushes it, so a failed close is a failed write).
-  bool close() {
-    if (id_ < 0) return true;
-    const herr_t status = closer_(std::exchange(id_, H5I_INVALID_HID));
-    return status >= 0;
-  }
-
- private:
-  void reset() {
-    if (id_ >= 0) closer_(std::exchange(id_, H5I_INVALID_HID));
-  }
-  hid_t id_ = H5I_INVALID_HID;
-  Closer closer_ = nullptr;
-};
-
-// Wraps a freshly returned identifier, failing with "<path>: <what>" when the call failed.
-H5Handle owned(hid_t id, H5Handle::Closer closer, const std::string& path, const std::string& what) {
-  ZT_CHECK(id >= 0, path, ": HDF5 failed to ", what);
-  return H5Handle(id, closer);
-}
-H5Handle owned_file(hid_t id, const std::string& path, const std::string& what) { return owned(id, H5Fclose, path, what); }
-H5Handle owned_dataset(hid_t id, const std::string& path, const std::string& what) { return owned(id, H5Dclose, path, what); }
-H5Handle owned_space(hid_t id, const std::string& path, const std::string& what) { return owned(id, H5Sclose, path, what); }
-H5Handle owned_type(hid_t id, const std::string& path, const std::string& what) { return owned(id, H5Tclose, path, what); }
-H5Handle owned_plist(hid_t id, const std::string& path, const std::string& what) { return owned(id, H5Pclose, path, what); }
-H5Handle owned_attribute(hid_t id, const std::string& path, const std::string& what) { return owned(id, H5Aclose, path, what); }
-
-void check_status(herr_t status, const std::string& path, const std::string& what) {
-  ZT_CHECK(status >= 0, path, ": HDF5 failed to ", what);
-}
-
-// A variable-length UTF-8 string type (what h5py writes for a Python str; h5py reads it back as str).
-H5Handle utf8_string_type(const std::string& path) {
-  H5Handle type = owned_type(H5Tcopy(H5T_C_S1), path, "copy the string type");
-  check_status(H5Tset_size(type.get(), H5T_VARIABLE), path, "make a variable-length string type");
-  check_status(H5Tset_cset(type.get(), H5T_CSET_UTF8), path, "set the UTF-8 character set");
-  return type;
-}
-
-// "int32", "uint8", "float64", "string", ... for error messages.
-std::string describe_type(hid_t type) {
-  const H5T_class_t type_class = H5Tget_class(type);
-  const size_t bits = H5Tget_size(type) * 8;
-  if (type_class == H5T_INTEGER) return cat(H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int", bits);
-  if (type_class == H5T_FLOAT) return cat("float", bits);
-  if (type_class == H5T_STRING) return "string";
-  return "a non-numeric type";
-}
+using h5::check_status;
+using h5::describe_type;
+using h5::has_attribute;
+using h5::owned_attribute;
+using h5::owned_dataset;
+using h5::owned_file;
+using h5::owned_plist;
+using h5::owned_space;
+using h5::owned_type;
+using h5::read_1d_range;
+using h5::read_int64_attribute;
+using h5::read_string_attribute;
+using h5::write_int64_attribute;
+using h5::write_string_attribute;
+using H5Handle = h5::Handle;
 
 // ---------------------------------------------------------------------------------------------
 // Writing
-
-void write_int64_attribute(hid_t file, const std::string& path, const char* name, int64_t value) {
-  H5Handle space = owned_space(H5Screate(H5S_SCALAR), path, "create a scalar dataspace");
-  H5Handle attribute = owned_attribute(H5Acreate2(file, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                                       path, cat("create attribute '", name, "'"));
-  check_status(H5Awrite(attribute.get(), H5T_NATIVE_INT64, &value), path, cat("write attribute '", name, "'"));
-}
-
-void write_string_attribute(hid_t file, const std::string& path, const char* name, const std::string& value) {
-  H5Handle type = utf8_string_type(path);
-  H5Handle space = owned_space(H5Screate(H5S_SCALAR), path, "create a scalar dataspace");
-  H5Handle attribute = owned_attribute(H5Acreate2(file, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                                       path, cat("create attribute '", name, "'"));
-  const char* text = value.c_str();
-  check_status(H5Awrite(attribute.get(), type.get(), &text), path, cat("write attribute '", name, "'"));
-}
 
 // Writes a 1-D dataset of `count` elements, chunked (at most 4Ki elements per chunk, so reading
 // one sample decompresses little) with byte-shuffle + deflate, and no timestamps.
@@ -147,60 +73,6 @@ void check_attribute_values(const std::string& path, const ShardAttributes& attr
 // ---------------------------------------------------------------------------------------------
 // Reading
 
-bool has_attribute(hid_t object, const std::string& path, const char* name) {
-  const htri_t exists = H5Aexists(object, name);
-  check_status(exists, path, cat("look up attribute '", name, "'"));
-  return exists > 0;
-}
-
-// Opens an attribute that must exist and hold exactly one value.
-H5Handle open_scalar_attribute(hid_t object, const std::string& path, const char* name) {
-  ZT_CHECK(has_attribute(object, path, name), path, ": attribute '", name, "' is missing");
-  H5Handle attribute = owned_attribute(H5Aopen(object, name, H5P_DEFAULT), path, cat("open attribute '", name, "'"));
-  H5Handle space = owned_space(H5Aget_space(attribute.get()), path, cat("get the dataspace of attribute '", name, "'"));
-  const hssize_t points = H5Sget_simple_extent_npoints(space.get());
-  ZT_CHECK(points == 1, path, ": attribute '", name, "' holds ", points, " values, expected one");
-  return attribute;
-}
-
-int64_t read_int64_attribute(hid_t object, const std::string& path, const char* name) {
-  H5Handle attribute = open_scalar_attribute(object, path, name);
-  H5Handle type = owned_type(H5Aget_type(attribute.get()), path, cat("get the type of attribute '", name, "'"));
-  ZT_CHECK(H5Tget_class(type.get()) == H5T_INTEGER, path, ": attribute '", name, "' is ", describe_type(type.get()),
-           ", expected an integer");
-  int64_t value = 0;
-  check_status(H5Aread(attribute.get(), H5T_NATIVE_INT64, &value), path, cat("read attribute '", name, "'"));
-  return value;
-}
-
-// Reads a string attribute written either as a variable-length string (h5py's str, our writer)
-// or as a fixed-length one (h5py's numpy bytes).
-std::string read_string_attribute(hid_t object, const std::string& path, const char* name) {
-  H5Handle attribute = open_scalar_attribute(object, path, name);
-  H5Handle file_type = owned_type(H5Aget_type(attribute.get()), path, cat("get the type of attribute '", name, "'"));
-  ZT_CHECK(H5Tget_class(file_type.get()) == H5T_STRING, path, ": attribute '", name, "' is ",
-           describe_type(file_type.get()), ", expected a string");
-  const htri_t variable = H5Tis_variable_str(file_type.get());
-  check_status(variable, path, cat("inspect the string type of attribute '", name, "'"));
-  H5Handle memory_type = owned_type(H5Tcopy(H5T_C_S1), path, "copy the string type");
-  check_status(H5Tset_cset(memory_type.get(), H5Tget_cset(file_type.get())), path, "set a string character set");
-  if (variable > 0) {
-    check_status(H5Tset_size(memory_type.get(), H5T_VARIABLE), path, "make a variable-length string type");
-    char* text = nullptr;
-    check_status(H5Aread(attribute.get(), memory_type.get(), &text), path, cat("read attribute '", name, "'"));
-    std::string value = text ? std::string(text) : std::string();
-    H5free_memory(text);
-    return value;
-  }
-  const size_t size = H5Tget_size(file_type.get());
-  ZT_CHECK(size > 0, path, ": attribute '", name, "' has an invalid string size");
-  check_status(H5Tset_size(memory_type.get(), size + 1), path, "size a fixed-length string type");
-  check_status(H5Tset_strpad(memory_type.get(), H5T_STR_NULLTERM), path, "set a string padding");
-  std::string buffer(size + 1, '\0');
-  check_status(H5Aread(attribute.get(), memory_type.get(), buffer.data()), path, cat("read attribute '", name, "'"));
-  return std::string(buffer.c_str());
-}
-
 // The integer element type a dataset of the format must have.
 struct IntegerType {
   size_t bytes;
@@ -227,19 +99,6 @@ H5Handle open_1d_dataset(hid_t file, const std::string& path, const char* name, 
   return dataset;
 }
 
-// Reads elements [begin, begin + count) of a 1-D dataset into `out` (a hyperslab read: only the
-// chunks that hold the range are read and decompressed).
-void read_1d_range(hid_t dataset, const std::string& path, const char* name, hid_t memory_type, hsize_t begin,
-                   hsize_t count, void* out) {
-  H5Handle file_space = owned_space(H5Dget_space(dataset), path, cat("get the dataspace of '", name, "'"));
-  check_status(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, &begin, nullptr, &count, nullptr), path,
-               cat("select elements [", begin, ", ", begin + count, ") of '", name, "'"));
-  H5Handle memory_space = owned_space(H5Screate_simple(1, &count, nullptr), path, "create a memory dataspace");
-  check_status(H5Dread(dataset, memory_type, memory_space.get(), file_space.get(), H5P_DEFAULT, out), path,
-               cat("read elements [", begin, ", ", begin + count, ") of '", name, "'"));
-}
-
-// One open shard: its file and datasets stay open; its offsets are in memory.
 struct Shard {
   std::string path;
   H5Handle file;                 // declared first: closed last
@@ -255,7 +114,8 @@ struct Shard {
 // ---------------------------------------------------------------------------------------------
 
 void write_token_shard(const std::string& path, std::span<const TokenSample> samples, const ShardAttributes& attrs) {
-  silence_hdf5_error_printing();
+  const Hdf5Lock lock(hdf5_mutex());
+  h5::silence_error_printing();
   check_attribute_values(path, attrs);
   ZT_CHECK(!samples.empty(), path, ": a token shard must hold at least one sample");
 
@@ -456,7 +316,8 @@ void check_shards_agree(const Shard& first, const Shard& other, const char* key,
 }  // namespace
 
 TokenDataset TokenDataset::open(const std::string& path, const std::string& split) {
-  silence_hdf5_error_printing();
+  const Hdf5Lock lock(hdf5_mutex());  // also while a failed open closes what it opened
+  h5::silence_error_printing();
   auto impl = std::make_unique<Impl>();
   impl->description = path;
   impl->first_sample.push_back(0);
@@ -484,13 +345,30 @@ TokenDataset TokenDataset::open(const std::string& path, const std::string& spli
 
 TokenDataset::TokenDataset(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TokenDataset::TokenDataset(TokenDataset&&) noexcept = default;
-TokenDataset& TokenDataset::operator=(TokenDataset&&) noexcept = default;
-TokenDataset::~TokenDataset() = default;
+// Assigning and destroying close the HDF5 handles of the old shards: under the lock.
+TokenDataset& TokenDataset::operator=(TokenDataset&& other) noexcept {
+  const Hdf5Lock lock(hdf5_mutex());
+  impl_ = std::move(other.impl_);
+  return *this;
+}
+TokenDataset::~TokenDataset() {
+  const Hdf5Lock lock(hdf5_mutex());
+  impl_.reset();
+}
 
 int64_t TokenDataset::num_samples() const { return impl_->first_sample.back(); }
 int64_t TokenDataset::longest_sample() const { return impl_->longest; }
 const ShardAttributes& TokenDataset::attributes() const { return impl_->attrs; }
 const std::vector<std::string>& TokenDataset::shard_paths() const { return impl_->paths; }
+
+std::vector<ShardInfo> TokenDataset::shard_infos() const {
+  std::vector<ShardInfo> infos;
+  for (size_t i = 0; i < impl_->shards.size(); ++i) {
+    const Shard& shard = impl_->shards[i];
+    infos.push_back({shard.path, impl_->first_sample[i], shard.num_samples(), shard.offsets.back()});
+  }
+  return infos;
+}
 
 int64_t TokenDataset::sample_length(int64_t index) const {
   const auto [shard, local] = impl_->locate(index);
@@ -498,6 +376,7 @@ int64_t TokenDataset::sample_length(int64_t index) const {
 }
 
 std::vector<uint8_t> TokenDataset::read_loss_mask(int64_t index) const {
+  const Hdf5Lock lock(hdf5_mutex());
   const auto [shard, local] = impl_->locate(index);
   const hsize_t begin = static_cast<hsize_t>(shard->offsets[static_cast<size_t>(local)]);
   const hsize_t length = static_cast<hsize_t>(shard->offsets[static_cast<size_t>(local) + 1]) - begin;
@@ -511,6 +390,7 @@ std::vector<uint8_t> TokenDataset::read_loss_mask(int64_t index) const {
 }
 
 TokenSample TokenDataset::read_sample(int64_t index) const {
+  const Hdf5Lock lock(hdf5_mutex());
   const auto [shard, local] = impl_->locate(index);
   const hsize_t begin = static_cast<hsize_t>(shard->offsets[static_cast<size_t>(local)]);
   const hsize_t length = static_cast<hsize_t>(shard->offsets[static_cast<size_t>(local) + 1]) - begin;
@@ -525,6 +405,32 @@ TokenSample TokenDataset::read_sample(int64_t index) const {
   }
   sample.loss_mask = read_loss_mask(index);
   return sample;
+}
+
+int64_t TokenDataset::total_target_tokens() const {
+  constexpr hsize_t kBlock = hsize_t{1} << 20;  // elements read at once: bounded memory on big shards
+  const Hdf5Lock lock(hdf5_mutex());
+  int64_t targets = 0;
+  std::vector<uint8_t> block(kBlock);  // [<= kBlock] loss_mask values of one read
+  for (const Shard& shard : impl_->shards) {
+    const hsize_t total = static_cast<hsize_t>(shard.offsets.back());
+    size_t next_start = 0;  // index into offsets of the next sample start not yet passed
+    for (hsize_t begin = 0; begin < total; begin += kBlock) {
+      const hsize_t count = std::min(kBlock, total - begin);
+      read_1d_range(shard.loss_mask.get(), shard.path, "loss_mask", H5T_NATIVE_UINT8, begin, count, block.data());
+      for (hsize_t t = 0; t < count; ++t) {
+        const uint8_t value = block[t];
+        ZT_CHECK(value <= 1, shard.path, ": loss_mask value ", int(value), " at token ", begin + t, ", expected 0 or 1");
+        // A sample's first token is never a target (nothing predicts it): skip it as the batch does.
+        if (next_start < shard.offsets.size() && static_cast<hsize_t>(shard.offsets[next_start]) == begin + t) {
+          ++next_start;
+          continue;
+        }
+        targets += value;
+      }
+    }
+  }
+  return targets;
 }
 
 }  // namespace zt

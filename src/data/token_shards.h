@@ -12,9 +12,12 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "core/hdf5_util.h"
 
 namespace zt {
 
@@ -51,9 +54,21 @@ void write_token_shard(const std::string& path, std::span<const TokenSample> sam
 // not end in "-<digits>.h5" is its own split ("extra.h5" -> "extra").
 std::string shard_split_from_file_name(const std::string& file_name);
 
+// Every HDF5 call of token_shards.cpp holds hdf5_mutex() (core/hdf5_util.h): HDF5 builds are not
+// all thread-safe, and the batch prefetcher reads on its own thread.
+
+// One shard of a TokenDataset: where it is and what it holds (from its offsets, no token read).
+struct ShardInfo {
+  std::string path;
+  int64_t first_sample = 0;  // global index of its first sample
+  int64_t num_samples = 0;   // N
+  int64_t num_tokens = 0;    // T
+};
+
 // A directory of shards (or a single shard file) as one list of samples. The global sample
 // index runs over all shards in file-name order. Shard files stay open for the dataset's
-// lifetime; only each shard's offsets are held in memory. Not thread-safe (HDF5 is not).
+// lifetime; only each shard's offsets are held in memory. The const functions may be called
+// from several threads at once (reads are serialized by hdf5_mutex()).
 class TokenDataset {
  public:
   // Opens every `<split>-*.h5` in `path` (or `path` itself when it is a file) and validates
@@ -66,14 +81,18 @@ class TokenDataset {
   ~TokenDataset();
 
   int64_t num_samples() const;
-  int64_t sample_length(int64_t index) const;  // tokens in sample `index`
+  int64_t sample_length(int64_t index) const;  // tokens in sample `index` (from the offsets, no read)
   int64_t longest_sample() const;
   TokenSample read_sample(int64_t index) const;
   std::vector<uint8_t> read_loss_mask(int64_t index) const;  // [L] (no token read)
+  // The training targets of the whole dataset: the sum over samples of loss_mask[1:] (what the
+  // loss averages over). Streams each shard's loss_mask in blocks; reads no tokens.
+  int64_t total_target_tokens() const;
 
   // The attributes the shards share (those of the first shard; max_seq_len is the largest).
   const ShardAttributes& attributes() const;
   const std::vector<std::string>& shard_paths() const;
+  std::vector<ShardInfo> shard_infos() const;  // [shards] in file-name order
 
  private:
   struct Impl;

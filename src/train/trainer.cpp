@@ -22,6 +22,9 @@
 #include "comm/mpi/mpi_communicator.h"
 #include "core/fault_injection.h"
 #include "data/batch.h"
+#include "data/batch_prefetcher.h"
+#include "data/data_model_check.h"
+#include "data/length_grouping.h"
 #include "data/sampler.h"
 #include "data/token_shards.h"
 #include "model/causal_lm.h"
@@ -131,9 +134,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
   const ModelConfig model_config = load_model_config(config.model_dir);
   const TokenDataset dataset = TokenDataset::open(config.data_dir);
   const ShardAttributes& data_attrs = dataset.attributes();
-  ZT_CHECK(data_attrs.vocab_size <= model_config.vocab_size, config.data_dir, ": the data's vocab_size ",
-           data_attrs.vocab_size, " exceeds the model's (", model_config.path, ": vocab_size ",
-           model_config.vocab_size, "): the data was tokenized for another model");
+  check_data_matches_model(data_attrs, config.data_dir, config.model_dir, model_config.vocab_size);
   std::unique_ptr<TokenDataset> eval_data;
   if (!config.eval_data_dir.empty()) {
     eval_data = std::make_unique<TokenDataset>(TokenDataset::open(config.eval_data_dir));
@@ -249,9 +250,36 @@ void run_training(TrainConfig config, const RunOptions& options) {
 
   const int64_t log_every = options.log_every > 0 ? options.log_every : std::max<int64_t>(1, config.steps_per_print);
   int64_t skipped = state.skipped;
-  std::vector<int64_t> order;  // this epoch's sample order (global positions)
+  // This rank's micro-batches of each step, built one step ahead on a background thread. Step b
+  // takes permutation positions [b*G, (b+1)*G) (--group-by-length regroups them by length: the
+  // same global batch, so the same loss); this rank takes positions rank, rank+W, ... of them.
+  std::vector<int64_t> order;  // the epoch's sample order (global positions); the worker's own
   int64_t order_epoch = -1;
-  std::vector<int64_t> my_samples(static_cast<size_t>(per_rank));  // this rank's share of the step
+  const auto make_step = [&](int64_t step) {
+    const int64_t epoch = step / steps_per_epoch;
+    if (epoch != order_epoch) {
+      order = sampler.global_order(epoch);
+      order_epoch = epoch;
+    }
+    const int64_t first = (step % steps_per_epoch) * global_batch;
+    std::vector<int64_t> batch(order.begin() + first, order.begin() + first + global_batch);  // [G]
+    if (config.group_by_length) {
+      std::vector<int64_t> lengths;
+      for (int64_t sample : batch) lengths.push_back(dataset.sample_length(sample));
+      batch = group_by_length(batch, lengths, world_size, micro_batch);
+    }
+    std::vector<int64_t> mine;  // [G/W]
+    for (int64_t k = 0; k < per_rank; ++k) mine.push_back(batch[static_cast<size_t>(rank + k * world_size)]);
+    StepBatches batches;
+    batches.step = step;
+    for (int64_t micro = 0; micro < config.gradient_accumulation_steps; ++micro)
+      batches.micro.push_back(make_micro_batch(
+          dataset, std::span<const int64_t>(mine).subspan(static_cast<size_t>(micro * micro_batch), static_cast<size_t>(micro_batch)),
+          static_cast<int32_t>(data_attrs.pad_id)));
+    return batches;
+  };
+  BatchPrefetcher prefetcher(make_step, state.step, total_steps);
+
   int64_t last_saved_step = resume_from ? state.step : -1;
   const auto save = [&](int64_t steps_done) {
     TrainingState now;
@@ -273,16 +301,10 @@ void run_training(TrainConfig config, const RunOptions& options) {
     const auto start = std::chrono::steady_clock::now();
     comm->set_context(cat("step ", step + 1));
     const CommStats comm_before = comm->stats();
-    const int64_t epoch = step / steps_per_epoch;
-    if (epoch != order_epoch) {
-      order = sampler.global_order(epoch);
-      order_epoch = epoch;
-    }
-    const int64_t first = (step % steps_per_epoch) * global_batch;
-    for (int64_t k = 0; k < per_rank; ++k)
-      my_samples[static_cast<size_t>(k)] = order[static_cast<size_t>(first + rank + k * world_size)];
-    const int64_t target_tokens =
-        static_cast<int64_t>(comm->all_reduce_sum(static_cast<double>(count_target_tokens(dataset, my_samples))));
+    StepBatches batches = prefetcher.take(step);
+    int64_t local_targets = 0;
+    for (const MicroBatch& micro : batches.micro) local_targets += micro.target_tokens;
+    const int64_t target_tokens = static_cast<int64_t>(comm->all_reduce_sum(static_cast<double>(local_targets)));
     // The backward seed: 1 / target tokens (the loss contract), times the fp16 loss scale.
     const float loss_scale = scaler ? scaler->scale() : 1.0f;
     const float grad_scale = target_tokens > 0 ? loss_scale / static_cast<float>(target_tokens) : 0.0f;
@@ -294,9 +316,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
     int64_t step0_batch = 0, step0_seq = 0;
     DropoutContext dropout{config.seed, static_cast<uint32_t>(step), Tensor()};
     for (int64_t micro = 0; micro < config.gradient_accumulation_steps; ++micro) {
-      MicroBatch micro_data = make_micro_batch(
-          dataset, std::span<const int64_t>(my_samples).subspan(static_cast<size_t>(micro * micro_batch), static_cast<size_t>(micro_batch)),
-          static_cast<int32_t>(data_attrs.pad_id));
+      MicroBatch& micro_data = batches.micro[static_cast<size_t>(micro)];
       BatchTensors batch = batch_views(micro_data);
       dropout.row_ids = batch.row_ids;
       Tensor logits = model->forward(batch, dropout);

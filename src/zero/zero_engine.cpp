@@ -482,7 +482,8 @@ ZeroMemory ZeroEngine::memory() const {
       if (numel < zero_.stage3_param_persistence_threshold) persistent += numel;
       else largest = std::max(largest, numel);
     }
-    const int64_t planned = persistent + std::min(2 * largest, std::max(largest, zero_.stage3_max_live_parameters));
+    const bool prefetched = largest <= zero_.stage3_prefetch_bucket_size && 2 * largest <= zero_.stage3_max_live_parameters;
+    const int64_t planned = persistent + (prefetched ? 2 * largest : largest);
     const int64_t frozen_partition = groups_[static_cast<size_t>(ParamGroup::Frozen)]->partition_numel;
     m.compute_params =
         (std::max(peak_gathered_, planned) + frozen_partition + (compute_copy ? trainable_partition : 0)) * f;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# tests/cli/test_bad_inputs.sh: every kind of bad input to `zerotune train` ends with a non-zero
-# exit and one clear message naming the file and the problem, never with a crash, an abort or
-# library noise. Each case starts from a good tiny model and data set and breaks one thing.
+# tests/cli/test_bad_inputs.sh: every kind of bad input to `zerotune train` and `zerotune inspect`
+# ends with a non-zero exit and one clear message naming the file and the problem, never with a
+# crash, an abort or library noise. Each case starts from a good tiny model and data set and
+# breaks one thing.
 # Usage: test_bad_inputs.sh ZEROTUNE_BINARY PYTHON   (PYTHON: the venv with h5py and safetensors)
 set -uo pipefail
 
@@ -216,6 +217,26 @@ expect_error eval-data-tokenized-differently "$WORK/data-vocab512" "$D" "tokeniz
   -- train --model "$M" --data "$D" --eval-data "$WORK/data-vocab512" --out "$WORK/o20" --max-steps 1
 
 # ---------------------------------------------------------------------------------------------
+# zerotune inspect
+expect_error inspect-missing-dir "$WORK/no-such-data" "no such file or directory" \
+  -- inspect "$WORK/no-such-data"
+
+expect_error inspect-dir-without-shards "$WORK/data-empty" "holds no token shards" "zerotune prep" \
+  -- inspect "$WORK/data-empty"
+
+expect_error inspect-model-dir "$M" "holds no token shards" \
+  -- inspect "$M"
+
+expect_error inspect-foreign-hdf5 "$WORK/data-foreign/train-00000.h5" "not a zerotune token shard" \
+  -- inspect "$WORK/data-foreign"
+
+expect_error inspect-sample-out-of-range "$D" "--sample 16 is outside [0, 16)" \
+  -- inspect "$D" --sample 16
+
+expect_error inspect-no-dir "no directory given" \
+  -- inspect --sample 1
+
+# ---------------------------------------------------------------------------------------------
 # command line
 expect_error missing-model-flag "--model is required" \
   -- train --data "$D" --out "$WORK/o17" --max-steps 1
@@ -226,6 +247,37 @@ expect_error lora-target-matches-nothing "LoRA target 'foo_proj' matches no line
 printf 'model = %s\ndata = %s\nmax-steps = 1\nlora-rank = 8\n' "$M" "$D" > "$WORK/run.ini"
 expect_error ini-unknown-option "$WORK/run.ini" "unrecognised option 'lora-rank'" \
   -- train --config "$WORK/run.ini" --out "$WORK/o19"
+
+# ---------------------------------------------------------------------------------------------
+# estimate (helper zeroside): `zerotune estimate` input errors, and one good run whose JSON
+# carries DeepSpeed's stage-2 figure for 7e9 parameters on 8 GPUs (2 N + int(18 N / 8)).
+expect_error estimate-no-model "give the model: --model DIR or --params N" \
+  -- estimate --gpus-per-node 8
+
+expect_error estimate-model-and-params "give either --model or --params, not both" \
+  -- estimate --model "$M" --params 7e9
+
+expect_error estimate-negative-params "--params = -7e9: must be a count >= 1" \
+  -- estimate --params=-7e9
+
+expect_error estimate-zero-gpus "--gpus-per-node = 0: must be >= 1" \
+  -- estimate --params 7e9 --gpus-per-node=0
+
+expect_error estimate-unknown-model-type "$WORK/cfg-gpt5/config.json" "model_type" \
+  -- estimate --model "$WORK/cfg-gpt5"
+
+expect_error estimate-lora-target "LoRA target 'foo_proj' matches no linear module" \
+  -- estimate --model "$M" --lora-r 8 --lora-targets foo_proj
+
+cases=$((cases + 1))
+if "$ZEROTUNE" estimate --params 7e9 --largest-layer-params 131072000 --gpus-per-node 8 --json >"$WORK/estimate.json" 2>&1 \
+   && "$PYTHON" -c 'import json, sys; rows = json.load(open(sys.argv[1]))["rows"]; row = [r for r in rows if r["stage"] == 2 and r["offload_optimizer"] == "none"][0]; sys.exit(row["deepspeed"]["gpu_bytes"] != 29750000000)' "$WORK/estimate.json"; then
+  echo "ok   estimate-good-json"
+else
+  failures=$((failures + 1))
+  echo "FAIL estimate-good-json: want exit 0 and DeepSpeed's stage-2 gpu_bytes 29750000000; output:"
+  sed 's/^/       | /' "$WORK/estimate.json" | head -20
+fi
 
 # ---------------------------------------------------------------------------------------------
 echo "$((cases - failures)) of $cases bad-input cases passed"

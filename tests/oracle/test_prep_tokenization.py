@@ -89,13 +89,15 @@ def check_prep(zerotune, report, work, tokenizer, model_dir):
     rows = read_rows(SAMPLE)
     data = os.path.join(work, "data-full")
     result = oc.run_zerotune(zerotune, ["prep", "--input", SAMPLE, "--tokenizer", model_dir,
-                                        "--out", data, "--max-seq-len", 4096, "--shard-samples", 6])
+                                        "--out", data, "--max-seq-len", 4096, "--shard-samples", 80])
     print(result.stdout)
-    report.check("rows read         20" in result.stdout and "samples written   20" in result.stdout,
-                 "the summary reports 20 rows read and 20 samples written")
+    report.check(f"rows read         {len(rows)}\n" in result.stdout
+                 and f"samples written   {len(rows)}\n" in result.stdout,
+                 f"the summary reports {len(rows)} rows read and {len(rows)} samples written")
     samples, attrs, paths = read_shards(data)
     report.check([os.path.basename(p) for p in paths] ==
-                 [f"train-0000{i}.h5" for i in range(4)], f"4 shards of 6 samples: {paths}")
+                 [f"train-0000{i}.h5" for i in range((len(rows) + 79) // 80)],
+                 f"shards of 80 samples: {paths}")
     with open(os.path.join(model_dir, "tokenizer.model"), "rb") as stream:
         digest = hashlib.sha256(stream.read()).hexdigest()
     expected_attrs = dict(vocab_size=tokenizer.vocab_size, bos_id=tokenizer.bos_token_id,

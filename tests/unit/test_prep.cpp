@@ -28,6 +28,7 @@ namespace fs = std::filesystem;
 using zt::test::TempDir;
 
 const std::string kSamplePath = std::string(ZT_SOURCE_DIR) + "/data/rm-static-sample.jsonl";
+constexpr int64_t kSampleRows = 300;  // rows of the sample (written by scripts/make_sample_data.py)
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -113,7 +114,7 @@ BOOST_AUTO_TEST_CASE(boundary_exactness) {
                "row at line " << row.line);
     ++rows;
   }
-  BOOST_TEST(rows == 20);
+  BOOST_TEST(rows == kSampleRows);
   // "Assistant:" + "Sure" without a space: the joined text may merge ":S"; the sample must not.
   const std::string prompt = "\n\nHuman: Hi\n\nAssistant:", response = "Sure";
   bool truncated = true;
@@ -160,19 +161,19 @@ BOOST_AUTO_TEST_CASE(mask_layout_truncation_and_loss_on_all) {
 BOOST_AUTO_TEST_CASE(shards_attributes_and_determinism) {
   TempDir dir;
   zt::PrepOptions options = options_for(kSamplePath, dir.file("data"));
-  options.shard_samples = 7;
+  options.shard_samples = 110;
   const zt::PrepSummary summary = zt::run_prep(options);
-  BOOST_TEST(summary.rows_read == 20);
-  BOOST_TEST(summary.samples_written == 20);
+  BOOST_TEST(summary.rows_read == kSampleRows);
+  BOOST_TEST(summary.samples_written == kSampleRows);
   BOOST_TEST(summary.skipped.empty());
-  BOOST_REQUIRE(summary.shard_paths.size() == 3u);  // 7 + 7 + 6
+  BOOST_REQUIRE(summary.shard_paths.size() == 3u);  // 110 + 110 + 80
   BOOST_TEST(fs::path(summary.shard_paths[2]).filename() == "train-00002.h5");
   // Nothing but the shards is left in the output directory (no staging directory).
   BOOST_TEST(std::distance(fs::directory_iterator(dir.path / "data"), fs::directory_iterator()) == 3);
 
   const auto tokenizer = zt::load_tokenizer(model_dir());
   zt::TokenDataset dataset = zt::TokenDataset::open(dir.file("data"));
-  BOOST_REQUIRE(dataset.num_samples() == 20);
+  BOOST_REQUIRE(dataset.num_samples() == kSampleRows);
   const zt::ShardAttributes& attrs = dataset.attributes();
   BOOST_TEST(attrs.vocab_size == 400);
   BOOST_TEST(attrs.bos_id == 1);
@@ -202,7 +203,7 @@ BOOST_AUTO_TEST_CASE(shards_attributes_and_determinism) {
   BOOST_TEST(summary.length_p50 <= summary.length_p90);
   BOOST_TEST(summary.length_p90 <= summary.length_p99);
   const std::string text = zt::format_prep_summary(summary, options);
-  BOOST_TEST(text.find("rows read         20") != std::string::npos, text);
+  BOOST_TEST(text.find("rows read         300\n") != std::string::npos, text);
 
   // The same input from another directory: the same bytes in every shard.
   options.out_dir = dir.file("again");
@@ -327,10 +328,10 @@ BOOST_AUTO_TEST_CASE(skip_bad_rows_counts_reasons) {
 BOOST_AUTO_TEST_CASE(refuses_existing_shards_unless_force) {
   TempDir dir;
   zt::PrepOptions options = options_for(kSamplePath, dir.file("data"));
-  options.shard_samples = 5;
+  options.shard_samples = 75;  // 300 rows: 4 shards
   BOOST_REQUIRE(zt::run_prep(options).shard_paths.size() == 4u);
   dir.write("data/notes.txt", "kept");
-  options.shard_samples = 100;
+  options.shard_samples = 1000;
   zt::test::check_error_mentions([&] { zt::run_prep(options); }, {"already holds 4 shard(s) of split 'train'", "--force"});
   BOOST_TEST(fs::exists(dir.path / "data" / "train-00003.h5"));
   // Another split in the same directory is fine.
@@ -344,7 +345,7 @@ BOOST_AUTO_TEST_CASE(refuses_existing_shards_unless_force) {
   for (const auto& entry : fs::directory_iterator(dir.path / "data")) names.push_back(entry.path().filename().string());
   std::sort(names.begin(), names.end());
   BOOST_TEST(names == (std::vector<std::string>{"notes.txt", "test-00000.h5", "train-00000.h5"}), boost::test_tools::per_element());
-  BOOST_TEST(zt::TokenDataset::open(dir.file("data"), "train").num_samples() == 20);
+  BOOST_TEST(zt::TokenDataset::open(dir.file("data"), "train").num_samples() == kSampleRows);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

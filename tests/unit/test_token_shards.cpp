@@ -1,16 +1,19 @@
 // Tests of the HDF5 token shards (data/token_shards.h): write/read round trip over several shards
 // (global index, hyperslab reads across shard and chunk boundaries, attributes), deterministic
-// bytes, split selection, and every bad input's error naming the file and the problem.
+// bytes, split selection, every bad input's error naming the file and the problem, per-shard
+// counts and target totals, and that reads hold the process-wide HDF5 lock.
 #include <boost/test/unit_test.hpp>
 
 #include <hdf5.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -385,6 +388,59 @@ BOOST_AUTO_TEST_CASE(writer_rejects_bad_samples) {
   CHECK_MESSAGE_HAS(error_of([&] { zt::write_token_shard(dir.file("no/such/dir.h5"), make_samples(0, {4}),
                                                          test_attributes()); }),
                     dir.file("no/such/dir.h5.tmp") + ": HDF5 failed to create the file");
+}
+
+// shard_infos and total_target_tokens: per-shard counts from the offsets, and the training
+// targets (loss_mask[1:] of every sample; a first-position 1 is not a target), also across the
+// 1Mi-element blocks total_target_tokens reads at a time.
+BOOST_AUTO_TEST_CASE(shard_infos_and_target_counts) {
+  TempDir dir;
+  // make_sample: mask 1 from position length/3 on. Sample lengths 6 (targets 4), 1 (0),
+  // 1200000 (800000) | 9 (6); plus a sample whose mask[0] is 1 (not counted): 3 tokens, 2 targets.
+  zt::write_token_shard(dir.file("train-00000.h5"), make_samples(0, {6, 1, 1200000}), [] {
+    ShardAttributes attrs = test_attributes();
+    attrs.max_seq_len = 2000000;
+    return attrs;
+  }());
+  std::vector<TokenSample> second = make_samples(5, {9});
+  second.push_back({{5, 6, 7}, {1, 1, 1}});
+  zt::write_token_shard(dir.file("train-00001.h5"), second, test_attributes());
+
+  const TokenDataset dataset = TokenDataset::open(dir.path.string());
+  const std::vector<zt::ShardInfo> infos = dataset.shard_infos();
+  BOOST_REQUIRE(infos.size() == 2u);
+  BOOST_TEST(infos[0].path == dir.file("train-00000.h5"));
+  BOOST_TEST(infos[0].first_sample == 0);
+  BOOST_TEST(infos[0].num_samples == 3);
+  BOOST_TEST(infos[0].num_tokens == 1200007);
+  BOOST_TEST(infos[1].first_sample == 3);
+  BOOST_TEST(infos[1].num_samples == 2);
+  BOOST_TEST(infos[1].num_tokens == 12);
+  BOOST_TEST(dataset.total_target_tokens() == 4 + 0 + 800000 + 6 + 2);
+}
+
+// Every HDF5 call of the reader holds hdf5_mutex(): while another thread holds it, a read (and
+// an open) waits, and goes on once it is released.
+BOOST_AUTO_TEST_CASE(hdf5_calls_hold_the_process_wide_lock) {
+  TempDir dir;
+  write_small_shard(dir.file("train-00000.h5"));
+  const TokenDataset dataset = TokenDataset::open(dir.path.string());
+  for (const bool opening : {false, true}) {
+    std::atomic<bool> done{false};
+    int64_t result = 0;  // samples opened or tokens read (Boost.Test checks stay on this thread)
+    std::unique_lock<std::recursive_mutex> held(zt::hdf5_mutex());
+    std::thread reader([&] {
+      result = opening ? TokenDataset::open(dir.path.string()).num_samples()
+                       : static_cast<int64_t>(dataset.read_sample(2).tokens.size());
+      done = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    BOOST_TEST(!done.load(), (opening ? "open" : "read_sample") << " did not wait for the HDF5 lock");
+    held.unlock();
+    reader.join();
+    BOOST_TEST(done.load());
+    BOOST_TEST(result == (opening ? 3 : 8));
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

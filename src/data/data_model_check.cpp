@@ -1,0 +1,30 @@
+// The data-vs-model checks (see data_model_check.h). The tokenizer is identified by the sha256
+// of its file, exactly as `zerotune prep` records it (Tokenizer::file_sha256 = sha256 of the bytes).
+#include "data/data_model_check.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/sha256.h"
+
+namespace zt {
+
+void check_tokenizer_matches_data(const ShardAttributes& attrs, const std::string& data_dir,
+                                  const std::string& tokenizer_path, const std::string& tokenizer_sha256) {
+  ZT_CHECK(tokenizer_sha256 == attrs.tokenizer_sha256, "the data ", data_dir, " was tokenized with another tokenizer than ",
+           tokenizer_path, ": the data's tokenizer_sha256 is ", attrs.tokenizer_sha256, ", the sha256 of ", tokenizer_path,
+           " is ", tokenizer_sha256, " (run `zerotune prep` again with this tokenizer)");
+}
+
+void check_data_matches_model(const ShardAttributes& attrs, const std::string& data_dir, const std::string& model_dir,
+                              int64_t model_vocab_size) {
+  ZT_CHECK(attrs.vocab_size <= model_vocab_size, data_dir, ": the data's vocab_size ", attrs.vocab_size,
+           " exceeds the model's vocab_size ", model_vocab_size, " (", model_dir,
+           "): the data was tokenized for another model");
+  const std::filesystem::path tokenizer_path = std::filesystem::path(model_dir) / "tokenizer.model";
+  std::error_code error;
+  if (!std::filesystem::exists(tokenizer_path, error)) return;  // e.g. a random model from `zerotune init`
+  check_tokenizer_matches_data(attrs, data_dir, tokenizer_path.string(), sha256_file_hex(tokenizer_path.string()));
+}
+
+}  // namespace zt

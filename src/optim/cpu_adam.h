@@ -1,0 +1,25 @@
+// cpu_adamw: the AdamW update over fp32 host arrays, written for speed (ZeRO-Offload updates the
+// fp32 master partition and its moments on the CPU). One pass over memory, OpenMP over chunks,
+// a branch-free inner loop that the compiler vectorises (AVX-512/AVX2 under -march=native).
+// The operation order is torch.optim.AdamW's single-tensor path, so the CPU backend's adamw op
+// (which calls this) matches torch bit for bit up to fused multiply-adds.
+#pragma once
+#include <cstdint>
+
+#include "backend/backend.h"  // AdamWParams
+
+namespace zt {
+
+// One AdamW step over n elements, in place:
+//   param      fp32 [n]  p <- p (1 - lr wd) - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+//   grad       fp32 [n]  read only
+//   exp_avg    fp32 [n]  m <- lerp(m, g, 1 - beta1)
+//   exp_avg_sq fp32 [n]  v <- beta2 v + (1 - beta2) g^2
+//   param_bf16_out  bf16 bits [n] or nullptr: when given, also receives the updated parameter
+//                   rounded to bf16 (RNE, as float_to_bf16), written in the same pass; this is
+//                   what offload copies back to the device for bf16 compute.
+// The arrays must not overlap. n may be 0. params.step >= 1 (bias correction counts from 1).
+void cpu_adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+               const AdamWParams& params, uint16_t* param_bf16_out = nullptr);
+
+}  // namespace zt
