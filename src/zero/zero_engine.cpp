@@ -363,37 +363,79 @@ void ZeroEngine::apply_update(double lr, float grad_divisor, int64_t update_numb
     for (Pending& pending : unit.inflight) pending->wait();
   for (UnitState& unit : units_) unit.inflight.clear();
   Backend& state_backend = offload_ ? *host_ : backend_;
+  AdamWParams params;
+  params.lr = lr;
+  params.beta1 = optimizer_.beta1;
+  params.beta2 = optimizer_.beta2;
+  params.eps = optimizer_.eps;
+  params.step = update_number;
+  // Stage 1/2 update bucket by bucket (allgather_bucket_size) and start each bucket's
+  // all-gather as soon as its partition is updated, so the gathers overlap the (CPU) Adam of
+  // the next buckets; the other stages update the whole partition at once.
+  std::vector<BucketGather> gathers;
   for (ParamGroup group : kTrainableGroups) {
     GroupState& s = state(group);
-    const int64_t numel = s.partition_numel;
-    if (!numel) continue;
-    Tensor grad = gradient_view(group);
-    if (offload_) {  // the gradient partition goes to the host, where the optimizer state lives
-      backend_.copy(f32_buffer_view(s.host_grad, numel), grad);
-      grad = f32_buffer_view(s.host_grad, numel);
-    }
-    if (grad_divisor != 1.0f) state_backend.scale(grad, 1.0f / grad_divisor);
-    AdamWParams params;
-    params.lr = lr;
-    params.beta1 = optimizer_.beta1;
-    params.beta2 = optimizer_.beta2;
-    params.eps = optimizer_.eps;
+    if (!s.partition_numel) continue;
     params.weight_decay = group == ParamGroup::Decay ? optimizer_.weight_decay : 0.0;
-    params.step = update_number;
-    state_backend.adamw(f32_buffer_view(s.master, numel), grad, f32_buffer_view(s.exp_avg, numel),
-                        f32_buffer_view(s.exp_avg_sq, numel), params);
+    std::vector<std::vector<UnitRange>> pieces = {store_.group(group).units};
+    if (stage_ == 1 || stage_ == 2) pieces = plan_buckets(store_.group(group).units, zero_.allgather_bucket_size);
+    for (const std::vector<UnitRange>& piece : pieces) {
+      const int64_t begin = stage_ == 0 ? 0 : piece.front().begin / world_;
+      const int64_t numel = stage_ == 0 ? s.partition_numel : slice_numel(piece, world_);
+      if (!numel) continue;
+      Tensor grad = gradient_view(group).rows(begin, numel);
+      if (offload_) {  // the gradient goes to the host, where the optimizer state lives
+        backend_.copy(f32_buffer_view(s.host_grad, s.partition_numel).rows(begin, numel), grad);
+        grad = f32_buffer_view(s.host_grad, s.partition_numel).rows(begin, numel);
+      }
+      if (grad_divisor != 1.0f) state_backend.scale(grad, 1.0f / grad_divisor);
+      state_backend.adamw(f32_buffer_view(s.master, s.partition_numel).rows(begin, numel), grad,
+                          f32_buffer_view(s.exp_avg, s.partition_numel).rows(begin, numel),
+                          f32_buffer_view(s.exp_avg_sq, s.partition_numel).rows(begin, numel), params);
+      update_compute_partition(group, begin, numel);
+      if (stage_ == 1 || stage_ == 2) gathers.push_back(start_bucket_gather(group, piece));
+    }
   }
-  update_compute_partitions();
-  sync_params_after_update();
+  for (BucketGather& gather : gathers) finish_bucket_gather(gather);
+  if (stage_ == 0 || stage_ == 3) sync_params_after_update();
 }
 
 void ZeroEngine::update_compute_partitions() {
-  for (ParamGroup group : kTrainableGroups) {
-    GroupState& s = state(group);
-    if (!s.compute_partition.data()) continue;
-    Tensor compute = f32_buffer_view(s.compute_partition, s.partition_numel);
-    backend_.copy(compute, f32_buffer_view(s.master, s.partition_numel));  // crosses host -> device when offloaded
-    if (rounds_) backend_.round_to(compute, compute_dtype_);
+  for (ParamGroup group : kTrainableGroups) update_compute_partition(group, 0, state(group).partition_numel);
+}
+
+void ZeroEngine::update_compute_partition(ParamGroup group, int64_t begin, int64_t numel) {
+  GroupState& s = state(group);
+  if (!s.compute_partition.data() || !numel) return;
+  Tensor compute = f32_buffer_view(s.compute_partition, s.partition_numel).rows(begin, numel);
+  backend_.copy(compute, f32_buffer_view(s.master, s.partition_numel).rows(begin, numel));  // host -> device when offloaded
+  if (rounds_) backend_.round_to(compute, compute_dtype_);
+}
+
+// Stage 1/2: all-gather one bucket of consecutive units of a group from the compute partition
+// into the full parameters (one unit: straight into place; several: through a rank-major staging
+// buffer, unpacked when the gather completes).
+ZeroEngine::BucketGather ZeroEngine::start_bucket_gather(ParamGroup group, const std::vector<UnitRange>& bucket) {
+  BucketGather gather;
+  gather.group = group;
+  gather.units = bucket;
+  const int64_t per_rank = slice_numel(bucket, world_);
+  Tensor in = gather_source(group).rows(bucket.front().begin / world_, per_rank);
+  if (bucket.size() == 1) {
+    gather.pending = comm_.all_gather_async(store_.group_params(group).rows(bucket.front().begin, bucket.front().numel), in);
+  } else {
+    gather.staging = Buffer(backend_, static_cast<size_t>(per_rank * world_) * sizeof(float));
+    gather.pending = comm_.all_gather_async(f32_buffer_view(gather.staging, per_rank * world_), in);
+  }
+  return gather;
+}
+
+void ZeroEngine::finish_bucket_gather(BucketGather& gather) {
+  gather.pending->wait();
+  if (gather.units.size() > 1) {
+    const int64_t per_rank = slice_numel(gather.units, world_);
+    unpack_rank_major(backend_, store_.group_params(gather.group), f32_buffer_view(gather.staging, per_rank * world_),
+                      gather.units, world_);
   }
 }
 
@@ -416,22 +458,11 @@ void ZeroEngine::sync_params_after_update() {
     }
     return;
   }
-  for (ParamGroup group : kTrainableGroups) {  // stage 1/2: all-gather the updated partitions
-    GroupState& s = state(group);
-    Tensor params = store_.group_params(group);
-    for (const std::vector<UnitRange>& bucket : plan_buckets(store_.group(group).units, zero_.allgather_bucket_size)) {
-      const int64_t per_rank = slice_numel(bucket, world_);
-      Tensor in = gather_source(group).rows(bucket.front().begin / world_, per_rank);
-      if (bucket.size() == 1) {
-        comm_.all_gather(params.rows(bucket.front().begin, bucket.front().numel), in);
-      } else {
-        ensure_numel(s.staging_in, backend_, per_rank * world_);
-        Tensor staging = f32_buffer_view(s.staging_in, per_rank * world_);
-        comm_.all_gather(staging, in);
-        unpack_rank_major(backend_, params, staging, bucket, world_);
-      }
-    }
-  }
+  std::vector<BucketGather> gathers;  // stage 1/2: all-gather the updated partitions
+  for (ParamGroup group : kTrainableGroups)
+    for (const std::vector<UnitRange>& bucket : plan_buckets(store_.group(group).units, zero_.allgather_bucket_size))
+      gathers.push_back(start_bucket_gather(group, bucket));
+  for (BucketGather& gather : gathers) finish_bucket_gather(gather);
 }
 
 std::vector<ZeroEngine::PartitionViews> ZeroEngine::partition_views() {

@@ -127,6 +127,15 @@ class ZeroEngine final : public UnitHooks {
   void complete_inflight();
   void sync_params_after_update();
   void update_compute_partitions();  // compute_partition = master (rounded to the compute dtype)
+  void update_compute_partition(ParamGroup group, int64_t begin, int64_t numel);
+  struct BucketGather {
+    ParamGroup group = ParamGroup::Decay;
+    std::vector<UnitRange> units;
+    Buffer staging;  // fp32 [W * S] when the bucket has several units
+    Pending pending;
+  };
+  BucketGather start_bucket_gather(ParamGroup group, const std::vector<UnitRange>& bucket);
+  void finish_bucket_gather(BucketGather& gather);
   Tensor gradient_view(ParamGroup group);  // the reduced gradients this rank updates from
 
   Backend& backend_;
