@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/setup.sh: sets up a Debian 12 machine for zerotune, from nothing, in three parts:
 #   1. Debian packages (compilers, Open MPI, HDF5, Boost, OpenBLAS, SentencePiece, nlohmann-json,
-#      and the Python test oracles' torch/numpy/h5py); skipped when all are installed already;
+#      the Python test oracles' torch/numpy/h5py, and Slurm + OpenSSH for the system tests);
+#      skipped when all are installed already;
 #   2. the test-oracle venv at REPO/.venv (Debian's python3 + system site packages, plus the pinned
 #      PyPI packages of tests/oracle/requirements.txt); skipped when it is up to date;
 #   3. the build: cmake -S . -B build (Release; the CUDA backend when nvcc is found) and make.
@@ -28,6 +29,8 @@ APT_PACKAGES=(
   # the test oracles: Debian's torch 1.13 and friends; the venv sees them (--system-site-packages)
   python3-torch python3-h5py python3-numpy python3-venv python3-pip
   python3-yaml python3-requests python3-psutil python3-typing-extensions
+  # the system tests (tests/system): a single-node Slurm, and sshd for the two-host launch
+  slurm-wlm openssh-server openssh-client
 )
 
 usage() {

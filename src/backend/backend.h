@@ -54,6 +54,9 @@ class Backend {
   // fp32 storage (the CPU backend's emulation; the ZeRO engine's casts). The default goes
   // through copy() into a temporary buffer of `dtype`.
   virtual void round_to(Tensor x, DType dtype);
+  // Waits until every operation issued so far has finished (timing; a no-op on the CPU, whose
+  // operations are synchronous).
+  virtual void synchronize() {}
 
   // ---- elementwise --------------------------------------------------------------------
   // dst += scale * src (same shape). Residual adds and gradient accumulation.

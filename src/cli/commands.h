@@ -14,5 +14,7 @@ int command_train(const std::vector<std::string>& args);
 int command_prep(const std::vector<std::string>& args);
 int command_inspect(const std::vector<std::string>& args);
 int command_estimate(const std::vector<std::string>& args);
+int command_export(const std::vector<std::string>& args);
+int command_report(const std::vector<std::string>& args);
 
 }  // namespace zt

@@ -24,6 +24,8 @@ const std::map<std::string, Command>& commands() {
       {"prep", command_prep},
       {"inspect", command_inspect},
       {"estimate", command_estimate},
+      {"export", command_export},
+      {"report", command_report},
   };
   return table;
 }
@@ -36,7 +38,9 @@ void print_usage(std::FILE* stream) {
                "  train   fine-tune a model (full or LoRA) on a tokenized dataset\n"
                "  prep    tokenize JSONL/JSON prompt/response rows into HDF5 token shards\n"
                "  inspect show what a data directory holds (shards, lengths, a decoded sample)\n"
-               "  estimate memory per GPU/CPU for each ZeRO stage and offload choice\n\n"
+               "  estimate memory per GPU/CPU for each ZeRO stage and offload choice\n"
+               "  export  a checkpoint as an HF model directory or a PEFT adapter\n"
+               "  report  write OUT/report.html (curves and summary) from a training run's OUT/metrics.jsonl\n\n"
                "`zerotune <command> --help` lists a command's options.\n");
 }
 

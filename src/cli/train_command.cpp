@@ -50,6 +50,8 @@ po::options_description train_options() {
       ("group-by-length", po::bool_switch(), "micro-batches of similar lengths within each global batch (less padding)")
       ("log-every", po::value<int64_t>(), "console line every N steps (default: steps_per_print)")
       ("peak-tflops", po::value<double>(), "per-rank peak TFLOPS for the MFU figure")
+      ("profile-step", po::value<int64_t>(), "time each module (embedding, attention, mlp, norm, head, optimizer, "
+                                             "communication) in step N: a table and OUT/profile.json")
       ("eval-data", po::value<std::string>(), "evaluation split (token shards): eval_loss/eval_ppl in metrics.jsonl")
       ("eval-every", po::value<int64_t>(), "evaluate every N steps (default: at the end of each epoch only)")
       ("zero-stage", po::value<int>(), "ZeRO stage 0-3 (zero_optimization.stage)")
@@ -141,6 +143,8 @@ int command_train(const std::vector<std::string>& args) {
   if (vm["group-by-length"].as<bool>()) config.group_by_length = true;
   take(vm, "log-every", run.log_every);
   take(vm, "peak-tflops", run.peak_tflops);
+  take(vm, "profile-step", run.profile_step);
+  ZT_CHECK(run.profile_step >= 0, "--profile-step must not be negative");
   take(vm, "dump-step0", config.dump_step0_path);
   take(vm, "dump-final", config.dump_final_path);
   take(vm, "zero-stage", config.zero.stage);

@@ -21,6 +21,12 @@ double CommStats::total_bytes_sent() const {
   return total;
 }
 
+double CommStats::total_wait_seconds() const {
+  double total = 0.0;
+  for (double seconds : wait_seconds) total += seconds;
+  return total;
+}
+
 void Communicator::count(Collective kind, double bytes_sent) {
   stats_.calls[static_cast<size_t>(kind)] += 1;
   stats_.bytes_sent[static_cast<size_t>(kind)] += bytes_sent;

@@ -32,7 +32,9 @@ const char* collective_name(Collective kind);
 struct CommStats {
   std::array<int64_t, kCollectiveKinds> calls{};
   std::array<double, kCollectiveKinds> bytes_sent{};
+  std::array<double, kCollectiveKinds> wait_seconds{};  // time spent waiting for completion
   double total_bytes_sent() const;
+  double total_wait_seconds() const;
 };
 
 // An asynchronous collective in flight. wait() completes it (throws on timeout); a handle that

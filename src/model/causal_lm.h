@@ -46,8 +46,18 @@ class UnitHooks {
   virtual void gradients_ready(int unit) { (void)unit; }
 };
 
+// Per-module timing for `--profile-step` (the trainer's flops profiler): the model reports each
+// piece of work as (module, FLOPs, seconds); module is embedding, attention, mlp, norm or head.
+class ModuleTimer {
+ public:
+  virtual ~ModuleTimer() = default;
+  virtual void record(const char* module, double flops, double seconds) = 0;
+};
+
 class CausalLM {
  public:
+  // Times every module from now on (nullptr: off, the default; timing synchronises the device).
+  void set_module_timer(ModuleTimer* timer) { timer_ = timer; }
   // The hooks the model calls around each unit (not owned; must outlive the model's use).
   void set_unit_hooks(UnitHooks* hooks) { hooks_ = hooks ? hooks : &no_hooks_; }
 
@@ -69,10 +79,12 @@ class CausalLM {
 
  protected:
   UnitHooks& hooks() { return *hooks_; }
+  ModuleTimer* timer() { return timer_; }
 
  private:
   UnitHooks no_hooks_;
   UnitHooks* hooks_ = &no_hooks_;
+  ModuleTimer* timer_ = nullptr;
 };
 
 // Builds the model for config.model_type over the parameters in `store`.

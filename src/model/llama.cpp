@@ -2,6 +2,7 @@
 // RMSNorm -> SwiGLU MLP -> residual] -> RMSNorm -> untied head, with explicit forward and
 // backward per block and optional activation checkpointing (recompute a block in backward).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <vector>
 
@@ -83,7 +84,7 @@ class LlamaModel final : public CausalLM {
     reserve(batch.batch, batch.seq);
     const int64_t n = rows();
     hooks().acquire(kEmbedUnit, UnitUse::Forward);
-    backend_.embedding_forward(residual(0), embed_, batch.input_ids);
+    timed("embedding", 0.0, [&] { backend_.embedding_forward(residual(0), embed_, batch.input_ids); });
     hooks().release(kEmbedUnit);
     for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
       hooks().acquire(block_unit(l), UnitUse::Forward);
@@ -91,10 +92,13 @@ class LlamaModel final : public CausalLM {
       hooks().release(block_unit(l));
     }
     hooks().acquire(head_unit(), UnitUse::Forward);
-    backend_.rmsnorm_forward(matrix(final_ln_, n, c_.hidden_size), final_rstd_.view(DType::F32, {n}),
-                             residual(c_.num_hidden_layers), final_norm_, static_cast<float>(c_.norm_eps));
+    timed("norm", norm_flops(), [&] {
+      backend_.rmsnorm_forward(matrix(final_ln_, n, c_.hidden_size), final_rstd_.view(DType::F32, {n}),
+                               residual(c_.num_hidden_layers), final_norm_, static_cast<float>(c_.norm_eps));
+    });
     Tensor logits = matrix(logits_, n, c_.vocab_size);
-    head_.forward(backend_, logits, matrix(final_ln_, n, c_.hidden_size), head_saved_, dropout);
+    timed("head", 2.0 * n * head_.macs_per_token(),
+          [&] { head_.forward(backend_, logits, matrix(final_ln_, n, c_.hidden_size), head_saved_, dropout); });
     hooks().release(head_unit());
     return logits;
   }
@@ -106,14 +110,19 @@ class LlamaModel final : public CausalLM {
   double backward(const BatchTensors& batch, float grad_scale, const DropoutContext& dropout) override {
     const int64_t n = rows(), hidden = c_.hidden_size;
     Tensor dlogits = matrix(logits_, n, c_.vocab_size);
-    double loss_sum = backend_.cross_entropy(dlogits, batch.targets, batch.loss_mask, grad_scale);
+    double loss_sum = 0.0;
     Tensor d_final_ln = matrix(grad_ln_, n, hidden);
     hooks().acquire(head_unit(), UnitUse::Backward);
-    head_.backward(backend_, d_final_ln, false, dlogits, matrix(final_ln_, n, hidden), head_saved_, dropout,
-                   lora_dz(), lora_scratch());
+    timed("head", 2.0 * n * (head_.macs_per_token() + head_.trainable_macs_per_token()), [&] {
+      loss_sum = backend_.cross_entropy(dlogits, batch.targets, batch.loss_mask, grad_scale);
+      head_.backward(backend_, d_final_ln, false, dlogits, matrix(final_ln_, n, hidden), head_saved_, dropout,
+                     lora_dz(), lora_scratch());
+    });
     Tensor d_residual = matrix(grad_residual_, n, hidden);  // gradient of the residual stream
-    backend_.rmsnorm_backward(d_residual, final_norm_grad_, d_final_ln, residual(c_.num_hidden_layers), final_norm_,
-                              final_rstd_.view(DType::F32, {n}));
+    timed("norm", 2.0 * norm_flops(), [&] {
+      backend_.rmsnorm_backward(d_residual, final_norm_grad_, d_final_ln, residual(c_.num_hidden_layers), final_norm_,
+                                final_rstd_.view(DType::F32, {n}));
+    });
     hooks().gradients_ready(head_unit());
     hooks().release(head_unit());
     for (int64_t l = c_.num_hidden_layers - 1; l >= 0; --l) {
@@ -125,7 +134,8 @@ class LlamaModel final : public CausalLM {
       hooks().release(block_unit(l));
     }
     hooks().acquire(kEmbedUnit, UnitUse::GradientOnly);
-    if (!embed_grad_.empty()) backend_.embedding_backward(embed_grad_, d_residual, batch.input_ids);
+    if (!embed_grad_.empty())
+      timed("embedding", 0.0, [&] { backend_.embedding_backward(embed_grad_, d_residual, batch.input_ids); });
     hooks().gradients_ready(kEmbedUnit);
     hooks().release(kEmbedUnit);
     return loss_sum;
@@ -208,7 +218,8 @@ class LlamaModel final : public CausalLM {
            hidden_act = matrix(a.hidden, n, ffn);
     Tensor inv_freq = inv_freq_.view(DType::F32, {d / 2});
     // Attention branch: mid = x + o_proj(attention(rope(q_proj(ln1)), rope(k_proj(ln1)), v_proj(ln1)))
-    backend_.rmsnorm_forward(ln1, a.rstd1.view(DType::F32, {n}), x, block.input_norm, eps);
+    timed("norm", norm_flops(), [&] { backend_.rmsnorm_forward(ln1, a.rstd1.view(DType::F32, {n}), x, block.input_norm, eps); });
+    timed("attention", attention_flops(block, false), [&] {
     block.linear[kQ].forward(backend_, q, ln1, a.lora[kQ], dropout);
     block.linear[kK].forward(backend_, k, ln1, a.lora[kK], dropout);
     block.linear[kV].forward(backend_, v, ln1, a.lora[kV], dropout);
@@ -219,13 +230,16 @@ class LlamaModel final : public CausalLM {
                                v.reshaped({batch_, seq_, kv_heads, d}), attention_scale());
     block.linear[kO].forward(backend_, mid, att, a.lora[kO], dropout);
     backend_.accumulate(mid, x, 1.0f);
+    });
     // MLP branch: out = mid + down_proj(silu(gate_proj(ln2)) * up_proj(ln2))
-    backend_.rmsnorm_forward(ln2, a.rstd2.view(DType::F32, {n}), mid, block.post_norm, eps);
+    timed("norm", norm_flops(), [&] { backend_.rmsnorm_forward(ln2, a.rstd2.view(DType::F32, {n}), mid, block.post_norm, eps); });
+    timed("mlp", mlp_flops(block, false), [&] {
     block.linear[kGate].forward(backend_, gate, ln2, a.lora[kGate], dropout);
     block.linear[kUp].forward(backend_, up, ln2, a.lora[kUp], dropout);
     backend_.swiglu_forward(hidden_act, gate, up);
     block.linear[kDown].forward(backend_, out, hidden_act, a.lora[kDown], dropout);
     backend_.accumulate(out, mid, 1.0f);
+    });
   }
 
   // On entry d_residual[N,C] is the gradient of the block's output; on exit of its input x.
@@ -243,13 +257,18 @@ class LlamaModel final : public CausalLM {
     Tensor d_k = matrix(grad_k_, n, kv_heads * d), d_v = matrix(grad_v_, n, kv_heads * d);
     Tensor inv_freq = inv_freq_.view(DType::F32, {d / 2});
     // MLP branch (out = mid + down(hidden)): d_residual flows to mid unchanged, plus the norm's share.
+    timed("mlp", mlp_flops(block, true), [&] {
     block.linear[kDown].backward(backend_, d_hidden, false, d_residual, hidden_act, a.lora[kDown], dropout, lora_dz(), lora_scratch());
     backend_.swiglu_backward(d_gate, d_up, d_hidden, gate, up);
     block.linear[kGate].backward(backend_, d_ln, false, d_gate, ln2, a.lora[kGate], dropout, lora_dz(), lora_scratch());
     block.linear[kUp].backward(backend_, d_ln, true, d_up, ln2, a.lora[kUp], dropout, lora_dz(), lora_scratch());
-    backend_.rmsnorm_backward(d_temp, block.post_norm_grad, d_ln, mid, block.post_norm, a.rstd2.view(DType::F32, {n}));
-    backend_.accumulate(d_residual, d_temp, 1.0f);  // now d(mid)
+    });
+    timed("norm", 2.0 * norm_flops(), [&] {
+      backend_.rmsnorm_backward(d_temp, block.post_norm_grad, d_ln, mid, block.post_norm, a.rstd2.view(DType::F32, {n}));
+      backend_.accumulate(d_residual, d_temp, 1.0f);  // now d(mid)
+    });
     // Attention branch (mid = x + o_proj(att)).
+    timed("attention", attention_flops(block, true), [&] {
     block.linear[kO].backward(backend_, d_att, false, d_residual, att, a.lora[kO], dropout, lora_dz(), lora_scratch());
     backend_.attention_backward(d_q.reshaped({batch_, seq_, heads, d}), d_k.reshaped({batch_, seq_, kv_heads, d}),
                                 d_v.reshaped({batch_, seq_, kv_heads, d}), d_att.reshaped({batch_, seq_, heads, d}),
@@ -261,9 +280,44 @@ class LlamaModel final : public CausalLM {
     block.linear[kQ].backward(backend_, d_ln, false, d_q, ln1, a.lora[kQ], dropout, lora_dz(), lora_scratch());
     block.linear[kK].backward(backend_, d_ln, true, d_k, ln1, a.lora[kK], dropout, lora_dz(), lora_scratch());
     block.linear[kV].backward(backend_, d_ln, true, d_v, ln1, a.lora[kV], dropout, lora_dz(), lora_scratch());
-    backend_.rmsnorm_backward(d_temp, block.input_norm_grad, d_ln, x, block.input_norm, a.rstd1.view(DType::F32, {n}));
-    backend_.accumulate(d_residual, d_temp, 1.0f);  // now d(x)
+    });
+    timed("norm", 2.0 * norm_flops(), [&] {
+      backend_.rmsnorm_backward(d_temp, block.input_norm_grad, d_ln, x, block.input_norm, a.rstd1.view(DType::F32, {n}));
+      backend_.accumulate(d_residual, d_temp, 1.0f);  // now d(x)
+    });
   }
+
+  // --profile-step: runs `work`, and when a timer is set reports its wall time (device
+  // synchronised before and after) and FLOPs under `module`.
+  template <class Work>
+  void timed(const char* module, double flops, Work&& work) {
+    if (!timer()) {
+      work();
+      return;
+    }
+    backend_.synchronize();
+    const auto start = std::chrono::steady_clock::now();
+    work();
+    backend_.synchronize();
+    timer()->record(module, flops, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  // FLOPs of one forward (backward: false) or backward (true) of a block's branches for the
+  // current B x T: GEMMs 2 per multiply-add (backward: input gradients + trainable weight
+  // gradients), causal attention half of T x T, its backward twice the forward's.
+  double linear_flops(const LlamaBlock& block, std::initializer_list<int> linears, bool backward) const {
+    double macs = 0.0;
+    for (int i : linears)
+      macs += block.linear[i].macs_per_token() + (backward ? block.linear[i].trainable_macs_per_token() : 0.0);
+    return 2.0 * static_cast<double>(rows()) * macs;
+  }
+  double attention_flops(const LlamaBlock& block, bool backward) const {
+    const double core = 2.0 * static_cast<double>(batch_ * seq_ * seq_ * c_.num_attention_heads * c_.head_dim);
+    return linear_flops(block, {kQ, kK, kV, kO}, backward) + (backward ? 2.0 : 1.0) * core;
+  }
+  double mlp_flops(const LlamaBlock& block, bool backward) const {
+    return linear_flops(block, {kGate, kUp, kDown}, backward);
+  }
+  double norm_flops() const { return 4.0 * static_cast<double>(rows() * c_.hidden_size); }  // square, sum, scale, weight
 
   float attention_scale() const { return 1.0f / std::sqrt(static_cast<float>(c_.head_dim)); }
 

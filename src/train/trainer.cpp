@@ -40,6 +40,8 @@
 #include "train/batch_views.h"
 #include "train/evaluation.h"
 #include "train/metrics.h"
+#include "train/profiler.h"
+#include "train/report_html.h"
 #include "train/stop_signal.h"
 #include "train/versions.h"
 #include "zero/zero_engine.h"
@@ -86,11 +88,11 @@ std::string mib(int64_t bytes) { return cat(static_cast<double>(bytes) / (1024.0
 
 // Rank 0's start banner: the per-rank memory of the ZeRO layout and the expected traffic.
 void print_zero_banner(const ZeroEngine& engine, const ZeroConfig& zero, int world_size, int nodes,
-                       int64_t accumulation) {
+                       int64_t accumulation, const char* precision) {
   const ZeroMemory m = engine.memory();
   const ZeroCommPlan plan = engine.comm_plan(accumulation);
-  std::printf("zero: stage %d, offload_optimizer %s, %d rank(s) on %d node(s)\n", zero.stage,
-              zero.offload_optimizer_device.c_str(), world_size, nodes);
+  std::printf("zero: stage %d, offload_optimizer %s, %d rank(s) on %d node(s), precision %s\n", zero.stage,
+              zero.offload_optimizer_device.c_str(), world_size, nodes, precision);
   std::printf("zero: per rank: parameters %s, gradients %s, fp32 master %s, optimizer state %s%s\n",
               mib(m.compute_params).c_str(), mib(m.gradients).c_str(), mib(m.master_params).c_str(),
               mib(m.optimizer_state).c_str(), engine.offload() ? cat(" (host: ", mib(m.host_bytes), ")").c_str() : "");
@@ -113,6 +115,13 @@ void write_step0_dump(const std::string& path, const std::vector<float>& logits,
   }
   write_safetensors(path, entries);
 }
+
+// --profile-step: the model's module timings plus the optimizer and communication of the step.
+class StepProfiler final : public ModuleTimer {
+ public:
+  void record(const char* module, double flops, double seconds) override { table.add(module, flops, seconds); }
+  ProfileTable table;
+};
 
 }  // namespace
 
@@ -244,11 +253,22 @@ void run_training(TrainConfig config, const RunOptions& options) {
                 static_cast<long long>(total_steps), static_cast<long long>(global_batch),
                 static_cast<long long>(micro_batch), static_cast<long long>(config.gradient_accumulation_steps),
                 world_size);
-    print_zero_banner(engine, config.zero, world_size, comm->nodes(), config.gradient_accumulation_steps);
+    print_zero_banner(engine, config.zero, world_size, comm->nodes(), config.gradient_accumulation_steps,
+                      config.compute_dtype == DType::F32 ? "fp32"
+                      : config.compute_dtype == DType::BF16 ? "bf16 (fp32 master weights)"
+                                                            : "fp16 (fp32 master weights, dynamic loss scaling)");
     std::fflush(stdout);
   }
 
   const int64_t log_every = options.log_every > 0 ? options.log_every : std::max<int64_t>(1, config.steps_per_print);
+  // Rank 0's console: the step lines (a progress bar on a terminal) and every other message.
+  std::optional<ConsoleProgress> console;
+  if (leader) console.emplace(stdout, ConsoleProgress::wants_bar(stdout));
+  const auto say = [&](const std::string& line) {
+    if (console) console->message(line);
+  };
+  StepTimeAverage step_times;
+  StepProfiler profiler;
   int64_t skipped = state.skipped;
   // This rank's micro-batches of each step, built one step ahead on a background thread. Step b
   // takes permutation positions [b*G, (b+1)*G) (--group-by-length regroups them by length: the
@@ -292,15 +312,15 @@ void run_training(TrainConfig config, const RunOptions& options) {
     }
     const std::string dir = save_checkpoint(config.out_dir, now, identity, config, engine, store, *comm, config.keep_last);
     last_saved_step = steps_done;
-    if (leader) {
-      std::printf("checkpoint saved: %s\n", dir.c_str());
-      std::fflush(stdout);
-    }
+    say(cat("checkpoint saved: ", dir));
   };
   for (int64_t step = state.step; step < total_steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     comm->set_context(cat("step ", step + 1));
     const CommStats comm_before = comm->stats();
+    const bool profiling = options.profile_step == step + 1;
+    if (profiling) model->set_module_timer(&profiler);
+    const double comm_wait_at_start = comm->stats().total_wait_seconds();
     StepBatches batches = prefetcher.take(step);
     int64_t local_targets = 0;
     for (const MicroBatch& micro : batches.micro) local_targets += micro.target_tokens;
@@ -348,15 +368,25 @@ void run_training(TrainConfig config, const RunOptions& options) {
     const double lr = learning_rate_at(config.scheduler, config.optimizer.lr, updates_done);
     if (target_tokens == 0 || overflow || !std::isfinite(grad_norm)) {
       ++skipped;
-      if (leader)
-        std::printf("warning: step %lld skipped (%s)\n", static_cast<long long>(step + 1),
-                    target_tokens == 0 ? "the global batch has no target tokens"
-                    : overflow         ? cat("fp16 gradient overflow at loss scale ", loss_scale, "; the scale is now ",
-                                             scaler->scale()).c_str()
-                                       : "the gradient is not finite");
+      say(cat("warning: step ", step + 1, " skipped (",
+              target_tokens == 0 ? std::string("the global batch has no target tokens")
+              : overflow         ? cat("fp16 gradient overflow at loss scale ", loss_scale, "; the scale is now ",
+                                       scaler->scale())
+                                 : std::string("the gradient is not finite"),
+              ")"));
     } else {
       const float clip = clip_coefficient(grad_norm, config.gradient_clipping);
+      const auto optimizer_start = std::chrono::steady_clock::now();
+      const double waited_before = comm->stats().total_wait_seconds();
       engine.apply_update(lr, loss_scale * clip, updates_done + 1);
+      if (profiling) {  // AdamW: about 14 FLOPs per element of this rank's partitions
+        double elements = 0.0;
+        for (const ZeroEngine::PartitionViews& views : engine.partition_views())
+          elements += static_cast<double>(views.master.numel());
+        profiler.table.add("optimizer", 14.0 * elements,
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - optimizer_start).count() -
+                               (comm->stats().total_wait_seconds() - waited_before));
+      }
     }
 
     StepMetrics metrics;
@@ -373,6 +403,17 @@ void run_training(TrainConfig config, const RunOptions& options) {
     metrics.target_tokens = target_tokens;
     metrics.padding_fraction = sums[2] > 0 ? 1.0 - sums[1] / sums[2] : 0.0;
     metrics.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    step_times.add(metrics.step_seconds);
+    metrics.mean_step_seconds = step_times.mean();
+    if (profiling) {
+      model->set_module_timer(nullptr);
+      profiler.table.add("communication", 0.0, comm->stats().total_wait_seconds() - comm_wait_at_start);
+      profiler.table.step = step + 1;
+      profiler.table.step_seconds = metrics.step_seconds;
+      profiler.table.rank = rank;
+      say(format_profile_table(profiler.table));
+      if (leader) write_text_file(fs::path(config.out_dir) / "profile.json", profile_json(profiler.table).dump(2) + "\n");
+    }
     metrics.flops = sums[3];
     metrics.peak_tflops = options.peak_tflops;
     metrics.world_size = world_size;
@@ -385,10 +426,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
             comm_after.bytes_sent[static_cast<size_t>(kind)] - comm_before.bytes_sent[static_cast<size_t>(kind)];
       record["comm_bytes_sent"] = sent;
       metrics_writer->write(record);
-      if ((step + 1) % log_every == 0 || step + 1 == total_steps) {
-        std::printf("%s\n", metrics_console_line(metrics).c_str());
-        std::fflush(stdout);
-      }
+      console->step(metrics, (step + 1) % log_every == 0 || step + 1 == total_steps);
     }
     const bool epoch_end = (step + 1) % steps_per_epoch == 0;
     const bool eval_due = config.eval_every > 0 && (step + 1) % config.eval_every == 0;
@@ -399,10 +437,8 @@ void run_training(TrainConfig config, const RunOptions& options) {
         metrics_writer->write({{"step", step + 1}, {"epoch", metrics.epoch}, {"eval_loss", eval.loss},
                                {"eval_ppl", eval.perplexity}, {"eval_tokens", eval.target_tokens},
                                {"eval_samples", eval.samples}});
-        std::printf("eval at step %lld | eval_loss %.4f | eval_ppl %.3f | %lld target tokens in %lld samples\n",
-                    static_cast<long long>(step + 1), eval.loss, eval.perplexity,
-                    static_cast<long long>(eval.target_tokens), static_cast<long long>(eval.samples));
-        std::fflush(stdout);
+        say(cat("eval at step ", step + 1, " | eval_loss ", eval.loss, " | eval_ppl ", eval.perplexity, " | ",
+                eval.target_tokens, " target tokens in ", eval.samples, " samples"));
       }
     }
     // Checkpoints: every save_every steps, at the end, and when the batch system asks us to stop.
@@ -414,11 +450,10 @@ void run_training(TrainConfig config, const RunOptions& options) {
       save(step + 1);
     }
     if (stop) {
-      if (leader)
-        std::printf("zerotune train: stop requested (signal) at step %lld of %lld: checkpoint saved, exiting; "
-                    "run again with --resume auto to continue\n",
-                    static_cast<long long>(step + 1), static_cast<long long>(total_steps));
-      std::fflush(stdout);
+      say(cat("zerotune train: stop requested (signal) at step ", step + 1, " of ", total_steps,
+              ": checkpoint saved, exiting; run again with --resume auto to continue"));
+      if (console) console->finish();
+      if (leader) write_report(config.out_dir);
       return;
     }
   }
@@ -428,9 +463,15 @@ void run_training(TrainConfig config, const RunOptions& options) {
     if (leader) write_final_dump(config.dump_final_path, store);
   }
   comm->barrier();
-  if (leader)
-    std::printf("zerotune train: done, %lld steps (%lld skipped); metrics in %s\n", static_cast<long long>(total_steps),
-                static_cast<long long>(skipped), (fs::path(config.out_dir) / "metrics.jsonl").c_str());
+  if (leader) {
+    console->finish();
+    const std::string metrics_path = (fs::path(config.out_dir) / "metrics.jsonl").string();
+    std::printf("%s", format_run_summary(summarize_run(read_metrics_history(metrics_path))).c_str());
+    std::printf("zerotune train: done, %lld steps (%lld skipped); metrics in %s, report in %s\n",
+                static_cast<long long>(total_steps), static_cast<long long>(skipped), metrics_path.c_str(),
+                write_report(config.out_dir).c_str());
+    std::fflush(stdout);
+  }
 }
 
 }  // namespace zt

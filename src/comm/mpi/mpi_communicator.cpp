@@ -26,8 +26,9 @@ class MpiCommunicator;
 class MpiPending final : public PendingCollective {
  public:
   MpiPending(MPI_Request request, Collective kind, int rank, std::chrono::duration<double> timeout,
-             std::string context)
-      : request_(request), kind_(kind), rank_(rank), timeout_(timeout), context_(std::move(context)) {}
+             std::string context, double* wait_seconds)
+      : request_(request), kind_(kind), rank_(rank), timeout_(timeout), context_(std::move(context)),
+        wait_seconds_(wait_seconds) {}
   ~MpiPending() override {
     if (request_ != MPI_REQUEST_NULL) {
       try {
@@ -41,7 +42,8 @@ class MpiPending final : public PendingCollective {
 
   void wait() override {
     if (request_ == MPI_REQUEST_NULL) return;
-    const Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout_);
+    const Clock::time_point started = Clock::now();
+    const Clock::time_point deadline = started + std::chrono::duration_cast<Clock::duration>(timeout_);
     // Spin briefly (small collectives finish in microseconds), then back off so that
     // oversubscribed ranks leave the cores to the ranks still computing.
     auto pause = std::chrono::microseconds(20);
@@ -52,7 +54,10 @@ class MpiPending final : public PendingCollective {
         request_ = MPI_REQUEST_NULL;
         fail("MPI ", collective_name(kind_), " failed on rank ", rank_, context_suffix(), ": ", mpi_error_text(code));
       }
-      if (complete) return;
+      if (complete) {
+        *wait_seconds_ += std::chrono::duration<double>(Clock::now() - started).count();
+        return;
+      }
       if (Clock::now() > deadline) {
         // The request cannot be cancelled (collectives are not cancellable): leave it to
         // MPI_Abort, which the top-level handler calls.
@@ -75,6 +80,7 @@ class MpiPending final : public PendingCollective {
   int rank_;
   std::chrono::duration<double> timeout_;
   std::string context_;
+  double* wait_seconds_;  // the communicator's counter for this kind (it outlives its requests)
 };
 
 class MpiCommunicator final : public Communicator {
@@ -200,8 +206,9 @@ class MpiCommunicator final : public Communicator {
     return static_cast<int>(tensor.numel());
   }
   double ring_share() const { return static_cast<double>(size_ - 1) / static_cast<double>(size_); }
-  Pending pending(MPI_Request request, Collective kind) const {
-    return std::make_unique<MpiPending>(request, kind, rank_, timeout_, context_);
+  Pending pending(MPI_Request request, Collective kind) {
+    return std::make_unique<MpiPending>(request, kind, rank_, timeout_, context_,
+                                        &stats_.wait_seconds[static_cast<size_t>(kind)]);
   }
 
   MPI_Comm comm_;
