@@ -10,6 +10,8 @@
 // Prints the best GB/s of each and AdamW's fraction of the references; ZT_ADAM_SECONDS (the
 // best time per step) is for scripts. bench/torch_adamw.py times torch's AdamW on the same n.
 //   bench_cpu_adam [--n 67108864] [--repeats 10]     (threads: OMP_NUM_THREADS)
+#include "bench_util.h"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -29,11 +31,7 @@ using namespace zt;
 
 namespace {
 
-int64_t flag(int argc, char** argv, const char* name, int64_t fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return std::atoll(argv[i + 1]);
-  return fallback;
-}
+using bench::flag;
 
 // An array that is not touched at allocation, so that the parallel first touch below places
 // each thread's pages where that thread runs (what STREAM does too).

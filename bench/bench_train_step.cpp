@@ -2,6 +2,8 @@
 // with random weights and tokens. Prints the median step time and tokens/s; bench/run_cpu_bench.sh
 // runs it next to the same step in PyTorch (bench/torch_train_step.py) and prints the ratio.
 //   bench_train_step [--hidden 512] [--layers 4] [--seq 256] [--batch 4] [--vocab 32000] [--steps 5] [--lora-r 0]
+#include "bench_util.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,11 +20,7 @@
 using namespace zt;
 
 namespace {
-int64_t flag(int argc, char** argv, const char* name, int64_t fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return std::atoll(argv[i + 1]);
-  return fallback;
-}
+using bench::flag;
 }  // namespace
 
 int main(int argc, char** argv) {

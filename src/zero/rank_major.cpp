@@ -13,48 +13,58 @@ int64_t slice_numel(std::span<const UnitRange> units, int partitions) {
   return numel;
 }
 
-void pack_rank_major(Backend& backend, Tensor staging, Tensor full, std::span<const UnitRange> units, int partitions) {
+// Calls piece(full_offset, staging_offset, n) for every (rank, unit) piece of the rank-major
+// layout: unit u's slice r sits at unit.begin + r*n of the full buffer and at r*S + (the
+// slices of the units before u) of the staging buffer.
+template <class Piece>
+void for_each_rank_major_piece(std::span<const UnitRange> units, int partitions, Piece&& piece) {
   const int64_t per_rank = slice_numel(units, partitions);
   for (int r = 0; r < partitions; ++r) {
     int64_t at = r * per_rank;
     for (const UnitRange& unit : units) {
       const int64_t n = unit.numel / partitions;
-      backend.copy(slice(staging, at, n), slice(full, unit.begin + r * n, n));
+      piece(unit.begin + r * n, at, n);
       at += n;
     }
   }
 }
 
-void unpack_rank_major(Backend& backend, Tensor full, Tensor staging, std::span<const UnitRange> units, int partitions) {
-  const int64_t per_rank = slice_numel(units, partitions);
-  for (int r = 0; r < partitions; ++r) {
-    int64_t at = r * per_rank;
-    for (const UnitRange& unit : units) {
-      const int64_t n = unit.numel / partitions;
-      backend.copy(slice(full, unit.begin + r * n, n), slice(staging, at, n));
-      at += n;
-    }
+// Calls piece(partition_offset, contiguous_offset, n) for every unit's slice in a partition
+// buffer (at unit.begin / W) and in a contiguous buffer of the units' slices in their order.
+template <class Piece>
+void for_each_slice(std::span<const UnitRange> units, int partitions, Piece&& piece) {
+  int64_t at = 0;
+  for (const UnitRange& unit : units) {
+    const int64_t n = unit.numel / partitions;
+    piece(unit.begin / partitions, at, n);
+    at += n;
   }
+}
+
+void pack_rank_major(Backend& backend, Tensor staging, Tensor full, std::span<const UnitRange> units, int partitions) {
+  for_each_rank_major_piece(units, partitions, [&](int64_t in_full, int64_t in_staging, int64_t n) {
+    backend.copy(slice(staging, in_staging, n), slice(full, in_full, n));
+  });
+}
+
+void unpack_rank_major(Backend& backend, Tensor full, Tensor staging, std::span<const UnitRange> units, int partitions) {
+  for_each_rank_major_piece(units, partitions, [&](int64_t in_full, int64_t in_staging, int64_t n) {
+    backend.copy(slice(full, in_full, n), slice(staging, in_staging, n));
+  });
 }
 
 void gather_slices(Backend& backend, Tensor contiguous, Tensor partition, std::span<const UnitRange> units,
                    int partitions) {
-  int64_t at = 0;
-  for (const UnitRange& unit : units) {
-    const int64_t n = unit.numel / partitions;
-    backend.copy(slice(contiguous, at, n), slice(partition, unit.begin / partitions, n));
-    at += n;
-  }
+  for_each_slice(units, partitions, [&](int64_t in_partition, int64_t in_contiguous, int64_t n) {
+    backend.copy(slice(contiguous, in_contiguous, n), slice(partition, in_partition, n));
+  });
 }
 
 void add_slices(Backend& backend, Tensor partition, Tensor contiguous, std::span<const UnitRange> units,
                 int partitions) {
-  int64_t at = 0;
-  for (const UnitRange& unit : units) {
-    const int64_t n = unit.numel / partitions;
-    backend.accumulate(slice(partition, unit.begin / partitions, n), slice(contiguous, at, n), 1.0f);
-    at += n;
-  }
+  for_each_slice(units, partitions, [&](int64_t in_partition, int64_t in_contiguous, int64_t n) {
+    backend.accumulate(slice(partition, in_partition, n), slice(contiguous, in_contiguous, n), 1.0f);
+  });
 }
 
 std::vector<std::vector<UnitRange>> plan_buckets(const std::vector<UnitRange>& units, int64_t bucket_numel) {
