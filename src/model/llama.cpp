@@ -97,7 +97,7 @@ class LlamaModel final : public CausalLM {
                                residual(c_.num_hidden_layers), final_norm_, static_cast<float>(c_.norm_eps));
     });
     Tensor logits = matrix(logits_, n, c_.vocab_size);
-    timed("head", 2.0 * n * head_.macs_per_token(),
+    timed("head", 2.0 * static_cast<double>(n) * head_.macs_per_token(),
           [&] { head_.forward(backend_, logits, matrix(final_ln_, n, c_.hidden_size), head_saved_, dropout); });
     hooks().release(head_unit());
     return logits;
@@ -113,7 +113,7 @@ class LlamaModel final : public CausalLM {
     double loss_sum = 0.0;
     Tensor d_final_ln = matrix(grad_ln_, n, hidden);
     hooks().acquire(head_unit(), UnitUse::Backward);
-    timed("head", 2.0 * n * (head_.macs_per_token() + head_.trainable_macs_per_token()), [&] {
+    timed("head", 2.0 * static_cast<double>(n) * (head_.macs_per_token() + head_.trainable_macs_per_token()), [&] {
       loss_sum = backend_.cross_entropy(dlogits, batch.targets, batch.loss_mask, grad_scale);
       head_.backward(backend_, d_final_ln, false, dlogits, matrix(final_ln_, n, hidden), head_saved_, dropout,
                      lora_dz(), lora_scratch());

@@ -116,6 +116,18 @@ Tensor ParamStore::grad(const std::string& name) const {
   return slice(group(e.group).grads, e);
 }
 
+void ParamStore::write_param(const std::string& name, const float* host) {
+  Tensor target = param(name);
+  backend_.copy(target, Tensor(const_cast<float*>(host), DType::F32, {target.numel()}).reshaped({target.numel()}));
+}
+
+std::vector<float> ParamStore::read_param(const std::string& name) const {
+  Tensor source = param(name);
+  std::vector<float> host(static_cast<size_t>(source.numel()));
+  backend_.copy(Tensor(host.data(), DType::F32, {source.numel()}), source.reshaped({source.numel()}));
+  return host;
+}
+
 bool ParamStore::trainable(const std::string& name) const { return entry(name).group != ParamGroup::Frozen; }
 
 Tensor ParamStore::group_params(ParamGroup g) const {

@@ -62,6 +62,11 @@ class ParamStore {
   Tensor grad(const std::string& name) const;   // empty view when the parameter is frozen
   bool trainable(const std::string& name) const;
 
+  // Host <-> store copies of one parameter (the store may live on a device): loading weights,
+  // dumping them. `host` holds the parameter's numel fp32 values.
+  void write_param(const std::string& name, const float* host);
+  std::vector<float> read_param(const std::string& name) const;
+
   FlatGroup& group(ParamGroup group) { return groups_[static_cast<size_t>(group)]; }
   const FlatGroup& group(ParamGroup group) const { return groups_[static_cast<size_t>(group)]; }
   Tensor group_params(ParamGroup group) const;  // fp32 [numel]

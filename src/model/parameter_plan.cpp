@@ -29,7 +29,9 @@ void load_base_weights(const std::string& model_dir, ParamStore& store) {
     const std::string& name = entry.spec.name;
     if (is_lora_parameter(name)) continue;
     ZT_CHECK(weights.contains(name), weights.source(), ": tensor '", name, "' is missing (the config needs it)");
-    weights.read_f32(name, store.param(name).f32(), entry.spec.shape);
+    std::vector<float> host(static_cast<size_t>(entry.spec.numel()));  // via the host: the store may be on a GPU
+    weights.read_f32(name, host.data(), entry.spec.shape);
+    store.write_param(name, host.data());
   }
 }
 
@@ -37,8 +39,10 @@ void init_lora_weights(ParamStore& store, uint64_t seed) {
   uint32_t adapter_index = 0;
   for (const ParamEntry& entry : store.entries()) {
     if (entry.spec.name.find(".lora_A.") == std::string::npos) continue;
-    Tensor a = store.param(entry.spec.name);  // [r, in]
-    lora_init_a(a.f32(), a.dim(0), a.dim(1), seed, adapter_index++);
+    const std::vector<int64_t>& shape = entry.spec.shape;  // [r, in]
+    std::vector<float> a(static_cast<size_t>(entry.spec.numel()));
+    lora_init_a(a.data(), shape[0], shape[1], seed, adapter_index++);
+    store.write_param(entry.spec.name, a.data());
   }
 }
 

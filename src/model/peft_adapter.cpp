@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/parameter_plan.h"
 #include "model/safetensors.h"
 
 namespace zt {
@@ -72,12 +73,14 @@ void load_peft_adapter_weights(const std::string& adapter_dir, ParamStore& store
   size_t loaded = 0;
   for (const ParamEntry& entry : store.entries()) {
     const std::string& name = entry.spec.name;
-    if (name.find(".lora_A.") == std::string::npos && name.find(".lora_B.") == std::string::npos) continue;
+    if (!is_lora_parameter(name)) continue;
     const std::string key = kPeftKeyPrefix + name;
     ZT_CHECK(file.contains(key), path, ": tensor '", key, "' is missing");
     ZT_CHECK(file.info(key).shape == entry.spec.shape, path, ": tensor '", key, "' has shape ",
              shape_string(file.info(key).shape), " but the model needs ", shape_string(entry.spec.shape));
-    file.read_as_f32(key, store.param(name).f32());
+    std::vector<float> host(static_cast<size_t>(entry.spec.numel()));
+    file.read_as_f32(key, host.data());
+    store.write_param(name, host.data());
     ++loaded;
   }
   ZT_CHECK(loaded == file.names().size(), path, ": holds ", file.names().size(), " tensors but the model has ", loaded,
@@ -87,12 +90,14 @@ void load_peft_adapter_weights(const std::string& adapter_dir, ParamStore& store
 void write_peft_adapter(const std::string& adapter_dir, const ParamStore& store, const LoraConfig& lora,
                         const std::vector<std::string>& target_modules, const std::string& base_model, DType dtype) {
   std::filesystem::create_directories(adapter_dir);
-  std::vector<std::string> keys;  // kept alive for the entries' names
+  // Host copies (the store may be on a GPU), alive until written; moving an inner vector when
+  // the outer one grows keeps its data where the entry points.
+  std::vector<std::vector<float>> host;
   std::vector<SafetensorsEntry> entries;
   for (const ParamEntry& entry : store.entries()) {
-    const std::string& name = entry.spec.name;
-    if (name.find(".lora_A.") == std::string::npos && name.find(".lora_B.") == std::string::npos) continue;
-    entries.push_back({kPeftKeyPrefix + name, entry.spec.shape, store.param(name).data, DType::F32, dtype});
+    if (!is_lora_parameter(entry.spec.name)) continue;
+    host.push_back(store.read_param(entry.spec.name));
+    entries.push_back({kPeftKeyPrefix + entry.spec.name, entry.spec.shape, host.back().data(), DType::F32, dtype});
   }
   ZT_CHECK(!entries.empty(), adapter_dir, ": the model has no LoRA adapters to write");
   write_safetensors((std::filesystem::path(adapter_dir) / "adapter_model.safetensors").string(), entries);

@@ -8,7 +8,9 @@
 
 namespace zt {
 
-EvalResult evaluate(CausalLM& model, const TokenDataset& data, int64_t micro_batch, Communicator& comm) {
+EvalResult evaluate(CausalLM& model, const TokenDataset& data, int64_t micro_batch, Communicator& comm,
+                    Backend& backend) {
+  DeviceBatchStorage device_batch;
   const int rank = comm.rank(), world_size = comm.size();
   std::vector<int64_t> mine;  // this rank's sample indices
   for (int64_t index = rank; index < data.num_samples(); index += world_size) mine.push_back(index);
@@ -24,7 +26,7 @@ EvalResult evaluate(CausalLM& model, const TokenDataset& data, int64_t micro_bat
         counted ? std::span<const int64_t>(mine.data() + first, std::min(mine.size() - first, static_cast<size_t>(micro_batch)))
                 : std::span<const int64_t>(&filler, 1);
     MicroBatch micro = make_micro_batch(data, samples, static_cast<int32_t>(data.attributes().pad_id));
-    BatchTensors batch = batch_views(micro);
+    BatchTensors batch = batch_views(micro, backend, device_batch);
     DropoutContext no_dropout;
     no_dropout.training = false;
     no_dropout.row_ids = batch.row_ids;

@@ -20,6 +20,7 @@ struct EvalResult {
 // Rank r evaluates samples r, r+W, r+2W, ... in micro-batches of `micro_batch` (no dropout).
 // Every rank runs the same number of forward passes (a rank that has run out of samples runs
 // one that it does not count), because ZeRO-3 gathers parameters collectively inside them.
-EvalResult evaluate(CausalLM& model, const TokenDataset& data, int64_t micro_batch, Communicator& comm);
+EvalResult evaluate(CausalLM& model, const TokenDataset& data, int64_t micro_batch, Communicator& comm,
+                    Backend& backend);
 
 }  // namespace zt

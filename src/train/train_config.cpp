@@ -143,6 +143,7 @@ nlohmann::json TrainConfig::to_json() const {
       {"save_at_end", save_at_end},
       {"keep_last", keep_last},
       {"resume", resume},
+      {"device", device},
   };
 }
 

@@ -18,6 +18,8 @@
 #include <span>
 
 #include "backend/backend.h"
+#include "backend/make_backend.h"
+#include "comm/staged_communicator.h"
 #include "ckpt/checkpoint.h"
 #include "comm/mpi/mpi_communicator.h"
 #include "core/fault_injection.h"
@@ -59,13 +61,23 @@ void write_text_file(const fs::path& path, const std::string& text) {
 }
 
 // --dump-final: every trainable parameter (fp32, HF names) after the last step.
+// (Host copies: the store may be on a GPU.)
 void write_final_dump(const std::string& path, const ParamStore& store) {
+  std::vector<std::vector<float>> host;  // moving inner vectors keeps the entries' pointers valid
   std::vector<SafetensorsEntry> entries;
   for (const ParamEntry& entry : store.entries()) {
     if (entry.group == ParamGroup::Frozen) continue;
-    entries.push_back({entry.spec.name, entry.spec.shape, store.param(entry.spec.name).data, DType::F32, DType::F32});
+    host.push_back(store.read_param(entry.spec.name));
+    entries.push_back({entry.spec.name, entry.spec.shape, host.back().data(), DType::F32, DType::F32});
   }
   write_safetensors(path, entries);
+}
+
+// A host copy of a tensor that may live on a device.
+std::vector<float> host_copy(Backend& backend, Tensor tensor) {
+  std::vector<float> host(static_cast<size_t>(tensor.numel()));
+  backend.copy(Tensor(host.data(), DType::F32, {tensor.numel()}), tensor.reshaped({tensor.numel()}));
+  return host;
 }
 
 // On resume, metrics.jsonl keeps only the records up to the checkpoint's step: the steps after it
@@ -103,15 +115,16 @@ void print_zero_banner(const ZeroEngine& engine, const ZeroConfig& zero, int wor
 
 // --dump-step0: logits of micro-batch 0, the step-0 loss and every trainable gradient.
 void write_step0_dump(const std::string& path, const std::vector<float>& logits, int64_t batch, int64_t seq,
-                      int64_t vocab, double loss, const ParamStore& store) {
+                      int64_t vocab, double loss, const ParamStore& store, Backend& backend) {
   const float loss_value = static_cast<float>(loss);
+  std::vector<std::vector<float>> grads;  // host copies
   std::vector<SafetensorsEntry> entries;
   entries.push_back({"logits", {batch, seq, vocab}, logits.data(), DType::F32, DType::F32});
   entries.push_back({"loss", {1}, &loss_value, DType::F32, DType::F32});
   for (const ParamEntry& entry : store.entries()) {
     if (entry.group == ParamGroup::Frozen) continue;
-    entries.push_back({"grad." + entry.spec.name, entry.spec.shape, store.grad(entry.spec.name).data, DType::F32,
-                       DType::F32});
+    grads.push_back(host_copy(backend, store.grad(entry.spec.name)));
+    entries.push_back({"grad." + entry.spec.name, entry.spec.shape, grads.back().data(), DType::F32, DType::F32});
   }
   write_safetensors(path, entries);
 }
@@ -126,8 +139,11 @@ class StepProfiler final : public ModuleTimer {
 }  // namespace
 
 void run_training(TrainConfig config, const RunOptions& options) {
-  std::unique_ptr<Communicator> comm = make_mpi_communicator(MPI_COMM_WORLD);
-  comm->set_timeout(std::chrono::duration<double>(config.comm_timeout_seconds));
+  // host_comm: MPI; it keeps the traffic counters, the timeout and the error context. comm: what
+  // the collectives go through (host staging around MPI when the backend is a GPU's).
+  std::unique_ptr<Communicator> host_comm = make_mpi_communicator(MPI_COMM_WORLD);
+  host_comm->set_timeout(std::chrono::duration<double>(config.comm_timeout_seconds));
+  Communicator* comm = host_comm.get();
   const int world_size = comm->size(), rank = comm->rank();
   const bool leader = rank == 0;
   ZT_CHECK(!config.model_dir.empty(), "--model is required");
@@ -158,7 +174,12 @@ void run_training(TrainConfig config, const RunOptions& options) {
              "/adapter_config.json: do not give --lora-r as well");
     config.lora = read_peft_adapter_config(options.adapter_dir);
   }
-  std::unique_ptr<Backend> backend = make_cpu_backend();
+  std::unique_ptr<Backend> backend = make_backend(config.device, comm->local_rank());
+  std::unique_ptr<Communicator> staged_comm;
+  if (backend->device() != Device::CPU) {
+    staged_comm = make_staged_communicator(*host_comm, *backend);
+    comm = staged_comm.get();
+  }
   ParameterPlan plan = plan_parameters(model_config, config.lora);
   ParamStore store(*backend, plan.specs, plan.trainable, world_size);
   load_base_weights(config.model_dir, store);
@@ -268,6 +289,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
     if (console) console->message(line);
   };
   StepTimeAverage step_times;
+  DeviceBatchStorage device_batch;  // the micro-batch on the device (GPU backends)
   StepProfiler profiler;
   int64_t skipped = state.skipped;
   // This rank's micro-batches of each step, built one step ahead on a background thread. Step b
@@ -316,11 +338,11 @@ void run_training(TrainConfig config, const RunOptions& options) {
   };
   for (int64_t step = state.step; step < total_steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
-    comm->set_context(cat("step ", step + 1));
-    const CommStats comm_before = comm->stats();
+    host_comm->set_context(cat("step ", step + 1));
+    const CommStats comm_before = host_comm->stats();
     const bool profiling = options.profile_step == step + 1;
     if (profiling) model->set_module_timer(&profiler);
-    const double comm_wait_at_start = comm->stats().total_wait_seconds();
+    const double comm_wait_at_start = host_comm->stats().total_wait_seconds();
     StepBatches batches = prefetcher.take(step);
     int64_t local_targets = 0;
     for (const MicroBatch& micro : batches.micro) local_targets += micro.target_tokens;
@@ -337,11 +359,11 @@ void run_training(TrainConfig config, const RunOptions& options) {
     DropoutContext dropout{config.seed, static_cast<uint32_t>(step), Tensor()};
     for (int64_t micro = 0; micro < config.gradient_accumulation_steps; ++micro) {
       MicroBatch& micro_data = batches.micro[static_cast<size_t>(micro)];
-      BatchTensors batch = batch_views(micro_data);
+      BatchTensors batch = batch_views(micro_data, *backend, device_batch);
       dropout.row_ids = batch.row_ids;
       Tensor logits = model->forward(batch, dropout);
       if (step == 0 && micro == 0 && !config.dump_step0_path.empty()) {
-        step0_logits.assign(logits.f32(), logits.f32() + logits.numel());
+        step0_logits = host_copy(*backend, logits);
         step0_batch = batch.batch;
         step0_seq = batch.seq;
       }
@@ -355,7 +377,8 @@ void run_training(TrainConfig config, const RunOptions& options) {
     comm->all_reduce_scalars(sums);
     const double loss = target_tokens > 0 ? sums[0] / static_cast<double>(target_tokens) : 0.0;
     if (step == 0 && !config.dump_step0_path.empty())
-      write_step0_dump(config.dump_step0_path, step0_logits, step0_batch, step0_seq, model_config.vocab_size, loss, store);
+      write_step0_dump(config.dump_step0_path, step0_logits, step0_batch, step0_seq, model_config.vocab_size, loss, store,
+                       *backend);
     engine.reduce_gradients();
 
     // Optimizer step: global norm, clipping, AdamW on the partitions. Skipped steps do not
@@ -377,7 +400,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
     } else {
       const float clip = clip_coefficient(grad_norm, config.gradient_clipping);
       const auto optimizer_start = std::chrono::steady_clock::now();
-      const double waited_before = comm->stats().total_wait_seconds();
+      const double waited_before = host_comm->stats().total_wait_seconds();
       engine.apply_update(lr, loss_scale * clip, updates_done + 1);
       if (profiling) {  // AdamW: about 14 FLOPs per element of this rank's partitions
         double elements = 0.0;
@@ -385,7 +408,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
           elements += static_cast<double>(views.master.numel());
         profiler.table.add("optimizer", 14.0 * elements,
                            std::chrono::duration<double>(std::chrono::steady_clock::now() - optimizer_start).count() -
-                               (comm->stats().total_wait_seconds() - waited_before));
+                               (host_comm->stats().total_wait_seconds() - waited_before));
       }
     }
 
@@ -407,7 +430,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
     metrics.mean_step_seconds = step_times.mean();
     if (profiling) {
       model->set_module_timer(nullptr);
-      profiler.table.add("communication", 0.0, comm->stats().total_wait_seconds() - comm_wait_at_start);
+      profiler.table.add("communication", 0.0, host_comm->stats().total_wait_seconds() - comm_wait_at_start);
       profiler.table.step = step + 1;
       profiler.table.step_seconds = metrics.step_seconds;
       profiler.table.rank = rank;
@@ -417,9 +440,13 @@ void run_training(TrainConfig config, const RunOptions& options) {
     metrics.flops = sums[3];
     metrics.peak_tflops = options.peak_tflops;
     metrics.world_size = world_size;
+    if (const std::optional<DeviceMemory> memory = device_memory(*backend)) {
+      metrics.mem_device = memory->in_use;
+      metrics.mem_device_peak = memory->peak;
+    }
     if (leader) {
       nlohmann::json record = metrics_json(metrics);
-      const CommStats& comm_after = comm->stats();
+      const CommStats& comm_after = host_comm->stats();
       nlohmann::json sent;  // bytes rank 0 sent in this step, by collective
       for (int kind = 0; kind < kCollectiveKinds; ++kind)
         sent[collective_name(static_cast<Collective>(kind))] =
@@ -431,8 +458,8 @@ void run_training(TrainConfig config, const RunOptions& options) {
     const bool epoch_end = (step + 1) % steps_per_epoch == 0;
     const bool eval_due = config.eval_every > 0 && (step + 1) % config.eval_every == 0;
     if (eval_data && (epoch_end || eval_due)) {
-      comm->set_context(cat("evaluation after step ", step + 1));
-      const EvalResult eval = evaluate(*model, *eval_data, micro_batch, *comm);
+      host_comm->set_context(cat("evaluation after step ", step + 1));
+      const EvalResult eval = evaluate(*model, *eval_data, micro_batch, *comm, *backend);
       if (leader) {
         metrics_writer->write({{"step", step + 1}, {"epoch", metrics.epoch}, {"eval_loss", eval.loss},
                                {"eval_ppl", eval.perplexity}, {"eval_tokens", eval.target_tokens},
@@ -446,7 +473,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
     const bool save_due = (config.save_every > 0 && (step + 1) % config.save_every == 0) || stop ||
                           (config.save_at_end && step + 1 == total_steps);
     if (save_due && last_saved_step != step + 1) {
-      comm->set_context(cat("checkpoint at step ", step + 1));
+      host_comm->set_context(cat("checkpoint at step ", step + 1));
       save(step + 1);
     }
     if (stop) {
@@ -457,7 +484,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
       return;
     }
   }
-  comm->set_context("after training");
+  host_comm->set_context("after training");
   if (!config.dump_final_path.empty()) {
     engine.gather_full_params();
     if (leader) write_final_dump(config.dump_final_path, store);

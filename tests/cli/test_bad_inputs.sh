@@ -280,5 +280,23 @@ else
 fi
 
 # ---------------------------------------------------------------------------------------------
+# Distributed training, checkpoints and export: bad flags and inputs.
+expect_error train-bad-device "--device must be cpu or cuda, not 'tpu'" \
+  -- train --model "$M" --data "$D" --out "$WORK/o-dev" --device tpu
+# No GPU here: a CPU build says it has no CUDA backend, a CUDA build that it sees no device.
+expect_error train-cuda-without-gpu "--device cuda: " \
+  -- train --model "$M" --data "$D" --out "$WORK/o-cuda" --device cuda --max-steps 1
+expect_error train-bad-zero-stage "--zero-stage must be 0, 1, 2 or 3, not 4" \
+  -- train --model "$M" --data "$D" --out "$WORK/o-z4" --zero-stage 4
+expect_error train-offload-stage0 "offload_optimizer.device \"cpu\" needs ZeRO stage 1, 2 or 3" \
+  -- train --model "$M" --data "$D" --out "$WORK/o-off0" --offload-optimizer cpu --max-steps 1
+expect_error train-resume-missing "--resume $WORK/no-such-checkpoint: not a complete checkpoint" \
+  -- train --model "$M" --data "$D" --out "$WORK/o-res" --resume "$WORK/no-such-checkpoint"
+expect_error export-not-a-checkpoint "manifest.json: missing (not a complete checkpoint)" \
+  -- export --checkpoint "$WORK" --model "$M" --out "$WORK/o-exp"
+expect_error export-bad-format "--format must be hf or peft, not 'onnx'" \
+  -- export --checkpoint "$WORK" --model "$M" --out "$WORK/o-exp2" --format onnx
+
+# ---------------------------------------------------------------------------------------------
 echo "$((cases - failures)) of $cases bad-input cases passed"
 [[ "$failures" -eq 0 ]]

@@ -1,0 +1,91 @@
+// Device collectives through host staging buffers (see staged_communicator.h).
+#include "comm/staged_communicator.h"
+
+#include <vector>
+
+namespace zt {
+
+namespace {
+
+// A collective already completed (the staged path is synchronous).
+class CompletedCollective final : public PendingCollective {
+ public:
+  void wait() override {}
+  bool done() const override { return true; }
+};
+
+class StagedCommunicator final : public Communicator {
+ public:
+  StagedCommunicator(Communicator& host, Backend& device) : host_(host), device_(device) {}
+
+  int rank() const override { return host_.rank(); }
+  int size() const override { return host_.size(); }
+  int local_rank() const override { return host_.local_rank(); }
+  int local_size() const override { return host_.local_size(); }
+  int nodes() const override { return host_.nodes(); }
+  std::string name() const override { return host_.name() + "+host-staging"; }
+
+  Pending all_reduce_sum_async(Tensor data) override {
+    if (data.device == Device::CPU) return host_.all_reduce_sum_async(data);
+    Tensor staged = stage_in(data, in_);
+    host_.all_reduce_sum(staged);
+    device_.copy(data, staged);
+    return done();
+  }
+
+  Pending reduce_scatter_sum_async(Tensor out, Tensor in) override {
+    if (out.device == Device::CPU && in.device == Device::CPU) return host_.reduce_scatter_sum_async(out, in);
+    Tensor staged_in = stage_in(in, in_);
+    Tensor staged_out = host_view(out_, out.numel());
+    host_.reduce_scatter_sum(staged_out, staged_in);
+    device_.copy(out, staged_out);
+    return done();
+  }
+
+  Pending all_gather_async(Tensor out, Tensor in) override {
+    if (out.device == Device::CPU && in.device == Device::CPU) return host_.all_gather_async(out, in);
+    Tensor staged_in = stage_in(in, in_);
+    Tensor staged_out = host_view(out_, out.numel());
+    host_.all_gather(staged_out, staged_in);
+    device_.copy(out, staged_out);
+    return done();
+  }
+
+  void broadcast(Tensor data, int root) override {
+    if (data.device == Device::CPU) return host_.broadcast(data, root);
+    Tensor staged = stage_in(data, in_);
+    host_.broadcast(staged, root);
+    device_.copy(data, staged);
+  }
+
+  void barrier() override { host_.barrier(); }
+  void all_reduce_scalars(std::span<double> values) override { host_.all_reduce_scalars(values); }
+  double all_reduce_max(double value) override { return host_.all_reduce_max(value); }
+  std::vector<std::string> all_gather_strings(const std::string& mine) override { return host_.all_gather_strings(mine); }
+
+ private:
+  // fp32 host view of `numel` elements of `storage` (grown as needed).
+  static Tensor host_view(std::vector<float>& storage, int64_t numel) {
+    if (storage.size() < static_cast<size_t>(numel)) storage.resize(static_cast<size_t>(numel));
+    return Tensor(storage.data(), DType::F32, {numel});
+  }
+  Tensor stage_in(Tensor device_tensor, std::vector<float>& storage) {
+    ZT_CHECK(device_tensor.dtype == DType::F32, "staged collective: expected fp32, got ", device_tensor.describe());
+    Tensor staged = host_view(storage, device_tensor.numel());
+    device_.copy(staged, device_tensor.reshaped({device_tensor.numel()}));
+    return staged;
+  }
+  static Pending done() { return std::make_unique<CompletedCollective>(); }
+
+  Communicator& host_;
+  Backend& device_;
+  std::vector<float> in_, out_;  // host staging
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_staged_communicator(Communicator& host, Backend& device) {
+  return std::make_unique<StagedCommunicator>(host, device);
+}
+
+}  // namespace zt
