@@ -5,6 +5,13 @@
 #include <array>
 #include <cstdint>
 
+// Host-and-device functions: the CUDA backend draws the same dropout masks as the CPU one.
+#if defined(__CUDACC__)
+#define ZT_HOST_DEVICE __host__ __device__
+#else
+#define ZT_HOST_DEVICE
+#endif
+
 namespace zt {
 
 // What the numbers are for; each purpose gets its own stream. Values are part of the
@@ -30,7 +37,7 @@ uint32_t rng_stream(RngPurpose purpose, uint32_t sub_stream);
 // Four 32-bit random words for counter `index` under `key`: Philox-4x32-10 (Salmon et al.,
 // "Parallel random numbers: as easy as 1, 2, 3", SC'11) with counter (index_lo, index_hi,
 // purpose, step) and key (seed_lo, seed_hi). Inline so per-element loops (dropout) vectorise.
-inline std::array<uint32_t, 4> philox4x32(const RngKey& key, uint64_t index) {
+ZT_HOST_DEVICE inline std::array<uint32_t, 4> philox4x32(const RngKey& key, uint64_t index) {
   constexpr uint32_t kMultiplier0 = 0xD2511F53u, kMultiplier1 = 0xCD9E8D57u;
   constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
   uint32_t c0 = static_cast<uint32_t>(index), c1 = static_cast<uint32_t>(index >> 32), c2 = key.purpose, c3 = key.step;
@@ -51,10 +58,10 @@ inline std::array<uint32_t, 4> philox4x32(const RngKey& key, uint64_t index) {
 }
 
 // Uniform float in [0, 1) from one 32-bit word (24 random bits, exact in float).
-inline float uniform_from_bits(uint32_t bits) { return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f); }
+ZT_HOST_DEVICE inline float uniform_from_bits(uint32_t bits) { return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f); }
 
 // The uniform number for element `index` (each index uses its own Philox block's first word).
-inline float rng_uniform(const RngKey& key, uint64_t index) { return uniform_from_bits(philox4x32(key, index)[0]); }
+ZT_HOST_DEVICE inline float rng_uniform(const RngKey& key, uint64_t index) { return uniform_from_bits(philox4x32(key, index)[0]); }
 
 // A standard normal for element `index` (Box-Muller on the block's first two words).
 float rng_normal(const RngKey& key, uint64_t index);

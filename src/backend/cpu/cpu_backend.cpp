@@ -60,46 +60,6 @@ const int64_t* i64_arg(const char* op, const char* arg, const Tensor& tensor) {
   return static_cast<const int64_t*>(tensor.data);
 }
 
-namespace {
-std::string shape_text(std::initializer_list<int64_t> shape) {
-  std::string text = "[";
-  bool first = true;
-  for (int64_t extent : shape) {
-    text += cat(first ? "" : ", ", extent);
-    first = false;
-  }
-  return text + "]";
-}
-}  // namespace
-
-void expect_shape(const char* op, const char* arg, const Tensor& tensor,
-                  std::initializer_list<int64_t> shape) {
-  bool same = tensor.ndim == static_cast<int>(shape.size());
-  int i = 0;
-  for (int64_t extent : shape) {
-    if (same && tensor.shape[static_cast<size_t>(i)] != extent) same = false;
-    ++i;
-  }
-  ZT_CHECK(same, op, ": ", arg, " must have shape ", shape_text(shape), ", got ",
-           tensor.describe());
-}
-
-void expect_numel(const char* op, const char* arg, const Tensor& tensor, int64_t numel,
-                  const std::string& what) {
-  ZT_CHECK(tensor.numel() == numel, op, ": ", arg, " must have ", numel, " elements (", what,
-           "), got ", tensor.describe());
-}
-
-void expect_same_shape(const char* op, const char* arg, const Tensor& tensor,
-                       const char* other_arg, const Tensor& other) {
-  bool same = tensor.ndim == other.ndim;
-  for (int i = 0; same && i < tensor.ndim; ++i) {
-    same = tensor.shape[static_cast<size_t>(i)] == other.shape[static_cast<size_t>(i)];
-  }
-  ZT_CHECK(same, op, ": ", arg, " ", tensor.describe(), " and ", other_arg, " ", other.describe(),
-           " must have the same shape");
-}
-
 // ---- memory -------------------------------------------------------------------------------
 
 void* CpuBackend::allocate(size_t bytes) {

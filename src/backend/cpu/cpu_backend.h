@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "backend/arg_checks.h"
 #include "backend/backend.h"
 
 namespace zt::cpu {
@@ -31,15 +32,10 @@ Matrix f32_matrix(const char* op, const char* arg, const Tensor& tensor);
 const int32_t* i32_arg(const char* op, const char* arg, const Tensor& tensor);
 const uint8_t* u8_arg(const char* op, const char* arg, const Tensor& tensor);
 const int64_t* i64_arg(const char* op, const char* arg, const Tensor& tensor);
-// Throws unless `tensor` has exactly this shape.
-void expect_shape(const char* op, const char* arg, const Tensor& tensor,
-                  std::initializer_list<int64_t> shape);
-// Throws unless `tensor` has `numel` elements (what `what` says it must match).
-void expect_numel(const char* op, const char* arg, const Tensor& tensor, int64_t numel,
-                  const std::string& what);
-// Throws unless the two tensors have the same shape.
-void expect_same_shape(const char* op, const char* arg, const Tensor& tensor,
-                       const char* other_arg, const Tensor& other);
+// Shape checks shared with the CUDA backend (backend/arg_checks.h).
+using zt::expect_numel;
+using zt::expect_same_shape;
+using zt::expect_shape;
 
 // ---- shared loops ---------------------------------------------------------------------------
 

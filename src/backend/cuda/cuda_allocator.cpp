@@ -1,0 +1,94 @@
+// The CUDA backend's caching device allocator (see cuda_allocator.h).
+#include "backend/cuda/cuda_allocator.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+#include "core/error.h"
+
+namespace zt::cuda {
+
+namespace {
+constexpr size_t kSmallGranule = 512;
+constexpr size_t kLargeThreshold = size_t{1} << 20;  // 1 MiB
+constexpr size_t kLargeGranule = size_t{2} << 20;    // 2 MiB
+
+size_t round_up(size_t value, size_t granule) { return (value + granule - 1) / granule * granule; }
+}  // namespace
+
+size_t CachingAllocator::rounded_size(size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  return bytes < kLargeThreshold ? round_up(bytes, kSmallGranule) : round_up(bytes, kLargeGranule);
+}
+
+CachingAllocator::~CachingAllocator() {
+  // Destructors must not throw: errors here (a device already lost) are ignored.
+  for (auto& [size, block] : free_blocks_) cudaFree(block);
+  for (auto& [block, size] : live_blocks_) cudaFree(block);
+}
+
+void* CachingAllocator::allocate(size_t bytes) {
+  const size_t size = rounded_size(bytes);
+  // Best fit among cached blocks, if it wastes at most a quarter of the request (no splitting:
+  // a large cached block is not spent on a small request).
+  auto fit = free_blocks_.lower_bound(size);
+  void* block = nullptr;
+  size_t block_size = size;
+  if (fit != free_blocks_.end() && fit->first - size <= std::max(size / 4, kSmallGranule)) {
+    block = fit->second;
+    block_size = fit->first;
+    free_blocks_.erase(fit);
+  } else {
+    block = device_malloc(size);
+  }
+  live_blocks_.emplace(block, block_size);
+  bytes_in_use_ += block_size;
+  peak_bytes_ = std::max(peak_bytes_, bytes_in_use_);
+  return block;
+}
+
+void CachingAllocator::release(void* pointer) {
+  if (pointer == nullptr) return;
+  auto live = live_blocks_.find(pointer);
+  ZT_CHECK(live != live_blocks_.end(), "cuda allocator: release of ", pointer,
+           ", which is not a live block of this backend (double release, or host memory?)");
+  free_blocks_.emplace(live->second, pointer);
+  bytes_in_use_ -= live->second;
+  live_blocks_.erase(live);
+}
+
+void CachingAllocator::empty_cache() {
+  for (auto& [size, block] : free_blocks_) {
+    ZT_CUDA_CHECK(cudaFree(block));
+    bytes_reserved_ -= size;
+  }
+  free_blocks_.clear();
+}
+
+void* CachingAllocator::device_malloc(size_t bytes) {
+  void* pointer = nullptr;
+  cudaError_t status = cudaMalloc(&pointer, bytes);
+  if (status == cudaErrorMemoryAllocation && !free_blocks_.empty()) {
+    // The cache may hold enough in blocks of the wrong sizes: give them back and try again.
+    cudaGetLastError();  // clear the (non-sticky) error
+    empty_cache();
+    status = cudaMalloc(&pointer, bytes);
+  }
+  if (status == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    size_t free_bytes = 0, total_bytes = 0;
+    ZT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    fail("cuda: out of memory on device ", device_, " (rank ", process_rank(), "): cannot allocate ",
+         bytes, " bytes; zerotune holds ", bytes_in_use_, " bytes in use, the device has ",
+         free_bytes, " of ", total_bytes, " bytes free (lower the micro-batch size or sequence "
+         "length, or use ZeRO/offload/activation checkpointing)");
+  }
+  ZT_CUDA_CHECK(status);
+  ++device_allocations_;
+  bytes_reserved_ += bytes;
+  return pointer;
+}
+
+}  // namespace zt::cuda

@@ -1,0 +1,149 @@
+// The CUDA backend's set-up and tear-down (device, stream, cuBLASLt handle, workspace, status
+// words), its shared argument checks, synchronisation with deferred kernel errors, and the
+// factory make_cuda_backend().
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/cuda_check.h"
+#include "core/error.h"
+
+namespace zt {
+namespace cuda {
+
+// ---- argument checks ------------------------------------------------------------------------
+
+void expect_device(const char* op, const char* arg, const Tensor& tensor) {
+  ZT_CHECK(tensor.device == Device::CUDA, op, ": ", arg,
+           " must be device memory of the cuda backend, got ", tensor.describe());
+  ZT_CHECK(tensor.data != nullptr || tensor.numel() == 0, op, ": ", arg,
+           " has no data (empty view ", tensor.describe(), ")");
+}
+
+void expect_device(const char* op, const char* arg, const Tensor& tensor, DType dtype) {
+  expect_device(op, arg, tensor);
+  ZT_CHECK(tensor.dtype == dtype, op, ": ", arg, " must be ", dtype_name(dtype), ", got ",
+           tensor.describe());
+}
+
+void expect_device_float(const char* op, const char* arg, const Tensor& tensor) {
+  expect_device(op, arg, tensor);
+  ZT_CHECK(is_float(tensor.dtype), op, ": ", arg, " must be fp32, bf16 or fp16, got ",
+           tensor.describe());
+}
+
+void expect_same_dtype(const char* op, const char* arg, const Tensor& tensor,
+                       const char* other_arg, const Tensor& other) {
+  ZT_CHECK(tensor.dtype == other.dtype, op, ": ", arg, " ", tensor.describe(), " must have the dtype of ",
+           other_arg, " ", other.describe());
+}
+
+MatrixShape matrix_shape(const char* op, const char* arg, const Tensor& tensor) {
+  ZT_CHECK(tensor.ndim >= 1, op, ": ", arg, " must have at least one dimension, got ",
+           tensor.describe());
+  MatrixShape shape;
+  shape.cols = tensor.dim(-1);
+  shape.rows = 1;  // the product of the leading dimensions (also when there are no columns)
+  for (int i = 0; i + 1 < tensor.ndim; ++i) shape.rows *= tensor.dim(i);
+  return shape;
+}
+
+// ---- set-up -----------------------------------------------------------------------------------
+
+CudaBackendImpl::CudaBackendImpl(int device, CudaBackendOptions options)
+    : device_(device), options_(options), allocator_(device) {
+  const int count = cuda_device_count();
+  ZT_CHECK(device >= 0 && device < count, "cuda backend: device ", device, " does not exist (rank ",
+           process_rank(), " sees ", count, " CUDA devices)");
+  ZT_CUDA_CHECK(cudaSetDevice(device));
+  cudaDeviceProp properties;
+  ZT_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+  device_name_ = properties.name;
+  // bf16 arithmetic and the kernels' shared-memory sizes assume Ampere or newer; the build
+  // carries sm_80/sm_90 code and compute_80 PTX that newer GPUs compile at load time.
+  ZT_CHECK(properties.major >= 8, "cuda backend: device ", device, " (", device_name_,
+           ") has compute capability ", properties.major, ".", properties.minor,
+           "; zerotune needs 8.0 (Ampere) or newer");
+  multiprocessors_ = properties.multiProcessorCount;
+  max_shared_memory_ = properties.sharedMemPerBlockOptin;
+  ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  ZT_CUBLAS_CHECK(cublasLtCreate(&lt_handle_));
+  gemm_plans_ = make_gemm_plans();
+  gemm_workspace_ = allocator_.allocate(kGemmWorkspaceBytes);
+  device_status_ = static_cast<uint64_t*>(allocator_.allocate(kStatusSlots * sizeof(uint64_t)));
+  ZT_CUDA_CHECK(cudaMallocHost(&host_status_, kStatusSlots * sizeof(uint64_t)));
+  ZT_CUDA_CHECK(cudaMemsetAsync(device_status_, 0, kStatusSlots * sizeof(uint64_t), stream_));
+  ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+CudaBackendImpl::~CudaBackendImpl() {
+  // Destructors must not throw: failures here (a lost device) are ignored.
+  if (stream_) cudaStreamSynchronize(stream_);
+  if (host_status_) cudaFreeHost(host_status_);
+  if (lt_handle_) cublasLtDestroy(lt_handle_);
+  if (stream_) cudaStreamDestroy(stream_);
+  // allocator_ (a member) frees the workspace, the status words and every cached block.
+}
+
+std::string CudaBackendImpl::name() const { return cat("cuda:", device_, " (", device_name_, ")"); }
+
+// ---- synchronisation and status words ----------------------------------------------------------
+
+void CudaBackendImpl::reset_first_bad_row() {
+  // All bytes 0xFF: UINT64_MAX, "no bad row".
+  ZT_CUDA_CHECK(cudaMemsetAsync(device_status_ + kFirstBadRow, 0xFF, sizeof(uint64_t), stream_));
+}
+
+void CudaBackendImpl::check_deferred_errors() {
+  const uint64_t errors = host_status_[kDeferredErrors];
+  if (errors == 0) return;
+  ZT_CUDA_CHECK(cudaMemsetAsync(device_status_ + kDeferredErrors, 0, sizeof(uint64_t), stream_));
+  ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  ZT_CHECK(!(errors & kDropoutNegativeRowId),
+           "dropout: row_ids held a negative global position (found by the kernel, reported at "
+           "the next synchronisation of the cuda backend on rank ", process_rank(), ")");
+  fail("cuda backend: unknown deferred kernel error bits ", errors);
+}
+
+void CudaBackendImpl::synchronize() {
+  ZT_CUDA_CHECK(cudaMemcpyAsync(host_status_, device_status_, kStatusSlots * sizeof(uint64_t),
+                                cudaMemcpyDeviceToHost, stream_));
+  ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  check_deferred_errors();
+}
+
+uint64_t CudaBackendImpl::first_bad_row() {
+  synchronize();
+  return host_status_[kFirstBadRow];
+}
+
+void CudaBackendImpl::download(void* host, const void* device, size_t bytes) {
+  if (bytes > 0) {
+    ZT_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_));
+  }
+  synchronize();
+}
+
+}  // namespace cuda
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: clear the error, report none
+    return 0;
+  }
+  return count;
+}
+
+std::unique_ptr<CudaBackend> make_cuda_backend(int device, CudaBackendOptions options) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    fail("cuda backend: no CUDA device is visible to rank ", process_rank(), " (cudaGetDeviceCount: ",
+         status == cudaSuccess ? "0 devices" : cudaGetErrorString(status),
+         "); run on a GPU node (check nvidia-smi and CUDA_VISIBLE_DEVICES) or use the cpu backend");
+  }
+  return std::make_unique<cuda::CudaBackendImpl>(device, options);
+}
+
+}  // namespace zt

@@ -1,0 +1,45 @@
+// The CUDA backend's public face: make_cuda_backend() and the memory figures the trainer puts
+// in metrics.jsonl. Free of CUDA headers, so any part of zerotune can include it (when the
+// build has ZT_WITH_CUDA=1). The implementation is CudaBackendImpl (cuda_backend_impl.h).
+//
+// Dtypes: every op takes the fp32, bf16 and fp16 views its comment in backend.h allows; the
+// per-op rules are in cuda_backend_impl.h. Arithmetic is in fp32 (reductions of losses and
+// norms in double), whatever the storage dtype.
+#pragma once
+#include <cstddef>
+#include <memory>
+
+#include "backend/backend.h"
+
+namespace zt {
+
+struct CudaBackendOptions {
+  // fp32 GEMMs on TF32 tensor cores (10-bit mantissa inputs): faster, about 1e-3 relative
+  // error. Off by default, as in PyTorch (torch.backends.cuda.matmul.allow_tf32 = False).
+  bool allow_tf32 = false;
+};
+
+class CudaBackend : public Backend {
+ public:
+  // Device memory handed out by allocate() now, its peak since construction or reset_peak(),
+  // and what the caching allocator holds from the driver (in use + cached), in bytes.
+  virtual size_t memory_in_use() const = 0;
+  virtual size_t memory_peak() const = 0;
+  virtual void reset_peak() = 0;
+  virtual size_t memory_reserved() const = 0;
+  // cudaMalloc calls so far: constant across steady-state training steps.
+  virtual size_t device_allocations() const = 0;
+  // Waits for all queued work; errors raised by kernels surface here (ops that return values
+  // to the host synchronise by themselves).
+  virtual void synchronize() = 0;
+  virtual int device_index() const = 0;
+};
+
+// Number of CUDA devices this process can see; 0 when there is no GPU or no driver.
+int cuda_device_count();
+
+// A backend on device `device` (made current for this thread). Throws a zt::Error that says
+// why when there is no such device or no usable driver.
+std::unique_ptr<CudaBackend> make_cuda_backend(int device, CudaBackendOptions options = {});
+
+}  // namespace zt

@@ -1,0 +1,182 @@
+// CudaBackendImpl: the zt::Backend on one NVIDIA GPU (cuBLASLt GEMMs + our kernels), its
+// stream, cuBLASLt handle, caching allocator, and the argument checks its ops share. The ops
+// are split by topic over cuda_*.cu files (memory, elementwise, reductions, gemm, norms,
+// attention, loss, optim), as the CPU backend's are.
+//
+// Dtypes accepted (anything else is a zt::Error naming the op and the argument):
+// - "float" below means fp32, bf16 or fp16 storage; arithmetic is fp32 in every case.
+// - copy: any float <-> any float (RNE), same-dtype copies of any dtype, across host/device.
+// - fill: every dtype. round_to: fp32 values to bf16/fp16, in place.
+// - accumulate: dst and src any float (each its own). scale: any float.
+// - sum_squares, has_inf_or_nan: any float.
+// - matmul: a and b the same float dtype; c the same as a, or fp32 (bf16/fp16 inputs with fp32
+//   output, e.g. weight gradients accumulated in fp32); fp32 accumulation throughout.
+// - add_bias: y any float, bias any float. bias_backward: dy any float, dbias any float.
+// - embedding: out and table the same float dtype; ids int32. Backward: dout any float, dtable
+//   any float.
+// - norms: x, y, dy, dx one float dtype; weight, bias any float; mean/rstd fp32; dweight,
+//   dbias any float.
+// - rope: x any float; inv_freq fp32. swiglu, relu, dropout: all activations one float dtype;
+//   row_ids int64.
+// - attention: q, k, v, out, dout, dq, dk, dv one float dtype; lse fp32; head dim D <= 128.
+// - cross_entropy: logits any float (fp32 recommended); targets int32; mask uint8.
+// - adamw: all four buffers fp32 (master weights and optimizer state are always fp32).
+//
+// Every tensor an op touches must be device memory (Device::CUDA) of this backend's GPU,
+// except copy(), which also reads and writes host memory.
+#pragma once
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+
+#include "backend/cuda/cuda_allocator.h"
+#include "backend/arg_checks.h"
+#include "backend/cuda/cuda_backend.h"
+
+namespace zt::cuda {
+
+// Cached cuBLASLt algorithm choices per GEMM shape (defined in cuda_gemm.cpp).
+struct GemmPlans;
+struct GemmPlansDeleter {
+  void operator()(GemmPlans* plans) const;
+};
+std::unique_ptr<GemmPlans, GemmPlansDeleter> make_gemm_plans();
+constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;  // cuBLASLt workspace: 32 MiB
+
+// ---- argument checks (every message names the op, the argument and the problem) ------------
+
+// Throws unless `tensor` is device memory with data (or has no elements).
+void expect_device(const char* op, const char* arg, const Tensor& tensor);
+// Device memory of exactly `dtype`.
+void expect_device(const char* op, const char* arg, const Tensor& tensor, DType dtype);
+// Device memory of fp32, bf16 or fp16.
+void expect_device_float(const char* op, const char* arg, const Tensor& tensor);
+// Throws unless `tensor` has the dtype of `other` (one dtype for all activations of an op).
+void expect_same_dtype(const char* op, const char* arg, const Tensor& tensor,
+                       const char* other_arg, const Tensor& other);
+
+// Shape checks shared with the CPU backend (backend/arg_checks.h).
+using zt::expect_numel;
+using zt::expect_same_shape;
+using zt::expect_shape;
+
+// The last dimension is the columns, leading dimensions are flattened into rows.
+struct MatrixShape {
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+MatrixShape matrix_shape(const char* op, const char* arg, const Tensor& tensor);
+
+// Indices of the status words in CudaBackendImpl::device_status().
+enum StatusSlot : int {
+  kFirstBadRow = 0,    // min row index with a bad id/target (UINT64_MAX: none); reset per op
+  kDeferredErrors = 1, // bits of DeferredError, checked at every synchronisation
+  kStatusSlots = 2,
+};
+// Errors found by kernels that do not synchronise (reporting them at once would stall the
+// GPU): the kernel sets a bit, the next synchronising call throws.
+enum DeferredError : uint64_t {
+  kDropoutNegativeRowId = 1,
+};
+
+class CudaBackendImpl final : public CudaBackend {
+ public:
+  CudaBackendImpl(int device, CudaBackendOptions options);
+  ~CudaBackendImpl() override;
+  CudaBackendImpl(const CudaBackendImpl&) = delete;
+  CudaBackendImpl& operator=(const CudaBackendImpl&) = delete;
+
+  Device device() const override { return Device::CUDA; }
+  std::string name() const override;
+
+  size_t memory_in_use() const override { return allocator_.bytes_in_use(); }
+  size_t memory_peak() const override { return allocator_.peak_bytes_in_use(); }
+  void reset_peak() override { allocator_.reset_peak(); }
+  size_t memory_reserved() const override { return allocator_.bytes_reserved(); }
+  size_t device_allocations() const override { return allocator_.device_allocations(); }
+  void synchronize() override;
+  int device_index() const override { return device_; }
+
+  void* allocate(size_t bytes) override { return allocator_.allocate(bytes); }
+  void release(void* pointer) override { allocator_.release(pointer); }
+  void copy(Tensor dst, Tensor src) override;
+  void fill(Tensor dst, float value) override;
+  // In place on fp32 device memory, one pass, no scratch (the default goes through copy()).
+  void round_to(Tensor x, DType dtype) override;
+
+  void accumulate(Tensor dst, Tensor src, float scale) override;
+  void scale(Tensor dst, float factor) override;
+  double sum_squares(Tensor x) override;
+  bool has_inf_or_nan(Tensor x) override;
+
+  void matmul(Tensor c, Tensor a, bool transpose_a, Tensor b, bool transpose_b, float alpha,
+              float beta) override;
+  void add_bias(Tensor y, Tensor bias) override;
+  void bias_backward(Tensor dbias, Tensor dy) override;
+
+  void embedding_forward(Tensor out, Tensor table, Tensor ids) override;
+  void embedding_backward(Tensor dtable, Tensor dout, Tensor ids) override;
+
+  void rmsnorm_forward(Tensor y, Tensor rstd, Tensor x, Tensor weight, float eps) override;
+  void rmsnorm_backward(Tensor dx, Tensor dweight, Tensor dy, Tensor x, Tensor weight,
+                        Tensor rstd) override;
+  void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, Tensor x, Tensor weight, Tensor bias,
+                         float eps) override;
+  void layernorm_backward(Tensor dx, Tensor dweight, Tensor dbias, Tensor dy, Tensor x,
+                          Tensor weight, Tensor mean, Tensor rstd) override;
+
+  void rope_forward(Tensor x, Tensor inv_freq) override;
+  void rope_backward(Tensor dx, Tensor inv_freq) override;
+
+  void swiglu_forward(Tensor h, Tensor gate, Tensor up) override;
+  void swiglu_backward(Tensor dgate, Tensor dup, Tensor dh, Tensor gate, Tensor up) override;
+  void relu_forward(Tensor y, Tensor x) override;
+  void relu_backward(Tensor dx, Tensor dy, Tensor y) override;
+
+  void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
+                         float scale) override;
+  void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k,
+                          Tensor v, Tensor out, Tensor lse, float scale) override;
+
+  double cross_entropy(Tensor logits, Tensor targets, Tensor mask, float grad_scale) override;
+
+  void dropout(Tensor out, Tensor in, float p, RngKey key, Tensor row_ids) override;
+
+  void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
+             const AdamWParams& params) override;
+
+  // ---- for the op files -----------------------------------------------------------------
+  cudaStream_t stream() const { return stream_; }
+  int multiprocessors() const { return multiprocessors_; }
+  size_t max_shared_memory_per_block() const { return max_shared_memory_; }
+  // uint64[kStatusSlots] on the device, written by kernels that validate indices.
+  uint64_t* device_status() const { return device_status_; }
+  // Sets status word kFirstBadRow to "none" (queued on the stream).
+  void reset_first_bad_row();
+  // Synchronises the stream, throws on deferred kernel errors, and returns kFirstBadRow.
+  uint64_t first_bad_row();
+  // Copies `bytes` from device to host and waits (throws on deferred kernel errors).
+  void download(void* host, const void* device, size_t bytes);
+
+ private:
+  void check_deferred_errors();
+
+  int device_ = 0;
+  CudaBackendOptions options_;
+  int multiprocessors_ = 0;
+  size_t max_shared_memory_ = 0;
+  std::string device_name_;
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t lt_handle_ = nullptr;
+  CachingAllocator allocator_;
+  void* gemm_workspace_ = nullptr;  // cuBLASLt workspace [kGemmWorkspaceBytes]
+  std::unique_ptr<GemmPlans, GemmPlansDeleter> gemm_plans_;
+  uint64_t* device_status_ = nullptr;  // [kStatusSlots] device
+  uint64_t* host_status_ = nullptr;    // [kStatusSlots] pinned host mirror
+};
+
+}  // namespace zt::cuda

@@ -1,0 +1,168 @@
+// The CUDA backend's copies (dtype conversions fp32 <-> bf16 <-> fp16 with round to nearest
+// even, across host and device), in-place rounding of fp32 values to bf16/fp16, and fills.
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kernels.cuh"
+#include "backend/buffer.h"
+
+namespace zt::cuda {
+
+namespace {
+
+// dst[n] = src[n] converted, 8 elements per thread.
+template <class DstFormat, class SrcFormat>
+__global__ void convert_kernel(typename DstFormat::Storage* dst,
+                               const typename SrcFormat::Storage* src, int64_t n) {
+  const int64_t vectors = vectors_of(n);
+  for (int64_t v = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; v < vectors;
+       v += int64_t{gridDim.x} * blockDim.x) {
+    float values[kVector];
+    load8<SrcFormat>(src, v * kVector, n, values);
+    store8<DstFormat>(dst, v * kVector, n, values);
+  }
+}
+
+// x[n] = the nearest value of Format (fp32 storage kept).
+template <class Format>
+__global__ void round_kernel(float* x, int64_t n) {
+  for_each_vector(n, [&](int64_t first) {
+    float values[kVector];
+    load8<Fp32Format>(x, first, n, values);
+#pragma unroll
+    for (int k = 0; k < kVector; ++k) values[k] = Format::to_float(Format::from_float(values[k]));
+    store8<Fp32Format>(x, first, n, values);
+  });
+}
+
+// dst[n] = value (a bit pattern of 2, 4 or 8 bytes).
+template <class Word>
+__global__ void fill_kernel(Word* dst, int64_t n, Word value) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    dst[i] = value;
+  }
+}
+
+template <class Word>
+void launch_fill(cudaStream_t stream, void* dst, int64_t n, Word value) {
+  fill_kernel<Word><<<grid_for(n), kThreads, 0, stream>>>(static_cast<Word*>(dst), n, value);
+  ZT_CUDA_CHECK_LAUNCH("fill_kernel");
+}
+
+// The integer a fill value stands for; it must be a whole number in the dtype's range.
+template <class Integer>
+Integer integer_fill_value(const Tensor& dst, float value) {
+  const double low = static_cast<double>(std::numeric_limits<Integer>::min());
+  const double high = static_cast<double>(std::numeric_limits<Integer>::max());
+  ZT_CHECK(std::trunc(value) == value && value >= low && value < high + 1.0, "fill: value ", value,
+           " is not representable in ", dst.describe());
+  return static_cast<Integer>(value);
+}
+
+// dst = src converted (both device memory, same numel, float dtypes).
+void launch_convert(cudaStream_t stream, Tensor dst, Tensor src) {
+  const int64_t n = src.numel();
+  dispatch_float(dst.dtype, "copy", "dst", [&](auto dst_format) {
+    using DstFormat = decltype(dst_format);
+    dispatch_float(src.dtype, "copy", "src", [&](auto src_format) {
+      using SrcFormat = decltype(src_format);
+      convert_kernel<DstFormat, SrcFormat><<<grid_for(vectors_of(n)), kThreads, 0, stream>>>(
+          static_cast<typename DstFormat::Storage*>(dst.data),
+          static_cast<const typename SrcFormat::Storage*>(src.data), n);
+      ZT_CUDA_CHECK_LAUNCH("convert_kernel");
+    });
+  });
+}
+
+}  // namespace
+
+void CudaBackendImpl::copy(Tensor dst, Tensor src) {
+  ZT_CHECK(dst.numel() == src.numel(), "copy: dst ", dst.describe(), " and src ", src.describe(),
+           " must have the same number of elements");
+  const int64_t n = src.numel();
+  if (n == 0) return;
+  ZT_CHECK(dst.data != nullptr && src.data != nullptr, "copy: empty view (dst ", dst.describe(),
+           ", src ", src.describe(), ")");
+  const bool host_involved = dst.device == Device::CPU || src.device == Device::CPU;
+  if (dst.dtype == src.dtype) {
+    if (dst.device == Device::CPU && src.device == Device::CPU) {
+      if (dst.data != src.data) std::memmove(dst.data, src.data, src.bytes());
+      return;
+    }
+    if (dst.data != src.data) {
+      ZT_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDefault, stream_));
+    }
+    // Host memory is ready to read (or to reuse) when copy() returns.
+    if (host_involved) synchronize();
+    return;
+  }
+  ZT_CHECK(is_float(dst.dtype) && is_float(src.dtype), "copy: cannot convert ", src.describe(),
+           " to ", dst.describe(), " (conversions are between fp32, bf16 and fp16 only)");
+  // Convert on the device; a host side goes through a device staging buffer.
+  Buffer staged_src, staged_dst;
+  Tensor device_src = src, device_dst = dst;
+  if (src.device == Device::CPU) {
+    staged_src = Buffer(*this, src.bytes());
+    device_src.data = staged_src.data();
+    device_src.device = Device::CUDA;
+    ZT_CUDA_CHECK(cudaMemcpyAsync(device_src.data, src.data, src.bytes(), cudaMemcpyHostToDevice,
+                                  stream_));
+  }
+  if (dst.device == Device::CPU) {
+    staged_dst = Buffer(*this, dst.bytes());
+    device_dst.data = staged_dst.data();
+    device_dst.device = Device::CUDA;
+  }
+  launch_convert(stream_, device_dst, device_src);
+  if (dst.device == Device::CPU) {
+    download(dst.data, device_dst.data, dst.bytes());
+  } else if (host_involved) {
+    synchronize();
+  }
+}
+
+void CudaBackendImpl::round_to(Tensor x, DType dtype) {
+  expect_device("round_to", "x", x, DType::F32);
+  const int64_t n = x.numel();
+  if (dtype == DType::F32 || n == 0) return;
+  ZT_CHECK(dtype == DType::BF16 || dtype == DType::F16, "round_to: cannot round to ",
+           dtype_name(dtype));
+  auto launch = [&](auto format) {
+    using Format = decltype(format);
+    round_kernel<Format><<<grid_for(vectors_of(n)), kThreads, 0, stream_>>>(x.f32(), n);
+    ZT_CUDA_CHECK_LAUNCH("round_kernel");
+  };
+  if (dtype == DType::BF16) {
+    launch(Bf16Format{});
+  } else {
+    launch(Fp16Format{});
+  }
+}
+
+void CudaBackendImpl::fill(Tensor dst, float value) {
+  expect_device("fill", "dst", dst);
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  switch (dst.dtype) {
+    case DType::F32: return launch_fill(stream_, dst.data, n, std::bit_cast<uint32_t>(value));
+    case DType::BF16: return launch_fill(stream_, dst.data, n, float_to_bf16(value));
+    case DType::F16: return launch_fill(stream_, dst.data, n, float_to_fp16(value));
+    case DType::I32:
+      return launch_fill(stream_, dst.data, n,
+                         static_cast<uint32_t>(integer_fill_value<int32_t>(dst, value)));
+    case DType::I64:
+      return launch_fill(stream_, dst.data, n,
+                         static_cast<uint64_t>(integer_fill_value<int64_t>(dst, value)));
+    case DType::U8:
+      ZT_CUDA_CHECK(cudaMemsetAsync(dst.data, integer_fill_value<uint8_t>(dst, value),
+                                    static_cast<size_t>(n), stream_));
+      return;
+  }
+  fail("fill: unknown dtype in ", dst.describe());
+}
+
+}  // namespace zt::cuda

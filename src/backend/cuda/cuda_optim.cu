@@ -1,0 +1,85 @@
+// The CUDA backend's AdamW update: one fused pass over fp32 param, grad, exp_avg, exp_avg_sq,
+// with the CPU backend's operation order (torch.optim.AdamW's single-tensor path). Explicit
+// round-to-nearest intrinsics keep the compiler from fusing multiply-adds, so each operation
+// rounds as written whatever the compiler does (the CPU build may fuse some: the two backends
+// agree to an ulp or two, not bitwise).
+#include <cmath>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kernels.cuh"
+
+namespace zt::cuda {
+
+namespace {
+
+// The scalars, computed on the host in double as torch does, then used in fp32.
+struct AdamWScalars {
+  float decay_factor;         // 1 - lr * weight_decay
+  float lerp_weight;          // 1 - beta1
+  float lerp_complement;      // 1 - lerp_weight
+  bool lerp_from_start;       // torch's lerp: m + w (g - m) for w < 0.5, else g - (g - m)(1 - w)
+  float beta2;
+  float one_minus_beta2;
+  float negative_step_size;   // -lr / bias_correction1
+  float bias_correction2_sqrt;
+  float eps;
+};
+
+__global__ void adamw_kernel(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+                             int64_t n, AdamWScalars s) {
+  for_each_vector(n, [&](int64_t first) {
+    float p[kVector], g[kVector], m[kVector], v[kVector];
+    load8<Fp32Format>(param, first, n, p);
+    load8<Fp32Format>(grad, first, n, g);
+    load8<Fp32Format>(exp_avg, first, n, m);
+    load8<Fp32Format>(exp_avg_sq, first, n, v);
+#pragma unroll
+    for (int k = 0; k < kVector; ++k) {
+      const float decayed = __fmul_rn(p[k], s.decay_factor);  // param.mul_(1 - lr * wd)
+      const float difference = __fsub_rn(g[k], m[k]);
+      m[k] = s.lerp_from_start ? __fadd_rn(m[k], __fmul_rn(s.lerp_weight, difference))
+                               : __fsub_rn(g[k], __fmul_rn(difference, s.lerp_complement));
+      v[k] = __fadd_rn(__fmul_rn(v[k], s.beta2), __fmul_rn(__fmul_rn(s.one_minus_beta2, g[k]), g[k]));
+      const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v[k]), s.bias_correction2_sqrt), s.eps);
+      p[k] = __fadd_rn(decayed, __fdiv_rn(__fmul_rn(s.negative_step_size, m[k]), denom));
+    }
+    store8<Fp32Format>(param, first, n, p);
+    store8<Fp32Format>(exp_avg, first, n, m);
+    store8<Fp32Format>(exp_avg_sq, first, n, v);
+  });
+}
+
+}  // namespace
+
+void CudaBackendImpl::adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
+                            const AdamWParams& params) {
+  const char* op = "adamw";
+  expect_device(op, "param", param, DType::F32);
+  expect_device(op, "grad", grad, DType::F32);
+  expect_device(op, "exp_avg", exp_avg, DType::F32);
+  expect_device(op, "exp_avg_sq", exp_avg_sq, DType::F32);
+  const int64_t n = param.numel();
+  expect_numel(op, "grad", grad, n, "the elements of param");
+  expect_numel(op, "exp_avg", exp_avg, n, "the elements of param");
+  expect_numel(op, "exp_avg_sq", exp_avg_sq, n, "the elements of param");
+  ZT_CHECK(params.step >= 1, op, ": step = ", params.step, " (steps count from 1)");
+  if (n == 0) return;
+  const double step = static_cast<double>(params.step);
+  const double bias_correction1 = params.bias_correction ? 1.0 - std::pow(params.beta1, step) : 1.0;
+  const double bias_correction2 = params.bias_correction ? 1.0 - std::pow(params.beta2, step) : 1.0;
+  AdamWScalars scalars;
+  scalars.decay_factor = static_cast<float>(1.0 - params.lr * params.weight_decay);
+  scalars.lerp_weight = static_cast<float>(1.0 - params.beta1);
+  scalars.lerp_from_start = std::fabs(scalars.lerp_weight) < 0.5f;
+  scalars.lerp_complement = 1.0f - scalars.lerp_weight;
+  scalars.beta2 = static_cast<float>(params.beta2);
+  scalars.one_minus_beta2 = static_cast<float>(1.0 - params.beta2);
+  scalars.negative_step_size = static_cast<float>(-(params.lr / bias_correction1));
+  scalars.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  scalars.eps = static_cast<float>(params.eps);
+  adamw_kernel<<<grid_for(vectors_of(n)), kThreads, 0, stream_>>>(
+      param.f32(), grad.f32(), exp_avg.f32(), exp_avg_sq.f32(), n, scalars);
+  ZT_CUDA_CHECK_LAUNCH("adamw_kernel");
+}
+
+}  // namespace zt::cuda

@@ -1,0 +1,119 @@
+// GPU tests of the CUDA backend's GEMM (cuBLASLt) against the CPU backend (OpenBLAS): all four
+// transpose combinations, odd sizes, alpha/beta, fp32 (also TF32), bf16 and fp16 inputs with
+// their own or an fp32 output, views that start at unaligned offsets, K = 0.
+// Bounds (see gpu_test_util.h): fp32 1e-5; TF32 below (10-bit mantissa inputs); bf16/fp16 two
+// units of roundoff of the output dtype, and 1e-5 for their fp32 outputs (the inputs are the
+// same rounded values, the accumulation is fp32 in both backends). TF32: typical error 5e-4
+// of the rms, bound 1e-2.
+#include <boost/test/unit_test.hpp>
+
+#include "gpu_test_util.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace zt;
+using namespace zt::gpu_test;
+
+struct GemmCase {
+  DType input;
+  DType output;
+  double fp32_rtol;
+};
+
+// Runs C = alpha op(A) op(B) + beta C0 on both backends and compares.
+void check_gemm(CudaBackend& backend, const GemmCase& gemm, int64_t m, int64_t n, int64_t k,
+                bool transpose_a, bool transpose_b, float alpha, float beta, uint32_t seed) {
+  const std::vector<float> a = rounded(random_floats(static_cast<size_t>(m * k), seed), gemm.input);
+  const std::vector<float> b = rounded(random_floats(static_cast<size_t>(k * n), seed + 1), gemm.input);
+  const std::vector<float> c0 = rounded(random_floats(static_cast<size_t>(m * n), seed + 2), gemm.output);
+  std::vector<float> a_host = a, b_host = b, expected = c0;
+  const std::initializer_list<int64_t> a_shape = {transpose_a ? k : m, transpose_a ? m : k};
+  const std::initializer_list<int64_t> b_shape = {transpose_b ? n : k, transpose_b ? k : n};
+  cpu().matmul(view(expected, {m, n}), view(a_host, a_shape), transpose_a, view(b_host, b_shape),
+               transpose_b, alpha, beta);
+  DeviceTensor a_device = upload(a, gemm.input, a_shape);
+  DeviceTensor b_device = upload(b, gemm.input, b_shape);
+  // beta = 0: C starts as NaN and must not leak into the result.
+  DeviceTensor c_device = beta == 0.0f ? poisoned(gemm.output, {m, n}) : upload(c0, gemm.output, {m, n});
+  backend.matmul(c_device, a_device, transpose_a, b_device, transpose_b, alpha, beta);
+  check_near(download(c_device), expected, gemm.output, gemm.fp32_rtol,
+             cat("matmul ", dtype_name(gemm.input), "->", dtype_name(gemm.output), " ", m, "x", n,
+                 "x", k, transpose_a ? " A^T" : " A", transpose_b ? " B^T" : " B", " beta ", beta));
+}
+
+const GemmCase kCases[] = {
+    {DType::F32, DType::F32, 1e-5},  {DType::BF16, DType::BF16, 1e-5}, {DType::BF16, DType::F32, 1e-5},
+    {DType::F16, DType::F16, 1e-5},  {DType::F16, DType::F32, 1e-5},
+};
+
+BOOST_AUTO_TEST_SUITE(cuda_gemm)
+
+BOOST_AUTO_TEST_CASE(all_transposes_dtypes_and_odd_sizes) {
+  uint32_t seed = 100;
+  for (const GemmCase& gemm : kCases) {
+    for (int transposes = 0; transposes < 4; ++transposes) {
+      const bool transpose_a = transposes & 1, transpose_b = transposes & 2;
+      check_gemm(gpu(), gemm, 37, 53, 71, transpose_a, transpose_b, 1.0f, 0.0f, seed++);
+      check_gemm(gpu(), gemm, 64, 96, 128, transpose_a, transpose_b, 0.5f, 1.0f, seed++);
+      check_gemm(gpu(), gemm, 1, 300, 17, transpose_a, transpose_b, -2.0f, 0.25f, seed++);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(tf32_when_allowed) {
+  CudaBackendOptions options;
+  options.allow_tf32 = true;
+  std::unique_ptr<CudaBackend> tf32 = make_cuda_backend(0, options);
+  const GemmCase gemm{DType::F32, DType::F32, 1e-2};
+  for (int transposes = 0; transposes < 4; ++transposes) {
+    check_gemm(*tf32, gemm, 130, 70, 257, transposes & 1, transposes & 2, 1.0f, 0.0f, 7);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(unaligned_views) {
+  // Rows of a larger matrix starting one row in: pointers 2- or 4-byte aligned only.
+  for (DType dtype : float_dtypes()) {
+    const int64_t m = 9, n = 11, k = 13;
+    const std::vector<float> a = rounded(random_floats(static_cast<size_t>((m + 1) * k), 5), dtype);
+    const std::vector<float> b = rounded(random_floats(static_cast<size_t>((k + 1) * n), 6), dtype);
+    std::vector<float> a_rows(a.begin() + k, a.end()), b_rows(b.begin() + n, b.end());
+    std::vector<float> expected(static_cast<size_t>(m * n));
+    cpu().matmul(view(expected, {m, n}), view(a_rows, {m, k}), false, view(b_rows, {k, n}), false,
+                 1.0f, 0.0f);
+    DeviceTensor a_device = upload(a, dtype, {m + 1, k});
+    DeviceTensor b_device = upload(b, dtype, {k + 1, n});
+    DeviceTensor c_whole = poisoned(dtype, {m + 1, n});
+    const Tensor c_view = c_whole.tensor.rows(1, m);
+    gpu().matmul(c_view, a_device.tensor.rows(1, m), false, b_device.tensor.rows(1, k), false,
+                 1.0f, 0.0f);
+    std::vector<float> whole = download(c_whole);
+    std::vector<float> result(whole.begin() + n, whole.end());
+    check_near(result, expected, dtype, 1e-5, "matmul of row-offset views");
+    for (int64_t j = 0; j < n; ++j) BOOST_TEST(std::isnan(whole[static_cast<size_t>(j)]));  // row 0 untouched
+  }
+}
+
+BOOST_AUTO_TEST_CASE(empty_inner_dimension_scales_c) {
+  DeviceTensor a = device_tensor(DType::F32, {4, 0});
+  DeviceTensor b = device_tensor(DType::F32, {0, 3});
+  DeviceTensor c = upload(std::vector<float>(12, 2.0f), DType::F32, {4, 3});
+  gpu().matmul(c, a, false, b, false, 1.0f, 0.5f);
+  check_identical(download(c), std::vector<float>(12, 1.0f), "K = 0, beta 0.5");
+}
+
+BOOST_AUTO_TEST_CASE(shape_and_dtype_errors) {
+  DeviceTensor a = device_tensor(DType::BF16, {4, 5});
+  DeviceTensor b = device_tensor(DType::BF16, {6, 3});
+  DeviceTensor c = device_tensor(DType::BF16, {4, 3});
+  zt::test::check_error([&] { gpu().matmul(c, a, false, b, false, 1.0f, 0.0f); }, "shapes do not agree");
+  DeviceTensor b32 = device_tensor(DType::F32, {5, 3});
+  zt::test::check_error([&] { gpu().matmul(c, a, false, b32, false, 1.0f, 0.0f); }, "must have the dtype of");
+  DeviceTensor c16 = device_tensor(DType::F16, {4, 3});
+  DeviceTensor b16 = device_tensor(DType::BF16, {5, 3});
+  zt::test::check_error([&] { gpu().matmul(c16, a, false, b16, false, 1.0f, 0.0f); }, "or be fp32");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace
