@@ -1,7 +1,9 @@
 // Shape checks every backend's ops share (free of OpenMP and CUDA, so both the CPU backend and
 // nvcc-compiled CUDA code include it). Every message names the op, the argument and the problem.
 #pragma once
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <initializer_list>
 #include <string>
 
@@ -16,5 +18,23 @@ void expect_numel(const char* op, const char* arg, const Tensor& tensor, int64_t
 // Throws unless the two tensors have the same shape.
 void expect_same_shape(const char* op, const char* arg, const Tensor& tensor, const char* other_arg,
                        const Tensor& other);
+
+// The sizes of C[M,N] = op(A) op(B) (op(A) [M,K], op(B) [K,N]); each tensor is seen as a matrix
+// of its last dimension's columns and its leading dimensions' rows. Throws unless they agree.
+struct GemmDims {
+  int64_t m = 0, n = 0, k = 0;
+};
+GemmDims matmul_dims(const Tensor& c, const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b);
+
+// The integer a fill() value stands for in an integer tensor (masks, ids): a whole number in
+// the type's range, else an error naming the tensor.
+template <class Integer>
+Integer integer_fill_value(const Tensor& dst, float value) {
+  const double low = static_cast<double>(std::numeric_limits<Integer>::min());
+  const double high = static_cast<double>(std::numeric_limits<Integer>::max());
+  ZT_CHECK(std::trunc(value) == value && value >= low && value < high + 1.0, "fill: value ", value,
+           " is not representable in ", dst.describe());
+  return static_cast<Integer>(value);
+}
 
 }  // namespace zt

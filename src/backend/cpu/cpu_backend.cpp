@@ -132,11 +132,7 @@ double chunked_sum_squares(const float* x, int64_t n) {
 // Fills an integer tensor (masks, ids) with `value`, which must be a whole number in range.
 template <class Integer>
 void fill_integer(const Tensor& dst, float value) {
-  const double low = static_cast<double>(std::numeric_limits<Integer>::min());
-  const double high = static_cast<double>(std::numeric_limits<Integer>::max());
-  ZT_CHECK(std::trunc(value) == value && value >= low && value < high + 1.0, "fill: value ", value,
-           " is not representable in ", dst.describe());
-  std::fill_n(static_cast<Integer*>(dst.data), dst.numel(), static_cast<Integer>(value));
+  std::fill_n(static_cast<Integer*>(dst.data), dst.numel(), integer_fill_value<Integer>(dst, value));
 }
 
 }  // namespace
@@ -250,15 +246,8 @@ void CpuBackend::matmul(Tensor c, Tensor a, bool transpose_a, Tensor b, bool tra
   const Matrix out = f32_matrix("matmul", "c", c);
   const Matrix left = f32_matrix("matmul", "a", a);
   const Matrix right = f32_matrix("matmul", "b", b);
-  const int64_t m = out.rows;
-  const int64_t n = out.cols;
-  const int64_t k = transpose_a ? left.rows : left.cols;
-  const int64_t a_rows = transpose_a ? left.cols : left.rows;
-  const int64_t b_cols = transpose_b ? right.rows : right.cols;
-  const int64_t b_inner = transpose_b ? right.cols : right.rows;
-  ZT_CHECK(a_rows == m && b_cols == n && b_inner == k, "matmul: shapes do not agree: c ",
-           c.describe(), " = a", transpose_a ? "^T " : " ", a.describe(), " x b",
-           transpose_b ? "^T " : " ", b.describe());
+  const GemmDims dims = matmul_dims(c, a, transpose_a, b, transpose_b);
+  const int64_t m = dims.m, n = dims.n, k = dims.k;
   constexpr int64_t kBlasLimit = std::numeric_limits<int>::max();
   ZT_CHECK(m <= kBlasLimit && n <= kBlasLimit && k <= kBlasLimit, "matmul: dimensions of c ",
            c.describe(), " exceed the BLAS int range");

@@ -158,17 +158,8 @@ void CudaBackendImpl::matmul(Tensor c, Tensor a, bool transpose_a, Tensor b, boo
   expect_same_dtype(op, "b", b, "a", a);
   ZT_CHECK(c.dtype == a.dtype || c.dtype == DType::F32, "matmul: c ", c.describe(),
            " must have the dtype of a ", a.describe(), " or be fp32");
-  const MatrixShape out = matrix_shape(op, "c", c);
-  const MatrixShape left = matrix_shape(op, "a", a);
-  const MatrixShape right = matrix_shape(op, "b", b);
-  const int64_t m = out.rows, n = out.cols;
-  const int64_t k = transpose_a ? left.rows : left.cols;
-  const int64_t a_rows = transpose_a ? left.cols : left.rows;
-  const int64_t b_cols = transpose_b ? right.rows : right.cols;
-  const int64_t b_inner = transpose_b ? right.cols : right.rows;
-  ZT_CHECK(a_rows == m && b_cols == n && b_inner == k, "matmul: shapes do not agree: c ",
-           c.describe(), " = a", transpose_a ? "^T " : " ", a.describe(), " x b",
-           transpose_b ? "^T " : " ", b.describe());
+  const GemmDims dims = matmul_dims(c, a, transpose_a, b, transpose_b);
+  const int64_t m = dims.m, n = dims.n, k = dims.k;
   if (m == 0 || n == 0) return;
   if (k == 0) {  // no products: C = beta * C
     if (beta == 0.0f) {

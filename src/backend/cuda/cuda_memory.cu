@@ -53,15 +53,6 @@ void launch_fill(cudaStream_t stream, void* dst, int64_t n, Word value) {
   ZT_CUDA_CHECK_LAUNCH("fill_kernel");
 }
 
-// The integer a fill value stands for; it must be a whole number in the dtype's range.
-template <class Integer>
-Integer integer_fill_value(const Tensor& dst, float value) {
-  const double low = static_cast<double>(std::numeric_limits<Integer>::min());
-  const double high = static_cast<double>(std::numeric_limits<Integer>::max());
-  ZT_CHECK(std::trunc(value) == value && value >= low && value < high + 1.0, "fill: value ", value,
-           " is not representable in ", dst.describe());
-  return static_cast<Integer>(value);
-}
 
 // dst = src converted (both device memory, same numel, float dtypes).
 void launch_convert(cudaStream_t stream, Tensor dst, Tensor src) {
