@@ -55,6 +55,8 @@ po::options_description train_options() {
       ("eval-data", po::value<std::string>(), "evaluation split (token shards): eval_loss/eval_ppl in metrics.jsonl")
       ("eval-every", po::value<int64_t>(), "evaluate every N steps (default: at the end of each epoch only)")
       ("device", po::value<std::string>(), "cpu (default) or cuda: the GPU local_rank % visible devices")
+      ("comm", po::value<std::string>(), "GPU collectives: auto (NCCL when each rank has its own GPU), nccl, or "
+                                         "mpi (through host memory)")
       ("zero-stage", po::value<int>(), "ZeRO stage 0-3 (zero_optimization.stage)")
       ("offload-optimizer", po::value<std::string>(), "none | cpu (zero_optimization.offload_optimizer.device)")
       ("save-every", po::value<int64_t>(), "save a checkpoint every N steps (OUT/checkpoints)")
@@ -150,6 +152,9 @@ int command_train(const std::vector<std::string>& args) {
   take(vm, "dump-final", config.dump_final_path);
   take(vm, "device", config.device);
   ZT_CHECK(config.device == "cpu" || config.device == "cuda", "--device must be cpu or cuda, not '", config.device, "'");
+  take(vm, "comm", config.comm);
+  ZT_CHECK(config.comm == "auto" || config.comm == "nccl" || config.comm == "mpi", "--comm must be auto, nccl or mpi, not '",
+           config.comm, "'");
   take(vm, "zero-stage", config.zero.stage);
   ZT_CHECK(config.zero.stage >= 0 && config.zero.stage <= 3, "--zero-stage must be 0, 1, 2 or 3, not ", config.zero.stage);
   take(vm, "offload-optimizer", config.zero.offload_optimizer_device);

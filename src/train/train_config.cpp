@@ -144,6 +144,7 @@ nlohmann::json TrainConfig::to_json() const {
       {"keep_last", keep_last},
       {"resume", resume},
       {"device", device},
+      {"comm", comm},
   };
 }
 

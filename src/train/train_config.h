@@ -117,6 +117,7 @@ struct TrainConfig {
   int64_t keep_last = 0;           // keep only the newest K checkpoints (0: all)
   std::string resume;              // "auto" (the latest under OUT/checkpoints, if any) or a checkpoint dir
   std::string device = "cpu";      // cpu | cuda (GPU local_rank % visible devices)
+  std::string comm = "auto";       // GPU collectives: auto | nccl | mpi (host-staged)
 
   // Fills the three batch numbers from whichever are given (DeepSpeed's rules) and checks that
   // they agree; errors show the arithmetic.

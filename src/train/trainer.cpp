@@ -20,6 +20,9 @@
 #include "backend/backend.h"
 #include "backend/make_backend.h"
 #include "comm/staged_communicator.h"
+#if ZT_WITH_NCCL
+#include "comm/nccl/nccl_communicator.h"
+#endif
 #include "ckpt/checkpoint.h"
 #include "comm/mpi/mpi_communicator.h"
 #include "core/fault_injection.h"
@@ -129,6 +132,24 @@ void write_step0_dump(const std::string& path, const std::vector<float>& logits,
   write_safetensors(path, entries);
 }
 
+// The communicator for device buffers: NCCL (one GPU per rank) or MPI through host staging;
+// none on the CPU backend. --comm auto picks NCCL when the build has it and every rank of the
+// node has a GPU of its own (NCCL refuses two ranks on one GPU).
+std::unique_ptr<Communicator> make_device_communicator(const std::string& choice, Communicator& host,
+                                                       Backend& backend) {
+  ZT_CHECK(choice == "auto" || choice == "nccl" || choice == "mpi", "--comm must be auto, nccl or mpi, not '", choice,
+           "'");
+  if (backend.device() == Device::CPU) return nullptr;  // MPI works on host buffers directly
+#if ZT_WITH_NCCL
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  const bool own_gpu = cuda && host.local_size() <= cuda_device_count();
+  if (choice == "nccl" || (choice == "auto" && own_gpu)) return make_nccl_communicator(host, *cuda);
+#else
+  ZT_CHECK(choice != "nccl", "--comm nccl: this zerotune was built without NCCL");
+#endif
+  return make_staged_communicator(host, backend);
+}
+
 // --profile-step: the model's module timings plus the optimizer and communication of the step.
 class StepProfiler final : public ModuleTimer {
  public:
@@ -175,11 +196,12 @@ void run_training(TrainConfig config, const RunOptions& options) {
     config.lora = read_peft_adapter_config(options.adapter_dir);
   }
   std::unique_ptr<Backend> backend = make_backend(config.device, comm->local_rank());
-  std::unique_ptr<Communicator> staged_comm;
-  if (backend->device() != Device::CPU) {
-    staged_comm = make_staged_communicator(*host_comm, *backend);
-    comm = staged_comm.get();
-  }
+  std::unique_ptr<Communicator> device_comm = make_device_communicator(config.comm, *host_comm, *backend);
+  if (device_comm) comm = device_comm.get();
+  // Where the timeout, the error context and the traffic counters live: NCCL keeps its own (and
+  // passes them to MPI for host calls); host staging leaves them to MPI.
+  Communicator* control = device_comm && device_comm->name() == "nccl" ? device_comm.get() : host_comm.get();
+  control->set_timeout(std::chrono::duration<double>(config.comm_timeout_seconds));
   ParameterPlan plan = plan_parameters(model_config, config.lora);
   ParamStore store(*backend, plan.specs, plan.trainable, world_size);
   load_base_weights(config.model_dir, store);
@@ -338,11 +360,11 @@ void run_training(TrainConfig config, const RunOptions& options) {
   };
   for (int64_t step = state.step; step < total_steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
-    host_comm->set_context(cat("step ", step + 1));
-    const CommStats comm_before = host_comm->stats();
+    control->set_context(cat("step ", step + 1));
+    const CommStats comm_before = control->stats();
     const bool profiling = options.profile_step == step + 1;
     if (profiling) model->set_module_timer(&profiler);
-    const double comm_wait_at_start = host_comm->stats().total_wait_seconds();
+    const double comm_wait_at_start = control->stats().total_wait_seconds();
     StepBatches batches = prefetcher.take(step);
     int64_t local_targets = 0;
     for (const MicroBatch& micro : batches.micro) local_targets += micro.target_tokens;
@@ -400,7 +422,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
     } else {
       const float clip = clip_coefficient(grad_norm, config.gradient_clipping);
       const auto optimizer_start = std::chrono::steady_clock::now();
-      const double waited_before = host_comm->stats().total_wait_seconds();
+      const double waited_before = control->stats().total_wait_seconds();
       engine.apply_update(lr, loss_scale * clip, updates_done + 1);
       if (profiling) {  // AdamW: about 14 FLOPs per element of this rank's partitions
         double elements = 0.0;
@@ -408,7 +430,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
           elements += static_cast<double>(views.master.numel());
         profiler.table.add("optimizer", 14.0 * elements,
                            std::chrono::duration<double>(std::chrono::steady_clock::now() - optimizer_start).count() -
-                               (host_comm->stats().total_wait_seconds() - waited_before));
+                               (control->stats().total_wait_seconds() - waited_before));
       }
     }
 
@@ -430,7 +452,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
     metrics.mean_step_seconds = step_times.mean();
     if (profiling) {
       model->set_module_timer(nullptr);
-      profiler.table.add("communication", 0.0, host_comm->stats().total_wait_seconds() - comm_wait_at_start);
+      profiler.table.add("communication", 0.0, control->stats().total_wait_seconds() - comm_wait_at_start);
       profiler.table.step = step + 1;
       profiler.table.step_seconds = metrics.step_seconds;
       profiler.table.rank = rank;
@@ -446,7 +468,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
     }
     if (leader) {
       nlohmann::json record = metrics_json(metrics);
-      const CommStats& comm_after = host_comm->stats();
+      const CommStats& comm_after = control->stats();
       nlohmann::json sent;  // bytes rank 0 sent in this step, by collective
       for (int kind = 0; kind < kCollectiveKinds; ++kind)
         sent[collective_name(static_cast<Collective>(kind))] =
@@ -458,7 +480,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
     const bool epoch_end = (step + 1) % steps_per_epoch == 0;
     const bool eval_due = config.eval_every > 0 && (step + 1) % config.eval_every == 0;
     if (eval_data && (epoch_end || eval_due)) {
-      host_comm->set_context(cat("evaluation after step ", step + 1));
+      control->set_context(cat("evaluation after step ", step + 1));
       const EvalResult eval = evaluate(*model, *eval_data, micro_batch, *comm, *backend);
       if (leader) {
         metrics_writer->write({{"step", step + 1}, {"epoch", metrics.epoch}, {"eval_loss", eval.loss},
@@ -473,7 +495,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
     const bool save_due = (config.save_every > 0 && (step + 1) % config.save_every == 0) || stop ||
                           (config.save_at_end && step + 1 == total_steps);
     if (save_due && last_saved_step != step + 1) {
-      host_comm->set_context(cat("checkpoint at step ", step + 1));
+      control->set_context(cat("checkpoint at step ", step + 1));
       save(step + 1);
     }
     if (stop) {
@@ -484,7 +506,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
       return;
     }
   }
-  host_comm->set_context("after training");
+  control->set_context("after training");
   if (!config.dump_final_path.empty()) {
     engine.gather_full_params();
     if (leader) write_final_dump(config.dump_final_path, store);

@@ -286,6 +286,8 @@ expect_error train-bad-device "--device must be cpu or cuda, not 'tpu'" \
 # No GPU here: a CPU build says it has no CUDA backend, a CUDA build that it sees no device.
 expect_error train-cuda-without-gpu "--device cuda: " \
   -- train --model "$M" --data "$D" --out "$WORK/o-cuda" --device cuda --max-steps 1
+expect_error train-bad-comm "--comm must be auto, nccl or mpi, not 'gloo'" \
+  -- train --model "$M" --data "$D" --out "$WORK/o-comm" --comm gloo
 expect_error train-bad-zero-stage "--zero-stage must be 0, 1, 2 or 3, not 4" \
   -- train --model "$M" --data "$D" --out "$WORK/o-z4" --zero-stage 4
 expect_error train-offload-stage0 "offload_optimizer.device \"cpu\" needs ZeRO stage 1, 2 or 3" \

@@ -1,0 +1,398 @@
+// NCCL collectives on device buffers, one communication stream, and the watchdog that aborts a
+// collective which does not finish in time (see nccl_communicator.h).
+#include "comm/nccl/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <initializer_list>
+#include <map>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/cuda_check.h"
+#include "core/error.h"
+
+namespace zt {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// NCCL's name for `result` plus its last error message (which names the peer or transport).
+std::string nccl_error_text(ncclResult_t result) {
+  std::string text = ncclGetErrorString(result);
+  const char* last = ncclGetLastError(nullptr);
+  if (last != nullptr && *last != '\0') text += cat(" (", last, ")");
+  return text;
+}
+
+}  // namespace
+
+// Calls without a communicator (ncclGetUniqueId, ncclCommGetAsyncError): a failure throws a
+// zt::Error naming the call and the rank.
+#define ZT_NCCL_CHECK(call)                                                                    \
+  do {                                                                                         \
+    const ncclResult_t zt_nccl_result = (call);                                                \
+    if (zt_nccl_result != ncclSuccess)                                                         \
+      ::zt::fail("nccl: ", #call, " failed on rank ", ::zt::process_rank(), ": ",              \
+                 nccl_error_text(zt_nccl_result));                                             \
+  } while (0)
+
+namespace {
+
+// Calls `finished()` until it returns true, spinning briefly (small collectives finish in
+// microseconds) and then backing off so that a waiting rank leaves its core to the others,
+// as the MPI communicator does. False when `timeout` passed first.
+template <class Finished>
+bool poll_until(Finished finished, std::chrono::duration<double> timeout) {
+  const Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout);
+  auto pause = std::chrono::microseconds(20);
+  for (int polls = 0;; ++polls) {
+    if (finished()) return true;
+    if (Clock::now() > deadline) return false;
+    if (polls > 200) {
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    }
+  }
+}
+
+class NcclCommunicator;
+
+// One collective queued on the communication stream; `finished` is recorded after it.
+class NcclPending final : public PendingCollective {
+ public:
+  NcclPending(NcclCommunicator& owner, Collective kind, cudaEvent_t finished)
+      : owner_(owner), kind_(kind), finished_(finished) {}
+  ~NcclPending() override;
+  void wait() override;
+  bool done() const override { return done_ || cudaEventQuery(finished_) == cudaSuccess; }
+
+ private:
+  NcclCommunicator& owner_;
+  Collective kind_;
+  cudaEvent_t finished_;  // owned until the destructor gives it back to the owner's pool
+  bool done_ = false;
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(Communicator& bootstrap, CudaBackend& device) : bootstrap_(bootstrap) {
+    auto* cuda_device = dynamic_cast<cuda::CudaBackendImpl*>(&device);
+    ZT_CHECK(cuda_device != nullptr, "make_nccl_communicator: backend ", device.name(),
+             " is not the CUDA backend");
+    compute_stream_ = cuda_device->stream();
+    device_index_ = device.device_index();
+    timeout_ = bootstrap_.timeout();
+    context_ = bootstrap_.context();
+    try {
+      ZT_CUDA_CHECK(cudaSetDevice(device_index_));
+      check_one_rank_per_gpu();
+      ncclUniqueId id{};
+      if (rank() == 0) ZT_NCCL_CHECK(ncclGetUniqueId(&id));
+      bootstrap_.broadcast(Tensor(&id, DType::U8, {static_cast<int64_t>(sizeof(id))}), 0);
+      ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+      ZT_CUDA_CHECK(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
+      // Non-blocking: initialisation and collectives return at once (ncclInProgress), so every
+      // wait, including this one for a rank that never joins, is bounded by the timeout.
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      settle(ncclCommInitRankConfig(&comm_, size(), id, rank(), &config), "ncclCommInitRankConfig");
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+  ~NcclCommunicator() override { release(); }
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int rank() const override { return bootstrap_.rank(); }
+  int size() const override { return bootstrap_.size(); }
+  int local_rank() const override { return bootstrap_.local_rank(); }
+  int local_size() const override { return bootstrap_.local_size(); }
+  int nodes() const override { return bootstrap_.nodes(); }
+  std::string name() const override { return "nccl"; }
+
+  Pending all_reduce_sum_async(Tensor data) override {
+    if (on_host("all_reduce", {data})) return delegate([&] { return bootstrap_.all_reduce_sum_async(data); });
+    const ncclDataType_t type = float_type("all_reduce", "data", data);
+    count(Collective::AllReduce, 2.0 * ring_share() * static_cast<double>(data.bytes()));
+    return issue(Collective::AllReduce, "ncclAllReduce", [&] {
+      return ncclAllReduce(data.data, data.data, static_cast<size_t>(data.numel()), type, ncclSum, comm_,
+                           comm_stream_);
+    });
+  }
+
+  Pending reduce_scatter_sum_async(Tensor out, Tensor in) override {
+    if (on_host("reduce_scatter", {out, in}))
+      return delegate([&] { return bootstrap_.reduce_scatter_sum_async(out, in); });
+    cuda::expect_device("reduce_scatter", "out", out, DType::F32);
+    cuda::expect_device("reduce_scatter", "in", in, DType::F32);
+    ZT_CHECK(in.numel() == out.numel() * size(), "reduce_scatter: input has ", in.numel(), " elements, expected ",
+             size(), " x ", out.numel());
+    count(Collective::ReduceScatter, ring_share() * static_cast<double>(in.bytes()));
+    return issue(Collective::ReduceScatter, "ncclReduceScatter", [&] {
+      return ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()), ncclFloat32, ncclSum, comm_,
+                               comm_stream_);
+    });
+  }
+
+  // In place when `in` is this rank's slice of `out`: NCCL allows exactly that aliasing.
+  Pending all_gather_async(Tensor out, Tensor in) override {
+    if (on_host("all_gather", {out, in})) return delegate([&] { return bootstrap_.all_gather_async(out, in); });
+    const ncclDataType_t type = float_type("all_gather", "in", in);
+    float_type("all_gather", "out", out);
+    cuda::expect_same_dtype("all_gather", "out", out, "in", in);
+    ZT_CHECK(out.numel() == in.numel() * size(), "all_gather: output has ", out.numel(), " elements, expected ",
+             size(), " x ", in.numel());
+    count(Collective::AllGather, ring_share() * static_cast<double>(out.bytes()));
+    return issue(Collective::AllGather, "ncclAllGather", [&] {
+      return ncclAllGather(in.data, out.data, static_cast<size_t>(in.numel()), type, comm_, comm_stream_);
+    });
+  }
+
+  // Any dtype: the bytes are broadcast as they are.
+  void broadcast(Tensor data, int root) override {
+    if (on_host("broadcast", {data})) return delegate([&] { bootstrap_.broadcast(data, root); });
+    cuda::expect_device("broadcast", "data", data);
+    ZT_CHECK(root >= 0 && root < size(), "broadcast: root ", root, " is not a rank of ", size());
+    count(Collective::Broadcast, rank() == root ? static_cast<double>(data.bytes()) : 0.0);
+    issue(Collective::Broadcast, "ncclBroadcast", [&] {
+      return ncclBroadcast(data.data, data.data, data.bytes(), ncclUint8, root, comm_, comm_stream_);
+    })->wait();
+  }
+
+  void barrier() override { delegate([&] { bootstrap_.barrier(); }); }
+  void all_reduce_scalars(std::span<double> values) override {
+    delegate([&] { bootstrap_.all_reduce_scalars(values); });
+  }
+  double all_reduce_max(double value) override { return delegate([&] { return bootstrap_.all_reduce_max(value); }); }
+  std::vector<std::string> all_gather_strings(const std::string& mine) override {
+    return delegate([&] { return bootstrap_.all_gather_strings(mine); });
+  }
+
+  // ---- for NcclPending ----------------------------------------------------------------------
+
+  // Makes the compute stream wait for `finished`, then polls it (and NCCL's asynchronous error)
+  // until it completes; aborts the communicator and throws on timeout or NCCL failure.
+  void wait_for(Collective kind, cudaEvent_t finished) {
+    ensure_usable(kind);
+    ZT_CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, finished, 0));
+    const Clock::time_point started = Clock::now();
+    cudaError_t event_status = cudaSuccess;
+    ncclResult_t nccl_status = ncclSuccess;
+    const bool completed = poll_until(
+        [&] {
+          event_status = cudaEventQuery(finished);
+          if (event_status != cudaErrorNotReady) return true;
+          ZT_NCCL_CHECK(ncclCommGetAsyncError(comm_, &nccl_status));
+          return nccl_status != ncclSuccess && nccl_status != ncclInProgress;
+        },
+        timeout_);
+    stats_.wait_seconds[static_cast<size_t>(kind)] += std::chrono::duration<double>(Clock::now() - started).count();
+    if (!completed) {
+      abort_communicator(cat(collective_name(kind), " timed out"));
+      fail("collective ", collective_name(kind), " did not complete within ", timeout_.count(), " s on rank ", rank(),
+           context_suffix(), " (NCCL communicator aborted; another rank failed, hangs or is far behind; see "
+           "--comm-timeout)");
+    }
+    if (nccl_status != ncclSuccess && nccl_status != ncclInProgress) {
+      abort_communicator(cat(collective_name(kind), " failed"));
+      fail("NCCL ", collective_name(kind), " failed on rank ", rank(), context_suffix(), ": ",
+           nccl_error_text(nccl_status));
+    }
+    if (event_status != cudaSuccess) cuda::fail_cuda_call("cudaEventQuery(finished)", event_status, __FILE__, __LINE__);
+  }
+
+  void give_back(cudaEvent_t event) { spare_events_.push_back(event); }
+
+ private:
+  // True when every tensor is host memory (the call goes to the bootstrap), false when every
+  // one is device memory; host and device mixed is an error.
+  static bool on_host(const char* op, std::initializer_list<Tensor> tensors) {
+    const Device first = tensors.begin()->device;
+    for (const Tensor& tensor : tensors)
+      ZT_CHECK(tensor.device == first, op, ": host and device tensors mixed in one call (", tensor.describe(),
+               " vs ", tensors.begin()->describe(), ")");
+    return first == Device::CPU;
+  }
+
+  static ncclDataType_t float_type(const char* op, const char* arg, const Tensor& tensor) {
+    cuda::expect_device_float(op, arg, tensor);
+    switch (tensor.dtype) {
+      case DType::BF16: return ncclBfloat16;
+      case DType::F16: return ncclFloat16;
+      default: return ncclFloat32;
+    }
+  }
+
+  double ring_share() const { return static_cast<double>(size() - 1) / static_cast<double>(size()); }
+  std::string context_suffix() const { return context_.empty() ? "" : cat(" (", context_, ")"); }
+
+  void ensure_usable(Collective kind) const {
+    ZT_CHECK(!aborted_, "NCCL ", collective_name(kind), " on rank ", rank(), context_suffix(),
+             ": the NCCL communicator was aborted earlier (", abort_reason_, ")");
+  }
+
+  // A host call on the bootstrap with this communicator's timeout and context; its traffic
+  // counters are added to ours.
+  template <class Call>
+  auto delegate(Call call) -> decltype(call()) {
+    bootstrap_.set_timeout(timeout_);
+    bootstrap_.set_context(context_);
+    const CommStats before = bootstrap_.stats();
+    if constexpr (std::is_void_v<decltype(call())>) {
+      call();
+      add_traffic(before);
+    } else {
+      auto result = call();
+      add_traffic(before);
+      return result;
+    }
+  }
+  void add_traffic(const CommStats& before) {
+    const CommStats& after = bootstrap_.stats();
+    for (size_t kind = 0; kind < static_cast<size_t>(kCollectiveKinds); ++kind) {
+      stats_.calls[kind] += after.calls[kind] - before.calls[kind];
+      stats_.bytes_sent[kind] += after.bytes_sent[kind] - before.bytes_sent[kind];
+      stats_.wait_seconds[kind] += after.wait_seconds[kind] - before.wait_seconds[kind];
+    }
+  }
+
+  // Queues `enqueue()` (an NCCL collective on comm_stream_) after the compute stream's queued
+  // work and records its completion event.
+  template <class Enqueue>
+  Pending issue(Collective kind, const char* call, Enqueue enqueue) {
+    ensure_usable(kind);
+    ZT_CUDA_CHECK(cudaEventRecord(compute_ready_, compute_stream_));
+    ZT_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, compute_ready_, 0));
+    settle(enqueue(), call);
+    cudaEvent_t finished = take_event();
+    const cudaError_t status = cudaEventRecord(finished, comm_stream_);
+    if (status != cudaSuccess) {
+      give_back(finished);
+      cuda::fail_cuda_call("cudaEventRecord(finished, comm_stream_)", status, __FILE__, __LINE__);
+    }
+    return std::make_unique<NcclPending>(*this, kind, finished);
+  }
+
+  // Completes a call on the non-blocking communicator: ncclInProgress is polled (bounded by
+  // the timeout) until NCCL has queued the work; any failure aborts the communicator.
+  void settle(ncclResult_t result, const char* call) {
+    if (result == ncclInProgress) {
+      const bool settled = poll_until(
+          [&] {
+            ZT_NCCL_CHECK(ncclCommGetAsyncError(comm_, &result));
+            return result != ncclInProgress;
+          },
+          timeout_);
+      if (!settled) {
+        abort_communicator(cat(call, " timed out"));
+        fail("nccl: ", call, " did not return within ", timeout_.count(), " s on rank ", rank(), context_suffix(),
+             " (NCCL communicator aborted; another rank failed, never joined or is far behind; see --comm-timeout)");
+      }
+    }
+    if (result != ncclSuccess) {
+      abort_communicator(cat(call, " failed"));
+      fail("nccl: ", call, " failed on rank ", rank(), context_suffix(), ": ", nccl_error_text(result));
+    }
+  }
+
+  cudaEvent_t take_event() {
+    if (spare_events_.empty()) {
+      cudaEvent_t event = nullptr;
+      ZT_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+      return event;
+    }
+    cudaEvent_t event = spare_events_.back();
+    spare_events_.pop_back();
+    return event;
+  }
+
+  // NCCL refuses two ranks on one GPU: find that before NCCL does, with a message that says
+  // what to do. The PCI bus id identifies the GPU whatever CUDA_VISIBLE_DEVICES each rank has.
+  void check_one_rank_per_gpu() {
+    char host[256] = {};
+    ZT_CHECK(gethostname(host, sizeof(host) - 1) == 0, "make_nccl_communicator: gethostname failed on rank ", rank());
+    char bus_id[64] = {};
+    ZT_CUDA_CHECK(cudaDeviceGetPCIBusId(bus_id, static_cast<int>(sizeof(bus_id)), device_index_));
+    const std::vector<std::string> gpus = bootstrap_.all_gather_strings(cat(host, " GPU ", bus_id));
+    std::map<std::string, int> first_rank_of;
+    for (int r = 0; r < static_cast<int>(gpus.size()); ++r) {
+      const auto [first, inserted] = first_rank_of.emplace(gpus[static_cast<size_t>(r)], r);
+      ZT_CHECK(inserted, "make_nccl_communicator: ranks ", first->second, " and ", r, " both use ", first->first,
+               ", and NCCL refuses two ranks on one GPU: start at most as many ranks per node as it has GPUs, "
+               "or use the host-staged MPI communicator for this layout");
+    }
+  }
+
+  void abort_communicator(std::string reason) {
+    if (aborted_) return;
+    aborted_ = true;
+    abort_reason_ = std::move(reason);
+    if (comm_ != nullptr) ncclCommAbort(comm_);  // its own failure changes nothing: we are failing already
+    comm_ = nullptr;
+  }
+
+  // Frees NCCL and CUDA resources without throwing (destructor and failed construction).
+  // Finalize flushes this rank's outstanding operations, bounded by the timeout; a
+  // communicator that cannot finalize is aborted instead of destroyed.
+  void release() noexcept {
+    if (comm_ != nullptr) {
+      ncclResult_t result = ncclCommFinalize(comm_);
+      if (result == ncclInProgress)
+        poll_until([&] { return ncclCommGetAsyncError(comm_, &result) != ncclSuccess || result != ncclInProgress; },
+                   timeout_);
+      if (result == ncclSuccess) ncclCommDestroy(comm_);
+      else ncclCommAbort(comm_);
+      comm_ = nullptr;
+    }
+    for (cudaEvent_t event : spare_events_) cudaEventDestroy(event);
+    spare_events_.clear();
+    if (compute_ready_ != nullptr) cudaEventDestroy(compute_ready_);
+    compute_ready_ = nullptr;
+    if (comm_stream_ != nullptr) cudaStreamDestroy(comm_stream_);  // frees once its queued work is done
+    comm_stream_ = nullptr;
+  }
+
+  Communicator& bootstrap_;
+  int device_index_ = 0;
+  cudaStream_t compute_stream_ = nullptr;   // the CUDA backend's stream (not ours)
+  cudaStream_t comm_stream_ = nullptr;      // every collective runs here, in issue order
+  cudaEvent_t compute_ready_ = nullptr;     // re-recorded per collective: compute work queued so far
+  std::vector<cudaEvent_t> spare_events_;   // completion events of finished collectives, for reuse
+  ncclComm_t comm_ = nullptr;
+  bool aborted_ = false;
+  std::string abort_reason_;
+};
+
+NcclPending::~NcclPending() {
+  if (!done_) {
+    try {
+      wait();
+    } catch (...) {  // the error that made us unwind is the one to report
+    }
+  }
+  owner_.give_back(finished_);
+}
+
+void NcclPending::wait() {
+  if (done_) return;
+  done_ = true;  // a failed wait is not retried (the communicator is aborted by then)
+  owner_.wait_for(kind_, finished_);
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, CudaBackend& device) {
+  return std::make_unique<NcclCommunicator>(bootstrap, device);
+}
+
+}  // namespace zt
