@@ -48,6 +48,9 @@ class PendingCollective {
 };
 using Pending = std::unique_ptr<PendingCollective>;
 
+// A collective that completed when it was issued (synchronous paths, one-rank shortcuts).
+Pending completed_collective();
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

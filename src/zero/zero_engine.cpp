@@ -101,6 +101,20 @@ ZeroEngine::~ZeroEngine() {
   }
 }
 
+// One rank: a reduce-scatter or all-gather is a copy; done on the backend, it stays on the
+// device (no communicator round trip, which for GPU buffers would go through the host).
+Pending ZeroEngine::reduce_scatter_async(Tensor out, Tensor in) {
+  if (world_ > 1) return comm_.reduce_scatter_sum_async(out, in);
+  backend_.copy(out, in);
+  return completed_collective();
+}
+
+Pending ZeroEngine::all_gather_async(Tensor out, Tensor in) {
+  if (world_ > 1) return comm_.all_gather_async(out, in);
+  if (out.data != in.data) backend_.copy(out, in);
+  return completed_collective();
+}
+
 ZeroEngine::GroupState& ZeroEngine::state(ParamGroup group) { return *groups_[static_cast<size_t>(group)]; }
 
 Tensor ZeroEngine::gather_source(ParamGroup group) const {
@@ -174,7 +188,7 @@ void ZeroEngine::gather_unit(int unit, bool async) {
     if (!range.numel) continue;
     Tensor out = store_.group_params(group).rows(range.begin, range.numel);
     Tensor in = gather_source(group).rows(range.begin / world_, range.numel / world_);
-    u.inflight.push_back(comm_.all_gather_async(out, in));
+    u.inflight.push_back(all_gather_async(out, in));
   }
   u.gathered = true;
   live_gathered_ += store_.unit_numel(unit);
@@ -278,7 +292,7 @@ void ZeroEngine::flush_gradient_bucket() {
     }
     ensure_numel(s.staging_out, backend_, per_rank);
     peak_staging_ = std::max<int64_t>(peak_staging_, static_cast<int64_t>(s.staging_in.bytes() + s.staging_out.bytes()));
-    part.pending = comm_.reduce_scatter_sum_async(f32_buffer_view(s.staging_out, per_rank), in);
+    part.pending = reduce_scatter_async(f32_buffer_view(s.staging_out, per_rank), in);
     bucket->parts.push_back(std::move(part));
   }
   pending_bucket_.clear();
@@ -313,7 +327,7 @@ void ZeroEngine::end_micro_batch() {
 }
 
 void ZeroEngine::reduce_gradients() {
-  if (stage_ == 0) {
+  if (stage_ == 0 && world_ > 1) {  // one rank: its gradients are the sum already
     for (ParamGroup group : kTrainableGroups) {
       Tensor grads = store_.group_grads(group);
       const int64_t numel = store_.group(group).numel;
@@ -422,10 +436,10 @@ ZeroEngine::BucketGather ZeroEngine::start_bucket_gather(ParamGroup group, const
   const int64_t per_rank = slice_numel(bucket, world_);
   Tensor in = gather_source(group).rows(bucket.front().begin / world_, per_rank);
   if (bucket.size() == 1) {
-    gather.pending = comm_.all_gather_async(store_.group_params(group).rows(bucket.front().begin, bucket.front().numel), in);
+    gather.pending = all_gather_async(store_.group_params(group).rows(bucket.front().begin, bucket.front().numel), in);
   } else {
     gather.staging = Buffer(backend_, static_cast<size_t>(per_rank * world_) * sizeof(float));
-    gather.pending = comm_.all_gather_async(f32_buffer_view(gather.staging, per_rank * world_), in);
+    gather.pending = all_gather_async(f32_buffer_view(gather.staging, per_rank * world_), in);
   }
   return gather;
 }

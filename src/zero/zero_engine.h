@@ -117,6 +117,8 @@ class ZeroEngine final : public UnitHooks {
   };
 
   GroupState& state(ParamGroup group);
+  Pending reduce_scatter_async(Tensor out, Tensor in);  // comm_'s, or a copy on one rank
+  Pending all_gather_async(Tensor out, Tensor in);
   Tensor gather_source(ParamGroup group) const;  // what stage 1-3 all-gather from (compute partition)
   void gather_unit(int unit, bool async);
   void finish_prefetch(int unit);
