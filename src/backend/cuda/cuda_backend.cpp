@@ -37,6 +37,13 @@ void expect_same_dtype(const char* op, const char* arg, const Tensor& tensor,
            other_arg, " ", other.describe());
 }
 
+void expect_device_like(const char* op, const char* arg, const Tensor& tensor, const char* other_arg,
+                        const Tensor& other) {
+  expect_device(op, arg, tensor);
+  expect_same_shape(op, arg, tensor, other_arg, other);
+  expect_same_dtype(op, arg, tensor, other_arg, other);
+}
+
 MatrixShape matrix_shape(const char* op, const char* arg, const Tensor& tensor) {
   ZT_CHECK(tensor.ndim >= 1, op, ": ", arg, " must have at least one dimension, got ",
            tensor.describe());

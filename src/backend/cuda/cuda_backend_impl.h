@@ -58,6 +58,9 @@ void expect_device_float(const char* op, const char* arg, const Tensor& tensor);
 // Throws unless `tensor` has the dtype of `other` (one dtype for all activations of an op).
 void expect_same_dtype(const char* op, const char* arg, const Tensor& tensor,
                        const char* other_arg, const Tensor& other);
+// A device tensor with the shape and dtype of `other` (the elementwise ops' companions).
+void expect_device_like(const char* op, const char* arg, const Tensor& tensor, const char* other_arg,
+                        const Tensor& other);
 
 // Shape checks shared with the CPU backend (backend/arg_checks.h).
 using zt::expect_numel;

@@ -232,12 +232,8 @@ void CudaBackendImpl::add_bias(Tensor y, Tensor bias) {
 void CudaBackendImpl::swiglu_forward(Tensor h, Tensor gate, Tensor up) {
   const char* op = "swiglu_forward";
   expect_device_float(op, "h", h);
-  expect_device(op, "gate", gate);
-  expect_device(op, "up", up);
-  expect_same_shape(op, "gate", gate, "h", h);
-  expect_same_shape(op, "up", up, "h", h);
-  expect_same_dtype(op, "gate", gate, "h", h);
-  expect_same_dtype(op, "up", up, "h", h);
+  expect_device_like(op, "gate", gate, "h", h);
+  expect_device_like(op, "up", up, "h", h);
   const int64_t n = h.numel();
   if (n == 0) return;
   dispatch_float(h.dtype, op, "h", [&](auto format) {
@@ -254,11 +250,7 @@ void CudaBackendImpl::swiglu_backward(Tensor dgate, Tensor dup, Tensor dh, Tenso
   expect_device_float(op, "dh", dh);
   const char* names[] = {"dgate", "dup", "gate", "up"};
   const Tensor* tensors[] = {&dgate, &dup, &gate, &up};
-  for (int i = 0; i < 4; ++i) {
-    expect_device(op, names[i], *tensors[i]);
-    expect_same_shape(op, names[i], *tensors[i], "dh", dh);
-    expect_same_dtype(op, names[i], *tensors[i], "dh", dh);
-  }
+  for (int i = 0; i < 4; ++i) expect_device_like(op, names[i], *tensors[i], "dh", dh);
   const int64_t n = dh.numel();
   if (n == 0) return;
   dispatch_float(dh.dtype, op, "dh", [&](auto format) {
@@ -272,9 +264,7 @@ void CudaBackendImpl::swiglu_backward(Tensor dgate, Tensor dup, Tensor dh, Tenso
 
 void CudaBackendImpl::relu_forward(Tensor y, Tensor x) {
   expect_device_float("relu_forward", "x", x);
-  expect_device("relu_forward", "y", y);
-  expect_same_shape("relu_forward", "y", y, "x", x);
-  expect_same_dtype("relu_forward", "y", y, "x", x);
+  expect_device_like("relu_forward", "y", y, "x", x);
   const int64_t n = x.numel();
   if (n == 0) return;
   dispatch_float(x.dtype, "relu_forward", "x", [&](auto format) {
@@ -288,12 +278,8 @@ void CudaBackendImpl::relu_forward(Tensor y, Tensor x) {
 void CudaBackendImpl::relu_backward(Tensor dx, Tensor dy, Tensor y) {
   const char* op = "relu_backward";
   expect_device_float(op, "dx", dx);
-  expect_device(op, "dy", dy);
-  expect_device(op, "y", y);
-  expect_same_shape(op, "dy", dy, "dx", dx);
-  expect_same_shape(op, "y", y, "dx", dx);
-  expect_same_dtype(op, "dy", dy, "dx", dx);
-  expect_same_dtype(op, "y", y, "dx", dx);
+  expect_device_like(op, "dy", dy, "dx", dx);
+  expect_device_like(op, "y", y, "dx", dx);
   const int64_t n = dx.numel();
   if (n == 0) return;
   dispatch_float(dx.dtype, op, "dx", [&](auto format) {
