@@ -23,4 +23,11 @@ void Backend::round_to(Tensor x, DType dtype) {
   }
 }
 
+void Backend::matmul_bias(Tensor c, Tensor a, Tensor b, Tensor bias) {
+  matmul(c, a, false, b, true, 1.0f, 0.0f);
+  if (!bias.empty()) add_bias(c, bias);
+}
+
+std::unique_ptr<Backend> Backend::make_host_backend() { return make_cpu_backend(); }
+
 }  // namespace zt

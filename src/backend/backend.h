@@ -8,11 +8,30 @@
 //   B = batch, T = sequence length, H = heads, Hkv = key/value heads, D = head dim.
 // - "backward" ops ACCUMULATE (+=) into parameter gradients and WRITE (=) input gradients,
 //   unless the comment says otherwise. An empty parameter-gradient view means "frozen: skip".
-// - Activations and gradients are fp32 for now; the compute dtype (bf16/fp16) arrives with the
-//   mixed-precision issue, when ops take the stored dtype of their views.
+// - Storage dtypes (both backends; DESIGN.md "Numerics"): activations, weights and their
+//   gradients may be stored in fp32, bf16 or fp16 ("float" below); arithmetic is fp32 whatever
+//   the storage (reductions of losses and norms in double), and every stored result is rounded
+//   to its view's dtype (RNE). What each op accepts:
+//   - copy: any float <-> any float, same-dtype copies of any dtype. fill: every dtype.
+//     round_to: fp32 values to bf16/fp16, in place.
+//   - accumulate: dst and src any float (each its own). scale, sum_squares, has_inf_or_nan: any float.
+//   - matmul: a and b the same float dtype; c the same as a, or fp32 (16-bit inputs with an fp32
+//     output, e.g. weight gradients accumulated in fp32). matmul_bias: c, a, b as matmul; bias any float.
+//   - add_bias: y any float, bias any float. bias_backward: dy any float, dbias any float.
+//   - embedding: out and table the same float dtype; ids int32. Backward: dout and dtable any float.
+//   - norms: x, y, dy, dx one float dtype; weight, bias any float; mean/rstd fp32; dweight,
+//     dbias any float.
+//   - rope: x any float; inv_freq fp32. swiglu, relu, dropout: all activations one float dtype;
+//     row_ids int64.
+//   - attention: q, k, v, out, dout, dq, dk, dv one float dtype; lse fp32.
+//   - cross_entropy: logits any float (dlogits are written in the logits' dtype); targets int32;
+//     mask uint8.
+//   - adamw: all four buffers fp32 (master weights and optimizer state are always fp32).
+//   Anything else is a zt::Error naming the op and the argument.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -57,6 +76,11 @@ class Backend {
   // Waits until every operation issued so far has finished (timing; a no-op on the CPU, whose
   // operations are synchronous).
   virtual void synchronize() {}
+  // A CPU backend whose memory this backend copies to and from fastest (ZeRO-Offload's master,
+  // optimizer state and gradient partitions): the CUDA backend's allocates page-locked (pinned)
+  // host memory, so device<->host copies run at full PCIe speed and can be asynchronous. The
+  // default is a plain CPU backend.
+  virtual std::unique_ptr<Backend> make_host_backend();
 
   // ---- elementwise --------------------------------------------------------------------
   // dst += scale * src (same shape). Residual adds and gradient accumulation.
@@ -71,6 +95,10 @@ class Backend {
   // C[M,N] = alpha * op(A) op(B) + beta * C, op(A) = A[M,K] or A[K,M]^T, op(B) = B[K,N] or B[N,K]^T.
   virtual void matmul(Tensor c, Tensor a, bool transpose_a, Tensor b, bool transpose_b,
                       float alpha, float beta) = 0;
+  // A linear layer's forward with its bias: C[M,N] = A[M,K] B[N,K]^T + bias[N] broadcast over
+  // rows (bias empty: none). The CUDA backend adds the bias in the GEMM's epilogue, saving a
+  // pass over C; the default is matmul + add_bias.
+  virtual void matmul_bias(Tensor c, Tensor a, Tensor b, Tensor bias);
   // y[N,C] += bias[C] broadcast over rows.
   virtual void add_bias(Tensor y, Tensor bias) = 0;
   // dbias[C] += sum over rows of dy[N,C].
@@ -144,7 +172,13 @@ class Backend {
                      const AdamWParams& params) = 0;
 };
 
+// Where a CPU backend's memory comes from: both set, or both empty for aligned_alloc/free.
+struct HostAllocator {
+  std::function<void*(size_t bytes)> allocate;  // throws a zt::Error on failure
+  std::function<void(void* pointer)> release;
+};
+
 // The CPU reference backend (OpenBLAS + OpenMP).
-std::unique_ptr<Backend> make_cpu_backend();
+std::unique_ptr<Backend> make_cpu_backend(HostAllocator allocator = {});
 
 }  // namespace zt

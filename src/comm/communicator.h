@@ -66,6 +66,7 @@ class Communicator {
   // in [W*n] -> out [n]: out = sum over ranks of in's slice [rank*n, (rank+1)*n). f32.
   virtual Pending reduce_scatter_sum_async(Tensor out, Tensor in) = 0;
   // in [n] -> out [W*n]: slice r of out = rank r's in. `in` may be out's own slice (in place).
+  // fp32, bf16 or fp16 (in and out the same): ZeRO gathers parameters in the compute dtype.
   virtual Pending all_gather_async(Tensor out, Tensor in) = 0;
   virtual void broadcast(Tensor data, int root) = 0;
   virtual void barrier() = 0;

@@ -1,6 +1,7 @@
 // Device collectives through host staging buffers (see staged_communicator.h).
 #include "comm/staged_communicator.h"
 
+#include <cstddef>
 #include <vector>
 
 namespace zt {
@@ -29,7 +30,7 @@ class StagedCommunicator final : public Communicator {
   Pending reduce_scatter_sum_async(Tensor out, Tensor in) override {
     if (out.device == Device::CPU && in.device == Device::CPU) return host_.reduce_scatter_sum_async(out, in);
     Tensor staged_in = stage_in(in, in_);
-    Tensor staged_out = host_view(out_, out.numel());
+    Tensor staged_out = host_view(out_, out.numel(), out.dtype);
     host_.reduce_scatter_sum(staged_out, staged_in);
     device_.copy(out, staged_out);
     return done();
@@ -38,7 +39,7 @@ class StagedCommunicator final : public Communicator {
   Pending all_gather_async(Tensor out, Tensor in) override {
     if (out.device == Device::CPU && in.device == Device::CPU) return host_.all_gather_async(out, in);
     Tensor staged_in = stage_in(in, in_);
-    Tensor staged_out = host_view(out_, out.numel());
+    Tensor staged_out = host_view(out_, out.numel(), out.dtype);
     host_.all_gather(staged_out, staged_in);
     device_.copy(out, staged_out);
     return done();
@@ -57,14 +58,15 @@ class StagedCommunicator final : public Communicator {
   std::vector<std::string> all_gather_strings(const std::string& mine) override { return host_.all_gather_strings(mine); }
 
  private:
-  // fp32 host view of `numel` elements of `storage` (grown as needed).
-  static Tensor host_view(std::vector<float>& storage, int64_t numel) {
-    if (storage.size() < static_cast<size_t>(numel)) storage.resize(static_cast<size_t>(numel));
-    return Tensor(storage.data(), DType::F32, {numel});
+  // Host view of `numel` elements of `dtype` in `storage` (grown as needed). The host
+  // communicator checks the dtypes each collective accepts.
+  static Tensor host_view(std::vector<std::byte>& storage, int64_t numel, DType dtype) {
+    const size_t bytes = static_cast<size_t>(numel) * dtype_size(dtype);
+    if (storage.size() < bytes) storage.resize(bytes);
+    return Tensor(storage.data(), dtype, {numel});
   }
-  Tensor stage_in(Tensor device_tensor, std::vector<float>& storage) {
-    ZT_CHECK(device_tensor.dtype == DType::F32, "staged collective: expected fp32, got ", device_tensor.describe());
-    Tensor staged = host_view(storage, device_tensor.numel());
+  Tensor stage_in(Tensor device_tensor, std::vector<std::byte>& storage) {
+    Tensor staged = host_view(storage, device_tensor.numel(), device_tensor.dtype);
     device_.copy(staged, device_tensor.reshaped({device_tensor.numel()}));
     return staged;
   }
@@ -72,7 +74,7 @@ class StagedCommunicator final : public Communicator {
 
   Communicator& host_;
   Backend& device_;
-  std::vector<float> in_, out_;  // host staging
+  std::vector<std::byte> in_, out_;  // host staging
 };
 
 }  // namespace

@@ -62,7 +62,8 @@ class CausalLM {
   void set_unit_hooks(UnitHooks* hooks) { hooks_ = hooks ? hooks : &no_hooks_; }
 
   virtual ~CausalLM() = default;
-  // Runs the model on the batch; returns the logits, fp32 [B*T, V] (valid until backward).
+  // Runs the model on the batch; returns the logits [B*T, V] in the compute dtype (valid until
+  // backward; the loss widens them to fp32, as HF does with logits.float()).
   virtual Tensor forward(const BatchTensors& batch, const DropoutContext& dropout) = 0;
   // After forward on the same batch: fused softmax-cross-entropy and the full backward.
   // Gradients of d(sum of masked token losses * grad_scale) accumulate into the ParamStore.

@@ -5,9 +5,6 @@
 
 namespace zt {
 
-namespace {
-Tensor rows_view(const Buffer& buffer, int64_t rows, int64_t cols) { return buffer.view(DType::F32, {rows, cols}); }
-}  // namespace
 
 LinearLayer::LinearLayer(const ParamStore& store, const std::string& path, float lora_scaling, float lora_dropout,
                          uint32_t dropout_stream)
@@ -41,24 +38,23 @@ double LinearLayer::trainable_macs_per_token() const {
 
 void LinearLayer::ensure_saved(Backend& backend, LoraSaved& saved, int64_t rows) const {
   if (!has_lora()) return;
-  size_t z_bytes = static_cast<size_t>(rows * rank_) * sizeof(float);
+  size_t z_bytes = static_cast<size_t>(rows * rank_) * dtype_size(dtype());
   if (saved.z.bytes() < z_bytes) saved.z = Buffer(backend, z_bytes);
-  size_t x_bytes = static_cast<size_t>(rows * in_) * sizeof(float);
+  size_t x_bytes = static_cast<size_t>(rows * in_) * dtype_size(dtype());
   if (dropout_ > 0.0f && saved.dropped_x.bytes() < x_bytes) saved.dropped_x = Buffer(backend, x_bytes);
 }
 
 void LinearLayer::forward(Backend& backend, Tensor y, Tensor x, LoraSaved& saved, const DropoutContext& dropout) const {
   const int64_t n = x.dim(0);
-  backend.matmul(y, x, false, weight_, true, 1.0f, 0.0f);  // y[N,out] = x[N,in] W^T
-  if (!bias_.empty()) backend.add_bias(y, bias_);
+  backend.matmul_bias(y, x, weight_, bias_);  // y[N,out] = x[N,in] W^T + b
   if (!has_lora()) return;
   Tensor adapter_input = x;  // [N, in]
   if (dropout_ > 0.0f && dropout.training) {
-    adapter_input = rows_view(saved.dropped_x, n, in_);
+    adapter_input = saved.dropped_x.view(dtype(), {n, in_});
     RngKey key{dropout.seed, dropout_stream_, dropout.step};
     backend.dropout(adapter_input, x, dropout_, key, dropout.row_ids);
   }
-  Tensor z = rows_view(saved.z, n, rank_);                          // [N, r]
+  Tensor z = saved.z.view(dtype(), {n, rank_});                        // [N, r]
   backend.matmul(z, adapter_input, false, lora_a_, true, 1.0f, 0.0f);  // z = xd A^T
   backend.matmul(y, z, false, lora_b_, true, scaling_, 1.0f);          // y += s * z B^T
 }
@@ -72,8 +68,8 @@ void LinearLayer::backward(Backend& backend, Tensor dx, bool accumulate_dx, Tens
   if (!bias_grad_.empty()) backend.bias_backward(bias_grad_, dy);
   backend.matmul(dx, dy, false, weight_, false, 1.0f, accumulate_dx ? 1.0f : 0.0f);  // dx = dy W
   if (!has_lora()) return;
-  Tensor adapter_input = dropout_ > 0.0f ? rows_view(saved.dropped_x, n, in_) : x;  // [N, in]
-  Tensor z = rows_view(saved.z, n, rank_);                                          // [N, r]
+  Tensor adapter_input = dropout_ > 0.0f ? saved.dropped_x.view(dtype(), {n, in_}) : x;  // [N, in]
+  Tensor z = saved.z.view(dtype(), {n, rank_});                                          // [N, r]
   Tensor dz = lora_dz.first({n, rank_});  // the caller's scratch may be larger
   if (!lora_b_grad_.empty()) backend.matmul(lora_b_grad_, dy, true, z, false, scaling_, 1.0f);  // dB += s dy^T z
   backend.matmul(dz, dy, false, lora_b_, false, scaling_, 0.0f);                                  // dz = s dy B

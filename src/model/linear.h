@@ -18,10 +18,11 @@ struct DropoutContext {
   bool training = true;  // false in evaluation: dropout is the identity
 };
 
-// Per-call-site tensors a LoRA linear keeps from forward for backward.
+// Per-call-site tensors a LoRA linear keeps from forward for backward (in the activation dtype,
+// which is the dtype of the layer's weights: the compute dtype).
 struct LoraSaved {
-  Buffer dropped_x;  // fp32 [N, in]: dropout(x) (only when dropout > 0)
-  Buffer z;          // fp32 [N, r]:  dropout(x) A^T
+  Buffer dropped_x;  // [N, in]: dropout(x) (only when dropout > 0)
+  Buffer z;          // [N, r]:  dropout(x) A^T
 };
 
 class LinearLayer {
@@ -36,6 +37,7 @@ class LinearLayer {
   int64_t out_features() const { return out_; }
   bool has_lora() const { return !lora_a_.empty(); }
   int64_t lora_rank() const { return rank_; }
+  DType dtype() const { return weight_.dtype; }  // the compute dtype of weights and activations
   // Multiply-adds per token of the forward pass (incl. the adapter), and the part of them whose
   // weights are trainable (each of those costs one more GEMM in backward for its gradient).
   double macs_per_token() const;
@@ -45,7 +47,8 @@ class LinearLayer {
   void forward(Backend& backend, Tensor y, Tensor x, LoraSaved& saved, const DropoutContext& dropout) const;
   // dx[N,in] = dy W (+ LoRA path), written (accumulate_dx=false) or added (true);
   // dW += dy^T x, db += sum(dy), dA, dB += for trainable parameters.
-  // `scratch` is fp32 with room for N*in elements (LoRA dropout backward).
+  // Activations x, y, dx, dy, lora_dz and scratch are in the compute dtype (the weights' dtype);
+  // weight gradients are fp32. `scratch` has room for N*in elements (LoRA dropout backward).
   void backward(Backend& backend, Tensor dx, bool accumulate_dx, Tensor dy, Tensor x, const LoraSaved& saved,
                 const DropoutContext& dropout, Tensor lora_dz, Tensor scratch) const;
   // Makes `saved` large enough for `rows` rows.

@@ -13,13 +13,11 @@ namespace zt {
 
 namespace {
 
-// Grows `buffer` to hold `elements` fp32 values (steady-state steps allocate nothing).
-void ensure_f32(Buffer& buffer, Backend& backend, int64_t elements) {
-  size_t bytes = static_cast<size_t>(elements) * sizeof(float);
+// Grows `buffer` to hold `elements` values of `dtype` (steady-state steps allocate nothing).
+void ensure(Buffer& buffer, Backend& backend, int64_t elements, DType dtype) {
+  size_t bytes = static_cast<size_t>(elements) * dtype_size(dtype);
   if (buffer.bytes() < bytes) buffer = Buffer(backend, bytes);
 }
-
-Tensor matrix(const Buffer& buffer, int64_t rows, int64_t cols) { return buffer.view(DType::F32, {rows, cols}); }
 
 enum LlamaLinear { kQ, kK, kV, kO, kGate, kUp, kDown, kLinears };
 const char* const kLinearPaths[kLinears] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
@@ -32,7 +30,8 @@ struct LlamaBlock {
   LinearLayer linear[kLinears];
 };
 
-// What one block's forward keeps for its backward (all rows N = B*T).
+// What one block's forward keeps for its backward (all rows N = B*T). Activations are in the
+// compute dtype; the norm and attention statistics (rstd, lse) in fp32.
 struct BlockActivations {
   Buffer ln1, rstd1;        // [N, C], [N]
   Buffer q, k, v;           // [N, H*D], [N, Hkv*D], [N, Hkv*D]  (q, k after RoPE)
@@ -46,7 +45,7 @@ struct BlockActivations {
 class LlamaModel final : public CausalLM {
  public:
   LlamaModel(const ModelConfig& config, ParamStore& store, Backend& backend, const ModelOptions& options)
-      : c_(config), backend_(backend), options_(options) {
+      : c_(config), backend_(backend), options_(options), act_(store.param_dtype()) {
     embed_ = store.param("model.embed_tokens.weight");
     embed_grad_ = store.grad("model.embed_tokens.weight");
     final_norm_ = store.param("model.norm.weight");
@@ -160,6 +159,8 @@ class LlamaModel final : public CausalLM {
 
  private:
   int64_t rows() const { return batch_ * seq_; }
+  // An activation buffer seen as [rows, cols] of the compute dtype.
+  Tensor matrix(const Buffer& buffer, int64_t rows, int64_t cols) const { return buffer.view(act_, {rows, cols}); }
   // Units (param_store.h): 0 = embedding, l+1 = block l, L+1 = final norm + head.
   static constexpr int kEmbedUnit = 0;
   static int block_unit(int64_t layer) { return static_cast<int>(layer) + 1; }
@@ -168,8 +169,8 @@ class LlamaModel final : public CausalLM {
   BlockActivations& block_activations(int64_t layer) {
     return activations_[options_.activation_checkpointing ? 0 : static_cast<size_t>(layer)];
   }
-  Tensor lora_dz() { return lora_dz_.view(DType::F32, {lora_dz_elements_}); }
-  Tensor lora_scratch() { return lora_scratch_.view(DType::F32, {lora_scratch_elements_}); }
+  Tensor lora_dz() { return lora_dz_.view(act_, {lora_dz_elements_}); }
+  Tensor lora_scratch() { return lora_scratch_.view(act_, {lora_scratch_elements_}); }
 
   // Sizes every activation buffer for B x T (grows only; steady state allocates nothing).
   void reserve(int64_t batch, int64_t seq) {
@@ -177,24 +178,24 @@ class LlamaModel final : public CausalLM {
     seq_ = seq;
     const int64_t n = rows(), hidden = c_.hidden_size, ffn = c_.intermediate_size;
     const int64_t q_width = c_.num_attention_heads * c_.head_dim, kv_width = c_.num_key_value_heads * c_.head_dim;
-    for (Buffer& buffer : residual_) ensure_f32(buffer, backend_, n * hidden);
+    for (Buffer& buffer : residual_) ensure(buffer, backend_, n * hidden, act_);
     for (BlockActivations& a : activations_) {
-      for (Buffer* buffer : {&a.ln1, &a.mid, &a.ln2}) ensure_f32(*buffer, backend_, n * hidden);
-      for (Buffer* buffer : {&a.rstd1, &a.rstd2}) ensure_f32(*buffer, backend_, n);
-      for (Buffer* buffer : {&a.q, &a.att}) ensure_f32(*buffer, backend_, n * q_width);
-      for (Buffer* buffer : {&a.k, &a.v}) ensure_f32(*buffer, backend_, n * kv_width);
-      ensure_f32(a.lse, backend_, n * c_.num_attention_heads);
-      for (Buffer* buffer : {&a.gate, &a.up, &a.hidden}) ensure_f32(*buffer, backend_, n * ffn);
+      for (Buffer* buffer : {&a.ln1, &a.mid, &a.ln2}) ensure(*buffer, backend_, n * hidden, act_);
+      for (Buffer* buffer : {&a.rstd1, &a.rstd2}) ensure(*buffer, backend_, n, DType::F32);
+      for (Buffer* buffer : {&a.q, &a.att}) ensure(*buffer, backend_, n * q_width, act_);
+      for (Buffer* buffer : {&a.k, &a.v}) ensure(*buffer, backend_, n * kv_width, act_);
+      ensure(a.lse, backend_, n * c_.num_attention_heads, DType::F32);
+      for (Buffer* buffer : {&a.gate, &a.up, &a.hidden}) ensure(*buffer, backend_, n * ffn, act_);
       for (int i = 0; i < kLinears; ++i) blocks_.front().linear[i].ensure_saved(backend_, a.lora[i], n);
     }
     head_.ensure_saved(backend_, head_saved_, n);
     for (Buffer* buffer : {&final_ln_, &grad_ln_, &grad_residual_, &grad_temp_, &recompute_out_})
-      ensure_f32(*buffer, backend_, n * hidden);
-    ensure_f32(final_rstd_, backend_, n);
-    ensure_f32(logits_, backend_, n * c_.vocab_size);
-    for (Buffer* buffer : {&grad_q_, &grad_att_}) ensure_f32(*buffer, backend_, n * q_width);
-    for (Buffer* buffer : {&grad_k_, &grad_v_}) ensure_f32(*buffer, backend_, n * kv_width);
-    for (Buffer* buffer : {&grad_gate_, &grad_up_, &grad_hidden_}) ensure_f32(*buffer, backend_, n * ffn);
+      ensure(*buffer, backend_, n * hidden, act_);
+    ensure(final_rstd_, backend_, n, DType::F32);
+    ensure(logits_, backend_, n * c_.vocab_size, act_);
+    for (Buffer* buffer : {&grad_q_, &grad_att_}) ensure(*buffer, backend_, n * q_width, act_);
+    for (Buffer* buffer : {&grad_k_, &grad_v_}) ensure(*buffer, backend_, n * kv_width, act_);
+    for (Buffer* buffer : {&grad_gate_, &grad_up_, &grad_hidden_}) ensure(*buffer, backend_, n * ffn, act_);
     int64_t max_rank = head_.lora_rank(), max_in = head_.in_features();
     for (const LinearLayer& linear : blocks_.front().linear) {
       max_rank = std::max(max_rank, linear.lora_rank());
@@ -202,8 +203,8 @@ class LlamaModel final : public CausalLM {
     }
     lora_dz_elements_ = std::max<int64_t>(1, n * max_rank);
     lora_scratch_elements_ = options_.lora_dropout > 0.0f ? n * max_in : 1;
-    ensure_f32(lora_dz_, backend_, lora_dz_elements_);
-    ensure_f32(lora_scratch_, backend_, lora_scratch_elements_);
+    ensure(lora_dz_, backend_, lora_dz_elements_, act_);
+    ensure(lora_scratch_, backend_, lora_scratch_elements_, act_);
   }
 
   // out[N,C] = block(x[N,C]); saves what backward needs in `a`.
@@ -324,6 +325,7 @@ class LlamaModel final : public CausalLM {
   ModelConfig c_;
   Backend& backend_;
   ModelOptions options_;
+  DType act_;  // the compute dtype: activations, their gradients and the parameters the model reads
   Tensor embed_, embed_grad_;            // [V, C]
   Tensor final_norm_, final_norm_grad_;  // [C]
   LinearLayer head_;                     // [V, C]
@@ -334,7 +336,7 @@ class LlamaModel final : public CausalLM {
   std::vector<Buffer> residual_;               // L+1 x [N, C]: embeddings, then each block's output
   std::vector<BlockActivations> activations_;  // L blocks, or 1 shared when checkpointing
   LoraSaved head_saved_;
-  Buffer final_ln_, final_rstd_, logits_;      // [N, C], [N], [N, V] (logits become dlogits)
+  Buffer final_ln_, final_rstd_, logits_;      // [N, C], [N] fp32, [N, V] (logits become dlogits)
   Buffer grad_residual_, grad_ln_, grad_temp_, recompute_out_;  // [N, C]
   Buffer grad_q_, grad_att_, grad_k_, grad_v_;                  // [N, H*D], [N, Hkv*D]
   Buffer grad_gate_, grad_up_, grad_hidden_;                    // [N, F]

@@ -6,14 +6,14 @@
 namespace zt {
 
 namespace {
-constexpr int64_t kAlignElements = 16;  // 64 bytes of fp32
+constexpr int64_t kAlignElements = 16;  // 64 bytes of fp32, 32 of bf16/fp16 (whole 16-byte vectors)
 int64_t align_up(int64_t value) { return (value + kAlignElements - 1) / kAlignElements * kAlignElements; }
 
-Tensor shaped_view(void* data, const std::vector<int64_t>& shape, Device device) {
+Tensor shaped_view(void* data, DType dtype, const std::vector<int64_t>& shape, Device device) {
   switch (shape.size()) {
-    case 1: return Tensor(data, DType::F32, {shape[0]}, device);
-    case 2: return Tensor(data, DType::F32, {shape[0], shape[1]}, device);
-    case 3: return Tensor(data, DType::F32, {shape[0], shape[1], shape[2]}, device);
+    case 1: return Tensor(data, dtype, {shape[0]}, device);
+    case 2: return Tensor(data, dtype, {shape[0], shape[1]}, device);
+    case 3: return Tensor(data, dtype, {shape[0], shape[1], shape[2]}, device);
     default: fail("parameter with ", shape.size(), " dimensions is not supported");
   }
 }
@@ -52,8 +52,10 @@ std::vector<int> param_units(const std::vector<ParamSpec>& specs) {
 }
 
 ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, const std::vector<bool>& trainable,
-                       int partitions)
-    : backend_(backend), partitions_(partitions) {
+                       int partitions, DType param_dtype)
+    : backend_(backend), param_dtype_(param_dtype), partitions_(partitions) {
+  ZT_CHECK(param_dtype == DType::F32 || param_dtype == DType::BF16 || param_dtype == DType::F16,
+           "ParamStore: parameters are stored in fp32, bf16 or fp16, not ", dtype_name(param_dtype));
   ZT_CHECK(specs.size() == trainable.size(), "ParamStore: ", specs.size(), " specs but ", trainable.size(), " flags");
   ZT_CHECK(partitions >= 1, "ParamStore: partitions = ", partitions);
   const std::vector<int> units = param_units(specs);
@@ -81,10 +83,10 @@ ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, co
       flat.units[static_cast<size_t>(unit)] = {begin, size - begin};
     }
     flat.numel = size;
-    size_t bytes = static_cast<size_t>(flat.numel) * sizeof(float);
-    flat.params = Buffer(backend, bytes);
+    flat.params = Buffer(backend, static_cast<size_t>(flat.numel) * dtype_size(param_dtype));
     if (flat.numel) backend.fill(group_params(static_cast<ParamGroup>(g)), 0.0f);  // padding stays 0
-    if (g != static_cast<int>(ParamGroup::Frozen)) flat.grads = Buffer(backend, bytes);
+    if (g != static_cast<int>(ParamGroup::Frozen))
+      flat.grads = Buffer(backend, static_cast<size_t>(flat.numel) * sizeof(float));
   }
   zero_grads();
 }
@@ -101,19 +103,20 @@ const ParamEntry& ParamStore::entry(const std::string& name) const {
   return entries_[found->second];
 }
 
-Tensor ParamStore::slice(const Buffer& buffer, const ParamEntry& e) const {
-  return shaped_view(static_cast<float*>(buffer.data()) + e.offset, e.spec.shape, backend_.device());
+Tensor ParamStore::slice(const Buffer& buffer, DType dtype, const ParamEntry& e) const {
+  return shaped_view(static_cast<char*>(buffer.data()) + static_cast<size_t>(e.offset) * dtype_size(dtype), dtype,
+                     e.spec.shape, backend_.device());
 }
 
 Tensor ParamStore::param(const std::string& name) const {
   const ParamEntry& e = entry(name);
-  return slice(group(e.group).params, e);
+  return slice(group(e.group).params, param_dtype_, e);
 }
 
 Tensor ParamStore::grad(const std::string& name) const {
   const ParamEntry& e = entry(name);
   if (e.group == ParamGroup::Frozen) return Tensor();
-  return slice(group(e.group).grads, e);
+  return slice(group(e.group).grads, DType::F32, e);
 }
 
 void ParamStore::write_param(const std::string& name, const float* host) {
@@ -131,7 +134,7 @@ std::vector<float> ParamStore::read_param(const std::string& name) const {
 bool ParamStore::trainable(const std::string& name) const { return entry(name).group != ParamGroup::Frozen; }
 
 Tensor ParamStore::group_params(ParamGroup g) const {
-  return Tensor(group(g).params.data(), DType::F32, {group(g).numel}, backend_.device());
+  return Tensor(group(g).params.data(), param_dtype_, {group(g).numel}, backend_.device());
 }
 
 Tensor ParamStore::group_grads(ParamGroup g) const {

@@ -44,32 +44,37 @@ struct UnitRange {
 struct FlatGroup {
   int64_t numel = 0;  // padded element count of the buffers below
   std::vector<UnitRange> units;  // [units]
-  Buffer params;      // fp32 [numel]
+  Buffer params;      // param dtype [numel]: the compute parameters the model reads
   Buffer grads;       // fp32 [numel] (empty for the frozen group)
 };
 
 class ParamStore {
  public:
   // `trainable` decides, per spec, whether it gets a gradient (LoRA: only adapters);
-  // `partitions` is the ZeRO world size the unit ranges are padded for (1: no padding).
+  // `partitions` is the ZeRO world size the unit ranges are padded for (1: no padding);
+  // `param_dtype` is the storage of the parameters the model computes with: the compute dtype
+  // (fp32, bf16 or fp16; mixed precision keeps its fp32 master weights in the ZeRO engine).
+  // Gradients are always fp32, so that micro-batches accumulate without 16-bit rounding.
   ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, const std::vector<bool>& trainable,
-             int partitions = 1);
+             int partitions = 1, DType param_dtype = DType::F32);
 
   const std::vector<ParamEntry>& entries() const { return entries_; }
   const ParamEntry& entry(const std::string& name) const;
   bool contains(const std::string& name) const { return index_.count(name) > 0; }
-  Tensor param(const std::string& name) const;  // fp32 view with the spec's shape
-  Tensor grad(const std::string& name) const;   // empty view when the parameter is frozen
+  Tensor param(const std::string& name) const;  // param-dtype view with the spec's shape
+  Tensor grad(const std::string& name) const;   // fp32; empty view when the parameter is frozen
+  DType param_dtype() const { return param_dtype_; }
   bool trainable(const std::string& name) const;
 
   // Host <-> store copies of one parameter (the store may live on a device): loading weights,
-  // dumping them. `host` holds the parameter's numel fp32 values.
+  // dumping them. `host` holds the parameter's numel fp32 values (rounded to the param dtype
+  // on the way in).
   void write_param(const std::string& name, const float* host);
   std::vector<float> read_param(const std::string& name) const;
 
   FlatGroup& group(ParamGroup group) { return groups_[static_cast<size_t>(group)]; }
   const FlatGroup& group(ParamGroup group) const { return groups_[static_cast<size_t>(group)]; }
-  Tensor group_params(ParamGroup group) const;  // fp32 [numel]
+  Tensor group_params(ParamGroup group) const;  // param dtype [numel]
   Tensor group_grads(ParamGroup group) const;   // fp32 [numel]; empty for Frozen
 
   int64_t count_parameters(bool trainable_only) const;  // unpadded element counts
@@ -82,8 +87,9 @@ class ParamStore {
   int64_t unit_numel(int unit) const;  // padded elements of the unit over all groups
 
  private:
-  Tensor slice(const Buffer& buffer, const ParamEntry& entry) const;
+  Tensor slice(const Buffer& buffer, DType dtype, const ParamEntry& entry) const;
   Backend& backend_;
+  DType param_dtype_ = DType::F32;
   std::vector<ParamEntry> entries_;
   std::map<std::string, size_t> index_;
   std::array<FlatGroup, kParamGroups> groups_;

@@ -106,11 +106,12 @@ void print_zero_banner(const ZeroEngine& engine, const ZeroConfig& zero, int wor
                        int64_t accumulation, const char* precision) {
   const ZeroMemory m = engine.memory();
   const ZeroCommPlan plan = engine.comm_plan(accumulation);
-  std::printf("zero: stage %d, offload_optimizer %s, %d rank(s) on %d node(s), precision %s\n", zero.stage,
-              zero.offload_optimizer_device.c_str(), world_size, nodes, precision);
+  std::printf("zero: stage %d, offload_optimizer %s, offload_param %s, %d rank(s) on %d node(s), precision %s\n",
+              zero.stage, zero.offload_optimizer_device.c_str(), zero.offload_param_device.c_str(), world_size, nodes,
+              precision);
   std::printf("zero: per rank: parameters %s, gradients %s, fp32 master %s, optimizer state %s%s\n",
               mib(m.compute_params).c_str(), mib(m.gradients).c_str(), mib(m.master_params).c_str(),
-              mib(m.optimizer_state).c_str(), engine.offload() ? cat(" (host: ", mib(m.host_bytes), ")").c_str() : "");
+              mib(m.optimizer_state).c_str(), m.host_bytes ? cat(" (host: ", mib(m.host_bytes), ")").c_str() : "");
   std::printf("zero: expected traffic per step and rank: all-reduce %s, reduce-scatter %s, all-gather %s\n",
               mib(static_cast<int64_t>(plan.all_reduce)).c_str(), mib(static_cast<int64_t>(plan.reduce_scatter)).c_str(),
               mib(static_cast<int64_t>(plan.all_gather)).c_str());
@@ -203,7 +204,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
   Communicator* control = device_comm && device_comm->name() == "nccl" ? device_comm.get() : host_comm.get();
   control->set_timeout(std::chrono::duration<double>(config.comm_timeout_seconds));
   ParameterPlan plan = plan_parameters(model_config, config.lora);
-  ParamStore store(*backend, plan.specs, plan.trainable, world_size);
+  ParamStore store(*backend, plan.specs, plan.trainable, world_size, config.compute_dtype);
   load_base_weights(config.model_dir, store);
   if (!options.adapter_dir.empty()) load_peft_adapter_weights(options.adapter_dir, store);
   else if (config.lora.enabled()) init_lora_weights(store, config.seed);
@@ -383,6 +384,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
       MicroBatch& micro_data = batches.micro[static_cast<size_t>(micro)];
       BatchTensors batch = batch_views(micro_data, *backend, device_batch);
       dropout.row_ids = batch.row_ids;
+      engine.begin_micro_batch(micro + 1 == config.gradient_accumulation_steps);
       Tensor logits = model->forward(batch, dropout);
       if (step == 0 && micro == 0 && !config.dump_step0_path.empty()) {
         step0_logits = host_copy(*backend, logits);

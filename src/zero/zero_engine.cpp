@@ -30,8 +30,9 @@ struct ZeroEngine::GroupState {
   Buffer exp_avg, exp_avg_sq;   // fp32 [P] Adam moments (host when offloaded)
   Buffer grad_partition;        // fp32 [P] stage >= 1: this rank's reduced gradient slices
   Buffer host_grad;             // fp32 [P] offload: the gradient partition copied to the host
-  Buffer compute_partition;     // fp32 [P] device: offload's updated copy of master, or stage 3's frozen slices
-  Buffer staging_in, staging_out;  // fp32 [W*S], [S]: bucket staging (grown as needed)
+  Buffer compute_partition;     // param dtype [P] device: the master in the compute dtype (what stages 1-3
+                                // all-gather from), or stage 3's frozen slices
+  Buffer staging_in, staging_out;  // fp32 [W*S], [S]: gradient bucket staging (grown as needed)
 };
 
 // A gradient bucket being reduce-scattered (stage 1-3).
@@ -49,9 +50,12 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
                        const OptimizerConfig& optimizer, DType compute_dtype)
     : backend_(backend), comm_(comm), store_(store), zero_(zero), optimizer_(optimizer), stage_(zero.stage),
       world_(comm.size()), rank_(comm.rank()), offload_(zero.offload_optimizer_device == "cpu"),
+      offload_param_(zero.offload_param_device == "cpu"),
       compute_dtype_(compute_dtype), rounds_(compute_dtype != DType::F32) {
   ZT_CHECK(compute_dtype == DType::F32 || compute_dtype == DType::BF16 || compute_dtype == DType::F16,
            "compute dtype ", dtype_name(compute_dtype), " is not fp32, bf16 or fp16");
+  ZT_CHECK(store.param_dtype() == compute_dtype, "ZeRO: the parameter store holds ", dtype_name(store.param_dtype()),
+           " parameters but the compute dtype is ", dtype_name(compute_dtype));
   ZT_CHECK(stage_ >= 0 && stage_ <= 3, "zero_optimization.stage ", stage_, " is not 0, 1, 2 or 3");
   ZT_CHECK(store.partitions() == world_, "ZeRO: the parameter store is padded for ", store.partitions(),
            " partitions but the job has ", world_, " ranks");
@@ -59,15 +63,19 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
            "(as in DeepSpeed); the config has stage 0");
   ZT_CHECK(zero.offload_param_device != "cpu" || stage_ == 3,
            "zero_optimization.offload_param.device \"cpu\" needs ZeRO stage 3; the config has stage ", stage_);
-  ZT_CHECK(zero.offload_param_device != "cpu",
-           "zero_optimization.offload_param (stage-3 parameter offload) is not implemented on the CPU backend yet");
   ZT_CHECK(optimizer.adam_w_mode || optimizer.weight_decay == 0.0,
            "Adam with L2 regularisation (adam_w_mode false and weight_decay ", optimizer.weight_decay,
            ") is not supported: use AdamW (adam_w_mode true) or weight_decay 0");
   ZT_CHECK(zero.reduce_bucket_size > 0 && zero.allgather_bucket_size > 0,
            "zero_optimization: reduce_bucket_size and allgather_bucket_size must be positive");
-  if (offload_) host_ = make_cpu_backend();
+  // Host memory for what is offloaded: page-locked when pin_memory asks for it (the CUDA
+  // backend's host backend), so that device<->host copies run at full speed.
+  auto host_backend = [&](bool pin) { return pin ? backend_.make_host_backend() : make_cpu_backend(); };
+  if (offload_) host_ = host_backend(zero.offload_optimizer_pin_memory);
+  if (offload_param_) param_host_ = host_backend(zero.offload_param_pin_memory);
   Backend& state_backend = offload_ ? *host_ : backend_;
+  // Where the compute-dtype partitions live: host memory with offload_param (stage 3).
+  Backend& partition_backend = offload_param_ ? *param_host_ : backend_;
   const int64_t divisor = stage_ == 0 ? 1 : world_;
   for (ParamGroup group : kAllGroups) {
     auto state = std::make_unique<GroupState>();
@@ -82,9 +90,11 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
       state_backend.fill(f32_buffer_view(state->exp_avg_sq, state->partition_numel), 0.0f);
       if (stage_ >= 1) state->grad_partition = Buffer(backend_, bytes);
       if (offload_) state->host_grad = Buffer(*host_, bytes);
-      if (stage_ >= 1 && (offload_ || rounds_)) state->compute_partition = Buffer(backend_, bytes);
+      if (stage_ >= 1 && (offload_ || rounds_ || offload_param_))
+        state->compute_partition = Buffer(partition_backend, param_bytes(*state));
     }
-    if (group == ParamGroup::Frozen && stage_ == 3 && bytes) state->compute_partition = Buffer(backend_, bytes);
+    if (group == ParamGroup::Frozen && stage_ == 3 && bytes)
+      state->compute_partition = Buffer(partition_backend, param_bytes(*state));
     groups_.push_back(std::move(state));
   }
   units_.resize(static_cast<size_t>(store.num_units()));
@@ -117,10 +127,18 @@ Pending ZeroEngine::all_gather_async(Tensor out, Tensor in) {
 
 ZeroEngine::GroupState& ZeroEngine::state(ParamGroup group) { return *groups_[static_cast<size_t>(group)]; }
 
+size_t ZeroEngine::param_bytes(const GroupState& s) const {
+  return static_cast<size_t>(s.partition_numel) * dtype_size(compute_dtype_);
+}
+
+Tensor ZeroEngine::compute_partition_view(const GroupState& s) const {
+  return s.compute_partition.view(compute_dtype_, {s.partition_numel});
+}
+
 Tensor ZeroEngine::gather_source(ParamGroup group) const {
   const GroupState& s = *groups_[static_cast<size_t>(group)];
-  const Buffer& source = s.compute_partition.data() ? s.compute_partition : s.master;
-  return f32_buffer_view(source, s.partition_numel);
+  if (s.compute_partition.data()) return compute_partition_view(s);
+  return f32_buffer_view(s.master, s.partition_numel);  // fp32 compute without offload: the master itself
 }
 
 // Copies this rank's slice of every unit of `full` into `partition` (at unit.begin / W).
@@ -132,9 +150,9 @@ static void copy_own_slices(Backend& backend, Tensor partition, Tensor full, con
   }
 }
 
+// The store holds the initial weights in the compute dtype (rounded as loaded); the fp32 master
+// starts from those values, as DeepSpeed's does from the 16-bit module.
 void ZeroEngine::init_from_store() {
-  if (rounds_ && store_.group(ParamGroup::Frozen).numel)  // frozen weights are used in the compute dtype as loaded
-    backend_.round_to(store_.group_params(ParamGroup::Frozen), compute_dtype_);
   for (ParamGroup group : kAllGroups) {
     GroupState& s = state(group);
     if (!s.partition_numel) continue;
@@ -144,7 +162,7 @@ void ZeroEngine::init_from_store() {
       if (stage_ == 0) backend_.copy(master, full);
       else copy_own_slices(backend_, master, full, store_.group(group).units, world_, rank_);
     } else if (stage_ == 3) {
-      copy_own_slices(backend_, f32_buffer_view(s.compute_partition, s.partition_numel), full,
+      copy_own_slices(backend_, compute_partition_view(s), full,
                       store_.group(group).units, world_, rank_);
     }
   }
@@ -159,7 +177,6 @@ void ZeroEngine::init_from_store() {
     peak_gathered_ = live_gathered_;
   }
   update_compute_partitions();
-  if (rounds_) sync_params_after_update();  // the compute parameters become the rounded master
   if (stage_ >= 2) {
     for (int unit = 0; unit < store_.num_units(); ++unit) {
       for (ParamGroup group : kTrainableGroups) {
@@ -172,6 +189,7 @@ void ZeroEngine::init_from_store() {
 }
 
 void ZeroEngine::begin_step() {
+  boundary_ = false;
   if (stage_ <= 1) store_.zero_grads();
   for (ParamGroup group : kTrainableGroups) {
     GroupState& s = state(group);
@@ -188,7 +206,13 @@ void ZeroEngine::gather_unit(int unit, bool async) {
     if (!range.numel) continue;
     Tensor out = store_.group_params(group).rows(range.begin, range.numel);
     Tensor in = gather_source(group).rows(range.begin / world_, range.numel / world_);
-    u.inflight.push_back(all_gather_async(out, in));
+    if (offload_param_ && world_ > 1) {  // collectives read device memory: upload this rank's slice first
+      u.uploads.emplace_back(backend_, in.bytes());
+      Tensor uploaded = u.uploads.back().view(in.dtype, {in.numel()});
+      backend_.copy(uploaded, in);
+      in = uploaded;
+    }
+    u.inflight.push_back(all_gather_async(out, in));  // one rank: a copy, host -> device when offloaded
   }
   u.gathered = true;
   live_gathered_ += store_.unit_numel(unit);
@@ -200,6 +224,7 @@ void ZeroEngine::finish_prefetch(int unit) {
   UnitState& u = units_[static_cast<size_t>(unit)];
   for (Pending& pending : u.inflight) pending->wait();
   u.inflight.clear();
+  u.uploads.clear();
 }
 
 void ZeroEngine::discard_unit_params(int unit) {
@@ -256,8 +281,13 @@ void ZeroEngine::release(int unit) {
 
 // ---- gradients ------------------------------------------------------------------------------
 
+void ZeroEngine::begin_micro_batch(bool last) { boundary_ = last; }
+
+// Stage 2/3 reduce every micro-batch's gradients as backward completes them; stage 0/1 in the
+// last micro-batch of the step only (earlier ones accumulate locally), so their reductions
+// overlap the rest of that backward as well.
 void ZeroEngine::gradients_ready(int unit) {
-  if (stage_ >= 2) enqueue_gradients(unit);  // stage 0/1 reduce at the boundary
+  if (stage_ >= 2 || (boundary_ && (stage_ == 1 || world_ > 1))) enqueue_gradients(unit);
 }
 
 void ZeroEngine::enqueue_gradients(int unit) {
@@ -282,6 +312,12 @@ void ZeroEngine::flush_gradient_bucket() {
     if (!per_rank) continue;
     GroupState& s = state(group);
     Tensor grads = store_.group_grads(group);
+    if (stage_ == 0) {  // the bucket's units are one contiguous range of the group: all-reduce it in place
+      const int64_t begin = part.units.front().begin;
+      part.pending = comm_.all_reduce_sum_async(grads.rows(begin, part.units.back().begin + part.units.back().numel - begin));
+      bucket->parts.push_back(std::move(part));
+      continue;
+    }
     Tensor in;
     if (part.units.size() == 1) {  // one unit is already rank-major: reduce it in place
       in = grads.rows(part.units[0].begin, part.units[0].numel);
@@ -306,12 +342,14 @@ void ZeroEngine::complete_inflight() {
   std::unique_ptr<InflightBucket> bucket = std::move(inflight_);
   for (InflightBucket::Part& part : bucket->parts) {
     part.pending->wait();
+    if (stage_ == 0) continue;  // reduced in place, and kept: every rank updates from all of it
     GroupState& s = state(part.group);
     add_slices(backend_, f32_buffer_view(s.grad_partition, s.partition_numel),
                f32_buffer_view(s.staging_out, slice_numel(part.units, world_)), part.units, world_);
   }
   // The full-size gradients of these units are reduced: give their memory back.
   for (int unit : bucket->units) {
+    if (stage_ == 0) break;
     for (ParamGroup group : kTrainableGroups) {
       const UnitRange range = store_.unit_range(group, unit);
       if (range.numel) backend_.discard(store_.group_grads(group).rows(range.begin, range.numel));
@@ -327,7 +365,10 @@ void ZeroEngine::end_micro_batch() {
 }
 
 void ZeroEngine::reduce_gradients() {
-  if (stage_ == 0 && world_ > 1) {  // one rank: its gradients are the sum already
+  if (boundary_ && stage_ <= 1) {  // reduced during the last backward: complete the last bucket
+    flush_gradient_bucket();
+    complete_inflight();
+  } else if (stage_ == 0 && world_ > 1) {  // one rank: its gradients are the sum already
     for (ParamGroup group : kTrainableGroups) {
       Tensor grads = store_.group_grads(group);
       const int64_t numel = store_.group(group).numel;
@@ -421,9 +462,8 @@ void ZeroEngine::update_compute_partitions() {
 void ZeroEngine::update_compute_partition(ParamGroup group, int64_t begin, int64_t numel) {
   GroupState& s = state(group);
   if (!s.compute_partition.data() || !numel) return;
-  Tensor compute = f32_buffer_view(s.compute_partition, s.partition_numel).rows(begin, numel);
-  backend_.copy(compute, f32_buffer_view(s.master, s.partition_numel).rows(begin, numel));  // host -> device when offloaded
-  if (rounds_) backend_.round_to(compute, compute_dtype_);
+  // fp32 -> compute dtype (RNE), host -> device when offloaded, in one copy.
+  backend_.copy(compute_partition_view(s).rows(begin, numel), f32_buffer_view(s.master, s.partition_numel).rows(begin, numel));
 }
 
 // Stage 1/2: all-gather one bucket of consecutive units of a group from the compute partition
@@ -438,8 +478,8 @@ ZeroEngine::BucketGather ZeroEngine::start_bucket_gather(ParamGroup group, const
   if (bucket.size() == 1) {
     gather.pending = all_gather_async(store_.group_params(group).rows(bucket.front().begin, bucket.front().numel), in);
   } else {
-    gather.staging = Buffer(backend_, static_cast<size_t>(per_rank * world_) * sizeof(float));
-    gather.pending = all_gather_async(f32_buffer_view(gather.staging, per_rank * world_), in);
+    gather.staging = Buffer(backend_, static_cast<size_t>(per_rank * world_) * dtype_size(in.dtype));
+    gather.pending = all_gather_async(gather.staging.view(in.dtype, {per_rank * world_}), in);
   }
   return gather;
 }
@@ -448,18 +488,16 @@ void ZeroEngine::finish_bucket_gather(BucketGather& gather) {
   gather.pending->wait();
   if (gather.units.size() > 1) {
     const int64_t per_rank = slice_numel(gather.units, world_);
-    unpack_rank_major(backend_, store_.group_params(gather.group), f32_buffer_view(gather.staging, per_rank * world_),
-                      gather.units, world_);
+    unpack_rank_major(backend_, store_.group_params(gather.group),
+                      gather.staging.view(store_.param_dtype(), {per_rank * world_}), gather.units, world_);
   }
 }
 
 void ZeroEngine::sync_params_after_update() {
   if (stage_ == 0) {
     for (ParamGroup group : kTrainableGroups)
-      if (state(group).partition_numel) {
+      if (state(group).partition_numel)  // fp32 -> compute dtype (RNE)
         backend_.copy(store_.group_params(group), f32_buffer_view(state(group).master, state(group).partition_numel));
-        if (rounds_) backend_.round_to(store_.group_params(group), compute_dtype_);
-      }
     return;
   }
   if (stage_ == 3) {  // gathered copies are stale: refresh the persistent ones, drop the others
@@ -514,10 +552,11 @@ ZeroMemory ZeroEngine::memory() const {
       trainable_partition += groups_[static_cast<size_t>(group)]->partition_numel;
     }
   }
-  const int64_t f = sizeof(float);
-  const bool compute_copy = stage_ >= 1 && (offload_ || rounds_);  // compute_partition beside the master
+  const int64_t f = sizeof(float);                               // master, optimizer state, gradients
+  const int64_t p = static_cast<int64_t>(dtype_size(compute_dtype_));  // compute parameters
+  const bool compute_copy = stage_ >= 1 && (offload_ || rounds_ || offload_param_);  // compute_partition beside the master
   if (stage_ < 3) {
-    m.compute_params = (all_numel + (compute_copy ? trainable_partition : 0)) * f;
+    m.compute_params = (all_numel + (compute_copy ? trainable_partition : 0)) * p;
   } else {
     // Gathered at most: the persistent units plus the largest unit in use and one prefetched
     // (or what was measured, when more), within stage3_max_live_parameters.
@@ -529,38 +568,46 @@ ZeroMemory ZeroEngine::memory() const {
     }
     const bool prefetched = largest <= zero_.stage3_prefetch_bucket_size && 2 * largest <= zero_.stage3_max_live_parameters;
     const int64_t planned = persistent + (prefetched ? 2 * largest : largest);
+    // The compute-dtype partitions: on the device, or in host memory with offload_param.
     const int64_t frozen_partition = groups_[static_cast<size_t>(ParamGroup::Frozen)]->partition_numel;
-    m.compute_params =
-        (std::max(peak_gathered_, planned) + frozen_partition + (compute_copy ? trainable_partition : 0)) * f;
+    const int64_t partitions = (frozen_partition + (compute_copy ? trainable_partition : 0)) * p;
+    m.compute_params = std::max(peak_gathered_, planned) * p + (offload_param_ ? 0 : partitions);
+    if (offload_param_) m.host_bytes += partitions;
   }
   m.gradients = stage_ < 2 ? trainable_numel * f
                            : (trainable_partition + std::min(zero_.reduce_bucket_size, trainable_numel)) * f;
   if (stage_ == 1) m.gradients += trainable_partition * f;
   m.master_params = trainable_partition * f;
   m.optimizer_state = 2 * trainable_partition * f;
-  if (offload_) m.host_bytes = m.master_params + m.optimizer_state + trainable_partition * f;
+  if (offload_) m.host_bytes += m.master_params + m.optimizer_state + trainable_partition * f;
   m.staging = peak_staging_;
   return m;
 }
 
 ZeroCommPlan ZeroEngine::comm_plan(int64_t accumulation) const {
   const double share = static_cast<double>(world_ - 1) / static_cast<double>(world_);
-  double trainable_bytes = 0.0;
-  for (ParamGroup group : kTrainableGroups) trainable_bytes += static_cast<double>(store_.group(group).numel) * 4.0;
+  // Gradients are reduced in fp32; parameters are gathered in the compute dtype.
+  const double param_size = static_cast<double>(dtype_size(compute_dtype_));
+  double trainable_numel = 0.0;
+  for (ParamGroup group : kTrainableGroups) trainable_numel += static_cast<double>(store_.group(group).numel);
+  const double grad_bytes = 4.0 * trainable_numel, param_bytes = param_size * trainable_numel;
   ZeroCommPlan plan;
   const double micro = static_cast<double>(accumulation);
   switch (stage_) {
-    case 0: plan.all_reduce = 2.0 * share * trainable_bytes; break;
-    case 1: plan.reduce_scatter = plan.all_gather = share * trainable_bytes; break;
+    case 0: plan.all_reduce = 2.0 * share * grad_bytes; break;
+    case 1:
+      plan.reduce_scatter = share * grad_bytes;
+      plan.all_gather = share * param_bytes;
+      break;
     case 2:
-      plan.reduce_scatter = micro * share * trainable_bytes;
-      plan.all_gather = share * trainable_bytes;
+      plan.reduce_scatter = micro * share * grad_bytes;
+      plan.all_gather = share * param_bytes;
       break;
     default: {
-      plan.reduce_scatter = micro * share * trainable_bytes;
+      plan.reduce_scatter = micro * share * grad_bytes;
       double gathered = 0.0, persistent = 0.0;  // bytes gathered per micro-batch / after each update
       for (int unit = 0; unit < store_.num_units(); ++unit) {
-        const double bytes = static_cast<double>(store_.unit_numel(unit)) * 4.0;
+        const double bytes = static_cast<double>(store_.unit_numel(unit)) * param_size;
         if (store_.unit_numel(unit) < zero_.stage3_param_persistence_threshold) persistent += bytes;
         else gathered += unit == 0 ? bytes : 2.0 * bytes;  // forward + backward (unit 0: forward only)
       }

@@ -13,6 +13,9 @@
 //   offload_optimizer cpu: master + Adam state (and a copy of the gradient partition) live in
 //            host memory and are updated there by the CPU Adam; the updated partition is copied
 //            back to the compute device.
+//   offload_param cpu (stage 3): the compute-dtype parameter partitions (frozen LoRA base
+//            weights included) live in host memory; a unit's slice is copied to the device
+//            when the unit is gathered, so the device holds only the gathered units.
 //
 // Partition r of a group is the concatenation of every unit's slice r (param_store.h), so all
 // collectives run over contiguous ranges. Gradients are summed over ranks, not averaged: the
@@ -39,7 +42,8 @@ struct ZeroMemory {
   int64_t gradients = 0;           // device: gradient buffers (full for 0/1; partition + one bucket for 2/3)
   int64_t master_params = 0;       // fp32 master partition (host when offloaded)
   int64_t optimizer_state = 0;     // Adam moments (host when offloaded)
-  int64_t host_bytes = 0;          // the part of the above that lives in host memory for offload
+  int64_t host_bytes = 0;          // host memory: offloaded master, optimizer state and gradient copy
+                                   // (part of the above), and offload_param's parameter partitions
   int64_t staging = 0;             // bucket staging buffers
 };
 
@@ -52,9 +56,9 @@ struct ZeroCommPlan {
 
 class ZeroEngine final : public UnitHooks {
  public:
-  // compute_dtype bf16/fp16: the compute parameters are the master rounded to that dtype and
-  // the reduced gradients are rounded to it too (fp16 overflow shows up as inf), stored in fp32
-  // (the CPU backend's emulation of mixed precision; DESIGN.md "Numerics").
+  // compute_dtype (the store's param dtype): the compute parameters are the fp32 master rounded
+  // to it, gathered in it; for bf16/fp16 the reduced fp32 gradients are rounded to it as well
+  // (fp16 overflow shows up as inf, as with DeepSpeed's 16-bit gradients; DESIGN.md "Numerics").
   ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, const ZeroConfig& zero,
              const OptimizerConfig& optimizer, DType compute_dtype = DType::F32);
   ~ZeroEngine() override;
@@ -67,11 +71,17 @@ class ZeroEngine final : public UnitHooks {
   // master partition and, for stage 3, partitions the parameters and frees the rest.
   void init_from_store();
 
-  // Step protocol: begin_step, then per micro-batch forward/backward + end_micro_batch, then
-  // reduce_gradients, gradient_norm, apply_update.
+  // Step protocol: begin_step, then per micro-batch begin_micro_batch + forward/backward +
+  // end_micro_batch, then reduce_gradients, gradient_norm, apply_update.
   void begin_step();
+  // Before each micro-batch's forward: `last` marks the step's last one, whose backward
+  // reduces stage 0/1 gradients bucket by bucket as units complete (without the call they are
+  // reduced at reduce_gradients, after the backward).
+  void begin_micro_batch(bool last);
   void end_micro_batch();      // stage 2/3: flush the last gradient bucket
-  void reduce_gradients();     // stage 0: all-reduce; stage 1: reduce-scatter; then the dtype rounding
+  // Completes the gradient reduction (stage 0: all-reduce; stage 1: reduce-scatter; both done
+  // during the last backward when begin_micro_batch marked it), then the dtype rounding.
+  void reduce_gradients();
   double gradient_norm();      // global L2 norm of the (reduced, still loss-scaled) gradients
   bool gradients_overflow();   // any inf/NaN in any rank's gradients (the fp16 overflow check)
   // Divides the gradients by grad_divisor (loss scale x clip coefficient), runs AdamW on this
@@ -114,12 +124,15 @@ class ZeroEngine final : public UnitHooks {
     bool grads_live = true;  // stage 2/3: the unit's gradient range holds this micro-batch's sums
     UnitUse last_use = UnitUse::Forward;
     std::vector<Pending> inflight;  // stage 3: all-gathers started ahead of use (a prefetch)
+    std::vector<Buffer> uploads;    // offload_param: this rank's slices copied to the device for them
   };
 
   GroupState& state(ParamGroup group);
   Pending reduce_scatter_async(Tensor out, Tensor in);  // comm_'s, or a copy on one rank
   Pending all_gather_async(Tensor out, Tensor in);
   Tensor gather_source(ParamGroup group) const;  // what stage 1-3 all-gather from (compute partition)
+  size_t param_bytes(const GroupState& s) const;  // a compute-dtype partition's bytes
+  Tensor compute_partition_view(const GroupState& s) const;  // compute dtype [P]
   void gather_unit(int unit, bool async);
   void finish_prefetch(int unit);
   void discard_unit_params(int unit);
@@ -133,7 +146,7 @@ class ZeroEngine final : public UnitHooks {
   struct BucketGather {
     ParamGroup group = ParamGroup::Decay;
     std::vector<UnitRange> units;
-    Buffer staging;  // fp32 [W * S] when the bucket has several units
+    Buffer staging;  // compute dtype [W * S] when the bucket has several units
     Pending pending;
   };
   BucketGather start_bucket_gather(ParamGroup group, const std::vector<UnitRange>& bucket);
@@ -148,14 +161,17 @@ class ZeroEngine final : public UnitHooks {
   int stage_ = 0;
   int world_ = 1;
   int rank_ = 0;
-  bool offload_ = false;
+  bool offload_ = false;        // offload_optimizer cpu
+  bool offload_param_ = false;  // offload_param cpu (stage 3): compute partitions in host memory
   DType compute_dtype_ = DType::F32;
   bool rounds_ = false;  // compute dtype bf16/fp16
-  std::unique_ptr<Backend> host_;  // offload: the host memory and CPU Adam
+  std::unique_ptr<Backend> host_;        // offload_optimizer: the host memory and CPU Adam
+  std::unique_ptr<Backend> param_host_;  // offload_param: host memory of the parameter partitions
   std::vector<std::unique_ptr<GroupState>> groups_;  // [kParamGroups]
   std::vector<UnitState> units_;
   std::vector<int> pending_bucket_;                  // stage 2/3: units whose gradients wait to be reduced
   int64_t pending_bucket_numel_ = 0;
+  bool boundary_ = false;                            // the step's last micro-batch is running
   std::unique_ptr<InflightBucket> inflight_;         // overlap_comm: one bucket reduction in flight
   int64_t live_gathered_ = 0, peak_gathered_ = 0;    // stage 3: gathered elements now / at most
   int64_t peak_staging_ = 0;

@@ -1,5 +1,6 @@
 # ZeRO equivalence (issue 4): for full fine-tuning and LoRA, stages 0-3 x world sizes 1, 2, 4
-# (oversubscribed) x offload_optimizer none/cpu give the same losses, gradient norms and final
+# (oversubscribed) x offload_optimizer none/cpu (stage 3 also with offload_param cpu: the
+# parameter partitions in host memory) give the same losses, gradient norms and final
 # weights as one rank with the same global batch (16 samples, micro-batch 4: accumulation
 # 4/W), within float reassociation. The runs also vary the ZeRO knobs so every path runs:
 # W=2: small buckets (several per step), nothing persistent, stage3_max_reuse_distance 0
@@ -31,7 +32,9 @@ ZERO_KNOBS = {
 def train(zerotune, workdir, model, data, mode, ranks, stage, offload):
     name = f"{mode}-w{ranks}-s{stage}-{offload}"
     out = os.path.join(workdir, name)
-    zero = dict(ZERO_KNOBS[ranks], stage=stage, offload_optimizer={"device": offload})
+    zero = dict(ZERO_KNOBS[ranks], stage=stage, offload_optimizer={"device": "none" if offload == "none" else "cpu"})
+    if offload == "cpu+param":
+        zero["offload_param"] = {"device": "cpu"}
     ds = write_ds_config(os.path.join(workdir, name + ".json"), 16, 4, zero)
     command = [zerotune, "train", "--model", model, "--data", data, "--out", out, "--deepspeed", ds,
                "--max-steps", STEPS, "--seed", 3, "--dump-final", out + ".safetensors"]
@@ -85,7 +88,9 @@ def check_accounting(report, got):
         units = layout["unit_elements"]
         frozen = layout["all_elements"] - layout["trainable_elements"]
         offloaded = layout["trainable_elements"] / ranks if got["offload"] == "cpu" else 0
-        planned = 4.0 * (2 * max(units) + frozen / ranks + offloaded)
+        # offload_param: the partitions (frozen and trainable) live in host memory.
+        partitions = 0 if got["offload"] == "cpu+param" else frozen / ranks + offloaded
+        planned = 4.0 * (2 * max(units) + partitions)
         report.scalar(f"{label}: stage-3 parameter bytes per rank = 2 largest units + partitions",
                       memory["parameters"], planned, 1e-12)
     elements = layout["trainable_elements"]
@@ -104,7 +109,8 @@ def main():
             reference = train(args.zerotune, workdir, model, data, mode, 1, 0, "none")
             for ranks in (1, 2, 4):
                 for stage in (0, 1, 2, 3):
-                    for offload in (("none",) if stage == 0 else ("none", "cpu")):
+                    offloads = {0: ("none",), 3: ("none", "cpu", "cpu+param")}.get(stage, ("none", "cpu"))
+                    for offload in offloads:
                         if (ranks, stage, offload) == (1, 0, "none"):
                             continue
                         got = train(args.zerotune, workdir, model, data, mode, ranks, stage, offload)

@@ -126,16 +126,19 @@ class MpiCommunicator final : public Communicator {
     return pending(request, Collective::ReduceScatter);
   }
 
+  // Any float dtype (ZeRO gathers compute-dtype parameters): the values travel as they are.
   Pending all_gather_async(Tensor out, Tensor in) override {
-    const int n = count_of(in, "all_gather");
-    count_of(out, "all_gather");
+    const int n = count_of(in, "all_gather", true);
+    count_of(out, "all_gather", true);
+    ZT_CHECK(in.dtype == out.dtype, "all_gather: in is ", in.describe(), " but out is ", out.describe());
+    const MPI_Datatype type = in.dtype == DType::F32 ? MPI_FLOAT : MPI_UINT16_T;
     ZT_CHECK(out.numel() == in.numel() * size_, "all_gather: output has ", out.numel(), " elements, expected ", size_,
              " x ", in.numel());
     count(Collective::AllGather, ring_share() * static_cast<double>(out.bytes()));
     // In place when `in` is already this rank's slice of `out` (MPI forbids aliasing otherwise).
     const bool in_place = static_cast<char*>(in.data) == static_cast<char*>(out.data) + rank_ * in.bytes();
     MPI_Request request = MPI_REQUEST_NULL;
-    check(MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data, n, MPI_FLOAT, out.data, n, MPI_FLOAT, comm_, &request),
+    check(MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data, n, type, out.data, n, type, comm_, &request),
           "MPI_Iallgather");
     return pending(request, Collective::AllGather);
   }
@@ -198,10 +201,12 @@ class MpiCommunicator final : public Communicator {
   void check(int code, const char* call) const {
     if (code != MPI_SUCCESS) fail(call, " failed on rank ", rank_, ": ", mpi_error_text(code));
   }
-  // Element count of an f32 host tensor as MPI's int.
-  int count_of(const Tensor& tensor, const char* op) const {
+  // Element count of an fp32 host tensor (any 16-bit float too when `any_float`) as MPI's int.
+  int count_of(const Tensor& tensor, const char* op, bool any_float = false) const {
     ZT_CHECK(tensor.device == Device::CPU, op, ": the MPI communicator needs host buffers, got ", tensor.describe());
-    ZT_CHECK(tensor.dtype == DType::F32, op, ": expected fp32, got ", tensor.describe());
+    const bool half = tensor.dtype == DType::BF16 || tensor.dtype == DType::F16;
+    ZT_CHECK(tensor.dtype == DType::F32 || (any_float && half), op, ": expected fp32", any_float ? ", bf16 or fp16" : "",
+             ", got ", tensor.describe());
     ZT_CHECK(tensor.numel() <= INT_MAX, op, ": ", tensor.numel(), " elements exceed MPI's int count (split the bucket)");
     return static_cast<int>(tensor.numel());
   }
