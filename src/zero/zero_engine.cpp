@@ -30,6 +30,8 @@ struct ZeroEngine::GroupState {
   Buffer exp_avg, exp_avg_sq;   // fp32 [P] Adam moments (host when offloaded)
   Buffer grad_partition;        // fp32 [P] stage >= 1: this rank's reduced gradient slices
   Buffer host_grad;             // fp32 [P] offload: the gradient partition copied to the host
+  Buffer host_compute;          // param dtype [P] offload to a GPU with 16-bit compute: the updated
+                                // master rounded on the host, then uploaded (half of fp32's bytes)
   Buffer compute_partition;     // param dtype [P] device: the master in the compute dtype (what stages 1-3
                                 // all-gather from), or stage 3's frozen slices
   Buffer staging_in, staging_out;  // fp32 [W*S], [S]: gradient bucket staging (grown as needed)
@@ -92,6 +94,8 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
       if (offload_) state->host_grad = Buffer(*host_, bytes);
       if (stage_ >= 1 && (offload_ || rounds_ || offload_param_))
         state->compute_partition = Buffer(partition_backend, param_bytes(*state));
+      if (offload_ && rounds_ && !offload_param_ && backend_.device() != Device::CPU)
+        state->host_compute = Buffer(*host_, param_bytes(*state));
     }
     if (group == ParamGroup::Frozen && stage_ == 3 && bytes)
       state->compute_partition = Buffer(partition_backend, param_bytes(*state));
@@ -462,8 +466,17 @@ void ZeroEngine::update_compute_partitions() {
 void ZeroEngine::update_compute_partition(ParamGroup group, int64_t begin, int64_t numel) {
   GroupState& s = state(group);
   if (!s.compute_partition.data() || !numel) return;
-  // fp32 -> compute dtype (RNE), host -> device when offloaded, in one copy.
-  backend_.copy(compute_partition_view(s).rows(begin, numel), f32_buffer_view(s.master, s.partition_numel).rows(begin, numel));
+  Tensor master = f32_buffer_view(s.master, s.partition_numel).rows(begin, numel);  // fp32
+  Tensor compute = compute_partition_view(s).rows(begin, numel);                    // compute dtype
+  if (s.host_compute.data()) {  // offloaded 16-bit compute: round on the CPU, upload half the bytes
+    Tensor rounded = s.host_compute.view(compute_dtype_, {s.partition_numel}).rows(begin, numel);
+    host_->copy(rounded, master);
+    backend_.copy(compute, rounded);
+  } else if (offload_ && compute.device == Device::CPU) {
+    host_->copy(compute, master);  // both in host memory (offload_param too): the CPU converts
+  } else {
+    backend_.copy(compute, master);  // fp32 -> compute dtype (RNE), across devices when offloaded
+  }
 }
 
 // Stage 1/2: all-gather one bucket of consecutive units of a group from the compute partition

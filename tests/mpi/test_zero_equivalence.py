@@ -29,15 +29,15 @@ ZERO_KNOBS = {
 }
 
 
-def train(zerotune, workdir, model, data, mode, ranks, stage, offload):
-    name = f"{mode}-w{ranks}-s{stage}-{offload}"
+def train(zerotune, workdir, model, data, mode, ranks, stage, offload, device):
+    name = f"{mode}-w{ranks}-s{stage}-{offload}-{device}"
     out = os.path.join(workdir, name)
     zero = dict(ZERO_KNOBS[ranks], stage=stage, offload_optimizer={"device": "none" if offload == "none" else "cpu"})
     if offload == "cpu+param":
         zero["offload_param"] = {"device": "cpu"}
     ds = write_ds_config(os.path.join(workdir, name + ".json"), 16, 4, zero)
     command = [zerotune, "train", "--model", model, "--data", data, "--out", out, "--deepspeed", ds,
-               "--max-steps", STEPS, "--seed", 3, "--dump-final", out + ".safetensors"]
+               "--max-steps", STEPS, "--seed", 3, "--dump-final", out + ".safetensors", "--device", device]
     if mode == "lora":
         command += ["--lora-r", 4, "--lora-alpha", 8, "--lora-targets", "all-linear", "--lora-dropout", 0.1]
     run_ranks(ranks, command)
@@ -100,22 +100,27 @@ def check_accounting(report, got):
                   memory["gradients"], 4.0 * grad_elements, 1e-12)
 
 
+def check_matrix(report, zerotune, workdir, device, world_sizes):
+    """Every stage x offload x world size against one rank at stage 0, full and LoRA, on `device`."""
+    model, data = make_model_and_data(zerotune, workdir)
+    for mode in ("full", "lora"):
+        reference = train(zerotune, workdir, model, data, mode, 1, 0, "none", device)
+        for ranks in world_sizes:
+            for stage in (0, 1, 2, 3):
+                offloads = {0: ("none",), 3: ("none", "cpu", "cpu+param")}.get(stage, ("none", "cpu"))
+                for offload in offloads:
+                    if (ranks, stage, offload) == (1, 0, "none"):
+                        continue
+                    got = train(zerotune, workdir, model, data, mode, ranks, stage, offload, device)
+                    compare(report, got, reference)
+                    check_accounting(report, got)
+
+
 def main():
     args = parse_args(__doc__)
     report = Report("ZeRO stages x world sizes x offload: same losses and weights as one rank")
     with temporary_directory(args, "zt-zero-") as workdir:
-        model, data = make_model_and_data(args.zerotune, workdir)
-        for mode in ("full", "lora"):
-            reference = train(args.zerotune, workdir, model, data, mode, 1, 0, "none")
-            for ranks in (1, 2, 4):
-                for stage in (0, 1, 2, 3):
-                    offloads = {0: ("none",), 3: ("none", "cpu", "cpu+param")}.get(stage, ("none", "cpu"))
-                    for offload in offloads:
-                        if (ranks, stage, offload) == (1, 0, "none"):
-                            continue
-                        got = train(args.zerotune, workdir, model, data, mode, ranks, stage, offload)
-                        compare(report, got, reference)
-                        check_accounting(report, got)
+        check_matrix(report, args.zerotune, workdir, "cpu", (1, 2, 4))
     return report.finish()
 
 
