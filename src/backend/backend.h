@@ -78,8 +78,9 @@ class Backend {
   virtual void synchronize() {}
   // A CPU backend whose memory this backend copies to and from fastest (ZeRO-Offload's master,
   // optimizer state and gradient partitions): the CUDA backend's allocates page-locked (pinned)
-  // host memory, so device<->host copies run at full PCIe speed and can be asynchronous. The
-  // default is a plain CPU backend.
+  // host memory, so device<->host copies run at full PCIe speed without a staging copy (copy()
+  // still returns only when the host side is done). Its discard() keeps the pages (pinned pages
+  // must stay mapped). The default is a plain CPU backend.
   virtual std::unique_ptr<Backend> make_host_backend();
 
   // ---- elementwise --------------------------------------------------------------------

@@ -1,10 +1,15 @@
 // GPU tests of the CUDA backend's GEMM (cuBLASLt) against the CPU backend (OpenBLAS): all four
 // transpose combinations, odd sizes, alpha/beta, fp32 (also TF32), bf16 and fp16 inputs with
-// their own or an fp32 output, views that start at unaligned offsets, K = 0.
+// their own or an fp32 output, views that start at unaligned offsets, K = 0; matmul_bias (the
+// bias in cuBLASLt's epilogue, or matmul + add_bias for other bias dtypes and unaligned biases)
+// against the CPU's matmul + add_bias for every input/output/bias dtype.
 // Bounds (see gpu_test_util.h): fp32 1e-5; TF32 below (10-bit mantissa inputs); bf16/fp16 two
 // units of roundoff of the output dtype, and 1e-5 for their fp32 outputs (the inputs are the
 // same rounded values, the accumulation is fp32 in both backends). TF32: typical error 5e-4
-// of the rms, bound 1e-2.
+// of the rms, bound 1e-2. matmul_bias: the same bounds. The CPU rounds nothing (fp32 storage);
+// the fused GPU path rounds acc + bias once, the unfused one twice (acc, then acc + bias): at
+// most u |acc| + u |acc + bias| off (u: half an ulp), within 2u (|cpu| + rms) as |bias| stays
+// below 2 rms here (bias values in [-1, 1], rms >= 0.5 for every shape below).
 #include <boost/test/unit_test.hpp>
 
 #include "gpu_test_util.h"
@@ -47,7 +52,95 @@ const GemmCase kCases[] = {
     {DType::F16, DType::F16, 1e-5},  {DType::F16, DType::F32, 1e-5},
 };
 
+// Runs C = A B^T + bias on the GPU's matmul_bias and on the CPU's matmul + add_bias and
+// compares; C starts as NaN. `bias_offset` elements in front of the bias make its view
+// unaligned (the unfused path).
+void check_matmul_bias(const GemmCase& gemm, DType bias_dtype, int64_t m, int64_t n, int64_t k,
+                       int64_t bias_offset, uint32_t seed) {
+  const std::vector<float> a = rounded(random_floats(static_cast<size_t>(m * k), seed), gemm.input);
+  const std::vector<float> b = rounded(random_floats(static_cast<size_t>(n * k), seed + 1), gemm.input);
+  const std::vector<float> bias =
+      rounded(random_floats(static_cast<size_t>(bias_offset + n), seed + 2), bias_dtype);
+  std::vector<float> a_host = a, b_host = b, expected(static_cast<size_t>(m * n));
+  std::vector<float> bias_host(bias.begin() + bias_offset, bias.end());  // [n]
+  cpu().matmul(view(expected, {m, n}), view(a_host, {m, k}), false, view(b_host, {n, k}), true,
+               1.0f, 0.0f);
+  cpu().add_bias(view(expected, {m, n}), view(bias_host, {n}));
+  DeviceTensor a_device = upload(a, gemm.input, {m, k});
+  DeviceTensor b_device = upload(b, gemm.input, {n, k});
+  DeviceTensor bias_device = upload(bias, bias_dtype, {bias_offset + n});
+  DeviceTensor c_device = poisoned(gemm.output, {m, n});
+  gpu().matmul_bias(c_device, a_device, b_device, bias_device.tensor.rows(bias_offset, n));
+  check_near(download(c_device), expected, gemm.output, gemm.fp32_rtol,
+             cat("matmul_bias ", dtype_name(gemm.input), "->", dtype_name(gemm.output), " bias ",
+                 dtype_name(bias_dtype), bias_offset ? " (unaligned)" : "", " ", m, "x", n, "x", k));
+}
+
 BOOST_AUTO_TEST_SUITE(cuda_gemm)
+
+BOOST_AUTO_TEST_CASE(matmul_bias_every_dtype_and_odd_sizes) {
+  uint32_t seed = 500;
+  for (const GemmCase& gemm : kCases) {
+    for (DType bias_dtype : float_dtypes()) {
+      check_matmul_bias(gemm, bias_dtype, 37, 53, 71, 0, seed++);
+      check_matmul_bias(gemm, bias_dtype, 64, 96, 128, 0, seed++);
+      check_matmul_bias(gemm, bias_dtype, 1, 300, 17, 0, seed++);
+      check_matmul_bias(gemm, bias_dtype, 5, 7, 3, 0, seed++);
+      check_matmul_bias(gemm, bias_dtype, 33, 65, 9, 1, seed++);  // bias 2- or 4-byte aligned
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(matmul_bias_uses_each_calls_bias) {
+  // The cached plan of a shape must not keep the first call's bias pointer: two live biases
+  // (distinct blocks, same alignment), one shape, alternating calls.
+  for (DType dtype : float_dtypes()) {
+    const int64_t m = 19, n = 24, k = 40;
+    std::vector<float> a = rounded(random_floats(static_cast<size_t>(m * k), 1), dtype);
+    std::vector<float> b = rounded(random_floats(static_cast<size_t>(n * k), 2), dtype);
+    std::vector<float> biases[2] = {rounded(random_floats(static_cast<size_t>(n), 3), dtype),
+                                    rounded(random_floats(static_cast<size_t>(n), 4), dtype)};
+    DeviceTensor a_device = upload(a, dtype, {m, k});
+    DeviceTensor b_device = upload(b, dtype, {n, k});
+    DeviceTensor bias_devices[2] = {upload(biases[0], dtype, {n}), upload(biases[1], dtype, {n})};
+    for (int call : {0, 1, 0}) {
+      std::vector<float> expected(static_cast<size_t>(m * n));
+      cpu().matmul(view(expected, {m, n}), view(a, {m, k}), false, view(b, {n, k}), true, 1.0f, 0.0f);
+      cpu().add_bias(view(expected, {m, n}), view(biases[call], {n}));
+      DeviceTensor c_device = poisoned(dtype, {m, n});
+      gpu().matmul_bias(c_device, a_device, b_device, bias_devices[call]);
+      check_near(download(c_device), expected, dtype, 1e-5,
+                 cat("matmul_bias with bias ", call, " (", dtype_name(dtype), ")"));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(matmul_bias_edge_cases) {
+  // K = 0: no products, C = the bias on every row.
+  DeviceTensor a0 = device_tensor(DType::F32, {3, 0});
+  DeviceTensor b0 = device_tensor(DType::F32, {4, 0});
+  DeviceTensor bias = upload({1.0f, -2.0f, 0.5f, 3.0f}, DType::F32, {4});
+  DeviceTensor c = poisoned(DType::F32, {3, 4});
+  gpu().matmul_bias(c, a0, b0, bias);
+  check_identical(download(c), {1.0f, -2.0f, 0.5f, 3.0f, 1.0f, -2.0f, 0.5f, 3.0f, 1.0f, -2.0f, 0.5f, 3.0f},
+                  "matmul_bias with K = 0");
+  // An empty bias: the plain product.
+  DeviceTensor a = upload({1.0f, 2.0f, 3.0f, 4.0f}, DType::F32, {2, 2});
+  DeviceTensor b = upload({1.0f, 0.0f, 0.0f, 1.0f, 1.0f, 1.0f}, DType::F32, {3, 2});
+  DeviceTensor plain = poisoned(DType::F32, {2, 3});
+  gpu().matmul_bias(plain, a, b, Tensor{});
+  check_identical(download(plain), {1.0f, 2.0f, 3.0f, 3.0f, 4.0f, 7.0f}, "matmul_bias without a bias");
+  // A bias of the wrong length, a bias in host memory, an integer bias.
+  DeviceTensor long_bias = device_tensor(DType::F32, {4});
+  zt::test::check_error_mentions([&] { gpu().matmul_bias(plain, a, b, long_bias); },
+                                 {"matmul_bias", "bias"});
+  std::vector<float> host_bias(3, 0.0f);
+  zt::test::check_error_mentions([&] { gpu().matmul_bias(plain, a, b, view(host_bias, {3})); },
+                                 {"matmul_bias", "bias", "device memory"});
+  DeviceTensor int_bias = device_tensor(DType::I32, {3});
+  zt::test::check_error_mentions([&] { gpu().matmul_bias(plain, a, b, int_bias); },
+                                 {"matmul_bias", "bias", "fp32, bf16 or fp16"});
+}
 
 BOOST_AUTO_TEST_CASE(all_transposes_dtypes_and_odd_sizes) {
   uint32_t seed = 100;

@@ -1,9 +1,14 @@
 // GPU tests of the CUDA backend's memory ops: dtype conversions by copy() and round_to()
 // (bit-exact against the host's float_to_bf16/float_to_fp16, across host and device), fill() of every dtype, the
-// caching allocator (no cudaMalloc in steady state, bytes in use and peak), and argument
-// errors (host memory given to a device op).
+// caching allocator (no cudaMalloc in steady state, bytes in use and peak), argument errors
+// (host memory given to a device op), and the pinned host backend (make_host_backend():
+// page-locked allocations released again, exact round trips, copies complete when copy()
+// returns even while the stream is busy, discard() keeping host and device views coherent).
 #include <boost/test/unit_test.hpp>
 
+#include <cuda_runtime.h>
+
+#include <algorithm>
 #include <cstring>
 
 #include "gpu_test_util.h"
@@ -23,6 +28,31 @@ std::vector<float> awkward_values() {
   values.insert(values.end(), std::begin(specials), std::end(specials));
   return values;
 }
+
+// What cudaPointerGetAttributes says `pointer` is (the test fails if the call does).
+cudaMemoryType memory_type(const void* pointer) {
+  cudaPointerAttributes attributes{};
+  const cudaError_t status = cudaPointerGetAttributes(&attributes, pointer);
+  BOOST_REQUIRE_MESSAGE(status == cudaSuccess, "cudaPointerGetAttributes: " << cudaGetErrorString(status));
+  return attributes.type;
+}
+
+// Busy work for the GPU's stream: four 4096^3 fp32 GEMMs (about 0.5 TFLOP, milliseconds on any
+// GPU). A copy queued behind them that copy() did not wait for would still be pending when the
+// test overwrites or reads the host side, so the checks below would see the wrong values.
+struct StreamLoad {
+  DeviceTensor a = device_tensor(DType::F32, {4096, 4096});
+  DeviceTensor b = device_tensor(DType::F32, {4096, 4096});
+  DeviceTensor c = device_tensor(DType::F32, {4096, 4096});
+  StreamLoad() {
+    gpu().fill(a, 0.5f);
+    gpu().fill(b, 0.25f);
+    gpu().synchronize();
+  }
+  void queue() {
+    for (int repeat = 0; repeat < 4; ++repeat) gpu().matmul(c, a, false, b, false, 1.0f, 0.0f);
+  }
+};
 
 BOOST_AUTO_TEST_SUITE(cuda_memory)
 
@@ -153,6 +183,108 @@ BOOST_AUTO_TEST_CASE(host_memory_given_to_a_device_op_is_an_error) {
   DeviceTensor ids = upload_integers(std::vector<int32_t>(16, 0), {16});
   zt::test::check_error_mentions([&] { gpu().accumulate(x, ids, 1.0f); },
                                  {"accumulate", "src", "fp32, bf16 or fp16"});
+}
+
+BOOST_AUTO_TEST_CASE(host_backend_allocates_pinned_memory_and_releases_it) {
+  std::unique_ptr<Backend> host = gpu().make_host_backend();
+  BOOST_TEST((host->device() == Device::CPU));
+  for (size_t bytes : {size_t{1}, size_t{1000}, size_t{3} << 20}) {
+    void* pointer = host->allocate(bytes);
+    BOOST_REQUIRE(pointer != nullptr);
+    BOOST_TEST(reinterpret_cast<uintptr_t>(pointer) % 64 == 0, bytes << " bytes: not 64-byte aligned");
+    BOOST_TEST(memory_type(pointer) == cudaMemoryTypeHost, bytes << " bytes: not page-locked memory");
+    std::memset(pointer, 0x5A, bytes);  // the host can write all of it
+    host->release(pointer);
+    // Released back to the driver: no longer registered with CUDA.
+    BOOST_TEST(memory_type(pointer) == cudaMemoryTypeUnregistered, bytes << " bytes: still pinned after release");
+  }
+  // Buffers release through the backend too (no error, nothing left over).
+  { Buffer buffer(*host, 4096); }
+  // The host backend computes like the CPU backend on its pinned memory.
+  Buffer x(*host, 4 * sizeof(float));
+  Tensor values = x.view(DType::F32, {4});
+  host->fill(values, 2.0f);
+  host->scale(values, 1.5f);
+  BOOST_TEST(host->sum_squares(values) == 36.0);
+}
+
+BOOST_AUTO_TEST_CASE(round_trips_between_device_and_pinned_host_are_exact) {
+  std::unique_ptr<Backend> host = gpu().make_host_backend();
+  const std::vector<float> values = awkward_values();
+  const int64_t n = static_cast<int64_t>(values.size());
+  Buffer source(*host, values.size() * sizeof(float));
+  Tensor pinned_values = source.view(DType::F32, {n});
+  std::memcpy(pinned_values.data, values.data(), values.size() * sizeof(float));
+  for (DType device_dtype : float_dtypes()) {
+    for (DType host_dtype : float_dtypes()) {
+      // pinned fp32 -> device `device_dtype` -> pinned `host_dtype` -> fp32 on the CPU
+      DeviceTensor device = poisoned(device_dtype, {n});
+      gpu().copy(device, pinned_values);
+      Buffer back(*host, values.size() * sizeof(float));
+      Tensor pinned_back = back.view(host_dtype, {n});
+      host->fill(pinned_back, kNaN);
+      gpu().copy(pinned_back, device);
+      std::vector<float> result(values.size());
+      host->copy(view(result, {n}), pinned_back);
+      check_identical(result, rounded(rounded(values, device_dtype), host_dtype),
+                      cat("pinned fp32 -> device ", dtype_name(device_dtype), " -> pinned ",
+                          dtype_name(host_dtype)));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(pinned_copies_are_complete_when_copy_returns) {
+  std::unique_ptr<Backend> host = gpu().make_host_backend();
+  StreamLoad load;
+  const int64_t n = int64_t{4} << 20;  // 16 MiB of fp32
+  Buffer pinned(*host, static_cast<size_t>(n) * sizeof(float));
+  float* host_values = static_cast<float*>(pinned.data());
+  const Tensor host_view = pinned.view(DType::F32, {n});
+  // Integers in [-125, 125]: exact in bf16 and fp16, so every dtype round-trips them.
+  auto pattern = [](int64_t i) { return static_cast<float>(i % 251) - 125.0f; };
+  for (DType device_dtype : float_dtypes()) {
+    // Upload behind busy work, then overwrite the host buffer at once: the device must hold
+    // the values from before the overwrite.
+    for (int64_t i = 0; i < n; ++i) host_values[i] = pattern(i);
+    DeviceTensor device = poisoned(device_dtype, {n});
+    load.queue();
+    gpu().copy(device, host_view);
+    std::fill(host_values, host_values + n, -1.0f);
+    const std::vector<float> uploaded = download(device);
+    size_t wrong = 0;
+    for (int64_t i = 0; i < n; ++i) wrong += uploaded[static_cast<size_t>(i)] != pattern(i);
+    BOOST_TEST(wrong == 0u, "pinned fp32 -> device " << dtype_name(device_dtype) << ": " << wrong
+                                << " elements changed by the host's overwrite after copy()");
+    // Download behind busy work, then read the host buffer at once: it must hold the data.
+    load.queue();
+    gpu().copy(host_view, device);
+    wrong = 0;
+    for (int64_t i = 0; i < n; ++i) wrong += host_values[i] != pattern(i);
+    BOOST_TEST(wrong == 0u, "device " << dtype_name(device_dtype) << " -> pinned fp32: " << wrong
+                                << " elements not there when copy() returned");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(discard_keeps_pinned_memory_coherent_with_the_device) {
+  // discard() may drop the pages' contents, but pinned pages must stay the ones the GPU's DMA
+  // uses: values written after a discard are the values an upload sees.
+  std::unique_ptr<Backend> host = gpu().make_host_backend();
+  const int64_t n = int64_t{1} << 20;  // 4 MiB: whole pages inside
+  Buffer pinned(*host, static_cast<size_t>(n) * sizeof(float));
+  const Tensor host_view = pinned.view(DType::F32, {n});
+  host->fill(host_view, 1.0f);
+  host->discard(host_view);
+  host->fill(host_view, 3.0f);
+  DeviceTensor device = poisoned(DType::F32, {n});
+  gpu().copy(device, host_view);
+  check_identical(download(device), std::vector<float>(static_cast<size_t>(n), 3.0f),
+                  "upload of pinned memory written after discard()");
+  gpu().fill(device, 5.0f);
+  gpu().copy(host_view, device);
+  std::vector<float> result(static_cast<size_t>(n));
+  host->copy(view(result, {n}), host_view);
+  check_identical(result, std::vector<float>(static_cast<size_t>(n), 5.0f),
+                  "download into pinned memory after discard()");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -752,7 +752,7 @@ BOOST_AUTO_TEST_CASE(mismatched_arguments_throw) {
   check_throws([&] { backend->rmsnorm_forward(view(a, {4, 3}), view(stats, {3}), view(b, {3, 4}), view(w, {4}), 1e-5f); },
                "rmsnorm y and x of different shapes");
   std::vector<uint16_t> half(12);
-  check_throws([&] { backend->relu_forward(half_view(half, zt::DType::BF16), view(a, {12})); }, "relu on bf16");
+  check_throws([&] { backend->relu_forward(half_view(half, zt::DType::BF16), view(a, {12})); }, "relu with y bf16 and x fp32");
   check_throws([&] { backend->add_bias(view(a, {3, 4}), view(stats, {3})); }, "add_bias of the wrong size");
   check_throws([&] { backend->swiglu_forward(view(a, {12}), view(b, {12}), view(c, {16})); }, "swiglu up of another shape");
   // Attention: H not a multiple of Hkv, and lse of the wrong shape.

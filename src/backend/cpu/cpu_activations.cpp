@@ -1,5 +1,6 @@
 // The CPU backend's pointwise layers: rotary position embedding (HF rotate_half layout),
-// SwiGLU, ReLU and inverted dropout with counter-based masks.
+// SwiGLU, ReLU and inverted dropout with counter-based masks; fp32 kernels, 16-bit storage
+// through Fp32Staging.
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -15,7 +16,8 @@ constexpr int64_t kParallelThreshold = 32768;  // elements; below this one threa
 // Rotates x[B,T,H,D] in place by angle t * inv_freq[i] (direction +1: forward) or by its
 // negative (direction -1: the transpose, for backward) on the pairs (x[i], x[i + D/2]).
 void rotate_pairs(const char* op, const Tensor& x, const Tensor& inv_freq, float direction) {
-  float* data = f32_arg(op, "x", x);
+  Fp32Staging stage(op);
+  float* data = f32_arg(op, "x", stage.update("x", x));
   const float* freq = f32_arg(op, "inv_freq", inv_freq);
   ZT_CHECK(x.ndim == 4, op, ": x must be [B, T, H, D], got ", x.describe());
   const int64_t batch = x.dim(0), time = x.dim(1), heads = x.dim(2), head_dim = x.dim(3);
@@ -52,6 +54,7 @@ void rotate_pairs(const char* op, const Tensor& x, const Tensor& inv_freq, float
       }
     }
   }
+  stage.write_back();
 }
 }  // namespace
 
@@ -65,9 +68,12 @@ void CpuBackend::rope_backward(Tensor dx, Tensor inv_freq) {
 
 void CpuBackend::swiglu_forward(Tensor h, Tensor gate, Tensor up) {
   const char* op = "swiglu_forward";
-  float* h_data = f32_arg(op, "h", h);
-  const float* gate_data = f32_arg(op, "gate", gate);
-  const float* up_data = f32_arg(op, "up", up);
+  expect_same_dtype(op, "gate", gate, "h", h);
+  expect_same_dtype(op, "up", up, "h", h);
+  Fp32Staging stage(op);
+  const float* gate_data = f32_arg(op, "gate", stage.read("gate", gate));
+  const float* up_data = f32_arg(op, "up", stage.read("up", up));
+  float* h_data = f32_arg(op, "h", stage.write("h", h));
   expect_same_shape(op, "gate", gate, "h", h);
   expect_same_shape(op, "up", up, "h", h);
   const int64_t n = h.numel();
@@ -76,15 +82,21 @@ void CpuBackend::swiglu_forward(Tensor h, Tensor gate, Tensor up) {
     const float g = gate_data[i];
     h_data[i] = g / (1.0f + vector_exp(-g)) * up_data[i];  // silu(g) = g / (1 + e^-g), as torch
   }
+  stage.write_back();
 }
 
 void CpuBackend::swiglu_backward(Tensor dgate, Tensor dup, Tensor dh, Tensor gate, Tensor up) {
   const char* op = "swiglu_backward";
-  float* dgate_data = f32_arg(op, "dgate", dgate);
-  float* dup_data = f32_arg(op, "dup", dup);
-  const float* dh_data = f32_arg(op, "dh", dh);
-  const float* gate_data = f32_arg(op, "gate", gate);
-  const float* up_data = f32_arg(op, "up", up);
+  expect_same_dtype(op, "dgate", dgate, "dh", dh);
+  expect_same_dtype(op, "dup", dup, "dh", dh);
+  expect_same_dtype(op, "gate", gate, "dh", dh);
+  expect_same_dtype(op, "up", up, "dh", dh);
+  Fp32Staging stage(op);
+  const float* dh_data = f32_arg(op, "dh", stage.read("dh", dh));
+  const float* gate_data = f32_arg(op, "gate", stage.read("gate", gate));
+  const float* up_data = f32_arg(op, "up", stage.read("up", up));
+  float* dgate_data = f32_arg(op, "dgate", stage.write("dgate", dgate));
+  float* dup_data = f32_arg(op, "dup", stage.write("dup", dup));
   expect_same_shape(op, "dgate", dgate, "dh", dh);
   expect_same_shape(op, "dup", dup, "dh", dh);
   expect_same_shape(op, "gate", gate, "dh", dh);
@@ -101,32 +113,44 @@ void CpuBackend::swiglu_backward(Tensor dgate, Tensor dup, Tensor dh, Tensor gat
     dgate_data[i] = grad * u * silu_derivative;
     dup_data[i] = grad * (g * sigmoid);
   }
+  stage.write_back();
 }
 
 void CpuBackend::relu_forward(Tensor y, Tensor x) {
-  float* y_data = f32_arg("relu_forward", "y", y);
-  const float* x_data = f32_arg("relu_forward", "x", x);
-  expect_same_shape("relu_forward", "y", y, "x", x);
+  const char* op = "relu_forward";
+  expect_same_dtype(op, "x", x, "y", y);
+  Fp32Staging stage(op);
+  const float* x_data = f32_arg(op, "x", stage.read("x", x));  // before y: may alias
+  float* y_data = f32_arg(op, "y", stage.write("y", y));
+  expect_same_shape(op, "y", y, "x", x);
   const int64_t n = x.numel();
 #pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
   for (int64_t i = 0; i < n; ++i) y_data[i] = x_data[i] < 0.0f ? 0.0f : x_data[i];  // NaN stays
+  stage.write_back();
 }
 
 void CpuBackend::relu_backward(Tensor dx, Tensor dy, Tensor y) {
-  float* dx_data = f32_arg("relu_backward", "dx", dx);
-  const float* dy_data = f32_arg("relu_backward", "dy", dy);
-  const float* y_data = f32_arg("relu_backward", "y", y);
-  expect_same_shape("relu_backward", "dy", dy, "dx", dx);
-  expect_same_shape("relu_backward", "y", y, "dx", dx);
+  const char* op = "relu_backward";
+  expect_same_dtype(op, "dy", dy, "dx", dx);
+  expect_same_dtype(op, "y", y, "dx", dx);
+  Fp32Staging stage(op);
+  const float* dy_data = f32_arg(op, "dy", stage.read("dy", dy));  // before dx: may alias
+  const float* y_data = f32_arg(op, "y", stage.read("y", y));
+  float* dx_data = f32_arg(op, "dx", stage.write("dx", dx));
+  expect_same_shape(op, "dy", dy, "dx", dx);
+  expect_same_shape(op, "y", y, "dx", dx);
   const int64_t n = dx.numel();
 #pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
   for (int64_t i = 0; i < n; ++i) dx_data[i] = y_data[i] > 0.0f ? dy_data[i] : 0.0f;
+  stage.write_back();
 }
 
 void CpuBackend::dropout(Tensor out, Tensor in, float p, RngKey key, Tensor row_ids) {
   const char* op = "dropout";
-  const Matrix output = f32_matrix(op, "out", out);
-  const float* in_data = f32_arg(op, "in", in);
+  expect_same_dtype(op, "in", in, "out", out);
+  Fp32Staging stage(op);
+  const float* in_data = f32_arg(op, "in", stage.read("in", in));  // before out: may alias
+  const Matrix output = f32_matrix(op, "out", stage.write("out", out));
   expect_same_shape(op, "in", in, "out", out);
   const int64_t* row_id_data = i64_arg(op, "row_ids", row_ids);
   expect_numel(op, "row_ids", row_ids, output.rows, "one global position per row of out");
@@ -135,7 +159,9 @@ void CpuBackend::dropout(Tensor out, Tensor in, float p, RngKey key, Tensor row_
     ZT_CHECK(row_id_data[row] >= 0, op, ": row_ids[", row, "] = ", row_id_data[row], " is negative");
   }
   if (p == 0.0f) {  // identity (no random numbers drawn)
-    if (output.data != in_data) std::memmove(output.data, in_data, out.bytes());
+    const size_t bytes = static_cast<size_t>(output.numel()) * sizeof(float);
+    if (output.data != in_data) std::memmove(output.data, in_data, bytes);
+    stage.write_back();
     return;
   }
   const float keep_scale = 1.0f / (1.0f - p);
@@ -150,6 +176,7 @@ void CpuBackend::dropout(Tensor out, Tensor in, float p, RngKey key, Tensor row_
       out_row[c] = keep ? in_row[c] * keep_scale : 0.0f;
     }
   }
+  stage.write_back();
 }
 
 }  // namespace zt::cpu

@@ -5,7 +5,8 @@
 // single-threaded cblas_sgemm calls inside the OpenMP loop (the OpenMP build of OpenBLAS runs
 // one thread per call inside a parallel region): with B*H independent heads there is enough
 // parallel work and no nested threading. The backward recomputes the probabilities from the
-// saved log-sum-exp instead of storing the B*H*T*T attention matrix.
+// saved log-sum-exp instead of storing the B*H*T*T attention matrix. bf16/fp16 activations are
+// widened for the fp32 kernels and the outputs rounded back once (Fp32Staging).
 #include <cblas.h>
 
 #include <cmath>
@@ -28,13 +29,13 @@ struct AttentionShapes {
   int64_t blocks() const { return (time + kQueryBlock - 1) / kQueryBlock; }
 };
 
-// Checks q[B,T,H,D], k,v[B,T,Hkv,D], out (or dout) like q, lse[B,H,T].
+// Checks q[B,T,H,D], k,v[B,T,Hkv,D], out (or dout) like q, all of one float dtype; lse[B,H,T] fp32.
 AttentionShapes check_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
                                 const Tensor& out, const char* out_arg, const Tensor& lse) {
-  f32_arg(op, "q", q);
-  f32_arg(op, "k", k);
-  f32_arg(op, "v", v);
-  f32_arg(op, out_arg, out);
+  expect_host_float(op, "q", q);
+  expect_same_dtype(op, "k", k, "q", q);
+  expect_same_dtype(op, "v", v, "q", q);
+  expect_same_dtype(op, out_arg, out, "q", q);
   f32_arg(op, "lse", lse);
   ZT_CHECK(q.ndim == 4, op, ": q must be [B, T, H, D], got ", q.describe());
   AttentionShapes shapes;
@@ -89,11 +90,13 @@ void block_scores(float* scores, const float* q, const float* k, const HeadViews
 
 void CpuBackend::attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
                                    float scale_factor) {
-  const AttentionShapes shapes = check_attention("attention_forward", q, k, v, out, "out", lse);
-  const float* q_data = q.f32();
-  const float* k_data = k.f32();
-  const float* v_data = v.f32();
-  float* out_data = out.f32();
+  const char* op = "attention_forward";
+  const AttentionShapes shapes = check_attention(op, q, k, v, out, "out", lse);
+  Fp32Staging stage(op);
+  const float* q_data = stage.read("q", q).f32();
+  const float* k_data = stage.read("k", k).f32();
+  const float* v_data = stage.read("v", v).f32();
+  float* out_data = stage.write("out", out).f32();
   float* lse_data = lse.f32();
   const int64_t time = shapes.time, heads = shapes.heads, blocks = shapes.blocks();
   const int64_t items = shapes.batch * heads * blocks;
@@ -138,6 +141,7 @@ void CpuBackend::attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, T
                   out_data + views.q_offset + first_query * views.q_stride, views.q_stride);
     }
   }
+  stage.write_back();
 }
 
 void CpuBackend::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
@@ -145,23 +149,24 @@ void CpuBackend::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout
                                     float scale_factor) {
   const char* op = "attention_backward";
   const AttentionShapes shapes = check_attention(op, q, k, v, out, "out", lse);
-  f32_arg(op, "dout", dout);
-  f32_arg(op, "dq", dq);
-  f32_arg(op, "dk", dk);
-  f32_arg(op, "dv", dv);
+  expect_same_dtype(op, "dout", dout, "q", q);
+  expect_same_dtype(op, "dq", dq, "q", q);
+  expect_same_dtype(op, "dk", dk, "q", q);
+  expect_same_dtype(op, "dv", dv, "q", q);
   expect_same_shape(op, "dout", dout, "q", q);
   expect_same_shape(op, "dq", dq, "q", q);
   expect_same_shape(op, "dk", dk, "k", k);
   expect_same_shape(op, "dv", dv, "v", v);
-  const float* q_data = q.f32();
-  const float* k_data = k.f32();
-  const float* v_data = v.f32();
-  const float* out_data = out.f32();
-  const float* dout_data = dout.f32();
+  Fp32Staging stage(op);
+  const float* q_data = stage.read("q", q).f32();
+  const float* k_data = stage.read("k", k).f32();
+  const float* v_data = stage.read("v", v).f32();
+  const float* out_data = stage.read("out", out).f32();
+  const float* dout_data = stage.read("dout", dout).f32();
   const float* lse_data = lse.f32();
-  float* dq_data = dq.f32();
-  float* dk_data = dk.f32();
-  float* dv_data = dv.f32();
+  float* dq_data = stage.write("dq", dq).f32();
+  float* dk_data = stage.write("dk", dk).f32();
+  float* dv_data = stage.write("dv", dv).f32();
   const int64_t time = shapes.time, heads = shapes.heads, head_dim = shapes.head_dim;
   const int64_t kv_heads = shapes.kv_heads, group = shapes.group();
   // One work item per (b, kv head): it owns dk, dv of that kv head, so the query heads of its
@@ -237,6 +242,7 @@ void CpuBackend::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout
       }
     }
   }
+  stage.write_back();
 }
 
 }  // namespace zt::cpu

@@ -11,8 +11,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
+#include "backend/cpu/cpu_dtype_staging.h"
 #include "core/error.h"
 
 namespace zt {
@@ -62,17 +64,42 @@ const int64_t* i64_arg(const char* op, const char* arg, const Tensor& tensor) {
 
 // ---- memory -------------------------------------------------------------------------------
 
+CpuBackend::CpuBackend(HostAllocator allocator) : allocator_(std::move(allocator)) {
+  ZT_CHECK(static_cast<bool>(allocator_.allocate) == static_cast<bool>(allocator_.release),
+           "make_cpu_backend: the host allocator must set both allocate and release, or neither (got ",
+           allocator_.allocate ? "allocate" : "release", " only)");
+}
+
 void* CpuBackend::allocate(size_t bytes) {
   constexpr size_t kAlignment = 64;  // a cache line; also what AVX-512 loads like
+  if (allocator_.allocate) {
+    void* pointer = allocator_.allocate(bytes);
+    ZT_CHECK(pointer != nullptr, "cpu backend: the host allocator returned no memory for ", bytes, " bytes");
+    if (reinterpret_cast<uintptr_t>(pointer) % kAlignment != 0) {
+      allocator_.release(pointer);  // the error below is the one to report
+      fail("cpu backend: the host allocator returned ", pointer, " for ", bytes, " bytes, which is not ",
+           kAlignment, "-byte aligned");
+    }
+    return pointer;
+  }
   const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
   void* pointer = std::aligned_alloc(kAlignment, rounded);
   ZT_CHECK(pointer != nullptr, "cpu backend: cannot allocate ", bytes, " bytes of host memory");
   return pointer;
 }
 
-void CpuBackend::release(void* pointer) { std::free(pointer); }
+void CpuBackend::release(void* pointer) {
+  if (allocator_.release) {
+    allocator_.release(pointer);
+  } else {
+    std::free(pointer);
+  }
+}
 
 void CpuBackend::discard(Tensor range) {
+  // Memory from a custom allocator (e.g. CUDA's pinned host memory) keeps its pages: they are
+  // locked and registered with the driver, and dropping them would unmap what the GPU copies from.
+  if (allocator_.allocate) return;
   // madvise(MADV_DONTNEED) on the whole pages inside the range: private anonymous memory is
   // returned to the system (RSS drops) and faulted back in, zeroed, when written again.
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
@@ -87,28 +114,6 @@ namespace {
 
 // Loops below this many elements run on one thread: waking the team costs more than it saves.
 constexpr int64_t kParallelThreshold = 32768;
-
-// Converts n floats to the 16-bit format `dtype` (bf16 or fp16), round to nearest even.
-void floats_to_half(uint16_t* dst, const float* src, int64_t n, DType dtype) {
-  if (dtype == DType::BF16) {
-#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
-    for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
-  } else {
-#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
-    for (int64_t i = 0; i < n; ++i) dst[i] = float_to_fp16(src[i]);
-  }
-}
-
-// Converts n values of the 16-bit format `dtype` (bf16 or fp16) to floats (exact).
-void half_to_floats(float* dst, const uint16_t* src, int64_t n, DType dtype) {
-  if (dtype == DType::BF16) {
-#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
-    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);
-  } else {
-#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
-    for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_float(src[i]);
-  }
-}
 
 // Sum of squares of a float array in fixed chunks of kChunk elements, each chunk in double
 // and the chunks added in order: the result does not depend on the number of threads.
@@ -151,8 +156,8 @@ void CpuBackend::copy(Tensor dst, Tensor src) {
     if (dst.data != src.data) std::memmove(dst.data, src.data, src.bytes());
     return;
   }
-  const bool dst_half = dst.dtype == DType::BF16 || dst.dtype == DType::F16;
-  const bool src_half = src.dtype == DType::BF16 || src.dtype == DType::F16;
+  const bool dst_half = is_half(dst.dtype);
+  const bool src_half = is_half(src.dtype);
   if (dst.dtype == DType::F32 && src_half) {
     half_to_floats(static_cast<float*>(dst.data), static_cast<const uint16_t*>(src.data), n,
                    src.dtype);
@@ -204,9 +209,12 @@ void CpuBackend::fill(Tensor dst, float value) {
 // ---- elementwise ----------------------------------------------------------------------------
 
 void CpuBackend::accumulate(Tensor dst, Tensor src, float scale_factor) {
-  float* out = f32_arg("accumulate", "dst", dst);
-  const float* in = f32_arg("accumulate", "src", src);
-  expect_numel("accumulate", "src", src, dst.numel(), "the elements of dst");
+  const char* op = "accumulate";
+  Fp32Staging stage(op);
+  const Tensor src32 = stage.read("src", src);  // before dst is written: src may alias dst
+  float* out = f32_arg(op, "dst", stage.update("dst", dst));
+  const float* in = src32.f32();
+  expect_numel(op, "src", src, dst.numel(), "the elements of dst");
   const int64_t n = dst.numel();
   if (scale_factor == 1.0f) {  // the residual add: keep it a plain add
 #pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
@@ -215,22 +223,26 @@ void CpuBackend::accumulate(Tensor dst, Tensor src, float scale_factor) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
     for (int64_t i = 0; i < n; ++i) out[i] += scale_factor * in[i];
   }
+  stage.write_back();
 }
 
 void CpuBackend::scale(Tensor dst, float factor) {
-  float* data = f32_arg("scale", "dst", dst);
+  Fp32Staging stage("scale");
+  float* data = stage.update("dst", dst).f32();
   const int64_t n = dst.numel();
 #pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
   for (int64_t i = 0; i < n; ++i) data[i] *= factor;
+  stage.write_back();
 }
 
 double CpuBackend::sum_squares(Tensor x) {
-  const float* data = f32_arg("sum_squares", "x", x);
-  return chunked_sum_squares(data, x.numel());
+  Fp32Staging stage("sum_squares");
+  return chunked_sum_squares(stage.read("x", x).f32(), x.numel());
 }
 
 bool CpuBackend::has_inf_or_nan(Tensor x) {
-  const float* data = f32_arg("has_inf_or_nan", "x", x);
+  Fp32Staging stage("has_inf_or_nan");
+  const float* data = stage.read("x", x).f32();
   const int64_t n = x.numel();
   int found = 0;
   constexpr float kMaxFinite = std::numeric_limits<float>::max();
@@ -241,22 +253,34 @@ bool CpuBackend::has_inf_or_nan(Tensor x) {
 
 // ---- GEMM -----------------------------------------------------------------------------------
 
-void CpuBackend::matmul(Tensor c, Tensor a, bool transpose_a, Tensor b, bool transpose_b,
-                        float alpha, float beta) {
-  const Matrix out = f32_matrix("matmul", "c", c);
-  const Matrix left = f32_matrix("matmul", "a", a);
-  const Matrix right = f32_matrix("matmul", "b", b);
+namespace {
+
+// matmul's storage rule: a and b one float dtype; c that dtype, or fp32 (16-bit inputs
+// accumulated into fp32 weight gradients).
+void check_gemm_dtypes(const char* op, const Tensor& c, const Tensor& a, const Tensor& b) {
+  expect_host_float(op, "a", a);
+  expect_same_dtype(op, "b", b, "a", a);
+  ZT_CHECK(c.dtype == a.dtype || c.dtype == DType::F32, op, ": c ", c.describe(),
+           " must have the dtype of a ", a.describe(), " or be fp32");
+}
+
+// C[M,N] = alpha op(A) op(B) + beta C on fp32 views (cblas_sgemm).
+void fp32_gemm(CpuBackend& backend, const char* op, const Tensor& c, const Tensor& a, bool transpose_a,
+               const Tensor& b, bool transpose_b, float alpha, float beta) {
+  const Matrix out = f32_matrix(op, "c", c);
+  const Matrix left = f32_matrix(op, "a", a);
+  const Matrix right = f32_matrix(op, "b", b);
   const GemmDims dims = matmul_dims(c, a, transpose_a, b, transpose_b);
   const int64_t m = dims.m, n = dims.n, k = dims.k;
   constexpr int64_t kBlasLimit = std::numeric_limits<int>::max();
-  ZT_CHECK(m <= kBlasLimit && n <= kBlasLimit && k <= kBlasLimit, "matmul: dimensions of c ",
-           c.describe(), " exceed the BLAS int range");
+  ZT_CHECK(m <= kBlasLimit && n <= kBlasLimit && k <= kBlasLimit, op, ": dimensions of c ", c.describe(),
+           " exceed the BLAS int range");
   if (m == 0 || n == 0) return;
   if (k == 0) {  // no products: C = beta * C (BLAS does this too, but be explicit)
     if (beta == 0.0f) {
-      fill(c, 0.0f);
+      backend.fill(c, 0.0f);
     } else {
-      scale(c, beta);
+      backend.scale(c, beta);
     }
     return;
   }
@@ -266,10 +290,52 @@ void CpuBackend::matmul(Tensor c, Tensor a, bool transpose_a, Tensor b, bool tra
               static_cast<int>(right.cols), beta, out.data, static_cast<int>(n));
 }
 
+}  // namespace
+
+void CpuBackend::matmul(Tensor c, Tensor a, bool transpose_a, Tensor b, bool transpose_b,
+                        float alpha, float beta) {
+  const char* op = "matmul";
+  check_gemm_dtypes(op, c, a, b);
+  Fp32Staging stage(op);
+  const Tensor a32 = stage.read("a", a);
+  const Tensor b32 = stage.read("b", b);
+  // beta = 0: BLAS never reads C (NaN in C does not propagate), so it needs no widening.
+  const Tensor c32 = beta == 0.0f ? stage.write("c", c) : stage.update("c", c);
+  fp32_gemm(*this, op, c32, a32, transpose_a, b32, transpose_b, alpha, beta);
+  stage.write_back();
+}
+
+void CpuBackend::matmul_bias(Tensor c, Tensor a, Tensor b, Tensor bias) {
+  const char* op = "matmul_bias";
+  check_gemm_dtypes(op, c, a, b);
+  Fp32Staging stage(op);
+  const Tensor a32 = stage.read("a", a);
+  const Tensor b32 = stage.read("b", b);
+  const Tensor c32 = stage.write("c", c);
+  matmul_dims(c, a, false, b, true);  // shapes checked before C is written
+  if (bias.empty()) {
+    fp32_gemm(*this, op, c32, a32, false, b32, true, 1.0f, 0.0f);
+  } else {
+    // C = bias rows first, then one GEMM with beta = 1 adds A B^T onto them: one pass over C
+    // fewer than matmul + add_bias, and a 16-bit C is rounded once, after the bias.
+    const Matrix out = f32_matrix(op, "c", c32);
+    const float* bias_data = stage.read("bias", bias).f32();
+    expect_shape(op, "bias", bias, {out.cols});
+    const int64_t cols = out.cols;
+#pragma omp parallel for schedule(static) if (out.numel() > kParallelThreshold)
+    for (int64_t row = 0; row < out.rows; ++row)
+      std::memcpy(out.data + row * cols, bias_data, static_cast<size_t>(cols) * sizeof(float));
+    fp32_gemm(*this, op, c32, a32, false, b32, true, 1.0f, 1.0f);
+  }
+  stage.write_back();
+}
+
 void CpuBackend::add_bias(Tensor y, Tensor bias) {
-  const Matrix out = f32_matrix("add_bias", "y", y);
-  const float* bias_data = f32_arg("add_bias", "bias", bias);
-  expect_shape("add_bias", "bias", bias, {out.cols});
+  const char* op = "add_bias";
+  Fp32Staging stage(op);
+  const float* bias_data = stage.read("bias", bias).f32();
+  const Matrix out = f32_matrix(op, "y", stage.update("y", y));
+  expect_shape(op, "bias", bias, {out.cols});
   const int64_t cols = out.cols;
 #pragma omp parallel for schedule(static) if (out.numel() > kParallelThreshold)
   for (int64_t row = 0; row < out.rows; ++row) {
@@ -277,17 +343,21 @@ void CpuBackend::add_bias(Tensor y, Tensor bias) {
 #pragma omp simd
     for (int64_t col = 0; col < cols; ++col) y_row[col] += bias_data[col];
   }
+  stage.write_back();
 }
 
 void CpuBackend::bias_backward(Tensor dbias, Tensor dy) {
   if (dbias.empty()) return;  // frozen bias
-  const Matrix grad_out = f32_matrix("bias_backward", "dy", dy);
-  float* dbias_data = f32_arg("bias_backward", "dbias", dbias);
-  expect_shape("bias_backward", "dbias", dbias, {grad_out.cols});
+  const char* op = "bias_backward";
+  Fp32Staging stage(op);
+  const Matrix grad_out = f32_matrix(op, "dy", stage.read("dy", dy));
+  float* dbias_data = stage.update("dbias", dbias).f32();
+  expect_shape(op, "dbias", dbias, {grad_out.cols});
   const float* dy_data = grad_out.data;
   const int64_t cols = grad_out.cols;
   accumulate_column_sums(dbias_data, grad_out.rows, cols,
                          [=](int64_t row, int64_t col) { return dy_data[row * cols + col]; });
+  stage.write_back();
 }
 
 // ---- embedding ------------------------------------------------------------------------------
@@ -303,25 +373,37 @@ void check_ids(const char* op, const int32_t* ids, int64_t count, int64_t vocab)
 }  // namespace
 
 void CpuBackend::embedding_forward(Tensor out, Tensor table, Tensor ids) {
-  const Matrix output = f32_matrix("embedding_forward", "out", out);
-  const Matrix weights = f32_matrix("embedding_forward", "table", table);
-  const int32_t* id_data = i32_arg("embedding_forward", "ids", ids);
-  ZT_CHECK(weights.cols == output.cols, "embedding_forward: out ", out.describe(), " and table ",
-           table.describe(), " must have the same number of channels");
-  expect_numel("embedding_forward", "ids", ids, output.rows, "one id per row of out");
-  check_ids("embedding_forward", id_data, output.rows, weights.rows);
-  const int64_t cols = output.cols;
-#pragma omp parallel for schedule(static) if (output.numel() > kParallelThreshold)
-  for (int64_t row = 0; row < output.rows; ++row) {
-    std::memcpy(output.data + row * cols, weights.data + id_data[row] * cols,
-                static_cast<size_t>(cols) * sizeof(float));
+  const char* op = "embedding_forward";
+  // A gather of whole rows: out and table share one dtype, so the rows are copied as stored
+  // (what widening, copying and rounding back would give, without widening the whole table).
+  expect_host_float(op, "out", out);
+  expect_host_float(op, "table", table);
+  expect_same_dtype(op, "table", table, "out", out);
+  ZT_CHECK(out.ndim >= 1 && table.ndim >= 1, op, ": out ", out.describe(), " and table ", table.describe(),
+           " must have at least one dimension");
+  const int32_t* id_data = i32_arg(op, "ids", ids);
+  const int64_t cols = out.dim(-1);
+  const int64_t rows = cols == 0 ? 0 : out.numel() / cols;
+  const int64_t vocab = table.dim(-1) == 0 ? 0 : table.numel() / table.dim(-1);
+  ZT_CHECK(table.dim(-1) == cols, op, ": out ", out.describe(), " and table ", table.describe(),
+           " must have the same number of channels");
+  expect_numel(op, "ids", ids, rows, "one id per row of out");
+  check_ids(op, id_data, rows, vocab);
+  const size_t row_bytes = static_cast<size_t>(cols) * dtype_size(out.dtype);
+  char* out_bytes = static_cast<char*>(out.data);
+  const char* table_bytes = static_cast<const char*>(table.data);
+#pragma omp parallel for schedule(static) if (out.numel() > kParallelThreshold)
+  for (int64_t row = 0; row < rows; ++row) {
+    std::memcpy(out_bytes + static_cast<size_t>(row) * row_bytes,
+                table_bytes + static_cast<size_t>(id_data[row]) * row_bytes, row_bytes);
   }
 }
 
 void CpuBackend::embedding_backward(Tensor dtable, Tensor dout, Tensor ids) {
   if (dtable.empty()) return;  // frozen table
-  const Matrix grad_table = f32_matrix("embedding_backward", "dtable", dtable);
-  const Matrix grad_out = f32_matrix("embedding_backward", "dout", dout);
+  Fp32Staging stage("embedding_backward");
+  const Matrix grad_out = f32_matrix("embedding_backward", "dout", stage.read("dout", dout));
+  const Matrix grad_table = f32_matrix("embedding_backward", "dtable", stage.update("dtable", dtable));
   const int32_t* id_data = i32_arg("embedding_backward", "ids", ids);
   ZT_CHECK(grad_table.cols == grad_out.cols, "embedding_backward: dtable ", dtable.describe(),
            " and dout ", dout.describe(), " must have the same number of channels");
@@ -343,10 +425,13 @@ void CpuBackend::embedding_backward(Tensor dtable, Tensor dout, Tensor ids) {
       for (int64_t col = 0; col < width; ++col) table_row[col] += dout_row[col];
     }
   }
+  stage.write_back();
 }
 
 }  // namespace cpu
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<cpu::CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend(HostAllocator allocator) {
+  return std::make_unique<cpu::CpuBackend>(std::move(allocator));
+}
 
 }  // namespace zt

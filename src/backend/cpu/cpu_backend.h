@@ -1,5 +1,6 @@
 // The CPU reference backend: the class that implements zt::Backend with OpenBLAS + OpenMP, and
-// the argument checks its ops share. The ops are split by topic over cpu_*.cpp files.
+// the argument checks its ops share. The ops are split by topic over cpu_*.cpp files. Each op
+// runs one fp32 kernel; bf16/fp16 arguments reach it through Fp32Staging (cpu_dtype_staging.h).
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -8,6 +9,7 @@
 
 #include "backend/arg_checks.h"
 #include "backend/backend.h"
+#include "backend/cpu/cpu_dtype_staging.h"
 
 namespace zt::cpu {
 
@@ -23,6 +25,7 @@ struct Matrix {
 };
 
 // Throws unless `tensor` is a host tensor of `dtype` whose data is present (or has no elements).
+// (Float arguments of any storage dtype: expect_host_float in cpu_dtype_staging.h.)
 void expect_host(const char* op, const char* arg, const Tensor& tensor, DType dtype);
 // fp32 host data of an argument.
 float* f32_arg(const char* op, const char* arg, const Tensor& tensor);
@@ -63,6 +66,9 @@ void accumulate_column_sums(float* dst, int64_t rows, int64_t cols, Term term) {
 
 class CpuBackend final : public Backend {
  public:
+  // Memory from `allocator` (both functions set), or aligned_alloc/free (both empty).
+  explicit CpuBackend(HostAllocator allocator = {});
+
   Device device() const override { return Device::CPU; }
   std::string name() const override { return "cpu"; }
 
@@ -79,6 +85,8 @@ class CpuBackend final : public Backend {
 
   void matmul(Tensor c, Tensor a, bool transpose_a, Tensor b, bool transpose_b, float alpha,
               float beta) override;
+  // Bias rows written into C, then one GEMM with beta = 1.
+  void matmul_bias(Tensor c, Tensor a, Tensor b, Tensor bias) override;
   void add_bias(Tensor y, Tensor bias) override;
   void bias_backward(Tensor dbias, Tensor dy) override;
 
@@ -112,6 +120,9 @@ class CpuBackend final : public Backend {
 
   void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
              const AdamWParams& params) override;
+
+ private:
+  HostAllocator allocator_;
 };
 
 }  // namespace zt::cpu

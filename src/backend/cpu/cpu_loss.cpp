@@ -1,6 +1,8 @@
 // The CPU backend's fused softmax + cross-entropy over the vocabulary, with the gradient
 // written over the logits. One row (token) per iteration; a row of logits (V floats, 128 KB for
 // V = 32000) stays in L2 between the passes, so memory sees about one read and one write.
+// bf16/fp16 logits go through Fp32Staging: the loss comes from the widened logits and dlogits
+// are rounded once to the logits' dtype.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -12,7 +14,10 @@ namespace zt::cpu {
 
 double CpuBackend::cross_entropy(Tensor logits, Tensor targets, Tensor mask, float grad_scale) {
   const char* op = "cross_entropy";
-  const Matrix scores = f32_matrix(op, "logits", logits);  // [N, V]
+  const bool write_grad = grad_scale != 0.0f;
+  Fp32Staging stage(op);
+  const Matrix scores = f32_matrix(op, "logits", write_grad ? stage.update("logits", logits)
+                                                            : stage.read("logits", logits));  // [N, V]
   const int32_t* target_data = i32_arg(op, "targets", targets);
   const uint8_t* mask_data = u8_arg(op, "mask", mask);
   expect_numel(op, "targets", targets, scores.rows, "one target per row of logits");
@@ -26,7 +31,6 @@ double CpuBackend::cross_entropy(Tensor logits, Tensor targets, Tensor mask, flo
              ": targets[", row, "] = ", target_data[row], " is outside the vocabulary [0, ", vocab,
              ")");
   }
-  const bool write_grad = grad_scale != 0.0f;
   // Per-row losses, summed in row order at the end: the total does not depend on threads.
   std::vector<double> row_loss(static_cast<size_t>(rows), 0.0);  // row_loss[N]
 #pragma omp parallel for schedule(static) if (rows > 1)
@@ -68,6 +72,7 @@ double CpuBackend::cross_entropy(Tensor logits, Tensor targets, Tensor mask, flo
       x[target] -= grad_scale;
     }
   }
+  stage.write_back();
   double total = 0.0;
   for (double loss : row_loss) total += loss;
   return total;

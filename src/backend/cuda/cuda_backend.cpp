@@ -1,7 +1,11 @@
 // The CUDA backend's set-up and tear-down (device, stream, cuBLASLt handle, workspace, status
-// words), its shared argument checks, synchronisation with deferred kernel errors, and the
-// factory make_cuda_backend().
+// words), its shared argument checks, synchronisation with deferred kernel errors, the pinned
+// host backend, and the factory make_cuda_backend().
 #include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
@@ -128,6 +132,50 @@ void CudaBackendImpl::download(void* host, const void* device, size_t bytes) {
     ZT_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_));
   }
   synchronize();
+}
+
+// ---- pinned host memory ---------------------------------------------------------------------
+
+std::unique_ptr<Backend> CudaBackendImpl::make_host_backend() {
+  // The allocator holds the device index, not the backend: the host backend may outlive it.
+  const int device = device_;
+  HostAllocator pinned;
+  pinned.allocate = [device](size_t bytes) -> void* {
+    // Pinned memory belongs to the current device's context: make it ours (also on threads
+    // other than the one that made the backend).
+    ZT_CUDA_CHECK(cudaSetDevice(device));
+    void* pointer = nullptr;
+    // At least one byte, as the CPU backend's aligned_alloc: a distinct pointer to release.
+    const cudaError_t status = cudaHostAlloc(&pointer, std::max<size_t>(bytes, 1),
+                                             cudaHostAllocDefault);
+    if (status != cudaSuccess) {
+      cudaGetLastError();  // clear it, or the next launch check would report it as its own
+      fail("cuda host backend: cudaHostAlloc of ", bytes, " bytes of pinned host memory failed "
+           "on rank ", process_rank(), " (device ", device, "): ", cudaGetErrorString(status), " (",
+           cudaGetErrorName(status), "); pinned memory cannot be swapped out, so the node's free "
+           "RAM bounds it");
+    }
+    // Backend::allocate promises 64-byte alignment: cudaHostAlloc gives page-aligned memory in
+    // practice; checked, not assumed.
+    if (reinterpret_cast<uintptr_t>(pointer) % 64 != 0) {
+      cudaFreeHost(pointer);  // the error below is the one to report
+      fail("cuda host backend: cudaHostAlloc of ", bytes, " bytes returned ", pointer,
+           ", which is not 64-byte aligned");
+    }
+    return pointer;
+  };
+  pinned.release = [device](void* pointer) {
+    if (pointer == nullptr) return;
+    // At process exit the CUDA runtime may be unloaded before the last buffers die (static
+    // destructors): it has given the memory back itself then.
+    const cudaError_t status = cudaSetDevice(device);
+    if (status == cudaErrorCudartUnloading) return;
+    if (status != cudaSuccess) fail_cuda_call("cudaSetDevice(device)", status, __FILE__, __LINE__);
+    const cudaError_t freed = cudaFreeHost(pointer);
+    if (freed == cudaErrorCudartUnloading) return;
+    if (freed != cudaSuccess) fail_cuda_call("cudaFreeHost(pointer)", freed, __FILE__, __LINE__);
+  };
+  return make_cpu_backend(std::move(pinned));
 }
 
 }  // namespace cuda

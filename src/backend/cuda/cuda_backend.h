@@ -2,9 +2,9 @@
 // in metrics.jsonl. Free of CUDA headers, so any part of zerotune can include it (when the
 // build has ZT_WITH_CUDA=1). The implementation is CudaBackendImpl (cuda_backend_impl.h).
 //
-// Dtypes: every op takes the fp32, bf16 and fp16 views its comment in backend.h allows; the
-// per-op rules are in cuda_backend_impl.h. Arithmetic is in fp32 (reductions of losses and
-// norms in double), whatever the storage dtype.
+// Dtypes: every op takes the fp32, bf16 and fp16 views the rules at the top of backend.h allow
+// (what is particular to the CUDA backend is at the top of cuda_backend_impl.h). Arithmetic is
+// in fp32 (reductions of losses and norms in double), whatever the storage dtype.
 #pragma once
 #include <cstddef>
 #include <memory>

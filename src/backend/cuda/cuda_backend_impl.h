@@ -3,27 +3,15 @@
 // are split by topic over cuda_*.cu files (memory, elementwise, reductions, gemm, norms,
 // attention, loss, optim), as the CPU backend's are.
 //
-// Dtypes accepted (anything else is a zt::Error naming the op and the argument):
-// - "float" below means fp32, bf16 or fp16 storage; arithmetic is fp32 in every case.
-// - copy: any float <-> any float (RNE), same-dtype copies of any dtype, across host/device.
-// - fill: every dtype. round_to: fp32 values to bf16/fp16, in place.
-// - accumulate: dst and src any float (each its own). scale: any float.
-// - sum_squares, has_inf_or_nan: any float.
-// - matmul: a and b the same float dtype; c the same as a, or fp32 (bf16/fp16 inputs with fp32
-//   output, e.g. weight gradients accumulated in fp32); fp32 accumulation throughout.
-// - add_bias: y any float, bias any float. bias_backward: dy any float, dbias any float.
-// - embedding: out and table the same float dtype; ids int32. Backward: dout any float, dtable
-//   any float.
-// - norms: x, y, dy, dx one float dtype; weight, bias any float; mean/rstd fp32; dweight,
-//   dbias any float.
-// - rope: x any float; inv_freq fp32. swiglu, relu, dropout: all activations one float dtype;
-//   row_ids int64.
-// - attention: q, k, v, out, dout, dq, dk, dv one float dtype; lse fp32; head dim D <= 128.
-// - cross_entropy: logits any float (fp32 recommended); targets int32; mask uint8.
-// - adamw: all four buffers fp32 (master weights and optimizer state are always fp32).
-//
-// Every tensor an op touches must be device memory (Device::CUDA) of this backend's GPU,
-// except copy(), which also reads and writes host memory.
+// Dtypes: every op takes the storage dtypes the rules at the top of backend/backend.h allow
+// (the contract of both backends, written there once); anything else is a zt::Error naming the
+// op and the argument. What is particular to this backend:
+// - Every tensor an op touches must be device memory (Device::CUDA) of this backend's GPU,
+//   except copy(), which also reads and writes host memory (pageable, or pinned memory of
+//   make_host_backend()), and returns once the copy is complete.
+// - attention: the head dim D is bounded by the tiles' shared memory (D <= 128 on A100/H100).
+// - matmul_bias adds the bias in cuBLASLt's epilogue when the bias has the output's dtype and
+//   is 16-byte aligned; other biases take matmul + add_bias (same results within rounding).
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -110,6 +98,8 @@ class CudaBackendImpl final : public CudaBackend {
   void fill(Tensor dst, float value) override;
   // In place on fp32 device memory, one pass, no scratch (the default goes through copy()).
   void round_to(Tensor x, DType dtype) override;
+  // A CPU backend on page-locked host memory (cudaHostAlloc/cudaFreeHost on this GPU).
+  std::unique_ptr<Backend> make_host_backend() override;
 
   void accumulate(Tensor dst, Tensor src, float scale) override;
   void scale(Tensor dst, float factor) override;
@@ -118,6 +108,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   void matmul(Tensor c, Tensor a, bool transpose_a, Tensor b, bool transpose_b, float alpha,
               float beta) override;
+  void matmul_bias(Tensor c, Tensor a, Tensor b, Tensor bias) override;
   void add_bias(Tensor y, Tensor bias) override;
   void bias_backward(Tensor dbias, Tensor dy) override;
 
@@ -167,6 +158,12 @@ class CudaBackendImpl final : public CudaBackend {
 
  private:
   void check_deferred_errors();
+  // C = alpha op(A) op(B) + beta C through a cached cuBLASLt plan, plus bias[N] broadcast over
+  // rows in the epilogue when `bias` is not empty (bias in C's dtype). Arguments checked by the
+  // caller; M, N, K > 0. Returns false, having queued nothing, when cuBLASLt has no algorithm
+  // with the bias epilogue for the problem (never for a plain GEMM: that throws).
+  bool run_gemm(Tensor c, Tensor a, bool transpose_a, Tensor b, bool transpose_b,
+                const GemmDims& dims, float alpha, float beta, Tensor bias);
 
   int device_ = 0;
   CudaBackendOptions options_;

@@ -16,6 +16,9 @@ const char* short_path(const char* file) {
 }  // namespace
 
 void fail_cuda_call(const char* call, cudaError_t status, const char* file, int line) {
+  // The runtime also keeps the error as its "last error": clear it (when it is not sticky), or
+  // a caller that catches this one would see it again at the next ZT_CUDA_CHECK_LAUNCH.
+  cudaGetLastError();
   fail("cuda: ", call, " failed at ", short_path(file), ":", line, " on rank ", process_rank(),
        ": ", cudaGetErrorString(status), " (", cudaGetErrorName(status), ")");
 }

@@ -1,8 +1,19 @@
 // The CUDA backend's GEMM through cuBLASLt: fp32 (optionally TF32 tensor cores) for fp32
 // views, bf16/fp16 tensor cores with fp32 accumulation for bf16/fp16 views, with a bf16/fp16
-// or fp32 output. Row-major C = op(A) op(B) is computed as the column-major C^T = op(B)^T op(A)^T,
-// i.e. cuBLASLt's "A" is our B and its "B" is our A. The descriptors and the algorithm the
-// heuristic picks are cached per shape, dtype and pointer alignment.
+// or fp32 output; matmul_bias adds a linear layer's bias in cuBLASLt's epilogue. Row-major
+// C = op(A) op(B) is computed as the column-major C^T = op(B)^T op(A)^T, i.e. cuBLASLt's "A" is
+// our B and its "B" is our A. The descriptors and the algorithm the heuristic picks are cached
+// per shape, dtype, epilogue and pointer alignment.
+//
+// The bias epilogue (CUBLASLT_EPILOGUE_BIAS) adds a vector whose length is the number of ROWS of
+// the column-major D, broadcast over D's columns: D[i, j] += bias[i]. Our C[M,N] is D with N
+// rows and M columns (ld N), so D[i, j] is our C[j, i] and the epilogue computes
+// C[j, i] += bias[i] for every row j: bias[N] broadcast over our M rows, as matmul_bias says.
+// Which bias dtypes cuBLASLt takes (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE): the bias
+// elements have D's type, the exceptions being integer (IMMA) and fp8 kernels, which we do not
+// use. So fp32 D takes an fp32 bias, bf16 D a bf16 bias, fp16 D an fp16 bias, whatever the
+// input dtype; a bias of another dtype (e.g. fp32 bias, bf16 output) is not a documented
+// combination and goes through matmul + add_bias instead.
 #include <cublasLt.h>
 
 #include <cstdint>
@@ -16,6 +27,12 @@
 namespace zt::cuda {
 
 namespace {
+
+// Bias views less aligned than this take the unfused path. cuBLASLt takes the bias alignment
+// from the pointer at heuristic time (the plan key holds it), but other projects report
+// misaligned-address faults of bias epilogues with 2- to 8-byte aligned biases; a bias at an
+// odd offset of a flat parameter buffer is rare and add_bias handles any alignment.
+constexpr uint32_t kMinBiasAlignment = 16;
 
 cudaDataType_t cuda_type(DType dtype) {
   switch (dtype) {
@@ -42,10 +59,13 @@ struct GemmKey {
   int64_t m = 0, n = 0, k = 0;
   DType input = DType::F32, output = DType::F32;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  // DEFAULT: C = alpha op(A) op(B) + beta C. BIAS: + bias[N] in the output dtype.
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   uint32_t align_a = 0, align_b = 0, align_c = 0;
+  uint32_t align_bias = 0;  // 0 without a bias
   auto tied() const {
-    return std::tie(transpose_a, transpose_b, m, n, k, input, output, compute, align_a, align_b,
-                    align_c);
+    return std::tie(transpose_a, transpose_b, m, n, k, input, output, compute, epilogue, align_a,
+                    align_b, align_c, align_bias);
   }
   bool operator<(const GemmKey& other) const { return tied() < other.tied(); }
 };
@@ -56,6 +76,9 @@ struct GemmPlan {
   cublasLtMatrixLayout_t layout_b = nullptr;  // cuBLASLt's B: our A
   cublasLtMatrixLayout_t layout_c = nullptr;
   cublasLtMatmulAlgo_t algorithm{};
+  // False (and no descriptors) when cuBLASLt has no algorithm with the bias epilogue for the
+  // key: cached too, so matmul_bias goes straight to its unfused path next time.
+  bool has_algorithm = false;
 };
 
 void destroy_plan(GemmPlan& plan) {
@@ -64,6 +87,7 @@ void destroy_plan(GemmPlan& plan) {
   if (plan.layout_b) cublasLtMatrixLayoutDestroy(plan.layout_b);
   if (plan.layout_a) cublasLtMatrixLayoutDestroy(plan.layout_a);
   if (plan.operation) cublasLtMatmulDescDestroy(plan.operation);
+  plan = GemmPlan{};
 }
 
 }  // namespace
@@ -83,8 +107,18 @@ std::unique_ptr<GemmPlans, GemmPlansDeleter> make_gemm_plans() {
 
 namespace {
 
-// Builds the descriptors for `key` and asks the heuristic for the best algorithm.
-GemmPlan make_plan(cublasLtHandle_t handle, const GemmKey& key, const char* description) {
+// Sets the bias pointer of a plan's operation: the heuristic reads its alignment, cublasLtMatmul
+// the data (each call sets its own bias; cuBLASLt reads the descriptor when the call is queued).
+void set_bias_pointer(cublasLtMatmulDesc_t operation, const void* bias) {
+  ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                 &bias, sizeof(bias)));
+}
+
+// Builds the descriptors for `key` and asks the heuristic for the best algorithm. `bias` is a
+// bias of the key's alignment (nullptr for the default epilogue). Without an algorithm: an
+// error for a plain GEMM, a plan without one (has_algorithm false) for the bias epilogue.
+GemmPlan make_plan(cublasLtHandle_t handle, const GemmKey& key, const void* bias,
+                   const char* description) {
   GemmPlan plan;
   try {
     const cublasOperation_t op_a = key.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // our B
@@ -95,6 +129,17 @@ GemmPlan make_plan(cublasLtHandle_t handle, const GemmKey& key, const char* desc
     ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.operation, CUBLASLT_MATMUL_DESC_TRANSB,
                                                    &op_b, sizeof(op_b)));
     const cudaDataType_t input = cuda_type(key.input), output = cuda_type(key.output);
+    const bool with_bias = key.epilogue == CUBLASLT_EPILOGUE_BIAS;
+    if (with_bias) {
+      ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.operation, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                     &key.epilogue, sizeof(key.epilogue)));
+      // The bias is in D's dtype (see the top of the file); stated rather than left to the
+      // default, so the descriptor says what matmul_bias checked.
+      const auto bias_type = static_cast<int32_t>(output);
+      ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          plan.operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+      set_bias_pointer(plan.operation, bias);
+    }
     const auto m = static_cast<uint64_t>(key.m), n = static_cast<uint64_t>(key.n);
     const auto k = static_cast<uint64_t>(key.k);
     // Column-major shapes: our B[K,N] row-major is N x K (ld N); B[N,K] is K x N (ld K).
@@ -109,7 +154,7 @@ GemmPlan make_plan(cublasLtHandle_t handle, const GemmKey& key, const char* desc
     } else {
       ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.layout_b, input, k, m, key.k));
     }
-    // Our C[M,N] row-major is N x M (ld N).
+    // Our C[M,N] row-major is N x M (ld N): the bias epilogue's vector has its N rows.
     ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.layout_c, output, n, m, key.n));
 
     cublasLtMatmulPreference_t preference = nullptr;
@@ -123,6 +168,7 @@ GemmPlan make_plan(cublasLtHandle_t handle, const GemmKey& key, const char* desc
     };
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
+    cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
     try {
       ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
           preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
@@ -130,16 +176,27 @@ GemmPlan make_plan(cublasLtHandle_t handle, const GemmKey& key, const char* desc
         ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &bytes,
                                                              sizeof(bytes)));
       }
-      ZT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, plan.operation, plan.layout_a,
-                                                     plan.layout_b, plan.layout_c, plan.layout_c,
-                                                     preference, 1, &result, &found));
+      status = cublasLtMatmulAlgoGetHeuristic(handle, plan.operation, plan.layout_a,
+                                              plan.layout_b, plan.layout_c, plan.layout_c,
+                                              preference, 1, &result, &found);
     } catch (...) {
       cublasLtMatmulPreferenceDestroy(preference);
       throw;
     }
     ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(preference));
-    ZT_CHECK(found > 0, "matmul: cuBLASLt has no algorithm for ", description);
+    // cuBLASLt says "no kernel for this" with NOT_SUPPORTED or with zero results.
+    const bool no_algorithm = status == CUBLAS_STATUS_NOT_SUPPORTED ||
+                              (status == CUBLAS_STATUS_SUCCESS && found == 0);
+    if (no_algorithm) {
+      ZT_CHECK(with_bias, "matmul: cuBLASLt has no algorithm for ", description);
+      destroy_plan(plan);  // has_algorithm false: matmul_bias falls back to matmul + add_bias
+      return plan;
+    }
+    if (status != CUBLAS_STATUS_SUCCESS) {
+      fail_cublas_call("cublasLtMatmulAlgoGetHeuristic", status, __FILE__, __LINE__);
+    }
     plan.algorithm = result.algo;
+    plan.has_algorithm = true;
   } catch (...) {
     destroy_plan(plan);
     throw;
@@ -147,34 +204,26 @@ GemmPlan make_plan(cublasLtHandle_t handle, const GemmKey& key, const char* desc
   return plan;
 }
 
-}  // namespace
-
-void CudaBackendImpl::matmul(Tensor c, Tensor a, bool transpose_a, Tensor b, bool transpose_b,
-                             float alpha, float beta) {
-  const char* op = "matmul";
+// matmul's dtype rules (matmul_bias's too): a and b one float dtype, c that dtype or fp32.
+void expect_gemm_dtypes(const char* op, const Tensor& c, const Tensor& a, const Tensor& b) {
   expect_device_float(op, "a", a);
   expect_device_float(op, "b", b);
   expect_device_float(op, "c", c);
   expect_same_dtype(op, "b", b, "a", a);
-  ZT_CHECK(c.dtype == a.dtype || c.dtype == DType::F32, "matmul: c ", c.describe(),
+  ZT_CHECK(c.dtype == a.dtype || c.dtype == DType::F32, op, ": c ", c.describe(),
            " must have the dtype of a ", a.describe(), " or be fp32");
-  const GemmDims dims = matmul_dims(c, a, transpose_a, b, transpose_b);
-  const int64_t m = dims.m, n = dims.n, k = dims.k;
-  if (m == 0 || n == 0) return;
-  if (k == 0) {  // no products: C = beta * C
-    if (beta == 0.0f) {
-      fill(c, 0.0f);
-    } else {
-      scale(c, beta);
-    }
-    return;
-  }
+}
+
+}  // namespace
+
+bool CudaBackendImpl::run_gemm(Tensor c, Tensor a, bool transpose_a, Tensor b, bool transpose_b,
+                               const GemmDims& dims, float alpha, float beta, Tensor bias) {
   GemmKey key;
   key.transpose_a = transpose_a;
   key.transpose_b = transpose_b;
-  key.m = m;
-  key.n = n;
-  key.k = k;
+  key.m = dims.m;
+  key.n = dims.n;
+  key.k = dims.k;
   key.input = a.dtype;
   key.output = c.dtype;
   key.compute = a.dtype == DType::F32 && options_.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
@@ -182,18 +231,63 @@ void CudaBackendImpl::matmul(Tensor c, Tensor a, bool transpose_a, Tensor b, boo
   key.align_a = alignment_of(a.data);
   key.align_b = alignment_of(b.data);
   key.align_c = alignment_of(c.data);
+  if (!bias.empty()) {
+    key.epilogue = CUBLASLT_EPILOGUE_BIAS;
+    key.align_bias = alignment_of(bias.data);
+  }
   auto cached = gemm_plans_->plans.find(key);
   if (cached == gemm_plans_->plans.end()) {
-    const std::string description = cat("c ", c.describe(), " = a", transpose_a ? "^T " : " ",
-                                        a.describe(), " x b", transpose_b ? "^T " : " ",
-                                        b.describe());
-    cached = gemm_plans_->plans.emplace(key, make_plan(lt_handle_, key, description.c_str())).first;
+    const std::string description =
+        cat("c ", c.describe(), " = a", transpose_a ? "^T " : " ", a.describe(), " x b",
+            transpose_b ? "^T " : " ", b.describe(),
+            bias.empty() ? std::string() : cat(" + bias ", bias.describe()));
+    cached = gemm_plans_->plans
+                 .emplace(key, make_plan(lt_handle_, key, bias.data, description.c_str()))
+                 .first;
   }
   const GemmPlan& plan = cached->second;
+  if (!plan.has_algorithm) return false;  // only bias plans lack one (make_plan throws otherwise)
+  if (!bias.empty()) set_bias_pointer(plan.operation, bias.data);
   ZT_CUBLAS_CHECK(cublasLtMatmul(lt_handle_, plan.operation, &alpha, b.data, plan.layout_a, a.data,
                                  plan.layout_b, &beta, c.data, plan.layout_c, c.data,
                                  plan.layout_c, &plan.algorithm, gemm_workspace_,
                                  kGemmWorkspaceBytes, stream_));
+  return true;
+}
+
+void CudaBackendImpl::matmul(Tensor c, Tensor a, bool transpose_a, Tensor b, bool transpose_b,
+                             float alpha, float beta) {
+  expect_gemm_dtypes("matmul", c, a, b);
+  const GemmDims dims = matmul_dims(c, a, transpose_a, b, transpose_b);
+  if (dims.m == 0 || dims.n == 0) return;
+  if (dims.k == 0) {  // no products: C = beta * C
+    if (beta == 0.0f) {
+      fill(c, 0.0f);
+    } else {
+      scale(c, beta);
+    }
+    return;
+  }
+  run_gemm(c, a, transpose_a, b, transpose_b, dims, alpha, beta, Tensor{});
+}
+
+void CudaBackendImpl::matmul_bias(Tensor c, Tensor a, Tensor b, Tensor bias) {
+  if (bias.empty()) return matmul(c, a, false, b, true, 1.0f, 0.0f);
+  const char* op = "matmul_bias";
+  expect_gemm_dtypes(op, c, a, b);
+  expect_device_float(op, "bias", bias);
+  const GemmDims dims = matmul_dims(c, a, false, b, true);
+  expect_shape(op, "bias", bias, {dims.n});
+  // Fused: the bias in the output's dtype (what cuBLASLt documents, see the top of the file),
+  // aligned, and a GEMM with products (K = 0 is a fill, not a cuBLASLt call).
+  const bool fusable = dims.m > 0 && dims.n > 0 && dims.k > 0 && bias.dtype == c.dtype &&
+                       alignment_of(bias.data) >= kMinBiasAlignment;
+  if (fusable && run_gemm(c, a, false, b, true, dims, 1.0f, 0.0f, bias)) return;
+  // Unfused, explicitly: a bias dtype other than the output's (fp32 bias with a bf16/fp16
+  // output, 16-bit bias with an fp32 output), an unaligned bias view, K = 0, or no cuBLASLt
+  // algorithm with the bias epilogue for this problem.
+  matmul(c, a, false, b, true, 1.0f, 0.0f);
+  add_bias(c, bias);
 }
 
 }  // namespace zt::cuda

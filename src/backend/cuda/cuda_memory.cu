@@ -71,6 +71,13 @@ void launch_convert(cudaStream_t stream, Tensor dst, Tensor src) {
 
 }  // namespace
 
+// A copy that touches host memory is complete when copy() returns, whatever the host memory:
+// - device -> host: the caller reads the data next (ZeRO-Offload's CPU Adam reads gradients);
+// - host -> device: cudaMemcpyAsync from PAGEABLE memory returns once the source is staged, but
+//   from PINNED memory (make_host_backend()) it returns at once and the DMA reads the source
+//   later, while the caller may overwrite it right away (the CPU Adam writes the next master
+//   values). So both directions synchronise the stream. Pinned memory still pays: the DMA runs
+//   at full PCIe speed without the driver's staging copy. Device -> device copies stay queued.
 void CudaBackendImpl::copy(Tensor dst, Tensor src) {
   ZT_CHECK(dst.numel() == src.numel(), "copy: dst ", dst.describe(), " and src ", src.describe(),
            " must have the same number of elements");
@@ -87,7 +94,7 @@ void CudaBackendImpl::copy(Tensor dst, Tensor src) {
     if (dst.data != src.data) {
       ZT_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDefault, stream_));
     }
-    // Host memory is ready to read (or to reuse) when copy() returns.
+    // Host memory is ready to read (or to overwrite) when copy() returns (see above).
     if (host_involved) synchronize();
     return;
   }
@@ -110,9 +117,9 @@ void CudaBackendImpl::copy(Tensor dst, Tensor src) {
   }
   launch_convert(stream_, device_dst, device_src);
   if (dst.device == Device::CPU) {
-    download(dst.data, device_dst.data, dst.bytes());
+    download(dst.data, device_dst.data, dst.bytes());  // waits
   } else if (host_involved) {
-    synchronize();
+    synchronize();  // the host source has been read (see above)
   }
 }
 
