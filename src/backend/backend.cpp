@@ -30,4 +30,24 @@ void Backend::matmul_bias(Tensor c, Tensor a, Tensor b, Tensor bias) {
 
 std::unique_ptr<Backend> Backend::make_host_backend() { return make_cpu_backend(); }
 
+namespace {
+struct CompletedEvent final : BackendEvent {
+  void wait() override {}
+};
+}  // namespace
+
+std::unique_ptr<BackendEvent> Backend::record_event() { return std::make_unique<CompletedEvent>(); }
+
+double Backend::sum_squares_of(std::span<const Tensor> xs) {
+  double sum = 0.0;
+  for (const Tensor& x : xs) sum += sum_squares(x);
+  return sum;
+}
+
+bool Backend::has_inf_or_nan_in(std::span<const Tensor> xs) {
+  for (const Tensor& x : xs)
+    if (has_inf_or_nan(x)) return true;
+  return false;
+}
+
 }  // namespace zt

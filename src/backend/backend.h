@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "core/rng.h"
@@ -52,6 +53,14 @@ struct AdamWParams {
   bool bias_correction = true;
 };
 
+// A point in a backend's queue of work (the CUDA backend: an event recorded on its stream).
+class BackendEvent {
+ public:
+  virtual ~BackendEvent() = default;
+  // Blocks the host until every operation issued before the event was recorded has finished.
+  virtual void wait() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -63,6 +72,13 @@ class Backend {
   virtual void release(void* pointer) = 0;
   // dst = src (same numel); converts dtype (fp32/bf16/fp16, RNE) and crosses devices.
   virtual void copy(Tensor dst, Tensor src) = 0;
+  // dst = src, same dtype, queued: with a host side (pinned memory, make_host_backend) it may
+  // return before the transfer has finished, so the host side must not be read (download) or
+  // written (upload) until an event recorded after the call has been waited for. Device work
+  // issued later is ordered after it. The default (synchronous backends) is copy().
+  virtual void copy_async(Tensor dst, Tensor src) { copy(dst, src); }
+  // An event after everything issued so far (the default: already complete).
+  virtual std::unique_ptr<BackendEvent> record_event();
   virtual void fill(Tensor dst, float value) = 0;
   // The contents of `range` are no longer needed (ZeRO released a gathered unit or reduced
   // gradients): the backend may give the memory of whole pages inside it back to the system.
@@ -91,6 +107,10 @@ class Backend {
   virtual double sum_squares(Tensor x) = 0;
   // True when any element is NaN or +-inf (fp16 overflow check).
   virtual bool has_inf_or_nan(Tensor x) = 0;
+  // The same over several tensors, with one device synchronisation for all of them (gradient
+  // norms and overflow checks over all parameter groups). The defaults call the ops above.
+  virtual double sum_squares_of(std::span<const Tensor> xs);
+  virtual bool has_inf_or_nan_in(std::span<const Tensor> xs);
 
   // ---- GEMM ---------------------------------------------------------------------------
   // C[M,N] = alpha * op(A) op(B) + beta * C, op(A) = A[M,K] or A[K,M]^T, op(B) = B[K,N] or B[N,K]^T.

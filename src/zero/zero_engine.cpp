@@ -213,7 +213,7 @@ void ZeroEngine::gather_unit(int unit, bool async) {
     if (offload_param_ && world_ > 1) {  // collectives read device memory: upload this rank's slice first
       u.uploads.emplace_back(backend_, in.bytes());
       Tensor uploaded = u.uploads.back().view(in.dtype, {in.numel()});
-      backend_.copy(uploaded, in);
+      backend_.copy_async(uploaded, in);  // the gather after it is ordered on the device
       in = uploaded;
     }
     u.inflight.push_back(all_gather_async(out, in));  // one rank: a copy, host -> device when offloaded
@@ -350,6 +350,7 @@ void ZeroEngine::complete_inflight() {
     GroupState& s = state(part.group);
     add_slices(backend_, f32_buffer_view(s.grad_partition, s.partition_numel),
                f32_buffer_view(s.staging_out, slice_numel(part.units, world_)), part.units, world_);
+    if (boundary_) finish_partition_slices(s, part.units);
   }
   // The full-size gradients of these units are reduced: give their memory back.
   for (int unit : bucket->units) {
@@ -360,6 +361,19 @@ void ZeroEngine::complete_inflight() {
     }
     units_[static_cast<size_t>(unit)].grads_live = false;
   }
+}
+
+// In the step's last micro-batch, this rank's slices of `units` (consecutive, ascending) hold
+// their final sums once their bucket is reduced: round them to the compute dtype now and, with
+// offload, start their copy to the host, so both overlap the rest of backward.
+void ZeroEngine::finish_partition_slices(GroupState& s, const std::vector<UnitRange>& units) {
+  Tensor slices = f32_buffer_view(s.grad_partition, s.partition_numel).rows(units.front().begin / world_,
+                                                                            slice_numel(units, world_));
+  if (rounds_) backend_.round_to(slices, compute_dtype_);  // fp16 overflow becomes inf here
+  if (offload_)
+    backend_.copy_async(f32_buffer_view(s.host_grad, s.partition_numel).rows(units.front().begin / world_,
+                                                                              slice_numel(units, world_)),
+                        slices);
 }
 
 void ZeroEngine::end_micro_batch() {
@@ -387,9 +401,23 @@ void ZeroEngine::reduce_gradients() {
     flush_gradient_bucket();
     complete_inflight();
   }
+  // Stage 1-3 in a step whose last micro-batch was marked: finish_partition_slices has rounded
+  // (and offloaded) every slice as its bucket completed.
+  gradients_finished_ = boundary_ && stage_ >= 1;
+  if (gradients_finished_) {
+    if (offload_) host_grads_ready_ = backend_.record_event();
+    return;
+  }
   if (rounds_)  // the reduced gradients in the compute dtype (fp16 overflow becomes inf here)
     for (ParamGroup group : kTrainableGroups)
       if (state(group).partition_numel) backend_.round_to(gradient_view(group), compute_dtype_);
+}
+
+std::vector<Tensor> ZeroEngine::gradient_views() {
+  std::vector<Tensor> views;
+  for (ParamGroup group : kTrainableGroups)
+    if (state(group).partition_numel) views.push_back(gradient_view(group));
+  return views;
 }
 
 Tensor ZeroEngine::gradient_view(ParamGroup group) {
@@ -398,19 +426,12 @@ Tensor ZeroEngine::gradient_view(ParamGroup group) {
 }
 
 bool ZeroEngine::gradients_overflow() {
-  double local = 0.0;
-  for (ParamGroup group : kTrainableGroups)
-    if (state(group).partition_numel && backend_.has_inf_or_nan(gradient_view(group))) local = 1.0;
+  const double local = backend_.has_inf_or_nan_in(gradient_views()) ? 1.0 : 0.0;  // one device sync
   return comm_.all_reduce_max(local) > 0.0;
 }
 
 double ZeroEngine::gradient_norm() {
-  double squares = 0.0;
-  for (ParamGroup group : kTrainableGroups) {
-    GroupState& s = state(group);
-    if (!s.partition_numel) continue;
-    squares += backend_.sum_squares(gradient_view(group));
-  }
+  double squares = backend_.sum_squares_of(gradient_views());  // one device sync for all groups
   if (stage_ >= 1) squares = comm_.all_reduce_sum(squares);  // stage 0: every rank has the full gradient
   return std::sqrt(squares);
 }
@@ -444,8 +465,13 @@ void ZeroEngine::apply_update(double lr, float grad_divisor, int64_t update_numb
       if (!numel) continue;
       Tensor grad = gradient_view(group).rows(begin, numel);
       if (offload_) {  // the gradient goes to the host, where the optimizer state lives
-        backend_.copy(f32_buffer_view(s.host_grad, s.partition_numel).rows(begin, numel), grad);
-        grad = f32_buffer_view(s.host_grad, s.partition_numel).rows(begin, numel);
+        Tensor host_grad = f32_buffer_view(s.host_grad, s.partition_numel).rows(begin, numel);
+        if (host_grads_ready_) {  // copied bucket by bucket during backward
+          host_grads_ready_->wait();
+          host_grads_ready_.reset();
+        }
+        if (!gradients_finished_) backend_.copy(host_grad, grad);
+        grad = host_grad;
       }
       if (grad_divisor != 1.0f) state_backend.scale(grad, 1.0f / grad_divisor);
       state_backend.adamw(f32_buffer_view(s.master, s.partition_numel).rows(begin, numel), grad,
@@ -455,12 +481,14 @@ void ZeroEngine::apply_update(double lr, float grad_divisor, int64_t update_numb
       if (stage_ == 1 || stage_ == 2) gathers.push_back(start_bucket_gather(group, piece));
     }
   }
+  if (offload_) uploads_done_ = backend_.record_event();
   for (BucketGather& gather : gathers) finish_bucket_gather(gather);
   if (stage_ == 0 || stage_ == 3) sync_params_after_update();
 }
 
 void ZeroEngine::update_compute_partitions() {
   for (ParamGroup group : kTrainableGroups) update_compute_partition(group, 0, state(group).partition_numel);
+  if (offload_) uploads_done_ = backend_.record_event();
 }
 
 void ZeroEngine::update_compute_partition(ParamGroup group, int64_t begin, int64_t numel) {
@@ -469,9 +497,13 @@ void ZeroEngine::update_compute_partition(ParamGroup group, int64_t begin, int64
   Tensor master = f32_buffer_view(s.master, s.partition_numel).rows(begin, numel);  // fp32
   Tensor compute = compute_partition_view(s).rows(begin, numel);                    // compute dtype
   if (s.host_compute.data()) {  // offloaded 16-bit compute: round on the CPU, upload half the bytes
+    if (uploads_done_) {  // the previous update's uploads read host_compute: let them finish first
+      uploads_done_->wait();
+      uploads_done_.reset();
+    }
     Tensor rounded = s.host_compute.view(compute_dtype_, {s.partition_numel}).rows(begin, numel);
     host_->copy(rounded, master);
-    backend_.copy(compute, rounded);
+    backend_.copy_async(compute, rounded);  // overlaps the CPU Adam of the next bucket
   } else if (offload_ && compute.device == Device::CPU) {
     host_->copy(compute, master);  // both in host memory (offload_param too): the CPU converts
   } else {

@@ -152,6 +152,8 @@ class ZeroEngine final : public UnitHooks {
   BucketGather start_bucket_gather(ParamGroup group, const std::vector<UnitRange>& bucket);
   void finish_bucket_gather(BucketGather& gather);
   Tensor gradient_view(ParamGroup group);  // the reduced gradients this rank updates from
+  std::vector<Tensor> gradient_views();    // the non-empty ones of every trainable group
+  void finish_partition_slices(GroupState& s, const std::vector<UnitRange>& units);
 
   Backend& backend_;
   Communicator& comm_;
@@ -172,6 +174,9 @@ class ZeroEngine final : public UnitHooks {
   std::vector<int> pending_bucket_;                  // stage 2/3: units whose gradients wait to be reduced
   int64_t pending_bucket_numel_ = 0;
   bool boundary_ = false;                            // the step's last micro-batch is running
+  bool gradients_finished_ = false;                  // this step's partitions were rounded/offloaded per bucket
+  std::unique_ptr<BackendEvent> host_grads_ready_;   // offload: after the last gradient download
+  std::unique_ptr<BackendEvent> uploads_done_;       // offload: after the last parameter upload
   std::unique_ptr<InflightBucket> inflight_;         // overlap_comm: one bucket reduction in flight
   int64_t live_gathered_ = 0, peak_gathered_ = 0;    // stage 3: gathered elements now / at most
   int64_t peak_staging_ = 0;

@@ -1,11 +1,13 @@
 // The CUDA backend's set-up and tear-down (device, stream, cuBLASLt handle, workspace, status
-// words), its shared argument checks, synchronisation with deferred kernel errors, the pinned
-// host backend, and the factory make_cuda_backend().
+// words), its shared argument checks, synchronisation with deferred kernel errors, events
+// (record_event() from a pool of reusable cudaEvents), the pinned host backend, and the
+// factory make_cuda_backend().
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
@@ -58,6 +60,76 @@ MatrixShape matrix_shape(const char* op, const char* arg, const Tensor& tensor) 
   return shape;
 }
 
+// ---- events ------------------------------------------------------------------------------------
+
+// Reusable cudaEvents, timing disabled (cheaper to record and to wait for). cudaEventCreate is
+// a driver call and the ZeRO engine records a few events every step, so destroyed events come
+// back here; at most kMaxCached are kept, the others are destroyed. One backend per thread (as
+// the caching allocator), so no lock.
+class EventPool {
+ public:
+  EventPool() { cached_.reserve(kMaxCached); }  // so give_back() never allocates
+  ~EventPool() {
+    for (cudaEvent_t event : cached_) destroy(event);
+  }
+  EventPool(const EventPool&) = delete;
+  EventPool& operator=(const EventPool&) = delete;
+
+  cudaEvent_t acquire() {
+    if (!cached_.empty()) {
+      const cudaEvent_t event = cached_.back();
+      cached_.pop_back();
+      return event;
+    }
+    cudaEvent_t event = nullptr;
+    ZT_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    return event;
+  }
+
+  // An event still pending may come back: recording it again later replaces what it tracks.
+  void give_back(cudaEvent_t event) noexcept {
+    if (cached_.size() < kMaxCached) {
+      cached_.push_back(event);  // within the reserved capacity: cannot throw
+    } else {
+      destroy(event);
+    }
+  }
+
+ private:
+  // Called from destructors, which must not throw: a failure (at process exit the runtime may
+  // be unloaded already) is dropped, and cleared from the runtime's last error, or the next
+  // ZT_CUDA_CHECK_LAUNCH would report it as its kernel's.
+  static void destroy(cudaEvent_t event) noexcept {
+    if (cudaEventDestroy(event) != cudaSuccess) cudaGetLastError();
+  }
+
+  static constexpr size_t kMaxCached = 16;
+  std::vector<cudaEvent_t> cached_;
+};
+
+namespace {
+
+// record_event()'s result: a pool event recorded on the backend's stream, given back to the
+// pool when destroyed.
+class CudaEvent final : public BackendEvent {
+ public:
+  CudaEvent(CudaBackendImpl& backend, std::shared_ptr<EventPool> pool)
+      : backend_(backend), pool_(std::move(pool)), event_(pool_->acquire()) {}
+  ~CudaEvent() override { pool_->give_back(event_); }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+
+  void wait() override { backend_.wait_for_event(event_); }
+  cudaEvent_t event() const { return event_; }
+
+ private:
+  CudaBackendImpl& backend_;
+  std::shared_ptr<EventPool> pool_;
+  cudaEvent_t event_ = nullptr;
+};
+
+}  // namespace
+
 // ---- set-up -----------------------------------------------------------------------------------
 
 CudaBackendImpl::CudaBackendImpl(int device, CudaBackendOptions options)
@@ -84,6 +156,7 @@ CudaBackendImpl::CudaBackendImpl(int device, CudaBackendOptions options)
   ZT_CUDA_CHECK(cudaMallocHost(&host_status_, kStatusSlots * sizeof(uint64_t)));
   ZT_CUDA_CHECK(cudaMemsetAsync(device_status_, 0, kStatusSlots * sizeof(uint64_t), stream_));
   ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  event_pool_ = std::make_shared<EventPool>();
 }
 
 CudaBackendImpl::~CudaBackendImpl() {
@@ -109,6 +182,9 @@ void CudaBackendImpl::check_deferred_errors() {
   if (errors == 0) return;
   ZT_CUDA_CHECK(cudaMemsetAsync(device_status_ + kDeferredErrors, 0, sizeof(uint64_t), stream_));
   ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  // Every snapshot of the word queued so far (by synchronize() or record_event()) has landed:
+  // clear the host copy too, so that waiting for another event does not report these again.
+  host_status_[kDeferredErrors] = 0;
   ZT_CHECK(!(errors & kDropoutNegativeRowId),
            "dropout: row_ids held a negative global position (found by the kernel, reported at "
            "the next synchronisation of the cuda backend on rank ", process_rank(), ")");
@@ -132,6 +208,24 @@ void CudaBackendImpl::download(void* host, const void* device, size_t bytes) {
     ZT_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_));
   }
   synchronize();
+}
+
+std::unique_ptr<BackendEvent> CudaBackendImpl::record_event() {
+  // wait() reports deferred kernel errors as synchronize() does: queue a snapshot of their word
+  // (8 bytes into the pinned mirror) behind the work so far, ahead of the event.
+  ZT_CUDA_CHECK(cudaMemcpyAsync(host_status_ + kDeferredErrors, device_status_ + kDeferredErrors,
+                                sizeof(uint64_t), cudaMemcpyDeviceToHost, stream_));
+  auto event = std::make_unique<CudaEvent>(*this, event_pool_);  // gives its event back on a throw
+  ZT_CUDA_CHECK(cudaEventRecord(event->event(), stream_));
+  return event;
+}
+
+void CudaBackendImpl::wait_for_event(cudaEvent_t event) {
+  ZT_CUDA_CHECK(cudaEventSynchronize(event));
+  // The snapshot queued before the event has landed. A later snapshot (of a later event or
+  // synchronize()) may land while it is read: it holds the same bits or more, and every bit set
+  // is an error the kernels found, so either value is right to report.
+  check_deferred_errors();
 }
 
 // ---- pinned host memory ---------------------------------------------------------------------

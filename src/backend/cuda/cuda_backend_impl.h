@@ -7,8 +7,13 @@
 // (the contract of both backends, written there once); anything else is a zt::Error naming the
 // op and the argument. What is particular to this backend:
 // - Every tensor an op touches must be device memory (Device::CUDA) of this backend's GPU,
-//   except copy(), which also reads and writes host memory (pageable, or pinned memory of
-//   make_host_backend()), and returns once the copy is complete.
+//   except copy() and copy_async(), which also read and write host memory (pageable, or pinned
+//   memory of make_host_backend()). copy() returns once the copy is complete; copy_async()
+//   queues transfers with pinned host memory and device<->device ones on the stream, and falls
+//   back to copy() for pageable host memory (whose asynchronous copies CUDA does not promise to
+//   order with the host) and host<->host.
+// - record_event() gives a cudaEvent recorded on the stream (from a small pool of reusable
+//   events). Wait for it while its backend lives; destroying it is allowed at any time.
 // - attention: the head dim D is bounded by the tiles' shared memory (D <= 128 on A100/H100).
 // - matmul_bias adds the bias in cuBLASLt's epilogue when the bias has the output's dtype and
 //   is 16-byte aligned; other biases take matmul + add_bias (same results within rounding).
@@ -19,6 +24,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "backend/cuda/cuda_allocator.h"
@@ -26,6 +32,9 @@
 #include "backend/cuda/cuda_backend.h"
 
 namespace zt::cuda {
+
+// Reusable CUDA events for record_event() (defined in cuda_backend.cpp).
+class EventPool;
 
 // Cached cuBLASLt algorithm choices per GEMM shape (defined in cuda_gemm.cpp).
 struct GemmPlans;
@@ -95,6 +104,8 @@ class CudaBackendImpl final : public CudaBackend {
   void* allocate(size_t bytes) override { return allocator_.allocate(bytes); }
   void release(void* pointer) override { allocator_.release(pointer); }
   void copy(Tensor dst, Tensor src) override;
+  void copy_async(Tensor dst, Tensor src) override;
+  std::unique_ptr<BackendEvent> record_event() override;
   void fill(Tensor dst, float value) override;
   // In place on fp32 device memory, one pass, no scratch (the default goes through copy()).
   void round_to(Tensor x, DType dtype) override;
@@ -105,6 +116,9 @@ class CudaBackendImpl final : public CudaBackend {
   void scale(Tensor dst, float factor) override;
   double sum_squares(Tensor x) override;
   bool has_inf_or_nan(Tensor x) override;
+  // One kernel per tensor into one scratch buffer, one download for all (cuda_reductions.cu).
+  double sum_squares_of(std::span<const Tensor> xs) override;
+  bool has_inf_or_nan_in(std::span<const Tensor> xs) override;
 
   void matmul(Tensor c, Tensor a, bool transpose_a, Tensor b, bool transpose_b, float alpha,
               float beta) override;
@@ -155,6 +169,9 @@ class CudaBackendImpl final : public CudaBackend {
   uint64_t first_bad_row();
   // Copies `bytes` from device to host and waits (throws on deferred kernel errors).
   void download(void* host, const void* device, size_t bytes);
+  // Waits for an event recorded by record_event() and throws on the deferred kernel errors of
+  // the work before it, as synchronize() does.
+  void wait_for_event(cudaEvent_t event);
 
  private:
   void check_deferred_errors();
@@ -177,6 +194,9 @@ class CudaBackendImpl final : public CudaBackend {
   std::unique_ptr<GemmPlans, GemmPlansDeleter> gemm_plans_;
   uint64_t* device_status_ = nullptr;  // [kStatusSlots] device
   uint64_t* host_status_ = nullptr;    // [kStatusSlots] pinned host mirror
+  // Shared with the live events, which give their cudaEvent back to it when destroyed (also
+  // after the backend is gone: the last owner destroys the pool's events).
+  std::shared_ptr<EventPool> event_pool_;
 };
 
 }  // namespace zt::cuda

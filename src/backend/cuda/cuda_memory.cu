@@ -1,5 +1,6 @@
 // The CUDA backend's copies (dtype conversions fp32 <-> bf16 <-> fp16 with round to nearest
-// even, across host and device), in-place rounding of fp32 values to bf16/fp16, and fills.
+// even, across host and device), queued same-dtype copies (copy_async), in-place rounding of
+// fp32 values to bf16/fp16, and fills.
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -69,6 +70,27 @@ void launch_convert(cudaStream_t stream, Tensor dst, Tensor src) {
   });
 }
 
+// The checks copy() and copy_async() share; false when there is nothing to copy.
+bool has_elements_to_copy(const char* op, const Tensor& dst, const Tensor& src) {
+  ZT_CHECK(dst.numel() == src.numel(), op, ": dst ", dst.describe(), " and src ", src.describe(),
+           " must have the same number of elements");
+  if (src.numel() == 0) return false;
+  ZT_CHECK(dst.data != nullptr && src.data != nullptr, op, ": empty view (dst ", dst.describe(),
+           ", src ", src.describe(), ")");
+  return true;
+}
+
+// True for host memory that CUDA has not page-locked (malloc, new, std::vector): the driver
+// stages its copies through pinned buffers of its own and "might be synchronous" with the host
+// (CUDA's API synchronisation rules), so a device -> host cudaMemcpyAsync may return before the
+// data has landed. One cudaPointerGetAttributes per call (a lookup in the driver's tables).
+bool is_pageable_host_memory(const Tensor& tensor) {
+  if (tensor.device != Device::CPU) return false;
+  cudaPointerAttributes attributes{};
+  ZT_CUDA_CHECK(cudaPointerGetAttributes(&attributes, tensor.data));
+  return attributes.type == cudaMemoryTypeUnregistered;
+}
+
 }  // namespace
 
 // A copy that touches host memory is complete when copy() returns, whatever the host memory:
@@ -79,12 +101,7 @@ void launch_convert(cudaStream_t stream, Tensor dst, Tensor src) {
 //   values). So both directions synchronise the stream. Pinned memory still pays: the DMA runs
 //   at full PCIe speed without the driver's staging copy. Device -> device copies stay queued.
 void CudaBackendImpl::copy(Tensor dst, Tensor src) {
-  ZT_CHECK(dst.numel() == src.numel(), "copy: dst ", dst.describe(), " and src ", src.describe(),
-           " must have the same number of elements");
-  const int64_t n = src.numel();
-  if (n == 0) return;
-  ZT_CHECK(dst.data != nullptr && src.data != nullptr, "copy: empty view (dst ", dst.describe(),
-           ", src ", src.describe(), ")");
+  if (!has_elements_to_copy("copy", dst, src)) return;
   const bool host_involved = dst.device == Device::CPU || src.device == Device::CPU;
   if (dst.dtype == src.dtype) {
     if (dst.device == Device::CPU && src.device == Device::CPU) {
@@ -120,6 +137,25 @@ void CudaBackendImpl::copy(Tensor dst, Tensor src) {
     download(dst.data, device_dst.data, dst.bytes());  // waits
   } else if (host_involved) {
     synchronize();  // the host source has been read (see above)
+  }
+}
+
+// Queued on the stream: device <-> device, and device <-> pinned host memory (DMA reads or
+// writes the host side later: the caller waits for an event first, see Backend::copy_async).
+// Host <-> host and pageable host memory take copy(), complete on return, which the contract
+// allows: a pageable device -> host copy could otherwise return before its data landed, with
+// nothing to wait for afterwards that covers the driver's staging.
+void CudaBackendImpl::copy_async(Tensor dst, Tensor src) {
+  ZT_CHECK(dst.dtype == src.dtype, "copy_async: dst ", dst.describe(), " and src ", src.describe(),
+           " must have the same dtype (copy() converts between dtypes)");
+  if (!has_elements_to_copy("copy_async", dst, src)) return;
+  const bool host_only = dst.device == Device::CPU && src.device == Device::CPU;
+  if (host_only || is_pageable_host_memory(dst) || is_pageable_host_memory(src)) {
+    copy(dst, src);
+    return;
+  }
+  if (dst.data != src.data) {
+    ZT_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDefault, stream_));
   }
 }
 
