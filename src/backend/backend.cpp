@@ -30,6 +30,17 @@ void Backend::matmul_bias(Tensor c, Tensor a, Tensor b, Tensor bias) {
 
 std::unique_ptr<Backend> Backend::make_host_backend() { return make_cpu_backend(); }
 
+void Backend::cross_entropy_accumulate(Tensor logits, Tensor targets, Tensor mask, float grad_scale, Tensor loss_sum) {
+  ZT_CHECK(loss_sum.dtype == DType::F64 && loss_sum.numel() == 1, "cross_entropy_accumulate: loss_sum must be fp64 [1], got ",
+           loss_sum.describe());
+  const double sum = cross_entropy(logits, targets, mask, grad_scale);
+  double total = 0.0;  // [1]
+  Tensor host(&total, DType::F64, {1});
+  copy(host, loss_sum);
+  total += sum;
+  copy(loss_sum, host);
+}
+
 namespace {
 struct CompletedEvent final : BackendEvent {
   void wait() override {}

@@ -179,6 +179,10 @@ class Backend {
   // When grad_scale != 0, overwrites logits with dlogits = (softmax - onehot) * grad_scale
   // on masked rows and 0 on the others (grad_scale is 1 / target tokens of the global batch).
   virtual double cross_entropy(Tensor logits, Tensor targets, Tensor mask, float grad_scale) = 0;
+  // The same, but the sum is added to loss_sum (fp64 [1] on this backend's device) instead of
+  // returned, so the device is not synchronised once per micro-batch: the trainer reads a
+  // step's sum once. The default calls cross_entropy.
+  virtual void cross_entropy_accumulate(Tensor logits, Tensor targets, Tensor mask, float grad_scale, Tensor loss_sum);
 
   // ---- regularisation -----------------------------------------------------------------
   // Inverted dropout: out[N,C] = in * keep / (1 - p), keep = uniform(key, row_ids[n]*C + c) >= p.

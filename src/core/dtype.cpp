@@ -17,6 +17,7 @@ size_t dtype_size(DType dtype) {
     case DType::I32: return 4;
     case DType::I64: return 8;
     case DType::U8: return 1;
+    case DType::F64: return 8;
   }
   fail("unknown dtype ", static_cast<int>(dtype));
 }
@@ -29,6 +30,7 @@ const char* dtype_name(DType dtype) {
     case DType::I32: return "int32";
     case DType::I64: return "int64";
     case DType::U8: return "uint8";
+    case DType::F64: return "fp64";
   }
   return "unknown";
 }

@@ -7,10 +7,12 @@
 
 namespace zt {
 
-enum class DType : uint8_t { F32, BF16, F16, I32, I64, U8 };
+// F64 holds scalar accumulators only (a step's loss sum on the device); it is not a storage
+// dtype of the float ops (is_float is false for it).
+enum class DType : uint8_t { F32, BF16, F16, I32, I64, U8, F64 };
 
 size_t dtype_size(DType dtype);
-const char* dtype_name(DType dtype);          // "fp32", "bf16", "fp16", "int32", "int64", "uint8"
+const char* dtype_name(DType dtype);          // "fp32", "bf16", "fp16", "int32", "int64", "uint8", "fp64"
 DType parse_compute_dtype(const std::string& name);  // fp32|float32|bf16|bfloat16|fp16|float16
 bool is_float(DType dtype);
 

@@ -67,7 +67,10 @@ class CausalLM {
   virtual Tensor forward(const BatchTensors& batch, const DropoutContext& dropout) = 0;
   // After forward on the same batch: fused softmax-cross-entropy and the full backward.
   // Gradients of d(sum of masked token losses * grad_scale) accumulate into the ParamStore.
-  // Returns the sum of the masked token losses.
+  // Adds the sum of the masked token losses to loss_sum (fp64 [1] on the model's device)
+  // without synchronising the device (the trainer reads a step's sum once).
+  virtual void backward(const BatchTensors& batch, float grad_scale, const DropoutContext& dropout, Tensor loss_sum) = 0;
+  // The same, returning the sum (one device synchronisation: tests and benchmarks).
   virtual double backward(const BatchTensors& batch, float grad_scale, const DropoutContext& dropout) = 0;
   // After forward: the sum of the masked token losses, no gradients (evaluation).
   virtual double loss(const BatchTensors& batch) = 0;

@@ -107,13 +107,22 @@ class LlamaModel final : public CausalLM {
   }
 
   double backward(const BatchTensors& batch, float grad_scale, const DropoutContext& dropout) override {
+    if (!loss_sum_.data()) loss_sum_ = Buffer(backend_, sizeof(double));
+    double sum = 0.0;  // [1]
+    Tensor host(&sum, DType::F64, {1});
+    backend_.copy(loss_sum_.view(DType::F64, {1}), host);
+    backward(batch, grad_scale, dropout, loss_sum_.view(DType::F64, {1}));
+    backend_.copy(host, loss_sum_.view(DType::F64, {1}));
+    return sum;
+  }
+
+  void backward(const BatchTensors& batch, float grad_scale, const DropoutContext& dropout, Tensor loss_sum) override {
     const int64_t n = rows(), hidden = c_.hidden_size;
     Tensor dlogits = matrix(logits_, n, c_.vocab_size);
-    double loss_sum = 0.0;
     Tensor d_final_ln = matrix(grad_ln_, n, hidden);
     hooks().acquire(head_unit(), UnitUse::Backward);
     timed("head", 2.0 * static_cast<double>(n) * (head_.macs_per_token() + head_.trainable_macs_per_token()), [&] {
-      loss_sum = backend_.cross_entropy(dlogits, batch.targets, batch.loss_mask, grad_scale);
+      backend_.cross_entropy_accumulate(dlogits, batch.targets, batch.loss_mask, grad_scale, loss_sum);
       head_.backward(backend_, d_final_ln, false, dlogits, matrix(final_ln_, n, hidden), head_saved_, dropout,
                      lora_dz(), lora_scratch());
     });
@@ -137,7 +146,6 @@ class LlamaModel final : public CausalLM {
       timed("embedding", 0.0, [&] { backend_.embedding_backward(embed_grad_, d_residual, batch.input_ids); });
     hooks().gradients_ready(kEmbedUnit);
     hooks().release(kEmbedUnit);
-    return loss_sum;
   }
 
   double forward_flops(int64_t batch, int64_t seq) const override {
@@ -341,6 +349,7 @@ class LlamaModel final : public CausalLM {
   Buffer grad_q_, grad_att_, grad_k_, grad_v_;                  // [N, H*D], [N, Hkv*D]
   Buffer grad_gate_, grad_up_, grad_hidden_;                    // [N, F]
   Buffer lora_dz_, lora_scratch_;                               // [N, r_max], [N, in_max]
+  Buffer loss_sum_;                                             // fp64 [1]: backward's returned sum
   int64_t lora_dz_elements_ = 1, lora_scratch_elements_ = 1;
 };
 

@@ -84,6 +84,7 @@ const char* safetensors_dtype_name(DType dtype) {
     case DType::I32: return "I32";
     case DType::I64: return "I64";
     case DType::U8: return "U8";
+    case DType::F64: return "F64";
   }
   fail("safetensors: unknown dtype ", static_cast<int>(dtype));
 }

@@ -222,6 +222,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
   }
   std::unique_ptr<CausalLM> model = make_causal_lm(model_config, store, *backend, model_options);
   model->set_unit_hooks(&engine);
+  Buffer step_loss_sum(*backend, sizeof(double));  // fp64 [1]: this rank's loss sum of a step, on the device
 
   // Batches: DistributedSampler order; step b takes permutation positions [b*G, (b+1)*G), of
   // which this rank takes b*G + rank + k*W (k < G/W), micro-batch m its [m*mb, (m+1)*mb).
@@ -377,6 +378,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
     // Forward/backward over this rank's micro-batches; the engine reduces the gradients.
     engine.begin_step();
     double sums[4] = {0.0, 0.0, 0.0, 0.0};  // loss sum, real tokens, padded tokens, FLOPs (all ranks)
+    backend->copy(step_loss_sum.view(DType::F64, {1}), Tensor(&sums[0], DType::F64, {1}));  // = 0
     std::vector<float> step0_logits;  // [B, T, V] of micro-batch 0 (only for --dump-step0)
     int64_t step0_batch = 0, step0_seq = 0;
     DropoutContext dropout{config.seed, static_cast<uint32_t>(step), Tensor()};
@@ -392,12 +394,13 @@ void run_training(TrainConfig config, const RunOptions& options) {
         step0_seq = batch.seq;
       }
       fault_point("step", step + 1);
-      sums[0] += model->backward(batch, grad_scale, dropout);
+      model->backward(batch, grad_scale, dropout, step_loss_sum.view(DType::F64, {1}));
       engine.end_micro_batch();
       sums[1] += static_cast<double>(micro_data.real_tokens);
       sums[2] += static_cast<double>(batch.batch * batch.seq);
       sums[3] += 2.0 * model->forward_flops(batch.batch, batch.seq) + model->trainable_weight_flops(batch.batch, batch.seq);
     }
+    backend->copy(Tensor(&sums[0], DType::F64, {1}), step_loss_sum.view(DType::F64, {1}));  // the step's one read
     comm->all_reduce_scalars(sums);
     const double loss = target_tokens > 0 ? sums[0] / static_cast<double>(target_tokens) : 0.0;
     if (step == 0 && !config.dump_step0_path.empty())

@@ -3,7 +3,11 @@
 // caching allocator (no cudaMalloc in steady state, bytes in use and peak), argument errors
 // (host memory given to a device op), and the pinned host backend (make_host_backend():
 // page-locked allocations released again, exact round trips, copies complete when copy()
-// returns even while the stream is busy, discard() keeping host and device views coherent).
+// returns even while the stream is busy, discard() keeping host and device views coherent),
+// and queued copies with events: copy_async() to and from pinned memory still pending when it
+// returns and exact after record_event()'s wait(), device <-> device, pageable host memory
+// (falls back to a complete copy), dtype and size errors, events beyond the pool's cache, and
+// deferred kernel errors reported once by wait().
 #include <boost/test/unit_test.hpp>
 
 #include <cuda_runtime.h>
@@ -11,6 +15,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/rng.h"
 #include "gpu_test_util.h"
 #include "test_util.h"
 
@@ -285,6 +290,123 @@ BOOST_AUTO_TEST_CASE(discard_keeps_pinned_memory_coherent_with_the_device) {
   host->copy(view(result, {n}), host_view);
   check_identical(result, std::vector<float>(static_cast<size_t>(n), 5.0f),
                   "download into pinned memory after discard()");
+}
+
+BOOST_AUTO_TEST_CASE(copy_async_with_pinned_memory_is_queued_and_exact_after_an_event_wait) {
+  std::unique_ptr<Backend> host = gpu().make_host_backend();
+  StreamLoad load;
+  const int64_t n = int64_t{4} << 20;  // 16 MiB of fp32
+  Buffer pinned(*host, static_cast<size_t>(n) * sizeof(float));
+  float* host_values = static_cast<float*>(pinned.data());
+  const Tensor host_view = pinned.view(DType::F32, {n});
+  auto pattern = [](int64_t i) { return static_cast<float>(i % 1009) * 0.25f - 100.0f; };
+  for (int64_t i = 0; i < n; ++i) host_values[i] = pattern(i);
+  DeviceTensor device = poisoned(DType::F32, {n});
+
+  // Upload behind busy work; after the event's wait the host buffer is free to overwrite.
+  load.queue();
+  gpu().copy_async(device, host_view);
+  std::unique_ptr<BackendEvent> uploaded = gpu().record_event();
+  uploaded->wait();
+  std::fill(host_values, host_values + n, -1.0f);
+  const std::vector<float> on_device = download(device);
+  size_t wrong = 0;
+  for (int64_t i = 0; i < n; ++i) wrong += on_device[static_cast<size_t>(i)] != pattern(i);
+  BOOST_TEST(wrong == 0u, "pinned -> device: " << wrong << " elements differ after the event's wait");
+
+  // Download behind busy work: copy_async returns at once (milliseconds of GEMMs are queued
+  // ahead of it, so a copy that synchronised would have written the host side already), and
+  // the data is there after the event's wait.
+  load.queue();
+  gpu().copy_async(host_view, device);
+  BOOST_TEST(host_values[0] == -1.0f, "copy_async to pinned memory waited for the stream");
+  BOOST_TEST(host_values[n - 1] == -1.0f, "copy_async to pinned memory waited for the stream");
+  std::unique_ptr<BackendEvent> downloaded = gpu().record_event();
+  downloaded->wait();
+  wrong = 0;
+  for (int64_t i = 0; i < n; ++i) wrong += host_values[i] != pattern(i);
+  BOOST_TEST(wrong == 0u, "device -> pinned: " << wrong << " elements missing after the event's wait");
+}
+
+BOOST_AUTO_TEST_CASE(copy_async_between_device_buffers_and_its_argument_checks) {
+  const std::vector<float> values = awkward_values();
+  const int64_t n = static_cast<int64_t>(values.size());
+  for (DType dtype : float_dtypes()) {
+    DeviceTensor source = upload(values, dtype, {n});
+    DeviceTensor target = poisoned(dtype, {n});
+    gpu().copy_async(target, source);
+    gpu().record_event()->wait();
+    check_identical(download(target), rounded(values, dtype),
+                    cat("copy_async device -> device ", dtype_name(dtype)));
+  }
+  DeviceTensor f32 = device_tensor(DType::F32, {4});
+  DeviceTensor bf16 = device_tensor(DType::BF16, {4});
+  zt::test::check_error_mentions([&] { gpu().copy_async(bf16, f32); },
+                                 {"copy_async", "bf16[4]", "fp32[4]", "same dtype"});
+  std::vector<float> host(4, 1.0f);
+  zt::test::check_error_mentions([&] { gpu().copy_async(view(host, {4}), bf16); },
+                                 {"copy_async", "fp32[4]", "bf16[4]", "same dtype"});
+  DeviceTensor three = device_tensor(DType::F32, {3});
+  zt::test::check_error_mentions([&] { gpu().copy_async(three, f32); },
+                                 {"copy_async", "same number of elements"});
+  gpu().copy_async(Tensor(nullptr, DType::F32, {0}, Device::CUDA),
+                   Tensor(nullptr, DType::F32, {0}));  // nothing to copy: no error
+}
+
+BOOST_AUTO_TEST_CASE(copy_async_with_pageable_host_memory_gives_the_data) {
+  StreamLoad load;
+  const int64_t n = int64_t{1} << 20;
+  std::vector<float> pageable(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) pageable[static_cast<size_t>(i)] = static_cast<float>(i % 777) - 300.0f;
+  const std::vector<float> expected = pageable;
+  BOOST_REQUIRE(memory_type(pageable.data()) == cudaMemoryTypeUnregistered);
+  DeviceTensor device = poisoned(DType::F32, {n});
+  // Upload behind busy work, wait, then overwrite the source: the device keeps the old values.
+  load.queue();
+  gpu().copy_async(device, view(pageable, {n}));
+  gpu().record_event()->wait();
+  std::fill(pageable.begin(), pageable.end(), -1.0f);
+  check_identical(download(device), expected, "copy_async pageable -> device");
+  // Download behind busy work: the fallback is copy(), so the data is there on return already.
+  load.queue();
+  gpu().copy_async(view(pageable, {n}), device);
+  check_identical(pageable, expected, "copy_async device -> pageable, on return");
+  gpu().record_event()->wait();
+  check_identical(pageable, expected, "copy_async device -> pageable, after the event's wait");
+  // Host <-> host: a plain copy.
+  std::vector<float> other(static_cast<size_t>(n), 0.0f);
+  gpu().copy_async(view(other, {n}), view(pageable, {n}));
+  check_identical(other, expected, "copy_async host -> host");
+}
+
+BOOST_AUTO_TEST_CASE(events_beyond_the_pool_cache_are_created_and_reused) {
+  // More events alive at once than the pool keeps (16), twice over, waited in reverse order;
+  // each follows a fill, so the last value written is on the device after any of them.
+  DeviceTensor x = device_tensor(DType::F32, {1000});
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::unique_ptr<BackendEvent>> events;
+    for (int i = 0; i < 40; ++i) {
+      gpu().fill(x, static_cast<float>(round * 100 + i));
+      events.push_back(gpu().record_event());
+    }
+    for (auto event = events.rbegin(); event != events.rend(); ++event) (*event)->wait();
+    check_identical(download(x), std::vector<float>(1000, static_cast<float>(round * 100 + 39)),
+                    cat("fills before 40 events, round ", round));
+  }
+  gpu().record_event()->wait();  // nothing queued: returns at once
+}
+
+BOOST_AUTO_TEST_CASE(event_wait_reports_deferred_kernel_errors_once) {
+  std::vector<int64_t> row_ids = {0, 1, -5, 3};
+  DeviceTensor ids = upload_integers(row_ids, {4});
+  DeviceTensor x = upload(random_floats(4 * 8, 13), DType::F32, {4, 8});
+  gpu().dropout(x, x, 0.5f, RngKey{}, ids);
+  std::unique_ptr<BackendEvent> first = gpu().record_event();
+  std::unique_ptr<BackendEvent> second = gpu().record_event();
+  zt::test::check_error_mentions([&] { first->wait(); }, {"dropout", "negative"});
+  second->wait();  // the same error, recorded before it was cleared: not reported again
+  first->wait();
+  gpu().synchronize();
 }
 
 BOOST_AUTO_TEST_SUITE_END()

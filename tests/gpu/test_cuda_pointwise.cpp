@@ -1,11 +1,16 @@
 // GPU tests of the CUDA backend's pointwise ops and reductions against the CPU backend (or
 // exact host arithmetic where the result is fully determined): accumulate, scale, add_bias,
 // bias_backward, SwiGLU, ReLU, RoPE, dropout (the same mask bit for bit), sum_squares,
-// has_inf_or_nan, embedding forward/backward (backward bit-identical: same summation order),
+// has_inf_or_nan, their multi-tensor forms sum_squares_of (bit-identical to the sum of
+// sum_squares in span order) and has_inf_or_nan_in, embedding forward/backward (backward
+// bit-identical: same summation order),
 // bad ids, and the deferred dropout error. Sizes are not multiples of the 8-element vectors.
 // Bounds: exact where stated; SwiGLU and RoPE fp32 1e-5 (exp/sin/cos differ by an ulp or two
 // between glibc and CUDA); column sums 1e-5; sum_squares 1e-12 (both in double).
 #include <boost/test/unit_test.hpp>
+
+#include <span>
+#include <vector>
 
 #include "core/rng.h"
 #include "gpu_test_util.h"
@@ -190,6 +195,52 @@ BOOST_AUTO_TEST_CASE(sum_squares_and_inf_nan_checks) {
   // fp16 overflow: 1e5 is inf once stored as fp16.
   DeviceTensor overflow = upload({1.0f, 1.0e5f, 2.0f}, DType::F16, {3});
   BOOST_TEST(gpu().has_inf_or_nan(overflow));
+}
+
+BOOST_AUTO_TEST_CASE(sum_squares_of_and_has_inf_or_nan_in_over_several_tensors) {
+  // Three dtypes and sizes: many blocks, a ragged last vector, shorter than one vector.
+  std::vector<float> a = rounded(random_floats(100003, 21, -2.0f, 2.0f), DType::F32);
+  std::vector<float> b = rounded(random_floats(kRows * kCols, 22, -3.0f, 3.0f), DType::BF16);
+  std::vector<float> c = rounded(random_floats(5, 23, -70.0f, 70.0f), DType::F16);
+  DeviceTensor a_d = upload(a, DType::F32, {100003});
+  DeviceTensor b_d = upload(b, DType::BF16, {kRows, kCols});
+  DeviceTensor c_d = upload(c, DType::F16, {5});
+  const std::vector<Tensor> xs = {a_d, b_d, c_d};
+  // Exactly the single-tensor results added in span order (the documented order).
+  const double expected = 0.0 + gpu().sum_squares(a_d) + gpu().sum_squares(b_d) + gpu().sum_squares(c_d);
+  const double total = gpu().sum_squares_of(xs);
+  BOOST_TEST(total == expected);
+  BOOST_TEST(gpu().sum_squares_of(xs) == total);  // bitwise reproducible
+  const double cpu_total = cpu().sum_squares(view(a, {100003})) +
+                           cpu().sum_squares(view(b, {kRows * kCols})) + cpu().sum_squares(view(c, {5}));
+  BOOST_TEST(total == cpu_total, boost::test_tools::tolerance(1e-12));
+  // An empty tensor adds nothing; no tensors give 0.
+  const Tensor empty(nullptr, DType::BF16, {0}, Device::CUDA);
+  const std::vector<Tensor> with_empty = {a_d, empty, c_d};
+  BOOST_TEST(gpu().sum_squares_of(with_empty) == 0.0 + gpu().sum_squares(a_d) + gpu().sum_squares(c_d));
+  BOOST_TEST(gpu().sum_squares_of(std::span<const Tensor>{}) == 0.0);
+
+  BOOST_TEST(!gpu().has_inf_or_nan_in(xs));
+  BOOST_TEST(!gpu().has_inf_or_nan_in(std::span<const Tensor>{}));
+  BOOST_TEST(!gpu().has_inf_or_nan_in(with_empty));
+  std::vector<float> c_bad = c;
+  c_bad.back() = kInf;  // only in the last element of the last tensor
+  DeviceTensor c_bad_d = upload(c_bad, DType::F16, {5});
+  const std::vector<Tensor> bad_last = {a_d, b_d, c_bad_d};
+  BOOST_TEST(gpu().has_inf_or_nan_in(bad_last));
+  BOOST_TEST(!gpu().has_inf_or_nan_in(std::span<const Tensor>(bad_last).first(2)));
+
+  // Arguments are named by their index.
+  std::vector<float> host(4, 1.0f);
+  const std::vector<Tensor> with_host = {a_d, view(host, {4})};
+  zt::test::check_error_mentions([&] { gpu().sum_squares_of(with_host); },
+                                 {"sum_squares_of", "xs[1]", "device memory"});
+  zt::test::check_error_mentions([&] { gpu().has_inf_or_nan_in(with_host); },
+                                 {"has_inf_or_nan_in", "xs[1]", "device memory"});
+  DeviceTensor ids = upload_integers(std::vector<int32_t>(4, 0), {4});
+  const std::vector<Tensor> with_ints = {a_d, b_d, ids};
+  zt::test::check_error_mentions([&] { gpu().sum_squares_of(with_ints); },
+                                 {"sum_squares_of", "xs[2]", "fp32, bf16 or fp16"});
 }
 
 BOOST_AUTO_TEST_CASE(embedding_forward_and_deterministic_backward) {

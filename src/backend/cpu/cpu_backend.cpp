@@ -202,6 +202,11 @@ void CpuBackend::fill(Tensor dst, float value) {
     case DType::I32: return fill_integer<int32_t>(dst, value);
     case DType::I64: return fill_integer<int64_t>(dst, value);
     case DType::U8: return fill_integer<uint8_t>(dst, value);
+    case DType::F64: {
+      double* data = static_cast<double*>(dst.data);
+      std::fill(data, data + n, static_cast<double>(value));
+      return;
+    }
   }
   fail("fill: unknown dtype in ", dst.describe());
 }

@@ -80,6 +80,12 @@ bool has_elements_to_copy(const char* op, const Tensor& dst, const Tensor& src) 
   return true;
 }
 
+// dst = src byte for byte, queued on `stream` (device or pinned host memory on either side).
+void queue_same_dtype_copy(cudaStream_t stream, const Tensor& dst, const Tensor& src) {
+  if (dst.data == src.data) return;
+  ZT_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDefault, stream));
+}
+
 // True for host memory that CUDA has not page-locked (malloc, new, std::vector): the driver
 // stages its copies through pinned buffers of its own and "might be synchronous" with the host
 // (CUDA's API synchronisation rules), so a device -> host cudaMemcpyAsync may return before the
@@ -108,9 +114,7 @@ void CudaBackendImpl::copy(Tensor dst, Tensor src) {
       if (dst.data != src.data) std::memmove(dst.data, src.data, src.bytes());
       return;
     }
-    if (dst.data != src.data) {
-      ZT_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDefault, stream_));
-    }
+    queue_same_dtype_copy(stream_, dst, src);
     // Host memory is ready to read (or to overwrite) when copy() returns (see above).
     if (host_involved) synchronize();
     return;
@@ -143,8 +147,9 @@ void CudaBackendImpl::copy(Tensor dst, Tensor src) {
 // Queued on the stream: device <-> device, and device <-> pinned host memory (DMA reads or
 // writes the host side later: the caller waits for an event first, see Backend::copy_async).
 // Host <-> host and pageable host memory take copy(), complete on return, which the contract
-// allows: a pageable device -> host copy could otherwise return before its data landed, with
-// nothing to wait for afterwards that covers the driver's staging.
+// allows: a pageable device -> host cudaMemcpyAsync may return before its data has landed, and
+// CUDA does not say that an event recorded after it covers the driver's copy out of its staging
+// buffer.
 void CudaBackendImpl::copy_async(Tensor dst, Tensor src) {
   ZT_CHECK(dst.dtype == src.dtype, "copy_async: dst ", dst.describe(), " and src ", src.describe(),
            " must have the same dtype (copy() converts between dtypes)");
@@ -154,9 +159,7 @@ void CudaBackendImpl::copy_async(Tensor dst, Tensor src) {
     copy(dst, src);
     return;
   }
-  if (dst.data != src.data) {
-    ZT_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDefault, stream_));
-  }
+  queue_same_dtype_copy(stream_, dst, src);
 }
 
 void CudaBackendImpl::round_to(Tensor x, DType dtype) {

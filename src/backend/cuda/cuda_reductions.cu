@@ -1,5 +1,8 @@
 // The CUDA backend's reductions: sum of squares (gradient norms, in double, deterministic),
-// the inf/NaN check (fp16 overflow), and the bias gradient (deterministic column sums).
+// the inf/NaN check (fp16 overflow), each over one tensor or several with one download, and
+// the bias gradient (deterministic column sums).
+#include <algorithm>
+#include <span>
 #include <vector>
 
 #include "backend/buffer.h"
@@ -42,45 +45,97 @@ __global__ void inf_or_nan_kernel(unsigned int* found, const typename Format::St
 
 constexpr int64_t kMaxReductionBlocks = 1024;
 
+// Blocks of sum_squares_kernel for n > 0 elements: a function of n alone, so the partial sums
+// (and their total) are the same on every run.
+unsigned int sum_squares_blocks(int64_t n) {
+  return static_cast<unsigned int>(std::min<int64_t>(grid_for(vectors_of(n)), kMaxReductionBlocks));
+}
+
+// Throws unless every tensor of xs is device memory of a float dtype, naming it xs[i].
+void expect_device_floats(const char* op, std::span<const Tensor> xs) {
+  for (size_t i = 0; i < xs.size(); ++i) expect_device_float(op, cat("xs[", i, "]").c_str(), xs[i]);
+}
+
+// The sum of squares of every element of xs (checked device floats) with one download for all:
+// each tensor's kernel writes its per-block partial sums into its own segment of one scratch
+// buffer; the host adds each segment in block order, then the tensors' sums in span order
+// starting from 0.0. So the result is ((0.0 + s[0]) + s[1]) + ..., s[i] = sum_squares(xs[i]),
+// bit for bit: what the default Backend::sum_squares_of computes from sum_squares().
+double sum_squares_in_order(CudaBackendImpl& backend, std::span<const Tensor> xs) {
+  std::vector<unsigned int> blocks(xs.size());  // blocks[i]: partial sums of xs[i] (0: empty)
+  size_t total_blocks = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    blocks[i] = xs[i].numel() > 0 ? sum_squares_blocks(xs[i].numel()) : 0u;
+    total_blocks += blocks[i];
+  }
+  if (total_blocks == 0) return 0.0;  // no elements: nothing queued, nothing to wait for
+  Buffer partial(backend, total_blocks * sizeof(double));  // [total_blocks]: xs[0]'s, xs[1]'s, ...
+  double* segment = static_cast<double*>(partial.data());
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (blocks[i] == 0) continue;
+    dispatch_float(xs[i].dtype, "sum_squares", "x", [&](auto format) {
+      using Format = decltype(format);
+      sum_squares_kernel<Format><<<blocks[i], kThreads, 0, backend.stream()>>>(
+          segment, data_of<Format>(xs[i]), xs[i].numel());
+      ZT_CUDA_CHECK_LAUNCH("sum_squares_kernel");
+    });
+    segment += blocks[i];
+  }
+  std::vector<double> host_partial(total_blocks);
+  backend.download(host_partial.data(), partial.data(), total_blocks * sizeof(double));
+  double total = 0.0;
+  size_t next = 0;
+  for (unsigned int count : blocks) {
+    double tensor_sum = 0.0;
+    for (unsigned int block = 0; block < count; ++block) tensor_sum += host_partial[next++];
+    total += tensor_sum;
+  }
+  return total;
+}
+
+// True when any element of xs (checked device floats) is NaN or +-inf: every tensor's kernel
+// raises the same flag word, one download for all.
+bool any_inf_or_nan(CudaBackendImpl& backend, std::span<const Tensor> xs) {
+  const bool any_elements =
+      std::any_of(xs.begin(), xs.end(), [](const Tensor& x) { return x.numel() > 0; });
+  if (!any_elements) return false;  // nothing queued, nothing to wait for
+  Buffer found(backend, sizeof(unsigned int));  // [1] 0: none found yet
+  ZT_CUDA_CHECK(cudaMemsetAsync(found.data(), 0, sizeof(unsigned int), backend.stream()));
+  for (const Tensor& x : xs) {
+    const int64_t n = x.numel();
+    if (n == 0) continue;
+    dispatch_float(x.dtype, "has_inf_or_nan", "x", [&](auto format) {
+      using Format = decltype(format);
+      inf_or_nan_kernel<Format><<<grid_for(vectors_of(n)), kThreads, 0, backend.stream()>>>(
+          static_cast<unsigned int*>(found.data()), data_of<Format>(x), n);
+      ZT_CUDA_CHECK_LAUNCH("inf_or_nan_kernel");
+    });
+  }
+  unsigned int host_found = 0;
+  backend.download(&host_found, found.data(), sizeof(unsigned int));
+  return host_found != 0;
+}
+
 }  // namespace
 
 double CudaBackendImpl::sum_squares(Tensor x) {
   expect_device_float("sum_squares", "x", x);
-  const int64_t n = x.numel();
-  if (n == 0) return 0.0;
-  const unsigned int blocks =
-      static_cast<unsigned int>(std::min<int64_t>(grid_for(vectors_of(n)), kMaxReductionBlocks));
-  Buffer partial(*this, blocks * sizeof(double));  // partial[blocks]
-  dispatch_float(x.dtype, "sum_squares", "x", [&](auto format) {
-    using Format = decltype(format);
-    sum_squares_kernel<Format><<<blocks, kThreads, 0, stream_>>>(
-        static_cast<double*>(partial.data()),
-        static_cast<const typename Format::Storage*>(x.data), n);
-    ZT_CUDA_CHECK_LAUNCH("sum_squares_kernel");
-  });
-  std::vector<double> host_partial(blocks);
-  download(host_partial.data(), partial.data(), blocks * sizeof(double));
-  double total = 0.0;
-  for (double value : host_partial) total += value;  // in block order: reproducible
-  return total;
+  return sum_squares_in_order(*this, std::span<const Tensor>(&x, 1));
+}
+
+double CudaBackendImpl::sum_squares_of(std::span<const Tensor> xs) {
+  expect_device_floats("sum_squares_of", xs);
+  return sum_squares_in_order(*this, xs);
 }
 
 bool CudaBackendImpl::has_inf_or_nan(Tensor x) {
   expect_device_float("has_inf_or_nan", "x", x);
-  const int64_t n = x.numel();
-  if (n == 0) return false;
-  Buffer found(*this, sizeof(unsigned int));
-  ZT_CUDA_CHECK(cudaMemsetAsync(found.data(), 0, sizeof(unsigned int), stream_));
-  dispatch_float(x.dtype, "has_inf_or_nan", "x", [&](auto format) {
-    using Format = decltype(format);
-    inf_or_nan_kernel<Format><<<grid_for(vectors_of(n)), kThreads, 0, stream_>>>(
-        static_cast<unsigned int*>(found.data()),
-        static_cast<const typename Format::Storage*>(x.data), n);
-    ZT_CUDA_CHECK_LAUNCH("inf_or_nan_kernel");
-  });
-  unsigned int host_found = 0;
-  download(&host_found, found.data(), sizeof(unsigned int));
-  return host_found != 0;
+  return any_inf_or_nan(*this, std::span<const Tensor>(&x, 1));
+}
+
+bool CudaBackendImpl::has_inf_or_nan_in(std::span<const Tensor> xs) {
+  expect_device_floats("has_inf_or_nan_in", xs);
+  return any_inf_or_nan(*this, xs);
 }
 
 void CudaBackendImpl::bias_backward(Tensor dbias, Tensor dy) {
