@@ -139,6 +139,11 @@ BOOST_AUTO_TEST_CASE(fill_writes_every_dtype) {
   std::vector<uint8_t> byte_values(n);
   gpu().copy(view(byte_values, {n}), bytes);
   BOOST_TEST(byte_values == std::vector<uint8_t>(n, 1));
+  DeviceTensor doubles = device_tensor(DType::F64, {n});  // scalar accumulators' dtype
+  gpu().fill(doubles, 0.1f);
+  std::vector<double> double_values(n);
+  gpu().copy(Tensor(double_values.data(), DType::F64, {n}), doubles);
+  BOOST_TEST(double_values == std::vector<double>(n, static_cast<double>(0.1f)));
   zt::test::check_error([&] { gpu().fill(ints, 0.5f); }, "not representable");
 }
 
@@ -314,13 +319,18 @@ BOOST_AUTO_TEST_CASE(copy_async_with_pinned_memory_is_queued_and_exact_after_an_
   for (int64_t i = 0; i < n; ++i) wrong += on_device[static_cast<size_t>(i)] != pattern(i);
   BOOST_TEST(wrong == 0u, "pinned -> device: " << wrong << " elements differ after the event's wait");
 
-  // Download behind busy work: copy_async returns at once (milliseconds of GEMMs are queued
-  // ahead of it, so a copy that synchronised would have written the host side already), and
-  // the data is there after the event's wait.
+  // Download behind busy work, in two halves (the second through a pointer inside the pinned
+  // allocation, as the ZeRO engine's slices are): copy_async returns at once (milliseconds of
+  // GEMMs are queued ahead of it, so a copy that synchronised, e.g. one that took the pinned
+  // memory for pageable, would have written the host side already), and the data is there
+  // after the event's wait.
+  BOOST_TEST(memory_type(host_values + n / 2) == cudaMemoryTypeHost);
   load.queue();
-  gpu().copy_async(host_view, device);
+  gpu().copy_async(host_view.rows(0, n / 2), device.tensor.rows(0, n / 2));
+  gpu().copy_async(host_view.rows(n / 2, n - n / 2), device.tensor.rows(n / 2, n - n / 2));
   BOOST_TEST(host_values[0] == -1.0f, "copy_async to pinned memory waited for the stream");
-  BOOST_TEST(host_values[n - 1] == -1.0f, "copy_async to pinned memory waited for the stream");
+  BOOST_TEST(host_values[n - 1] == -1.0f, "copy_async to pinned memory (inside the allocation) "
+                                          "waited for the stream");
   std::unique_ptr<BackendEvent> downloaded = gpu().record_event();
   downloaded->wait();
   wrong = 0;
@@ -380,8 +390,9 @@ BOOST_AUTO_TEST_CASE(copy_async_with_pageable_host_memory_gives_the_data) {
 }
 
 BOOST_AUTO_TEST_CASE(events_beyond_the_pool_cache_are_created_and_reused) {
-  // More events alive at once than the pool keeps (16), twice over, waited in reverse order;
-  // each follows a fill, so the last value written is on the device after any of them.
+  // More events alive at once than the pool keeps (16), each after a fill, waited newest
+  // first; destroyed together (16 go back to the pool, the rest are destroyed), then a second
+  // round takes the pooled ones again and creates the others.
   DeviceTensor x = device_tensor(DType::F32, {1000});
   for (int round = 0; round < 2; ++round) {
     std::vector<std::unique_ptr<BackendEvent>> events;

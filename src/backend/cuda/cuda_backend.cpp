@@ -223,8 +223,9 @@ std::unique_ptr<BackendEvent> CudaBackendImpl::record_event() {
 void CudaBackendImpl::wait_for_event(cudaEvent_t event) {
   ZT_CUDA_CHECK(cudaEventSynchronize(event));
   // The snapshot queued before the event has landed. A later snapshot (of a later event or
-  // synchronize()) may land while it is read: it holds the same bits or more, and every bit set
-  // is an error the kernels found, so either value is right to report.
+  // synchronize()) may land while it is read: it holds the same bits or more (bits are only
+  // cleared once reported, after a full stream synchronisation), and every bit set is an error
+  // the kernels found and nobody has reported yet, so either value is right to report.
   check_deferred_errors();
 }
 

@@ -198,6 +198,8 @@ void CudaBackendImpl::fill(Tensor dst, float value) {
       ZT_CUDA_CHECK(cudaMemsetAsync(dst.data, integer_fill_value<uint8_t>(dst, value),
                                     static_cast<size_t>(n), stream_));
       return;
+    case DType::F64:  // scalar accumulators (a step's loss sum): the float widened exactly
+      return launch_fill(stream_, dst.data, n, std::bit_cast<uint64_t>(static_cast<double>(value)));
   }
   fail("fill: unknown dtype in ", dst.describe());
 }
