@@ -2,7 +2,9 @@
 # against the CPU reference on the same tiny model and data (issue 6):
 #  1. fp32 on the GPU tracks fp32 on the CPU: losses within 1e-4 relative over 8 steps, final
 #     weights within 1e-4 absolute (GEMM and reduction orders differ);
-#  2. bf16 on the GPU tracks fp32 on the CPU within 2e-2 relative (bf16 parameters/gradients);
+#  2. bf16 on the GPU tracks fp32 on the CPU within 2e-2 relative, and bf16 on the CPU (the same
+#     storage and rounding: bf16 parameters and activations, fp32 arithmetic per op) within 5e-3
+#     (GEMM accumulation orders differ, so a few roundings land on the other side);
 #  3. LoRA on the GPU tracks LoRA on the CPU;
 #  4. two ranks sharing the GPU (ZeRO-2, host-staged MPI collectives) = one rank;
 #  5. metrics.jsonl carries mem_device / mem_device_peak, and the peak stops growing after the
@@ -49,6 +51,8 @@ def main():
                 ("fp32", lambda: compare("fp32 GPU vs CPU", train("gpu-fp32", "cuda"), train("cpu-fp32", "cpu"), 1e-4, 1e-4)),
                 ("bf16", lambda: compare("bf16 GPU vs fp32 CPU", train("gpu-bf16", "cuda", bf16={"enabled": True}),
                                          train("cpu-fp32b", "cpu"), 2e-2, 1e-2)),
+                ("bf16 vs bf16", lambda: compare("bf16 GPU vs bf16 CPU", train("gpu-bf16b", "cuda", bf16={"enabled": True}),
+                                                 train("cpu-bf16", "cpu", bf16={"enabled": True}), 5e-3, 5e-3)),
                 ("lora", lambda: compare("LoRA GPU vs CPU",
                                          train("gpu-lora", "cuda", extra=["--lora-r", 4, "--lora-targets", "all-linear"]),
                                          train("cpu-lora", "cpu", extra=["--lora-r", 4, "--lora-targets", "all-linear"]),
