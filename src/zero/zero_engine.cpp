@@ -28,7 +28,8 @@ struct ZeroEngine::GroupState {
   int64_t partition_numel = 0;  // P
   Buffer master;                // fp32 [P] trainable groups (host when offloaded)
   Buffer exp_avg, exp_avg_sq;   // fp32 [P] Adam moments (host when offloaded)
-  Buffer grad_partition;        // fp32 [P] stage >= 1: this rank's reduced gradient slices
+  Buffer grad_partition;        // fp32 [P] stage >= 1 on W > 1 ranks: this rank's reduced gradient slices
+                                // (one rank's partition is everything: it updates from the store's gradients)
   Buffer host_grad;             // fp32 [P] offload: the gradient partition copied to the host
   Buffer host_compute;          // param dtype [P] offload to a GPU with 16-bit compute: the updated
                                 // master rounded on the host, then uploaded (half of fp32's bytes)
@@ -90,7 +91,7 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
       state->exp_avg_sq = Buffer(state_backend, bytes);
       state_backend.fill(f32_buffer_view(state->exp_avg, state->partition_numel), 0.0f);
       state_backend.fill(f32_buffer_view(state->exp_avg_sq, state->partition_numel), 0.0f);
-      if (stage_ >= 1) state->grad_partition = Buffer(backend_, bytes);
+      if (stage_ >= 1 && world_ > 1) state->grad_partition = Buffer(backend_, bytes);  // one rank: the store's
       if (offload_) state->host_grad = Buffer(*host_, bytes);
       if (stage_ >= 1 && (offload_ || rounds_ || offload_param_))
         state->compute_partition = Buffer(partition_backend, param_bytes(*state));
@@ -181,7 +182,7 @@ void ZeroEngine::init_from_store() {
     peak_gathered_ = live_gathered_;
   }
   update_compute_partitions();
-  if (stage_ >= 2) {
+  if (stage_ >= 2 && world_ > 1) {
     for (int unit = 0; unit < store_.num_units(); ++unit) {
       for (ParamGroup group : kTrainableGroups) {
         const UnitRange range = store_.unit_range(group, unit);
@@ -194,7 +195,7 @@ void ZeroEngine::init_from_store() {
 
 void ZeroEngine::begin_step() {
   boundary_ = false;
-  if (stage_ <= 1) store_.zero_grads();
+  if (stage_ <= 1 || world_ == 1) store_.zero_grads();
   for (ParamGroup group : kTrainableGroups) {
     GroupState& s = state(group);
     if (s.grad_partition.data()) backend_.fill(f32_buffer_view(s.grad_partition, s.partition_numel), 0.0f);
@@ -266,7 +267,7 @@ void ZeroEngine::acquire(int unit, UnitUse use) {
         gather_unit(next, true);
     }
   }
-  if (stage_ >= 2 && use != UnitUse::Forward && !u.grads_live) {
+  if (stage_ >= 2 && world_ > 1 && use != UnitUse::Forward && !u.grads_live) {
     for (ParamGroup group : kTrainableGroups) {
       const UnitRange range = store_.unit_range(group, unit);
       if (range.numel) backend_.fill(store_.group_grads(group).rows(range.begin, range.numel), 0.0f);
@@ -291,7 +292,13 @@ void ZeroEngine::begin_micro_batch(bool last) { boundary_ = last; }
 // last micro-batch of the step only (earlier ones accumulate locally), so their reductions
 // overlap the rest of that backward as well.
 void ZeroEngine::gradients_ready(int unit) {
-  if (stage_ >= 2 || (boundary_ && (stage_ == 1 || world_ > 1))) enqueue_gradients(unit);
+  if (stage_ >= 1 && world_ == 1) {  // one rank: nothing to reduce, the unit's gradients are final in place
+    if (boundary_)
+      for (ParamGroup group : kTrainableGroups)
+        if (store_.unit_range(group, unit).numel) finish_partition_slices(state(group), {store_.unit_range(group, unit)});
+    return;
+  }
+  if (stage_ >= 2 || (boundary_ && world_ > 1)) enqueue_gradients(unit);
 }
 
 void ZeroEngine::enqueue_gradients(int unit) {
@@ -367,8 +374,7 @@ void ZeroEngine::complete_inflight() {
 // their final sums once their bucket is reduced: round them to the compute dtype now and, with
 // offload, start their copy to the host, so both overlap the rest of backward.
 void ZeroEngine::finish_partition_slices(GroupState& s, const std::vector<UnitRange>& units) {
-  Tensor slices = f32_buffer_view(s.grad_partition, s.partition_numel).rows(units.front().begin / world_,
-                                                                            slice_numel(units, world_));
+  Tensor slices = gradient_view(s.group).rows(units.front().begin / world_, slice_numel(units, world_));
   if (rounds_) backend_.round_to(slices, compute_dtype_);  // fp16 overflow becomes inf here
   if (offload_)
     backend_.copy_async(f32_buffer_view(s.host_grad, s.partition_numel).rows(units.front().begin / world_,
@@ -393,7 +399,7 @@ void ZeroEngine::reduce_gradients() {
       for (int64_t begin = 0; begin < numel; begin += zero_.reduce_bucket_size)
         comm_.all_reduce_sum(grads.rows(begin, std::min(zero_.reduce_bucket_size, numel - begin)));
     }
-  } else if (stage_ == 1) {  // the stage-2 machinery, with every unit ready at the boundary
+  } else if (stage_ == 1 && world_ > 1) {  // the stage-2 machinery, with every unit ready at the boundary
     for (int unit = store_.num_units() - 1; unit >= 0; --unit) {
       units_[static_cast<size_t>(unit)].grads_live = true;
       enqueue_gradients(unit);
@@ -422,7 +428,7 @@ std::vector<Tensor> ZeroEngine::gradient_views() {
 
 Tensor ZeroEngine::gradient_view(ParamGroup group) {
   GroupState& s = state(group);
-  return stage_ == 0 ? store_.group_grads(group) : f32_buffer_view(s.grad_partition, s.partition_numel);
+  return stage_ == 0 || world_ == 1 ? store_.group_grads(group) : f32_buffer_view(s.grad_partition, s.partition_numel);
 }
 
 bool ZeroEngine::gradients_overflow() {
@@ -619,9 +625,9 @@ ZeroMemory ZeroEngine::memory() const {
     m.compute_params = std::max(peak_gathered_, planned) * p + (offload_param_ ? 0 : partitions);
     if (offload_param_) m.host_bytes += partitions;
   }
-  m.gradients = stage_ < 2 ? trainable_numel * f
+  m.gradients = stage_ < 2 || world_ == 1 ? trainable_numel * f
                            : (trainable_partition + std::min(zero_.reduce_bucket_size, trainable_numel)) * f;
-  if (stage_ == 1) m.gradients += trainable_partition * f;
+  if (stage_ == 1 && world_ > 1) m.gradients += trainable_partition * f;
   m.master_params = trainable_partition * f;
   m.optimizer_state = 2 * trainable_partition * f;
   if (offload_) m.host_bytes += m.master_params + m.optimizer_state + trainable_partition * f;

@@ -95,7 +95,9 @@ def check_accounting(report, got):
                       memory["parameters"], planned, 1e-12)
     elements = layout["trainable_elements"]
     bucket = ZERO_KNOBS[ranks].get("reduce_bucket_size", 500000000)
-    grad_elements = {0: elements, 1: elements + elements / ranks}.get(stage, elements / ranks + min(bucket, elements))
+    # One rank updates from the full gradient buffer itself (no partition copy, no bucket).
+    grad_elements = elements if ranks == 1 else {0: elements, 1: elements + elements / ranks}.get(
+        stage, elements / ranks + min(bucket, elements))
     report.scalar(f"{label}: gradient bytes per rank (stage {stage}: full, full + partition, or partition + bucket)",
                   memory["gradients"], 4.0 * grad_elements, 1e-12)
 

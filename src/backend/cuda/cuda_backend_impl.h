@@ -81,6 +81,8 @@ enum StatusSlot : int {
 // GPU): the kernel sets a bit, the next synchronising call throws.
 enum DeferredError : uint64_t {
   kDropoutNegativeRowId = 1,
+  kCrossEntropyBadMask = 2,    // cross_entropy_accumulate: a mask flag other than 0 or 1
+  kCrossEntropyBadTarget = 4,  // cross_entropy_accumulate: a masked row's target outside [0, V)
 };
 
 class CudaBackendImpl final : public CudaBackend {
@@ -151,6 +153,10 @@ class CudaBackendImpl final : public CudaBackend {
                           Tensor v, Tensor out, Tensor lse, float scale) override;
 
   double cross_entropy(Tensor logits, Tensor targets, Tensor mask, float grad_scale) override;
+  // No synchronisation: the sum is added on the device (same bits as cross_entropy's), bad
+  // masks/targets set a DeferredError bit that the next synchronisation reports.
+  void cross_entropy_accumulate(Tensor logits, Tensor targets, Tensor mask, float grad_scale,
+                                Tensor loss_sum) override;
 
   void dropout(Tensor out, Tensor in, float p, RngKey key, Tensor row_ids) override;
 
