@@ -7,7 +7,10 @@
 #     (GEMM accumulation orders differ, so a few roundings land on the other side);
 #  3. LoRA on the GPU tracks LoRA on the CPU;
 #  4. two ranks sharing the GPU (ZeRO-2, host-staged MPI collectives) = one rank;
-#  5. metrics.jsonl carries mem_device / mem_device_peak, and the peak stops growing after the
+#  5. the whole model's forward and backward: step-0 logits, loss and every gradient (--dump-step0)
+#     on the GPU equal the CPU's within 1e-4 of each tensor's largest magnitude in fp32, and
+#     within 3e-2 of it in bf16 (both backends store bf16; accumulation orders differ);
+#  6. metrics.jsonl carries mem_device / mem_device_peak, and the peak stops growing after the
 #     first steps (the caching allocator: no new device memory in steady state).
 # Without a GPU every check fails with zerotune's message (this test never skips).
 import os
@@ -64,6 +67,25 @@ def main():
                 function()
             except Exception as error:  # noqa: BLE001 - reported; the next case still runs
                 report.fail(f"[{label}] {type(error).__name__}: {error}")
+        def step0(name, device, **sections):
+            path = os.path.join(workdir, name + "-dump.safetensors")
+            train(name, device, extra=["--dump-step0", path], **sections)
+            return load_weights(path)
+
+        for label, sections, bound in (("fp32", {}, 1e-4), ("bf16", {"bf16": {"enabled": True}}, 3e-2)):
+            try:
+                gpu, cpu = step0(f"gpu-dump-{label}", "cuda", **sections), step0(f"cpu-dump-{label}", "cpu", **sections)
+                report.check(sorted(gpu) == sorted(cpu) and len(gpu) > 2, f"step-0 dump {label}: {len(gpu)} tensors on both")
+                worst_name, worst = "", 0.0
+                for key in cpu:
+                    scale = max(float(cpu[key].abs().max()), 1e-30)
+                    error = float((gpu[key].float() - cpu[key].float()).abs().max()) / scale
+                    if error > worst:
+                        worst_name, worst = key, error
+                report.check(worst <= bound, f"step-0 forward/backward {label} GPU vs CPU: every tensor within "
+                             f"{bound:.0e} of its largest magnitude (worst {worst:.2e} in {worst_name})")
+            except Exception as error:  # noqa: BLE001
+                report.fail(f"[step-0 dump {label}] {type(error).__name__}: {error}")
         try:
             records, _ = train("gpu-memory", "cuda")
             peaks = [r.get("mem_device_peak") for r in records]
