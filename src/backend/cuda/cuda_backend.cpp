@@ -185,9 +185,15 @@ void CudaBackendImpl::check_deferred_errors() {
   // Every snapshot of the word queued so far (by synchronize() or record_event()) has landed:
   // clear the host copy too, so that waiting for another event does not report these again.
   host_status_[kDeferredErrors] = 0;
-  ZT_CHECK(!(errors & kDropoutNegativeRowId),
-           "dropout: row_ids held a negative global position (found by the kernel, reported at "
-           "the next synchronisation of the cuda backend on rank ", process_rank(), ")");
+  const std::string found = cat(" (found by the kernel, reported at the next synchronisation of "
+                                "the cuda backend on rank ", process_rank(), ")");
+  ZT_CHECK(!(errors & kDropoutNegativeRowId), "dropout: row_ids held a negative global position",
+           found);
+  ZT_CHECK(!(errors & kCrossEntropyBadMask),
+           "cross_entropy_accumulate: a mask flag was not 0 or 1", found);
+  ZT_CHECK(!(errors & kCrossEntropyBadTarget),
+           "cross_entropy_accumulate: a masked row's target was outside the vocabulary [0, V)",
+           found);
   fail("cuda backend: unknown deferred kernel error bits ", errors);
 }
 
