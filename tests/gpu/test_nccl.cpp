@@ -1,15 +1,24 @@
 // GPU tests of the NCCL communicator with one rank: all-reduce and all-gather in fp32, bf16 and
 // fp16, reduce-scatter, broadcast on device buffers against the values expected; the ordering
 // against the compute stream both ways (a collective sees the compute work queued before it,
-// and compute work queued after wait() sees its result); host tensors, scalars and strings
-// delegated to the bootstrap with this communicator's context; argument errors; the refusal
-// of two ranks on one GPU; NCCL initialisation bounded by the timeout (a rank that never
-// joins). Not tested (needs two ranks, one of them hanging): the timeout of a collective's
-// wait() and the abort that follows.
+// and compute work queued after wait() sees its result); all-gathers (on their own NCCL
+// communicator and stream) beside reductions: issued while one is in flight, interleaved with
+// reduce-scatters and waited for out of order, and reading a reduce-scatter's output after
+// its wait(); a communicator made, used on both of its NCCL communicators and destroyed; host
+// tensors, scalars and strings delegated to the bootstrap with this communicator's context;
+// argument errors; the refusal of two ranks on one GPU; NCCL initialisation bounded by the
+// timeout (a rank that never joins). Not tested (needs two ranks, one of them hanging): the
+// timeout of a collective's wait() and the abort of both communicators that follows. Not
+// observable with one rank: that an all-gather actually overlaps a reduction (one rank's
+// collectives are local copies, so neither waits for a peer).
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "gpu_test_util.h"
@@ -171,6 +180,106 @@ BOOST_AUTO_TEST_CASE(reduce_scatter_of_one_rank_copies_in_to_out) {
   check_identical(download(in), times(values, -1.0f), "reduce_scatter in place");
 }
 
+// The all-gather runs on a communicator and stream of its own: issued after a large all-reduce
+// and waited for before it, it completes with its own data, and the all-reduce with its own.
+BOOST_AUTO_TEST_CASE(an_all_gather_issued_while_a_large_all_reduce_is_in_flight_completes_with_its_data) {
+  const std::vector<float> reduced_values = random_floats(static_cast<size_t>(4 * kBig), 21);
+  DeviceTensor reduced = upload(reduced_values, DType::F32, {4 * kBig});  // 64 MiB
+  gpu().scale(reduced, 2.0f);
+  const std::vector<float> gathered_values = random_floats(4096, 22);
+  DeviceTensor in = upload(gathered_values, DType::BF16, {4096});
+  DeviceTensor out = poisoned(DType::BF16, {4096});
+  const size_t gathers_before = calls(comm(), Collective::AllGather);
+  const size_t reduces_before = calls(comm(), Collective::AllReduce);
+  Pending reduce = comm().all_reduce_sum_async(reduced);
+  Pending gather = comm().all_gather_async(out, in);
+  gather->wait();  // before the all-reduce's wait: nothing ties the two together
+  BOOST_TEST(gather->done());
+  gpu().scale(out, -1.0f);  // queued after wait(): sees the gathered values
+  check_identical(download(out), times(rounded(gathered_values, DType::BF16), -1.0f), "all_gather beside an all_reduce");
+  reduce->wait();
+  BOOST_TEST(reduce->done());
+  check_identical(download(reduced), times(reduced_values, 2.0f), "all_reduce beside an all_gather");
+  BOOST_TEST(calls(comm(), Collective::AllGather) == gathers_before + 1);
+  BOOST_TEST(calls(comm(), Collective::AllReduce) == reduces_before + 1);
+}
+
+// Reduce-scatters (gradients) and all-gathers (parameters) issued alternately, each input
+// written by the compute stream just before it, waited for in the reverse order.
+BOOST_AUTO_TEST_CASE(interleaved_all_gathers_and_reduce_scatters_give_their_results) {
+  constexpr int kRounds = 4;
+  constexpr int64_t n = int64_t{1} << 20;
+  std::vector<std::vector<float>> gradient_values, param_values;  // [kRounds][n] each
+  std::vector<DeviceTensor> gradients, partitions, params, gathered;  // [n] each
+  std::vector<Pending> pending;  // reduce-scatter, all-gather, reduce-scatter, ...
+  const size_t scatters_before = calls(comm(), Collective::ReduceScatter);
+  const size_t gathers_before = calls(comm(), Collective::AllGather);
+  for (int round = 0; round < kRounds; ++round) {
+    const uint32_t seed = 100 + static_cast<uint32_t>(round);
+    gradient_values.push_back(random_floats(static_cast<size_t>(n), seed));
+    param_values.push_back(random_floats(static_cast<size_t>(n), seed + 50));
+    gradients.push_back(upload(gradient_values.back(), DType::F32, {n}));
+    gpu().scale(gradients.back(), static_cast<float>(round + 1));
+    partitions.push_back(poisoned(DType::F32, {n}));
+    params.push_back(upload(param_values.back(), DType::BF16, {n}));
+    gpu().scale(params.back(), -1.0f);
+    gathered.push_back(poisoned(DType::BF16, {n}));
+    pending.push_back(comm().reduce_scatter_sum_async(partitions.back(), gradients.back()));
+    pending.push_back(comm().all_gather_async(gathered.back(), params.back()));
+  }
+  for (auto it = pending.rbegin(); it != pending.rend(); ++it) (*it)->wait();
+  for (size_t round = 0; round < static_cast<size_t>(kRounds); ++round) {
+    check_identical(download(partitions[round]), times(gradient_values[round], static_cast<float>(round + 1)),
+                    cat("reduce_scatter of round ", round));
+    check_identical(download(gathered[round]), times(rounded(param_values[round], DType::BF16), -1.0f),
+                    cat("all_gather of round ", round));
+  }
+  BOOST_TEST(calls(comm(), Collective::ReduceScatter) == scatters_before + kRounds);
+  BOOST_TEST(calls(comm(), Collective::AllGather) == gathers_before + kRounds);
+}
+
+// A ZeRO step in small: reduce-scatter the gradients, update the partition on the compute
+// stream, all-gather it. The two collectives run on different streams; the all-gather, issued
+// after the reduce-scatter's wait() and the update, must read the updated values (the compute
+// stream waited for the reduce-scatter, the all-gather's stream waits for the compute
+// stream), never the NaNs the partition held before.
+BOOST_AUTO_TEST_CASE(an_all_gather_of_a_reduce_scatters_output_reads_it_after_its_wait) {
+  const std::vector<float> values = random_floats(static_cast<size_t>(kBig), 9);
+  DeviceTensor gradients = upload(values, DType::F32, {kBig});
+  DeviceTensor partition = poisoned(DType::F32, {kBig});
+  DeviceTensor gathered = poisoned(DType::F32, {kBig});
+  comm().reduce_scatter_sum_async(partition, gradients)->wait();
+  gpu().scale(partition, 0.5f);
+  comm().all_gather_async(gathered, partition)->wait();
+  check_identical(download(gathered), times(values, 0.5f), "all_gather of a reduce_scatter's output");
+}
+
+// A communicator of its own: made, used on both of its NCCL communicators (an all-reduce and an
+// all-gather in flight together, on separate buffers), destroyed after its Pendings; the
+// suite's communicator and the compute stream work afterwards.
+BOOST_AUTO_TEST_CASE(a_communicator_is_destroyed_after_using_both_of_its_nccl_communicators) {
+  FakeBootstrap bootstrap;
+  const std::vector<float> values = random_floats(1024, 31);
+  {
+    std::unique_ptr<Communicator> own = make_nccl_communicator(bootstrap, gpu());
+    DeviceTensor reduced = upload(values, DType::F32, {1024});
+    DeviceTensor in = upload(values, DType::F16, {1024});
+    DeviceTensor out = poisoned(DType::F16, {1024});
+    {
+      Pending reduce = own->all_reduce_sum_async(reduced);
+      Pending gather = own->all_gather_async(out, in);
+      reduce->wait();
+      gather->wait();
+    }  // the Pendings go before the communicator, as the interface requires
+    check_identical(download(reduced), values, "all_reduce of a short-lived communicator");
+    check_identical(download(out), rounded(values, DType::F16), "all_gather of a short-lived communicator");
+    BOOST_TEST(own->stats().calls[static_cast<size_t>(Collective::AllGather)] == 1);
+  }
+  DeviceTensor out = poisoned(DType::F32, {1024});
+  comm().all_gather(out, upload(values, DType::F32, {1024}));
+  check_identical(download(out), values, "all_gather after another communicator was destroyed");
+}
+
 BOOST_AUTO_TEST_CASE(broadcast_from_rank_0_moves_bytes_of_any_dtype) {
   std::vector<int32_t> ids = {5, -1, 1 << 30, 7};
   DeviceTensor data = upload_integers(ids, {4});
@@ -180,7 +289,8 @@ BOOST_AUTO_TEST_CASE(broadcast_from_rank_0_moves_bytes_of_any_dtype) {
   gpu().copy(view(back, {4}), data);
   BOOST_TEST(back == ids, boost::test_tools::per_element());
   BOOST_TEST(calls(comm(), Collective::Broadcast) == before + 1);
-  BOOST_TEST(one_rank().bootstrap.stats().calls[static_cast<size_t>(Collective::Broadcast)] == 1);  // the id only
+  // Only the NCCL ids (both communicators' in one broadcast) went through the bootstrap.
+  BOOST_TEST(one_rank().bootstrap.stats().calls[static_cast<size_t>(Collective::Broadcast)] == 1);
 }
 
 BOOST_AUTO_TEST_CASE(host_tensors_scalars_and_strings_go_to_the_bootstrap_with_our_context) {

@@ -1,5 +1,7 @@
-// NCCL collectives on device buffers, one communication stream, and the watchdog that aborts a
-// collective which does not finish in time (see nccl_communicator.h).
+// NCCL collectives on device buffers: two NCCL communicators, each with its own stream (one for
+// all-reduce, reduce-scatter and broadcast, one for all-gathers only, so that a stage-3
+// parameter prefetch is never queued behind a gradient reduction), and the watchdog that aborts
+// both when a collective does not finish in time (see nccl_communicator.h).
 #include "comm/nccl/nccl_communicator.h"
 
 #include <cuda_runtime.h>
@@ -7,7 +9,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <cstdlib>
 #include <initializer_list>
 #include <map>
 #include <thread>
@@ -63,9 +67,30 @@ bool poll_until(Finished finished, std::chrono::duration<double> timeout) {
   }
 }
 
+// One NCCL communicator and the stream its collectives run on (in issue order, which is the
+// same on every rank: NCCL requires that per communicator).
+struct Channel {
+  const char* name;  // the communicator's name in NCCL's logs
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+};
+
+// Two communicators on one GPU can deadlock: each collective's kernel waits for its peers, and
+// if rank 0's GPU starts the all-gather's kernel first while rank 1's starts the reduction's
+// and neither has room for the other, both wait forever. With NCCL_LAUNCH_ORDER_IMPLICIT=1
+// (NCCL 2.26 and later) NCCL launches the kernels of all communicators of a device in host
+// program order, which is the same on every rank here (one thread per rank issues every
+// collective, in the same order); with CUDA 12.3 or newer it orders only the launches, so the
+// kernels still overlap. A value the user set is kept. NCCL reads the variable when it first
+// launches a collective, after this.
+void order_launches_of_both_communicators() {
+  ZT_CHECK(setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", 0) == 0,
+           "make_nccl_communicator: setenv(NCCL_LAUNCH_ORDER_IMPLICIT) failed on rank ", process_rank());
+}
+
 class NcclCommunicator;
 
-// One collective queued on the communication stream; `finished` is recorded after it.
+// One collective queued on its channel's stream; `finished` is recorded after it.
 class NcclPending final : public PendingCollective {
  public:
   NcclPending(NcclCommunicator& owner, Collective kind, cudaEvent_t finished)
@@ -94,16 +119,14 @@ class NcclCommunicator final : public Communicator {
     try {
       ZT_CUDA_CHECK(cudaSetDevice(device_index_));
       check_one_rank_per_gpu();
-      ncclUniqueId id{};
-      if (rank() == 0) ZT_NCCL_CHECK(ncclGetUniqueId(&id));
-      bootstrap_.broadcast(Tensor(&id, DType::U8, {static_cast<int64_t>(sizeof(id))}), 0);
-      ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+      order_launches_of_both_communicators();
+      std::array<ncclUniqueId, 2> ids{};  // main_'s and gather_'s, sent in one broadcast
+      if (rank() == 0)
+        for (ncclUniqueId& id : ids) ZT_NCCL_CHECK(ncclGetUniqueId(&id));
+      bootstrap_.broadcast(Tensor(ids.data(), DType::U8, {static_cast<int64_t>(sizeof(ids))}), 0);
       ZT_CUDA_CHECK(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
-      // Non-blocking: initialisation and collectives return at once (ncclInProgress), so every
-      // wait, including this one for a rank that never joins, is bounded by the timeout.
-      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-      config.blocking = 0;
-      settle(ncclCommInitRankConfig(&comm_, size(), id, rank(), &config), "ncclCommInitRankConfig");
+      init_channel(main_, ids[0]);
+      init_channel(gather_, ids[1]);
     } catch (...) {
       release();
       throw;
@@ -124,9 +147,8 @@ class NcclCommunicator final : public Communicator {
     if (on_host("all_reduce", {data})) return delegate([&] { return bootstrap_.all_reduce_sum_async(data); });
     const ncclDataType_t type = float_type("all_reduce", "data", data);
     count(Collective::AllReduce, 2.0 * ring_share() * static_cast<double>(data.bytes()));
-    return issue(Collective::AllReduce, "ncclAllReduce", [&] {
-      return ncclAllReduce(data.data, data.data, static_cast<size_t>(data.numel()), type, ncclSum, comm_,
-                           comm_stream_);
+    return issue(Collective::AllReduce, "ncclAllReduce", [&](ncclComm_t comm, cudaStream_t stream) {
+      return ncclAllReduce(data.data, data.data, static_cast<size_t>(data.numel()), type, ncclSum, comm, stream);
     });
   }
 
@@ -138,13 +160,14 @@ class NcclCommunicator final : public Communicator {
     ZT_CHECK(in.numel() == out.numel() * size(), "reduce_scatter: input has ", in.numel(), " elements, expected ",
              size(), " x ", out.numel());
     count(Collective::ReduceScatter, ring_share() * static_cast<double>(in.bytes()));
-    return issue(Collective::ReduceScatter, "ncclReduceScatter", [&] {
-      return ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()), ncclFloat32, ncclSum, comm_,
-                               comm_stream_);
+    return issue(Collective::ReduceScatter, "ncclReduceScatter", [&](ncclComm_t comm, cudaStream_t stream) {
+      return ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()), ncclFloat32, ncclSum, comm,
+                               stream);
     });
   }
 
-  // In place when `in` is this rank's slice of `out`: NCCL allows exactly that aliasing.
+  // On gather_, so that it does not wait for reductions issued before it. In place when `in` is
+  // this rank's slice of `out`: NCCL allows exactly that aliasing.
   Pending all_gather_async(Tensor out, Tensor in) override {
     if (on_host("all_gather", {out, in})) return delegate([&] { return bootstrap_.all_gather_async(out, in); });
     const ncclDataType_t type = float_type("all_gather", "in", in);
@@ -153,8 +176,8 @@ class NcclCommunicator final : public Communicator {
     ZT_CHECK(out.numel() == in.numel() * size(), "all_gather: output has ", out.numel(), " elements, expected ",
              size(), " x ", in.numel());
     count(Collective::AllGather, ring_share() * static_cast<double>(out.bytes()));
-    return issue(Collective::AllGather, "ncclAllGather", [&] {
-      return ncclAllGather(in.data, out.data, static_cast<size_t>(in.numel()), type, comm_, comm_stream_);
+    return issue(Collective::AllGather, "ncclAllGather", [&](ncclComm_t comm, cudaStream_t stream) {
+      return ncclAllGather(in.data, out.data, static_cast<size_t>(in.numel()), type, comm, stream);
     });
   }
 
@@ -164,8 +187,8 @@ class NcclCommunicator final : public Communicator {
     cuda::expect_device("broadcast", "data", data);
     ZT_CHECK(root >= 0 && root < size(), "broadcast: root ", root, " is not a rank of ", size());
     count(Collective::Broadcast, rank() == root ? static_cast<double>(data.bytes()) : 0.0);
-    issue(Collective::Broadcast, "ncclBroadcast", [&] {
-      return ncclBroadcast(data.data, data.data, data.bytes(), ncclUint8, root, comm_, comm_stream_);
+    issue(Collective::Broadcast, "ncclBroadcast", [&](ncclComm_t comm, cudaStream_t stream) {
+      return ncclBroadcast(data.data, data.data, data.bytes(), ncclUint8, root, comm, stream);
     })->wait();
   }
 
@@ -180,10 +203,12 @@ class NcclCommunicator final : public Communicator {
 
   // ---- for NcclPending ----------------------------------------------------------------------
 
-  // Makes the compute stream wait for `finished`, then polls it (and NCCL's asynchronous error)
-  // until it completes; aborts the communicator and throws on timeout or NCCL failure.
+  // Makes the compute stream wait for `finished`, then polls it (and the asynchronous error of
+  // the collective's communicator) until it completes; aborts both communicators and throws on
+  // timeout or NCCL failure.
   void wait_for(Collective kind, cudaEvent_t finished) {
     ensure_usable(kind);
+    const Channel& channel = channel_for(kind);
     ZT_CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, finished, 0));
     const Clock::time_point started = Clock::now();
     cudaError_t event_status = cudaSuccess;
@@ -192,19 +217,19 @@ class NcclCommunicator final : public Communicator {
         [&] {
           event_status = cudaEventQuery(finished);
           if (event_status != cudaErrorNotReady) return true;
-          ZT_NCCL_CHECK(ncclCommGetAsyncError(comm_, &nccl_status));
+          ZT_NCCL_CHECK(ncclCommGetAsyncError(channel.comm, &nccl_status));
           return nccl_status != ncclSuccess && nccl_status != ncclInProgress;
         },
         timeout_);
     stats_.wait_seconds[static_cast<size_t>(kind)] += std::chrono::duration<double>(Clock::now() - started).count();
     if (!completed) {
-      abort_communicator(cat(collective_name(kind), " timed out"));
+      abort_communicators(cat(collective_name(kind), " timed out"));
       fail("collective ", collective_name(kind), " did not complete within ", timeout_.count(), " s on rank ", rank(),
-           context_suffix(), " (NCCL communicator aborted; another rank failed, hangs or is far behind; see "
+           context_suffix(), " (NCCL communicators aborted; another rank failed, hangs or is far behind; see "
            "--comm-timeout)");
     }
     if (nccl_status != ncclSuccess && nccl_status != ncclInProgress) {
-      abort_communicator(cat(collective_name(kind), " failed"));
+      abort_communicators(cat(collective_name(kind), " failed"));
       fail("NCCL ", collective_name(kind), " failed on rank ", rank(), context_suffix(), ": ",
            nccl_error_text(nccl_status));
     }
@@ -233,12 +258,16 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
+  // All-gathers run on gather_, everything else on main_.
+  Channel& channel_for(Collective kind) { return kind == Collective::AllGather ? gather_ : main_; }
+  std::array<Channel*, 2> channels() { return {&main_, &gather_}; }
+
   double ring_share() const { return static_cast<double>(size() - 1) / static_cast<double>(size()); }
   std::string context_suffix() const { return context_.empty() ? "" : cat(" (", context_, ")"); }
 
   void ensure_usable(Collective kind) const {
     ZT_CHECK(!aborted_, "NCCL ", collective_name(kind), " on rank ", rank(), context_suffix(),
-             ": the NCCL communicator was aborted earlier (", abort_reason_, ")");
+             ": the NCCL communicators were aborted earlier (", abort_reason_, ")");
   }
 
   // A host call on the bootstrap with this communicator's timeout and context; its traffic
@@ -266,41 +295,56 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
-  // Queues `enqueue()` (an NCCL collective on comm_stream_) after the compute stream's queued
-  // work and records its completion event.
+  // Queues `enqueue(comm, stream)` (an NCCL collective) on the channel of `kind` after the
+  // compute stream's queued work, and records its completion event. The stream waits for the
+  // compute stream only, not for the other channel: a collective that reads what another
+  // produced is issued after that one's wait(), which made the compute stream wait for it.
   template <class Enqueue>
   Pending issue(Collective kind, const char* call, Enqueue enqueue) {
     ensure_usable(kind);
+    const Channel& channel = channel_for(kind);
     ZT_CUDA_CHECK(cudaEventRecord(compute_ready_, compute_stream_));
-    ZT_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, compute_ready_, 0));
-    settle(enqueue(), call);
+    ZT_CUDA_CHECK(cudaStreamWaitEvent(channel.stream, compute_ready_, 0));
+    settle(channel, enqueue(channel.comm, channel.stream), call);
     cudaEvent_t finished = take_event();
-    const cudaError_t status = cudaEventRecord(finished, comm_stream_);
+    const cudaError_t status = cudaEventRecord(finished, channel.stream);
     if (status != cudaSuccess) {
       give_back(finished);
-      cuda::fail_cuda_call("cudaEventRecord(finished, comm_stream_)", status, __FILE__, __LINE__);
+      cuda::fail_cuda_call("cudaEventRecord(finished, channel.stream)", status, __FILE__, __LINE__);
     }
     return std::make_unique<NcclPending>(*this, kind, finished);
   }
 
-  // Completes a call on the non-blocking communicator: ncclInProgress is polled (bounded by
-  // the timeout) until NCCL has queued the work; any failure aborts the communicator.
-  void settle(ncclResult_t result, const char* call) {
+  // Makes the channel's stream and its communicator. Non-blocking: initialisation and
+  // collectives return at once (ncclInProgress), so every wait, including this one for a rank
+  // that never joins, is bounded by the timeout.
+  void init_channel(Channel& channel, const ncclUniqueId& id) {
+    ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&channel.stream, cudaStreamNonBlocking));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    config.commName = channel.name;
+    settle(channel, ncclCommInitRankConfig(&channel.comm, size(), id, rank(), &config), "ncclCommInitRankConfig");
+  }
+
+  // Completes a call on the channel's non-blocking communicator: ncclInProgress is polled
+  // (bounded by the timeout) until NCCL has queued the work; any failure aborts both
+  // communicators.
+  void settle(const Channel& channel, ncclResult_t result, const char* call) {
     if (result == ncclInProgress) {
       const bool settled = poll_until(
           [&] {
-            ZT_NCCL_CHECK(ncclCommGetAsyncError(comm_, &result));
+            ZT_NCCL_CHECK(ncclCommGetAsyncError(channel.comm, &result));
             return result != ncclInProgress;
           },
           timeout_);
       if (!settled) {
-        abort_communicator(cat(call, " timed out"));
+        abort_communicators(cat(call, " timed out"));
         fail("nccl: ", call, " did not return within ", timeout_.count(), " s on rank ", rank(), context_suffix(),
-             " (NCCL communicator aborted; another rank failed, never joined or is far behind; see --comm-timeout)");
+             " (NCCL communicators aborted; another rank failed, never joined or is far behind; see --comm-timeout)");
       }
     }
     if (result != ncclSuccess) {
-      abort_communicator(cat(call, " failed"));
+      abort_communicators(cat(call, " failed"));
       fail("nccl: ", call, " failed on rank ", rank(), context_suffix(), ": ", nccl_error_text(result));
     }
   }
@@ -333,42 +377,57 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
-  void abort_communicator(std::string reason) {
+  // A failure or hang on either communicator ends both: the job is about to be aborted
+  // (MPI_Abort), and the other one's collectives would wait for peers that are gone.
+  void abort_communicators(std::string reason) {
     if (aborted_) return;
     aborted_ = true;
     abort_reason_ = std::move(reason);
-    if (comm_ != nullptr) ncclCommAbort(comm_);  // its own failure changes nothing: we are failing already
-    comm_ = nullptr;
+    abort_channels();
+  }
+  void abort_channels() noexcept {
+    for (Channel* channel : channels()) {
+      if (channel->comm != nullptr) ncclCommAbort(channel->comm);  // its own failure changes nothing: we are failing
+      channel->comm = nullptr;
+    }
   }
 
   // Frees NCCL and CUDA resources without throwing (destructor and failed construction).
-  // Finalize flushes this rank's outstanding operations, bounded by the timeout; a
-  // communicator that cannot finalize is aborted instead of destroyed.
   void release() noexcept {
-    if (comm_ != nullptr) {
-      ncclResult_t result = ncclCommFinalize(comm_);
-      if (result == ncclInProgress)
-        poll_until([&] { return ncclCommGetAsyncError(comm_, &result) != ncclSuccess || result != ncclInProgress; },
-                   timeout_);
-      if (result == ncclSuccess) ncclCommDestroy(comm_);
-      else ncclCommAbort(comm_);
-      comm_ = nullptr;
+    for (Channel* channel : channels())
+      if (channel->comm != nullptr && !finalize(*channel)) abort_channels();  // a hang on either ends both
+    for (Channel* channel : channels()) {
+      if (channel->stream != nullptr) cudaStreamDestroy(channel->stream);  // freed once its queued work is done
+      channel->stream = nullptr;
     }
     for (cudaEvent_t event : spare_events_) cudaEventDestroy(event);
     spare_events_.clear();
     if (compute_ready_ != nullptr) cudaEventDestroy(compute_ready_);
     compute_ready_ = nullptr;
-    if (comm_stream_ != nullptr) cudaStreamDestroy(comm_stream_);  // frees once its queued work is done
-    comm_stream_ = nullptr;
+    cudaGetLastError();  // a failure above (a lost device) must not be reported as the next kernel's
+  }
+
+  // Flushes this rank's outstanding operations on the channel's communicator (bounded by the
+  // timeout) and destroys it. False, the communicator left alive, when it could not finalize.
+  bool finalize(Channel& channel) noexcept {
+    ncclResult_t result = ncclCommFinalize(channel.comm);
+    if (result == ncclInProgress)
+      poll_until(
+          [&] { return ncclCommGetAsyncError(channel.comm, &result) != ncclSuccess || result != ncclInProgress; },
+          timeout_);
+    if (result != ncclSuccess) return false;
+    ncclCommDestroy(channel.comm);
+    channel.comm = nullptr;
+    return true;
   }
 
   Communicator& bootstrap_;
   int device_index_ = 0;
   cudaStream_t compute_stream_ = nullptr;   // the CUDA backend's stream (not ours)
-  cudaStream_t comm_stream_ = nullptr;      // every collective runs here, in issue order
+  Channel main_{"zerotune"};                // all-reduce, reduce-scatter, broadcast
+  Channel gather_{"zerotune all-gather"};   // all-gathers (stage-3 prefetches, stage 1/2 parameter gathers)
   cudaEvent_t compute_ready_ = nullptr;     // re-recorded per collective: compute work queued so far
   std::vector<cudaEvent_t> spare_events_;   // completion events of finished collectives, for reuse
-  ncclComm_t comm_ = nullptr;
   bool aborted_ = false;
   std::string abort_reason_;
 };

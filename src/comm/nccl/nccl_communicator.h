@@ -1,10 +1,13 @@
-// The NCCL implementation of the Communicator, for device buffers of the CUDA backend: one
-// NCCL communicator per process (one GPU per rank), its unique id broadcast over the bootstrap
-// (MPI) communicator, collectives issued on a communication stream of its own that waits for
-// the compute stream's queued work, and a watchdog in wait(): a collective that does not
-// finish within the timeout aborts the NCCL communicator (ncclCommAbort) and throws a
-// zt::Error naming the collective, the rank and the context; the top-level handler then calls
-// MPI_Abort. Host tensors, scalars, strings and barriers go to the bootstrap communicator.
+// The NCCL implementation of the Communicator, for device buffers of the CUDA backend (one GPU
+// per rank). Two NCCL communicators over the same ranks, their unique ids broadcast over the
+// bootstrap (MPI) communicator, each with a stream of its own: all-gathers run on one, all-
+// reduce, reduce-scatter and broadcast on the other, so a stage-3 parameter prefetch is not
+// queued behind a gradient reduction nor the other way round (one communicator cannot run two
+// collectives concurrently: NCCL needs one issue order per communicator). Each collective's
+// stream waits for the compute stream's queued work. A watchdog in wait(): a collective that
+// does not finish within the timeout aborts both NCCL communicators (ncclCommAbort) and
+// throws a zt::Error naming the collective, the rank and the context; the top-level handler
+// then calls MPI_Abort. Host tensors, scalars, strings and barriers go to the bootstrap.
 //
 // Free of CUDA and NCCL headers, like cuda_backend.h. Present only when the build found NCCL
 // (ZT_WITH_NCCL=1, which implies ZT_WITH_CUDA=1).
@@ -27,13 +30,18 @@ namespace zt {
 //   one call is an error.
 // - wait() makes the compute stream wait for the collective and polls it until it completes
 //   (at most timeout() seconds): what the compute stream queues afterwards sees the result.
+// - An all-gather does not wait for reductions issued before it (nor they for it): a
+//   collective that touches a buffer of another one still in flight must be issued after
+//   that one's wait() (the ZeRO engine's gathers and reductions use separate buffers).
 // - The timeout and context of the delegated host calls are this communicator's (they are
 //   copied to the bootstrap before each call), and their traffic appears in stats() too.
 //
 // Construction is collective (every rank of `bootstrap` calls it). It throws, before touching
 // NCCL, when two ranks of one node use the same GPU (NCCL refuses that): use the host-staged
 // MPI communicator (make_staged_communicator) there. NCCL's own initialisation is bounded by
-// bootstrap.timeout() as well (a rank that never joins).
+// bootstrap.timeout() as well (a rank that never joins). It sets NCCL_LAUNCH_ORDER_IMPLICIT=1
+// unless the environment has it (the two communicators' kernels launch in host order, the
+// same on every rank, so that they cannot deadlock each other).
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, CudaBackend& device);
 
 }  // namespace zt
