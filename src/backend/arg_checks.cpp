@@ -30,26 +30,27 @@ void expect_same_shape(const char* op, const char* arg, const Tensor& tensor, co
 
 namespace {
 // rows x cols of a tensor seen as a matrix (rows: the product of the leading dimensions).
-void matrix_dims(const char* arg, const Tensor& tensor, int64_t& rows, int64_t& cols) {
-  ZT_CHECK(tensor.ndim >= 1, "matmul: ", arg, " must have at least one dimension, got ", tensor.describe());
+void matrix_dims(const char* op, const char* arg, const Tensor& tensor, int64_t& rows, int64_t& cols) {
+  ZT_CHECK(tensor.ndim >= 1, op, ": ", arg, " must have at least one dimension, got ", tensor.describe());
   cols = tensor.dim(-1);
   rows = 1;
   for (int i = 0; i + 1 < tensor.ndim; ++i) rows *= tensor.shape[static_cast<size_t>(i)];
 }
 }  // namespace
 
-GemmDims matmul_dims(const Tensor& c, const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b) {
+GemmDims matmul_dims(const Tensor& c, const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+                     const char* op) {
   int64_t c_rows, c_cols, a_rows, a_cols, b_rows, b_cols;
-  matrix_dims("c", c, c_rows, c_cols);
-  matrix_dims("a", a, a_rows, a_cols);
-  matrix_dims("b", b, b_rows, b_cols);
+  matrix_dims(op, "c", c, c_rows, c_cols);
+  matrix_dims(op, "a", a, a_rows, a_cols);
+  matrix_dims(op, "b", b, b_rows, b_cols);
   GemmDims dims;
   dims.m = c_rows;
   dims.n = c_cols;
   dims.k = transpose_a ? a_rows : a_cols;
   const int64_t op_a_rows = transpose_a ? a_cols : a_rows;
   const int64_t op_b_rows = transpose_b ? b_cols : b_rows, op_b_cols = transpose_b ? b_rows : b_cols;
-  ZT_CHECK(op_a_rows == dims.m && op_b_cols == dims.n && op_b_rows == dims.k, "matmul: shapes do not agree: c ",
+  ZT_CHECK(op_a_rows == dims.m && op_b_cols == dims.n && op_b_rows == dims.k, op, ": shapes do not agree: c ",
            c.describe(), " = a", transpose_a ? "^T " : " ", a.describe(), " x b", transpose_b ? "^T " : " ",
            b.describe());
   return dims;

@@ -24,7 +24,9 @@ void expect_same_shape(const char* op, const char* arg, const Tensor& tensor, co
 struct GemmDims {
   int64_t m = 0, n = 0, k = 0;
 };
-GemmDims matmul_dims(const Tensor& c, const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b);
+// `op` names the operation in the message (matmul, matmul_bias).
+GemmDims matmul_dims(const Tensor& c, const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
+                     const char* op = "matmul");
 
 // The integer a fill() value stands for in an integer tensor (masks, ids): a whole number in
 // the type's range, else an error naming the tensor.

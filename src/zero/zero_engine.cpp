@@ -112,6 +112,9 @@ ZeroEngine::~ZeroEngine() {
       for (auto& part : inflight_->parts) part.pending->wait();
     for (UnitState& unit : units_)
       for (Pending& pending : unit.inflight) pending->wait();
+    // Asynchronous host copies must not outlive the (pinned) host buffers they read or write.
+    for (std::unique_ptr<BackendEvent>* event : {&host_grads_ready_, &uploads_done_})
+      if (*event) (*event)->wait();
   } catch (...) {  // unwinding from another error: that one is reported
   }
 }
@@ -445,9 +448,7 @@ double ZeroEngine::gradient_norm() {
 // ---- update ------------------------------------------------------------------------------------
 
 void ZeroEngine::apply_update(double lr, float grad_divisor, int64_t update_number) {
-  for (UnitState& unit : units_)
-    for (Pending& pending : unit.inflight) pending->wait();
-  for (UnitState& unit : units_) unit.inflight.clear();
+  for (int unit = 0; unit < store_.num_units(); ++unit) finish_prefetch(unit);  // before the host partitions change
   Backend& state_backend = offload_ ? *host_ : backend_;
   AdamWParams params;
   params.lr = lr;
@@ -555,6 +556,7 @@ void ZeroEngine::sync_params_after_update() {
     for (int unit = 0; unit < store_.num_units(); ++unit) {
       UnitState& u = units_[static_cast<size_t>(unit)];
       if (!u.gathered) continue;
+      finish_prefetch(unit);
       discard_unit_params(unit);
       u.gathered = false;
       if (store_.unit_numel(unit) < zero_.stage3_param_persistence_threshold) gather_unit(unit, false);

@@ -317,7 +317,7 @@ void CpuBackend::matmul_bias(Tensor c, Tensor a, Tensor b, Tensor bias) {
   const Tensor a32 = stage.read("a", a);
   const Tensor b32 = stage.read("b", b);
   const Tensor c32 = stage.write("c", c);
-  matmul_dims(c, a, false, b, true);  // shapes checked before C is written
+  matmul_dims(c, a, false, b, true, "matmul_bias");  // shapes checked before C is written
   if (bias.empty()) {
     fp32_gemm(*this, op, c32, a32, false, b32, true, 1.0f, 0.0f);
   } else {

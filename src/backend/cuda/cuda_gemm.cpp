@@ -276,7 +276,7 @@ void CudaBackendImpl::matmul_bias(Tensor c, Tensor a, Tensor b, Tensor bias) {
   const char* op = "matmul_bias";
   expect_gemm_dtypes(op, c, a, b);
   expect_device_float(op, "bias", bias);
-  const GemmDims dims = matmul_dims(c, a, false, b, true);
+  const GemmDims dims = matmul_dims(c, a, false, b, true, "matmul_bias");
   expect_shape(op, "bias", bias, {dims.n});
   // Fused: the bias in the output's dtype (what cuBLASLt documents, see the top of the file),
   // aligned, and a GEMM with products (K = 0 is a fill, not a cuBLASLt call).
