@@ -59,6 +59,16 @@ struct StreamLoad {
   }
 };
 
+// 16 MiB of fp32 in pinned host memory, and GEMMs to keep the stream busy while a test copies it.
+struct PinnedUnderLoad {
+  std::unique_ptr<Backend> host = gpu().make_host_backend();
+  StreamLoad load;
+  const int64_t n = int64_t{4} << 20;  // 16 MiB of fp32
+  Buffer pinned{*host, static_cast<size_t>(n) * sizeof(float)};
+  float* host_values = static_cast<float*>(pinned.data());
+  const Tensor host_view = pinned.view(DType::F32, {n});
+};
+
 BOOST_AUTO_TEST_SUITE(cuda_memory)
 
 BOOST_AUTO_TEST_CASE(copy_converts_like_the_host_in_every_direction) {
@@ -243,13 +253,7 @@ BOOST_AUTO_TEST_CASE(round_trips_between_device_and_pinned_host_are_exact) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(pinned_copies_are_complete_when_copy_returns) {
-  std::unique_ptr<Backend> host = gpu().make_host_backend();
-  StreamLoad load;
-  const int64_t n = int64_t{4} << 20;  // 16 MiB of fp32
-  Buffer pinned(*host, static_cast<size_t>(n) * sizeof(float));
-  float* host_values = static_cast<float*>(pinned.data());
-  const Tensor host_view = pinned.view(DType::F32, {n});
+BOOST_FIXTURE_TEST_CASE(pinned_copies_are_complete_when_copy_returns, PinnedUnderLoad) {
   // Integers in [-125, 125]: exact in bf16 and fp16, so every dtype round-trips them.
   auto pattern = [](int64_t i) { return static_cast<float>(i % 251) - 125.0f; };
   for (DType device_dtype : float_dtypes()) {
@@ -297,13 +301,7 @@ BOOST_AUTO_TEST_CASE(discard_keeps_pinned_memory_coherent_with_the_device) {
                   "download into pinned memory after discard()");
 }
 
-BOOST_AUTO_TEST_CASE(copy_async_with_pinned_memory_is_queued_and_exact_after_an_event_wait) {
-  std::unique_ptr<Backend> host = gpu().make_host_backend();
-  StreamLoad load;
-  const int64_t n = int64_t{4} << 20;  // 16 MiB of fp32
-  Buffer pinned(*host, static_cast<size_t>(n) * sizeof(float));
-  float* host_values = static_cast<float*>(pinned.data());
-  const Tensor host_view = pinned.view(DType::F32, {n});
+BOOST_FIXTURE_TEST_CASE(copy_async_with_pinned_memory_is_queued_and_exact_after_an_event_wait, PinnedUnderLoad) {
   auto pattern = [](int64_t i) { return static_cast<float>(i % 1009) * 0.25f - 100.0f; };
   for (int64_t i = 0; i < n; ++i) host_values[i] = pattern(i);
   DeviceTensor device = poisoned(DType::F32, {n});
