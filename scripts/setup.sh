@@ -22,7 +22,7 @@ APT_PACKAGES=(
   build-essential cmake pkg-config git
   libopenmpi-dev openmpi-bin
   libhdf5-dev
-  libboost-program-options-dev libboost-test-dev
+  libboost-program-options-dev libboost-test-dev libboost-context-dev
   libopenblas-openmp-dev
   libsentencepiece-dev sentencepiece
   nlohmann-json3-dev

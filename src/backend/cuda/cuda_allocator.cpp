@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
@@ -23,6 +25,16 @@ size_t CachingAllocator::rounded_size(size_t bytes) {
   return bytes < kLargeThreshold ? round_up(bytes, kSmallGranule) : round_up(bytes, kLargeGranule);
 }
 
+bool CachingAllocator::caching() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("ZT_CUDA_CACHING_ALLOCATOR");
+    if (value == nullptr || std::strcmp(value, "1") == 0) return true;
+    ZT_CHECK(std::strcmp(value, "0") == 0, "ZT_CUDA_CACHING_ALLOCATOR must be 0 or 1, got '", value, "'");
+    return false;
+  }();
+  return enabled;
+}
+
 CachingAllocator::~CachingAllocator() {
   // Destructors must not throw: errors here (a device already lost) are ignored.
   for (auto& [size, block] : free_blocks_) cudaFree(block);
@@ -31,6 +43,14 @@ CachingAllocator::~CachingAllocator() {
 
 void* CachingAllocator::allocate(size_t bytes) {
   const size_t size = rounded_size(bytes);
+  if (!caching()) {
+    void* exact = device_malloc(std::max<size_t>(bytes, 1));
+    bytes_reserved_ += size - std::max<size_t>(bytes, 1);  // accounted in size classes as when caching
+    live_blocks_.emplace(exact, size);
+    bytes_in_use_ += size;
+    peak_bytes_ = std::max(peak_bytes_, bytes_in_use_);
+    return exact;
+  }
   // Best fit among cached blocks, if it wastes at most a quarter of the request (no splitting:
   // a large cached block is not spent on a small request).
   auto fit = free_blocks_.lower_bound(size);
@@ -54,8 +74,13 @@ void CachingAllocator::release(void* pointer) {
   auto live = live_blocks_.find(pointer);
   ZT_CHECK(live != live_blocks_.end(), "cuda allocator: release of ", pointer,
            ", which is not a live block of this backend (double release, or host memory?)");
-  free_blocks_.emplace(live->second, pointer);
   bytes_in_use_ -= live->second;
+  if (caching()) {
+    free_blocks_.emplace(live->second, pointer);
+  } else {
+    ZT_CUDA_CHECK(cudaFree(pointer));
+    bytes_reserved_ -= live->second;
+  }
   live_blocks_.erase(live);
 }
 

@@ -6,6 +6,11 @@
 // All work of a backend runs on its one stream, so a block released while kernels that use it
 // are still queued can be handed to the next allocation at once: that allocation's kernels are
 // queued behind them. Not thread-safe: one backend per thread.
+//
+// ZT_CUDA_CACHING_ALLOCATOR=0 turns the cache off: every block is a cudaMalloc of exactly the
+// requested bytes and goes back with cudaFree at release, so that AddressSanitizer on the
+// emulated device and compute-sanitizer on a GPU see each buffer's true end and every use
+// after release (a cached block would hide both). Slow: cudaFree synchronises the device.
 #pragma once
 #include <cstddef>
 #include <map>
@@ -39,6 +44,7 @@ class CachingAllocator {
 
  private:
   void* device_malloc(size_t bytes);
+  static bool caching();  // false with ZT_CUDA_CACHING_ALLOCATOR=0
 
   int device_ = 0;
   std::multimap<size_t, void*> free_blocks_;        // size -> block, cached for reuse

@@ -115,7 +115,8 @@ void allow_shared_memory(const CudaBackendImpl& backend, const char* op, Kernel 
   ZT_CHECK(bytes <= backend.max_shared_memory_per_block(), op, ": head dim D = ", head_dim,
            " needs ", bytes, " bytes of shared memory per block; this GPU allows ",
            backend.max_shared_memory_per_block(), " (D <= 128 fits A100 and H100)");
-  ZT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  ZT_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(bytes)));
 }
 

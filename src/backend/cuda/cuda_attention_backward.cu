@@ -84,7 +84,7 @@ attention_backward_dkdv_kernel(Storage<Format>* dk, Storage<Format>* dv,
                                float scale) {
   constexpr int kTile = kBackwardTile;
   constexpr int kScoreLd = kTile + 1;
-  extern __shared__ float shared[];
+  ZT_DYNAMIC_SHARED(float, shared);
   const int head_dim = dims.head_dim, ld = head_dim + 1;
   float* k_tile = shared;                        // [kTile, ld]
   float* v_tile = k_tile + kTile * ld;           // [kTile, ld]
@@ -144,7 +144,7 @@ attention_backward_dq_kernel(Storage<Format>* dq, const Storage<Format>* dout,
                              AttentionDims dims, float scale) {
   constexpr int kTile = kBackwardTile;
   constexpr int kScoreLd = kTile + 1;
-  extern __shared__ float shared[];
+  ZT_DYNAMIC_SHARED(float, shared);
   const int head_dim = dims.head_dim, ld = head_dim + 1;
   float* q_tile = shared;                        // [kTile, ld]
   float* do_tile = q_tile + kTile * ld;          // [kTile, ld]
@@ -224,7 +224,7 @@ void CudaBackendImpl::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor
   dispatch_float(q.dtype, op, "q", [&](auto format) {
     using Format = decltype(format);
     const int64_t rows = int64_t{dims.batch} * dims.time * dims.heads;
-    attention_delta_kernel<Format><<<grid_for(rows * 32), kThreads, 0, stream_>>>(
+    launch({grid_for(rows * 32), kThreads, 0, stream_}, attention_delta_kernel<Format>,
         static_cast<float*>(delta.data()), data_of<Format>(dout), data_of<Format>(out), dims);
     ZT_CUDA_CHECK_LAUNCH("attention_delta_kernel");
 
@@ -233,7 +233,7 @@ void CudaBackendImpl::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor
     const dim3 dkdv_grid(tiles_of(dims.time, kBackwardTile),
                          static_cast<unsigned int>(dims.kv_heads),
                          static_cast<unsigned int>(dims.batch));
-    dkdv_kernel<<<dkdv_grid, kBackwardThreads, dkdv_bytes, stream_>>>(
+    launch({dkdv_grid, kBackwardThreads, dkdv_bytes, stream_}, dkdv_kernel,
         data_of<Format>(dk), data_of<Format>(dv), data_of<Format>(dout), data_of<Format>(q),
         data_of<Format>(k), data_of<Format>(v), lse.f32(), static_cast<const float*>(delta.data()),
         dims, scale_factor);
@@ -243,7 +243,7 @@ void CudaBackendImpl::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor
     allow_shared_memory(*this, op, dq_kernel, dq_bytes, dims.head_dim);
     const dim3 dq_grid(tiles_of(dims.time, kBackwardTile), static_cast<unsigned int>(dims.heads),
                        static_cast<unsigned int>(dims.batch));
-    dq_kernel<<<dq_grid, kBackwardThreads, dq_bytes, stream_>>>(
+    launch({dq_grid, kBackwardThreads, dq_bytes, stream_}, dq_kernel,
         data_of<Format>(dq), data_of<Format>(dout), data_of<Format>(q), data_of<Format>(k),
         data_of<Format>(v), lse.f32(), static_cast<const float*>(delta.data()), dims,
         scale_factor);

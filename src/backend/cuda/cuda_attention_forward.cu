@@ -19,7 +19,7 @@ attention_forward_kernel(Storage<Format>* out, float* lse, const Storage<Format>
                          float scale) {
   constexpr int kTile = kForwardTile;
   constexpr int kScoreLd = kTile + 1;
-  extern __shared__ float shared[];
+  ZT_DYNAMIC_SHARED(float, shared);
   const int head_dim = dims.head_dim, ld = head_dim + 1;
   float* q_tile = shared;                       // [kTile, ld]
   float* k_tile = q_tile + kTile * ld;          // [kTile, ld]
@@ -133,7 +133,7 @@ void CudaBackendImpl::attention_forward(Tensor out, Tensor lse, Tensor q, Tensor
     allow_shared_memory(*this, op, kernel, shared_bytes, dims.head_dim);
     const dim3 grid(tiles_of(dims.time, kForwardTile), static_cast<unsigned int>(dims.heads),
                     static_cast<unsigned int>(dims.batch));
-    kernel<<<grid, kForwardThreads, shared_bytes, stream_>>>(
+    launch({grid, kForwardThreads, shared_bytes, stream_}, kernel,
         data_of<Format>(out), lse.f32(), data_of<Format>(q), data_of<Format>(k),
         data_of<Format>(v), dims, scale_factor);
     ZT_CUDA_CHECK_LAUNCH("attention_forward_kernel");

@@ -27,7 +27,7 @@ struct ValueTerm {
 template <class Term>
 __global__ void column_partial_sums_kernel(float* partials, int64_t rows, int64_t cols,
                                            int64_t rows_per_chunk, Term term) {
-  __shared__ float lane_sums[kRowLanes][kColumnStrip + 1];
+  ZT_SHARED(float, lane_sums, [kRowLanes][kColumnStrip + 1]);
   const int64_t col = blockIdx.x * int64_t{kColumnStrip} + threadIdx.x;
   const int64_t begin = blockIdx.y * rows_per_chunk;
   const int64_t end = begin + rows_per_chunk < rows ? begin + rows_per_chunk : rows;
@@ -70,10 +70,10 @@ void accumulate_column_sums(CudaBackendImpl& backend, FloatArg dst, int64_t rows
   const dim3 grid(static_cast<unsigned int>((cols + kColumnStrip - 1) / kColumnStrip),
                   static_cast<unsigned int>(chunks));
   const dim3 block(kColumnStrip, kRowLanes);
-  column_partial_sums_kernel<Term><<<grid, block, 0, backend.stream()>>>(
+  launch({grid, block, 0, backend.stream()}, column_partial_sums_kernel<Term>,
       static_cast<float*>(partials.data()), rows, cols, rows_per_chunk, term);
   ZT_CUDA_CHECK_LAUNCH("column_partial_sums_kernel");
-  column_sums_finish_kernel<><<<grid_for(cols), kThreads, 0, backend.stream()>>>(
+  launch({grid_for(cols), kThreads, 0, backend.stream()}, column_sums_finish_kernel<>,
       dst, static_cast<const float*>(partials.data()), chunks, cols);
   ZT_CUDA_CHECK_LAUNCH("column_sums_finish_kernel");
 }

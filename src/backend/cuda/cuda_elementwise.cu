@@ -176,7 +176,7 @@ void rotate_pairs(CudaBackendImpl& backend, const char* op, const Tensor& x,
   if (pairs == 0) return;
   dispatch_float(x.dtype, op, "x", [&](auto format) {
     using Format = decltype(format);
-    rope_kernel<Format><<<grid_for(pairs), kThreads, 0, backend.stream()>>>(
+    launch({grid_for(pairs), kThreads, 0, backend.stream()}, rope_kernel<Format>,
         data_of<Format>(x), static_cast<const float*>(inv_freq.data), time, heads, half,
         direction, pairs);
     ZT_CUDA_CHECK_LAUNCH("rope_kernel");
@@ -195,7 +195,7 @@ void CudaBackendImpl::accumulate(Tensor dst, Tensor src, float scale_factor) {
     using DstFormat = decltype(dst_format);
     dispatch_float(src.dtype, "accumulate", "src", [&](auto src_format) {
       using SrcFormat = decltype(src_format);
-      accumulate_kernel<DstFormat, SrcFormat><<<grid_for(vectors_of(n)), kThreads, 0, stream_>>>(
+      launch({grid_for(vectors_of(n)), kThreads, 0, stream_}, accumulate_kernel<DstFormat, SrcFormat>,
           data_of<DstFormat>(dst), data_of<SrcFormat>(src), n, scale_factor);
       ZT_CUDA_CHECK_LAUNCH("accumulate_kernel");
     });
@@ -208,7 +208,7 @@ void CudaBackendImpl::scale(Tensor dst, float factor) {
   if (n == 0) return;
   dispatch_float(dst.dtype, "scale", "dst", [&](auto format) {
     using Format = decltype(format);
-    scale_kernel<Format><<<grid_for(vectors_of(n)), kThreads, 0, stream_>>>(data_of<Format>(dst), n,
+    launch({grid_for(vectors_of(n)), kThreads, 0, stream_}, scale_kernel<Format>, data_of<Format>(dst), n,
                                                                              factor);
     ZT_CUDA_CHECK_LAUNCH("scale_kernel");
   });
@@ -223,7 +223,7 @@ void CudaBackendImpl::add_bias(Tensor y, Tensor bias) {
   if (n == 0) return;
   dispatch_float(y.dtype, "add_bias", "y", [&](auto format) {
     using Format = decltype(format);
-    add_bias_kernel<Format><<<grid_for(vectors_of(n)), kThreads, 0, stream_>>>(
+    launch({grid_for(vectors_of(n)), kThreads, 0, stream_}, add_bias_kernel<Format>,
         data_of<Format>(y), float_arg(bias), n, shape.cols);
     ZT_CUDA_CHECK_LAUNCH("add_bias_kernel");
   });
@@ -238,7 +238,7 @@ void CudaBackendImpl::swiglu_forward(Tensor h, Tensor gate, Tensor up) {
   if (n == 0) return;
   dispatch_float(h.dtype, op, "h", [&](auto format) {
     using Format = decltype(format);
-    swiglu_forward_kernel<Format><<<grid_for(vectors_of(n)), kThreads, 0, stream_>>>(
+    launch({grid_for(vectors_of(n)), kThreads, 0, stream_}, swiglu_forward_kernel<Format>,
         data_of<Format>(h), data_of<Format>(gate), data_of<Format>(up), n);
     ZT_CUDA_CHECK_LAUNCH("swiglu_forward_kernel");
   });
@@ -255,7 +255,7 @@ void CudaBackendImpl::swiglu_backward(Tensor dgate, Tensor dup, Tensor dh, Tenso
   if (n == 0) return;
   dispatch_float(dh.dtype, op, "dh", [&](auto format) {
     using Format = decltype(format);
-    swiglu_backward_kernel<Format><<<grid_for(vectors_of(n)), kThreads, 0, stream_>>>(
+    launch({grid_for(vectors_of(n)), kThreads, 0, stream_}, swiglu_backward_kernel<Format>,
         data_of<Format>(dgate), data_of<Format>(dup), data_of<Format>(dh), data_of<Format>(gate),
         data_of<Format>(up), n);
     ZT_CUDA_CHECK_LAUNCH("swiglu_backward_kernel");
@@ -269,7 +269,7 @@ void CudaBackendImpl::relu_forward(Tensor y, Tensor x) {
   if (n == 0) return;
   dispatch_float(x.dtype, "relu_forward", "x", [&](auto format) {
     using Format = decltype(format);
-    relu_forward_kernel<Format><<<grid_for(vectors_of(n)), kThreads, 0, stream_>>>(
+    launch({grid_for(vectors_of(n)), kThreads, 0, stream_}, relu_forward_kernel<Format>,
         data_of<Format>(y), data_of<Format>(x), n);
     ZT_CUDA_CHECK_LAUNCH("relu_forward_kernel");
   });
@@ -284,7 +284,7 @@ void CudaBackendImpl::relu_backward(Tensor dx, Tensor dy, Tensor y) {
   if (n == 0) return;
   dispatch_float(dx.dtype, op, "dx", [&](auto format) {
     using Format = decltype(format);
-    relu_backward_kernel<Format><<<grid_for(vectors_of(n)), kThreads, 0, stream_>>>(
+    launch({grid_for(vectors_of(n)), kThreads, 0, stream_}, relu_backward_kernel<Format>,
         data_of<Format>(dx), data_of<Format>(dy), data_of<Format>(y), n);
     ZT_CUDA_CHECK_LAUNCH("relu_backward_kernel");
   });
@@ -311,7 +311,7 @@ void CudaBackendImpl::dropout(Tensor out, Tensor in, float p, RngKey key, Tensor
   const float keep_scale = 1.0f / (1.0f - p);
   dispatch_float(out.dtype, op, "out", [&](auto format) {
     using Format = decltype(format);
-    dropout_kernel<Format><<<grid_for(vectors_of(n)), kThreads, 0, stream_>>>(
+    launch({grid_for(vectors_of(n)), kThreads, 0, stream_}, dropout_kernel<Format>,
         data_of<Format>(out), data_of<Format>(in), static_cast<const int64_t*>(row_ids.data), n,
         shape.cols, p, keep_scale, key,
         reinterpret_cast<unsigned long long*>(device_status() + kDeferredErrors));

@@ -67,8 +67,8 @@ template <class Format>
 __global__ void embedding_backward_kernel(FloatArg dtable, const typename Format::Storage* dout,
                                           const int32_t* ids, const int32_t* first_position,
                                           int64_t rows, int64_t cols, int64_t vocab) {
-  __shared__ int32_t matches[kThreads];     // matches[count]: rows of this id, increasing
-  __shared__ int32_t warp_counts[kThreads / 32];
+  ZT_SHARED(int32_t, matches, [kThreads]);     // matches[count]: rows of this id, increasing
+  ZT_SHARED(int32_t, warp_counts, [kThreads / 32]);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const int32_t id = ids[row];
@@ -123,7 +123,7 @@ void CudaBackendImpl::embedding_forward(Tensor out, Tensor table, Tensor ids) {
   reset_first_bad_row();
   dispatch_float(out.dtype, op, "out", [&](auto format) {
     using Format = decltype(format);
-    embedding_forward_kernel<Format><<<row_grid(output.rows), kThreads, 0, stream_>>>(
+    launch({row_grid(output.rows), kThreads, 0, stream_}, embedding_forward_kernel<Format>,
         static_cast<typename Format::Storage*>(out.data),
         static_cast<const typename Format::Storage*>(table.data),
         static_cast<const int32_t*>(ids.data), output.rows, output.cols, weights.rows,
@@ -151,13 +151,13 @@ void CudaBackendImpl::embedding_backward(Tensor dtable, Tensor dout, Tensor ids)
   ZT_CUDA_CHECK(cudaMemsetAsync(first_position.data(), 0x7F, first_position.bytes(), stream_));
   reset_first_bad_row();
   const int32_t* id_data = static_cast<const int32_t*>(ids.data);
-  first_position_kernel<<<grid_for(grad_out.rows), kThreads, 0, stream_>>>(
+  launch({grid_for(grad_out.rows), kThreads, 0, stream_}, first_position_kernel,
       static_cast<int32_t*>(first_position.data()), id_data, grad_out.rows, vocab,
       device_status());
   ZT_CUDA_CHECK_LAUNCH("first_position_kernel");
   dispatch_float(dout.dtype, op, "dout", [&](auto format) {
     using Format = decltype(format);
-    embedding_backward_kernel<Format><<<row_grid(grad_out.rows), kThreads, 0, stream_>>>(
+    launch({row_grid(grad_out.rows), kThreads, 0, stream_}, embedding_backward_kernel<Format>,
         float_arg(dtable), static_cast<const typename Format::Storage*>(dout.data), id_data,
         static_cast<const int32_t*>(first_position.data()), grad_out.rows, grad_out.cols, vocab);
     ZT_CUDA_CHECK_LAUNCH("embedding_backward_kernel");

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/cuda_launch.h"
 #include "core/dtype.h"
 #include "core/error.h"
 

@@ -27,7 +27,7 @@ __global__ void cross_entropy_kernel(typename Format::Storage* logits, const int
                                      const uint8_t* mask, double* row_loss, int64_t rows,
                                      int64_t vocab, float grad_scale, bool write_grad,
                                      uint64_t* status, BadRowReport report) {
-  __shared__ float scratch[32];
+  ZT_SHARED(float, scratch, [32]);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     typename Format::Storage* x = logits + row * vocab;  // x[V]: logits, then the gradient
     const uint8_t flag = mask[row];
@@ -154,13 +154,13 @@ void queue_cross_entropy(CudaBackendImpl& backend, const char* op, const MatrixS
   double* row_losses = static_cast<double*>(row_loss.data());
   dispatch_float(logits.dtype, op, "logits", [&](auto format) {
     using Format = decltype(format);
-    cross_entropy_kernel<Format><<<row_grid(scores.rows), kThreads, 0, backend.stream()>>>(
+    launch({row_grid(scores.rows), kThreads, 0, backend.stream()}, cross_entropy_kernel<Format>,
         data_of<Format>(logits), static_cast<const int32_t*>(targets.data),
         static_cast<const uint8_t*>(mask.data), row_losses, scores.rows, scores.cols, grad_scale,
         grad_scale != 0.0f, backend.device_status(), report);
     ZT_CUDA_CHECK_LAUNCH("cross_entropy_kernel");
   });
-  add_rows_in_order_kernel<<<1, kWarp, 0, backend.stream()>>>(row_losses, scores.rows, loss_sum);
+  launch({1, kWarp, 0, backend.stream()}, add_rows_in_order_kernel, row_losses, scores.rows, loss_sum);
   ZT_CUDA_CHECK_LAUNCH("add_rows_in_order_kernel");
   // row_loss goes back to the allocator here, its kernels still queued: the next user of the
   // block queues its work on the same stream, behind them.

@@ -50,7 +50,7 @@ __global__ void fill_kernel(Word* dst, int64_t n, Word value) {
 
 template <class Word>
 void launch_fill(cudaStream_t stream, void* dst, int64_t n, Word value) {
-  fill_kernel<Word><<<grid_for(n), kThreads, 0, stream>>>(static_cast<Word*>(dst), n, value);
+  launch({grid_for(n), kThreads, 0, stream}, fill_kernel<Word>, static_cast<Word*>(dst), n, value);
   ZT_CUDA_CHECK_LAUNCH("fill_kernel");
 }
 
@@ -62,7 +62,7 @@ void launch_convert(cudaStream_t stream, Tensor dst, Tensor src) {
     using DstFormat = decltype(dst_format);
     dispatch_float(src.dtype, "copy", "src", [&](auto src_format) {
       using SrcFormat = decltype(src_format);
-      convert_kernel<DstFormat, SrcFormat><<<grid_for(vectors_of(n)), kThreads, 0, stream>>>(
+      launch({grid_for(vectors_of(n)), kThreads, 0, stream}, convert_kernel<DstFormat, SrcFormat>,
           static_cast<typename DstFormat::Storage*>(dst.data),
           static_cast<const typename SrcFormat::Storage*>(src.data), n);
       ZT_CUDA_CHECK_LAUNCH("convert_kernel");
@@ -168,15 +168,15 @@ void CudaBackendImpl::round_to(Tensor x, DType dtype) {
   if (dtype == DType::F32 || n == 0) return;
   ZT_CHECK(dtype == DType::BF16 || dtype == DType::F16, "round_to: cannot round to ",
            dtype_name(dtype));
-  auto launch = [&](auto format) {
+  auto round_with = [&](auto format) {
     using Format = decltype(format);
-    round_kernel<Format><<<grid_for(vectors_of(n)), kThreads, 0, stream_>>>(x.f32(), n);
+    launch({grid_for(vectors_of(n)), kThreads, 0, stream_}, round_kernel<Format>, x.f32(), n);
     ZT_CUDA_CHECK_LAUNCH("round_kernel");
   };
   if (dtype == DType::BF16) {
-    launch(Bf16Format{});
+    round_with(Bf16Format{});
   } else {
-    launch(Fp16Format{});
+    round_with(Fp16Format{});
   }
 }
 

@@ -28,7 +28,7 @@ __device__ inline void for_each_row_vector(const Storage<Format>* row, int64_t c
 template <class Format>
 __global__ void rmsnorm_forward_kernel(Storage<Format>* y, float* rstd, const Storage<Format>* x,
                                        FloatArg weight, int64_t rows, int64_t cols, float eps) {
-  __shared__ float scratch[32];
+  ZT_SHARED(float, scratch, [32]);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const Storage<Format>* x_row = x + row * cols;  // x_row[C]
     Storage<Format>* y_row = y + row * cols;        // y_row[C]
@@ -56,7 +56,7 @@ template <class Format>
 __global__ void rmsnorm_backward_kernel(Storage<Format>* dx, const Storage<Format>* dy,
                                         const Storage<Format>* x, FloatArg weight,
                                         const float* rstd, int64_t rows, int64_t cols) {
-  __shared__ float scratch[32];
+  ZT_SHARED(float, scratch, [32]);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const Storage<Format>* x_row = x + row * cols;    // x_row[C]
     const Storage<Format>* dy_row = dy + row * cols;  // dy_row[C]
@@ -91,7 +91,7 @@ template <class Format>
 __global__ void layernorm_forward_kernel(Storage<Format>* y, float* mean, float* rstd,
                                          const Storage<Format>* x, FloatArg weight, FloatArg bias,
                                          int64_t rows, int64_t cols, float eps) {
-  __shared__ float scratch[32];
+  ZT_SHARED(float, scratch, [32]);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const Storage<Format>* x_row = x + row * cols;  // x_row[C]
     Storage<Format>* y_row = y + row * cols;        // y_row[C]
@@ -133,7 +133,7 @@ __global__ void layernorm_backward_kernel(Storage<Format>* dx, const Storage<For
                                           const Storage<Format>* x, FloatArg weight,
                                           const float* mean, const float* rstd, int64_t rows,
                                           int64_t cols) {
-  __shared__ float scratch[32];
+  ZT_SHARED(float, scratch, [32]);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const Storage<Format>* x_row = x + row * cols;    // x_row[C]
     const Storage<Format>* dy_row = dy + row * cols;  // dy_row[C]
@@ -228,7 +228,7 @@ void CudaBackendImpl::rmsnorm_forward(Tensor y, Tensor rstd, Tensor x, Tensor we
   if (shape.rows == 0 || shape.cols == 0) return;
   dispatch_float(x.dtype, op, "x", [&](auto format) {
     using Format = decltype(format);
-    rmsnorm_forward_kernel<Format><<<row_grid(shape.rows), kThreads, 0, stream_>>>(
+    launch({row_grid(shape.rows), kThreads, 0, stream_}, rmsnorm_forward_kernel<Format>,
         data_of<Format>(y), rstd.f32(), data_of<Format>(x), float_arg(weight), shape.rows,
         shape.cols, eps);
     ZT_CUDA_CHECK_LAUNCH("rmsnorm_forward_kernel");
@@ -252,7 +252,7 @@ void CudaBackendImpl::rmsnorm_backward(Tensor dx, Tensor dweight, Tensor dy, Ten
                              RmsWeightTerm<Format>{data_of<Format>(dy), data_of<Format>(x),
                                                    rstd.f32(), shape.cols});
     }
-    rmsnorm_backward_kernel<Format><<<row_grid(shape.rows), kThreads, 0, stream_>>>(
+    launch({row_grid(shape.rows), kThreads, 0, stream_}, rmsnorm_backward_kernel<Format>,
         data_of<Format>(dx), data_of<Format>(dy), data_of<Format>(x), float_arg(weight),
         rstd.f32(), shape.rows, shape.cols);
     ZT_CUDA_CHECK_LAUNCH("rmsnorm_backward_kernel");
@@ -270,7 +270,7 @@ void CudaBackendImpl::layernorm_forward(Tensor y, Tensor mean, Tensor rstd, Tens
   if (shape.rows == 0 || shape.cols == 0) return;
   dispatch_float(x.dtype, op, "x", [&](auto format) {
     using Format = decltype(format);
-    layernorm_forward_kernel<Format><<<row_grid(shape.rows), kThreads, 0, stream_>>>(
+    launch({row_grid(shape.rows), kThreads, 0, stream_}, layernorm_forward_kernel<Format>,
         data_of<Format>(y), mean.f32(), rstd.f32(), data_of<Format>(x), float_arg(weight),
         float_arg(bias), shape.rows, shape.cols, eps);
     ZT_CUDA_CHECK_LAUNCH("layernorm_forward_kernel");
@@ -300,7 +300,7 @@ void CudaBackendImpl::layernorm_backward(Tensor dx, Tensor dweight, Tensor dbias
       accumulate_column_sums(*this, float_arg(dbias), shape.rows, shape.cols,
                              ValueTerm<Format>{data_of<Format>(dy), shape.cols});
     }
-    layernorm_backward_kernel<Format><<<row_grid(shape.rows), kThreads, 0, stream_>>>(
+    launch({row_grid(shape.rows), kThreads, 0, stream_}, layernorm_backward_kernel<Format>,
         data_of<Format>(dx), data_of<Format>(dy), data_of<Format>(x), float_arg(weight),
         mean.f32(), rstd.f32(), shape.rows, shape.cols);
     ZT_CUDA_CHECK_LAUNCH("layernorm_backward_kernel");

@@ -77,7 +77,7 @@ void CudaBackendImpl::adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor ex
   scalars.negative_step_size = static_cast<float>(-(params.lr / bias_correction1));
   scalars.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
   scalars.eps = static_cast<float>(params.eps);
-  adamw_kernel<<<grid_for(vectors_of(n)), kThreads, 0, stream_>>>(
+  launch({grid_for(vectors_of(n)), kThreads, 0, stream_}, adamw_kernel,
       param.f32(), grad.f32(), exp_avg.f32(), exp_avg_sq.f32(), n, scalars);
   ZT_CUDA_CHECK_LAUNCH("adamw_kernel");
 }

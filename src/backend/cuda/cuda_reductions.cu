@@ -18,7 +18,7 @@ namespace {
 // double. The grid size depends on n only, so the partials (and their sum) are reproducible.
 template <class Format>
 __global__ void sum_squares_kernel(double* partial, const typename Format::Storage* x, int64_t n) {
-  __shared__ double scratch[32];
+  ZT_SHARED(double, scratch, [32]);
   double sum = 0.0;
   for_each_vector(n, [&](int64_t first) {
     float values[kVector];
@@ -75,7 +75,7 @@ double sum_squares_in_order(CudaBackendImpl& backend, std::span<const Tensor> xs
     if (blocks[i] == 0) continue;
     dispatch_float(xs[i].dtype, "sum_squares", "x", [&](auto format) {
       using Format = decltype(format);
-      sum_squares_kernel<Format><<<blocks[i], kThreads, 0, backend.stream()>>>(
+      launch({blocks[i], kThreads, 0, backend.stream()}, sum_squares_kernel<Format>,
           segment, data_of<Format>(xs[i]), xs[i].numel());
       ZT_CUDA_CHECK_LAUNCH("sum_squares_kernel");
     });
@@ -106,7 +106,7 @@ bool any_inf_or_nan(CudaBackendImpl& backend, std::span<const Tensor> xs) {
     if (n == 0) continue;
     dispatch_float(x.dtype, "has_inf_or_nan", "x", [&](auto format) {
       using Format = decltype(format);
-      inf_or_nan_kernel<Format><<<grid_for(vectors_of(n)), kThreads, 0, backend.stream()>>>(
+      launch({grid_for(vectors_of(n)), kThreads, 0, backend.stream()}, inf_or_nan_kernel<Format>,
           static_cast<unsigned int*>(found.data()), data_of<Format>(x), n);
       ZT_CUDA_CHECK_LAUNCH("inf_or_nan_kernel");
     });

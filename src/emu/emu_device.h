@@ -1,0 +1,279 @@
+// What a kernel sees on the emulated device: the built-in indices, barriers, warp operations
+// (shuffles, ballot, vote), atomics, the device math intrinsics the kernels call, shared memory,
+// and the launch that queues a grid on a stream. The CUDA sources include it through
+// emu/emu_predefine.h (force-included when they are compiled as host C++); kernels themselves
+// are unchanged: they launch through zt::cuda::launch and declare shared memory with
+// ZT_SHARED / ZT_DYNAMIC_SHARED (backend/cuda/cuda_launch.h), which mean the CUDA spelling
+// under nvcc.
+//
+// Each thread of a block runs as a fiber; a barrier or a warp operation suspends it until its
+// partners arrive, and the schedule (ZT_EMU_SCHEDULE) decides who runs next. Everything a GPU
+// would reject at run time (a divergent barrier, a lane outside a shuffle's mask, a thread that
+// exits while others wait at a barrier, a kernel argument pointing to pageable or freed memory)
+// stops the grid with a message naming every thread's file:line (see emu_device.cpp).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace zt_emu {
+
+class Block;
+
+// The emulated thread that is running (set by the scheduler before it resumes a fiber).
+struct ThreadContext {
+  uint3 thread_idx{};
+  uint3 block_idx{};
+  dim3 block_dim{};
+  dim3 grid_dim{};
+  Block* block = nullptr;
+  int linear = 0;  // threadIdx.x + threadIdx.y * blockDim.x + threadIdx.z * blockDim.x * blockDim.y
+};
+extern thread_local ThreadContext* current_thread;
+ThreadContext& this_thread();  // the running thread; a clear abort when called outside a kernel
+
+// ---- barriers and warp operations (emu_device.cpp) --------------------------------------------
+
+void sync_threads(const char* file, int line);
+void sync_warp(const char* file, int line, unsigned mask = 0xFFFFFFFFu);
+
+enum class WarpOpKind { Shuffle, Ballot, Any, All, SyncWarp };
+// One warp-synchronous operation of the calling lane: waits until every lane of `mask` has
+// called the same operation, then returns this lane's result: for Shuffle the 64-bit value of
+// lane `source_lane` (which must be in `mask`), for Ballot/Any/All the vote over `value != 0`.
+uint64_t warp_operation(WarpOpKind kind, const char* name, unsigned mask, uint64_t value,
+                        int source_lane, const char* file, int line);
+
+// ---- shared memory (emu_device.cpp) ------------------------------------------------------------
+
+// The block's dynamic shared memory (the launch's shared-memory bytes, poisoned with 0xFF).
+void* dynamic_shared_memory();
+// A static __shared__ array of the running block: one per (block, declaration); the first
+// thread to reach the declaration allocates it (poisoned with 0xFF), the others get the same.
+void* static_shared_memory(size_t bytes, size_t alignment, const void* declaration,
+                           const char* name, const char* file, int line);
+
+// ---- launches (emu_device.cpp) -----------------------------------------------------------------
+
+// A kernel argument that is a pointer, checked when the grid runs (device or pinned memory).
+struct PointerArgument {
+  int index;
+  const void* pointer;
+};
+
+struct LaunchSite {
+  const char* file;
+  unsigned line;
+};
+
+// Validates the configuration as the driver does (on failure: cudaGetLastError's error, nothing
+// queued) and queues the grid on `stream`; `thread_body` runs one thread (it calls the kernel).
+void launch_grid(const void* kernel, dim3 grid, dim3 block, size_t dynamic_shared_bytes,
+                 cudaStream_t stream, LaunchSite site, std::vector<PointerArgument> pointers,
+                 std::function<void()> thread_body);
+
+template <class Tuple, size_t... I>
+std::vector<PointerArgument> pointer_arguments(const Tuple& arguments, std::index_sequence<I...>) {
+  std::vector<PointerArgument> pointers;
+  auto add = [&](int index, const auto& argument) {
+    if constexpr (std::is_pointer_v<std::decay_t<decltype(argument)>>) {
+      pointers.push_back({index, static_cast<const void*>(argument)});
+    }
+  };
+  (add(static_cast<int>(I), std::get<I>(arguments)), ...);
+  return pointers;
+}
+
+// kernel<<<grid, block, shared, stream>>>(args...): the arguments are converted to the
+// kernel's parameter types and copied now (as a launch does); each thread gets its own copy.
+template <class... Params, class... Args>
+void launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, cudaStream_t stream,
+            LaunchSite site, void (*kernel)(Params...), Args&&... args) {
+  using Arguments = std::tuple<std::decay_t<Params>...>;
+  auto arguments = std::make_shared<Arguments>(static_cast<std::decay_t<Params>>(args)...);
+  auto pointers = pointer_arguments(*arguments, std::index_sequence_for<Params...>{});
+  launch_grid(reinterpret_cast<const void*>(kernel), grid, block, dynamic_shared_bytes, stream,
+              site, std::move(pointers), [kernel, arguments] { std::apply(kernel, *arguments); });
+}
+
+// ---- 64-bit transport for shuffles -------------------------------------------------------------
+
+template <class T>
+uint64_t to_bits(T value) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>, "shuffles move up to 8 bytes");
+  uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(T));
+  return bits;
+}
+template <class T>
+T from_bits(uint64_t bits) {
+  T value;
+  std::memcpy(&value, &bits, sizeof(T));
+  return value;
+}
+
+// The source lane of each shuffle flavour, as the CUDA programming guide defines it for a
+// `width`-lane segment; a source outside the caller's segment gives the caller's own value.
+inline int lane_of_caller() { return this_thread().linear % 32; }
+
+}  // namespace zt_emu
+
+// ---- the built-ins -------------------------------------------------------------------------------
+
+#define threadIdx (::zt_emu::this_thread().thread_idx)
+#define blockIdx (::zt_emu::this_thread().block_idx)
+#define blockDim (::zt_emu::this_thread().block_dim)
+#define gridDim (::zt_emu::this_thread().grid_dim)
+#define warpSize 32
+
+#define __syncthreads() ::zt_emu::sync_threads(__FILE__, __LINE__)
+#define __syncwarp(...) ::zt_emu::sync_warp(__FILE__, __LINE__ __VA_OPT__(, ) __VA_ARGS__)
+
+template <class T>
+T zt_emu_shfl(const char* name, unsigned mask, T var, int source, const char* file, int line) {
+  return ::zt_emu::from_bits<T>(::zt_emu::warp_operation(::zt_emu::WarpOpKind::Shuffle, name, mask,
+                                                         ::zt_emu::to_bits(var), source, file, line));
+}
+template <class T>
+T zt_emu_shfl_sync(unsigned mask, T var, int src_lane, int width, const char* file, int line) {
+  const int lane = ::zt_emu::lane_of_caller(), segment = lane - lane % width;
+  return zt_emu_shfl("__shfl_sync", mask, var, segment + src_lane % width, file, line);
+}
+template <class T>
+T zt_emu_shfl_xor_sync(unsigned mask, T var, int lane_mask, int width, const char* file, int line) {
+  const int lane = ::zt_emu::lane_of_caller(), segment_end = (lane / width + 1) * width;
+  const int source = lane ^ lane_mask;
+  return zt_emu_shfl("__shfl_xor_sync", mask, var, source < segment_end ? source : lane, file, line);
+}
+template <class T>
+T zt_emu_shfl_up_sync(unsigned mask, T var, unsigned delta, int width, const char* file, int line) {
+  const int lane = ::zt_emu::lane_of_caller(), segment = lane - lane % width;
+  const int source = lane - static_cast<int>(delta);
+  return zt_emu_shfl("__shfl_up_sync", mask, var, source >= segment ? source : lane, file, line);
+}
+template <class T>
+T zt_emu_shfl_down_sync(unsigned mask, T var, unsigned delta, int width, const char* file, int line) {
+  const int lane = ::zt_emu::lane_of_caller(), segment_end = (lane / width + 1) * width;
+  const int source = lane + static_cast<int>(delta);
+  return zt_emu_shfl("__shfl_down_sync", mask, var, source < segment_end ? source : lane, file, line);
+}
+#define ZT_EMU_WIDTH(width, ...) width
+#define __shfl_sync(mask, var, lane, ...) \
+  zt_emu_shfl_sync(mask, var, lane, ZT_EMU_WIDTH(__VA_ARGS__ __VA_OPT__(, ) 32), __FILE__, __LINE__)
+#define __shfl_xor_sync(mask, var, lane_mask, ...) \
+  zt_emu_shfl_xor_sync(mask, var, lane_mask, ZT_EMU_WIDTH(__VA_ARGS__ __VA_OPT__(, ) 32), __FILE__, __LINE__)
+#define __shfl_up_sync(mask, var, delta, ...) \
+  zt_emu_shfl_up_sync(mask, var, delta, ZT_EMU_WIDTH(__VA_ARGS__ __VA_OPT__(, ) 32), __FILE__, __LINE__)
+#define __shfl_down_sync(mask, var, delta, ...) \
+  zt_emu_shfl_down_sync(mask, var, delta, ZT_EMU_WIDTH(__VA_ARGS__ __VA_OPT__(, ) 32), __FILE__, __LINE__)
+#define __ballot_sync(mask, predicate)                                                    \
+  static_cast<unsigned>(::zt_emu::warp_operation(::zt_emu::WarpOpKind::Ballot, "__ballot_sync", \
+                                                 mask, (predicate) ? 1u : 0u, 0, __FILE__, __LINE__))
+#define __any_sync(mask, predicate)                                                            \
+  static_cast<int>(::zt_emu::warp_operation(::zt_emu::WarpOpKind::Any, "__any_sync", mask,     \
+                                            (predicate) ? 1u : 0u, 0, __FILE__, __LINE__))
+#define __all_sync(mask, predicate)                                                            \
+  static_cast<int>(::zt_emu::warp_operation(::zt_emu::WarpOpKind::All, "__all_sync", mask,     \
+                                            (predicate) ? 1u : 0u, 0, __FILE__, __LINE__))
+
+// ---- atomics: real atomic instructions, so ThreadSanitizer sees them as atomic ----------------
+
+template <class T>
+T zt_emu_atomic_update(T* address, T (*update)(T, T), T operand) {
+  std::atomic_ref<T> target(*address);
+  T old = target.load();
+  while (!target.compare_exchange_weak(old, update(old, operand))) {
+  }
+  return old;
+}
+template <class T>
+T atomicAdd(T* address, T value) {
+  return zt_emu_atomic_update<T>(address, [](T a, T b) { return static_cast<T>(a + b); }, value);
+}
+template <class T>
+T atomicSub(T* address, T value) {
+  return zt_emu_atomic_update<T>(address, [](T a, T b) { return static_cast<T>(a - b); }, value);
+}
+template <class T>
+T atomicMin(T* address, T value) {
+  return zt_emu_atomic_update<T>(address, [](T a, T b) { return b < a ? b : a; }, value);
+}
+template <class T>
+T atomicMax(T* address, T value) {
+  return zt_emu_atomic_update<T>(address, [](T a, T b) { return b > a ? b : a; }, value);
+}
+template <class T>
+T atomicOr(T* address, T value) {
+  return zt_emu_atomic_update<T>(address, [](T a, T b) { return static_cast<T>(a | b); }, value);
+}
+template <class T>
+T atomicAnd(T* address, T value) {
+  return zt_emu_atomic_update<T>(address, [](T a, T b) { return static_cast<T>(a & b); }, value);
+}
+template <class T>
+T atomicXor(T* address, T value) {
+  return zt_emu_atomic_update<T>(address, [](T a, T b) { return static_cast<T>(a ^ b); }, value);
+}
+template <class T>
+T atomicExch(T* address, T value) {
+  return std::atomic_ref<T>(*address).exchange(value);
+}
+template <class T>
+T atomicCAS(T* address, T compare, T value) {
+  std::atomic_ref<T>(*address).compare_exchange_strong(compare, value);
+  return compare;
+}
+
+// ---- device math: what the kernels call, with the rounding CUDA documents ----------------------
+// The _rn intrinsics are single correctly rounded operations (never fused): this file is
+// compiled with -ffp-contract=off. The fast-math ones (__expf ...) use the accurate functions,
+// so the emulator is at least as accurate as a GPU: only tolerances carry over.
+
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+inline float __frcp_rn(float a) { return 1.0f / a; }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline float __expf(float a) { return std::exp(a); }
+inline float __logf(float a) { return std::log(a); }
+inline float __powf(float a, float b) { return std::pow(a, b); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float rsqrtf(float a) { return 1.0f / std::sqrt(a); }
+inline double rsqrt(double a) { return 1.0 / std::sqrt(a); }
+inline int __popc(unsigned int x) { return __builtin_popcount(x); }
+inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+inline int __clz(unsigned int x) { return x == 0 ? 32 : __builtin_clz(x); }
+inline int __ffs(unsigned int x) { return __builtin_ffs(static_cast<int>(x)); }
+inline float __uint_as_float(unsigned int x) { return zt_emu::from_bits<float>(x); }
+inline unsigned int __float_as_uint(float x) { return static_cast<unsigned int>(zt_emu::to_bits(x)); }
+inline float __int_as_float(int x) { return zt_emu::from_bits<float>(static_cast<uint32_t>(x)); }
+inline int __float_as_int(float x) { return static_cast<int>(zt_emu::to_bits(x)); }
+inline double __longlong_as_double(long long x) { return zt_emu::from_bits<double>(static_cast<uint64_t>(x)); }
+inline long long __double_as_longlong(double x) { return static_cast<long long>(zt_emu::to_bits(x)); }
+template <class T>
+T __ldg(const T* address) { return *address; }
+// CUDA's device min/max overloads (global namespace in device code).
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline unsigned int min(unsigned int a, unsigned int b) { return a < b ? a : b; }
+inline unsigned int max(unsigned int a, unsigned int b) { return a > b ? a : b; }
+inline long long min(long long a, long long b) { return a < b ? a : b; }
+inline long long max(long long a, long long b) { return a > b ? a : b; }
+inline long min(long a, long b) { return a < b ? a : b; }
+inline long max(long a, long b) { return a > b ? a : b; }
+inline float min(float a, float b) { return std::fmin(a, b); }
+inline float max(float a, float b) { return std::fmax(a, b); }

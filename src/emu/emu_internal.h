@@ -1,0 +1,117 @@
+// The emulated device's internal seams, shared by its parts and by nothing else:
+//   emu_runtime.cpp  streams, events, copies, errors, device properties (the CUDA runtime API)
+//   emu_memory.cpp   the device-memory arena, pinned host memory, pointer classification
+//   emu_device.cpp   kernel launches: blocks of fibers, barriers, warp operations, schedules
+//   emu_cublaslt.cpp the cuBLASLt subset the backend calls
+//   emu_nccl.cpp     the NCCL subset, over MPI between the ranks' processes
+// The project's code never includes this header: it sees the real CUDA, cuBLASLt and NCCL
+// headers (whose functions these files define) and emu/emu_device.h (built-ins for kernels).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+
+namespace zt_emu {
+
+// ---- errors (emu_runtime.cpp) ------------------------------------------------------------------
+
+// A fault found while device work runs (a divergent barrier, a kernel pointer to pageable or
+// freed memory, a lane outside a shuffle's mask, a bad cuBLASLt operand ...). Thrown inside
+// queued work; the stream drain catches it, prints it once to stderr and makes it the sticky
+// error (cudaErrorLaunchFailure) that every later runtime call returns, as a real GPU does after
+// an illegal address. cudaGetErrorString then returns this message.
+struct DeviceFault {
+  std::string message;
+};
+[[noreturn]] void device_fault(std::string message);
+
+// A call's own, non-sticky error (a bad launch configuration): recorded so that the next
+// cudaGetLastError / cudaPeekAtLastError returns it, with `message` as its cudaGetErrorString
+// text, and printed to stderr when ZT_EMU_VERBOSE is set.
+void set_last_error(cudaError_t error, std::string message);
+
+// The sticky error's code, cudaSuccess while there is none.
+cudaError_t sticky_error();
+
+// ---- the device lock ---------------------------------------------------------------------------
+
+// One recursive lock around all device state (queues, arena, communicators): held by every
+// runtime call and while queued work runs. Query calls (cudaEventQuery, cudaStreamQuery) only
+// try it, and answer cudaErrorNotReady when another host thread is draining, so that a
+// watchdog thread never blocks behind a collective that waits for another rank.
+std::recursive_mutex& device_lock();
+
+// ---- streams (emu_runtime.cpp) -----------------------------------------------------------------
+
+// Work queued on a stream. Nothing runs when it is queued: `run` executes when the host waits
+// for it (cudaStreamSynchronize, cudaEventSynchronize, a blocking copy, cudaDeviceSynchronize,
+// cudaFree ...), in stream order, so that a host read before the synchronisation sees the old
+// contents, as on a GPU whose kernel has not finished. Work that waits on other processes (an
+// NCCL collective) sets `done`: after `run` started it, the drain polls `done` and, between
+// polls, runs other streams' queued work (a GPU runs streams concurrently), so that two ranks
+// that drain their streams in different orders cannot deadlock.
+struct Work {
+  std::string what;                 // for messages: "kernel launched at file:line", "memcpy ..."
+  std::function<void()> run;
+  std::function<bool()> done;       // empty: finished when run returns
+};
+
+// Queues `work` on `stream` (nullptr / cudaStreamLegacy: the legacy default stream, with its
+// implicit ordering against blocking streams; cudaStreamPerThread: treated as the legacy one).
+// An unknown or destroyed stream is a device_fault naming it.
+void enqueue(cudaStream_t stream, Work work);
+
+// Runs queued work of every stream until all queues are empty (cudaDeviceSynchronize).
+void drain_all();
+
+// ---- memory (emu_memory.cpp) -------------------------------------------------------------------
+
+enum class Memory {
+  Null,         // nullptr
+  Device,       // inside a live cudaMalloc allocation (one past its end included)
+  Pinned,       // inside a live cudaHostAlloc / cudaMallocHost allocation: device-accessible (UVA)
+  FreedDevice,  // inside the arena but not inside a live allocation: freed, or a red zone
+  Pageable,     // anything else: ordinary host memory a GPU cannot dereference
+};
+Memory classify(const void* pointer);
+const char* memory_name(Memory memory);  // "device memory", "pageable host memory", ...
+
+// A kernel or library operand: `pointer` with `bytes` readable/writable by the device, else a
+// device_fault naming `what` (e.g. "argument 2 of kernel launched at cuda_norms.cu:231") and
+// the kind of memory it points to. bytes == 0 checks the pointer alone.
+void check_device_accessible(const void* pointer, size_t bytes, const std::string& what);
+
+// The live allocation holding `pointer` (device or pinned): its base and size; false otherwise.
+bool find_allocation(const void* pointer, const void** base, size_t* bytes);
+
+// ---- kernels (emu_device.cpp / emu_runtime.cpp) ------------------------------------------------
+
+// The dynamic shared memory a kernel may request above 48 KiB, as set by
+// cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes); 48 KiB
+// (the default) when never set. Stored by emu_runtime.cpp, read by launches.
+int max_dynamic_shared_bytes(const void* kernel);
+void set_max_dynamic_shared_bytes(const void* kernel, int bytes);
+
+// The limits of the emulated device (sm_90, as an H100).
+constexpr int kWarpSize = 32;
+constexpr int kMaxThreadsPerBlock = 1024;
+constexpr int kMaxBlockDimX = 1024, kMaxBlockDimY = 1024, kMaxBlockDimZ = 64;
+constexpr unsigned int kMaxGridDimX = 2147483647u, kMaxGridDimY = 65535u, kMaxGridDimZ = 65535u;
+constexpr size_t kDefaultSharedBytes = 48 * 1024;     // without cudaFuncSetAttribute
+constexpr size_t kMaxSharedBytesOptin = 227 * 1024;   // static + dynamic, per block
+constexpr int kMultiprocessors = 132;
+
+// Environment knobs (read once):
+//   ZT_EMU_DEVICE_MEMORY  capacity of each emulated device, e.g. 4GiB, 512MiB (default 4GiB)
+//   ZT_EMU_DEVICES        devices a process sees (default 8, PCI bus ids 0000:01:00.0 ...)
+//   ZT_EMU_SCHEDULE       in-order | warp-serial | reversed | random[:seed] (default in-order)
+//   ZT_EMU_VERBOSE        1: print launch errors and faults as they happen
+size_t env_bytes(const char* name, size_t fallback);  // "4GiB", "512MiB", "65536"
+int env_int(const char* name, int fallback);
+
+}  // namespace zt_emu

@@ -1,0 +1,309 @@
+// Negative tests: the emulated device's checks bite. Each case runs a correct kernel first (the
+// control; it must pass) and then a copy of a real kernel of src/backend/cuda with one bug
+// planted; ctest (tests/CMakeLists.txt) passes the case when the output names the problem:
+//   missing_barrier_before_read   block_sum (cuda_kernels.cuh) without its first barrier: reads
+//                                 poisoned shared memory (NaN) under any schedule
+//   missing_trailing_barrier      block_sum without its trailing barrier, called twice (as the
+//                                 norms do): a wrong total under the warp-serial schedule, a
+//                                 data race under ThreadSanitizer
+//   missing_syncwarp              the online-softmax row update of cuda_attention_forward.cu
+//                                 without __syncwarp: right values, a race for ThreadSanitizer
+//   off_by_one_global             an elementwise kernel writing one element past its buffer:
+//                                 AddressSanitizer (device red zone)
+//   off_by_one_shared             block_sum indexing scratch[32]: AddressSanitizer
+//   too_much_shared               the attention kernel's 100 KiB of dynamic shared memory
+//                                 without cudaFuncSetAttribute: a launch error naming it
+//   host_read_before_sync         CudaBackendImpl::download without the synchronisation: the
+//                                 host reads stale data
+//   divergent_barrier, early_exit, shuffle_outside_mask, pageable_argument: the emulator's own
+//                                 faults, with every thread's file:line
+// Usage: zt_emu_negative CASE. Prints CONTROL FAILED if the correct kernel fails.
+#include "emu/emu_predefine.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_launch.h"
+
+namespace {
+
+using zt::cuda::launch;
+
+[[noreturn]] void control_failed(const std::string& what) {
+  std::printf("CONTROL FAILED: %s\n", what.c_str());
+  std::exit(3);
+}
+
+void check(cudaError_t status, const char* call) {
+  if (status != cudaSuccess) {
+    std::printf("%s: %s (%s)\n", call, cudaGetErrorName(status), cudaGetErrorString(status));
+    std::fflush(stdout);
+    std::exit(1);
+  }
+}
+
+template <class T>
+T* device_array(size_t count) {
+  void* pointer = nullptr;
+  check(cudaMalloc(&pointer, count * sizeof(T)), "cudaMalloc");
+  return static_cast<T*>(pointer);
+}
+
+template <class T>
+std::vector<T> download(const T* device, size_t count) {
+  std::vector<T> host(count);
+  check(cudaMemcpy(host.data(), device, count * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  return host;
+}
+
+// ---- block_sum and its broken copies (cuda_kernels.cuh) ----------------------------------------
+
+__device__ float warp_sum(float value) {
+  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xFFFFFFFFu, value, offset);
+  return value;
+}
+
+enum class Bug { None, NoBarrierBeforeRead, NoTrailingBarrier, SharedOffByOne };
+
+__device__ float block_sum(float value, float* scratch, Bug bug) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  value = warp_sum(value);
+  if (lane == 0) scratch[bug == Bug::SharedOffByOne ? warp + 32 - warps + 1 : warp] = value;
+  if (bug != Bug::NoBarrierBeforeRead) __syncthreads();
+  float total = lane < warps ? scratch[lane] : 0.0f;
+  total = warp_sum(total);
+  if (bug != Bug::NoTrailingBarrier) __syncthreads();
+  return total;
+}
+
+// out[2 * thread + c]: every thread's two block totals (of 1 and of 2 per thread).
+__global__ void two_sums_kernel(float* out, Bug bug) {
+  ZT_SHARED(float, scratch, [32]);
+  const float first = block_sum(1.0f, scratch, bug);
+  const float second = block_sum(2.0f, scratch, bug);
+  out[2 * threadIdx.x] = first;
+  out[2 * threadIdx.x + 1] = second;
+}
+
+// Runs two_sums_kernel with 256 threads; true when every thread got 256 and 512.
+bool two_sums_right(Bug bug, bool report) {
+  constexpr int kThreads = 256;
+  float* out = device_array<float>(2 * kThreads);
+  launch({1, kThreads, 0, nullptr}, two_sums_kernel, out, bug);
+  check(cudaGetLastError(), "launch");
+  const std::vector<float> host = download(out, 2 * kThreads);
+  cudaFree(out);
+  for (int thread = 0; thread < kThreads; ++thread) {
+    for (int c = 0; c < 2; ++c) {
+      const float expected = 256.0f * static_cast<float>(c + 1);
+      if (host[2 * thread + c] != expected) {
+        if (report) {
+          std::printf("wrong result: thread %d's block sum %d is %g, expected %g (a barrier is "
+                      "missing)\n", thread, c, static_cast<double>(host[2 * thread + c]),
+                      static_cast<double>(expected));
+        }
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+int block_sum_case(Bug bug) {
+  if (!two_sums_right(Bug::None, false)) control_failed("block_sum with its barriers");
+  if (two_sums_right(bug, true)) std::printf("not detected: every block sum was right\n");
+  return 1;
+}
+
+// ---- the online-softmax row update (cuda_attention_forward.cu) ---------------------------------
+
+// 4 lanes per row: each lane reads the row's running max, the lanes agree on the tile max by
+// shuffles, and lane 0 writes the new max: the __syncwarp keeps the write after every read.
+__global__ void row_max_kernel(float* out, const float* scores, bool with_syncwarp) {
+  ZT_SHARED(float, row_max, [64]);
+  constexpr int kLanesPerRow = 4;
+  const int row = threadIdx.x / kLanesPerRow, part = threadIdx.x % kLanesPerRow;
+  if (part == 0) row_max[row] = -INFINITY;
+  __syncthreads();
+  for (int tile = 0; tile < 3; ++tile) {
+    float tile_max = scores[(tile * 64 + row) * kLanesPerRow + part];
+    for (int offset = 1; offset < kLanesPerRow; offset *= 2) {
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, offset));
+    }
+    const float old_max = row_max[row];
+    const float new_max = fmaxf(old_max, tile_max);
+    float rescale = expf(old_max - new_max);
+    for (int offset = 1; offset < kLanesPerRow; offset *= 2) {
+      rescale += __shfl_xor_sync(0xFFFFFFFFu, rescale, offset) * 0.0f;
+    }
+    if (with_syncwarp) __syncwarp();
+    if (part == 0) row_max[row] = new_max;
+    __syncthreads();
+  }
+  out[threadIdx.x] = row_max[row];
+}
+
+int missing_syncwarp_case() {
+  std::vector<float> scores(3 * 64 * 4);
+  for (size_t i = 0; i < scores.size(); ++i) scores[i] = static_cast<float>((i * 37) % 101);
+  float* device_scores = device_array<float>(scores.size());
+  check(cudaMemcpy(device_scores, scores.data(), scores.size() * sizeof(float), cudaMemcpyHostToDevice),
+        "cudaMemcpy");
+  float* out = device_array<float>(256);
+  for (int with_syncwarp = 1; with_syncwarp >= 0; --with_syncwarp) {
+    launch({1, 256, 0, nullptr}, row_max_kernel, out, device_scores, with_syncwarp == 1);
+    const std::vector<float> host = download(out, 256);
+    for (int thread = 0; thread < 256; ++thread) {
+      const int row = thread / 4;
+      float expected = -INFINITY;
+      for (int tile = 0; tile < 3; ++tile)
+        for (int part = 0; part < 4; ++part) expected = std::fmax(expected, scores[(tile * 64 + row) * 4 + part]);
+      if (host[thread] != expected) {
+        if (with_syncwarp) control_failed("row max with __syncwarp");
+        std::printf("wrong result without __syncwarp at thread %d\n", thread);
+        return 1;
+      }
+    }
+  }
+  std::printf("values right without __syncwarp (only ThreadSanitizer sees this race)\n");
+  return 1;
+}
+
+// ---- out of bounds -------------------------------------------------------------------------
+
+// scale_kernel with the bound check `i <= n` instead of `i < n`.
+__global__ void scale_kernel(float* x, int n, float factor, bool off_by_one) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (off_by_one ? i <= n : i < n) x[i] *= factor;
+}
+
+int off_by_one_global_case() {
+  constexpr int n = 256;  // a multiple of the 256-byte allocation granularity: x[n] is a red zone
+  float* x = device_array<float>(n);
+  check(cudaMemset(x, 0, n * sizeof(float)), "cudaMemset");
+  launch({2, 256, 0, nullptr}, scale_kernel, x, n, 2.0f, false);
+  check(cudaDeviceSynchronize(), "control");
+  launch({2, 256, 0, nullptr}, scale_kernel, x, n, 2.0f, true);
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  std::printf("not detected: the write past the end went unnoticed\n");
+  return 1;
+}
+
+// ---- launch configuration ------------------------------------------------------------------
+
+__global__ void tile_kernel(float* out) {
+  ZT_DYNAMIC_SHARED(float, shared);
+  shared[threadIdx.x] = static_cast<float>(threadIdx.x);
+  __syncthreads();
+  out[threadIdx.x] = shared[blockDim.x - 1 - threadIdx.x];
+}
+
+int too_much_shared_case() {
+  float* out = device_array<float>(128);
+  launch({1, 128, 16 * 1024, nullptr}, tile_kernel, out);
+  if (cudaGetLastError() != cudaSuccess || download(out, 128)[0] != 127.0f) control_failed("16 KiB tile");
+  launch({1, 128, 100 * 1024, nullptr}, tile_kernel, out);  // the attention forward's D=128 tile
+  const cudaError_t status = cudaGetLastError();
+  std::printf("launch with 100 KiB of dynamic shared memory: %s: %s\n", cudaGetErrorName(status),
+              cudaGetErrorString(status));
+  return 1;
+}
+
+// ---- the host reads before the stream synchronisation ------------------------------------------
+
+__global__ void iota_kernel(float* out, float base) { out[threadIdx.x] = base + static_cast<float>(threadIdx.x); }
+
+int host_read_before_sync_case() {
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  float* device = device_array<float>(64);
+  void* pinned = nullptr;
+  check(cudaMallocHost(&pinned, 64 * sizeof(float)), "cudaMallocHost");
+  float* host = static_cast<float*>(pinned);
+  for (int synchronise = 1; synchronise >= 0; --synchronise) {
+    std::memset(host, 0, 64 * sizeof(float));
+    launch({1, 64, 0, stream}, iota_kernel, device, 10.0f * synchronise);
+    check(cudaMemcpyAsync(host, device, 64 * sizeof(float), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+    if (synchronise) check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    const bool right = host[63] == 10.0f * synchronise + 63.0f;
+    if (synchronise && !right) control_failed("download with the synchronisation");
+    if (!synchronise && !right) {
+      std::printf("stale data: the host read the copy's destination before the stream "
+                  "synchronisation (got %g, expected %g)\n", static_cast<double>(host[63]), 63.0);
+      return 1;
+    }
+  }
+  std::printf("not detected: the host read the right data without synchronising\n");
+  return 1;
+}
+
+// ---- the emulator's own faults -------------------------------------------------------------
+
+__global__ void divergent_barrier_kernel(float* out) {
+  if (threadIdx.x < 32) {
+    __syncthreads();
+  } else {
+    __syncthreads();
+  }
+  out[threadIdx.x] = 1.0f;
+}
+
+__global__ void early_exit_kernel(float* out, int n) {
+  ZT_SHARED(float, tile, [128]);
+  if (static_cast<int>(threadIdx.x) >= n) return;  // the bug: these threads skip the barrier
+  tile[threadIdx.x] = 1.0f;
+  __syncthreads();
+  out[threadIdx.x] = tile[(threadIdx.x + 1) % n];
+}
+
+__global__ void shuffle_outside_mask_kernel(float* out) {
+  float value = static_cast<float>(threadIdx.x);
+  if (threadIdx.x < 16) value += __shfl_xor_sync(0x0000FFFFu, value, 16);  // lane 16 is not in it
+  out[threadIdx.x] = value;
+}
+
+__global__ void pageable_kernel(float* out) { out[threadIdx.x] = 1.0f; }
+
+int fault_case(const std::string& name) {
+  float* out = device_array<float>(128);
+  if (name == "divergent_barrier") launch({1, 64, 0, nullptr}, divergent_barrier_kernel, out);
+  if (name == "early_exit") launch({1, 128, 0, nullptr}, early_exit_kernel, out, 100);
+  if (name == "shuffle_outside_mask") launch({1, 32, 0, nullptr}, shuffle_outside_mask_kernel, out);
+  if (name == "pageable_argument") {
+    static float pageable[128];
+    launch({1, 128, 0, nullptr}, pageable_kernel, pageable);
+  }
+  const cudaError_t status = cudaDeviceSynchronize();
+  std::printf("cudaDeviceSynchronize: %s: %s\n", cudaGetErrorName(status), cudaGetErrorString(status));
+  const cudaError_t again = cudaMemset(out, 0, 4);
+  std::printf("the next call: %s (the fault is sticky)\n", cudaGetErrorName(again));
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: zt_emu_negative CASE (see the first comment of emu_negative.cpp)\n");
+    return 2;
+  }
+  const std::string name = argv[1];
+  std::setvbuf(stdout, nullptr, _IONBF, 0);  // nothing lost when a sanitizer aborts
+  if (name == "missing_barrier_before_read") return block_sum_case(Bug::NoBarrierBeforeRead);
+  if (name == "missing_trailing_barrier") return block_sum_case(Bug::NoTrailingBarrier);
+  if (name == "off_by_one_shared") return block_sum_case(Bug::SharedOffByOne);
+  if (name == "missing_syncwarp") return missing_syncwarp_case();
+  if (name == "off_by_one_global") return off_by_one_global_case();
+  if (name == "too_much_shared") return too_much_shared_case();
+  if (name == "host_read_before_sync") return host_read_before_sync_case();
+  if (name == "divergent_barrier" || name == "early_exit" || name == "shuffle_outside_mask" ||
+      name == "pageable_argument") {
+    return fault_case(name);
+  }
+  std::fprintf(stderr, "zt_emu_negative: unknown case '%s'\n", name.c_str());
+  return 2;
+}
