@@ -145,7 +145,7 @@ pack() {
   #    to run ranks; the build packages are what CMakeLists.txt's find_package calls look for.
   seeds+=(openmpi-bin openmpi-common)
   if [[ $build_deps == 1 ]]; then
-    seeds+=(cmake pkgconf libopenmpi-dev libhdf5-dev libboost-program-options-dev libboost-test-dev
+    seeds+=(cmake pkgconf libopenmpi-dev libhdf5-dev libboost-program-options-dev libboost-test-dev libboost-context-dev
             libopenblas-openmp-dev libsentencepiece-dev nlohmann-json3-dev)
   fi
   mapfile -t seeds < <(printf '%s\n' "${seeds[@]}" | sort -u)

@@ -4,11 +4,14 @@
 # /tmp/zt-tour replaced by this test's binary, python and a private directory, then checks
 # what it wrote: one metrics.jsonl line per optimizer step with DESIGN.md's keys, finite values,
 # and a full fine-tune whose loss ends lower than it starts.
-# Usage: test_tour.sh ZEROTUNE_BINARY PYTHON
+# Usage: test_tour.sh ZEROTUNE_BINARY PYTHON [TRAIN_FLAGS]
+# TRAIN_FLAGS (e.g. "--device cuda", as the gpu-emu test runs it on the emulated device) are
+# appended to every `zerotune train` line of the tour.
 set -euo pipefail
 
 ZEROTUNE="$1"
 PYTHON="$2"
+TRAIN_FLAGS="${3:-}"
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 WORK="$(mktemp -d /tmp/zt-tour-test.XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
@@ -22,6 +25,11 @@ done
 tour="${tour//build\/zerotune/$ZEROTUNE}"
 tour="${tour//.venv\/bin\/python/$PYTHON}"
 tour="${tour//\/tmp\/zt-tour/$WORK/tour}"
+if [[ -n "$TRAIN_FLAGS" ]]; then
+  tour="$(awk -v flags="$TRAIN_FLAGS" '/ train / {$0 = $0 " " flags} {print}' <<<"$tour")"
+  grep -qF -- " train " <<<"$tour" && grep -qF -- "$TRAIN_FLAGS" <<<"$tour" ||
+    { echo "FAIL: could not add '$TRAIN_FLAGS' to the tour's train lines" >&2; exit 1; }
+fi
 
 echo "--- running the README tour in $REPO"
 started=$(date +%s)

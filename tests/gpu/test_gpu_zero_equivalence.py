@@ -4,7 +4,12 @@
 # sharing the GPU (MPI through host staging: NCCL refuses two ranks on one device) give the
 # losses, gradient norms and final weights of one rank at stage 0 on the GPU, within float
 # reassociation, and the counted traffic equals the plan. Offload on/off is part of the matrix.
+# ZT_GPU_TEST_WORLD_SIZES (default "1,2") picks the world sizes: the emulated device's run
+# (label gpu-emu) uses 1,2,4, where each rank has its own emulated GPU and the collectives go
+# through the emulated NCCL.
 # Without a GPU every run fails with zerotune's message (this test never skips).
+import os
+
 from mpi_common_path import add_mpi_path  # noqa: F401 (puts tests/mpi on sys.path)
 from mpi_common import Report, main_guard, parse_args, temporary_directory
 from test_zero_equivalence import check_matrix
@@ -14,7 +19,8 @@ def main():
     args = parse_args(__doc__)
     report = Report("ZeRO on the CUDA backend: same losses and weights as one rank")
     with temporary_directory(args, "zt-gpu-zero-") as workdir:
-        check_matrix(report, args.zerotune, workdir, "cuda", (1, 2))
+        world_sizes = tuple(int(size) for size in os.environ.get("ZT_GPU_TEST_WORLD_SIZES", "1,2").split(","))
+        check_matrix(report, args.zerotune, workdir, "cuda", world_sizes)
     return report.finish()
 
 
