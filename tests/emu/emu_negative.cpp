@@ -226,10 +226,10 @@ int host_read_before_sync_case() {
   float* host = static_cast<float*>(pinned);
   for (int synchronise = 1; synchronise >= 0; --synchronise) {
     std::memset(host, 0, 64 * sizeof(float));
-    launch({1, 64, 0, stream}, iota_kernel, device, 10.0f * synchronise);
+    launch({1, 64, 0, stream}, iota_kernel, device, 10.0f * static_cast<float>(synchronise));
     check(cudaMemcpyAsync(host, device, 64 * sizeof(float), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
     if (synchronise) check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-    const bool right = host[63] == 10.0f * synchronise + 63.0f;
+    const bool right = host[63] == 10.0f * static_cast<float>(synchronise) + 63.0f;
     if (synchronise && !right) control_failed("download with the synchronisation");
     if (!synchronise && !right) {
       std::printf("stale data: the host read the copy's destination before the stream "

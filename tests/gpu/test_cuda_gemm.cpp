@@ -41,7 +41,11 @@ void check_gemm(CudaBackend& backend, const GemmCase& gemm, int64_t m, int64_t n
   DeviceTensor b_device = upload(b, gemm.input, b_shape);
   // beta = 0: C starts as NaN and must not leak into the result.
   DeviceTensor c_device = beta == 0.0f ? poisoned(gemm.output, {m, n}) : upload(c0, gemm.output, {m, n});
+  // The operands were uploaded on gpu()'s stream and are downloaded there: another backend
+  // (its own stream) must wait for the uploads, and the download for its matmul.
+  gpu().synchronize();
   backend.matmul(c_device, a_device, transpose_a, b_device, transpose_b, alpha, beta);
+  backend.synchronize();
   check_near(download(c_device), expected, gemm.output, gemm.fp32_rtol,
              cat("matmul ", dtype_name(gemm.input), "->", dtype_name(gemm.output), " ", m, "x", n,
                  "x", k, transpose_a ? " A^T" : " A", transpose_b ? " B^T" : " B", " beta ", beta));

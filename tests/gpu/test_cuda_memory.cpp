@@ -44,11 +44,18 @@ cudaMemoryType memory_type(const void* pointer) {
 
 // Busy work for the GPU's stream: four 4096^3 fp32 GEMMs (about 0.5 TFLOP, milliseconds on any
 // GPU). A copy queued behind them that copy() did not wait for would still be pending when the
-// test overwrites or reads the host side, so the checks below would see the wrong values.
+// test overwrites or reads the host side, so the checks below would see the wrong values. On the
+// emulated device queued work runs only when the host waits for it, so any GEMM keeps the copy
+// pending: a small one (its GEMMs take seconds per 4096^3 there).
+#if ZT_EMULATED_DEVICE
+constexpr int64_t kLoadSize = 256;
+#else
+constexpr int64_t kLoadSize = 4096;
+#endif
 struct StreamLoad {
-  DeviceTensor a = device_tensor(DType::F32, {4096, 4096});
-  DeviceTensor b = device_tensor(DType::F32, {4096, 4096});
-  DeviceTensor c = device_tensor(DType::F32, {4096, 4096});
+  DeviceTensor a = device_tensor(DType::F32, {kLoadSize, kLoadSize});
+  DeviceTensor b = device_tensor(DType::F32, {kLoadSize, kLoadSize});
+  DeviceTensor c = device_tensor(DType::F32, {kLoadSize, kLoadSize});
   StreamLoad() {
     gpu().fill(a, 0.5f);
     gpu().fill(b, 0.25f);

@@ -1,7 +1,11 @@
 // GPU tests of the CUDA backend's AdamW against the CPU backend over several steps: weight
 // decay, both forms of torch's lerp (1 - beta1 below and above 0.5), with and without bias
 // correction. Bound: 1e-6 relative (an ulp or so: the CPU build may fuse multiply-adds, the
-// kernel rounds every operation as written).
+// kernel rounds every operation as written), plus an absolute floor of about an ulp of the
+// inputs where the result cancels: exp_avg = m + w (g - m) is far smaller than g when m is
+// close to g (|g| <= 0.1, an ulp 7.5e-9: 1e-8), and param's step is small against |param| <= 1
+// (1e-7). exp_avg_sq sums positive terms and needs no floor. (The emulated device found the
+// cancellation: 175 of 10007 exp_avg elements were 2e-5 apart relative.)
 #include <boost/test/unit_test.hpp>
 
 #include "gpu_test_util.h"
@@ -41,8 +45,8 @@ BOOST_AUTO_TEST_CASE(adamw_matches_the_cpu_over_steps) {
       gpu().adamw(param_d, grad_d, m_d, v_d, params);
     }
     const std::string what = cat("adamw lr ", setting.lr, " beta1 ", setting.beta1);
-    zt::test::check_close(download(param_d), param, 1e-6, 0.0, what + " param");
-    zt::test::check_close(download(m_d), m, 1e-6, 0.0, what + " exp_avg");
+    zt::test::check_close(download(param_d), param, 1e-6, 1e-7, what + " param");
+    zt::test::check_close(download(m_d), m, 1e-6, 1e-8, what + " exp_avg");
     zt::test::check_close(download(v_d), v, 1e-6, 0.0, what + " exp_avg_sq");
   }
 }
