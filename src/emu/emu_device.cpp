@@ -128,6 +128,22 @@ StackPool& stack_pool() {
   return pool;
 }
 
+#if ZT_EMU_TSAN
+// ThreadSanitizer fibers are reused like the stacks: creating and destroying one per thread per
+// block costs system calls that made TSan runs of large grids take minutes.
+std::vector<void*>& tsan_fiber_pool() {
+  static thread_local std::vector<void*> pool;
+  return pool;
+}
+void* take_tsan_fiber() {
+  std::vector<void*>& pool = tsan_fiber_pool();
+  if (pool.empty()) return __tsan_create_fiber(0);
+  void* fiber = pool.back();
+  pool.pop_back();
+  return fiber;
+}
+#endif
+
 // ---- threads and blocks ---------------------------------------------------------------------
 
 enum class State { Runnable, AtBarrier, AtWarpOperation, Exited, Faulted };
@@ -176,7 +192,12 @@ class Block {
       : site_(site), grid_(grid), block_dim_(block), dynamic_bytes_(dynamic_bytes), body_(body) {
     const int count = static_cast<int>(block.x * block.y * block.z);
     threads_.resize(count);
-    for (EmuThread& thread : threads_) thread.stack = stack_pool().take();
+    for (EmuThread& thread : threads_) {
+      thread.stack = stack_pool().take();
+#if ZT_EMU_TSAN
+      thread.tsan_fiber = take_tsan_fiber();
+#endif
+    }
     warps_ = (count + kWarpSize - 1) / kWarpSize;
     pending_.resize(warps_);
     syncwarp_generation_.assign(warps_, 0);
@@ -188,6 +209,9 @@ class Block {
       if (thread.state != State::Exited) ASAN_UNPOISON_MEMORY_REGION(thread.stack, kStackBytes);
 #endif
       stack_pool().give_back(thread.stack);
+#if ZT_EMU_TSAN
+      tsan_fiber_pool().push_back(thread.tsan_fiber);
+#endif
     }
   }
   Block(const Block&) = delete;
@@ -290,7 +314,6 @@ void Block::start_threads(uint3 index) {
     thread.context.linear = linear;
     thread.fiber = fcontext::make_fcontext(thread.stack + kStackBytes, kStackBytes, fiber_entry);
 #if ZT_EMU_TSAN
-    thread.tsan_fiber = __tsan_create_fiber(0);
     // The launch (host writes before it) happens before every thread of the block.
     __tsan_release(&thread);
 #endif
@@ -402,8 +425,6 @@ void Block::run(uint3 index) {
 #if ZT_EMU_TSAN
   for (EmuThread& thread : threads_) {
     __tsan_acquire(&thread);  // every thread's writes happen before what the host does next
-    __tsan_destroy_fiber(thread.tsan_fiber);
-    thread.tsan_fiber = nullptr;
   }
 #endif
   release_shared_memory();
@@ -576,12 +597,23 @@ uint64_t Block::warp_operation(EmuThread& thread, WarpOpKind kind, const char* n
 void* Block::static_shared(size_t bytes, size_t alignment, const void* declaration, const char* name,
                            const char* file, int line) {
   for (const StaticShared& array : static_shared_) {
-    if (array.declaration == declaration) return array.memory;
+    if (array.declaration == declaration) {
+#if ZT_EMU_TSAN
+      __tsan_acquire(array.memory);  // after the allocation and its poisoning (see below)
+#endif
+      return array.memory;
+    }
   }
   void* memory = alignment <= alignof(std::max_align_t)
                      ? std::malloc(bytes)
                      : std::aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment);
   std::memset(memory, 0xFF, bytes);
+#if ZT_EMU_TSAN
+  // On a GPU shared memory exists before the block starts: the first thread to reach the
+  // declaration allocates and poisons it here, and every thread that gets it acquires that,
+  // so ThreadSanitizer does not take the poisoning for a racing write.
+  __tsan_release(memory);
+#endif
   static_shared_.push_back({declaration, memory, bytes});
   static_bytes_ += bytes;
   EmuThread& thread = thread_of(this_thread());

@@ -165,7 +165,12 @@ BOOST_AUTO_TEST_CASE(fill_writes_every_dtype) {
 }
 
 BOOST_AUTO_TEST_CASE(allocator_reuses_blocks_in_steady_state) {
-  CudaBackend& backend = gpu();
+  // A backend with the cache on whatever ZT_CUDA_CACHING_ALLOCATOR says (the sanitizer runs
+  // turn it off for the others).
+  CudaBackendOptions caching;
+  caching.caching_allocator = true;
+  std::unique_ptr<CudaBackend> own = make_cuda_backend(0, caching);
+  CudaBackend& backend = *own;
   backend.synchronize();
   const size_t baseline = backend.memory_in_use();
   // One "step": the same sequence of allocations, released in a different order.
@@ -191,6 +196,7 @@ BOOST_AUTO_TEST_CASE(allocator_reuses_blocks_in_steady_state) {
   BOOST_TEST(backend.memory_peak() == baseline);
   // Ops' scratch buffers come from the cache too: a second identical op allocates nothing.
   DeviceTensor x = upload(random_floats(1 << 16, 3), DType::F32, {1 << 16});
+  gpu().synchronize();  // uploaded on gpu()'s stream, read on this backend's
   const double first = backend.sum_squares(x);
   const size_t after_first = backend.device_allocations();
   BOOST_TEST(backend.sum_squares(x) == first);  // deterministic

@@ -25,7 +25,7 @@ size_t CachingAllocator::rounded_size(size_t bytes) {
   return bytes < kLargeThreshold ? round_up(bytes, kSmallGranule) : round_up(bytes, kLargeGranule);
 }
 
-bool CachingAllocator::caching() {
+bool CachingAllocator::caching_by_default() {
   static const bool enabled = [] {
     const char* value = std::getenv("ZT_CUDA_CACHING_ALLOCATOR");
     if (value == nullptr || std::strcmp(value, "1") == 0) return true;
@@ -43,7 +43,7 @@ CachingAllocator::~CachingAllocator() {
 
 void* CachingAllocator::allocate(size_t bytes) {
   const size_t size = rounded_size(bytes);
-  if (!caching()) {
+  if (!caching_) {
     void* exact = device_malloc(std::max<size_t>(bytes, 1));
     bytes_reserved_ += size - std::max<size_t>(bytes, 1);  // accounted in size classes as when caching
     live_blocks_.emplace(exact, size);
@@ -75,7 +75,7 @@ void CachingAllocator::release(void* pointer) {
   ZT_CHECK(live != live_blocks_.end(), "cuda allocator: release of ", pointer,
            ", which is not a live block of this backend (double release, or host memory?)");
   bytes_in_use_ -= live->second;
-  if (caching()) {
+  if (caching_) {
     free_blocks_.emplace(live->second, pointer);
   } else {
     ZT_CUDA_CHECK(cudaFree(pointer));

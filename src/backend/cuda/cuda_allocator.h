@@ -7,7 +7,7 @@
 // are still queued can be handed to the next allocation at once: that allocation's kernels are
 // queued behind them. Not thread-safe: one backend per thread.
 //
-// ZT_CUDA_CACHING_ALLOCATOR=0 turns the cache off: every block is a cudaMalloc of exactly the
+// Without caching (ZT_CUDA_CACHING_ALLOCATOR=0 by default, or CudaBackendOptions) every block is a cudaMalloc of exactly the
 // requested bytes and goes back with cudaFree at release, so that AddressSanitizer on the
 // emulated device and compute-sanitizer on a GPU see each buffer's true end and every use
 // after release (a cached block would hide both). Slow: cudaFree synchronises the device.
@@ -20,7 +20,8 @@ namespace zt::cuda {
 
 class CachingAllocator {
  public:
-  explicit CachingAllocator(int device) : device_(device) {}
+  // caching false: every block is its own cudaMalloc of the exact bytes, freed at release.
+  CachingAllocator(int device, bool caching) : device_(device), caching_(caching) {}
   ~CachingAllocator();
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
@@ -42,11 +43,14 @@ class CachingAllocator {
   // blocks of slightly different sizes (sequence lengths vary per batch) are interchangeable.
   static size_t rounded_size(size_t bytes);
 
+  // The default: false when the environment has ZT_CUDA_CACHING_ALLOCATOR=0.
+  static bool caching_by_default();
+
  private:
   void* device_malloc(size_t bytes);
-  static bool caching();  // false with ZT_CUDA_CACHING_ALLOCATOR=0
 
   int device_ = 0;
+  bool caching_ = true;
   std::multimap<size_t, void*> free_blocks_;        // size -> block, cached for reuse
   std::unordered_map<void*, size_t> live_blocks_;   // block -> size, handed out
   size_t bytes_in_use_ = 0;

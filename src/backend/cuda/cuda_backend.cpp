@@ -133,7 +133,8 @@ class CudaEvent final : public BackendEvent {
 // ---- set-up -----------------------------------------------------------------------------------
 
 CudaBackendImpl::CudaBackendImpl(int device, CudaBackendOptions options)
-    : device_(device), options_(options), allocator_(device) {
+    : device_(device), options_(options),
+      allocator_(device, options.caching_allocator.value_or(CachingAllocator::caching_by_default())) {
   const int count = cuda_device_count();
   ZT_CHECK(device >= 0 && device < count, "cuda backend: device ", device, " does not exist (rank ",
            process_rank(), " sees ", count, " CUDA devices)");

@@ -8,6 +8,7 @@
 #pragma once
 #include <cstddef>
 #include <memory>
+#include <optional>
 
 #include "backend/backend.h"
 
@@ -17,6 +18,9 @@ struct CudaBackendOptions {
   // fp32 GEMMs on TF32 tensor cores (10-bit mantissa inputs): faster, about 1e-3 relative
   // error. Off by default, as in PyTorch (torch.backends.cuda.matmul.allow_tf32 = False).
   bool allow_tf32 = false;
+  // The caching allocator (see cuda_allocator.h). Unset: on, unless the environment has
+  // ZT_CUDA_CACHING_ALLOCATOR=0 (every buffer its own cudaMalloc, for the sanitizers).
+  std::optional<bool> caching_allocator;
 };
 
 class CudaBackend : public Backend {
