@@ -200,6 +200,8 @@ class Block {
     }
     warps_ = (count + kWarpSize - 1) / kWarpSize;
     pending_.resize(warps_);
+    for (auto& warp : pending_) warp.reserve(2);
+    exited_lanes_.assign(warps_, 0);
     syncwarp_generation_.assign(warps_, 0);
   }
   ~Block() {
@@ -224,6 +226,7 @@ class Block {
   void arrive_at_barrier(EmuThread& thread, const char* file, int line);
   uint64_t warp_operation(EmuThread& thread, WarpOpKind kind, const char* name, unsigned mask,
                           uint64_t value, int source_lane, const char* file, int line);
+  void complete_if_ready(int warp, size_t index, EmuThread& reporter);
   void* dynamic_shared() { return dynamic_shared_; }
   void* static_shared(size_t bytes, size_t alignment, const void* declaration, const char* name,
                       const char* file, int line);
@@ -254,6 +257,7 @@ class Block {
   int at_barrier_ = 0;
   uint64_t barrier_generation_ = 0;
   std::vector<std::vector<PendingWarpOperation>> pending_;  // per warp
+  std::vector<unsigned> exited_lanes_;                       // per warp: lanes that returned
   std::vector<uint64_t> syncwarp_generation_;
   void* dynamic_shared_ = nullptr;
   std::vector<StaticShared> static_shared_;
@@ -293,6 +297,7 @@ void Block::start_threads(uint3 index) {
   at_barrier_ = 0;
   fault_.clear();
   for (auto& warp : pending_) warp.clear();
+  std::fill(exited_lanes_.begin(), exited_lanes_.end(), 0u);
   // Poisoned, so that reading shared memory nobody wrote (or that a missing barrier leaves
   // unwritten) gives NaN. Exactly the requested bytes: AddressSanitizer sees any overflow.
   dynamic_shared_ = std::malloc(dynamic_bytes_);
@@ -441,6 +446,10 @@ void Block::thread_main(EmuThread& thread) {
   (*body_)();
   thread.state = State::Exited;
   thread.waiting_at = "exited";
+  const int warp = thread.context.linear / kWarpSize;
+  exited_lanes_[warp] |= 1u << (thread.context.linear % kWarpSize);
+  // Its warp's pending operations no longer wait for it.
+  for (size_t index = pending_[warp].size(); index-- > 0;) complete_if_ready(warp, index, thread);
   --live_;
 #if ZT_EMU_TSAN
   __tsan_release(&thread);
@@ -485,7 +494,7 @@ std::string Block::describe_threads() const {
 void Block::check_barrier_sites() {
   const EmuThread& first = threads_.front();
   for (const EmuThread& thread : threads_) {
-    if (thread.file != first.file || thread.line != first.line) {
+    if (thread.line != first.line || std::strcmp(thread.file, first.file) != 0) {
       fault_ = "divergent __syncthreads: the threads of " + block_text() +
                " wait at different barriers (a barrier must be reached by every thread of the "
                "block at the same place):\n" + describe_threads();
@@ -521,7 +530,6 @@ void Block::arrive_at_barrier(EmuThread& thread, const char* file, int line) {
 uint64_t Block::warp_operation(EmuThread& thread, WarpOpKind kind, const char* name, unsigned mask,
                                uint64_t value, int source_lane, const char* file, int line) {
   const int lane = thread.context.linear % kWarpSize, warp = thread.context.linear / kWarpSize;
-  const int lanes = std::min<int>(kWarpSize, static_cast<int>(threads_.size()) - warp * kWarpSize);
   thread.waiting_at = name;
   thread.file = file;
   thread.line = line;
@@ -533,15 +541,6 @@ uint64_t Block::warp_operation(EmuThread& thread, WarpOpKind kind, const char* n
                                " (mask " + mask_text + ") " + why);
   };
   if (!(mask & (1u << lane))) fail("is not in its own mask");
-  if (lanes < kWarpSize && (mask >> lanes) != 0) {
-    fail("names lanes " + std::to_string(lanes) + ".. that do not exist (the block has " +
-         std::to_string(threads_.size()) + " threads)");
-  }
-  for (int other = 0; other < lanes; ++other) {
-    if ((mask & (1u << other)) && threads_[warp * kWarpSize + other].state == State::Exited) {
-      fail("names lane " + std::to_string(other) + ", which has exited");
-    }
-  }
   if (kind == WarpOpKind::Shuffle && (source_lane < 0 || source_lane >= kWarpSize ||
                                       !(mask & (1u << source_lane)))) {
     fail("reads lane " + std::to_string(source_lane) + ", which is not in the mask");
@@ -552,7 +551,8 @@ uint64_t Block::warp_operation(EmuThread& thread, WarpOpKind kind, const char* n
   if (operation == pending.end()) {
     pending.push_back({kind, name, mask});
     operation = pending.end() - 1;
-  } else if (operation->kind != kind || std::strcmp(operation->name, name) != 0) {
+  } else if (operation->kind != kind ||
+             (operation->name != name && std::strcmp(operation->name, name) != 0)) {
     fail(std::string("reaches it while other lanes of the mask are at ") + operation->name);
   }
   operation->values[lane] = value;
@@ -565,31 +565,51 @@ uint64_t Block::warp_operation(EmuThread& thread, WarpOpKind kind, const char* n
   char* token = &warp_tokens_[(warp % 32) * 2 + generation % 2];
   if (kind == WarpOpKind::SyncWarp) __tsan_release(token);
 #endif
-  if (operation->arrived == mask) {
-    uint64_t ballot = 0;
-    for (int other = 0; other < kWarpSize; ++other) {
-      if ((mask & (1u << other)) && operation->values[other] != 0) ballot |= 1u << other;
-    }
-    for (int other = 0; other < kWarpSize; ++other) {
-      if (!(mask & (1u << other))) continue;
-      EmuThread& partner = threads_[warp * kWarpSize + other];
-      switch (kind) {
-        case WarpOpKind::Shuffle: partner.warp_result = operation->values[operation->sources[other]]; break;
-        case WarpOpKind::Ballot: partner.warp_result = ballot; break;
-        case WarpOpKind::Any: partner.warp_result = ballot != 0; break;
-        case WarpOpKind::All: partner.warp_result = ballot == mask; break;
-        case WarpOpKind::SyncWarp: partner.warp_result = 0; break;
-      }
-      partner.state = State::Runnable;
-    }
-    if (kind == WarpOpKind::SyncWarp) ++syncwarp_generation_[warp];
-    pending.erase(operation);
-  }
+  complete_if_ready(warp, static_cast<size_t>(operation - pending.begin()), thread);
   yield(thread);
 #if ZT_EMU_TSAN
   if (kind == WarpOpKind::SyncWarp) __tsan_acquire(token);
 #endif
   return thread.warp_result;
+}
+
+// The CUDA rule: every non-exited lane named in the mask takes part. Lanes that do not exist (a
+// partial last warp) or have returned count as arrived; a shuffle that reads one of them reads
+// an undefined value, which is a fault. Called at each arrival and when a lane of the warp exits.
+void Block::complete_if_ready(int warp, size_t index, EmuThread& reporter) {
+  PendingWarpOperation& operation = pending_[warp][index];
+  const int lanes = std::min<int>(kWarpSize, static_cast<int>(threads_.size()) - warp * kWarpSize);
+  const unsigned existing = lanes == kWarpSize ? 0xFFFFFFFFu : (1u << lanes) - 1u;
+  const unsigned participants = operation.mask & existing & ~exited_lanes_[warp];
+  if ((operation.arrived & participants) != participants) return;
+  const unsigned arrived = operation.arrived;
+  uint64_t ballot = 0;
+  for (int other = 0; other < kWarpSize; ++other) {
+    if (!(arrived & (1u << other))) continue;
+    if (operation.values[other] != 0) ballot |= 1u << other;
+    const int source = operation.sources[other];
+    if (operation.kind == WarpOpKind::Shuffle && !(arrived & (1u << source))) {
+      const char* why = (existing & (1u << source)) ? "has exited" : "does not exist (partial warp)";
+      fault_on_fiber(reporter, std::string(operation.name) + ": lane " + std::to_string(other) +
+                                   " of warp " + std::to_string(warp) + " reads lane " +
+                                   std::to_string(source) + ", which " + why);
+    }
+  }
+  const WarpOpKind kind = operation.kind;
+  for (int other = 0; other < kWarpSize; ++other) {
+    if (!(arrived & (1u << other))) continue;
+    EmuThread& partner = threads_[warp * kWarpSize + other];
+    switch (kind) {
+      case WarpOpKind::Shuffle: partner.warp_result = operation.values[operation.sources[other]]; break;
+      case WarpOpKind::Ballot: partner.warp_result = ballot; break;
+      case WarpOpKind::Any: partner.warp_result = ballot != 0; break;
+      case WarpOpKind::All: partner.warp_result = ballot == arrived; break;
+      case WarpOpKind::SyncWarp: partner.warp_result = 0; break;
+    }
+    if (partner.state == State::AtWarpOperation) partner.state = State::Runnable;
+  }
+  if (kind == WarpOpKind::SyncWarp) ++syncwarp_generation_[warp];
+  pending_[warp].erase(pending_[warp].begin() + static_cast<std::ptrdiff_t>(index));
 }
 
 // ---- shared memory -------------------------------------------------------------------------------
@@ -695,6 +715,7 @@ std::string configuration_error(const void* kernel, dim3 grid, dim3 block, size_
 void run_grid(dim3 grid, dim3 block, size_t dynamic_bytes, LaunchSite site,
               const std::vector<PointerArgument>& pointers, std::function<void()>& thread_body) {
   for (const PointerArgument& argument : pointers) {
+    if (argument.pointer == nullptr) continue;  // an optional argument: fine until dereferenced
     check_device_accessible(argument.pointer, 0,
                             "argument " + std::to_string(argument.index + 1) + " of " + launch_text(site));
   }
@@ -743,11 +764,16 @@ void launch_grid(const void* kernel, dim3 grid, dim3 block, size_t dynamic_share
   }
   Work work;
   work.what = launch_text(site);
+  // A launch on a destroyed stream is the call's error, as the driver reports it.
   work.run = [grid, block, dynamic_shared_bytes, site, pointers = std::move(pointers),
               body = std::move(thread_body)]() mutable {
     run_grid(grid, block, dynamic_shared_bytes, site, pointers, body);
   };
-  enqueue(stream, std::move(work));
+  try {
+    enqueue(stream, std::move(work));
+  } catch (const DeviceFault& fault) {
+    set_last_error(cudaErrorInvalidResourceHandle, launch_text(site) + ": " + fault.message);
+  }
 }
 
 }  // namespace zt_emu

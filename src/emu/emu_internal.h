@@ -107,7 +107,7 @@ constexpr size_t kMaxSharedBytesOptin = 227 * 1024;   // static + dynamic, per b
 constexpr int kMultiprocessors = 132;
 
 // Environment knobs (read once):
-//   ZT_EMU_DEVICE_MEMORY  capacity of each emulated device, e.g. 4GiB, 512MiB (default 4GiB)
+//   ZT_EMU_DEVICE_MEMORY  device memory of the process (its devices share one arena), e.g. 4GiB
 //   ZT_EMU_DEVICES        devices a process sees (default 8, PCI bus ids 0000:01:00.0 ...)
 //   ZT_EMU_SCHEDULE       in-order | warp-serial | reversed | random[:seed] (default in-order)
 //   ZT_EMU_VERBOSE        1: print launch errors and faults as they happen

@@ -380,6 +380,9 @@ bool step(Stream& stream, Mode mode) {
   } catch (const std::exception& error) {
     make_sticky(item.work.what + " failed: " + error.what());
     completed = true;
+  } catch (...) {
+    make_sticky(item.work.what + " failed with an exception that is not a std::exception");
+    completed = true;
   }
   stream.busy = false;
   if (!completed) return false;

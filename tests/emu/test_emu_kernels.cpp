@@ -155,6 +155,47 @@ BOOST_AUTO_TEST_CASE(partial_masks_reduce_independently) {
   cudaFree(out);
 }
 
+// A partial last warp (48 threads) and lanes that returned: CUDA asks every non-exited lane
+// named in the mask to take part, so a full mask is legal as long as no lane reads a missing one.
+__global__ void partial_warp_kernel(int* out) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (threadIdx.x >= 40 && lane % 2 == 1) return;  // odd lanes of the partial warp leave
+  const int swapped = __shfl_xor_sync(0xFFFFFFFFu, 100 + lane, 2);  // 2 apart: same parity
+  const unsigned ballot = __ballot_sync(0xFFFFFFFFu, true);
+  out[threadIdx.x * 2] = swapped;
+  out[threadIdx.x * 2 + 1] = static_cast<int>(ballot);
+}
+
+BOOST_AUTO_TEST_CASE(partial_warps_and_exited_lanes_follow_cuda) {
+  int* out = device_array<int>(96);
+  BOOST_REQUIRE_EQUAL(cudaMemset(out, 0, 96 * sizeof(int)), cudaSuccess);
+  launch({1, 48, 0, nullptr}, partial_warp_kernel, out);
+  const std::vector<int> host = download(out, 96);
+  unsigned second_warp = 0xFFu;  // lanes 0-7 (threads 32-39), then the even lanes 8-14
+  for (int lane = 8; lane < 16; lane += 2) second_warp |= 1u << lane;
+  for (int thread = 0; thread < 48; ++thread) {
+    const int lane = thread % 32;
+    if (thread >= 40 && lane % 2 == 1) {
+      BOOST_TEST(host[thread * 2] == 0);  // returned before writing
+      continue;
+    }
+    BOOST_TEST(host[thread * 2] == 100 + (lane ^ 2));
+    BOOST_TEST(static_cast<unsigned>(host[thread * 2 + 1]) == (thread < 32 ? 0xFFFFFFFFu : second_warp));
+  }
+  cudaFree(out);
+}
+
+__global__ void null_argument_kernel(float* out, const float* optional_bias) {
+  out[threadIdx.x] = optional_bias != nullptr ? optional_bias[threadIdx.x] : 2.0f;
+}
+
+BOOST_AUTO_TEST_CASE(a_null_pointer_argument_is_fine_until_dereferenced) {
+  float* out = device_array<float>(32);
+  launch({1, 32, 0, nullptr}, null_argument_kernel, out, static_cast<const float*>(nullptr));
+  BOOST_TEST(download(out, 32)[7] == 2.0f);
+  cudaFree(out);
+}
+
 __global__ void atomics_kernel(float* sum, unsigned long long* minimum, int* count, unsigned* bits) {
   const unsigned global = blockIdx.x * blockDim.x + threadIdx.x;
   atomicAdd(sum, 0.5f);
