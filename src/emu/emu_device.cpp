@@ -45,13 +45,10 @@ namespace fcontext = boost::context::detail;
 
 thread_local ThreadContext* current_thread = nullptr;
 
-ThreadContext& this_thread() {
-  if (current_thread == nullptr) {
-    std::fprintf(stderr, "zerotune emulated device: a device built-in (threadIdx, __syncthreads, "
-                         "a shuffle ...) was used outside a kernel\n");
-    std::abort();
-  }
-  return *current_thread;
+void used_outside_a_kernel() {
+  std::fprintf(stderr, "zerotune emulated device: a device built-in (threadIdx, __syncthreads, "
+                       "a shuffle ...) was used outside a kernel\n");
+  std::abort();
 }
 
 namespace {

@@ -40,7 +40,13 @@ struct ThreadContext {
   int linear = 0;  // threadIdx.x + threadIdx.y * blockDim.x + threadIdx.z * blockDim.x * blockDim.y
 };
 extern thread_local ThreadContext* current_thread;
-ThreadContext& this_thread();  // the running thread; a clear abort when called outside a kernel
+[[noreturn]] void used_outside_a_kernel();
+// The running thread; a clear abort when called outside a kernel. Inline: kernels read
+// threadIdx and blockDim in their inner loops.
+inline ThreadContext& this_thread() {
+  if (current_thread == nullptr) [[unlikely]] used_outside_a_kernel();
+  return *current_thread;
+}
 
 // ---- barriers and warp operations (emu_device.cpp) --------------------------------------------
 
