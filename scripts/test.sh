@@ -24,7 +24,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
 
 status=0
-echo "[test] + ctest --test-dir build --output-on-failure --no-tests=error -j2 -LE "^gpu$" $*"
+echo "[test] + ctest --test-dir build --output-on-failure --no-tests=error -j2 -LE '^gpu$' $*"
 ctest --test-dir build --output-on-failure --no-tests=error -j2 -LE "^gpu$" "$@" || status=$?
 
 echo "[test] total time $(( $(date +%s) - started )) s; ctest exit status $status"
