@@ -69,6 +69,12 @@ class Backend {
 
   // ---- memory -------------------------------------------------------------------------
   virtual void* allocate(size_t bytes) = 0;  // aligned to 64 bytes; throws on failure
+  // Memory whose pages discard() gives back and commit() takes again, at the same addresses
+  // (ZeRO's flat parameter and gradient buffers: a stage-3 rank holds only its gathered units,
+  // a stage-2 rank only the gradients in flight). The CUDA backend reserves a virtual range and
+  // maps physical memory chunk by chunk (cuda/cuda_vmm.h); the default is allocate(), whose
+  // pages the CPU backend's discard() gives back with madvise. Released with release().
+  virtual void* allocate_discardable(size_t bytes) { return allocate(bytes); }
   virtual void release(void* pointer) = 0;
   // dst = src (same numel); converts dtype (fp32/bf16/fp16, RNE) and crosses devices.
   virtual void copy(Tensor dst, Tensor src) = 0;
@@ -84,6 +90,10 @@ class Backend {
   // gradients): the backend may give the memory of whole pages inside it back to the system.
   // The range's contents are unspecified afterwards: write before reading it again.
   virtual void discard(Tensor range) { (void)range; }
+  // Before writing into a range that was discarded: makes its memory usable again (the CUDA
+  // backend maps physical memory back into discardable buffers; on the CPU the pages come back
+  // by themselves when touched). Its contents are unspecified until written.
+  virtual void commit(Tensor range) { (void)range; }
   // Rounds fp32 values in place to the nearest value of `dtype` (bf16/fp16, RNE; fp16
   // overflow becomes +-inf): mixed precision's compute-dtype parameters and gradients held in
   // fp32 storage (the CPU backend's emulation; the ZeRO engine's casts). The default goes

@@ -15,6 +15,11 @@ class Buffer {
   Buffer(Backend& backend, size_t bytes) : backend_(&backend), bytes_(bytes) {
     data_ = bytes ? backend.allocate(bytes) : nullptr;
   }
+  // Memory whose pages the backend may discard and commit (Backend::allocate_discardable).
+  struct Discardable {};
+  Buffer(Backend& backend, size_t bytes, Discardable) : backend_(&backend), bytes_(bytes) {
+    data_ = bytes ? backend.allocate_discardable(bytes) : nullptr;
+  }
   ~Buffer() { reset(); }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;

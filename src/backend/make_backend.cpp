@@ -24,11 +24,38 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int local_rank)
 std::optional<DeviceMemory> device_memory(const Backend& backend) {
 #if ZT_WITH_CUDA
   if (const auto* cuda = dynamic_cast<const CudaBackend*>(&backend))
-    return DeviceMemory{static_cast<int64_t>(cuda->memory_in_use()), static_cast<int64_t>(cuda->memory_peak())};
+    return DeviceMemory{static_cast<int64_t>(cuda->memory_in_use()), static_cast<int64_t>(cuda->memory_peak()),
+                        static_cast<int64_t>(cuda->discardable_peak())};
 #else
   (void)backend;
 #endif
   return std::nullopt;
+}
+
+std::optional<int64_t> device_bytes_used(const Backend& backend) {
+#if ZT_WITH_CUDA
+  if (const auto* cuda = dynamic_cast<const CudaBackend*>(&backend)) return static_cast<int64_t>(cuda->device_memory_used());
+#else
+  (void)backend;
+#endif
+  return std::nullopt;
+}
+
+std::optional<int64_t> device_bytes_free(const Backend& backend) {
+#if ZT_WITH_CUDA
+  if (const auto* cuda = dynamic_cast<const CudaBackend*>(&backend)) return static_cast<int64_t>(cuda->device_memory_free());
+#else
+  (void)backend;
+#endif
+  return std::nullopt;
+}
+
+void reset_device_peak(Backend& backend) {
+#if ZT_WITH_CUDA
+  if (auto* cuda = dynamic_cast<CudaBackend*>(&backend)) cuda->reset_peak();
+#else
+  (void)backend;
+#endif
 }
 
 }  // namespace zt

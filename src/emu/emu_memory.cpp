@@ -19,6 +19,7 @@
 // This file is not compiled with a sanitizer (its bookkeeping is not the program's); it only
 // annotates the arena for AddressSanitizer in ZT_EMU_ASAN builds.
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -109,6 +110,19 @@ class Arena {
 
   size_t capacity() const { return capacity_; }
   size_t used() const { return used_; }
+  size_t peak() const { return peak_; }
+
+  // Physical chunks of the virtual memory subset count against the capacity too.
+  bool claim(size_t bytes, std::string* problem) {
+    if (bytes > capacity_ - used_) {
+      *problem = "out of memory: cannot create " + size_text(bytes) + " of physical memory on the emulated "
+                 "device: " + size_text(used_) + " of its " + size_text(capacity_) + " are in use (ZT_EMU_DEVICE_MEMORY)";
+      return false;
+    }
+    add_used(bytes);
+    return true;
+  }
+  void give_back_claim(size_t bytes) { used_ -= bytes; }
 
   bool contains(const void* pointer) const {
     return address(pointer) >= address(base_) && address(pointer) < address(base_) + reserved_;
@@ -140,7 +154,7 @@ class Arena {
     asan_poison(base_ + offset, block);
     asan_unpoison(data, bytes);  // exact: a read of the 256-byte rounding's tail is reported too
     live_[address(data)] = DeviceAllocation{bytes, rounded, device};
-    used_ += rounded;
+    add_used(rounded);
     return data;
   }
 
@@ -172,6 +186,11 @@ class Arena {
   }
 
  private:
+  void add_used(size_t bytes) {
+    used_ += bytes;
+    peak_ = std::max(peak_, used_);
+  }
+
   // First fit, lowest address first: the arena's touched pages stay near its start, so the
   // memory really used stays close to the program's peak.
   std::map<size_t, size_t>::iterator first_range_of(size_t bytes) {
@@ -223,6 +242,7 @@ class Arena {
   size_t reserved_ = 0;
   std::byte* base_ = nullptr;
   size_t used_ = 0;
+  size_t peak_ = 0;
   std::map<uintptr_t, DeviceAllocation> live_;  // by base address
   std::map<size_t, size_t> free_ranges_;        // offset -> length, merged
   std::deque<std::pair<size_t, size_t>> quarantine_;  // freed blocks (offset, length), oldest first
@@ -231,9 +251,31 @@ class Arena {
 
 // Never destroyed: static destructors of the program (a backend's allocator) may still free
 // device memory at exit, after this file's statics would have been destroyed.
+// ZT_EMU_MEMORY_REPORT=PATH: at exit, the process writes {"peak_bytes", "used_bytes",
+// "capacity_bytes"} of its device memory to PATH.RANK (the MPI rank from the launcher's
+// environment, else the pid), so that tests can compare the true high-water mark of a run with
+// what the program predicted (a GPU has no such counter; the emulator's arena does).
+void write_memory_report();
+
 Arena& arena() {
-  static Arena* const instance = new Arena();
+  static Arena* const instance = [] {
+    Arena* made = new Arena();
+    if (std::getenv("ZT_EMU_MEMORY_REPORT")) std::atexit(write_memory_report);
+    return made;
+  }();
   return *instance;
+}
+
+void write_memory_report() {
+  std::string path = std::getenv("ZT_EMU_MEMORY_REPORT");
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (rank == nullptr) rank = std::getenv("PMI_RANK");
+  path += "." + (rank ? std::string(rank) : std::to_string(getpid()));
+  if (std::FILE* file = std::fopen(path.c_str(), "w")) {
+    std::fprintf(file, "{\"peak_bytes\": %zu, \"used_bytes\": %zu, \"capacity_bytes\": %zu}\n", arena().peak(),
+                 arena().used(), arena().capacity());
+    std::fclose(file);
+  }
 }
 
 // ---- pinned host memory ----------------------------------------------------------------------
@@ -288,7 +330,8 @@ bool release_device(void* pointer) {
 int allocation_device(const void* pointer) {
   std::lock_guard<std::recursive_mutex> lock(device_lock());
   const auto* allocation = arena().live_allocation(pointer);
-  return allocation ? allocation->second.device : -1;
+  if (allocation) return allocation->second.device;
+  return mapped_device(pointer);
 }
 
 void* allocate_pinned(size_t bytes) {
@@ -325,11 +368,29 @@ size_t device_used() {
   return arena().used();
 }
 
+size_t device_peak() {
+  std::lock_guard<std::recursive_mutex> lock(device_lock());
+  return arena().peak();
+}
+
+bool claim_device_capacity(size_t bytes, std::string* problem) {
+  std::lock_guard<std::recursive_mutex> lock(device_lock());
+  return arena().claim(bytes, problem);
+}
+
+void give_back_device_capacity(size_t bytes) {
+  std::lock_guard<std::recursive_mutex> lock(device_lock());
+  arena().give_back_claim(bytes);
+}
+
 std::string device_access_problem(const void* pointer, size_t bytes, const std::string& what) {
   std::lock_guard<std::recursive_mutex> lock(device_lock());
   const Memory memory = classify(pointer);
   switch (memory) {
     case Memory::Device: {
+      uintptr_t base = 0;
+      size_t size = 0;
+      if (mapped_run(pointer, &base, &size)) return range_problem(pointer, bytes, base, size, memory, what);
       const auto* allocation = arena().live_allocation(pointer);
       return range_problem(pointer, bytes, allocation->first, allocation->second.bytes, memory, what);
     }
@@ -339,6 +400,9 @@ std::string device_access_problem(const void* pointer, size_t bytes, const std::
     }
     case Memory::Null: return what + " is a null pointer";
     case Memory::FreedDevice:
+      if (in_reserved_range(pointer))
+        return what + " (" + pointer_text(pointer) + ") points to reserved virtual memory with no physical memory "
+               "mapped (or no access granted): a use after cuMemUnmap, or before cuMemMap and cuMemSetAccess";
       return what + " (" + pointer_text(pointer) + ") points to freed device memory (or a red zone between "
              "allocations): a use after cudaFree, or an address outside its allocation";
     case Memory::Pageable:
@@ -356,6 +420,11 @@ Memory classify(const void* pointer) {
   const Arena& device_memory = arena();
   if (device_memory.contains(pointer))
     return device_memory.live_allocation(pointer) ? Memory::Device : Memory::FreedDevice;
+  if (in_reserved_range(pointer)) {
+    uintptr_t base = 0;
+    size_t size = 0;
+    return mapped_run(pointer, &base, &size) ? Memory::Device : Memory::FreedDevice;
+  }
   return pinned_allocation(pointer) ? Memory::Pinned : Memory::Pageable;
 }
 
@@ -380,6 +449,13 @@ bool find_allocation(const void* pointer, const void** base, size_t* bytes) {
   if (const auto* device = arena().contains(pointer) ? arena().live_allocation(pointer) : nullptr) {
     *base = reinterpret_cast<const void*>(device->first);
     *bytes = device->second.bytes;
+    return true;
+  }
+  uintptr_t run_base = 0;
+  size_t run_bytes = 0;
+  if (mapped_run(pointer, &run_base, &run_bytes)) {
+    *base = reinterpret_cast<const void*>(run_base);
+    *bytes = run_bytes;
     return true;
   }
   if (const auto* pinned = pinned_allocation(pointer)) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace zt_emu {
@@ -31,7 +32,21 @@ void* allocate_pinned(size_t bytes);
 bool release_pinned(void* pointer);
 
 size_t device_capacity();  // ZT_EMU_DEVICE_MEMORY, read once
-size_t device_used();      // the sum of the live allocations' 256-aligned sizes
+size_t device_used();      // the live allocations' 256-aligned sizes + the virtual-memory chunks
+size_t device_peak();      // the highest device_used() so far
+
+// Physical memory of the virtual memory management subset (emu_vmm.cpp: cuMemCreate) counts
+// against the same capacity as cudaMalloc: claim returns false (and why, in `problem`) when
+// `bytes` do not fit; give_back returns them.
+bool claim_device_capacity(size_t bytes, std::string* problem);
+void give_back_device_capacity(size_t bytes);
+
+// Virtual memory (emu_vmm.cpp): whether `pointer` lies in a cuMemAddressReserve range, and the
+// mapped, accessible run of chunks around it ([*base, *base + *bytes), false when the chunk
+// holding `pointer` is not mapped or has no access: then reading it is a fault).
+bool in_reserved_range(const void* pointer);
+bool mapped_run(const void* pointer, uintptr_t* base, size_t* bytes);
+int mapped_device(const void* pointer);  // the device of the mapped chunk at `pointer`, -1 if none
 
 // Empty when `bytes` at `pointer` lie inside one live device or pinned allocation, else why
 // not, naming `what` (the check_device_accessible rule, as a message rather than a fault).

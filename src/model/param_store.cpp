@@ -83,10 +83,12 @@ ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, co
       flat.units[static_cast<size_t>(unit)] = {begin, size - begin};
     }
     flat.numel = size;
-    flat.params = Buffer(backend, static_cast<size_t>(flat.numel) * dtype_size(param_dtype));
+    // Discardable: ZeRO-3 gives back the pages of units it released, ZeRO-2/3 those of reduced
+    // gradients (Backend::allocate_discardable).
+    flat.params = Buffer(backend, static_cast<size_t>(flat.numel) * dtype_size(param_dtype), Buffer::Discardable{});
     if (flat.numel) backend.fill(group_params(static_cast<ParamGroup>(g)), 0.0f);  // padding stays 0
     if (g != static_cast<int>(ParamGroup::Frozen))
-      flat.grads = Buffer(backend, static_cast<size_t>(flat.numel) * sizeof(float));
+      flat.grads = Buffer(backend, static_cast<size_t>(flat.numel) * sizeof(float), Buffer::Discardable{});
   }
   zero_grads();
 }

@@ -44,6 +44,7 @@
 #include "optim/lr_schedule.h"
 #include "train/batch_views.h"
 #include "train/evaluation.h"
+#include "train/memory_model.h"
 #include "train/metrics.h"
 #include "train/profiler.h"
 #include "train/report_html.h"
@@ -203,6 +204,28 @@ void run_training(TrainConfig config, const RunOptions& options) {
   // passes them to MPI for host calls); host staging leaves them to MPI.
   Communicator* control = device_comm && device_comm->name() == "nccl" ? device_comm.get() : host_comm.get();
   control->set_timeout(std::chrono::duration<double>(config.comm_timeout_seconds));
+  // What this rank will hold, predicted before anything is allocated (train/memory_model.h):
+  // a run that cannot fit stops here, saying what would.
+  const int64_t longest_sample = dataset.longest_sample();
+  const MemoryTarget memory_target = memory_target_of(*backend);
+  const MemoryPrediction memory_prediction =
+      predict_memory(config, model_config, world_size, rank, longest_sample, memory_target);
+  if (const std::optional<int64_t> free = device_bytes_free(*backend)) {
+    const int64_t needed = memory_prediction.device_peak - memory_target.fixed_bytes;  // the fixed part is held
+    if (needed > *free) {
+      const std::vector<std::string> fits = fitting_memory_choices(
+          config, model_config, world_size, longest_sample, memory_target, *free + memory_target.fixed_bytes);
+      std::string choices;
+      for (const std::string& fit : fits) choices += "\n  " + fit;
+      fail("rank ", rank, " (", backend->name(), "): this run needs about ", format_bytes(memory_prediction.device_peak),
+           " of device memory at its peak (", format_bytes(memory_prediction.device_setup), " after set-up; micro-batch ",
+           config.micro_batch_size, " x ", longest_sample, " tokens, the longest sample), but only ",
+           format_bytes(*free + memory_target.fixed_bytes), " are free. ",
+           fits.empty() ? std::string("No ZeRO stage, offload or activation checkpointing choice fits: lower "
+                                      "train_micro_batch_size_per_gpu or the data's max_seq_len, use LoRA, or use more GPUs.")
+                        : cat("These choices would fit (predicted peak):", choices));
+    }
+  }
   ParameterPlan plan = plan_parameters(model_config, config.lora);
   ParamStore store(*backend, plan.specs, plan.trainable, world_size, config.compute_dtype);
   load_base_weights(config.model_dir, store);
@@ -283,6 +306,12 @@ void run_training(TrainConfig config, const RunOptions& options) {
     }
     for (int unit = 0; unit < store.num_units(); ++unit) layout["unit_elements"].push_back(store.unit_numel(unit));
     run["zero_layout"] = layout;  // padded element counts: what the ZeRO formulas apply to
+    run["memory_predicted"] = memory_prediction.to_json();
+    run["memory_predicted"]["seq_len"] = longest_sample;
+    backend->synchronize();  // discarded chunks given back: the device's figures are settled
+    if (const std::optional<int64_t> used = device_bytes_used(*backend))
+      run["memory_measured_setup"] = {{"device_used_bytes", *used},
+                                      {"backend_in_use_bytes", device_memory(*backend)->in_use}};
     const ZeroCommPlan comm_plan = engine.comm_plan(config.gradient_accumulation_steps);
     run["zero_comm_plan_bytes_per_step"] = {{"all_reduce", comm_plan.all_reduce},
                                             {"reduce_scatter", comm_plan.reduce_scatter},
@@ -305,6 +334,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
     std::fflush(stdout);
   }
 
+  reset_device_peak(*backend);  // mem_device_peak: the peak of the training steps, not of set-up
   const int64_t log_every = options.log_every > 0 ? options.log_every : std::max<int64_t>(1, config.steps_per_print);
   // Rank 0's console: the step lines (a progress bar on a terminal) and every other message.
   std::optional<ConsoleProgress> console;
@@ -473,6 +503,8 @@ void run_training(TrainConfig config, const RunOptions& options) {
     }
     if (leader) {
       nlohmann::json record = metrics_json(metrics);
+      if (const std::optional<DeviceMemory> memory = device_memory(*backend))
+        record["mem_device_store_peak"] = memory->store_peak;  // ZeRO's flat parameter + gradient buffers
       const CommStats& comm_after = control->stats();
       nlohmann::json sent;  // bytes rank 0 sent in this step, by collective
       for (int kind = 0; kind < kCollectiveKinds; ++kind)

@@ -213,6 +213,7 @@ void ZeroEngine::gather_unit(int unit, bool async) {
     const UnitRange range = store_.unit_range(group, unit);
     if (!range.numel) continue;
     Tensor out = store_.group_params(group).rows(range.begin, range.numel);
+    backend_.commit(out);  // its pages were given back when the unit was released
     Tensor in = gather_source(group).rows(range.begin / world_, range.numel / world_);
     if (offload_param_ && world_ > 1) {  // collectives read device memory: upload this rank's slice first
       u.uploads.emplace_back(backend_, in.bytes());
@@ -273,7 +274,10 @@ void ZeroEngine::acquire(int unit, UnitUse use) {
   if (stage_ >= 2 && world_ > 1 && use != UnitUse::Forward && !u.grads_live) {
     for (ParamGroup group : kTrainableGroups) {
       const UnitRange range = store_.unit_range(group, unit);
-      if (range.numel) backend_.fill(store_.group_grads(group).rows(range.begin, range.numel), 0.0f);
+      if (!range.numel) continue;
+      Tensor grads = store_.group_grads(group).rows(range.begin, range.numel);
+      backend_.commit(grads);  // given back when the unit's previous gradients were reduced
+      backend_.fill(grads, 0.0f);
     }
     u.grads_live = true;
   }

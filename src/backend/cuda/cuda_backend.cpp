@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -150,6 +151,7 @@ CudaBackendImpl::CudaBackendImpl(int device, CudaBackendOptions options)
   multiprocessors_ = properties.multiProcessorCount;
   max_shared_memory_ = properties.sharedMemPerBlockOptin;
   ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  discardable_ = std::make_unique<DiscardableMemory>(device, stream_);
   ZT_CUBLAS_CHECK(cublasLtCreate(&lt_handle_));
   gemm_plans_ = make_gemm_plans();
   gemm_workspace_ = allocator_.allocate(kGemmWorkspaceBytes);
@@ -158,6 +160,7 @@ CudaBackendImpl::CudaBackendImpl(int device, CudaBackendOptions options)
   ZT_CUDA_CHECK(cudaMemsetAsync(device_status_, 0, kStatusSlots * sizeof(uint64_t), stream_));
   ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   event_pool_ = std::make_shared<EventPool>();
+  note_peak();
 }
 
 CudaBackendImpl::~CudaBackendImpl() {
@@ -170,6 +173,65 @@ CudaBackendImpl::~CudaBackendImpl() {
 }
 
 std::string CudaBackendImpl::name() const { return cat("cuda:", device_, " (", device_name_, ")"); }
+
+// ---- memory ------------------------------------------------------------------------------------
+
+void* CudaBackendImpl::allocate(size_t bytes) {
+  void* pointer = allocator_.allocate(bytes);
+  note_peak();
+  return pointer;
+}
+
+void* CudaBackendImpl::allocate_discardable(size_t bytes) {
+  void* pointer = discardable_->allocate(bytes);
+  if (!pointer) {  // no virtual memory management: a plain buffer, whose discard gives nothing back
+    static bool warned = false;
+    if (!warned && process_rank() <= 0)
+      std::fprintf(stderr, "zerotune: warning: %s; ZeRO stages 2 and 3 keep full-size buffers on the device\n",
+                   discardable_->unsupported_reason().c_str());
+    warned = true;
+    return allocate(bytes);
+  }
+  note_peak();
+  return pointer;
+}
+
+void CudaBackendImpl::release(void* pointer) {
+  if (discardable_ && discardable_->owns(pointer)) discardable_->release(pointer);
+  else allocator_.release(pointer);
+}
+
+void CudaBackendImpl::discard(Tensor range) {
+  if (range.numel() && discardable_->contains(range.data))
+    discardable_->discard(range.data, range.bytes());
+}
+
+void CudaBackendImpl::commit(Tensor range) {
+  if (range.numel() && discardable_->contains(range.data)) {
+    discardable_->commit(range.data, range.bytes());
+    note_peak();
+  }
+}
+
+}  // namespace cuda
+
+int64_t cuda_allocation_size(int64_t bytes) {
+  return static_cast<int64_t>(cuda::CachingAllocator::rounded_size(static_cast<size_t>(std::max<int64_t>(bytes, 0))));
+}
+
+namespace cuda {
+
+size_t CudaBackendImpl::device_memory_used() const {
+  size_t free = 0, total = 0;
+  ZT_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return total - free;
+}
+
+size_t CudaBackendImpl::device_memory_free() const {
+  size_t free = 0, total = 0;
+  ZT_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return free;
+}
 
 // ---- synchronisation and status words ----------------------------------------------------------
 
@@ -202,6 +264,7 @@ void CudaBackendImpl::synchronize() {
   ZT_CUDA_CHECK(cudaMemcpyAsync(host_status_, device_status_, kStatusSlots * sizeof(uint64_t),
                                 cudaMemcpyDeviceToHost, stream_));
   ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  discardable_->reclaim(false);  // every discard has completed: give their chunks back
   check_deferred_errors();
 }
 

@@ -7,6 +7,7 @@
 // in fp32 (reductions of losses and norms in double), whatever the storage dtype.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 
@@ -31,6 +32,16 @@ class CudaBackend : public Backend {
   virtual size_t memory_peak() const = 0;
   virtual void reset_peak() = 0;
   virtual size_t memory_reserved() const = 0;
+  // The device's own figures (cudaMemGetInfo): bytes in use by anyone, and free.
+  virtual size_t device_memory_used() const = 0;
+  virtual size_t device_memory_free() const = 0;
+  // Bytes of the physical chunks discardable buffers hold now (part of memory_in_use), and the
+  // chunk size (0 when the device has no virtual memory management: discard gives nothing back).
+  virtual size_t discardable_bytes() const = 0;
+  virtual size_t discardable_peak() const = 0;  // since construction or reset_peak()
+  virtual size_t discard_granularity() const = 0;
+  // The bytes an allocate(bytes) takes from the device (the caching allocator's size class).
+  virtual int64_t allocation_size(int64_t bytes) const = 0;
   // cudaMalloc calls so far: constant across steady-state training steps.
   virtual size_t device_allocations() const = 0;
   // Waits for all queued work; errors raised by kernels surface here (ops that return values
@@ -38,6 +49,12 @@ class CudaBackend : public Backend {
   virtual void synchronize() = 0;
   virtual int device_index() const = 0;
 };
+
+// The caching allocator's size class of a request (cuda_allocator.h): what a GPU run's buffers
+// take, for the memory model.
+int64_t cuda_allocation_size(int64_t bytes);
+constexpr int64_t kCudaWorkspaceBytes = int64_t{32} << 20;  // the cuBLASLt workspace each backend holds
+constexpr int64_t kTypicalDiscardChunkBytes = int64_t{2} << 20;  // cuMemGetAllocationGranularity on current GPUs
 
 // Number of CUDA devices this process can see; 0 when there is no GPU or no driver.
 int cuda_device_count();

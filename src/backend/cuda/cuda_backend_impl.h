@@ -21,6 +21,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -28,6 +29,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_allocator.h"
+#include "backend/cuda/cuda_vmm.h"
 #include "backend/arg_checks.h"
 #include "backend/cuda/cuda_backend.h"
 
@@ -42,7 +44,7 @@ struct GemmPlansDeleter {
   void operator()(GemmPlans* plans) const;
 };
 std::unique_ptr<GemmPlans, GemmPlansDeleter> make_gemm_plans();
-constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;  // cuBLASLt workspace: 32 MiB
+constexpr size_t kGemmWorkspaceBytes = static_cast<size_t>(kCudaWorkspaceBytes);  // cuBLASLt workspace
 
 // ---- argument checks (every message names the op, the argument and the problem) ------------
 
@@ -95,16 +97,29 @@ class CudaBackendImpl final : public CudaBackend {
   Device device() const override { return Device::CUDA; }
   std::string name() const override;
 
-  size_t memory_in_use() const override { return allocator_.bytes_in_use(); }
-  size_t memory_peak() const override { return allocator_.peak_bytes_in_use(); }
-  void reset_peak() override { allocator_.reset_peak(); }
-  size_t memory_reserved() const override { return allocator_.bytes_reserved(); }
+  // In use: the caching allocator's blocks plus the discardable buffers' mapped chunks.
+  size_t memory_in_use() const override { return allocator_.bytes_in_use() + discardable_->physical_bytes(); }
+  size_t memory_peak() const override { return peak_bytes_; }
+  void reset_peak() override {
+    peak_bytes_ = memory_in_use();
+    discardable_->reset_peak();
+  }
+  size_t memory_reserved() const override { return allocator_.bytes_reserved() + discardable_->physical_bytes(); }
+  size_t device_memory_used() const override;
+  size_t device_memory_free() const override;
+  size_t discardable_bytes() const override { return discardable_->physical_bytes(); }
+  size_t discardable_peak() const override { return discardable_->peak_physical_bytes(); }
+  size_t discard_granularity() const override { return discardable_->granularity(); }
+  int64_t allocation_size(int64_t bytes) const override { return cuda_allocation_size(bytes); }
   size_t device_allocations() const override { return allocator_.device_allocations(); }
   void synchronize() override;
   int device_index() const override { return device_; }
 
-  void* allocate(size_t bytes) override { return allocator_.allocate(bytes); }
-  void release(void* pointer) override { allocator_.release(pointer); }
+  void* allocate(size_t bytes) override;
+  void* allocate_discardable(size_t bytes) override;
+  void release(void* pointer) override;
+  void discard(Tensor range) override;
+  void commit(Tensor range) override;
   void copy(Tensor dst, Tensor src) override;
   void copy_async(Tensor dst, Tensor src) override;
   std::unique_ptr<BackendEvent> record_event() override;
@@ -196,6 +211,9 @@ class CudaBackendImpl final : public CudaBackend {
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_handle_ = nullptr;
   CachingAllocator allocator_;
+  std::unique_ptr<DiscardableMemory> discardable_;  // made once the stream exists
+  size_t peak_bytes_ = 0;                           // of memory_in_use()
+  void note_peak() { peak_bytes_ = std::max(peak_bytes_, memory_in_use()); }
   void* gemm_workspace_ = nullptr;  // cuBLASLt workspace [kGemmWorkspaceBytes]
   std::unique_ptr<GemmPlans, GemmPlansDeleter> gemm_plans_;
   uint64_t* device_status_ = nullptr;  // [kStatusSlots] device

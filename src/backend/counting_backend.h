@@ -1,0 +1,45 @@
+// The counting backend: a Backend that computes nothing and allocates no memory, but counts the
+// bytes a run would hold, allocation by allocation, as the real backend would (its allocator's
+// rounding, its discardable buffers' chunks). The memory model runs the real set-up and one real
+// training step (ParamStore, ZeroEngine, the model) on it (train/memory_model.h), so zerotune's
+// prediction of a rank's memory is the code that allocates it, not a second formula.
+//
+// Pointers it hands out are distinct addresses that are never dereferenced; copies, fills and
+// every op are no-ops; reductions return 0 and "no inf/NaN".
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "backend/backend.h"
+
+namespace zt {
+
+struct CountingOptions {
+  Device device = Device::CUDA;  // what the counted backend is: its host backend counts host bytes
+  // The bytes an allocation of `bytes` really takes (the caching allocator's size classes);
+  // empty: exactly `bytes`.
+  std::function<int64_t(int64_t bytes)> allocation_size;
+  // Discardable buffers are mapped in chunks of this size (the CUDA backend's virtual memory
+  // granularity); 0: they are plain allocations whose discard gives nothing back.
+  int64_t discard_chunk_bytes = 0;
+  int64_t fixed_bytes = 0;  // held from the start (the real backend's workspace, status words)
+};
+
+// Bytes held now and at most, on the counted device and in the host memory its host backend
+// (make_host_backend: ZeRO-Offload's buffers) allocates.
+struct CountedBytes {
+  int64_t device = 0, device_peak = 0;
+  int64_t host = 0, host_peak = 0;
+  int64_t discardable = 0, discardable_peak = 0;  // of `device`: the discardable buffers' chunks
+};
+
+class CountingBackend : public Backend {
+ public:
+  virtual const CountedBytes& counted() const = 0;
+  virtual void reset_peaks() = 0;  // peaks := what is held now
+};
+
+std::unique_ptr<CountingBackend> make_counting_backend(CountingOptions options);
+
+}  // namespace zt

@@ -1,0 +1,43 @@
+// The null communicator (see null_communicator.h).
+#include "comm/null_communicator.h"
+
+#include "core/error.h"
+
+namespace zt {
+
+namespace {
+
+class NullCommunicator final : public Communicator {
+ public:
+  NullCommunicator(int rank, int size, int local_size, int nodes)
+      : rank_(rank), size_(size), local_size_(local_size), nodes_(nodes) {
+    ZT_CHECK(size >= 1 && rank >= 0 && rank < size, "null communicator: rank ", rank, " of ", size);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int local_rank() const override { return rank_ % local_size_; }
+  int local_size() const override { return local_size_; }
+  int nodes() const override { return nodes_; }
+  std::string name() const override { return "null"; }
+  Pending all_reduce_sum_async(Tensor) override { return completed_collective(); }
+  Pending reduce_scatter_sum_async(Tensor, Tensor) override { return completed_collective(); }
+  Pending all_gather_async(Tensor, Tensor) override { return completed_collective(); }
+  void broadcast(Tensor, int) override {}
+  void barrier() override {}
+  void all_reduce_scalars(std::span<double>) override {}
+  double all_reduce_max(double value) override { return value; }
+  std::vector<std::string> all_gather_strings(const std::string& mine) override {
+    return std::vector<std::string>(static_cast<size_t>(size_), mine);
+  }
+
+ private:
+  int rank_, size_, local_size_, nodes_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_null_communicator(int rank, int size, int local_size, int nodes) {
+  return std::make_unique<NullCommunicator>(rank, size, local_size, nodes);
+}
+
+}  // namespace zt

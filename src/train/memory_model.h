@@ -1,0 +1,59 @@
+// The memory model: how many bytes one rank holds on its device (and in host memory) after
+// set-up and at the peak of a training step, for a run's model, ZeRO configuration, LoRA,
+// dtype, micro-batch and sequence length. It is not a formula: it runs the real set-up
+// (ParamStore, ZeroEngine, the model) and one real step on the counting backend
+// (backend/counting_backend.h) with a null communicator, so every buffer the run allocates is
+// counted by the code that allocates it, with the real backend's allocator rounding and
+// virtual-memory chunks. The trainer checks its prediction against the device's free memory
+// before it allocates anything; `zerotune estimate --model` and `zerotune selftest` print it.
+//
+// Not counted: what communication libraries allocate on their own (NCCL's buffers) and memory
+// other processes hold on the device.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "model/config.h"
+#include "train/train_config.h"
+
+namespace zt {
+
+// What the real backend would do with an allocation.
+struct MemoryTarget {
+  Device device = Device::CUDA;
+  std::function<int64_t(int64_t bytes)> allocation_size;  // empty: exact
+  int64_t discard_chunk_bytes = 0;  // virtual-memory granularity (0: discard frees nothing)
+  int64_t fixed_bytes = 0;          // the backend's own buffers (cuBLASLt workspace, status words)
+};
+// The target of a live backend: the CUDA backend's rounding, granularity and fixed buffers
+// (what it holds right after construction); the CPU backend's exact bytes.
+MemoryTarget memory_target_of(const Backend& backend);
+// A GPU like the ones zerotune runs on when there is none to ask (estimate): the caching
+// allocator's size classes, 2 MiB chunks, the 32 MiB cuBLASLt workspace.
+MemoryTarget typical_gpu_target();
+
+struct MemoryPrediction {
+  int64_t device_setup = 0;   // held before the first step
+  int64_t device_peak = 0;    // the most held during a step
+  int64_t host_setup = 0, host_peak = 0;  // ZeRO-Offload's host buffers
+  int64_t store_setup = 0, store_peak = 0;  // of which: the flat parameter and gradient buffers
+  nlohmann::json to_json() const;
+};
+
+// One rank (`rank` of `world_size`) of the run `config` on `model`, with micro-batches of
+// config.micro_batch_size x seq_len tokens.
+MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& model, int world_size, int rank,
+                                int64_t seq_len, const MemoryTarget& target);
+
+// The ZeRO stage / offload / activation-checkpointing variants of `config` whose predicted
+// device peak fits `free_bytes`, as DeepSpeed JSON/flag text ("stage 3 + offload_optimizer cpu
+// + --activation-checkpointing: 5.2 GiB"), smallest first.
+std::vector<std::string> fitting_memory_choices(const TrainConfig& config, const ModelConfig& model, int world_size,
+                                                int64_t seq_len, const MemoryTarget& target, int64_t free_bytes);
+
+}  // namespace zt

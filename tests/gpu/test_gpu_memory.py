@@ -1,0 +1,108 @@
+# GPU memory (issue 14; label gpu-emu on the emulated device, gpu on a real one): ZeRO's
+# per-rank device memory is what the stage says, and zerotune predicts it.
+#   - stages 0-3 x 1, 2, 4 ranks, full fine-tuning and LoRA: the device memory after set-up
+#     (cudaMemGetInfo: on the emulator, the arena's exact use) and the peak of the training
+#     steps (the backend's counters, which include the discardable chunks) are within 5% of the
+#     memory model's prediction in run.json (train/memory_model.h);
+#   - stage 3 on 4 ranks holds at most 1/3 of stage 0's parameter + gradient bytes (measured:
+#     the flat store's chunks at their peak plus the reduced gradient partition);
+#   - a run whose predicted peak exceeds the device's free memory stops before its first step,
+#     naming the prediction and the ZeRO choices that fit.
+# The model (data/mid-llama: 16 blocks of 111k parameters) is small enough for the emulator and
+# large enough that its units are many of the emulator's 64 KiB virtual-memory chunks. The ZeRO
+# knobs are scaled to it as DeepSpeed's defaults are to a 7B model: a reduce bucket of about one
+# block, stage3_max_reuse_distance 0 (DeepSpeed's 1e9 would keep every block of this model
+# gathered between forward and backward).
+import json
+import os
+import subprocess
+import sys
+
+from mpi_common_path import add_mpi_path  # noqa: F401 (puts tests/mpi on sys.path)
+from mpi_common import REPO, Report, main_guard, parse_args, read_run, run_ranks, temporary_directory, write_ds_config
+from oracle_common import read_metrics
+
+TOLERANCE = 0.05
+ZERO_KNOBS = {"reduce_bucket_size": 100000, "allgather_bucket_size": 100000, "stage3_max_reuse_distance": 0,
+              "stage3_prefetch_bucket_size": 120000}
+
+
+def make_inputs(zerotune, workdir):
+    model = os.path.join(workdir, "model")
+    data = os.path.join(workdir, "data")
+    subprocess.run([zerotune, "init", "--config", os.path.join(REPO, "data", "mid-llama", "config.json"), "--out",
+                    model, "--seed", "1"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, os.path.join(REPO, "tests", "oracle", "make_token_shard.py"), "--out", data,
+                    "--samples", "32", "--vocab", "256", "--min-len", "32", "--max-len", "32", "--seed", "0"],
+                   check=True, stdout=subprocess.DEVNULL)
+    return model, data
+
+
+def train(zerotune, workdir, model, data, mode, ranks, stage, env=None, expect_ok=True, suffix=""):
+    name = f"{mode}-w{ranks}-s{stage}{suffix}"
+    out = os.path.join(workdir, name)
+    ds = write_ds_config(os.path.join(workdir, name + ".json"), 8, 2, dict(ZERO_KNOBS, stage=stage))
+    command = [zerotune, "train", "--model", model, "--data", data, "--out", out, "--deepspeed", ds,
+               "--max-steps", 1, "--seed", 3, "--device", "cuda"]
+    if mode == "lora":
+        command += ["--lora-r", 8, "--lora-alpha", 16, "--lora-targets", "all-linear"]
+    saved = dict(os.environ)
+    os.environ.update(env or {})
+    try:
+        result, _ = run_ranks(ranks, command, expect_ok=expect_ok)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return name, out, result
+
+
+def check_prediction(report, name, out):
+    run = read_run(out)
+    predicted, measured = run["memory_predicted"], run["memory_measured_setup"]
+    report.scalar(f"{name}: device bytes after set-up (cudaMemGetInfo) vs predicted", measured["device_used_bytes"],
+                  predicted["device_setup_bytes"], TOLERANCE)
+    metrics = read_metrics(out)
+    report.check(len(metrics) == 1, f"{name}: one step recorded")
+    peak = max(record["mem_device_peak"] for record in metrics)
+    report.scalar(f"{name}: device peak of the step vs predicted", peak, predicted["device_peak_bytes"], TOLERANCE)
+    return run, metrics
+
+
+def main():
+    args = parse_args(__doc__)
+    report = Report("ZeRO device memory is partitioned and predicted")
+    with temporary_directory(args, "zt-gpu-memory-") as workdir:
+        model, data = make_inputs(args.zerotune, workdir)
+        runs = {}
+        for mode in ("full", "lora"):
+            for ranks in (1, 2, 4):
+                for stage in (0, 1, 2, 3):
+                    name, out, _ = train(args.zerotune, workdir, model, data, mode, ranks, stage)
+                    runs[(mode, ranks, stage)] = check_prediction(report, name, out)
+
+        # Stage 3 on 4 ranks: parameters + gradients at most 1/3 of stage 0's (both measured).
+        def param_grad_peak(ranks, stage):
+            run, metrics = runs[("full", ranks, stage)]
+            store = max(record["mem_device_store_peak"] for record in metrics)
+            partition = 0 if stage == 0 else 4 * run["zero_layout"]["trainable_elements"] // ranks
+            return store + partition
+        stage0, stage3 = param_grad_peak(4, 0), param_grad_peak(4, 3)
+        report.check(stage3 <= stage0 / 3, f"stage 3 on 4 ranks holds {stage3} parameter + gradient bytes, "
+                                           f"at most 1/3 of stage 0's {stage0}")
+        report.check(runs[("full", 4, 2)][1][0]["mem_device_store_peak"] < stage0 * 0.75,
+                     "stage 2 on 4 ranks gives the reduced gradients' memory back")
+
+        # Too little device memory: stage 0 stops before its first step and names what fits.
+        predicted = runs[("full", 2, 0)][0]["memory_predicted"]["device_peak_bytes"]
+        capacity = int(predicted * 0.85)
+        name, out, result = train(args.zerotune, workdir, model, data, "full", 2, 0,
+                                  env={"ZT_EMU_DEVICE_MEMORY": str(capacity)}, expect_ok=False, suffix="-small")
+        report.check(result.returncode != 0, f"{name} with {capacity} bytes of device memory fails")
+        report.check("needs about" in result.stderr and "would fit" in result.stderr and "stage 3" in result.stderr,
+                     f"{name}: the error names the prediction and the choices that fit: {result.stderr[-600:]!r}")
+        report.check(not os.path.exists(os.path.join(out, "metrics.jsonl")), f"{name}: stopped before the first step")
+    return report.finish()
+
+
+if __name__ == "__main__":
+    main_guard(main)
