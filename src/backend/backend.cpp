@@ -29,6 +29,7 @@ void Backend::matmul_bias(Tensor c, Tensor a, Tensor b, Tensor bias) {
 }
 
 std::unique_ptr<Backend> Backend::make_host_backend() { return make_cpu_backend(); }
+std::unique_ptr<Backend> Backend::make_pageable_host_backend() { return make_cpu_backend(); }
 
 void Backend::cross_entropy_accumulate(Tensor logits, Tensor targets, Tensor mask, float grad_scale, Tensor loss_sum) {
   ZT_CHECK(loss_sum.dtype == DType::F64 && loss_sum.numel() == 1, "cross_entropy_accumulate: loss_sum must be fp64 [1], got ",

@@ -108,6 +108,9 @@ class Backend {
   // still returns only when the host side is done). Its discard() keeps the pages (pinned pages
   // must stay mapped). The default is a plain CPU backend.
   virtual std::unique_ptr<Backend> make_host_backend();
+  // Host memory that need not be pinned (pin_memory false): a plain CPU backend, except where
+  // the backend counts rather than allocates (the memory model's counting backend).
+  virtual std::unique_ptr<Backend> make_pageable_host_backend();
 
   // ---- elementwise --------------------------------------------------------------------
   // dst += scale * src (same shape). Residual adds and gradient accumulation.

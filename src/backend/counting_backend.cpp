@@ -94,6 +94,7 @@ class Counting final : public CountingBackend {
     host.device = Device::CPU;
     return std::make_unique<Counting>(host, ledger_);
   }
+  std::unique_ptr<Backend> make_pageable_host_backend() override { return make_host_backend(); }
 
   // Computing nothing.
   void copy(Tensor, Tensor) override {}

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "model/config.h"
 #include "model/lora.h"
 #include "model/param_spec.h"
+#include "train/memory_model.h"
 #include "zero/memory_estimate.h"
 
 namespace zt {
@@ -40,6 +42,15 @@ struct ModelSummary {
   std::string source;  // config.json path, or "--params"
   ModelParamCounts counts;
   bool shapes_assumed = false;  // largest layer / gather unit from the rule of thumb
+  std::optional<ModelConfig> config;  // --model: the run the memory model sets up and steps
+};
+
+// With --model: what the memory model runs (train/memory_model.h), one row at a time.
+struct RunShape {
+  LoraConfig lora;
+  int64_t seq_len = 512;
+  int64_t micro_batch = 1;
+  bool activation_checkpointing = false;
 };
 
 // Bytes in the largest binary unit that keeps the number >= 1 (tiny test models print KiB).
@@ -69,8 +80,30 @@ std::string count_text(int64_t count) {
 
 const char* device_name(bool offloaded) { return offloaded ? "cpu" : "none"; }
 
-nlohmann::ordered_json estimate_report(const ModelSummary& model, const ZeroMemoryInputs& base, int nodes,
-                                       DType compute_dtype) {
+// One rank's memory from the memory model: the trainer's own set-up and step on the counting backend.
+nlohmann::ordered_json predicted_run(const ModelSummary& model, const RunShape& shape, const ZeroMemoryInputs& base,
+                                     const Choice& choice, DType compute_dtype) {
+  TrainConfig config;
+  config.micro_batch_size = shape.micro_batch;
+  config.gradient_accumulation_steps = 1;
+  config.compute_dtype = compute_dtype;
+  config.lora = shape.lora;
+  config.activation_checkpointing = shape.activation_checkpointing;
+  config.zero.stage = choice.stage;
+  config.zero.offload_optimizer_device = device_name(choice.offload_optimizer);
+  config.zero.offload_param_device = device_name(choice.offload_params);
+  config.zero.reduce_bucket_size = base.reduce_bucket_size;
+  config.zero.stage3_max_live_parameters = base.stage3_max_live_parameters;
+  config.zero.stage3_prefetch_bucket_size = base.stage3_prefetch_bucket_size;
+  const MemoryPrediction prediction =
+      predict_memory(config, *model.config, base.world_size, 0, shape.seq_len, typical_gpu_target());
+  nlohmann::ordered_json row = prediction.to_json();
+  row["host_peak_bytes_per_node"] = prediction.host_peak * base.gpus_per_node;
+  return row;
+}
+
+nlohmann::ordered_json estimate_report(const ModelSummary& model, const RunShape& shape, const ZeroMemoryInputs& base,
+                                       int nodes, DType compute_dtype) {
   nlohmann::ordered_json report;
   report["model"] = {{"source", model.source},
                      {"total_params", model.counts.total},
@@ -85,6 +118,9 @@ nlohmann::ordered_json estimate_report(const ModelSummary& model, const ZeroMemo
   report["reduce_bucket_size"] = base.reduce_bucket_size;
   report["stage3_max_live_parameters"] = base.stage3_max_live_parameters;
   report["stage3_prefetch_bucket_size"] = base.stage3_prefetch_bucket_size;
+  if (model.config)
+    report["run"] = {{"seq_len", shape.seq_len}, {"micro_batch", shape.micro_batch},
+                     {"activation_checkpointing", shape.activation_checkpointing}};
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   for (const Choice& choice : kChoices) {
     ZeroMemoryInputs inputs = base;
@@ -104,6 +140,7 @@ nlohmann::ordered_json estimate_report(const ModelSummary& model, const ZeroMemo
                       {"cpu_bytes_per_node_without_zero_init", deepspeed.cpu_bytes_without_zero_init},
                       {"source", deepspeed.source}}},
                     {"zerotune", plan.to_json()}});
+    if (model.config) rows.back()["zerotune_run"] = predicted_run(model, shape, base, choice, compute_dtype);
   }
   report["rows"] = rows;
   return report;
@@ -126,13 +163,19 @@ std::string format_report(const nlohmann::ordered_json& report) {
            report["reduce_bucket_size"].get<int64_t>(), ", stage3_max_live_parameters ",
            report["stage3_max_live_parameters"].get<int64_t>(), ", stage3_prefetch_bucket_size ",
            report["stage3_prefetch_bucket_size"].get<int64_t>()));
+  const bool run = report.contains("run");
+  if (run)
+    line(cat("run: micro-batch ", report["run"]["micro_batch"].get<int64_t>(), " x ", report["run"]["seq_len"].get<int64_t>(),
+             " tokens", report["run"]["activation_checkpointing"].get<bool>() ? ", activation checkpointing" : ""));
   line("");
-  char row[256];
-  std::snprintf(row, sizeof row, "%-5s %-9s %-7s | %12s %12s %12s | %12s %12s", "", "offload", "offload",
-                "DeepSpeed", "DeepSpeed", "DeepSpeed", "zerotune", "zerotune");
+  char row[320];
+  std::snprintf(row, sizeof row, "%-5s %-9s %-7s | %12s %12s %12s | %12s %12s%s", "", "offload", "offload",
+                "DeepSpeed", "DeepSpeed", "DeepSpeed", "zerotune", "zerotune",
+                run ? " | zerotune run  zerotune run     zerotune" : "");
   line(row);
-  std::snprintf(row, sizeof row, "%-5s %-9s %-7s | %12s %12s %12s | %12s %12s", "stage", "optimizer", "param",
-                "per GPU", "CPU/node", "(no z_init)", "per GPU", "CPU/node");
+  std::snprintf(row, sizeof row, "%-5s %-9s %-7s | %12s %12s %12s | %12s %12s%s", "stage", "optimizer", "param",
+                "per GPU", "CPU/node", "(no z_init)", "per GPU", "CPU/node",
+                run ? " | GPU set-up     GPU peak       CPU/node" : "");
   line(row);
   for (const auto& entry : report["rows"]) {
     const auto& deepspeed = entry["deepspeed"];
@@ -143,7 +186,15 @@ std::string format_report(const nlohmann::ordered_json& report) {
                   entry["offload_param"].get<std::string>().c_str(), bytes_text(deepspeed["gpu_bytes"]).c_str(),
                   bytes_text(cpu).c_str(), entry["stage"].get<int>() == 3 ? bytes_text(cpu_no_init).c_str() : "",
                   bytes_text(plan["device_total_bytes"]).c_str(), bytes_text(plan["host_total_bytes_per_node"]).c_str());
-    line(row);
+    std::string text_row = row;
+    if (entry.contains("zerotune_run")) {
+      const auto& predicted = entry["zerotune_run"];
+      std::snprintf(row, sizeof row, " | %12s %12s %12s", bytes_text(predicted["device_setup_bytes"]).c_str(),
+                    bytes_text(predicted["device_peak_bytes"]).c_str(),
+                    bytes_text(predicted["host_peak_bytes_per_node"]).c_str());
+      text_row += row;
+    }
+    line(text_row);
   }
   line("");
   line("DeepSpeed: estimate_zero2_model_states_mem_needs (stage 2) and estimate_zero3_model_states_mem_needs (stage 3,");
@@ -154,6 +205,11 @@ std::string format_report(const nlohmann::ordered_json& report) {
   line("  + fp32 gradients (stages 2/3: partition + one reduce bucket) + fp32 master weights and Adam moments");
   line("  (partitioned from stage 1); CPU/node = the offloaded states of the node's ranks. Activations, workspaces");
   line("  and communication buffers come on top of both. `--json` gives every term.");
+  if (run) {
+    line("zerotune run (with --model): the memory model of `train` (the trainer's own set-up and one step on a counting");
+    line("  backend: every buffer, activations and the 32 MiB cuBLASLt workspace included, in the caching allocator's");
+    line("  size classes and 2 MiB virtual-memory chunks); `train` checks the same figure against the free device memory.");
+  }
   line("Offloading the optimizer needs ZeRO stage >= 1 and offloading parameters stage 3, as in DeepSpeed.");
   return text;
 }
@@ -166,6 +222,7 @@ int command_estimate(const std::vector<std::string>& args) {
   std::string reduce_bucket_text, max_live_text, prefetch_text;
   int gpus_per_node = 1, nodes = 1, lora_r = 0;
   bool as_json = false;
+  RunShape shape;
   po::options_description description(
       "zerotune estimate: memory for parameters, gradients and optimizer state per GPU and per CPU (node) for\n"
       "each ZeRO stage and offload choice, by DeepSpeed's formulas and by zerotune's buffers.\n"
@@ -190,6 +247,10 @@ int command_estimate(const std::vector<std::string>& args) {
        "zero_optimization.stage3_max_live_parameters")
       ("stage3-prefetch-bucket-size", po::value(&prefetch_text)->default_value("50000000"),
        "zero_optimization.stage3_prefetch_bucket_size")
+      ("seq-len", po::value(&shape.seq_len)->default_value(512), "with --model: tokens per sample of the run")
+      ("micro-batch", po::value(&shape.micro_batch)->default_value(1), "with --model: train_micro_batch_size_per_gpu")
+      ("activation-checkpointing", po::bool_switch(&shape.activation_checkpointing),
+       "with --model: recompute blocks in backward")
       ("json", po::bool_switch(&as_json), "print the report as JSON");
   po::variables_map values;
   if (!parse_command_options(args, description, values, "estimate")) return 0;
@@ -201,6 +262,12 @@ int command_estimate(const std::vector<std::string>& args) {
   ZT_CHECK(nodes >= 1, "--nodes = ", nodes, ": must be >= 1");
   ZT_CHECK(lora_r >= 0, "--lora-r = ", lora_r, ": must be >= 0");
   ZT_CHECK(!values.count("lora-targets") || lora_r > 0, "--lora-targets was given without --lora-r (the LoRA rank)");
+  ZT_CHECK(shape.seq_len >= 1, "--seq-len = ", shape.seq_len, ": must be >= 1");
+  ZT_CHECK(shape.micro_batch >= 1, "--micro-batch = ", shape.micro_batch, ": must be >= 1");
+  ZT_CHECK(have_model || (values["seq-len"].defaulted() && values["micro-batch"].defaulted() &&
+                          !shape.activation_checkpointing),
+           "--seq-len, --micro-batch and --activation-checkpointing go with --model (the run's activations come from "
+           "the model's layers)");
   DType compute_dtype = DType::BF16;
   try {
     compute_dtype = parse_compute_dtype(dtype_text);
@@ -221,7 +288,9 @@ int command_estimate(const std::vector<std::string>& args) {
       lora.targets = split_commas(targets_text);
       if (lora.targets.empty()) lora.targets = {"q_proj", "v_proj"};  // PEFT's llama default, as `train`
       adapters = lora_param_specs(specs, lora);
+      shape.lora = lora;
     }
+    model.config = config;
     model.source = config.path;
     model.counts = count_model_params(specs, adapters);
   } else {
@@ -259,7 +328,7 @@ int command_estimate(const std::vector<std::string>& args) {
   inputs.stage3_prefetch_bucket_size = parse_param_count(prefetch_text, "--stage3-prefetch-bucket-size");
 
   if (process_rank() != 0) return 0;  // one report per job
-  const nlohmann::ordered_json report = estimate_report(model, inputs, nodes, compute_dtype);
+  const nlohmann::ordered_json report = estimate_report(model, shape, inputs, nodes, compute_dtype);
   const std::string text = as_json ? report.dump(2) + "\n" : format_report(report);
   std::fwrite(text.data(), 1, text.size(), stdout);
   return 0;

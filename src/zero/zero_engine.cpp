@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 
 #include "zero/rank_major.h"
 
@@ -73,7 +74,7 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
            "zero_optimization: reduce_bucket_size and allgather_bucket_size must be positive");
   // Host memory for what is offloaded: page-locked when pin_memory asks for it (the CUDA
   // backend's host backend), so that device<->host copies run at full speed.
-  auto host_backend = [&](bool pin) { return pin ? backend_.make_host_backend() : make_cpu_backend(); };
+  auto host_backend = [&](bool pin) { return pin ? backend_.make_host_backend() : backend_.make_pageable_host_backend(); };
   if (offload_) host_ = host_backend(zero.offload_optimizer_pin_memory);
   if (offload_param_) param_host_ = host_backend(zero.offload_param_pin_memory);
   Backend& state_backend = offload_ ? *host_ : backend_;
@@ -463,7 +464,7 @@ void ZeroEngine::apply_update(double lr, float grad_divisor, int64_t update_numb
   // Stage 1/2 update bucket by bucket (allgather_bucket_size) and start each bucket's
   // all-gather as soon as its partition is updated, so the gathers overlap the (CPU) Adam of
   // the next buckets; the other stages update the whole partition at once.
-  std::vector<BucketGather> gathers;
+  std::deque<BucketGather> gathers;
   for (ParamGroup group : kTrainableGroups) {
     GroupState& s = state(group);
     if (!s.partition_numel) continue;
@@ -489,7 +490,7 @@ void ZeroEngine::apply_update(double lr, float grad_divisor, int64_t update_numb
                           f32_buffer_view(s.exp_avg, s.partition_numel).rows(begin, numel),
                           f32_buffer_view(s.exp_avg_sq, s.partition_numel).rows(begin, numel), params);
       update_compute_partition(group, begin, numel);
-      if (stage_ == 1 || stage_ == 2) gathers.push_back(start_bucket_gather(group, piece));
+      if (stage_ == 1 || stage_ == 2) start_bounded_gather(gathers, group, piece);
     }
   }
   if (offload_) uploads_done_ = backend_.record_event();
@@ -540,6 +541,18 @@ ZeroEngine::BucketGather ZeroEngine::start_bucket_gather(ParamGroup group, const
   return gather;
 }
 
+// At most kGathersInFlight bucket gathers (and their staging buffers) at a time: enough to
+// overlap a gather with the next bucket's update, without a staging copy of every bucket alive.
+void ZeroEngine::start_bounded_gather(std::deque<BucketGather>& gathers, ParamGroup group,
+                                      const std::vector<UnitRange>& bucket) {
+  constexpr size_t kGathersInFlight = 2;
+  if (gathers.size() >= kGathersInFlight) {
+    finish_bucket_gather(gathers.front());
+    gathers.pop_front();
+  }
+  gathers.push_back(start_bucket_gather(group, bucket));
+}
+
 void ZeroEngine::finish_bucket_gather(BucketGather& gather) {
   gather.pending->wait();
   if (gather.units.size() > 1) {
@@ -567,10 +580,10 @@ void ZeroEngine::sync_params_after_update() {
     }
     return;
   }
-  std::vector<BucketGather> gathers;  // stage 1/2: all-gather the updated partitions
+  std::deque<BucketGather> gathers;  // stage 1/2: all-gather the updated partitions
   for (ParamGroup group : kTrainableGroups)
     for (const std::vector<UnitRange>& bucket : plan_buckets(store_.group(group).units, zero_.allgather_bucket_size))
-      gathers.push_back(start_bucket_gather(group, bucket));
+      start_bounded_gather(gathers, group, bucket);
   for (BucketGather& gather : gathers) finish_bucket_gather(gather);
 }
 

@@ -23,6 +23,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -152,6 +153,7 @@ class ZeroEngine final : public UnitHooks {
   };
   BucketGather start_bucket_gather(ParamGroup group, const std::vector<UnitRange>& bucket);
   void finish_bucket_gather(BucketGather& gather);
+  void start_bounded_gather(std::deque<BucketGather>& gathers, ParamGroup group, const std::vector<UnitRange>& bucket);
   Tensor gradient_view(ParamGroup group);  // the reduced gradients this rank updates from
   std::vector<Tensor> gradient_views();    // the non-empty ones of every trainable group
   void finish_partition_slices(GroupState& s, const std::vector<UnitRange>& units);
