@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include <cuda.h>
+
 #include "emu/emu_internal.h"
 #include "emu/emu_runtime_memory.h"
 
@@ -693,6 +695,62 @@ BOOST_AUTO_TEST_CASE(func_set_attribute_stores_the_dynamic_shared_memory_limit) 
   BOOST_TEST(zt_emu::max_dynamic_shared_bytes(kernel) == 100 * 1024);
   BOOST_REQUIRE(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024) == cudaSuccess);
   BOOST_TEST(zt_emu::max_dynamic_shared_bytes(kernel) == 227 * 1024);
+}
+
+// The virtual memory management subset (emu_vmm.cpp) that the backend's discardable buffers use.
+BOOST_AUTO_TEST_CASE(virtual_memory_maps_counts_and_faults_on_unmapped_chunks) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  size_t granularity = 0;
+  BOOST_REQUIRE(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) == CUDA_SUCCESS);
+  BOOST_REQUIRE(granularity % 4096 == 0);
+  const size_t used_before = zt_emu::device_used();
+  CUdeviceptr base = 0;
+  BOOST_REQUIRE(cuMemAddressReserve(&base, 2 * granularity, granularity, 0, 0) == CUDA_SUCCESS);
+  BOOST_TEST(zt_emu::device_used() == used_before);  // address space costs nothing
+  char* chunk0 = reinterpret_cast<char*>(base);
+  char* chunk1 = chunk0 + granularity;
+  BOOST_TEST((zt_emu::classify(chunk0) == Memory::FreedDevice));  // reserved, nothing mapped
+  CUmemGenericAllocationHandle handle = 0;
+  BOOST_REQUIRE(cuMemCreate(&handle, granularity, &prop, 0) == CUDA_SUCCESS);
+  BOOST_TEST(zt_emu::device_used() == used_before + granularity);
+  BOOST_REQUIRE(cuMemMap(base, granularity, 0, handle, 0) == CUDA_SUCCESS);
+  BOOST_TEST((zt_emu::classify(chunk0) == Memory::FreedDevice));  // mapped without access yet
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  BOOST_REQUIRE(cuMemSetAccess(base, granularity, &access, 1) == CUDA_SUCCESS);
+  BOOST_TEST((zt_emu::classify(chunk0) == Memory::Device));
+  BOOST_TEST((zt_emu::classify(chunk1) == Memory::FreedDevice));
+  BOOST_TEST(static_cast<unsigned char>(chunk0[7]) == 0xFFu);  // new physical memory reads NaN bytes
+  // A copy that runs from the mapped chunk into the unmapped one is the call's error, naming it.
+  std::vector<char> host(granularity + 16, 1);
+  BOOST_TEST(cudaMemcpy(chunk0, host.data(), granularity, cudaMemcpyHostToDevice) == cudaSuccess);
+  BOOST_TEST(chunk0[granularity - 1] == 1);
+  BOOST_TEST(cudaMemcpy(chunk0, host.data(), granularity + 16, cudaMemcpyHostToDevice) != cudaSuccess);
+  BOOST_TEST(std::string(cudaGetErrorString(cudaGetLastError())).find("run past") != std::string::npos);
+  size_t free = 0, total = 0;
+  BOOST_REQUIRE(cudaMemGetInfo(&free, &total) == cudaSuccess);
+  BOOST_TEST(total - free == used_before + granularity);
+  // Release before unmap: the memory lives until the last mapping goes.
+  BOOST_REQUIRE(cuMemRelease(handle) == CUDA_SUCCESS);
+  BOOST_TEST(zt_emu::device_used() == used_before + granularity);
+  BOOST_REQUIRE(cuMemUnmap(base, granularity) == CUDA_SUCCESS);
+  BOOST_TEST(zt_emu::device_used() == used_before);
+  BOOST_TEST((zt_emu::classify(chunk0) == Memory::FreedDevice));
+  BOOST_TEST(cuMemCreate(&handle, granularity + 1, &prop, 0) == CUDA_ERROR_INVALID_VALUE);  // not whole chunks
+  BOOST_REQUIRE(cuMemAddressFree(base, 2 * granularity) == CUDA_SUCCESS);
+  // Past the capacity: out of memory, like cudaMalloc.
+  BOOST_TEST(cuMemCreate(&handle, (zt_emu::device_capacity() / granularity + 1) * granularity, &prop, 0) ==
+             CUDA_ERROR_OUT_OF_MEMORY);
+  void* entry = nullptr;
+  cudaDriverEntryPointQueryResult status{};
+  BOOST_REQUIRE(cudaGetDriverEntryPointByVersion("cuMemMap", &entry, 12000, cudaEnableDefault, &status) == cudaSuccess);
+  BOOST_TEST((status == cudaDriverEntryPointSuccess && entry == reinterpret_cast<void*>(&cuMemMap)));
+  BOOST_REQUIRE(cudaGetDriverEntryPointByVersion("cuNoSuch", &entry, 12000, cudaEnableDefault, &status) == cudaSuccess);
+  BOOST_TEST((status == cudaDriverEntryPointSymbolNotFound && entry == nullptr));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
