@@ -74,7 +74,12 @@ class Backend {
   // a stage-2 rank only the gradients in flight). The CUDA backend reserves a virtual range and
   // maps physical memory chunk by chunk (cuda/cuda_vmm.h); the default is allocate(), whose
   // pages the CPU backend's discard() gives back with madvise. Released with release().
-  virtual void* allocate_discardable(size_t bytes) { return allocate(bytes); }
+  // `committed` false: the buffer starts with no memory, as if all of it had been discarded
+  // (commit before writing); the CPU's untouched pages cost nothing either way.
+  virtual void* allocate_discardable(size_t bytes, bool committed = true) {
+    (void)committed;
+    return allocate(bytes);
+  }
   virtual void release(void* pointer) = 0;
   // dst = src (same numel); converts dtype (fp32/bf16/fp16, RNE) and crosses devices.
   virtual void copy(Tensor dst, Tensor src) = 0;

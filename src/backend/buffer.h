@@ -16,9 +16,11 @@ class Buffer {
     data_ = bytes ? backend.allocate(bytes) : nullptr;
   }
   // Memory whose pages the backend may discard and commit (Backend::allocate_discardable).
-  struct Discardable {};
-  Buffer(Backend& backend, size_t bytes, Discardable) : backend_(&backend), bytes_(bytes) {
-    data_ = bytes ? backend.allocate_discardable(bytes) : nullptr;
+  struct Discardable {
+    bool committed = true;  // false: no memory until committed
+  };
+  Buffer(Backend& backend, size_t bytes, Discardable discardable) : backend_(&backend), bytes_(bytes) {
+    data_ = bytes ? backend.allocate_discardable(bytes, discardable.committed) : nullptr;
   }
   ~Buffer() { reset(); }
   Buffer(const Buffer&) = delete;

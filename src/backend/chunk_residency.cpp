@@ -7,9 +7,10 @@
 
 namespace zt {
 
-ChunkResidency::ChunkResidency(size_t bytes, size_t chunk_bytes)
-    : chunk_bytes_(chunk_bytes), resident_((bytes + chunk_bytes - 1) / chunk_bytes, true) {
+ChunkResidency::ChunkResidency(size_t bytes, size_t chunk_bytes, bool resident)
+    : chunk_bytes_(chunk_bytes), resident_((bytes + chunk_bytes - 1) / chunk_bytes, resident) {
   ZT_CHECK(chunk_bytes > 0, "ChunkResidency: chunk size 0");
+  if (!resident && !resident_.empty()) discarded_[0] = resident_.size() * chunk_bytes;
 }
 
 bool ChunkResidency::discarded(size_t chunk) const {

@@ -13,7 +13,8 @@ namespace zt {
 
 class ChunkResidency {
  public:
-  ChunkResidency(size_t bytes, size_t chunk_bytes);  // all chunks resident
+  // All chunks resident, or (resident false) none, the whole range discarded.
+  ChunkResidency(size_t bytes, size_t chunk_bytes, bool resident = true);
   size_t chunks() const { return resident_.size(); }
   size_t chunk_bytes() const { return chunk_bytes_; }
   bool resident(size_t chunk) const { return resident_[chunk]; }

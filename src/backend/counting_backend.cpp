@@ -49,11 +49,11 @@ class Counting final : public CountingBackend {
     return take(bytes, size, nullptr);
   }
 
-  void* allocate_discardable(size_t bytes) override {
+  void* allocate_discardable(size_t bytes, bool committed) override {
     if (options_.discard_chunk_bytes <= 0) return allocate(bytes);
     const size_t chunk = static_cast<size_t>(options_.discard_chunk_bytes);
-    auto residency = std::make_unique<ChunkResidency>(std::max<size_t>(bytes, 1), chunk);
-    const int64_t size = static_cast<int64_t>(residency->chunks() * chunk);
+    auto residency = std::make_unique<ChunkResidency>(std::max<size_t>(bytes, 1), chunk, committed);
+    const int64_t size = committed ? static_cast<int64_t>(residency->chunks() * chunk) : 0;
     return take(bytes, size, std::move(residency));
   }
 

@@ -52,7 +52,7 @@ std::vector<int> param_units(const std::vector<ParamSpec>& specs) {
 }
 
 ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, const std::vector<bool>& trainable,
-                       int partitions, DType param_dtype)
+                       int partitions, DType param_dtype, StoreResidency residency)
     : backend_(backend), param_dtype_(param_dtype), partitions_(partitions) {
   ZT_CHECK(param_dtype == DType::F32 || param_dtype == DType::BF16 || param_dtype == DType::F16,
            "ParamStore: parameters are stored in fp32, bf16 or fp16, not ", dtype_name(param_dtype));
@@ -85,12 +85,23 @@ ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, co
     flat.numel = size;
     // Discardable: ZeRO-3 gives back the pages of units it released, ZeRO-2/3 those of reduced
     // gradients (Backend::allocate_discardable).
-    flat.params = Buffer(backend, static_cast<size_t>(flat.numel) * dtype_size(param_dtype), Buffer::Discardable{});
-    if (flat.numel) backend.fill(group_params(static_cast<ParamGroup>(g)), 0.0f);  // padding stays 0
+    flat.params = Buffer(backend, static_cast<size_t>(flat.numel) * dtype_size(param_dtype),
+                         Buffer::Discardable{residency.params});
+    if (flat.numel && residency.params) backend.fill(group_params(static_cast<ParamGroup>(g)), 0.0f);  // padding stays 0
     if (g != static_cast<int>(ParamGroup::Frozen))
-      flat.grads = Buffer(backend, static_cast<size_t>(flat.numel) * sizeof(float), Buffer::Discardable{});
+      flat.grads = Buffer(backend, static_cast<size_t>(flat.numel) * sizeof(float), Buffer::Discardable{residency.grads});
   }
-  zero_grads();
+  if (residency.grads) zero_grads();
+}
+
+void ParamStore::commit_unit_params(int unit) {
+  for (int g = 0; g < kParamGroups; ++g) {
+    const UnitRange range = unit_range(static_cast<ParamGroup>(g), unit);
+    if (!range.numel) continue;
+    Tensor params = group_params(static_cast<ParamGroup>(g)).rows(range.begin, range.numel);
+    backend_.commit(params);
+    backend_.fill(params, 0.0f);  // padding stays 0
+  }
 }
 
 int64_t ParamStore::unit_numel(int unit) const {
@@ -152,8 +163,11 @@ int64_t ParamStore::count_parameters(bool trainable_only) const {
 }
 
 void ParamStore::zero_grads() {
-  for (ParamGroup g : {ParamGroup::Decay, ParamGroup::NoDecay})
-    if (group(g).numel) backend_.fill(group_grads(g), 0.0f);
+  for (ParamGroup g : {ParamGroup::Decay, ParamGroup::NoDecay}) {
+    if (!group(g).numel) continue;
+    backend_.commit(group_grads(g));
+    backend_.fill(group_grads(g), 0.0f);
+  }
 }
 
 }  // namespace zt

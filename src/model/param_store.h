@@ -48,6 +48,14 @@ struct FlatGroup {
   Buffer grads;       // fp32 [numel] (empty for the frozen group)
 };
 
+// Which flat buffers hold memory from the start (ZeRO decides: stage 3 never holds all the
+// parameters, stages 2/3 never all the gradients, not even while loading). A buffer that starts
+// empty gets memory unit by unit: commit_unit_params, or the engine's commits.
+struct StoreResidency {
+  bool params = true;  // false: commit_unit_params before writing a unit's parameters
+  bool grads = true;   // false: zero_grads or the ZeRO engine commit what they write
+};
+
 class ParamStore {
  public:
   // `trainable` decides, per spec, whether it gets a gradient (LoRA: only adapters);
@@ -56,7 +64,7 @@ class ParamStore {
   // (fp32, bf16 or fp16; mixed precision keeps its fp32 master weights in the ZeRO engine).
   // Gradients are always fp32, so that micro-batches accumulate without 16-bit rounding.
   ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, const std::vector<bool>& trainable,
-             int partitions = 1, DType param_dtype = DType::F32);
+             int partitions = 1, DType param_dtype = DType::F32, StoreResidency residency = {});
 
   const std::vector<ParamEntry>& entries() const { return entries_; }
   const ParamEntry& entry(const std::string& name) const;
@@ -78,7 +86,10 @@ class ParamStore {
   Tensor group_grads(ParamGroup group) const;   // fp32 [numel]; empty for Frozen
 
   int64_t count_parameters(bool trainable_only) const;  // unpadded element counts
-  void zero_grads();
+  void zero_grads();  // commits the gradient buffers first
+  // Gives a unit's parameter ranges (every group) memory and zeroes them, padding included, before
+  // its weights are written (a store whose parameters started empty).
+  void commit_unit_params(int unit);
 
   int num_units() const { return num_units_; }
   int unit_of(const std::string& name) const { return entry(name).unit; }

@@ -23,11 +23,11 @@ bool is_lora_parameter(const std::string& name) {
   return name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
 }
 
-void load_base_weights(const std::string& model_dir, ParamStore& store) {
+void load_base_weights(const std::string& model_dir, ParamStore& store, int unit) {
   ModelWeights weights(model_dir);
   for (const ParamEntry& entry : store.entries()) {
     const std::string& name = entry.spec.name;
-    if (is_lora_parameter(name)) continue;
+    if (is_lora_parameter(name) || (unit >= 0 && entry.unit != unit)) continue;
     ZT_CHECK(weights.contains(name), weights.source(), ": tensor '", name, "' is missing (the config needs it)");
     std::vector<float> host(static_cast<size_t>(entry.spec.numel()));  // via the host: the store may be on a GPU
     weights.read_f32(name, host.data(), entry.spec.shape);
@@ -35,13 +35,15 @@ void load_base_weights(const std::string& model_dir, ParamStore& store) {
   }
 }
 
-void init_lora_weights(ParamStore& store, uint64_t seed) {
-  uint32_t adapter_index = 0;
+void init_lora_weights(ParamStore& store, uint64_t seed, int unit) {
+  uint32_t adapter_index = 0;  // over all adapters, so one unit's draws equal a whole load's
   for (const ParamEntry& entry : store.entries()) {
     if (entry.spec.name.find(".lora_A.") == std::string::npos) continue;
+    const uint32_t index = adapter_index++;
+    if (unit >= 0 && entry.unit != unit) continue;
     const std::vector<int64_t>& shape = entry.spec.shape;  // [r, in]
     std::vector<float> a(static_cast<size_t>(entry.spec.numel()));
-    lora_init_a(a.data(), shape[0], shape[1], seed, adapter_index++);
+    lora_init_a(a.data(), shape[0], shape[1], seed, index);
     store.write_param(entry.spec.name, a.data());
   }
 }

@@ -23,10 +23,11 @@ ParameterPlan plan_parameters(const ModelConfig& model_config, const LoraConfig&
 bool is_lora_parameter(const std::string& name);
 
 // Reads every non-adapter parameter of the store from the model directory's safetensors.
-void load_base_weights(const std::string& model_dir, ParamStore& store);
+// `unit` >= 0: only that unit's parameters (a store loaded unit by unit; param_store.h).
+void load_base_weights(const std::string& model_dir, ParamStore& store, int unit = -1);
 
 // PEFT's fresh adapter: A kaiming-uniform (RNG keyed by seed and adapter index), B zeros (the
 // store starts zeroed).
-void init_lora_weights(ParamStore& store, uint64_t seed);
+void init_lora_weights(ParamStore& store, uint64_t seed, int unit = -1);
 
 }  // namespace zt

@@ -66,7 +66,7 @@ LoraConfig read_peft_adapter_config(const std::string& adapter_dir) {
   }
 }
 
-void load_peft_adapter_weights(const std::string& adapter_dir, ParamStore& store) {
+void load_peft_adapter_weights(const std::string& adapter_dir, ParamStore& store, int unit) {
   const std::string path = (std::filesystem::path(adapter_dir) / "adapter_model.safetensors").string();
   ZT_CHECK(std::filesystem::exists(path), path, ": missing (adapter_model.bin is not read: convert it to safetensors)");
   SafetensorsFile file(path);
@@ -74,6 +74,8 @@ void load_peft_adapter_weights(const std::string& adapter_dir, ParamStore& store
   for (const ParamEntry& entry : store.entries()) {
     const std::string& name = entry.spec.name;
     if (!is_lora_parameter(name)) continue;
+    ++loaded;
+    if (unit >= 0 && entry.unit != unit) continue;
     const std::string key = kPeftKeyPrefix + name;
     ZT_CHECK(file.contains(key), path, ": tensor '", key, "' is missing");
     ZT_CHECK(file.info(key).shape == entry.spec.shape, path, ": tensor '", key, "' has shape ",
@@ -81,7 +83,6 @@ void load_peft_adapter_weights(const std::string& adapter_dir, ParamStore& store
     std::vector<float> host(static_cast<size_t>(entry.spec.numel()));
     file.read_as_f32(key, host.data());
     store.write_param(name, host.data());
-    ++loaded;
   }
   ZT_CHECK(loaded == file.names().size(), path, ": holds ", file.names().size(), " tensors but the model has ", loaded,
            " adapter tensors (target modules or layers differ)");

@@ -18,7 +18,8 @@ LoraConfig read_peft_adapter_config(const std::string& adapter_dir);
 
 // Copies every lora_A/lora_B of `store` from the adapter's weights file; a missing tensor, a
 // wrong shape or a tensor the model has no place for is an error naming the file.
-void load_peft_adapter_weights(const std::string& adapter_dir, ParamStore& store);
+// `unit` >= 0: only that unit's adapters (the tensor count is checked against the whole store).
+void load_peft_adapter_weights(const std::string& adapter_dir, ParamStore& store, int unit = -1);
 
 // Writes adapter_config.json (PEFT 0.10's keys; target_modules resolved to module names) and
 // adapter_model.safetensors (every lora_A/lora_B of `store` stored as `dtype`) into adapter_dir.

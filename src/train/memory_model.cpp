@@ -44,7 +44,8 @@ MemoryTarget typical_gpu_target() {
 }
 
 nlohmann::json MemoryPrediction::to_json() const {
-  return {{"device_setup_bytes", device_setup}, {"device_peak_bytes", device_peak},
+  return {{"device_setup_bytes", device_setup}, {"device_setup_peak_bytes", device_setup_peak},
+          {"device_peak_bytes", device_peak},
           {"host_setup_bytes", host_setup},     {"host_peak_bytes", host_peak},
           {"store_setup_bytes", store_setup},   {"store_peak_bytes", store_peak}};
 }
@@ -64,9 +65,14 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
 
   // Set-up, in the trainer's order (trainer.cpp).
   const ParameterPlan plan = plan_parameters(model_config, config.lora);
-  ParamStore store(*backend, plan.specs, plan.trainable, world_size, config.compute_dtype);
+  const StoreResidency residency = zero_store_residency(config.zero, world_size);
+  ParamStore store(*backend, plan.specs, plan.trainable, world_size, config.compute_dtype, residency);
   ZeroEngine engine(*backend, *comm, store, config.zero, config.optimizer, config.compute_dtype);
-  engine.init_from_store();
+  for (int unit = 0; unit < store.num_units(); ++unit) {  // loading writes nothing the counting backend keeps
+    if (!residency.params) store.commit_unit_params(unit);
+    engine.init_unit_from_store(unit);
+  }
+  engine.finish_init();
   ModelOptions model_options;
   model_options.activation_checkpointing = config.activation_checkpointing;
   if (config.lora.enabled()) {
@@ -81,6 +87,7 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
   prediction.device_setup = backend->counted().device;
   prediction.host_setup = backend->counted().host;
   prediction.store_setup = backend->counted().discardable;
+  prediction.device_setup_peak = backend->counted().device_peak;
 
   // One step of micro-batches of B x T tokens (batch_views.h: ids, targets, mask, row ids).
   const int64_t batch = config.micro_batch_size, tokens = batch * seq_len;
@@ -128,12 +135,12 @@ std::vector<std::string> fitting_memory_choices(const TrainConfig& config, const
         variant.zero.offload_param_device = offload == 2 ? "cpu" : "none";
         variant.activation_checkpointing = checkpointing;
         const MemoryPrediction prediction = predict_memory(variant, model, world_size, 0, seq_len, target);
-        if (prediction.device_peak > free_bytes) continue;
+        if (prediction.device_needed() > free_bytes) continue;
         std::string text = cat("zero_optimization.stage ", stage);
         if (offload >= 1) text += " + offload_optimizer cpu";
         if (offload == 2) text += " + offload_param cpu";
         if (checkpointing) text += " + --activation-checkpointing";
-        fits.push_back({prediction.device_peak, cat(text, ": ", format_bytes(prediction.device_peak))});
+        fits.push_back({prediction.device_needed(), cat(text, ": ", format_bytes(prediction.device_needed()))});
       }
     }
   }

@@ -39,9 +39,11 @@ MemoryTarget typical_gpu_target();
 
 struct MemoryPrediction {
   int64_t device_setup = 0;   // held before the first step
+  int64_t device_setup_peak = 0;  // the most held while setting up (loading unit by unit)
   int64_t device_peak = 0;    // the most held during a step
   int64_t host_setup = 0, host_peak = 0;  // ZeRO-Offload's host buffers
   int64_t store_setup = 0, store_peak = 0;  // of which: the flat parameter and gradient buffers
+  int64_t device_needed() const { return device_peak > device_setup_peak ? device_peak : device_setup_peak; }
   nlohmann::json to_json() const;
 };
 

@@ -211,13 +211,13 @@ void run_training(TrainConfig config, const RunOptions& options) {
   const MemoryPrediction memory_prediction =
       predict_memory(config, model_config, world_size, rank, longest_sample, memory_target);
   if (const std::optional<int64_t> free = device_bytes_free(*backend)) {
-    const int64_t needed = memory_prediction.device_peak - memory_target.fixed_bytes;  // the fixed part is held
+    const int64_t needed = memory_prediction.device_needed() - memory_target.fixed_bytes;  // the fixed part is held
     if (needed > *free) {
       const std::vector<std::string> fits = fitting_memory_choices(
           config, model_config, world_size, longest_sample, memory_target, *free + memory_target.fixed_bytes);
       std::string choices;
       for (const std::string& fit : fits) choices += "\n  " + fit;
-      fail("rank ", rank, " (", backend->name(), "): this run needs about ", format_bytes(memory_prediction.device_peak),
+      fail("rank ", rank, " (", backend->name(), "): this run needs about ", format_bytes(memory_prediction.device_needed()),
            " of device memory at its peak (", format_bytes(memory_prediction.device_setup), " after set-up; micro-batch ",
            config.micro_batch_size, " x ", longest_sample, " tokens, the longest sample), but only ",
            format_bytes(*free + memory_target.fixed_bytes), " are free. ",
@@ -227,15 +227,22 @@ void run_training(TrainConfig config, const RunOptions& options) {
     }
   }
   ParameterPlan plan = plan_parameters(model_config, config.lora);
-  ParamStore store(*backend, plan.specs, plan.trainable, world_size, config.compute_dtype);
-  load_base_weights(config.model_dir, store);
-  if (!options.adapter_dir.empty()) load_peft_adapter_weights(options.adapter_dir, store);
-  else if (config.lora.enabled()) init_lora_weights(store, config.seed);
+  // Loaded unit by unit: under ZeRO-3 a rank never holds more than one unit beyond its
+  // partition, not even while loading (zero_store_residency).
+  const StoreResidency residency = zero_store_residency(config.zero, world_size);
+  ParamStore store(*backend, plan.specs, plan.trainable, world_size, config.compute_dtype, residency);
   ZeroEngine engine(*backend, *comm, store, config.zero, config.optimizer, config.compute_dtype);
+  for (int unit = 0; unit < store.num_units(); ++unit) {
+    if (!residency.params) store.commit_unit_params(unit);
+    load_base_weights(config.model_dir, store, unit);
+    if (!options.adapter_dir.empty()) load_peft_adapter_weights(options.adapter_dir, store, unit);
+    else if (config.lora.enabled()) init_lora_weights(store, config.seed, unit);
+    engine.init_unit_from_store(unit);
+  }
+  engine.finish_init();
   // fp16: DeepSpeed's dynamic loss scaler; bf16 and fp32 train unscaled (as DeepSpeed does).
   std::optional<DynamicLossScaler> scaler;
   if (config.compute_dtype == DType::F16) scaler.emplace(config.loss_scaler);
-  engine.init_from_store();
 
   ModelOptions model_options;
   model_options.activation_checkpointing = config.activation_checkpointing;

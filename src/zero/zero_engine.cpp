@@ -159,32 +159,45 @@ static void copy_own_slices(Backend& backend, Tensor partition, Tensor full, con
   }
 }
 
+StoreResidency zero_store_residency(const ZeroConfig& zero, int world) {
+  StoreResidency residency;
+  residency.params = zero.stage < 3;
+  residency.grads = zero.stage < 2 || world == 1;
+  return residency;
+}
+
 // The store holds the initial weights in the compute dtype (rounded as loaded); the fp32 master
 // starts from those values, as DeepSpeed's does from the 16-bit module.
 void ZeroEngine::init_from_store() {
+  for (int unit = 0; unit < store_.num_units(); ++unit) init_unit_from_store(unit);
+  finish_init();
+}
+
+void ZeroEngine::init_unit_from_store(int unit) {
   for (ParamGroup group : kAllGroups) {
     GroupState& s = state(group);
-    if (!s.partition_numel) continue;
+    const UnitRange range = store_.unit_range(group, unit);
+    if (!s.partition_numel || !range.numel) continue;
     const Tensor full = store_.group_params(group);
     if (group != ParamGroup::Frozen) {
       Tensor master = f32_buffer_view(s.master, s.partition_numel);
-      if (stage_ == 0) backend_.copy(master, full);
-      else copy_own_slices(backend_, master, full, store_.group(group).units, world_, rank_);
+      if (stage_ == 0) backend_.copy(master.rows(range.begin, range.numel), full.rows(range.begin, range.numel));
+      else copy_own_slices(backend_, master, full, {range}, world_, rank_);
     } else if (stage_ == 3) {
-      copy_own_slices(backend_, compute_partition_view(s), full,
-                      store_.group(group).units, world_, rank_);
+      copy_own_slices(backend_, compute_partition_view(s), full, {range}, world_, rank_);
     }
   }
   if (stage_ == 3) {
-    for (int unit = 0; unit < store_.num_units(); ++unit) {
-      live_gathered_ += store_.unit_numel(unit);
-      if (store_.unit_numel(unit) >= zero_.stage3_param_persistence_threshold) {
-        discard_unit_params(unit);
-        units_[static_cast<size_t>(unit)].gathered = false;
-      }
+    live_gathered_ += store_.unit_numel(unit);
+    if (store_.unit_numel(unit) >= zero_.stage3_param_persistence_threshold) {
+      discard_unit_params(unit);  // its slice is in this rank's partition now
+      units_[static_cast<size_t>(unit)].gathered = false;
     }
-    peak_gathered_ = live_gathered_;
   }
+}
+
+void ZeroEngine::finish_init() {
+  peak_gathered_ = live_gathered_;  // the persistent units: gathering starts from here
   update_compute_partitions();
   if (stage_ >= 2 && world_ > 1) {
     for (int unit = 0; unit < store_.num_units(); ++unit) {

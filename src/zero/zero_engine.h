@@ -56,6 +56,12 @@ struct ZeroCommPlan {
   double total() const { return all_reduce + reduce_scatter + all_gather; }
 };
 
+// What of the store holds memory from the start under `zero` on `world` ranks: stage 3 gathers
+// parameters unit by unit (so they are loaded unit by unit too), stages 2/3 on several ranks keep
+// only the gradients in flight. The trainer builds the store with it and then calls
+// ParamStore::commit_unit_params, loads the unit and init_unit_from_store, unit after unit.
+StoreResidency zero_store_residency(const ZeroConfig& zero, int world);
+
 class ZeroEngine final : public UnitHooks {
  public:
   // compute_dtype (the store's param dtype): the compute parameters are the fp32 master rounded
@@ -71,7 +77,11 @@ class ZeroEngine final : public UnitHooks {
 
   // Once the store holds the initial weights (identical on every rank): builds this rank's
   // master partition and, for stage 3, partitions the parameters and frees the rest.
+  // init_from_store() does it for every unit; a store loaded unit by unit calls
+  // init_unit_from_store(u) after loading unit u (0, 1, ... in order), then finish_init().
   void init_from_store();
+  void init_unit_from_store(int unit);
+  void finish_init();
 
   // Step protocol: begin_step, then per micro-batch begin_micro_batch + forward/backward +
   // end_micro_batch, then reduce_gradients, gradient_norm, apply_update.

@@ -182,8 +182,8 @@ void* CudaBackendImpl::allocate(size_t bytes) {
   return pointer;
 }
 
-void* CudaBackendImpl::allocate_discardable(size_t bytes) {
-  void* pointer = discardable_->allocate(bytes);
+void* CudaBackendImpl::allocate_discardable(size_t bytes, bool committed) {
+  void* pointer = discardable_->allocate(bytes, committed);
   if (!pointer) {  // no virtual memory management: a plain buffer, whose discard gives nothing back
     static bool warned = false;
     if (!warned && process_rank() <= 0)

@@ -116,7 +116,7 @@ class CudaBackendImpl final : public CudaBackend {
   int device_index() const override { return device_; }
 
   void* allocate(size_t bytes) override;
-  void* allocate_discardable(size_t bytes) override;
+  void* allocate_discardable(size_t bytes, bool committed) override;
   void release(void* pointer) override;
   void discard(Tensor range) override;
   void commit(Tensor range) override;

@@ -108,20 +108,21 @@ DiscardableMemory::~DiscardableMemory() {
     }                                                                                                      \
   } while (0)
 
-void* DiscardableMemory::allocate(size_t bytes) {
+void* DiscardableMemory::allocate(size_t bytes, bool committed) {
   if (!supported_) return nullptr;
   Range range;
   range.bytes = std::max<size_t>((bytes + granularity_ - 1) / granularity_, 1) * granularity_;
   range.handles.assign(range.bytes / granularity_, 0);
   range.discard_seq.assign(range.bytes / granularity_, 0);
-  range.residency = std::make_unique<ChunkResidency>(range.bytes, granularity_);
+  range.residency = std::make_unique<ChunkResidency>(range.bytes, granularity_, committed);
   CUdeviceptr base = 0;
   ZT_CU_CHECK(driver_->address_reserve(&base, range.bytes, granularity_, 0, 0));
   const uintptr_t address = static_cast<uintptr_t>(base);
   auto [slot, inserted] = ranges_.emplace(address, std::move(range));
   (void)inserted;
   try {
-    for (size_t i = 0; i < slot->second.handles.size(); ++i) map_chunk(address, slot->second, i);
+    if (committed)
+      for (size_t i = 0; i < slot->second.handles.size(); ++i) map_chunk(address, slot->second, i);
   } catch (...) {
     release(reinterpret_cast<void*>(address));
     throw;

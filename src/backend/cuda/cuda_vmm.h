@@ -50,7 +50,8 @@ class DiscardableMemory {
 
   // A range of `bytes` (rounded up to the granularity), all of it mapped; nullptr when virtual
   // memory is not supported. Throws a zt::Error naming the device when memory runs out.
-  void* allocate(size_t bytes);
+  // `committed` false: nothing mapped yet (commit maps what is written).
+  void* allocate(size_t bytes, bool committed = true);
   bool owns(const void* pointer) const;      // the base of a live range
   bool contains(const void* pointer) const;  // inside a live range
   void release(void* pointer);           // synchronises the stream first
