@@ -316,7 +316,8 @@ void run_training(TrainConfig config, const RunOptions& options) {
     run["memory_predicted"] = memory_prediction.to_json();
     run["memory_predicted"]["seq_len"] = longest_sample;
     backend->synchronize();  // discarded chunks given back: the device's figures are settled
-    if (const std::optional<int64_t> used = device_bytes_used(*backend))
+    const std::optional<int64_t> used = device_bytes_used(*backend);
+    if (used)
       run["memory_measured_setup"] = {{"device_used_bytes", *used},
                                       {"backend_in_use_bytes", device_memory(*backend)->in_use}};
     const ZeroCommPlan comm_plan = engine.comm_plan(config.gradient_accumulation_steps);
@@ -338,6 +339,11 @@ void run_training(TrainConfig config, const RunOptions& options) {
                       config.compute_dtype == DType::F32 ? "fp32"
                       : config.compute_dtype == DType::BF16 ? "bf16 (fp32 master weights)"
                                                             : "fp16 (fp32 master weights, dynamic loss scaling)");
+    std::printf("memory: rank 0 predicted %s after set-up, %s at the step's peak (micro-batch %lld x %lld tokens)%s%s\n",
+                format_bytes(memory_prediction.device_setup).c_str(), format_bytes(memory_prediction.device_peak).c_str(),
+                static_cast<long long>(micro_batch), static_cast<long long>(longest_sample),
+                used ? cat("; the device reports ", format_bytes(*used), " in use after set-up").c_str() : "",
+                memory_prediction.host_peak ? cat("; host ", format_bytes(memory_prediction.host_peak)).c_str() : "");
     std::fflush(stdout);
   }
 
