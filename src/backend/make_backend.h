@@ -11,6 +11,17 @@ namespace zt {
 
 std::unique_ptr<Backend> make_backend(const std::string& device, int local_rank);
 
+// --device auto|cpu|cuda resolved on this rank: auto is cuda when the build has the CUDA backend
+// and the process sees a GPU, else cpu. `reason` says which and why, for the banner and run.json
+// ("auto: 4 CUDA devices visible; this rank uses device 1 (PCI 0000:41:00.0)").
+struct DeviceChoice {
+  std::string device;  // cpu | cuda
+  std::string reason;
+};
+DeviceChoice resolve_device(const std::string& requested, int local_rank);
+// The PCI bus id of the GPU a backend runs on; empty for the CPU.
+std::string backend_pci_bus_id(const Backend& backend);
+
 // Device memory in use now and at its peak (bytes) for a CUDA backend; empty for the CPU.
 struct DeviceMemory {
   int64_t in_use = 0;

@@ -54,7 +54,8 @@ po::options_description train_options() {
                                              "communication) in step N: a table and OUT/profile.json")
       ("eval-data", po::value<std::string>(), "evaluation split (token shards): eval_loss/eval_ppl in metrics.jsonl")
       ("eval-every", po::value<int64_t>(), "evaluate every N steps (default: at the end of each epoch only)")
-      ("device", po::value<std::string>(), "cpu (default) or cuda: the GPU local_rank % visible devices")
+      ("device", po::value<std::string>(), "auto (default: cuda when this build has CUDA and the rank sees a GPU, "
+       "else cpu), cpu, or cuda: the GPU local_rank % visible devices")
       ("comm", po::value<std::string>(), "GPU collectives: auto (NCCL when each rank has its own GPU), nccl, or "
                                          "mpi (through host memory)")
       ("zero-stage", po::value<int>(), "ZeRO stage 0-3 (zero_optimization.stage)")
@@ -151,7 +152,8 @@ int command_train(const std::vector<std::string>& args) {
   take(vm, "dump-step0", config.dump_step0_path);
   take(vm, "dump-final", config.dump_final_path);
   take(vm, "device", config.device);
-  ZT_CHECK(config.device == "cpu" || config.device == "cuda", "--device must be cpu or cuda, not '", config.device, "'");
+  ZT_CHECK(config.device == "auto" || config.device == "cpu" || config.device == "cuda",
+           "--device must be auto, cpu or cuda, not '", config.device, "'");
   take(vm, "comm", config.comm);
   ZT_CHECK(config.comm == "auto" || config.comm == "nccl" || config.comm == "mpi", "--comm must be auto, nccl or mpi, not '",
            config.comm, "'");

@@ -10,6 +10,7 @@
 // Errors follow the runtime: a call's own error is returned and kept as the host thread's last
 // error (cudaGetLastError); a fault inside queued work (an illegal address, a divergent barrier)
 // is sticky: printed once, returned by every later call, as after a GPU's illegal address.
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cerrno>
@@ -446,19 +447,40 @@ using Guard = std::lock_guard<std::recursive_mutex>;
 
 constexpr int kMaxDevices = 255;  // two hex digits of the PCI bus id
 
-// ZT_EMU_DEVICES, read once.
-int device_count() {
-  static const int count = [] {
+// The machine's devices (ZT_EMU_DEVICES), and which of them this process sees: as the real
+// runtime, CUDA_VISIBLE_DEVICES lists physical indices and the list ends at the first entry that
+// is not one (an empty value hides every device). Read once.
+const std::vector<int>& visible_devices() {
+  static const std::vector<int> visible = [] {
     const int devices = env_int("ZT_EMU_DEVICES", 8);
     if (devices < 0 || devices > kMaxDevices) {
       std::fprintf(stderr, "zerotune emulated device: ZT_EMU_DEVICES=%d is not between 0 and %d\n", devices,
                    kMaxDevices);
       std::abort();
     }
-    return devices;
+    std::vector<int> list;
+    const char* mask = std::getenv("CUDA_VISIBLE_DEVICES");
+    if (mask == nullptr) {
+      for (int device = 0; device < devices; ++device) list.push_back(device);
+      return list;
+    }
+    std::string text = mask;
+    size_t start = 0;
+    while (start <= text.size() && !text.empty()) {
+      const size_t comma = std::min(text.find(',', start), text.size());
+      const std::string item = text.substr(start, comma - start);
+      char* end = nullptr;
+      const long physical = std::strtol(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || physical < 0 || physical >= devices) break;
+      list.push_back(static_cast<int>(physical));
+      start = comma + 1;
+    }
+    return list;
   }();
-  return count;
+  return visible;
 }
+
+int device_count() { return static_cast<int>(visible_devices().size()); }
 
 // The current device is per host thread, as in the runtime.
 thread_local int current_device = 0;
@@ -791,7 +813,9 @@ cudaError_t cudaDeviceGetPCIBusId(char* pciBusId, int len, int device) {
   if (const cudaError_t sticky = sticky_error()) return sticky;
   if (!valid_device(device)) return invalid_device("cudaDeviceGetPCIBusId", device);
   char text[32];
-  const int length = std::snprintf(text, sizeof(text), "0000:%02X:00.0", device + 1);
+  // The physical device's bus: two ranks that see "device 0" through different
+  // CUDA_VISIBLE_DEVICES have different GPUs.
+  const int length = std::snprintf(text, sizeof(text), "0000:%02X:00.0", visible_devices()[static_cast<size_t>(device)] + 1);
   if (pciBusId == nullptr || len <= length)
     return fail(cudaErrorInvalidValue, "cudaDeviceGetPCIBusId: the buffer of " + std::to_string(len) +
                                            " chars cannot hold the bus id and its terminating null");

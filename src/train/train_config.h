@@ -116,7 +116,8 @@ struct TrainConfig {
   bool save_at_end = true;         // checkpoint after the last step
   int64_t keep_last = 0;           // keep only the newest K checkpoints (0: all)
   std::string resume;              // "auto" (the latest under OUT/checkpoints, if any) or a checkpoint dir
-  std::string device = "cpu";      // cpu | cuda (GPU local_rank % visible devices)
+  std::string device = "auto";     // auto | cpu | cuda (GPU local_rank % visible devices); auto: cuda when built
+                                   // with CUDA and a GPU is visible (backend/make_backend.h resolve_device)
   std::string comm = "auto";       // GPU collectives: auto | nccl | mpi (host-staged)
 
   // Fills the three batch numbers from whichever are given (DeepSpeed's rules) and checks that

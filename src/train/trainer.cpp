@@ -8,6 +8,8 @@
 
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +21,7 @@
 
 #include "backend/backend.h"
 #include "backend/make_backend.h"
+#include "comm/gpu_sharing.h"
 #include "comm/staged_communicator.h"
 #if ZT_WITH_NCCL
 #include "comm/nccl/nccl_communicator.h"
@@ -134,20 +137,54 @@ void write_step0_dump(const std::string& path, const std::vector<float>& logits,
   write_safetensors(path, entries);
 }
 
+std::string this_host() {
+  char host[256] = {};
+  ZT_CHECK(gethostname(host, sizeof(host) - 1) == 0, "gethostname failed on rank ", process_rank());
+  return host;
+}
+
+// Every rank resolved --device the same way, or the job stops naming who differs (a job with
+// CPU and GPU ranks would hang in its first collective).
+void check_same_device(Communicator& host, const DeviceChoice& choice) {
+  const std::vector<std::string> devices = host.all_gather_strings(choice.device + "|" + this_host());
+  std::string cpu, cuda;
+  for (size_t rank = 0; rank < devices.size(); ++rank) {
+    const size_t bar = devices[rank].find('|');
+    std::string& list = devices[rank].substr(0, bar) == "cpu" ? cpu : cuda;
+    list += cat(list.empty() ? "" : ", ", rank, " (", devices[rank].substr(bar + 1), ")");
+  }
+  ZT_CHECK(cpu.empty() || cuda.empty(), "--device auto resolved differently on the job's ranks: cpu on rank(s) ", cpu,
+           ", cuda on rank(s) ", cuda, ". Give every rank a GPU (the job script's GPU request, CUDA_VISIBLE_DEVICES), "
+           "or pass --device cpu");
+}
+
 // The communicator for device buffers: NCCL (one GPU per rank) or MPI through host staging;
-// none on the CPU backend. --comm auto picks NCCL when the build has it and every rank of the
-// node has a GPU of its own (NCCL refuses two ranks on one GPU).
+// none on the CPU backend. --comm auto picks NCCL when the build has it and no two ranks drive
+// the same GPU, told by the GPUs' PCI bus ids (gpu_sharing.h), whatever each rank sees through
+// CUDA_VISIBLE_DEVICES. `reason` says why, for the banner and run.json.
 std::unique_ptr<Communicator> make_device_communicator(const std::string& choice, Communicator& host,
-                                                       Backend& backend) {
+                                                       Backend& backend, std::string& reason) {
   ZT_CHECK(choice == "auto" || choice == "nccl" || choice == "mpi", "--comm must be auto, nccl or mpi, not '", choice,
            "'");
-  if (backend.device() == Device::CPU) return nullptr;  // MPI works on host buffers directly
+  if (backend.device() == Device::CPU) {  // MPI works on host buffers directly
+    reason = "MPI on host memory (cpu backend)";
+    return nullptr;
+  }
+  const GpuSharing sharing = gpu_sharing(host.all_gather_strings(this_host() + "|" + backend_pci_bus_id(backend)));
 #if ZT_WITH_NCCL
   auto* cuda = dynamic_cast<CudaBackend*>(&backend);
-  const bool own_gpu = cuda && host.local_size() <= cuda_device_count();
-  if (choice == "nccl" || (choice == "auto" && own_gpu)) return make_nccl_communicator(host, *cuda);
+  ZT_CHECK(!(choice == "nccl" && sharing.shared), "--comm nccl: ", sharing.reason,
+           ", and NCCL needs one GPU per rank: give each rank its own GPU or use --comm mpi");
+  if (cuda && (choice == "nccl" || (choice == "auto" && !sharing.shared))) {
+    reason = cat(choice == "auto" ? "auto: " : "--comm nccl: ", sharing.reason);
+    return make_nccl_communicator(host, *cuda);
+  }
+  reason = choice == "mpi" ? std::string("--comm mpi: MPI through host staging")
+                           : cat("auto: ", sharing.reason, ": MPI through host staging (NCCL needs one GPU per rank)");
 #else
   ZT_CHECK(choice != "nccl", "--comm nccl: this zerotune was built without NCCL");
+  reason = cat(choice == "auto" ? "auto: this zerotune was built without NCCL" : "--comm mpi",
+               ": MPI through host staging");
 #endif
   return make_staged_communicator(host, backend);
 }
@@ -197,8 +234,12 @@ void run_training(TrainConfig config, const RunOptions& options) {
              "/adapter_config.json: do not give --lora-r as well");
     config.lora = read_peft_adapter_config(options.adapter_dir);
   }
-  std::unique_ptr<Backend> backend = make_backend(config.device, comm->local_rank());
-  std::unique_ptr<Communicator> device_comm = make_device_communicator(config.comm, *host_comm, *backend);
+  const DeviceChoice device_choice = resolve_device(config.device, comm->local_rank());
+  check_same_device(*host_comm, device_choice);
+  std::unique_ptr<Backend> backend = make_backend(device_choice.device, comm->local_rank());
+  std::string communicator_reason;
+  std::unique_ptr<Communicator> device_comm =
+      make_device_communicator(config.comm, *host_comm, *backend, communicator_reason);
   if (device_comm) comm = device_comm.get();
   // Where the timeout, the error context and the traffic counters live: NCCL keeps its own (and
   // passes them to MPI for host calls); host staging leaves them to MPI.
@@ -295,7 +336,10 @@ void run_training(TrainConfig config, const RunOptions& options) {
     run["world_size"] = world_size;
     run["nodes"] = comm->nodes();
     run["backend"] = backend->name();
+    run["device"] = device_choice.device;
+    run["device_reason"] = device_choice.reason;
     run["communicator"] = comm->name();
+    run["communicator_reason"] = communicator_reason;
     run["versions"] = software_versions();
     run["parameters"] = {{"total", store.count_parameters(false)}, {"trainable", store.count_parameters(true)}};
     run["steps_per_epoch"] = steps_per_epoch;
@@ -335,6 +379,8 @@ void run_training(TrainConfig config, const RunOptions& options) {
                 static_cast<long long>(total_steps), static_cast<long long>(global_batch),
                 static_cast<long long>(micro_batch), static_cast<long long>(config.gradient_accumulation_steps),
                 world_size);
+    std::printf("device: %s (%s); communicator: %s (%s)\n", device_choice.device.c_str(), device_choice.reason.c_str(),
+                comm->name().c_str(), communicator_reason.c_str());
     print_zero_banner(engine, config.zero, world_size, comm->nodes(), config.gradient_accumulation_steps,
                       config.compute_dtype == DType::F32 ? "fp32"
                       : config.compute_dtype == DType::BF16 ? "bf16 (fp32 master weights)"

@@ -345,6 +345,12 @@ std::unique_ptr<Backend> CudaBackendImpl::make_host_backend() {
 
 }  // namespace cuda
 
+std::string cuda_device_pci_bus_id(int device) {
+  char text[64] = {};
+  ZT_CUDA_CHECK(cudaDeviceGetPCIBusId(text, static_cast<int>(sizeof(text)), device));
+  return text;
+}
+
 int cuda_device_count() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "backend/backend.h"
 
@@ -55,6 +56,10 @@ class CudaBackend : public Backend {
 int64_t cuda_allocation_size(int64_t bytes);
 constexpr int64_t kCudaWorkspaceBytes = int64_t{32} << 20;  // the cuBLASLt workspace each backend holds
 constexpr int64_t kTypicalDiscardChunkBytes = int64_t{2} << 20;  // cuMemGetAllocationGranularity on current GPUs
+
+// The PCI bus id of visible device `device` ("0000:41:00.0"): what tells whether two ranks drive
+// the same GPU, whatever CUDA_VISIBLE_DEVICES each has. Throws when there is no such device.
+std::string cuda_device_pci_bus_id(int device);
 
 // Number of CUDA devices this process can see; 0 when there is no GPU or no driver.
 int cuda_device_count();

@@ -1,0 +1,67 @@
+# Which device and communicator a job gets by default (issue 14; label gpu-emu on the emulated
+# device): `train` without --device runs on the GPU, and --comm auto tells ranks that share a
+# GPU from ranks that each see one GPU through their own CUDA_VISIBLE_DEVICES by the GPUs' PCI
+# bus ids; a job whose ranks resolve --device auto differently stops saying which ranks differ.
+import os
+import stat
+
+from mpi_common_path import add_mpi_path  # noqa: F401 (puts tests/mpi on sys.path)
+from mpi_common import Report, main_guard, make_model_and_data, parse_args, read_run, run_ranks, temporary_directory
+
+
+def main():
+    args = parse_args(__doc__)
+    report = Report("--device auto and --comm auto choose the GPU and NCCL as a cluster job needs")
+    with temporary_directory(args, "zt-device-choice-") as workdir:
+        model, data = make_model_and_data(args.zerotune, workdir, samples=16)
+        # A launcher wrapper: each rank's CUDA_VISIBLE_DEVICES from VISIBLE_<rank>, else its local rank
+        # (what srun --gpu-bind or a per-task mask gives).
+        wrapper = os.path.join(workdir, "visible.sh")
+        with open(wrapper, "w") as stream:
+            stream.write('#!/bin/sh\nrank=$OMPI_COMM_WORLD_RANK\neval "mask=\\${VISIBLE_$rank-$OMPI_COMM_WORLD_LOCAL_RANK}"\n'
+                         'export CUDA_VISIBLE_DEVICES="$mask"\nexec "$@"\n')
+        os.chmod(wrapper, os.stat(wrapper).st_mode | stat.S_IXUSR)
+
+        def train(name, env=None, extra=(), wrap=True, expect_ok=True):
+            out = os.path.join(workdir, name)
+            command = ([wrapper] if wrap else []) + [args.zerotune, "train", "--model", model, "--data", data, "--out",
+                                                     out, "--max-steps", 1, "--micro-batch-size", 2] + list(extra)
+            saved = dict(os.environ)
+            os.environ.update(env or {})
+            try:
+                result, _ = run_ranks(2, command, expect_ok=expect_ok)
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
+            return out, result
+
+        out, _ = train("default", wrap=False)
+        run = read_run(out)
+        report.check(run["device"] == "cuda" and run["device_reason"].startswith("auto: 8 CUDA devices visible"),
+                     f"no --device: cuda, because {run['device_reason']!r}")
+        report.check(run["communicator"] == "nccl", f"two ranks on two GPUs: {run['communicator']} ({run['communicator_reason']})")
+
+        out, _ = train("per-task-mask")
+        run = read_run(out)
+        report.check(run["device_reason"].startswith("auto: 1 CUDA device visible"), f"per-task mask: {run['device_reason']!r}")
+        report.check(run["communicator"] == "nccl" and "own GPU" in run["communicator_reason"],
+                     f"each rank sees device 0 of a different GPU: {run['communicator']} ({run['communicator_reason']})")
+
+        out, _ = train("shared", env={"VISIBLE_0": "3", "VISIBLE_1": "3"})
+        run = read_run(out)
+        report.check(run["communicator"] != "nccl" and "ranks 0 and 1 share GPU 0000:04:00.0" in run["communicator_reason"],
+                     f"both ranks on one GPU: {run['communicator']} ({run['communicator_reason']})")
+
+        _, result = train("shared-nccl", env={"VISIBLE_0": "3", "VISIBLE_1": "3"}, extra=["--comm", "nccl"],
+                          expect_ok=False)
+        report.check(result.returncode != 0 and "--comm nccl: ranks 0 and 1 share GPU" in result.stderr,
+                     f"--comm nccl on a shared GPU is refused: {result.stderr[-300:]!r}")
+
+        _, result = train("mixed", env={"VISIBLE_0": "", "VISIBLE_1": "0"}, expect_ok=False)
+        report.check(result.returncode != 0 and "resolved differently" in result.stderr and "cpu on rank(s) 0" in result.stderr,
+                     f"a rank without a GPU stops the job, named: {result.stderr[-300:]!r}")
+    return report.finish()
+
+
+if __name__ == "__main__":
+    main_guard(main)
