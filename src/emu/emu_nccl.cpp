@@ -806,7 +806,8 @@ using namespace zt_emu_nccl;
 
 ncclResult_t ncclGetVersion(int* version) {
   if (version == nullptr) return fail(ncclInvalidArgument, "ncclGetVersion: version is NULL");
-  *version = NCCL_VERSION_CODE;
+  // ZT_EMU_NCCL_VERSION (a version code, e.g. 22505 for 2.25.5) lets tests play an older runtime.
+  *version = static_cast<int>(zt_emu::env_int("ZT_EMU_NCCL_VERSION", NCCL_VERSION_CODE));
   return ncclSuccess;
 }
 

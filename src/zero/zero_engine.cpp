@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <exception>
 
 #include "zero/rank_major.h"
 
@@ -107,7 +108,10 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
 }
 
 ZeroEngine::~ZeroEngine() {
-  // Complete what is in flight before the buffers it writes go away.
+  // Complete what is in flight before the buffers it writes go away; unless the engine dies of
+  // an error: then the job is ending (the top-level handler aborts it), and a collective whose
+  // peer failed or hangs would hold this rank for a whole --comm-timeout per bucket in flight.
+  if (std::uncaught_exceptions() > 0) return;
   try {
     if (inflight_)
       for (auto& part : inflight_->parts) part.pending->wait();

@@ -17,6 +17,8 @@
 //                                 host reads stale data
 //   divergent_barrier, early_exit, shuffle_outside_mask, pageable_argument: the emulator's own
 //                                 faults, with every thread's file:line
+//   fault_named_by_sync           the CUDA backend's fill on pageable memory with ZT_CUDA_SYNC=1:
+//                                 the error names fill_kernel and its launch site
 // Usage: zt_emu_negative CASE. Prints CONTROL FAILED if the correct kernel fails.
 #include "emu/emu_predefine.h"
 
@@ -24,10 +26,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "backend/buffer.h"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_launch.h"
+#include "core/error.h"
 
 namespace {
 
@@ -286,6 +292,24 @@ int fault_case(const std::string& name) {
 
 }  // namespace
 
+// ZT_CUDA_SYNC=1: the fault is reported by the launch itself, naming the kernel.
+int fault_named_by_sync_case() {
+  setenv("ZT_CUDA_SYNC", "1", 1);
+  std::unique_ptr<zt::CudaBackend> backend = zt::make_cuda_backend(0);
+  std::vector<float> host(64, 0.0f);
+  zt::Buffer control(*backend, host.size() * sizeof(float));
+  backend->fill(control.view(zt::DType::F32, {64}), 1.0f);  // the control: a correct fill
+  try {
+    // Pageable host memory labelled as device memory: the kernel faults when it runs.
+    backend->fill(zt::Tensor(host.data(), zt::DType::F32, {64}, zt::Device::CUDA), 1.0f);
+  } catch (const zt::Error& error) {
+    std::printf("%s\n", error.what());
+    return 1;
+  }
+  std::printf("no error from the faulting fill\n");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: zt_emu_negative CASE (see the first comment of emu_negative.cpp)\n");
@@ -300,6 +324,7 @@ int main(int argc, char** argv) {
   if (name == "off_by_one_global") return off_by_one_global_case();
   if (name == "too_much_shared") return too_much_shared_case();
   if (name == "host_read_before_sync") return host_read_before_sync_case();
+  if (name == "fault_named_by_sync") return fault_named_by_sync_case();
   if (name == "divergent_barrier" || name == "early_exit" || name == "shuffle_outside_mask" ||
       name == "pageable_argument") {
     return fault_case(name);

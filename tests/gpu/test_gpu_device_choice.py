@@ -2,8 +2,12 @@
 # device): `train` without --device runs on the GPU, and --comm auto tells ranks that share a
 # GPU from ranks that each see one GPU through their own CUDA_VISIBLE_DEVICES by the GPUs' PCI
 # bus ids; a job whose ranks resolve --device auto differently stops saying which ranks differ.
+# And a GPU job fails fast: a rank that throws ends an NCCL job within seconds (its NCCL
+# communicators are aborted, not finalized, which would wait out --comm-timeout), and NCCL older
+# than 2.26 (no NCCL_LAUNCH_ORDER_IMPLICIT) runs every collective on one communicator.
 import os
 import stat
+import time
 
 from mpi_common_path import add_mpi_path  # noqa: F401 (puts tests/mpi on sys.path)
 from mpi_common import Report, main_guard, make_model_and_data, parse_args, read_run, run_ranks, temporary_directory
@@ -22,10 +26,10 @@ def main():
                          'export CUDA_VISIBLE_DEVICES="$mask"\nexec "$@"\n')
         os.chmod(wrapper, os.stat(wrapper).st_mode | stat.S_IXUSR)
 
-        def train(name, env=None, extra=(), wrap=True, expect_ok=True):
+        def train(name, env=None, extra=(), wrap=True, expect_ok=True, steps=1):
             out = os.path.join(workdir, name)
             command = ([wrapper] if wrap else []) + [args.zerotune, "train", "--model", model, "--data", data, "--out",
-                                                     out, "--max-steps", 1, "--micro-batch-size", 2] + list(extra)
+                                                     out, "--max-steps", steps, "--micro-batch-size", 2] + list(extra)
             saved = dict(os.environ)
             os.environ.update(env or {})
             try:
@@ -56,6 +60,17 @@ def main():
                           expect_ok=False)
         report.check(result.returncode != 0 and "--comm nccl: ranks 0 and 1 share GPU" in result.stderr,
                      f"--comm nccl on a shared GPU is refused: {result.stderr[-300:]!r}")
+
+        start = time.monotonic()
+        _, result = train("throw", env={"ZT_FAULT": "throw:step:1:2"}, wrap=False, expect_ok=False,
+                          extra=["--comm-timeout", "60", "--zero-stage", "3"], steps=3)
+        seconds = time.monotonic() - start
+        report.check(result.returncode != 0 and "injected fault" in result.stderr and seconds < 30,
+                     f"a rank that throws ends the NCCL job in {seconds:.1f} s (--comm-timeout 60)")
+
+        out, result = train("old-nccl", env={"ZT_EMU_NCCL_VERSION": "22505"}, wrap=False, extra=["--zero-stage", "3"])
+        report.check("NCCL 2.25.5 is older than 2.26" in result.stderr and read_run(out)["communicator"] == "nccl",
+                     f"NCCL 2.25.5: one communicator for every collective, said once: {result.stderr[-300:]!r}")
 
         _, result = train("mixed", env={"VISIBLE_0": "", "VISIBLE_1": "0"}, expect_ok=False)
         report.check(result.returncode != 0 and "resolved differently" in result.stderr and "cpu on rank(s) 0" in result.stderr,

@@ -3,6 +3,7 @@
 #include "comm/mpi/mpi_communicator.h"
 
 #include <climits>
+#include <exception>
 #include <thread>
 
 #include "core/error.h"
@@ -26,11 +27,15 @@ class MpiCommunicator;
 class MpiPending final : public PendingCollective {
  public:
   MpiPending(MPI_Request request, Collective kind, int rank, std::chrono::duration<double> timeout,
-             std::string context, double* wait_seconds)
+             std::string context, double* wait_seconds, bool* failed)
       : request_(request), kind_(kind), rank_(rank), timeout_(timeout), context_(std::move(context)),
-        wait_seconds_(wait_seconds) {}
+        wait_seconds_(wait_seconds), failed_(failed) {}
+  // A request still pending when its owner goes away is waited for, unless the owner goes away
+  // because of an error (unwinding) or a collective of this rank already failed: then the job
+  // is about to end (the top-level handler calls MPI_Abort), and waiting would only add a fresh
+  // --comm-timeout per request in flight before the job can end.
   ~MpiPending() override {
-    if (request_ != MPI_REQUEST_NULL) {
+    if (request_ != MPI_REQUEST_NULL && std::uncaught_exceptions() == 0 && !*failed_) {
       try {
         wait();
       } catch (...) {  // the error that made us unwind is the one to report
@@ -42,6 +47,11 @@ class MpiPending final : public PendingCollective {
 
   void wait() override {
     if (request_ == MPI_REQUEST_NULL) return;
+    if (*failed_) {  // a peer is gone or hung: this one cannot complete either
+      request_ = MPI_REQUEST_NULL;
+      fail("collective ", collective_name(kind_), " on rank ", rank_, context_suffix(),
+           " not waited for: an earlier collective of this rank failed or timed out");
+    }
     const Clock::time_point started = Clock::now();
     const Clock::time_point deadline = started + std::chrono::duration_cast<Clock::duration>(timeout_);
     // Spin briefly (small collectives finish in microseconds), then back off so that
@@ -52,6 +62,7 @@ class MpiPending final : public PendingCollective {
       const int code = MPI_Test(&request_, &complete, MPI_STATUS_IGNORE);
       if (code != MPI_SUCCESS) {
         request_ = MPI_REQUEST_NULL;
+        *failed_ = true;
         fail("MPI ", collective_name(kind_), " failed on rank ", rank_, context_suffix(), ": ", mpi_error_text(code));
       }
       if (complete) {
@@ -62,6 +73,7 @@ class MpiPending final : public PendingCollective {
         // The request cannot be cancelled (collectives are not cancellable): leave it to
         // MPI_Abort, which the top-level handler calls.
         request_ = MPI_REQUEST_NULL;
+        *failed_ = true;
         fail("collective ", collective_name(kind_), " did not complete within ", timeout_.count(),
              " s on rank ", rank_, context_suffix(),
              " (another rank failed, hangs or is far behind; see --comm-timeout)");
@@ -81,6 +93,7 @@ class MpiPending final : public PendingCollective {
   std::chrono::duration<double> timeout_;
   std::string context_;
   double* wait_seconds_;  // the communicator's counter for this kind (it outlives its requests)
+  bool* failed_;          // the communicator's: one of its collectives failed or timed out
 };
 
 class MpiCommunicator final : public Communicator {
@@ -213,10 +226,11 @@ class MpiCommunicator final : public Communicator {
   double ring_share() const { return static_cast<double>(size_ - 1) / static_cast<double>(size_); }
   Pending pending(MPI_Request request, Collective kind) {
     return std::make_unique<MpiPending>(request, kind, rank_, timeout_, context_,
-                                        &stats_.wait_seconds[static_cast<size_t>(kind)]);
+                                        &stats_.wait_seconds[static_cast<size_t>(kind)], &failed_);
   }
 
   MPI_Comm comm_;
+  bool failed_ = false;  // a collective failed or timed out: the job is ending, later waits fail at once
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, nodes_ = 1;
 };
 

@@ -11,7 +11,9 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <initializer_list>
 #include <map>
 #include <thread>
@@ -38,7 +40,7 @@ std::string nccl_error_text(ncclResult_t result) {
 
 }  // namespace
 
-// Calls without a communicator (ncclGetUniqueId, ncclCommGetAsyncError): a failure throws a
+// Calls without a communicator (ncclGetUniqueId, ncclCommGetAsyncError, ncclGetVersion): a failure throws a
 // zt::Error naming the call and the rank.
 #define ZT_NCCL_CHECK(call)                                                                    \
   do {                                                                                         \
@@ -83,9 +85,23 @@ struct Channel {
 // collective, in the same order); with CUDA 12.3 or newer it orders only the launches, so the
 // kernels still overlap. A value the user set is kept. NCCL reads the variable when it first
 // launches a collective, after this.
-void order_launches_of_both_communicators() {
+// Older NCCL ignores the variable: there every collective goes through the one communicator
+// (serialised: a stage-3 prefetch then waits behind the reductions issued before it), which
+// cannot deadlock. Returns whether the two communicators are safe.
+constexpr int kLaunchOrderImplicitVersion = 22600;  // NCCL 2.26.0
+bool order_launches_of_both_communicators() {
+  int version = 0;
+  ZT_NCCL_CHECK(ncclGetVersion(&version));
+  if (version < kLaunchOrderImplicitVersion) {
+    if (process_rank() <= 0)
+      std::fprintf(stderr, "zerotune: NCCL %d.%d.%d is older than 2.26 (NCCL_LAUNCH_ORDER_IMPLICIT): all collectives "
+                           "use one NCCL communicator, so stage-3 prefetches wait behind gradient reductions\n",
+                   version / 10000, version / 100 % 100, version % 100);
+    return false;
+  }
   ZT_CHECK(setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", 0) == 0,
            "make_nccl_communicator: setenv(NCCL_LAUNCH_ORDER_IMPLICIT) failed on rank ", process_rank());
+  return true;
 }
 
 class NcclCommunicator;
@@ -119,20 +135,27 @@ class NcclCommunicator final : public Communicator {
     try {
       ZT_CUDA_CHECK(cudaSetDevice(device_index_));
       check_one_rank_per_gpu();
-      order_launches_of_both_communicators();
+      two_channels_ = order_launches_of_both_communicators();
       std::array<ncclUniqueId, 2> ids{};  // main_'s and gather_'s, sent in one broadcast
       if (rank() == 0)
         for (ncclUniqueId& id : ids) ZT_NCCL_CHECK(ncclGetUniqueId(&id));
       bootstrap_.broadcast(Tensor(ids.data(), DType::U8, {static_cast<int64_t>(sizeof(ids))}), 0);
       ZT_CUDA_CHECK(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
       init_channel(main_, ids[0]);
-      init_channel(gather_, ids[1]);
+      if (two_channels_) init_channel(gather_, ids[1]);
     } catch (...) {
       release();
       throw;
     }
   }
-  ~NcclCommunicator() override { release(); }
+  // Unwinding after an error (OOM, bad input, a kernel fault, a failed peer), the communicators
+  // are aborted, not finalized: ncclCommFinalize waits until every peer has flushed its
+  // operations, which a failed or hung peer never does, so the job would end only after
+  // --comm-timeout. std::uncaught_exceptions tells the two exits apart where the objects die.
+  ~NcclCommunicator() override {
+    if (std::uncaught_exceptions() > 0) abort_communicators("unwinding after an error on this rank");
+    release();
+  }
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
@@ -237,6 +260,13 @@ class NcclCommunicator final : public Communicator {
   }
 
   void give_back(cudaEvent_t event) { spare_events_.push_back(event); }
+  // A collective still pending when its owner dies is not waited for when the owner dies of an
+  // error, or after the communicators were aborted: it cannot complete, and each wait would add a
+  // --comm-timeout before the job ends. Aborting makes the peers' collectives fail promptly.
+  bool skip_wait_on_destruction() {
+    if (std::uncaught_exceptions() > 0) abort_communicators("unwinding after an error on this rank");
+    return aborted_;
+  }
 
  private:
   // True when every tensor is host memory (the call goes to the bootstrap), false when every
@@ -259,7 +289,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   // All-gathers run on gather_, everything else on main_.
-  Channel& channel_for(Collective kind) { return kind == Collective::AllGather ? gather_ : main_; }
+  Channel& channel_for(Collective kind) { return kind == Collective::AllGather && two_channels_ ? gather_ : main_; }
   std::array<Channel*, 2> channels() { return {&main_, &gather_}; }
 
   double ring_share() const { return static_cast<double>(size() - 1) / static_cast<double>(size()); }
@@ -430,10 +460,11 @@ class NcclCommunicator final : public Communicator {
   std::vector<cudaEvent_t> spare_events_;   // completion events of finished collectives, for reuse
   bool aborted_ = false;
   std::string abort_reason_;
+  bool two_channels_ = true;  // all-gathers on gather_ (NCCL >= 2.26), else everything on main_
 };
 
 NcclPending::~NcclPending() {
-  if (!done_) {
+  if (!done_ && !owner_.skip_wait_on_destruction()) {
     try {
       wait();
     } catch (...) {  // the error that made us unwind is the one to report
