@@ -10,8 +10,13 @@
 //   unless the comment says otherwise. An empty parameter-gradient view means "frozen: skip".
 // - Storage dtypes (both backends; DESIGN.md "Numerics"): activations, weights and their
 //   gradients may be stored in fp32, bf16 or fp16 ("float" below); arithmetic is fp32 whatever
-//   the storage (reductions of losses and norms in double), and every stored result is rounded
-//   to its view's dtype (RNE). What each op accepts:
+//   the storage, and every stored result is rounded to its view's dtype (RNE). The sums that
+//   span a whole step or buffer (the cross-entropy loss sum, sum_squares for gradient norms) are
+//   accumulated in double on both backends. The per-row statistics of RMSNorm and LayerNorm
+//   (mean, mean of squares, and their backward's row dot products) are fp32 on the CUDA backend
+//   (a block tree reduction over one row: relative error about log2(C) x 2^-24, as HF computes
+//   them in fp32) and double on the CPU reference; the tests bound the difference. What each op
+//   accepts:
 //   - copy: any float <-> any float, same-dtype copies of any dtype. fill: every dtype.
 //     round_to: fp32 values to bf16/fp16, in place.
 //   - accumulate: dst and src any float (each its own). scale, sum_squares, has_inf_or_nan: any float.

@@ -158,6 +158,44 @@ BOOST_AUTO_TEST_CASE(all_transposes_dtypes_and_odd_sizes) {
   }
 }
 
+// Sequence lengths that change every step: the heuristic is asked per bucket of shapes, not per
+// length, the cache stays bounded, and every length still computes the right product (the
+// layouts are exact; only the algorithm is shared within a bucket).
+BOOST_AUTO_TEST_CASE(plans_are_shared_by_bucket_and_bounded) {
+  std::unique_ptr<CudaBackend> backend = make_cuda_backend(0);
+  for (int64_t tokens = 17; tokens <= 400; tokens += 3) {  // 128 lengths, like T of padded batches
+    const std::vector<float> a = random_floats(static_cast<size_t>(tokens * 24), static_cast<uint32_t>(tokens));
+    const std::vector<float> b = random_floats(24 * 8, 5);
+    DeviceTensor a_device = upload(a, DType::F32, {tokens, 24});
+    DeviceTensor b_device = upload(b, DType::F32, {8, 24});
+    DeviceTensor c_device = poisoned(DType::F32, {tokens, 8});
+    gpu().synchronize();
+    backend->matmul(c_device, a_device, false, b_device, true, 1.0f, 0.0f);  // forward: M = tokens
+    backend->synchronize();
+    if (tokens % 51 == 17) {  // a few exact checks against the CPU
+      std::vector<float> expected(static_cast<size_t>(tokens * 8)), a_host = a, b_host = b;
+      cpu().matmul(view(expected, {tokens, 8}), view(a_host, {tokens, 24}), false, view(b_host, {8, 24}), true, 1.0f,
+                   0.0f);
+      check_near(download(c_device), expected, DType::F32, 1e-5, cat("bucketed plan, M = ", tokens));
+    }
+  }
+  // 17..400 spans about 4.6 octaves: at most 4 buckets each.
+  BOOST_TEST(backend->gemm_heuristic_queries() <= 20u);
+  BOOST_TEST(backend->gemm_heuristic_queries() >= 10u);
+  // The bound: 300 shapes of their own (N varies, distinct buckets) keep at most 256 plans.
+  std::vector<float> one(1 * 4, 1.0f);
+  DeviceTensor a_device = upload(one, DType::F32, {1, 4});
+  for (int64_t n = 1; n <= 300; ++n) {
+    std::vector<float> w(static_cast<size_t>(n * 4), 1.0f);
+    DeviceTensor w_device = upload(w, DType::F32, {n, 4});
+    DeviceTensor c_device = poisoned(DType::F32, {1, n});
+    gpu().synchronize();
+    backend->matmul(c_device, a_device, false, w_device, true, 1.0f, 0.0f);
+  }
+  backend->synchronize();
+  BOOST_TEST(backend->gemm_plans_cached() <= 256u);
+}
+
 BOOST_AUTO_TEST_CASE(tf32_when_allowed) {
   CudaBackendOptions options;
   options.allow_tf32 = true;

@@ -257,6 +257,13 @@ void CudaBackendImpl::check_deferred_errors() {
   ZT_CHECK(!(errors & kCrossEntropyBadTarget),
            "cross_entropy_accumulate: a masked row's target was outside the vocabulary [0, V)",
            found);
+  if (errors & (kEmbeddingForwardBadId | kEmbeddingBackwardBadId)) {
+    uint64_t slots[2] = {0, 0};  // the id and the vocabulary (the error path: a synchronous read is fine)
+    ZT_CUDA_CHECK(cudaMemcpy(slots, device_status_ + kBadEmbeddingId, sizeof(slots), cudaMemcpyDeviceToHost));
+    fail(errors & kEmbeddingForwardBadId ? "embedding_forward" : "embedding_backward", ": an id (",
+         static_cast<int32_t>(static_cast<uint32_t>(slots[0])), ") is outside the vocabulary [0, ", slots[1], ")",
+         found);
+  }
   fail("cuda backend: unknown deferred kernel error bits ", errors);
 }
 

@@ -4,7 +4,8 @@
 //
 // Dtypes: every op takes the fp32, bf16 and fp16 views the rules at the top of backend.h allow
 // (what is particular to the CUDA backend is at the top of cuda_backend_impl.h). Arithmetic is
-// in fp32 (reductions of losses and norms in double), whatever the storage dtype.
+// in fp32 whatever the storage dtype; loss sums and gradient sums of squares accumulate in
+// double, a norm's per-row statistics in fp32 (backend.h says why that is the contract).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -49,6 +50,9 @@ class CudaBackend : public Backend {
   // to the host synchronise by themselves).
   virtual void synchronize() = 0;
   virtual int device_index() const = 0;
+  // cuBLASLt plans cached now (bounded) and heuristic queries so far (cuda_gemm.cpp).
+  virtual size_t gemm_plans_cached() const = 0;
+  virtual size_t gemm_heuristic_queries() const = 0;
 };
 
 // The caching allocator's size class of a request (cuda_allocator.h): what a GPU run's buffers

@@ -77,7 +77,9 @@ MatrixShape matrix_shape(const char* op, const char* arg, const Tensor& tensor);
 enum StatusSlot : int {
   kFirstBadRow = 0,    // min row index with a bad id/target (UINT64_MAX: none); reset per op
   kDeferredErrors = 1, // bits of DeferredError, checked at every synchronisation
-  kStatusSlots = 2,
+  kBadEmbeddingId = 2, // an id outside the vocabulary that an embedding kernel found (its int32 bits)
+  kEmbeddingVocab = 3, // that kernel's vocabulary size
+  kStatusSlots = 4,
 };
 // Errors found by kernels that do not synchronise (reporting them at once would stall the
 // GPU): the kernel sets a bit, the next synchronising call throws.
@@ -85,6 +87,8 @@ enum DeferredError : uint64_t {
   kDropoutNegativeRowId = 1,
   kCrossEntropyBadMask = 2,    // cross_entropy_accumulate: a mask flag other than 0 or 1
   kCrossEntropyBadTarget = 4,  // cross_entropy_accumulate: a masked row's target outside [0, V)
+  kEmbeddingForwardBadId = 8,  // embedding_forward: an id outside [0, V) (kBadEmbeddingId says which)
+  kEmbeddingBackwardBadId = 16,  // embedding_backward: the same
 };
 
 class CudaBackendImpl final : public CudaBackend {
@@ -114,6 +118,8 @@ class CudaBackendImpl final : public CudaBackend {
   size_t device_allocations() const override { return allocator_.device_allocations(); }
   void synchronize() override;
   int device_index() const override { return device_; }
+  size_t gemm_plans_cached() const override;
+  size_t gemm_heuristic_queries() const override;
 
   void* allocate(size_t bytes) override;
   void* allocate_discardable(size_t bytes, bool committed) override;

@@ -2,7 +2,9 @@
 // atomics and without sorting: the first occurrence of each id in the batch owns that table
 // row; its block gathers the id's later occurrences in increasing position order and adds
 // their gradients, so repeated ids add up in the CPU backend's order (bit-identical in fp32).
-// Ids outside [0, V) are found on the device and reported after one synchronisation.
+// Ids outside [0, V) are found on the device and reported at the backend's next synchronisation
+// (a deferred error, as cross-entropy's): checking them here would stall the GPU twice per
+// micro-batch.
 #include "backend/buffer.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.cuh"
@@ -13,10 +15,12 @@ namespace {
 
 __device__ inline bool valid_id(int32_t id, int64_t vocab) { return id >= 0 && id < vocab; }
 
-// Records `row` as a bad row; the host reports the smallest one.
-__device__ inline void report_bad_row(uint64_t* status, int64_t row) {
-  atomicMin(reinterpret_cast<unsigned long long*>(status + kFirstBadRow),
-            static_cast<unsigned long long>(row));
+// Records a bad id for the next synchronisation to report (any one of them, and the vocabulary).
+__device__ inline void report_bad_id(uint64_t* status, DeferredError error, int32_t id, int64_t vocab) {
+  atomicExch(reinterpret_cast<unsigned long long*>(status + kBadEmbeddingId),
+             static_cast<unsigned long long>(static_cast<uint32_t>(id)));
+  atomicExch(reinterpret_cast<unsigned long long*>(status + kEmbeddingVocab), static_cast<unsigned long long>(vocab));
+  atomicOr(reinterpret_cast<unsigned long long*>(status + kDeferredErrors), static_cast<unsigned long long>(error));
 }
 
 // out[n, :] = table[ids[n], :], one block per row (grid-stride over rows).
@@ -28,7 +32,7 @@ __global__ void embedding_forward_kernel(typename Format::Storage* out,
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const int32_t id = ids[row];
     if (!valid_id(id, vocab)) {
-      if (threadIdx.x == 0) report_bad_row(status, row);
+      if (threadIdx.x == 0) report_bad_id(status, kEmbeddingForwardBadId, id, vocab);
       continue;
     }
     const typename Format::Storage* source = table + id * cols;  // source[C]
@@ -55,7 +59,7 @@ __global__ void first_position_kernel(int32_t* first_position, const int32_t* id
     if (valid_id(id, vocab)) {
       atomicMin(first_position + id, static_cast<int32_t>(row));
     } else {
-      report_bad_row(status, row);
+      report_bad_id(status, kEmbeddingBackwardBadId, id, vocab);
     }
   }
 }
@@ -98,14 +102,6 @@ __global__ void embedding_backward_kernel(FloatArg dtable, const typename Format
   }
 }
 
-// Throws when a kernel reported a bad id: names the first bad row and its value.
-void report_bad_ids(CudaBackendImpl& backend, const char* op, const Tensor& ids, int64_t vocab) {
-  const uint64_t bad_row = backend.first_bad_row();
-  if (bad_row == UINT64_MAX) return;
-  int32_t value = 0;
-  backend.download(&value, static_cast<const int32_t*>(ids.data) + bad_row, sizeof(int32_t));
-  fail(op, ": ids[", bad_row, "] = ", value, " is outside the vocabulary [0, ", vocab, ")");
-}
 }  // namespace
 
 void CudaBackendImpl::embedding_forward(Tensor out, Tensor table, Tensor ids) {
@@ -120,7 +116,6 @@ void CudaBackendImpl::embedding_forward(Tensor out, Tensor table, Tensor ids) {
            table.describe(), " must have the same number of channels");
   expect_numel(op, "ids", ids, output.rows, "one id per row of out");
   if (output.rows == 0 || output.cols == 0) return;
-  reset_first_bad_row();
   dispatch_float(out.dtype, op, "out", [&](auto format) {
     using Format = decltype(format);
     launch({row_grid(output.rows), kThreads, 0, stream_}, embedding_forward_kernel<Format>,
@@ -130,7 +125,6 @@ void CudaBackendImpl::embedding_forward(Tensor out, Tensor table, Tensor ids) {
         device_status());
     ZT_CUDA_CHECK_LAUNCH("embedding_forward_kernel");
   });
-  report_bad_ids(*this, op, ids, weights.rows);
 }
 
 void CudaBackendImpl::embedding_backward(Tensor dtable, Tensor dout, Tensor ids) {
@@ -149,7 +143,6 @@ void CudaBackendImpl::embedding_backward(Tensor dtable, Tensor dout, Tensor ids)
   const int64_t vocab = grad_table.rows;
   Buffer first_position(*this, static_cast<size_t>(vocab) * sizeof(int32_t));  // [V]
   ZT_CUDA_CHECK(cudaMemsetAsync(first_position.data(), 0x7F, first_position.bytes(), stream_));
-  reset_first_bad_row();
   const int32_t* id_data = static_cast<const int32_t*>(ids.data);
   launch({grid_for(grad_out.rows), kThreads, 0, stream_}, first_position_kernel,
       static_cast<int32_t*>(first_position.data()), id_data, grad_out.rows, vocab,
@@ -162,7 +155,6 @@ void CudaBackendImpl::embedding_backward(Tensor dtable, Tensor dout, Tensor ids)
         static_cast<const int32_t*>(first_position.data()), grad_out.rows, grad_out.cols, vocab);
     ZT_CUDA_CHECK_LAUNCH("embedding_backward_kernel");
   });
-  report_bad_ids(*this, op, ids, vocab);
 }
 
 }  // namespace zt::cuda

@@ -2,8 +2,14 @@
 // views, bf16/fp16 tensor cores with fp32 accumulation for bf16/fp16 views, with a bf16/fp16
 // or fp32 output; matmul_bias adds a linear layer's bias in cuBLASLt's epilogue. Row-major
 // C = op(A) op(B) is computed as the column-major C^T = op(B)^T op(A)^T, i.e. cuBLASLt's "A" is
-// our B and its "B" is our A. The descriptors and the algorithm the heuristic picks are cached
-// per shape, dtype, epilogue and pointer alignment.
+// our B and its "B" is our A. The operation descriptor and the algorithm the heuristic picks
+// are cached per dtype, epilogue, pointer alignment and BUCKETED shape: each dimension rounded up
+// to 1, 1.25, 1.5 or 1.75 times a power of two (see bucket()), so that a run whose sequence
+// length changes every step (batches pad to their longest sample) asks the heuristic a few times
+// per layer, not once per length; the matrix layouts are made for the exact shape at each call
+// (host-side descriptors, microseconds). A bucket's algorithm that cuBLASLt refuses for an exact
+// shape is replaced by that shape's own (cached under the exact key). The cache holds at most
+// kMaxPlans plans, the least recently used going first.
 //
 // The bias epilogue (CUBLASLT_EPILOGUE_BIAS) adds a vector whose length is the number of ROWS of
 // the column-major D, broadcast over D's columns: D[i, j] += bias[i]. Our C[M,N] is D with N
@@ -17,6 +23,7 @@
 #include <cublasLt.h>
 
 #include <cstdint>
+#include <list>
 #include <map>
 #include <tuple>
 
@@ -70,11 +77,36 @@ struct GemmKey {
   bool operator<(const GemmKey& other) const { return tied() < other.tied(); }
 };
 
+// A dimension's bucket: the smallest of 1, 1.25, 1.5, 1.75 x 2^k (k >= 3) that holds it;
+// dimensions up to 16 are their own bucket. At most a quarter above the dimension.
+int64_t bucket(int64_t value) {
+  if (value <= 16) return value;
+  int64_t power = 8;
+  while (power * 2 < value) power *= 2;  // power < value <= 2 power
+  for (int64_t quarters = 5; quarters <= 8; ++quarters)
+    if (power * quarters / 4 >= value) return power * quarters / 4;
+  return 2 * power;
+}
+
+// The matrix layouts of one problem (made per call, destroyed after it).
+struct GemmLayouts {
+  cublasLtMatrixLayout_t a = nullptr;  // cuBLASLt's A: our B
+  cublasLtMatrixLayout_t b = nullptr;  // cuBLASLt's B: our A
+  cublasLtMatrixLayout_t c = nullptr;
+  explicit GemmLayouts(const GemmKey& key);
+  ~GemmLayouts() { destroy(); }
+  GemmLayouts(const GemmLayouts&) = delete;
+  GemmLayouts& operator=(const GemmLayouts&) = delete;
+  void destroy() noexcept {
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    a = b = c = nullptr;
+  }
+};
+
 struct GemmPlan {
   cublasLtMatmulDesc_t operation = nullptr;
-  cublasLtMatrixLayout_t layout_a = nullptr;  // cuBLASLt's A: our B
-  cublasLtMatrixLayout_t layout_b = nullptr;  // cuBLASLt's B: our A
-  cublasLtMatrixLayout_t layout_c = nullptr;
   cublasLtMatmulAlgo_t algorithm{};
   // False (and no descriptors) when cuBLASLt has no algorithm with the bias epilogue for the
   // key: cached too, so matmul_bias goes straight to its unfused path next time.
@@ -83,19 +115,61 @@ struct GemmPlan {
 
 void destroy_plan(GemmPlan& plan) {
   // Tear-down: errors ignored (destructors must not throw).
-  if (plan.layout_c) cublasLtMatrixLayoutDestroy(plan.layout_c);
-  if (plan.layout_b) cublasLtMatrixLayoutDestroy(plan.layout_b);
-  if (plan.layout_a) cublasLtMatrixLayoutDestroy(plan.layout_a);
   if (plan.operation) cublasLtMatmulDescDestroy(plan.operation);
   plan = GemmPlan{};
 }
 
+GemmLayouts::GemmLayouts(const GemmKey& key) {
+  try {
+    const cudaDataType_t input = cuda_type(key.input), output = cuda_type(key.output);
+    const auto m = static_cast<uint64_t>(key.m), n = static_cast<uint64_t>(key.n);
+    const auto k = static_cast<uint64_t>(key.k);
+    // Column-major shapes: our B[K,N] row-major is N x K (ld N); B[N,K] is K x N (ld K).
+    if (key.transpose_b) {
+      ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, input, k, n, key.k));
+    } else {
+      ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, input, n, k, key.n));
+    }
+    // Our A[M,K] row-major is K x M (ld K); A[K,M] is M x K (ld M).
+    if (key.transpose_a) {
+      ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, input, m, k, key.m));
+    } else {
+      ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, input, k, m, key.k));
+    }
+    // Our C[M,N] row-major is N x M (ld N): the bias epilogue's vector has its N rows.
+    ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c, output, n, m, key.n));
+  } catch (...) {
+    destroy();
+    throw;
+  }
+}
+
+constexpr size_t kMaxPlans = 256;
+
 }  // namespace
 
 struct GemmPlans {
-  std::map<GemmKey, GemmPlan> plans;
+  std::list<std::pair<GemmKey, GemmPlan>> recent;  // most recently used first
+  std::map<GemmKey, std::list<std::pair<GemmKey, GemmPlan>>::iterator> index;
+  size_t heuristic_queries = 0;
   ~GemmPlans() {
-    for (auto& [key, plan] : plans) destroy_plan(plan);
+    for (auto& [key, plan] : recent) destroy_plan(plan);
+  }
+  GemmPlan* find(const GemmKey& key) {
+    auto found = index.find(key);
+    if (found == index.end()) return nullptr;
+    recent.splice(recent.begin(), recent, found->second);  // now the most recent
+    return &found->second->second;
+  }
+  GemmPlan& insert(const GemmKey& key, GemmPlan plan) {
+    if (recent.size() >= kMaxPlans) {
+      destroy_plan(recent.back().second);
+      index.erase(recent.back().first);
+      recent.pop_back();
+    }
+    recent.emplace_front(key, plan);
+    index[key] = recent.begin();
+    return recent.front().second;
   }
 };
 
@@ -128,7 +202,7 @@ GemmPlan make_plan(cublasLtHandle_t handle, const GemmKey& key, const void* bias
                                                    &op_a, sizeof(op_a)));
     ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.operation, CUBLASLT_MATMUL_DESC_TRANSB,
                                                    &op_b, sizeof(op_b)));
-    const cudaDataType_t input = cuda_type(key.input), output = cuda_type(key.output);
+    const cudaDataType_t output = cuda_type(key.output);
     const bool with_bias = key.epilogue == CUBLASLT_EPILOGUE_BIAS;
     if (with_bias) {
       ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.operation, CUBLASLT_MATMUL_DESC_EPILOGUE,
@@ -140,23 +214,7 @@ GemmPlan make_plan(cublasLtHandle_t handle, const GemmKey& key, const void* bias
           plan.operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
       set_bias_pointer(plan.operation, bias);
     }
-    const auto m = static_cast<uint64_t>(key.m), n = static_cast<uint64_t>(key.n);
-    const auto k = static_cast<uint64_t>(key.k);
-    // Column-major shapes: our B[K,N] row-major is N x K (ld N); B[N,K] is K x N (ld K).
-    if (key.transpose_b) {
-      ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.layout_a, input, k, n, key.k));
-    } else {
-      ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.layout_a, input, n, k, key.n));
-    }
-    // Our A[M,K] row-major is K x M (ld K); A[K,M] is M x K (ld M).
-    if (key.transpose_a) {
-      ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.layout_b, input, m, k, key.m));
-    } else {
-      ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.layout_b, input, k, m, key.k));
-    }
-    // Our C[M,N] row-major is N x M (ld N): the bias epilogue's vector has its N rows.
-    ZT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.layout_c, output, n, m, key.n));
-
+    const GemmLayouts layouts(key);  // the key's (bucketed) shape: what the heuristic picks for
     cublasLtMatmulPreference_t preference = nullptr;
     ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
     const uint64_t workspace = kGemmWorkspaceBytes;
@@ -176,9 +234,8 @@ GemmPlan make_plan(cublasLtHandle_t handle, const GemmKey& key, const void* bias
         ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &bytes,
                                                              sizeof(bytes)));
       }
-      status = cublasLtMatmulAlgoGetHeuristic(handle, plan.operation, plan.layout_a,
-                                              plan.layout_b, plan.layout_c, plan.layout_c,
-                                              preference, 1, &result, &found);
+      status = cublasLtMatmulAlgoGetHeuristic(handle, plan.operation, layouts.a, layouts.b, layouts.c,
+                                              layouts.c, preference, 1, &result, &found);
     } catch (...) {
       cublasLtMatmulPreferenceDestroy(preference);
       throw;
@@ -235,25 +292,43 @@ bool CudaBackendImpl::run_gemm(Tensor c, Tensor a, bool transpose_a, Tensor b, b
     key.epilogue = CUBLASLT_EPILOGUE_BIAS;
     key.align_bias = alignment_of(bias.data);
   }
-  auto cached = gemm_plans_->plans.find(key);
-  if (cached == gemm_plans_->plans.end()) {
-    const std::string description =
-        cat("c ", c.describe(), " = a", transpose_a ? "^T " : " ", a.describe(), " x b",
-            transpose_b ? "^T " : " ", b.describe(),
-            bias.empty() ? std::string() : cat(" + bias ", bias.describe()));
-    cached = gemm_plans_->plans
-                 .emplace(key, make_plan(lt_handle_, key, bias.data, description.c_str()))
-                 .first;
+  const std::string description =
+      cat("c ", c.describe(), " = a", transpose_a ? "^T " : " ", a.describe(), " x b", transpose_b ? "^T " : " ",
+          b.describe(), bias.empty() ? std::string() : cat(" + bias ", bias.describe()));
+  GemmKey bucketed = key;
+  bucketed.m = bucket(key.m);
+  bucketed.n = bucket(key.n);
+  bucketed.k = bucket(key.k);
+  const auto plan_for = [&](const GemmKey& plan_key) -> GemmPlan& {
+    if (GemmPlan* cached = gemm_plans_->find(plan_key)) return *cached;
+    ++gemm_plans_->heuristic_queries;
+    return gemm_plans_->insert(plan_key, make_plan(lt_handle_, plan_key, bias.data, description.c_str()));
+  };
+  // An exact plan exists only where cuBLASLt refused the bucket's algorithm for this shape.
+  GemmPlan* plan = gemm_plans_->find(key);
+  if (!plan) plan = &plan_for(bucketed);
+  if (!plan->has_algorithm) return false;  // only bias plans lack one (make_plan throws otherwise)
+  const GemmLayouts layouts(key);
+  const auto run = [&](const GemmPlan& with) {
+    if (!bias.empty()) set_bias_pointer(with.operation, bias.data);
+    return cublasLtMatmul(lt_handle_, with.operation, &alpha, b.data, layouts.a, a.data, layouts.b, &beta, c.data,
+                          layouts.c, c.data, layouts.c, &with.algorithm, gemm_workspace_, kGemmWorkspaceBytes,
+                          stream_);
+  };
+  cublasStatus_t status = run(*plan);
+  const bool was_bucketed = bucketed.m != key.m || bucketed.n != key.n || bucketed.k != key.k;
+  if ((status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE) && was_bucketed &&
+      plan != gemm_plans_->find(key)) {
+    GemmPlan& exact = plan_for(key);  // this shape's own algorithm
+    if (!exact.has_algorithm) return false;
+    status = run(exact);
   }
-  const GemmPlan& plan = cached->second;
-  if (!plan.has_algorithm) return false;  // only bias plans lack one (make_plan throws otherwise)
-  if (!bias.empty()) set_bias_pointer(plan.operation, bias.data);
-  ZT_CUBLAS_CHECK(cublasLtMatmul(lt_handle_, plan.operation, &alpha, b.data, plan.layout_a, a.data,
-                                 plan.layout_b, &beta, c.data, plan.layout_c, c.data,
-                                 plan.layout_c, &plan.algorithm, gemm_workspace_,
-                                 kGemmWorkspaceBytes, stream_));
+  if (status != CUBLAS_STATUS_SUCCESS) fail_cublas_call("cublasLtMatmul", status, __FILE__, __LINE__);
   return true;
 }
+
+size_t CudaBackendImpl::gemm_plans_cached() const { return gemm_plans_->recent.size(); }
+size_t CudaBackendImpl::gemm_heuristic_queries() const { return gemm_plans_->heuristic_queries; }
 
 void CudaBackendImpl::matmul(Tensor c, Tensor a, bool transpose_a, Tensor b, bool transpose_b,
                              float alpha, float beta) {
