@@ -16,5 +16,6 @@ int command_inspect(const std::vector<std::string>& args);
 int command_estimate(const std::vector<std::string>& args);
 int command_export(const std::vector<std::string>& args);
 int command_report(const std::vector<std::string>& args);
+int command_selftest(const std::vector<std::string>& args);
 
 }  // namespace zt

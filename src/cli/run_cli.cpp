@@ -26,6 +26,7 @@ const std::map<std::string, Command>& commands() {
       {"estimate", command_estimate},
       {"export", command_export},
       {"report", command_report},
+      {"selftest", command_selftest},
   };
   return table;
 }
@@ -40,7 +41,9 @@ void print_usage(std::FILE* stream) {
                "  inspect show what a data directory holds (shards, lengths, a decoded sample)\n"
                "  estimate memory per GPU/CPU for each ZeRO stage and offload choice\n"
                "  export  a checkpoint as an HF model directory or a PEFT adapter\n"
-               "  report  write OUT/report.html (curves and summary) from a training run's OUT/metrics.jsonl\n\n"
+               "  report  write OUT/report.html (curves and summary) from a training run's OUT/metrics.jsonl\n"
+               "  selftest preflight on every rank of an allocation: kernels vs the CPU, GEMM plans, collectives,\n"
+               "          bandwidths, memory (takes train's options)\n\n"
                "`zerotune <command> --help` lists a command's options.\n");
 }
 

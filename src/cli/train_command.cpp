@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/train_options.h"
 #include "cli/parse_options.h"
 #include "core/error.h"
 #include "train/ds_config.h"
@@ -77,13 +78,16 @@ void take(const po::variables_map& vm, const char* key, T& target) {
 
 }  // namespace
 
-int command_train(const std::vector<std::string>& args) {
+ParsedTrainOptions parse_train_options(const std::vector<std::string>& args, const char* command,
+                                       const po::options_description& extra,
+                                       std::initializer_list<const char*> required, po::variables_map& vm) {
   po::options_description options = train_options();
-  po::variables_map vm;
+  options.add(extra);
+  ParsedTrainOptions parsed;
   try {
     po::store(po::command_line_parser(args).options(options).run(), vm);
   } catch (const po::error& error) {
-    fail(error.what(), " (see zerotune train --help)");
+    fail(error.what(), " (see zerotune ", command, " --help)");
   }
   if (vm.count("config")) {  // command-line values win: po::store keeps the first value stored
     const std::string path = vm["config"].as<std::string>();
@@ -98,13 +102,14 @@ int command_train(const std::vector<std::string>& args) {
   po::notify(vm);
   if (vm.count("help")) {
     std::cout << options << "\n";
-    return 0;
+    parsed.help = true;
+    return parsed;
   }
-  for (const char* required : {"model", "data", "out"})
-    ZT_CHECK(vm.count(required), "--", required, " is required (see zerotune train --help)");
+  for (const char* option : required)
+    ZT_CHECK(vm.count(option), "--", option, " is required (see zerotune ", command, " --help)");
 
-  TrainConfig config;
-  RunOptions run;
+  TrainConfig& config = parsed.config;
+  RunOptions& run = parsed.run;
   int world_size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   if (vm.count("deepspeed")) {
@@ -176,7 +181,13 @@ int command_train(const std::vector<std::string>& args) {
   ZT_CHECK(config.eval_every == 0 || !config.eval_data_dir.empty(), "--eval-every needs --eval-data");
   ZT_CHECK(config.epochs > 0, "--epochs must be positive, not ", config.epochs);
   ZT_CHECK(config.max_steps >= 0, "--max-steps must not be negative");
-  run_training(config, run);
+  return parsed;
+}
+
+int command_train(const std::vector<std::string>& args) {
+  po::variables_map vm;
+  ParsedTrainOptions parsed = parse_train_options(args, "train", po::options_description(), {"model", "data", "out"}, vm);
+  if (!parsed.help) run_training(parsed.config, parsed.run);
   return 0;
 }
 

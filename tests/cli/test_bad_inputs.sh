@@ -281,7 +281,7 @@ fi
 
 # ---------------------------------------------------------------------------------------------
 # Distributed training, checkpoints and export: bad flags and inputs.
-expect_error train-bad-device "--device must be cpu or cuda, not 'tpu'" \
+expect_error train-bad-device "--device must be auto, cpu or cuda, not 'tpu'" \
   -- train --model "$M" --data "$D" --out "$WORK/o-dev" --device tpu
 # No GPU here: a CPU build says it has no CUDA backend, a CUDA build that it sees no device.
 expect_error train-cuda-without-gpu "--device cuda: " \
