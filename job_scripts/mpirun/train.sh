@@ -27,6 +27,10 @@
 #                   (use none when ranks share cores with other jobs or oversubscribe them)
 #   ZT_MPIRUN_ARGS  more mpirun options, split at spaces (e.g. "--oversubscribe",
 #                   "--mca btl_tcp_if_include eth0")
+#   ZT_PREFLIGHT    1: run `zerotune selftest` with the run's options on every rank first (kernels
+#                   against the CPU, GEMM plans, NCCL, bandwidths, memory) and stop if it fails;
+#                   0: skip it. Default: 1 on a first run, 0 when ZT_OUT already holds a
+#                   checkpoint (a resubmission continuing the run: the nodes were checked before)
 #
 # A SIGUSR1 or SIGTERM sent to this script is passed on to every rank as SIGUSR1: zerotune then
 # writes a checkpoint and exits 0; run the script again with the same ZT_OUT to continue.
@@ -49,6 +53,7 @@ if [[ -n "${ZT_DS_CONFIG:-}" && ! -f "$ZT_DS_CONFIG" ]]; then die "ZT_DS_CONFIG=
 ZT_RESUME="${ZT_RESUME:-auto}"
 ZT_CPU_BIND="${ZT_CPU_BIND:-cores}"
 case "$ZT_CPU_BIND" in cores|none) ;; *) die "ZT_CPU_BIND='$ZT_CPU_BIND': use cores or none" ;; esac
+case "${ZT_PREFLIGHT:-}" in ""|0|1) ;; *) die "ZT_PREFLIGHT='$ZT_PREFLIGHT': use 1 (run zerotune selftest first) or 0" ;; esac
 command -v mpirun >/dev/null 2>&1 || die "mpirun not found: install Open MPI (Debian: openmpi-bin)"
 
 hosts=()  # --hostfile FILE, or nothing
@@ -109,7 +114,22 @@ train+=("${extra_args[@]}")
 bind=(--map-by "slot:PE=$OMP_NUM_THREADS" --bind-to core)
 if [[ "$ZT_CPU_BIND" == "none" ]]; then bind=(--bind-to none); fi
 read -r -a mpirun_args <<< "${ZT_MPIRUN_ARGS:-}"
-launch=(mpirun -np "$ZT_NP" "${hosts[@]}" "${bind[@]}" "${forward[@]}" "${mpirun_args[@]}" "${train[@]}")
+launcher=(mpirun -np "$ZT_NP" "${hosts[@]}" "${bind[@]}" "${forward[@]}" "${mpirun_args[@]}")
+launch=("${launcher[@]}" "${train[@]}")
+
+# ---- preflight: the nodes checked with the run's own options before a first run
+if [[ -z "${ZT_PREFLIGHT:-}" ]]; then
+  if [[ -f "$ZT_OUT/checkpoints/latest" ]]; then ZT_PREFLIGHT=0; else ZT_PREFLIGHT=1; fi
+fi
+if [[ "$ZT_PREFLIGHT" == "1" ]]; then
+  preflight=("${launcher[@]}" "$ZT_BIN" selftest "${train[@]:2}")
+  say "preflight: + ${preflight[*]}"
+  if ! "${preflight[@]}"; then
+    say "preflight failed (the lines above name the check, rank and host): not training; fix the node or set ZT_PREFLIGHT=0"
+    exit 1
+  fi
+fi
+
 
 say "$ZT_NP ranks${ZT_HOSTFILE:+ on the hosts of $ZT_HOSTFILE}, $OMP_NUM_THREADS OpenMP threads each"
 say "+ ${launch[*]}"

@@ -48,6 +48,7 @@ def main():
                 (name, "ZT_DS_CONFIG missing", {"ZT_DS_CONFIG": "/nonexistent/ds.json"}, ["ZT_DS_CONFIG=", "no such file"]),
                 (name, "ZT_BIN not executable", {"ZT_BIN": "/nonexistent/zerotune"}, ["ZT_BIN=", "no such executable"]),
                 (name, "ZT_CPU_BIND unknown", {"ZT_CPU_BIND": "sockets"}, ["ZT_CPU_BIND=", "cores or none"]),
+                (name, "ZT_PREFLIGHT unknown", {"ZT_PREFLIGHT": "yes"}, ["ZT_PREFLIGHT=", "1 (run zerotune selftest first) or 0"]),
             ]
         cases += [
             ("slurm", "outside Slurm", {"SLURM_JOB_ID": None}, ["SLURM_JOB_ID is not set", "sbatch"]),

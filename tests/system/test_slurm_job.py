@@ -73,6 +73,8 @@ def end_to_end(report, workdir, env_for, slurm_env):
     launcher = re.search(r"launcher (\w+)", log)
     report.check(launcher is not None, "the job log names the launcher")
     report.check("--resume auto" in log, "the job runs zerotune with --resume auto")
+    report.check("preflight: + " in log and "selftest: every check passed (2 ranks)" in log,
+                 "the first run of the job ran the preflight (zerotune selftest) on both ranks, and it passed")
     fields = job_fields(job_id.group(1), slurm_env)
     report.check(fields.get("JobState") == "COMPLETED" and fields.get("ExitCode") == "0:0",
                  f"job {job_id.group(1)}: COMPLETED with ExitCode 0:0 (got {fields.get('JobState')}, "
@@ -109,6 +111,8 @@ def time_limit_requeue(report, workdir, env_for, slurm_env, reference):
                  "zerotune saved a checkpoint and stopped on the signal")
     report.check("requeueing job" in log, "the script requeued the job")
     report.check(f"job {job_id} (restart 1)" in log, "the requeued job ran again (restart 1)")
+    after_restart = log.split(f"job {job_id} (restart 1)")[-1]
+    report.check("preflight: + " not in after_restart, "a requeued run skips the preflight (ZT_PREFLIGHT default 0)")
     report.check(re.search(r"resumed from \S*checkpoints\S*", log) is not None, "the second run resumed (--resume auto)")
     records = check_finished_run(report, "requeued job", out, STEPS, 2)
     compare_losses(report, "requeued job vs uninterrupted", records, reference, STEPS)
