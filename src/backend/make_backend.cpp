@@ -2,6 +2,7 @@
 #include "backend/make_backend.h"
 
 #include <cstdlib>
+#include <type_traits>
 
 #include "core/error.h"
 
@@ -59,41 +60,38 @@ std::string backend_pci_bus_id(const Backend& backend) {
   return "";
 }
 
-std::optional<DeviceMemory> device_memory(const Backend& backend) {
+// f(the CUDA backend behind `backend`), or nothing for the CPU backend or a build without CUDA.
+template <class Result, class Function>
+std::optional<Result> on_cuda(const Backend& backend, Function f) {
 #if ZT_WITH_CUDA
-  if (const auto* cuda = dynamic_cast<const CudaBackend*>(&backend))
-    return DeviceMemory{static_cast<int64_t>(cuda->memory_in_use()), static_cast<int64_t>(cuda->memory_peak()),
-                        static_cast<int64_t>(cuda->discardable_peak())};
+  if (const auto* cuda = dynamic_cast<const CudaBackend*>(&backend)) return f(*cuda);
 #else
   (void)backend;
+  (void)f;
 #endif
   return std::nullopt;
+}
+
+std::optional<DeviceMemory> device_memory(const Backend& backend) {
+  return on_cuda<DeviceMemory>(backend, [](const auto& cuda) {
+    return DeviceMemory{static_cast<int64_t>(cuda.memory_in_use()), static_cast<int64_t>(cuda.memory_peak()),
+                        static_cast<int64_t>(cuda.discardable_peak())};
+  });
 }
 
 std::optional<int64_t> device_bytes_used(const Backend& backend) {
-#if ZT_WITH_CUDA
-  if (const auto* cuda = dynamic_cast<const CudaBackend*>(&backend)) return static_cast<int64_t>(cuda->device_memory_used());
-#else
-  (void)backend;
-#endif
-  return std::nullopt;
+  return on_cuda<int64_t>(backend, [](const auto& cuda) { return static_cast<int64_t>(cuda.device_memory_used()); });
 }
 
 std::optional<int64_t> device_bytes_free(const Backend& backend) {
-#if ZT_WITH_CUDA
-  if (const auto* cuda = dynamic_cast<const CudaBackend*>(&backend)) return static_cast<int64_t>(cuda->device_memory_free());
-#else
-  (void)backend;
-#endif
-  return std::nullopt;
+  return on_cuda<int64_t>(backend, [](const auto& cuda) { return static_cast<int64_t>(cuda.device_memory_free()); });
 }
 
 void reset_device_peak(Backend& backend) {
-#if ZT_WITH_CUDA
-  if (auto* cuda = dynamic_cast<CudaBackend*>(&backend)) cuda->reset_peak();
-#else
-  (void)backend;
-#endif
+  on_cuda<bool>(backend, [](const auto& cuda) {
+    const_cast<std::remove_cvref_t<decltype(cuda)>&>(cuda).reset_peak();  // the peak is bookkeeping, not state
+    return true;
+  });
 }
 
 }  // namespace zt

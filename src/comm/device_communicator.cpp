@@ -61,4 +61,13 @@ std::unique_ptr<Communicator> make_device_communicator(const std::string& choice
   return make_staged_communicator(host, backend);
 }
 
+RunDevice set_up_run_device(const std::string& device, const std::string& comm, Communicator& host) {
+  RunDevice run;
+  run.choice = resolve_device(device, host.local_rank());
+  check_same_device(host, run.choice);
+  run.backend = make_backend(run.choice.device, host.local_rank());
+  run.comm = make_device_communicator(comm, host, *run.backend, run.comm_reason);
+  return run;
+}
+
 }  // namespace zt

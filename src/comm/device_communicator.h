@@ -23,4 +23,14 @@ void check_same_device(Communicator& host, const DeviceChoice& choice);
 std::unique_ptr<Communicator> make_device_communicator(const std::string& choice, Communicator& host,
                                                        Backend& backend, std::string& reason);
 
+// What a command that computes runs on: --device resolved (and checked the same on every rank),
+// its backend, and the device communicator with the reason it was chosen.
+struct RunDevice {
+  DeviceChoice choice;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Communicator> comm;  // nullptr on the CPU backend: use the host communicator
+  std::string comm_reason;
+};
+RunDevice set_up_run_device(const std::string& device, const std::string& comm, Communicator& host);
+
 }  // namespace zt

@@ -316,12 +316,11 @@ int run_selftest(TrainConfig config, const SelftestOptions& options) {
   if (seq_len <= 0 && !config.data_dir.empty()) seq_len = TokenDataset::open(config.data_dir).longest_sample();
   if (seq_len <= 0) seq_len = std::min<int64_t>(512, model.max_position_embeddings > 0 ? model.max_position_embeddings : 512);
 
-  const DeviceChoice device = resolve_device(config.device, host_comm->local_rank());
-  check_same_device(*host_comm, device);
-  std::unique_ptr<Backend> backend = make_backend(device.device, host_comm->local_rank());
-  std::string communicator_reason;
-  std::unique_ptr<Communicator> device_comm =
-      make_device_communicator(config.comm, *host_comm, *backend, communicator_reason);
+  RunDevice run_device = set_up_run_device(config.device, config.comm, *host_comm);
+  const DeviceChoice& device = run_device.choice;
+  const std::string& communicator_reason = run_device.comm_reason;
+  std::unique_ptr<Backend> backend = std::move(run_device.backend);
+  std::unique_ptr<Communicator> device_comm = std::move(run_device.comm);
   Communicator& comm = device_comm ? *device_comm : *host_comm;
   comm.set_timeout(std::chrono::duration<double>(config.comm_timeout_seconds));
   const bool gpu = backend->device() != Device::CPU;

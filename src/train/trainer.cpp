@@ -178,12 +178,11 @@ void run_training(TrainConfig config, const RunOptions& options) {
              "/adapter_config.json: do not give --lora-r as well");
     config.lora = read_peft_adapter_config(options.adapter_dir);
   }
-  const DeviceChoice device_choice = resolve_device(config.device, comm->local_rank());
-  check_same_device(*host_comm, device_choice);
-  std::unique_ptr<Backend> backend = make_backend(device_choice.device, comm->local_rank());
-  std::string communicator_reason;
-  std::unique_ptr<Communicator> device_comm =
-      make_device_communicator(config.comm, *host_comm, *backend, communicator_reason);
+  RunDevice run_device = set_up_run_device(config.device, config.comm, *host_comm);
+  const DeviceChoice& device_choice = run_device.choice;
+  const std::string& communicator_reason = run_device.comm_reason;
+  std::unique_ptr<Backend> backend = std::move(run_device.backend);
+  std::unique_ptr<Communicator> device_comm = std::move(run_device.comm);
   if (device_comm) comm = device_comm.get();
   // Where the timeout, the error context and the traffic counters live: NCCL keeps its own (and
   // passes them to MPI for host calls); host staging leaves them to MPI.
