@@ -286,7 +286,7 @@ int command_estimate(const std::vector<std::string>& args) {
       LoraConfig lora;
       lora.r = lora_r;
       lora.targets = split_commas(targets_text);
-      if (lora.targets.empty()) lora.targets = {"q_proj", "v_proj"};  // PEFT's llama default, as `train`
+      lora = lora_with_default_targets(lora, config);  // none given: the model type's PEFT default, as `train`
       adapters = lora_param_specs(specs, lora);
       shape.lora = lora;
     }

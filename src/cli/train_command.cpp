@@ -140,7 +140,7 @@ ParsedTrainOptions parse_train_options(const std::vector<std::string>& args, con
                          vm["lora-rslora"].as<bool>();
   ZT_CHECK(!lora_flag || config.lora.r > 0 || vm.count("adapter"),
            "LoRA options were given without --lora-r (the LoRA rank)");
-  if (config.lora.enabled() && config.lora.targets.empty()) config.lora.targets = {"q_proj", "v_proj"};  // PEFT's llama default
+  // No --lora-targets: the model type's PEFT default, resolved when the model config is read.
   ZT_CHECK(config.lora.dropout >= 0.0 && config.lora.dropout < 1.0, "--lora-dropout must be in [0, 1), not ",
            config.lora.dropout);
   take(vm, "adapter", run.adapter_dir);

@@ -22,6 +22,7 @@ enum class RngPurpose : uint32_t {
   LoraDropout = 3,
   Shuffle = 4,
   Test = 5,
+  ModelDropout = 6,  // a model's own dropout (OPT's residual dropout), by layer and site
 };
 
 struct RngKey {

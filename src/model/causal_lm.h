@@ -1,12 +1,14 @@
-// CausalLM: what the trainer sees of a model, whatever its architecture (LLaMA now, OPT next):
-// a forward pass to the logits, and a fused loss + explicit backward that accumulates
-// gradients into the ParamStore. Nothing in the trainer depends on the block structure.
+// CausalLM: what the trainer sees of a model, whatever its architecture (LLaMA, Mistral, Qwen2,
+// OPT: architecture.h): a forward pass to the logits, and a fused loss + explicit backward that
+// accumulates gradients into the ParamStore. Nothing in the trainer depends on the block
+// structure. The one implementation is the shared decoder skeleton (decoder.cpp).
 #pragma once
 #include <cstdint>
 #include <memory>
 
 #include "backend/backend.h"
 #include "model/config.h"
+#include "model/decoder_blocks.h"
 #include "model/linear.h"
 #include "model/param_store.h"
 
@@ -28,8 +30,9 @@ struct ModelOptions {
   float lora_dropout = 0.0f;
 };
 
-// What a model tells the ZeRO engine as it runs, unit by unit (units: see param_store.h).
-// Stage 3 gathers a unit's partitioned parameters on acquire and may free them on release;
+// What a model tells the ZeRO engine as it runs, unit by unit, forward 0..U-1 and backward
+// U-1..0 (units and the units each one reads: param_store.h). Stage 3 gathers what a unit reads
+// on acquire and may free it on release;
 // stage 2/3 reduce-scatter a unit's gradients once they are complete. The default does
 // nothing: every parameter is resident and gradients wait for the optimizer step.
 enum class UnitUse {
@@ -44,14 +47,6 @@ class UnitHooks {
   virtual void release(int unit) { (void)unit; }
   // Every gradient contribution of this micro-batch to the unit has been written.
   virtual void gradients_ready(int unit) { (void)unit; }
-};
-
-// Per-module timing for `--profile-step` (the trainer's flops profiler): the model reports each
-// piece of work as (module, FLOPs, seconds); module is embedding, attention, mlp, norm or head.
-class ModuleTimer {
- public:
-  virtual ~ModuleTimer() = default;
-  virtual void record(const char* module, double flops, double seconds) = 0;
 };
 
 class CausalLM {
@@ -91,7 +86,7 @@ class CausalLM {
   ModuleTimer* timer_ = nullptr;
 };
 
-// Builds the model for config.model_type over the parameters in `store`.
+// Builds the decoder of config.model_type (its architecture row's blocks) over the parameters in `store`.
 std::unique_ptr<CausalLM> make_causal_lm(const ModelConfig& config, ParamStore& store, Backend& backend,
                                          const ModelOptions& options);
 

@@ -83,7 +83,8 @@ InitModelResult init_model(const InitModelOptions& options) {
   ZT_CHECK(is_float(options.dtype), "init: --dtype must be fp32, bf16 or fp16, not ", dtype_name(options.dtype));
   prepare_out_dir(options);
 
-  const std::vector<ParamSpec> specs = model_param_specs(result.config);
+  // A tied parameter is its target: HF saves it once, under the target's name.
+  const std::vector<ParamSpec> specs = stored_param_specs(model_param_specs(result.config));
   std::vector<std::vector<std::byte>> stored(specs.size());  // [numel * dtype size] per parameter
   std::vector<SafetensorsEntry> entries;
   std::vector<float> values;  // [numel] fp32 of the parameter being initialised

@@ -1,22 +1,65 @@
-// LLaMA (LlamaForCausalLM): embedding -> L x [RMSNorm -> attention (RoPE, GQA) -> residual ->
-// RMSNorm -> SwiGLU MLP -> residual] -> RMSNorm -> untied head, with explicit forward and
-// backward per block and optional activation checkpointing (recompute a block in backward).
+// LLaMA (LlamaForCausalLM): its config keys, parameter list and block
+//   x -> RMSNorm -> attention (RoPE, GQA) -> + x -> RMSNorm -> SwiGLU MLP -> + (residual)
+// with explicit forward and backward. Mistral and Qwen2 rows reuse the block (llama.h).
+#include "model/llama.h"
+
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <vector>
 
 #include "core/rng.h"
-#include "model/causal_lm.h"
+#include "model/architecture.h"
+#include "model/norm.h"
 
 namespace zt {
 
 namespace {
 
-// Grows `buffer` to hold `elements` values of `dtype` (steady-state steps allocate nothing).
-void ensure(Buffer& buffer, Backend& backend, int64_t elements, DType dtype) {
-  size_t bytes = static_cast<size_t>(elements) * dtype_size(dtype);
-  if (buffer.bytes() < bytes) buffer = Buffer(backend, bytes);
+using nlohmann::json;
+
+// rope_scaling: null; {"type"|"rope_type": "default"}; {"linear", "factor": f > 0} (positions
+// divided by f); {"llama3", factor, low_freq_factor, high_freq_factor,
+// original_max_position_embeddings} (Llama 3.1+). dynamic, yarn and longrope change the
+// frequencies with the sequence length or per dimension in ways zerotune does not implement.
+RopeScaling parse_rope_scaling(const ConfigReader& reader) {
+  const std::string key = "rope_scaling";
+  RopeScaling scaling;
+  if (!reader.has(key)) return scaling;
+  const json& object = reader.value(key);
+  if (!object.is_object()) reader.bad(key, "expected null or an object like {\"rope_type\": \"linear\", \"factor\": 2.0}");
+  const char* type_key = object.contains("rope_type") ? "rope_type" : "type";
+  if (!object.contains(type_key) || !object.at(type_key).is_string())
+    reader.bad(key, "expected a string field \"rope_type\" (or \"type\")");
+  scaling.type = object.at(type_key).get<std::string>();
+  auto positive = [&](const char* field) {
+    if (!object.contains(field) || !object.at(field).is_number() || !(object.at(field).get<double>() > 0.0))
+      reader.bad(key, cat(scaling.type, " rope scaling needs a numeric \"", field, "\" > 0"));
+    return object.at(field).get<double>();
+  };
+  if (scaling.type == "default") return scaling;
+  if (scaling.type == "linear") {
+    scaling.factor = positive("factor");
+    return scaling;
+  }
+  if (scaling.type == "llama3") {
+    scaling.factor = positive("factor");
+    scaling.low_freq_factor = positive("low_freq_factor");
+    scaling.high_freq_factor = positive("high_freq_factor");
+    scaling.original_max_position_embeddings = positive("original_max_position_embeddings");
+    if (!(scaling.high_freq_factor > scaling.low_freq_factor))
+      reader.bad(key, "llama3 rope scaling needs high_freq_factor > low_freq_factor");
+    return scaling;
+  }
+  reader.bad(key, cat("rope scaling type '", scaling.type,
+                      "' is not implemented (zerotune implements default, linear and llama3)"));
+}
+
+void parse_llama(const ConfigReader& reader, ModelConfig& config) {
+  parse_llama_family(reader, config, LlamaFamilyDefaults{});
+  config.qkv_bias = config.o_bias = reader.boolean("attention_bias", false);
+  config.mlp_bias = reader.boolean("mlp_bias", false);
+  // pretraining_tp > 1 only splits the projections into slices whose results are summed: the
+  // same math up to float reassociation, so it is accepted (and must be a positive integer).
+  reader.positive_integer("pretraining_tp", 1);
 }
 
 enum LlamaLinear { kQ, kK, kV, kO, kGate, kUp, kDown, kLinears };
@@ -25,237 +68,115 @@ const char* const kLinearPaths[kLinears] = {"self_attn.q_proj", "self_attn.k_pro
                                             "mlp.down_proj"};
 
 struct LlamaBlock {
-  Tensor input_norm, input_norm_grad;  // [C]
-  Tensor post_norm, post_norm_grad;    // [C]
+  NormLayer input_norm, post_norm;  // [C] weights
   LinearLayer linear[kLinears];
 };
 
 // What one block's forward keeps for its backward (all rows N = B*T). Activations are in the
-// compute dtype; the norm and attention statistics (rstd, lse) in fp32.
-struct BlockActivations {
-  Buffer ln1, rstd1;        // [N, C], [N]
+// compute dtype; the norm and attention statistics in fp32.
+struct LlamaSaved final : BlockSaved {
+  Buffer ln1;               // [N, C]
+  NormSaved norm1, norm2;   // [N] each
   Buffer q, k, v;           // [N, H*D], [N, Hkv*D], [N, Hkv*D]  (q, k after RoPE)
   Buffer att, lse;          // [N, H*D], [B, H, T]
   Buffer mid;               // [N, C]  x + o_proj(att)
-  Buffer ln2, rstd2;        // [N, C], [N]
+  Buffer ln2;               // [N, C]
   Buffer gate, up, hidden;  // [N, F] each; hidden = silu(gate) * up
   LoraSaved lora[kLinears];
 };
 
-class LlamaModel final : public CausalLM {
+class LlamaBlocks final : public DecoderBlocks {
  public:
-  LlamaModel(const ModelConfig& config, ParamStore& store, Backend& backend, const ModelOptions& options)
-      : c_(config), backend_(backend), options_(options), act_(store.param_dtype()) {
-    embed_ = store.param("model.embed_tokens.weight");
-    embed_grad_ = store.grad("model.embed_tokens.weight");
-    final_norm_ = store.param("model.norm.weight");
-    final_norm_grad_ = store.grad("model.norm.weight");
-    ZT_CHECK(!c_.tie_word_embeddings, c_.path, ": tie_word_embeddings=true is not supported for llama yet");
-    head_ = LinearLayer(store, "lm_head", options.lora_scaling, options.lora_dropout, 0);
+  LlamaBlocks(const ModelConfig& config, const ParamStore& store, Backend& backend, const BlockOptions& options)
+      : c_(config), backend_(backend), act_(store.param_dtype()) {
     for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
       const std::string prefix = cat("model.layers.", l, ".");
       LlamaBlock block;
-      block.input_norm = store.param(prefix + "input_layernorm.weight");
-      block.input_norm_grad = store.grad(prefix + "input_layernorm.weight");
-      block.post_norm = store.param(prefix + "post_attention_layernorm.weight");
-      block.post_norm_grad = store.grad(prefix + "post_attention_layernorm.weight");
+      block.input_norm = NormLayer(store, backend, prefix + "input_layernorm", c_, c_.hidden_size);
+      block.post_norm = NormLayer(store, backend, prefix + "post_attention_layernorm", c_, c_.hidden_size);
       for (int i = 0; i < kLinears; ++i) {
-        uint32_t stream = rng_stream(RngPurpose::LoraDropout, static_cast<uint32_t>(l * 16 + i + 1));
+        const uint32_t stream = rng_stream(RngPurpose::LoraDropout, static_cast<uint32_t>(l * 16 + i + 1));
         block.linear[i] = LinearLayer(store, prefix + kLinearPaths[i], options.lora_scaling, options.lora_dropout, stream);
       }
       blocks_.push_back(std::move(block));
     }
-    // inv_freq[i] = 1 / theta^(2i/D) / linear_factor, computed in fp32 as transformers does.
-    const int64_t half = c_.head_dim / 2;
-    std::vector<float> inv_freq(static_cast<size_t>(half));
-    for (int64_t i = 0; i < half; ++i) {
-      float exponent = static_cast<float>(2 * i) / static_cast<float>(c_.head_dim);
-      inv_freq[static_cast<size_t>(i)] =
-          1.0f / std::pow(static_cast<float>(c_.rope_theta), exponent) / static_cast<float>(c_.rope_linear_factor);
-    }
-    inv_freq_ = Buffer(backend, static_cast<size_t>(half) * sizeof(float));
-    backend.copy(inv_freq_.view(DType::F32, {half}), Tensor(inv_freq.data(), DType::F32, {half}));
-    activations_.resize(options.activation_checkpointing ? 1 : static_cast<size_t>(c_.num_hidden_layers));
-    residual_.resize(static_cast<size_t>(c_.num_hidden_layers + 1));
+    const std::vector<float> inv_freq = rope_inv_freq(c_);
+    const int64_t half = static_cast<int64_t>(inv_freq.size());
+    inv_freq_ = Buffer(backend, inv_freq.size() * sizeof(float));
+    backend.copy(inv_freq_.view(DType::F32, {half}), Tensor(const_cast<float*>(inv_freq.data()), DType::F32, {half}));
   }
 
-  Tensor forward(const BatchTensors& batch, const DropoutContext& dropout) override {
-    reserve(batch.batch, batch.seq);
-    const int64_t n = rows();
-    hooks().acquire(kEmbedUnit, UnitUse::Forward);
-    timed("embedding", 0.0, [&] { backend_.embedding_forward(residual(0), embed_, batch.input_ids); });
-    hooks().release(kEmbedUnit);
-    for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
-      hooks().acquire(block_unit(l), UnitUse::Forward);
-      block_forward(l, residual(l), block_activations(l), residual(l + 1), dropout);
-      hooks().release(block_unit(l));
-    }
-    hooks().acquire(head_unit(), UnitUse::Forward);
-    timed("norm", norm_flops(), [&] {
-      backend_.rmsnorm_forward(matrix(final_ln_, n, c_.hidden_size), final_rstd_.view(DType::F32, {n}),
-                               residual(c_.num_hidden_layers), final_norm_, static_cast<float>(c_.norm_eps));
-    });
-    Tensor logits = matrix(logits_, n, c_.vocab_size);
-    timed("head", 2.0 * static_cast<double>(n) * head_.macs_per_token(),
-          [&] { head_.forward(backend_, logits, matrix(final_ln_, n, c_.hidden_size), head_saved_, dropout); });
-    hooks().release(head_unit());
-    return logits;
-  }
+  std::unique_ptr<BlockSaved> make_saved() const override { return std::make_unique<LlamaSaved>(); }
 
-  double loss(const BatchTensors& batch) override {
-    return backend_.cross_entropy(matrix(logits_, rows(), c_.vocab_size), batch.targets, batch.loss_mask, 0.0f);
-  }
-
-  double backward(const BatchTensors& batch, float grad_scale, const DropoutContext& dropout) override {
-    if (!loss_sum_.data()) loss_sum_ = Buffer(backend_, sizeof(double));
-    double sum = 0.0;  // [1]
-    Tensor host(&sum, DType::F64, {1});
-    backend_.copy(loss_sum_.view(DType::F64, {1}), host);
-    backward(batch, grad_scale, dropout, loss_sum_.view(DType::F64, {1}));
-    backend_.copy(host, loss_sum_.view(DType::F64, {1}));
-    return sum;
-  }
-
-  void backward(const BatchTensors& batch, float grad_scale, const DropoutContext& dropout, Tensor loss_sum) override {
-    const int64_t n = rows(), hidden = c_.hidden_size;
-    Tensor dlogits = matrix(logits_, n, c_.vocab_size);
-    Tensor d_final_ln = matrix(grad_ln_, n, hidden);
-    hooks().acquire(head_unit(), UnitUse::Backward);
-    timed("head", 2.0 * static_cast<double>(n) * (head_.macs_per_token() + head_.trainable_macs_per_token()), [&] {
-      backend_.cross_entropy_accumulate(dlogits, batch.targets, batch.loss_mask, grad_scale, loss_sum);
-      head_.backward(backend_, d_final_ln, false, dlogits, matrix(final_ln_, n, hidden), head_saved_, dropout,
-                     lora_dz(), lora_scratch());
-    });
-    Tensor d_residual = matrix(grad_residual_, n, hidden);  // gradient of the residual stream
-    timed("norm", 2.0 * norm_flops(), [&] {
-      backend_.rmsnorm_backward(d_residual, final_norm_grad_, d_final_ln, residual(c_.num_hidden_layers), final_norm_,
-                                final_rstd_.view(DType::F32, {n}));
-    });
-    hooks().gradients_ready(head_unit());
-    hooks().release(head_unit());
-    for (int64_t l = c_.num_hidden_layers - 1; l >= 0; --l) {
-      hooks().acquire(block_unit(l), UnitUse::Backward);
-      if (options_.activation_checkpointing)  // recompute this block's forward from its saved input
-        block_forward(l, residual(l), block_activations(l), matrix(recompute_out_, n, hidden), dropout);
-      block_backward(l, residual(l), block_activations(l), d_residual, dropout);
-      hooks().gradients_ready(block_unit(l));
-      hooks().release(block_unit(l));
-    }
-    hooks().acquire(kEmbedUnit, UnitUse::GradientOnly);
-    if (!embed_grad_.empty())
-      timed("embedding", 0.0, [&] { backend_.embedding_backward(embed_grad_, d_residual, batch.input_ids); });
-    hooks().gradients_ready(kEmbedUnit);
-    hooks().release(kEmbedUnit);
-  }
-
-  double forward_flops(int64_t batch, int64_t seq) const override {
-    double macs = head_.macs_per_token();
-    for (const LlamaBlock& block : blocks_)
-      for (const LinearLayer& linear : block.linear) macs += linear.macs_per_token();
-    // Attention: QK^T and PV, T*D multiply-adds per token and head each, halved by the causal mask.
-    macs += 2.0 * static_cast<double>(seq * c_.num_attention_heads * c_.head_dim) / 2.0 *
-            static_cast<double>(c_.num_hidden_layers);
-    return 2.0 * static_cast<double>(batch * seq) * macs;
-  }
-
-  double trainable_weight_flops(int64_t batch, int64_t seq) const override {
-    double macs = head_.trainable_macs_per_token();
-    for (const LlamaBlock& block : blocks_)
-      for (const LinearLayer& linear : block.linear) macs += linear.trainable_macs_per_token();
-    return 2.0 * static_cast<double>(batch * seq) * macs;
-  }
-
- private:
-  int64_t rows() const { return batch_ * seq_; }
-  // An activation buffer seen as [rows, cols] of the compute dtype.
-  Tensor matrix(const Buffer& buffer, int64_t rows, int64_t cols) const { return buffer.view(act_, {rows, cols}); }
-  // Units (param_store.h): 0 = embedding, l+1 = block l, L+1 = final norm + head.
-  static constexpr int kEmbedUnit = 0;
-  static int block_unit(int64_t layer) { return static_cast<int>(layer) + 1; }
-  int head_unit() const { return static_cast<int>(c_.num_hidden_layers) + 1; }
-  Tensor residual(int64_t index) { return matrix(residual_[static_cast<size_t>(index)], rows(), c_.hidden_size); }
-  BlockActivations& block_activations(int64_t layer) {
-    return activations_[options_.activation_checkpointing ? 0 : static_cast<size_t>(layer)];
-  }
-  Tensor lora_dz() { return lora_dz_.view(act_, {lora_dz_elements_}); }
-  Tensor lora_scratch() { return lora_scratch_.view(act_, {lora_scratch_elements_}); }
-
-  // Sizes every activation buffer for B x T (grows only; steady state allocates nothing).
-  void reserve(int64_t batch, int64_t seq) {
-    batch_ = batch;
-    seq_ = seq;
-    const int64_t n = rows(), hidden = c_.hidden_size, ffn = c_.intermediate_size;
+  void reserve(BlockSaved& saved_base, int64_t batch, int64_t seq) override {
+    LlamaSaved& a = static_cast<LlamaSaved&>(saved_base);
+    const int64_t n = batch * seq, hidden = c_.hidden_size, ffn = c_.intermediate_size;
     const int64_t q_width = c_.num_attention_heads * c_.head_dim, kv_width = c_.num_key_value_heads * c_.head_dim;
-    for (Buffer& buffer : residual_) ensure(buffer, backend_, n * hidden, act_);
-    for (BlockActivations& a : activations_) {
-      for (Buffer* buffer : {&a.ln1, &a.mid, &a.ln2}) ensure(*buffer, backend_, n * hidden, act_);
-      for (Buffer* buffer : {&a.rstd1, &a.rstd2}) ensure(*buffer, backend_, n, DType::F32);
-      for (Buffer* buffer : {&a.q, &a.att}) ensure(*buffer, backend_, n * q_width, act_);
-      for (Buffer* buffer : {&a.k, &a.v}) ensure(*buffer, backend_, n * kv_width, act_);
-      ensure(a.lse, backend_, n * c_.num_attention_heads, DType::F32);
-      for (Buffer* buffer : {&a.gate, &a.up, &a.hidden}) ensure(*buffer, backend_, n * ffn, act_);
-      for (int i = 0; i < kLinears; ++i) blocks_.front().linear[i].ensure_saved(backend_, a.lora[i], n);
-    }
-    head_.ensure_saved(backend_, head_saved_, n);
-    for (Buffer* buffer : {&final_ln_, &grad_ln_, &grad_residual_, &grad_temp_, &recompute_out_})
-      ensure(*buffer, backend_, n * hidden, act_);
-    ensure(final_rstd_, backend_, n, DType::F32);
-    ensure(logits_, backend_, n * c_.vocab_size, act_);
-    for (Buffer* buffer : {&grad_q_, &grad_att_}) ensure(*buffer, backend_, n * q_width, act_);
-    for (Buffer* buffer : {&grad_k_, &grad_v_}) ensure(*buffer, backend_, n * kv_width, act_);
-    for (Buffer* buffer : {&grad_gate_, &grad_up_, &grad_hidden_}) ensure(*buffer, backend_, n * ffn, act_);
-    int64_t max_rank = head_.lora_rank(), max_in = head_.in_features();
-    for (const LinearLayer& linear : blocks_.front().linear) {
-      max_rank = std::max(max_rank, linear.lora_rank());
-      max_in = std::max(max_in, linear.in_features());
-    }
-    lora_dz_elements_ = std::max<int64_t>(1, n * max_rank);
-    lora_scratch_elements_ = options_.lora_dropout > 0.0f ? n * max_in : 1;
-    ensure(lora_dz_, backend_, lora_dz_elements_, act_);
-    ensure(lora_scratch_, backend_, lora_scratch_elements_, act_);
+    for (Buffer* buffer : {&a.ln1, &a.mid, &a.ln2}) ensure_buffer(*buffer, backend_, n * hidden, act_);
+    const LlamaBlock& first = blocks_.front();
+    first.input_norm.ensure_saved(backend_, a.norm1, n);
+    first.post_norm.ensure_saved(backend_, a.norm2, n);
+    for (Buffer* buffer : {&a.q, &a.att}) ensure_buffer(*buffer, backend_, n * q_width, act_);
+    for (Buffer* buffer : {&a.k, &a.v}) ensure_buffer(*buffer, backend_, n * kv_width, act_);
+    ensure_buffer(a.lse, backend_, n * c_.num_attention_heads, DType::F32);
+    for (Buffer* buffer : {&a.gate, &a.up, &a.hidden}) ensure_buffer(*buffer, backend_, n * ffn, act_);
+    for (int i = 0; i < kLinears; ++i) first.linear[i].ensure_saved(backend_, a.lora[i], n);
+    for (Buffer* buffer : {&grad_ln_, &grad_temp_}) ensure_buffer(*buffer, backend_, n * hidden, act_);
+    for (Buffer* buffer : {&grad_q_, &grad_att_}) ensure_buffer(*buffer, backend_, n * q_width, act_);
+    for (Buffer* buffer : {&grad_k_, &grad_v_}) ensure_buffer(*buffer, backend_, n * kv_width, act_);
+    for (Buffer* buffer : {&grad_gate_, &grad_up_, &grad_hidden_}) ensure_buffer(*buffer, backend_, n * ffn, act_);
   }
 
-  // out[N,C] = block(x[N,C]); saves what backward needs in `a`.
-  void block_forward(int64_t layer, Tensor x, BlockActivations& a, Tensor out, const DropoutContext& dropout) {
+  std::vector<const LinearLayer*> linears(int64_t layer) const override {
+    std::vector<const LinearLayer*> all;
+    for (const LinearLayer& linear : blocks_[static_cast<size_t>(layer)].linear) all.push_back(&linear);
+    return all;
+  }
+
+  void forward(int64_t layer, const BlockPass& pass, Tensor x, BlockSaved& saved, Tensor out) override {
+    LlamaSaved& a = static_cast<LlamaSaved&>(saved);
     const LlamaBlock& block = blocks_[static_cast<size_t>(layer)];
-    const int64_t n = rows(), hidden = c_.hidden_size, ffn = c_.intermediate_size, d = c_.head_dim;
-    const int64_t heads = c_.num_attention_heads, kv_heads = c_.num_key_value_heads;
-    const float eps = static_cast<float>(c_.norm_eps);
+    const DropoutContext& dropout = *pass.dropout;
+    const int64_t n = pass.rows(), b = pass.batch, t = pass.seq, hidden = c_.hidden_size, ffn = c_.intermediate_size;
+    const int64_t d = c_.head_dim, heads = c_.num_attention_heads, kv_heads = c_.num_key_value_heads;
     Tensor ln1 = matrix(a.ln1, n, hidden), q = matrix(a.q, n, heads * d), k = matrix(a.k, n, kv_heads * d),
            v = matrix(a.v, n, kv_heads * d), att = matrix(a.att, n, heads * d), mid = matrix(a.mid, n, hidden),
            ln2 = matrix(a.ln2, n, hidden), gate = matrix(a.gate, n, ffn), up = matrix(a.up, n, ffn),
            hidden_act = matrix(a.hidden, n, ffn);
     Tensor inv_freq = inv_freq_.view(DType::F32, {d / 2});
     // Attention branch: mid = x + o_proj(attention(rope(q_proj(ln1)), rope(k_proj(ln1)), v_proj(ln1)))
-    timed("norm", norm_flops(), [&] { backend_.rmsnorm_forward(ln1, a.rstd1.view(DType::F32, {n}), x, block.input_norm, eps); });
-    timed("attention", attention_flops(block, false), [&] {
-    block.linear[kQ].forward(backend_, q, ln1, a.lora[kQ], dropout);
-    block.linear[kK].forward(backend_, k, ln1, a.lora[kK], dropout);
-    block.linear[kV].forward(backend_, v, ln1, a.lora[kV], dropout);
-    backend_.rope_forward(q.reshaped({batch_, seq_, heads, d}), inv_freq);
-    backend_.rope_forward(k.reshaped({batch_, seq_, kv_heads, d}), inv_freq);
-    backend_.attention_forward(att.reshaped({batch_, seq_, heads, d}), a.lse.view(DType::F32, {batch_, heads, seq_}),
-                               q.reshaped({batch_, seq_, heads, d}), k.reshaped({batch_, seq_, kv_heads, d}),
-                               v.reshaped({batch_, seq_, kv_heads, d}), attention_scale());
-    block.linear[kO].forward(backend_, mid, att, a.lora[kO], dropout);
-    backend_.accumulate(mid, x, 1.0f);
+    time_module(backend_, pass.timer, "norm", block.input_norm.flops(n),
+                [&] { block.input_norm.forward(backend_, ln1, x, a.norm1); });
+    time_module(backend_, pass.timer, "attention", attention_flops(block, pass, false), [&] {
+      block.linear[kQ].forward(backend_, q, ln1, a.lora[kQ], dropout);
+      block.linear[kK].forward(backend_, k, ln1, a.lora[kK], dropout);
+      block.linear[kV].forward(backend_, v, ln1, a.lora[kV], dropout);
+      backend_.rope_forward(q.reshaped({b, t, heads, d}), inv_freq);
+      backend_.rope_forward(k.reshaped({b, t, kv_heads, d}), inv_freq);
+      backend_.attention_forward(att.reshaped({b, t, heads, d}), a.lse.view(DType::F32, {b, heads, t}),
+                                 q.reshaped({b, t, heads, d}), k.reshaped({b, t, kv_heads, d}),
+                                 v.reshaped({b, t, kv_heads, d}), attention_scale());
+      block.linear[kO].forward(backend_, mid, att, a.lora[kO], dropout);
+      backend_.accumulate(mid, x, 1.0f);
     });
     // MLP branch: out = mid + down_proj(silu(gate_proj(ln2)) * up_proj(ln2))
-    timed("norm", norm_flops(), [&] { backend_.rmsnorm_forward(ln2, a.rstd2.view(DType::F32, {n}), mid, block.post_norm, eps); });
-    timed("mlp", mlp_flops(block, false), [&] {
-    block.linear[kGate].forward(backend_, gate, ln2, a.lora[kGate], dropout);
-    block.linear[kUp].forward(backend_, up, ln2, a.lora[kUp], dropout);
-    backend_.swiglu_forward(hidden_act, gate, up);
-    block.linear[kDown].forward(backend_, out, hidden_act, a.lora[kDown], dropout);
-    backend_.accumulate(out, mid, 1.0f);
+    time_module(backend_, pass.timer, "norm", block.post_norm.flops(n),
+                [&] { block.post_norm.forward(backend_, ln2, mid, a.norm2); });
+    time_module(backend_, pass.timer, "mlp", mlp_flops(block, pass, false), [&] {
+      block.linear[kGate].forward(backend_, gate, ln2, a.lora[kGate], dropout);
+      block.linear[kUp].forward(backend_, up, ln2, a.lora[kUp], dropout);
+      backend_.swiglu_forward(hidden_act, gate, up);
+      block.linear[kDown].forward(backend_, out, hidden_act, a.lora[kDown], dropout);
+      backend_.accumulate(out, mid, 1.0f);
     });
   }
 
-  // On entry d_residual[N,C] is the gradient of the block's output; on exit of its input x.
-  void block_backward(int64_t layer, Tensor x, BlockActivations& a, Tensor d_residual, const DropoutContext& dropout) {
+  void backward(int64_t layer, const BlockPass& pass, Tensor x, BlockSaved& saved, Tensor d_residual) override {
+    LlamaSaved& a = static_cast<LlamaSaved&>(saved);
     const LlamaBlock& block = blocks_[static_cast<size_t>(layer)];
-    const int64_t n = rows(), hidden = c_.hidden_size, ffn = c_.intermediate_size, d = c_.head_dim;
-    const int64_t heads = c_.num_attention_heads, kv_heads = c_.num_key_value_heads;
+    const DropoutContext& dropout = *pass.dropout;
+    const int64_t n = pass.rows(), b = pass.batch, t = pass.seq, hidden = c_.hidden_size, ffn = c_.intermediate_size;
+    const int64_t d = c_.head_dim, heads = c_.num_attention_heads, kv_heads = c_.num_key_value_heads;
     Tensor ln1 = matrix(a.ln1, n, hidden), q = matrix(a.q, n, heads * d), k = matrix(a.k, n, kv_heads * d),
            v = matrix(a.v, n, kv_heads * d), att = matrix(a.att, n, heads * d), mid = matrix(a.mid, n, hidden),
            ln2 = matrix(a.ln2, n, hidden), gate = matrix(a.gate, n, ffn), up = matrix(a.up, n, ffn),
@@ -265,100 +186,168 @@ class LlamaModel final : public CausalLM {
     Tensor d_att = matrix(grad_att_, n, heads * d), d_q = matrix(grad_q_, n, heads * d);
     Tensor d_k = matrix(grad_k_, n, kv_heads * d), d_v = matrix(grad_v_, n, kv_heads * d);
     Tensor inv_freq = inv_freq_.view(DType::F32, {d / 2});
+    Tensor dz = pass.lora_dz, scratch = pass.lora_scratch;
     // MLP branch (out = mid + down(hidden)): d_residual flows to mid unchanged, plus the norm's share.
-    timed("mlp", mlp_flops(block, true), [&] {
-    block.linear[kDown].backward(backend_, d_hidden, false, d_residual, hidden_act, a.lora[kDown], dropout, lora_dz(), lora_scratch());
-    backend_.swiglu_backward(d_gate, d_up, d_hidden, gate, up);
-    block.linear[kGate].backward(backend_, d_ln, false, d_gate, ln2, a.lora[kGate], dropout, lora_dz(), lora_scratch());
-    block.linear[kUp].backward(backend_, d_ln, true, d_up, ln2, a.lora[kUp], dropout, lora_dz(), lora_scratch());
+    time_module(backend_, pass.timer, "mlp", mlp_flops(block, pass, true), [&] {
+      block.linear[kDown].backward(backend_, d_hidden, false, d_residual, hidden_act, a.lora[kDown], dropout, dz, scratch);
+      backend_.swiglu_backward(d_gate, d_up, d_hidden, gate, up);
+      block.linear[kGate].backward(backend_, d_ln, false, d_gate, ln2, a.lora[kGate], dropout, dz, scratch);
+      block.linear[kUp].backward(backend_, d_ln, true, d_up, ln2, a.lora[kUp], dropout, dz, scratch);
     });
-    timed("norm", 2.0 * norm_flops(), [&] {
-      backend_.rmsnorm_backward(d_temp, block.post_norm_grad, d_ln, mid, block.post_norm, a.rstd2.view(DType::F32, {n}));
+    time_module(backend_, pass.timer, "norm", 2.0 * block.post_norm.flops(n), [&] {
+      block.post_norm.backward(backend_, d_temp, d_ln, mid, a.norm2);
       backend_.accumulate(d_residual, d_temp, 1.0f);  // now d(mid)
     });
     // Attention branch (mid = x + o_proj(att)).
-    timed("attention", attention_flops(block, true), [&] {
-    block.linear[kO].backward(backend_, d_att, false, d_residual, att, a.lora[kO], dropout, lora_dz(), lora_scratch());
-    backend_.attention_backward(d_q.reshaped({batch_, seq_, heads, d}), d_k.reshaped({batch_, seq_, kv_heads, d}),
-                                d_v.reshaped({batch_, seq_, kv_heads, d}), d_att.reshaped({batch_, seq_, heads, d}),
-                                q.reshaped({batch_, seq_, heads, d}), k.reshaped({batch_, seq_, kv_heads, d}),
-                                v.reshaped({batch_, seq_, kv_heads, d}), att.reshaped({batch_, seq_, heads, d}),
-                                a.lse.view(DType::F32, {batch_, heads, seq_}), attention_scale());
-    backend_.rope_backward(d_q.reshaped({batch_, seq_, heads, d}), inv_freq);
-    backend_.rope_backward(d_k.reshaped({batch_, seq_, kv_heads, d}), inv_freq);
-    block.linear[kQ].backward(backend_, d_ln, false, d_q, ln1, a.lora[kQ], dropout, lora_dz(), lora_scratch());
-    block.linear[kK].backward(backend_, d_ln, true, d_k, ln1, a.lora[kK], dropout, lora_dz(), lora_scratch());
-    block.linear[kV].backward(backend_, d_ln, true, d_v, ln1, a.lora[kV], dropout, lora_dz(), lora_scratch());
+    time_module(backend_, pass.timer, "attention", attention_flops(block, pass, true), [&] {
+      block.linear[kO].backward(backend_, d_att, false, d_residual, att, a.lora[kO], dropout, dz, scratch);
+      backend_.attention_backward(d_q.reshaped({b, t, heads, d}), d_k.reshaped({b, t, kv_heads, d}),
+                                  d_v.reshaped({b, t, kv_heads, d}), d_att.reshaped({b, t, heads, d}),
+                                  q.reshaped({b, t, heads, d}), k.reshaped({b, t, kv_heads, d}),
+                                  v.reshaped({b, t, kv_heads, d}), att.reshaped({b, t, heads, d}),
+                                  a.lse.view(DType::F32, {b, heads, t}), attention_scale());
+      backend_.rope_backward(d_q.reshaped({b, t, heads, d}), inv_freq);
+      backend_.rope_backward(d_k.reshaped({b, t, kv_heads, d}), inv_freq);
+      block.linear[kQ].backward(backend_, d_ln, false, d_q, ln1, a.lora[kQ], dropout, dz, scratch);
+      block.linear[kK].backward(backend_, d_ln, true, d_k, ln1, a.lora[kK], dropout, dz, scratch);
+      block.linear[kV].backward(backend_, d_ln, true, d_v, ln1, a.lora[kV], dropout, dz, scratch);
     });
-    timed("norm", 2.0 * norm_flops(), [&] {
-      backend_.rmsnorm_backward(d_temp, block.input_norm_grad, d_ln, x, block.input_norm, a.rstd1.view(DType::F32, {n}));
+    time_module(backend_, pass.timer, "norm", 2.0 * block.input_norm.flops(n), [&] {
+      block.input_norm.backward(backend_, d_temp, d_ln, x, a.norm1);
       backend_.accumulate(d_residual, d_temp, 1.0f);  // now d(x)
     });
   }
 
-  // --profile-step: runs `work`, and when a timer is set reports its wall time (device
-  // synchronised before and after) and FLOPs under `module`.
-  template <class Work>
-  void timed(const char* module, double flops, Work&& work) {
-    if (!timer()) {
-      work();
-      return;
-    }
-    backend_.synchronize();
-    const auto start = std::chrono::steady_clock::now();
-    work();
-    backend_.synchronize();
-    timer()->record(module, flops, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  // FLOPs of one forward (backward: false) or backward (true) of a block's branches for the
-  // current B x T: GEMMs 2 per multiply-add (backward: input gradients + trainable weight
-  // gradients), causal attention half of T x T, its backward twice the forward's.
-  double linear_flops(const LlamaBlock& block, std::initializer_list<int> linears, bool backward) const {
-    double macs = 0.0;
-    for (int i : linears)
-      macs += block.linear[i].macs_per_token() + (backward ? block.linear[i].trainable_macs_per_token() : 0.0);
-    return 2.0 * static_cast<double>(rows()) * macs;
-  }
-  double attention_flops(const LlamaBlock& block, bool backward) const {
-    const double core = 2.0 * static_cast<double>(batch_ * seq_ * seq_ * c_.num_attention_heads * c_.head_dim);
-    return linear_flops(block, {kQ, kK, kV, kO}, backward) + (backward ? 2.0 : 1.0) * core;
-  }
-  double mlp_flops(const LlamaBlock& block, bool backward) const {
-    return linear_flops(block, {kGate, kUp, kDown}, backward);
-  }
-  double norm_flops() const { return 4.0 * static_cast<double>(rows() * c_.hidden_size); }  // square, sum, scale, weight
-
+ private:
+  Tensor matrix(const Buffer& buffer, int64_t rows, int64_t cols) const { return buffer.view(act_, {rows, cols}); }
   float attention_scale() const { return 1.0f / std::sqrt(static_cast<float>(c_.head_dim)); }
+  double attention_flops(const LlamaBlock& block, const BlockPass& pass, bool backward) const {
+    const double core = attention_core_flops(pass.batch, pass.seq, c_.num_attention_heads, c_.head_dim);
+    return linear_flops({&block.linear[kQ], &block.linear[kK], &block.linear[kV], &block.linear[kO]}, pass.rows(),
+                        backward) +
+           (backward ? 2.0 : 1.0) * core;
+  }
+  double mlp_flops(const LlamaBlock& block, const BlockPass& pass, bool backward) const {
+    return linear_flops({&block.linear[kGate], &block.linear[kUp], &block.linear[kDown]}, pass.rows(), backward);
+  }
 
   ModelConfig c_;
   Backend& backend_;
-  ModelOptions options_;
-  DType act_;  // the compute dtype: activations, their gradients and the parameters the model reads
-  Tensor embed_, embed_grad_;            // [V, C]
-  Tensor final_norm_, final_norm_grad_;  // [C]
-  LinearLayer head_;                     // [V, C]
+  DType act_;  // the compute dtype: activations, their gradients and the parameters the blocks read
   std::vector<LlamaBlock> blocks_;
-  Buffer inv_freq_;                      // [D/2]
-
-  int64_t batch_ = 0, seq_ = 0;
-  std::vector<Buffer> residual_;               // L+1 x [N, C]: embeddings, then each block's output
-  std::vector<BlockActivations> activations_;  // L blocks, or 1 shared when checkpointing
-  LoraSaved head_saved_;
-  Buffer final_ln_, final_rstd_, logits_;      // [N, C], [N] fp32, [N, V] (logits become dlogits)
-  Buffer grad_residual_, grad_ln_, grad_temp_, recompute_out_;  // [N, C]
-  Buffer grad_q_, grad_att_, grad_k_, grad_v_;                  // [N, H*D], [N, Hkv*D]
-  Buffer grad_gate_, grad_up_, grad_hidden_;                    // [N, F]
-  Buffer lora_dz_, lora_scratch_;                               // [N, r_max], [N, in_max]
-  Buffer loss_sum_;                                             // fp64 [1]: backward's returned sum
-  int64_t lora_dz_elements_ = 1, lora_scratch_elements_ = 1;
+  Buffer inv_freq_;                              // fp32 [D/2]
+  Buffer grad_ln_, grad_temp_;                   // [N, C]   (workspace shared by all blocks)
+  Buffer grad_q_, grad_att_, grad_k_, grad_v_;   // [N, H*D], [N, Hkv*D]
+  Buffer grad_gate_, grad_up_, grad_hidden_;     // [N, F]
 };
 
 }  // namespace
 
-std::unique_ptr<CausalLM> make_causal_lm(const ModelConfig& config, ParamStore& store, Backend& backend,
-                                         const ModelOptions& options) {
-  if (config.model_type == "llama") return std::make_unique<LlamaModel>(config, store, backend, options);
-  fail(config.path, ": model_type '", config.model_type, "' is not implemented (supported: llama)");
+void parse_llama_family(const ConfigReader& reader, ModelConfig& config, const LlamaFamilyDefaults& defaults) {
+  config.vocab_size = reader.positive_integer("vocab_size", defaults.vocab_size);
+  config.hidden_size = reader.positive_integer("hidden_size", defaults.hidden_size);
+  config.intermediate_size = reader.positive_integer("intermediate_size", defaults.intermediate_size);
+  config.num_hidden_layers = reader.positive_integer("num_hidden_layers", defaults.num_hidden_layers);
+  config.num_attention_heads = reader.positive_integer("num_attention_heads", defaults.num_attention_heads);
+  config.num_key_value_heads = reader.positive_integer(
+      "num_key_value_heads", defaults.num_key_value_heads > 0 ? defaults.num_key_value_heads : config.num_attention_heads);
+  resolve_attention_shape(reader, config);
+  if (config.head_dim % 2 != 0) reader.bad("head_dim", cat("RoPE needs an even head dimension, got ", config.head_dim));
+  config.max_position_embeddings = reader.positive_integer("max_position_embeddings", defaults.max_position_embeddings);
+  config.norm = NormKind::RMSNorm;
+  config.norm_eps = reader.positive_number("rms_norm_eps", 1e-6);
+  config.positions = PositionKind::Rotary;
+  config.rope_theta = reader.positive_number("rope_theta", 10000.0);
+  config.rope_scaling = parse_rope_scaling(reader);
+
+  // transformers maps both names to SiLU (ACT2FN); the LLaMA MLP is SwiGLU with it.
+  const std::string act = reader.string("hidden_act", "silu");
+  if (act != "silu" && act != "swish")
+    reader.bad("hidden_act", cat(config.model_type, " models in zerotune use SwiGLU with 'silu'; this activation is not implemented"));
+  config.hidden_act = "silu";
+
+  config.tie_word_embeddings = reader.boolean("tie_word_embeddings", false);
+  config.initializer_range = reader.number("initializer_range", 0.02);
+  if (config.initializer_range < 0.0) reader.bad("initializer_range", "expected a number >= 0");
+  // Attention dropout would add randomness to the forward pass that zerotune does not draw.
+  if (reader.number("attention_dropout", 0.0) != 0.0)
+    reader.bad("attention_dropout", "attention dropout is not implemented (use 0.0)");
+
+  config.bos_token_id = first_id(reader.token_ids("bos_token_id", defaults.bos_token_id));
+  config.eos_token_ids = reader.token_ids("eos_token_id", defaults.eos_token_id);
+  config.eos_token_id = first_id(config.eos_token_ids);
+  config.pad_token_id = first_id(reader.token_ids("pad_token_id", std::nullopt));
+}
+
+std::vector<ParamSpec> llama_param_specs(const ModelConfig& c) {
+  const int64_t q_out = c.num_attention_heads * c.head_dim;
+  const int64_t kv_out = c.num_key_value_heads * c.head_dim;
+  const int head_unit = static_cast<int>(c.num_hidden_layers) + 1;
+  std::vector<ParamSpec> specs;
+  specs.push_back({"model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, ParamRole::Embedding, -1, "embed_tokens", 0, ""});
+  for (int layer = 0; layer < c.num_hidden_layers; ++layer) {
+    const std::string prefix = cat("model.layers.", layer, ".");
+    const int unit = layer + 1;
+    auto linear = [&](const std::string& block, const std::string& module, int64_t out, int64_t in, bool bias) {
+      specs.push_back({prefix + block + module + ".weight", {out, in}, ParamRole::Linear, layer, module, unit, ""});
+      if (bias) specs.push_back({prefix + block + module + ".bias", {out}, ParamRole::Bias, layer, module, unit, ""});
+    };
+    linear("self_attn.", "q_proj", q_out, c.hidden_size, c.qkv_bias);
+    linear("self_attn.", "k_proj", kv_out, c.hidden_size, c.qkv_bias);
+    linear("self_attn.", "v_proj", kv_out, c.hidden_size, c.qkv_bias);
+    linear("self_attn.", "o_proj", c.hidden_size, q_out, c.o_bias);
+    linear("mlp.", "gate_proj", c.intermediate_size, c.hidden_size, c.mlp_bias);
+    linear("mlp.", "up_proj", c.intermediate_size, c.hidden_size, c.mlp_bias);
+    linear("mlp.", "down_proj", c.hidden_size, c.intermediate_size, c.mlp_bias);
+    specs.push_back({prefix + "input_layernorm.weight", {c.hidden_size}, ParamRole::NormWeight, layer, "", unit, ""});
+    specs.push_back({prefix + "post_attention_layernorm.weight", {c.hidden_size}, ParamRole::NormWeight, layer, "", unit, ""});
+  }
+  specs.push_back({"model.norm.weight", {c.hidden_size}, ParamRole::NormWeight, -1, "", head_unit, ""});
+  specs.push_back({"lm_head.weight", {c.vocab_size, c.hidden_size}, ParamRole::Linear, -1, "lm_head", head_unit,
+                   c.tie_word_embeddings ? "model.embed_tokens.weight" : ""});
+  return specs;
+}
+
+std::unique_ptr<DecoderBlocks> make_llama_blocks(const ModelConfig& config, const ParamStore& store, Backend& backend,
+                                                 const BlockOptions& options) {
+  return std::make_unique<LlamaBlocks>(config, store, backend, options);
+}
+
+std::vector<float> rope_inv_freq(const ModelConfig& c) {
+  // inv_freq[i] = 1 / theta^(2i/D), in fp32 as transformers computes it (base ** (arange / dim)).
+  const int64_t half = c.head_dim / 2;
+  std::vector<float> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(c.head_dim);
+    inv_freq[static_cast<size_t>(i)] = 1.0f / std::pow(static_cast<float>(c.rope_theta), exponent);
+  }
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type == "linear") {
+    for (float& f : inv_freq) f /= static_cast<float>(s.factor);
+  } else if (s.type == "llama3") {
+    // transformers' _compute_llama3_parameters: wavelengths longer than the original context /
+    // low_freq_factor are divided by factor, shorter than context / high_freq_factor kept, and
+    // those between interpolated smoothly (fp32 tensors with Python-float scalars, as there).
+    const float factor = static_cast<float>(s.factor);
+    const double old_context = s.original_max_position_embeddings;
+    const double low_wavelen = old_context / s.low_freq_factor, high_wavelen = old_context / s.high_freq_factor;
+    for (float& f : inv_freq) {
+      const float wavelen = static_cast<float>(2.0 * M_PI) / f;
+      float scaled = wavelen > static_cast<float>(low_wavelen) ? f / factor : f;
+      const bool medium = !(wavelen < static_cast<float>(high_wavelen)) && !(wavelen > static_cast<float>(low_wavelen));
+      if (medium) {
+        const float smooth = (static_cast<float>(old_context) / wavelen - static_cast<float>(s.low_freq_factor)) /
+                             static_cast<float>(s.high_freq_factor - s.low_freq_factor);
+        scaled = (1.0f - smooth) * scaled / factor + smooth * scaled;
+      }
+      f = scaled;
+    }
+  }
+  return inv_freq;
+}
+
+Architecture llama_architecture() {
+  return {"llama", parse_llama, llama_param_specs, make_llama_blocks, {"q_proj", "v_proj"}};
 }
 
 }  // namespace zt

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "model/architecture.h"
 
 namespace zt {
 
@@ -16,8 +17,10 @@ std::string module_path(const std::string& weight_name) {
   return weight_name.substr(0, weight_name.size() - std::string(".weight").size());
 }
 
+// PEFT's all-linear: every nn.Linear but the output head (also the stem's and head's
+// projections, e.g. OPT's project_in/out); a tied head is the embedding table, never adapted.
 bool is_adaptable(const ParamSpec& spec) {
-  return spec.role == ParamRole::Linear && spec.layer >= 0;  // PEFT's all-linear skips the head
+  return spec.role == ParamRole::Linear && spec.module != "lm_head" && !spec.tied();
 }
 }  // namespace
 
@@ -48,10 +51,15 @@ std::vector<ParamSpec> lora_param_specs(const std::vector<ParamSpec>& specs, con
     if (!is_adaptable(spec) || std::find(modules.begin(), modules.end(), spec.module) == modules.end()) continue;
     const std::string path = module_path(spec.name);
     const int64_t out = spec.shape[0], in = spec.shape[1];
-    adapters.push_back({path + ".lora_A.weight", {lora.r, in}, ParamRole::Linear, spec.layer, spec.module});
-    adapters.push_back({path + ".lora_B.weight", {out, lora.r}, ParamRole::Linear, spec.layer, spec.module});
+    adapters.push_back({path + ".lora_A.weight", {lora.r, in}, ParamRole::Linear, spec.layer, spec.module, spec.unit, ""});
+    adapters.push_back({path + ".lora_B.weight", {out, lora.r}, ParamRole::Linear, spec.layer, spec.module, spec.unit, ""});
   }
   return adapters;
+}
+
+LoraConfig lora_with_default_targets(LoraConfig lora, const ModelConfig& config) {
+  if (lora.enabled() && lora.targets.empty()) lora.targets = architecture(config.model_type, config.path).lora_default_targets;
+  return lora;
 }
 
 float lora_scaling(const LoraConfig& lora) {

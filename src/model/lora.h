@@ -19,6 +19,10 @@ std::vector<std::string> lora_target_modules(const std::vector<ParamSpec>& specs
 // "<module path>.lora_A.weight" (PEFT's key without "base_model.model." and adapter name).
 std::vector<ParamSpec> lora_param_specs(const std::vector<ParamSpec>& specs, const LoraConfig& lora);
 
+// `lora` with PEFT's default target modules of the model type (its architecture row) when it
+// names none (LoRA on and targets empty); otherwise unchanged.
+LoraConfig lora_with_default_targets(LoraConfig lora, const ModelConfig& config);
+
 float lora_scaling(const LoraConfig& lora);
 
 // PEFT's initial lora_A: kaiming_uniform_(a=sqrt(5)) on [r, in] = U(-1/sqrt(in), 1/sqrt(in)),

@@ -1,5 +1,7 @@
-// The parameters of a model as HF names them, with their shapes and roles. This list drives
-// the flat-buffer layout, loading, `zerotune init`, LoRA targeting and weight decay.
+// The parameters of a model as HF names them, with their shapes, roles and ZeRO units. This list
+// drives the flat-buffer layout, loading, `zerotune init`, LoRA targeting and weight decay. Each
+// architecture declares its list (architecture.h); the units and ties declared here are what
+// ZeRO's gathering, prefetching and gradient reduction follow (param_store.h, "Units").
 #pragma once
 #include <cstdint>
 #include <string>
@@ -22,13 +24,22 @@ struct ParamSpec {
   ParamRole role;
   int layer = -1;               // block index, -1 outside the blocks
   std::string module;           // "q_proj", "gate_proj", ... ("" for non-linear params)
+  int unit = -1;                // ZeRO unit: 0 before the blocks, l+1 block l, L+1 after them
+  std::string tied_to;          // non-empty: this parameter IS that one (a tied head reads the
+                                // token embedding); it has no storage of its own and is neither
+                                // loaded, initialised, checkpointed nor exported
 
   int64_t numel() const;
   // DeepSpeed-Chat / HF Trainer: no weight decay on biases and norm weights.
   bool decays() const { return role == ParamRole::Embedding || role == ParamRole::Linear; }
+  bool tied() const { return !tied_to.empty(); }
 };
 
-// The parameter list of a model of config.model_type, in HF state-dict order.
+// The specs that own storage (every spec but the tied ones), in order.
+std::vector<ParamSpec> stored_param_specs(const std::vector<ParamSpec>& specs);
+
+// The parameter list of a model of config.model_type, in HF state-dict order (its
+// architecture's row), tied parameters included (marked by tied_to).
 std::vector<ParamSpec> model_param_specs(const ModelConfig& config);
 
 }  // namespace zt

@@ -29,22 +29,14 @@ const char* param_group_name(ParamGroup group) {
 }
 
 std::vector<int> param_units(const std::vector<ParamSpec>& specs) {
-  int layers = 0;
-  for (const ParamSpec& spec : specs) layers = std::max(layers, spec.layer + 1);
   std::map<std::string, int> unit_of_name;
   std::vector<int> units;
-  bool seen_block = false;
   for (const ParamSpec& spec : specs) {
-    int unit;
+    int unit = spec.unit;
     const size_t lora = spec.name.find(".lora_");
-    if (lora != std::string::npos && unit_of_name.count(spec.name.substr(0, lora) + ".weight")) {
+    if (lora != std::string::npos && unit_of_name.count(spec.name.substr(0, lora) + ".weight"))
       unit = unit_of_name[spec.name.substr(0, lora) + ".weight"];  // an adapter lives with its base weight
-    } else if (spec.layer >= 0) {
-      unit = spec.layer + 1;
-      seen_block = true;
-    } else {
-      unit = seen_block ? layers + 1 : 0;
-    }
+    ZT_CHECK(unit >= 0, "parameter ", spec.name, " has no ZeRO unit (its architecture's parameter list must declare one)");
     unit_of_name[spec.name] = unit;
     units.push_back(unit);
   }
@@ -61,10 +53,33 @@ ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, co
   const std::vector<int> units = param_units(specs);
   for (int unit : units) num_units_ = std::max(num_units_, unit + 1);
   for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].tied()) continue;  // resolved below, after every stored parameter has its entry
     ParamGroup group = !trainable[i] ? ParamGroup::Frozen : specs[i].decays() ? ParamGroup::Decay : ParamGroup::NoDecay;
     ZT_CHECK(!index_.count(specs[i].name), "parameter ", specs[i].name, " is listed twice");
     index_[specs[i].name] = entries_.size();
     entries_.push_back({specs[i], group, 0, units[i]});
+  }
+  // Ties: the name reads its target's storage; the unit holding the tie reads the target's unit.
+  unit_reads_.resize(static_cast<size_t>(num_units_));
+  unit_backward_reads_.assign(static_cast<size_t>(num_units_), false);
+  for (int unit = 0; unit < num_units_; ++unit) unit_reads_[static_cast<size_t>(unit)] = {unit};
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const ParamSpec& spec = specs[i];
+    // A backward reads the values of weights it multiplies by (linear dx = dy W, a norm's
+    // scale), not of lookup tables or biases.
+    if (spec.role == ParamRole::Linear || spec.role == ParamRole::NormWeight)
+      unit_backward_reads_[static_cast<size_t>(units[i])] = true;
+    if (!spec.tied()) continue;
+    ZT_CHECK(!index_.count(spec.name) && !aliases_.count(spec.name), "parameter ", spec.name, " is listed twice");
+    auto target = index_.find(spec.tied_to);
+    ZT_CHECK(target != index_.end(), "parameter ", spec.name, " is tied to '", spec.tied_to, "', which is not a stored parameter");
+    const ParamEntry& stored = entries_[target->second];
+    ZT_CHECK(stored.spec.shape == spec.shape, "parameter ", spec.name, " is tied to ", spec.tied_to, " of another shape");
+    ZT_CHECK(trainable[i] == (stored.group != ParamGroup::Frozen), "parameter ", spec.name, " is tied to ", spec.tied_to,
+             " but one is trainable and the other not");
+    aliases_[spec.name] = spec.tied_to;
+    std::vector<int>& reads = unit_reads_[static_cast<size_t>(units[i])];
+    if (std::find(reads.begin(), reads.end(), stored.unit) == reads.end()) reads.push_back(stored.unit);
   }
   // Offsets: unit by unit within each group, each unit padded to whole 16-element slices per partition.
   const int64_t unit_alignment = kAlignElements * partitions;
@@ -111,7 +126,8 @@ int64_t ParamStore::unit_numel(int unit) const {
 }
 
 const ParamEntry& ParamStore::entry(const std::string& name) const {
-  auto found = index_.find(name);
+  auto alias = aliases_.find(name);
+  auto found = index_.find(alias == aliases_.end() ? name : alias->second);
   ZT_CHECK(found != index_.end(), "no parameter named '", name, "'");
   return entries_[found->second];
 }

@@ -3,10 +3,14 @@
 // Groups: frozen (no gradient, e.g. LoRA base weights), trainable with weight decay, trainable
 // without weight decay (norm weights and biases). Each parameter is a slice of its group.
 //
-// Units (ZeRO): the parameters a model reads together. Unit 0 holds what comes before the
-// blocks (embeddings), unit l+1 block l, unit L+1 what comes after (final norm, head); a LoRA
-// adapter belongs to its base weight's unit. Within each group the buffer is laid out unit
-// after unit, and each unit's range is padded to a multiple of 16 x `partitions` elements, so
+// Units (ZeRO): the parameters a model reads together, as its architecture declares them
+// (ParamSpec::unit): unit 0 holds what comes before the blocks (embeddings), unit l+1 block l,
+// unit L+1 what comes after (final norm, head); a LoRA adapter belongs to its base weight's
+// unit. A unit may also read another unit's parameters through a tie (a tied head reads the
+// token embedding of unit 0): unit_reads() lists them, and ZeRO gathers them all when the unit
+// is acquired and commits their gradients for its backward. A tied parameter has no storage of
+// its own: its name resolves to its target (entries() holds only stored parameters).
+// Within each group the buffer is laid out unit after unit, and each unit's range is padded to a multiple of 16 x `partitions` elements, so
 // that partition r of a unit is the plain slice [begin + r*n/W, begin + (r+1)*n/W) and every
 // rank's slices of consecutive units are consecutive in its partition buffer (at begin/W).
 #pragma once
@@ -68,7 +72,7 @@ class ParamStore {
 
   const std::vector<ParamEntry>& entries() const { return entries_; }
   const ParamEntry& entry(const std::string& name) const;
-  bool contains(const std::string& name) const { return index_.count(name) > 0; }
+  bool contains(const std::string& name) const { return index_.count(name) > 0 || aliases_.count(name) > 0; }
   Tensor param(const std::string& name) const;  // param-dtype view with the spec's shape
   Tensor grad(const std::string& name) const;   // fp32; empty view when the parameter is frozen
   DType param_dtype() const { return param_dtype_; }
@@ -92,6 +96,11 @@ class ParamStore {
   void commit_unit_params(int unit);
 
   int num_units() const { return num_units_; }
+  // The units whose parameters unit `unit` reads (itself first, then its ties' units).
+  const std::vector<int>& unit_reads(int unit) const { return unit_reads_[static_cast<size_t>(unit)]; }
+  // Whether the unit's backward reads parameter values (linear weights, norm scales) or only
+  // writes gradients (lookup tables and biases only: an embedding unit).
+  bool unit_backward_reads_params(int unit) const { return unit_backward_reads_[static_cast<size_t>(unit)]; }
   int unit_of(const std::string& name) const { return entry(name).unit; }
   int partitions() const { return partitions_; }
   UnitRange unit_range(ParamGroup g, int unit) const { return group(g).units[static_cast<size_t>(unit)]; }
@@ -103,6 +112,9 @@ class ParamStore {
   DType param_dtype_ = DType::F32;
   std::vector<ParamEntry> entries_;
   std::map<std::string, size_t> index_;
+  std::map<std::string, std::string> aliases_;   // tied name -> stored name
+  std::vector<std::vector<int>> unit_reads_;     // [units]
+  std::vector<bool> unit_backward_reads_;        // [units]
   std::array<FlatGroup, kParamGroups> groups_;
   int num_units_ = 0;
   int partitions_ = 1;

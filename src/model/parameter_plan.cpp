@@ -6,7 +6,8 @@
 
 namespace zt {
 
-ParameterPlan plan_parameters(const ModelConfig& model_config, const LoraConfig& lora) {
+ParameterPlan plan_parameters(const ModelConfig& model_config, const LoraConfig& requested_lora) {
+  const LoraConfig lora = lora_with_default_targets(requested_lora, model_config);
   ParameterPlan plan;
   plan.specs = model_param_specs(model_config);
   plan.trainable.assign(plan.specs.size(), !lora.enabled());  // LoRA freezes every base weight
@@ -27,7 +28,7 @@ void load_base_weights(const std::string& model_dir, ParamStore& store, int unit
   ModelWeights weights(model_dir);
   for (const ParamEntry& entry : store.entries()) {
     const std::string& name = entry.spec.name;
-    if (is_lora_parameter(name) || (unit >= 0 && entry.unit != unit)) continue;
+    if (is_lora_parameter(name) || (unit >= 0 && entry.unit != unit)) continue;  // (tied names have no entry)
     ZT_CHECK(weights.contains(name), weights.source(), ": tensor '", name, "' is missing (the config needs it)");
     std::vector<float> host(static_cast<size_t>(entry.spec.numel()));  // via the host: the store may be on a GPU
     weights.read_f32(name, host.data(), entry.spec.shape);

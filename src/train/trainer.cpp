@@ -178,6 +178,11 @@ void run_training(TrainConfig config, const RunOptions& options) {
              "/adapter_config.json: do not give --lora-r as well");
     config.lora = read_peft_adapter_config(options.adapter_dir);
   }
+  config.lora = lora_with_default_targets(config.lora, model_config);  // as run.json and checkpoints record it
+  // A sequence the model cannot take (learned positions end, a sliding window zerotune does not
+  // implement) stops here rather than at the step whose batch holds it.
+  check_sequence_length(model_config, dataset.longest_sample(), config.data_dir);
+  if (eval_data) check_sequence_length(model_config, eval_data->longest_sample(), config.eval_data_dir);
   RunDevice run_device = set_up_run_device(config.device, config.comm, *host_comm);
   const DeviceChoice& device_choice = run_device.choice;
   const std::string& communicator_reason = run_device.comm_reason;

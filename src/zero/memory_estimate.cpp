@@ -211,6 +211,7 @@ ModelParamCounts count_model_params(const std::vector<ParamSpec>& model_specs,
   std::map<int, int64_t> per_block;           // decoder block -> all its parameters
   for (const std::vector<ParamSpec>* specs : {&model_specs, &lora_specs}) {
     for (const ParamSpec& spec : *specs) {
+      if (spec.tied()) continue;  // the same tensor as its target, counted once
       const int64_t numel = spec.numel();
       counts.total += numel;
       per_module[owning_module(spec.name)] += numel;

@@ -274,39 +274,59 @@ bool ZeroEngine::keep_after_release(int unit) const {
 }
 
 void ZeroEngine::acquire(int unit, UnitUse use) {
-  UnitState& u = units_[static_cast<size_t>(unit)];
+  // A unit reads its own parameters and those of its ties (ParamStore::unit_reads: a tied head
+  // reads the token embedding's unit); its backward writes their gradients.
+  const std::vector<int>& reads = store_.unit_reads(unit);
   if (stage_ == 3 && use != UnitUse::GradientOnly) {
-    u.last_use = use;
-    if (!u.gathered) gather_unit(unit, false);
-    finish_prefetch(unit);
-    // Prefetch the next unit of this pass (the embedding, unit 0, needs no parameters in
-    // backward) within stage3_prefetch_bucket_size and stage3_max_live_parameters.
-    const int next = use == UnitUse::Forward ? unit + 1 : unit - 1;
-    if (next >= (use == UnitUse::Forward ? 0 : 1) && next < store_.num_units()) {
-      const int64_t next_numel = store_.unit_numel(next);
-      if (!units_[static_cast<size_t>(next)].gathered && next_numel <= zero_.stage3_prefetch_bucket_size &&
-          live_gathered_ + next_numel <= zero_.stage3_max_live_parameters)
-        gather_unit(next, true);
+    for (int read : reads) {
+      UnitState& r = units_[static_cast<size_t>(read)];
+      r.last_use = use;
+      if (!r.gathered) gather_unit(read, false);
+      finish_prefetch(read);
     }
+    prefetch_next(unit, use);
   }
-  if (stage_ >= 2 && world_ > 1 && use != UnitUse::Forward && !u.grads_live) {
-    for (ParamGroup group : kTrainableGroups) {
-      const UnitRange range = store_.unit_range(group, unit);
-      if (!range.numel) continue;
-      Tensor grads = store_.group_grads(group).rows(range.begin, range.numel);
-      backend_.commit(grads);  // given back when the unit's previous gradients were reduced
-      backend_.fill(grads, 0.0f);
+  if (stage_ >= 2 && world_ > 1 && use != UnitUse::Forward) {
+    for (int written : reads) {
+      UnitState& w = units_[static_cast<size_t>(written)];
+      if (w.grads_live) continue;
+      for (ParamGroup group : kTrainableGroups) {
+        const UnitRange range = store_.unit_range(group, written);
+        if (!range.numel) continue;
+        Tensor grads = store_.group_grads(group).rows(range.begin, range.numel);
+        backend_.commit(grads);  // given back when the unit's previous gradients were reduced
+        backend_.fill(grads, 0.0f);
+      }
+      w.grads_live = true;
     }
-    u.grads_live = true;
   }
 }
 
+// Stage 3: starts gathering what the next unit of this pass reads, within
+// stage3_prefetch_bucket_size and stage3_max_live_parameters. The pass goes forward 0..U-1 and
+// backward U-1..0; a unit whose backward reads no parameters (an embedding table) is skipped.
+void ZeroEngine::prefetch_next(int unit, UnitUse use) {
+  const int next = use == UnitUse::Forward ? unit + 1 : unit - 1;
+  if (next < 0 || next >= store_.num_units()) return;
+  if (use != UnitUse::Forward && !store_.unit_backward_reads_params(next)) return;
+  int64_t missing = 0;
+  for (int read : store_.unit_reads(next))
+    if (!units_[static_cast<size_t>(read)].gathered) missing += store_.unit_numel(read);
+  if (!missing || missing > zero_.stage3_prefetch_bucket_size || live_gathered_ + missing > zero_.stage3_max_live_parameters)
+    return;
+  for (int read : store_.unit_reads(next))
+    if (!units_[static_cast<size_t>(read)].gathered) gather_unit(read, true);
+}
+
 void ZeroEngine::release(int unit) {
-  UnitState& u = units_[static_cast<size_t>(unit)];
-  if (stage_ != 3 || !u.gathered || keep_after_release(unit)) return;
-  finish_prefetch(unit);
-  discard_unit_params(unit);
-  u.gathered = false;
+  if (stage_ != 3) return;
+  for (int read : store_.unit_reads(unit)) {
+    UnitState& r = units_[static_cast<size_t>(read)];
+    if (!r.gathered || keep_after_release(read)) continue;
+    finish_prefetch(read);
+    discard_unit_params(read);
+    r.gathered = false;
+  }
 }
 
 // ---- gradients ------------------------------------------------------------------------------
@@ -651,7 +671,10 @@ ZeroMemory ZeroEngine::memory() const {
     for (int unit = 0; unit < store_.num_units(); ++unit) {
       const int64_t numel = store_.unit_numel(unit);
       if (numel < zero_.stage3_param_persistence_threshold) persistent += numel;
-      else largest = std::max(largest, numel);
+      int64_t in_use = 0;  // what acquiring the unit gathers: it and its ties' units
+      for (int read : store_.unit_reads(unit))
+        if (store_.unit_numel(read) >= zero_.stage3_param_persistence_threshold) in_use += store_.unit_numel(read);
+      largest = std::max(largest, in_use);
     }
     const bool prefetched = largest <= zero_.stage3_prefetch_bucket_size && 2 * largest <= zero_.stage3_max_live_parameters;
     const int64_t planned = persistent + (prefetched ? 2 * largest : largest);
@@ -692,11 +715,20 @@ ZeroCommPlan ZeroEngine::comm_plan(int64_t accumulation) const {
       break;
     default: {
       plan.reduce_scatter = micro * share * grad_bytes;
-      double gathered = 0.0, persistent = 0.0;  // bytes gathered per micro-batch / after each update
+      // Bytes gathered per micro-batch (each unit's reads, in forward and in each backward that
+      // reads parameters: an embedding's backward does not) / after each update (persistent units).
+      double gathered = 0.0, persistent = 0.0;
       for (int unit = 0; unit < store_.num_units(); ++unit) {
         const double bytes = static_cast<double>(store_.unit_numel(unit)) * param_size;
-        if (store_.unit_numel(unit) < zero_.stage3_param_persistence_threshold) persistent += bytes;
-        else gathered += unit == 0 ? bytes : 2.0 * bytes;  // forward + backward (unit 0: forward only)
+        if (store_.unit_numel(unit) < zero_.stage3_param_persistence_threshold) {
+          persistent += bytes;
+          continue;
+        }
+        for (int user = 0; user < store_.num_units(); ++user) {
+          const std::vector<int>& reads = store_.unit_reads(user);
+          if (std::find(reads.begin(), reads.end(), unit) == reads.end()) continue;
+          gathered += bytes * (store_.unit_backward_reads_params(user) ? 2.0 : 1.0);
+        }
       }
       plan.all_gather = share * (micro * gathered + persistent);
     }

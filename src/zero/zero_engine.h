@@ -147,6 +147,7 @@ class ZeroEngine final : public UnitHooks {
   Tensor compute_partition_view(const GroupState& s) const;  // compute dtype [P]
   void gather_unit(int unit, bool async);
   void finish_prefetch(int unit);
+  void prefetch_next(int unit, UnitUse use);
   void discard_unit_params(int unit);
   bool keep_after_release(int unit) const;
   void enqueue_gradients(int unit);  // adds a unit to the bucket; flushes it when full

@@ -1,0 +1,299 @@
+// The shared decoder skeleton: every architecture's CausalLM (architecture.h gives the blocks)
+//   stem:   embed_tokens(ids) [-> project_in] [+ embed_positions(position + offset)]   (unit 0)
+//   blocks: L x the family's block over the residual stream                          (units 1..L)
+//   head:   [final norm] [-> project_out] -> lm_head (own weight, or the token table) (unit L+1)
+// with explicit forward and backward, activation checkpointing (keep only each block's input,
+// recompute the block before its backward), the ZeRO unit hooks around each unit, the fused
+// cross-entropy, FLOP counts and --profile-step timing.
+#include <algorithm>
+#include <vector>
+
+#include "core/rng.h"
+#include "model/architecture.h"
+#include "model/causal_lm.h"
+#include "model/norm.h"
+
+namespace zt {
+
+namespace {
+
+class DecoderModel final : public CausalLM {
+ public:
+  DecoderModel(const ModelConfig& config, ParamStore& store, Backend& backend, const ModelOptions& options)
+      : c_(config), backend_(backend), options_(options), act_(store.param_dtype()) {
+    const Architecture& row = architecture(c_.model_type, c_.path);
+    const std::string decoder = c_.positions == PositionKind::Learned ? "model.decoder." : "model.";
+    embed_ = store.param(decoder + "embed_tokens.weight");
+    embed_grad_ = store.grad(decoder + "embed_tokens.weight");
+    if (c_.positions == PositionKind::Learned) {
+      positions_ = store.param(decoder + "embed_positions.weight");
+      positions_grad_ = store.grad(decoder + "embed_positions.weight");
+    }
+    // Adapters of the stem/head projections draw dropout streams after every block's (16 per layer).
+    const auto stream = [&](uint32_t index) {
+      return rng_stream(RngPurpose::LoraDropout, static_cast<uint32_t>(c_.num_hidden_layers * 16 + index));
+    };
+    if (c_.projects_embeddings()) {
+      project_in_ = LinearLayer(store, decoder + "project_in", options.lora_scaling, options.lora_dropout, stream(1));
+      project_out_ = LinearLayer(store, decoder + "project_out", options.lora_scaling, options.lora_dropout, stream(2));
+    }
+    if (c_.final_norm)
+      final_norm_ = NormLayer(store, backend, c_.positions == PositionKind::Learned ? decoder + "final_layer_norm" : "model.norm",
+                              c_, c_.hidden_size);
+    // A tied head's lm_head.weight is the token table itself (ParamStore resolves the tie), so
+    // its gradient accumulates into the embedding's.
+    head_ = LinearLayer(store, "lm_head", options.lora_scaling, options.lora_dropout, 0);
+    blocks_ = row.make_blocks(c_, store, backend, BlockOptions{options.lora_scaling, options.lora_dropout});
+    saved_.resize(options.activation_checkpointing ? 1 : static_cast<size_t>(c_.num_hidden_layers));
+    for (auto& saved : saved_) saved = blocks_->make_saved();
+    residual_.resize(static_cast<size_t>(c_.num_hidden_layers + 1));
+  }
+
+  Tensor forward(const BatchTensors& batch, const DropoutContext& dropout) override {
+    check_sequence_length(c_, batch.seq, "the micro-batch");
+    reserve(batch.batch, batch.seq);
+    const BlockPass pass = block_pass(dropout);
+    const int64_t n = rows();
+    hooks().acquire(kStemUnit, UnitUse::Forward);
+    time_module(backend_, timer(), "embedding", stem_flops(false), [&] { stem_forward(batch, dropout); });
+    hooks().release(kStemUnit);
+    for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
+      hooks().acquire(block_unit(l), UnitUse::Forward);
+      blocks_->forward(l, pass, residual(l), saved(l), residual(l + 1));
+      hooks().release(block_unit(l));
+    }
+    hooks().acquire(head_unit(), UnitUse::Forward);
+    Tensor head_input = residual(c_.num_hidden_layers);  // [N, C], then [N, E] after project_out
+    if (c_.final_norm) {
+      Tensor normed = matrix(final_ln_, n, c_.hidden_size);
+      time_module(backend_, timer(), "norm", final_norm_.flops(n), [&] { final_norm_.forward(backend_, normed, head_input, final_saved_); });
+      head_input = normed;
+    }
+    if (c_.projects_embeddings()) {
+      Tensor projected = matrix(projected_, n, c_.embed_dim());
+      time_module(backend_, timer(), "head", linear_flops({&project_out_}, n, false),
+                  [&] { project_out_.forward(backend_, projected, head_input, project_out_saved_, dropout); });
+      head_input = projected;
+    }
+    Tensor logits = matrix(logits_, n, c_.vocab_size);
+    time_module(backend_, timer(), "head", linear_flops({&head_}, n, false),
+                [&] { head_.forward(backend_, logits, head_input, head_saved_, dropout); });
+    hooks().release(head_unit());
+    return logits;
+  }
+
+  double loss(const BatchTensors& batch) override {
+    return backend_.cross_entropy(matrix(logits_, rows(), c_.vocab_size), batch.targets, batch.loss_mask, 0.0f);
+  }
+
+  double backward(const BatchTensors& batch, float grad_scale, const DropoutContext& dropout) override {
+    if (!loss_sum_.data()) loss_sum_ = Buffer(backend_, sizeof(double));
+    double sum = 0.0;  // [1]
+    Tensor host(&sum, DType::F64, {1});
+    backend_.copy(loss_sum_.view(DType::F64, {1}), host);
+    backward(batch, grad_scale, dropout, loss_sum_.view(DType::F64, {1}));
+    backend_.copy(host, loss_sum_.view(DType::F64, {1}));
+    return sum;
+  }
+
+  void backward(const BatchTensors& batch, float grad_scale, const DropoutContext& dropout, Tensor loss_sum) override {
+    const BlockPass pass = block_pass(dropout);
+    const int64_t n = rows(), hidden = c_.hidden_size, embed = c_.embed_dim();
+    Tensor dlogits = matrix(logits_, n, c_.vocab_size);
+    Tensor d_residual = matrix(grad_residual_, n, hidden);  // the residual stream's gradient
+    hooks().acquire(head_unit(), UnitUse::Backward);
+    // The head chain backwards: lm_head <- [project_out] <- [final norm] <- residual stream.
+    Tensor final_out = residual(c_.num_hidden_layers);                              // [N, C]
+    Tensor normed = c_.final_norm ? matrix(final_ln_, n, hidden) : final_out;        // [N, C]
+    Tensor head_input = c_.projects_embeddings() ? matrix(projected_, n, embed) : normed;
+    Tensor d_normed = c_.final_norm ? matrix(grad_ln_, n, hidden) : d_residual;     // [N, C]
+    Tensor d_head_input = c_.projects_embeddings() ? matrix(grad_projected_, n, embed) : d_normed;
+    time_module(backend_, timer(), "head", linear_flops({&head_}, n, true), [&] {
+      backend_.cross_entropy_accumulate(dlogits, batch.targets, batch.loss_mask, grad_scale, loss_sum);
+      head_.backward(backend_, d_head_input, false, dlogits, head_input, head_saved_, dropout, pass.lora_dz, pass.lora_scratch);
+    });
+    if (c_.projects_embeddings())
+      time_module(backend_, timer(), "head", linear_flops({&project_out_}, n, true), [&] {
+        project_out_.backward(backend_, d_normed, false, d_head_input, normed, project_out_saved_, dropout, pass.lora_dz,
+                              pass.lora_scratch);
+      });
+    if (c_.final_norm)
+      time_module(backend_, timer(), "norm", 2.0 * final_norm_.flops(n),
+                  [&] { final_norm_.backward(backend_, d_residual, d_normed, final_out, final_saved_); });
+    hooks().gradients_ready(head_unit());
+    hooks().release(head_unit());
+    for (int64_t l = c_.num_hidden_layers - 1; l >= 0; --l) {
+      hooks().acquire(block_unit(l), UnitUse::Backward);
+      if (options_.activation_checkpointing)  // recompute this block's forward from its saved input
+        blocks_->forward(l, pass, residual(l), saved(l), matrix(recompute_out_, n, hidden));
+      blocks_->backward(l, pass, residual(l), saved(l), d_residual);
+      hooks().gradients_ready(block_unit(l));
+      hooks().release(block_unit(l));
+    }
+    // The token table's backward reads no parameters; project_in's reads its weight.
+    hooks().acquire(kStemUnit, c_.projects_embeddings() ? UnitUse::Backward : UnitUse::GradientOnly);
+    time_module(backend_, timer(), "embedding", stem_flops(true), [&] { stem_backward(batch, dropout, pass, d_residual); });
+    hooks().gradients_ready(kStemUnit);
+    hooks().release(kStemUnit);
+  }
+
+  double forward_flops(int64_t batch, int64_t seq) const override {
+    double macs = 0.0;
+    for (const LinearLayer* linear : all_linears()) macs += linear->macs_per_token();
+    // Attention: QK^T and PV, T*D multiply-adds per token and head each, halved by the causal mask.
+    macs += 2.0 * static_cast<double>(seq * c_.num_attention_heads * c_.head_dim) / 2.0 *
+            static_cast<double>(c_.num_hidden_layers);
+    return 2.0 * static_cast<double>(batch * seq) * macs;
+  }
+
+  double trainable_weight_flops(int64_t batch, int64_t seq) const override {
+    double macs = 0.0;
+    for (const LinearLayer* linear : all_linears()) macs += linear->trainable_macs_per_token();
+    return 2.0 * static_cast<double>(batch * seq) * macs;
+  }
+
+ private:
+  // Units (param_store.h): 0 = the stem, l+1 = block l, L+1 = the head.
+  static constexpr int kStemUnit = 0;
+  static int block_unit(int64_t layer) { return static_cast<int>(layer) + 1; }
+  int head_unit() const { return static_cast<int>(c_.num_hidden_layers) + 1; }
+  int64_t rows() const { return batch_ * seq_; }
+  // An activation buffer seen as [rows, cols] of the compute dtype.
+  Tensor matrix(const Buffer& buffer, int64_t rows, int64_t cols) const { return buffer.view(act_, {rows, cols}); }
+  Tensor residual(int64_t index) { return matrix(residual_[static_cast<size_t>(index)], rows(), c_.hidden_size); }
+  BlockSaved& saved(int64_t layer) { return *saved_[options_.activation_checkpointing ? 0 : static_cast<size_t>(layer)]; }
+  BlockPass block_pass(const DropoutContext& dropout) {
+    BlockPass pass;
+    pass.batch = batch_;
+    pass.seq = seq_;
+    pass.dropout = &dropout;
+    pass.lora_dz = lora_dz_.view(act_, {lora_dz_elements_});
+    pass.lora_scratch = lora_scratch_.view(act_, {lora_scratch_elements_});
+    pass.timer = timer();
+    return pass;
+  }
+  std::vector<const LinearLayer*> all_linears() const {
+    std::vector<const LinearLayer*> all = {&head_};
+    if (c_.projects_embeddings()) all.insert(all.end(), {&project_in_, &project_out_});
+    for (int64_t l = 0; l < c_.num_hidden_layers; ++l)
+      for (const LinearLayer* linear : blocks_->linears(l)) all.push_back(linear);
+    return all;
+  }
+  double stem_flops(bool backward) const {
+    return c_.projects_embeddings() ? linear_flops({&project_in_}, rows(), backward) : 0.0;
+  }
+
+  // residual(0)[N,C] = embed_tokens(ids) [projected to C] [+ embed_positions(t + offset)].
+  void stem_forward(const BatchTensors& batch, const DropoutContext& dropout) {
+    const int64_t n = rows();
+    Tensor x0 = residual(0);
+    if (c_.projects_embeddings()) {
+      Tensor embedded = matrix(embedded_, n, c_.embed_dim());
+      backend_.embedding_forward(embedded, embed_, batch.input_ids);
+      project_in_.forward(backend_, x0, embedded, project_in_saved_, dropout);
+    } else {
+      backend_.embedding_forward(x0, embed_, batch.input_ids);
+    }
+    if (c_.positions == PositionKind::Learned) {
+      Tensor position_rows = matrix(position_embedded_, n, c_.hidden_size);
+      backend_.embedding_forward(position_rows, positions_, position_ids_.view(DType::I32, {n}));
+      backend_.accumulate(x0, position_rows, 1.0f);
+    }
+  }
+
+  // The stem's parameter gradients from d_residual[N,C] = d(residual(0)).
+  void stem_backward(const BatchTensors& batch, const DropoutContext& dropout, const BlockPass& pass, Tensor d_residual) {
+    const int64_t n = rows();
+    if (c_.positions == PositionKind::Learned && !positions_grad_.empty())
+      backend_.embedding_backward(positions_grad_, d_residual, position_ids_.view(DType::I32, {n}));
+    Tensor d_embedded = d_residual;
+    if (c_.projects_embeddings()) {
+      d_embedded = matrix(grad_projected_, n, c_.embed_dim());
+      project_in_.backward(backend_, d_embedded, false, d_residual, matrix(embedded_, n, c_.embed_dim()), project_in_saved_,
+                           dropout, pass.lora_dz, pass.lora_scratch);
+    }
+    if (!embed_grad_.empty()) backend_.embedding_backward(embed_grad_, d_embedded, batch.input_ids);
+  }
+
+  // Sizes every activation buffer for B x T (grows only; steady state allocates nothing).
+  void reserve(int64_t batch, int64_t seq) {
+    const bool new_shape = batch != batch_ || seq != seq_;
+    batch_ = batch;
+    seq_ = seq;
+    const int64_t n = rows(), hidden = c_.hidden_size, embed = c_.embed_dim();
+    for (Buffer& buffer : residual_) ensure_buffer(buffer, backend_, n * hidden, act_);
+    for (auto& saved : saved_) blocks_->reserve(*saved, batch, seq);
+    for (Buffer* buffer : {&grad_residual_, &recompute_out_}) ensure_buffer(*buffer, backend_, n * hidden, act_);
+    if (c_.final_norm) {
+      for (Buffer* buffer : {&final_ln_, &grad_ln_}) ensure_buffer(*buffer, backend_, n * hidden, act_);
+      final_norm_.ensure_saved(backend_, final_saved_, n);
+    }
+    if (c_.projects_embeddings()) {
+      for (Buffer* buffer : {&embedded_, &projected_, &grad_projected_}) ensure_buffer(*buffer, backend_, n * embed, act_);
+      project_in_.ensure_saved(backend_, project_in_saved_, n);
+      project_out_.ensure_saved(backend_, project_out_saved_, n);
+    }
+    if (c_.positions == PositionKind::Learned) {
+      ensure_buffer(position_embedded_, backend_, n * hidden, act_);
+      if (new_shape || !position_ids_.data()) upload_position_ids();
+    }
+    head_.ensure_saved(backend_, head_saved_, n);
+    ensure_buffer(logits_, backend_, n * c_.vocab_size, act_);
+    int64_t max_rank = 0, max_in = 0;
+    for (const LinearLayer* linear : all_linears()) {
+      max_rank = std::max(max_rank, linear->lora_rank());
+      max_in = std::max(max_in, linear->in_features());
+    }
+    lora_dz_elements_ = std::max<int64_t>(1, n * max_rank);
+    lora_scratch_elements_ = options_.lora_dropout > 0.0f ? n * max_in : 1;
+    ensure_buffer(lora_dz_, backend_, lora_dz_elements_, act_);
+    ensure_buffer(lora_scratch_, backend_, lora_scratch_elements_, act_);
+  }
+  // Learned-position table rows [B*T]: t + offset for token (b, t). Batches are right-padded,
+  // so a sample's tokens sit at t = 0..len-1 (HF's positions from the attention mask); rows
+  // past a sample's end are padding, which nothing real attends to and which has no target.
+  void upload_position_ids() {
+    std::vector<int32_t> host(static_cast<size_t>(rows()));  // [B*T]
+    for (int64_t b = 0; b < batch_; ++b)
+      for (int64_t t = 0; t < seq_; ++t)
+        host[static_cast<size_t>(b * seq_ + t)] = static_cast<int32_t>(t + c_.position_offset);
+    ensure_buffer(position_ids_, backend_, rows(), DType::I32);
+    backend_.copy(position_ids_.view(DType::I32, {rows()}), Tensor(host.data(), DType::I32, {rows()}));
+  }
+
+  ModelConfig c_;
+  Backend& backend_;
+  ModelOptions options_;
+  DType act_;  // the compute dtype: activations, their gradients and the parameters the model reads
+  Tensor embed_, embed_grad_;          // [V, E]
+  Tensor positions_, positions_grad_;  // [P + offset, C] (learned positions)
+  LinearLayer project_in_;             // [C, E] (E != C)
+  LinearLayer project_out_;            // [E, C]
+  NormLayer final_norm_;               // [C]
+  LinearLayer head_;                   // [V, E] (the token table when tied)
+  std::unique_ptr<DecoderBlocks> blocks_;
+
+  int64_t batch_ = 0, seq_ = 0;
+  std::vector<Buffer> residual_;                 // L+1 x [N, C]: the stem's output, then each block's
+  std::vector<std::unique_ptr<BlockSaved>> saved_;  // L blocks, or 1 shared when checkpointing
+  Buffer embedded_, projected_, grad_projected_;  // [N, E]: token rows before project_in; project_out's output; grads
+  Buffer position_embedded_;                      // [N, C]: position rows
+  Buffer position_ids_;                           // int32 [N]: position table rows
+  LoraSaved project_in_saved_, project_out_saved_, head_saved_;
+  Buffer final_ln_;                               // [N, C]
+  NormSaved final_saved_;                         // [N]
+  Buffer logits_;                                 // [N, V] (logits become dlogits)
+  Buffer grad_residual_, grad_ln_, recompute_out_;  // [N, C]
+  Buffer lora_dz_, lora_scratch_;                 // [N, r_max], [N, in_max]
+  Buffer loss_sum_;                               // fp64 [1]: backward's returned sum
+  int64_t lora_dz_elements_ = 1, lora_scratch_elements_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<CausalLM> make_causal_lm(const ModelConfig& config, ParamStore& store, Backend& backend,
+                                         const ModelOptions& options) {
+  return std::make_unique<DecoderModel>(config, store, backend, options);
+}
+
+}  // namespace zt
