@@ -29,9 +29,10 @@ void load_base_weights(const std::string& model_dir, ParamStore& store, int unit
   for (const ParamEntry& entry : store.entries()) {
     const std::string& name = entry.spec.name;
     if (is_lora_parameter(name) || (unit >= 0 && entry.unit != unit)) continue;  // (tied names have no entry)
-    ZT_CHECK(weights.contains(name), weights.source(), ": tensor '", name, "' is missing (the config needs it)");
+    const std::string stored = weights.stored_name(name);
+    ZT_CHECK(!stored.empty(), weights.source(), ": tensor '", name, "' is missing (the config needs it)");
     std::vector<float> host(static_cast<size_t>(entry.spec.numel()));  // via the host: the store may be on a GPU
-    weights.read_f32(name, host.data(), entry.spec.shape);
+    weights.read_f32(stored, host.data(), entry.spec.shape);
     store.write_param(name, host.data());
   }
 }

@@ -340,6 +340,13 @@ const SafetensorsFile& ModelWeights::file_of(const std::string& name) const {
   return *found->second;
 }
 
+std::string ModelWeights::stored_name(const std::string& name) const {
+  if (contains(name)) return name;
+  const std::string prefix = "model.";
+  if (name.rfind(prefix, 0) == 0 && contains(name.substr(prefix.size()))) return name.substr(prefix.size());
+  return "";
+}
+
 const SafetensorsTensorInfo& ModelWeights::info(const std::string& name) const { return file_of(name).info(name); }
 
 void ModelWeights::read(const std::string& name, DType dst_dtype, void* dst,

@@ -78,6 +78,11 @@ class ModelWeights {
   const std::string& source() const { return source_; }  // the file or index read, for messages
   std::vector<std::string> names() const;                 // sorted
   bool contains(const std::string& name) const { return file_of_.count(name) != 0; }
+  // The key under which the model's parameter `name` is stored: `name` itself, or `name` without
+  // the causal-LM wrapper's "model." prefix (checkpoints saved from the base model class, e.g.
+  // facebook/opt-*'s "decoder.embed_tokens.weight", which transformers loads the same way);
+  // "" when neither is there.
+  std::string stored_name(const std::string& name) const;
   const SafetensorsTensorInfo& info(const std::string& name) const;
   std::vector<int64_t> shape(const std::string& name) const { return info(name).shape; }
   const SafetensorsFile& file_of(const std::string& name) const;

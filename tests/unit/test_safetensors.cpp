@@ -192,6 +192,20 @@ BOOST_AUTO_TEST_CASE(wrong_shape_and_missing_tensor_name_the_file) {
   check_error_mentions([&] { weights.info("nope"); }, {file, "nope"});
 }
 
+BOOST_AUTO_TEST_CASE(base_model_keys_without_the_causal_lm_prefix) {
+  // facebook/opt-* files hold "decoder.embed_tokens.weight" (saved from OPTModel); transformers
+  // loads them into OPTForCausalLM's "model.decoder.embed_tokens.weight", and so does zerotune.
+  TempDir dir;
+  const std::vector<float> data = exact_values(4);
+  zt::write_sharded_safetensors(dir.path.string(), {{"decoder.x", {4}, data.data(), zt::DType::F32, zt::DType::F32},
+                                                    {"model.y", {4}, data.data(), zt::DType::F32, zt::DType::F32}});
+  zt::ModelWeights weights(dir.path.string());
+  BOOST_TEST(weights.stored_name("model.decoder.x") == "decoder.x");
+  BOOST_TEST(weights.stored_name("model.y") == "model.y");
+  BOOST_TEST(weights.stored_name("model.z").empty());
+  BOOST_TEST(weights.stored_name("decoder.y").empty());
+}
+
 BOOST_AUTO_TEST_CASE(truncated_file) {
   TempDir dir;
   const std::vector<float> data = exact_values(16);
