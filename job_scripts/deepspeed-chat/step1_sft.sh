@@ -17,6 +17,8 @@
 #   ZT_WORK       working directory: data/ (shards), run/ (train output), export/         [required]
 #   ZT_DS_CONFIG  DeepSpeed JSON (default: ds_config_step1_zero2.json beside this script)
 #   ZT_MAX_SEQ_LEN  prep --max-seq-len (default 512, DeepSpeed-Chat's)
+#   ZT_PREP_ARGS  more `zerotune prep` flags, e.g. "--loss-on all" (train on the prompt too, as
+#                 DeepSpeed-Chat does) or "--eot-token <|endoftext|>" (its older end marker)
 #   ZT_ARGS       `zerotune train` flags (default: DeepSpeed-Chat's step-1 choices:
 #                 "--epochs 1 --lr-scheduler cosine --warmup-steps 0 --seed 1234 --save-every 500")
 #   ZT_EXPORT     hf (default), peft (LoRA runs) or none
@@ -46,7 +48,7 @@ if compgen -G "$ZT_WORK/data/train-*.h5" >/dev/null; then
   say "reusing the shards in $ZT_WORK/data"
 else
   say "prep: $ZT_RM_STATIC -> $ZT_WORK/data (max_seq_len $ZT_MAX_SEQ_LEN)"
-  "$ZT_BIN" prep --input "$ZT_RM_STATIC" --tokenizer "$ZT_MODEL" --out "$ZT_WORK/data" --max-seq-len "$ZT_MAX_SEQ_LEN"
+  "$ZT_BIN" prep --input "$ZT_RM_STATIC" --tokenizer "$ZT_MODEL" --out "$ZT_WORK/data" --max-seq-len "$ZT_MAX_SEQ_LEN" ${ZT_PREP_ARGS:-}
 fi
 
 # 2. Train (resumes from the newest checkpoint when run again).
