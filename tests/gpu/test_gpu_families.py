@@ -1,0 +1,115 @@
+# GPU (label gpu; on the emulated device label gpu-emu): the architecture rows beside LLaMA on
+# `zerotune train --device cuda` against the CPU reference, on tiny random models made by
+# `zerotune init`:
+#   opt        pre-LN OPT: learned positions (offset 2), LayerNorm with bias, ReLU, biases on every
+#              projection, tied head, residual dropout 0.1 (both backends draw the same masks)
+#   opt_350m   the opt-350m shape: post-LN blocks, no final LayerNorm, word_embed_proj_dim 32 with
+#              project_in / project_out, LayerNorms without affine parameters, no biases, tied head
+#   qwen2      q/k/v biases, GQA, tied head
+# For each: the step-0 forward/backward (--dump-step0: logits, loss, every gradient) on the GPU
+# equals the CPU's within 1e-4 of each tensor's largest magnitude in fp32 and within 3e-2 in bf16
+# (both backends store bf16; accumulation orders differ), and for OPT 4 training steps in fp32
+# track the CPU (losses within 1e-4 relative, final weights within 1e-4). Without a GPU every
+# check fails with zerotune's message (this test never skips).
+import json
+import os
+import subprocess
+import sys
+
+from mpi_common_path import add_mpi_path  # noqa: F401 (puts tests/mpi on sys.path)
+from mpi_common import (REPO, Report, load_weights, main_guard, parse_args, read_metrics, run_ranks,
+                        temporary_directory, write_ds_config)
+
+VOCAB = 256
+COMMON = {"vocab_size": VOCAB, "num_hidden_layers": 2, "max_position_embeddings": 64, "bos_token_id": 1,
+          "eos_token_id": 2, "pad_token_id": 0}
+MODELS = {
+    "opt": dict(COMMON, model_type="opt", hidden_size=64, ffn_dim=96, num_attention_heads=4, dropout=0.1, init_std=0.1),
+    "opt_350m": dict(COMMON, model_type="opt", hidden_size=64, ffn_dim=96, num_attention_heads=4, dropout=0.0,
+                     word_embed_proj_dim=32, do_layer_norm_before=False, enable_bias=False,
+                     layer_norm_elementwise_affine=False, init_std=0.1),
+    "qwen2": dict(COMMON, model_type="qwen2", hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                  num_key_value_heads=2, tie_word_embeddings=True, initializer_range=0.1),
+}
+STEPS = 4
+
+
+def main():
+    args = parse_args(__doc__)
+    report = Report("GPU vs CPU for OPT, the opt-350m shape and Qwen2 (tied heads)")
+    with temporary_directory(args, "zt-gpu-families-") as workdir:
+        data = os.path.join(workdir, "data")
+        subprocess.run([sys.executable, os.path.join(REPO, "tests", "oracle", "make_token_shard.py"), "--out", data,
+                        "--samples", "32", "--vocab", str(VOCAB), "--min-len", "12", "--max-len", "40", "--seed", "3"],
+                       check=True, stdout=subprocess.DEVNULL)
+
+        def make_model(name):
+            config = os.path.join(workdir, name + "-config.json")
+            with open(config, "w") as stream:
+                json.dump(MODELS[name], stream)
+            model = os.path.join(workdir, name)
+            subprocess.run([args.zerotune, "init", "--config", config, "--out", model, "--seed", "2"], check=True,
+                           stdout=subprocess.DEVNULL)
+            return model
+
+        def train(model, name, device, extra=(), **sections):
+            out = os.path.join(workdir, name)
+            ds = write_ds_config(os.path.join(workdir, name + ".json"), 8, 4, {"stage": 0})
+            if sections:
+                with open(ds) as stream:
+                    config = json.load(stream)
+                config.update(sections)
+                with open(ds, "w") as stream:
+                    json.dump(config, stream)
+            run_ranks(1, [args.zerotune, "train", "--model", model, "--data", data, "--out", out, "--deepspeed", ds,
+                          "--seed", 4, "--device", device] + list(extra))
+            return out
+
+        for name in MODELS:
+            try:
+                model = make_model(name)
+            except Exception as error:  # noqa: BLE001 - reported; the next model still runs
+                report.fail(f"[{name}] init: {type(error).__name__}: {error}")
+                continue
+            for label, sections, bound in (("fp32", {}, 1e-4), ("bf16", {"bf16": {"enabled": True}}, 3e-2)):
+                try:
+                    dumps = {}
+                    for device in ("cuda", "cpu"):
+                        path = os.path.join(workdir, f"{name}-{label}-{device}-dump.safetensors")
+                        train(model, f"{name}-{label}-{device}", device, ["--max-steps", 1, "--dump-step0", path],
+                              **sections)
+                        dumps[device] = load_weights(path)
+                    gpu, cpu = dumps["cuda"], dumps["cpu"]
+                    report.check(sorted(gpu) == sorted(cpu) and len(gpu) > 2,
+                                 f"[{name}] step-0 dump {label}: {len(gpu)} tensors on both")
+                    worst_name, worst = "", 0.0
+                    for key in cpu:
+                        scale = max(float(cpu[key].abs().max()), 1e-30)
+                        error = float((gpu[key].float() - cpu[key].float()).abs().max()) / scale
+                        if error > worst:
+                            worst_name, worst = key, error
+                    report.check(worst <= bound, f"[{name}] step-0 forward/backward {label} GPU vs CPU: every tensor "
+                                 f"within {bound:.0e} of its largest magnitude (worst {worst:.2e} in {worst_name})")
+                except Exception as error:  # noqa: BLE001
+                    report.fail(f"[{name} step-0 {label}] {type(error).__name__}: {error}")
+        try:  # a few OPT updates: the tied embedding and the positions train on both backends alike
+            model = os.path.join(workdir, "opt")
+            runs = {}
+            for device in ("cuda", "cpu"):
+                weights = os.path.join(workdir, f"opt-train-{device}.safetensors")
+                out = train(model, f"opt-train-{device}", device, ["--max-steps", STEPS, "--dump-final", weights])
+                runs[device] = (read_metrics(out), load_weights(weights))
+            (gpu_records, gpu_weights), (cpu_records, cpu_weights) = runs["cuda"], runs["cpu"]
+            worst = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(gpu_records, cpu_records))
+            report.check(len(gpu_records) == STEPS and worst <= 1e-4,
+                         f"[opt] {STEPS} fp32 steps: losses within 1e-4 relative of the CPU's (worst {worst:.2e})")
+            worst = max(float((gpu_weights[k] - cpu_weights[k]).abs().max()) for k in cpu_weights)
+            report.check(worst <= 1e-4, f"[opt] final weights within 1e-4 of the CPU's (worst {worst:.2e})")
+            report.check("lm_head.weight" not in cpu_weights, "[opt] the tied head is not a weight of its own")
+        except Exception as error:  # noqa: BLE001
+            report.fail(f"[opt training] {type(error).__name__}: {error}")
+    return report.finish()
+
+
+if __name__ == "__main__":
+    main_guard(main)
