@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/error.h"
+#include "model/config.h"
 #include "model/lora.h"
 #include "model/param_store.h"
 #include "zero/rank_major.h"
@@ -45,6 +47,53 @@ BOOST_AUTO_TEST_CASE(units_follow_blocks_and_adapters_follow_their_base) {
     BOOST_TEST_INFO(name);
     BOOST_CHECK_EQUAL(units[i], expected);
   }
+}
+
+BOOST_AUTO_TEST_CASE(declared_units_reads_and_ties) {
+  // OPT (opt-350m's shape) lists final_layer_norm and project_out before the blocks in its
+  // state-dict order, but declares them in the head's unit; project_in sits in unit 0, whose
+  // backward then reads parameters. The tied head reads unit 0 and has no storage of its own.
+  const ModelConfig opt = parse_model_config(
+      {{"model_type", "opt"}, {"vocab_size", 32}, {"hidden_size", 8}, {"ffn_dim", 12}, {"num_hidden_layers", 2},
+       {"num_attention_heads", 2}, {"max_position_embeddings", 16}, {"word_embed_proj_dim", 4}},
+      "opt.json");
+  const std::vector<ParamSpec> specs = model_param_specs(opt);
+  const std::vector<int> units = param_units(specs);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const std::string& name = specs[i].name;
+    int expected = specs[i].layer + 1;
+    if (name.find("embed_") != std::string::npos || name.find("project_in") != std::string::npos) expected = 0;
+    if (name.find("project_out") != std::string::npos || name.rfind("model.decoder.final_layer_norm", 0) == 0 ||
+        name == "lm_head.weight")
+      expected = 3;
+    BOOST_TEST_INFO(name);
+    BOOST_CHECK_EQUAL(units[i], expected);
+  }
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  ParamStore store(*backend, specs, std::vector<bool>(specs.size(), true), 2);
+  BOOST_TEST((store.unit_reads(3) == std::vector<int>{3, 0}));
+  BOOST_TEST((store.unit_reads(1) == std::vector<int>{1}));
+  BOOST_TEST(store.unit_backward_reads_params(0));  // project_in's dx = dy W
+  BOOST_TEST(!store.contains("nope"));
+  BOOST_TEST(store.param("lm_head.weight").data == store.param("model.decoder.embed_tokens.weight").data);
+  BOOST_TEST(store.grad("lm_head.weight").data == store.grad("model.decoder.embed_tokens.weight").data);
+  for (const ParamEntry& entry : store.entries()) BOOST_TEST(entry.spec.name != "lm_head.weight");
+
+  // LLaMA's embedding unit only writes gradients in backward; untied, the head reads only itself.
+  ParamStore llama(*backend, model_param_specs(tiny_llama()), std::vector<bool>(model_param_specs(tiny_llama()).size(), true));
+  BOOST_TEST(!llama.unit_backward_reads_params(0));
+  BOOST_TEST((llama.unit_reads(3) == std::vector<int>{3}));
+  ModelConfig tied = tiny_llama();
+  tied.tie_word_embeddings = true;
+  const std::vector<ParamSpec> tied_specs = model_param_specs(tied);
+  ParamStore tied_store(*backend, tied_specs, std::vector<bool>(tied_specs.size(), true));
+  BOOST_TEST((tied_store.unit_reads(3) == std::vector<int>{3, 0}));
+  BOOST_CHECK_EQUAL(tied_store.count_parameters(false),
+                    llama.count_parameters(false) - tied.vocab_size * tied.hidden_size);
+  // A tie between a trainable and a frozen parameter cannot be one tensor.
+  std::vector<bool> mixed(tied_specs.size(), true);
+  mixed.back() = false;  // lm_head.weight frozen, the embedding trainable
+  BOOST_CHECK_THROW(ParamStore(*backend, tied_specs, mixed), Error);
 }
 
 BOOST_AUTO_TEST_CASE(unit_ranges_are_padded_for_partitions_and_contiguous) {
