@@ -94,6 +94,15 @@ copy_model cfg-gpt5; edit_json "$WORK/cfg-gpt5/config.json" 'd["model_type"] = "
 expect_error config-unknown-model-type "$WORK/cfg-gpt5/config.json" "key 'model_type' = \"gpt5\": not supported" \
   -- train --model "$WORK/cfg-gpt5" --data "$D" --out "$WORK/o2" --max-steps 1
 
+# A sliding window zerotune's attention does not have, or a learned position table, shorter than
+# the data's sequences: refused at start, naming the key, the limit and the fix.
+copy_model cfg-window; edit_json "$WORK/cfg-window/config.json" 'd["model_type"] = "mistral"; d["sliding_window"] = 4'
+expect_error config-sliding-window-shorter-than-data "sliding_window = 4" "no sliding window" "--max-seq-len 4" \
+  -- train --model "$WORK/cfg-window" --data "$D" --out "$WORK/o-window" --max-steps 1
+copy_model cfg-positions; edit_json "$WORK/cfg-positions/config.json" 'd["model_type"] = "opt"; d["max_position_embeddings"] = 4'
+expect_error config-learned-positions-shorter-than-data "max_position_embeddings = 4" "learned position table" \
+  -- train --model "$WORK/cfg-positions" --data "$D" --out "$WORK/o-positions" --max-steps 1
+
 copy_model cfg-yarn; edit_json "$WORK/cfg-yarn/config.json" 'd["rope_scaling"] = {"type": "yarn", "factor": 2.0}'
 expect_error config-rope-scaling-yarn "$WORK/cfg-yarn/config.json" "rope_scaling" "rope scaling type 'yarn' is not implemented" \
   -- train --model "$WORK/cfg-yarn" --data "$D" --out "$WORK/o3" --max-steps 1
