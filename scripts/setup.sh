@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/setup.sh: sets up a Debian 12 machine for zerotune, from nothing, in three parts:
-#   1. Debian packages (compilers, Open MPI, HDF5, Boost, OpenBLAS, SentencePiece, nlohmann-json,
-#      the Python test oracles' torch/numpy/h5py, and Slurm + OpenSSH for the system tests);
+#   1. Debian packages (compilers, Open MPI, HDF5, Boost, OpenBLAS, SentencePiece, PCRE2, ICU,
+#      nlohmann-json, the Python test oracles' torch/numpy/h5py, and Slurm + OpenSSH for the
+#      system tests);
 #      skipped when all are installed already;
 #   2. the test-oracle venv at REPO/.venv (Debian's python3 + system site packages, plus the pinned
 #      PyPI packages of tests/oracle/requirements.txt); skipped when it is up to date;
@@ -25,6 +26,7 @@ APT_PACKAGES=(
   libboost-program-options-dev libboost-test-dev libboost-context-dev
   libopenblas-openmp-dev
   libsentencepiece-dev sentencepiece
+  libpcre2-dev libicu-dev
   nlohmann-json3-dev
   # the test oracles: Debian's torch 1.13 and friends; the venv sees them (--system-site-packages)
   python3-torch python3-h5py python3-numpy python3-venv python3-pip

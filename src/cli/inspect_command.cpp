@@ -30,7 +30,7 @@ int command_inspect(const std::vector<std::string>& args) {
       ("split", po::value(&data_options.split), "the split to report (needed when DIR holds several)")
       ("sample", po::value(&data_options.sample_index)->default_value(0), "index of the sample to show with its loss mask")
       ("tokenizer", po::value(&data_options.tokenizer),
-       "model directory with tokenizer.model, or a .model file, to decode the sample (default: show token ids)")
+       "model directory or tokenizer file (as for prep) to decode the sample (default: show token ids)")
       ("json", po::bool_switch(&as_json), "print the report as JSON");
   po::variables_map values;
   if (!parse_command_options(args, description, values, "inspect", "dir")) return 0;
@@ -53,7 +53,9 @@ int command_inspect(const std::vector<std::string>& args) {
            "checkpoint or a training run's output directory");
 
   const nlohmann::ordered_json report = inspect_data_dir(dir, data_options);
-  const std::string text = as_json ? report.dump(2) + "\n" : format_data_report(report);
+  // A sample cut inside a multi-byte character decodes to bytes that are not UTF-8: JSON shows U+FFFD.
+  const std::string text = as_json ? report.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n"
+                                   : format_data_report(report);
   std::fputs(text.c_str(), stdout);
   return 0;
 }

@@ -1,11 +1,12 @@
 // The data-vs-model checks (see data_model_check.h). The tokenizer is identified by the sha256
-// of its file, exactly as `zerotune prep` records it (Tokenizer::file_sha256 = sha256 of the bytes).
+// of its files, exactly as `zerotune prep` records it (Tokenizer::file_sha256 =
+// tokenizer_files_sha256 of the files load_tokenizer reads).
 #include "data/data_model_check.h"
 
 #include <filesystem>
 
 #include "core/error.h"
-#include "core/sha256.h"
+#include "data/tokenizer.h"
 
 namespace zt {
 
@@ -21,10 +22,11 @@ void check_data_matches_model(const ShardAttributes& attrs, const std::string& d
   ZT_CHECK(attrs.vocab_size <= model_vocab_size, data_dir, ": the data's vocab_size ", attrs.vocab_size,
            " exceeds the model's vocab_size ", model_vocab_size, " (", model_dir,
            "): the data was tokenized for another model");
-  const std::filesystem::path tokenizer_path = std::filesystem::path(model_dir) / "tokenizer.model";
-  std::error_code error;
-  if (!std::filesystem::exists(tokenizer_path, error)) return;  // e.g. a random model from `zerotune init`
-  check_tokenizer_matches_data(attrs, data_dir, tokenizer_path.string(), sha256_file_hex(tokenizer_path.string()));
+  // The model directory's tokenizer, chosen as load_tokenizer chooses; none: e.g. a random model
+  // from `zerotune init`.
+  const std::optional<TokenizerFiles> tokenizer = find_tokenizer_files(model_dir);
+  if (!tokenizer) return;
+  check_tokenizer_matches_data(attrs, data_dir, tokenizer->path, tokenizer_files_sha256(*tokenizer));
 }
 
 }  // namespace zt

@@ -11,8 +11,9 @@ namespace zt {
 
 // Fails (naming data_dir and model_dir) when
 //   - the data's vocab_size is larger than model_vocab_size (ids the embedding cannot look up), or
-//   - model_dir holds tokenizer.model and its sha256 differs from attrs.tokenizer_sha256.
-// A model directory without tokenizer.model (a random model from `zerotune init`) is accepted.
+//   - model_dir holds a tokenizer (tokenizer.model, tokenizer.json or vocab.json + merges.txt,
+//     chosen as load_tokenizer chooses) whose sha256 differs from attrs.tokenizer_sha256.
+// A model directory without a tokenizer (a random model from `zerotune init`) is accepted.
 void check_data_matches_model(const ShardAttributes& attrs, const std::string& data_dir, const std::string& model_dir,
                               int64_t model_vocab_size);
 

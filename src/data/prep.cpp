@@ -142,9 +142,13 @@ void check_options(const PrepOptions& options) {
 }  // namespace
 
 TokenSample build_prep_sample(const Tokenizer& tokenizer, std::string_view prompt, std::string_view response,
-                              int64_t max_seq_len, bool loss_on_all, bool& truncated) {
-  const std::vector<int32_t> prompt_ids = tokenizer.encode(prompt);                  // [P]
-  const std::vector<int32_t> response_ids = tokenizer.encode_continuation(response);  // [R]
+                              int64_t max_seq_len, bool loss_on_all, bool& truncated, std::string_view eot_token) {
+  const std::vector<int32_t> prompt_ids = tokenizer.encode(prompt);  // [P]
+  // The end-of-conversation text is encoded together with the response, as DeepSpeed-Chat
+  // tokenizes prompt + chosen + eot in one piece: "end.<|endoftext|>" may merge across the join.
+  const bool eos_at_end = eot_token.empty();
+  const std::vector<int32_t> response_ids =  // [R]
+      eos_at_end ? tokenizer.encode_continuation(response) : tokenizer.encode_continuation(cat(response, eot_token));
   TokenSample sample;
   auto append = [&](int32_t id, uint8_t target) {
     sample.tokens.push_back(id);
@@ -154,7 +158,7 @@ TokenSample build_prep_sample(const Tokenizer& tokenizer, std::string_view promp
   if (tokenizer.bos_id() >= 0) append(static_cast<int32_t>(tokenizer.bos_id()), 0);
   for (int32_t id : prompt_ids) append(id, prompt_target);
   for (int32_t id : response_ids) append(id, 1);
-  if (tokenizer.eos_id() >= 0) append(static_cast<int32_t>(tokenizer.eos_id()), 1);
+  if (eos_at_end && tokenizer.eos_id() >= 0) append(static_cast<int32_t>(tokenizer.eos_id()), 1);
   // The first token is never a target: nothing before it predicts it (matters without a BOS).
   if (!sample.loss_mask.empty()) sample.loss_mask[0] = 0;
   truncated = static_cast<int64_t>(sample.tokens.size()) > max_seq_len;
@@ -220,7 +224,7 @@ PrepSummary run_prep(const PrepOptions& options) {
       bool truncated = false;
       TokenSample sample = build_prep_sample(*tokenizer, row.object[options.prompt_column].get_ref<const std::string&>(),
                                              row.object[options.response_column].get_ref<const std::string&>(),
-                                             options.max_seq_len, options.loss_on_all, truncated);
+                                             options.max_seq_len, options.loss_on_all, truncated, options.eot_token);
       int64_t targets = 0;
       for (uint8_t target : sample.loss_mask) targets += target;
       if (targets == 0) {  // the prompt fills max_seq_len: nothing to learn from this row

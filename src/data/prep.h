@@ -4,12 +4,39 @@
 //
 // Sample layout (L <= max_seq_len):
 //   tokens     [BOS] + encode(prompt) + encode_continuation(response) + [EOS], cut to max_seq_len
-//   loss_mask  0 on BOS and the prompt, 1 on the response and EOS (--loss-on all: 1 after BOS)
+//              with --eot-token TEXT: [BOS] + encode(prompt) + encode_continuation(response + TEXT)
+//   loss_mask  0 on BOS and the prompt, 1 on the response and EOS / TEXT (--loss-on all: 1
+//              after the first token)
+// [BOS] is the token the tokenizer puts before a text, when it has one (SentencePiece LLaMA:
+// <s> = 1; OPT: </s> = 2, through its post-processor; Llama-3: <|begin_of_text|>; Qwen2: none).
 // The prompt and the response are tokenized separately, so the prompt/response boundary is a
-// token boundary even where SentencePiece would merge across it; the response is encoded
+// token boundary even where the tokenizer would merge across it; the response is encoded
 // without SentencePiece's dummy-prefix space (Tokenizer::encode_continuation), so a response
 // that starts with a space (rm-static's chosen) gets exactly the ids HF's LlamaTokenizer gives
-// it inside tokenizer(prompt + response).
+// it inside tokenizer(prompt + response). Byte-level BPE needs no such care (no dummy prefix),
+// and its pre-tokenizer regexes cut before " word" anyway: the same ids as HF's
+// tokenizer(prompt + response) for rm-static's rows.
+//
+// What DeepSpeed-Chat's step 1 builds (dschat/utils/data/data_utils.py, create_dataset_split,
+// train_phase 1), and the zerotune spelling of each:
+//   text = prompt + chosen + end_of_conversation_token   (raw_datasets.py: Dahoas/rm-static's
+//   ids  = tokenizer(text, max_length, truncation=True)   get_prompt_and_chosen is prompt + chosen)
+//   labels = ids where attention_mask is 1 (the prompt is trained on too: --loss-on all)
+//   - end_of_conversation_token = tokenizer.eos_token, since PR #819 (Sep 2024, main.py passes
+//     it): "</s>" for OPT and LLaMA, a special token that HF matches in the text, so ids end
+//     with the EOS id. zerotune's default (no --eot-token) is exactly this, for both tokenizers.
+//   - before that, the create_prompt_dataset default "<|endoftext|>", appended as plain text:
+//     OPT's tokenizer has no such token, so BPE splits it into several tokens ("<", "|", ...),
+//     and no EOS id follows. `--eot-token '<|endoftext|>'` reproduces it. (With DeepSpeed-Chat's
+//     --add_eot_token, the string is first added to the tokenizer as an additional special
+//     token, a new id past the vocabulary; zerotune does not add tokens: a tokenizer.json that
+//     lists it among its added tokens gives that one id here too.)
+//   OPT's tokenizer (tokenizer_config.json add_bos_token, or tokenizer.json's TemplateProcessing)
+//   puts </s> (id 2) before the text: ids = [2] + prompt/response ids + [2] by default.
+//   DeepSpeed-Chat pads every sample to max_seq_len with pad = eos; zerotune pads each micro-batch
+//   to its longest sample only, and padding is never a target.
+// SentencePiece tokenizers match no special-token strings in text, so for them an --eot-token
+// that names a special token ("</s>") is encoded as plain text; leave the option out for EOS.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -24,11 +51,12 @@ namespace zt {
 
 struct PrepOptions {
   std::vector<std::string> inputs;  // JSONL or JSON-array files, read in this order
-  std::string tokenizer;            // model directory with tokenizer.model, or a .model file
+  std::string tokenizer;            // model directory or tokenizer file (data/tokenizer.h, load_tokenizer)
   std::string out_dir;
   std::string split = "train";
   int64_t max_seq_len = 512;
   bool loss_on_all = false;  // --loss-on all (default: response)
+  std::string eot_token;     // --eot-token: text appended to every response; empty: the EOS id
   int64_t shard_samples = 10000;
   std::string prompt_column = "prompt";
   std::string response_column = "chosen";
@@ -48,9 +76,10 @@ struct PrepSummary {
   std::vector<std::string> shard_paths;    // the shards written, in order
 };
 
-// One sample from a prompt and a response; `truncated` says whether it was cut.
+// One sample from a prompt and a response; `truncated` says whether it was cut. `eot_token`:
+// empty for [EOS] at the end, else the text appended to the response (see the layout above).
 TokenSample build_prep_sample(const Tokenizer& tokenizer, std::string_view prompt, std::string_view response,
-                              int64_t max_seq_len, bool loss_on_all, bool& truncated);
+                              int64_t max_seq_len, bool loss_on_all, bool& truncated, std::string_view eot_token = {});
 
 // Runs the whole preprocessing. On any error nothing is left under the output name (a new
 // output directory is removed again; an existing one keeps exactly what it held).

@@ -1,8 +1,8 @@
-// SentencePiece tokenizer (data/tokenizer.h): two processors over the same tokenizer.model
-// bytes, one as the file says (with its dummy prefix, for the start of a text) and one with
-// NormalizerSpec.add_dummy_prefix turned off (for text that continues another), plus the pad-id
-// lookup in the model directory's HF json files.
-#include "data/tokenizer.h"
+// SentencePiece tokenizer (data/sentencepiece_tokenizer.h): two processors over the same
+// tokenizer.model bytes, one as the file says (with its dummy prefix, for the start of a text)
+// and one with NormalizerSpec.add_dummy_prefix turned off (for text that continues another),
+// plus the pad-id lookup in the model directory's HF json files.
+#include "data/sentencepiece_tokenizer.h"
 
 #include <sentencepiece_processor.h>
 
@@ -154,17 +154,8 @@ class SentencePieceTokenizer final : public Tokenizer {
 
 }  // namespace
 
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir_or_model) {
-  const fs::path given(dir_or_model);
-  ZT_CHECK(fs::exists(given), "--tokenizer ", dir_or_model, ": no such file or directory");
-  const fs::path model_path = fs::is_directory(given) ? given / "tokenizer.model" : given;
-  if (!fs::exists(model_path)) {
-    const bool has_json = fs::exists(given / "tokenizer.json");
-    fail(model_path.string(), ": not found; zerotune reads SentencePiece tokenizer.model files (LLaMA-1/2, Mistral)",
-         has_json ? ". This directory has a tokenizer.json: BPE tokenizer.json models are not supported yet"
-                  : " (BPE tokenizer.json models are not supported yet)");
-  }
-  return std::make_unique<SentencePieceTokenizer>(model_path.string());
+std::unique_ptr<Tokenizer> load_sentencepiece_tokenizer(const std::string& model_path) {
+  return std::make_unique<SentencePieceTokenizer>(model_path);
 }
 
 }  // namespace zt

@@ -124,6 +124,12 @@ BOOST_AUTO_TEST_CASE(boundary_exactness) {
   BOOST_TEST(sample.tokens == concat({{1}, prompt_ids, response_ids, {2}}));
   BOOST_TEST(tokenizer->pieces_text(response_ids) == "Sure");
   BOOST_TEST(tokenizer->pieces_text(prompt_ids) == " " + prompt);
+  // --eot-token: the text is encoded together with the response and replaces the EOS id.
+  const zt::TokenSample eot = zt::build_prep_sample(*tokenizer, prompt, " Hi.", 512, false, truncated, "<|endoftext|>");
+  const std::vector<int32_t> eot_ids = tokenizer->encode_continuation(" Hi.<|endoftext|>");
+  BOOST_TEST(eot.tokens == concat({{1}, prompt_ids, eot_ids}));
+  BOOST_TEST(tokenizer->pieces_text(eot_ids) == " Hi.<|endoftext|>");
+  BOOST_TEST(std::count(eot.loss_mask.begin(), eot.loss_mask.end(), 1) == static_cast<long>(eot_ids.size()));
 }
 
 BOOST_AUTO_TEST_CASE(mask_layout_truncation_and_loss_on_all) {
@@ -286,12 +292,14 @@ BOOST_AUTO_TEST_CASE(bad_inputs_name_file_and_line) {
   zt::test::check_error([&] { zt::run_prep(options_for(bad, dir.file("kept"))); }, "bad.jsonl:2");
   BOOST_TEST(std::distance(fs::directory_iterator(dir.path / "kept"), fs::directory_iterator()) == 1);
 
-  // Missing tokenizer.model: the path, and that tokenizer.json models are not supported yet.
+  // No tokenizer in the directory: the path and the files looked for; a tokenizer.json that is
+  // not byte-level BPE: the file and the key.
   fs::create_directories(dir.path / "bpe_model");
-  dir.write("bpe_model/tokenizer.json", "{}");
   zt::PrepOptions options = options_for(dir.write("ok.jsonl", good), dir.file("never"));
   options.tokenizer = dir.file("bpe_model");
-  zt::test::check_error_mentions([&] { zt::run_prep(options); }, {dir.file("bpe_model") + "/tokenizer.model", "tokenizer.json", "not supported"});
+  zt::test::check_error_mentions([&] { zt::run_prep(options); }, {dir.file("bpe_model"), "tokenizer.model", "tokenizer.json", "merges.txt"});
+  dir.write("bpe_model/tokenizer.json", "{}");
+  zt::test::check_error_mentions([&] { zt::run_prep(options); }, {dir.file("bpe_model") + "/tokenizer.json", "\"model\""});
   BOOST_TEST(!fs::exists(dir.file("never")));
   options = options_for(dir.file("no_such.jsonl"), dir.file("never"));
   zt::test::check_error(([&] { zt::run_prep(options); }), "no_such.jsonl");
