@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/rng.h"
 #include "model/linear.h"
 #include "model/param_store.h"
 
@@ -56,6 +57,14 @@ class DecoderBlocks {
   // The linear layers of block `layer` (FLOP counts and LoRA scratch sizes).
   virtual std::vector<const LinearLayer*> linears(int64_t layer) const = 0;
 };
+
+// The linear layer `prefix + path` of block `layer`, the `index`-th of its block: its LoRA
+// dropout masks come from a stream of their own (16 per layer), so no two modules share one.
+inline LinearLayer block_linear(const ParamStore& store, const std::string& prefix, const char* path,
+                                const BlockOptions& options, int64_t layer, int index) {
+  const uint32_t stream = rng_stream(RngPurpose::LoraDropout, static_cast<uint32_t>(layer * 16 + index + 1));
+  return LinearLayer(store, prefix + path, options.lora_scaling, options.lora_dropout, stream);
+}
 
 // Grows `buffer` to hold `elements` values of `dtype` (steady-state steps allocate nothing).
 inline void ensure_buffer(Buffer& buffer, Backend& backend, int64_t elements, DType dtype) {

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/rng.h"
 #include "model/architecture.h"
 #include "model/norm.h"
 
@@ -94,10 +93,7 @@ class LlamaBlocks final : public DecoderBlocks {
       LlamaBlock block;
       block.input_norm = NormLayer(store, backend, prefix + "input_layernorm", c_, c_.hidden_size);
       block.post_norm = NormLayer(store, backend, prefix + "post_attention_layernorm", c_, c_.hidden_size);
-      for (int i = 0; i < kLinears; ++i) {
-        const uint32_t stream = rng_stream(RngPurpose::LoraDropout, static_cast<uint32_t>(l * 16 + i + 1));
-        block.linear[i] = LinearLayer(store, prefix + kLinearPaths[i], options.lora_scaling, options.lora_dropout, stream);
-      }
+      for (int i = 0; i < kLinears; ++i) block.linear[i] = block_linear(store, prefix, kLinearPaths[i], options, l, i);
       blocks_.push_back(std::move(block));
     }
     const std::vector<float> inv_freq = rope_inv_freq(c_);

@@ -135,10 +135,7 @@ class OptBlocks final : public DecoderBlocks {
       OptBlock block;
       block.attn_norm = NormLayer(store, backend, prefix + "self_attn_layer_norm", c_, c_.hidden_size);
       block.mlp_norm = NormLayer(store, backend, prefix + "final_layer_norm", c_, c_.hidden_size);
-      for (int i = 0; i < kLinears; ++i) {
-        const uint32_t stream = rng_stream(RngPurpose::LoraDropout, static_cast<uint32_t>(l * 16 + i + 1));
-        block.linear[i] = LinearLayer(store, prefix + kLinearPaths[i], options.lora_scaling, options.lora_dropout, stream);
-      }
+      for (int i = 0; i < kLinears; ++i) block.linear[i] = block_linear(store, prefix, kLinearPaths[i], options, l, i);
       block.attn_dropout_stream = rng_stream(RngPurpose::ModelDropout, static_cast<uint32_t>(l * 4 + 1));
       block.mlp_dropout_stream = rng_stream(RngPurpose::ModelDropout, static_cast<uint32_t>(l * 4 + 2));
       blocks_.push_back(std::move(block));

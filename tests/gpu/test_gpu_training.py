@@ -15,7 +15,7 @@
 # Without a GPU every check fails with zerotune's message (this test never skips).
 import os
 
-from mpi_common_path import add_mpi_path  # noqa: F401 (puts tests/mpi on sys.path)
+from mpi_common_path import add_mpi_path, worst_relative_error  # noqa: F401 (puts tests/mpi on sys.path)
 from mpi_common import (Report, load_weights, main_guard, make_model_and_data, parse_args, read_metrics, run_ranks,
                         temporary_directory, write_ds_config)
 
@@ -76,12 +76,7 @@ def main():
             try:
                 gpu, cpu = step0(f"gpu-dump-{label}", "cuda", **sections), step0(f"cpu-dump-{label}", "cpu", **sections)
                 report.check(sorted(gpu) == sorted(cpu) and len(gpu) > 2, f"step-0 dump {label}: {len(gpu)} tensors on both")
-                worst_name, worst = "", 0.0
-                for key in cpu:
-                    scale = max(float(cpu[key].abs().max()), 1e-30)
-                    error = float((gpu[key].float() - cpu[key].float()).abs().max()) / scale
-                    if error > worst:
-                        worst_name, worst = key, error
+                worst_name, worst = worst_relative_error(gpu, cpu)
                 report.check(worst <= bound, f"step-0 forward/backward {label} GPU vs CPU: every tensor within "
                              f"{bound:.0e} of its largest magnitude (worst {worst:.2e} in {worst_name})")
             except Exception as error:  # noqa: BLE001
