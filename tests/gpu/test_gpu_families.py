@@ -8,7 +8,8 @@
 #   qwen2      q/k/v biases, GQA, tied head
 # For each: the step-0 forward/backward (--dump-step0: logits, loss, every gradient) on the GPU
 # equals the CPU's within 1e-4 of each tensor's largest magnitude in fp32 and within 3e-2 in bf16
-# (both backends store bf16; accumulation orders differ), and for OPT 4 training steps in fp32
+# (both backends store bf16; accumulation orders differ), and with LoRA on every linear layer
+# (all-linear: OPT's project_in/out in the 350m shape) in fp32, and for OPT 4 training steps in fp32
 # track the CPU (losses within 1e-4 relative, final weights within 1e-4). Without a GPU every
 # check fails with zerotune's message (this test never skips).
 import json
@@ -79,13 +80,15 @@ def main():
             except Exception as error:  # noqa: BLE001 - reported; the next model still runs
                 report.fail(f"[{name}] init: {type(error).__name__}: {error}")
                 continue
-            for label, sections, bound in (("fp32", {}, 1e-4), ("bf16", {"bf16": {"enabled": True}}, 3e-2)):
+            lora = ["--lora-r", 4, "--lora-targets", "all-linear"]  # OPT: project_in/out too in the 350m shape
+            for label, sections, bound, extra in (("fp32", {}, 1e-4, []), ("bf16", {"bf16": {"enabled": True}}, 3e-2, []),
+                                                  ("LoRA fp32", {}, 1e-4, lora)):
                 try:
                     dumps = {}
                     for device in ("cuda", "cpu"):
-                        path = os.path.join(workdir, f"{name}-{label}-{device}-dump.safetensors")
-                        train(model, f"{name}-{label}-{device}", device, ["--max-steps", 1, "--dump-step0", path],
-                              **sections)
+                        path = os.path.join(workdir, f"{name}-{label.replace(' ', '-')}-{device}-dump.safetensors")
+                        train(model, f"{name}-{label.replace(' ', '-')}-{device}", device,
+                              ["--max-steps", 1, "--dump-step0", path] + extra, **sections)
                         dumps[device] = load_weights(path)
                     gpu, cpu = dumps["cuda"], dumps["cpu"]
                     report.check(sorted(gpu) == sorted(cpu) and len(gpu) > 2,
