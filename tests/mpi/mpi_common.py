@@ -1,6 +1,7 @@
 # Shared helpers of the MPI tests (tests/mpi/test_*.py): running `zerotune train` under
-# mpiexec with W ranks, and the tiny model + data they train on. Reuses the oracle's Report
-# and metrics readers (tests/oracle/oracle_common.py), so these tests never skip either.
+# mpiexec with W ranks, the tiny models + data they train on, and final-weight comparisons.
+# Reuses the oracle's Report, metrics readers and family models (tests/oracle/oracle_common.py),
+# so these tests never skip either.
 import json
 import os
 import subprocess
@@ -10,6 +11,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "oracle"))
 from oracle_common import (OracleError, Report, main_guard, parse_args, read_metrics,  # noqa: E402,F401
                            temporary_directory)
+import oracle_common  # noqa: E402
 import safetensors.torch  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -36,16 +38,42 @@ def run_ranks(ranks, command, timeout_s=300, expect_ok=True):
     return result, seconds
 
 
-def make_model_and_data(zerotune, workdir, samples=64, seed=0):
-    """A tiny random LLaMA (data/tiny-llama/config.json) and a token-shard split for it."""
-    model = os.path.join(workdir, "model")
+# The models the MPI tests train (make_model_and_data's `model`): "llama" is the untied tiny LLaMA
+# of data/tiny-llama (`zerotune init`, vocabulary 256); the others are rows of the oracle's family
+# cases (oracle_common.FAMILY_CASES: tiny random models saved by transformers, whose step 0
+# tests/oracle/test_family_parity.py checks against HF), by label: "opt" (tied head, learned
+# positions, LayerNorm with biases, dropout 0), "llama_tied" (tie_word_embeddings),
+# "opt_350m_shape" (word_embed_proj_dim < hidden_size: project_in/out; post-LN, no final
+# LayerNorm; tied head).
+FAMILY_MODELS = ("opt", "llama_tied", "opt_350m_shape")
+
+
+def make_family_model(label, model_dir, seed=11):
+    """Writes the family case `label` (a tiny random HF model in fp32) to model_dir and returns
+    its transformers config."""
+    return oracle_common.make_family_model(model_dir, seed, *oracle_common.family_case(label))
+
+
+def make_model_and_data(zerotune, workdir, samples=64, seed=0, model="llama"):
+    """A tiny random model (`model`: "llama" or one of FAMILY_MODELS) in workdir/model and a
+    token-shard split for its vocabulary in workdir/data."""
+    model_dir = os.path.join(workdir, "model")
     data = os.path.join(workdir, "data")
-    subprocess.run([zerotune, "init", "--config", os.path.join(REPO, "data", "tiny-llama", "config.json"), "--out",
-                    model, "--seed", "1"], check=True, stdout=subprocess.DEVNULL)
+    if model == "llama":
+        subprocess.run([zerotune, "init", "--config", os.path.join(REPO, "data", "tiny-llama", "config.json"), "--out",
+                        model_dir, "--seed", "1"], check=True, stdout=subprocess.DEVNULL)
+        vocab = 256
+    else:
+        vocab = make_family_model(model, model_dir).vocab_size
     subprocess.run([sys.executable, os.path.join(REPO, "tests", "oracle", "make_token_shard.py"), "--out", data,
-                    "--samples", str(samples), "--vocab", "256", "--min-len", "16", "--max-len", "48", "--seed",
+                    "--samples", str(samples), "--vocab", str(vocab), "--min-len", "16", "--max-len", "48", "--seed",
                     str(seed)], check=True, stdout=subprocess.DEVNULL)
-    return model, data
+    return model_dir, data
+
+
+def hf_config(model_dir):
+    """The model's config as transformers reads it (its defaults applied: OPT's tied head)."""
+    return oracle_common.transformers.AutoConfig.from_pretrained(model_dir)
 
 
 def write_ds_config(path, train_batch_size, micro_batch, zero):
@@ -65,6 +93,32 @@ def load_weights(path):
     if not os.path.exists(path):
         raise OracleError(f"zerotune did not write {path}")
     return safetensors.torch.load_file(path)
+
+
+def gradient_free(name):
+    """OPT's key-projection biases. Without RoPE such a bias adds the same amount to every score
+    of a query row, which softmax ignores: its true gradient is exactly 0, and zerotune's is fp32
+    rounding of a sum that cancels (~1e-9; tests/oracle/test_family_parity.py bounds it at step 0).
+    Adam normalises that noise into moves of up to ~lr per step, different for every summation
+    order (world size, stage, bucket), so no tolerance of float reassociation applies to them."""
+    return name.startswith("model.decoder.layers.") and name.endswith(".self_attn.k_proj.bias")
+
+
+def check_weights(report, label, weights, reference, atol, metrics):
+    """Final weights (name -> tensor) against the reference's: the same tensors, each within atol
+    (0: bit-identical). With atol > 0 a gradient-free tensor (see gradient_free) is only held to
+    Adam's largest move: both runs' moves of up to lr per step, 2 x the sum of the steps' lr
+    (`metrics`: the run's records)."""
+    report.check(sorted(weights) == sorted(reference), f"{label}: same trainable tensors")
+    free = sorted(name for name in reference if atol > 0 and gradient_free(name))
+    compared = [name for name in reference if name not in free and name in weights]
+    worst = max(float((weights[name] - reference[name]).abs().max()) for name in compared)
+    report.check(worst <= atol, f"{label}: final weights max abs diff {worst:.2e} <= {atol:.0e}")
+    if free:
+        bound = 2.0 * sum(record["lr"] for record in metrics)
+        moved = max(float((weights[name] - reference[name]).abs().max()) for name in free if name in weights)
+        report.check(moved <= bound, f"{label}: the {len(free)} gradient-free OPT k_proj biases differ by {moved:.2e} "
+                     f"<= 2 x the sum of the learning rates {bound:.1e}")
 
 
 def read_run(out_dir):

@@ -5,7 +5,9 @@
 #  2. SIGUSR1 to mpirun (what Slurm's --signal sends): every rank finishes its step, the
 #     checkpoint is written, the job exits 0; the resumed run continues exactly;
 #  3. resume on another world size / stage: W=2 -> 1, 1 -> 4, stage 3 -> stage 1, against the
-#     uninterrupted run within float reassociation;
+#     uninterrupted run within float reassociation; with a tied head (issue 15: OPT and a tied
+#     LLaMA, full fine-tuning, so the tied embedding's master and Adam state are re-sliced): W=2
+#     stage 3 -> W=4 stage 2 -> W=1 stage 0, one chain against one uninterrupted run;
 #  4. a kill at every point of a save leaves the previous checkpoint intact and resumable;
 #  5. damaged, truncated or incomplete checkpoints and a changed run are refused with messages
 #     naming the file or the setting; --keep-last prunes.
@@ -16,8 +18,8 @@ import signal
 import subprocess
 import time
 
-from mpi_common import (MPI_ENV, Report, load_weights, main_guard, make_model_and_data, mpiexec, parse_args,
-                        read_metrics, run_ranks, temporary_directory, write_ds_config)
+from mpi_common import (MPI_ENV, Report, check_weights, load_weights, main_guard, make_model_and_data, mpiexec,
+                        parse_args, read_metrics, run_ranks, temporary_directory, write_ds_config)
 
 STEPS = 8
 
@@ -62,10 +64,8 @@ def same_run(report, label, got_out, ref_out, exact, tolerance=0.0):
     else:
         worst = max(abs(a - b) / abs(b) for a, b in zip(got, ref))
         report.check(worst <= tolerance, f"{label}: losses within {tolerance:.0e} relative (worst {worst:.2e})")
-    weights, reference = load_weights(got_out + ".safetensors"), load_weights(ref_out + ".safetensors")
-    worst = max(float((weights[k] - reference[k]).abs().max()) for k in reference)
-    limit = 0.0 if exact else 2e-6
-    report.check(worst <= limit, f"{label}: final weights max abs diff {worst:.2e} <= {limit:.0e}")
+    check_weights(report, label, load_weights(got_out + ".safetensors"), load_weights(ref_out + ".safetensors"),
+                  0.0 if exact else 2e-6, read_metrics(ref_out))
 
 
 def latest(out):
@@ -124,6 +124,31 @@ def reshard(report, runs):
         same_run(report, label, out, reference, exact=False, tolerance=2e-6)
 
 
+def reshard_tied(report, zerotune, workdir):
+    """A tied model's checkpoints across world sizes and stages: 3 steps on W=2 at stage 3, resumed
+    for 3 more on W=4 at stage 2, whose checkpoint resumes on W=1 at stage 0 for the last 2."""
+    for model_name in ("opt", "llama_tied"):
+        root = os.path.join(workdir, model_name)
+        os.makedirs(root)
+        model, data = make_model_and_data(zerotune, root, model=model_name)
+        runs = Runs(zerotune, root, model, data)
+        reference, _ = runs.train(2, "reshard-ref", 3)
+        label = f"{model_name} (tied head): W=2 stage 3 -> W=4 stage 2 -> W=1 stage 0"
+        out, _ = runs.train(2, "reshard", 3, steps=3)
+        report.check(latest(out) == "global_step3", f"{label}: W=2 saved {latest(out)} (global_step3)")
+        with open(os.path.join(out, "checkpoints", "global_step3", "manifest.json")) as stream:
+            names = [entry["name"] for entry in json.load(stream)["layout"]["parameters"]]
+        embedding = [name for name in names if name.endswith("embed_tokens.weight")]
+        report.check("lm_head.weight" not in names and len(embedding) == 1,
+                     f"{label}: the checkpoint's layout holds the embedding {embedding} and no lm_head.weight (a tie "
+                     "has no storage)")
+        out, _ = runs.train(4, "reshard", 2, steps=6, extra=["--resume", "auto"])
+        report.check(latest(out) == "global_step6" and len(losses(out)) == 6,
+                     f"{label}: W=4 resumed at step 4, saved {latest(out)} (global_step6)")
+        out, _ = runs.train(1, "reshard", 0, extra=["--resume", "auto"])
+        same_run(report, label, out, reference, exact=False, tolerance=2e-6)
+
+
 def save_faults(report, runs):
     reference, _ = runs.train(2, "fault-ref", 2)
     for point, rank in (("save.begin", 1), ("save.rank_file_written", 1), ("save.manifest_written", 0),
@@ -174,6 +199,7 @@ def main():
         exact_resume(report, runs)
         signal_stop(report, runs)
         reshard(report, runs)
+        reshard_tied(report, args.zerotune, workdir)
         save_faults(report, runs)
         refusals(report, runs)
     return report.finish()

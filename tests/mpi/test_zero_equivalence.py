@@ -6,19 +6,35 @@
 # W=2: small buckets (several per step), nothing persistent, stage3_max_reuse_distance 0
 # (every unit released after use), synchronous reductions; W=4: persistent units, default
 # reuse distance, overlap_comm (one bucket in flight).
+# Tied heads (issue 15): the same matrix for a tiny OPT (tied head, learned positions, LayerNorm
+# with biases) and a tied LLaMA, where lm_head.weight is the token embedding: the head's unit reads
+# (gathers, at stage 3) the embedding's unit 0 and its backward adds into the embedding's gradient
+# before unit 0's own backward does. At W=4 their head unit (the final norm) is persistent and the
+# embedding it reads is not. 4 steps are the fewest that test an update: DeepSpeed's WarmupLR gives
+# updates 1 and 2 a learning rate of 0 (and a run's time is its start-up, not its steps). Full
+# fine-tuning checks that the tied embedding trains. OPT-350m's shape (project_in in unit 0, whose
+# backward reads parameters; post-LN) runs stage 3 on 2 ranks, with and without offload_param.
+# OPT's key-projection biases have no gradient (mpi_common.gradient_free): their final values are
+# held only to Adam's largest move.
 # Accounting: each rank's counted bytes per step match the engine's plan exactly (W=2 runs),
 # the plan matches the ZeRO formulas from the padded layout (stage 0: 2x gradient bytes as
 # all-reduce, 1/2: reduce-scatter + all-gather, 3: + 2 gathers per micro-batch), scaled by
-# (W-1)/W, and the per-rank master/optimizer state is 1/W of the total for stage >= 1.
+# (W-1)/W, and the per-rank master/optimizer state is 1/W of the total for stage >= 1. With a tied
+# head, stage 3 gathers unit 0 for the head too (in forward and backward), and unit 0's own backward
+# gathers nothing unless it reads parameters (project_in).
 import os
+import time
 
-from mpi_common import (Report, load_weights, main_guard, make_model_and_data, parse_args, read_metrics, read_run,
-                        run_ranks, temporary_directory, write_ds_config)
+from mpi_common import (Report, check_weights, hf_config, load_weights, main_guard, make_model_and_data, parse_args,
+                        read_metrics, read_run, run_ranks, temporary_directory, write_ds_config)
 
 STEPS = 4
 LOSS_REL = 2e-6      # fp32 sums in another order: measured ~1e-7
 NORM_REL = 2e-5
 WEIGHT_ATOL = 2e-6   # after 4 Adam steps of lr <= 1.2e-3 (measured < 3e-7)
+
+# The models of the matrix: the untied LLaMA of data/tiny-llama, then the tied ones.
+MATRIX_MODELS = ("llama", "opt", "llama_tied")
 
 ZERO_KNOBS = {
     1: {},
@@ -27,41 +43,67 @@ ZERO_KNOBS = {
     4: {"reduce_bucket_size": 50000, "allgather_bucket_size": 50000, "stage3_param_persistence_threshold": 30000,
         "overlap_comm": True},
 }
+# W=4's persistence threshold per model, between the unit sizes: the untied LLaMA's embedding
+# and head units (16k elements each) persistent, its blocks not; the tied models' head unit (the
+# final norm, 64 or 128 elements) persistent, the embedding unit it reads (8k or 12k) not.
+PERSISTENCE_W4 = {"llama": 30000, "opt": 1000, "llama_tied": 1000}
 
 
-def train(zerotune, workdir, model, data, mode, ranks, stage, offload, device):
+def train(zerotune, workdir, model, data, mode, ranks, stage, offload, device, steps=STEPS, model_name="llama"):
     name = f"{mode}-w{ranks}-s{stage}-{offload}-{device}"
     out = os.path.join(workdir, name)
     zero = dict(ZERO_KNOBS[ranks], stage=stage, offload_optimizer={"device": "none" if offload == "none" else "cpu"})
+    if ranks == 4:
+        zero["stage3_param_persistence_threshold"] = PERSISTENCE_W4[model_name]
     if offload == "cpu+param":
         zero["offload_param"] = {"device": "cpu"}
     ds = write_ds_config(os.path.join(workdir, name + ".json"), 16, 4, zero)
     command = [zerotune, "train", "--model", model, "--data", data, "--out", out, "--deepspeed", ds,
-               "--max-steps", STEPS, "--seed", 3, "--dump-final", out + ".safetensors", "--device", device]
+               "--max-steps", steps, "--seed", 3, "--dump-final", out + ".safetensors", "--device", device]
     if mode == "lora":
         command += ["--lora-r", 4, "--lora-alpha", 8, "--lora-targets", "all-linear", "--lora-dropout", 0.1]
-    run_ranks(ranks, command)
-    return {"name": name, "metrics": read_metrics(out), "weights": load_weights(out + ".safetensors"),
-            "run": read_run(out), "ranks": ranks, "stage": stage, "offload": offload}
+    _, seconds = run_ranks(ranks, command)
+    return {"name": f"{model_name} {name}", "metrics": read_metrics(out), "weights": load_weights(out + ".safetensors"),
+            "run": read_run(out), "ranks": ranks, "stage": stage, "offload": offload, "steps": steps,
+            "seconds": seconds}
 
 
 def compare(report, got, ref):
     label = got["name"]
-    report.check(len(got["metrics"]) == STEPS, f"{label}: {len(got['metrics'])} steps recorded")
+    report.check(len(got["metrics"]) == got["steps"], f"{label}: {len(got['metrics'])} steps recorded")
     for mine, theirs in zip(got["metrics"], ref["metrics"]):
         report.scalar(f"{label} step {mine['step']} loss", mine["loss"], theirs["loss"], LOSS_REL)
         report.scalar(f"{label} step {mine['step']} grad_norm", mine["grad_norm"], theirs["grad_norm"], NORM_REL)
-    report.check(sorted(got["weights"]) == sorted(ref["weights"]), f"{label}: same trainable tensors")
-    worst = max(float((got["weights"][k] - ref["weights"][k]).abs().max()) for k in ref["weights"])
-    report.check(worst <= WEIGHT_ATOL, f"{label}: final weights max abs diff {worst:.2e} <= {WEIGHT_ATOL:.0e}")
+    check_weights(report, label, got["weights"], ref["weights"], WEIGHT_ATOL, ref["metrics"])
 
 
-def check_accounting(report, got):
+class UnitReads:
+    """Which units read the embedding's unit 0, from the HF config (not from zerotune): a tied
+    head's unit L+1 (lm_head.weight is the token embedding), and unit 0 itself in backward only
+    when it holds parameters that backward reads (OPT's project_in; tables alone do not)."""
+
+    def __init__(self, model_dir):
+        config = hf_config(model_dir)
+        self.tied = bool(config.tie_word_embeddings)
+        self.unit0_backward = getattr(config, "word_embed_proj_dim", config.hidden_size) != config.hidden_size
+
+    def gathered_per_micro_batch(self, units):
+        """Elements stage 3 gathers in one micro-batch, nothing persistent, reuse distance 0: every
+        unit for its forward and its backward (unit 0: forward only, unless its backward reads
+        parameters), unit 0 again for a tied head's forward and backward."""
+        return (2 * sum(units) - (0 if self.unit0_backward else units[0])
+                + (2 * units[0] if self.tied else 0))
+
+    def largest_in_use(self, units):
+        """The most elements one unit's use holds gathered: the unit and what it reads."""
+        return max(units[:-1] + [units[-1] + (units[0] if self.tied else 0)])
+
+
+def check_accounting(report, got, reads):
     label, ranks, stage, run = got["name"], got["ranks"], got["stage"], got["run"]
     share = (ranks - 1) / ranks
     layout = run["zero_layout"]
     trainable = 4.0 * layout["trainable_elements"]
-    everything = 4.0 * layout["all_elements"]
     accumulation = run["gradient_accumulation_steps"]
     plan = run["zero_comm_plan_bytes_per_step"]
     # The ZeRO formulas, from the padded layout (nothing persistent, reuse distance 0: W=2).
@@ -71,7 +113,8 @@ def check_accounting(report, got):
                     2: {"all_reduce": 0, "reduce_scatter": accumulation * share * trainable,
                         "all_gather": share * trainable},
                     3: {"all_reduce": 0, "reduce_scatter": accumulation * share * trainable,
-                        "all_gather": accumulation * share * (2 * everything - 4.0 * layout["unit_elements"][0])}}[stage]
+                        "all_gather": accumulation * share * 4.0 * reads.gathered_per_micro_batch(
+                            layout["unit_elements"])}}[stage]
         for kind, value in expected.items():
             report.scalar(f"{label}: planned {kind} bytes/step = ZeRO formula", plan[kind], value, 1e-12)
         for record in got["metrics"]:
@@ -84,14 +127,14 @@ def check_accounting(report, got):
                   trainable / divisor, 1e-12)
     report.scalar(f"{label}: optimizer state per rank = 2 x master", memory["optimizer_state"],
                   2 * memory["master_params"], 1e-12)
-    if stage == 3 and ranks == 2:  # nothing persistent: the largest unit in use + one prefetched
+    if stage == 3 and ranks == 2:  # nothing persistent: the largest unit in use (with what it reads) + one prefetched
         units = layout["unit_elements"]
         frozen = layout["all_elements"] - layout["trainable_elements"]
         offloaded = layout["trainable_elements"] / ranks if got["offload"] == "cpu" else 0
         # offload_param: the partitions (frozen and trainable) live in host memory.
         partitions = 0 if got["offload"] == "cpu+param" else frozen / ranks + offloaded
-        planned = 4.0 * (2 * max(units) + partitions)
-        report.scalar(f"{label}: stage-3 parameter bytes per rank = 2 largest units + partitions",
+        planned = 4.0 * (2 * reads.largest_in_use(units) + partitions)
+        report.scalar(f"{label}: stage-3 parameter bytes per rank = 2 largest units in use + partitions",
                       memory["parameters"], planned, 1e-12)
     elements = layout["trainable_elements"]
     bucket = ZERO_KNOBS[ranks].get("reduce_bucket_size", 500000000)
@@ -102,27 +145,78 @@ def check_accounting(report, got):
                   memory["gradients"], 4.0 * grad_elements, 1e-12)
 
 
-def check_matrix(report, zerotune, workdir, device, world_sizes):
+def check_cases(report, zerotune, workdir, device, model_name, steps, cases, modes=("full", "lora")):
+    """(ranks, stage, offload) `cases` of `model_name` against one rank at stage 0, for each mode;
+    returns the seconds each run took."""
+    if model_name != "llama":
+        workdir = os.path.join(workdir, model_name)
+        os.makedirs(workdir)
+    model, data = make_model_and_data(zerotune, workdir, model=model_name)
+    reads = UnitReads(model)
+    seconds = []
+    for mode in modes:
+        reference = train(zerotune, workdir, model, data, mode, 1, 0, "none", device, steps, model_name)
+        seconds.append(reference["seconds"])
+        if mode == "full" and reads.tied:  # the tied embedding trains, through the head as well
+            check_tied_embedding(report, reference, model)
+        for ranks, stage, offload in cases:
+            got = train(zerotune, workdir, model, data, mode, ranks, stage, offload, device, steps, model_name)
+            seconds.append(got["seconds"])
+            compare(report, got, reference)
+            check_accounting(report, got, reads)
+    return seconds
+
+
+def check_tied_embedding(report, reference, model):
+    """The tied head has no tensor of its own, and the embedding trains through it: the padding
+    id's row, whose only inputs are padding positions (no target sees them), moves only by the
+    head's gradient (every position's softmax has a logit for it)."""
+    label = reference["name"]
+    pad = hf_config(model).pad_token_id
+    initial = load_weights(os.path.join(model, "model.safetensors"))
+    weights = reference["weights"]
+    embedding = [name for name in weights if name.endswith("embed_tokens.weight")]
+    report.check("lm_head.weight" not in weights and len(embedding) == 1,
+                 f"{label}: the tied head is the embedding {embedding} (no lm_head.weight of its own)")
+    if len(embedding) == 1:
+        moved = float((weights[embedding[0]][pad] - initial[embedding[0]][pad]).abs().max())
+        report.check(moved > 1e-4, f"{label}: the tied embedding's row {pad} (padding: only the head's gradient "
+                     f"reaches it) trains: moved by {moved:.2e}")
+
+
+def matrix_cases(world_sizes):
+    """Every stage x offload x world size but one rank at stage 0 (the reference)."""
+    cases = []
+    for ranks in world_sizes:
+        for stage in (0, 1, 2, 3):
+            for offload in {0: ("none",), 3: ("none", "cpu", "cpu+param")}.get(stage, ("none", "cpu")):
+                if (ranks, stage, offload) != (1, 0, "none"):
+                    cases.append((ranks, stage, offload))
+    return cases
+
+
+def check_matrix(report, zerotune, workdir, device, world_sizes, model_name="llama", steps=STEPS):
     """Every stage x offload x world size against one rank at stage 0, full and LoRA, on `device`."""
-    model, data = make_model_and_data(zerotune, workdir)
-    for mode in ("full", "lora"):
-        reference = train(zerotune, workdir, model, data, mode, 1, 0, "none", device)
-        for ranks in world_sizes:
-            for stage in (0, 1, 2, 3):
-                offloads = {0: ("none",), 3: ("none", "cpu", "cpu+param")}.get(stage, ("none", "cpu"))
-                for offload in offloads:
-                    if (ranks, stage, offload) == (1, 0, "none"):
-                        continue
-                    got = train(zerotune, workdir, model, data, mode, ranks, stage, offload, device)
-                    compare(report, got, reference)
-                    check_accounting(report, got)
+    return check_cases(report, zerotune, workdir, device, model_name, steps, matrix_cases(world_sizes))
 
 
 def main():
     args = parse_args(__doc__)
-    report = Report("ZeRO stages x world sizes x offload: same losses and weights as one rank")
+    report = Report("ZeRO stages x world sizes x offload: same losses and weights as one rank (untied and tied heads)")
+    timings = []
     with temporary_directory(args, "zt-zero-") as workdir:
-        check_matrix(report, args.zerotune, workdir, "cpu", (1, 2, 4))
+        for model_name in MATRIX_MODELS:
+            start = time.monotonic()
+            seconds = check_matrix(report, args.zerotune, workdir, "cpu", (1, 2, 4), model_name)
+            timings.append((model_name, len(seconds), sum(seconds), time.monotonic() - start))
+        # OPT-350m's shape: unit 0 is gathered for the tied head's backward and again for its own
+        # (project_in reads parameters there).
+        start = time.monotonic()
+        seconds = check_cases(report, args.zerotune, workdir, "cpu", "opt_350m_shape", STEPS,
+                              [(2, 3, "none"), (2, 3, "cpu+param")])
+        timings.append(("opt_350m_shape", len(seconds), sum(seconds), time.monotonic() - start))
+    for model_name, runs, in_runs, total in timings:
+        print(f"timing: {model_name}: {runs} runs, {in_runs:.1f} s in mpiexec, {total:.1f} s in all")
     return report.finish()
 
 
