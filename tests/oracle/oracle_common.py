@@ -1,8 +1,10 @@
 # Shared helpers of the oracle tests (tests/oracle/test_*.py): command-line parsing, running
-# `zerotune train` as a subprocess, tiny random HF LLaMA models, token shards (written through
+# `zerotune train` as a subprocess, tiny random HF LLaMA models and the other families' (OPT,
+# Mistral, Qwen2, tied LLaMA), PEFT adapters, token shards (written through
 # tests/oracle/make_token_shard.py), padded micro-batches exactly as zerotune's batcher builds
 # them, the HF reference loss/logits/gradients, DeepSpeed's clipping and WarmupDecayLR formulas,
-# and a Report that prints every comparison and turns any failure into a non-zero exit.
+# the trajectory loop, the export and bf16 comparisons, and a Report that prints every comparison
+# and turns any failure into a non-zero exit.
 #
 # The oracle never skips: a missing package, a failing zerotune run or a mismatch all fail.
 import argparse
@@ -235,14 +237,84 @@ def load_reference_llama(model_dir, **config_overrides):
 
 
 # ---------------------------------------------------------------------------------------------
+# the other architecture rows (test_family_*.py): tiny random models of each family and variant
+
+TINY_OPT = dict(vocab_size=128, hidden_size=64, ffn_dim=96, num_hidden_layers=2, num_attention_heads=4,
+                max_position_embeddings=64, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+                layerdrop=0.0, bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID,
+                init_std=0.1)
+TINY_SHAPE = dict((k, TINY_LLAMA[k]) for k in (
+    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "rms_norm_eps", "rope_theta", "max_position_embeddings", "bos_token_id",
+    "eos_token_id", "pad_token_id"))
+
+FAMILY_CASES = [
+    # (label, config class, model class, settings)
+    ("opt", "OPTConfig", "OPTForCausalLM", dict(TINY_OPT)),
+    ("opt_350m_shape", "OPTConfig", "OPTForCausalLM",
+     dict(TINY_OPT, word_embed_proj_dim=32, do_layer_norm_before=False)),
+    ("opt_no_affine_no_bias", "OPTConfig", "OPTForCausalLM",
+     dict(TINY_OPT, layer_norm_elementwise_affine=False, enable_bias=False)),
+    ("opt_untied", "OPTConfig", "OPTForCausalLM", dict(TINY_OPT, tie_word_embeddings=False)),
+    ("mistral", "MistralConfig", "MistralForCausalLM", dict(TINY_SHAPE, sliding_window=64, initializer_range=0.1)),
+    ("qwen2", "Qwen2Config", "Qwen2ForCausalLM", dict(TINY_SHAPE, tie_word_embeddings=True, initializer_range=0.1)),
+    ("llama_tied", "LlamaConfig", "LlamaForCausalLM", dict(TINY_SHAPE, tie_word_embeddings=True, initializer_range=0.1)),
+    ("llama3_rope", "LlamaConfig", "LlamaForCausalLM", dict(TINY_SHAPE, initializer_range=0.1)),
+]
+
+
+def family_case(label, **overrides):
+    """(config class, model class, settings + overrides) of the FAMILY_CASES row `label`."""
+    for case_label, config_class, model_class, settings in FAMILY_CASES:
+        if case_label == label:
+            return config_class, model_class, dict(settings, **overrides)
+    raise OracleError(f"no family case {label!r}")
+
+
+def make_family_model(model_dir, seed, config_class, model_class, settings):
+    """A tiny random model saved by transformers in fp32; norm weights around 1 and biases
+    (projections' and norms') random, so that a zerotune ignoring any of them is caught."""
+    torch.set_default_dtype(torch.float32)
+    torch.manual_seed(seed)
+    config = getattr(transformers, config_class)(**settings)
+    model = getattr(transformers, model_class)(config)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "norm" in name and name.endswith(".weight"):
+                parameter.copy_(1.0 + 0.2 * torch.randn_like(parameter))
+            elif name.endswith(".bias"):
+                parameter.copy_(0.1 * torch.randn_like(parameter))
+    model = model.to(torch.float32)
+    model.save_pretrained(model_dir, safe_serialization=True)
+    for required in ("config.json", "model.safetensors"):
+        if not os.path.exists(os.path.join(model_dir, required)):
+            raise OracleError(f"save_pretrained did not write {required} in {model_dir}")
+    return config
+
+
+def load_reference_family(model_dir, model_class, dtype=None):
+    """The HF model in float64 (or dtype) with eager attention. The default dtype is float64
+    from here on: transformers 4.40 builds the causal masks of OPT, Mistral and Qwen2 with
+    torch.full in the default dtype, which cannot hold float64's minimum when it is float32."""
+    torch.set_default_dtype(torch.float64)
+    model = getattr(transformers, model_class).from_pretrained(
+        model_dir, torch_dtype=dtype or torch.float64, attn_implementation="eager")
+    model.train()  # dropout 0 everywhere: train() changes nothing numerically
+    return model
+
+
+# ---------------------------------------------------------------------------------------------
 # PEFT adapters
 
 
-def make_adapter(model_dir, adapter_dir, seed, target_modules, use_rslora, dropout):
-    """A PEFT LoRA adapter (r 4, alpha 8) on the fp32 model of model_dir with lora_B ~ N(0, 0.1)
-    (PEFT initialises B to zero, which would make every lora_A gradient zero), saved with
-    save_pretrained (adapter_config.json + adapter_model.safetensors)."""
-    base = transformers.LlamaForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+def make_adapter(model_dir, adapter_dir, seed, target_modules, use_rslora, dropout,
+                 model_class="LlamaForCausalLM"):
+    """A PEFT LoRA adapter (r 4, alpha 8) on the fp32 model of model_dir (a transformers
+    model_class) with lora_B ~ N(0, 0.1) (PEFT initialises B to zero, which would make every
+    lora_A gradient zero), saved with save_pretrained (adapter_config.json +
+    adapter_model.safetensors). target_modules None: PEFT's default for the model type."""
+    torch.set_default_dtype(torch.float32)  # PEFT makes the LoRA layers in the default dtype
+    base = getattr(transformers, model_class).from_pretrained(model_dir, torch_dtype=torch.float32)
     config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=target_modules,
                              lora_dropout=dropout, use_rslora=use_rslora, bias="none",
                              task_type="CAUSAL_LM")
@@ -252,6 +324,11 @@ def make_adapter(model_dir, adapter_dir, seed, target_modules, use_rslora, dropo
         for name, parameter in model.named_parameters():
             if "lora_B" in name:
                 parameter.normal_(0.0, 0.1)
+    save_peft_model(model, adapter_dir)
+
+
+def save_peft_model(model, adapter_dir):
+    """PeftModel.save_pretrained without a Hub look-up or a Jinja2 model card."""
     # PEFT 0.10 renders a new model card from a Jinja2 template, and Jinja2 is not among the
     # oracle packages; with a README.md already there it only updates that file.
     os.makedirs(adapter_dir, exist_ok=True)
@@ -263,9 +340,12 @@ def make_adapter(model_dir, adapter_dir, seed, target_modules, use_rslora, dropo
             raise OracleError(f"PEFT save_pretrained did not write {required} in {adapter_dir}")
 
 
-def load_reference_peft(model_dir, adapter_dir):
+def load_reference_peft(model_dir, adapter_dir, model_class="LlamaForCausalLM"):
     """The float64 HF model with the saved adapter loaded by PEFT, LoRA weights trainable."""
-    base = load_reference_llama(model_dir)
+    if model_class == "LlamaForCausalLM":
+        base = load_reference_llama(model_dir)
+    else:
+        base = load_reference_family(model_dir, model_class)
     model = peft.PeftModel.from_pretrained(base, adapter_dir, is_trainable=True)
     return model.double()
 
@@ -625,3 +705,276 @@ def global_grad_norm(parameters):
     """L2 norm over all gradients of the trainable parameters (DeepSpeed's total_norm)."""
     squares = [p.grad.detach().double().pow(2).sum() for p in parameters if p.grad is not None]
     return float(torch.stack(squares).sum().sqrt())
+
+
+# ---------------------------------------------------------------------------------------------
+# trajectories (test_training_trajectory.py, test_family_trajectory.py): a few optimizer steps of
+# `zerotune train` against torch AdamW on the same micro-batches, step by step
+
+# fp32 zerotune against a float64 loop. After k AdamW updates the parameters differ by the
+# fp32 noise of the gradients pushed through Adam, which moves the loss by <= 3e-8 and the grad
+# norm by <= 1e-7 relative (observed), hence bounds 30-100x above that. They are tighter than
+# 1e-5 / 1e-4 on purpose: with these small lrs, no weight decay at all (full run: grad norm
+# -3.7e-5 at update 5) or beta2 0.999 instead of 0.95 (loss 1.2e-5, grad norm 1.5e-4) would
+# otherwise pass; a wrong lr at one update or missing clipping moves things by 1e-4 or more.
+TRAJECTORY_LOSS_REL = 1e-6
+TRAJECTORY_GRAD_NORM_REL = 1e-5
+TRAJECTORY_LR_REL = 1e-9
+
+
+def reference_trajectory(model, samples, steps, lrs, betas, eps, weight_decay, clip,
+                         micro_batch_size, accumulation):
+    """torch AdamW on the micro-batches zerotune uses; returns per update (loss, grad_norm,
+    clipped). Gradients are clipped the DeepSpeed way before the update."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(decay_parameter_groups(model, weight_decay), lr=lrs[0],
+                                  betas=betas, eps=eps)
+    history = []
+    for step in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = lrs[step]
+        loss, _ = reference_step(model, step_micro_batches(samples, step, micro_batch_size,
+                                                           accumulation))
+        norm = global_grad_norm(trainable)
+        coefficient = deepspeed_clip_coefficient(norm, clip)
+        with torch.no_grad():
+            for parameter in trainable:
+                parameter.grad.mul_(coefficient)
+        optimizer.step()
+        history.append((loss, norm, coefficient < 1.0))
+    return history
+
+
+def check_some_clipped(report, label, history):
+    """The oracle's data must exercise both branches of clipping."""
+    clipped = [update + 1 for update, (_, _, c) in enumerate(history) if c]
+    report.check(0 < len(clipped) < len(history), f"[{label}] oracle: clipping triggers at some "
+                 f"updates but not all (clipped updates {clipped}, norms "
+                 f"{[round(n, 4) for _, n, _ in history]})")
+
+
+def compare_trajectory(report, label, records, history, lrs):
+    if not report.check(len(records) == len(history),
+                        f"[{label}] metrics.jsonl has {len(history)} training records "
+                        f"(has {len(records)})"):
+        return
+    check_metrics_keys(report, records, f"[{label}] metrics.jsonl")
+    for index, (record, (loss, norm, clipped)) in enumerate(zip(records, history)):
+        update = index + 1
+        report.check(record["step"] == update, f"[{label}] record {update} has step "
+                     f"{record['step']} == {update}")
+        report.scalar(f"[{label}] update {update} loss", record["loss"], loss, rel=TRAJECTORY_LOSS_REL)
+        report.scalar(f"[{label}] update {update} grad_norm (before clipping; the reference "
+                      f"{'clips' if clipped else 'does not clip'})", record["grad_norm"], norm,
+                      rel=TRAJECTORY_GRAD_NORM_REL)
+        report.scalar(f"[{label}] update {update} lr", record["lr"], lrs[index], rel=TRAJECTORY_LR_REL)
+        report.check(not record["skipped"], f"[{label}] update {update} not skipped")
+
+
+# ---------------------------------------------------------------------------------------------
+# export (test_export.py, test_family_export.py)
+
+EXPORT_TRAIN_STEPS = 3
+
+
+def train_for_export(zerotune, model_dir, data_dir, out_dir, extra=()):
+    """EXPORT_TRAIN_STEPS steps at lr 1e-2 on the parity layout with a checkpoint at the end;
+    returns (the checkpoint directory, {name: trained tensor} from --dump-final)."""
+    run_zerotune(zerotune, ["train", "--model", model_dir, "--data", data_dir, "--out", out_dir,
+                            "--no-shuffle", "--max-steps", EXPORT_TRAIN_STEPS,
+                            "--micro-batch-size", PARITY_MICRO_BATCH, "--grad-accum", PARITY_ACCUMULATION,
+                            "--lr", "1e-2", "--dump-final", os.path.join(out_dir, "final.safetensors")]
+                 + list(extra))
+    return (os.path.join(out_dir, "checkpoints", f"global_step{EXPORT_TRAIN_STEPS}"),
+            load_dump(os.path.join(out_dir, "final.safetensors")))
+
+
+def run_export(zerotune, checkpoint, model_dir, out_dir, *flags):
+    run_zerotune(zerotune, ["export", "--checkpoint", checkpoint, "--model", model_dir, "--out", out_dir]
+                 + list(flags))
+
+
+def check_refused(zerotune, report, label, arguments, needle):
+    """`zerotune ARGUMENTS` exits non-zero with `needle` in its stderr."""
+    command = [zerotune] + [str(a) for a in arguments]
+    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    report.check(result.returncode != 0 and needle in result.stderr,
+                 f"{label}: refused, naming {needle!r} (status {result.returncode}: "
+                 f"{result.stderr.strip()[-200:]})")
+
+
+def check_zerotune_logits(zerotune, report, label, model_dir, data_dir, run_dir, samples, reference_model,
+                          extra=()):
+    """zerotune's step-0 logits on the exported weights against the reference model's."""
+    dump, _ = run_step0_dump(zerotune, model_dir, data_dir, run_dir, list(extra))
+    micro_batches = parity_micro_batches(samples)
+    _, logits = reference_step(reference_model, micro_batches)
+    compare_dump_logits(report, dump, logits, micro_batches[0][2], f"[{label}] zerotune vs HF/PEFT",
+                        atol=LOGITS_ATOL)
+
+
+# ---------------------------------------------------------------------------------------------
+# bf16 (test_bf16_model.py, test_family_bf16.py): zerotune's bf16 model has the error size of HF
+# transformers' bf16 model, both against the float64 model
+
+BF16_DEEPSPEED = {"bf16": {"enabled": True}}
+
+# Error-size bands: ratio = (zerotune-bf16 error) / (HF-bf16 error), both against the float64
+# model, as max-abs and as rms over the compared values; (low, high) per kind. Measured over 6
+# seeds (500 and 600..640; LoRA 520 and 605..645):
+#   logits (real positions)  rms ratio 0.85..0.97   max-abs ratio 0.66..1.33
+#     (rms errors ~1.0e-2..1.3e-2 for logits of rms ~0.8; zerotune-fp32's rms error ~4e-7)
+#   gradients (7 tensors)    rms ratio 0.80..1.28   max-abs ratio 0.64..1.76
+# test_family_bf16.py, 10 seeds (700..790) each of OPT and Qwen2 with tied heads:
+#   logits                   rms ratio 0.78..0.96   max-abs ratio 0.59..1.08
+#   gradients (7 tensors)    rms ratio 0.70..1.19   max-abs ratio 0.45..1.61
+#   bf16 vs fp32 logits      1.6..2.0 ulps (OPT), 2.3..3.0 (Qwen2); loss <= 0.19 x the rms logit error
+# The rms over ~10^4 (logits) or >= 64 (gradients) values is stable, the max of them is noisier,
+# hence the wider max-abs bands. They fail an fp32 model (ratio ~4e-5), a model that computes in
+# fp32 and rounds only its logits to bf16 (rms ratio ~0.1, checked below), and a model that rounds
+# more often or in worse places, or loses precision in the gradient accumulation (ratio > 2).
+LOGITS_BANDS = {"rms": (0.7, 1.4), "max-abs": (0.5, 2.0)}
+GRAD_BANDS = {"rms": (0.6, 1.6), "max-abs": (0.35, 3.0)}
+# zerotune bf16 vs zerotune fp32 logits: rms difference of at least this many bf16 ulps of the
+# rms logit (bf16 ulp at x: 2^(floor(log2 x) - 7)). Measured 2.5..3.4 ulps; rounding only the
+# final logits of an fp32 model moves them by ~0.3 ulp rms (ulp / sqrt(12)).
+MIN_BF16_ULPS_MOVED = 1.0
+# Loss: |zerotune-bf16 - float64| <= LOSS_OF_LOGIT_RMS x HF-bf16's rms logit error. A token's CE
+# error is of the size of its logits' error, and the mean over ~200 targets cancels most of it:
+# measured zerotune-bf16 5e-5..1.6e-3 (HF-bf16 3e-5..1.3e-3), i.e. <= 0.14 x the rms logit error
+# (~1.1e-2); a loss rounded to bf16 (ulp 0.03 at 6) would be off by ~8e-3 on average.
+LOSS_OF_LOGIT_RMS = 0.5
+
+
+def bf16_roundtrip(tensor):
+    return tensor.to(torch.bfloat16).to(tensor.dtype)
+
+
+def real_positions(logits, lengths):
+    """[sum(lengths), V]: the rows of logits [B, T, V] at unpadded positions."""
+    return torch.cat([logits[row, :length] for row, length in enumerate(lengths)])
+
+
+def error_sizes(got, exact):
+    """(max abs error, rms error) of got against exact, in float64."""
+    diff = got.detach().double() - exact.detach().double()
+    return float(diff.abs().max()), float(diff.pow(2).mean().sqrt())
+
+
+def error_ratios(got, hf_bf16, exact):
+    """{"max-abs": ..., "rms": ...}: (got's error, HF-bf16's error, their ratio) against exact."""
+    result = {}
+    for kind, got_error, hf_error in zip(("max-abs", "rms"), error_sizes(got, exact),
+                                         error_sizes(hf_bf16, exact)):
+        ratio = got_error / hf_error if hf_error > 0 else float("inf")
+        result[kind] = (got_error, hf_error, ratio)
+    return result
+
+
+def check_error_ratio(report, what, zerotune, hf_bf16, exact, bands):
+    """zerotune-bf16's max-abs and rms error against exact, each within its band (low, high)
+    times HF-bf16's; prints both errors so the report shows the measured sizes."""
+    for kind, (zt_error, hf_error, ratio) in error_ratios(zerotune, hf_bf16, exact).items():
+        low, high = bands[kind]
+        report.check(low <= ratio <= high,
+                     f"{what}: {kind} error vs float64: zerotune-bf16 {zt_error:.3e}, HF-bf16 "
+                     f"{hf_error:.3e}, ratio {ratio:.2f} in [{low}, {high}]")
+
+
+def hf_bf16_step(model, micro_batches):
+    """HF in bf16 on one global batch, as DeepSpeed's bf16 mode runs it: each micro-batch's loss
+    is CE on logits.float() over the targets divided by the global target count, its bf16
+    param.grad is widened and accumulated in fp32 (DeepSpeed accumulates bf16 gradients in fp32).
+    Returns (loss, bf16 logits of micro-batch 0 [B, T, V], {name: fp32 gradient})."""
+    total_targets = sum(target_count(labels) for _, labels, _ in micro_batches)
+    trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    grads = {name: torch.zeros(p.shape, dtype=torch.float32) for name, p in trainable}
+    loss_sum, first_logits = 0.0, None
+    for input_ids, labels, _ in micro_batches:
+        model.zero_grad(set_to_none=True)
+        logits = forward_logits(model, input_ids)  # [B, T, V] bf16
+        ce = cross_entropy_sum(logits.float(), labels)
+        (ce / total_targets).backward()
+        loss_sum += float(ce.detach())
+        for name, parameter in trainable:
+            grads[name] += parameter.grad.float()
+        if first_logits is None:
+            first_logits = logits.detach()
+    return loss_sum / total_targets, first_logits, grads
+
+
+def write_bf16_deepspeed(run_dir):
+    path = os.path.join(run_dir, "ds_bf16.json")
+    os.makedirs(run_dir, exist_ok=True)
+    with open(path, "w") as stream:
+        json.dump(BF16_DEEPSPEED, stream)
+    return path
+
+
+def run_dtype_dump(zerotune, run_dir, model_dir, data_dir, bf16, extra=()):
+    """zerotune's step-0 dump (one step of the parity layout), in bf16 or fp32."""
+    flags = list(extra)
+    if bf16:
+        flags += ["--deepspeed", write_bf16_deepspeed(run_dir)]
+    dump, _ = run_step0_dump(zerotune, model_dir, data_dir, run_dir, flags)
+    return dump
+
+
+def check_bf16_logits(report, label, dump_bf16, dump_fp32, hf_bf16_logits, exact_logits, lengths):
+    """Step-0 logits: bf16-exact values, moved from fp32, error of HF-bf16's size."""
+    what = f"[{label}] logits"
+    got = dump_bf16["logits"]  # [B, T, V] fp32 in the file, bf16 values
+    if not report.check(tuple(got.shape) == tuple(exact_logits.shape),
+                        f"{what}: dump shape {tuple(got.shape)} == {tuple(exact_logits.shape)}"):
+        return
+    not_bf16 = int((bf16_roundtrip(got) != got).sum())
+    report.check(not_bf16 == 0, f"{what}: every dumped bf16-run logit is a bf16 value "
+                 f"({not_bf16} of {got.numel()} are not)")
+    fp32_not_bf16 = int((bf16_roundtrip(dump_fp32["logits"]) != dump_fp32["logits"]).sum())
+    report.check(fp32_not_bf16 > got.numel() // 2,
+                 f"{what}: oracle: the fp32-run logits are not bf16 values ({fp32_not_bf16} of "
+                 f"{got.numel()} are not), so the check above can fail")
+
+    zt_bf16 = real_positions(got, lengths).double()
+    zt_fp32 = real_positions(dump_fp32["logits"], lengths).double()
+    exact = real_positions(exact_logits, lengths).double()
+    hf_bf16 = real_positions(hf_bf16_logits, lengths).double()
+    rms_logit = float(exact.pow(2).mean().sqrt())
+    ulp = 2.0 ** (torch.floor(torch.log2(torch.tensor(rms_logit))).item() - 7)
+    moved = float((zt_bf16 - zt_fp32).pow(2).mean().sqrt())
+    report.check(moved >= MIN_BF16_ULPS_MOVED * ulp,
+                 f"{what}: bf16 run differs from the fp32 run: rms diff {moved:.3e} = "
+                 f"{moved / ulp:.1f} bf16 ulps of the rms logit {rms_logit:.3f} "
+                 f">= {MIN_BF16_ULPS_MOVED}")
+    fp32_max, fp32_rms = error_sizes(zt_fp32, exact)
+    between_max, between_rms = error_sizes(zt_bf16, hf_bf16)
+    print(f"      {what}: zerotune-fp32 error vs float64: max {fp32_max:.3e} rms {fp32_rms:.3e};"
+          f" zerotune-bf16 vs HF-bf16: max {between_max:.3e} rms {between_rms:.3e}")
+    # The band can fail: an fp32 model that only rounds its logits to bf16 falls below it.
+    _, _, rounded_only = error_ratios(bf16_roundtrip(exact.float()), hf_bf16, exact)["rms"]
+    report.check(rounded_only < LOGITS_BANDS["rms"][0],
+                 f"{what}: oracle: float64 logits rounded to bf16 have rms error ratio "
+                 f"{rounded_only:.2f} < {LOGITS_BANDS['rms'][0]} (below the band)")
+    check_error_ratio(report, what + " (real positions)", zt_bf16, hf_bf16, exact, LOGITS_BANDS)
+
+def check_bf16_loss(report, label, dump_bf16, exact_loss, hf_loss, exact_logits, hf_logits, lengths):
+    """The bf16 run's step-0 loss is within LOSS_OF_LOGIT_RMS x HF-bf16's rms logit error of the
+    float64 loss."""
+    zt_loss = float(dump_bf16["loss"].reshape(-1)[0])
+    hf_error, zt_error = abs(hf_loss - exact_loss), abs(zt_loss - exact_loss)
+    hf_rms_logit_error = error_sizes(real_positions(hf_logits, lengths), real_positions(exact_logits, lengths))[1]
+    bound = LOSS_OF_LOGIT_RMS * hf_rms_logit_error
+    report.check(zt_error <= bound,
+                 f"[{label}] loss: float64 {exact_loss:.6f}, HF-bf16 {hf_loss:.6f} (error "
+                 f"{hf_error:.2e}), zerotune-bf16 {zt_loss:.6f} (error {zt_error:.2e} <= "
+                 f"{bound:.2e}); zerotune-bf16 vs HF-bf16 {abs(zt_loss - hf_loss):.2e}")
+
+
+def check_bf16_grads(report, label, dump_bf16, hf_grads, exact_grads, names):
+    """The gradients of `names` have HF-bf16's error size (GRAD_BANDS) against float64."""
+    for name in names:
+        key = "grad." + name
+        if not report.check(key in dump_bf16, f"[{label}] the dump has {key}"):
+            continue
+        check_error_ratio(report, f"[{label}] {key}", dump_bf16[key], hf_grads[name], exact_grads[name],
+                          GRAD_BANDS)

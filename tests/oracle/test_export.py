@@ -8,6 +8,8 @@
 #    ones; zerotune with --adapter EXPORT and PEFT give the same logits; --format hf --merge
 #    gives an HF model whose logits equal the PEFT model's;
 #  - refusals: hf without --merge for LoRA, peft for a full checkpoint, another base model.
+# The training, export and refusal helpers: oracle_common.py ("export"); test_family_export.py
+# does the same for OPT, OPT-350m's shape and Qwen2 (tied heads).
 import glob
 import os
 
@@ -17,85 +19,55 @@ torch = oc.torch
 transformers = oc.transformers
 
 
-def train(args, model_dir, data_dir, out_dir, extra=()):
-    oc.run_zerotune(args.zerotune, ["train", "--model", model_dir, "--data", data_dir, "--out", out_dir,
-                                    "--no-shuffle", "--max-steps", 3, "--micro-batch-size", oc.PARITY_MICRO_BATCH,
-                                    "--grad-accum", oc.PARITY_ACCUMULATION, "--lr", "1e-2",
-                                    "--dump-final", os.path.join(out_dir, "final.safetensors")] + list(extra))
-    return os.path.join(out_dir, "checkpoints", "global_step3"), \
-        oc.safetensors.torch.load_file(os.path.join(out_dir, "final.safetensors"))
-
-
-def export(args, checkpoint, model_dir, out_dir, *flags):
-    oc.run_zerotune(args.zerotune, ["export", "--checkpoint", checkpoint, "--model", model_dir, "--out", out_dir]
-                    + list(flags))
-
-
-def refused(args, report, label, arguments, needle):
-    command = [args.zerotune] + [str(a) for a in arguments]
-    result = oc.subprocess.run(command, stdout=oc.subprocess.PIPE, stderr=oc.subprocess.PIPE, text=True)
-    report.check(result.returncode != 0 and needle in result.stderr,
-                 f"{label}: refused, naming {needle!r} (status {result.returncode}: {result.stderr.strip()[-200:]})")
-
-
-def zerotune_logits(args, report, label, model_dir, data_dir, run_dir, samples, reference_model, extra=()):
-    """zerotune's step-0 logits on the exported weights against the reference model's."""
-    dump, _ = oc.run_step0_dump(args.zerotune, model_dir, data_dir, run_dir, list(extra))
-    micro_batches = oc.parity_micro_batches(samples)
-    loss, logits = oc.reference_step(reference_model, micro_batches)
-    oc.compare_dump_logits(report, dump, logits, micro_batches[0][2], f"[{label}] zerotune vs HF/PEFT",
-                           atol=oc.LOGITS_ATOL)
-
-
 def full_case(args, report, tmp, model_dir, data_dir, samples):
-    checkpoint, trained = train(args, model_dir, data_dir, os.path.join(tmp, "full"))
+    checkpoint, trained = oc.train_for_export(args.zerotune, model_dir, data_dir, os.path.join(tmp, "full"))
     hf_dir = os.path.join(tmp, "full-hf")
-    export(args, checkpoint, model_dir, hf_dir, "--format", "hf")
+    oc.run_export(args.zerotune, checkpoint, model_dir, hf_dir, "--format", "hf")
     model = transformers.LlamaForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float32)
     state = model.state_dict()
     report.check(set(trained) <= set(state), f"[hf] every trained tensor is in the export ({len(trained)})")
     worst = max(float((state[name] - tensor).abs().max()) for name, tensor in trained.items())
     report.check(worst == 0.0, f"[hf] exported fp32 weights equal the trained ones (max diff {worst:.2e})")
-    zerotune_logits(args, report, "hf", hf_dir, data_dir, os.path.join(tmp, "full-hf-run"), samples,
-                    oc.load_reference_llama(hf_dir))
+    oc.check_zerotune_logits(args.zerotune, report, "hf", hf_dir, data_dir, os.path.join(tmp, "full-hf-run"),
+                             samples, oc.load_reference_llama(hf_dir))
 
     bf16_dir = os.path.join(tmp, "full-hf-bf16")
-    export(args, checkpoint, model_dir, bf16_dir, "--format", "hf", "--dtype", "bf16")
+    oc.run_export(args.zerotune, checkpoint, model_dir, bf16_dir, "--format", "hf", "--dtype", "bf16")
     bf16 = transformers.LlamaForCausalLM.from_pretrained(bf16_dir, torch_dtype=torch.bfloat16).state_dict()
     worst = max(float((bf16[name].float() - tensor.to(torch.bfloat16).float()).abs().max())
                 for name, tensor in trained.items())
     report.check(worst == 0.0, f"[hf bf16] weights are the trained ones rounded to bf16 (max diff {worst:.2e})")
 
     sharded_dir = os.path.join(tmp, "full-hf-sharded")
-    export(args, checkpoint, model_dir, sharded_dir, "--format", "hf", "--max-shard-size", "100KB")
+    oc.run_export(args.zerotune, checkpoint, model_dir, sharded_dir, "--format", "hf", "--max-shard-size", "100KB")
     shards = glob.glob(os.path.join(sharded_dir, "model-*-of-*.safetensors"))
     report.check(len(shards) > 1 and os.path.exists(os.path.join(sharded_dir, "model.safetensors.index.json")),
                  f"[hf sharded] {len(shards)} shards and the index")
     sharded = transformers.LlamaForCausalLM.from_pretrained(sharded_dir, torch_dtype=torch.float32).state_dict()
     worst = max(float((sharded[name] - tensor).abs().max()) for name, tensor in trained.items())
     report.check(worst == 0.0, f"[hf sharded] transformers loads the shards: weights equal (max diff {worst:.2e})")
-    refused(args, report, "peft export of a full checkpoint",
-            ["export", "--checkpoint", checkpoint, "--model", model_dir, "--out", os.path.join(tmp, "x"),
-             "--format", "peft"], "full fine-tuning checkpoint")
+    oc.check_refused(args.zerotune, report, "peft export of a full checkpoint",
+                     ["export", "--checkpoint", checkpoint, "--model", model_dir, "--out", os.path.join(tmp, "x"),
+                      "--format", "peft"], "full fine-tuning checkpoint")
     return checkpoint
 
 
 def lora_case(args, report, tmp, model_dir, data_dir, samples):
-    checkpoint, trained = train(args, model_dir, data_dir, os.path.join(tmp, "lora"),
-                                ["--lora-r", 4, "--lora-alpha", 8, "--lora-targets", "all-linear"])
+    checkpoint, trained = oc.train_for_export(args.zerotune, model_dir, data_dir, os.path.join(tmp, "lora"),
+                                              ["--lora-r", 4, "--lora-alpha", 8, "--lora-targets", "all-linear"])
     peft_dir = os.path.join(tmp, "lora-peft")
-    export(args, checkpoint, model_dir, peft_dir, "--format", "peft")
+    oc.run_export(args.zerotune, checkpoint, model_dir, peft_dir, "--format", "peft")
     peft_model = oc.load_reference_peft(model_dir, peft_dir)
     adapters = {oc.zerotune_name(name): p.detach().float() for name, p in peft_model.named_parameters()
                 if "lora_" in name}
     report.check(set(adapters) == set(trained), f"[peft] PEFT loads exactly the {len(trained)} trained adapters")
     worst = max(float((adapters[name] - tensor).abs().max()) for name, tensor in trained.items() if name in adapters)
     report.check(worst == 0.0, f"[peft] adapter weights equal the trained ones (max diff {worst:.2e})")
-    zerotune_logits(args, report, "peft", model_dir, data_dir, os.path.join(tmp, "lora-peft-run"), samples,
-                    peft_model, ["--adapter", peft_dir])
+    oc.check_zerotune_logits(args.zerotune, report, "peft", model_dir, data_dir, os.path.join(tmp, "lora-peft-run"),
+                             samples, peft_model, ["--adapter", peft_dir])
 
     merged_dir = os.path.join(tmp, "lora-merged")
-    export(args, checkpoint, model_dir, merged_dir, "--format", "hf", "--merge")
+    oc.run_export(args.zerotune, checkpoint, model_dir, merged_dir, "--format", "hf", "--merge")
     merged = oc.load_reference_llama(merged_dir)
     micro_batches = oc.parity_micro_batches(samples)
     with torch.no_grad():
@@ -103,9 +75,9 @@ def lora_case(args, report, tmp, model_dir, data_dir, samples):
         peft_logits = oc.forward_logits(peft_model, micro_batches[0][0])
     report.close("[hf --merge] merged model logits vs PEFT base + adapter", merged_logits, peft_logits,
                  atol=oc.LOGITS_ATOL)
-    refused(args, report, "hf export of a LoRA checkpoint without --merge",
-            ["export", "--checkpoint", checkpoint, "--model", model_dir, "--out", os.path.join(tmp, "y"),
-             "--format", "hf"], "needs --merge")
+    oc.check_refused(args.zerotune, report, "hf export of a LoRA checkpoint without --merge",
+                     ["export", "--checkpoint", checkpoint, "--model", model_dir, "--out", os.path.join(tmp, "y"),
+                      "--format", "hf"], "needs --merge")
 
 
 def main():
@@ -127,9 +99,9 @@ def main():
         other = os.path.join(tmp, "other-model")
         oc.make_llama(other, seed=999, num_hidden_layers=3)
         if checkpoint:
-            refused(args, report, "export onto another base model",
-                    ["export", "--checkpoint", checkpoint, "--model", other, "--out", os.path.join(tmp, "z")],
-                    "is not the model the checkpoint")
+            oc.check_refused(args.zerotune, report, "export onto another base model",
+                             ["export", "--checkpoint", checkpoint, "--model", other, "--out", os.path.join(tmp, "z")],
+                             "is not the model the checkpoint")
     return report.finish()
 
 

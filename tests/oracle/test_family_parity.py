@@ -21,31 +21,12 @@ import oracle_common as oc
 torch = oc.torch
 transformers = oc.transformers
 
-TINY_OPT = dict(vocab_size=128, hidden_size=64, ffn_dim=96, num_hidden_layers=2, num_attention_heads=4,
-                max_position_embeddings=64, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
-                layerdrop=0.0, bos_token_id=oc.BOS_ID, eos_token_id=oc.EOS_ID, pad_token_id=oc.PAD_ID,
-                init_std=0.1)
-TINY_SHAPE = dict((k, oc.TINY_LLAMA[k]) for k in (
-    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-    "num_key_value_heads", "rms_norm_eps", "rope_theta", "max_position_embeddings", "bos_token_id",
-    "eos_token_id", "pad_token_id"))
+# The cases (label, config class, model class, settings) and their models: oracle_common.py
+# ("the other architecture rows"); the LoRA, trajectory, export and bf16 family tests use them too.
+CASES = oc.FAMILY_CASES
+make_model = oc.make_family_model
 LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                   "original_max_position_embeddings": 64}
-
-CASES = [
-    # (label, config class, model class, settings)
-    ("opt", "OPTConfig", "OPTForCausalLM", dict(TINY_OPT)),
-    ("opt_350m_shape", "OPTConfig", "OPTForCausalLM",
-     dict(TINY_OPT, word_embed_proj_dim=32, do_layer_norm_before=False)),
-    ("opt_no_affine_no_bias", "OPTConfig", "OPTForCausalLM",
-     dict(TINY_OPT, layer_norm_elementwise_affine=False, enable_bias=False)),
-    ("opt_untied", "OPTConfig", "OPTForCausalLM", dict(TINY_OPT, tie_word_embeddings=False)),
-    ("mistral", "MistralConfig", "MistralForCausalLM", dict(TINY_SHAPE, sliding_window=64, initializer_range=0.1)),
-    ("qwen2", "Qwen2Config", "Qwen2ForCausalLM", dict(TINY_SHAPE, tie_word_embeddings=True, initializer_range=0.1)),
-    ("llama_tied", "LlamaConfig", "LlamaForCausalLM", dict(TINY_SHAPE, tie_word_embeddings=True, initializer_range=0.1)),
-    ("llama3_rope", "LlamaConfig", "LlamaForCausalLM", dict(TINY_SHAPE, initializer_range=0.1)),
-]
-
 
 def llama3_inv_freq(head_dim, theta, scaling):
     """transformers' _compute_llama3_parameters (4.43+), in fp32 tensors with Python-float
@@ -73,36 +54,14 @@ def set_rope_frequencies(model, inv_freq):
         raise oc.OracleError("no rotary embedding found to set the llama3 frequencies in")
 
 
-def make_model(model_dir, seed, config_class, model_class, settings):
-    """A tiny random model saved by transformers in fp32; norm weights around 1 and biases
-    (projections' and norms') random, so that a zerotune ignoring any of them is caught."""
-    torch.set_default_dtype(torch.float32)
-    torch.manual_seed(seed)
-    config = getattr(transformers, config_class)(**settings)
-    model = getattr(transformers, model_class)(config)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "norm" in name and name.endswith(".weight"):
-                parameter.copy_(1.0 + 0.2 * torch.randn_like(parameter))
-            elif name.endswith(".bias"):
-                parameter.copy_(0.1 * torch.randn_like(parameter))
-    model = model.to(torch.float32)
-    model.save_pretrained(model_dir, safe_serialization=True)
-    return config
-
-
 def load_reference(model_dir, model_class, rope_scaling=None):
-    """The HF model in float64 with eager attention. The default dtype is float64 from here on:
-    transformers 4.40 builds the causal masks of OPT, Mistral and Qwen2 with torch.full in the
-    default dtype, which cannot hold float64's minimum when it is float32."""
-    torch.set_default_dtype(torch.float64)
-    model = getattr(transformers, model_class).from_pretrained(
-        model_dir, torch_dtype=torch.float64, attn_implementation="eager")
+    """The HF model in float64 with eager attention (oc.load_reference_family), with the llama3
+    frequencies written into its rotary embeddings when rope_scaling is given."""
+    model = oc.load_reference_family(model_dir, model_class)
     if rope_scaling is not None:
         config = model.config
         head_dim = config.hidden_size // config.num_attention_heads
         set_rope_frequencies(model, llama3_inv_freq(head_dim, config.rope_theta, rope_scaling))
-    model.train()  # dropout 0 everywhere: train() changes nothing numerically
     return model
 
 

@@ -7,6 +7,7 @@
 #    runs at warmup_min_lr); reference: HF in float64 + torch.optim.AdamW + DeepSpeed's clipping.
 # 2. LoRA (all-linear, r 4, non-zero B from --adapter), 4 updates, optimizer from flags
 #    (--lr, --weight-decay, --gradient-clipping, constant schedule); reference: PEFT + AdamW.
+# The reference loop and the comparison (tolerances included): oracle_common.py, "trajectories".
 import json
 import math
 import os
@@ -14,16 +15,6 @@ import os
 import oracle_common as oc
 
 torch = oc.torch
-
-# fp32 zerotune against a float64 loop. After k AdamW updates the parameters differ by the
-# fp32 noise of the gradients pushed through Adam, which moves the loss by <= 3e-8 and the grad
-# norm by <= 1e-7 relative (observed), hence bounds 30-100x above that. They are tighter than
-# 1e-5 / 1e-4 on purpose: with these small lrs, no weight decay at all (full run: grad norm
-# -3.7e-5 at update 5) or beta2 0.999 instead of 0.95 (loss 1.2e-5, grad norm 1.5e-4) would
-# otherwise pass; a wrong lr at one update or missing clipping moves things by 1e-4 or more.
-LOSS_REL = 1e-6
-GRAD_NORM_REL = 1e-5
-LR_REL = 1e-9
 
 MICRO_BATCH, ACCUMULATION = 2, 2
 
@@ -51,54 +42,6 @@ LORA_LR, LORA_WEIGHT_DECAY, LORA_CLIP = 2e-3, 0.1, 2.2  # betas/eps: the default
 LORA_BETAS, LORA_EPS = (0.9, 0.999), 1e-8
 
 
-def reference_trajectory(model, samples, steps, lrs, betas, eps, weight_decay, clip):
-    """torch AdamW on the micro-batches zerotune uses; returns per update (loss, grad_norm,
-    clipped). Gradients are clipped the DeepSpeed way before the update."""
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(oc.decay_parameter_groups(model, weight_decay), lr=lrs[0],
-                                  betas=betas, eps=eps)
-    history = []
-    for step in range(steps):
-        for group in optimizer.param_groups:
-            group["lr"] = lrs[step]
-        loss, _ = oc.reference_step(model, oc.step_micro_batches(samples, step, MICRO_BATCH,
-                                                                 ACCUMULATION))
-        norm = oc.global_grad_norm(trainable)
-        coefficient = oc.deepspeed_clip_coefficient(norm, clip)
-        with torch.no_grad():
-            for parameter in trainable:
-                parameter.grad.mul_(coefficient)
-        optimizer.step()
-        history.append((loss, norm, coefficient < 1.0))
-    return history
-
-
-def check_some_clipped(report, label, history):
-    """The oracle's data must exercise both branches of clipping."""
-    clipped = [update + 1 for update, (_, _, c) in enumerate(history) if c]
-    report.check(0 < len(clipped) < len(history), f"[{label}] oracle: clipping triggers at some "
-                 f"updates but not all (clipped updates {clipped}, norms "
-                 f"{[round(n, 4) for _, n, _ in history]})")
-
-
-def compare_trajectory(report, label, records, history, lrs):
-    if not report.check(len(records) == len(history),
-                        f"[{label}] metrics.jsonl has {len(history)} training records "
-                        f"(has {len(records)})"):
-        return
-    oc.check_metrics_keys(report, records, f"[{label}] metrics.jsonl")
-    for index, (record, (loss, norm, clipped)) in enumerate(zip(records, history)):
-        update = index + 1
-        report.check(record["step"] == update, f"[{label}] record {update} has step "
-                     f"{record['step']} == {update}")
-        report.scalar(f"[{label}] update {update} loss", record["loss"], loss, rel=LOSS_REL)
-        report.scalar(f"[{label}] update {update} grad_norm (before clipping; the reference "
-                      f"{'clips' if clipped else 'does not clip'})", record["grad_norm"], norm,
-                      rel=GRAD_NORM_REL)
-        report.scalar(f"[{label}] update {update} lr", record["lr"], lrs[index], rel=LR_REL)
-        report.check(not record["skipped"], f"[{label}] update {update} not skipped")
-
-
 def run_full(args, report, tmp, seed):
     label = "full"
     model_dir = os.path.join(tmp, label, "model")
@@ -122,13 +65,13 @@ def run_full(args, report, tmp, seed):
     lrs = oc.deepspeed_warmup_decay_lrs(FULL_STEPS, **scheduler)
     print(f"[{label}] DeepSpeed WarmupDecayLR lrs per update: {lrs}")
     optimizer = DEEPSPEED_CONFIG["optimizer"]["params"]
-    history = reference_trajectory(oc.load_reference_llama(model_dir), samples, FULL_STEPS, lrs,
-                                   tuple(optimizer["betas"]), optimizer["eps"],
-                                   optimizer["weight_decay"],
-                                   DEEPSPEED_CONFIG["gradient_clipping"])
-    check_some_clipped(report, label, history)
+    history = oc.reference_trajectory(oc.load_reference_llama(model_dir), samples, FULL_STEPS, lrs,
+                                      tuple(optimizer["betas"]), optimizer["eps"],
+                                      optimizer["weight_decay"],
+                                      DEEPSPEED_CONFIG["gradient_clipping"], MICRO_BATCH, ACCUMULATION)
+    oc.check_some_clipped(report, label, history)
     report.check(len(set(lrs)) > 2 and max(lrs) > 0, f"[{label}] oracle: the schedule varies")
-    compare_trajectory(report, label, records, history, lrs)
+    oc.compare_trajectory(report, label, records, history, lrs)
 
 
 def run_lora(args, report, tmp, seed):
@@ -153,13 +96,13 @@ def run_lora(args, report, tmp, seed):
     records = oc.read_metrics(out_dir)
 
     lrs = [LORA_LR] * LORA_STEPS
-    history = reference_trajectory(oc.load_reference_peft(model_dir, adapter_dir), samples,
-                                   LORA_STEPS, lrs, LORA_BETAS, LORA_EPS, LORA_WEIGHT_DECAY,
-                                   LORA_CLIP)
-    check_some_clipped(report, label, history)
+    history = oc.reference_trajectory(oc.load_reference_peft(model_dir, adapter_dir), samples,
+                                      LORA_STEPS, lrs, LORA_BETAS, LORA_EPS, LORA_WEIGHT_DECAY,
+                                      LORA_CLIP, MICRO_BATCH, ACCUMULATION)
+    oc.check_some_clipped(report, label, history)
     losses = [loss for loss, _, _ in history]
     report.check(all(math.isfinite(x) for x in losses), f"[{label}] oracle: finite losses")
-    compare_trajectory(report, label, records, history, lrs)
+    oc.compare_trajectory(report, label, records, history, lrs)
 
 
 def main():
