@@ -201,6 +201,14 @@ class Report:
 # models
 
 
+def save_fp32(model, model_dir):
+    """save_pretrained in fp32 safetensors, checked to have written config.json and the weights."""
+    model.to(torch.float32).save_pretrained(model_dir, safe_serialization=True)
+    for required in ("config.json", "model.safetensors"):
+        if not os.path.exists(os.path.join(model_dir, required)):
+            raise OracleError(f"save_pretrained did not write {required} in {model_dir}")
+
+
 def make_llama(model_dir, seed, initializer_range=0.1, **overrides):
     """Writes a tiny random LlamaForCausalLM (TINY_LLAMA + overrides) in fp32 to model_dir with
     save_pretrained(safe_serialization=True) and returns its config.
@@ -217,11 +225,7 @@ def make_llama(model_dir, seed, initializer_range=0.1, **overrides):
         for name, parameter in model.named_parameters():
             if name.endswith("norm.weight"):
                 parameter.copy_(1.0 + 0.2 * torch.randn_like(parameter))
-    model = model.to(torch.float32)
-    model.save_pretrained(model_dir, safe_serialization=True)
-    for required in ("config.json", "model.safetensors"):
-        if not os.path.exists(os.path.join(model_dir, required)):
-            raise OracleError(f"save_pretrained did not write {required} in {model_dir}")
+    save_fp32(model, model_dir)
     return config
 
 
@@ -284,11 +288,7 @@ def make_family_model(model_dir, seed, config_class, model_class, settings):
                 parameter.copy_(1.0 + 0.2 * torch.randn_like(parameter))
             elif name.endswith(".bias"):
                 parameter.copy_(0.1 * torch.randn_like(parameter))
-    model = model.to(torch.float32)
-    model.save_pretrained(model_dir, safe_serialization=True)
-    for required in ("config.json", "model.safetensors"):
-        if not os.path.exists(os.path.join(model_dir, required)):
-            raise OracleError(f"save_pretrained did not write {required} in {model_dir}")
+    save_fp32(model, model_dir)
     return config
 
 

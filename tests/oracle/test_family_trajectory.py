@@ -19,22 +19,9 @@ import oracle_common as oc
 
 torch = oc.torch
 
-MICRO_BATCH, ACCUMULATION = 2, 2
-DEEPSPEED_CONFIG = {
-    "train_micro_batch_size_per_gpu": MICRO_BATCH,
-    "gradient_accumulation_steps": ACCUMULATION,
-    "gradient_clipping": 1.0,
-    "optimizer": {"type": "AdamW",
-                  "params": {"lr": 1e-3, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}},
-    "scheduler": {"type": "WarmupDecayLR",
-                  "params": {"warmup_min_lr": 0, "warmup_max_lr": 1e-3, "warmup_num_steps": 2,
-                             "warmup_type": "linear", "total_num_steps": 6}},
-}
-FULL_STEPS = 6
-# (sample lengths, prompt-masked?) of each update's global batch: few targets give a gradient norm
-# above the clip, many targets one below it (checked: some updates clip, some do not).
-FULL_BATCHES = [([9, 12, 8, 11], True), ([88, 96, 80, 92], False), ([10, 14, 9, 12], True),
-                ([90, 84, 96, 86], False), ([20, 64, 16, 40], True), ([96, 82, 90, 94], False)]
+# The same schedule, clipping and global batches as LLaMA's trajectory (see there why they
+# exercise both branches of clipping).
+from test_training_trajectory import ACCUMULATION, DEEPSPEED_CONFIG, FULL_BATCHES, FULL_STEPS, MICRO_BATCH  # noqa: E402,F401
 # HF's default init (0.02) as a real fine-tuning start; positions up to 96 need 128 rows.
 FULL_OVERRIDES = {"opt": dict(init_std=0.02, max_position_embeddings=128),
                   "qwen2": dict(initializer_range=0.02)}
