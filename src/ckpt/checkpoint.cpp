@@ -13,6 +13,8 @@
 #include <regex>
 #include <sstream>
 
+#include "ckpt/checkpoint_checks.h"
+#include "ckpt/checkpoint_location.h"
 #include "core/fault_injection.h"
 #include "core/hdf5_util.h"
 #include "core/sha256.h"
@@ -113,22 +115,6 @@ void write_rank_file(const fs::path& path, ZeroEngine& engine, int64_t step) {
   h5::check_status(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), name, "flush the file");
   ZT_CHECK(file.close(), name, ": HDF5 failed to close (write) the file");
   fsync_path(path);
-}
-
-std::vector<std::string> complete_checkpoint_tags(const fs::path& root) {
-  std::vector<std::pair<int64_t, std::string>> found;
-  const std::regex pattern("global_step([0-9]+)");
-  std::smatch match;
-  if (fs::is_directory(root))
-    for (const fs::directory_entry& entry : fs::directory_iterator(root)) {
-      const std::string name = entry.path().filename().string();
-      if (entry.is_directory() && std::regex_match(name, match, pattern) && fs::exists(entry.path() / "manifest.json"))
-        found.push_back({std::stoll(match[1].str()), name});
-    }
-  std::sort(found.begin(), found.end());
-  std::vector<std::string> tags;
-  for (auto& [step, name] : found) tags.push_back(name);
-  return tags;
 }
 
 // Reading the old partitions of a checkpoint, re-sliced for a new layout.
@@ -310,30 +296,13 @@ std::string save_checkpoint(const std::string& out_dir, const TrainingState& sta
     write_file_atomic((root / "latest").string(), tag + "\n");
     fsync_path(root);
     if (keep_last > 0) {
-      std::vector<std::string> tags = complete_checkpoint_tags(root);
+      std::vector<std::string> tags = list_complete_checkpoints(root.string());
       for (size_t i = 0; i + static_cast<size_t>(keep_last) < tags.size(); ++i)
         if (tags[i] != tag) fs::remove_all(root / tags[i]);
     }
   }
   comm.barrier();
   return final_dir.string();
-}
-
-std::optional<std::string> resolve_resume_checkpoint(const std::string& resume, const std::string& out_dir) {
-  if (resume.empty()) return std::nullopt;
-  if (resume != "auto") {
-    ZT_CHECK(fs::exists(fs::path(resume) / "manifest.json"), "--resume ", resume,
-             ": not a complete checkpoint (no manifest.json; incomplete saves end in .tmp)");
-    return resume;
-  }
-  const fs::path root = fs::path(out_dir) / "checkpoints";
-  const fs::path latest = root / "latest";
-  if (!fs::exists(latest)) return std::nullopt;
-  std::string tag = read_text(latest);
-  tag.erase(tag.find_last_not_of(" \n\r\t") + 1);
-  ZT_CHECK(!tag.empty() && fs::exists(root / tag / "manifest.json"), latest.string(), " names '", tag,
-           "', which is not a complete checkpoint under ", root.string());
-  return (root / tag).string();
 }
 
 json read_checkpoint_manifest(const std::string& checkpoint_dir, bool verify_files) {
@@ -348,9 +317,11 @@ json read_checkpoint_manifest(const std::string& checkpoint_dir, bool verify_fil
   ZT_CHECK(manifest.value("format", "") == kFormat, manifest_path.string(), ": format is not '", kFormat, "'");
   ZT_CHECK(manifest.value("version", 0) == kVersion, manifest_path.string(), ": version ", manifest.value("version", 0),
            " (this zerotune reads version ", kVersion, ")");
+  check_manifest_values(manifest, manifest_path.string());
   const int partitions = manifest.at("partitions").get<int>();
   ZT_CHECK(manifest.at("files").size() == static_cast<size_t>(partitions), manifest_path.string(), ": lists ",
            manifest.at("files").size(), " files for ", partitions, " partitions");
+  int64_t partition = 0;  // files are listed in partition order
   for (const json& file : manifest.at("files")) {
     const fs::path path = fs::path(checkpoint_dir) / file.at("name").get<std::string>();
     ZT_CHECK(fs::exists(path), path.string(), ": missing (the checkpoint is incomplete)");
@@ -359,6 +330,8 @@ json read_checkpoint_manifest(const std::string& checkpoint_dir, bool verify_fil
     if (verify_files)
       ZT_CHECK(sha256_file_hex(path.string()) == file.at("sha256").get<std::string>(), path.string(),
                ": sha256 does not match the manifest (the file is damaged)");
+    if (verify_files) check_rank_file_attributes(path.string(), partition, partitions, manifest.at("step").get<int64_t>());
+    ++partition;
   }
   return manifest;
 }

@@ -57,8 +57,10 @@ std::string save_checkpoint(const std::string& out_dir, const TrainingState& sta
                             const TrainConfig& config, ZeroEngine& engine, const ParamStore& store, Communicator& comm,
                             int64_t keep_last);
 
-// --resume auto: the checkpoint `latest` names under OUT/checkpoints, or nothing when there is
-// none yet (a fresh start). --resume DIR: that checkpoint. Errors name what is missing.
+// --resume auto: the checkpoint `latest` names under OUT/checkpoints (the newest complete one
+// when `latest` is missing or names none), or nothing when there is none yet (a fresh start).
+// --resume DIR: that checkpoint, or the one a run directory, its checkpoints/ or a `latest`
+// file leads to (ckpt/checkpoint_location.h). Errors name what is missing.
 std::optional<std::string> resolve_resume_checkpoint(const std::string& resume, const std::string& out_dir);
 
 // Verifies the checkpoint (manifest, every file's size and sha256), checks it fits this run

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "ckpt/checkpoint_location.h"
 #include "ckpt/export.h"
 #include "cli/commands.h"
 #include "cli/parse_options.h"
@@ -17,7 +18,8 @@ int command_export(const std::vector<std::string>& args) {
   po::options_description options("zerotune export options");
   options.add_options()
       ("help,h", "show this help")
-      ("checkpoint", po::value<std::string>(), "checkpoint directory (OUT/checkpoints/global_stepN)")
+      ("checkpoint", po::value<std::string>(), "checkpoint directory (OUT/checkpoints/global_stepN), or the run directory OUT, OUT/checkpoints "
+       "or OUT/checkpoints/latest (the checkpoint `latest` names)")
       ("model", po::value<std::string>(), "the base model directory the run trained from")
       ("out", po::value<std::string>(), "output directory")
       ("format", po::value<std::string>()->default_value("hf"), "hf (safetensors + config + tokenizer) or peft (adapter)")
@@ -29,7 +31,9 @@ int command_export(const std::vector<std::string>& args) {
   for (const char* required : {"checkpoint", "model", "out"})
     ZT_CHECK(vm.count(required), "--", required, " is required (see zerotune export --help)");
   ExportOptions export_options;
-  export_options.checkpoint_dir = vm["checkpoint"].as<std::string>();
+  // The checkpoint itself, or the run directory, its checkpoints/ or `latest` file leading to one.
+  const std::string given = vm["checkpoint"].as<std::string>();
+  export_options.checkpoint_dir = locate_checkpoint(given, "--checkpoint").value_or(given);
   export_options.model_dir = vm["model"].as<std::string>();
   export_options.out_dir = vm["out"].as<std::string>();
   export_options.format = vm["format"].as<std::string>();

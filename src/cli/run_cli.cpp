@@ -1,6 +1,7 @@
 // Subcommand dispatch and the top-level error handler: a zt::Error (or any exception) is
-// printed once with the rank, and the job ends non-zero on every rank (MPI_Abort when more
-// than one rank runs, so no rank waits forever in a collective).
+// printed with the rank, and the job ends non-zero on every rank (once per job and without
+// MPI_Abort when every rank fails alike, else MPI_Abort so no rank waits forever in a
+// collective: cli/job_failure.h).
 #include <mpi.h>
 
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/job_failure.h"
 #include "core/error.h"
 
 namespace zt {
@@ -56,14 +58,19 @@ struct MpiSession {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     process_rank() = rank;
+    if (size > 1) failure_comm = make_failure_comm();
   }
   ~MpiSession() {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) MPI_Finalize();
+    if (!finalized) {
+      if (failure_comm != MPI_COMM_NULL) MPI_Comm_free(&failure_comm);
+      MPI_Finalize();
+    }
   }
   int rank = 0;
   int size = 1;
+  MPI_Comm failure_comm = MPI_COMM_NULL;
 };
 
 }  // namespace
@@ -94,9 +101,7 @@ int run_cli(int argc, char** argv) {
   } catch (const std::exception& error) {
     message = cat("internal error: ", error.what());
   }
-  std::fprintf(stderr, "zerotune %s: error (rank %d): %s\n", name.c_str(), mpi.rank, message.c_str());
-  std::fflush(stderr);
-  if (mpi.size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+  end_failed_job(name, message, mpi.failure_comm);  // once per job when every rank fails alike
   return 1;
 }
 

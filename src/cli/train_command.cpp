@@ -4,6 +4,7 @@
 
 #include <boost/program_options.hpp>
 
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -54,6 +55,8 @@ po::options_description train_options() {
       ("profile-step", po::value<int64_t>(), "time each module (embedding, attention, mlp, norm, head, optimizer, "
                                              "communication) in step N: a table and OUT/profile.json")
       ("eval-data", po::value<std::string>(), "evaluation split (token shards): eval_loss/eval_ppl in metrics.jsonl")
+      ("split", po::value<std::string>(), "the split of --data to train on (train-00000.h5 ...: train), when it holds several")
+      ("eval-split", po::value<std::string>(), "the split to evaluate on: of --eval-data, or of --data without --eval-data")
       ("eval-every", po::value<int64_t>(), "evaluate every N steps (default: at the end of each epoch only)")
       ("device", po::value<std::string>(), "auto (default: cuda when this build has CUDA and the rank sees a GPU, "
        "else cpu), cpu, or cuda: the GPU local_rank % visible devices")
@@ -64,7 +67,10 @@ po::options_description train_options() {
       ("save-every", po::value<int64_t>(), "save a checkpoint every N steps (OUT/checkpoints)")
       ("no-save-at-end", po::bool_switch(), "do not save a checkpoint after the last step")
       ("keep-last", po::value<int64_t>(), "keep only the newest K checkpoints (default: all)")
-      ("resume", po::value<std::string>(), "auto (the latest checkpoint under OUT, if any) or a checkpoint directory")
+      ("resume", po::value<std::string>(), "auto (the latest checkpoint under OUT, if any), a checkpoint directory, "
+                                           "a run directory, its checkpoints/ or a `latest` file")
+      ("overwrite", po::bool_switch(), "start over in an --out that holds another run (removes its checkpoints and "
+                                       "metrics); without it such an --out needs --resume")
       ("comm-timeout", po::value<double>(), "seconds a collective may take before the job aborts (default 1800)")
       ("dump-step0", po::value<std::string>(), "write logits, loss and gradients of step 0 to this safetensors file")
       ("dump-final", po::value<std::string>(), "write every trainable parameter after the last step to this safetensors file");
@@ -119,11 +125,22 @@ ParsedTrainOptions parse_train_options(const std::vector<std::string>& args, con
   take(vm, "model", config.model_dir);
   take(vm, "data", config.data_dir);
   take(vm, "out", config.out_dir);
+  // The flags get the checks the JSON keys get (0 means "derive it" only inside the JSON).
   if (vm.count("micro-batch-size")) config.micro_batch_size = vm["micro-batch-size"].as<int64_t>();
+  ZT_CHECK(!vm.count("micro-batch-size") || config.micro_batch_size >= 1, "--micro-batch-size must be >= 1, not ",
+           config.micro_batch_size);
   if (vm.count("grad-accum")) config.gradient_accumulation_steps = vm["grad-accum"].as<int64_t>();
+  ZT_CHECK(!vm.count("grad-accum") || config.gradient_accumulation_steps >= 1, "--grad-accum must be >= 1, not ",
+           config.gradient_accumulation_steps);
   take(vm, "lr", config.optimizer.lr);
+  ZT_CHECK(std::isfinite(config.optimizer.lr) && config.optimizer.lr >= 0.0,
+           "--lr must be a finite number >= 0, not ", config.optimizer.lr);
   take(vm, "weight-decay", config.optimizer.weight_decay);
+  ZT_CHECK(std::isfinite(config.optimizer.weight_decay) && config.optimizer.weight_decay >= 0.0,
+           "--weight-decay must be a finite number >= 0, not ", config.optimizer.weight_decay);
   take(vm, "gradient-clipping", config.gradient_clipping);
+  ZT_CHECK(std::isfinite(config.gradient_clipping) && config.gradient_clipping >= 0.0,
+           "--gradient-clipping must be a finite number >= 0 (0: off), not ", config.gradient_clipping);
   if (vm.count("lr-scheduler")) {
     config.scheduler.type = vm["lr-scheduler"].as<std::string>();
     ZT_CHECK(config.scheduler.type == "constant" || config.scheduler.type == "linear" || config.scheduler.type == "cosine",
@@ -144,6 +161,12 @@ ParsedTrainOptions parse_train_options(const std::vector<std::string>& args, con
   ZT_CHECK(config.lora.dropout >= 0.0 && config.lora.dropout < 1.0, "--lora-dropout must be in [0, 1), not ",
            config.lora.dropout);
   take(vm, "adapter", run.adapter_dir);
+  // An adapter brings its own LoRA settings, lora_dropout included (adapter_config.json).
+  for (const char* flag : {"lora-alpha", "lora-dropout", "lora-targets"})
+    ZT_CHECK(!vm.count("adapter") || !vm.count(flag), "--adapter takes the LoRA settings from ", run.adapter_dir,
+             "/adapter_config.json (lora_alpha, lora_dropout, target_modules): do not give --", flag, " as well");
+  ZT_CHECK(!vm.count("adapter") || !vm["lora-rslora"].as<bool>(), "--adapter takes the LoRA settings from ",
+           run.adapter_dir, "/adapter_config.json (use_rslora): do not give --lora-rslora as well");
   if (vm["activation-checkpointing"].as<bool>()) config.activation_checkpointing = true;
   take(vm, "epochs", config.epochs);
   take(vm, "max-steps", config.max_steps);
@@ -173,9 +196,14 @@ ParsedTrainOptions parse_train_options(const std::vector<std::string>& args, con
   take(vm, "keep-last", config.keep_last);
   ZT_CHECK(config.keep_last >= 0, "--keep-last must not be negative");
   take(vm, "resume", config.resume);
+  if (vm["overwrite"].as<bool>()) run.overwrite = true;
   take(vm, "comm-timeout", config.comm_timeout_seconds);
   ZT_CHECK(config.comm_timeout_seconds > 0, "--comm-timeout must be positive, not ", config.comm_timeout_seconds);
   take(vm, "eval-data", config.eval_data_dir);
+  take(vm, "split", config.data_split);
+  take(vm, "eval-split", config.eval_split);
+  // --eval-split alone: another split of the training data's directory (train-*.h5 next to test-*.h5).
+  if (config.eval_data_dir.empty() && !config.eval_split.empty()) config.eval_data_dir = config.data_dir;
   take(vm, "eval-every", config.eval_every);
   ZT_CHECK(config.eval_every >= 0, "--eval-every must not be negative");
   ZT_CHECK(config.eval_every == 0 || !config.eval_data_dir.empty(), "--eval-every needs --eval-data");

@@ -32,8 +32,8 @@ FaultSpec parse_fault_spec() {
   ZT_CHECK(parts.size() == 3 || parts.size() == 4, "ZT_FAULT='", text, "': expected ACTION:POINT:RANK[:STEP]");
   spec.action = parts[0];
   spec.point = parts[1];
-  ZT_CHECK(spec.action == "throw" || spec.action == "hang" || spec.action == "kill", "ZT_FAULT='", text,
-           "': ACTION must be throw, hang or kill");
+  ZT_CHECK(spec.action == "throw" || spec.action == "hang" || spec.action == "kill" || spec.action == "sigterm",
+           "ZT_FAULT='", text, "': ACTION must be throw, hang, kill or sigterm");
   try {
     spec.rank = std::stoi(parts[2]);
     if (parts.size() == 4) spec.step = std::stoll(parts[3]);
@@ -51,6 +51,10 @@ void fault_point(const char* point, int64_t step) {
   if (!spec.armed || spec.point != point || spec.rank != process_rank() || (spec.step >= 0 && spec.step != step)) return;
   if (spec.action == "throw") fail("injected fault (ZT_FAULT) at ", point, ", step ", step);
   if (spec.action == "kill") std::raise(SIGKILL);
+  if (spec.action == "sigterm") {
+    std::raise(SIGTERM);
+    return;
+  }
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // hang
 }
 

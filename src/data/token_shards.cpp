@@ -208,6 +208,33 @@ struct TokenDataset::Impl {
 
 namespace {
 
+// Every token id in [0, vocab_size), checked when the data is opened rather than at the step
+// that reads a bad sample (hours into a run). Blocks of ids, min/max per block (a loop the
+// compiler vectorises); only a block that fails is searched for the first bad id.
+void check_token_ids(const Shard& shard, hsize_t token_count) {
+  constexpr hsize_t kBlock = hsize_t{1} << 20;  // elements read at once: bounded memory on big shards
+  const int64_t vocab_size = shard.attrs.vocab_size;
+  std::vector<int32_t> block(static_cast<size_t>(std::min(kBlock, token_count)));
+  for (hsize_t begin = 0; begin < token_count; begin += kBlock) {
+    const hsize_t count = std::min(kBlock, token_count - begin);
+    read_1d_range(shard.tokens.get(), shard.path, "tokens", H5T_NATIVE_INT32, begin, count, block.data());
+    int32_t low = block[0], high = block[0];
+    for (hsize_t t = 0; t < count; ++t) {
+      low = std::min(low, block[t]);
+      high = std::max(high, block[t]);
+    }
+    if (low >= 0 && high < vocab_size) continue;
+    for (hsize_t t = 0; t < count; ++t) {
+      if (block[t] >= 0 && block[t] < vocab_size) continue;
+      const int64_t at = static_cast<int64_t>(begin + t);
+      const auto next = std::upper_bound(shard.offsets.begin(), shard.offsets.end(), at);
+      const int64_t sample = static_cast<int64_t>(next - shard.offsets.begin()) - 1;
+      fail(shard.path, ": sample ", sample, " has token id ", block[t], " at position ", at - shard.offsets[static_cast<size_t>(sample)],
+           ", outside [0, vocab_size=", vocab_size, ") (the data was tokenized with another vocabulary, or the file is damaged)");
+    }
+  }
+}
+
 Shard open_shard(const std::string& path) {
   Shard shard;
   shard.path = path;
@@ -268,15 +295,30 @@ Shard open_shard(const std::string& path) {
   }
   ZT_CHECK(shard.offsets.back() == static_cast<int64_t>(token_count), path, ": the last offset is ",
            shard.offsets.back(), " but dataset 'tokens' has ", token_count, " values");
+  check_token_ids(shard, token_count);
   return shard;
 }
 
 // The shard files a dataset path names: the file itself, or the directory's *.h5 of one split.
+// Rows of text (JSONL, JSON, parquet, CSV) where token shards are expected: the step missing is
+// `zerotune prep`.
+bool is_text_data_file(const fs::path& file) {
+  const std::string extension = file.extension().string();
+  return extension == ".jsonl" || extension == ".json" || extension == ".parquet" || extension == ".csv";
+}
+
+std::string prep_hint(const std::string& input) {
+  return cat("tokenize it into shards first: zerotune prep --input ", input, " --tokenizer MODEL_DIR --out DATA_DIR");
+}
+
 std::vector<std::string> list_shard_files(const std::string& path, const std::string& split) {
   std::error_code error;
   const fs::file_status status = fs::status(path, error);
   ZT_CHECK(!error && fs::exists(status), path, ": no such file or directory");
-  if (fs::is_regular_file(status)) return {path};
+  if (fs::is_regular_file(status)) {
+    ZT_CHECK(!is_text_data_file(path), path, ": rows of text, not token shards (HDF5): ", prep_hint(path));
+    return {path};
+  }
   ZT_CHECK(fs::is_directory(status), path, ": not a file or directory");
 
   std::map<std::string, std::vector<std::string>> files_by_split;  // split -> file names (sorted)
@@ -285,14 +327,20 @@ std::vector<std::string> list_shard_files(const std::string& path, const std::st
     if (!entry.is_regular_file() || name.size() <= 3 || name.compare(name.size() - 3, 3, ".h5") != 0) continue;
     files_by_split[shard_split_from_file_name(name)].push_back(name);
   }
-  ZT_CHECK(!files_by_split.empty(), path, ": holds no token shards (*.h5 files)");
+  if (files_by_split.empty()) {
+    for (const fs::directory_entry& entry : fs::directory_iterator(path))
+      if (entry.is_regular_file() && is_text_data_file(entry.path()))
+        fail(path, ": holds no token shards (*.h5 files) but rows of text (", entry.path().filename().string(), "): ",
+             prep_hint(entry.path().string()));
+    fail(path, ": holds no token shards (*.h5 files)");
+  }
   std::string splits_present;
   for (const auto& [name, files] : files_by_split) splits_present += (splits_present.empty() ? "" : ", ") + name;
 
   std::string chosen = split;
   if (chosen.empty()) {
     ZT_CHECK(files_by_split.size() == 1, path, ": holds shards of several splits (", splits_present,
-             "); name the split to use");
+             "); name the split to use (zerotune train: --split NAME, --eval-split NAME)");
     chosen = files_by_split.begin()->first;
   }
   const auto found = files_by_split.find(chosen);

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -33,6 +34,27 @@ std::string model_config_file(const std::string& path) {
   std::filesystem::path file = path;
   if (std::filesystem::is_directory(file)) file /= "config.json";
   return file.string();
+}
+
+// Sizes that no run can hold are refused here, naming the key, rather than failing in an
+// allocation ("cannot allocate", std::vector's max_size) with no file or key named.
+void check_model_size(const ConfigReader& reader, const ModelConfig& config) {
+  constexpr int64_t kMaxTokenId = std::numeric_limits<int32_t>::max();  // token ids are int32 (data, kernels)
+  if (config.vocab_size > kMaxTokenId)
+    reader.bad("vocab_size", cat("more than ", kMaxTokenId, " tokens (token ids are 32-bit integers in zerotune's data "
+                                 "and kernels; a real vocabulary has at most a few hundred thousand)"));
+  // The largest tensors' element counts in floating point, so that the check itself cannot overflow.
+  const double embedding = static_cast<double>(config.vocab_size) * static_cast<double>(config.embed_dim());
+  const double mlp = static_cast<double>(config.hidden_size) * static_cast<double>(config.intermediate_size);
+  const double attention = static_cast<double>(config.hidden_size) * static_cast<double>(config.hidden_size);
+  constexpr double kMaxElements = 1e12;  // 4 TB in fp32 for one tensor: beyond any model zerotune can train
+  if (embedding > kMaxElements)
+    reader.bad("vocab_size", cat("the embedding would hold vocab_size x hidden size = ", embedding,
+                                 " elements (", embedding * 4.0 / 1e12, " TB in fp32): not a real model's size"));
+  if (mlp > kMaxElements)
+    reader.bad(config.model_type == "opt" ? "ffn_dim" : "intermediate_size", cat("an MLP weight would hold ", mlp, " elements: not a real model's size"));
+  if (attention > kMaxElements)
+    reader.bad("hidden_size", cat("an attention weight would hold ", attention, " elements: not a real model's size"));
 }
 
 }  // namespace
@@ -78,6 +100,7 @@ ModelConfig parse_model_config(const nlohmann::json& json, const std::string& wh
   config.raw = json;
   reject_unimplemented_common_keys(reader);
   row.parse_config(reader, config);
+  check_model_size(reader, config);
   return config;
 }
 

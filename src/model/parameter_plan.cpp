@@ -1,6 +1,10 @@
 // Parameter plans, base-weight loading and LoRA initialisation.
 #include "model/parameter_plan.h"
 
+#include <algorithm>
+#include <cmath>
+
+#include "core/fault_injection.h"
 #include "model/lora.h"
 #include "model/safetensors.h"
 
@@ -33,8 +37,13 @@ void load_base_weights(const std::string& model_dir, ParamStore& store, int unit
     ZT_CHECK(!stored.empty(), weights.source(), ": tensor '", name, "' is missing (the config needs it)");
     std::vector<float> host(static_cast<size_t>(entry.spec.numel()));  // via the host: the store may be on a GPU
     weights.read_f32(stored, host.data(), entry.spec.shape);
+    // A NaN or Inf in the weights would only show as a NaN loss steps later, named by nothing.
+    const auto bad = std::find_if(host.begin(), host.end(), [](float v) { return !std::isfinite(v); });
+    ZT_CHECK(bad == host.end(), weights.source(), ": tensor '", stored, "' holds ", *bad == *bad ? "an infinite value" : "NaN",
+             " at element ", bad - host.begin(), " (of ", host.size(), "): the model file is damaged");
     store.write_param(name, host.data());
   }
+  fault_point("load", unit);
 }
 
 void init_lora_weights(ParamStore& store, uint64_t seed, int unit) {

@@ -221,6 +221,17 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       }
       tensors_[name] = parse_tensor_entry(entry, path, name, data_bytes);
     }
+    // Two tensors sharing bytes would read each other's values: the format forbids it.
+    std::vector<std::pair<size_t, const std::string*>> by_offset;
+    for (const auto& [name, info] : tensors_)
+      if (info.bytes > 0) by_offset.push_back({info.offset, &name});
+    std::sort(by_offset.begin(), by_offset.end());
+    for (size_t i = 1; i < by_offset.size(); ++i) {
+      const SafetensorsTensorInfo& before = tensors_.at(*by_offset[i - 1].second);
+      ZT_CHECK(before.offset + before.bytes <= by_offset[i].first, path, ": tensors ", *by_offset[i - 1].second, " (data_offsets [",
+               before.offset, ", ", before.offset + before.bytes, "]) and ", *by_offset[i].second, " (from ",
+               by_offset[i].first, ") overlap: the header's data_offsets are damaged");
+    }
   } catch (...) {
     ::munmap(const_cast<std::byte*>(mapping_), file_bytes_);
     throw;

@@ -107,7 +107,9 @@ struct TrainConfig {
   int64_t epochs = 1;
   int64_t max_steps = 0;           // 0: run the epochs
   std::string dump_step0_path;     // oracle/debug: logits, loss and gradients of step 0
+  std::string data_split;          // the split of data_dir to train on (empty: the only one there)
   std::string eval_data_dir;       // evaluation split (token shards); empty: no evaluation
+  std::string eval_split;          // the split of eval_data_dir to evaluate on (empty: the only one there)
   int64_t eval_every = 0;          // evaluate every N steps (0: only at the end of each epoch)
   std::string dump_final_path;     // tests/debug: every trainable parameter after the last step
   double comm_timeout_seconds = 1800.0;  // a collective slower than this aborts the job

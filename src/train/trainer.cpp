@@ -11,8 +11,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -47,6 +49,7 @@
 #include "train/metrics.h"
 #include "train/profiler.h"
 #include "train/report_html.h"
+#include "train/run_directory.h"
 #include "train/stop_signal.h"
 #include "train/versions.h"
 #include "zero/zero_engine.h"
@@ -60,7 +63,7 @@ namespace fs = std::filesystem;
 void write_text_file(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::trunc);
   out << text;
-  ZT_CHECK(out, path.string(), ": cannot write");
+  ZT_CHECK(out, path.string(), ": cannot write: ", std::strerror(errno));
 }
 
 // --dump-final: every trainable parameter (fp32, HF names) after the last step.
@@ -81,22 +84,6 @@ std::vector<float> host_copy(Backend& backend, Tensor tensor) {
   std::vector<float> host(static_cast<size_t>(tensor.numel()));
   backend.copy(Tensor(host.data(), DType::F32, {tensor.numel()}), tensor.reshaped({tensor.numel()}));
   return host;
-}
-
-// On resume, metrics.jsonl keeps only the records up to the checkpoint's step: the steps after it
-// run again and append their records.
-void drop_metrics_after(const std::string& path, int64_t step) {
-  std::ifstream in(path);
-  if (!in) return;
-  std::string kept, line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    const nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
-    if (!record.is_discarded() && record.value("step", int64_t{0}) > step) continue;
-    kept += line + "\n";
-  }
-  in.close();
-  write_file_atomic(path, kept);
 }
 
 std::string mib(int64_t bytes) { return cat(static_cast<double>(bytes) / (1024.0 * 1024.0), " MiB"); }
@@ -155,18 +142,20 @@ void run_training(TrainConfig config, const RunOptions& options) {
   ZT_CHECK(!config.out_dir.empty(), "--out is required");
   ZT_CHECK(config.dump_step0_path.empty() || (world_size == 1 && config.zero.stage <= 1),
            "--dump-step0 needs one rank and ZeRO stage 0 or 1 (it writes full, unpartitioned gradients)");
+  install_stop_signal_handlers();  // before loading: a signal during start-up stops after step 1, saved
+  claim_run_directory(config.out_dir, !config.resume.empty(), options.overwrite, *host_comm);
   config.resolve_batch_sizes(world_size);
   if (leader)
     for (const std::string& note : options.notes) std::printf("note: %s\n", note.c_str());
 
   // Model, data and parameters.
   const ModelConfig model_config = load_model_config(config.model_dir);
-  const TokenDataset dataset = TokenDataset::open(config.data_dir);
+  const TokenDataset dataset = TokenDataset::open(config.data_dir, config.data_split);
   const ShardAttributes& data_attrs = dataset.attributes();
   check_data_matches_model(data_attrs, config.data_dir, config.model_dir, model_config.vocab_size);
   std::unique_ptr<TokenDataset> eval_data;
   if (!config.eval_data_dir.empty()) {
-    eval_data = std::make_unique<TokenDataset>(TokenDataset::open(config.eval_data_dir));
+    eval_data = std::make_unique<TokenDataset>(TokenDataset::open(config.eval_data_dir, config.eval_split));
     const ShardAttributes& eval_attrs = eval_data->attributes();
     ZT_CHECK(eval_attrs.tokenizer_sha256 == data_attrs.tokenizer_sha256 && eval_attrs.vocab_size == data_attrs.vocab_size,
              "the evaluation data ", config.eval_data_dir, " (tokenizer ", eval_attrs.tokenizer_sha256, ", vocab_size ",
@@ -256,7 +245,6 @@ void run_training(TrainConfig config, const RunOptions& options) {
   resolve_schedule(config.scheduler, config.optimizer.lr, total_steps);
 
   // Resume: the optimizer partitions (re-sliced for this world size and stage) and the position.
-  install_stop_signal_handlers();
   RunIdentity identity;
   identity.model_dir = config.model_dir;
   identity.model_checksum = model_structure_checksum(config.model_dir);
@@ -270,6 +258,8 @@ void run_training(TrainConfig config, const RunOptions& options) {
   if (resume_from) {
     state = load_checkpoint(*resume_from, identity, engine, store, *comm);
     if (scaler) scaler->load_state(LossScalerState::from_json(state.loss_scaler, *resume_from), *resume_from);
+    ZT_CHECK(state.step <= total_steps, *resume_from, " was saved after step ", state.step, ", beyond this run's last step ",
+             total_steps, " (--max-steps / --epochs): give a larger --max-steps to continue it, or a new --out to start over");
     if (leader) std::printf("resumed from %s at step %lld\n", resume_from->c_str(), static_cast<long long>(state.step));
   } else if (!config.resume.empty() && leader) {
     std::printf("--resume %s: no checkpoint under %s yet, starting from step 0\n", config.resume.c_str(),
@@ -318,7 +308,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
                                             {"all_gather", comm_plan.all_gather}};
     write_text_file(fs::path(config.out_dir) / "run.json", run.dump(2) + "\n");
     const std::string metrics_path = (fs::path(config.out_dir) / "metrics.jsonl").string();
-    if (resume_from) drop_metrics_after(metrics_path, state.step);  // steps after the checkpoint run again
+    if (resume_from) trim_metrics_for_resume(metrics_path, state.step);  // steps after the checkpoint run again
     metrics_writer.emplace(metrics_path, resume_from.has_value());
     std::printf("zerotune train: %s, %lld parameters (%lld trainable), %lld samples, %lld steps of %lld samples "
                 "(micro-batch %lld x accumulation %lld x %d ranks)\n",
@@ -565,6 +555,9 @@ void run_training(TrainConfig config, const RunOptions& options) {
                 write_report(config.out_dir).c_str());
     std::fflush(stdout);
   }
+  // No update at all is a failed run, not a finished one (scripts test the exit status).
+  ZT_CHECK(total_steps == state.step || skipped - state.skipped < total_steps - state.step, "every one of the ",
+           total_steps - state.step, " steps of this run was skipped (see the warnings above): no update was made");
 }
 
 }  // namespace zt
