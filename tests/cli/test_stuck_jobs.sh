@@ -41,7 +41,7 @@ check damaged-metrics-line-dropped-on-resume $? "$WORK/damaged.log" \
   "want exit 0, steps '1 2 3' and a warning; got exit $status, steps '$steps'"
 
 # --- The lock: a second job into the same --out refuses at start ------------------------------
-flock "$R/.zerotune.lock" sleep 60 &
+flock --no-fork "$R/.zerotune.lock" sleep 60 &
 holder=$!
 sleep 0.5
 expect_error second-job-same-out-refused "is in use by another zerotune job" "$R" \
@@ -49,8 +49,9 @@ expect_error second-job-same-out-refused "is in use by another zerotune job" "$R
 kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
 # ... and a job killed with -9 does not leave it locked.
 L="$WORK/killed"
-ZT_FAULT="hang:step:0:1" train "$L" --max-steps 2 >"$WORK/hang.log" 2>&1 &
-hung=$!
+ZT_FAULT="hang:step:0:1" "$ZEROTUNE" train --model "$M" --data "$D" --out "$L" --deepspeed "$WORK/ds.json" --max-steps 2 \
+  >"$WORK/hang.log" 2>&1 &
+hung=$!  # zerotune itself (not a subshell), so that kill -9 reaches it
 for _ in $(seq 1 100); do [[ -s "$L/run.json" ]] && break; sleep 0.1; done
 kill -9 "$hung" 2>/dev/null; wait "$hung" 2>/dev/null
 train "$L" --max-steps 2 --resume auto >"$WORK/after-kill.log" 2>&1
