@@ -48,13 +48,14 @@ void check_model_size(const ConfigReader& reader, const ModelConfig& config) {
   const double mlp = static_cast<double>(config.hidden_size) * static_cast<double>(config.intermediate_size);
   const double attention = static_cast<double>(config.hidden_size) * static_cast<double>(config.hidden_size);
   constexpr double kMaxElements = 1e12;  // 4 TB in fp32 for one tensor: beyond any model zerotune can train
+  if (attention > kMaxElements)
+    reader.bad("hidden_size", cat("an attention weight would hold ", attention, " elements: not a real model's size"));
+  if (mlp > kMaxElements)
+    reader.bad(config.model_type == "opt" ? "ffn_dim" : "intermediate_size",
+               cat("an MLP weight would hold ", mlp, " elements: not a real model's size"));
   if (embedding > kMaxElements)
     reader.bad("vocab_size", cat("the embedding would hold vocab_size x hidden size = ", embedding,
                                  " elements (", embedding * 4.0 / 1e12, " TB in fp32): not a real model's size"));
-  if (mlp > kMaxElements)
-    reader.bad(config.model_type == "opt" ? "ffn_dim" : "intermediate_size", cat("an MLP weight would hold ", mlp, " elements: not a real model's size"));
-  if (attention > kMaxElements)
-    reader.bad("hidden_size", cat("an attention weight would hold ", attention, " elements: not a real model's size"));
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ if header[first]["data_offsets"][1] - header[first]["data_offsets"][0] != size: 
     second = next(k for _, k in names[1:] if header[k]["data_offsets"][1] - header[k]["data_offsets"][0] ==
                   header[first]["data_offsets"][1] - header[first]["data_offsets"][0])
 header[second]["data_offsets"] = list(header[first]["data_offsets"])  # two tensors on the same bytes
-text = json.dumps(header).encode()
+text = json.dumps(header, separators=(",", ":")).encode()
 text += b" " * (n - len(text)) if len(text) <= n else b""
 assert len(text) == n, "the header grew"
 open(path, "wb").write(raw[:8] + text + raw[8 + n:])
