@@ -19,6 +19,7 @@
 #include "cli/parse_options.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "model/lora_targets.h"
 #include "model/config.h"
 #include "model/lora.h"
 #include "model/param_spec.h"
@@ -285,7 +286,7 @@ int command_estimate(const std::vector<std::string>& args) {
     if (lora_r > 0) {
       LoraConfig lora;
       lora.r = lora_r;
-      lora.targets = split_commas(targets_text);
+      lora.targets = parse_lora_targets(targets_text);
       lora = lora_with_default_targets(lora, config);  // none given: the model type's PEFT default, as `train`
       adapters = lora_param_specs(specs, lora);
       shape.lora = lora;

@@ -13,8 +13,9 @@ namespace zt {
 namespace {
 
 // How long a failed rank waits for the others to fail too. Ranks that read the same bad input
-// fail within milliseconds of each other; a rank still computing after this is not failing.
-constexpr std::chrono::milliseconds kAgreementWait{3000};
+// fail within milliseconds of each other; a rank still computing after this is not failing (and
+// the wait delays the end of a job whose other ranks hang, so it stays short).
+constexpr std::chrono::milliseconds kAgreementWait{1000};
 
 void print(const std::string& command, int rank, const std::string& message) {
   std::fprintf(stderr, "zerotune %s: error (rank %d): %s\n", command.c_str(), rank, message.c_str());

@@ -13,6 +13,8 @@
 #include "cli/train_options.h"
 #include "cli/parse_options.h"
 #include "core/error.h"
+#include "model/lora_targets.h"
+#include "train/auto_values.h"
 #include "train/ds_config.h"
 #include "train/trainer.h"
 
@@ -41,7 +43,9 @@ po::options_description train_options() {
       ("lora-r", po::value<int>(), "LoRA rank (enables LoRA; base weights are frozen)")
       ("lora-alpha", po::value<double>(), "LoRA alpha (scaling alpha/r)")
       ("lora-dropout", po::value<double>(), "dropout on the LoRA input")
-      ("lora-targets", po::value<std::string>(), "comma-separated module names (q_proj,v_proj) or all-linear")
+      ("lora-targets", po::value<std::string>(), "module names or path suffixes as PEFT matches them (q_proj,v_proj or "
+                                                 "\"q_proj, v_proj\"; self_attn.q_proj), all-linear, or a regular "
+                                                 "expression matched against whole module paths (.*\\.(q|v)_proj)")
       ("lora-rslora", po::bool_switch(), "rank-stabilised LoRA: scaling alpha/sqrt(r)")
       ("adapter", po::value<std::string>(), "continue training this PEFT adapter directory")
       ("activation-checkpointing", po::bool_switch(), "recompute each block's forward in backward")
@@ -151,7 +155,7 @@ ParsedTrainOptions parse_train_options(const std::vector<std::string>& args, con
   take(vm, "lora-r", config.lora.r);
   take(vm, "lora-alpha", config.lora.alpha);
   take(vm, "lora-dropout", config.lora.dropout);
-  if (vm.count("lora-targets")) config.lora.targets = split_commas(vm["lora-targets"].as<std::string>());
+  if (vm.count("lora-targets")) config.lora.targets = parse_lora_targets(vm["lora-targets"].as<std::string>());
   if (vm["lora-rslora"].as<bool>()) config.lora.rslora = true;
   const bool lora_flag = vm.count("lora-alpha") || vm.count("lora-dropout") || vm.count("lora-targets") ||
                          vm["lora-rslora"].as<bool>();
@@ -207,6 +211,11 @@ ParsedTrainOptions parse_train_options(const std::vector<std::string>& args, con
   take(vm, "eval-every", config.eval_every);
   ZT_CHECK(config.eval_every >= 0, "--eval-every must not be negative");
   ZT_CHECK(config.eval_every == 0 || !config.eval_data_dir.empty(), "--eval-every needs --eval-data");
+  // The flops profiler's step of the JSON, unless --profile-step names one.
+  if (!vm.count("profile-step") && config.deepspeed_profile_step > 0) run.profile_step = config.deepspeed_profile_step;
+  // Every "auto" of the JSON resolved as the HF Trainer does, and every flag that overrides it, said once.
+  if (!config.deepspeed_config_path.empty())
+    resolve_deepspeed_choices(config, [&](const std::string& flag) { return vm.count(flag) > 0; }, run.notes);
   ZT_CHECK(config.epochs > 0, "--epochs must be positive, not ", config.epochs);
   ZT_CHECK(config.max_steps >= 0, "--max-steps must not be negative");
   return parsed;

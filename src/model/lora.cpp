@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/architecture.h"
+#include "model/lora_targets.h"
 
 namespace zt {
 
@@ -25,20 +26,13 @@ bool is_adaptable(const ParamSpec& spec) {
 }  // namespace
 
 std::vector<std::string> lora_target_modules(const std::vector<ParamSpec>& specs, const LoraConfig& lora) {
-  std::set<std::string> available;
-  for (const ParamSpec& spec : specs)
-    if (is_adaptable(spec)) available.insert(spec.module);
-  ZT_CHECK(!lora.targets.empty(), "--lora-targets is empty: name modules (e.g. q_proj,v_proj) or all-linear");
-  std::vector<std::string> modules;
-  for (const std::string& target : lora.targets) {
-    if (target == "all-linear") return {available.begin(), available.end()};
-    if (!available.count(target)) {
-      std::string names;
-      for (const std::string& name : available) names += (names.empty() ? "" : ", ") + name;
-      fail("LoRA target '", target, "' matches no linear module of this model (modules: ", names,
-           ", or all-linear)");
-    }
-    if (std::find(modules.begin(), modules.end(), target) == modules.end()) modules.push_back(target);
+  std::vector<std::string> modules = match_lora_targets(specs, lora.targets);  // PEFT's matching rules
+  if (modules == std::vector<std::string>{"all-linear"}) {
+    modules.clear();
+    for (const ParamSpec& spec : specs)
+      if (is_adaptable(spec) && std::find(modules.begin(), modules.end(), spec.module) == modules.end())
+        modules.push_back(spec.module);
+    std::sort(modules.begin(), modules.end());
   }
   return modules;
 }
@@ -59,6 +53,9 @@ std::vector<ParamSpec> lora_param_specs(const std::vector<ParamSpec>& specs, con
 
 LoraConfig lora_with_default_targets(LoraConfig lora, const ModelConfig& config) {
   if (lora.enabled() && lora.targets.empty()) lora.targets = architecture(config.model_type, config.path).lora_default_targets;
+  // Suffixes and regular expressions become the module names they select (what run.json,
+  // checkpoints and exported adapters record).
+  if (lora.enabled()) lora.targets = match_lora_targets(model_param_specs(config), lora.targets);
   return lora;
 }
 

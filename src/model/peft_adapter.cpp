@@ -52,10 +52,8 @@ LoraConfig read_peft_adapter_config(const std::string& adapter_dir) {
     lora.rslora = config.value("use_rslora", false);
     ZT_CHECK(config.contains("target_modules"), path, ": key 'target_modules' is missing");
     const nlohmann::json& targets = config["target_modules"];
-    if (targets.is_string()) {
-      ZT_CHECK(targets.get<std::string>() == "all-linear", path, ": target_modules '", targets.get<std::string>(),
-               "' is a regular expression; zerotune takes a list of module names or 'all-linear'");
-      lora.targets = {"all-linear"};
+    if (targets.is_string()) {  // "all-linear" or a regular expression (lora_targets.h matches it)
+      lora.targets = {targets.get<std::string>()};
     } else {
       lora.targets = targets.get<std::vector<std::string>>();
     }

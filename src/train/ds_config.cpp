@@ -74,8 +74,9 @@ enum class Got { absent, automatic, value };
 // One JSON object of the config: its dotted location (for messages), the file and the notes.
 class Section {
  public:
-  Section(const json& object, const std::string& file, std::string location, std::vector<std::string>& notes)
-      : object_(&object), file_(&file), location_(std::move(location)), notes_(&notes) {}
+  Section(const json& object, const std::string& file, std::string location, std::vector<std::string>& notes,
+          DeepSpeedKeys* keys = nullptr)
+      : object_(&object), file_(&file), location_(std::move(location)), notes_(&notes), keys_(keys) {}
 
   const std::string& file() const { return *file_; }
   const json* find(const std::string& key) const {
@@ -107,7 +108,7 @@ class Section {
   Got integer(const std::string& key, int64_t& out, int64_t min, int64_t max, bool allow_auto) const {
     const json* value = find(key);
     if (!value) return Got::absent;
-    if (allow_auto && is_auto(*value)) return Got::automatic;
+    if (allow_auto && is_auto(*value)) return record(key, Got::automatic);
     const std::string expected = cat("an integer in [", min, ", ", max, "]", allow_auto ? " or \"auto\"" : "");
     double number = 0.0;
     if (value->is_number_integer() && !value->is_number_unsigned()) number = static_cast<double>(value->get<int64_t>());
@@ -118,7 +119,7 @@ class Section {
       fail_value(key, *value, expected);
     out = value->is_number_integer() ? value->get<int64_t>() : static_cast<int64_t>(number);
     if (out < min || out > max) fail_value(key, *value, expected);
-    return Got::value;
+    return record(key, Got::value);
   }
 
   Got integer(const std::string& key, int& out, int min, int max, bool allow_auto) const {
@@ -131,23 +132,23 @@ class Section {
   Got number(const std::string& key, double& out, double min, bool allow_auto) const {
     const json* value = find(key);
     if (!value) return Got::absent;
-    if (allow_auto && is_auto(*value)) return Got::automatic;
+    if (allow_auto && is_auto(*value)) return record(key, Got::automatic);
     const std::string expected = cat("a number >= ", min, allow_auto ? " or \"auto\"" : "");
     if (value->is_array()) fail_value(key, *value, expected + " (per-parameter-group lists are not supported)");
     if (!value->is_number()) fail_value(key, *value, expected);
     const double number = value->get<double>();
     if (!std::isfinite(number) || number < min) fail_value(key, *value, expected);
     out = number;
-    return Got::value;
+    return record(key, Got::value);
   }
 
   Got boolean(const std::string& key, bool& out, bool allow_auto) const {
     const json* value = find(key);
     if (!value) return Got::absent;
-    if (allow_auto && is_auto(*value)) return Got::automatic;
+    if (allow_auto && is_auto(*value)) return record(key, Got::automatic);
     if (!value->is_boolean()) fail_value(key, *value, allow_auto ? "true, false or \"auto\"" : "true or false");
     out = value->get<bool>();
-    return Got::value;
+    return record(key, Got::value);
   }
 
   Got text(const std::string& key, std::string& out, const std::vector<std::string>& choices) const {
@@ -157,7 +158,7 @@ class Section {
         std::find(choices.begin(), choices.end(), value->get<std::string>()) == choices.end())
       fail_value(key, *value, "one of \"" + join(choices) + "\"");
     out = value->get<std::string>();
-    return Got::value;
+    return record(key, Got::value);
   }
 
   // Keys zerotune accepts only at the value that leaves the computation as it implements it.
@@ -171,9 +172,16 @@ class Section {
   Section child(const std::string& key) const {
     static const json empty = json::object();
     const json* value = find(key);
-    if (!value || value->is_null()) return Section(empty, *file_, key_path(key), *notes_);
+    if (!value || value->is_null()) return Section(empty, *file_, key_path(key), *notes_, keys_);
     if (!value->is_object()) fail_value(key, *value, "a JSON object");
-    return Section(*value, *file_, key_path(key), *notes_);
+    return Section(*value, *file_, key_path(key), *notes_, keys_);
+  }
+
+  // Notes that `key` was given as "auto" or as a value (DeepSpeedKeys), and passes `got` on.
+  Got record(const std::string& key, Got got) const {
+    if (keys_ && got == Got::automatic) keys_->automatic.push_back(key_path(key));
+    if (keys_ && got == Got::value) keys_->given[key_path(key)] = *find(key);
+    return got;
   }
 
   // Of two spellings DeepSpeed accepts for one field (a pydantic alias), the one present.
@@ -219,6 +227,7 @@ class Section {
   const std::string* file_;
   std::string location_;
   std::vector<std::string>* notes_;
+  DeepSpeedKeys* keys_;  // where "auto" keys and given values are recorded (may be null)
 };
 
 // ---- top level -----------------------------------------------------------------------------
@@ -249,7 +258,7 @@ const KeyTable& top_level_keys() {
       {"csv_monitor", Role::tooling},
       {"comet", Role::tooling},
       {"comms_logger", Role::tooling},
-      {"flops_profiler", Role::tooling},
+      {"flops_profiler", Role::translated},  // profile_step -> --profile-step
       {"autotuning", Role::tooling},
       {"dump_state", Role::tooling},
       {"wall_clock_breakdown", Role::tooling},
@@ -285,6 +294,13 @@ const KeyTable& top_level_keys() {
 
 constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
 
+// A dtype key zerotune honours only at fp32 (its one reduction/accumulation precision).
+void require_fp32_or_null(const Section& section, const std::string& key, const std::string& why) {
+  const json* value = section.find(key);
+  if (!value || value->is_null() || *value == "fp32" || *value == "float32") return;
+  fail(section.file(), ": ", section.key_path(key), " ", show(*value), " is not supported (only \"fp32\"): ", why);
+}
+
 void translate_top_level(const Section& top, TrainConfig& config) {
   top.integer("train_batch_size", config.train_batch_size, 1, kMaxInt, true);
   top.integer("train_micro_batch_size_per_gpu", config.micro_batch_size, 1, kMaxInt, true);
@@ -295,10 +311,34 @@ void translate_top_level(const Section& top, TrainConfig& config) {
   top.require("gradient_predivide_factor", 1.0, "zerotune averages gradients after the reduction");
   top.require("sparse_gradients", false, "zerotune reduces dense gradients");
   top.require("disable_allgather", false, "a legacy ZeRO-1 mode zerotune does not implement");
-  top.require("communication_data_type", nullptr, "zerotune chooses the reduction precision itself");
+  // zerotune reduces and accumulates gradients in fp32: saying so in the JSON is accepted.
+  require_fp32_or_null(top, "communication_data_type", "zerotune reduces gradients in fp32");
   Section data_types = top.child("data_types");
   data_types.check_keys({{"grad_accum_dtype", Role::translated}});
-  data_types.require("grad_accum_dtype", nullptr, "zerotune chooses the gradient accumulation precision itself");
+  require_fp32_or_null(data_types, "grad_accum_dtype", "zerotune accumulates gradients in fp32");
+}
+
+// flops_profiler (DeepSpeed's per-module profile of one step): its profile_step becomes
+// --profile-step when enabled; its output options are DeepSpeed's console layout, not ours.
+void translate_flops_profiler(const Section& top, TrainConfig& config) {
+  if (!top.has("flops_profiler")) return;
+  const Section section = top.child("flops_profiler");
+  section.check_keys({{"enabled", Role::translated}, {"recompute_fwd_factor", Role::translated},
+                      {"profile_step", Role::translated}, {"module_depth", Role::translated},
+                      {"top_modules", Role::translated}, {"detailed", Role::translated},
+                      {"output_file", Role::translated}});
+  bool enabled = false;
+  section.boolean("enabled", enabled, false);
+  int64_t step = 1;  // DeepSpeed's default
+  section.integer("profile_step", step, 1, kMaxInt, false);
+  if (!enabled) {
+    section.note("flops_profiler is disabled; ignored");
+    return;
+  }
+  config.deepspeed_profile_step = step;
+  section.note(cat("flops_profiler.profile_step ", step, " -> --profile-step ", step,
+                   " (module times of that step in the log and OUT/profile.json; module_depth, top_modules, detailed "
+                   "and output_file are ignored)"));
 }
 
 // ---- optimizer -----------------------------------------------------------------------------
@@ -357,6 +397,7 @@ void translate_optimizer(const Section& top, TrainConfig& config) {
   ZT_CHECK(!params.has("max_grad_norm"), top.file(), ": optimizer.params.max_grad_norm is not supported (as in "
            "DeepSpeed): use the top-level \"gradient_clipping\"");
   params.number("lr", optimizer.lr, 0.0, true);
+  if (const json* betas = params.find("betas"); betas && is_auto(*betas)) params.record("betas", Got::automatic);
   if (const json* betas = params.find("betas"); betas && !is_auto(*betas)) {
     const bool valid = betas->is_array() && betas->size() == 2 && (*betas)[0].is_number() && (*betas)[1].is_number() &&
                        (*betas)[0].get<double>() >= 0.0 && (*betas)[0].get<double>() < 1.0 &&
@@ -696,7 +737,7 @@ size_t key_edit_distance(const std::string& a_text, const std::string& b_text) {
 void apply_deepspeed_config(const json& ds, const std::string& path, int world_size, TrainConfig& config,
                             std::vector<std::string>& notes) {
   ZT_CHECK(ds.is_object(), path, ": a DeepSpeed config must be a JSON object, got ", show(ds));
-  const Section top(ds, path, "", notes);
+  const Section top(ds, path, "", notes, &config.deepspeed_keys);
   top.check_keys(top_level_keys());
   config.deepspeed_config_path = path;
   translate_top_level(top, config);
@@ -705,6 +746,7 @@ void apply_deepspeed_config(const json& ds, const std::string& path, int world_s
   translate_precision(top, config);
   translate_zero(top, config);
   translate_activation_checkpointing(top);
+  translate_flops_profiler(top, config);
 
   // DeepSpeed checks the batch numbers of the JSON against the world size; so do we, on a copy:
   // the flags may still change them, and resolve_batch_sizes derives them after the flags.

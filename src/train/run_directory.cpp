@@ -47,6 +47,11 @@ void take_lock(const fs::path& out) {
     if (error == EWOULDBLOCK)
       fail("--out ", out.string(), " is in use by another zerotune job (", who.empty() ? "lock " : who + "; lock ",
            path.string(), "): wait for it to end or give another --out");
+    if (error == ENOLCK || error == EOPNOTSUPP || error == ENOSYS) {  // a file system without locks
+      std::printf("warning: %s: cannot lock (%s): nothing stops a second job from writing into --out %s\n",
+                  path.c_str(), std::strerror(error), out.c_str());
+      return;
+    }
     fail(path.string(), ": cannot lock the file: ", std::strerror(error));
   }
   char host[256] = {0};

@@ -3,6 +3,7 @@
 // command-line flags. run.json records the resolved result.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,14 @@ struct LoraConfig {
   bool enabled() const { return r > 0; }
 };
 
+// What the DeepSpeed JSON said, key by key (dotted paths, "optimizer.params.lr"): the keys given
+// as "auto" and the values given, so that the resolution of each "auto" and each command-line
+// value that overrides the JSON can be said once at start (train/auto_values.h).
+struct DeepSpeedKeys {
+  std::vector<std::string> automatic;
+  std::map<std::string, nlohmann::json> given;
+};
+
 struct TrainConfig {
   // Batch arithmetic (DeepSpeed): train_batch_size = micro_batch * accumulation * world_size.
   // 0 means "not given, derive it".
@@ -102,6 +111,8 @@ struct TrainConfig {
   bool activation_checkpointing = false;
 
   std::string model_dir, data_dir, out_dir, deepspeed_config_path;
+  DeepSpeedKeys deepspeed_keys;    // what the JSON gave (empty without --deepspeed)
+  int64_t deepspeed_profile_step = 0;  // flops_profiler.profile_step when enabled (--profile-step wins)
   uint64_t seed = 42;
   bool shuffle = true;
   int64_t epochs = 1;

@@ -37,20 +37,22 @@ def main():
     report = Report("a failing or hanging rank ends the whole job with its message")
     with temporary_directory(args, "zt-fail-") as workdir:
         model, data = make_model_and_data(args.zerotune, workdir)
-        train = ["train", "--model", model, "--out", os.path.join(workdir, "out"), "--micro-batch-size", "2",
-                 "--grad-accum", "1", "--max-steps", "4", "--zero-stage", "2"]
+        # Each launch writes into its own --out (a directory holding another run is refused, issue 17).
+        def train(out):
+            return ["train", "--model", model, "--out", os.path.join(workdir, out), "--micro-batch-size", "2",
+                    "--grad-accum", "1", "--max-steps", "4", "--zero-stage", "2"]
         base = ["mpiexec", "--oversubscribe", "--bind-to", "none"]
 
         missing = os.path.join(workdir, "no-such-data")
         output = launch(report, "missing file on rank 1",
-                        base + ["-np", "1", args.zerotune] + train + ["--data", data] +
-                        [":", "-np", "1", args.zerotune] + train + ["--data", missing])
+                        base + ["-np", "1", args.zerotune] + train("out-missing") + ["--data", data] +
+                        [":", "-np", "1", args.zerotune] + train("out-missing") + ["--data", missing])
         if output is not None:
             report.check("error (rank 1)" in output and "no-such-data" in output,
                          "missing file: the message names rank 1 and the missing path")
 
         output = launch(report, "exception on rank 1 in step 2",
-                        base + ["-np", "2", args.zerotune] + train + ["--data", data],
+                        base + ["-np", "2", args.zerotune] + train("out-throw") + ["--data", data],
                         {"ZT_FAULT": "throw:step:1:2"})
         if output is not None:
             report.check("error (rank 1)" in output and "injected fault" in output and "step 2" in output,
@@ -60,8 +62,8 @@ def main():
         for stage in ("2", "3"):
             # Start-up and steps 1-2 take about a second: the job must end well before 2 timeouts.
             output = launch(report, f"rank 1 hangs in step 2, stage {stage}",
-                            base + ["-np", "2", args.zerotune] + train[:-1] + [stage, "--data", data, "--comm-timeout",
-                                                                              str(timeout)],
+                            base + ["-np", "2", args.zerotune] + train(f"out-hang-{stage}")[:-1] +
+                            [stage, "--data", data, "--comm-timeout", str(timeout)],
                             {"ZT_FAULT": "hang:step:1:2"}, limit_s=timeout + 3.5)
             if output is not None:
                 report.check("error (rank 0)" in output and f"did not complete within {timeout} s" in output and

@@ -390,11 +390,13 @@ BOOST_AUTO_TEST_CASE(tooling_keys_get_one_note_each) {
     "memory_breakdown": false, "checkpoint": {"tag_validation": "Warn"},
     "activation_checkpointing": {"partition_activations": true, "cpu_checkpointing": false}
   })", notes);
-  for (const char* key : {"wandb", "tensorboard", "csv_monitor", "comms_logger", "flops_profiler", "autotuning",
+  for (const char* key : {"wandb", "tensorboard", "csv_monitor", "comms_logger", "autotuning",
                           "dump_state", "zero_force_ds_cpu_optimizer", "zero_allow_untested_optimizer",
                           "memory_breakdown", "checkpoint"})
     BOOST_CHECK_MESSAGE(count_notes(notes, std::string("ds_config.json: ") + key + " is ignored (tooling)") == 1, key);
   BOOST_CHECK(has_note(notes, "activation_checkpointing is ignored"));
+  // The flops profiler is not ignored: its step becomes --profile-step (issue 17).
+  BOOST_CHECK(has_note(notes, "flops_profiler.profile_step 1 -> --profile-step 1"));
   BOOST_CHECK_EQUAL(notes.size(), 12u);
   check_translate_error(R"({"activation_checkpointing": {"partition_activation": true}})",
                         "(did you mean 'activation_checkpointing.partition_activations'?)");

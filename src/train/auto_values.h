@@ -1,0 +1,20 @@
+// Saying what was decided for the DeepSpeed JSON: every "auto" value resolved the way the HF
+// Trainer's DeepSpeed integration resolves it (from the flags given, else the Trainer's
+// defaults: learning_rate 5e-5, max_grad_norm 1.0, per_device_train_batch_size 8, ...), and
+// every command-line value that overrides a value the JSON gave, each as one note line.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "train/train_config.h"
+
+namespace zt {
+
+// After the flags are applied to `config`: resolves config.deepspeed_keys.automatic in place
+// and appends one note per "auto" key and per overriding flag. `flag_given(name)` says whether
+// the option --name was given (command line or --config file).
+void resolve_deepspeed_choices(TrainConfig& config, const std::function<bool(const std::string&)>& flag_given,
+                               std::vector<std::string>& notes);
+
+}  // namespace zt
