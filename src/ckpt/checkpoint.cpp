@@ -92,6 +92,14 @@ std::vector<float> to_host(Backend& backend, Tensor tensor) {
   return host;
 }
 
+// What write_rank_file writes, in bytes (fp32 arrays; the HDF5 overhead is small beside them).
+uint64_t rank_file_bytes(ZeroEngine& engine) {
+  uint64_t elements = 0;
+  for (const ZeroEngine::PartitionViews& views : engine.partition_views())
+    elements += static_cast<uint64_t>(views.master.numel() + views.exp_avg.numel() + views.exp_avg_sq.numel());
+  return elements * sizeof(float);
+}
+
 void write_rank_file(const fs::path& path, ZeroEngine& engine, int64_t step) {
   std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
   h5::silence_error_printing();
@@ -256,6 +264,7 @@ std::string save_checkpoint(const std::string& out_dir, const TrainingState& sta
   json file_entry = nullptr;
   if (engine.partition_index() == comm.rank()) {  // stage 0: rank 0 holds the one partition
     const fs::path path = temporary / rank_file_name(engine.partition_index());
+    check_free_space(temporary.string(), rank_file_bytes(engine), path.string());
     write_rank_file(path, engine, state.step);
     file_entry = {{"name", rank_file_name(engine.partition_index())}, {"bytes", fs::file_size(path)},
                   {"sha256", sha256_file_hex(path.string())}};

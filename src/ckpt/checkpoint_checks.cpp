@@ -1,6 +1,8 @@
 // Manifest value ranges and rank-file attributes (checkpoint_checks.h).
 #include "ckpt/checkpoint_checks.h"
 
+#include <sys/statvfs.h>
+
 #include <limits>
 #include <mutex>
 
@@ -30,6 +32,14 @@ void check_manifest_values(const nlohmann::json& manifest, const std::string& ma
   integer_at(manifest, manifest_path, "world_size", 1, kMax);
   integer_at(manifest, manifest_path, "partitions", 1, kMax);
   integer_at(manifest, manifest_path, "zero_stage", 0, 3);
+}
+
+void check_free_space(const std::string& dir, uint64_t bytes, const std::string& what) {
+  struct statvfs fs {};
+  if (::statvfs(dir.c_str(), &fs) != 0) return;  // nothing known: the write itself will say
+  const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+  ZT_CHECK(free_bytes >= bytes, what, ": No space left on device: it needs about ", bytes, " bytes in ", dir, ", the file system has ",
+           free_bytes, " free (free space, or save elsewhere with another --out)");
 }
 
 void check_rank_file_attributes(const std::string& path, int64_t partition, int64_t partitions, int64_t step) {

@@ -13,6 +13,11 @@ namespace zt {
 // zero_stage 0-3, each an integer.
 void check_manifest_values(const nlohmann::json& manifest, const std::string& manifest_path);
 
+// Before a save: the file system of `dir` has room for `bytes` (the rank file about to be
+// written), else "No space left on device" with the bytes needed and free, before anything is
+// written (a save that fails half-way leaves a .tmp that the next start removes).
+void check_free_space(const std::string& dir, uint64_t bytes, const std::string& what);
+
 // The rank file's attributes partition, partitions and step against the manifest's.
 void check_rank_file_attributes(const std::string& path, int64_t partition, int64_t partitions, int64_t step);
 

@@ -2,6 +2,7 @@
 // printed with the rank, and the job ends non-zero on every rank (once per job and without
 // MPI_Abort when every rank fails alike, else MPI_Abort so no rank waits forever in a
 // collective: cli/job_failure.h).
+#include <hdf5.h>
 #include <mpi.h>
 
 #include <cstdio>
@@ -91,6 +92,9 @@ int run_cli(int argc, char** argv) {
     print_usage(stderr);
     return 2;
   }
+  // HDF5's exit handler closes files still open; after a failed write (a full disk) it crashes
+  // in H5F__close_cb. Our handles close what they open, so the library is left to the OS.
+  H5dont_atexit();
   MpiSession mpi(argc, argv);
   std::vector<std::string> args(argv + 2, argv + argc);
   std::string message;

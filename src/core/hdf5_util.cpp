@@ -1,6 +1,12 @@
 // Checked HDF5 wrappers (see hdf5_util.h).
 #include "core/hdf5_util.h"
 
+#include <sys/statvfs.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
 #include "core/error.h"
 
 namespace zt {
@@ -28,7 +34,19 @@ Handle owned(hid_t id, Handle::Closer closer, const std::string& path, const std
 }
 
 void check_status(herr_t status, const std::string& path, const std::string& what) {
-  ZT_CHECK(status >= 0, path, ": HDF5 failed to ", what);
+  if (status >= 0) return;
+  // HDF5's own error stack is silenced; the system's reason for a failed write (a full disk, a
+  // quota) is what the user can act on, so it is named when the file system reports one.
+  const int error = errno;
+  if (error == ENOSPC || error == EDQUOT) {
+    std::string free_space;
+    struct statvfs fs {};
+    const std::string dir = std::filesystem::path(path).parent_path().string();
+    if (::statvfs(dir.empty() ? "." : dir.c_str(), &fs) == 0)
+      free_space = cat(" (", static_cast<unsigned long long>(fs.f_bavail) * fs.f_frsize, " bytes free there)");
+    fail(path, ": HDF5 failed to ", what, ": ", std::strerror(error), free_space);
+  }
+  fail(path, ": HDF5 failed to ", what);
 }
 
 std::string describe_type(hid_t type) {

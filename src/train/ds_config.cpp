@@ -759,6 +759,43 @@ void apply_deepspeed_config(const json& ds, const std::string& path, int world_s
   }
 }
 
+namespace {
+
+// An accelerate config (YAML, `accelerate config`'s file) given where the DeepSpeed JSON belongs:
+// the message says which of its lines to carry over and how.
+void refuse_accelerate_yaml(const std::string& path, const std::string& text) {
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos || text[first] == '{' || text.find("deepspeed_config") == std::string::npos) return;
+  std::string advice;
+  std::istringstream lines(text);
+  int number = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++number;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, colon), value = line.substr(colon + 1);
+    key.erase(0, key.find_first_not_of(" \t"));
+    value.erase(0, value.find_first_not_of(" \t"));
+    value.erase(value.find_last_not_of(" \t\r") + 1);
+    std::string how;
+    if (key == "deepspeed_config_file" && !value.empty()) how = cat("give --deepspeed ", value);
+    else if (key == "zero_stage") how = cat("--zero-stage ", value);
+    else if (key == "offload_optimizer_device" && value != "none") how = cat("--offload-optimizer ", value);
+    else if (key == "offload_param_device" && value != "none")
+      how = cat("\"zero_optimization\": {\"offload_param\": {\"device\": \"", value, "\"}} in a DeepSpeed JSON");
+    else if (key == "mixed_precision" && (value == "bf16" || value == "fp16"))
+      how = cat("\"", value, "\": {\"enabled\": true} in a DeepSpeed JSON");
+    else if (key == "gradient_accumulation_steps") how = cat("--grad-accum ", value);
+    else if (key == "gradient_clipping") how = cat("--gradient-clipping ", value);
+    if (!how.empty()) advice += cat("\n  line ", number, ": ", key, ": ", value, "  ->  ", how);
+  }
+  fail(path, ": an accelerate config (YAML), not a DeepSpeed JSON config; zerotune reads the DeepSpeed JSON and its "
+       "flags", advice.empty() ? std::string(": give --deepspeed the JSON file the YAML's deepspeed_config_file names")
+                               : cat(". Carry its settings over:", advice));
+}
+
+}  // namespace
+
 void load_deepspeed_config(const std::string& path, int world_size, TrainConfig& config,
                            std::vector<std::string>& notes) {
   std::ifstream file(path, std::ios::binary);
@@ -778,6 +815,7 @@ void load_deepspeed_config(const std::string& path, int world_size, TrainConfig&
                parsed.get<std::string>(), "'");
     return true;
   };
+  refuse_accelerate_yaml(path, text.str());
   json ds;
   try {
     ds = json::parse(text.str(), refuse_duplicates, true, /*ignore_comments=*/true);

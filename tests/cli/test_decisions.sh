@@ -69,4 +69,19 @@ write_ds "$WORK/ds-bf16comm.json" 'd["communication_data_type"] = "bf16"'
 expect_error communication-bf16-refused "$WORK/ds-bf16comm.json" "communication_data_type \"bf16\" is not supported" "fp32" \
   -- train --model "$M" --data "$D" --out "$WORK/o1" --deepspeed "$WORK/ds-bf16comm.json" --max-steps 1
 
+# --- An accelerate YAML where the DeepSpeed JSON belongs: refused, saying how to carry it over --
+cat >"$WORK/accelerate.yaml" <<'YAML'
+compute_environment: LOCAL_MACHINE
+distributed_type: DEEPSPEED
+deepspeed_config:
+  gradient_accumulation_steps: 2
+  offload_optimizer_device: cpu
+  zero_stage: 2
+mixed_precision: bf16
+num_processes: 2
+YAML
+expect_error accelerate-yaml-refused "$WORK/accelerate.yaml" "an accelerate config (YAML)" "zero_stage: 2  ->  --zero-stage 2" \
+  "--offload-optimizer cpu" "\"bf16\": {\"enabled\": true}" \
+  -- train --model "$M" --data "$D" --out "$WORK/o2" --deepspeed "$WORK/accelerate.yaml" --max-steps 1
+
 finish

@@ -115,4 +115,24 @@ status=$?
 [[ "$status" -eq 0 && -e "$S/checkpoints/global_step1/manifest.json" ]] && grep -q "stop requested (signal) at step 1" "$WORK/signal.log"
 check sigterm-during-loading-saves $? "$WORK/signal.log" "want exit 0 and a checkpoint after step 1 (exit $status)"
 
+# --- A full disk: the save says "No space left on device" with the bytes, no crash; after
+# space is freed the same command goes on. (A 1 MiB tmpfs in a private mount namespace:
+# `unshare -rm` works as root and, where user namespaces are allowed, without.)
+mkdir -p "$WORK/small"
+unshare -rm bash -s "$WORK/small" "$ZEROTUNE" "$M" "$D" "$WORK/ds.json" >"$WORK/full.log" 2>&1 <<'SH'
+small="$1" zt="$2"
+mount -t tmpfs -o size=1M tmpfs "$small" || { echo "cannot mount a tmpfs"; exit 90; }
+"$zt" train --model "$3" --data "$4" --deepspeed "$5" --out "$small/out" --max-steps 1 --seed 1
+echo "first exit status $?"
+mount -o remount,size=16M "$small" || exit 91
+"$zt" train --model "$3" --data "$4" --deepspeed "$5" --out "$small/out" --max-steps 1 --seed 1 --resume auto
+echo "second exit status $?"
+ls "$small/out/checkpoints"
+SH
+status=$?
+[[ "$status" -eq 0 ]] && grep -q "^first exit status 1$" "$WORK/full.log" && grep -q "^second exit status 0$" "$WORK/full.log" \
+  && grep -q "No space left on device: it needs about [0-9]* bytes" "$WORK/full.log" && ! grep -qE "$NOISE" "$WORK/full.log" \
+  && grep -q "^global_step1$" "$WORK/full.log"
+check disk-full-message-and-retry $? "$WORK/full.log" "want a 'No space left on device' error naming the bytes, no crash, then a good retry (status $status)"
+
 finish
