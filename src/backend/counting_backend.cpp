@@ -131,6 +131,8 @@ class Counting final : public CountingBackend {
   void cross_entropy_accumulate(Tensor, Tensor, Tensor, float, Tensor) override {}
   void dropout(Tensor, Tensor, float, RngKey, Tensor) override {}
   void adamw(Tensor, Tensor, Tensor, Tensor, const AdamWParams&) override {}
+  void sgd(Tensor, Tensor, Tensor, const SgdParams&) override {}
+  void lamb_direction(Tensor, Tensor, Tensor, Tensor, Tensor, const LambParams&) override {}
 
  private:
   struct Allocation {

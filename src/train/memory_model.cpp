@@ -112,7 +112,7 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
   engine.reduce_gradients();
   if (config.compute_dtype == DType::F16) engine.gradients_overflow();
   engine.gradient_norm();
-  engine.apply_update(config.optimizer.lr, 1.0f, 1);
+  engine.apply_update(OptimizerStep{config.optimizer.lr, 1.0f, 1});
   prediction.device_peak = backend->counted().device_peak;
   prediction.host_peak = std::max(backend->counted().host_peak, prediction.host_setup);
   prediction.store_peak = backend->counted().discardable_peak;

@@ -1,6 +1,6 @@
 // The step loop: global batch -> this rank's micro-batches -> forward/backward (the ZeRO
 // engine reduces gradients as units complete or at the boundary) -> global norm, clipping ->
-// AdamW on this rank's partitions -> parameter sync -> metrics (rank 0).
+// the optimizer on this rank's partitions -> parameter sync -> metrics (rank 0).
 // Loss contract (DESIGN.md): sum of token losses over the global batch / its target tokens, so
 // every micro-batch's backward is scaled by 1 / (target tokens of the whole global batch, all
 // ranks): the count is all-reduced before backward.
@@ -393,7 +393,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
       now.loss_scale = scaler->scale();
       now.loss_scaler = scaler->state().to_json();
     }
-    const std::string dir = save_checkpoint(config.out_dir, now, identity, config, engine, store, *comm, config.keep_last);
+    const std::string dir = save_checkpoint(config.out_dir, now, identity, config.to_json(), engine, store, *comm, config.keep_last);
     last_saved_step = steps_done;
     say(cat("checkpoint saved: ", dir));
   };
@@ -445,8 +445,8 @@ void run_training(TrainConfig config, const RunOptions& options) {
                        *backend);
     engine.reduce_gradients();
 
-    // Optimizer step: global norm, clipping, AdamW on the partitions. Skipped steps do not
-    // advance the schedule or Adam's step count (DeepSpeed).
+    // Optimizer step: global norm, clipping, the optimizer on the partitions. Skipped steps do
+    // not advance the schedule or the optimizer's update count (DeepSpeed).
     // fp16: an overflow anywhere skips the step and lowers the loss scale (DeepSpeed).
     const bool overflow = scaler && engine.gradients_overflow();
     if (scaler) scaler->update(overflow);
@@ -465,12 +465,12 @@ void run_training(TrainConfig config, const RunOptions& options) {
       const float clip = clip_coefficient(grad_norm, config.gradient_clipping);
       const auto optimizer_start = std::chrono::steady_clock::now();
       const double waited_before = control->stats().total_wait_seconds();
-      engine.apply_update(lr, loss_scale * clip, updates_done + 1);
-      if (profiling) {  // AdamW: about 14 FLOPs per element of this rank's partitions
+      engine.apply_update(OptimizerStep{lr, loss_scale * clip, updates_done + 1});
+      if (profiling) {
         double elements = 0.0;
         for (const ZeroEngine::PartitionViews& views : engine.partition_views())
           elements += static_cast<double>(views.master.numel());
-        profiler.table.add("optimizer", 14.0 * elements,
+        profiler.table.add("optimizer", engine.optimizer().flops_per_element() * elements,
                            std::chrono::duration<double>(std::chrono::steady_clock::now() - optimizer_start).count() -
                                (control->stats().total_wait_seconds() - waited_before));
       }

@@ -29,7 +29,7 @@ struct ZeroEngine::GroupState {
   ParamGroup group = ParamGroup::Frozen;
   int64_t partition_numel = 0;  // P
   Buffer master;                // fp32 [P] trainable groups (host when offloaded)
-  Buffer exp_avg, exp_avg_sq;   // fp32 [P] Adam moments (host when offloaded)
+  std::vector<Buffer> state;    // fp32 [P] each: the optimizer's state_names() (host when offloaded)
   Buffer grad_partition;        // fp32 [P] stage >= 1 on W > 1 ranks: this rank's reduced gradient slices
                                 // (one rank's partition is everything: it updates from the store's gradients)
   Buffer host_grad;             // fp32 [P] offload: the gradient partition copied to the host
@@ -53,7 +53,7 @@ struct ZeroEngine::InflightBucket {
 
 ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, const ZeroConfig& zero,
                        const OptimizerConfig& optimizer, DType compute_dtype)
-    : backend_(backend), comm_(comm), store_(store), zero_(zero), optimizer_(optimizer), stage_(zero.stage),
+    : backend_(backend), comm_(comm), store_(store), zero_(zero), optimizer_(make_optimizer(optimizer)), stage_(zero.stage),
       world_(comm.size()), rank_(comm.rank()), offload_(zero.offload_optimizer_device == "cpu"),
       offload_param_(zero.offload_param_device == "cpu"),
       compute_dtype_(compute_dtype), rounds_(compute_dtype != DType::F32) {
@@ -68,9 +68,6 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
            "(as in DeepSpeed); the config has stage 0");
   ZT_CHECK(zero.offload_param_device != "cpu" || stage_ == 3,
            "zero_optimization.offload_param.device \"cpu\" needs ZeRO stage 3; the config has stage ", stage_);
-  ZT_CHECK(optimizer.adam_w_mode || optimizer.weight_decay == 0.0,
-           "Adam with L2 regularisation (adam_w_mode false and weight_decay ", optimizer.weight_decay,
-           ") is not supported: use AdamW (adam_w_mode true) or weight_decay 0");
   ZT_CHECK(zero.reduce_bucket_size > 0 && zero.allgather_bucket_size > 0,
            "zero_optimization: reduce_bucket_size and allgather_bucket_size must be positive");
   // Host memory for what is offloaded: page-locked when pin_memory asks for it (the CUDA
@@ -89,10 +86,10 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
     const size_t bytes = static_cast<size_t>(state->partition_numel) * sizeof(float);
     if (group != ParamGroup::Frozen && bytes) {
       state->master = Buffer(state_backend, bytes);
-      state->exp_avg = Buffer(state_backend, bytes);
-      state->exp_avg_sq = Buffer(state_backend, bytes);
-      state_backend.fill(f32_buffer_view(state->exp_avg, state->partition_numel), 0.0f);
-      state_backend.fill(f32_buffer_view(state->exp_avg_sq, state->partition_numel), 0.0f);
+      for (size_t k = 0; k < optimizer_->state_names().size(); ++k) {
+        state->state.emplace_back(state_backend, bytes);
+        state_backend.fill(f32_buffer_view(state->state.back(), state->partition_numel), 0.0f);
+      }
       if (stage_ >= 1 && world_ > 1) state->grad_partition = Buffer(backend_, bytes);  // one rank: the store's
       if (offload_) state->host_grad = Buffer(*host_, bytes);
       if (stage_ >= 1 && (offload_ || rounds_ || offload_param_))
@@ -489,28 +486,21 @@ double ZeroEngine::gradient_norm() {
 
 // ---- update ------------------------------------------------------------------------------------
 
-void ZeroEngine::apply_update(double lr, float grad_divisor, int64_t update_number) {
+void ZeroEngine::apply_update(const OptimizerStep& step) {
   for (int unit = 0; unit < store_.num_units(); ++unit) finish_prefetch(unit);  // before the host partitions change
   Backend& state_backend = offload_ ? *host_ : backend_;
-  AdamWParams params;
-  params.lr = lr;
-  params.beta1 = optimizer_.beta1;
-  params.beta2 = optimizer_.beta2;
-  params.eps = optimizer_.eps;
-  params.step = update_number;
   // Stage 1/2 update bucket by bucket (allgather_bucket_size) and start each bucket's
-  // all-gather as soon as its partition is updated, so the gathers overlap the (CPU) Adam of
+  // all-gather as soon as its partition is updated, so the gathers overlap the (CPU) update of
   // the next buckets; the other stages update the whole partition at once.
   std::deque<BucketGather> gathers;
   for (ParamGroup group : kTrainableGroups) {
     GroupState& s = state(group);
     if (!s.partition_numel) continue;
-    params.weight_decay = group == ParamGroup::Decay ? optimizer_.weight_decay : 0.0;
     std::vector<std::vector<UnitRange>> pieces = {store_.group(group).units};
     if (stage_ == 1 || stage_ == 2) pieces = plan_buckets(store_.group(group).units, zero_.allgather_bucket_size);
-    for (const std::vector<UnitRange>& piece : pieces) {
-      const int64_t begin = stage_ == 0 ? 0 : piece.front().begin / world_;
-      const int64_t numel = stage_ == 0 ? s.partition_numel : slice_numel(piece, world_);
+    for (const std::vector<UnitRange>& units : pieces) {
+      const int64_t begin = stage_ == 0 ? 0 : units.front().begin / world_;
+      const int64_t numel = stage_ == 0 ? s.partition_numel : slice_numel(units, world_);
       if (!numel) continue;
       Tensor grad = gradient_view(group).rows(begin, numel);
       if (offload_) {  // the gradient goes to the host, where the optimizer state lives
@@ -522,12 +512,21 @@ void ZeroEngine::apply_update(double lr, float grad_divisor, int64_t update_numb
         if (!gradients_finished_) backend_.copy(host_grad, grad);
         grad = host_grad;
       }
-      if (grad_divisor != 1.0f) state_backend.scale(grad, 1.0f / grad_divisor);
-      state_backend.adamw(f32_buffer_view(s.master, s.partition_numel).rows(begin, numel), grad,
-                          f32_buffer_view(s.exp_avg, s.partition_numel).rows(begin, numel),
-                          f32_buffer_view(s.exp_avg_sq, s.partition_numel).rows(begin, numel), params);
+      if (step.grad_divisor != 1.0f) state_backend.scale(grad, 1.0f / step.grad_divisor);
+      OptimizerPiece piece;
+      piece.decay = group == ParamGroup::Decay;
+      piece.param = f32_buffer_view(s.master, s.partition_numel).rows(begin, numel);
+      piece.grad = grad;
+      for (const Buffer& buffer : s.state) piece.state.push_back(f32_buffer_view(buffer, s.partition_numel).rows(begin, numel));
+      if (optimizer_->needs_tensor_slices()) {
+        piece.tensors = partition_tensor_slices(store_, group, units, stage_ == 0 ? 1 : world_, stage_ == 0 ? 0 : rank_);
+        piece.sum_over_ranks = [this](std::span<double> values) {
+          if (stage_ != 0 && world_ > 1) comm_.all_reduce_scalars(values);
+        };
+      }
+      optimizer_->update(state_backend, piece, step);
       update_compute_partition(group, begin, numel);
-      if (stage_ == 1 || stage_ == 2) start_bounded_gather(gathers, group, piece);
+      if (stage_ == 1 || stage_ == 2) start_bounded_gather(gathers, group, units);
     }
   }
   if (offload_) uploads_done_ = backend_.record_event();
@@ -629,8 +628,9 @@ std::vector<ZeroEngine::PartitionViews> ZeroEngine::partition_views() {
   for (ParamGroup group : kTrainableGroups) {
     GroupState& s = state(group);
     if (!s.partition_numel) continue;
-    views.push_back({group, f32_buffer_view(s.master, s.partition_numel), f32_buffer_view(s.exp_avg, s.partition_numel),
-                     f32_buffer_view(s.exp_avg_sq, s.partition_numel)});
+    PartitionViews view{group, f32_buffer_view(s.master, s.partition_numel), {}};
+    for (const Buffer& buffer : s.state) view.state.push_back(f32_buffer_view(buffer, s.partition_numel));
+    views.push_back(std::move(view));
   }
   return views;
 }
@@ -688,7 +688,7 @@ ZeroMemory ZeroEngine::memory() const {
                            : (trainable_partition + std::min(zero_.reduce_bucket_size, trainable_numel)) * f;
   if (stage_ == 1 && world_ > 1) m.gradients += trainable_partition * f;
   m.master_params = trainable_partition * f;
-  m.optimizer_state = 2 * trainable_partition * f;
+  m.optimizer_state = static_cast<int64_t>(optimizer_->state_names().size()) * trainable_partition * f;
   if (offload_) m.host_bytes += m.master_params + m.optimizer_state + trainable_partition * f;
   m.staging = peak_staging_;
   return m;

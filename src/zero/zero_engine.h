@@ -1,7 +1,7 @@
 // ZeroEngine: ZeRO stages 0-3 and ZeRO-Offload over a ParamStore and a Communicator.
 //
 //   stage 0: every rank holds everything; gradients all-reduced in buckets at the boundary.
-//   stage 1: fp32 master weights and Adam state partitioned (1/W each); gradients
+//   stage 1: fp32 master weights and optimizer state partitioned (1/W each); gradients
 //            reduce-scattered at the accumulation boundary; updated partitions all-gathered.
 //   stage 2: as 1, but each unit's gradients are reduce-scattered (in buckets of
 //            reduce_bucket_size elements) as soon as backward completes them, and only this
@@ -10,9 +10,12 @@
 //            before the model uses it (the next one prefetched) and released after use unless
 //            persistent (stage3_param_persistence_threshold) or soon reused
 //            (stage3_max_reuse_distance), within stage3_max_live_parameters.
-//   offload_optimizer cpu: master + Adam state (and a copy of the gradient partition) live in
-//            host memory and are updated there by the CPU Adam; the updated partition is copied
-//            back to the compute device.
+//   offload_optimizer cpu: master + optimizer state (and a copy of the gradient partition) live
+//            in host memory and are updated there by the optimizer on the host backend (the CPU
+//            Adam for AdamW); the updated partition is copied back to the compute device.
+//
+// The optimizer (optim/optimizer.h) is a seam: the engine holds its named state buffers beside
+// the master partition and calls its update over contiguous pieces of the partition.
 //   offload_param cpu (stage 3): the compute-dtype parameter partitions (frozen LoRA base
 //            weights included) live in host memory; a unit's slice is copied to the device
 //            when the unit is gathered, so the device holds only the gathered units.
@@ -31,7 +34,9 @@
 #include "comm/communicator.h"
 #include "model/causal_lm.h"
 #include "model/param_store.h"
-#include "train/train_config.h"
+#include "optim/optimizer.h"
+#include "optim/optimizer_config.h"
+#include "zero/zero_config.h"
 
 namespace zt {
 
@@ -43,7 +48,7 @@ struct ZeroMemory {
   int64_t gradients = 0;           // device: gradient buffers (full for 0/1 and for one rank; partition + one
                                    // bucket for 2/3)
   int64_t master_params = 0;       // fp32 master partition (host when offloaded)
-  int64_t optimizer_state = 0;     // Adam moments (host when offloaded)
+  int64_t optimizer_state = 0;     // the optimizer's state buffers (host when offloaded)
   int64_t host_bytes = 0;          // host memory: offloaded master, optimizer state and gradient copy
                                    // (part of the above), and offload_param's parameter partitions
   int64_t staging = 0;             // bucket staging buffers
@@ -96,10 +101,11 @@ class ZeroEngine final : public UnitHooks {
   void reduce_gradients();
   double gradient_norm();      // global L2 norm of the (reduced, still loss-scaled) gradients
   bool gradients_overflow();   // any inf/NaN in any rank's gradients (the fp16 overflow check)
-  // Divides the gradients by grad_divisor (loss scale x clip coefficient), runs AdamW on this
-  // rank's partitions and makes the compute parameters current (all-gather for stages 1/2,
-  // invalidation for 3).
-  void apply_update(double lr, float grad_divisor, int64_t update_number);
+  // Divides the gradients by step.grad_divisor (loss scale x clip coefficient), runs the
+  // optimizer on this rank's partitions and makes the compute parameters current (all-gather for
+  // stages 1/2, invalidation for 3).
+  void apply_update(const OptimizerStep& step);
+  const Optimizer& optimizer() const { return *optimizer_; }
 
   // Makes every parameter of the store current and resident (stage 3: gathers all units),
   // e.g. before writing the final weights.
@@ -116,7 +122,8 @@ class ZeroEngine final : public UnitHooks {
   // compute parameters current again.
   struct PartitionViews {
     ParamGroup group;
-    Tensor master, exp_avg, exp_avg_sq;  // fp32 [P]
+    Tensor master;               // fp32 [P]
+    std::vector<Tensor> state;   // fp32 [P] each, named optimizer().state_names()
   };
   std::vector<PartitionViews> partition_views();
   int partition_count() const { return stage_ == 0 ? 1 : world_; }
@@ -173,7 +180,7 @@ class ZeroEngine final : public UnitHooks {
   Communicator& comm_;
   ParamStore& store_;
   ZeroConfig zero_;
-  OptimizerConfig optimizer_;
+  std::unique_ptr<Optimizer> optimizer_;
   int stage_ = 0;
   int world_ = 1;
   int rank_ = 0;
@@ -181,7 +188,7 @@ class ZeroEngine final : public UnitHooks {
   bool offload_param_ = false;  // offload_param cpu (stage 3): compute partitions in host memory
   DType compute_dtype_ = DType::F32;
   bool rounds_ = false;  // compute dtype bf16/fp16
-  std::unique_ptr<Backend> host_;        // offload_optimizer: the host memory and CPU Adam
+  std::unique_ptr<Backend> host_;        // offload_optimizer: the host memory and the host update
   std::unique_ptr<Backend> param_host_;  // offload_param: host memory of the parameter partitions
   std::vector<std::unique_ptr<GroupState>> groups_;  // [kParamGroups]
   std::vector<UnitState> units_;

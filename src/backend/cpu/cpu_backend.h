@@ -120,6 +120,9 @@ class CpuBackend final : public Backend {
 
   void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
              const AdamWParams& params) override;
+  void sgd(Tensor param, Tensor grad, Tensor momentum_buffer, const SgdParams& params) override;
+  void lamb_direction(Tensor update, Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
+                      const LambParams& params) override;
 
  private:
   HostAllocator allocator_;

@@ -183,6 +183,9 @@ class CudaBackendImpl final : public CudaBackend {
 
   void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
              const AdamWParams& params) override;
+  void sgd(Tensor param, Tensor grad, Tensor momentum_buffer, const SgdParams& params) override;
+  void lamb_direction(Tensor update, Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
+                      const LambParams& params) override;
 
   // ---- for the op files -----------------------------------------------------------------
   cudaStream_t stream() const { return stream_; }
