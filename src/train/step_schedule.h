@@ -1,0 +1,30 @@
+// The instructions of one optimizer step, in order (DeepSpeed's pipe/schedule.py idea: a
+// schedule yields instructions, the step runner executes them). Gradient accumulation is the
+// trivial schedule; a pipeline-parallel schedule (micro-batches interleaved over stages) or an
+// optimizer fused into backward (LOMO: a norm pass, then an update pass) is another list of the
+// same instructions, so the loop that runs them does not change.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zt {
+
+enum class StepOp {
+  Forward,          // micro-batch `micro`: the model's forward (and the loss)
+  Backward,         // micro-batch `micro`: backward from its loss; the ZeRO engine reduces as units complete
+  ReduceGradients,  // the step's loss sums and the gradient reduction are complete
+  Update,           // overflow check, global norm, clipping, the optimizer on this rank's partitions
+};
+
+struct StepInstruction {
+  StepOp op = StepOp::Forward;
+  int64_t micro = 0;  // Forward/Backward: which micro-batch
+};
+
+// Forward and backward of each of `micro_batches` micro-batches, then reduce and update.
+std::vector<StepInstruction> gradient_accumulation_schedule(int64_t micro_batches);
+
+std::string step_op_name(StepOp op);
+
+}  // namespace zt
