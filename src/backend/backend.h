@@ -145,6 +145,8 @@ class Backend {
   // dst += scale * src (same shape). Residual adds and gradient accumulation.
   virtual void accumulate(Tensor dst, Tensor src, float scale) = 0;
   virtual void scale(Tensor dst, float factor) = 0;
+  // x = min(max(x, lo), hi) in place (gradient value clipping; NaN stays NaN).
+  virtual void clamp(Tensor x, float lo, float hi) = 0;
   // Sum of squares of all elements, accumulated in double (gradient norms).
   virtual double sum_squares(Tensor x) = 0;
   // True when any element is NaN or +-inf (fp16 overflow check).

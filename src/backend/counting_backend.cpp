@@ -102,6 +102,7 @@ class Counting final : public CountingBackend {
   void round_to(Tensor, DType) override {}  // in place, as the CUDA backend's
   void accumulate(Tensor, Tensor, float) override {}
   void scale(Tensor, float) override {}
+  void clamp(Tensor, float, float) override {}
   double sum_squares(Tensor) override {
     give_back_pending();  // a synchronising op on a device
     return 0.0;

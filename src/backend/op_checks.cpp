@@ -106,6 +106,12 @@ std::vector<OpCheck> op_table() {
          run.backend().scale(x, -1.5f);
          return Outputs{run.read(x)};
        }},
+      {"clamp", kFloats, 1e-6,
+       [](OpRun& run, DType dtype) {
+         Tensor x = run.random(dtype, {N, C});
+         run.backend().clamp(x, -0.25f, 0.5f);
+         return Outputs{run.read(x)};
+       }},
       {"sum_squares", kFloats, 1e-6,
        [](OpRun& run, DType dtype) {
          Tensor x = run.random(dtype, {N, C});

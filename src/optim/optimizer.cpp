@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "optim/adamw.h"
 #include "optim/lamb.h"
+#include "optim/lomo.h"
 #include "optim/sgd.h"
 
 namespace zt {
@@ -20,6 +21,7 @@ const std::vector<OptimizerRow>& optimizer_rows() {
       {"adamw", make_adamw},
       {"sgd", make_sgd},
       {"lamb", make_lamb},
+      {"lomo", make_lomo},
   };
   return rows;
 }

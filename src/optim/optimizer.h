@@ -25,6 +25,7 @@ struct OptimizerStep {
   double lr = 0.0;
   float grad_divisor = 1.0f;  // the engine divides the gradients by it first: loss scale x clip coefficient
   int64_t update_number = 1;  // 1 for the first applied update (bias corrections, SGD's first momentum)
+  float clip_coefficient = 1.0f;  // the global-norm clipping part of grad_divisor (>= 1)
 };
 
 // A parameter tensor's elements inside a piece (per-tensor optimizers: LAMB's trust ratio).
@@ -58,6 +59,10 @@ class Optimizer {
   virtual std::vector<std::string> state_names() const = 0;
   // Whether the update needs the piece's parameter tensors (OptimizerPiece::tensors).
   virtual bool needs_tensor_slices() const { return false; }
+  // Whether the update runs inside backward, unit by unit as each unit's gradient is reduced,
+  // with no gradient buffer beyond the unit in flight (LOMO). The step's scalars are then given
+  // before backward; clipping by the global norm needs a first backward that only measures it.
+  virtual bool fuses_into_backward() const { return false; }
   // About how many FLOPs the update does per element (the profiler's optimizer row).
   virtual double flops_per_element() const = 0;
   // One update of `piece` on `backend` (where its buffers live).

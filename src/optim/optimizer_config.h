@@ -8,7 +8,7 @@ namespace zt {
 
 struct OptimizerConfig {
   // adamw (DeepSpeed "Adam"/"AdamW" both map here, see ds_config) | sgd (torch.optim.SGD) |
-  // lamb (DeepSpeed "Lamb": FusedLamb)
+  // lamb (DeepSpeed "Lamb": FusedLamb) | lomo (LOMO: SGD fused into backward)
   std::string type = "adamw";
   double lr = 1e-3;
   double beta1 = 0.9;
@@ -28,6 +28,9 @@ struct OptimizerConfig {
   bool eps_inside_sqrt = false;  // denominator sqrt(v + eps) instead of sqrt(v) + eps
   double max_coeff = 10.0;       // the trust ratio's clamp
   double min_coeff = 0.01;
+  // LOMO (OpenLMLab's lomo_optim.Lomo): its lr and weight_decay above, plus gradient value
+  // clipping (0: off). Its clip_grad_norm is the run's gradient_clipping.
+  double clip_grad_value = 0.0;
 };
 
 }  // namespace zt

@@ -424,13 +424,40 @@ void translate_lamb(const Section& params, OptimizerConfig& optimizer) {
            " must satisfy 0 < min_coeff <= max_coeff");
 }
 
+// LOMO (OpenLMLab/LOMO's lomo_optim.Lomo; HF TrainingArguments optim "lomo"): lr, weight_decay,
+// clip_grad_value; its clip_grad_norm is the run's "gradient_clipping" (the same number either way).
+void translate_lomo(const Section& params, TrainConfig& config) {
+  check_optimizer_keys(params, {{"lr", Role::translated},
+                                {"weight_decay", Role::translated},
+                                {"clip_grad_norm", Role::translated},
+                                {"clip_grad_value", Role::translated},
+                                {"loss_scale_args", Role::translated}});
+  OptimizerConfig& optimizer = config.optimizer;
+  optimizer.type = "lomo";
+  optimizer.weight_decay = 0.0;
+  params.number("lr", optimizer.lr, 0.0, true);
+  params.number("weight_decay", optimizer.weight_decay, 0.0, true);
+  if (const json* value = params.find("clip_grad_value"); value && !value->is_null())
+    params.number("clip_grad_value", optimizer.clip_grad_value, 0.0, false);
+  if (const json* value = params.find("clip_grad_norm"); value && !value->is_null()) {
+    double norm = 0.0;
+    params.number("clip_grad_norm", norm, 0.0, false);
+    const bool top_level = config.gradient_clipping > 0.0;
+    ZT_CHECK(!top_level || config.gradient_clipping == norm, params.file(), ": optimizer.params.clip_grad_norm ", norm,
+             " and gradient_clipping ", config.gradient_clipping, " disagree (they are the same setting for LOMO)");
+    config.gradient_clipping = norm;
+  }
+  ZT_CHECK(!params.has("loss_scale_args"), params.file(), ": optimizer.params.loss_scale_args is not supported: "
+           "zerotune's fp16 loss scaler is DeepSpeed's, set in the \"fp16\" section");
+}
+
 void translate_optimizer(const Section& top, TrainConfig& config) {
   if (!top.has("optimizer")) return;
   const Section section = top.child("optimizer");
   section.check_keys({{"type", Role::translated}, {"params", Role::translated}, {"legacy_fusion", Role::no_effect}});
   std::string type;
   const json* type_value = section.find("type");
-  if (!type_value) fail(top.file(), ": optimizer.type is missing (zerotune supports Adam, AdamW, Lamb and SGD)");
+  if (!type_value) fail(top.file(), ": optimizer.type is missing (zerotune supports Adam, AdamW, Lamb, SGD and LOMO)");
   if (!type_value->is_string()) section.fail_value("type", *type_value, "an optimizer name such as \"AdamW\"");
   type = type_value->get<std::string>();
   // DeepSpeed's own names match case-insensitively; torch.optim classes as spelled.
@@ -438,12 +465,14 @@ void translate_optimizer(const Section& top, TrainConfig& config) {
   const Section params = section.child("params");
   if (name == "adam" || name == "adamw") return translate_adam(section, params, name, config.optimizer);
   if (name == "lamb") return translate_lamb(params, config.optimizer);
+  if (name == "lomo") return translate_lomo(params, config);
   if (type == "SGD") return translate_sgd(params, config.optimizer);
-  const bool known = std::find(kDeepSpeedOptimizers.begin(), kDeepSpeedOptimizers.end(), name) !=
+  const bool known = name == "adalomo" ||
+                     std::find(kDeepSpeedOptimizers.begin(), kDeepSpeedOptimizers.end(), name) !=
                          kDeepSpeedOptimizers.end() ||
                      std::find(kTorchOptimizers.begin(), kTorchOptimizers.end(), type) != kTorchOptimizers.end();
   if (known)
-    fail(top.file(), ": optimizer type ", type, " is not supported (yet): zerotune implements Adam, AdamW, Lamb and SGD");
+    fail(top.file(), ": optimizer type ", type, " is not supported (yet): zerotune implements Adam, AdamW, Lamb, SGD and LOMO");
   std::vector<std::string> candidates = kDeepSpeedOptimizers;
   candidates.insert(candidates.end(), kTorchOptimizers.begin(), kTorchOptimizers.end());
   const std::string suggestion = nearest(type, candidates);

@@ -62,6 +62,12 @@ class StepRunner {
   void backward(int64_t step, int64_t micro, StepBatches& batches);
   void reduce(int64_t step, StepOutcome& outcome);
   void update(int64_t updates_done, StepOutcome& outcome, StepProfiler* profiler);
+  // Fused optimizers (LOMO). begin_update_pass returns false when the step is skipped.
+  void begin_norm_pass();
+  bool begin_update_pass(int64_t updates_done, StepOutcome& outcome);
+  void finish_fused_update(StepOutcome& outcome);
+  // The norm pass's verdict: why the update must be skipped, if it must (fp16 overflow moves the scale).
+  std::optional<std::string> skip_reason(StepOutcome& outcome, bool overflow);
 
   const TrainConfig& config_;
   CausalLM& model_;
@@ -79,6 +85,8 @@ class StepRunner {
   DropoutContext dropout_;
   float grad_scale_ = 0.0f;        // the backward seed: loss scale / target tokens
   double sums_[4] = {0.0, 0.0, 0.0, 0.0};  // loss sum, real tokens, padded tokens, FLOPs
+  bool reduced_ = false;           // the step's sums are read (a second pass does not count again)
+  bool norm_measured_ = false;     // a fused norm pass ran: grad_norm is known
   std::vector<float> step0_logits_;  // [B, T, V] of micro-batch 0 (only for --dump-step0)
   int64_t step0_batch_ = 0, step0_seq_ = 0;
 };

@@ -15,6 +15,10 @@ enum class StepOp {
   Backward,         // micro-batch `micro`: backward from its loss; the ZeRO engine reduces as units complete
   ReduceGradients,  // the step's loss sums and the gradient reduction are complete
   Update,           // overflow check, global norm, clipping, the optimizer on this rank's partitions
+  // An optimizer fused into backward (LOMO):
+  BeginNormPass,    // the next backward only measures the reduced gradients (global norm, overflow)
+  BeginUpdatePass,  // the step's scalars from the norm pass (or without one); the next backward updates
+  FinishFusedUpdate,  // the update pass's norm and overflow, for the metrics
 };
 
 struct StepInstruction {
@@ -24,6 +28,11 @@ struct StepInstruction {
 
 // Forward and backward of each of `micro_batches` micro-batches, then reduce and update.
 std::vector<StepInstruction> gradient_accumulation_schedule(int64_t micro_batches);
+
+// An optimizer fused into backward: one micro-batch (every backward updates), with a norm pass
+// first when `norm_pass` (clipping by the global norm, fp16 overflow checks), as LOMO's
+// grad_norm() + fused_backward().
+std::vector<StepInstruction> fused_update_schedule(int64_t micro_batches, bool norm_pass);
 
 std::string step_op_name(StepOp op);
 

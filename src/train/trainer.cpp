@@ -37,6 +37,7 @@
 #include "model/peft_adapter.h"
 #include "model/safetensors.h"
 #include "optim/grad_clip.h"
+#include "optim/optimizer.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "train/batch_views.h"
@@ -188,7 +189,8 @@ void run_training(TrainConfig config, const RunOptions& options) {
   ParameterPlan plan = plan_parameters(model_config, config.lora);
   // Loaded unit by unit: under ZeRO-3 a rank never holds more than one unit beyond its
   // partition, not even while loading (zero_store_residency).
-  const StoreResidency residency = zero_store_residency(config.zero, world_size);
+  const StoreResidency residency =
+      zero_store_residency(config.zero, world_size, make_optimizer(config.optimizer)->fuses_into_backward());
   ParamStore store(*backend, plan.specs, plan.trainable, world_size, config.compute_dtype, residency);
   ZeroEngine engine(*backend, *comm, store, config.zero, config.optimizer, config.compute_dtype);
   for (int unit = 0; unit < store.num_units(); ++unit) {
@@ -325,7 +327,13 @@ void run_training(TrainConfig config, const RunOptions& options) {
   BatchPrefetcher prefetcher([&](int64_t step) { return step_samples.rank_batches(step); }, state.step, total_steps);
   StepRunner runner(config, *model, engine, store, *backend, *comm, *control, scaler ? &*scaler : nullptr,
                     model_config.vocab_size);
-  const std::vector<StepInstruction> schedule = gradient_accumulation_schedule(config.gradient_accumulation_steps);
+  // An optimizer fused into backward (LOMO) measures the global norm in a first backward when it
+  // must clip by it or watch for fp16 overflow, and updates in a second.
+  const std::vector<StepInstruction> schedule =
+      engine.optimizer().fuses_into_backward()
+          ? fused_update_schedule(config.gradient_accumulation_steps,
+                                  config.gradient_clipping > 0.0 || config.compute_dtype == DType::F16)
+          : gradient_accumulation_schedule(config.gradient_accumulation_steps);
 
   int64_t last_saved_step = resume_from ? state.step : -1;
   const auto save = [&](int64_t steps_done) {

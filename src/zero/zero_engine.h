@@ -16,6 +16,11 @@
 //
 // The optimizer (optim/optimizer.h) is a seam: the engine holds its named state buffers beside
 // the master partition and calls its update over contiguous pieces of the partition.
+//   fused optimizer (LOMO): no gradient buffer is resident at any stage; each unit's gradient
+//            is committed when its backward starts, reduced when backward completes it
+//            (all-reduce at stage 0, reduce-scatter into a one-unit scratch slice from stage 1),
+//            then measured (a norm pass) or applied to this rank's master slice and the compute
+//            parameters (an update pass), and given back. One micro-batch per step.
 //   offload_param cpu (stage 3): the compute-dtype parameter partitions (frozen LoRA base
 //            weights included) live in host memory; a unit's slice is copied to the device
 //            when the unit is gathered, so the device holds only the gathered units.
@@ -65,7 +70,7 @@ struct ZeroCommPlan {
 // parameters unit by unit (so they are loaded unit by unit too), stages 2/3 on several ranks keep
 // only the gradients in flight. The trainer builds the store with it and then calls
 // ParamStore::commit_unit_params, loads the unit and init_unit_from_store, unit after unit.
-StoreResidency zero_store_residency(const ZeroConfig& zero, int world);
+StoreResidency zero_store_residency(const ZeroConfig& zero, int world, bool fused_optimizer = false);
 
 class ZeroEngine final : public UnitHooks {
  public:
@@ -106,6 +111,12 @@ class ZeroEngine final : public UnitHooks {
   // stages 1/2, invalidation for 3).
   void apply_update(const OptimizerStep& step);
   const Optimizer& optimizer() const { return *optimizer_; }
+
+  // A fused optimizer's backward passes (between begin_step and reduce_gradients): a norm pass
+  // reduces and measures each unit's gradient (gradient_norm, gradients_overflow read the result);
+  // an update pass does that and applies `step` to the unit, so the step's scalars must be known.
+  void begin_norm_pass();
+  void begin_update_pass(const OptimizerStep& step);
 
   // Makes every parameter of the store current and resident (stage 3: gathers all units),
   // e.g. before writing the final weights.
@@ -175,6 +186,8 @@ class ZeroEngine final : public UnitHooks {
   Tensor gradient_view(ParamGroup group);  // the reduced gradients this rank updates from
   std::vector<Tensor> gradient_views();    // the non-empty ones of every trainable group
   void finish_partition_slices(GroupState& s, const std::vector<UnitRange>& units);
+  void fused_unit_ready(int unit);  // a fused optimizer's work on a unit whose gradient is complete
+  void refresh_unit_params(int unit);  // after a fused update: the unit's compute parameters
 
   Backend& backend_;
   Communicator& comm_;
@@ -186,6 +199,14 @@ class ZeroEngine final : public UnitHooks {
   int rank_ = 0;
   bool offload_ = false;        // offload_optimizer cpu
   bool offload_param_ = false;  // offload_param cpu (stage 3): compute partitions in host memory
+  bool fused_ = false;          // the optimizer updates inside backward (LOMO)
+  bool grads_in_flight_ = false;  // no resident gradient buffer: units' ranges committed as backward writes them
+  enum class FusedPass { None, Norm, Update };
+  FusedPass fused_pass_ = FusedPass::None;
+  OptimizerStep fused_step_;
+  double fused_squares_ = 0.0;    // this rank's sum of squares of the reduced gradients of the pass
+  bool fused_overflow_ = false;   // an inf/NaN among them
+  Buffer fused_scratch_;          // fp32 [largest unit slice]: a unit's reduce-scatter output
   DType compute_dtype_ = DType::F32;
   bool rounds_ = false;  // compute dtype bf16/fp16
   std::unique_ptr<Backend> host_;        // offload_optimizer: the host memory and the host update

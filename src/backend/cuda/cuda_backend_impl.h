@@ -137,6 +137,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   void accumulate(Tensor dst, Tensor src, float scale) override;
   void scale(Tensor dst, float factor) override;
+  void clamp(Tensor x, float lo, float hi) override;
   double sum_squares(Tensor x) override;
   bool has_inf_or_nan(Tensor x) override;
   // One kernel per tensor into one scratch buffer, one download for all (cuda_reductions.cu).
