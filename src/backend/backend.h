@@ -31,7 +31,7 @@
 //   - attention: q, k, v, out, dout, dq, dk, dv one float dtype; lse fp32.
 //   - cross_entropy: logits any float (dlogits are written in the logits' dtype); targets int32;
 //     mask uint8.
-//   - adamw: all four buffers fp32 (master weights and optimizer state are always fp32).
+//   - adamw, sgd, lamb_direction: all buffers fp32 (master weights and optimizer state are always fp32).
 //   Anything else is a zt::Error naming the op and the argument.
 #pragma once
 #include <cstddef>
@@ -56,6 +56,25 @@ struct AdamWParams {
   double weight_decay = 0.0;
   int64_t step = 1;          // 1-based step count used for bias correction
   bool bias_correction = true;
+};
+
+// torch.optim.SGD's hyper-parameters for one update (backend.h "sgd").
+struct SgdParams {
+  double lr = 1e-3;
+  double momentum = 0.0;      // 0: no momentum buffer (pass an empty tensor)
+  double dampening = 0.0;
+  double weight_decay = 0.0;  // L2, added to the gradient before the momentum (torch's coupled decay)
+  bool nesterov = false;
+  bool first_step = true;     // the momentum buffer starts as a copy of the gradient (no dampening)
+};
+
+// DeepSpeed FusedLamb's per-element hyper-parameters (backend.h "lamb_direction").
+struct LambParams {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool eps_inside_sqrt = false;  // denominator sqrt(v + eps) instead of sqrt(v) + eps
 };
 
 // A point in a backend's queue of work (the CUDA backend: an event recorded on its stream).
@@ -126,6 +145,8 @@ class Backend {
   // dst += scale * src (same shape). Residual adds and gradient accumulation.
   virtual void accumulate(Tensor dst, Tensor src, float scale) = 0;
   virtual void scale(Tensor dst, float factor) = 0;
+  // x = min(max(x, lo), hi) in place (gradient value clipping; NaN stays NaN).
+  virtual void clamp(Tensor x, float lo, float hi) = 0;
   // Sum of squares of all elements, accumulated in double (gradient norms).
   virtual double sum_squares(Tensor x) = 0;
   // True when any element is NaN or +-inf (fp16 overflow check).
@@ -218,6 +239,16 @@ class Backend {
   // semantics: decoupled weight decay param *= 1 - lr*wd, then the bias-corrected Adam step).
   virtual void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
                      const AdamWParams& params) = 0;
+  // SGD on param, grad [n] with momentum_buffer [n] (empty when params.momentum is 0), as
+  // torch.optim.SGD: d = g + wd p; buf = first_step ? d : momentum buf + (1 - dampening) d;
+  // d = nesterov ? d + momentum buf : buf; p -= lr d.
+  virtual void sgd(Tensor param, Tensor grad, Tensor momentum_buffer, const SgdParams& params) = 0;
+  // LAMB's per-element pass (DeepSpeed FusedLamb, before its per-tensor trust ratio): the raw
+  // moments m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2 and the update direction
+  // update[n] = m / (sqrt(v) + eps) + wd p (no bias correction inside: FusedLamb applies it to the
+  // step size). `update` may alias `grad`.
+  virtual void lamb_direction(Tensor update, Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
+                              const LambParams& params) = 0;
 };
 
 // Where a CPU backend's memory comes from: both set, or both empty for aligned_alloc/free.

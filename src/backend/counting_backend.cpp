@@ -102,6 +102,7 @@ class Counting final : public CountingBackend {
   void round_to(Tensor, DType) override {}  // in place, as the CUDA backend's
   void accumulate(Tensor, Tensor, float) override {}
   void scale(Tensor, float) override {}
+  void clamp(Tensor, float, float) override {}
   double sum_squares(Tensor) override {
     give_back_pending();  // a synchronising op on a device
     return 0.0;
@@ -131,6 +132,8 @@ class Counting final : public CountingBackend {
   void cross_entropy_accumulate(Tensor, Tensor, Tensor, float, Tensor) override {}
   void dropout(Tensor, Tensor, float, RngKey, Tensor) override {}
   void adamw(Tensor, Tensor, Tensor, Tensor, const AdamWParams&) override {}
+  void sgd(Tensor, Tensor, Tensor, const SgdParams&) override {}
+  void lamb_direction(Tensor, Tensor, Tensor, Tensor, Tensor, const LambParams&) override {}
 
  private:
   struct Allocation {

@@ -106,6 +106,12 @@ std::vector<OpCheck> op_table() {
          run.backend().scale(x, -1.5f);
          return Outputs{run.read(x)};
        }},
+      {"clamp", kFloats, 1e-6,
+       [](OpRun& run, DType dtype) {
+         Tensor x = run.random(dtype, {N, C});
+         run.backend().clamp(x, -0.25f, 0.5f);
+         return Outputs{run.read(x)};
+       }},
       {"sum_squares", kFloats, 1e-6,
        [](OpRun& run, DType dtype) {
          Tensor x = run.random(dtype, {N, C});
@@ -243,6 +249,39 @@ std::vector<OpCheck> op_table() {
          params.step = 3;
          run.backend().adamw(param, grad, m, v, params);
          return Outputs{run.read(param), run.read(m), run.read(v)};
+       }},
+      {"sgd", {DType::F32}, 1e-6,
+       [](OpRun& run, DType) {
+         Outputs outputs;
+         // Plain, first momentum step, dampened momentum with decay, Nesterov.
+         const SgdParams cases[] = {{1e-2, 0.0, 0.0, 0.0, false, true},
+                                    {1e-2, 0.9, 0.0, 0.0, false, true},
+                                    {1e-2, 0.9, 0.25, 0.1, false, false},
+                                    {1e-2, 0.9, 0.0, 0.1, true, false}};
+         for (const SgdParams& params : cases) {
+           Tensor param = run.random(DType::F32, {N * C}), grad = run.random(DType::F32, {N * C});
+           Tensor buffer = run.random(DType::F32, {N * C}, 0.1f);
+           run.backend().sgd(param, grad, params.momentum != 0.0 ? buffer : Tensor(), params);
+           outputs.push_back(run.read(param));
+           outputs.push_back(run.read(buffer));
+         }
+         return outputs;
+       }},
+      {"lamb_direction", {DType::F32}, 1e-6,
+       [](OpRun& run, DType) {
+         Outputs outputs;
+         for (const bool inside : {false, true}) {
+           Tensor param = run.random(DType::F32, {N * C}), grad = run.random(DType::F32, {N * C});
+           Tensor m = run.random(DType::F32, {N * C}, 0.1f), v = run.positive(DType::F32, {N * C});
+           LambParams params;
+           params.weight_decay = 0.01;
+           params.eps_inside_sqrt = inside;
+           run.backend().lamb_direction(grad, param, grad, m, v, params);  // the update overwrites grad, as LAMB runs it
+           outputs.push_back(run.read(grad));
+           outputs.push_back(run.read(m));
+           outputs.push_back(run.read(v));
+         }
+         return outputs;
        }},
   };
 }

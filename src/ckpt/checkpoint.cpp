@@ -30,7 +30,12 @@ namespace {
 constexpr const char* kFormat = "zerotune-checkpoint";
 constexpr int kVersion = 1;
 constexpr ParamGroup kTrainableGroups[] = {ParamGroup::Decay, ParamGroup::NoDecay};
-constexpr const char* kArrays[] = {"master", "exp_avg", "exp_avg_sq"};
+// Checkpoints without an "optimizer" entry (written before the optimizer seam) hold AdamW's.
+const json kAdamWOptimizer = {{"type", "adamw"}, {"state", {"exp_avg", "exp_avg_sq"}}};
+
+json optimizer_json(const Optimizer& optimizer) {
+  return {{"type", optimizer.name()}, {"state", optimizer.state_names()}};
+}
 
 std::string rank_file_name(int partition) {
   char name[32];
@@ -95,8 +100,10 @@ std::vector<float> to_host(Backend& backend, Tensor tensor) {
 // What write_rank_file writes, in bytes (fp32 arrays; the HDF5 overhead is small beside them).
 uint64_t rank_file_bytes(ZeroEngine& engine) {
   uint64_t elements = 0;
-  for (const ZeroEngine::PartitionViews& views : engine.partition_views())
-    elements += static_cast<uint64_t>(views.master.numel() + views.exp_avg.numel() + views.exp_avg_sq.numel());
+  for (const ZeroEngine::PartitionViews& views : engine.partition_views()) {
+    elements += static_cast<uint64_t>(views.master.numel());
+    for (const Tensor& state : views.state) elements += static_cast<uint64_t>(state.numel());
+  }
   return elements * sizeof(float);
 }
 
@@ -114,10 +121,10 @@ void write_rank_file(const fs::path& path, ZeroEngine& engine, int64_t step) {
     const std::string group_name = param_group_name(views.group);
     h5::Handle group = h5::owned(H5Gcreate2(file.get(), group_name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                                  H5Gclose, name, cat("create group '", group_name, "'"));
-    const Tensor tensors[] = {views.master, views.exp_avg, views.exp_avg_sq};
-    for (int a = 0; a < 3; ++a) {
-      const std::vector<float> host = to_host(engine.backend(), tensors[a]);
-      h5::write_f32_dataset(group.get(), name, kArrays[a], host.data(), host.size());
+    const std::vector<std::string> state_names = engine.optimizer().state_names();
+    for (size_t a = 0; a <= views.state.size(); ++a) {
+      const std::vector<float> host = to_host(engine.backend(), a == 0 ? views.master : views.state[a - 1]);
+      h5::write_f32_dataset(group.get(), name, a == 0 ? "master" : state_names[a - 1].c_str(), host.data(), host.size());
     }
   }
   h5::check_status(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), name, "flush the file");
@@ -222,6 +229,15 @@ void check_identity(const json& manifest, const RunIdentity& identity, const Par
            " trainable parameters, this run ", trainable);
 }
 
+// The optimizer state a checkpoint holds must be the state this run's optimizer reads.
+void check_optimizer(const json& manifest, const Optimizer& optimizer, const std::string& dir) {
+  const json saved = manifest.value("optimizer", kAdamWOptimizer);
+  if (saved == optimizer_json(optimizer)) return;
+  fail(dir, ": the checkpoint holds the state of optimizer ", saved.at("type").get<std::string>(), " (",
+       saved.at("state").dump(), "), this run uses ", optimizer.name(), " (", optimizer_json(optimizer).at("state").dump(),
+       "): resume with the same optimizer, or start a new run from exported weights (zerotune export)");
+}
+
 }  // namespace
 
 std::string model_structure_checksum(const std::string& model_dir) {
@@ -246,8 +262,8 @@ std::string model_structure_checksum(const std::string& model_dir) {
 }
 
 std::string save_checkpoint(const std::string& out_dir, const TrainingState& state, const RunIdentity& identity,
-                            const TrainConfig& config, ZeroEngine& engine, const ParamStore& store, Communicator& comm,
-                            int64_t keep_last) {
+                            const json& run_config, ZeroEngine& engine, const ParamStore& store,
+                            Communicator& comm, int64_t keep_last) {
   const fs::path root = fs::path(out_dir) / "checkpoints";
   const std::string tag = cat("global_step", state.step);
   const fs::path final_dir = root / tag, temporary = root / (tag + ".tmp");
@@ -281,15 +297,16 @@ std::string save_checkpoint(const std::string& out_dir, const TrainingState& sta
         {"step", state.step}, {"skipped", state.skipped}, {"updates", state.step - state.skipped},
         {"samples_consumed", state.samples_consumed},
         {"world_size", comm.size()}, {"zero_stage", engine.stage()}, {"partitions", engine.partition_count()},
-        {"compute_dtype", dtype_name(config.compute_dtype)},
+        {"compute_dtype", dtype_name(store.param_dtype())},
+        {"optimizer", optimizer_json(engine.optimizer())},
         {"loss_scale", state.loss_scale}, {"loss_scaler", state.loss_scaler},
-        {"lr_scheduler", {{"type", config.scheduler.type}, {"updates", state.step - state.skipped}}},
-        {"rng", {{"seed", config.seed}, {"generator", "philox4x32-10 keyed by (seed, purpose, step, position)"},
+        {"lr_scheduler", {{"type", run_config.at("scheduler").at("type")}, {"updates", state.step - state.skipped}}},
+        {"rng", {{"seed", identity.seed}, {"generator", "philox4x32-10 keyed by (seed, purpose, step, position)"},
                  {"next_step", state.step}}},
         {"run", {{"model_dir", identity.model_dir}, {"model_checksum", identity.model_checksum},
                  {"train_batch_size", identity.train_batch_size}, {"dataset_samples", identity.dataset_samples},
                  {"seed", identity.seed}, {"shuffle", identity.shuffle}, {"lora", lora_json(identity.lora)}}},
-        {"config", config.to_json()},
+        {"config", run_config},
         {"layout", layout_json(store)},
         {"files", files}};
     write_file_atomic((temporary / "manifest.json").string(), manifest.dump(2) + "\n");
@@ -350,14 +367,16 @@ TrainingState load_checkpoint(const std::string& checkpoint_dir, const RunIdenti
   // Rank 0 verifies every checksum; the others check sizes. A failure anywhere ends the job.
   const json manifest = read_checkpoint_manifest(checkpoint_dir, comm.rank() == 0);
   check_identity(manifest, identity, store, checkpoint_dir);
+  check_optimizer(manifest, engine.optimizer(), checkpoint_dir);
   PartitionReader reader(checkpoint_dir, manifest);
+  const std::vector<std::string> state_names = engine.optimizer().state_names();
   for (const ZeroEngine::PartitionViews& views : engine.partition_views()) {
-    const Tensor tensors[] = {views.master, views.exp_avg, views.exp_avg_sq};
-    for (int a = 0; a < 3; ++a) {
-      std::vector<float> host(static_cast<size_t>(tensors[a].numel()));
-      reader.read(views.group, kArrays[a], store.group(views.group).units, engine.partition_count(),
-                  engine.partition_index(), host.data());
-      engine.backend().copy(tensors[a], f32_view(host.data(), {tensors[a].numel()}));
+    for (size_t a = 0; a <= views.state.size(); ++a) {
+      const Tensor tensor = a == 0 ? views.master : views.state[a - 1];
+      std::vector<float> host(static_cast<size_t>(tensor.numel()));
+      reader.read(views.group, a == 0 ? "master" : state_names[a - 1].c_str(), store.group(views.group).units,
+                  engine.partition_count(), engine.partition_index(), host.data());
+      engine.backend().copy(tensor, f32_view(host.data(), {tensor.numel()}));
     }
   }
   engine.refresh_params_from_master();

@@ -3,8 +3,9 @@
 //
 //   OUT/checkpoints/<tag>/manifest.json   what was saved (step, world size, stage, layout,
 //                                         training state, base model, per-file size + sha256)
-//   OUT/checkpoints/<tag>/rank-RRRRR.h5   partition r: fp32 master, exp_avg, exp_avg_sq per
-//                                         trainable group ("decay/master", ...)
+//   OUT/checkpoints/<tag>/rank-RRRRR.h5   partition r: fp32 master and the optimizer's named
+//                                         state buffers per trainable group ("decay/master",
+//                                         "decay/exp_avg", ...; the manifest's "optimizer")
 //   OUT/checkpoints/latest                the tag of the newest complete checkpoint
 //
 // Saving: every rank writes its file into <tag>.tmp/ (flushed, checksummed), the checksums
@@ -20,8 +21,8 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/communicator.h"
+#include "model/lora_config.h"
 #include "model/param_store.h"
-#include "train/train_config.h"
 #include "zero/zero_engine.h"
 
 namespace zt {
@@ -51,11 +52,12 @@ struct RunIdentity {
 std::string model_structure_checksum(const std::string& model_dir);
 
 // Saves a checkpoint of the current state as OUT/checkpoints/global_step<step>. Collective: every
-// rank calls it. keep_last > 0 deletes the oldest complete checkpoints beyond that many.
-// Returns the checkpoint's directory.
+// rank calls it. `run_config` is the resolved configuration (run.json's "config": the manifest
+// keeps a copy, and its scheduler type). keep_last > 0 deletes the oldest complete checkpoints
+// beyond that many. Returns the checkpoint's directory.
 std::string save_checkpoint(const std::string& out_dir, const TrainingState& state, const RunIdentity& identity,
-                            const TrainConfig& config, ZeroEngine& engine, const ParamStore& store, Communicator& comm,
-                            int64_t keep_last);
+                            const nlohmann::json& run_config, ZeroEngine& engine, const ParamStore& store,
+                            Communicator& comm, int64_t keep_last);
 
 // --resume auto: the checkpoint `latest` names under OUT/checkpoints (the newest complete one
 // when `latest` is missing or names none), or nothing when there is none yet (a fresh start).

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "model/param_spec.h"
-#include "train/train_config.h"
+#include "model/lora_config.h"
 
 namespace zt {
 

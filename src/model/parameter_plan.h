@@ -9,7 +9,7 @@
 #include "model/config.h"
 #include "model/param_spec.h"
 #include "model/param_store.h"
-#include "train/train_config.h"
+#include "model/lora_config.h"
 
 namespace zt {
 

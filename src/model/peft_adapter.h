@@ -5,7 +5,7 @@
 #include <string>
 
 #include "model/param_store.h"
-#include "train/train_config.h"
+#include "model/lora_config.h"
 
 namespace zt {
 

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "train/train_config.h"
+#include "optim/schedule_config.h"
 
 namespace zt {
 

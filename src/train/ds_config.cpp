@@ -352,65 +352,55 @@ const std::vector<std::string> kTorchOptimizers = {"ASGD",  "Adadelta", "Adagrad
                                                    "Adamax", "LBFGS",    "NAdam",   "RAdam",   "RMSprop",
                                                    "Rprop", "SGD",      "SparseAdam"};
 
-void translate_optimizer(const Section& top, TrainConfig& config) {
-  if (!top.has("optimizer")) return;
-  const Section section = top.child("optimizer");
-  section.check_keys({{"type", Role::translated}, {"params", Role::translated}, {"legacy_fusion", Role::no_effect}});
-  std::string type;
-  const json* type_value = section.find("type");
-  if (!type_value) fail(top.file(), ": optimizer.type is missing (zerotune supports Adam and AdamW)");
-  if (!type_value->is_string()) section.fail_value("type", *type_value, "an optimizer name such as \"AdamW\"");
-  type = type_value->get<std::string>();
-  const std::string name = lowercase(type);
-  if (name != "adam" && name != "adamw") {
-    const bool known = std::find(kDeepSpeedOptimizers.begin(), kDeepSpeedOptimizers.end(), name) !=
-                           kDeepSpeedOptimizers.end() ||
-                       std::find(kTorchOptimizers.begin(), kTorchOptimizers.end(), type) != kTorchOptimizers.end();
-    if (known) fail(top.file(), ": optimizer type ", type, " is not supported (yet): zerotune implements Adam and AdamW");
-    std::vector<std::string> candidates = kDeepSpeedOptimizers;
-    candidates.insert(candidates.end(), kTorchOptimizers.begin(), kTorchOptimizers.end());
-    const std::string suggestion = nearest(type, candidates);
-    fail(top.file(), ": optimizer type '", type, "' is neither a DeepSpeed nor a torch.optim optimizer",
-         suggestion.empty() ? std::string() : cat(" (did you mean '", suggestion, "'?)"));
-  }
+// "betas": [beta1, beta2] (or "auto": keep the defaults).
+void translate_betas(const Section& params, OptimizerConfig& optimizer) {
+  const json* betas = params.find("betas");
+  if (betas && is_auto(*betas)) params.record("betas", Got::automatic);
+  if (!betas || is_auto(*betas)) return;
+  const bool valid = betas->is_array() && betas->size() == 2 && (*betas)[0].is_number() && (*betas)[1].is_number() &&
+                     (*betas)[0].get<double>() >= 0.0 && (*betas)[0].get<double>() < 1.0 &&
+                     (*betas)[1].get<double>() >= 0.0 && (*betas)[1].get<double>() < 1.0;
+  if (!valid) params.fail_value("betas", *betas, "[beta1, beta2] with 0 <= beta < 1, or \"auto\"");
+  optimizer.beta1 = (*betas)[0].get<double>();
+  optimizer.beta2 = (*betas)[1].get<double>();
+}
 
-  // Parameters of DeepSpeed's FusedAdam / DeepSpeedCPUAdam and of torch's Adam/AdamW (the
-  // engine passes them through to whichever it builds).
-  const Section params = section.child("params");
-  params.check_keys({{"lr", Role::translated},
-                     {"betas", Role::translated},
-                     {"eps", Role::translated},
-                     {"weight_decay", Role::translated},
-                     {"bias_correction", Role::translated},
-                     {"amsgrad", Role::translated},
-                     {"adam_w_mode", Role::translated},
-                     {"torch_adam", Role::translated},
-                     {"maximize", Role::translated},
-                     {"fp32_optimizer_states", Role::translated},
-                     {"max_grad_norm", Role::translated},
-                     {"set_grad_none", Role::no_effect},
-                     {"foreach", Role::no_effect},
-                     {"fused", Role::no_effect},
-                     {"capturable", Role::no_effect},
-                     {"differentiable", Role::no_effect}});
-  OptimizerConfig& optimizer = config.optimizer;
-  ZT_CHECK(!params.has("max_grad_norm"), top.file(), ": optimizer.params.max_grad_norm is not supported (as in "
+// Keys every optimizer's params may hold with no effect on zerotune (torch's implementation
+// switches), and the ones that must keep their default.
+const KeyTable kImplementationKeys = {{"set_grad_none", Role::no_effect},
+                                                                       {"foreach", Role::no_effect},
+                                                                       {"fused", Role::no_effect},
+                                                                       {"capturable", Role::no_effect},
+                                                                       {"differentiable", Role::no_effect},
+                                                                       {"maximize", Role::translated}};
+
+void check_optimizer_keys(const Section& params, KeyTable keys) {
+  keys.insert(keys.end(), kImplementationKeys.begin(), kImplementationKeys.end());
+  keys.push_back({"max_grad_norm", Role::translated});
+  params.check_keys(keys);
+  ZT_CHECK(!params.has("max_grad_norm"), params.file(), ": optimizer.params.max_grad_norm is not supported (as in "
            "DeepSpeed): use the top-level \"gradient_clipping\"");
+  params.require("maximize", false, "zerotune minimizes the loss");
+}
+
+// DeepSpeed's FusedAdam / DeepSpeedCPUAdam and torch's Adam/AdamW (the engine passes the params
+// through to whichever it builds).
+void translate_adam(const Section& section, const Section& params, const std::string& name, OptimizerConfig& optimizer) {
+  check_optimizer_keys(params, {{"lr", Role::translated},
+                                {"betas", Role::translated},
+                                {"eps", Role::translated},
+                                {"weight_decay", Role::translated},
+                                {"bias_correction", Role::translated},
+                                {"amsgrad", Role::translated},
+                                {"adam_w_mode", Role::translated},
+                                {"torch_adam", Role::translated},
+                                {"fp32_optimizer_states", Role::translated}});
   params.number("lr", optimizer.lr, 0.0, true);
-  if (const json* betas = params.find("betas"); betas && is_auto(*betas)) params.record("betas", Got::automatic);
-  if (const json* betas = params.find("betas"); betas && !is_auto(*betas)) {
-    const bool valid = betas->is_array() && betas->size() == 2 && (*betas)[0].is_number() && (*betas)[1].is_number() &&
-                       (*betas)[0].get<double>() >= 0.0 && (*betas)[0].get<double>() < 1.0 &&
-                       (*betas)[1].get<double>() >= 0.0 && (*betas)[1].get<double>() < 1.0;
-    if (!valid) params.fail_value("betas", *betas, "[beta1, beta2] with 0 <= beta < 1, or \"auto\"");
-    optimizer.beta1 = (*betas)[0].get<double>();
-    optimizer.beta2 = (*betas)[1].get<double>();
-  }
+  translate_betas(params, optimizer);
   params.number("eps", optimizer.eps, 0.0, true);
   const Got weight_decay = params.number("weight_decay", optimizer.weight_decay, 0.0, true);
   params.require("bias_correction", true, "zerotune's Adam is bias-corrected");
   params.require("amsgrad", false, "zerotune implements Adam without AMSGrad");
-  params.require("maximize", false, "zerotune minimizes the loss");
   params.require("fp32_optimizer_states", true, "zerotune keeps optimizer states in fp32");
 
   // DeepSpeed: "AdamW", or "Adam" unless adam_w_mode is false, is decoupled weight decay.
@@ -425,10 +415,110 @@ void translate_optimizer(const Section& top, TrainConfig& config) {
     section.note("optimizer.params.torch_adam builds torch.optim.AdamW: weight_decay defaults to its 0.01");
   }
   if (!decoupled) {
-    ZT_CHECK(optimizer.weight_decay == 0.0, top.file(), ": optimizer Adam with adam_w_mode false (L2-regularised "
+    ZT_CHECK(optimizer.weight_decay == 0.0, params.file(), ": optimizer Adam with adam_w_mode false (L2-regularised "
              "Adam) and weight_decay ", optimizer.weight_decay, " is not supported: use AdamW (decoupled decay)");
     section.note("optimizer Adam with adam_w_mode false and weight_decay 0 is the same update as AdamW");
   }
+}
+
+// torch.optim.SGD (DeepSpeed builds it by name): its defaults, lr included (1e-3 in current torch).
+void translate_sgd(const Section& params, OptimizerConfig& optimizer) {
+  check_optimizer_keys(params, {{"lr", Role::translated},
+                                {"momentum", Role::translated},
+                                {"dampening", Role::translated},
+                                {"weight_decay", Role::translated},
+                                {"nesterov", Role::translated}});
+  optimizer.type = "sgd";
+  optimizer.weight_decay = 0.0;
+  params.number("lr", optimizer.lr, 0.0, true);
+  params.number("momentum", optimizer.momentum, 0.0, false);
+  params.number("dampening", optimizer.dampening, 0.0, false);
+  params.number("weight_decay", optimizer.weight_decay, 0.0, true);
+  params.boolean("nesterov", optimizer.nesterov, false);
+  ZT_CHECK(!optimizer.nesterov || (optimizer.momentum > 0.0 && optimizer.dampening == 0.0), params.file(),
+           ": optimizer SGD with nesterov needs momentum > 0 and dampening 0 (as torch.optim.SGD)");
+}
+
+// DeepSpeed "Lamb": FusedLamb (deepspeed/ops/lamb/fused_lamb.py) and its defaults.
+void translate_lamb(const Section& params, OptimizerConfig& optimizer) {
+  check_optimizer_keys(params, {{"lr", Role::translated},
+                                {"betas", Role::translated},
+                                {"eps", Role::translated},
+                                {"weight_decay", Role::translated},
+                                {"bias_correction", Role::translated},
+                                {"eps_inside_sqrt", Role::translated},
+                                {"max_coeff", Role::translated},
+                                {"min_coeff", Role::translated},
+                                {"amsgrad", Role::translated}});
+  optimizer.type = "lamb";
+  params.number("lr", optimizer.lr, 0.0, true);
+  translate_betas(params, optimizer);
+  params.number("eps", optimizer.eps, 0.0, true);
+  params.number("weight_decay", optimizer.weight_decay, 0.0, true);
+  params.boolean("bias_correction", optimizer.bias_correction, false);
+  params.boolean("eps_inside_sqrt", optimizer.eps_inside_sqrt, false);
+  params.number("max_coeff", optimizer.max_coeff, 0.0, false);
+  params.number("min_coeff", optimizer.min_coeff, 0.0, false);
+  params.require("amsgrad", false, "FusedLamb has no AMSGrad");
+  ZT_CHECK(optimizer.min_coeff > 0.0 && optimizer.min_coeff <= optimizer.max_coeff, params.file(),
+           ": optimizer Lamb: min_coeff ", optimizer.min_coeff, " and max_coeff ", optimizer.max_coeff,
+           " must satisfy 0 < min_coeff <= max_coeff");
+}
+
+// LOMO (OpenLMLab/LOMO's lomo_optim.Lomo; HF TrainingArguments optim "lomo"): lr, weight_decay,
+// clip_grad_value; its clip_grad_norm is the run's "gradient_clipping" (the same number either way).
+void translate_lomo(const Section& params, TrainConfig& config) {
+  check_optimizer_keys(params, {{"lr", Role::translated},
+                                {"weight_decay", Role::translated},
+                                {"clip_grad_norm", Role::translated},
+                                {"clip_grad_value", Role::translated},
+                                {"loss_scale_args", Role::translated}});
+  OptimizerConfig& optimizer = config.optimizer;
+  optimizer.type = "lomo";
+  optimizer.weight_decay = 0.0;
+  params.number("lr", optimizer.lr, 0.0, true);
+  params.number("weight_decay", optimizer.weight_decay, 0.0, true);
+  if (const json* value = params.find("clip_grad_value"); value && !value->is_null())
+    params.number("clip_grad_value", optimizer.clip_grad_value, 0.0, false);
+  if (const json* value = params.find("clip_grad_norm"); value && !value->is_null()) {
+    double norm = 0.0;
+    params.number("clip_grad_norm", norm, 0.0, false);
+    const bool top_level = config.gradient_clipping > 0.0;
+    ZT_CHECK(!top_level || config.gradient_clipping == norm, params.file(), ": optimizer.params.clip_grad_norm ", norm,
+             " and gradient_clipping ", config.gradient_clipping, " disagree (they are the same setting for LOMO)");
+    config.gradient_clipping = norm;
+  }
+  ZT_CHECK(!params.has("loss_scale_args"), params.file(), ": optimizer.params.loss_scale_args is not supported: "
+           "zerotune's fp16 loss scaler is DeepSpeed's, set in the \"fp16\" section");
+}
+
+void translate_optimizer(const Section& top, TrainConfig& config) {
+  if (!top.has("optimizer")) return;
+  const Section section = top.child("optimizer");
+  section.check_keys({{"type", Role::translated}, {"params", Role::translated}, {"legacy_fusion", Role::no_effect}});
+  std::string type;
+  const json* type_value = section.find("type");
+  if (!type_value) fail(top.file(), ": optimizer.type is missing (zerotune supports Adam, AdamW, Lamb, SGD and LOMO)");
+  if (!type_value->is_string()) section.fail_value("type", *type_value, "an optimizer name such as \"AdamW\"");
+  type = type_value->get<std::string>();
+  // DeepSpeed's own names match case-insensitively; torch.optim classes as spelled.
+  const std::string name = lowercase(type);
+  const Section params = section.child("params");
+  if (name == "adam" || name == "adamw") return translate_adam(section, params, name, config.optimizer);
+  if (name == "lamb") return translate_lamb(params, config.optimizer);
+  if (name == "lomo") return translate_lomo(params, config);
+  if (type == "SGD") return translate_sgd(params, config.optimizer);
+  const bool known = name == "adalomo" ||
+                     std::find(kDeepSpeedOptimizers.begin(), kDeepSpeedOptimizers.end(), name) !=
+                         kDeepSpeedOptimizers.end() ||
+                     std::find(kTorchOptimizers.begin(), kTorchOptimizers.end(), type) != kTorchOptimizers.end();
+  if (known)
+    fail(top.file(), ": optimizer type ", type, " is not supported (yet): zerotune implements Adam, AdamW, Lamb, SGD and LOMO");
+  std::vector<std::string> candidates = kDeepSpeedOptimizers;
+  candidates.insert(candidates.end(), kTorchOptimizers.begin(), kTorchOptimizers.end());
+  const std::string suggestion = nearest(type, candidates);
+  fail(top.file(), ": optimizer type '", type, "' is neither a DeepSpeed nor a torch.optim optimizer",
+       suggestion.empty() ? std::string() : cat(" (did you mean '", suggestion, "'?)"));
 }
 
 // ---- scheduler -----------------------------------------------------------------------------

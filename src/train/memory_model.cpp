@@ -11,6 +11,7 @@
 #include "model/param_store.h"
 #include "model/parameter_plan.h"
 #include "train/metrics.h"
+#include "optim/optimizer.h"
 #include "zero/zero_engine.h"
 
 #if ZT_WITH_CUDA
@@ -65,7 +66,8 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
 
   // Set-up, in the trainer's order (trainer.cpp).
   const ParameterPlan plan = plan_parameters(model_config, config.lora);
-  const StoreResidency residency = zero_store_residency(config.zero, world_size);
+  const StoreResidency residency =
+      zero_store_residency(config.zero, world_size, make_optimizer(config.optimizer)->fuses_into_backward());
   ParamStore store(*backend, plan.specs, plan.trainable, world_size, config.compute_dtype, residency);
   ZeroEngine engine(*backend, *comm, store, config.zero, config.optimizer, config.compute_dtype);
   for (int unit = 0; unit < store.num_units(); ++unit) {  // loading writes nothing the counting backend keeps
@@ -103,6 +105,8 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
   views.row_ids = row_ids.view(DType::I64, {tokens});
   DropoutContext dropout{config.seed, 0, views.row_ids};
   engine.begin_step();
+  const bool fused = engine.optimizer().fuses_into_backward();  // LOMO: the update runs inside backward
+  if (fused) engine.begin_update_pass(OptimizerStep{config.optimizer.lr, 1.0f, 1});
   for (int64_t micro = 0; micro < config.gradient_accumulation_steps; ++micro) {
     engine.begin_micro_batch(micro + 1 == config.gradient_accumulation_steps);
     model->forward(views, dropout);
@@ -112,7 +116,7 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
   engine.reduce_gradients();
   if (config.compute_dtype == DType::F16) engine.gradients_overflow();
   engine.gradient_norm();
-  engine.apply_update(config.optimizer.lr, 1.0f, 1);
+  if (!fused) engine.apply_update(OptimizerStep{config.optimizer.lr, 1.0f, 1});
   prediction.device_peak = backend->counted().device_peak;
   prediction.host_peak = std::max(backend->counted().host_peak, prediction.host_setup);
   prediction.store_peak = backend->counted().discardable_peak;

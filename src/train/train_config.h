@@ -10,81 +10,12 @@
 #include <nlohmann/json.hpp>
 
 #include "core/dtype.h"
+#include "model/lora_config.h"
+#include "optim/optimizer_config.h"
+#include "optim/schedule_config.h"
+#include "zero/zero_config.h"
 
 namespace zt {
-
-struct OptimizerConfig {
-  std::string type = "adamw";  // adamw (DeepSpeed "Adam"/"AdamW" both map here, see ds_config)
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-  // false: DeepSpeed "Adam" with adam_w_mode=false, i.e. L2-regularised Adam. ds_config accepts
-  // it only with weight_decay 0, where it is the same update as AdamW; the optimizer must
-  // refuse adam_w_mode=false with a non-zero weight_decay (e.g. one set later by --weight-decay).
-  bool adam_w_mode = true;
-};
-
-struct SchedulerConfig {
-  // constant | WarmupLR | WarmupDecayLR | WarmupCosineLR (DeepSpeed) | linear | cosine (HF,
-  // with warmup). Names are matched as DeepSpeed and HF spell them.
-  std::string type = "constant";
-  // DeepSpeed WarmupLR / WarmupDecayLR
-  double warmup_min_lr = 0.0;
-  double warmup_max_lr = 0.001;
-  // DeepSpeed JSON "warmup_max_lr": "auto" (HF integration): the peak is the optimizer's lr,
-  // whatever later flags set it to; learning_rate_at and to_json read it that way.
-  bool warmup_max_lr_auto = false;
-  int64_t warmup_num_steps = 1000;
-  std::string warmup_type = "log";  // log | linear
-  int64_t total_num_steps = 0;      // WarmupDecayLR, WarmupCosineLR, linear, cosine; 0: the
-                                    // run's length (the trainer fills it in)
-  // DeepSpeed WarmupCosineLR (ratios of the optimizer's lr)
-  double warmup_min_ratio = 0.0;
-  double cos_min_ratio = 0.0001;
-  // HF linear/cosine: warmup steps from 0 to the optimizer's lr, then decay to 0
-  int64_t warmup_steps = 0;
-};
-
-struct LossScalerConfig {  // DeepSpeed "fp16" section (dynamic when loss_scale == 0)
-  double loss_scale = 0.0;
-  int initial_scale_power = 16;
-  int loss_scale_window = 1000;
-  int hysteresis = 2;
-  double min_loss_scale = 1.0;
-};
-
-struct ZeroConfig {  // DeepSpeed "zero_optimization"; the ZeRO issue gives these their effect
-  int stage = 0;
-  int64_t reduce_bucket_size = 500000000;
-  int64_t allgather_bucket_size = 500000000;
-  bool overlap_comm = false;
-  bool contiguous_gradients = true;
-  bool reduce_scatter = true;
-  bool allgather_partitions = true;
-  bool round_robin_gradients = false;
-  int64_t sub_group_size = 1000000000;
-  int64_t stage3_param_persistence_threshold = 100000;
-  int64_t stage3_max_live_parameters = 1000000000;
-  int64_t stage3_prefetch_bucket_size = 50000000;
-  int64_t stage3_max_reuse_distance = 1000000000;
-  int64_t stage3_model_persistence_threshold = INT64_MAX;  // DeepSpeed: sys.maxsize
-  bool stage3_gather_16bit_weights_on_model_save = false;
-  std::string offload_optimizer_device = "none";  // none | cpu
-  bool offload_optimizer_pin_memory = false;
-  std::string offload_param_device = "none";     // none | cpu (stage 3 only)
-  bool offload_param_pin_memory = false;
-};
-
-struct LoraConfig {
-  int r = 0;                    // 0: LoRA off (full fine-tuning)
-  double alpha = 8.0;           // PEFT default lora_alpha
-  double dropout = 0.0;
-  std::vector<std::string> targets;  // module names ("q_proj", ...) or {"all-linear"}
-  bool rslora = false;          // scaling alpha/sqrt(r) instead of alpha/r
-  bool enabled() const { return r > 0; }
-};
 
 // What the DeepSpeed JSON said, key by key (dotted paths, "optimizer.params.lr"): the keys given
 // as "auto" and the values given, so that the resolution of each "auto" and each command-line

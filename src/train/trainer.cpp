@@ -1,9 +1,7 @@
-// The step loop: global batch -> this rank's micro-batches -> forward/backward (the ZeRO
-// engine reduces gradients as units complete or at the boundary) -> global norm, clipping ->
-// AdamW on this rank's partitions -> parameter sync -> metrics (rank 0).
-// Loss contract (DESIGN.md): sum of token losses over the global batch / its target tokens, so
-// every micro-batch's backward is scaled by 1 / (target tokens of the whole global batch, all
-// ranks): the count is all-reduced before backward.
+// The training run: set-up (model, data, ZeRO engine, resume), then the loop over optimizer
+// steps: this rank's micro-batches (data/step_samples.h, prefetched) -> the step's schedule run
+// by the StepRunner (forward/backward, reduction, update: train/step_runner.h) -> metrics
+// (rank 0) -> evaluation and checkpoints when due.
 #include "train/trainer.h"
 
 #include <mpi.h>
@@ -31,7 +29,7 @@
 #include "data/batch_prefetcher.h"
 #include "data/data_model_check.h"
 #include "data/length_grouping.h"
-#include "data/sampler.h"
+#include "data/step_samples.h"
 #include "data/token_shards.h"
 #include "model/causal_lm.h"
 #include "model/config.h"
@@ -41,6 +39,7 @@
 #include "model/peft_adapter.h"
 #include "model/safetensors.h"
 #include "optim/grad_clip.h"
+#include "optim/optimizer.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "train/batch_views.h"
@@ -50,6 +49,8 @@
 #include "train/profiler.h"
 #include "train/report_html.h"
 #include "train/run_directory.h"
+#include "train/step_runner.h"
+#include "train/step_schedule.h"
 #include "train/stop_signal.h"
 #include "train/versions.h"
 #include "zero/zero_engine.h"
@@ -79,13 +80,6 @@ void write_final_dump(const std::string& path, const ParamStore& store) {
   write_safetensors(path, entries);
 }
 
-// A host copy of a tensor that may live on a device.
-std::vector<float> host_copy(Backend& backend, Tensor tensor) {
-  std::vector<float> host(static_cast<size_t>(tensor.numel()));
-  backend.copy(Tensor(host.data(), DType::F32, {tensor.numel()}), tensor.reshaped({tensor.numel()}));
-  return host;
-}
-
 std::string mib(int64_t bytes) { return cat(static_cast<double>(bytes) / (1024.0 * 1024.0), " MiB"); }
 
 // Rank 0's start banner: the per-rank memory of the ZeRO layout and the expected traffic.
@@ -103,29 +97,6 @@ void print_zero_banner(const ZeroEngine& engine, const ZeroConfig& zero, int wor
               mib(static_cast<int64_t>(plan.all_reduce)).c_str(), mib(static_cast<int64_t>(plan.reduce_scatter)).c_str(),
               mib(static_cast<int64_t>(plan.all_gather)).c_str());
 }
-
-// --dump-step0: logits of micro-batch 0, the step-0 loss and every trainable gradient.
-void write_step0_dump(const std::string& path, const std::vector<float>& logits, int64_t batch, int64_t seq,
-                      int64_t vocab, double loss, const ParamStore& store, Backend& backend) {
-  const float loss_value = static_cast<float>(loss);
-  std::vector<std::vector<float>> grads;  // host copies
-  std::vector<SafetensorsEntry> entries;
-  entries.push_back({"logits", {batch, seq, vocab}, logits.data(), DType::F32, DType::F32});
-  entries.push_back({"loss", {1}, &loss_value, DType::F32, DType::F32});
-  for (const ParamEntry& entry : store.entries()) {
-    if (entry.group == ParamGroup::Frozen) continue;
-    grads.push_back(host_copy(backend, store.grad(entry.spec.name)));
-    entries.push_back({"grad." + entry.spec.name, entry.spec.shape, grads.back().data(), DType::F32, DType::F32});
-  }
-  write_safetensors(path, entries);
-}
-
-// --profile-step: the model's module timings plus the optimizer and communication of the step.
-class StepProfiler final : public ModuleTimer {
- public:
-  void record(const char* module, double flops, double seconds) override { table.add(module, flops, seconds); }
-  ProfileTable table;
-};
 
 }  // namespace
 
@@ -207,7 +178,8 @@ void run_training(TrainConfig config, const RunOptions& options) {
   ParameterPlan plan = plan_parameters(model_config, config.lora);
   // Loaded unit by unit: under ZeRO-3 a rank never holds more than one unit beyond its
   // partition, not even while loading (zero_store_residency).
-  const StoreResidency residency = zero_store_residency(config.zero, world_size);
+  const StoreResidency residency =
+      zero_store_residency(config.zero, world_size, make_optimizer(config.optimizer)->fuses_into_backward());
   ParamStore store(*backend, plan.specs, plan.trainable, world_size, config.compute_dtype, residency);
   ZeroEngine engine(*backend, *comm, store, config.zero, config.optimizer, config.compute_dtype);
   for (int unit = 0; unit < store.num_units(); ++unit) {
@@ -230,15 +202,14 @@ void run_training(TrainConfig config, const RunOptions& options) {
   }
   std::unique_ptr<CausalLM> model = make_causal_lm(model_config, store, *backend, model_options);
   model->set_unit_hooks(&engine);
-  Buffer step_loss_sum(*backend, sizeof(double));  // fp64 [1]: this rank's loss sum of a step, on the device
 
-  // Batches: DistributedSampler order; step b takes permutation positions [b*G, (b+1)*G), of
-  // which this rank takes b*G + rank + k*W (k < G/W), micro-batch m its [m*mb, (m+1)*mb).
+  // Batches (data/step_samples.h): the DistributedSampler's order cut into global batches, this
+  // rank's share of each in micro-batches.
   const int64_t global_batch = config.train_batch_size;
   const int64_t micro_batch = config.micro_batch_size;
-  const int64_t per_rank = global_batch / world_size;
-  DistributedSampler sampler(dataset.num_samples(), world_size, rank, config.seed, config.shuffle, false);
-  const int64_t steps_per_epoch = sampler.num_samples_per_rank() * world_size / global_batch;
+  StepSamples step_samples(dataset, world_size, rank, config.seed, config.shuffle, global_batch, micro_batch,
+                           config.group_by_length);
+  const int64_t steps_per_epoch = step_samples.steps_per_epoch();
   ZT_CHECK(steps_per_epoch > 0, config.data_dir, ": ", dataset.num_samples(), " samples do not fill one global batch of ",
            global_batch, " (train_batch_size)");
   const int64_t total_steps = config.max_steps > 0 ? config.max_steps : config.epochs * steps_per_epoch;
@@ -340,38 +311,19 @@ void run_training(TrainConfig config, const RunOptions& options) {
     if (console) console->message(line);
   };
   StepTimeAverage step_times;
-  DeviceBatchStorage device_batch;  // the micro-batch on the device (GPU backends)
   StepProfiler profiler;
   int64_t skipped = state.skipped;
-  // This rank's micro-batches of each step, built one step ahead on a background thread. Step b
-  // takes permutation positions [b*G, (b+1)*G) (--group-by-length regroups them by length: the
-  // same global batch, so the same loss); this rank takes positions rank, rank+W, ... of them.
-  std::vector<int64_t> order;  // the epoch's sample order (global positions); the worker's own
-  int64_t order_epoch = -1;
-  const auto make_step = [&](int64_t step) {
-    const int64_t epoch = step / steps_per_epoch;
-    if (epoch != order_epoch) {
-      order = sampler.global_order(epoch);
-      order_epoch = epoch;
-    }
-    const int64_t first = (step % steps_per_epoch) * global_batch;
-    std::vector<int64_t> batch(order.begin() + first, order.begin() + first + global_batch);  // [G]
-    if (config.group_by_length) {
-      std::vector<int64_t> lengths;
-      for (int64_t sample : batch) lengths.push_back(dataset.sample_length(sample));
-      batch = group_by_length(batch, lengths, world_size, micro_batch);
-    }
-    std::vector<int64_t> mine;  // [G/W]
-    for (int64_t k = 0; k < per_rank; ++k) mine.push_back(batch[static_cast<size_t>(rank + k * world_size)]);
-    StepBatches batches;
-    batches.step = step;
-    for (int64_t micro = 0; micro < config.gradient_accumulation_steps; ++micro)
-      batches.micro.push_back(make_micro_batch(
-          dataset, std::span<const int64_t>(mine).subspan(static_cast<size_t>(micro * micro_batch), static_cast<size_t>(micro_batch)),
-          static_cast<int32_t>(data_attrs.pad_id)));
-    return batches;
-  };
-  BatchPrefetcher prefetcher(make_step, state.step, total_steps);
+  // This rank's micro-batches of each step, built one step ahead on a background thread.
+  BatchPrefetcher prefetcher([&](int64_t step) { return step_samples.rank_batches(step); }, state.step, total_steps);
+  StepRunner runner(config, *model, engine, store, *backend, *comm, *control, scaler ? &*scaler : nullptr,
+                    model_config.vocab_size);
+  // An optimizer fused into backward (LOMO) measures the global norm in a first backward when it
+  // must clip by it or watch for fp16 overflow, and updates in a second.
+  const std::vector<StepInstruction> schedule =
+      engine.optimizer().fuses_into_backward()
+          ? fused_update_schedule(config.gradient_accumulation_steps,
+                                  config.gradient_clipping > 0.0 || config.compute_dtype == DType::F16)
+          : gradient_accumulation_schedule(config.gradient_accumulation_steps);
 
   int64_t last_saved_step = resume_from ? state.step : -1;
   const auto save = [&](int64_t steps_done) {
@@ -383,7 +335,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
       now.loss_scale = scaler->scale();
       now.loss_scaler = scaler->state().to_json();
     }
-    const std::string dir = save_checkpoint(config.out_dir, now, identity, config, engine, store, *comm, config.keep_last);
+    const std::string dir = save_checkpoint(config.out_dir, now, identity, config.to_json(), engine, store, *comm, config.keep_last);
     last_saved_step = steps_done;
     say(cat("checkpoint saved: ", dir));
   };
@@ -395,90 +347,25 @@ void run_training(TrainConfig config, const RunOptions& options) {
     if (profiling) model->set_module_timer(&profiler);
     const double comm_wait_at_start = control->stats().total_wait_seconds();
     StepBatches batches = prefetcher.take(step);
-    int64_t local_targets = 0;
-    for (const MicroBatch& micro : batches.micro) local_targets += micro.target_tokens;
-    const int64_t target_tokens = static_cast<int64_t>(comm->all_reduce_sum(static_cast<double>(local_targets)));
-    // The backward seed: 1 / target tokens (the loss contract), times the fp16 loss scale.
-    const float loss_scale = scaler ? scaler->scale() : 1.0f;
-    const float grad_scale = target_tokens > 0 ? loss_scale / static_cast<float>(target_tokens) : 0.0f;
-
-    // Forward/backward over this rank's micro-batches; the engine reduces the gradients.
-    engine.begin_step();
-    double sums[4] = {0.0, 0.0, 0.0, 0.0};  // loss sum, real tokens, padded tokens, FLOPs (all ranks)
-    backend->copy(step_loss_sum.view(DType::F64, {1}), Tensor(&sums[0], DType::F64, {1}));  // = 0
-    std::vector<float> step0_logits;  // [B, T, V] of micro-batch 0 (only for --dump-step0)
-    int64_t step0_batch = 0, step0_seq = 0;
-    DropoutContext dropout{config.seed, static_cast<uint32_t>(step), Tensor()};
-    for (int64_t micro = 0; micro < config.gradient_accumulation_steps; ++micro) {
-      MicroBatch& micro_data = batches.micro[static_cast<size_t>(micro)];
-      BatchTensors batch = batch_views(micro_data, *backend, device_batch);
-      dropout.row_ids = batch.row_ids;
-      engine.begin_micro_batch(micro + 1 == config.gradient_accumulation_steps);
-      Tensor logits = model->forward(batch, dropout);
-      if (step == 0 && micro == 0 && !config.dump_step0_path.empty()) {
-        step0_logits = host_copy(*backend, logits);
-        step0_batch = batch.batch;
-        step0_seq = batch.seq;
-      }
-      fault_point("step", step + 1);
-      model->backward(batch, grad_scale, dropout, step_loss_sum.view(DType::F64, {1}));
-      engine.end_micro_batch();
-      sums[1] += static_cast<double>(micro_data.real_tokens);
-      sums[2] += static_cast<double>(batch.batch * batch.seq);
-      sums[3] += 2.0 * model->forward_flops(batch.batch, batch.seq) + model->trainable_weight_flops(batch.batch, batch.seq);
-    }
-    backend->copy(Tensor(&sums[0], DType::F64, {1}), step_loss_sum.view(DType::F64, {1}));  // the step's one read
-    comm->all_reduce_scalars(sums);
-    const double loss = target_tokens > 0 ? sums[0] / static_cast<double>(target_tokens) : 0.0;
-    if (step == 0 && !config.dump_step0_path.empty())
-      write_step0_dump(config.dump_step0_path, step0_logits, step0_batch, step0_seq, model_config.vocab_size, loss, store,
-                       *backend);
-    engine.reduce_gradients();
-
-    // Optimizer step: global norm, clipping, AdamW on the partitions. Skipped steps do not
-    // advance the schedule or Adam's step count (DeepSpeed).
-    // fp16: an overflow anywhere skips the step and lowers the loss scale (DeepSpeed).
-    const bool overflow = scaler && engine.gradients_overflow();
-    if (scaler) scaler->update(overflow);
-    const double grad_norm = overflow ? std::numeric_limits<double>::quiet_NaN() : engine.gradient_norm() / loss_scale;
-    const int64_t updates_done = step - skipped;
-    const double lr = learning_rate_at(config.scheduler, config.optimizer.lr, updates_done);
-    if (target_tokens == 0 || overflow || !std::isfinite(grad_norm)) {
+    const StepOutcome outcome = runner.run(step, step - skipped, batches, schedule, profiling ? &profiler : nullptr);
+    if (outcome.skipped) {
       ++skipped;
-      say(cat("warning: step ", step + 1, " skipped (",
-              target_tokens == 0 ? std::string("the global batch has no target tokens")
-              : overflow         ? cat("fp16 gradient overflow at loss scale ", loss_scale, "; the scale is now ",
-                                       scaler->scale())
-                                 : std::string("the gradient is not finite"),
-              ")"));
-    } else {
-      const float clip = clip_coefficient(grad_norm, config.gradient_clipping);
-      const auto optimizer_start = std::chrono::steady_clock::now();
-      const double waited_before = control->stats().total_wait_seconds();
-      engine.apply_update(lr, loss_scale * clip, updates_done + 1);
-      if (profiling) {  // AdamW: about 14 FLOPs per element of this rank's partitions
-        double elements = 0.0;
-        for (const ZeroEngine::PartitionViews& views : engine.partition_views())
-          elements += static_cast<double>(views.master.numel());
-        profiler.table.add("optimizer", 14.0 * elements,
-                           std::chrono::duration<double>(std::chrono::steady_clock::now() - optimizer_start).count() -
-                               (control->stats().total_wait_seconds() - waited_before));
-      }
+      say(cat("warning: step ", step + 1, " skipped (", *outcome.skipped, ")"));
     }
 
     StepMetrics metrics;
     metrics.step = step + 1;
     metrics.total_steps = total_steps;
     metrics.epoch = static_cast<double>(step + 1) / static_cast<double>(steps_per_epoch);
-    metrics.loss = loss;
-    metrics.lr = lr;
-    metrics.grad_norm = grad_norm;
-    metrics.loss_scale = loss_scale;
+    metrics.loss = outcome.loss;
+    metrics.lr = outcome.lr;
+    metrics.grad_norm = outcome.grad_norm;
+    metrics.loss_scale = outcome.loss_scale;
     metrics.skipped = skipped;
     metrics.samples = global_batch;
-    metrics.tokens = static_cast<int64_t>(sums[1]);
-    metrics.target_tokens = target_tokens;
-    metrics.padding_fraction = sums[2] > 0 ? 1.0 - sums[1] / sums[2] : 0.0;
+    metrics.tokens = static_cast<int64_t>(outcome.real_tokens);
+    metrics.target_tokens = outcome.target_tokens;
+    metrics.padding_fraction = outcome.padded_tokens > 0 ? 1.0 - outcome.real_tokens / outcome.padded_tokens : 0.0;
     metrics.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     step_times.add(metrics.step_seconds);
     metrics.mean_step_seconds = step_times.mean();
@@ -491,7 +378,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
       say(format_profile_table(profiler.table));
       if (leader) write_text_file(fs::path(config.out_dir) / "profile.json", profile_json(profiler.table).dump(2) + "\n");
     }
-    metrics.flops = sums[3];
+    metrics.flops = outcome.flops;
     metrics.peak_tflops = options.peak_tflops;
     metrics.world_size = world_size;
     if (const std::optional<DeviceMemory> memory = device_memory(*backend)) {

@@ -104,16 +104,16 @@ ZeroMemoryPlan zero_memory_plan(const ZeroMemoryInputs& in) {
     plan.device_grad_bucket_bytes = std::min(in.reduce_bucket_size, plan.padded_trainable) * 4;
   }
 
-  // fp32 master weights and Adam's two moments: whole for stage 0, partitioned from stage 1.
+  // fp32 master weights and the optimizer's state: whole for stage 0, partitioned from stage 1.
   const int64_t optimizer_elements = in.stage == 0 ? plan.padded_trainable : plan.trainable_partition;
   if (in.offload_optimizer) {
     plan.host_master_bytes = optimizer_elements * 4;
-    plan.host_optimizer_bytes = optimizer_elements * 8;
+    plan.host_optimizer_bytes = optimizer_elements * 4 * in.optimizer_state_floats;
     plan.host_grad_bytes = optimizer_elements * 4;
   } else {
     plan.master_aliases_params = c == 4;
     plan.device_master_bytes = plan.master_aliases_params ? 0 : optimizer_elements * 4;
-    plan.device_optimizer_bytes = optimizer_elements * 8;
+    plan.device_optimizer_bytes = optimizer_elements * 4 * in.optimizer_state_floats;
   }
 
   plan.device_total_bytes = plan.device_param_bytes + plan.device_grad_bytes + plan.device_grad_bucket_bytes +

@@ -31,6 +31,8 @@ struct ZeroMemoryInputs {
   bool offload_optimizer = false;  // fp32 master + moments (+ gradient partition) on the host
   bool offload_params = false;     // stage 3: the compute-dtype parameter partition on the host
   int64_t compute_dtype_bytes = 2; // 2 for bf16/fp16, 4 for fp32
+  int optimizer_state_floats = 2;  // fp32 state buffers per trainable element (Optimizer::state_names:
+                                   // AdamW 2, SGD with momentum 1, SGD without 0)
   // DeepSpeed zero_optimization defaults (elements). allgather_bucket_size is not an input:
   // stages 1/2 gather the updated parameters in place into the flat buffer, with no staging.
   int64_t reduce_bucket_size = 500000000;
@@ -60,12 +62,12 @@ struct ZeroMemoryPlan {
                                          // min(reduce_bucket_size, T) elements; else 0
   int64_t device_master_bytes = 0;   // fp32 master weights: stage 0: T 4, stages 1-3: (T/W) 4;
                                      // 0 when offloaded or aliased
-  int64_t device_optimizer_bytes = 0;  // Adam exp_avg + exp_avg_sq: 8 T (stage 0) or 8 T/W;
-                                       // 0 when offloaded
+  int64_t device_optimizer_bytes = 0;  // optimizer state, s = optimizer_state_floats: 4 s T
+                                       // (stage 0) or 4 s T/W (AdamW: 8); 0 when offloaded
   int64_t device_total_bytes = 0;    // the sum of the device_* bytes above
   // host (CPU) bytes per rank (all 0 without offload)
   int64_t host_master_bytes = 0;     // offload_optimizer: (T/W) 4
-  int64_t host_optimizer_bytes = 0;  // offload_optimizer: (T/W) 8
+  int64_t host_optimizer_bytes = 0;  // offload_optimizer: (T/W) 4 s
   int64_t host_grad_bytes = 0;       // offload_optimizer: (T/W) 4, the reduced gradient
                                      // partition the CPU Adam reads
   int64_t host_param_bytes = 0;      // offload_params: (P/W) c

@@ -1,6 +1,8 @@
 // Rank-major packing and bucket planning for the ZeRO collectives.
 #include "zero/rank_major.h"
 
+#include <algorithm>
+
 namespace zt {
 
 namespace {
@@ -80,6 +82,24 @@ std::vector<std::vector<UnitRange>> plan_buckets(const std::vector<UnitRange>& u
     filled += unit.numel;
   }
   return buckets;
+}
+
+std::vector<TensorSlice> partition_tensor_slices(const ParamStore& store, ParamGroup group,
+                                                 std::span<const UnitRange> units, int partitions, int index) {
+  std::vector<TensorSlice> slices;
+  if (units.empty()) return slices;
+  const int64_t piece_begin = units.front().begin / partitions;  // where the piece starts in the partition
+  for (const UnitRange& unit : units) {
+    const int64_t slice = unit.numel / partitions;
+    const int64_t lo = unit.begin + index * slice, hi = lo + slice;  // this rank's slice, group coordinates
+    const int64_t at = unit.begin / partitions - piece_begin;  // the slice's start in the piece
+    for (const ParamEntry& entry : store.entries()) {
+      if (entry.group != group || entry.offset < unit.begin || entry.offset >= unit.begin + unit.numel) continue;
+      const int64_t first = std::max(entry.offset, lo), last = std::min(entry.offset + entry.spec.numel(), hi);
+      slices.push_back(last > first ? TensorSlice{at + (first - lo), last - first} : TensorSlice{0, 0});
+    }
+  }
+  return slices;
 }
 
 }  // namespace zt

@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "model/param_store.h"
+#include "optim/optimizer.h"
 
 namespace zt {
 
@@ -27,6 +28,13 @@ void gather_slices(Backend& backend, Tensor contiguous, Tensor partition, std::s
                    int partitions);
 void add_slices(Backend& backend, Tensor partition, Tensor contiguous, std::span<const UnitRange> units,
                 int partitions);
+
+// The parameter tensors of `group` inside the piece of partition `index` of `partitions` that
+// covers `units` (consecutive, ascending; the piece starts at units.front().begin / partitions):
+// each tensor's slice on this rank in piece coordinates, in the group's order. Every rank gets
+// the same list (empty slices included), so per-tensor sums line up across ranks.
+std::vector<TensorSlice> partition_tensor_slices(const ParamStore& store, ParamGroup group,
+                                                 std::span<const UnitRange> units, int partitions, int index);
 
 // Units cut into buckets of consecutive units holding at most `bucket_numel` elements (a unit
 // larger than a bucket is a bucket of its own); units with no elements are left out.

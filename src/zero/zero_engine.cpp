@@ -29,7 +29,7 @@ struct ZeroEngine::GroupState {
   ParamGroup group = ParamGroup::Frozen;
   int64_t partition_numel = 0;  // P
   Buffer master;                // fp32 [P] trainable groups (host when offloaded)
-  Buffer exp_avg, exp_avg_sq;   // fp32 [P] Adam moments (host when offloaded)
+  std::vector<Buffer> state;    // fp32 [P] each: the optimizer's state_names() (host when offloaded)
   Buffer grad_partition;        // fp32 [P] stage >= 1 on W > 1 ranks: this rank's reduced gradient slices
                                 // (one rank's partition is everything: it updates from the store's gradients)
   Buffer host_grad;             // fp32 [P] offload: the gradient partition copied to the host
@@ -53,10 +53,14 @@ struct ZeroEngine::InflightBucket {
 
 ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, const ZeroConfig& zero,
                        const OptimizerConfig& optimizer, DType compute_dtype)
-    : backend_(backend), comm_(comm), store_(store), zero_(zero), optimizer_(optimizer), stage_(zero.stage),
+    : backend_(backend), comm_(comm), store_(store), zero_(zero), optimizer_(make_optimizer(optimizer)), stage_(zero.stage),
       world_(comm.size()), rank_(comm.rank()), offload_(zero.offload_optimizer_device == "cpu"),
       offload_param_(zero.offload_param_device == "cpu"),
       compute_dtype_(compute_dtype), rounds_(compute_dtype != DType::F32) {
+  fused_ = optimizer_->fuses_into_backward();
+  grads_in_flight_ = fused_ || (stage_ >= 2 && world_ > 1);
+  ZT_CHECK(!fused_ || !offload_, "optimizer ", optimizer_->name(), " updates inside backward and keeps no optimizer "
+           "state: zero_optimization.offload_optimizer must be none");
   ZT_CHECK(compute_dtype == DType::F32 || compute_dtype == DType::BF16 || compute_dtype == DType::F16,
            "compute dtype ", dtype_name(compute_dtype), " is not fp32, bf16 or fp16");
   ZT_CHECK(store.param_dtype() == compute_dtype, "ZeRO: the parameter store holds ", dtype_name(store.param_dtype()),
@@ -68,9 +72,6 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
            "(as in DeepSpeed); the config has stage 0");
   ZT_CHECK(zero.offload_param_device != "cpu" || stage_ == 3,
            "zero_optimization.offload_param.device \"cpu\" needs ZeRO stage 3; the config has stage ", stage_);
-  ZT_CHECK(optimizer.adam_w_mode || optimizer.weight_decay == 0.0,
-           "Adam with L2 regularisation (adam_w_mode false and weight_decay ", optimizer.weight_decay,
-           ") is not supported: use AdamW (adam_w_mode true) or weight_decay 0");
   ZT_CHECK(zero.reduce_bucket_size > 0 && zero.allgather_bucket_size > 0,
            "zero_optimization: reduce_bucket_size and allgather_bucket_size must be positive");
   // Host memory for what is offloaded: page-locked when pin_memory asks for it (the CUDA
@@ -89,11 +90,11 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
     const size_t bytes = static_cast<size_t>(state->partition_numel) * sizeof(float);
     if (group != ParamGroup::Frozen && bytes) {
       state->master = Buffer(state_backend, bytes);
-      state->exp_avg = Buffer(state_backend, bytes);
-      state->exp_avg_sq = Buffer(state_backend, bytes);
-      state_backend.fill(f32_buffer_view(state->exp_avg, state->partition_numel), 0.0f);
-      state_backend.fill(f32_buffer_view(state->exp_avg_sq, state->partition_numel), 0.0f);
-      if (stage_ >= 1 && world_ > 1) state->grad_partition = Buffer(backend_, bytes);  // one rank: the store's
+      for (size_t k = 0; k < optimizer_->state_names().size(); ++k) {
+        state->state.emplace_back(state_backend, bytes);
+        state_backend.fill(f32_buffer_view(state->state.back(), state->partition_numel), 0.0f);
+      }
+      if (stage_ >= 1 && world_ > 1 && !fused_) state->grad_partition = Buffer(backend_, bytes);  // one rank: the store's
       if (offload_) state->host_grad = Buffer(*host_, bytes);
       if (stage_ >= 1 && (offload_ || rounds_ || offload_param_))
         state->compute_partition = Buffer(partition_backend, param_bytes(*state));
@@ -105,6 +106,12 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
     groups_.push_back(std::move(state));
   }
   units_.resize(static_cast<size_t>(store.num_units()));
+  if (fused_ && stage_ >= 1 && world_ > 1) {  // one unit's slice of the largest group range
+    int64_t largest = 0;
+    for (int unit = 0; unit < store.num_units(); ++unit)
+      for (ParamGroup group : kTrainableGroups) largest = std::max(largest, store.unit_range(group, unit).numel / world_);
+    if (largest) fused_scratch_ = Buffer(backend_, static_cast<size_t>(largest) * sizeof(float));
+  }
 }
 
 ZeroEngine::~ZeroEngine() {
@@ -163,10 +170,10 @@ static void copy_own_slices(Backend& backend, Tensor partition, Tensor full, con
   }
 }
 
-StoreResidency zero_store_residency(const ZeroConfig& zero, int world) {
+StoreResidency zero_store_residency(const ZeroConfig& zero, int world, bool fused_optimizer) {
   StoreResidency residency;
   residency.params = zero.stage < 3;
-  residency.grads = zero.stage < 2 || world == 1;
+  residency.grads = !fused_optimizer && (zero.stage < 2 || world == 1);
   return residency;
 }
 
@@ -203,7 +210,7 @@ void ZeroEngine::init_unit_from_store(int unit) {
 void ZeroEngine::finish_init() {
   peak_gathered_ = live_gathered_;  // the persistent units: gathering starts from here
   update_compute_partitions();
-  if (stage_ >= 2 && world_ > 1) {
+  if (grads_in_flight_) {
     for (int unit = 0; unit < store_.num_units(); ++unit) {
       for (ParamGroup group : kTrainableGroups) {
         const UnitRange range = store_.unit_range(group, unit);
@@ -216,7 +223,8 @@ void ZeroEngine::finish_init() {
 
 void ZeroEngine::begin_step() {
   boundary_ = false;
-  if (stage_ <= 1 || world_ == 1) store_.zero_grads();
+  fused_pass_ = FusedPass::None;
+  if (!grads_in_flight_) store_.zero_grads();
   for (ParamGroup group : kTrainableGroups) {
     GroupState& s = state(group);
     if (s.grad_partition.data()) backend_.fill(f32_buffer_view(s.grad_partition, s.partition_numel), 0.0f);
@@ -286,7 +294,7 @@ void ZeroEngine::acquire(int unit, UnitUse use) {
     }
     prefetch_next(unit, use);
   }
-  if (stage_ >= 2 && world_ > 1 && use != UnitUse::Forward) {
+  if (grads_in_flight_ && use != UnitUse::Forward) {
     for (int written : reads) {
       UnitState& w = units_[static_cast<size_t>(written)];
       if (w.grads_live) continue;
@@ -337,6 +345,7 @@ void ZeroEngine::begin_micro_batch(bool last) { boundary_ = last; }
 // last micro-batch of the step only (earlier ones accumulate locally), so their reductions
 // overlap the rest of that backward as well.
 void ZeroEngine::gradients_ready(int unit) {
+  if (fused_) return fused_unit_ready(unit);
   if (stage_ >= 1 && world_ == 1) {  // one rank: nothing to reduce, the unit's gradients are final in place
     if (boundary_)
       for (ParamGroup group : kTrainableGroups)
@@ -434,6 +443,11 @@ void ZeroEngine::end_micro_batch() {
 }
 
 void ZeroEngine::reduce_gradients() {
+  if (fused_) {  // reduced (and applied) unit by unit during backward
+    ZT_CHECK(fused_pass_ != FusedPass::None, "ZeRO: optimizer ", optimizer_->name(),
+             " needs begin_norm_pass or begin_update_pass before its backward");
+    return;
+  }
   if (boundary_ && stage_ <= 1) {  // reduced during the last backward: complete the last bucket
     flush_gradient_bucket();
     complete_inflight();
@@ -477,11 +491,13 @@ Tensor ZeroEngine::gradient_view(ParamGroup group) {
 }
 
 bool ZeroEngine::gradients_overflow() {
+  if (fused_) return comm_.all_reduce_max(fused_overflow_ ? 1.0 : 0.0) > 0.0;
   const double local = backend_.has_inf_or_nan_in(gradient_views()) ? 1.0 : 0.0;  // one device sync
   return comm_.all_reduce_max(local) > 0.0;
 }
 
 double ZeroEngine::gradient_norm() {
+  if (fused_) return std::sqrt(stage_ >= 1 ? comm_.all_reduce_sum(fused_squares_) : fused_squares_);
   double squares = backend_.sum_squares_of(gradient_views());  // one device sync for all groups
   if (stage_ >= 1) squares = comm_.all_reduce_sum(squares);  // stage 0: every rank has the full gradient
   return std::sqrt(squares);
@@ -489,28 +505,22 @@ double ZeroEngine::gradient_norm() {
 
 // ---- update ------------------------------------------------------------------------------------
 
-void ZeroEngine::apply_update(double lr, float grad_divisor, int64_t update_number) {
+void ZeroEngine::apply_update(const OptimizerStep& step) {
+  ZT_CHECK(!fused_, "ZeRO: optimizer ", optimizer_->name(), " updates inside backward (begin_update_pass), not after it");
   for (int unit = 0; unit < store_.num_units(); ++unit) finish_prefetch(unit);  // before the host partitions change
   Backend& state_backend = offload_ ? *host_ : backend_;
-  AdamWParams params;
-  params.lr = lr;
-  params.beta1 = optimizer_.beta1;
-  params.beta2 = optimizer_.beta2;
-  params.eps = optimizer_.eps;
-  params.step = update_number;
   // Stage 1/2 update bucket by bucket (allgather_bucket_size) and start each bucket's
-  // all-gather as soon as its partition is updated, so the gathers overlap the (CPU) Adam of
+  // all-gather as soon as its partition is updated, so the gathers overlap the (CPU) update of
   // the next buckets; the other stages update the whole partition at once.
   std::deque<BucketGather> gathers;
   for (ParamGroup group : kTrainableGroups) {
     GroupState& s = state(group);
     if (!s.partition_numel) continue;
-    params.weight_decay = group == ParamGroup::Decay ? optimizer_.weight_decay : 0.0;
     std::vector<std::vector<UnitRange>> pieces = {store_.group(group).units};
     if (stage_ == 1 || stage_ == 2) pieces = plan_buckets(store_.group(group).units, zero_.allgather_bucket_size);
-    for (const std::vector<UnitRange>& piece : pieces) {
-      const int64_t begin = stage_ == 0 ? 0 : piece.front().begin / world_;
-      const int64_t numel = stage_ == 0 ? s.partition_numel : slice_numel(piece, world_);
+    for (const std::vector<UnitRange>& units : pieces) {
+      const int64_t begin = stage_ == 0 ? 0 : units.front().begin / world_;
+      const int64_t numel = stage_ == 0 ? s.partition_numel : slice_numel(units, world_);
       if (!numel) continue;
       Tensor grad = gradient_view(group).rows(begin, numel);
       if (offload_) {  // the gradient goes to the host, where the optimizer state lives
@@ -522,12 +532,21 @@ void ZeroEngine::apply_update(double lr, float grad_divisor, int64_t update_numb
         if (!gradients_finished_) backend_.copy(host_grad, grad);
         grad = host_grad;
       }
-      if (grad_divisor != 1.0f) state_backend.scale(grad, 1.0f / grad_divisor);
-      state_backend.adamw(f32_buffer_view(s.master, s.partition_numel).rows(begin, numel), grad,
-                          f32_buffer_view(s.exp_avg, s.partition_numel).rows(begin, numel),
-                          f32_buffer_view(s.exp_avg_sq, s.partition_numel).rows(begin, numel), params);
+      if (step.grad_divisor != 1.0f) state_backend.scale(grad, 1.0f / step.grad_divisor);
+      OptimizerPiece piece;
+      piece.decay = group == ParamGroup::Decay;
+      piece.param = f32_buffer_view(s.master, s.partition_numel).rows(begin, numel);
+      piece.grad = grad;
+      for (const Buffer& buffer : s.state) piece.state.push_back(f32_buffer_view(buffer, s.partition_numel).rows(begin, numel));
+      if (optimizer_->needs_tensor_slices()) {
+        piece.tensors = partition_tensor_slices(store_, group, units, stage_ == 0 ? 1 : world_, stage_ == 0 ? 0 : rank_);
+        piece.sum_over_ranks = [this](std::span<double> values) {
+          if (stage_ != 0 && world_ > 1) comm_.all_reduce_scalars(values);
+        };
+      }
+      optimizer_->update(state_backend, piece, step);
       update_compute_partition(group, begin, numel);
-      if (stage_ == 1 || stage_ == 2) start_bounded_gather(gathers, group, piece);
+      if (stage_ == 1 || stage_ == 2) start_bounded_gather(gathers, group, units);
     }
   }
   if (offload_) uploads_done_ = backend_.record_event();
@@ -629,8 +648,9 @@ std::vector<ZeroEngine::PartitionViews> ZeroEngine::partition_views() {
   for (ParamGroup group : kTrainableGroups) {
     GroupState& s = state(group);
     if (!s.partition_numel) continue;
-    views.push_back({group, f32_buffer_view(s.master, s.partition_numel), f32_buffer_view(s.exp_avg, s.partition_numel),
-                     f32_buffer_view(s.exp_avg_sq, s.partition_numel)});
+    PartitionViews view{group, f32_buffer_view(s.master, s.partition_numel), {}};
+    for (const Buffer& buffer : s.state) view.state.push_back(f32_buffer_view(buffer, s.partition_numel));
+    views.push_back(std::move(view));
   }
   return views;
 }
@@ -645,6 +665,89 @@ void ZeroEngine::gather_full_params() {
   for (int unit = 0; unit < store_.num_units(); ++unit)
     if (!units_[static_cast<size_t>(unit)].gathered) gather_unit(unit, false);
     else finish_prefetch(unit);
+}
+
+// ---- fused optimizers (LOMO) -----------------------------------------------------------------------
+
+void ZeroEngine::begin_norm_pass() {
+  ZT_CHECK(fused_, "ZeRO: begin_norm_pass is for optimizers fused into backward, not ", optimizer_->name());
+  fused_pass_ = FusedPass::Norm;
+  fused_squares_ = 0.0;
+  fused_overflow_ = false;
+}
+
+void ZeroEngine::begin_update_pass(const OptimizerStep& step) {
+  ZT_CHECK(fused_, "ZeRO: begin_update_pass is for optimizers fused into backward, not ", optimizer_->name());
+  for (int unit = 0; unit < store_.num_units(); ++unit) finish_prefetch(unit);
+  fused_pass_ = FusedPass::Update;
+  fused_step_ = step;
+  fused_squares_ = 0.0;
+  fused_overflow_ = false;
+}
+
+// The unit's gradient is complete: reduce it (this rank's share: all of it at stage 0, its slice
+// from stage 1), measure it, and in an update pass apply the optimizer to the matching master
+// range; then give the gradient's memory back.
+void ZeroEngine::fused_unit_ready(int unit) {
+  ZT_CHECK(fused_pass_ != FusedPass::None, "ZeRO: optimizer ", optimizer_->name(),
+           " needs begin_norm_pass or begin_update_pass before its backward");
+  bool updated = false;
+  for (ParamGroup group : kTrainableGroups) {
+    GroupState& s = state(group);
+    const UnitRange range = store_.unit_range(group, unit);
+    if (!range.numel) continue;
+    Tensor grads = store_.group_grads(group).rows(range.begin, range.numel);  // fp32, this rank's sums
+    const bool sliced = stage_ >= 1 && world_ > 1;
+    const int64_t begin = sliced ? range.begin / world_ : range.begin;  // in the master partition
+    const int64_t numel = sliced ? range.numel / world_ : range.numel;
+    Tensor mine = grads;
+    if (sliced) {
+      mine = f32_buffer_view(fused_scratch_, numel);
+      reduce_scatter_async(mine, grads)->wait();
+    } else if (world_ > 1) {
+      comm_.all_reduce_sum(grads);
+    }
+    if (rounds_) backend_.round_to(mine, compute_dtype_);  // as the unfused path's 16-bit gradients
+    const Tensor views[] = {mine};
+    fused_squares_ += backend_.sum_squares_of(views);
+    const bool finite = !backend_.has_inf_or_nan_in(views);
+    fused_overflow_ = fused_overflow_ || !finite;
+    if (fused_pass_ == FusedPass::Update && finite) {  // a non-finite gradient leaves its unit as it was
+      if (fused_step_.grad_divisor != 1.0f) backend_.scale(mine, 1.0f / fused_step_.grad_divisor);
+      OptimizerPiece piece;
+      piece.decay = group == ParamGroup::Decay;
+      piece.param = f32_buffer_view(s.master, s.partition_numel).rows(begin, numel);
+      piece.grad = mine;
+      for (const Buffer& buffer : s.state) piece.state.push_back(f32_buffer_view(buffer, s.partition_numel).rows(begin, numel));
+      optimizer_->update(backend_, piece, fused_step_);
+      update_compute_partition(group, begin, numel);
+      updated = true;
+    }
+    backend_.discard(grads);
+  }
+  units_[static_cast<size_t>(unit)].grads_live = false;
+  if (updated) refresh_unit_params(unit);
+}
+
+// The compute parameters of a unit whose master range was just updated: stage 0 copies it, stages
+// 1/2 all-gather the unit, stage 3 drops a stale gathered copy (a persistent unit is gathered again).
+void ZeroEngine::refresh_unit_params(int unit) {
+  if (stage_ == 3) {
+    UnitState& u = units_[static_cast<size_t>(unit)];
+    if (!u.gathered) return;
+    finish_prefetch(unit);
+    discard_unit_params(unit);
+    u.gathered = false;
+    if (store_.unit_numel(unit) < zero_.stage3_param_persistence_threshold) gather_unit(unit, false);
+    return;
+  }
+  for (ParamGroup group : kTrainableGroups) {
+    const UnitRange range = store_.unit_range(group, unit);
+    if (!range.numel) continue;
+    Tensor params = store_.group_params(group).rows(range.begin, range.numel);
+    if (stage_ == 0) backend_.copy(params, f32_buffer_view(state(group).master, state(group).partition_numel).rows(range.begin, range.numel));
+    else all_gather_async(params, gather_source(group).rows(range.begin / world_, range.numel / world_))->wait();
+  }
 }
 
 // ---- accounting ----------------------------------------------------------------------------------
@@ -684,11 +787,22 @@ ZeroMemory ZeroEngine::memory() const {
     m.compute_params = std::max(peak_gathered_, planned) * p + (offload_param_ ? 0 : partitions);
     if (offload_param_) m.host_bytes += partitions;
   }
-  m.gradients = stage_ < 2 || world_ == 1 ? trainable_numel * f
-                           : (trainable_partition + std::min(zero_.reduce_bucket_size, trainable_numel)) * f;
-  if (stage_ == 1 && world_ > 1) m.gradients += trainable_partition * f;
+  if (fused_) {  // one unit's gradients in flight (a tie: two), plus its reduce-scatter slice
+    int64_t in_flight = 0;
+    for (int unit = 0; unit < store_.num_units(); ++unit) {
+      int64_t written = 0;
+      for (int read : store_.unit_reads(unit))
+        for (ParamGroup group : kTrainableGroups) written += store_.unit_range(group, read).numel;
+      in_flight = std::max(in_flight, written);
+    }
+    m.gradients = in_flight * f + static_cast<int64_t>(fused_scratch_.bytes());
+  } else {
+    m.gradients = stage_ < 2 || world_ == 1 ? trainable_numel * f
+                             : (trainable_partition + std::min(zero_.reduce_bucket_size, trainable_numel)) * f;
+    if (stage_ == 1 && world_ > 1) m.gradients += trainable_partition * f;
+  }
   m.master_params = trainable_partition * f;
-  m.optimizer_state = 2 * trainable_partition * f;
+  m.optimizer_state = static_cast<int64_t>(optimizer_->state_names().size()) * trainable_partition * f;
   if (offload_) m.host_bytes += m.master_params + m.optimizer_state + trainable_partition * f;
   m.staging = peak_staging_;
   return m;

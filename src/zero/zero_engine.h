@@ -1,7 +1,7 @@
 // ZeroEngine: ZeRO stages 0-3 and ZeRO-Offload over a ParamStore and a Communicator.
 //
 //   stage 0: every rank holds everything; gradients all-reduced in buckets at the boundary.
-//   stage 1: fp32 master weights and Adam state partitioned (1/W each); gradients
+//   stage 1: fp32 master weights and optimizer state partitioned (1/W each); gradients
 //            reduce-scattered at the accumulation boundary; updated partitions all-gathered.
 //   stage 2: as 1, but each unit's gradients are reduce-scattered (in buckets of
 //            reduce_bucket_size elements) as soon as backward completes them, and only this
@@ -10,9 +10,17 @@
 //            before the model uses it (the next one prefetched) and released after use unless
 //            persistent (stage3_param_persistence_threshold) or soon reused
 //            (stage3_max_reuse_distance), within stage3_max_live_parameters.
-//   offload_optimizer cpu: master + Adam state (and a copy of the gradient partition) live in
-//            host memory and are updated there by the CPU Adam; the updated partition is copied
-//            back to the compute device.
+//   offload_optimizer cpu: master + optimizer state (and a copy of the gradient partition) live
+//            in host memory and are updated there by the optimizer on the host backend (the CPU
+//            Adam for AdamW); the updated partition is copied back to the compute device.
+//
+// The optimizer (optim/optimizer.h) is a seam: the engine holds its named state buffers beside
+// the master partition and calls its update over contiguous pieces of the partition.
+//   fused optimizer (LOMO): no gradient buffer is resident at any stage; each unit's gradient
+//            is committed when its backward starts, reduced when backward completes it
+//            (all-reduce at stage 0, reduce-scatter into a one-unit scratch slice from stage 1),
+//            then measured (a norm pass) or applied to this rank's master slice and the compute
+//            parameters (an update pass), and given back. One micro-batch per step.
 //   offload_param cpu (stage 3): the compute-dtype parameter partitions (frozen LoRA base
 //            weights included) live in host memory; a unit's slice is copied to the device
 //            when the unit is gathered, so the device holds only the gathered units.
@@ -31,7 +39,9 @@
 #include "comm/communicator.h"
 #include "model/causal_lm.h"
 #include "model/param_store.h"
-#include "train/train_config.h"
+#include "optim/optimizer.h"
+#include "optim/optimizer_config.h"
+#include "zero/zero_config.h"
 
 namespace zt {
 
@@ -43,7 +53,7 @@ struct ZeroMemory {
   int64_t gradients = 0;           // device: gradient buffers (full for 0/1 and for one rank; partition + one
                                    // bucket for 2/3)
   int64_t master_params = 0;       // fp32 master partition (host when offloaded)
-  int64_t optimizer_state = 0;     // Adam moments (host when offloaded)
+  int64_t optimizer_state = 0;     // the optimizer's state buffers (host when offloaded)
   int64_t host_bytes = 0;          // host memory: offloaded master, optimizer state and gradient copy
                                    // (part of the above), and offload_param's parameter partitions
   int64_t staging = 0;             // bucket staging buffers
@@ -60,7 +70,7 @@ struct ZeroCommPlan {
 // parameters unit by unit (so they are loaded unit by unit too), stages 2/3 on several ranks keep
 // only the gradients in flight. The trainer builds the store with it and then calls
 // ParamStore::commit_unit_params, loads the unit and init_unit_from_store, unit after unit.
-StoreResidency zero_store_residency(const ZeroConfig& zero, int world);
+StoreResidency zero_store_residency(const ZeroConfig& zero, int world, bool fused_optimizer = false);
 
 class ZeroEngine final : public UnitHooks {
  public:
@@ -96,10 +106,17 @@ class ZeroEngine final : public UnitHooks {
   void reduce_gradients();
   double gradient_norm();      // global L2 norm of the (reduced, still loss-scaled) gradients
   bool gradients_overflow();   // any inf/NaN in any rank's gradients (the fp16 overflow check)
-  // Divides the gradients by grad_divisor (loss scale x clip coefficient), runs AdamW on this
-  // rank's partitions and makes the compute parameters current (all-gather for stages 1/2,
-  // invalidation for 3).
-  void apply_update(double lr, float grad_divisor, int64_t update_number);
+  // Divides the gradients by step.grad_divisor (loss scale x clip coefficient), runs the
+  // optimizer on this rank's partitions and makes the compute parameters current (all-gather for
+  // stages 1/2, invalidation for 3).
+  void apply_update(const OptimizerStep& step);
+  const Optimizer& optimizer() const { return *optimizer_; }
+
+  // A fused optimizer's backward passes (between begin_step and reduce_gradients): a norm pass
+  // reduces and measures each unit's gradient (gradient_norm, gradients_overflow read the result);
+  // an update pass does that and applies `step` to the unit, so the step's scalars must be known.
+  void begin_norm_pass();
+  void begin_update_pass(const OptimizerStep& step);
 
   // Makes every parameter of the store current and resident (stage 3: gathers all units),
   // e.g. before writing the final weights.
@@ -116,7 +133,8 @@ class ZeroEngine final : public UnitHooks {
   // compute parameters current again.
   struct PartitionViews {
     ParamGroup group;
-    Tensor master, exp_avg, exp_avg_sq;  // fp32 [P]
+    Tensor master;               // fp32 [P]
+    std::vector<Tensor> state;   // fp32 [P] each, named optimizer().state_names()
   };
   std::vector<PartitionViews> partition_views();
   int partition_count() const { return stage_ == 0 ? 1 : world_; }
@@ -168,20 +186,30 @@ class ZeroEngine final : public UnitHooks {
   Tensor gradient_view(ParamGroup group);  // the reduced gradients this rank updates from
   std::vector<Tensor> gradient_views();    // the non-empty ones of every trainable group
   void finish_partition_slices(GroupState& s, const std::vector<UnitRange>& units);
+  void fused_unit_ready(int unit);  // a fused optimizer's work on a unit whose gradient is complete
+  void refresh_unit_params(int unit);  // after a fused update: the unit's compute parameters
 
   Backend& backend_;
   Communicator& comm_;
   ParamStore& store_;
   ZeroConfig zero_;
-  OptimizerConfig optimizer_;
+  std::unique_ptr<Optimizer> optimizer_;
   int stage_ = 0;
   int world_ = 1;
   int rank_ = 0;
   bool offload_ = false;        // offload_optimizer cpu
   bool offload_param_ = false;  // offload_param cpu (stage 3): compute partitions in host memory
+  bool fused_ = false;          // the optimizer updates inside backward (LOMO)
+  bool grads_in_flight_ = false;  // no resident gradient buffer: units' ranges committed as backward writes them
+  enum class FusedPass { None, Norm, Update };
+  FusedPass fused_pass_ = FusedPass::None;
+  OptimizerStep fused_step_;
+  double fused_squares_ = 0.0;    // this rank's sum of squares of the reduced gradients of the pass
+  bool fused_overflow_ = false;   // an inf/NaN among them
+  Buffer fused_scratch_;          // fp32 [largest unit slice]: a unit's reduce-scatter output
   DType compute_dtype_ = DType::F32;
   bool rounds_ = false;  // compute dtype bf16/fp16
-  std::unique_ptr<Backend> host_;        // offload_optimizer: the host memory and CPU Adam
+  std::unique_ptr<Backend> host_;        // offload_optimizer: the host memory and the host update
   std::unique_ptr<Backend> param_host_;  // offload_param: host memory of the parameter partitions
   std::vector<std::unique_ptr<GroupState>> groups_;  // [kParamGroups]
   std::vector<UnitState> units_;

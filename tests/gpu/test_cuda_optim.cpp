@@ -1,4 +1,8 @@
-// GPU tests of the CUDA backend's AdamW against the CPU backend over several steps: weight
+// GPU tests of the CUDA backend's optimizer ops against the CPU backend over several steps.
+// SGD: plain, momentum with dampening and weight decay, Nesterov (the first step copies the
+// gradient into the buffer). LAMB's per-element pass: both eps placements, the update written
+// over the gradient as the optimizer runs it. Same bounds as AdamW's below.
+// AdamW against the CPU backend over several steps: weight
 // decay, both forms of torch's lerp (1 - beta1 below and above 0.5), with and without bias
 // correction. Bound: 1e-6 relative (an ulp or so: the CPU build may fuse multiply-adds, the
 // kernel rounds every operation as written), plus an absolute floor of about an ulp of the
@@ -49,6 +53,64 @@ BOOST_AUTO_TEST_CASE(adamw_matches_the_cpu_over_steps) {
     zt::test::check_close(download(m_d), m, 1e-6, 1e-8, what + " exp_avg");
     zt::test::check_close(download(v_d), v, 1e-6, 0.0, what + " exp_avg_sq");
   }
+}
+
+BOOST_AUTO_TEST_CASE(sgd_matches_the_cpu_over_steps) {
+  const int64_t n = 10007;
+  const SgdParams settings[] = {{1e-2, 0.0, 0.0, 0.0, false, true},
+                                {5e-2, 0.9, 0.1, 0.01, false, true},
+                                {2e-1, 0.8, 0.0, 0.05, true, true}};
+  uint32_t seed = 100;
+  for (const SgdParams& setting : settings) {
+    std::vector<float> param = random_floats(n, seed++), buffer(n, 0.0f);
+    DeviceTensor param_d = upload(param, DType::F32, {n}), buffer_d = upload(buffer, DType::F32, {n});
+    const bool momentum = setting.momentum != 0.0;
+    for (int64_t step = 1; step <= 4; ++step) {
+      std::vector<float> grad = random_floats(n, seed++, -0.1f, 0.1f);
+      DeviceTensor grad_d = upload(grad, DType::F32, {n});
+      SgdParams params = setting;
+      params.first_step = step == 1;
+      cpu().sgd(view(param, {n}), view(grad, {n}), momentum ? view(buffer, {n}) : Tensor(), params);
+      gpu().sgd(param_d, grad_d, momentum ? Tensor(buffer_d) : Tensor(), params);
+    }
+    const std::string what = cat("sgd momentum ", setting.momentum, " nesterov ", setting.nesterov);
+    zt::test::check_close(download(param_d), param, 1e-6, 1e-7, what + " param");
+    // The buffer cancels (momentum b + (1 - dampening) d with opposite signs) and the CPU loop may
+    // fuse its multiply-adds: a floor of a few ulps of the products' size (~0.1: 7.5e-9 each).
+    if (momentum) zt::test::check_close(download(buffer_d), buffer, 1e-6, 1e-7, what + " momentum_buffer");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(lamb_direction_matches_the_cpu_over_steps) {
+  const int64_t n = 10007;
+  uint32_t seed = 200;
+  for (const bool inside : {false, true}) {
+    std::vector<float> param = random_floats(n, seed++), m(n, 0.0f), v(n, 0.0f), update;
+    DeviceTensor param_d = upload(param, DType::F32, {n});
+    DeviceTensor m_d = upload(m, DType::F32, {n}), v_d = upload(v, DType::F32, {n});
+    LambParams params;
+    params.beta2 = 0.95;
+    params.weight_decay = 0.01;
+    params.eps_inside_sqrt = inside;
+    DeviceTensor update_d = upload(std::vector<float>(n, 0.0f), DType::F32, {n});
+    for (int64_t step = 1; step <= 4; ++step) {
+      update = random_floats(n, seed++, -0.1f, 0.1f);  // the gradient, overwritten by the update
+      update_d = upload(update, DType::F32, {n});
+      cpu().lamb_direction(view(update, {n}), view(param, {n}), view(update, {n}), view(m, {n}), view(v, {n}), params);
+      gpu().lamb_direction(update_d, param_d, update_d, m_d, v_d, params);
+    }
+    const std::string what = cat("lamb_direction eps inside sqrt ", inside);
+    zt::test::check_close(download(update_d), update, 1e-6, 1e-7, what + " update");
+    zt::test::check_close(download(m_d), m, 1e-6, 1e-8, what + " exp_avg");
+    zt::test::check_close(download(v_d), v, 1e-6, 0.0, what + " exp_avg_sq");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(sgd_wants_a_momentum_buffer_with_momentum) {
+  DeviceTensor full = device_tensor(DType::F32, {8});
+  SgdParams params;
+  params.momentum = 0.9;
+  zt::test::check_error_mentions([&] { gpu().sgd(full, full, Tensor(), params); }, {"sgd", "momentum_buffer"});
 }
 
 BOOST_AUTO_TEST_CASE(adamw_wants_fp32_buffers) {

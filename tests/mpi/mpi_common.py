@@ -76,10 +76,13 @@ def hf_config(model_dir):
     return oracle_common.transformers.AutoConfig.from_pretrained(model_dir)
 
 
-def write_ds_config(path, train_batch_size, micro_batch, zero):
-    """DeepSpeed JSON: the tour's optimizer and schedule, a fixed global batch, `zero`."""
+def write_ds_config(path, train_batch_size, micro_batch, zero, optimizer=None):
+    """DeepSpeed JSON: the tour's optimizer (or `optimizer`) and schedule, a fixed global batch,
+    `zero`."""
     with open(os.path.join(REPO, "data", "tiny-llama", "ds_config.json")) as stream:
         config = json.load(stream)
+    if optimizer:
+        config["optimizer"] = optimizer
     config.pop("gradient_accumulation_steps", None)
     config["train_batch_size"] = train_batch_size
     config["train_micro_batch_size_per_gpu"] = micro_batch

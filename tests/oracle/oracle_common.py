@@ -723,12 +723,16 @@ TRAJECTORY_LR_REL = 1e-9
 
 
 def reference_trajectory(model, samples, steps, lrs, betas, eps, weight_decay, clip,
-                         micro_batch_size, accumulation):
-    """torch AdamW on the micro-batches zerotune uses; returns per update (loss, grad_norm,
-    clipped). Gradients are clipped the DeepSpeed way before the update."""
+                         micro_batch_size, accumulation, make_optimizer=None):
+    """torch AdamW (or make_optimizer(parameter groups, lr)) on the micro-batches zerotune uses;
+    returns per update (loss, grad_norm, clipped). Gradients are clipped the DeepSpeed way
+    before the update."""
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(decay_parameter_groups(model, weight_decay), lr=lrs[0],
-                                  betas=betas, eps=eps)
+    groups = decay_parameter_groups(model, weight_decay)
+    if make_optimizer is None:
+        optimizer = torch.optim.AdamW(groups, lr=lrs[0], betas=betas, eps=eps)
+    else:
+        optimizer = make_optimizer(groups, lrs[0])
     history = []
     for step in range(steps):
         for group in optimizer.param_groups:

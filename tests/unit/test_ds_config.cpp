@@ -271,7 +271,7 @@ BOOST_AUTO_TEST_CASE(edit_distance) {
 }
 
 BOOST_AUTO_TEST_CASE(unsupported_optimizers_and_schedules) {
-  for (const char* type : {"OneBitAdam", "Lamb", "SGD", "Lion", "ZeroOneAdam", "RMSprop"})
+  for (const char* type : {"OneBitAdam", "OneBitLamb", "Lion", "ZeroOneAdam", "RMSprop"})
     check_translate_error(optimizer_of_type(type), std::string("ds_config.json: optimizer type ") + type +
                                               " is not supported (yet)");
   check_translate_error(R"({"scheduler": {"type": "OneCycle", "params": {}}})",
@@ -285,6 +285,38 @@ BOOST_AUTO_TEST_CASE(unsupported_optimizers_and_schedules) {
                         "optimizer.params.amsgrad true is not supported (only false)");
   check_translate_error(R"({"optimizer": {"type": "AdamW", "params": {"bias_correction": false}}})",
                         "optimizer.params.bias_correction false is not supported (only true)");
+}
+
+BOOST_AUTO_TEST_CASE(sgd_and_lamb) {
+  // torch.optim.SGD by its class name, with torch's defaults for what is not given.
+  const TrainConfig sgd = translate(
+      R"({"optimizer": {"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9, "nesterov": true, "weight_decay": 0.01}}})");
+  BOOST_CHECK_EQUAL(sgd.optimizer.type, "sgd");
+  BOOST_CHECK_EQUAL(sgd.optimizer.lr, 0.1);
+  BOOST_CHECK_EQUAL(sgd.optimizer.momentum, 0.9);
+  BOOST_CHECK_EQUAL(sgd.optimizer.dampening, 0.0);
+  BOOST_CHECK(sgd.optimizer.nesterov);
+  BOOST_CHECK_EQUAL(sgd.optimizer.weight_decay, 0.01);
+  BOOST_CHECK_EQUAL(translate(R"({"optimizer": {"type": "SGD"}})").optimizer.weight_decay, 0.0);
+  check_translate_error(R"({"optimizer": {"type": "SGD", "params": {"nesterov": true}}})",
+                        "SGD with nesterov needs momentum > 0 and dampening 0");
+  check_translate_error(R"({"optimizer": {"type": "SGD", "params": {"momentun": 0.9}}})",
+                        "unknown DeepSpeed key 'optimizer.params.momentun' (did you mean 'optimizer.params.momentum'?)");
+  check_translate_error(R"({"optimizer": {"type": "SGD", "params": {"momentum": -1}}})", "optimizer.params.momentum");
+  // DeepSpeed's "Lamb" (any case) is FusedLamb with its defaults.
+  const TrainConfig lamb = translate(R"({"optimizer": {"type": "LAMB", "params": {"lr": 0.002, "max_coeff": 3.0}}})");
+  BOOST_CHECK_EQUAL(lamb.optimizer.type, "lamb");
+  BOOST_CHECK_EQUAL(lamb.optimizer.max_coeff, 3.0);
+  BOOST_CHECK_EQUAL(lamb.optimizer.min_coeff, 0.01);
+  BOOST_CHECK(lamb.optimizer.bias_correction);
+  BOOST_CHECK(!lamb.optimizer.eps_inside_sqrt);
+  BOOST_CHECK(!translate(R"({"optimizer": {"type": "Lamb", "params": {"bias_correction": false}}})")
+                   .optimizer.bias_correction);
+  check_translate_error(R"({"optimizer": {"type": "Lamb", "params": {"min_coeff": 5.0, "max_coeff": 1.0}}})",
+                        "min_coeff 5 and max_coeff 1 must satisfy 0 < min_coeff <= max_coeff");
+  check_translate_error(R"({"optimizer": {"type": "Lamb", "params": {"amsgrad": true}}})", "FusedLamb has no AMSGrad");
+  check_translate_error(R"({"optimizer": {"type": "Lamb", "params": {"max_grad_norm": 1.0}}})",
+                        "optimizer.params.max_grad_norm is not supported");
 }
 
 BOOST_AUTO_TEST_CASE(adam_flavours) {

@@ -240,6 +240,16 @@ void CpuBackend::scale(Tensor dst, float factor) {
   stage.write_back();
 }
 
+void CpuBackend::clamp(Tensor x, float lo, float hi) {
+  ZT_CHECK(lo <= hi, "clamp: lo ", lo, " > hi ", hi);
+  Fp32Staging stage("clamp");
+  float* data = stage.update("x", x).f32();
+  const int64_t n = x.numel();
+#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+  for (int64_t i = 0; i < n; ++i) data[i] = data[i] < lo ? lo : data[i] > hi ? hi : data[i];  // NaN compares false: kept
+  stage.write_back();
+}
+
 double CpuBackend::sum_squares(Tensor x) {
   Fp32Staging stage("sum_squares");
   return chunked_sum_squares(stage.read("x", x).f32(), x.numel());

@@ -80,6 +80,7 @@ class CpuBackend final : public Backend {
 
   void accumulate(Tensor dst, Tensor src, float scale) override;
   void scale(Tensor dst, float factor) override;
+  void clamp(Tensor x, float lo, float hi) override;
   double sum_squares(Tensor x) override;
   bool has_inf_or_nan(Tensor x) override;
 
@@ -120,6 +121,9 @@ class CpuBackend final : public Backend {
 
   void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
              const AdamWParams& params) override;
+  void sgd(Tensor param, Tensor grad, Tensor momentum_buffer, const SgdParams& params) override;
+  void lamb_direction(Tensor update, Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
+                      const LambParams& params) override;
 
  private:
   HostAllocator allocator_;

@@ -137,6 +137,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   void accumulate(Tensor dst, Tensor src, float scale) override;
   void scale(Tensor dst, float factor) override;
+  void clamp(Tensor x, float lo, float hi) override;
   double sum_squares(Tensor x) override;
   bool has_inf_or_nan(Tensor x) override;
   // One kernel per tensor into one scratch buffer, one download for all (cuda_reductions.cu).
@@ -183,6 +184,9 @@ class CudaBackendImpl final : public CudaBackend {
 
   void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
              const AdamWParams& params) override;
+  void sgd(Tensor param, Tensor grad, Tensor momentum_buffer, const SgdParams& params) override;
+  void lamb_direction(Tensor update, Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
+                      const LambParams& params) override;
 
   // ---- for the op files -----------------------------------------------------------------
   cudaStream_t stream() const { return stream_; }

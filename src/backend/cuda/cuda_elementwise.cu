@@ -36,6 +36,17 @@ __global__ void scale_kernel(typename Format::Storage* x, int64_t n, float facto
   });
 }
 
+template <class Format>
+__global__ void clamp_kernel(typename Format::Storage* x, int64_t n, float lo, float hi) {
+  for_each_vector(n, [&](int64_t first) {
+    float values[kVector];
+    load8<Format>(x, first, n, values);
+#pragma unroll
+    for (int k = 0; k < kVector; ++k) values[k] = values[k] < lo ? lo : values[k] > hi ? hi : values[k];  // NaN kept
+    store8<Format>(x, first, n, values);
+  });
+}
+
 // y[N,C] += bias[C] (y flattened to n = N*C elements).
 template <class Format>
 __global__ void add_bias_kernel(typename Format::Storage* y, FloatArg bias, int64_t n,
@@ -211,6 +222,18 @@ void CudaBackendImpl::scale(Tensor dst, float factor) {
     launch({grid_for(vectors_of(n)), kThreads, 0, stream_}, scale_kernel<Format>, data_of<Format>(dst), n,
                                                                              factor);
     ZT_CUDA_CHECK_LAUNCH("scale_kernel");
+  });
+}
+
+void CudaBackendImpl::clamp(Tensor x, float lo, float hi) {
+  expect_device_float("clamp", "x", x);
+  ZT_CHECK(lo <= hi, "clamp: lo ", lo, " > hi ", hi);
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  dispatch_float(x.dtype, "clamp", "x", [&](auto format) {
+    using Format = decltype(format);
+    launch({grid_for(vectors_of(n)), kThreads, 0, stream_}, clamp_kernel<Format>, data_of<Format>(x), n, lo, hi);
+    ZT_CUDA_CHECK_LAUNCH("clamp_kernel");
   });
 }
 

@@ -1,4 +1,4 @@
-// The CUDA backend's AdamW update: one fused pass over fp32 param, grad, exp_avg, exp_avg_sq,
+// The CUDA backend's optimizer ops: AdamW, one fused pass over fp32 param, grad, exp_avg, exp_avg_sq,
 // with the CPU backend's operation order (torch.optim.AdamW's single-tensor path). Explicit
 // round-to-nearest intrinsics keep the compiler from fusing multiply-adds, so each operation
 // rounds as written whatever the compiler does (the CPU build may fuse some: the two backends
@@ -80,6 +80,118 @@ void CudaBackendImpl::adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor ex
   launch({grid_for(vectors_of(n)), kThreads, 0, stream_}, adamw_kernel,
       param.f32(), grad.f32(), exp_avg.f32(), exp_avg_sq.f32(), n, scalars);
   ZT_CUDA_CHECK_LAUNCH("adamw_kernel");
+}
+
+}  // namespace zt::cuda
+
+// ---- SGD and LAMB's per-element pass ------------------------------------------------------------
+
+namespace zt::cuda {
+
+namespace {
+
+struct SgdScalars {
+  float lr, weight_decay, momentum, one_minus_dampening;
+  bool has_momentum, first_step, nesterov;
+};
+
+__global__ void sgd_kernel(float* param, const float* grad, float* buffer, int64_t n, SgdScalars s) {
+  for_each_vector(n, [&](int64_t first) {
+    float p[kVector], g[kVector], b[kVector] = {};  // b: read only with momentum after the first step
+    load8<Fp32Format>(param, first, n, p);
+    load8<Fp32Format>(grad, first, n, g);
+    if (s.has_momentum && !s.first_step) load8<Fp32Format>(buffer, first, n, b);
+#pragma unroll
+    for (int k = 0; k < kVector; ++k) {
+      float d = s.weight_decay != 0.0f ? __fadd_rn(g[k], __fmul_rn(s.weight_decay, p[k])) : g[k];
+      if (s.has_momentum) {
+        b[k] = s.first_step ? d : __fadd_rn(__fmul_rn(b[k], s.momentum), __fmul_rn(s.one_minus_dampening, d));
+        d = s.nesterov ? __fadd_rn(d, __fmul_rn(s.momentum, b[k])) : b[k];
+      }
+      p[k] = __fsub_rn(p[k], __fmul_rn(s.lr, d));
+    }
+    store8<Fp32Format>(param, first, n, p);
+    if (s.has_momentum) store8<Fp32Format>(buffer, first, n, b);
+  });
+}
+
+struct LambScalars {
+  float beta1, one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay;
+  bool eps_inside_sqrt;
+};
+
+__global__ void lamb_direction_kernel(float* update, const float* param, const float* grad, float* exp_avg,
+                                      float* exp_avg_sq, int64_t n, LambScalars s) {
+  for_each_vector(n, [&](int64_t first) {
+    float p[kVector], g[kVector], m[kVector], v[kVector], u[kVector];
+    load8<Fp32Format>(param, first, n, p);
+    load8<Fp32Format>(grad, first, n, g);
+    load8<Fp32Format>(exp_avg, first, n, m);
+    load8<Fp32Format>(exp_avg_sq, first, n, v);
+#pragma unroll
+    for (int k = 0; k < kVector; ++k) {
+      m[k] = __fadd_rn(__fmul_rn(s.beta1, m[k]), __fmul_rn(s.one_minus_beta1, g[k]));
+      v[k] = __fadd_rn(__fmul_rn(s.beta2, v[k]), __fmul_rn(__fmul_rn(s.one_minus_beta2, g[k]), g[k]));
+      const float denom = s.eps_inside_sqrt ? __fsqrt_rn(__fadd_rn(v[k], s.eps)) : __fadd_rn(__fsqrt_rn(v[k]), s.eps);
+      u[k] = __fadd_rn(__fdiv_rn(m[k], denom), __fmul_rn(s.weight_decay, p[k]));
+    }
+    store8<Fp32Format>(exp_avg, first, n, m);
+    store8<Fp32Format>(exp_avg_sq, first, n, v);
+    store8<Fp32Format>(update, first, n, u);  // after every load: update may alias grad
+  });
+}
+
+}  // namespace
+
+void CudaBackendImpl::sgd(Tensor param, Tensor grad, Tensor momentum_buffer, const SgdParams& params) {
+  const char* op = "sgd";
+  expect_device(op, "param", param, DType::F32);
+  expect_device(op, "grad", grad, DType::F32);
+  const int64_t n = param.numel();
+  expect_numel(op, "grad", grad, n, "the elements of param");
+  SgdScalars scalars;
+  scalars.has_momentum = params.momentum != 0.0;
+  if (scalars.has_momentum) {
+    expect_device(op, "momentum_buffer", momentum_buffer, DType::F32);
+    expect_numel(op, "momentum_buffer", momentum_buffer, n, "the elements of param");
+  }
+  if (n == 0) return;
+  scalars.lr = static_cast<float>(params.lr);
+  scalars.weight_decay = static_cast<float>(params.weight_decay);
+  scalars.momentum = static_cast<float>(params.momentum);
+  scalars.one_minus_dampening = static_cast<float>(1.0 - params.dampening);
+  scalars.first_step = params.first_step;
+  scalars.nesterov = params.nesterov;
+  launch({grid_for(vectors_of(n)), kThreads, 0, stream_}, sgd_kernel, param.f32(), grad.f32(),
+         scalars.has_momentum ? momentum_buffer.f32() : nullptr, n, scalars);
+  ZT_CUDA_CHECK_LAUNCH("sgd_kernel");
+}
+
+void CudaBackendImpl::lamb_direction(Tensor update, Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
+                                     const LambParams& params) {
+  const char* op = "lamb_direction";
+  expect_device(op, "update", update, DType::F32);
+  expect_device(op, "param", param, DType::F32);
+  expect_device(op, "grad", grad, DType::F32);
+  expect_device(op, "exp_avg", exp_avg, DType::F32);
+  expect_device(op, "exp_avg_sq", exp_avg_sq, DType::F32);
+  const int64_t n = param.numel();
+  expect_numel(op, "update", update, n, "the elements of param");
+  expect_numel(op, "grad", grad, n, "the elements of param");
+  expect_numel(op, "exp_avg", exp_avg, n, "the elements of param");
+  expect_numel(op, "exp_avg_sq", exp_avg_sq, n, "the elements of param");
+  if (n == 0) return;
+  LambScalars scalars;
+  scalars.beta1 = static_cast<float>(params.beta1);
+  scalars.one_minus_beta1 = static_cast<float>(1.0 - params.beta1);
+  scalars.beta2 = static_cast<float>(params.beta2);
+  scalars.one_minus_beta2 = static_cast<float>(1.0 - params.beta2);
+  scalars.eps = static_cast<float>(params.eps);
+  scalars.weight_decay = static_cast<float>(params.weight_decay);
+  scalars.eps_inside_sqrt = params.eps_inside_sqrt;
+  launch({grid_for(vectors_of(n)), kThreads, 0, stream_}, lamb_direction_kernel, update.f32(), param.f32(), grad.f32(),
+         exp_avg.f32(), exp_avg_sq.f32(), n, scalars);
+  ZT_CUDA_CHECK_LAUNCH("lamb_direction_kernel");
 }
 
 }  // namespace zt::cuda

@@ -1,0 +1,79 @@
+// The optimizer seam: what an optimizer is to the ZeRO engine, the checkpoints and the trainer.
+//
+// An optimizer names its state buffers (fp32, one element per trainable element of the
+// partition, zero at the start); the engine allocates, partitions, offloads and checkpoints them
+// by those names, so an optimizer never sees ranks, stages or host/device placement. Its update
+// is an ordinary backend op sequence over one contiguous piece of a partition (ggml's optimizer
+// step: its parameters are passed in), run on the device or, with ZeRO-Offload, on the host
+// backend. The step's scalars (lr, divisor, update number) are known when the step starts, so an
+// optimizer that fuses its update into backward (LOMO) has them there.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "optim/optimizer_config.h"
+
+namespace zt {
+
+// The scalars of one optimizer step.
+struct OptimizerStep {
+  double lr = 0.0;
+  float grad_divisor = 1.0f;  // the engine divides the gradients by it first: loss scale x clip coefficient
+  int64_t update_number = 1;  // 1 for the first applied update (bias corrections, SGD's first momentum)
+  float clip_coefficient = 1.0f;  // the global-norm clipping part of grad_divisor (>= 1)
+};
+
+// A parameter tensor's elements inside a piece (per-tensor optimizers: LAMB's trust ratio).
+// On ZeRO partitions a tensor may be split over ranks: each rank sees its slice.
+struct TensorSlice {
+  int64_t begin = 0;  // within the piece
+  int64_t numel = 0;
+};
+
+// One contiguous piece of a trainable group on this rank, updated in place.
+struct OptimizerPiece {
+  bool decay = false;          // the group takes weight decay (linear and embedding weights)
+  Tensor param;                // fp32 [n] master weights
+  Tensor grad;                 // fp32 [n] reduced gradients, already divided by grad_divisor; the
+                               // optimizer may overwrite them (scratch)
+  std::vector<Tensor> state;   // fp32 [n] each, in state_names() order
+  // Only for needs_tensor_slices(): the parameter tensors of the piece, and a collective that
+  // sums per-tensor partial values over the ranks holding slices of the same tensors (every rank
+  // calls update on the same pieces in the same order; identity when a rank holds them whole).
+  std::vector<TensorSlice> tensors;
+  std::function<void(std::span<double>)> sum_over_ranks;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // As run.json, checkpoints and messages name it: "adamw", "sgd", "lamb", ...
+  virtual std::string name() const = 0;
+  // The state buffers per trainable element, e.g. {"exp_avg", "exp_avg_sq"}; checkpoints store
+  // them as datasets of these names.
+  virtual std::vector<std::string> state_names() const = 0;
+  // Whether the update needs the piece's parameter tensors (OptimizerPiece::tensors).
+  virtual bool needs_tensor_slices() const { return false; }
+  // Whether the update runs inside backward, unit by unit as each unit's gradient is reduced,
+  // with no gradient buffer beyond the unit in flight (LOMO). The step's scalars are then given
+  // before backward; clipping by the global norm needs a first backward that only measures it.
+  virtual bool fuses_into_backward() const { return false; }
+  // About how many FLOPs the update does per element (the profiler's optimizer row).
+  virtual double flops_per_element() const = 0;
+  // One update of `piece` on `backend` (where its buffers live).
+  virtual void update(Backend& backend, OptimizerPiece& piece, const OptimizerStep& step) const = 0;
+};
+
+// The optimizer a config names; a clear error for a type zerotune does not implement or for
+// hyper-parameters it cannot take.
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config);
+
+// The types make_optimizer accepts, in the order messages list them.
+const std::vector<std::string>& optimizer_types();
+
+}  // namespace zt

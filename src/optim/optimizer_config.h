@@ -1,0 +1,36 @@
+// OptimizerConfig: the optimizer a run uses and its hyper-parameters (DeepSpeed's "optimizer"
+// section, translated by train/ds_config; flags override it). optim/optimizer.h builds the
+// optimizer from it.
+#pragma once
+#include <string>
+
+namespace zt {
+
+struct OptimizerConfig {
+  // adamw (DeepSpeed "Adam"/"AdamW" both map here, see ds_config) | sgd (torch.optim.SGD) |
+  // lamb (DeepSpeed "Lamb": FusedLamb) | lomo (LOMO: SGD fused into backward)
+  std::string type = "adamw";
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  // false: DeepSpeed "Adam" with adam_w_mode=false, i.e. L2-regularised Adam. ds_config accepts
+  // it only with weight_decay 0, where it is the same update as AdamW; the optimizer must
+  // refuse adam_w_mode=false with a non-zero weight_decay (e.g. one set later by --weight-decay).
+  bool adam_w_mode = true;
+  // SGD (torch.optim.SGD's defaults)
+  double momentum = 0.0;
+  double dampening = 0.0;
+  bool nesterov = false;
+  // Lamb (DeepSpeed FusedLamb's defaults); also its betas, eps and weight_decay above
+  bool bias_correction = true;   // FusedLamb: the step size lr sqrt(1 - b2^t) / (1 - b1^t)
+  bool eps_inside_sqrt = false;  // denominator sqrt(v + eps) instead of sqrt(v) + eps
+  double max_coeff = 10.0;       // the trust ratio's clamp
+  double min_coeff = 0.01;
+  // LOMO (OpenLMLab's lomo_optim.Lomo): its lr and weight_decay above, plus gradient value
+  // clipping (0: off). Its clip_grad_norm is the run's gradient_clipping.
+  double clip_grad_value = 0.0;
+};
+
+}  // namespace zt

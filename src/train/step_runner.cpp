@@ -1,0 +1,180 @@
+// StepRunner (see step_runner.h).
+#include "train/step_runner.h"
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "core/fault_injection.h"
+#include "model/safetensors.h"
+#include "optim/grad_clip.h"
+#include "optim/lr_schedule.h"
+
+namespace zt {
+
+namespace {
+
+// A host copy of a tensor that may live on a device.
+std::vector<float> host_copy(Backend& backend, Tensor tensor) {
+  std::vector<float> host(static_cast<size_t>(tensor.numel()));
+  backend.copy(Tensor(host.data(), DType::F32, {tensor.numel()}), tensor.reshaped({tensor.numel()}));
+  return host;
+}
+
+// --dump-step0: logits of micro-batch 0, the step-0 loss and every trainable gradient.
+void write_step0_dump(const std::string& path, const std::vector<float>& logits, int64_t batch, int64_t seq,
+                      int64_t vocab, double loss, const ParamStore& store, Backend& backend) {
+  const float loss_value = static_cast<float>(loss);
+  std::vector<std::vector<float>> grads;  // host copies
+  std::vector<SafetensorsEntry> entries;
+  entries.push_back({"logits", {batch, seq, vocab}, logits.data(), DType::F32, DType::F32});
+  entries.push_back({"loss", {1}, &loss_value, DType::F32, DType::F32});
+  for (const ParamEntry& entry : store.entries()) {
+    if (entry.group == ParamGroup::Frozen) continue;
+    grads.push_back(host_copy(backend, store.grad(entry.spec.name)));
+    entries.push_back({"grad." + entry.spec.name, entry.spec.shape, grads.back().data(), DType::F32, DType::F32});
+  }
+  write_safetensors(path, entries);
+}
+
+}  // namespace
+
+StepRunner::StepRunner(const TrainConfig& config, CausalLM& model, ZeroEngine& engine, ParamStore& store,
+                       Backend& backend, Communicator& comm, Communicator& control, DynamicLossScaler* scaler,
+                       int64_t vocab_size)
+    : config_(config), model_(model), engine_(engine), store_(store), backend_(backend), comm_(comm), control_(control),
+      scaler_(scaler), vocab_size_(vocab_size), step_loss_sum_(backend, sizeof(double)) {}
+
+StepOutcome StepRunner::run(int64_t step, int64_t updates_done, StepBatches& batches,
+                            const std::vector<StepInstruction>& schedule, StepProfiler* profiler) {
+  StepOutcome outcome;
+  int64_t local_targets = 0;
+  for (const MicroBatch& micro : batches.micro) local_targets += micro.target_tokens;
+  outcome.target_tokens = static_cast<int64_t>(comm_.all_reduce_sum(static_cast<double>(local_targets)));
+  // The backward seed: 1 / target tokens (the loss contract), times the fp16 loss scale.
+  outcome.loss_scale = scaler_ ? scaler_->scale() : 1.0f;
+  grad_scale_ = outcome.target_tokens > 0 ? outcome.loss_scale / static_cast<float>(outcome.target_tokens) : 0.0f;
+  dropout_ = DropoutContext{config_.seed, static_cast<uint32_t>(step), Tensor()};
+  for (double& sum : sums_) sum = 0.0;
+  reduced_ = norm_measured_ = false;
+  backend_.copy(step_loss_sum_.view(DType::F64, {1}), Tensor(&sums_[0], DType::F64, {1}));  // = 0
+  engine_.begin_step();
+  const int64_t last_micro = static_cast<int64_t>(batches.micro.size()) - 1;
+  for (const StepInstruction& instruction : schedule) {
+    switch (instruction.op) {
+      case StepOp::Forward: forward(step, instruction.micro, batches, instruction.micro == last_micro); break;
+      case StepOp::Backward: backward(step, instruction.micro, batches); break;
+      case StepOp::ReduceGradients: reduce(step, outcome); break;
+      case StepOp::Update: update(updates_done, outcome, profiler); break;
+      case StepOp::BeginNormPass: begin_norm_pass(); break;
+      case StepOp::BeginUpdatePass:
+        if (!begin_update_pass(updates_done, outcome)) return outcome;  // skipped: no update pass
+        break;
+      case StepOp::FinishFusedUpdate: finish_fused_update(outcome); break;
+    }
+  }
+  return outcome;
+}
+
+void StepRunner::forward(int64_t step, int64_t micro, StepBatches& batches, bool last) {
+  ZT_CHECK(micro >= 0 && micro < static_cast<int64_t>(batches.micro.size()), "step schedule: micro-batch ", micro,
+           " of ", batches.micro.size());
+  batch_ = batch_views(batches.micro[static_cast<size_t>(micro)], backend_, device_batch_);
+  dropout_.row_ids = batch_.row_ids;
+  engine_.begin_micro_batch(last);
+  Tensor logits = model_.forward(batch_, dropout_);
+  if (step == 0 && micro == 0 && !config_.dump_step0_path.empty()) {
+    step0_logits_ = host_copy(backend_, logits);
+    step0_batch_ = batch_.batch;
+    step0_seq_ = batch_.seq;
+  }
+}
+
+void StepRunner::backward(int64_t step, int64_t micro, StepBatches& batches) {
+  fault_point("step", step + 1);
+  model_.backward(batch_, grad_scale_, dropout_, step_loss_sum_.view(DType::F64, {1}));
+  engine_.end_micro_batch();
+  if (reduced_) return;  // a fused optimizer's second pass over the same micro-batch
+  sums_[1] += static_cast<double>(batches.micro[static_cast<size_t>(micro)].real_tokens);
+  sums_[2] += static_cast<double>(batch_.batch * batch_.seq);
+  sums_[3] += 2.0 * model_.forward_flops(batch_.batch, batch_.seq) + model_.trainable_weight_flops(batch_.batch, batch_.seq);
+}
+
+void StepRunner::reduce(int64_t step, StepOutcome& outcome) {
+  reduced_ = true;
+  backend_.copy(Tensor(&sums_[0], DType::F64, {1}), step_loss_sum_.view(DType::F64, {1}));  // the step's one read
+  comm_.all_reduce_scalars(sums_);
+  outcome.loss = outcome.target_tokens > 0 ? sums_[0] / static_cast<double>(outcome.target_tokens) : 0.0;
+  outcome.real_tokens = sums_[1];
+  outcome.padded_tokens = sums_[2];
+  outcome.flops = sums_[3];
+  if (step == 0 && !config_.dump_step0_path.empty())
+    write_step0_dump(config_.dump_step0_path, step0_logits_, step0_batch_, step0_seq_, vocab_size_, outcome.loss, store_,
+                     backend_);
+  engine_.reduce_gradients();
+}
+
+std::optional<std::string> StepRunner::skip_reason(StepOutcome& outcome, bool overflow) {
+  if (scaler_) scaler_->update(overflow);
+  outcome.grad_norm = overflow ? std::numeric_limits<double>::quiet_NaN() : engine_.gradient_norm() / outcome.loss_scale;
+  if (outcome.target_tokens == 0) return std::string("the global batch has no target tokens");
+  if (overflow)
+    return cat("fp16 gradient overflow at loss scale ", outcome.loss_scale, "; the scale is now ", scaler_->scale());
+  if (!std::isfinite(outcome.grad_norm)) return std::string("the gradient is not finite");
+  return std::nullopt;
+}
+
+void StepRunner::update(int64_t updates_done, StepOutcome& outcome, StepProfiler* profiler) {
+  // fp16: an overflow anywhere skips the step and lowers the loss scale (DeepSpeed).
+  const bool overflow = scaler_ && engine_.gradients_overflow();
+  outcome.lr = learning_rate_at(config_.scheduler, config_.optimizer.lr, updates_done);
+  outcome.skipped = skip_reason(outcome, overflow);
+  if (outcome.skipped) return;
+  const float clip = clip_coefficient(outcome.grad_norm, config_.gradient_clipping);
+  const auto optimizer_start = std::chrono::steady_clock::now();
+  const double waited_before = control_.stats().total_wait_seconds();
+  engine_.apply_update(OptimizerStep{outcome.lr, outcome.loss_scale * clip, updates_done + 1, clip});
+  if (profiler) {
+    double elements = 0.0;
+    for (const ZeroEngine::PartitionViews& views : engine_.partition_views())
+      elements += static_cast<double>(views.master.numel());
+    profiler->table.add("optimizer", engine_.optimizer().flops_per_element() * elements,
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - optimizer_start).count() -
+                            (control_.stats().total_wait_seconds() - waited_before));
+  }
+}
+
+// ---- optimizers fused into backward (LOMO) ---------------------------------------------------------
+
+void StepRunner::begin_norm_pass() {
+  engine_.begin_norm_pass();
+  norm_measured_ = true;
+}
+
+bool StepRunner::begin_update_pass(int64_t updates_done, StepOutcome& outcome) {
+  outcome.lr = learning_rate_at(config_.scheduler, config_.optimizer.lr, updates_done);
+  float clip = 1.0f;
+  if (norm_measured_) {  // LOMO's grad_norm(): skip on overflow, clip by the global norm
+    outcome.skipped = skip_reason(outcome, scaler_ && engine_.gradients_overflow());
+    if (outcome.skipped) return false;
+    clip = clip_coefficient(outcome.grad_norm, config_.gradient_clipping);
+  } else if (outcome.target_tokens == 0) {
+    outcome.skipped = "the global batch has no target tokens";
+    return false;
+  }
+  engine_.begin_update_pass(OptimizerStep{outcome.lr, outcome.loss_scale * clip, updates_done + 1, clip});
+  return true;
+}
+
+void StepRunner::finish_fused_update(StepOutcome& outcome) {
+  if (norm_measured_) return;  // grad_norm is the norm pass's
+  // Without a norm pass the update ran as the gradients arrived (as LOMO's fused_backward):
+  // a non-finite gradient is reported, and the units that had one were not updated.
+  const bool not_finite = engine_.gradients_overflow();
+  outcome.grad_norm = not_finite ? std::numeric_limits<double>::quiet_NaN() : engine_.gradient_norm() / outcome.loss_scale;
+  if (not_finite || !std::isfinite(outcome.grad_norm))
+    outcome.skipped = "the gradient is not finite: the update pass left the units with non-finite gradients unchanged "
+                      "(set gradient_clipping to measure the norm before updating)";
+}
+
+}  // namespace zt

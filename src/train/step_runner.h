@@ -1,0 +1,94 @@
+// StepRunner: executes one optimizer step's schedule (step_schedule.h) on this rank's
+// micro-batches: forward/backward (the ZeRO engine reduces gradients as units complete), the
+// step's loss sums over the ranks, then the update: fp16 overflow check, global norm, clipping
+// and the optimizer on this rank's partitions (skipped steps advance neither the schedule nor
+// the optimizer's update count, as in DeepSpeed).
+// Loss contract (DESIGN.md): sum of token losses over the global batch / its target tokens, so
+// every micro-batch's backward is scaled by 1 / (target tokens of the whole global batch, all
+// ranks): the count is all-reduced before backward.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/buffer.h"
+#include "comm/communicator.h"
+#include "data/batch_prefetcher.h"
+#include "model/causal_lm.h"
+#include "optim/loss_scaler.h"
+#include "train/batch_views.h"
+#include "train/profiler.h"
+#include "train/step_schedule.h"
+#include "train/train_config.h"
+#include "zero/zero_engine.h"
+
+namespace zt {
+
+// What one step did, for metrics and messages (values summed over all ranks).
+struct StepOutcome {
+  double loss = 0.0;               // sum of token losses / target tokens (the loss contract)
+  double lr = 0.0;                 // the learning rate the update used (or would have)
+  double grad_norm = 0.0;          // global L2 norm of the unscaled gradients; NaN on fp16 overflow
+  float loss_scale = 1.0f;         // the fp16 scale the backward used (1 without fp16)
+  int64_t target_tokens = 0;
+  double real_tokens = 0.0;        // non-padding tokens
+  double padded_tokens = 0.0;      // batch x seq over the micro-batches
+  double flops = 0.0;              // forward + backward FLOPs of the model
+  std::optional<std::string> skipped;  // why the update was skipped, when it was
+};
+
+// --profile-step: the model's module timings plus the optimizer of the step.
+class StepProfiler final : public ModuleTimer {
+ public:
+  void record(const char* module, double flops, double seconds) override { table.add(module, flops, seconds); }
+  ProfileTable table;
+};
+
+class StepRunner {
+ public:
+  // `control` keeps the communication statistics (the optimizer row of a profile excludes its
+  // waits); `scaler` is fp16's loss scaler (nullptr otherwise); `vocab_size` for --dump-step0.
+  StepRunner(const TrainConfig& config, CausalLM& model, ZeroEngine& engine, ParamStore& store, Backend& backend,
+             Communicator& comm, Communicator& control, DynamicLossScaler* scaler, int64_t vocab_size);
+
+  // Runs `schedule` over `batches` as optimizer step `step` (0-based), of which `updates_done`
+  // updates were applied before. `profiler`: time this step's modules and optimizer (or null).
+  StepOutcome run(int64_t step, int64_t updates_done, StepBatches& batches, const std::vector<StepInstruction>& schedule,
+                  StepProfiler* profiler);
+
+ private:
+  void forward(int64_t step, int64_t micro, StepBatches& batches, bool last);
+  void backward(int64_t step, int64_t micro, StepBatches& batches);
+  void reduce(int64_t step, StepOutcome& outcome);
+  void update(int64_t updates_done, StepOutcome& outcome, StepProfiler* profiler);
+  // Fused optimizers (LOMO). begin_update_pass returns false when the step is skipped.
+  void begin_norm_pass();
+  bool begin_update_pass(int64_t updates_done, StepOutcome& outcome);
+  void finish_fused_update(StepOutcome& outcome);
+  // The norm pass's verdict: why the update must be skipped, if it must (fp16 overflow moves the scale).
+  std::optional<std::string> skip_reason(StepOutcome& outcome, bool overflow);
+
+  const TrainConfig& config_;
+  CausalLM& model_;
+  ZeroEngine& engine_;
+  ParamStore& store_;
+  Backend& backend_;
+  Communicator& comm_;
+  Communicator& control_;
+  DynamicLossScaler* scaler_;
+  int64_t vocab_size_;
+  Buffer step_loss_sum_;           // fp64 [1]: this rank's loss sum of a step, on the device
+  DeviceBatchStorage device_batch_;  // the micro-batch on the device (GPU backends)
+  // Within a step:
+  BatchTensors batch_;             // the current micro-batch's views
+  DropoutContext dropout_;
+  float grad_scale_ = 0.0f;        // the backward seed: loss scale / target tokens
+  double sums_[4] = {0.0, 0.0, 0.0, 0.0};  // loss sum, real tokens, padded tokens, FLOPs
+  bool reduced_ = false;           // the step's sums are read (a second pass does not count again)
+  bool norm_measured_ = false;     // a fused norm pass ran: grad_norm is known
+  std::vector<float> step0_logits_;  // [B, T, V] of micro-batch 0 (only for --dump-step0)
+  int64_t step0_batch_ = 0, step0_seq_ = 0;
+};
+
+}  // namespace zt
