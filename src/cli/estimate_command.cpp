@@ -23,6 +23,7 @@
 #include "model/config.h"
 #include "model/lora.h"
 #include "model/param_spec.h"
+#include "optim/optimizer.h"
 #include "train/memory_model.h"
 #include "zero/memory_estimate.h"
 
@@ -49,6 +50,7 @@ struct ModelSummary {
 // With --model: what the memory model runs (train/memory_model.h), one row at a time.
 struct RunShape {
   LoraConfig lora;
+  OptimizerConfig optimizer;  // its state buffers; LOMO's gradients in flight
   int64_t seq_len = 512;
   int64_t micro_batch = 1;
   bool activation_checkpointing = false;
@@ -89,6 +91,7 @@ nlohmann::ordered_json predicted_run(const ModelSummary& model, const RunShape& 
   config.gradient_accumulation_steps = 1;
   config.compute_dtype = compute_dtype;
   config.lora = shape.lora;
+  config.optimizer = shape.optimizer;
   config.activation_checkpointing = shape.activation_checkpointing;
   config.zero.stage = choice.stage;
   config.zero.offload_optimizer_device = device_name(choice.offload_optimizer);
@@ -123,7 +126,9 @@ nlohmann::ordered_json estimate_report(const ModelSummary& model, const RunShape
     report["run"] = {{"seq_len", shape.seq_len}, {"micro_batch", shape.micro_batch},
                      {"activation_checkpointing", shape.activation_checkpointing}};
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  report["optimizer"] = shape.optimizer.type;
   for (const Choice& choice : kChoices) {
+    if (base.fused_optimizer && choice.offload_optimizer) continue;  // LOMO has no state to offload
     ZeroMemoryInputs inputs = base;
     inputs.stage = choice.stage;
     inputs.offload_optimizer = choice.offload_optimizer;
@@ -203,8 +208,9 @@ std::string format_report(const nlohmann::ordered_json& report) {
   line("  per-parameter accounting (it has no estimator for them). Its formulas assume fp16/bf16 compute and count");
   line("  every parameter as trainable; its CPU figures include loading the model on the host.");
   line("zerotune: per GPU = compute-dtype parameters (stage 3: this rank's partition + the gathered working set)");
-  line("  + fp32 gradients (stages 2/3: partition + one reduce bucket) + fp32 master weights and Adam moments");
-  line("  (partitioned from stage 1); CPU/node = the offloaded states of the node's ranks. Activations, workspaces");
+  line("  + fp32 gradients (stages 2/3: partition + one reduce bucket; LOMO: the unit in flight) + fp32 master weights");
+  line(cat("  and the optimizer's state (", report["optimizer"].get<std::string>(), "; partitioned from stage 1); CPU/node = the ",
+           "offloaded states of the node's ranks. Activations, workspaces"));
   line("  and communication buffers come on top of both. `--json` gives every term.");
   if (run) {
     line("zerotune run (with --model): the memory model of `train` (the trainer's own set-up and one step on a counting");
@@ -220,7 +226,7 @@ std::string format_report(const nlohmann::ordered_json& report) {
 int command_estimate(const std::vector<std::string>& args) {
   namespace po = boost::program_options;
   std::string model_dir, params_text, largest_text, trainable_text, dtype_text, targets_text;
-  std::string reduce_bucket_text, max_live_text, prefetch_text;
+  std::string reduce_bucket_text, max_live_text, prefetch_text, optimizer_text;
   int gpus_per_node = 1, nodes = 1, lora_r = 0;
   bool as_json = false;
   RunShape shape;
@@ -242,6 +248,9 @@ int command_estimate(const std::vector<std::string>& args) {
       ("lora-targets", po::value(&targets_text), "with --lora-r: comma-separated modules or all-linear "
        "(default q_proj,v_proj)")
       ("compute-dtype", po::value(&dtype_text)->default_value("bf16"), "bf16, fp16 or fp32")
+      ("optimizer", po::value(&optimizer_text)->default_value("adamw"),
+       "adamw, lamb, sgd (with --momentum: one state buffer) or lomo (no state, gradients only for the unit in flight)")
+      ("momentum", po::value(&shape.optimizer.momentum)->default_value(0.0), "with --optimizer sgd: its momentum")
       ("reduce-bucket-size", po::value(&reduce_bucket_text)->default_value("500000000"),
        "zero_optimization.reduce_bucket_size (elements)")
       ("stage3-max-live-parameters", po::value(&max_live_text)->default_value("1000000000"),
@@ -269,6 +278,9 @@ int command_estimate(const std::vector<std::string>& args) {
                           !shape.activation_checkpointing),
            "--seq-len, --micro-batch and --activation-checkpointing go with --model (the run's activations come from "
            "the model's layers)");
+  shape.optimizer.type = optimizer_text;
+  ZT_CHECK(shape.optimizer.momentum == 0.0 || optimizer_text == "sgd", "--momentum goes with --optimizer sgd");
+  const std::unique_ptr<Optimizer> optimizer = make_optimizer(shape.optimizer);  // refuses an unknown name
   DType compute_dtype = DType::BF16;
   try {
     compute_dtype = parse_compute_dtype(dtype_text);
@@ -324,6 +336,8 @@ int command_estimate(const std::vector<std::string>& args) {
   inputs.gpus_per_node = gpus_per_node;
   inputs.world_size = gpus_per_node * nodes;
   inputs.compute_dtype_bytes = static_cast<int64_t>(dtype_size(compute_dtype));
+  inputs.optimizer_state_floats = static_cast<int>(optimizer->state_names().size());
+  inputs.fused_optimizer = optimizer->fuses_into_backward();
   inputs.reduce_bucket_size = parse_param_count(reduce_bucket_text, "--reduce-bucket-size");
   inputs.stage3_max_live_parameters = parse_param_count(max_live_text, "--stage3-max-live-parameters");
   inputs.stage3_prefetch_bucket_size = parse_param_count(prefetch_text, "--stage3-prefetch-bucket-size");

@@ -32,6 +32,8 @@ void check_inputs(const ZeroMemoryInputs& in) {
   ZT_CHECK(in.stage >= 0 && in.stage <= 3, "memory plan: ZeRO stage ", in.stage, ": must be 0, 1, 2 or 3");
   ZT_CHECK(!in.offload_optimizer || in.stage >= 1, "memory plan: offload_optimizer needs ZeRO stage 1, 2 or 3 (stage ",
            in.stage, ")");
+  ZT_CHECK(!in.fused_optimizer || !in.offload_optimizer,
+           "memory plan: an optimizer fused into backward (LOMO) keeps no state to offload");
   ZT_CHECK(!in.offload_params || in.stage == 3, "memory plan: offload_param needs ZeRO stage 3 (stage ", in.stage, ")");
   ZT_CHECK(in.compute_dtype_bytes == 2 || in.compute_dtype_bytes == 4, "memory plan: compute_dtype_bytes = ",
            in.compute_dtype_bytes, ": must be 2 (bf16/fp16) or 4 (fp32)");
@@ -97,7 +99,11 @@ ZeroMemoryPlan zero_memory_plan(const ZeroMemoryInputs& in) {
 
   // fp32 gradients: whole for stages 0/1 (all-reduced), this rank's partition plus the bucket
   // being reduce-scattered for stages 2/3.
-  if (in.stage <= 1) {
+  if (in.fused_optimizer) {  // LOMO: one unit's gradients in flight, reduced and applied as backward completes it
+    const int64_t unit = std::min(plan.padded_trainable,
+                                  in.gather_unit_params > 0 ? in.gather_unit_params : in.largest_layer_params);
+    plan.device_grad_bytes = unit * 4 + (in.stage >= 1 && world > 1 ? unit / world * 4 : 0);
+  } else if (in.stage <= 1) {
     plan.device_grad_bytes = plan.padded_trainable * 4;
   } else {
     plan.device_grad_bytes = plan.trainable_partition * 4;

@@ -32,7 +32,9 @@ struct ZeroMemoryInputs {
   bool offload_params = false;     // stage 3: the compute-dtype parameter partition on the host
   int64_t compute_dtype_bytes = 2; // 2 for bf16/fp16, 4 for fp32
   int optimizer_state_floats = 2;  // fp32 state buffers per trainable element (Optimizer::state_names:
-                                   // AdamW 2, SGD with momentum 1, SGD without 0)
+                                   // AdamW and Lamb 2, SGD with momentum 1, SGD without and LOMO 0)
+  bool fused_optimizer = false;    // LOMO: gradients only for the unit in flight (gather_unit_params,
+                                   // plus its reduce-scatter slice from stage 1); no optimizer offload
   // DeepSpeed zero_optimization defaults (elements). allgather_bucket_size is not an input:
   // stages 1/2 gather the updated parameters in place into the flat buffer, with no staging.
   int64_t reduce_bucket_size = 500000000;
@@ -57,7 +59,8 @@ struct ZeroMemoryPlan {
   // device (GPU) bytes per rank
   int64_t device_param_bytes = 0;    // stages 0-2: P c; stage 3: (P/W) c (0 when offload_params)
                                      // + gathered_params c
-  int64_t device_grad_bytes = 0;     // fp32 gradients: stages 0/1: T 4; stages 2/3: (T/W) 4
+  int64_t device_grad_bytes = 0;     // fp32 gradients: stages 0/1: T 4; stages 2/3: (T/W) 4;
+                                     // fused optimizer: U 4 (+ (U/W) 4 from stage 1), U the gather unit
   int64_t device_grad_bucket_bytes = 0;  // stages 2/3: one fp32 reduce bucket of
                                          // min(reduce_bucket_size, T) elements; else 0
   int64_t device_master_bytes = 0;   // fp32 master weights: stage 0: T 4, stages 1-3: (T/W) 4;

@@ -209,6 +209,38 @@ BOOST_AUTO_TEST_CASE(plan_lora_fp32_aliasing_and_bucket_cap) {
   BOOST_TEST(json.at("device_total_bytes") == plan.device_total_bytes);
 }
 
+BOOST_AUTO_TEST_CASE(plan_optimizer_state_and_fused_gradients) {
+  zt::ZeroMemoryInputs in;
+  in.total_params = 1001;  // 1004 on 4 ranks, partitions of 251
+  in.trainable_params = 1001;
+  in.largest_layer_params = 100;
+  in.gather_unit_params = 300;
+  in.world_size = 4;
+  in.gpus_per_node = 4;
+  in.compute_dtype_bytes = 2;
+  in.reduce_bucket_size = 100;
+  // SGD with momentum: one fp32 buffer per element; without: none.
+  in.stage = 1;
+  in.optimizer_state_floats = 1;
+  BOOST_TEST(zt::zero_memory_plan(in).device_optimizer_bytes == 251 * 4);
+  in.optimizer_state_floats = 0;
+  BOOST_TEST(zt::zero_memory_plan(in).device_optimizer_bytes == 0);
+  // LOMO: the gather unit's gradients in flight (and its slice from stage 1), at every stage.
+  in.fused_optimizer = true;
+  in.stage = 0;
+  BOOST_TEST(zt::zero_memory_plan(in).device_grad_bytes == 300 * 4);
+  BOOST_TEST(zt::zero_memory_plan(in).device_grad_bucket_bytes == 0);
+  for (int stage : {1, 2, 3}) {
+    in.stage = stage;
+    const zt::ZeroMemoryPlan plan = zt::zero_memory_plan(in);
+    BOOST_TEST(plan.device_grad_bytes == 300 * 4 + 75 * 4);
+    BOOST_TEST(plan.device_grad_bucket_bytes == 0);
+    BOOST_TEST(plan.device_optimizer_bytes == 0);
+  }
+  in.offload_optimizer = true;
+  check_error([in] { zt::zero_memory_plan(in); }, "fused into backward (LOMO) keeps no state to offload");
+}
+
 BOOST_AUTO_TEST_CASE(plan_rejects_inconsistent_inputs) {
   zt::ZeroMemoryInputs good;
   good.total_params = 1000;

@@ -1,0 +1,35 @@
+# GPU (label gpu; on the emulated device gpu-emu): LOMO (issue 16) on the CUDA backend. Stages 2
+# and 3 on 2 ranks give one GPU rank's losses and weights with the two-pass schedule
+# (tests/mpi/test_lomo_zero.py's checks; the CPU runs both schedules), and
+# the device memory shows no full gradient buffer: the peak of ZeRO's flat parameter + gradient
+# buffers (metrics' mem_device_store_peak, what the device maps) of a one-rank LOMO run stays
+# below SGD's (same model, data and micro-batch, a resident fp32 gradient of every trainable
+# parameter) by at least half of the trainable parameters' fp32 bytes. Without a GPU every run
+# fails with zerotune's message (this test never skips).
+from mpi_common_path import add_mpi_path  # noqa: F401 (puts tests/mpi on sys.path)
+from mpi_common import Report, main_guard, make_model_and_data, parse_args, read_metrics, read_run, temporary_directory
+from test_lomo_zero import CLIP, check_lomo, train
+
+CASES = ((2, 2, "none"), (2, 3, "none"))
+SGD = {"type": "SGD", "params": {"lr": 0.05}}
+
+
+def main():
+    args = parse_args(__doc__)
+    report = Report("LOMO on the CUDA backend: one rank's results, no full gradient buffer on the device")
+    with temporary_directory(args, "zt-gpu-lomo-") as workdir:
+        model, data = make_model_and_data(args.zerotune, workdir)
+        check_lomo(report, args.zerotune, workdir, model, data, CASES, "cuda", clippings=(CLIP,))
+        lomo = f"{workdir}/lomo-clip{CLIP}-w1-s0-none-cuda"
+        sgd, _ = train(args.zerotune, workdir, model, data, 1, 0, "none", CLIP, "cuda", name="sgd-w1-cuda", optimizer=SGD)
+        lomo_peak = max(record["mem_device_store_peak"] for record in read_metrics(lomo))
+        sgd_peak = max(record["mem_device_store_peak"] for record in read_metrics(sgd))
+        trainable_bytes = 4 * read_run(lomo)["zero_layout"]["trainable_elements"]
+        report.check(lomo_peak <= sgd_peak - trainable_bytes // 2,
+                     f"device store peak: LOMO {lomo_peak} B vs SGD {sgd_peak} B, at least half of the "
+                     f"{trainable_bytes} B of fp32 gradients less")
+    return report.finish()
+
+
+if __name__ == "__main__":
+    main_guard(main)
