@@ -204,6 +204,19 @@ void check_identity(const json& manifest, const RunIdentity& identity, const Par
   if (saved.at("seed") != identity.seed) mismatch("seed", saved.at("seed"), identity.seed);
   if (saved.at("shuffle") != identity.shuffle) mismatch("shuffle setting", saved.at("shuffle"), identity.shuffle);
   if (saved.at("lora") != lora_json(identity.lora)) mismatch("LoRA configuration", saved.at("lora"), lora_json(identity.lora));
+  // A LoRA checkpoint holds only the adapters: they mean nothing on another base of the same
+  // shape. (Full fine-tuning restores every weight from the checkpoint.) Checkpoints from before
+  // the digests were recorded have none to compare.
+  if (identity.lora.enabled() && saved.contains("model_weights_digest") &&
+      saved.at("model_weights_digest") != identity.model_weights_digest)
+    fail(dir, ": the LoRA adapters were trained on the base weights of ", saved.at("model_dir").get<std::string>(),
+         " (sampled digest ", saved.at("model_weights_digest").get<std::string>(), "); this run's --model ",
+         identity.model_dir, " has other weights of the same shape (digest ", identity.model_weights_digest,
+         "): resume on the same base model");
+  if (saved.contains("data_digest") && saved.at("data_digest") != identity.data_digest && !identity.allow_data_change)
+    fail(dir, ": the checkpoint was trained on other data (shards' sampled digest ", saved.at("data_digest").get<std::string>(),
+         ", this run's ", identity.data_digest, ") with the same number of samples: resume with the same --data, or "
+         "pass --allow-data-change to continue on this data");
   // Every trainable parameter with the same shape, group and offset inside its unit.
   std::map<std::string, const json*> saved_parameters;
   for (const json& parameter : manifest.at("layout").at("parameters"))
@@ -261,6 +274,27 @@ std::string model_structure_checksum(const std::string& model_dir) {
   return hash.hex_digest();
 }
 
+namespace {
+std::string digest_of_files(const std::vector<fs::path>& files) {
+  Sha256 hash;
+  for (const fs::path& file : files)
+    hash.update(cat(file.filename().string(), " ", sha256_file_sampled_hex(file.string()), "\n"));
+  return hash.hex_digest();
+}
+}  // namespace
+
+std::string model_weights_digest(const std::string& model_dir) {
+  std::vector<fs::path> files;
+  for (const fs::directory_entry& entry : fs::directory_iterator(model_dir))
+    if (entry.path().extension() == ".safetensors") files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  return digest_of_files(files);
+}
+
+std::string data_digest(const std::vector<std::string>& shard_paths) {
+  return digest_of_files(std::vector<fs::path>(shard_paths.begin(), shard_paths.end()));
+}
+
 std::string save_checkpoint(const std::string& out_dir, const TrainingState& state, const RunIdentity& identity,
                             const json& run_config, ZeroEngine& engine, const ParamStore& store,
                             Communicator& comm, int64_t keep_last) {
@@ -304,6 +338,7 @@ std::string save_checkpoint(const std::string& out_dir, const TrainingState& sta
         {"rng", {{"seed", identity.seed}, {"generator", "philox4x32-10 keyed by (seed, purpose, step, position)"},
                  {"next_step", state.step}}},
         {"run", {{"model_dir", identity.model_dir}, {"model_checksum", identity.model_checksum},
+                 {"model_weights_digest", identity.model_weights_digest}, {"data_digest", identity.data_digest},
                  {"train_batch_size", identity.train_batch_size}, {"dataset_samples", identity.dataset_samples},
                  {"seed", identity.seed}, {"shuffle", identity.shuffle}, {"lora", lora_json(identity.lora)}}},
         {"config", run_config},

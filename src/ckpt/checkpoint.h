@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -40,6 +41,9 @@ struct TrainingState {
 struct RunIdentity {
   std::string model_dir;
   std::string model_checksum;  // model_structure_checksum(model_dir)
+  std::string model_weights_digest;  // model_weights_digest(model_dir): a LoRA run's frozen base must match
+  std::string data_digest;     // data_digest(shards): the training data must match unless allow_data_change
+  bool allow_data_change = false;    // (not recorded) --allow-data-change: a different data digest is accepted
   int64_t train_batch_size = 0;
   int64_t dataset_samples = 0;
   uint64_t seed = 0;
@@ -50,6 +54,11 @@ struct RunIdentity {
 // sha256 over config.json and each weight file's name, size and safetensors header: equal for
 // the same model files, cheap for a 13 GB model (the tensor data is not read).
 std::string model_structure_checksum(const std::string& model_dir);
+// Sampled sha256 (core/sha256.h) of every weight file's data: tells two models of the same shape
+// apart (another base under a LoRA checkpoint) without reading 13 GB.
+std::string model_weights_digest(const std::string& model_dir);
+// Sampled sha256 of the training data's shard files, in order (another dataset of the same size).
+std::string data_digest(const std::vector<std::string>& shard_paths);
 
 // Saves a checkpoint of the current state as OUT/checkpoints/global_step<step>. Collective: every
 // rank calls it. `run_config` is the resolved configuration (run.json's "config": the manifest

@@ -70,6 +70,10 @@ po::options_description train_options() {
       ("offload-optimizer", po::value<std::string>(), "none | cpu (zero_optimization.offload_optimizer.device)")
       ("save-every", po::value<int64_t>(), "save a checkpoint every N steps (OUT/checkpoints)")
       ("no-save-at-end", po::bool_switch(), "do not save a checkpoint after the last step")
+      ("save-hf-at-end", po::bool_switch(), "after the last step also write OUT/hf: the HF model in the compute dtype, "
+                                            "LoRA merged (DeepSpeed's stage3_gather_16bit_weights_on_model_save)")
+      ("allow-data-change", po::bool_switch(), "--resume a checkpoint that was trained on other data (the data's "
+                                               "sampled checksum differs)")
       ("keep-last", po::value<int64_t>(), "keep only the newest K checkpoints (default: all)")
       ("resume", po::value<std::string>(), "auto (the latest checkpoint under OUT, if any), a checkpoint directory, "
                                            "a run directory, its checkpoints/ or a `latest` file")
@@ -197,6 +201,15 @@ ParsedTrainOptions parse_train_options(const std::vector<std::string>& args, con
   take(vm, "save-every", config.save_every);
   ZT_CHECK(config.save_every >= 0, "--save-every must not be negative");
   if (vm["no-save-at-end"].as<bool>()) config.save_at_end = false;
+  if (vm["save-hf-at-end"].as<bool>()) config.save_hf_at_end = true;
+  if (config.zero.stage3_gather_16bit_weights_on_model_save && !config.save_hf_at_end) {
+    config.save_hf_at_end = true;
+    run.notes.push_back("zero_optimization.stage3_gather_16bit_weights_on_model_save: the 16-bit HF model is written to "
+                        "OUT/hf after the last step (--save-hf-at-end)");
+  }
+  ZT_CHECK(!config.save_hf_at_end || config.save_at_end, "--save-hf-at-end exports the checkpoint saved after the last "
+           "step: it cannot go with --no-save-at-end");
+  if (vm["allow-data-change"].as<bool>()) run.allow_data_change = true;
   take(vm, "keep-last", config.keep_last);
   ZT_CHECK(config.keep_last >= 0, "--keep-last must not be negative");
   take(vm, "resume", config.resume);

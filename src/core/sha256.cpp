@@ -124,4 +124,22 @@ std::string sha256_file_hex(const std::string& path) {
   return hasher.hex_digest();
 }
 
+std::string sha256_file_sampled_hex(const std::string& path, int64_t block_bytes, int64_t blocks) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  ZT_CHECK(in, path, ": cannot open to checksum it");
+  const int64_t size = static_cast<int64_t>(in.tellg());
+  if (size <= block_bytes * blocks) return sha256_file_hex(path);
+  Sha256 hash;
+  hash.update(std::to_string(size) + "\n");
+  std::vector<uint8_t> block(static_cast<size_t>(block_bytes));
+  for (int64_t i = 0; i < blocks; ++i) {
+    const int64_t offset = i * (size - block_bytes) / (blocks - 1);  // first block at 0, last ending at size
+    in.seekg(offset);
+    in.read(reinterpret_cast<char*>(block.data()), block_bytes);
+    ZT_CHECK(in, path, ": cannot read ", block_bytes, " bytes at offset ", offset, " to checksum it");
+    hash.update(block);
+  }
+  return hash.hex_digest();
+}
+
 }  // namespace zt

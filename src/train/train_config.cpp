@@ -151,6 +151,7 @@ nlohmann::json TrainConfig::to_json() const {
       {"group_by_length", group_by_length},
       {"save_every", save_every},
       {"save_at_end", save_at_end},
+      {"save_hf_at_end", save_hf_at_end},
       {"keep_last", keep_last},
       {"resume", resume},
       {"device", device},

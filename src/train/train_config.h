@@ -58,6 +58,8 @@ struct TrainConfig {
   bool group_by_length = false;    // micro-batches of similar lengths within each global batch
   int64_t save_every = 0;          // checkpoint every N steps (0: never by count)
   bool save_at_end = true;         // checkpoint after the last step
+  bool save_hf_at_end = false;     // then also OUT/hf: the HF model (16-bit as trained, LoRA merged), as
+                                   // DeepSpeed's stage3_gather_16bit_weights_on_model_save + a final save
   int64_t keep_last = 0;           // keep only the newest K checkpoints (0: all)
   std::string resume;              // "auto" (the latest under OUT/checkpoints, if any) or a checkpoint dir
   std::string device = "auto";     // auto | cpu | cuda (GPU local_rank % visible devices); auto: cuda when built

@@ -23,6 +23,7 @@
 #include "backend/make_backend.h"
 #include "comm/device_communicator.h"
 #include "ckpt/checkpoint.h"
+#include "ckpt/export.h"
 #include "comm/mpi/mpi_communicator.h"
 #include "core/fault_injection.h"
 #include "data/batch.h"
@@ -224,6 +225,9 @@ void run_training(TrainConfig config, const RunOptions& options) {
   identity.seed = config.seed;
   identity.shuffle = config.shuffle;
   identity.lora = config.lora;
+  identity.model_weights_digest = model_weights_digest(config.model_dir);
+  identity.data_digest = data_digest(dataset.shard_paths());
+  identity.allow_data_change = options.allow_data_change;
   TrainingState state;
   const std::optional<std::string> resume_from = resolve_resume_checkpoint(config.resume, config.out_dir);
   if (resume_from) {
@@ -428,6 +432,19 @@ void run_training(TrainConfig config, const RunOptions& options) {
     }
   }
   control->set_context("after training");
+  if (config.save_hf_at_end) {  // rank 0 exports the final checkpoint (every rank wrote its partition)
+    if (leader) {
+      ExportOptions hf;
+      hf.checkpoint_dir = (fs::path(config.out_dir) / "checkpoints" / cat("global_step", total_steps)).string();
+      hf.model_dir = config.model_dir;
+      hf.out_dir = (fs::path(config.out_dir) / "hf").string();
+      hf.format = "hf";
+      hf.merge = config.lora.enabled();
+      hf.dtype = config.compute_dtype;  // 16-bit as trained (fp32 runs: fp32)
+      say(cat("--save-hf-at-end: ", export_checkpoint(hf)));
+    }
+    comm->barrier();
+  }
   if (!config.dump_final_path.empty()) {
     engine.gather_full_params();
     if (leader) write_final_dump(config.dump_final_path, store);

@@ -16,6 +16,7 @@ struct RunOptions {
   int64_t log_every = 0;       // console line every N steps (0: steps_per_print)
   int64_t profile_step = 0;    // --profile-step: the step whose modules are timed (0: none)
   bool overwrite = false;      // --overwrite: start over in an --out that holds another run
+  bool allow_data_change = false;  // --allow-data-change: resume a checkpoint made on other data
   std::vector<std::string> notes;  // messages from config translation, printed at start
 };
 

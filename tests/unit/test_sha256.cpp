@@ -49,4 +49,29 @@ BOOST_AUTO_TEST_CASE(file_matches_sha256sum) {
   zt::test::check_error([&] { zt::sha256_file_hex(dir.file("missing.model")); }, "missing.model");
 }
 
+BOOST_AUTO_TEST_CASE(sampled_file_digest) {
+  zt::test::TempDir dir;
+  // Small files: the whole file's sha256.
+  const std::string small = dir.write("small.bin", std::string(200, 'x'));  // <= 4 x 64
+  BOOST_TEST(zt::sha256_file_sampled_hex(small, 64, 4) == zt::sha256_file_hex(small));
+  // 10000 bytes sampled as 4 blocks of 64 at 0, 3312, 6624 and 9936: a change inside a sampled
+  // block (and the last byte) changes the digest, one between blocks does not, nor does the
+  // digest depend on anything but the content.
+  std::string content;
+  for (int i = 0; i < 10000; ++i) content += static_cast<char>((i * 7919) % 251);
+  const std::string a = dir.write("a.bin", content), same = dir.write("same.bin", content);
+  const std::string digest = zt::sha256_file_sampled_hex(a, 64, 4);
+  BOOST_TEST(digest != zt::sha256_file_hex(a));
+  BOOST_TEST(zt::sha256_file_sampled_hex(same, 64, 4) == digest);
+  for (const size_t at : {size_t{10}, size_t{3320}, size_t{9999}}) {
+    std::string changed = content;
+    changed[at] = static_cast<char>(changed[at] ^ 1);
+    BOOST_TEST(zt::sha256_file_sampled_hex(dir.write("changed.bin", changed), 64, 4) != digest, "byte " << at);
+  }
+  std::string between = content;
+  between[2000] = static_cast<char>(between[2000] ^ 1);
+  BOOST_TEST(zt::sha256_file_sampled_hex(dir.write("between.bin", between), 64, 4) == digest);
+  zt::test::check_error([&] { zt::sha256_file_sampled_hex(dir.file("missing.bin")); }, "missing.bin");
+}
+
 BOOST_AUTO_TEST_SUITE_END()
