@@ -8,52 +8,9 @@ set -uo pipefail
 
 ZEROTUNE="$1"
 PYTHON="$2"
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$HERE/../.." && pwd)"
-MAKE_SHARD="$REPO/tests/oracle/make_token_shard.py"
-WORK="$(mktemp -d /tmp/zt-bad-inputs.XXXXXX)"
-trap 'rm -rf "$WORK"' EXIT
-
-failures=0
-cases=0
-fatal() { echo "FATAL: $*" >&2; exit 1; }
-
-# Output that means zerotune did not handle the error itself: C++/MPI aborts, signal reports,
-# HDF5's default error stack, Python-style tracebacks, exceptions that are not zt::Error.
-NOISE='terminate called|what\(\):|Aborted|core dumped|Segmentation fault|MPI_ABORT|HDF5-DIAG|Traceback|internal error'
-
-# expect_error NAME PHRASE... -- ZEROTUNE_ARGS...
-# Runs zerotune; the case passes when it exits with status 1..127, stderr holds every PHRASE
-# (fixed strings, case-sensitive; the first one is normally the offending file's path) and the
-# "zerotune <command>: error (rank 0): " prefix, and nothing matches NOISE.
-expect_error() {
-  local name="$1"; shift
-  local phrases=()
-  while [[ "$1" != "--" ]]; do phrases+=("$1"); shift; done
-  shift
-  local stdout="$WORK/$name.stdout" stderr="$WORK/$name.stderr" problems=() phrase status
-  cases=$((cases + 1))
-  "$ZEROTUNE" "$@" >"$stdout" 2>"$stderr"
-  status=$?
-  if [[ "$status" -eq 0 ]]; then problems+=("exit status 0, expected non-zero"); fi
-  if [[ "$status" -ge 128 ]]; then problems+=("killed by signal $((status - 128))"); fi
-  if ! grep -qE "^zerotune [a-z]+: error \(rank 0\): " "$stderr"; then
-    problems+=("no 'zerotune <command>: error (rank 0): ' line on stderr")
-  fi
-  for phrase in "${phrases[@]}"; do
-    if ! grep -qF -- "$phrase" "$stderr"; then problems+=("stderr lacks: $phrase"); fi
-  done
-  if grep -qE "$NOISE" "$stdout" "$stderr"; then problems+=("crash or library noise in the output"); fi
-  if [[ "${#problems[@]}" -eq 0 ]]; then
-    echo "ok   $name: $(grep -m1 -E "^zerotune [a-z]+: error" "$stderr")"
-  else
-    failures=$((failures + 1))
-    echo "FAIL $name (exit status $status)"
-    printf '       %s\n' "${problems[@]}"
-    echo "     command: zerotune $*"
-    echo "     stderr:"; sed 's/^/       | /' "$stderr" | head -20
-  fi
-}
+# The work directory, fatal, expect_error (a run that must fail with one clear message naming
+# the problem, without crash or library noise) and the good inputs: cli_common.sh.
+source "$(dirname "${BASH_SOURCE[0]}")/cli_common.sh"
 
 # A copy of the good model directory, to break one thing in.
 copy_model() { cp -r "$WORK/model" "$WORK/$1"; }
@@ -70,12 +27,7 @@ EOF
 
 # ---------------------------------------------------------------------------------------------
 # The good inputs: a tiny LLaMA, a small data set, a DeepSpeed JSON; a run with them succeeds.
-"$ZEROTUNE" init --config "$REPO/data/tiny-llama/config.json" --out "$WORK/model" --seed 1 >/dev/null \
-  || fatal "zerotune init of the good model failed"
-"$PYTHON" "$MAKE_SHARD" --out "$WORK/data" --samples 16 --vocab 256 --min-len 8 --max-len 24 --seed 0 >/dev/null \
-  || fatal "making the good data set failed"
-cp "$REPO/data/tiny-llama/ds_config.json" "$WORK/ds.json"
-M="$WORK/model" D="$WORK/data"
+make_good_inputs
 
 if ! "$ZEROTUNE" train --model "$M" --data "$D" --out "$WORK/out-good" --deepspeed "$WORK/ds.json" --max-steps 1 \
      >"$WORK/good.stdout" 2>"$WORK/good.stderr"; then
@@ -309,5 +261,4 @@ expect_error export-bad-format "--format must be hf or peft, not 'onnx'" \
   -- export --checkpoint "$WORK" --model "$M" --out "$WORK/o-exp2" --format onnx
 
 # ---------------------------------------------------------------------------------------------
-echo "$((cases - failures)) of $cases bad-input cases passed"
-[[ "$failures" -eq 0 ]]
+finish

@@ -10,13 +10,9 @@
 import json
 import os
 
-from mpi_common import (REPO, Report, check_weights, load_weights, main_guard, make_model_and_data, parse_args,
-                        read_metrics, read_run, run_ranks, temporary_directory)
-
-STEPS = 6
-LOSS_REL = 2e-6
-NORM_REL = 2e-5
-WEIGHT_ATOL = 2e-6
+from mpi_common import (REPO, Report, main_guard, make_model_and_data, parse_args, read_metrics, read_run, run_ranks,
+                        temporary_directory)
+from test_optimizers import STEPS, compare  # losses, grad norms and weights against one rank, the same tolerances
 GLOBAL_BATCH = 16
 LOMO = {"type": "LOMO", "params": {"lr": 0.05, "weight_decay": 0.01, "clip_grad_value": 0.05}}
 CLIP = 0.75  # between this data's per-step gradient norms (0.71-0.81): some steps clip, some do not
@@ -52,18 +48,6 @@ def train(zerotune, workdir, model, data, ranks, stage, offload, clipping, devic
                "--max-steps", steps, "--seed", 3, "--dump-final", out + ".safetensors", "--device", device] + list(extra)
     result, _ = run_ranks(ranks, command, expect_ok=expect_ok)
     return out, result
-
-
-def compare(report, label, got_out, ref_out):
-    got, ref = read_metrics(got_out), read_metrics(ref_out)
-    report.check(len(got) == len(ref) == STEPS, f"{label}: {len(got)} steps (reference {len(ref)})")
-    for g, r in zip(got, ref):
-        report.check(abs(g["loss"] - r["loss"]) <= LOSS_REL * abs(r["loss"]),
-                     f"{label}: step {r['step']} loss {g['loss']:.9g} vs {r['loss']:.9g}")
-        report.check(abs(g["grad_norm"] - r["grad_norm"]) <= NORM_REL * abs(r["grad_norm"]),
-                     f"{label}: step {r['step']} grad_norm {g['grad_norm']:.9g} vs {r['grad_norm']:.9g}")
-    check_weights(report, label, load_weights(got_out + ".safetensors"), load_weights(ref_out + ".safetensors"),
-                  WEIGHT_ATOL, ref)
 
 
 def check_gradient_bytes(report, label, out):
