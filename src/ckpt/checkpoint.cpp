@@ -246,6 +246,13 @@ void check_identity(const json& manifest, const RunIdentity& identity, const Par
 void check_optimizer(const json& manifest, const Optimizer& optimizer, const std::string& dir) {
   const json saved = manifest.value("optimizer", kAdamWOptimizer);
   if (saved == optimizer_json(optimizer)) return;
+  ZT_CHECK(saved.is_object() && saved.contains("type") && saved["type"].is_string() && saved.contains("state") &&
+               saved["state"].is_array(),
+           dir, "/manifest.json: key 'optimizer' = ", saved.dump(), " is not {\"type\": NAME, \"state\": [NAMES]}");
+  if (saved.at("type") == optimizer.name())  // the same optimizer with other state: SGD with and without momentum
+    fail(dir, ": the checkpoint's ", optimizer.name(), " state is ", saved.at("state").dump(), ", this run's is ",
+         optimizer_json(optimizer).at("state").dump(), " (SGD keeps a momentum_buffer only with momentum > 0): resume "
+         "with the checkpoint's settings");
   fail(dir, ": the checkpoint holds the state of optimizer ", saved.at("type").get<std::string>(), " (",
        saved.at("state").dump(), "), this run uses ", optimizer.name(), " (", optimizer_json(optimizer).at("state").dump(),
        "): resume with the same optimizer, or start a new run from exported weights (zerotune export)");

@@ -10,8 +10,8 @@
 #include "model/linear.h"
 #include "model/param_store.h"
 #include "model/parameter_plan.h"
-#include "train/metrics.h"
 #include "optim/optimizer.h"
+#include "train/metrics.h"
 #include "zero/zero_engine.h"
 
 #if ZT_WITH_CUDA
@@ -130,18 +130,20 @@ std::vector<std::string> fitting_memory_choices(const TrainConfig& config, const
     std::string text;
   };
   std::vector<Choice> fits;
+  const bool fused = make_optimizer(config.optimizer)->fuses_into_backward();  // LOMO: no state to offload
   for (int stage = 0; stage <= 3; ++stage) {
     for (int offload = 0; offload <= (stage == 3 ? 2 : stage >= 1 ? 1 : 0); ++offload) {
       for (bool checkpointing : {false, true}) {
+        if (fused && offload == 1) continue;
         TrainConfig variant = config;
         variant.zero.stage = stage;
-        variant.zero.offload_optimizer_device = offload >= 1 ? "cpu" : "none";
+        variant.zero.offload_optimizer_device = offload >= 1 && !fused ? "cpu" : "none";
         variant.zero.offload_param_device = offload == 2 ? "cpu" : "none";
         variant.activation_checkpointing = checkpointing;
         const MemoryPrediction prediction = predict_memory(variant, model, world_size, 0, seq_len, target);
         if (prediction.device_needed() > free_bytes) continue;
         std::string text = cat("zero_optimization.stage ", stage);
-        if (offload >= 1) text += " + offload_optimizer cpu";
+        if (offload >= 1 && !fused) text += " + offload_optimizer cpu";
         if (offload == 2) text += " + offload_param cpu";
         if (checkpointing) text += " + --activation-checkpointing";
         fits.push_back({prediction.device_needed(), cat(text, ": ", format_bytes(prediction.device_needed()))});

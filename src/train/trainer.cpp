@@ -114,9 +114,14 @@ void run_training(TrainConfig config, const RunOptions& options) {
   ZT_CHECK(!config.out_dir.empty(), "--out is required");
   ZT_CHECK(config.dump_step0_path.empty() || (world_size == 1 && config.zero.stage <= 1),
            "--dump-step0 needs one rank and ZeRO stage 0 or 1 (it writes full, unpartitioned gradients)");
+  // An optimizer fused into backward (LOMO) keeps no gradients and takes one micro-batch per step.
+  const bool fused_optimizer = make_optimizer(config.optimizer)->fuses_into_backward();
+  ZT_CHECK(!fused_optimizer || config.dump_step0_path.empty(), "--dump-step0 writes the step's gradients, which "
+           "optimizer ", config.optimizer.type, " applies inside backward and never keeps");
   install_stop_signal_handlers();  // before loading: a signal during start-up stops after step 1, saved
   claim_run_directory(config.out_dir, !config.resume.empty(), options.overwrite, *host_comm);
   config.resolve_batch_sizes(world_size);
+  if (fused_optimizer) fused_update_schedule(config.gradient_accumulation_steps, false);  // refused before loading
   if (leader)
     for (const std::string& note : options.notes) std::printf("note: %s\n", note.c_str());
 
@@ -179,8 +184,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
   ParameterPlan plan = plan_parameters(model_config, config.lora);
   // Loaded unit by unit: under ZeRO-3 a rank never holds more than one unit beyond its
   // partition, not even while loading (zero_store_residency).
-  const StoreResidency residency =
-      zero_store_residency(config.zero, world_size, make_optimizer(config.optimizer)->fuses_into_backward());
+  const StoreResidency residency = zero_store_residency(config.zero, world_size, fused_optimizer);
   ParamStore store(*backend, plan.specs, plan.trainable, world_size, config.compute_dtype, residency);
   ZeroEngine engine(*backend, *comm, store, config.zero, config.optimizer, config.compute_dtype);
   for (int unit = 0; unit < store.num_units(); ++unit) {

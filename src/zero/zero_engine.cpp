@@ -710,7 +710,10 @@ void ZeroEngine::fused_unit_ready(int unit) {
     if (rounds_) backend_.round_to(mine, compute_dtype_);  // as the unfused path's 16-bit gradients
     const Tensor views[] = {mine};
     fused_squares_ += backend_.sum_squares_of(views);
-    const bool finite = !backend_.has_inf_or_nan_in(views);
+    bool finite = !backend_.has_inf_or_nan_in(views);
+    // Every rank must take the same branch (the refresh below is a collective): with slices, an
+    // inf on one rank's slice is everyone's. Stage 0's all-reduced gradient is the same everywhere.
+    if (sliced && fused_pass_ == FusedPass::Update) finite = comm_.all_reduce_max(finite ? 0.0 : 1.0) == 0.0;
     fused_overflow_ = fused_overflow_ || !finite;
     if (fused_pass_ == FusedPass::Update && finite) {  // a non-finite gradient leaves its unit as it was
       if (fused_step_.grad_divisor != 1.0f) backend_.scale(mine, 1.0f / fused_step_.grad_divisor);
@@ -787,15 +790,26 @@ ZeroMemory ZeroEngine::memory() const {
     m.compute_params = std::max(peak_gathered_, planned) * p + (offload_param_ ? 0 : partitions);
     if (offload_param_) m.host_bytes += partitions;
   }
-  if (fused_) {  // one unit's gradients in flight (a tie: two), plus its reduce-scatter slice
-    int64_t in_flight = 0;
+  if (fused_) {
+    // One unit's gradients in flight, plus every tie's target unit, which the tying unit commits
+    // early (a tied head: the embedding's gradient lives from the head's backward to its own),
+    // plus one reduce-scatter slice.
+    const auto trainable_numel_of = [&](int unit) {
+      int64_t numel = 0;
+      for (ParamGroup group : kTrainableGroups) numel += store_.unit_range(group, unit).numel;
+      return numel;
+    };
+    int64_t largest = 0, tie_targets = 0;
+    std::vector<bool> counted(static_cast<size_t>(store_.num_units()), false);
     for (int unit = 0; unit < store_.num_units(); ++unit) {
-      int64_t written = 0;
+      largest = std::max(largest, trainable_numel_of(unit));
       for (int read : store_.unit_reads(unit))
-        for (ParamGroup group : kTrainableGroups) written += store_.unit_range(group, read).numel;
-      in_flight = std::max(in_flight, written);
+        if (read != unit && !counted[static_cast<size_t>(read)]) {
+          counted[static_cast<size_t>(read)] = true;
+          tie_targets += trainable_numel_of(read);
+        }
     }
-    m.gradients = in_flight * f + static_cast<int64_t>(fused_scratch_.bytes());
+    m.gradients = (largest + tie_targets) * f + static_cast<int64_t>(fused_scratch_.bytes());
   } else {
     m.gradients = stage_ < 2 || world_ == 1 ? trainable_numel * f
                              : (trainable_partition + std::min(zero_.reduce_bucket_size, trainable_numel)) * f;

@@ -51,7 +51,7 @@ struct ZeroMemory {
                                    // persistent units + the largest unit, twice when a prefetch of it
                                    // fits stage3_prefetch_bucket_size and stage3_max_live_parameters)
   int64_t gradients = 0;           // device: gradient buffers (full for 0/1 and for one rank; partition + one
-                                   // bucket for 2/3)
+                                   // bucket for 2/3; a fused optimizer: the units in flight + one slice)
   int64_t master_params = 0;       // fp32 master partition (host when offloaded)
   int64_t optimizer_state = 0;     // the optimizer's state buffers (host when offloaded)
   int64_t host_bytes = 0;          // host memory: offloaded master, optimizer state and gradient copy

@@ -18,6 +18,7 @@ NORM_REL = 2e-5
 WEIGHT_ATOL = 2e-6
 
 OPTIMIZERS = {
+    "adamw": ({"type": "AdamW", "params": {"lr": 3e-3}}, 2),
     "sgd": ({"type": "SGD", "params": {"lr": 0.05, "momentum": 0.9, "nesterov": True, "weight_decay": 0.01}}, 1),
     "lamb": ({"type": "Lamb", "params": {"lr": 0.01, "weight_decay": 0.01, "max_coeff": 2.0, "min_coeff": 0.05}}, 2),
 }
@@ -67,6 +68,8 @@ def check_state_bytes(report, label, out, ranks, stage, state_floats):
 def check_optimizers(report, zerotune, workdir, model, data, cases, device):
     """Each optimizer's `cases` (ranks, stage, offload) against one rank at stage 0 on `device`."""
     for optimizer, (_, state_floats) in OPTIMIZERS.items():
+        if optimizer == "adamw":  # tests/mpi/test_zero_equivalence.py covers it
+            continue
         reference = train(zerotune, workdir, model, data, optimizer, 1, 0, "none", device=device)
         report.check(read_metrics(reference)[-1]["loss"] < read_metrics(reference)[0]["loss"],
                      f"{optimizer} on {device}: one rank's loss goes down over {STEPS} steps")
@@ -98,6 +101,18 @@ def main():
                                    "state": ["exp_avg", "exp_avg_sq"] if optimizer == "lamb" else ["momentum_buffer"]},
                          f"{label}: the manifest names the optimizer and its state: {saved}")
             compare(report, label, out, os.path.join(workdir, f"{optimizer}-w1-s0-none-cpu"))
+        # A checkpoint from before the optimizer seam (no "optimizer" entry) holds AdamW's state and resumes.
+        name = "legacy-adamw"
+        train(args.zerotune, workdir, model, data, "adamw", 2, 1, "none", steps=3, name=name)
+        manifest_path = os.path.join(workdir, name, "checkpoints", "global_step3", "manifest.json")
+        with open(manifest_path) as stream:
+            manifest = json.load(stream)
+        del manifest["optimizer"]
+        with open(manifest_path, "w") as stream:
+            json.dump(manifest, stream)
+        out = train(args.zerotune, workdir, model, data, "adamw", 2, 1, "none", name=name, extra=["--resume", "auto"])
+        report.check(len(read_metrics(out)) == STEPS, "a checkpoint without the manifest's optimizer entry (older "
+                     "zerotune) resumes as AdamW's")
         # Another optimizer's checkpoint is refused, naming both.
         zero = dict(KNOBS, stage=2)
         ds = write_ds_config(os.path.join(workdir, "sgd-refused.json"), 16, 4, zero, OPTIMIZERS["sgd"][0])

@@ -14,6 +14,7 @@
 #include "model/lora.h"
 #include "model/param_spec.h"
 #include "test_util.h"
+#include "train/memory_model.h"
 #include "zero/memory_estimate.h"
 
 namespace {
@@ -239,6 +240,27 @@ BOOST_AUTO_TEST_CASE(plan_optimizer_state_and_fused_gradients) {
   }
   in.offload_optimizer = true;
   check_error([in] { zt::zero_memory_plan(in); }, "fused into backward (LOMO) keeps no state to offload");
+}
+
+BOOST_AUTO_TEST_CASE(fitting_choices_follow_the_optimizer) {
+  // What `train` suggests when a run does not fit: every choice but optimizer offload for LOMO
+  // (it has no state; its engine refuses the offload), offload included for AdamW.
+  const zt::ModelConfig tiny = zt::load_model_config(std::string(ZT_SOURCE_DIR) + "/data/tiny-llama/config.json");
+  zt::TrainConfig config;
+  config.micro_batch_size = 1;
+  config.gradient_accumulation_steps = 1;
+  const auto choices = [&](const std::string& optimizer) {
+    config.optimizer.type = optimizer;
+    std::string all;
+    for (const std::string& choice :
+         zt::fitting_memory_choices(config, tiny, 2, 16, zt::typical_gpu_target(), int64_t{1} << 40))
+      all += choice + "\n";
+    return all;
+  };
+  const std::string adamw = choices("adamw"), lomo = choices("lomo");
+  BOOST_TEST(adamw.find("offload_optimizer cpu") != std::string::npos, adamw);
+  BOOST_TEST(lomo.find("offload_optimizer") == std::string::npos, lomo);
+  BOOST_TEST(lomo.find("zero_optimization.stage 3 + offload_param cpu") != std::string::npos, lomo);
 }
 
 BOOST_AUTO_TEST_CASE(plan_rejects_inconsistent_inputs) {
