@@ -249,6 +249,15 @@ class Backend {
   // step size). `update` may alias `grad`.
   virtual void lamb_direction(Tensor update, Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
                               const LambParams& params) = 0;
+
+  // ---- 1-bit compression (1-bit Adam's error-feedback exchange) ------------------------
+  // x, error fp32 [n]; bits uint8 [ceil(n / 8)]. Bit 7 - i % 8 of byte i / 8 is 1 where
+  // x[i] >= 0 (DeepSpeed's packbits order: an 8-element group's first element in the top bit;
+  // the last byte's unused bits 0), and error = x - scale * sign(x) with sign(0) = +1: the part
+  // of x that the signs times `scale` do not carry, fed back into the next compression.
+  virtual void pack_signs(Tensor bits, Tensor error, Tensor x, float scale) = 0;
+  // out [n] += scale * sign (bit 1: +1, bit 0: -1), fp32; bits as pack_signs writes them.
+  virtual void add_signs(Tensor out, Tensor bits, float scale) = 0;
 };
 
 // Where a CPU backend's memory comes from: both set, or both empty for aligned_alloc/free.

@@ -134,6 +134,8 @@ class Counting final : public CountingBackend {
   void adamw(Tensor, Tensor, Tensor, Tensor, const AdamWParams&) override {}
   void sgd(Tensor, Tensor, Tensor, const SgdParams&) override {}
   void lamb_direction(Tensor, Tensor, Tensor, Tensor, Tensor, const LambParams&) override {}
+  void pack_signs(Tensor, Tensor, Tensor, float) override {}
+  void add_signs(Tensor, Tensor, float) override {}
 
  private:
   struct Allocation {

@@ -51,6 +51,18 @@ class OpRun {
     backend_.copy(tensor, Tensor(const_cast<T*>(values.data()), dtype, {static_cast<int64_t>(values.size())}));
     return tensor;
   }
+  Tensor bytes(int64_t count) {  // uint8 [count], zeroed
+    Tensor tensor = make(DType::U8, {count});
+    std::vector<uint8_t> zeros(static_cast<size_t>(count), 0);
+    backend_.copy(tensor, Tensor(zeros.data(), DType::U8, {count}));
+    return tensor;
+  }
+  std::vector<float> read_bytes(const Tensor& tensor) {  // uint8 values as floats
+    std::vector<uint8_t> host(static_cast<size_t>(tensor.numel()));
+    backend_.copy(Tensor(host.data(), DType::U8, {tensor.numel()}), tensor);
+    return std::vector<float>(host.begin(), host.end());
+  }
+
   std::vector<float> read(const Tensor& tensor) {
     std::vector<float> host(static_cast<size_t>(tensor.numel()));
     backend_.copy(Tensor(host.data(), DType::F32, {tensor.numel()}), tensor.reshaped({tensor.numel()}));
@@ -282,6 +294,25 @@ std::vector<OpCheck> op_table() {
            outputs.push_back(run.read(v));
          }
          return outputs;
+       }},
+      // 1-bit compression over a length that leaves the last byte partly used; exact zeros pack as +1.
+      {"pack_signs", {DType::F32}, 0.0,
+       [](OpRun& run, DType) {
+         const int64_t n = N * C - 3;
+         Tensor x = run.random(DType::F32, {n}), error = run.random(DType::F32, {n});
+         run.backend().fill(x.rows(5, 2), 0.0f);
+         Tensor bits = run.bytes((n + 7) / 8);
+         run.backend().pack_signs(bits, error, x, 0.375f);
+         return Outputs{run.read_bytes(bits), run.read(error)};
+       }},
+      {"add_signs", {DType::F32}, 0.0,
+       [](OpRun& run, DType) {
+         const int64_t n = N * C - 3;
+         Tensor x = run.random(DType::F32, {n}), error = run.random(DType::F32, {n}), out = run.random(DType::F32, {n});
+         Tensor bits = run.bytes((n + 7) / 8);
+         run.backend().pack_signs(bits, error, x, 1.0f);
+         run.backend().add_signs(out, bits, -0.625f);
+         return Outputs{run.read(out)};
        }},
   };
 }

@@ -132,6 +132,60 @@ void write_rank_file(const fs::path& path, ZeroEngine& engine, int64_t step) {
   fsync_path(path);
 }
 
+// A momentum exchange's error feedback (1-bit Adam): this rank's own buffers, whatever the
+// stage, in a file of its own (exchange_rank_<r>.h5). They mean something only to the same
+// rank of the same world size: another world size starts them from zero, as DeepSpeed always does.
+std::string exchange_file_name(int rank) { return cat("exchange_rank_", rank, ".h5"); }
+
+uint64_t exchange_file_bytes(ZeroEngine& engine) {
+  uint64_t elements = 0;
+  for (const ZeroEngine::ExchangeViews& views : engine.exchange_views())
+    elements += static_cast<uint64_t>(views.worker_error.numel() + views.server_error.numel());
+  return elements * sizeof(float);
+}
+
+void write_exchange_file(const fs::path& path, ZeroEngine& engine, int rank, int world, int64_t step) {
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  h5::silence_error_printing();
+  const std::string name = path.string();
+  h5::Handle file = h5::owned_file(H5Fcreate(name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), name, "create the file");
+  h5::write_string_attribute(file.get(), name, "format", kFormat);
+  h5::write_int64_attribute(file.get(), name, "rank", rank);
+  h5::write_int64_attribute(file.get(), name, "world_size", world);
+  h5::write_int64_attribute(file.get(), name, "step", step);
+  for (const ZeroEngine::ExchangeViews& views : engine.exchange_views()) {
+    const std::string group_name = param_group_name(views.group);
+    h5::Handle group = h5::owned(H5Gcreate2(file.get(), group_name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                                 H5Gclose, name, cat("create group '", group_name, "'"));
+    for (const auto& [array, tensor] : {std::pair{"worker_error", views.worker_error}, {"server_error", views.server_error}}) {
+      const std::vector<float> host = to_host(engine.backend(), tensor);
+      h5::write_f32_dataset(group.get(), name, array, host.data(), host.size());
+    }
+  }
+  h5::check_status(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), name, "flush the file");
+  ZT_CHECK(file.close(), name, ": HDF5 failed to close (write) the file");
+  fsync_path(path);
+}
+
+void read_exchange_file(const fs::path& path, ZeroEngine& engine) {
+  std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+  h5::silence_error_printing();
+  const std::string name = path.string();
+  h5::Handle file = h5::owned_file(H5Fopen(name.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), name, "open the file");
+  for (const ZeroEngine::ExchangeViews& views : engine.exchange_views()) {
+    for (const auto& [array, tensor] : {std::pair{"worker_error", views.worker_error}, {"server_error", views.server_error}}) {
+      const std::string dataset_name = cat(param_group_name(views.group), "/", array);
+      hsize_t length = 0;
+      h5::Handle dataset = h5::open_f32_dataset(file.get(), name, dataset_name.c_str(), length);
+      ZT_CHECK(length == static_cast<hsize_t>(tensor.numel()), name, ": dataset '", dataset_name, "' has ", length,
+               " elements, this run's exchange has ", tensor.numel());
+      std::vector<float> host(static_cast<size_t>(length));
+      h5::read_1d_range(dataset.get(), name, dataset_name.c_str(), H5T_NATIVE_FLOAT, 0, length, host.data());
+      engine.backend().copy(tensor, f32_view(host.data(), {tensor.numel()}));
+    }
+  }
+}
+
 // Reading the old partitions of a checkpoint, re-sliced for a new layout.
 class PartitionReader {
  public:
@@ -328,6 +382,16 @@ std::string save_checkpoint(const std::string& out_dir, const TrainingState& sta
   }
   fault_point("save.rank_file_written", state.step);
   const std::vector<std::string> entries = comm.all_gather_strings(file_entry.dump());
+  json exchange = nullptr;  // every rank's error feedback, when the optimizer exchanges momentum
+  if (!engine.exchange_views().empty()) {
+    const fs::path path = temporary / exchange_file_name(comm.rank());
+    check_free_space(temporary.string(), exchange_file_bytes(engine), path.string());
+    write_exchange_file(path, engine, comm.rank(), comm.size(), state.step);
+    const json mine = {{"name", exchange_file_name(comm.rank())}, {"bytes", fs::file_size(path)},
+                       {"sha256", sha256_file_hex(path.string())}};
+    exchange = {{"world_size", comm.size()}, {"files", json::array()}};
+    for (const std::string& entry : comm.all_gather_strings(mine.dump())) exchange["files"].push_back(json::parse(entry));
+  }
 
   if (leader) {
     json files = json::array();
@@ -351,6 +415,7 @@ std::string save_checkpoint(const std::string& out_dir, const TrainingState& sta
         {"config", run_config},
         {"layout", layout_json(store)},
         {"files", files}};
+    if (!exchange.is_null()) manifest["exchange"] = exchange;
     write_file_atomic((temporary / "manifest.json").string(), manifest.dump(2) + "\n");
     fsync_path(temporary);
   }
@@ -423,6 +488,22 @@ TrainingState load_checkpoint(const std::string& checkpoint_dir, const RunIdenti
   }
   engine.refresh_params_from_master();
   TrainingState state;
+  if (!engine.exchange_views().empty()) {
+    const json* saved = manifest.contains("exchange") ? &manifest.at("exchange") : nullptr;
+    if (saved && saved->at("world_size").get<int>() == comm.size()) {
+      const json& file = saved->at("files").at(static_cast<size_t>(comm.rank()));
+      const fs::path path = fs::path(checkpoint_dir) / file.at("name").get<std::string>();
+      ZT_CHECK(fs::exists(path), path.string(), ": missing (the checkpoint is incomplete)");
+      ZT_CHECK(sha256_file_hex(path.string()) == file.at("sha256").get<std::string>(), path.string(),
+               ": sha256 does not match the manifest (the file is damaged)");
+      read_exchange_file(path, engine);
+    } else {
+      state.notes.push_back(saved ? cat("the 1-bit error feedback was saved on ", saved->at("world_size").get<int>(),
+                                        " ranks and this run has ", comm.size(), ": it starts from zero (as DeepSpeed's does "
+                                        "on every load)")
+                                  : std::string("the checkpoint holds no 1-bit error feedback: it starts from zero"));
+    }
+  }
   state.step = manifest.at("step").get<int64_t>();
   state.skipped = manifest.at("skipped").get<int64_t>();
   state.samples_consumed = manifest.at("samples_consumed").get<int64_t>();

@@ -35,6 +35,7 @@ struct TrainingState {
   int64_t samples_consumed = 0;  // global samples of the finished steps (step x train_batch_size)
   double loss_scale = 1.0;     // the fp16 loss scaler's state (1 without fp16)
   nlohmann::json loss_scaler;  // the scaler's full state (empty without fp16)
+  std::vector<std::string> notes;  // what a load could not restore as saved (rank 0 prints them)
 };
 
 // What must agree between a checkpoint and the run that resumes it.

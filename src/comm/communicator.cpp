@@ -11,6 +11,7 @@ const char* collective_name(Collective kind) {
     case Collective::Broadcast: return "broadcast";
     case Collective::Barrier: return "barrier";
     case Collective::Scalars: return "scalar_all_reduce";
+    case Collective::AllToAll: return "all_to_all";
   }
   return "unknown";
 }

@@ -21,13 +21,14 @@
 
 namespace zt {
 
-enum class Collective : int { AllReduce = 0, ReduceScatter, AllGather, Broadcast, Barrier, Scalars };
-constexpr int kCollectiveKinds = 6;
+enum class Collective : int { AllReduce = 0, ReduceScatter, AllGather, Broadcast, Barrier, Scalars, AllToAll };
+constexpr int kCollectiveKinds = 7;
 const char* collective_name(Collective kind);
 
 // Per-rank traffic counters. bytes_sent counts what each rank sends in the bandwidth-optimal
 // (ring) algorithm, the figure ZeRO's analysis uses: all-reduce 2 (W-1)/W x bytes,
-// reduce-scatter and all-gather (W-1)/W x the full (W-slice) bytes, broadcast the bytes once.
+// reduce-scatter and all-gather (W-1)/W x the full (W-slice) bytes, broadcast the bytes once,
+// all-to-all the (W-1)/W of its input that goes to the other ranks.
 // So a stage-0 step sends 2x the gradient bytes, stage 1/2 2x, stage 3 3x, times (W-1)/W.
 struct CommStats {
   std::array<int64_t, kCollectiveKinds> calls{};
@@ -66,8 +67,13 @@ class Communicator {
   // in [W*n] -> out [n]: out = sum over ranks of in's slice [rank*n, (rank+1)*n). f32.
   virtual Pending reduce_scatter_sum_async(Tensor out, Tensor in) = 0;
   // in [n] -> out [W*n]: slice r of out = rank r's in. `in` may be out's own slice (in place).
-  // fp32, bf16 or fp16 (in and out the same): ZeRO gathers parameters in the compute dtype.
+  // fp32, bf16 or fp16 (in and out the same): ZeRO gathers parameters in the compute dtype;
+  // uint8: 1-bit optimizers gather packed signs.
   virtual Pending all_gather_async(Tensor out, Tensor in) = 0;
+  // in [W*n] -> out [W*n]: slice s of out = rank s's slice `rank()` of its in (MPI_Alltoall).
+  // fp32 or uint8 (in and out the same, distinct buffers): 1-bit optimizers send each rank the
+  // packed signs of its chunk.
+  virtual Pending all_to_all_async(Tensor out, Tensor in) = 0;
   virtual void broadcast(Tensor data, int root) = 0;
   virtual void barrier() = 0;
   // values summed over ranks in place (host doubles: loss sums, token counts, squared norms).
@@ -80,6 +86,7 @@ class Communicator {
   void all_reduce_sum(Tensor data) { all_reduce_sum_async(data)->wait(); }
   void reduce_scatter_sum(Tensor out, Tensor in) { reduce_scatter_sum_async(out, in)->wait(); }
   void all_gather(Tensor out, Tensor in) { all_gather_async(out, in)->wait(); }
+  void all_to_all(Tensor out, Tensor in) { all_to_all_async(out, in)->wait(); }
   double all_reduce_sum(double value) {
     all_reduce_scalars(std::span<double>(&value, 1));
     return value;

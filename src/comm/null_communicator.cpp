@@ -22,6 +22,7 @@ class NullCommunicator final : public Communicator {
   Pending all_reduce_sum_async(Tensor) override { return completed_collective(); }
   Pending reduce_scatter_sum_async(Tensor, Tensor) override { return completed_collective(); }
   Pending all_gather_async(Tensor, Tensor) override { return completed_collective(); }
+  Pending all_to_all_async(Tensor, Tensor) override { return completed_collective(); }
   void broadcast(Tensor, int) override {}
   void barrier() override {}
   void all_reduce_scalars(std::span<double>) override {}

@@ -45,6 +45,15 @@ class StagedCommunicator final : public Communicator {
     return done();
   }
 
+  Pending all_to_all_async(Tensor out, Tensor in) override {
+    if (out.device == Device::CPU && in.device == Device::CPU) return host_.all_to_all_async(out, in);
+    Tensor staged_in = stage_in(in, in_);
+    Tensor staged_out = host_view(out_, out.numel(), out.dtype);
+    host_.all_to_all(staged_out, staged_in);
+    device_.copy(out, staged_out);
+    return done();
+  }
+
   void broadcast(Tensor data, int root) override {
     if (data.device == Device::CPU) return host_.broadcast(data, root);
     Tensor staged = stage_in(data, in_);

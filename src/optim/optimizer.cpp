@@ -5,6 +5,7 @@
 #include "optim/adamw.h"
 #include "optim/lamb.h"
 #include "optim/lomo.h"
+#include "optim/onebit_adam.h"
 #include "optim/sgd.h"
 
 namespace zt {
@@ -22,6 +23,7 @@ const std::vector<OptimizerRow>& optimizer_rows() {
       {"sgd", make_sgd},
       {"lamb", make_lamb},
       {"lomo", make_lomo},
+      {"onebitadam", make_onebit_adam},
   };
   return rows;
 }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -49,6 +50,17 @@ struct OptimizerPiece {
   std::function<void(std::span<double>)> sum_over_ranks;
 };
 
+// A 1-bit optimizer's exchange (1-bit Adam): instead of reducing the gradients, every rank forms
+// its local momentum  momentum_weight * m + gradient_weight * g_local  (g_local scaled to the
+// global gradient's size: the engine multiplies it by the world size, since zerotune sums
+// gradients over ranks) and the ranks average it compressed to signs with error feedback
+// (zero/sign_exchange.h). update() then gets the average as piece.grad.
+struct MomentumExchange {
+  size_t state_index = 0;  // which state buffer holds m (the whole of it is needed on every rank)
+  float momentum_weight = 0.0f;
+  float gradient_weight = 0.0f;
+};
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -63,6 +75,15 @@ class Optimizer {
   // with no gradient buffer beyond the unit in flight (LOMO). The step's scalars are then given
   // before backward; clipping by the global norm needs a first backward that only measures it.
   virtual bool fuses_into_backward() const { return false; }
+  // Whether the optimizer ever exchanges its momentum instead of gradients (1-bit Adam): the
+  // engine then keeps each rank's whole local gradient and the exchange's error buffers.
+  virtual bool exchanges_momentum() const { return false; }
+  // The exchange of the update numbered `update_number` (1 for the first), or none when that
+  // update takes reduced gradients as every other optimizer does (1-bit Adam's warm-up).
+  virtual std::optional<MomentumExchange> momentum_exchange(int64_t update_number) const {
+    (void)update_number;
+    return std::nullopt;
+  }
   // About how many FLOPs the update does per element (the profiler's optimizer row).
   virtual double flops_per_element() const = 0;
   // One update of `piece` on `backend` (where its buffers live).

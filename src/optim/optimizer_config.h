@@ -8,7 +8,8 @@ namespace zt {
 
 struct OptimizerConfig {
   // adamw (DeepSpeed "Adam"/"AdamW" both map here, see ds_config) | sgd (torch.optim.SGD) |
-  // lamb (DeepSpeed "Lamb": FusedLamb) | lomo (LOMO: SGD fused into backward)
+  // lamb (DeepSpeed "Lamb": FusedLamb) | lomo (LOMO: SGD fused into backward) |
+  // onebitadam (DeepSpeed "OneBitAdam")
   std::string type = "adamw";
   double lr = 1e-3;
   double beta1 = 0.9;
@@ -31,6 +32,12 @@ struct OptimizerConfig {
   // LOMO (OpenLMLab's lomo_optim.Lomo): its lr and weight_decay above, plus gradient value
   // clipping (0: off). Its clip_grad_norm is the run's gradient_clipping.
   double clip_grad_value = 0.0;
+  // 1-bit Adam (DeepSpeed OneBitAdam): its lr, betas, eps and weight_decay above; full Adam (no
+  // bias correction) for the first freeze_step updates, then the variance frozen and the
+  // momentum exchanged as signs. comm_backend_name: "nccl" exchanges through the device
+  // communicator with the device's packing kernels, "mpi" through MPI with the packing on the host.
+  int64_t freeze_step = 100000;
+  std::string comm_backend_name = "nccl";
 };
 
 }  // namespace zt

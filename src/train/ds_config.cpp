@@ -492,6 +492,35 @@ void translate_lomo(const Section& params, TrainConfig& config) {
            "zerotune's fp16 loss scaler is DeepSpeed's, set in the \"fp16\" section");
 }
 
+// DeepSpeed "OneBitAdam" (deepspeed/runtime/fp16/onebit/adam.py) and its defaults. Its
+// bias_correction and eps_inside_sqrt are stored there but never used; cuda_aware is MPI's
+// device-buffer mode, which zerotune does not use (the "mpi" exchange packs in host memory).
+void translate_onebit_adam(const Section& params, OptimizerConfig& optimizer) {
+  check_optimizer_keys(params, {{"lr", Role::translated},
+                                {"betas", Role::translated},
+                                {"eps", Role::translated},
+                                {"weight_decay", Role::translated},
+                                {"freeze_step", Role::translated},
+                                {"comm_backend_name", Role::translated},
+                                {"cuda_aware", Role::no_effect},
+                                {"bias_correction", Role::no_effect},
+                                {"eps_inside_sqrt", Role::no_effect},
+                                {"amsgrad", Role::translated}});
+  optimizer.type = "onebitadam";
+  params.number("lr", optimizer.lr, 0.0, true);
+  translate_betas(params, optimizer);
+  params.number("eps", optimizer.eps, 0.0, true);
+  params.number("weight_decay", optimizer.weight_decay, 0.0, true);
+  params.integer("freeze_step", optimizer.freeze_step, 0, std::numeric_limits<int64_t>::max(), false);
+  if (const json* name = params.find("comm_backend_name"); name && name->is_string() &&
+                                                          (*name == "compressed" || *name == "hccl"))
+    fail(params.file(), ": optimizer.params.comm_backend_name \"", name->get<std::string>(),
+         "\" is not supported: zerotune exchanges through \"nccl\" (the device communicator, packing on the "
+         "device) or \"mpi\" (packing in host memory)");
+  params.text("comm_backend_name", optimizer.comm_backend_name, {"nccl", "mpi"});
+  params.require("amsgrad", false, "1-bit Adam has no AMSGrad (DeepSpeed raises on it too)");
+}
+
 void translate_optimizer(const Section& top, TrainConfig& config) {
   if (!top.has("optimizer")) return;
   const Section section = top.child("optimizer");
@@ -507,13 +536,14 @@ void translate_optimizer(const Section& top, TrainConfig& config) {
   if (name == "adam" || name == "adamw") return translate_adam(section, params, name, config.optimizer);
   if (name == "lamb") return translate_lamb(params, config.optimizer);
   if (name == "lomo") return translate_lomo(params, config);
+  if (name == "onebitadam") return translate_onebit_adam(params, config.optimizer);
   if (type == "SGD") return translate_sgd(params, config.optimizer);
   const bool known = name == "adalomo" ||
                      std::find(kDeepSpeedOptimizers.begin(), kDeepSpeedOptimizers.end(), name) !=
                          kDeepSpeedOptimizers.end() ||
                      std::find(kTorchOptimizers.begin(), kTorchOptimizers.end(), type) != kTorchOptimizers.end();
   if (known)
-    fail(top.file(), ": optimizer type ", type, " is not supported (yet): zerotune implements Adam, AdamW, Lamb, SGD and LOMO");
+    fail(top.file(), ": optimizer type ", type, " is not supported (yet): zerotune implements Adam, AdamW, Lamb, SGD, LOMO and OneBitAdam");
   std::vector<std::string> candidates = kDeepSpeedOptimizers;
   candidates.insert(candidates.end(), kTorchOptimizers.begin(), kTorchOptimizers.end());
   const std::string suggestion = nearest(type, candidates);

@@ -67,9 +67,9 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
   // Set-up, in the trainer's order (trainer.cpp).
   const ParameterPlan plan = plan_parameters(model_config, config.lora);
   const StoreResidency residency =
-      zero_store_residency(config.zero, world_size, make_optimizer(config.optimizer)->fuses_into_backward());
+      zero_store_residency(config.zero, world_size, *make_optimizer(config.optimizer));
   ParamStore store(*backend, plan.specs, plan.trainable, world_size, config.compute_dtype, residency);
-  ZeroEngine engine(*backend, *comm, store, config.zero, config.optimizer, config.compute_dtype);
+  ZeroEngine engine(*backend, *comm, store, config.zero, config.optimizer, config.compute_dtype, comm.get());
   for (int unit = 0; unit < store.num_units(); ++unit) {  // loading writes nothing the counting backend keeps
     if (!residency.params) store.commit_unit_params(unit);
     engine.init_unit_from_store(unit);

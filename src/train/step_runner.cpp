@@ -58,7 +58,7 @@ StepOutcome StepRunner::run(int64_t step, int64_t updates_done, StepBatches& bat
   for (double& sum : sums_) sum = 0.0;
   reduced_ = norm_measured_ = false;
   backend_.copy(step_loss_sum_.view(DType::F64, {1}), Tensor(&sums_[0], DType::F64, {1}));  // = 0
-  engine_.begin_step();
+  engine_.begin_step(updates_done + 1);
   const int64_t last_micro = static_cast<int64_t>(batches.micro.size()) - 1;
   for (const StepInstruction& instruction : schedule) {
     switch (instruction.op) {

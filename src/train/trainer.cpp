@@ -184,9 +184,9 @@ void run_training(TrainConfig config, const RunOptions& options) {
   ParameterPlan plan = plan_parameters(model_config, config.lora);
   // Loaded unit by unit: under ZeRO-3 a rank never holds more than one unit beyond its
   // partition, not even while loading (zero_store_residency).
-  const StoreResidency residency = zero_store_residency(config.zero, world_size, fused_optimizer);
+  const StoreResidency residency = zero_store_residency(config.zero, world_size, *make_optimizer(config.optimizer));
   ParamStore store(*backend, plan.specs, plan.trainable, world_size, config.compute_dtype, residency);
-  ZeroEngine engine(*backend, *comm, store, config.zero, config.optimizer, config.compute_dtype);
+  ZeroEngine engine(*backend, *comm, store, config.zero, config.optimizer, config.compute_dtype, host_comm.get());
   for (int unit = 0; unit < store.num_units(); ++unit) {
     if (!residency.params) store.commit_unit_params(unit);
     load_base_weights(config.model_dir, store, unit);
@@ -240,6 +240,8 @@ void run_training(TrainConfig config, const RunOptions& options) {
     ZT_CHECK(state.step <= total_steps, *resume_from, " was saved after step ", state.step, ", beyond this run's last step ",
              total_steps, " (--max-steps / --epochs): give a larger --max-steps to continue it, or a new --out to start over");
     if (leader) std::printf("resumed from %s at step %lld\n", resume_from->c_str(), static_cast<long long>(state.step));
+    if (leader)
+      for (const std::string& note : state.notes) std::printf("resume: %s\n", note.c_str());
   } else if (!config.resume.empty() && leader) {
     std::printf("--resume %s: no checkpoint under %s yet, starting from step 0\n", config.resume.c_str(),
                 (fs::path(config.out_dir) / "checkpoints").c_str());

@@ -7,6 +7,7 @@
 #include <exception>
 
 #include "zero/rank_major.h"
+#include "zero/sign_exchange.h"
 
 namespace zt {
 
@@ -38,6 +39,9 @@ struct ZeroEngine::GroupState {
   Buffer compute_partition;     // param dtype [P] device: the master in the compute dtype (what stages 1-3
                                 // all-gather from), or stage 3's frozen slices
   Buffer staging_in, staging_out;  // fp32 [W*S], [S]: gradient bucket staging (grown as needed)
+  std::unique_ptr<SignExchange> exchange;  // a momentum-exchanging optimizer on W > 1 ranks
+  Buffer exchange_scratch;      // fp32 [W*C] on the exchange's backend: the whole momentum, rank-major
+  Buffer exchange_staging;      // fp32 [W*C] device: rank-major packing for an exchange in host memory
 };
 
 // A gradient bucket being reduce-scattered (stage 1-3).
@@ -52,13 +56,17 @@ struct ZeroEngine::InflightBucket {
 };
 
 ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, const ZeroConfig& zero,
-                       const OptimizerConfig& optimizer, DType compute_dtype)
+                       const OptimizerConfig& optimizer, DType compute_dtype, Communicator* host_comm)
     : backend_(backend), comm_(comm), store_(store), zero_(zero), optimizer_(make_optimizer(optimizer)), stage_(zero.stage),
       world_(comm.size()), rank_(comm.rank()), offload_(zero.offload_optimizer_device == "cpu"),
       offload_param_(zero.offload_param_device == "cpu"),
       compute_dtype_(compute_dtype), rounds_(compute_dtype != DType::F32) {
   fused_ = optimizer_->fuses_into_backward();
-  grads_in_flight_ = fused_ || (stage_ >= 2 && world_ > 1);
+  const bool exchanges = optimizer_->exchanges_momentum();
+  reduce_per_micro_batch_ = stage_ >= 2 && world_ > 1 && !exchanges;
+  grads_in_flight_ = fused_ || reduce_per_micro_batch_;
+  ZT_CHECK(!exchanges || stage_ <= 2, "optimizer ", optimizer_->name(), " exchanges each rank's whole momentum and "
+           "gradient, which ZeRO stage 3 never holds: use zero_optimization.stage 0, 1 or 2");
   ZT_CHECK(!fused_ || !offload_, "optimizer ", optimizer_->name(), " updates inside backward and keeps no optimizer "
            "state: zero_optimization.offload_optimizer must be none");
   ZT_CHECK(compute_dtype == DType::F32 || compute_dtype == DType::BF16 || compute_dtype == DType::F16,
@@ -106,6 +114,20 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
     groups_.push_back(std::move(state));
   }
   units_.resize(static_cast<size_t>(store.num_units()));
+  if (exchanges && world_ > 1) {
+    // comm_backend_name "mpi" on a GPU: the signs are packed and sent from host memory.
+    const bool on_host = optimizer.comm_backend_name == "mpi" && backend_.device() != Device::CPU;
+    ZT_CHECK(!on_host || host_comm, "optimizer ", optimizer_->name(), ": comm_backend_name \"mpi\" needs the MPI "
+             "communicator");
+    if (on_host) exchange_host_ = backend_.make_pageable_host_backend();
+    for (ParamGroup group : kTrainableGroups) {
+      GroupState& s = state(group);
+      const int64_t chunk = store.group(group).numel / world_;
+      if (chunk)
+        s.exchange = std::make_unique<SignExchange>(on_host ? *exchange_host_ : backend_, on_host ? *host_comm : comm_,
+                                                    chunk);
+    }
+  }
   if (fused_ && stage_ >= 1 && world_ > 1) {  // one unit's slice of the largest group range
     int64_t largest = 0;
     for (int unit = 0; unit < store.num_units(); ++unit)
@@ -170,10 +192,10 @@ static void copy_own_slices(Backend& backend, Tensor partition, Tensor full, con
   }
 }
 
-StoreResidency zero_store_residency(const ZeroConfig& zero, int world, bool fused_optimizer) {
+StoreResidency zero_store_residency(const ZeroConfig& zero, int world, const Optimizer& optimizer) {
   StoreResidency residency;
   residency.params = zero.stage < 3;
-  residency.grads = !fused_optimizer && (zero.stage < 2 || world == 1);
+  residency.grads = !optimizer.fuses_into_backward() && (zero.stage < 2 || world == 1 || optimizer.exchanges_momentum());
   return residency;
 }
 
@@ -221,8 +243,9 @@ void ZeroEngine::finish_init() {
   }
 }
 
-void ZeroEngine::begin_step() {
+void ZeroEngine::begin_step(int64_t update_number) {
   boundary_ = false;
+  exchange_ = optimizer_->momentum_exchange(update_number);
   fused_pass_ = FusedPass::None;
   if (!grads_in_flight_) store_.zero_grads();
   for (ParamGroup group : kTrainableGroups) {
@@ -346,13 +369,14 @@ void ZeroEngine::begin_micro_batch(bool last) { boundary_ = last; }
 // overlap the rest of that backward as well.
 void ZeroEngine::gradients_ready(int unit) {
   if (fused_) return fused_unit_ready(unit);
+  if (exchange_) return;  // the local gradients stay as they are: exchanged at the update
   if (stage_ >= 1 && world_ == 1) {  // one rank: nothing to reduce, the unit's gradients are final in place
     if (boundary_)
       for (ParamGroup group : kTrainableGroups)
         if (store_.unit_range(group, unit).numel) finish_partition_slices(state(group), {store_.unit_range(group, unit)});
     return;
   }
-  if (stage_ >= 2 || (boundary_ && world_ > 1)) enqueue_gradients(unit);
+  if (reduce_per_micro_batch_ || (boundary_ && world_ > 1)) enqueue_gradients(unit);
 }
 
 void ZeroEngine::enqueue_gradients(int unit) {
@@ -437,7 +461,7 @@ void ZeroEngine::finish_partition_slices(GroupState& s, const std::vector<UnitRa
 }
 
 void ZeroEngine::end_micro_batch() {
-  if (stage_ < 2) return;
+  if (!reduce_per_micro_batch_) return;
   flush_gradient_bucket();
   complete_inflight();
 }
@@ -448,7 +472,14 @@ void ZeroEngine::reduce_gradients() {
              " needs begin_norm_pass or begin_update_pass before its backward");
     return;
   }
-  if (boundary_ && stage_ <= 1) {  // reduced during the last backward: complete the last bucket
+  if (exchange_) {  // nothing reduced: the gradients of this rank, in the compute dtype as reduced ones would be
+    gradients_finished_ = false;
+    if (rounds_)
+      for (ParamGroup group : kTrainableGroups)
+        if (state(group).partition_numel) backend_.round_to(store_.group_grads(group), compute_dtype_);
+    return;
+  }
+  if (boundary_ && !reduce_per_micro_batch_) {  // reduced during the last backward: complete the last bucket
     flush_gradient_bucket();
     complete_inflight();
   } else if (stage_ == 0 && world_ > 1) {  // one rank: its gradients are the sum already
@@ -458,7 +489,7 @@ void ZeroEngine::reduce_gradients() {
       for (int64_t begin = 0; begin < numel; begin += zero_.reduce_bucket_size)
         comm_.all_reduce_sum(grads.rows(begin, std::min(zero_.reduce_bucket_size, numel - begin)));
     }
-  } else if (stage_ == 1 && world_ > 1) {  // the stage-2 machinery, with every unit ready at the boundary
+  } else if (stage_ >= 1 && world_ > 1 && !reduce_per_micro_batch_) {  // stage 2's machinery, every unit ready at the boundary
     for (int unit = store_.num_units() - 1; unit >= 0; --unit) {
       units_[static_cast<size_t>(unit)].grads_live = true;
       enqueue_gradients(unit);
@@ -478,6 +509,13 @@ void ZeroEngine::reduce_gradients() {
       if (state(group).partition_numel) backend_.round_to(gradient_view(group), compute_dtype_);
 }
 
+std::vector<Tensor> ZeroEngine::local_gradient_views() {
+  std::vector<Tensor> views;
+  for (ParamGroup group : kTrainableGroups)
+    if (state(group).partition_numel) views.push_back(store_.group_grads(group));
+  return views;
+}
+
 std::vector<Tensor> ZeroEngine::gradient_views() {
   std::vector<Tensor> views;
   for (ParamGroup group : kTrainableGroups)
@@ -492,12 +530,16 @@ Tensor ZeroEngine::gradient_view(ParamGroup group) {
 
 bool ZeroEngine::gradients_overflow() {
   if (fused_) return comm_.all_reduce_max(fused_overflow_ ? 1.0 : 0.0) > 0.0;
-  const double local = backend_.has_inf_or_nan_in(gradient_views()) ? 1.0 : 0.0;  // one device sync
+  const double local = backend_.has_inf_or_nan_in(exchange_ ? local_gradient_views() : gradient_views()) ? 1.0 : 0.0;
   return comm_.all_reduce_max(local) > 0.0;
 }
 
 double ZeroEngine::gradient_norm() {
   if (fused_) return std::sqrt(stage_ >= 1 ? comm_.all_reduce_sum(fused_squares_) : fused_squares_);
+  // Exchanging momentum, no rank has the reduced gradient: its norm is estimated as the root mean
+  // square over the ranks of || W g_local || (exact when every rank's gradient is the same), so
+  // that every rank clips alike. DeepSpeed clips each rank by its own local norm.
+  if (exchange_) return std::sqrt(world_ * comm_.all_reduce_sum(backend_.sum_squares_of(local_gradient_views())));
   double squares = backend_.sum_squares_of(gradient_views());  // one device sync for all groups
   if (stage_ >= 1) squares = comm_.all_reduce_sum(squares);  // stage 0: every rank has the full gradient
   return std::sqrt(squares);
@@ -508,6 +550,11 @@ double ZeroEngine::gradient_norm() {
 void ZeroEngine::apply_update(const OptimizerStep& step) {
   ZT_CHECK(!fused_, "ZeRO: optimizer ", optimizer_->name(), " updates inside backward (begin_update_pass), not after it");
   for (int unit = 0; unit < store_.num_units(); ++unit) finish_prefetch(unit);  // before the host partitions change
+  float grad_divisor = step.grad_divisor;
+  if (exchange_) {  // the exchanged momentum stands where the reduced gradients would, already divided
+    exchange_momentum(step, *exchange_);
+    grad_divisor = 1.0f;
+  }
   Backend& state_backend = offload_ ? *host_ : backend_;
   // Stage 1/2 update bucket by bucket (allgather_bucket_size) and start each bucket's
   // all-gather as soon as its partition is updated, so the gathers overlap the (CPU) update of
@@ -532,7 +579,7 @@ void ZeroEngine::apply_update(const OptimizerStep& step) {
         if (!gradients_finished_) backend_.copy(host_grad, grad);
         grad = host_grad;
       }
-      if (step.grad_divisor != 1.0f) state_backend.scale(grad, 1.0f / step.grad_divisor);
+      if (grad_divisor != 1.0f) state_backend.scale(grad, 1.0f / grad_divisor);
       OptimizerPiece piece;
       piece.decay = group == ParamGroup::Decay;
       piece.param = f32_buffer_view(s.master, s.partition_numel).rows(begin, numel);
@@ -552,6 +599,87 @@ void ZeroEngine::apply_update(const OptimizerStep& step) {
   if (offload_) uploads_done_ = backend_.record_event();
   for (BucketGather& gather : gathers) finish_bucket_gather(gather);
   if (stage_ == 0 || stage_ == 3) sync_params_after_update();
+}
+
+// ---- momentum exchange (1-bit Adam) --------------------------------------------------------------
+
+Tensor ZeroEngine::on_backend(Backend& target, Tensor source, Buffer& staging) {
+  if (source.device == target.device()) return source;
+  ensure_numel(staging, target, source.numel());
+  Tensor copy = f32_buffer_view(staging, source.numel());
+  backend_.copy(copy, source);  // across devices
+  return copy;
+}
+
+// Puts, where the reduced gradients of each group would be (gradient_view), this rank's share of
+// the average over the ranks of  momentum_weight m + gradient_weight W g_local / grad_divisor:
+// compressed to signs (SignExchange) on W > 1 ranks, exactly on one.
+void ZeroEngine::exchange_momentum(const OptimizerStep& step, const MomentumExchange& exchange) {
+  const float gradient_weight = exchange.gradient_weight * static_cast<float>(world_) / step.grad_divisor;
+  for (ParamGroup group : kTrainableGroups) {
+    GroupState& s = state(group);
+    if (!s.partition_numel) continue;
+    Tensor grads = store_.group_grads(group);  // fp32 [N]: this rank's gradient sums, natural order
+    Tensor momentum = f32_buffer_view(s.state[exchange.state_index], s.partition_numel);  // fp32 [P]
+    if (world_ == 1) {  // nothing to exchange (DeepSpeed on one GPU too): the update takes b1 m + (1 - b1) g
+      backend_.scale(grads, gradient_weight);
+      backend_.accumulate(grads, on_backend(backend_, momentum, s.exchange_staging), exchange.momentum_weight);
+      continue;
+    }
+    SignExchange& sign_exchange = *s.exchange;
+    Backend& work = sign_exchange.backend();  // the device, or host memory for MPI from a GPU
+    const std::vector<UnitRange>& units = store_.group(group).units;
+    const int64_t total = store_.group(group).numel;  // W*C
+    // A natural-order device tensor [N], rank-major on the exchange's backend (through a device
+    // staging buffer when that is host memory).
+    auto pack_for_exchange = [&](Tensor out, Tensor natural) {
+      if (&work == &backend_) return pack_rank_major(backend_, out, natural, units, world_);
+      ensure_numel(s.exchange_staging, backend_, total);
+      Tensor packed = f32_buffer_view(s.exchange_staging, total);
+      pack_rank_major(backend_, packed, natural, units, world_);
+      backend_.copy(out, packed);
+    };
+    // This rank's vector: gradient_weight W g_local ...
+    Tensor x = sign_exchange.vector();  // fp32 [W*C] rank-major
+    pack_for_exchange(x, grads);
+    work.scale(x, gradient_weight);
+    // ... + momentum_weight m: the last exchange's average, or (its first time: after the warm-up
+    // or a resume) the momentum state itself, gathered whole once.
+    if (sign_exchange.has_average()) {
+      sign_exchange.add_average(x, exchange.momentum_weight);
+    } else {
+      ensure_numel(s.exchange_scratch, work, total);
+      Tensor whole = f32_buffer_view(s.exchange_scratch, total);  // fp32 [W*C] rank-major
+      if (stage_ == 0) {  // every rank holds all of m (on the device: no offload at stage 0)
+        pack_for_exchange(whole, momentum);
+      } else {  // m's partitions: this rank's is chunk `rank` (host memory with offload)
+        Tensor own = whole.rows(rank_ * s.partition_numel, s.partition_numel);
+        backend_.copy(own, momentum);
+        sign_exchange.communicator().all_gather(whole, own);
+      }
+      work.accumulate(x, whole, exchange.momentum_weight);
+    }
+    sign_exchange.exchange();
+    // The average where the update reads it: all of it in natural order (stage 0), or this rank's chunk.
+    if (stage_ == 0) {
+      work.fill(x, 0.0f);
+      sign_exchange.add_average(x, 1.0f);
+      unpack_rank_major(backend_, grads, on_backend(backend_, x, s.exchange_staging), units, world_);
+    } else {
+      Tensor mine = x.rows(0, s.partition_numel);
+      work.fill(mine, 0.0f);
+      sign_exchange.add_own_chunk(mine, 1.0f);
+      backend_.copy(gradient_view(group), mine);
+    }
+  }
+}
+
+std::vector<ZeroEngine::ExchangeViews> ZeroEngine::exchange_views() {
+  std::vector<ExchangeViews> views;
+  for (ParamGroup group : kTrainableGroups)
+    if (SignExchange* exchange = state(group).exchange.get())
+      views.push_back({group, exchange->worker_error(), exchange->server_error()});
+  return views;
 }
 
 void ZeroEngine::update_compute_partitions() {
@@ -811,12 +939,19 @@ ZeroMemory ZeroEngine::memory() const {
     }
     m.gradients = (largest + tie_targets) * f + static_cast<int64_t>(fused_scratch_.bytes());
   } else {
-    m.gradients = stage_ < 2 || world_ == 1 ? trainable_numel * f
-                             : (trainable_partition + std::min(zero_.reduce_bucket_size, trainable_numel)) * f;
-    if (stage_ == 1 && world_ > 1) m.gradients += trainable_partition * f;
+    m.gradients = !reduce_per_micro_batch_ ? trainable_numel * f
+                                           : (trainable_partition + std::min(zero_.reduce_bucket_size, trainable_numel)) * f;
+    if (stage_ >= 1 && world_ > 1 && !reduce_per_micro_batch_) m.gradients += trainable_partition * f;
   }
   m.master_params = trainable_partition * f;
   m.optimizer_state = static_cast<int64_t>(optimizer_->state_names().size()) * trainable_partition * f;
+  for (ParamGroup group : kTrainableGroups) {  // a momentum exchange's buffers, its scratch included
+    const GroupState& s = *groups_[static_cast<size_t>(group)];
+    if (!s.exchange) continue;
+    const int64_t bytes = s.exchange->bytes() + store_.group(group).numel * f;
+    if (exchange_host_) m.host_bytes += bytes;
+    else m.optimizer_state += bytes;
+  }
   if (offload_) m.host_bytes += m.master_params + m.optimizer_state + trainable_partition * f;
   m.staging = peak_staging_;
   return m;

@@ -21,6 +21,11 @@
 //            (all-reduce at stage 0, reduce-scatter into a one-unit scratch slice from stage 1),
 //            then measured (a norm pass) or applied to this rank's master slice and the compute
 //            parameters (an update pass), and given back. One micro-batch per step.
+//   momentum exchange (1-bit Adam after its warm-up, stages 0-2): the gradients are not reduced;
+//            each rank keeps its whole local gradient and the ranks average the optimizer's
+//            momentum compressed to signs (zero/sign_exchange.h, the compressed strategy); this
+//            rank's share of the average is what the update takes in place of reduced gradients.
+//            Stage 2 then reduces like stage 1 in its warm-up (a worker compresses its whole vector).
 //   offload_param cpu (stage 3): the compute-dtype parameter partitions (frozen LoRA base
 //            weights included) live in host memory; a unit's slice is copied to the device
 //            when the unit is gathered, so the device holds only the gathered units.
@@ -33,6 +38,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend/buffer.h"
@@ -70,15 +76,17 @@ struct ZeroCommPlan {
 // parameters unit by unit (so they are loaded unit by unit too), stages 2/3 on several ranks keep
 // only the gradients in flight. The trainer builds the store with it and then calls
 // ParamStore::commit_unit_params, loads the unit and init_unit_from_store, unit after unit.
-StoreResidency zero_store_residency(const ZeroConfig& zero, int world, bool fused_optimizer = false);
+StoreResidency zero_store_residency(const ZeroConfig& zero, int world, const Optimizer& optimizer);
 
 class ZeroEngine final : public UnitHooks {
  public:
   // compute_dtype (the store's param dtype): the compute parameters are the fp32 master rounded
   // to it, gathered in it; for bf16/fp16 the reduced fp32 gradients are rounded to it as well
   // (fp16 overflow shows up as inf, as with DeepSpeed's 16-bit gradients; DESIGN.md "Numerics").
+  // host_comm: MPI over host buffers, for a momentum exchange the optimizer puts on MPI
+  // (comm_backend_name "mpi") while `comm` is the device's; not needed on the CPU backend.
   ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, const ZeroConfig& zero,
-             const OptimizerConfig& optimizer, DType compute_dtype = DType::F32);
+             const OptimizerConfig& optimizer, DType compute_dtype = DType::F32, Communicator* host_comm = nullptr);
   ~ZeroEngine() override;
 
   int stage() const { return stage_; }
@@ -93,9 +101,10 @@ class ZeroEngine final : public UnitHooks {
   void init_unit_from_store(int unit);
   void finish_init();
 
-  // Step protocol: begin_step, then per micro-batch begin_micro_batch + forward/backward +
+  // Step protocol: begin_step (with the number the step's update will have if it is not
+  // skipped: 1 for the first), then per micro-batch begin_micro_batch + forward/backward +
   // end_micro_batch, then reduce_gradients, gradient_norm, apply_update.
-  void begin_step();
+  void begin_step(int64_t update_number = 1);
   // Before each micro-batch's forward: `last` marks the step's last one, whose backward
   // reduces stage 0/1 gradients bucket by bucket as units complete (without the call they are
   // reduced at reduce_gradients, after the backward).
@@ -138,6 +147,14 @@ class ZeroEngine final : public UnitHooks {
   };
   std::vector<PartitionViews> partition_views();
   int partition_count() const { return stage_ == 0 ? 1 : world_; }
+  // A momentum exchange's error feedback on this rank (its own, whatever the stage), per
+  // trainable group; empty when the optimizer exchanges nothing or the job has one rank.
+  struct ExchangeViews {
+    ParamGroup group;
+    Tensor worker_error;  // fp32 [W*C]
+    Tensor server_error;  // fp32 [C]
+  };
+  std::vector<ExchangeViews> exchange_views();
   int partition_index() const { return stage_ == 0 ? 0 : rank_; }
   void refresh_params_from_master();
 
@@ -185,9 +202,12 @@ class ZeroEngine final : public UnitHooks {
   void start_bounded_gather(std::deque<BucketGather>& gathers, ParamGroup group, const std::vector<UnitRange>& bucket);
   Tensor gradient_view(ParamGroup group);  // the reduced gradients this rank updates from
   std::vector<Tensor> gradient_views();    // the non-empty ones of every trainable group
+  std::vector<Tensor> local_gradient_views();  // this rank's own (unreduced) gradient sums per group
   void finish_partition_slices(GroupState& s, const std::vector<UnitRange>& units);
   void fused_unit_ready(int unit);  // a fused optimizer's work on a unit whose gradient is complete
   void refresh_unit_params(int unit);  // after a fused update: the unit's compute parameters
+  void exchange_momentum(const OptimizerStep& step, const MomentumExchange& exchange);
+  Tensor on_backend(Backend& target, Tensor source, Buffer& staging);  // source itself, or a copy on target
 
   Backend& backend_;
   Communicator& comm_;
@@ -201,6 +221,8 @@ class ZeroEngine final : public UnitHooks {
   bool offload_param_ = false;  // offload_param cpu (stage 3): compute partitions in host memory
   bool fused_ = false;          // the optimizer updates inside backward (LOMO)
   bool grads_in_flight_ = false;  // no resident gradient buffer: units' ranges committed as backward writes them
+  bool reduce_per_micro_batch_ = false;  // stage 2/3 on several ranks: each micro-batch's unit gradients reduced
+  std::optional<MomentumExchange> exchange_;  // this step exchanges momentum instead of reducing gradients
   enum class FusedPass { None, Norm, Update };
   FusedPass fused_pass_ = FusedPass::None;
   OptimizerStep fused_step_;
@@ -211,6 +233,7 @@ class ZeroEngine final : public UnitHooks {
   bool rounds_ = false;  // compute dtype bf16/fp16
   std::unique_ptr<Backend> host_;        // offload_optimizer: the host memory and the host update
   std::unique_ptr<Backend> param_host_;  // offload_param: host memory of the parameter partitions
+  std::unique_ptr<Backend> exchange_host_;  // a momentum exchange over MPI from a GPU: its host memory
   std::vector<std::unique_ptr<GroupState>> groups_;  // [kParamGroups]
   std::vector<UnitState> units_;
   std::vector<int> pending_bucket_;                  // stage 2/3: units whose gradients wait to be reduced

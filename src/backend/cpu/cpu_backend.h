@@ -124,6 +124,8 @@ class CpuBackend final : public Backend {
   void sgd(Tensor param, Tensor grad, Tensor momentum_buffer, const SgdParams& params) override;
   void lamb_direction(Tensor update, Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
                       const LambParams& params) override;
+  void pack_signs(Tensor bits, Tensor error, Tensor x, float scale) override;
+  void add_signs(Tensor out, Tensor bits, float scale) override;
 
  private:
   HostAllocator allocator_;

@@ -2,6 +2,7 @@
 // AdamW: argument checks, then the fused SIMD/OpenMP update cpu_adamw (optim/cpu_adam.h), which
 // follows torch.optim.AdamW's operation order (single-tensor path). SGD and LAMB's per-element
 // pass: OpenMP loops in torch.optim.SGD's and DeepSpeed FusedLamb's operation order.
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
@@ -84,6 +85,46 @@ void CpuBackend::lamb_direction(Tensor update, Tensor param, Tensor grad, Tensor
     const float denom = inside ? std::sqrt(vi + eps) : std::sqrt(vi) + eps;
     u[i] = mi / denom + weight_decay * p[i];
   }
+}
+
+}  // namespace zt::cpu
+
+namespace zt::cpu {
+
+namespace {
+int64_t packed_bytes(int64_t n) { return (n + 7) / 8; }
+}  // namespace
+
+// One byte (8 elements) per iteration, so that threads never share a byte.
+void CpuBackend::pack_signs(Tensor bits, Tensor error, Tensor x, float scale) {
+  const char* op = "pack_signs";
+  const float* in = f32_arg(op, "x", x);
+  float* e = f32_arg(op, "error", error);
+  const int64_t n = x.numel();
+  expect_numel(op, "error", error, n, "the elements of x");
+  expect_host(op, "bits", bits, DType::U8);
+  uint8_t* packed = static_cast<uint8_t*>(bits.data);
+  expect_numel(op, "bits", bits, packed_bytes(n), "ceil(elements of x / 8)");
+#pragma omp parallel for schedule(static)
+  for (int64_t byte = 0; byte < packed_bytes(n); ++byte) {
+    uint8_t value = 0;
+    for (int64_t i = byte * 8; i < std::min(n, byte * 8 + 8); ++i) {
+      const bool positive = in[i] >= 0.0f;  // NaN packs as -1: the overflow check has run before
+      if (positive) value = static_cast<uint8_t>(value | (0x80u >> (i % 8)));
+      e[i] = in[i] - (positive ? scale : -scale);
+    }
+    packed[byte] = value;
+  }
+}
+
+void CpuBackend::add_signs(Tensor out, Tensor bits, float scale) {
+  const char* op = "add_signs";
+  float* o = f32_arg(op, "out", out);
+  const int64_t n = out.numel();
+  const uint8_t* packed = u8_arg(op, "bits", bits);
+  expect_numel(op, "bits", bits, packed_bytes(n), "ceil(elements of out / 8)");
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) o[i] += (packed[i / 8] & (0x80u >> (i % 8))) ? scale : -scale;
 }
 
 }  // namespace zt::cpu

@@ -187,6 +187,8 @@ class CudaBackendImpl final : public CudaBackend {
   void sgd(Tensor param, Tensor grad, Tensor momentum_buffer, const SgdParams& params) override;
   void lamb_direction(Tensor update, Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
                       const LambParams& params) override;
+  void pack_signs(Tensor bits, Tensor error, Tensor x, float scale) override;
+  void add_signs(Tensor out, Tensor bits, float scale) override;
 
   // ---- for the op files -----------------------------------------------------------------
   cudaStream_t stream() const { return stream_; }

@@ -141,6 +141,29 @@ __global__ void lamb_direction_kernel(float* update, const float* param, const f
   });
 }
 
+// 1-bit compression: one thread per packed byte (8 elements), so that no two threads write one
+// byte; bit 7 - j of byte b is element 8 b + j (backend.h "pack_signs").
+__global__ void pack_signs_kernel(uint8_t* bits, float* error, const float* x, int64_t n, float scale) {
+  const int64_t bytes = (n + 7) / 8;
+  for (int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; b < bytes;
+       b += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    unsigned int value = 0;
+    for (int j = 0; j < 8 && 8 * b + j < n; ++j) {
+      const int64_t i = 8 * b + j;
+      const bool positive = x[i] >= 0.0f;
+      value |= positive ? (0x80u >> j) : 0u;
+      error[i] = __fsub_rn(x[i], positive ? scale : -scale);
+    }
+    bits[b] = static_cast<uint8_t>(value);
+  }
+}
+
+__global__ void add_signs_kernel(float* out, const uint8_t* bits, int64_t n, float scale) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = __fadd_rn(out[i], (bits[i / 8] & (0x80u >> (i % 8))) ? scale : -scale);
+}
+
 }  // namespace
 
 void CudaBackendImpl::sgd(Tensor param, Tensor grad, Tensor momentum_buffer, const SgdParams& params) {
@@ -192,6 +215,34 @@ void CudaBackendImpl::lamb_direction(Tensor update, Tensor param, Tensor grad, T
   launch({grid_for(vectors_of(n)), kThreads, 0, stream_}, lamb_direction_kernel, update.f32(), param.f32(), grad.f32(),
          exp_avg.f32(), exp_avg_sq.f32(), n, scalars);
   ZT_CUDA_CHECK_LAUNCH("lamb_direction_kernel");
+}
+
+}  // namespace zt::cuda
+
+namespace zt::cuda {
+
+void CudaBackendImpl::pack_signs(Tensor bits, Tensor error, Tensor x, float scale) {
+  const char* op = "pack_signs";
+  expect_device(op, "bits", bits, DType::U8);
+  expect_device(op, "error", error, DType::F32);
+  expect_device(op, "x", x, DType::F32);
+  const int64_t n = x.numel();
+  expect_numel(op, "error", error, n, "the elements of x");
+  expect_numel(op, "bits", bits, (n + 7) / 8, "ceil(elements of x / 8)");
+  if (n == 0) return;
+  launch({grid_for((n + 7) / 8), kThreads, 0, stream_}, pack_signs_kernel, bits.u8(), error.f32(), x.f32(), n, scale);
+  ZT_CUDA_CHECK_LAUNCH("pack_signs_kernel");
+}
+
+void CudaBackendImpl::add_signs(Tensor out, Tensor bits, float scale) {
+  const char* op = "add_signs";
+  expect_device(op, "out", out, DType::F32);
+  expect_device(op, "bits", bits, DType::U8);
+  const int64_t n = out.numel();
+  expect_numel(op, "bits", bits, (n + 7) / 8, "ceil(elements of out / 8)");
+  if (n == 0) return;
+  launch({grid_for(n), kThreads, 0, stream_}, add_signs_kernel, out.f32(), bits.u8(), n, scale);
+  ZT_CUDA_CHECK_LAUNCH("add_signs_kernel");
 }
 
 }  // namespace zt::cuda

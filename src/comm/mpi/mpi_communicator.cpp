@@ -139,12 +139,12 @@ class MpiCommunicator final : public Communicator {
     return pending(request, Collective::ReduceScatter);
   }
 
-  // Any float dtype (ZeRO gathers compute-dtype parameters): the values travel as they are.
+  // Any float dtype (ZeRO gathers compute-dtype parameters) or bytes: the values travel as they are.
   Pending all_gather_async(Tensor out, Tensor in) override {
     const int n = count_of(in, "all_gather", true);
     count_of(out, "all_gather", true);
     ZT_CHECK(in.dtype == out.dtype, "all_gather: in is ", in.describe(), " but out is ", out.describe());
-    const MPI_Datatype type = in.dtype == DType::F32 ? MPI_FLOAT : MPI_UINT16_T;
+    const MPI_Datatype type = mpi_type_of(in.dtype);
     ZT_CHECK(out.numel() == in.numel() * size_, "all_gather: output has ", out.numel(), " elements, expected ", size_,
              " x ", in.numel());
     count(Collective::AllGather, ring_share() * static_cast<double>(out.bytes()));
@@ -154,6 +154,20 @@ class MpiCommunicator final : public Communicator {
     check(MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data, n, type, out.data, n, type, comm_, &request),
           "MPI_Iallgather");
     return pending(request, Collective::AllGather);
+  }
+
+  Pending all_to_all_async(Tensor out, Tensor in) override {
+    const int total = count_of(in, "all_to_all", true);
+    count_of(out, "all_to_all", true);
+    ZT_CHECK(in.dtype == out.dtype && in.numel() == out.numel(), "all_to_all: in is ", in.describe(), " but out is ",
+             out.describe());
+    ZT_CHECK(total % size_ == 0, "all_to_all: ", total, " elements do not split into ", size_, " equal slices");
+    ZT_CHECK(in.data != out.data, "all_to_all: in and out must be distinct buffers");
+    count(Collective::AllToAll, ring_share() * static_cast<double>(in.bytes()));
+    const MPI_Datatype type = mpi_type_of(in.dtype);
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Ialltoall(in.data, total / size_, type, out.data, total / size_, type, comm_, &request), "MPI_Ialltoall");
+    return pending(request, Collective::AllToAll);
   }
 
   void broadcast(Tensor data, int root) override {
@@ -214,14 +228,18 @@ class MpiCommunicator final : public Communicator {
   void check(int code, const char* call) const {
     if (code != MPI_SUCCESS) fail(call, " failed on rank ", rank_, ": ", mpi_error_text(code));
   }
-  // Element count of an fp32 host tensor (any 16-bit float too when `any_float`) as MPI's int.
-  int count_of(const Tensor& tensor, const char* op, bool any_float = false) const {
+  // Element count of an fp32 host tensor (16-bit floats and bytes too when `any_type`) as MPI's int.
+  int count_of(const Tensor& tensor, const char* op, bool any_type = false) const {
     ZT_CHECK(tensor.device == Device::CPU, op, ": the MPI communicator needs host buffers, got ", tensor.describe());
-    const bool half = tensor.dtype == DType::BF16 || tensor.dtype == DType::F16;
-    ZT_CHECK(tensor.dtype == DType::F32 || (any_float && half), op, ": expected fp32", any_float ? ", bf16 or fp16" : "",
-             ", got ", tensor.describe());
+    const bool other = tensor.dtype == DType::BF16 || tensor.dtype == DType::F16 || tensor.dtype == DType::U8;
+    ZT_CHECK(tensor.dtype == DType::F32 || (any_type && other), op, ": expected fp32",
+             any_type ? ", bf16, fp16 or uint8" : "", ", got ", tensor.describe());
     ZT_CHECK(tensor.numel() <= INT_MAX, op, ": ", tensor.numel(), " elements exceed MPI's int count (split the bucket)");
     return static_cast<int>(tensor.numel());
+  }
+  static MPI_Datatype mpi_type_of(DType dtype) {
+    if (dtype == DType::F32) return MPI_FLOAT;
+    return dtype == DType::U8 ? MPI_UINT8_T : MPI_UINT16_T;  // 16-bit floats travel as their bits
   }
   double ring_share() const { return static_cast<double>(size_ - 1) / static_cast<double>(size_); }
   Pending pending(MPI_Request request, Collective kind) {

@@ -193,14 +193,37 @@ class NcclCommunicator final : public Communicator {
   // this rank's slice of `out`: NCCL allows exactly that aliasing.
   Pending all_gather_async(Tensor out, Tensor in) override {
     if (on_host("all_gather", {out, in})) return delegate([&] { return bootstrap_.all_gather_async(out, in); });
-    const ncclDataType_t type = float_type("all_gather", "in", in);
-    float_type("all_gather", "out", out);
+    const ncclDataType_t type = gather_type("all_gather", "in", in);
+    gather_type("all_gather", "out", out);
     cuda::expect_same_dtype("all_gather", "out", out, "in", in);
     ZT_CHECK(out.numel() == in.numel() * size(), "all_gather: output has ", out.numel(), " elements, expected ",
              size(), " x ", in.numel());
     count(Collective::AllGather, ring_share() * static_cast<double>(out.bytes()));
     return issue(Collective::AllGather, "ncclAllGather", [&](ncclComm_t comm, cudaStream_t stream) {
       return ncclAllGather(in.data, out.data, static_cast<size_t>(in.numel()), type, comm, stream);
+    });
+  }
+
+  // Each peer's slice goes by ncclSend/ncclRecv, grouped so that NCCL runs them together (one
+  // send and one receive per peer; this rank's own slice is sent to itself as well).
+  Pending all_to_all_async(Tensor out, Tensor in) override {
+    if (on_host("all_to_all", {out, in})) return delegate([&] { return bootstrap_.all_to_all_async(out, in); });
+    gather_type("all_to_all", "in", in);
+    cuda::expect_same_dtype("all_to_all", "out", out, "in", in);
+    ZT_CHECK(in.numel() == out.numel() && in.numel() % size() == 0, "all_to_all: in ", in.describe(), " and out ",
+             out.describe(), " must be the same size, a multiple of ", size());
+    ZT_CHECK(in.data != out.data, "all_to_all: in and out must be distinct buffers");
+    count(Collective::AllToAll, ring_share() * static_cast<double>(in.bytes()));
+    const size_t slice = in.bytes() / static_cast<size_t>(size());
+    return issue(Collective::AllToAll, "ncclSend/ncclRecv", [&](ncclComm_t comm, cudaStream_t stream) {
+      ncclResult_t result = ncclGroupStart();
+      for (int peer = 0; peer < size() && (result == ncclSuccess || result == ncclInProgress); ++peer) {
+        result = ncclSend(static_cast<const char*>(in.data) + slice * peer, slice, ncclUint8, peer, comm, stream);
+        if (result == ncclSuccess || result == ncclInProgress)
+          result = ncclRecv(static_cast<char*>(out.data) + slice * peer, slice, ncclUint8, peer, comm, stream);
+      }
+      const ncclResult_t ended = ncclGroupEnd();
+      return result == ncclSuccess || result == ncclInProgress ? ended : result;
     });
   }
 
@@ -286,6 +309,13 @@ class NcclCommunicator final : public Communicator {
       case DType::F16: return ncclFloat16;
       default: return ncclFloat32;
     }
+  }
+
+  // What all-gather and all-to-all move: floats, or bytes (1-bit optimizers' packed signs).
+  static ncclDataType_t gather_type(const char* op, const char* arg, const Tensor& tensor) {
+    if (tensor.dtype != DType::U8) return float_type(op, arg, tensor);
+    cuda::expect_device(op, arg, tensor, DType::U8);
+    return ncclUint8;
   }
 
   // All-gathers run on gather_, everything else on main_.
