@@ -82,6 +82,21 @@ void SignExchange::exchange() {
   has_average_ = true;
 }
 
+void SignExchange::restore_average(Tensor average) {
+  const int64_t packed = chunk_bytes();
+  server_scales_.assign(static_cast<size_t>(world_), 0.0f);
+  for (int c = 0; c < world_; ++c) {
+    Tensor chunk = average.rows(c * chunk_, chunk_);
+    float first = 0.0f;
+    backend_.copy(Tensor(&first, DType::F32, {1}), chunk.rows(0, 1));
+    server_scales_[static_cast<size_t>(c)] = std::fabs(first);
+    // The signs; the error output is scratch (server_ holds nothing between exchanges).
+    backend_.pack_signs(bytes(average_bits_, world_ * packed).rows(c * packed, packed), floats(server_, chunk_), chunk,
+                        std::fabs(first));
+  }
+  has_average_ = true;
+}
+
 void SignExchange::add_average(Tensor out, float alpha) {
   ZT_CHECK(has_average_, "sign exchange: no average to add (exchange() first)");
   const int64_t packed = chunk_bytes();

@@ -38,6 +38,10 @@ class SignExchange {
   // Whether the average of the last exchange is held (as signs and scales) since the last forget().
   bool has_average() const { return has_average_; }
   void forget_average() { has_average_ = false; }
+  // Takes `average` [W*C] (rank-major, chunk c all +-t_c: what a 1-bit update left as its
+  // momentum) as the last exchange's average again, after a resume: the next exchange then adds
+  // exactly what it would have added without the interruption.
+  void restore_average(Tensor average);
   // out [W*C] (rank-major) += alpha * the last average; out [C] += alpha * this rank's chunk of it.
   void add_average(Tensor out, float alpha);
   void add_own_chunk(Tensor out, float alpha);

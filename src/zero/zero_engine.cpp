@@ -644,10 +644,10 @@ void ZeroEngine::exchange_momentum(const OptimizerStep& step, const MomentumExch
     pack_for_exchange(x, grads);
     work.scale(x, gradient_weight);
     // ... + momentum_weight m: the last exchange's average, or (its first time: after the warm-up
-    // or a resume) the momentum state itself, gathered whole once.
-    if (sign_exchange.has_average()) {
-      sign_exchange.add_average(x, exchange.momentum_weight);
-    } else {
+    // or a resume) the momentum state itself, gathered whole once. After a resume past the freeze
+    // m is the last average (+-scale per chunk), taken back as such so that the sum is the same.
+    const bool resumed = !sign_exchange.has_average() && optimizer_->momentum_exchange(step.update_number - 1);
+    if (!sign_exchange.has_average()) {
       ensure_numel(s.exchange_scratch, work, total);
       Tensor whole = f32_buffer_view(s.exchange_scratch, total);  // fp32 [W*C] rank-major
       if (stage_ == 0) {  // every rank holds all of m (on the device: no offload at stage 0)
@@ -657,8 +657,10 @@ void ZeroEngine::exchange_momentum(const OptimizerStep& step, const MomentumExch
         backend_.copy(own, momentum);
         sign_exchange.communicator().all_gather(whole, own);
       }
-      work.accumulate(x, whole, exchange.momentum_weight);
+      if (resumed) sign_exchange.restore_average(whole);
+      else work.accumulate(x, whole, exchange.momentum_weight);
     }
+    if (sign_exchange.has_average()) sign_exchange.add_average(x, exchange.momentum_weight);
     sign_exchange.exchange();
     // The average where the update reads it: all of it in natural order (stage 0), or this rank's chunk.
     if (stage_ == 0) {
