@@ -2,6 +2,7 @@
 #include "optim/optimizer.h"
 
 #include "core/error.h"
+#include "optim/adalomo.h"
 #include "optim/adamw.h"
 #include "optim/lamb.h"
 #include "optim/lomo.h"
@@ -22,6 +23,7 @@ const std::vector<OptimizerRow>& optimizer_rows() {
       {"sgd", make_sgd},
       {"lamb", make_lamb},
       {"lomo", make_lomo},
+      {"adalomo", make_adalomo},
   };
   return rows;
 }

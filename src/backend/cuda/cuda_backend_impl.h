@@ -187,6 +187,9 @@ class CudaBackendImpl final : public CudaBackend {
   void sgd(Tensor param, Tensor grad, Tensor momentum_buffer, const SgdParams& params) override;
   void lamb_direction(Tensor update, Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
                       const LambParams& params) override;
+  void adalomo_square_sums(Tensor row_sums, Tensor col_sums, Tensor grad, int64_t offset, float eps) override;
+  double adalomo_moments(Tensor row, Tensor col, Tensor row_sums, Tensor col_sums, float beta2t) override;
+  void adalomo_direction(Tensor update, Tensor grad, Tensor row, Tensor col, int64_t offset, float row_mean) override;
 
   // ---- for the op files -----------------------------------------------------------------
   cudaStream_t stream() const { return stream_; }
