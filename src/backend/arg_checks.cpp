@@ -18,7 +18,7 @@ AdalomoShape adalomo_shape(const char* op, const char* row_arg, const Tensor& ro
                            const Tensor& col, const Tensor& grad, int64_t offset) {
   AdalomoShape shape;
   shape.rows = row.numel();
-  shape.factored = col.numel() > 0;
+  shape.factored = !col.empty();
   shape.cols = shape.factored ? col.numel() : 1;
   ZT_CHECK(shape.rows > 0, op, ": ", row_arg, " has no elements (the tensor has at least one row)");
   ZT_CHECK(offset >= 0 && offset + grad.numel() <= shape.rows * shape.cols, op, ": grad's ", grad.numel(),

@@ -385,21 +385,21 @@ BOOST_AUTO_TEST_CASE(adalomo) {
   check_error([&] { zt::make_optimizer(config); }, "optimizer AdaLomo: clip_threshold 0 must be > 0");
   config.clip_threshold = 1.0;
   // Per-tensor state: rows and columns of a matrix, one vector for a vector; no other shapes.
-  const std::unique_ptr<zt::Optimizer> adalomo = zt::make_optimizer(config);
-  BOOST_CHECK(adalomo->fuses_into_backward());
-  BOOST_CHECK(adalomo->state_names().empty());
+  const std::unique_ptr<zt::Optimizer> made = zt::make_optimizer(config);
+  BOOST_CHECK(made->fuses_into_backward());
+  BOOST_CHECK(made->state_names().empty());
   const std::vector<int64_t> matrix = {6, 4}, vector = {5}, cube = {2, 3, 4};
-  const std::vector<zt::TensorStateSpec> matrix_state = adalomo->tensor_state(matrix);
+  const std::vector<zt::TensorStateSpec> matrix_state = made->tensor_state(matrix);
   BOOST_REQUIRE_EQUAL(matrix_state.size(), 2u);
   BOOST_CHECK_EQUAL(matrix_state[0].name, "exp_avg_sq_row");
   BOOST_CHECK_EQUAL(matrix_state[0].numel, 6);
   BOOST_CHECK_EQUAL(matrix_state[1].name, "exp_avg_sq_col");
   BOOST_CHECK_EQUAL(matrix_state[1].numel, 4);
-  const std::vector<zt::TensorStateSpec> vector_state = adalomo->tensor_state(vector);
+  const std::vector<zt::TensorStateSpec> vector_state = made->tensor_state(vector);
   BOOST_REQUIRE_EQUAL(vector_state.size(), 1u);
   BOOST_CHECK_EQUAL(vector_state[0].name, "exp_avg_sq");
   BOOST_CHECK_EQUAL(vector_state[0].numel, 5);
-  check_error([&] { adalomo->tensor_state(cube); }, "AdaLomo factors matrices and vectors; a parameter tensor has 3");
+  check_error([&] { made->tensor_state(cube); }, "AdaLomo factors matrices and vectors; a parameter tensor has 3");
 }
 
 BOOST_AUTO_TEST_CASE(adam_flavours) {

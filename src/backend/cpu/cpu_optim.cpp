@@ -95,7 +95,7 @@ namespace zt::cpu {
 void CpuBackend::adalomo_square_sums(Tensor row_sums, Tensor col_sums, Tensor grad, int64_t offset, float eps) {
   const char* op = "adalomo_square_sums";
   float* rows_out = f32_arg(op, "row_sums", row_sums);
-  float* cols_out = col_sums.numel() ? f32_arg(op, "col_sums", col_sums) : nullptr;  // empty: a vector
+  float* cols_out = col_sums.empty() ? nullptr : f32_arg(op, "col_sums", col_sums);  // empty: a vector
   const float* g = f32_arg(op, "grad", grad);
   const AdalomoShape shape = adalomo_shape(op, "row_sums", row_sums, "col_sums", col_sums, grad, offset);
   const int64_t n = grad.numel(), cols = shape.cols;
@@ -133,10 +133,12 @@ double CpuBackend::adalomo_moments(Tensor row, Tensor col, Tensor row_sums, Tens
   float* r = f32_arg(op, "row", row);
   const float* rs = f32_arg(op, "row_sums", row_sums);
   expect_numel(op, "row_sums", row_sums, row.numel(), "the elements of row");
-  expect_numel(op, "col_sums", col_sums, col.numel(), "the elements of col");
   ZT_CHECK(row.numel() > 0, op, ": row has no elements (the tensor has at least one row)");
-  float* c = col.numel() ? f32_arg(op, "col", col) : nullptr;
-  const float* cs = col.numel() ? f32_arg(op, "col_sums", col_sums) : nullptr;
+  ZT_CHECK(col.empty() == col_sums.empty(), op, ": col and col_sums must both be given (a matrix) or both be empty "
+           "(a vector)");
+  float* c = col.empty() ? nullptr : f32_arg(op, "col", col);
+  const float* cs = col.empty() ? nullptr : f32_arg(op, "col_sums", col_sums);
+  if (c) expect_numel(op, "col_sums", col_sums, col.numel(), "the elements of col");
   const int64_t rows = row.numel(), cols = c ? col.numel() : 1;
   const float keep = beta2t, take = 1.0f - beta2t;
   // As torch: the mean first (sum / count), then state.mul_(beta2t).add_(mean, alpha=1 - beta2t).
@@ -154,7 +156,7 @@ void CpuBackend::adalomo_direction(Tensor update, Tensor grad, Tensor row, Tenso
   float* u = f32_arg(op, "update", update);
   const float* g = f32_arg(op, "grad", grad);
   const float* r = f32_arg(op, "row", row);
-  const float* c = col.numel() ? f32_arg(op, "col", col) : nullptr;
+  const float* c = col.empty() ? nullptr : f32_arg(op, "col", col);
   expect_numel(op, "update", update, grad.numel(), "the elements of grad");
   const AdalomoShape shape = adalomo_shape(op, "row", row, "col", col, grad, offset);
   const int64_t n = grad.numel(), cols = shape.cols;

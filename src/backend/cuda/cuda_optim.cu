@@ -290,7 +290,7 @@ __global__ void adalomo_direction_kernel(float* update, const float* grad, const
 void CudaBackendImpl::adalomo_square_sums(Tensor row_sums, Tensor col_sums, Tensor grad, int64_t offset, float eps) {
   const char* op = "adalomo_square_sums";
   expect_device(op, "row_sums", row_sums, DType::F32);
-  if (col_sums.numel()) expect_device(op, "col_sums", col_sums, DType::F32);
+  if (!col_sums.empty()) expect_device(op, "col_sums", col_sums, DType::F32);
   expect_device(op, "grad", grad, DType::F32);
   const AdalomoShape shape = adalomo_shape(op, "row_sums", row_sums, "col_sums", col_sums, grad, offset);
   fill(row_sums, 0.0f);
@@ -315,12 +315,14 @@ double CudaBackendImpl::adalomo_moments(Tensor row, Tensor col, Tensor row_sums,
   expect_device(op, "row", row, DType::F32);
   expect_device(op, "row_sums", row_sums, DType::F32);
   expect_numel(op, "row_sums", row_sums, row.numel(), "the elements of row");
-  expect_numel(op, "col_sums", col_sums, col.numel(), "the elements of col");
   ZT_CHECK(row.numel() > 0, op, ": row has no elements (the tensor has at least one row)");
-  const bool factored = col.numel() > 0;
+  ZT_CHECK(col.empty() == col_sums.empty(), op, ": col and col_sums must both be given (a matrix) or both be empty "
+           "(a vector)");
+  const bool factored = !col.empty();
   if (factored) {
     expect_device(op, "col", col, DType::F32);
     expect_device(op, "col_sums", col_sums, DType::F32);
+    expect_numel(op, "col_sums", col_sums, col.numel(), "the elements of col");
   }
   const int64_t rows = row.numel(), cols = factored ? col.numel() : 1;
   launch({grid_for(std::max(rows, cols)), kThreads, 0, stream_}, adalomo_moments_kernel, row.f32(),
@@ -341,7 +343,7 @@ void CudaBackendImpl::adalomo_direction(Tensor update, Tensor grad, Tensor row, 
   expect_device(op, "update", update, DType::F32);
   expect_device(op, "grad", grad, DType::F32);
   expect_device(op, "row", row, DType::F32);
-  if (col.numel()) expect_device(op, "col", col, DType::F32);
+  if (!col.empty()) expect_device(op, "col", col, DType::F32);
   expect_numel(op, "update", update, grad.numel(), "the elements of grad");
   const AdalomoShape shape = adalomo_shape(op, "row", row, "col", col, grad, offset);
   const int64_t n = grad.numel();
