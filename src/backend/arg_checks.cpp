@@ -14,6 +14,19 @@ void expect_shape(const char* op, const char* arg, const Tensor& tensor, std::in
   ZT_CHECK(same, op, ": ", arg, " must have shape ", wanted, "], got ", tensor.describe());
 }
 
+AdalomoShape adalomo_shape(const char* op, const char* row_arg, const Tensor& row, const char* col_arg,
+                           const Tensor& col, const Tensor& grad, int64_t offset) {
+  AdalomoShape shape;
+  shape.rows = row.numel();
+  shape.factored = !col.empty();
+  shape.cols = shape.factored ? col.numel() : 1;
+  ZT_CHECK(shape.rows > 0, op, ": ", row_arg, " has no elements (the tensor has at least one row)");
+  ZT_CHECK(offset >= 0 && offset + grad.numel() <= shape.rows * shape.cols, op, ": grad's ", grad.numel(),
+           " elements at offset ", offset, " do not fit the tensor [", shape.rows, ", ", shape.cols, "] that ", row_arg,
+           " and ", col_arg, " describe");
+  return shape;
+}
+
 void expect_numel(const char* op, const char* arg, const Tensor& tensor, int64_t numel, const std::string& what) {
   ZT_CHECK(tensor.numel() == numel, op, ": ", arg, " must have ", numel, " elements (", what, "), got ",
            tensor.describe());

@@ -28,6 +28,16 @@ struct GemmDims {
 GemmDims matmul_dims(const Tensor& c, const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b,
                      const char* op = "matmul");
 
+// The [rows, cols] tensor the adalomo_* ops see (backend.h), from their row [R] and col [C]
+// arguments (col empty: a vector, [R, 1], with no column state), after checking that grad[n] at
+// `offset` lies inside it.
+struct AdalomoShape {
+  int64_t rows = 0, cols = 1;
+  bool factored = false;  // a matrix, with column state
+};
+AdalomoShape adalomo_shape(const char* op, const char* row_arg, const Tensor& row, const char* col_arg,
+                           const Tensor& col, const Tensor& grad, int64_t offset);
+
 // The integer a fill() value stands for in an integer tensor (masks, ids): a whole number in
 // the type's range, else an error naming the tensor.
 template <class Integer>

@@ -31,7 +31,8 @@
 //   - attention: q, k, v, out, dout, dq, dk, dv one float dtype; lse fp32.
 //   - cross_entropy: logits any float (dlogits are written in the logits' dtype); targets int32;
 //     mask uint8.
-//   - adamw, sgd, lamb_direction: all buffers fp32 (master weights and optimizer state are always fp32).
+//   - adamw, sgd, lamb_direction, adalomo_*: all buffers fp32 (master weights and optimizer state
+//     are always fp32).
 //   Anything else is a zt::Error naming the op and the argument.
 #pragma once
 #include <cstddef>
@@ -258,6 +259,22 @@ class Backend {
   virtual void pack_signs(Tensor bits, Tensor error, Tensor x, float scale) = 0;
   // out [n] += scale * sign (bit 1: +1, bit 0: -1), fp32; bits as pack_signs writes them.
   virtual void add_signs(Tensor out, Tensor bits, float scale) = 0;
+  // AdaLomo's factored second moment (OpenLMLab lomo_optim.AdaLomo, Adafactor's factorisation)
+  // over the slice of one parameter tensor that a rank holds. The tensor is [R, C] row-major (a
+  // vector of d elements is [d, 1], and has no column state: col_sums and col are empty); grad[n]
+  // holds its elements [offset, offset + n), rows possibly cut at both ends.
+  // adalomo_square_sums WRITES row_sums[R] and col_sums[C]: the sums of g^2 + eps over the slice's
+  // elements of each row and column (0 where the slice has none), so that the ranks' sums add up
+  // to the whole tensor's.
+  virtual void adalomo_square_sums(Tensor row_sums, Tensor col_sums, Tensor grad, int64_t offset, float eps) = 0;
+  // With the whole tensor's sums: row = beta2t row + (1 - beta2t) row_sums / C,
+  // col = beta2t col + (1 - beta2t) col_sums / R (the means of g^2 + eps); returns mean(row)
+  // after the update, accumulated in double.
+  virtual double adalomo_moments(Tensor row, Tensor col, Tensor row_sums, Tensor col_sums, float beta2t) = 0;
+  // update[n] = (rsqrt(row[r] / row_mean) rsqrt(col[c])) g for the slice's element (r, c) of a
+  // matrix; rsqrt(row[offset + i]) g[i] for a vector. `update` may alias `grad`.
+  virtual void adalomo_direction(Tensor update, Tensor grad, Tensor row, Tensor col, int64_t offset,
+                                 float row_mean) = 0;
 };
 
 // Where a CPU backend's memory comes from: both set, or both empty for aligned_alloc/free.

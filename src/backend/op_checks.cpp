@@ -314,6 +314,35 @@ std::vector<OpCheck> op_table() {
          run.backend().add_signs(out, bits, -0.625f);
          return Outputs{run.read(out)};
        }},
+      // AdaLomo on a slice of a [N, C] matrix that cuts its first and last rows, and of a vector.
+      {"adalomo_square_sums", {DType::F32}, 1e-5,
+       [](OpRun& run, DType) {
+         Tensor grad = run.random(DType::F32, {4 * C - 7});
+         Tensor row_sums = run.output(DType::F32, {N}), col_sums = run.output(DType::F32, {C});
+         Tensor vector_sums = run.output(DType::F32, {N * C});
+         run.backend().adalomo_square_sums(row_sums, col_sums, grad, C + 3, 1e-3f);
+         run.backend().adalomo_square_sums(vector_sums, Tensor(), grad, C + 3, 1e-3f);
+         return Outputs{run.read(row_sums), run.read(col_sums), run.read(vector_sums)};
+       }},
+      {"adalomo_moments", {DType::F32}, 1e-6,
+       [](OpRun& run, DType) {
+         Tensor row = run.positive(DType::F32, {N}), col = run.positive(DType::F32, {C});
+         Tensor row_sums = run.positive(DType::F32, {N}), col_sums = run.positive(DType::F32, {C});
+         const double mean = run.backend().adalomo_moments(row, col, row_sums, col_sums, 0.4f);
+         Tensor vector = run.positive(DType::F32, {C});
+         const double vector_mean = run.backend().adalomo_moments(vector, Tensor(), col_sums, Tensor(), 0.25f);
+         return Outputs{run.read(row), run.read(col), {static_cast<float>(mean)}, run.read(vector),
+                        {static_cast<float>(vector_mean)}};
+       }},
+      {"adalomo_direction", {DType::F32}, 1e-6,
+       [](OpRun& run, DType) {
+         Tensor grad = run.random(DType::F32, {4 * C - 7}), vector_grad = run.random(DType::F32, {4 * C - 7});
+         Tensor row = run.positive(DType::F32, {N}), col = run.positive(DType::F32, {C});
+         Tensor vector = run.positive(DType::F32, {N * C});
+         run.backend().adalomo_direction(grad, grad, row, col, C + 3, 0.8f);  // over the gradient, as AdaLomo runs it
+         run.backend().adalomo_direction(vector_grad, vector_grad, vector, Tensor(), C + 3, 1.0f);
+         return Outputs{run.read(grad), run.read(vector_grad)};
+       }},
   };
 }
 

@@ -33,8 +33,23 @@ constexpr ParamGroup kTrainableGroups[] = {ParamGroup::Decay, ParamGroup::NoDeca
 // Checkpoints without an "optimizer" entry (written before the optimizer seam) hold AdamW's.
 const json kAdamWOptimizer = {{"type", "adamw"}, {"state", {"exp_avg", "exp_avg_sq"}}};
 
-json optimizer_json(const Optimizer& optimizer) {
-  return {{"type", optimizer.name()}, {"state", optimizer.state_names()}};
+// The optimizer and the names of its state: per element ("state") and, when it has any, per
+// tensor ("tensor_state": the distinct names over the trainable tensors).
+json optimizer_json(ZeroEngine& engine) {
+  json entry = {{"type", engine.optimizer().name()}, {"state", engine.optimizer().state_names()}};
+  std::vector<std::string> tensor_state;
+  for (const ZeroEngine::TensorStateViews& views : engine.tensor_state_views())
+    for (const std::string& name : views.names)
+      if (std::find(tensor_state.begin(), tensor_state.end(), name) == tensor_state.end()) tensor_state.push_back(name);
+  if (!tensor_state.empty()) entry["tensor_state"] = tensor_state;
+  return entry;
+}
+
+// Per-tensor state is whole and identical on every rank: partition 0's file holds one copy, as
+// datasets "tensor_state/<parameter>/<state name>", read by every rank whatever the world size.
+constexpr const char* kTensorStateGroup = "tensor_state";
+std::string tensor_state_dataset(const std::string& parameter, const std::string& name) {
+  return cat(kTensorStateGroup, "/", parameter, "/", name);
 }
 
 std::string rank_file_name(int partition) {
@@ -104,6 +119,9 @@ uint64_t rank_file_bytes(ZeroEngine& engine) {
     elements += static_cast<uint64_t>(views.master.numel());
     for (const Tensor& state : views.state) elements += static_cast<uint64_t>(state.numel());
   }
+  if (engine.partition_index() == 0)
+    for (const ZeroEngine::TensorStateViews& views : engine.tensor_state_views())
+      for (const Tensor& state : views.state) elements += static_cast<uint64_t>(state.numel());
   return elements * sizeof(float);
 }
 
@@ -125,6 +143,21 @@ void write_rank_file(const fs::path& path, ZeroEngine& engine, int64_t step) {
     for (size_t a = 0; a <= views.state.size(); ++a) {
       const std::vector<float> host = to_host(engine.backend(), a == 0 ? views.master : views.state[a - 1]);
       h5::write_f32_dataset(group.get(), name, a == 0 ? "master" : state_names[a - 1].c_str(), host.data(), host.size());
+    }
+  }
+  const std::vector<ZeroEngine::TensorStateViews> tensor_state = engine.tensor_state_views();
+  if (engine.partition_index() == 0 && !tensor_state.empty()) {
+    const auto create_group = [&](hid_t parent, const std::string& group_name) {
+      return h5::owned(H5Gcreate2(parent, group_name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose, name,
+                       cat("create group '", group_name, "'"));
+    };
+    h5::Handle all = create_group(file.get(), kTensorStateGroup);
+    for (const ZeroEngine::TensorStateViews& views : tensor_state) {
+      h5::Handle parameter = create_group(all.get(), views.parameter);
+      for (size_t k = 0; k < views.state.size(); ++k) {
+        const std::vector<float> host = to_host(engine.backend(), views.state[k]);
+        h5::write_f32_dataset(parameter.get(), name, views.names[k].c_str(), host.data(), host.size());
+      }
     }
   }
   h5::check_status(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), name, "flush the file");
@@ -222,17 +255,38 @@ class PartitionReader {
     std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
     h5::silence_error_printing();
     const std::string path = (dir_ / rank_file_name(partition)).string();
-    auto found = files_.find(partition);
-    if (found == files_.end())
-      found = files_.emplace(partition, h5::owned_file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), path,
-                                                       "open the checkpoint file")).first;
     const std::string dataset_name = cat(param_group_name(group), "/", array);
     hsize_t length = 0;
-    h5::Handle dataset = h5::open_f32_dataset(found->second.get(), path, dataset_name.c_str(), length);
+    h5::Handle dataset = h5::open_f32_dataset(file(partition).get(), path, dataset_name.c_str(), length);
     ZT_CHECK(static_cast<hsize_t>(begin + count) <= length, path, ": dataset '", dataset_name, "' has ", length,
              " elements, the manifest's layout needs ", begin + count);
     h5::read_1d_range(dataset.get(), path, dataset_name.c_str(), H5T_NATIVE_FLOAT, static_cast<hsize_t>(begin),
                       static_cast<hsize_t>(count), out);
+  }
+
+ public:
+  // out[count] = the whole dataset `dataset_name` of partition 0's file (per-tensor state).
+  void read_whole(const std::string& dataset_name, int64_t count, float* out) {
+    std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+    h5::silence_error_printing();
+    const std::string path = (dir_ / rank_file_name(0)).string();
+    hsize_t length = 0;
+    h5::Handle dataset = h5::open_f32_dataset(file(0).get(), path, dataset_name.c_str(), length);
+    ZT_CHECK(static_cast<int64_t>(length) == count, path, ": dataset '", dataset_name, "' has ", length,
+             " elements, this run's optimizer state has ", count);
+    h5::read_1d_range(dataset.get(), path, dataset_name.c_str(), H5T_NATIVE_FLOAT, 0, length, out);
+  }
+
+ private:
+  // The open file of `partition` (opened once).
+  const h5::Handle& file(int partition) {
+    auto found = files_.find(partition);
+    if (found == files_.end()) {
+      const std::string path = (dir_ / rank_file_name(partition)).string();
+      found = files_.emplace(partition, h5::owned_file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), path,
+                                                       "open the checkpoint file")).first;
+    }
+    return found->second;
   }
 
   fs::path dir_;
@@ -297,18 +351,20 @@ void check_identity(const json& manifest, const RunIdentity& identity, const Par
 }
 
 // The optimizer state a checkpoint holds must be the state this run's optimizer reads.
-void check_optimizer(const json& manifest, const Optimizer& optimizer, const std::string& dir) {
+void check_optimizer(const json& manifest, ZeroEngine& engine, const std::string& dir) {
+  const Optimizer& optimizer = engine.optimizer();
   const json saved = manifest.value("optimizer", kAdamWOptimizer);
-  if (saved == optimizer_json(optimizer)) return;
+  const json mine = optimizer_json(engine);
+  if (saved == mine) return;
   ZT_CHECK(saved.is_object() && saved.contains("type") && saved["type"].is_string() && saved.contains("state") &&
                saved["state"].is_array(),
            dir, "/manifest.json: key 'optimizer' = ", saved.dump(), " is not {\"type\": NAME, \"state\": [NAMES]}");
   if (saved.at("type") == optimizer.name())  // the same optimizer with other state: SGD with and without momentum
     fail(dir, ": the checkpoint's ", optimizer.name(), " state is ", saved.at("state").dump(), ", this run's is ",
-         optimizer_json(optimizer).at("state").dump(), " (SGD keeps a momentum_buffer only with momentum > 0): resume "
+         mine.at("state").dump(), " (SGD keeps a momentum_buffer only with momentum > 0): resume "
          "with the checkpoint's settings");
   fail(dir, ": the checkpoint holds the state of optimizer ", saved.at("type").get<std::string>(), " (",
-       saved.at("state").dump(), "), this run uses ", optimizer.name(), " (", optimizer_json(optimizer).at("state").dump(),
+       saved.at("state").dump(), "), this run uses ", optimizer.name(), " (", mine.at("state").dump(),
        "): resume with the same optimizer, or start a new run from exported weights (zerotune export)");
 }
 
@@ -403,7 +459,7 @@ std::string save_checkpoint(const std::string& out_dir, const TrainingState& sta
         {"samples_consumed", state.samples_consumed},
         {"world_size", comm.size()}, {"zero_stage", engine.stage()}, {"partitions", engine.partition_count()},
         {"compute_dtype", dtype_name(store.param_dtype())},
-        {"optimizer", optimizer_json(engine.optimizer())},
+        {"optimizer", optimizer_json(engine)},
         {"loss_scale", state.loss_scale}, {"loss_scaler", state.loss_scaler},
         {"lr_scheduler", {{"type", run_config.at("scheduler").at("type")}, {"updates", state.step - state.skipped}}},
         {"rng", {{"seed", identity.seed}, {"generator", "philox4x32-10 keyed by (seed, purpose, step, position)"},
@@ -474,7 +530,7 @@ TrainingState load_checkpoint(const std::string& checkpoint_dir, const RunIdenti
   // Rank 0 verifies every checksum; the others check sizes. A failure anywhere ends the job.
   const json manifest = read_checkpoint_manifest(checkpoint_dir, comm.rank() == 0);
   check_identity(manifest, identity, store, checkpoint_dir);
-  check_optimizer(manifest, engine.optimizer(), checkpoint_dir);
+  check_optimizer(manifest, engine, checkpoint_dir);
   PartitionReader reader(checkpoint_dir, manifest);
   const std::vector<std::string> state_names = engine.optimizer().state_names();
   for (const ZeroEngine::PartitionViews& views : engine.partition_views()) {
@@ -484,6 +540,13 @@ TrainingState load_checkpoint(const std::string& checkpoint_dir, const RunIdenti
       reader.read(views.group, a == 0 ? "master" : state_names[a - 1].c_str(), store.group(views.group).units,
                   engine.partition_count(), engine.partition_index(), host.data());
       engine.backend().copy(tensor, f32_view(host.data(), {tensor.numel()}));
+    }
+  }
+  for (const ZeroEngine::TensorStateViews& views : engine.tensor_state_views()) {
+    for (size_t k = 0; k < views.state.size(); ++k) {
+      std::vector<float> host(static_cast<size_t>(views.state[k].numel()));
+      reader.read_whole(tensor_state_dataset(views.parameter, views.names[k]), views.state[k].numel(), host.data());
+      engine.backend().copy(views.state[k], f32_view(host.data(), {views.state[k].numel()}));
     }
   }
   engine.refresh_params_from_master();

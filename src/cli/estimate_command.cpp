@@ -83,6 +83,13 @@ std::string count_text(int64_t count) {
 
 const char* device_name(bool offloaded) { return offloaded ? "cpu" : "none"; }
 
+// Elements of the optimizer's per-tensor state of one tensor (AdaLomo: rows + columns).
+int64_t tensor_state_numel(const Optimizer& optimizer, const std::vector<int64_t>& shape) {
+  int64_t numel = 0;
+  for (const TensorStateSpec& spec : optimizer.tensor_state(shape)) numel += spec.numel;
+  return numel;
+}
+
 // One rank's memory from the memory model: the trainer's own set-up and step on the counting backend.
 nlohmann::ordered_json predicted_run(const ModelSummary& model, const RunShape& shape, const ZeroMemoryInputs& base,
                                      const Choice& choice, DType compute_dtype) {
@@ -128,7 +135,7 @@ nlohmann::ordered_json estimate_report(const ModelSummary& model, const RunShape
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   report["optimizer"] = shape.optimizer.type;
   for (const Choice& choice : kChoices) {
-    if (base.fused_optimizer && choice.offload_optimizer) continue;  // LOMO has no state to offload
+    if (base.fused_optimizer && choice.offload_optimizer) continue;  // LOMO, AdaLomo update on the device
     ZeroMemoryInputs inputs = base;
     inputs.stage = choice.stage;
     inputs.offload_optimizer = choice.offload_optimizer;
@@ -208,8 +215,9 @@ std::string format_report(const nlohmann::ordered_json& report) {
   line("  per-parameter accounting (it has no estimator for them). Its formulas assume fp16/bf16 compute and count");
   line("  every parameter as trainable; its CPU figures include loading the model on the host.");
   line("zerotune: per GPU = compute-dtype parameters (stage 3: this rank's partition + the gathered working set)");
-  line("  + fp32 gradients (stages 2/3: partition + one reduce bucket; LOMO: the unit in flight) + fp32 master weights");
-  line(cat("  and the optimizer's state (", report["optimizer"].get<std::string>(), "; partitioned from stage 1); CPU/node = the ",
+  line("  + fp32 gradients (stages 2/3: partition + one reduce bucket; LOMO, AdaLomo: the unit in flight) + fp32 master");
+  line(cat("  weights and the optimizer's state (", report["optimizer"].get<std::string>(), "; partitioned from stage 1, ",
+           "per-tensor state whole); CPU/node = the ",
            "offloaded states of the node's ranks. Activations, workspaces"));
   line("  and communication buffers come on top of both. `--json` gives every term.");
   if (run) {
@@ -249,7 +257,8 @@ int command_estimate(const std::vector<std::string>& args) {
        "(default q_proj,v_proj)")
       ("compute-dtype", po::value(&dtype_text)->default_value("bf16"), "bf16, fp16 or fp32")
       ("optimizer", po::value(&optimizer_text)->default_value("adamw"),
-       "adamw, lamb, sgd (with --momentum: one state buffer) or lomo (no state, gradients only for the unit in flight)")
+       "adamw, lamb, sgd (with --momentum: one state buffer), lomo (no state, gradients only for the unit in flight) "
+       "or adalomo (as lomo, plus rows + columns of each matrix)")
       ("momentum", po::value(&shape.optimizer.momentum)->default_value(0.0), "with --optimizer sgd: its momentum")
       ("reduce-bucket-size", po::value(&reduce_bucket_text)->default_value("500000000"),
        "zero_optimization.reduce_bucket_size (elements)")
@@ -289,6 +298,7 @@ int command_estimate(const std::vector<std::string>& args) {
   }
 
   ModelSummary model;
+  int64_t tensor_state_floats = 0;  // the optimizer's per-tensor state over the trainable tensors
   if (have_model) {
     ZT_CHECK(!values.count("largest-layer-params") && !values.count("trainable-params"),
              "--largest-layer-params and --trainable-params go with --params; with --model they are counted");
@@ -306,6 +316,8 @@ int command_estimate(const std::vector<std::string>& args) {
     model.config = config;
     model.source = config.path;
     model.counts = count_model_params(specs, adapters);
+    for (const ParamSpec& spec : adapters.empty() ? specs : adapters)
+      if (!spec.tied()) tensor_state_floats += tensor_state_numel(*optimizer, spec.shape);
   } else {
     ZT_CHECK(lora_r == 0, "--lora-r needs --model (the adapters' size comes from the model's layers); "
              "with --params give --trainable-params instead");
@@ -326,6 +338,10 @@ int command_estimate(const std::vector<std::string>& args) {
       model.counts.gather_unit = std::max(model.counts.gather_unit, model.counts.largest_layer);
       model.shapes_assumed = true;
     }
+    // Per-tensor state from the rule of thumb's shapes: the full model's (with --trainable-params,
+    // an upper bound: adapters have fewer rows and columns).
+    for (const std::vector<int64_t>& shape_of_tensor : rule_of_thumb_shapes(model.counts.total))
+      tensor_state_floats += tensor_state_numel(*optimizer, shape_of_tensor);
   }
 
   ZeroMemoryInputs inputs;
@@ -338,6 +354,7 @@ int command_estimate(const std::vector<std::string>& args) {
   inputs.compute_dtype_bytes = static_cast<int64_t>(dtype_size(compute_dtype));
   inputs.optimizer_state_floats = static_cast<int>(optimizer->state_names().size());
   inputs.fused_optimizer = optimizer->fuses_into_backward();
+  inputs.tensor_state_floats = tensor_state_floats;
   inputs.reduce_bucket_size = parse_param_count(reduce_bucket_text, "--reduce-bucket-size");
   inputs.stage3_max_live_parameters = parse_param_count(max_live_text, "--stage3-max-live-parameters");
   inputs.stage3_prefetch_bucket_size = parse_param_count(prefetch_text, "--stage3-prefetch-bucket-size");

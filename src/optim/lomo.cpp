@@ -6,6 +6,12 @@
 
 namespace zt {
 
+void clamp_gradient_values(Backend& backend, Tensor grad, double clip_grad_value, const OptimizerStep& step) {
+  if (!(clip_grad_value > 0.0)) return;
+  const float bound = static_cast<float>(clip_grad_value) / step.clip_coefficient;
+  backend.clamp(grad, -bound, bound);
+}
+
 namespace {
 
 class Lomo final : public Optimizer {
@@ -21,12 +27,7 @@ class Lomo final : public Optimizer {
   double flops_per_element() const override { return config_.clip_grad_value > 0.0 ? 5.0 : 3.0; }
 
   void update(Backend& backend, OptimizerPiece& piece, const OptimizerStep& step) const override {
-    // The gradient is already divided by loss scale x clip coefficient; LOMO clamps before the
-    // clip coefficient, and clamp(x, +-v) / c = clamp(x / c, +-v / c) for c >= 1.
-    if (config_.clip_grad_value > 0.0) {
-      const float bound = static_cast<float>(config_.clip_grad_value) / step.clip_coefficient;
-      backend.clamp(piece.grad, -bound, bound);
-    }
+    clamp_gradient_values(backend, piece.grad, config_.clip_grad_value, step);
     SgdParams params;
     params.lr = step.lr;
     params.weight_decay = piece.decay ? config_.weight_decay : 0.0;

@@ -17,4 +17,9 @@ namespace zt {
 
 std::unique_ptr<Optimizer> make_lomo(const OptimizerConfig& config);
 
+// LOMO's (and AdaLomo's) clip_grad_value (0: off) on a gradient the engine has already divided by
+// the loss scale and the clip coefficient: LOMO clamps before multiplying by the clip
+// coefficient, and clamp(x, +-v) / c = clamp(x / c, +-v / c) for c >= 1.
+void clamp_gradient_values(Backend& backend, Tensor grad, double clip_grad_value, const OptimizerStep& step);
+
 }  // namespace zt

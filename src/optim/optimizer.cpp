@@ -2,6 +2,7 @@
 #include "optim/optimizer.h"
 
 #include "core/error.h"
+#include "optim/adalomo.h"
 #include "optim/adamw.h"
 #include "optim/lamb.h"
 #include "optim/lomo.h"
@@ -24,6 +25,7 @@ const std::vector<OptimizerRow>& optimizer_rows() {
       {"lamb", make_lamb},
       {"lomo", make_lomo},
       {"onebitadam", make_onebit_adam},
+      {"adalomo", make_adalomo},
   };
   return rows;
 }

@@ -2,7 +2,11 @@
 //
 // An optimizer names its state buffers (fp32, one element per trainable element of the
 // partition, zero at the start); the engine allocates, partitions, offloads and checkpoints them
-// by those names, so an optimizer never sees ranks, stages or host/device placement. Its update
+// by those names, so an optimizer never sees ranks, stages or host/device placement. An
+// optimizer may also keep per-tensor state (AdaLomo's factored second moment: a row and a column
+// vector per matrix), sized by each trainable tensor's shape: small, so every rank holds all of
+// it, identical everywhere (the update sums over the ranks what it needs), and checkpoints keep
+// one copy by parameter and state name, whatever the world size. Its update
 // is an ordinary backend op sequence over one contiguous piece of a partition (ggml's optimizer
 // step: its parameters are passed in), run on the device or, with ZeRO-Offload, on the host
 // backend. The step's scalars (lr, divisor, update number) are known when the step starts, so an
@@ -29,10 +33,22 @@ struct OptimizerStep {
   float clip_coefficient = 1.0f;  // the global-norm clipping part of grad_divisor (>= 1)
 };
 
-// A parameter tensor's elements inside a piece (per-tensor optimizers: LAMB's trust ratio).
-// On ZeRO partitions a tensor may be split over ranks: each rank sees its slice.
+// A parameter tensor's elements inside a piece (per-tensor optimizers: LAMB's trust ratio,
+// AdaLomo's factored moments). On ZeRO partitions a tensor may be split over ranks: each rank sees
+// its slice, a contiguous run of the tensor's row-major elements (rows may be cut at both ends),
+// possibly empty.
 struct TensorSlice {
-  int64_t begin = 0;  // within the piece
+  int64_t begin = 0;            // within the piece
+  int64_t numel = 0;            // elements of the slice (0: none of the tensor is on this rank)
+  int64_t offset = 0;           // the slice's first element within the tensor (row-major)
+  std::vector<int64_t> shape;   // the whole tensor's shape
+  int entry = -1;               // the tensor's index in ParamStore::entries() (for the engine)
+  std::vector<Tensor> state;    // fp32, the tensor's whole per-tensor state, tensor_state(shape) order
+};
+
+// One per-tensor state buffer: its name and element count.
+struct TensorStateSpec {
+  std::string name;
   int64_t numel = 0;
 };
 
@@ -43,11 +59,14 @@ struct OptimizerPiece {
   Tensor grad;                 // fp32 [n] reduced gradients, already divided by grad_divisor; the
                                // optimizer may overwrite them (scratch)
   std::vector<Tensor> state;   // fp32 [n] each, in state_names() order
-  // Only for needs_tensor_slices(): the parameter tensors of the piece, and a collective that
-  // sums per-tensor partial values over the ranks holding slices of the same tensors (every rank
-  // calls update on the same pieces in the same order; identity when a rank holds them whole).
+  // Only for needs_tensor_slices(): the parameter tensors of the piece (every tensor of the
+  // piece's units, also those with no element on this rank), and collectives that sum per-tensor
+  // partial values over the ranks holding slices of the same tensors (every rank calls update on
+  // the same pieces in the same order; identity when a rank holds them whole): host doubles, or
+  // an fp32 tensor on the backend the update runs on.
   std::vector<TensorSlice> tensors;
   std::function<void(std::span<double>)> sum_over_ranks;
+  std::function<void(Tensor)> sum_tensor_over_ranks;
 };
 
 // A 1-bit optimizer's exchange (1-bit Adam): instead of reducing the gradients, every rank forms
@@ -69,6 +88,13 @@ class Optimizer {
   // The state buffers per trainable element, e.g. {"exp_avg", "exp_avg_sq"}; checkpoints store
   // them as datasets of these names.
   virtual std::vector<std::string> state_names() const = 0;
+  // The per-tensor state of a trainable tensor of this shape (fp32 buffers, zero at the start),
+  // e.g. AdaLomo's {"exp_avg_sq_row" [rows], "exp_avg_sq_col" [cols]}; none by default. An
+  // optimizer with per-tensor state needs_tensor_slices().
+  virtual std::vector<TensorStateSpec> tensor_state(std::span<const int64_t> shape) const {
+    (void)shape;
+    return {};
+  }
   // Whether the update needs the piece's parameter tensors (OptimizerPiece::tensors).
   virtual bool needs_tensor_slices() const { return false; }
   // Whether the update runs inside backward, unit by unit as each unit's gradient is reduced,

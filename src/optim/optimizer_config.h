@@ -8,8 +8,8 @@ namespace zt {
 
 struct OptimizerConfig {
   // adamw (DeepSpeed "Adam"/"AdamW" both map here, see ds_config) | sgd (torch.optim.SGD) |
-  // lamb (DeepSpeed "Lamb": FusedLamb) | lomo (LOMO: SGD fused into backward) |
-  // onebitadam (DeepSpeed "OneBitAdam")
+  // lamb (DeepSpeed "Lamb": FusedLamb) | lomo (LOMO: SGD fused into backward) | adalomo (AdaLomo:
+  // LOMO with a factored second moment) | onebitadam (DeepSpeed "OneBitAdam")
   std::string type = "adamw";
   double lr = 1e-3;
   double beta1 = 0.9;
@@ -29,8 +29,8 @@ struct OptimizerConfig {
   bool eps_inside_sqrt = false;  // denominator sqrt(v + eps) instead of sqrt(v) + eps
   double max_coeff = 10.0;       // the trust ratio's clamp
   double min_coeff = 0.01;
-  // LOMO (OpenLMLab's lomo_optim.Lomo): its lr and weight_decay above, plus gradient value
-  // clipping (0: off). Its clip_grad_norm is the run's gradient_clipping.
+  // LOMO (OpenLMLab's lomo_optim.Lomo) and AdaLomo: their lr and weight_decay above, plus
+  // gradient value clipping (0: off). Their clip_grad_norm is the run's gradient_clipping.
   double clip_grad_value = 0.0;
   // 1-bit Adam (DeepSpeed OneBitAdam): its lr, betas, eps and weight_decay above; full Adam (no
   // bias correction) for the first freeze_step updates, then the variance frozen and the
@@ -38,6 +38,12 @@ struct OptimizerConfig {
   // communicator with the device's packing kernels, "mpi" through MPI with the packing on the host.
   int64_t freeze_step = 100000;
   std::string comm_backend_name = "nccl";
+  // AdaLomo (lomo_optim.AdaLomo's defaults): eps = (eps_square, eps_scale), clip_threshold,
+  // decay_rate.
+  double eps_square = 1e-30;     // eps[0]: added to g^2 before the second moment
+  double eps_scale = 1e-3;       // eps[1]: the least parameter RMS the step size scales lr by
+  double clip_threshold = 1.0;   // the update's RMS is clipped to it
+  double decay_rate = -0.8;      // the second moment's beta2 at update t: 1 - t^decay_rate
 };
 
 }  // namespace zt

@@ -465,16 +465,10 @@ void translate_lamb(const Section& params, OptimizerConfig& optimizer) {
            " must satisfy 0 < min_coeff <= max_coeff");
 }
 
-// LOMO (OpenLMLab/LOMO's lomo_optim.Lomo; HF TrainingArguments optim "lomo"): lr, weight_decay,
-// clip_grad_value; its clip_grad_norm is the run's "gradient_clipping" (the same number either way).
-void translate_lomo(const Section& params, TrainConfig& config) {
-  check_optimizer_keys(params, {{"lr", Role::translated},
-                                {"weight_decay", Role::translated},
-                                {"clip_grad_norm", Role::translated},
-                                {"clip_grad_value", Role::translated},
-                                {"loss_scale_args", Role::translated}});
+// What LOMO and AdaLomo share: lr, weight_decay (default 0) and clipping. clip_grad_norm is the
+// run's "gradient_clipping" (the same number either way).
+void translate_lomo_common(const Section& params, TrainConfig& config) {
   OptimizerConfig& optimizer = config.optimizer;
-  optimizer.type = "lomo";
   optimizer.weight_decay = 0.0;
   params.number("lr", optimizer.lr, 0.0, true);
   params.number("weight_decay", optimizer.weight_decay, 0.0, true);
@@ -485,9 +479,23 @@ void translate_lomo(const Section& params, TrainConfig& config) {
     params.number("clip_grad_norm", norm, 0.0, false);
     const bool top_level = config.gradient_clipping > 0.0;
     ZT_CHECK(!top_level || config.gradient_clipping == norm, params.file(), ": optimizer.params.clip_grad_norm ", norm,
-             " and gradient_clipping ", config.gradient_clipping, " disagree (they are the same setting for LOMO)");
+             " and gradient_clipping ", config.gradient_clipping, " disagree (they are the same setting for ",
+             optimizer.type == "adalomo" ? "AdaLomo" : "LOMO", ")");
     config.gradient_clipping = norm;
   }
+}
+
+// LOMO (OpenLMLab/LOMO's lomo_optim.Lomo; HF TrainingArguments optim "lomo"): lr, weight_decay,
+// clip_grad_value; its clip_grad_norm is the run's "gradient_clipping" (the same number either way).
+void translate_lomo(const Section& params, TrainConfig& config) {
+  check_optimizer_keys(params, {{"lr", Role::translated},
+                                {"weight_decay", Role::translated},
+                                {"clip_grad_norm", Role::translated},
+                                {"clip_grad_value", Role::translated},
+                                {"loss_scale_args", Role::translated}});
+  OptimizerConfig& optimizer = config.optimizer;
+  optimizer.type = "lomo";
+  translate_lomo_common(params, config);
   ZT_CHECK(!params.has("loss_scale_args"), params.file(), ": optimizer.params.loss_scale_args is not supported: "
            "zerotune's fp16 loss scaler is DeepSpeed's, set in the \"fp16\" section");
 }
@@ -521,13 +529,54 @@ void translate_onebit_adam(const Section& params, OptimizerConfig& optimizer) {
   params.require("amsgrad", false, "1-bit Adam has no AMSGrad (DeepSpeed raises on it too)");
 }
 
+// AdaLomo (lomo_optim.AdaLomo; HF TrainingArguments optim "adalomo"): LOMO's keys plus eps
+// [eps_square, eps_scale], clip_threshold and decay_rate. Its fixed loss_scale (2^10 by default)
+// is not used: zerotune scales the loss for fp16 only, with DeepSpeed's loss scaler.
+void translate_adalomo(const Section& params, TrainConfig& config) {
+  check_optimizer_keys(params, {{"lr", Role::translated},
+                                {"weight_decay", Role::translated},
+                                {"clip_grad_norm", Role::translated},
+                                {"clip_grad_value", Role::translated},
+                                {"eps", Role::translated},
+                                {"clip_threshold", Role::translated},
+                                {"decay_rate", Role::translated},
+                                {"loss_scale", Role::translated}});
+  OptimizerConfig& optimizer = config.optimizer;
+  optimizer.type = "adalomo";
+  translate_lomo_common(params, config);
+  if (const json* eps = params.find("eps")) {
+    const bool valid = eps->is_array() && eps->size() == 2 && (*eps)[0].is_number() && (*eps)[1].is_number() &&
+                       (*eps)[0].get<double>() >= 0.0 && (*eps)[1].get<double>() >= 0.0 &&
+                       std::isfinite((*eps)[0].get<double>()) && std::isfinite((*eps)[1].get<double>());
+    if (!valid) params.fail_value("eps", *eps, "[eps_square, eps_scale], two numbers >= 0 (AdaLomo's default [1e-30, 1e-3])");
+    optimizer.eps_square = (*eps)[0].get<double>();
+    optimizer.eps_scale = (*eps)[1].get<double>();
+    params.record("eps", Got::value);
+  }
+  params.number("clip_threshold", optimizer.clip_threshold, 0.0, false);
+  if (const json* value = params.find("clip_threshold"); value && optimizer.clip_threshold == 0.0)
+    params.fail_value("clip_threshold", *value, "a number > 0");
+  if (const json* value = params.find("decay_rate")) {
+    if (!value->is_number() || !std::isfinite(value->get<double>()) || value->get<double>() > 0.0)
+      params.fail_value("decay_rate", *value, "a number <= 0 (the second moment's beta2 at update t is 1 - t^decay_rate)");
+    optimizer.decay_rate = value->get<double>();
+    params.record("decay_rate", Got::value);
+  }
+  if (const json* value = params.find("loss_scale"); value && !value->is_null()) {
+    double scale = 0.0;
+    params.number("loss_scale", scale, 0.0, false);
+    params.note("optimizer.params.loss_scale is not used: zerotune scales the loss only for fp16, with its loss scaler "
+                "(the \"fp16\" section); without fp16 a power-of-two scale would not change the gradients");
+  }
+}
+
 void translate_optimizer(const Section& top, TrainConfig& config) {
   if (!top.has("optimizer")) return;
   const Section section = top.child("optimizer");
   section.check_keys({{"type", Role::translated}, {"params", Role::translated}, {"legacy_fusion", Role::no_effect}});
   std::string type;
   const json* type_value = section.find("type");
-  if (!type_value) fail(top.file(), ": optimizer.type is missing (zerotune supports Adam, AdamW, Lamb, SGD and LOMO)");
+  if (!type_value) fail(top.file(), ": optimizer.type is missing (zerotune supports Adam, AdamW, Lamb, SGD, LOMO and AdaLomo)");
   if (!type_value->is_string()) section.fail_value("type", *type_value, "an optimizer name such as \"AdamW\"");
   type = type_value->get<std::string>();
   // DeepSpeed's own names match case-insensitively; torch.optim classes as spelled.
@@ -537,13 +586,14 @@ void translate_optimizer(const Section& top, TrainConfig& config) {
   if (name == "lamb") return translate_lamb(params, config.optimizer);
   if (name == "lomo") return translate_lomo(params, config);
   if (name == "onebitadam") return translate_onebit_adam(params, config.optimizer);
+  if (name == "adalomo") return translate_adalomo(params, config);
   if (type == "SGD") return translate_sgd(params, config.optimizer);
-  const bool known = name == "adalomo" ||
-                     std::find(kDeepSpeedOptimizers.begin(), kDeepSpeedOptimizers.end(), name) !=
+  const bool known = std::find(kDeepSpeedOptimizers.begin(), kDeepSpeedOptimizers.end(), name) !=
                          kDeepSpeedOptimizers.end() ||
                      std::find(kTorchOptimizers.begin(), kTorchOptimizers.end(), type) != kTorchOptimizers.end();
   if (known)
-    fail(top.file(), ": optimizer type ", type, " is not supported (yet): zerotune implements Adam, AdamW, Lamb, SGD, LOMO and OneBitAdam");
+    fail(top.file(), ": optimizer type ", type, " is not supported (yet): zerotune implements Adam, AdamW, Lamb, SGD, "
+         "OneBitAdam, LOMO and AdaLomo");
   std::vector<std::string> candidates = kDeepSpeedOptimizers;
   candidates.insert(candidates.end(), kTorchOptimizers.begin(), kTorchOptimizers.end());
   const std::string suggestion = nearest(type, candidates);

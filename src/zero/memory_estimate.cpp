@@ -33,7 +33,8 @@ void check_inputs(const ZeroMemoryInputs& in) {
   ZT_CHECK(!in.offload_optimizer || in.stage >= 1, "memory plan: offload_optimizer needs ZeRO stage 1, 2 or 3 (stage ",
            in.stage, ")");
   ZT_CHECK(!in.fused_optimizer || !in.offload_optimizer,
-           "memory plan: an optimizer fused into backward (LOMO) keeps no state to offload");
+           "memory plan: an optimizer fused into backward (LOMO, AdaLomo) updates on the device: no optimizer offload");
+  ZT_CHECK(in.tensor_state_floats >= 0, "memory plan: tensor_state_floats = ", in.tensor_state_floats, ": must be >= 0");
   ZT_CHECK(!in.offload_params || in.stage == 3, "memory plan: offload_param needs ZeRO stage 3 (stage ", in.stage, ")");
   ZT_CHECK(in.compute_dtype_bytes == 2 || in.compute_dtype_bytes == 4, "memory plan: compute_dtype_bytes = ",
            in.compute_dtype_bytes, ": must be 2 (bf16/fp16) or 4 (fp32)");
@@ -114,12 +115,12 @@ ZeroMemoryPlan zero_memory_plan(const ZeroMemoryInputs& in) {
   const int64_t optimizer_elements = in.stage == 0 ? plan.padded_trainable : plan.trainable_partition;
   if (in.offload_optimizer) {
     plan.host_master_bytes = optimizer_elements * 4;
-    plan.host_optimizer_bytes = optimizer_elements * 4 * in.optimizer_state_floats;
+    plan.host_optimizer_bytes = optimizer_elements * 4 * in.optimizer_state_floats + in.tensor_state_floats * 4;
     plan.host_grad_bytes = optimizer_elements * 4;
   } else {
     plan.master_aliases_params = c == 4;
     plan.device_master_bytes = plan.master_aliases_params ? 0 : optimizer_elements * 4;
-    plan.device_optimizer_bytes = optimizer_elements * 4 * in.optimizer_state_floats;
+    plan.device_optimizer_bytes = optimizer_elements * 4 * in.optimizer_state_floats + in.tensor_state_floats * 4;
   }
 
   plan.device_total_bytes = plan.device_param_bytes + plan.device_grad_bytes + plan.device_grad_bucket_bytes +
@@ -247,6 +248,22 @@ int64_t rule_of_thumb_largest_layer(int64_t total_params) {
 int64_t rule_of_thumb_block(int64_t total_params) {
   const int64_t hidden = rule_of_thumb_hidden_size(total_params);
   return std::min(total_params, 12 * hidden * hidden);
+}
+
+std::vector<std::vector<int64_t>> rule_of_thumb_shapes(int64_t total_params) {
+  const int64_t hidden = rule_of_thumb_hidden_size(total_params);
+  const int64_t layers = std::max<int64_t>(1, std::llround(static_cast<double>(hidden) / 128.0));
+  const int64_t mlp = std::max<int64_t>(1, std::llround(8.0 * static_cast<double>(hidden) / 3.0));
+  std::vector<std::vector<int64_t>> shapes = {{32000, hidden}, {32000, hidden}, {hidden}};
+  for (int64_t layer = 0; layer < layers; ++layer) {
+    for (int k = 0; k < 4; ++k) shapes.push_back({hidden, hidden});
+    shapes.push_back({mlp, hidden});
+    shapes.push_back({mlp, hidden});
+    shapes.push_back({hidden, mlp});
+    shapes.push_back({hidden});
+    shapes.push_back({hidden});
+  }
+  return shapes;
 }
 
 int64_t parse_param_count(const std::string& text, const std::string& flag) {

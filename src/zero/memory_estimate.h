@@ -33,8 +33,10 @@ struct ZeroMemoryInputs {
   int64_t compute_dtype_bytes = 2; // 2 for bf16/fp16, 4 for fp32
   int optimizer_state_floats = 2;  // fp32 state buffers per trainable element (Optimizer::state_names:
                                    // AdamW and Lamb 2, SGD with momentum 1, SGD without and LOMO 0)
-  bool fused_optimizer = false;    // LOMO: gradients only for the unit in flight (gather_unit_params,
+  bool fused_optimizer = false;    // LOMO, AdaLomo: gradients only for the unit in flight (gather_unit_params,
                                    // plus its reduce-scatter slice from stage 1); no optimizer offload
+  int64_t tensor_state_floats = 0; // per-tensor optimizer state (Optimizer::tensor_state: AdaLomo's rows +
+                                   // columns of each trainable matrix, d of each vector), whole on every rank
   // DeepSpeed zero_optimization defaults (elements). allgather_bucket_size is not an input:
   // stages 1/2 gather the updated parameters in place into the flat buffer, with no staging.
   int64_t reduce_bucket_size = 500000000;
@@ -66,11 +68,12 @@ struct ZeroMemoryPlan {
   int64_t device_master_bytes = 0;   // fp32 master weights: stage 0: T 4, stages 1-3: (T/W) 4;
                                      // 0 when offloaded or aliased
   int64_t device_optimizer_bytes = 0;  // optimizer state, s = optimizer_state_floats: 4 s T
-                                       // (stage 0) or 4 s T/W (AdamW: 8); 0 when offloaded
+                                       // (stage 0) or 4 s T/W (AdamW: 8), + 4 tensor_state_floats
+                                       // (whole on every rank); 0 when offloaded
   int64_t device_total_bytes = 0;    // the sum of the device_* bytes above
   // host (CPU) bytes per rank (all 0 without offload)
   int64_t host_master_bytes = 0;     // offload_optimizer: (T/W) 4
-  int64_t host_optimizer_bytes = 0;  // offload_optimizer: (T/W) 4 s
+  int64_t host_optimizer_bytes = 0;  // offload_optimizer: (T/W) 4 s + 4 tensor_state_floats
   int64_t host_grad_bytes = 0;       // offload_optimizer: (T/W) 4, the reduced gradient
                                      // partition the CPU Adam reads
   int64_t host_param_bytes = 0;      // offload_params: (P/W) c
@@ -127,6 +130,10 @@ ModelParamCounts count_model_params(const std::vector<ParamSpec>& model_specs,
 int64_t rule_of_thumb_hidden_size(int64_t total_params);
 int64_t rule_of_thumb_largest_layer(int64_t total_params);
 int64_t rule_of_thumb_block(int64_t total_params);
+// The parameter tensors' shapes under that rule (for per-tensor optimizer state): L = C / 128
+// blocks of 4 [C, C] attention matrices, 2 [F, C] and 1 [C, F] MLP matrices (F = 8C/3) and 2
+// norms [C]; the embedding and the head [32000, C]; the final norm [C].
+std::vector<std::vector<int64_t>> rule_of_thumb_shapes(int64_t total_params);
 
 // A parameter count as users write it: 6738415616, 7e9, 6.7B, 125M, 350k (suffixes k/K, M,
 // B/G, T: powers of 1000). Must be a whole number >= 1; errors name `flag` and the text.

@@ -93,10 +93,19 @@ std::vector<TensorSlice> partition_tensor_slices(const ParamStore& store, ParamG
     const int64_t slice = unit.numel / partitions;
     const int64_t lo = unit.begin + index * slice, hi = lo + slice;  // this rank's slice, group coordinates
     const int64_t at = unit.begin / partitions - piece_begin;  // the slice's start in the piece
-    for (const ParamEntry& entry : store.entries()) {
+    for (size_t e = 0; e < store.entries().size(); ++e) {
+      const ParamEntry& entry = store.entries()[e];
       if (entry.group != group || entry.offset < unit.begin || entry.offset >= unit.begin + unit.numel) continue;
       const int64_t first = std::max(entry.offset, lo), last = std::min(entry.offset + entry.spec.numel(), hi);
-      slices.push_back(last > first ? TensorSlice{at + (first - lo), last - first} : TensorSlice{0, 0});
+      TensorSlice tensor;
+      if (last > first) {
+        tensor.begin = at + (first - lo);
+        tensor.numel = last - first;
+        tensor.offset = first - entry.offset;
+      }
+      tensor.shape = entry.spec.shape;
+      tensor.entry = static_cast<int>(e);
+      slices.push_back(std::move(tensor));
     }
   }
   return slices;

@@ -31,8 +31,9 @@ void add_slices(Backend& backend, Tensor partition, Tensor contiguous, std::span
 
 // The parameter tensors of `group` inside the piece of partition `index` of `partitions` that
 // covers `units` (consecutive, ascending; the piece starts at units.front().begin / partitions):
-// each tensor's slice on this rank in piece coordinates, in the group's order. Every rank gets
-// the same list (empty slices included), so per-tensor sums line up across ranks.
+// each tensor's slice on this rank in piece coordinates (with its offset in the tensor, the
+// tensor's shape and entry index), in the group's order. Every rank gets the same list (empty
+// slices included), so per-tensor sums line up across ranks.
 std::vector<TensorSlice> partition_tensor_slices(const ParamStore& store, ParamGroup group,
                                                  std::span<const UnitRange> units, int partitions, int index);
 

@@ -67,8 +67,8 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
   grads_in_flight_ = fused_ || reduce_per_micro_batch_;
   ZT_CHECK(!exchanges || stage_ <= 2, "optimizer ", optimizer_->name(), " exchanges each rank's whole momentum and "
            "gradient, which ZeRO stage 3 never holds: use zero_optimization.stage 0, 1 or 2");
-  ZT_CHECK(!fused_ || !offload_, "optimizer ", optimizer_->name(), " updates inside backward and keeps no optimizer "
-           "state: zero_optimization.offload_optimizer must be none");
+  ZT_CHECK(!fused_ || !offload_, "optimizer ", optimizer_->name(), " updates inside backward, on the device, and "
+           "keeps no per-element state: zero_optimization.offload_optimizer must be none");
   ZT_CHECK(compute_dtype == DType::F32 || compute_dtype == DType::BF16 || compute_dtype == DType::F16,
            "compute dtype ", dtype_name(compute_dtype), " is not fp32, bf16 or fp16");
   ZT_CHECK(store.param_dtype() == compute_dtype, "ZeRO: the parameter store holds ", dtype_name(store.param_dtype()),
@@ -112,6 +112,16 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
     if (group == ParamGroup::Frozen && stage_ == 3 && bytes)
       state->compute_partition = Buffer(partition_backend, param_bytes(*state));
     groups_.push_back(std::move(state));
+  }
+  // Per-tensor state: whole on every rank, whatever the stage (a few vectors per tensor).
+  tensor_state_.resize(store.entries().size());
+  for (size_t e = 0; e < store.entries().size(); ++e) {
+    const ParamEntry& entry = store.entries()[e];
+    if (entry.group == ParamGroup::Frozen) continue;
+    for (const TensorStateSpec& spec : optimizer_->tensor_state(entry.spec.shape)) {
+      tensor_state_[e].emplace_back(state_backend, static_cast<size_t>(spec.numel) * sizeof(float));
+      state_backend.fill(f32_buffer_view(tensor_state_[e].back(), spec.numel), 0.0f);
+    }
   }
   units_.resize(static_cast<size_t>(store.num_units()));
   if (exchanges && world_ > 1) {
@@ -585,12 +595,7 @@ void ZeroEngine::apply_update(const OptimizerStep& step) {
       piece.param = f32_buffer_view(s.master, s.partition_numel).rows(begin, numel);
       piece.grad = grad;
       for (const Buffer& buffer : s.state) piece.state.push_back(f32_buffer_view(buffer, s.partition_numel).rows(begin, numel));
-      if (optimizer_->needs_tensor_slices()) {
-        piece.tensors = partition_tensor_slices(store_, group, units, stage_ == 0 ? 1 : world_, stage_ == 0 ? 0 : rank_);
-        piece.sum_over_ranks = [this](std::span<double> values) {
-          if (stage_ != 0 && world_ > 1) comm_.all_reduce_scalars(values);
-        };
-      }
+      if (optimizer_->needs_tensor_slices()) add_tensor_slices(piece, group, units, stage_ >= 1 && world_ > 1);
       optimizer_->update(state_backend, piece, step);
       update_compute_partition(group, begin, numel);
       if (stage_ == 1 || stage_ == 2) start_bounded_gather(gathers, group, units);
@@ -785,6 +790,40 @@ std::vector<ZeroEngine::PartitionViews> ZeroEngine::partition_views() {
   return views;
 }
 
+std::vector<ZeroEngine::TensorStateViews> ZeroEngine::tensor_state_views() {
+  std::vector<TensorStateViews> views;
+  for (size_t e = 0; e < store_.entries().size(); ++e) {
+    if (tensor_state_[e].empty()) continue;
+    const ParamEntry& entry = store_.entries()[e];
+    TensorStateViews view{entry.spec.name, {}, {}};
+    const std::vector<TensorStateSpec> specs = optimizer_->tensor_state(entry.spec.shape);
+    for (size_t k = 0; k < specs.size(); ++k) {
+      view.names.push_back(specs[k].name);
+      view.state.push_back(f32_buffer_view(tensor_state_[e][k], specs[k].numel));
+    }
+    views.push_back(std::move(view));
+  }
+  return views;
+}
+
+void ZeroEngine::add_tensor_slices(OptimizerPiece& piece, ParamGroup group, std::span<const UnitRange> units,
+                                   bool sliced) {
+  piece.tensors = partition_tensor_slices(store_, group, units, sliced ? world_ : 1, sliced ? rank_ : 0);
+  for (TensorSlice& tensor : piece.tensors) {
+    const std::vector<TensorStateSpec> specs = optimizer_->tensor_state(tensor.shape);
+    const std::vector<Buffer>& buffers = tensor_state_[static_cast<size_t>(tensor.entry)];
+    for (size_t k = 0; k < specs.size(); ++k) tensor.state.push_back(f32_buffer_view(buffers[k], specs[k].numel));
+  }
+  // Without slices every rank holds the tensors whole (stage 0's gradients are all-reduced):
+  // its own sums are the totals.
+  piece.sum_over_ranks = [this, sliced](std::span<double> values) {
+    if (sliced) comm_.all_reduce_scalars(values);
+  };
+  piece.sum_tensor_over_ranks = [this, sliced](Tensor values) {
+    if (sliced) comm_.all_reduce_sum(values);
+  };
+}
+
 void ZeroEngine::refresh_params_from_master() {
   update_compute_partitions();
   sync_params_after_update();
@@ -797,7 +836,7 @@ void ZeroEngine::gather_full_params() {
     else finish_prefetch(unit);
 }
 
-// ---- fused optimizers (LOMO) -----------------------------------------------------------------------
+// ---- fused optimizers (LOMO, AdaLomo) --------------------------------------------------------------
 
 void ZeroEngine::begin_norm_pass() {
   ZT_CHECK(fused_, "ZeRO: begin_norm_pass is for optimizers fused into backward, not ", optimizer_->name());
@@ -852,6 +891,7 @@ void ZeroEngine::fused_unit_ready(int unit) {
       piece.param = f32_buffer_view(s.master, s.partition_numel).rows(begin, numel);
       piece.grad = mine;
       for (const Buffer& buffer : s.state) piece.state.push_back(f32_buffer_view(buffer, s.partition_numel).rows(begin, numel));
+      if (optimizer_->needs_tensor_slices()) add_tensor_slices(piece, group, {&range, 1}, sliced);
       optimizer_->update(backend_, piece, fused_step_);
       update_compute_partition(group, begin, numel);
       updated = true;
@@ -954,6 +994,8 @@ ZeroMemory ZeroEngine::memory() const {
     if (exchange_host_) m.host_bytes += bytes;
     else m.optimizer_state += bytes;
   }
+  for (const std::vector<Buffer>& buffers : tensor_state_)  // per-tensor state, whole on every rank
+    for (const Buffer& buffer : buffers) m.optimizer_state += static_cast<int64_t>(buffer.bytes());
   if (offload_) m.host_bytes += m.master_params + m.optimizer_state + trainable_partition * f;
   m.staging = peak_staging_;
   return m;

@@ -16,7 +16,7 @@
 //
 // The optimizer (optim/optimizer.h) is a seam: the engine holds its named state buffers beside
 // the master partition and calls its update over contiguous pieces of the partition.
-//   fused optimizer (LOMO): no gradient buffer is resident at any stage; each unit's gradient
+//   fused optimizer (LOMO, AdaLomo): no gradient buffer is resident at any stage; each unit's gradient
 //            is committed when its backward starts, reduced when backward completes it
 //            (all-reduce at stage 0, reduce-scatter into a one-unit scratch slice from stage 1),
 //            then measured (a norm pass) or applied to this rank's master slice and the compute
@@ -39,6 +39,8 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "backend/buffer.h"
@@ -146,6 +148,14 @@ class ZeroEngine final : public UnitHooks {
     std::vector<Tensor> state;   // fp32 [P] each, named optimizer().state_names()
   };
   std::vector<PartitionViews> partition_views();
+  // The optimizer's per-tensor state (Optimizer::tensor_state): whole and identical on every
+  // rank, one entry per trainable parameter that has any, in the store's order.
+  struct TensorStateViews {
+    std::string parameter;            // its name
+    std::vector<std::string> names;   // the state's names
+    std::vector<Tensor> state;        // fp32, one per name
+  };
+  std::vector<TensorStateViews> tensor_state_views();
   int partition_count() const { return stage_ == 0 ? 1 : world_; }
   // A momentum exchange's error feedback on this rank (its own, whatever the stage), per
   // trainable group; empty when the optimizer exchanges nothing or the job has one rank.
@@ -204,6 +214,9 @@ class ZeroEngine final : public UnitHooks {
   std::vector<Tensor> gradient_views();    // the non-empty ones of every trainable group
   std::vector<Tensor> local_gradient_views();  // this rank's own (unreduced) gradient sums per group
   void finish_partition_slices(GroupState& s, const std::vector<UnitRange>& units);
+  // For optimizers that need_tensor_slices: the piece's tensors (`units` of `group`, this rank's
+  // slices when `sliced`, else whole), their per-tensor state and the sums over the ranks.
+  void add_tensor_slices(OptimizerPiece& piece, ParamGroup group, std::span<const UnitRange> units, bool sliced);
   void fused_unit_ready(int unit);  // a fused optimizer's work on a unit whose gradient is complete
   void refresh_unit_params(int unit);  // after a fused update: the unit's compute parameters
   void exchange_momentum(const OptimizerStep& step, const MomentumExchange& exchange);
@@ -235,6 +248,8 @@ class ZeroEngine final : public UnitHooks {
   std::unique_ptr<Backend> param_host_;  // offload_param: host memory of the parameter partitions
   std::unique_ptr<Backend> exchange_host_;  // a momentum exchange over MPI from a GPU: its host memory
   std::vector<std::unique_ptr<GroupState>> groups_;  // [kParamGroups]
+  std::vector<std::vector<Buffer>> tensor_state_;    // [store entries]: each trainable tensor's per-tensor
+                                                     // state, fp32, Optimizer::tensor_state(shape) order
   std::vector<UnitState> units_;
   std::vector<int> pending_bucket_;                  // stage 2/3: units whose gradients wait to be reduced
   int64_t pending_bucket_numel_ = 0;

@@ -1,4 +1,5 @@
-// GPU tests of the CUDA backend's optimizer ops against the CPU backend over several steps.
+// GPU tests of the CUDA backend's optimizer ops against the CPU backend over several steps
+// (AdaLomo's three ops: see their case below).
 // SGD: plain, momentum with dampening and weight decay, Nesterov (the first step copies the
 // gradient into the buffer). LAMB's per-element pass: both eps placements, the update written
 // over the gradient as the optimizer runs it. Same bounds as AdamW's below.
@@ -11,6 +12,9 @@
 // (1e-7). exp_avg_sq sums positive terms and needs no floor. (The emulated device found the
 // cancellation: 175 of 10007 exp_avg elements were 2e-5 apart relative.)
 #include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <cmath>
 
 #include "gpu_test_util.h"
 #include "test_util.h"
@@ -104,6 +108,83 @@ BOOST_AUTO_TEST_CASE(lamb_direction_matches_the_cpu_over_steps) {
     zt::test::check_close(download(m_d), m, 1e-6, 1e-8, what + " exp_avg");
     zt::test::check_close(download(v_d), v, 1e-6, 0.0, what + " exp_avg_sq");
   }
+}
+
+// AdaLomo's three ops as the optimizer runs them on one tensor cut into three ranks' slices
+// (the cuts fall inside rows): each slice's row/column sums, added over the slices, then the
+// moments (whole) and each slice's direction, over several steps with beta2t varying. A matrix
+// of 150 x 129 (more than one 32-column strip and 64-row chunk of the column sums) and a
+// vector. Bound: the row and column sums are fp32 block/chunk trees on the device, double on
+// the CPU (1e-5); the rest rounds each operation as the CPU does (1e-6).
+BOOST_AUTO_TEST_CASE(adalomo_ops_match_the_cpu_over_steps) {
+  const int64_t rows = 150;
+  uint32_t seed = 300;
+  for (const int64_t cols : {int64_t{129}, int64_t{0}}) {  // 0: a vector of `rows` elements
+    const bool matrix = cols > 0;
+    const int64_t width = matrix ? cols : 1, numel = rows * width;
+    const int64_t cuts[] = {0, numel / 3 + 5, 2 * numel / 3 - 7, numel};  // three slices, rows cut inside
+    std::vector<float> row(rows, 0.0f), col(matrix ? cols : 0, 0.0f), row_total(rows), col_total(col.size());
+    DeviceTensor row_d = upload(row, DType::F32, {rows});
+    DeviceTensor col_d = matrix ? upload(col, DType::F32, {cols}) : DeviceTensor{};
+    DeviceTensor row_sums_d = device_tensor(DType::F32, {rows});
+    DeviceTensor col_sums_d = matrix ? device_tensor(DType::F32, {cols}) : DeviceTensor{};
+    DeviceTensor row_total_d = device_tensor(DType::F32, {rows});
+    DeviceTensor col_total_d = matrix ? device_tensor(DType::F32, {cols}) : DeviceTensor{};
+    std::vector<float> grad, update(numel);
+    DeviceTensor grad_d;
+    for (int64_t step = 1; step <= 3; ++step) {
+      grad = random_floats(numel, seed++, -0.1f, 0.1f);
+      grad_d = upload(grad, DType::F32, {numel});
+      std::fill(row_total.begin(), row_total.end(), 0.0f);
+      std::fill(col_total.begin(), col_total.end(), 0.0f);
+      gpu().fill(row_total_d, 0.0f);
+      if (matrix) gpu().fill(col_total_d, 0.0f);
+      for (int slice = 0; slice < 3; ++slice) {  // the sum over ranks
+        const int64_t begin = cuts[slice], n = cuts[slice + 1] - begin;
+        std::vector<float> row_sums(rows), col_sums(col.size());
+        cpu().adalomo_square_sums(view(row_sums, {rows}), matrix ? view(col_sums, {cols}) : Tensor(),
+                                  view(grad, {numel}).rows(begin, n), begin, 1e-6f);
+        gpu().adalomo_square_sums(row_sums_d, col_sums_d, Tensor(grad_d).rows(begin, n), begin, 1e-6f);
+        cpu().accumulate(view(row_total, {rows}), view(row_sums, {rows}), 1.0f);
+        gpu().accumulate(row_total_d, row_sums_d, 1.0f);
+        if (matrix) {
+          cpu().accumulate(view(col_total, {cols}), view(col_sums, {cols}), 1.0f);
+          gpu().accumulate(col_total_d, col_sums_d, 1.0f);
+        }
+      }
+      const std::string what = cat(matrix ? "matrix" : "vector", " step ", step);
+      zt::test::check_close(download(row_total_d), row_total, 1e-5, 0.0, what + " row sums");
+      if (matrix) zt::test::check_close(download(col_total_d), col_total, 1e-5, 0.0, what + " column sums");
+      const float beta2t = static_cast<float>(1.0 - std::pow(static_cast<double>(step), -0.8));
+      const double cpu_mean = cpu().adalomo_moments(view(row, {rows}), matrix ? view(col, {cols}) : Tensor(),
+                                                    view(row_total, {rows}), matrix ? view(col_total, {cols}) : Tensor(),
+                                                    beta2t);
+      const double gpu_mean = gpu().adalomo_moments(row_d, col_d, row_total_d, col_total_d, beta2t);
+      BOOST_TEST(std::fabs(gpu_mean - cpu_mean) <= 1e-5 * cpu_mean, what << " mean(row) " << gpu_mean << " vs " << cpu_mean);
+      zt::test::check_close(download(row_d), row, 1e-5, 0.0, what + " exp_avg_sq_row");
+      if (matrix) zt::test::check_close(download(col_d), col, 1e-5, 0.0, what + " exp_avg_sq_col");
+      for (int slice = 0; slice < 3; ++slice) {  // the update written over each slice's gradient
+        const int64_t begin = cuts[slice], n = cuts[slice + 1] - begin;
+        Tensor grad_slice = view(grad, {numel}).rows(begin, n), grad_slice_d = Tensor(grad_d).rows(begin, n);
+        cpu().adalomo_direction(grad_slice, grad_slice, view(row, {rows}), matrix ? view(col, {cols}) : Tensor(), begin,
+                                static_cast<float>(cpu_mean));
+        gpu().adalomo_direction(grad_slice_d, grad_slice_d, row_d, col_d, begin, static_cast<float>(cpu_mean));
+      }
+      zt::test::check_close(download(grad_d), grad, 1e-5, 0.0, what + " update");
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(adalomo_ops_check_the_slice) {
+  DeviceTensor row = device_tensor(DType::F32, {4}), col = device_tensor(DType::F32, {3});
+  DeviceTensor grad = device_tensor(DType::F32, {5});
+  zt::test::check_error_mentions([&] { gpu().adalomo_square_sums(row, col, grad, 8, 0.0f); },
+                                 {"adalomo_square_sums", "grad's 5 elements at offset 8", "[4, 3]"});
+  zt::test::check_error_mentions([&] { gpu().adalomo_direction(grad, grad, row, col, 9, 1.0f); },
+                                 {"adalomo_direction", "offset 9"});
+  DeviceTensor half = device_tensor(DType::BF16, {5});
+  zt::test::check_error_mentions([&] { gpu().adalomo_direction(half, grad, row, col, 0, 1.0f); },
+                                 {"adalomo_direction", "update", "fp32"});
 }
 
 BOOST_AUTO_TEST_CASE(sgd_wants_a_momentum_buffer_with_momentum) {

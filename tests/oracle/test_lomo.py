@@ -23,25 +23,38 @@ STEPS = 4
 BATCHES = [([9, 12, 8, 11], True), ([88, 96, 80, 92], False), ([10, 14, 9, 12], True), ([90, 84, 96, 86], False)]
 
 
-def lomo_reference(model, samples, lrs, weight_decay, clip, clip_value):
-    """LOMO on the micro-batches zerotune uses; returns per step (loss, grad_norm, clipped)."""
+def fused_reference(model, samples, lrs, params, clip, update):
+    """A LOMO-style optimizer on the micro-batches zerotune uses: per step a normal float64 backward,
+    the global norm's clip coefficient, then for each trainable parameter (name, p) LOMO's value
+    clipping and update(step, name, p, g, lr, decayed) with the clipped gradient g. Returns per
+    step (loss, grad_norm, clipped) and how many gradient elements the value clipping changed."""
     decayed = {id(p) for group in oc.decay_parameter_groups(model, 1.0) if group["weight_decay"] for p in group["params"]}
-    trainable = [p for p in model.parameters() if p.requires_grad]
+    trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    clip_value = params.get("clip_grad_value", 0.0)
     history, clamped = [], 0
     for step in range(STEPS):
         loss, _ = oc.reference_step(model, oc.step_micro_batches(samples, step, MICRO_BATCH, 1))
-        norm = oc.global_grad_norm(trainable)
+        norm = oc.global_grad_norm([p for _, p in trainable])
         coefficient = oc.deepspeed_clip_coefficient(norm, clip) if clip > 0 else 1.0
         with torch.no_grad():
-            for p in trainable:
+            for name, p in trainable:
                 g = p.grad.clamp(-clip_value, clip_value) if clip_value > 0 else p.grad
                 clamped += int((g != p.grad).sum())
-                g = g * coefficient
-                if id(p) in decayed and weight_decay > 0:
-                    p.mul_(1 - lrs[step] * weight_decay)
-                p.sub_(lrs[step] * g)
+                update(step, name, p, g * coefficient, lrs[step], id(p) in decayed)
         history.append((loss, norm, coefficient < 1.0))
     return history, clamped
+
+
+def lomo_reference(model, samples, lrs, params, clip):
+    """LOMO: p = p (1 - lr wd) - lr g."""
+    weight_decay = params.get("weight_decay", 0.0)
+
+    def update(step, name, p, g, lr, decayed):
+        if decayed and weight_decay > 0:
+            p.mul_(1 - lr * weight_decay)
+        p.sub_(lr * g)
+
+    return fused_reference(model, samples, lrs, params, clip, update)
 
 
 def compare_final(report, label, dump_path, model, lora):
@@ -53,7 +66,10 @@ def compare_final(report, label, dump_path, model, lora):
                          atol=2e-6, rel_of_max=1e-4)
 
 
-def run_case(args, report, tmp, seed, label, optimizer, clip, scheduler=None, lora=False):
+def run_case(args, report, tmp, seed, label, optimizer, clip, scheduler=None, lora=False, reference=lomo_reference,
+             extra=()):
+    """Trains with zerotune (`extra` flags added) and compares with reference(model, samples, lrs,
+    params, clip); returns zerotune's output and the reference model."""
     model_dir, data_dir = os.path.join(tmp, label, "model"), os.path.join(tmp, label, "data")
     out_dir, dump_path = os.path.join(tmp, label, "out"), os.path.join(tmp, label, "final.safetensors")
     config = oc.make_llama(model_dir, seed=seed, initializer_range=0.02)
@@ -68,7 +84,7 @@ def run_case(args, report, tmp, seed, label, optimizer, clip, scheduler=None, lo
     with open(ds_path, "w") as stream:
         json.dump(ds, stream, indent=2)
     arguments = ["train", "--model", model_dir, "--data", data_dir, "--out", out_dir, "--deepspeed", ds_path,
-                 "--no-shuffle", "--max-steps", STEPS, "--dump-final", dump_path]
+                 "--no-shuffle", "--max-steps", STEPS, "--dump-final", dump_path, *extra]
     adapter_dir = None
     if lora:
         adapter_dir = os.path.join(tmp, label, "adapter")
@@ -79,15 +95,14 @@ def run_case(args, report, tmp, seed, label, optimizer, clip, scheduler=None, lo
     params = optimizer["params"]
     lrs = oc.deepspeed_warmup_decay_lrs(STEPS, **scheduler["params"]) if scheduler else [params["lr"]] * STEPS
     model = oc.load_reference_peft(model_dir, adapter_dir) if lora else oc.load_reference_llama(model_dir)
-    history, clamped = lomo_reference(model, samples, lrs, params.get("weight_decay", 0.0), clip,
-                                      params.get("clip_grad_value", 0.0))
+    history, clamped = reference(model, samples, lrs, params, clip)
     if params.get("clip_grad_value", 0.0) > 0:
         report.check(clamped > 0, f"[{label}] oracle: clip_grad_value binds for some gradient elements ({clamped})")
     if clip > 0:
         oc.check_some_clipped(report, label, history)
     oc.compare_trajectory(report, label, records, history, lrs)
     compare_final(report, label, dump_path, model, lora)
-    return output
+    return output, model
 
 
 def check_sgd_equivalence(report):

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "optim/optimizer.h"
 #include "train/ds_config.h"
 #include "train/train_config.h"
 #include "test_util.h"
@@ -271,7 +272,7 @@ BOOST_AUTO_TEST_CASE(edit_distance) {
 }
 
 BOOST_AUTO_TEST_CASE(unsupported_optimizers_and_schedules) {
-  for (const char* type : {"OneBitAdam", "OneBitLamb", "Lion", "ZeroOneAdam", "RMSprop"})
+  for (const char* type : {"OneBitLamb", "Lion", "ZeroOneAdam", "RMSprop"})
     check_translate_error(optimizer_of_type(type), std::string("ds_config.json: optimizer type ") + type +
                                               " is not supported (yet)");
   check_translate_error(R"({"scheduler": {"type": "OneCycle", "params": {}}})",
@@ -317,6 +318,88 @@ BOOST_AUTO_TEST_CASE(sgd_and_lamb) {
   check_translate_error(R"({"optimizer": {"type": "Lamb", "params": {"amsgrad": true}}})", "FusedLamb has no AMSGrad");
   check_translate_error(R"({"optimizer": {"type": "Lamb", "params": {"max_grad_norm": 1.0}}})",
                         "optimizer.params.max_grad_norm is not supported");
+}
+
+BOOST_AUTO_TEST_CASE(adalomo) {
+  // lomo_optim.AdaLomo's defaults for what is not given; "AdaLomo" in any case.
+  const TrainConfig defaults = translate(R"({"optimizer": {"type": "AdaLomo"}})");
+  BOOST_CHECK_EQUAL(defaults.optimizer.type, "adalomo");
+  BOOST_CHECK_EQUAL(defaults.optimizer.lr, 1e-3);
+  BOOST_CHECK_EQUAL(defaults.optimizer.weight_decay, 0.0);
+  BOOST_CHECK_EQUAL(defaults.optimizer.eps_square, 1e-30);
+  BOOST_CHECK_EQUAL(defaults.optimizer.eps_scale, 1e-3);
+  BOOST_CHECK_EQUAL(defaults.optimizer.clip_threshold, 1.0);
+  BOOST_CHECK_EQUAL(defaults.optimizer.decay_rate, -0.8);
+  BOOST_CHECK_EQUAL(defaults.optimizer.clip_grad_value, 0.0);
+  BOOST_CHECK_EQUAL(defaults.gradient_clipping, 0.0);
+  std::vector<std::string> notes;
+  const TrainConfig set = translate(R"({"optimizer": {"type": "adalomo", "params": {"lr": 5e-4, "weight_decay": 0.1,
+      "eps": [1e-20, 2e-3], "clip_threshold": 0.5, "decay_rate": -0.6, "clip_grad_norm": 1.5, "clip_grad_value": 0.2,
+      "loss_scale": 1024}}})",
+                                    notes);
+  BOOST_CHECK_EQUAL(set.optimizer.type, "adalomo");
+  BOOST_CHECK_EQUAL(set.optimizer.lr, 5e-4);
+  BOOST_CHECK_EQUAL(set.optimizer.weight_decay, 0.1);
+  BOOST_CHECK_EQUAL(set.optimizer.eps_square, 1e-20);
+  BOOST_CHECK_EQUAL(set.optimizer.eps_scale, 2e-3);
+  BOOST_CHECK_EQUAL(set.optimizer.clip_threshold, 0.5);
+  BOOST_CHECK_EQUAL(set.optimizer.decay_rate, -0.6);
+  BOOST_CHECK_EQUAL(set.optimizer.clip_grad_value, 0.2);
+  BOOST_CHECK_EQUAL(set.gradient_clipping, 1.5);  // clip_grad_norm is the run's gradient_clipping
+  BOOST_CHECK(has_note(notes, "optimizer.params.loss_scale is not used"));
+  BOOST_CHECK_EQUAL(translate(R"({"gradient_clipping": 2.0, "optimizer": {"type": "AdaLomo"}})").gradient_clipping, 2.0);
+  check_translate_error(R"({"gradient_clipping": 2.0, "optimizer": {"type": "AdaLomo", "params": {"clip_grad_norm": 1.0}}})",
+                        "optimizer.params.clip_grad_norm 1 and gradient_clipping 2 disagree (they are the same setting "
+                        "for AdaLomo)");
+  // Bad values name the key.
+  check_translate_error(R"({"optimizer": {"type": "AdaLomo", "params": {"eps": 1e-30}}})",
+                        "optimizer.params.eps must be [eps_square, eps_scale], two numbers >= 0");
+  check_translate_error(R"({"optimizer": {"type": "AdaLomo", "params": {"eps": [1e-30]}}})", "optimizer.params.eps must be");
+  check_translate_error(R"({"optimizer": {"type": "AdaLomo", "params": {"eps": [1e-30, -1]}}})",
+                        "optimizer.params.eps must be");
+  check_translate_error(R"({"optimizer": {"type": "AdaLomo", "params": {"clip_threshold": 0}}})",
+                        "optimizer.params.clip_threshold must be a number > 0, got 0");
+  check_translate_error(R"({"optimizer": {"type": "AdaLomo", "params": {"clip_threshold": -1}}})",
+                        "optimizer.params.clip_threshold must be a number >= 0");
+  check_translate_error(R"({"optimizer": {"type": "AdaLomo", "params": {"decay_rate": 0.8}}})",
+                        "optimizer.params.decay_rate must be a number <= 0");
+  check_translate_error(R"({"optimizer": {"type": "AdaLomo", "params": {"decay_rate": "fast"}}})",
+                        "optimizer.params.decay_rate must be a number <= 0");
+  check_translate_error(R"({"optimizer": {"type": "AdaLomo", "params": {"lr": -1}}})", "optimizer.params.lr must be");
+  check_translate_error(R"({"optimizer": {"type": "AdaLomo", "params": {"weight_decay": -0.1}}})",
+                        "optimizer.params.weight_decay must be");
+  check_translate_error(R"({"optimizer": {"type": "AdaLomo", "params": {"clip_grad_value": -1}}})",
+                        "optimizer.params.clip_grad_value must be");
+  check_translate_error(R"({"optimizer": {"type": "AdaLomo", "params": {"clip_treshold": 1}}})",
+                        "unknown DeepSpeed key 'optimizer.params.clip_treshold' (did you mean "
+                        "'optimizer.params.clip_threshold'?)");
+  check_translate_error(R"({"optimizer": {"type": "AdaLomo", "params": {"max_grad_norm": 1.0}}})",
+                        "optimizer.params.max_grad_norm is not supported");
+  // The optimizer itself refuses what a config set elsewhere could give it.
+  zt::OptimizerConfig config;
+  config.type = "adalomo";
+  config.decay_rate = 0.5;
+  check_error([&] { zt::make_optimizer(config); }, "optimizer AdaLomo: decay_rate 0.5 must be <= 0");
+  config.decay_rate = -0.8;
+  config.clip_threshold = 0.0;
+  check_error([&] { zt::make_optimizer(config); }, "optimizer AdaLomo: clip_threshold 0 must be > 0");
+  config.clip_threshold = 1.0;
+  // Per-tensor state: rows and columns of a matrix, one vector for a vector; no other shapes.
+  const std::unique_ptr<zt::Optimizer> made = zt::make_optimizer(config);
+  BOOST_CHECK(made->fuses_into_backward());
+  BOOST_CHECK(made->state_names().empty());
+  const std::vector<int64_t> matrix = {6, 4}, vector = {5}, cube = {2, 3, 4};
+  const std::vector<zt::TensorStateSpec> matrix_state = made->tensor_state(matrix);
+  BOOST_REQUIRE_EQUAL(matrix_state.size(), 2u);
+  BOOST_CHECK_EQUAL(matrix_state[0].name, "exp_avg_sq_row");
+  BOOST_CHECK_EQUAL(matrix_state[0].numel, 6);
+  BOOST_CHECK_EQUAL(matrix_state[1].name, "exp_avg_sq_col");
+  BOOST_CHECK_EQUAL(matrix_state[1].numel, 4);
+  const std::vector<zt::TensorStateSpec> vector_state = made->tensor_state(vector);
+  BOOST_REQUIRE_EQUAL(vector_state.size(), 1u);
+  BOOST_CHECK_EQUAL(vector_state[0].name, "exp_avg_sq");
+  BOOST_CHECK_EQUAL(vector_state[0].numel, 5);
+  check_error([&] { made->tensor_state(cube); }, "AdaLomo factors matrices and vectors; a parameter tensor has 3");
 }
 
 BOOST_AUTO_TEST_CASE(adam_flavours) {

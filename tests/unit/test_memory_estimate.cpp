@@ -4,6 +4,7 @@
 // of real model shapes, the rule of thumb, count parsing, and the command's input errors.
 #include <boost/test/unit_test.hpp>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -238,8 +239,31 @@ BOOST_AUTO_TEST_CASE(plan_optimizer_state_and_fused_gradients) {
     BOOST_TEST(plan.device_grad_bucket_bytes == 0);
     BOOST_TEST(plan.device_optimizer_bytes == 0);
   }
+  // AdaLomo: as LOMO, plus its per-tensor state, whole on every rank at every stage.
+  in.tensor_state_floats = 40;
+  for (int stage : {0, 1, 2, 3}) {
+    in.stage = stage;
+    BOOST_TEST(zt::zero_memory_plan(in).device_optimizer_bytes == 40 * 4);
+  }
   in.offload_optimizer = true;
-  check_error([in] { zt::zero_memory_plan(in); }, "fused into backward (LOMO) keeps no state to offload");
+  check_error([in] { zt::zero_memory_plan(in); }, "fused into backward (LOMO, AdaLomo) updates on the device: no "
+              "optimizer offload");
+  in.offload_optimizer = false;
+  in.tensor_state_floats = -1;
+  check_error([in] { zt::zero_memory_plan(in); }, "tensor_state_floats = -1: must be >= 0");
+}
+
+BOOST_AUTO_TEST_CASE(rule_of_thumb_shapes_follow_the_rule) {
+  // 7e9 parameters: C ~ 4211, L = C / 128 blocks of 7 matrices and 2 norms, plus embedding, head,
+  // final norm; together about the parameter count.
+  const std::vector<std::vector<int64_t>> shapes = zt::rule_of_thumb_shapes(7000000000);
+  const int64_t hidden = zt::rule_of_thumb_hidden_size(7000000000);
+  const int64_t layers = std::llround(static_cast<double>(hidden) / 128.0);
+  BOOST_TEST(shapes.size() == static_cast<size_t>(3 + 9 * layers));
+  int64_t numel = 0;
+  for (const std::vector<int64_t>& shape : shapes) numel += shape.size() == 2 ? shape[0] * shape[1] : shape[0];
+  BOOST_TEST(std::abs(static_cast<double>(numel) / 7e9 - 1.0) < 0.05, numel);
+  BOOST_TEST(shapes[0] == (std::vector<int64_t>{32000, hidden}));
 }
 
 BOOST_AUTO_TEST_CASE(fitting_choices_follow_the_optimizer) {
@@ -257,10 +281,13 @@ BOOST_AUTO_TEST_CASE(fitting_choices_follow_the_optimizer) {
       all += choice + "\n";
     return all;
   };
-  const std::string adamw = choices("adamw"), lomo = choices("lomo");
+  const std::string adamw = choices("adamw");
   BOOST_TEST(adamw.find("offload_optimizer cpu") != std::string::npos, adamw);
-  BOOST_TEST(lomo.find("offload_optimizer") == std::string::npos, lomo);
-  BOOST_TEST(lomo.find("zero_optimization.stage 3 + offload_param cpu") != std::string::npos, lomo);
+  for (const char* fused : {"lomo", "adalomo"}) {
+    const std::string fits = choices(fused);
+    BOOST_TEST(fits.find("offload_optimizer") == std::string::npos, fits);
+    BOOST_TEST(fits.find("zero_optimization.stage 3 + offload_param cpu") != std::string::npos, fits);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(plan_rejects_inconsistent_inputs) {

@@ -125,6 +125,86 @@ void CpuBackend::add_signs(Tensor out, Tensor bits, float scale) {
   expect_numel(op, "bits", bits, packed_bytes(n), "ceil(elements of out / 8)");
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) o[i] += (packed[i / 8] & (0x80u >> (i % 8))) ? scale : -scale;
+// ---- AdaLomo's factored second moment --------------------------------------------------------
+
+namespace zt::cpu {
+
+void CpuBackend::adalomo_square_sums(Tensor row_sums, Tensor col_sums, Tensor grad, int64_t offset, float eps) {
+  const char* op = "adalomo_square_sums";
+  float* rows_out = f32_arg(op, "row_sums", row_sums);
+  float* cols_out = col_sums.empty() ? nullptr : f32_arg(op, "col_sums", col_sums);  // empty: a vector
+  const float* g = f32_arg(op, "grad", grad);
+  const AdalomoShape shape = adalomo_shape(op, "row_sums", row_sums, "col_sums", col_sums, grad, offset);
+  const int64_t n = grad.numel(), cols = shape.cols;
+  std::fill(rows_out, rows_out + shape.rows, 0.0f);
+  if (cols_out) std::fill(cols_out, cols_out + cols, 0.0f);
+  if (n == 0) return;
+  const int64_t first_row = offset / cols, last_row = (offset + n - 1) / cols;
+  // Row r's elements in grad: [max(r C - offset, 0), min((r + 1) C - offset, n)).
+  const auto row_begin = [&](int64_t r) { return std::max<int64_t>(r * cols - offset, 0); };
+  const auto row_end = [&](int64_t r) { return std::min<int64_t>((r + 1) * cols - offset, n); };
+#pragma omp parallel for schedule(static)
+  for (int64_t r = first_row; r <= last_row; ++r) {
+    double sum = 0.0;
+    for (int64_t i = row_begin(r); i < row_end(r); ++i) sum += static_cast<double>(g[i] * g[i] + eps);
+    rows_out[r] = static_cast<float>(sum);
+  }
+  if (!cols_out) return;
+  // Columns: each thread a block of columns, the rows in order (the same sums whatever the threads).
+  constexpr int64_t kBlock = 256;
+#pragma omp parallel for schedule(static)
+  for (int64_t block = 0; block < (cols + kBlock - 1) / kBlock; ++block) {
+    const int64_t c0 = block * kBlock, width = std::min(kBlock, cols - c0);
+    double sums[kBlock] = {};  // sums[width]: this block's column sums
+    for (int64_t r = first_row; r <= last_row; ++r) {
+      const int64_t at = r * cols - offset + c0;  // column c0 of row r, in grad
+      const int64_t lo = std::max(row_begin(r), at), hi = std::min(row_end(r), at + width);
+      for (int64_t i = lo; i < hi; ++i) sums[i - at] += static_cast<double>(g[i] * g[i] + eps);
+    }
+    for (int64_t c = 0; c < width; ++c) cols_out[c0 + c] = static_cast<float>(sums[c]);
+  }
+}
+
+double CpuBackend::adalomo_moments(Tensor row, Tensor col, Tensor row_sums, Tensor col_sums, float beta2t) {
+  const char* op = "adalomo_moments";
+  float* r = f32_arg(op, "row", row);
+  const float* rs = f32_arg(op, "row_sums", row_sums);
+  expect_numel(op, "row_sums", row_sums, row.numel(), "the elements of row");
+  ZT_CHECK(row.numel() > 0, op, ": row has no elements (the tensor has at least one row)");
+  ZT_CHECK(col.empty() == col_sums.empty(), op, ": col and col_sums must both be given (a matrix) or both be empty "
+           "(a vector)");
+  float* c = col.empty() ? nullptr : f32_arg(op, "col", col);
+  const float* cs = col.empty() ? nullptr : f32_arg(op, "col_sums", col_sums);
+  if (c) expect_numel(op, "col_sums", col_sums, col.numel(), "the elements of col");
+  const int64_t rows = row.numel(), cols = c ? col.numel() : 1;
+  const float keep = beta2t, take = 1.0f - beta2t;
+  // As torch: the mean first (sum / count), then state.mul_(beta2t).add_(mean, alpha=1 - beta2t).
+  double row_total = 0.0;
+  for (int64_t i = 0; i < rows; ++i) {
+    r[i] = r[i] * keep + take * (rs[i] / static_cast<float>(cols));
+    row_total += r[i];
+  }
+  for (int64_t j = 0; c && j < cols; ++j) c[j] = c[j] * keep + take * (cs[j] / static_cast<float>(rows));
+  return row_total / static_cast<double>(rows);
+}
+
+void CpuBackend::adalomo_direction(Tensor update, Tensor grad, Tensor row, Tensor col, int64_t offset, float row_mean) {
+  const char* op = "adalomo_direction";
+  float* u = f32_arg(op, "update", update);
+  const float* g = f32_arg(op, "grad", grad);
+  const float* r = f32_arg(op, "row", row);
+  const float* c = col.empty() ? nullptr : f32_arg(op, "col", col);
+  expect_numel(op, "update", update, grad.numel(), "the elements of grad");
+  const AdalomoShape shape = adalomo_shape(op, "row", row, "col", col, grad, offset);
+  const int64_t n = grad.numel(), cols = shape.cols;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t at = offset + i;  // (at / C, at % C) in the tensor
+    // torch: (row / row.mean()).rsqrt_() [R, 1] * col.rsqrt() [1, C], then .mul_(grad)
+    const float factor = c ? (1.0f / std::sqrt(r[at / cols] / row_mean)) * (1.0f / std::sqrt(c[at % cols]))
+                           : 1.0f / std::sqrt(r[at]);
+    u[i] = factor * g[i];
+  }
 }
 
 }  // namespace zt::cpu

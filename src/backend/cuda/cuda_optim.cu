@@ -1,11 +1,13 @@
-// The CUDA backend's optimizer ops: AdamW, one fused pass over fp32 param, grad, exp_avg, exp_avg_sq,
-// with the CPU backend's operation order (torch.optim.AdamW's single-tensor path). Explicit
-// round-to-nearest intrinsics keep the compiler from fusing multiply-adds, so each operation
-// rounds as written whatever the compiler does (the CPU build may fuse some: the two backends
-// agree to an ulp or two, not bitwise).
+// The CUDA backend's optimizer ops (AdamW, SGD, LAMB's and AdaLomo's passes). AdamW: one fused
+// pass over fp32 param, grad, exp_avg, exp_avg_sq, with the CPU backend's operation order
+// (torch.optim.AdamW's single-tensor path). Explicit round-to-nearest intrinsics keep the
+// compiler from fusing multiply-adds, so each operation rounds as written whatever the compiler
+// does (the CPU build may fuse some: the two backends agree to an ulp or two, not bitwise).
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_column_sums.cuh"
 #include "backend/cuda/cuda_kernels.cuh"
 
 namespace zt::cuda {
@@ -243,6 +245,159 @@ void CudaBackendImpl::add_signs(Tensor out, Tensor bits, float scale) {
   if (n == 0) return;
   launch({grid_for(n), kThreads, 0, stream_}, add_signs_kernel, out.f32(), bits.u8(), n, scale);
   ZT_CUDA_CHECK_LAUNCH("add_signs_kernel");
+// ---- AdaLomo's factored second moment -----------------------------------------------------------
+// The slice grad[n] is the tensor's elements [offset, offset + n): element i sits at row
+// (offset + i) / cols, column (offset + i) % cols. Row sums: one block per row the slice touches
+// (fp32 block reduction, as a norm's row statistics); column sums: the deterministic column sums
+// of the touched rows, elements outside the slice counting 0.
+
+namespace zt::cuda {
+
+namespace {
+
+__device__ inline float square_plus(float g, float eps) { return __fadd_rn(__fmul_rn(g, g), eps); }
+
+// row_sums[first_row + j] = the sum of g^2 + eps over the slice's elements of that row, j < rows.
+__global__ void adalomo_row_sums_kernel(float* row_sums, const float* grad, int64_t n, int64_t offset, int64_t cols,
+                                        int64_t first_row, int64_t rows, float eps) {
+  ZT_SHARED(float, scratch, [32]);
+  for (int64_t j = blockIdx.x; j < rows; j += gridDim.x) {
+    const int64_t row = first_row + j;
+    const int64_t begin = row * cols - offset > 0 ? row * cols - offset : 0;     // in grad
+    const int64_t end = (row + 1) * cols - offset < n ? (row + 1) * cols - offset : n;
+    float sum = 0.0f;
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) sum += square_plus(grad[i], eps);
+    sum = block_sum(sum, scratch);
+    if (threadIdx.x == 0) row_sums[row] = sum;
+  }
+}
+
+// A vector ([d, 1]): each "row" is one element, sums[offset + i] = g[i]^2 + eps.
+__global__ void adalomo_vector_squares_kernel(float* sums, const float* grad, int64_t n, int64_t offset, float eps) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    sums[offset + i] = square_plus(grad[i], eps);
+}
+
+// term(j, c) for the touched rows [first_row, first_row + rows) x [0, cols): g^2 + eps inside the slice, else 0.
+struct SliceSquareTerm {
+  const float* grad;
+  int64_t n, offset, first_row, cols;
+  float eps;
+  __device__ float operator()(int64_t j, int64_t col) const {
+    const int64_t i = (first_row + j) * cols + col - offset;
+    return i >= 0 && i < n ? square_plus(grad[i], eps) : 0.0f;
+  }
+};
+
+// row = keep row + take row_sums / cols, col = keep col + take col_sums / rows (col null: a vector).
+__global__ void adalomo_moments_kernel(float* row, float* col, const float* row_sums, const float* col_sums,
+                                       int64_t rows, int64_t cols, float keep, float take) {
+  const int64_t count = col != nullptr && cols > rows ? cols : rows;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    if (i < rows)
+      row[i] = __fadd_rn(__fmul_rn(row[i], keep), __fmul_rn(take, __fdiv_rn(row_sums[i], static_cast<float>(cols))));
+    if (col != nullptr && i < cols)
+      col[i] = __fadd_rn(__fmul_rn(col[i], keep), __fmul_rn(take, __fdiv_rn(col_sums[i], static_cast<float>(rows))));
+  }
+}
+
+// total[0] = the sum of row[rows] in double, by one block in a fixed order.
+__global__ void adalomo_row_total_kernel(double* total, const float* row, int64_t rows) {
+  ZT_SHARED(double, scratch, [32]);
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) sum += static_cast<double>(row[i]);
+  sum = block_sum(sum, scratch);
+  if (threadIdx.x == 0) *total = sum;
+}
+
+__device__ inline float reciprocal_sqrt(float x) { return __fdiv_rn(1.0f, __fsqrt_rn(x)); }
+
+// update[i] = (rsqrt(row[r] / row_mean) rsqrt(col[c])) g[i]; a vector (col null): rsqrt(row[offset + i]) g[i].
+__global__ void adalomo_direction_kernel(float* update, const float* grad, const float* row, const float* col,
+                                         int64_t n, int64_t offset, int64_t cols, float row_mean) {
+  for_each_vector(n, [&](int64_t first) {
+    float g[kVector], u[kVector];
+    load8<Fp32Format>(grad, first, n, g);
+#pragma unroll
+    for (int k = 0; k < kVector; ++k) {
+      const int64_t at = offset + first + k;  // in the tensor; past the slice's end only when first + k >= n
+      float factor = 0.0f;
+      if (first + k < n && col != nullptr)
+        factor = __fmul_rn(reciprocal_sqrt(__fdiv_rn(row[at / cols], row_mean)), reciprocal_sqrt(col[at % cols]));
+      else if (first + k < n)
+        factor = reciprocal_sqrt(row[at]);
+      u[k] = __fmul_rn(factor, g[k]);
+    }
+    store8<Fp32Format>(update, first, n, u);  // after the loads: update may alias grad
+  });
+}
+
+}  // namespace
+
+void CudaBackendImpl::adalomo_square_sums(Tensor row_sums, Tensor col_sums, Tensor grad, int64_t offset, float eps) {
+  const char* op = "adalomo_square_sums";
+  expect_device(op, "row_sums", row_sums, DType::F32);
+  if (!col_sums.empty()) expect_device(op, "col_sums", col_sums, DType::F32);
+  expect_device(op, "grad", grad, DType::F32);
+  const AdalomoShape shape = adalomo_shape(op, "row_sums", row_sums, "col_sums", col_sums, grad, offset);
+  fill(row_sums, 0.0f);
+  if (shape.factored) fill(col_sums, 0.0f);
+  const int64_t n = grad.numel();
+  if (n == 0) return;
+  if (!shape.factored) {
+    launch({grid_for(n), kThreads, 0, stream_}, adalomo_vector_squares_kernel, row_sums.f32(), grad.f32(), n, offset, eps);
+    ZT_CUDA_CHECK_LAUNCH("adalomo_vector_squares_kernel");
+    return;
+  }
+  const int64_t cols = shape.cols, first_row = offset / cols, rows = (offset + n - 1) / cols - first_row + 1;
+  launch({row_grid(rows), kThreads, 0, stream_}, adalomo_row_sums_kernel, row_sums.f32(), grad.f32(), n, offset, cols,
+         first_row, rows, eps);
+  ZT_CUDA_CHECK_LAUNCH("adalomo_row_sums_kernel");
+  accumulate_column_sums(*this, float_arg(col_sums), rows, cols,
+                         SliceSquareTerm{grad.f32(), n, offset, first_row, cols, eps});
+}
+
+double CudaBackendImpl::adalomo_moments(Tensor row, Tensor col, Tensor row_sums, Tensor col_sums, float beta2t) {
+  const char* op = "adalomo_moments";
+  expect_device(op, "row", row, DType::F32);
+  expect_device(op, "row_sums", row_sums, DType::F32);
+  expect_numel(op, "row_sums", row_sums, row.numel(), "the elements of row");
+  ZT_CHECK(row.numel() > 0, op, ": row has no elements (the tensor has at least one row)");
+  ZT_CHECK(col.empty() == col_sums.empty(), op, ": col and col_sums must both be given (a matrix) or both be empty "
+           "(a vector)");
+  const bool factored = !col.empty();
+  if (factored) {
+    expect_device(op, "col", col, DType::F32);
+    expect_device(op, "col_sums", col_sums, DType::F32);
+    expect_numel(op, "col_sums", col_sums, col.numel(), "the elements of col");
+  }
+  const int64_t rows = row.numel(), cols = factored ? col.numel() : 1;
+  launch({grid_for(std::max(rows, cols)), kThreads, 0, stream_}, adalomo_moments_kernel, row.f32(),
+         factored ? col.f32() : nullptr, row_sums.f32(), factored ? col_sums.f32() : nullptr, rows, cols, beta2t,
+         1.0f - beta2t);
+  ZT_CUDA_CHECK_LAUNCH("adalomo_moments_kernel");
+  Buffer total(*this, sizeof(double));  // fp64 [1]
+  launch({1, kThreads, 0, stream_}, adalomo_row_total_kernel, static_cast<double*>(total.data()), row.f32(), rows);
+  ZT_CUDA_CHECK_LAUNCH("adalomo_row_total_kernel");
+  double host_total = 0.0;
+  download(&host_total, total.data(), sizeof(double));
+  return host_total / static_cast<double>(rows);
+}
+
+void CudaBackendImpl::adalomo_direction(Tensor update, Tensor grad, Tensor row, Tensor col, int64_t offset,
+                                        float row_mean) {
+  const char* op = "adalomo_direction";
+  expect_device(op, "update", update, DType::F32);
+  expect_device(op, "grad", grad, DType::F32);
+  expect_device(op, "row", row, DType::F32);
+  if (!col.empty()) expect_device(op, "col", col, DType::F32);
+  expect_numel(op, "update", update, grad.numel(), "the elements of grad");
+  const AdalomoShape shape = adalomo_shape(op, "row", row, "col", col, grad, offset);
+  const int64_t n = grad.numel();
+  if (n == 0) return;
+  launch({grid_for(vectors_of(n)), kThreads, 0, stream_}, adalomo_direction_kernel, update.f32(), grad.f32(), row.f32(),
+         shape.factored ? col.f32() : nullptr, n, offset, shape.cols, row_mean);
+  ZT_CUDA_CHECK_LAUNCH("adalomo_direction_kernel");
 }
 
 }  // namespace zt::cuda
