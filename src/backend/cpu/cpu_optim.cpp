@@ -125,6 +125,10 @@ void CpuBackend::add_signs(Tensor out, Tensor bits, float scale) {
   expect_numel(op, "bits", bits, packed_bytes(n), "ceil(elements of out / 8)");
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) o[i] += (packed[i / 8] & (0x80u >> (i % 8))) ? scale : -scale;
+}
+
+}  // namespace zt::cpu
+
 // ---- AdaLomo's factored second moment --------------------------------------------------------
 
 namespace zt::cpu {

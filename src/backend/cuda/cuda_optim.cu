@@ -245,6 +245,10 @@ void CudaBackendImpl::add_signs(Tensor out, Tensor bits, float scale) {
   if (n == 0) return;
   launch({grid_for(n), kThreads, 0, stream_}, add_signs_kernel, out.f32(), bits.u8(), n, scale);
   ZT_CUDA_CHECK_LAUNCH("add_signs_kernel");
+}
+
+}  // namespace zt::cuda
+
 // ---- AdaLomo's factored second moment -----------------------------------------------------------
 // The slice grad[n] is the tensor's elements [offset, offset + n): element i sits at row
 // (offset + i) / cols, column (offset + i) % cols. Row sums: one block per row the slice touches
