@@ -508,7 +508,18 @@ void reduce(ncclDataType_t type, const std::byte* blocks, size_t block_bytes, in
 
 // ---- collectives -----------------------------------------------------------------------------
 
-enum class Kind { AllReduce, ReduceScatter, AllGather, Broadcast, Reduce };
+enum class Kind { AllReduce, ReduceScatter, AllGather, Broadcast, Reduce, SendRecv };
+
+// One ncclSend or ncclRecv of a group: the group's point-to-point calls on one communicator run as
+// one operation (MPI_Isend / MPI_Irecv all posted together), as NCCL fuses them.
+struct PeerTransfer {
+  bool send = false;
+  int peer = 0;
+  std::byte* buffer = nullptr;  // sendbuff (read) or recvbuff (written)
+  size_t bytes = 0;
+  std::vector<std::byte> staging;  // what MPI sends from or receives into
+  MPI_Request request = MPI_REQUEST_NULL;
+};
 
 // One collective from its call to its completion.
 struct Operation {
@@ -529,11 +540,13 @@ struct Operation {
   bool finished = false;
   std::vector<std::byte> outgoing, incoming;  // what MPI sends from and receives into
   MPI_Request request = MPI_REQUEST_NULL;
+  std::vector<PeerTransfer> transfers;  // Kind::SendRecv
 };
 
 // The bytes each rank reads and writes (0 where the rank does not use the buffer).
 size_t send_bytes(const Operation& op) {
   switch (op.kind) {
+    case Kind::SendRecv: return 0;  // per transfer
     case Kind::ReduceScatter: return op.block_bytes * static_cast<size_t>(op.comm->size);
     case Kind::Broadcast: return op.comm->rank == op.root ? op.block_bytes : 0;
     default: return op.block_bytes;
@@ -541,6 +554,7 @@ size_t send_bytes(const Operation& op) {
 }
 size_t recv_bytes(const Operation& op) {
   switch (op.kind) {
+    case Kind::SendRecv: return 0;  // per transfer
     case Kind::AllGather: return op.block_bytes * static_cast<size_t>(op.comm->size);
     case Kind::Reduce: return op.comm->rank == op.root ? op.block_bytes : 0;
     default: return op.block_bytes;
@@ -608,6 +622,22 @@ void try_start(Operation& op) {
       code = MPI_Igather(op.outgoing.data(), block.count, block.type, op.incoming.data(), block.count, block.type,
                          op.root, comm.mpi, &op.request);
       break;
+    case Kind::SendRecv:  // receives first, so that a send to this rank itself finds its match
+      for (int pass = 0; pass < 2 && code == MPI_SUCCESS; ++pass)
+        for (PeerTransfer& transfer : op.transfers) {
+          if (transfer.send != (pass == 1) || code != MPI_SUCCESS) continue;
+          zt_emu::check_device_accessible(transfer.buffer, transfer.bytes, (transfer.send ? "sendbuff of " : "recvbuff of ") + op.what);
+          ByteCount count = byte_count(transfer.bytes, op.what);
+          if (transfer.send) {
+            transfer.staging.assign(transfer.buffer, transfer.buffer + transfer.bytes);
+            code = MPI_Isend(transfer.staging.data(), count.count, count.type, transfer.peer, 0, comm.mpi, &transfer.request);
+          } else {
+            transfer.staging.resize(transfer.bytes);
+            code = MPI_Irecv(transfer.staging.data(), count.count, count.type, transfer.peer, 0, comm.mpi, &transfer.request);
+          }
+          release(count);
+        }
+      break;
   }
   release(block);
   check_mpi(code, "starting the MPI collective", op.what);
@@ -627,7 +657,23 @@ void complete(Operation& op) {
     case Kind::Reduce: reduce(op.type, op.incoming.data(), op.block_bytes, ranks, op.count, op.op, op.recv); break;
     case Kind::AllGather:
     case Kind::Broadcast: std::memcpy(op.recv, op.incoming.data(), bytes); break;
+    case Kind::SendRecv: break;
   }
+}
+
+// A SendRecv's received bytes into their recvbuffs. Device lock held.
+void complete_transfers(Operation& op) {
+  for (PeerTransfer& transfer : op.transfers) {
+    if (transfer.send) continue;
+    zt_emu::check_device_accessible(transfer.buffer, transfer.bytes, "recvbuff of " + op.what);
+    std::memcpy(transfer.buffer, transfer.staging.data(), transfer.bytes);
+  }
+}
+
+bool transfers_in_flight(const Operation& op) {
+  for (const PeerTransfer& transfer : op.transfers)
+    if (transfer.request != MPI_REQUEST_NULL) return true;
+  return false;
 }
 
 // An operation of an aborted (or broken) communicator ends now: its output is poisoned, and an
@@ -639,7 +685,7 @@ void drop(const std::shared_ptr<Operation>& op) {
   if (bytes > 0 && zt_emu::find_allocation(op->recv, &base, &allocation) &&
       op->recv + bytes <= static_cast<const std::byte*>(base) + allocation)
     std::memset(op->recv, 0xFF, bytes);
-  if (op->started && op->request != MPI_REQUEST_NULL) abandoned().push_back(op);
+  if (op->started && (op->request != MPI_REQUEST_NULL || transfers_in_flight(*op))) abandoned().push_back(op);
 }
 
 void finish(Operation& op) {
@@ -681,10 +727,22 @@ bool done(const std::shared_ptr<Operation>& op) {
     if (!op->started) return op->finished;
   }
   int complete_flag = 0;
-  check_mpi(MPI_Test(&op->request, &complete_flag, MPI_STATUS_IGNORE), "MPI_Test", op->what);
+  if (op->kind == Kind::SendRecv) {
+    std::vector<MPI_Request> requests;
+    for (const PeerTransfer& transfer : op->transfers) requests.push_back(transfer.request);
+    check_mpi(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &complete_flag, MPI_STATUSES_IGNORE),
+              "MPI_Testall", op->what);
+    for (size_t k = 0; k < requests.size(); ++k) op->transfers[k].request = requests[k];
+  } else {
+    check_mpi(MPI_Test(&op->request, &complete_flag, MPI_STATUS_IGNORE), "MPI_Test", op->what);
+  }
   if (!complete_flag) return false;
   finish(*op);
   complete(*op);
+  if (op->kind == Kind::SendRecv) {
+    complete_transfers(*op);
+    op->transfers.clear();
+  }
   op->outgoing = {};
   op->incoming = {};
   return true;
@@ -769,6 +827,79 @@ ncclResult_t issue(Operation description, ncclComm_t handle, cudaStream_t stream
   return ncclSuccess;
 }
 
+thread_local int group_depth = 0;
+
+// The point-to-point calls of the open group (or of one call outside a group), per communicator
+// handle and stream, in call order.
+struct PendingTransfers {
+  ncclComm_t handle = nullptr;
+  cudaStream_t stream = nullptr;
+  std::vector<PeerTransfer> transfers;
+};
+thread_local std::vector<PendingTransfers> pending_transfers;
+
+ncclResult_t issue_pending_transfers() {
+  std::vector<PendingTransfers> groups = std::move(pending_transfers);
+  pending_transfers.clear();
+  std::lock_guard<std::recursive_mutex> lock(zt_emu::device_lock());
+  for (PendingTransfers& group : groups) {
+    ncclResult_t error = ncclSuccess;
+    Communicator* comm = usable(group.handle, "ncclGroupEnd", &error);
+    if (comm == nullptr) return error;
+    auto op = std::make_shared<Operation>();
+    op->kind = Kind::SendRecv;
+    op->call = "ncclSend/ncclRecv";
+    op->comm = group.handle->state;
+    op->type = ncclUint8;
+    op->transfers = std::move(group.transfers);
+    size_t bytes = 0;
+    for (const PeerTransfer& transfer : op->transfers) bytes += transfer.bytes;
+    op->count = bytes;
+    op->what = "ncclSend/ncclRecv group of " + std::to_string(op->transfers.size()) + " transfers (" +
+               std::to_string(bytes) + " bytes) on " + comm->describe();
+    op->sequence = comm->issued;
+    zt_emu::Work work{op->what, [op] { run(op); }, [op] { return done(op); }};
+    try {
+      zt_emu::enqueue(group.stream, std::move(work));
+    } catch (const zt_emu::DeviceFault& fault) {
+      return fail(ncclUnhandledCudaError, "ncclGroupEnd: " + fault.message);
+    }
+    ++comm->issued;
+    comm->outstanding.fetch_add(1);
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t add_transfer(const char* call, bool send, void* buffer, size_t count, ncclDataType_t type, int peer,
+                          ncclComm_t handle, cudaStream_t stream) {
+  std::lock_guard<std::recursive_mutex> lock(zt_emu::device_lock());
+  ncclResult_t error = ncclSuccess;
+  Communicator* comm = usable(handle, call, &error);
+  if (comm == nullptr) return error;
+  const std::string prefix = std::string(call) + ": ";
+  const size_t size = element_size(type);
+  if (size == 0) return fail(ncclInvalidArgument, prefix + "datatype " + std::to_string(static_cast<int>(type)) + " is not supported");
+  if (peer < 0 || peer >= comm->size)
+    return fail(ncclInvalidArgument, prefix + "peer " + std::to_string(peer) + " is not a rank of " + comm->describe());
+  if (count == 0) return ncclSuccess;
+  if (count > SIZE_MAX / size || !countable(count * size))
+    return fail(ncclInvalidArgument, prefix + "count " + std::to_string(count) + " is too large");
+  if (std::string problem = buffer_problem(static_cast<std::byte*>(buffer), count * size, send ? "sendbuff" : "recvbuff");
+      !problem.empty())
+    return fail(ncclInvalidArgument, prefix + problem);
+  PendingTransfers* group = nullptr;
+  for (PendingTransfers& open : pending_transfers)
+    if (open.handle == handle && open.stream == stream) group = &open;
+  if (group == nullptr) group = &pending_transfers.emplace_back(PendingTransfers{handle, stream, {}});
+  PeerTransfer transfer;
+  transfer.send = send;
+  transfer.peer = peer;
+  transfer.buffer = static_cast<std::byte*>(buffer);
+  transfer.bytes = count * size;
+  group->transfers.push_back(std::move(transfer));
+  return group_depth == 0 ? issue_pending_transfers() : ncclSuccess;
+}
+
 Operation describe(Kind kind, const char* call, const void* send, void* recv, size_t count, ncclDataType_t type,
                    ncclRedOp_t op, int root) {
   Operation description;
@@ -795,7 +926,6 @@ ncclResult_t flush(Communicator& comm, const char* call) {
   return ncclSuccess;
 }
 
-thread_local int group_depth = 0;
 
 }  // namespace
 }  // namespace zt_emu_nccl
@@ -937,7 +1067,17 @@ ncclResult_t ncclGroupStart() {
 ncclResult_t ncclGroupEnd() {
   if (group_depth == 0) return fail(ncclInvalidUsage, "ncclGroupEnd: no ncclGroupStart to end");
   --group_depth;
-  return ncclSuccess;
+  return group_depth == 0 ? issue_pending_transfers() : ncclSuccess;
+}
+
+ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream) {
+  return add_transfer("ncclSend", true, const_cast<void*>(sendbuff), count, datatype, peer, comm, stream);
+}
+
+ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t stream) {
+  return add_transfer("ncclRecv", false, recvbuff, count, datatype, peer, comm, stream);
 }
 
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
