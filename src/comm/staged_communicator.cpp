@@ -28,31 +28,10 @@ class StagedCommunicator final : public Communicator {
   }
 
   Pending reduce_scatter_sum_async(Tensor out, Tensor in) override {
-    if (out.device == Device::CPU && in.device == Device::CPU) return host_.reduce_scatter_sum_async(out, in);
-    Tensor staged_in = stage_in(in, in_);
-    Tensor staged_out = host_view(out_, out.numel(), out.dtype);
-    host_.reduce_scatter_sum(staged_out, staged_in);
-    device_.copy(out, staged_out);
-    return done();
+    return staged(out, in, &Communicator::reduce_scatter_sum_async);
   }
-
-  Pending all_gather_async(Tensor out, Tensor in) override {
-    if (out.device == Device::CPU && in.device == Device::CPU) return host_.all_gather_async(out, in);
-    Tensor staged_in = stage_in(in, in_);
-    Tensor staged_out = host_view(out_, out.numel(), out.dtype);
-    host_.all_gather(staged_out, staged_in);
-    device_.copy(out, staged_out);
-    return done();
-  }
-
-  Pending all_to_all_async(Tensor out, Tensor in) override {
-    if (out.device == Device::CPU && in.device == Device::CPU) return host_.all_to_all_async(out, in);
-    Tensor staged_in = stage_in(in, in_);
-    Tensor staged_out = host_view(out_, out.numel(), out.dtype);
-    host_.all_to_all(staged_out, staged_in);
-    device_.copy(out, staged_out);
-    return done();
-  }
+  Pending all_gather_async(Tensor out, Tensor in) override { return staged(out, in, &Communicator::all_gather_async); }
+  Pending all_to_all_async(Tensor out, Tensor in) override { return staged(out, in, &Communicator::all_to_all_async); }
 
   void broadcast(Tensor data, int root) override {
     if (data.device == Device::CPU) return host_.broadcast(data, root);
@@ -80,6 +59,16 @@ class StagedCommunicator final : public Communicator {
     return staged;
   }
   static Pending done() { return completed_collective(); }  // the staged path is synchronous
+  // An out <- in collective: on the host communicator directly for host tensors, else through
+  // the staging buffers (in copied up, the collective completed, out copied back).
+  Pending staged(Tensor out, Tensor in, Pending (Communicator::*collective)(Tensor, Tensor)) {
+    if (out.device == Device::CPU && in.device == Device::CPU) return (host_.*collective)(out, in);
+    Tensor staged_in = stage_in(in, in_);
+    Tensor staged_out = host_view(out_, out.numel(), out.dtype);
+    (host_.*collective)(staged_out, staged_in)->wait();
+    device_.copy(out, staged_out);
+    return done();
+  }
 
   Communicator& host_;
   Backend& device_;
