@@ -20,6 +20,8 @@
 
 #include <sys/mman.h>
 
+#include <array>
+#include <atomic>
 #include <algorithm>
 #include <boost/context/detail/fcontext.hpp>
 #include <cstdio>
@@ -200,6 +202,7 @@ class Block {
     for (auto& warp : pending_) warp.reserve(2);
     exited_lanes_.assign(warps_, 0);
     syncwarp_generation_.assign(warps_, 0);
+    gathered_.resize(warps_);
   }
   ~Block() {
     for (EmuThread& thread : threads_) {
@@ -256,6 +259,8 @@ class Block {
   std::vector<std::vector<PendingWarpOperation>> pending_;  // per warp
   std::vector<unsigned> exited_lanes_;                       // per warp: lanes that returned
   std::vector<uint64_t> syncwarp_generation_;
+  // Per warp: the lanes' values of its last completed gather (WMMA's fragment exchange).
+  std::vector<std::array<uint64_t, kWarpSize>> gathered_;
   void* dynamic_shared_ = nullptr;
   std::vector<StaticShared> static_shared_;
   size_t static_bytes_ = 0;
@@ -560,12 +565,12 @@ uint64_t Block::warp_operation(EmuThread& thread, WarpOpKind kind, const char* n
   (void)generation;
 #if ZT_EMU_TSAN
   char* token = &warp_tokens_[(warp % 32) * 2 + generation % 2];
-  if (kind == WarpOpKind::SyncWarp) __tsan_release(token);
+  if (orders_memory(kind)) __tsan_release(token);
 #endif
   complete_if_ready(warp, static_cast<size_t>(operation - pending.begin()), thread);
   yield(thread);
 #if ZT_EMU_TSAN
-  if (kind == WarpOpKind::SyncWarp) __tsan_acquire(token);
+  if (orders_memory(kind)) __tsan_acquire(token);
 #endif
   return thread.warp_result;
 }
@@ -593,6 +598,15 @@ void Block::complete_if_ready(int warp, size_t index, EmuThread& reporter) {
     }
   }
   const WarpOpKind kind = operation.kind;
+  if (kind == WarpOpKind::Gather) {
+    // A warp-wide matrix operation: every lane holds part of the fragments.
+    if (arrived != 0xFFFFFFFFu) {
+      fault_on_fiber(reporter, std::string(operation.name) + ": warp " + std::to_string(warp) +
+                                   " has lanes that exited or do not exist; every lane of the warp" +
+                                   " must take part");
+    }
+    std::copy(std::begin(operation.values), std::end(operation.values), gathered_[warp].begin());
+  }
   for (int other = 0; other < kWarpSize; ++other) {
     if (!(arrived & (1u << other))) continue;
     EmuThread& partner = threads_[warp * kWarpSize + other];
@@ -602,10 +616,13 @@ void Block::complete_if_ready(int warp, size_t index, EmuThread& reporter) {
       case WarpOpKind::Any: partner.warp_result = ballot != 0; break;
       case WarpOpKind::All: partner.warp_result = ballot == arrived; break;
       case WarpOpKind::SyncWarp: partner.warp_result = 0; break;
+      case WarpOpKind::Gather:
+        partner.warp_result = reinterpret_cast<uint64_t>(gathered_[warp].data());
+        break;
     }
     if (partner.state == State::AtWarpOperation) partner.state = State::Runnable;
   }
-  if (kind == WarpOpKind::SyncWarp) ++syncwarp_generation_[warp];
+  if (orders_memory(kind)) ++syncwarp_generation_[warp];
   pending_[warp].erase(pending_[warp].begin() + static_cast<std::ptrdiff_t>(index));
 }
 
@@ -735,6 +752,13 @@ void sync_warp(const char* file, int line, unsigned mask) {
                                 "__syncwarp", mask, 0, 0, file, line);
 }
 
+const uint64_t* warp_gather(uint64_t value, const char* name, const char* file, int line) {
+  ThreadContext& context = this_thread();
+  return reinterpret_cast<const uint64_t*>(context.block->warp_operation(
+      context.block->thread_of(context), WarpOpKind::Gather, name, 0xFFFFFFFFu, value, 0, file,
+      line));
+}
+
 uint64_t warp_operation(WarpOpKind kind, const char* name, unsigned mask, uint64_t value,
                         int source_lane, const char* file, int line) {
   ThreadContext& context = this_thread();
@@ -743,6 +767,21 @@ uint64_t warp_operation(WarpOpKind kind, const char* name, unsigned mask, uint64
 }
 
 void* dynamic_shared_memory() { return this_thread().block->dynamic_shared(); }
+
+namespace {
+std::atomic<uint64_t> wmma_operation_count{0};
+}  // namespace
+
+uint64_t wmma_operations() { return wmma_operation_count.load(); }
+void count_wmma_operation() { wmma_operation_count.fetch_add(1, std::memory_order_relaxed); }
+
+void wmma_fault(const char* op, const std::string& why, const char* file, int line) {
+  ThreadContext& context = this_thread();
+  context.block->fault_on_fiber(context.block->thread_of(context),
+                                std::string(op) + " at " + site_text(file, line) + ": lane " +
+                                    std::to_string(context.linear % kWarpSize) + " of warp " +
+                                    std::to_string(context.linear / kWarpSize) + ": " + why);
+}
 
 void* static_shared_memory(size_t bytes, size_t alignment, const void* declaration,
                            const char* name, const char* file, int line) {

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <functional>
 #include <memory>
 #include <tuple>
@@ -53,12 +54,26 @@ inline ThreadContext& this_thread() {
 void sync_threads(const char* file, int line);
 void sync_warp(const char* file, int line, unsigned mask = 0xFFFFFFFFu);
 
-enum class WarpOpKind { Shuffle, Ballot, Any, All, SyncWarp };
+enum class WarpOpKind { Shuffle, Ballot, Any, All, SyncWarp, Gather };
+// The operations after which a lane sees what the others wrote before them (a __syncwarp, and
+// a gather, whose lanes read each other's fragments).
+inline bool orders_memory(WarpOpKind kind) {
+  return kind == WarpOpKind::SyncWarp || kind == WarpOpKind::Gather;
+}
 // One warp-synchronous operation of the calling lane: waits until every lane of `mask` has
 // called the same operation, then returns this lane's result: for Shuffle the 64-bit value of
 // lane `source_lane` (which must be in `mask`), for Ballot/Any/All the vote over `value != 0`.
 uint64_t warp_operation(WarpOpKind kind, const char* name, unsigned mask, uint64_t value,
                         int source_lane, const char* file, int line);
+// Every lane of the warp gives `value` (all 32 must take part, as in a WMMA operation); returns
+// the 32 values by lane, valid until the warp's next gather completes.
+const uint64_t* warp_gather(uint64_t value, const char* name, const char* file, int line);
+// Stops the grid: a warp matrix function (emu_wmma.h) misused by the calling lane.
+[[noreturn]] void wmma_fault(const char* op, const std::string& why, const char* file, int line);
+// How many warp-wide mma_sync operations kernels have run in this process (tests use it to see
+// that a kernel took its tensor-core path).
+uint64_t wmma_operations();
+void count_wmma_operation();
 
 // ---- shared memory (emu_device.cpp) ------------------------------------------------------------
 

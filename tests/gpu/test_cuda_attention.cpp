@@ -3,12 +3,21 @@
 // multiple of the tiles (64 forward, 32 backward), several tiles, D = 8 ... 128, every float
 // dtype; the backward twice to check it is bitwise reproducible. Both backends' backward take
 // the CPU forward's out (rounded to the dtype) and lse, so only the op under test differs.
+// bf16/fp16 with D a multiple of 16 run the tensor-core kernels (D = 16, 64, 80, 96, 128 here),
+// the others the CUDA-core ones (D = 2, 8, 24).
 // Bounds (fp32): out, lse 1e-5; dq, dk, dv 5e-5 (sums over up to T x H/Hkv terms); bf16/fp16
-// per gpu_test_util.h.
+// per gpu_test_util.h, twice that for dq, dk, dv on tensor cores, which round P and dS to the
+// dtype before multiplying them (as FlashAttention-2 does): one more rounding in every term.
 #include <boost/test/unit_test.hpp>
 
 #include "gpu_test_util.h"
 #include "test_util.h"
+
+#if defined(ZT_EMULATED_DEVICE)
+namespace zt_emu {
+uint64_t wmma_operations();  // emu/emu_device.h
+}  // namespace zt_emu
+#endif
 
 namespace {
 
@@ -57,9 +66,11 @@ void check_attention(const AttentionCase& c, DType dtype, uint32_t seed) {
     gpu().attention_backward(dq_d, dk_d, dv_d, dout_d, q_d, k_d, v_d, out_cpu_d, lse_cpu_d, scale);
     std::vector<float> results[3] = {download(dq_d), download(dk_d), download(dv_d)};
     if (run == 0) {
-      check_near(results[0], dq, dtype, 5e-5, what + " dq");
-      check_near(results[1], dk, dtype, 5e-5, what + " dk");
-      check_near(results[2], dv, dtype, 5e-5, what + " dv");
+      const bool tensor_cores = dtype != DType::F32 && c.head_dim % 16 == 0;
+      const double rtol = tensor_cores ? 2 * dtype_rtol(dtype) : 5e-5;
+      check_near(results[0], dq, dtype, rtol, what + " dq");
+      check_near(results[1], dk, dtype, rtol, what + " dk");
+      check_near(results[2], dv, dtype, rtol, what + " dv");
     } else {
       for (int i = 0; i < 3; ++i) check_identical(results[i], previous[i], what + " rerun");
     }
@@ -87,6 +98,32 @@ BOOST_AUTO_TEST_CASE(llama_head_dim_and_tiny_cases) {
   check_attention({1, 1, 1, 1, 8}, DType::F32, 220);
   check_attention({3, 2, 2, 2, 2}, DType::F16, 230);
 }
+
+// The head dims of the LLaMA, Mistral, Qwen2 and OPT families on tensor cores, with GQA and a
+// ragged last tile.
+BOOST_AUTO_TEST_CASE(tensor_core_head_dims) {
+  uint32_t seed = 300;
+  for (int64_t head_dim : {64, 80, 96, 128}) {
+    for (DType dtype : {DType::BF16, DType::F16}) {
+      check_attention({1, 70, 4, 2, head_dim}, dtype, seed += 10);
+    }
+  }
+}
+
+#if defined(ZT_EMULATED_DEVICE)
+// bf16/fp16 with D % 16 == 0 multiply with warp matrix operations; fp32 and D = 24 do not.
+BOOST_AUTO_TEST_CASE(tensor_cores_are_used_where_they_fit) {
+  const auto mma_count_of = [](DType dtype, int64_t head_dim) {
+    const uint64_t before = zt_emu::wmma_operations();
+    check_attention({1, 40, 2, 1, head_dim}, dtype, 400);
+    return zt_emu::wmma_operations() - before;
+  };
+  BOOST_TEST(mma_count_of(DType::BF16, 64) > 0u);
+  BOOST_TEST(mma_count_of(DType::F16, 16) > 0u);
+  BOOST_TEST(mma_count_of(DType::F32, 64) == 0u);
+  BOOST_TEST(mma_count_of(DType::BF16, 24) == 0u);
+}
+#endif
 
 BOOST_AUTO_TEST_CASE(argument_errors) {
   DeviceTensor q = device_tensor(DType::F32, {1, 4, 3, 8});

@@ -1,9 +1,14 @@
 // Shared pieces of the CUDA backend's attention kernels (cuda_attention_forward.cu,
-// cuda_attention_backward.cu): tile sizes, a shared-memory block GEMM, tile loads/stores, the
-// tensor geometry, and the host-side argument checks and shared-memory opt-in.
+// cuda_attention_backward.cu): tile sizes, the two ways of multiplying shared-memory tiles (fp32
+// on CUDA cores; bf16/fp16 on tensor cores with fp32 accumulation), tile loads/stores, the
+// shared-memory layout, the tensor geometry, and the host-side argument checks and
+// shared-memory opt-in.
 #pragma once
+#include <type_traits>
+
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.cuh"
+#include "backend/cuda/cuda_wmma.cuh"
 
 namespace zt::cuda::attention {
 
@@ -64,14 +69,70 @@ __device__ inline void block_gemm(float* out, int ldo, const float* a, int lda, 
   }
 }
 
+// The WMMA element type of a 16-bit storage format.
+template <class Format>
+using WmmaType = std::conditional_t<std::is_same_v<Format, Bf16Format>, __nv_bfloat16, __half>;
+
+// block_gemm's contract on tensor cores: out[rows, cols] (fp32) = alpha op(A) op(B)
+// (+ row_scale[r] out[r, c] when accumulating), op(A), op(B) 16-bit in shared memory, products
+// summed in fp32. rows, cols and depth are multiples of 16; lda, ldb multiples of 8 and ldo of 4;
+// every tile 32-byte aligned (the layouts below make them so). Each warp computes 16x16 output
+// tiles in turn, so the whole block must call it (WMMA operations are warp-collective).
+template <bool kTransA, bool kTransB, class Format>
+__device__ inline void block_mma(float* out, int ldo, const Storage<Format>* a, int lda,
+                                 const Storage<Format>* b, int ldb, int rows, int cols, int depth,
+                                 float alpha, bool accumulate, const float* row_scale = nullptr) {
+  namespace wmma = nvcuda::wmma;
+  using T = WmmaType<Format>;
+  using LayoutA = std::conditional_t<kTransA, wmma::col_major, wmma::row_major>;
+  using LayoutB = std::conditional_t<kTransB, wmma::col_major, wmma::row_major>;
+  constexpr int kEdge = 16;
+  const T* a_values = reinterpret_cast<const T*>(a);
+  const T* b_values = reinterpret_cast<const T*>(b);
+  const int warp = threadIdx.x / 32, warps = blockDim.x / 32, lane = threadIdx.x % 32;
+  const int tile_cols = cols / kEdge;
+  for (int item = warp; item < rows / kEdge * tile_cols; item += warps) {
+    const int row0 = item / tile_cols * kEdge, col0 = item % tile_cols * kEdge;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> sum;
+    wmma::fill_fragment(sum, 0.0f);
+    for (int k = 0; k < depth; k += kEdge) {
+      // op(A)(r, i) = kTransA ? a[i * lda + r] : a[r * lda + i], which is A's col_major layout.
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, LayoutA> a_tile;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, LayoutB> b_tile;
+      wmma::load_matrix_sync(a_tile, a_values + (kTransA ? k * lda + row0 : row0 * lda + k), lda);
+      wmma::load_matrix_sync(b_tile, b_values + (kTransB ? col0 * ldb + k : k * ldb + col0), ldb);
+      wmma::mma_sync(sum, a_tile, b_tile, sum);
+    }
+    for (int i = 0; i < sum.num_elements; ++i) sum.x[i] *= alpha;
+    float* out_tile = out + row0 * ldo + col0;
+    if (accumulate) {
+      if (row_scale != nullptr) {
+        for (int e = lane; e < kEdge * kEdge; e += 32) {
+          out_tile[e / kEdge * ldo + e % kEdge] *= row_scale[row0 + e / kEdge];
+        }
+        __syncwarp();
+      }
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> previous;
+      wmma::load_matrix_sync(previous, out_tile, ldo, wmma::mem_row_major);
+      for (int i = 0; i < sum.num_elements; ++i) sum.x[i] += previous.x[i];
+    }
+    wmma::store_matrix_sync(out_tile, sum, ldo, wmma::mem_row_major);
+  }
+}
+
 // tile[rows, D] (leading dimension ld) = the rows [0, valid_rows) of a [., D] matrix whose rows
 // are row_stride elements apart, in fp32; rows past valid_rows are zero.
-template <class Format>
-__device__ inline void load_tile(float* tile, int ld, const Storage<Format>* source,
+// As fp32 (CUDA cores) or in the storage format itself (tensor cores).
+template <class Format, class Operand>
+__device__ inline void load_tile(Operand* tile, int ld, const Storage<Format>* source,
                                  int64_t row_stride, int valid_rows, int rows, int head_dim) {
   for (int e = threadIdx.x; e < rows * head_dim; e += blockDim.x) {
     const int r = e / head_dim, c = e % head_dim;
-    tile[r * ld + c] = r < valid_rows ? Format::to_float(source[r * row_stride + c]) : 0.0f;
+    if constexpr (std::is_same_v<Operand, float>) {
+      tile[r * ld + c] = r < valid_rows ? Format::to_float(source[r * row_stride + c]) : 0.0f;
+    } else {
+      tile[r * ld + c] = r < valid_rows ? source[r * row_stride + c] : Operand{0};
+    }
   }
 }
 
@@ -88,6 +149,92 @@ __device__ inline void store_tile(Storage<Format>* target, int64_t row_stride, c
 __device__ inline void zero(float* values, int count) {
   for (int e = threadIdx.x; e < count; e += blockDim.x) values[e] = 0.0f;
 }
+
+// ---- the two arithmetic paths -------------------------------------------------------------
+// A kernel templated on a Math keeps its q/k/v/dO tiles (and the probabilities it multiplies)
+// as Math::Operand in shared memory and multiplies them with Math::gemm; softmax, masks and
+// accumulators stay fp32 in both.
+
+// fp32 tiles on CUDA cores: every dtype and head dim.
+template <class Format>
+struct CudaCoreMath {
+  using Operand = float;
+  static constexpr bool kSeparateProbabilityOperands = false;  // the fp32 tile is the operand
+  // Odd leading dimensions: a column walk touches every shared-memory bank once.
+  __host__ __device__ static int operand_ld(int cols) { return cols + 1; }
+  __host__ __device__ static int accumulator_ld(int cols) { return cols + 1; }
+  template <bool kTransA, bool kTransB, int kMicro>
+  __device__ static void gemm(float* out, int ldo, const float* a, int lda, const float* b,
+                              int ldb, int rows, int cols, int depth, float alpha,
+                              bool accumulate, const float* row_scale = nullptr) {
+    block_gemm<kTransA, kTransB, kMicro>(out, ldo, a, lda, b, ldb, rows, cols, depth, alpha,
+                                         accumulate, row_scale);
+  }
+};
+
+// 16-bit tiles on tensor cores (bf16/fp16, D a multiple of 16), fp32 accumulation. The
+// probabilities (and their gradients) are rounded to the dtype before they multiply V, dO, Q
+// or K, as FlashAttention does.
+template <class Format>
+struct TensorCoreMath {
+  using Operand = Storage<Format>;
+  static constexpr bool kSeparateProbabilityOperands = true;
+  // Multiples of 8 (WMMA's rule for 16-bit tiles) shifted by 16 bytes per row against bank
+  // conflicts; accumulators multiples of 4 (WMMA's rule for float).
+  __host__ __device__ static int operand_ld(int cols) { return cols + 8; }
+  __host__ __device__ static int accumulator_ld(int cols) { return cols + 4; }
+  template <bool kTransA, bool kTransB, int kMicro>
+  __device__ static void gemm(float* out, int ldo, const Operand* a, int lda, const Operand* b,
+                              int ldb, int rows, int cols, int depth, float alpha,
+                              bool accumulate, const float* row_scale = nullptr) {
+    block_mma<kTransA, kTransB, Format>(out, ldo, a, lda, b, ldb, rows, cols, depth, alpha,
+                                        accumulate, row_scale);
+  }
+};
+
+// Whether the tensor-core kernels take this dtype and head dim.
+inline bool tensor_cores_fit(DType dtype, int head_dim) {
+  return (dtype == DType::BF16 || dtype == DType::F16) && head_dim % 16 == 0;
+}
+
+// operand[rows, cols] (ld operand_ld) = the fp32 tile as Math::Operand (rounded for 16-bit).
+template <class Format, class Operand>
+__device__ inline void to_operand(Operand* operand, int operand_ld, const float* tile, int ld,
+                                  int rows, int cols) {
+  for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) {
+    const int r = e / cols, c = e % cols;
+    if constexpr (std::is_same_v<Operand, float>) {
+      operand[r * operand_ld + c] = tile[r * ld + c];
+    } else {
+      operand[r * operand_ld + c] = Format::from_float(tile[r * ld + c]);
+    }
+  }
+}
+
+// A kernel's dynamic shared memory cut into 32-byte aligned arrays (WMMA's alignment), the
+// same on the host (to size the launch) and the device: take<T>(count) returns the next array.
+class SharedLayout {
+ public:
+  __host__ __device__ explicit SharedLayout(void* base)
+      : base_(static_cast<char*>(base)), offset_(0) {}
+  template <class T>
+  __host__ __device__ T* take(size_t count) {
+    offset_ = (offset_ + 31) / 32 * 32;
+    T* array = reinterpret_cast<T*>(base_ + offset_);
+    offset_ += count * sizeof(T);
+    return array;
+  }
+  // The bytes a launch asks for: the arrays plus the slack to align the base itself.
+  __host__ __device__ size_t launch_bytes() const { return offset_ + 32; }
+  // The base rounded up to 32 bytes (dynamic shared memory is only 16-byte aligned).
+  __host__ __device__ static void* aligned(void* base) {
+    return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(base) + 31) / 32 * 32);
+  }
+
+ private:
+  char* base_;
+  size_t offset_;
+};
 
 // Sizes shared by the kernels: q[B,T,H,D], k,v[B,T,Hkv,D], lse[B,H,T].
 struct AttentionDims {

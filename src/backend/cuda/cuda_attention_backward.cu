@@ -3,7 +3,8 @@
 // without atomics: one kernel computes dK/dV with one block per (32-key tile, kv head, batch),
 // looping over the query heads of its group and the query tiles in a fixed order; another
 // computes dQ with one block per (32-query tile, head, batch) looping over key tiles. Each block
-// owns the rows it writes. fp32 arithmetic on CUDA cores.
+// owns the rows it writes. bf16/fp16 with D a multiple of 16 multiply on tensor cores
+// (TensorCoreMath), everything else on CUDA cores (CudaCoreMath), as the forward.
 #include "backend/buffer.h"
 #include "backend/cuda/cuda_attention.cuh"
 
@@ -36,28 +37,81 @@ __global__ void attention_delta_kernel(float* delta, const Storage<Format>* dout
   }
 }
 
+// The tiles of one (query tile, key tile) step of both backward kernels, and where each kernel
+// keeps its own: q/dO/k/v operand tiles, two fp32 accumulators, the probabilities and their
+// gradients in fp32 (and as operands on tensor cores), lse and delta of the query rows. The
+// same on the host (its size) and the device.
+template <class Math>
+struct BackwardShared {
+  using Operand = typename Math::Operand;
+  static constexpr int kTile = kBackwardTile;
+  int ld, acc_ld, score_ld, probs_ld;
+  Operand* q_tile;     // [kTile, ld]
+  Operand* do_tile;    // [kTile, ld]
+  Operand* k_tile;     // [kTile, ld]
+  Operand* v_tile;     // [kTile, ld]
+  float* acc[2];       // [kTile, acc_ld] each: dK and dV, or dQ (and unused)
+  float* probs;        // [kTile, score_ld]: P [queries, keys]
+  float* dprobs;       // [kTile, score_ld]: dS
+  Operand* p_operand;  // [kTile, probs_ld]: P as an operand (tensor cores) or probs itself
+  Operand* ds_operand; // [kTile, probs_ld]
+  float* lse_tile;     // [kTile]
+  float* delta_tile;   // [kTile]
+  SharedLayout layout;
+
+  __host__ __device__ BackwardShared(void* base, int head_dim, int accumulators) : layout(base) {
+    ld = Math::operand_ld(head_dim);
+    acc_ld = Math::accumulator_ld(head_dim);
+    score_ld = Math::accumulator_ld(kTile);
+    q_tile = layout.take<Operand>(size_t{kTile} * ld);
+    do_tile = layout.take<Operand>(size_t{kTile} * ld);
+    k_tile = layout.take<Operand>(size_t{kTile} * ld);
+    v_tile = layout.take<Operand>(size_t{kTile} * ld);
+    for (int i = 0; i < 2; ++i) {
+      acc[i] = i < accumulators ? layout.take<float>(size_t{kTile} * acc_ld) : nullptr;
+    }
+    probs = layout.take<float>(size_t{kTile} * score_ld);
+    dprobs = layout.take<float>(size_t{kTile} * score_ld);
+    if constexpr (Math::kSeparateProbabilityOperands) {
+      probs_ld = Math::operand_ld(kTile);
+      p_operand = layout.take<Operand>(size_t{kTile} * probs_ld);
+      ds_operand = layout.take<Operand>(size_t{kTile} * probs_ld);
+    } else {
+      probs_ld = score_ld;
+      p_operand = reinterpret_cast<Operand*>(probs);
+      ds_operand = reinterpret_cast<Operand*>(dprobs);
+    }
+    lse_tile = layout.take<float>(kTile);
+    delta_tile = layout.take<float>(kTile);
+  }
+};
+
 // The shared middle of both backward kernels, for one (query tile, key tile) pair:
-// probs = P = exp(scale Q K^T - lse) on visible keys (0 elsewhere), dprobs = dS = P (dO V^T - delta).
-__device__ inline void probabilities_and_gradients(float* probs, float* dprobs, int score_ld,
-                                                   const float* q_tile, const float* do_tile,
-                                                   const float* k_tile, const float* v_tile,
-                                                   int ld, const float* lse_tile,
-                                                   const float* delta_tile, int first_query,
+// probs = P = exp(scale Q K^T - lse) on visible keys (0 elsewhere), dprobs = dS = P (dO V^T - delta),
+// and both as operands.
+template <class Format, class Math>
+__device__ inline void probabilities_and_gradients(BackwardShared<Math>& t, int first_query,
                                                    int first_key, int time, int head_dim,
                                                    float scale) {
   constexpr int kTile = kBackwardTile;
-  block_gemm<false, true, 2>(probs, score_ld, q_tile, ld, k_tile, ld, kTile, kTile, head_dim,
-                             scale, false);
-  block_gemm<false, true, 2>(dprobs, score_ld, do_tile, ld, v_tile, ld, kTile, kTile, head_dim,
-                             1.0f, false);
+  const int score_ld = t.score_ld;
+  Math::template gemm<false, true, 2>(t.probs, score_ld, t.q_tile, t.ld, t.k_tile, t.ld, kTile,
+                                      kTile, head_dim, scale, false);
+  Math::template gemm<false, true, 2>(t.dprobs, score_ld, t.do_tile, t.ld, t.v_tile, t.ld, kTile,
+                                      kTile, head_dim, 1.0f, false);
   __syncthreads();
   for (int e = threadIdx.x; e < kTile * kTile; e += blockDim.x) {
     const int r = e / kTile, j = e % kTile;
     const int query = first_query + r, key = first_key + j;
     const bool visible = query < time && key <= query;
-    const float p = visible ? expf(probs[r * score_ld + j] - lse_tile[r]) : 0.0f;
-    probs[r * score_ld + j] = p;
-    dprobs[r * score_ld + j] = p * (dprobs[r * score_ld + j] - delta_tile[r]);
+    const float p = visible ? expf(t.probs[r * score_ld + j] - t.lse_tile[r]) : 0.0f;
+    t.probs[r * score_ld + j] = p;
+    t.dprobs[r * score_ld + j] = p * (t.dprobs[r * score_ld + j] - t.delta_tile[r]);
+  }
+  if constexpr (Math::kSeparateProbabilityOperands) {
+    __syncthreads();
+    to_operand<Format>(t.p_operand, t.probs_ld, t.probs, score_ld, kTile, kTile);
+    to_operand<Format>(t.ds_operand, t.probs_ld, t.dprobs, score_ld, kTile, kTile);
   }
   __syncthreads();
 }
@@ -75,7 +129,7 @@ __device__ inline void load_row_stats(float* lse_tile, float* delta_tile, const 
 
 // dK, dV of the keys [first_key, first_key + kTile) of one kv head: sums over the query heads
 // of its group and over every query tile that can see these keys.
-template <class Format>
+template <class Format, class Math>
 __global__ void __launch_bounds__(kBackwardThreads)
 attention_backward_dkdv_kernel(Storage<Format>* dk, Storage<Format>* dv,
                                const Storage<Format>* dout, const Storage<Format>* q,
@@ -83,29 +137,21 @@ attention_backward_dkdv_kernel(Storage<Format>* dk, Storage<Format>* dv,
                                const float* lse, const float* delta, AttentionDims dims,
                                float scale) {
   constexpr int kTile = kBackwardTile;
-  constexpr int kScoreLd = kTile + 1;
   ZT_DYNAMIC_SHARED(float, shared);
-  const int head_dim = dims.head_dim, ld = head_dim + 1;
-  float* k_tile = shared;                        // [kTile, ld]
-  float* v_tile = k_tile + kTile * ld;           // [kTile, ld]
-  float* dk_acc = v_tile + kTile * ld;           // [kTile, ld]
-  float* dv_acc = dk_acc + kTile * ld;           // [kTile, ld]
-  float* q_tile = dv_acc + kTile * ld;           // [kTile, ld]
-  float* do_tile = q_tile + kTile * ld;          // [kTile, ld]
-  float* probs = do_tile + kTile * ld;           // [kTile, kScoreLd]: [queries, keys]
-  float* dprobs = probs + kTile * kScoreLd;      // [kTile, kScoreLd]
-  float* lse_tile = dprobs + kTile * kScoreLd;   // [kTile]
-  float* delta_tile = lse_tile + kTile;          // [kTile]
+  BackwardShared<Math> t(SharedLayout::aligned(shared), dims.head_dim, 2);
+  const int head_dim = dims.head_dim, ld = t.ld, acc_ld = t.acc_ld;
+  float* dk_acc = t.acc[0];  // [kTile, acc_ld]
+  float* dv_acc = t.acc[1];  // [kTile, acc_ld]
 
   const int first_key = static_cast<int>(blockIdx.x) * kTile;  // early keys (most work) first
   const int kv_head = blockIdx.y, b = blockIdx.z;
   const int keys = min(kTile, dims.time - first_key);
-  load_tile<Format>(k_tile, ld, k + dims.kv_offset(b, kv_head) + first_key * dims.kv_stride(),
+  load_tile<Format>(t.k_tile, ld, k + dims.kv_offset(b, kv_head) + first_key * dims.kv_stride(),
                     dims.kv_stride(), keys, kTile, head_dim);
-  load_tile<Format>(v_tile, ld, v + dims.kv_offset(b, kv_head) + first_key * dims.kv_stride(),
+  load_tile<Format>(t.v_tile, ld, v + dims.kv_offset(b, kv_head) + first_key * dims.kv_stride(),
                     dims.kv_stride(), keys, kTile, head_dim);
-  zero(dk_acc, kTile * ld);
-  zero(dv_acc, kTile * ld);
+  zero(dk_acc, kTile * acc_ld);
+  zero(dv_acc, kTile * acc_ld);
   const int group = dims.group();
   for (int head = kv_head * group; head < (kv_head + 1) * group; ++head) {
     // Causal: queries before first_key see none of these keys; tiles are aligned (same size).
@@ -113,48 +159,39 @@ attention_backward_dkdv_kernel(Storage<Format>* dk, Storage<Format>* dv,
       const int queries = min(kTile, dims.time - first_query);
       __syncthreads();  // the previous step's products are done with q_tile, do_tile, probs
       const int64_t row_offset = dims.q_offset(b, head) + first_query * dims.q_stride();
-      load_tile<Format>(q_tile, ld, q + row_offset, dims.q_stride(), queries, kTile, head_dim);
-      load_tile<Format>(do_tile, ld, dout + row_offset, dims.q_stride(), queries, kTile, head_dim);
-      load_row_stats(lse_tile, delta_tile, lse, delta, dims.lse_offset(b, head), first_query,
+      load_tile<Format>(t.q_tile, ld, q + row_offset, dims.q_stride(), queries, kTile, head_dim);
+      load_tile<Format>(t.do_tile, ld, dout + row_offset, dims.q_stride(), queries, kTile,
+                        head_dim);
+      load_row_stats(t.lse_tile, t.delta_tile, lse, delta, dims.lse_offset(b, head), first_query,
                      dims.time);
       __syncthreads();
-      probabilities_and_gradients(probs, dprobs, kScoreLd, q_tile, do_tile, k_tile, v_tile, ld,
-                                  lse_tile, delta_tile, first_query, first_key, dims.time,
-                                  head_dim, scale);
+      probabilities_and_gradients<Format>(t, first_query, first_key, dims.time, head_dim, scale);
       // dV += P^T dO, dK += scale dS^T Q
-      block_gemm<true, false, 4>(dv_acc, ld, probs, kScoreLd, do_tile, ld, kTile, head_dim, kTile,
-                                 1.0f, true);
-      block_gemm<true, false, 4>(dk_acc, ld, dprobs, kScoreLd, q_tile, ld, kTile, head_dim, kTile,
-                                 scale, true);
+      Math::template gemm<true, false, 4>(dv_acc, acc_ld, t.p_operand, t.probs_ld, t.do_tile, ld,
+                                          kTile, head_dim, kTile, 1.0f, true);
+      Math::template gemm<true, false, 4>(dk_acc, acc_ld, t.ds_operand, t.probs_ld, t.q_tile, ld,
+                                          kTile, head_dim, kTile, scale, true);
     }
   }
   __syncthreads();
   const int64_t key_offset = dims.kv_offset(b, kv_head) + first_key * dims.kv_stride();
-  store_tile<Format>(dk + key_offset, dims.kv_stride(), dk_acc, ld, keys, head_dim);
-  store_tile<Format>(dv + key_offset, dims.kv_stride(), dv_acc, ld, keys, head_dim);
+  store_tile<Format>(dk + key_offset, dims.kv_stride(), dk_acc, acc_ld, keys, head_dim);
+  store_tile<Format>(dv + key_offset, dims.kv_stride(), dv_acc, acc_ld, keys, head_dim);
 }
 
 // dQ of the queries [first_query, first_query + kTile) of one head: sums over the key tiles
 // these queries see.
-template <class Format>
+template <class Format, class Math>
 __global__ void __launch_bounds__(kBackwardThreads)
 attention_backward_dq_kernel(Storage<Format>* dq, const Storage<Format>* dout,
                              const Storage<Format>* q, const Storage<Format>* k,
                              const Storage<Format>* v, const float* lse, const float* delta,
                              AttentionDims dims, float scale) {
   constexpr int kTile = kBackwardTile;
-  constexpr int kScoreLd = kTile + 1;
   ZT_DYNAMIC_SHARED(float, shared);
-  const int head_dim = dims.head_dim, ld = head_dim + 1;
-  float* q_tile = shared;                        // [kTile, ld]
-  float* do_tile = q_tile + kTile * ld;          // [kTile, ld]
-  float* dq_acc = do_tile + kTile * ld;          // [kTile, ld]
-  float* k_tile = dq_acc + kTile * ld;           // [kTile, ld]
-  float* v_tile = k_tile + kTile * ld;           // [kTile, ld]
-  float* probs = v_tile + kTile * ld;            // [kTile, kScoreLd]
-  float* dprobs = probs + kTile * kScoreLd;      // [kTile, kScoreLd]
-  float* lse_tile = dprobs + kTile * kScoreLd;   // [kTile]
-  float* delta_tile = lse_tile + kTile;          // [kTile]
+  BackwardShared<Math> t(SharedLayout::aligned(shared), dims.head_dim, 1);
+  const int head_dim = dims.head_dim, ld = t.ld, acc_ld = t.acc_ld;
+  float* dq_acc = t.acc[0];  // [kTile, acc_ld]
 
   const int tiles = (dims.time + kTile - 1) / kTile;
   const int first_query = (tiles - 1 - static_cast<int>(blockIdx.x)) * kTile;  // longest first
@@ -162,44 +199,56 @@ attention_backward_dq_kernel(Storage<Format>* dq, const Storage<Format>* dout,
   const int kv_head = head / dims.group();
   const int queries = min(kTile, dims.time - first_query);
   const int64_t row_offset = dims.q_offset(b, head) + first_query * dims.q_stride();
-  load_tile<Format>(q_tile, ld, q + row_offset, dims.q_stride(), queries, kTile, head_dim);
-  load_tile<Format>(do_tile, ld, dout + row_offset, dims.q_stride(), queries, kTile, head_dim);
-  load_row_stats(lse_tile, delta_tile, lse, delta, dims.lse_offset(b, head), first_query,
+  load_tile<Format>(t.q_tile, ld, q + row_offset, dims.q_stride(), queries, kTile, head_dim);
+  load_tile<Format>(t.do_tile, ld, dout + row_offset, dims.q_stride(), queries, kTile, head_dim);
+  load_row_stats(t.lse_tile, t.delta_tile, lse, delta, dims.lse_offset(b, head), first_query,
                  dims.time);
-  zero(dq_acc, kTile * ld);
+  zero(dq_acc, kTile * acc_ld);
   const Storage<Format>* k_rows = k + dims.kv_offset(b, kv_head);
   const Storage<Format>* v_rows = v + dims.kv_offset(b, kv_head);
   for (int first_key = 0; first_key < first_query + queries; first_key += kTile) {
     const int keys = min(kTile, dims.time - first_key);
     __syncthreads();  // the previous step's product is done with k_tile, dprobs
-    load_tile<Format>(k_tile, ld, k_rows + first_key * dims.kv_stride(), dims.kv_stride(), keys,
+    load_tile<Format>(t.k_tile, ld, k_rows + first_key * dims.kv_stride(), dims.kv_stride(), keys,
                       kTile, head_dim);
-    load_tile<Format>(v_tile, ld, v_rows + first_key * dims.kv_stride(), dims.kv_stride(), keys,
+    load_tile<Format>(t.v_tile, ld, v_rows + first_key * dims.kv_stride(), dims.kv_stride(), keys,
                       kTile, head_dim);
     __syncthreads();
-    probabilities_and_gradients(probs, dprobs, kScoreLd, q_tile, do_tile, k_tile, v_tile, ld,
-                                lse_tile, delta_tile, first_query, first_key, dims.time, head_dim,
-                                scale);
+    probabilities_and_gradients<Format>(t, first_query, first_key, dims.time, head_dim, scale);
     // dQ += scale dS K
-    block_gemm<false, false, 4>(dq_acc, ld, dprobs, kScoreLd, k_tile, ld, kTile, head_dim, kTile,
-                                scale, true);
+    Math::template gemm<false, false, 4>(dq_acc, acc_ld, t.ds_operand, t.probs_ld, t.k_tile, ld,
+                                         kTile, head_dim, kTile, scale, true);
   }
   __syncthreads();
-  store_tile<Format>(dq + row_offset, dims.q_stride(), dq_acc, ld, queries, head_dim);
+  store_tile<Format>(dq + row_offset, dims.q_stride(), dq_acc, acc_ld, queries, head_dim);
 }
 
 // ---- host side -----------------------------------------------------------------------------
 
-size_t dkdv_shared_bytes(int head_dim) {
-  const size_t ld = static_cast<size_t>(head_dim) + 1;
-  return (6 * kBackwardTile * ld + 2 * kBackwardTile * (kBackwardTile + 1) + 2 * kBackwardTile) *
-         sizeof(float);
-}
+template <class Format, class Math>
+void launch_backward(const CudaBackendImpl& backend, cudaStream_t stream, const char* op,
+                     Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q,
+                     const Tensor& k, const Tensor& v, const Tensor& lse, const float* delta,
+                     const AttentionDims& dims, float scale_factor) {
+  const size_t dkdv_bytes = BackwardShared<Math>(nullptr, dims.head_dim, 2).layout.launch_bytes();
+  const size_t dq_bytes = BackwardShared<Math>(nullptr, dims.head_dim, 1).layout.launch_bytes();
+  auto dkdv_kernel = attention_backward_dkdv_kernel<Format, Math>;
+  allow_shared_memory(backend, op, dkdv_kernel, dkdv_bytes, dims.head_dim);
+  const dim3 dkdv_grid(tiles_of(dims.time, kBackwardTile), static_cast<unsigned int>(dims.kv_heads),
+                       static_cast<unsigned int>(dims.batch));
+  launch({dkdv_grid, kBackwardThreads, dkdv_bytes, stream}, dkdv_kernel, data_of<Format>(dk),
+         data_of<Format>(dv), data_of<Format>(dout), data_of<Format>(q), data_of<Format>(k),
+         data_of<Format>(v), lse.f32(), delta, dims, scale_factor);
+  ZT_CUDA_CHECK_LAUNCH("attention_backward_dkdv_kernel");
 
-size_t dq_shared_bytes(int head_dim) {
-  const size_t ld = static_cast<size_t>(head_dim) + 1;
-  return (5 * kBackwardTile * ld + 2 * kBackwardTile * (kBackwardTile + 1) + 2 * kBackwardTile) *
-         sizeof(float);
+  auto dq_kernel = attention_backward_dq_kernel<Format, Math>;
+  allow_shared_memory(backend, op, dq_kernel, dq_bytes, dims.head_dim);
+  const dim3 dq_grid(tiles_of(dims.time, kBackwardTile), static_cast<unsigned int>(dims.heads),
+                     static_cast<unsigned int>(dims.batch));
+  launch({dq_grid, kBackwardThreads, dq_bytes, stream}, dq_kernel, data_of<Format>(dq),
+         data_of<Format>(dout), data_of<Format>(q), data_of<Format>(k), data_of<Format>(v),
+         lse.f32(), delta, dims, scale_factor);
+  ZT_CUDA_CHECK_LAUNCH("attention_backward_dq_kernel");
 }
 
 }  // namespace
@@ -219,35 +268,24 @@ void CudaBackendImpl::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor
   }
   if (dims.batch == 0 || dims.time == 0 || dims.heads == 0) return;
   Buffer delta(*this, static_cast<size_t>(lse.numel()) * sizeof(float));  // delta[B,H,T]
-  const size_t dkdv_bytes = dkdv_shared_bytes(dims.head_dim);
-  const size_t dq_bytes = dq_shared_bytes(dims.head_dim);
+  const bool tensor_cores = tensor_cores_fit(q.dtype, dims.head_dim);
   dispatch_float(q.dtype, op, "q", [&](auto format) {
     using Format = decltype(format);
     const int64_t rows = int64_t{dims.batch} * dims.time * dims.heads;
     launch({grid_for(rows * 32), kThreads, 0, stream_}, attention_delta_kernel<Format>,
         static_cast<float*>(delta.data()), data_of<Format>(dout), data_of<Format>(out), dims);
     ZT_CUDA_CHECK_LAUNCH("attention_delta_kernel");
-
-    auto dkdv_kernel = attention_backward_dkdv_kernel<Format>;
-    allow_shared_memory(*this, op, dkdv_kernel, dkdv_bytes, dims.head_dim);
-    const dim3 dkdv_grid(tiles_of(dims.time, kBackwardTile),
-                         static_cast<unsigned int>(dims.kv_heads),
-                         static_cast<unsigned int>(dims.batch));
-    launch({dkdv_grid, kBackwardThreads, dkdv_bytes, stream_}, dkdv_kernel,
-        data_of<Format>(dk), data_of<Format>(dv), data_of<Format>(dout), data_of<Format>(q),
-        data_of<Format>(k), data_of<Format>(v), lse.f32(), static_cast<const float*>(delta.data()),
-        dims, scale_factor);
-    ZT_CUDA_CHECK_LAUNCH("attention_backward_dkdv_kernel");
-
-    auto dq_kernel = attention_backward_dq_kernel<Format>;
-    allow_shared_memory(*this, op, dq_kernel, dq_bytes, dims.head_dim);
-    const dim3 dq_grid(tiles_of(dims.time, kBackwardTile), static_cast<unsigned int>(dims.heads),
-                       static_cast<unsigned int>(dims.batch));
-    launch({dq_grid, kBackwardThreads, dq_bytes, stream_}, dq_kernel,
-        data_of<Format>(dq), data_of<Format>(dout), data_of<Format>(q), data_of<Format>(k),
-        data_of<Format>(v), lse.f32(), static_cast<const float*>(delta.data()), dims,
-        scale_factor);
-    ZT_CUDA_CHECK_LAUNCH("attention_backward_dq_kernel");
+    const float* delta_values = static_cast<const float*>(delta.data());
+    if constexpr (!std::is_same_v<Format, Fp32Format>) {
+      if (tensor_cores) {
+        launch_backward<Format, TensorCoreMath<Format>>(*this, stream_, op, dq, dk, dv, dout, q,
+                                                        k, v, lse, delta_values, dims,
+                                                        scale_factor);
+        return;
+      }
+    }
+    launch_backward<Format, CudaCoreMath<Format>>(*this, stream_, op, dq, dk, dv, dout, q, k, v,
+                                                  lse, delta_values, dims, scale_factor);
   });
 }
 

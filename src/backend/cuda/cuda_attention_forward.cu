@@ -2,8 +2,9 @@
 // FlashAttention-2 manner: one block per (64-query tile, head, batch) holds its queries in shared
 // memory and walks the key tiles they can see with an online softmax (running max and sum per
 // query row), so no T x T matrix ever exists; it writes out and the log-sum-exp that backward
-// uses to recompute the probabilities. fp32 arithmetic on CUDA cores (a correct tiled version;
-// tensor-core MMA tiles are the next step for speed).
+// uses to recompute the probabilities. bf16/fp16 with D a multiple of 16 multiply on tensor
+// cores (TensorCoreMath: 16-bit tiles, fp32 accumulation); fp32 and other head dims on CUDA
+// cores (CudaCoreMath).
 #include "backend/cuda/cuda_attention.cuh"
 
 namespace zt::cuda {
@@ -12,26 +13,63 @@ namespace {
 
 using namespace attention;
 
-template <class Format>
+// The forward kernel's shared memory, the same on the host (its size) and the device.
+template <class Math>
+struct ForwardShared {
+  using Operand = typename Math::Operand;
+  static constexpr int kTile = kForwardTile;
+  int ld, acc_ld, score_ld, probs_ld;
+  Operand* q_tile;    // [kTile, ld]
+  Operand* k_tile;    // [kTile, ld]
+  Operand* v_tile;    // [kTile, ld]
+  float* o_acc;       // [kTile, acc_ld]: unnormalised output
+  float* scores;      // [kTile, score_ld]: scores, then probabilities
+  Operand* probs;     // [kTile, probs_ld]: the probabilities as an operand (tensor cores) or scores
+  float* row_max;     // [kTile]
+  float* row_sum;     // [kTile]
+  float* row_rescale; // [kTile]
+  SharedLayout layout;
+
+  __host__ __device__ ForwardShared(void* base, int head_dim) : layout(base) {
+    ld = Math::operand_ld(head_dim);
+    acc_ld = Math::accumulator_ld(head_dim);
+    score_ld = Math::accumulator_ld(kTile);
+    q_tile = layout.take<Operand>(size_t{kTile} * ld);
+    k_tile = layout.take<Operand>(size_t{kTile} * ld);
+    v_tile = layout.take<Operand>(size_t{kTile} * ld);
+    o_acc = layout.take<float>(size_t{kTile} * acc_ld);
+    scores = layout.take<float>(size_t{kTile} * score_ld);
+    if constexpr (Math::kSeparateProbabilityOperands) {
+      probs_ld = Math::operand_ld(kTile);
+      probs = layout.take<Operand>(size_t{kTile} * probs_ld);
+    } else {
+      probs_ld = score_ld;
+      probs = reinterpret_cast<Operand*>(scores);
+    }
+    row_max = layout.take<float>(kTile);
+    row_sum = layout.take<float>(kTile);
+    row_rescale = layout.take<float>(kTile);
+  }
+};
+
+template <class Format, class Math>
 __global__ void __launch_bounds__(kForwardThreads)
 attention_forward_kernel(Storage<Format>* out, float* lse, const Storage<Format>* q,
                          const Storage<Format>* k, const Storage<Format>* v, AttentionDims dims,
                          float scale) {
   constexpr int kTile = kForwardTile;
-  constexpr int kScoreLd = kTile + 1;
   ZT_DYNAMIC_SHARED(float, shared);
-  const int head_dim = dims.head_dim, ld = head_dim + 1;
-  float* q_tile = shared;                       // [kTile, ld]
-  float* k_tile = q_tile + kTile * ld;          // [kTile, ld]
-  float* v_tile = k_tile + kTile * ld;          // [kTile, ld]
-  float* o_acc = v_tile + kTile * ld;           // [kTile, ld]: unnormalised output
-  float* scores = o_acc + kTile * ld;           // [kTile, kScoreLd]: scores, then probabilities
-  float* row_max = scores + kTile * kScoreLd;   // [kTile]
-  float* row_sum = row_max + kTile;             // [kTile]
-  float* row_rescale = row_sum + kTile;         // [kTile]
+  ForwardShared<Math> tiles(SharedLayout::aligned(shared), dims.head_dim);
+  const int head_dim = dims.head_dim, ld = tiles.ld, acc_ld = tiles.acc_ld;
+  const int score_ld = tiles.score_ld;
+  float* o_acc = tiles.o_acc;
+  float* scores = tiles.scores;
+  float* row_max = tiles.row_max;
+  float* row_sum = tiles.row_sum;
+  float* row_rescale = tiles.row_rescale;
 
-  const int tiles = (dims.time + kTile - 1) / kTile;
-  const int tile = tiles - 1 - static_cast<int>(blockIdx.x);  // the longest rows first
+  const int tiles_count = (dims.time + kTile - 1) / kTile;
+  const int tile = tiles_count - 1 - static_cast<int>(blockIdx.x);  // the longest rows first
   const int head = blockIdx.y, b = blockIdx.z;
   const int kv_head = head / dims.group();
   const int first_query = tile * kTile;
@@ -40,8 +78,8 @@ attention_forward_kernel(Storage<Format>* out, float* lse, const Storage<Format>
   const Storage<Format>* k_rows = k + dims.kv_offset(b, kv_head);
   const Storage<Format>* v_rows = v + dims.kv_offset(b, kv_head);
 
-  load_tile<Format>(q_tile, ld, q_rows, dims.q_stride(), queries, kTile, head_dim);
-  zero(o_acc, kTile * ld);
+  load_tile<Format>(tiles.q_tile, ld, q_rows, dims.q_stride(), queries, kTile, head_dim);
+  zero(o_acc, kTile * acc_ld);
   for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
     row_max[r] = -INFINITY;
     row_sum[r] = 0.0f;
@@ -54,17 +92,17 @@ attention_forward_kernel(Storage<Format>* out, float* lse, const Storage<Format>
   for (int first_key = 0; first_key < keys_end; first_key += kTile) {
     const int keys = min(kTile, dims.time - first_key);
     __syncthreads();  // the previous tile's products are done with k_tile, v_tile, scores
-    load_tile<Format>(k_tile, ld, k_rows + first_key * dims.kv_stride(), dims.kv_stride(), keys,
-                      kTile, head_dim);
-    load_tile<Format>(v_tile, ld, v_rows + first_key * dims.kv_stride(), dims.kv_stride(), keys,
-                      kTile, head_dim);
+    load_tile<Format>(tiles.k_tile, ld, k_rows + first_key * dims.kv_stride(), dims.kv_stride(),
+                      keys, kTile, head_dim);
+    load_tile<Format>(tiles.v_tile, ld, v_rows + first_key * dims.kv_stride(), dims.kv_stride(),
+                      keys, kTile, head_dim);
     __syncthreads();
     // scores = scale Q K^T
-    block_gemm<false, true, 4>(scores, kScoreLd, q_tile, ld, k_tile, ld, kTile, kTile, head_dim,
-                               scale, false);
+    Math::template gemm<false, true, 4>(scores, score_ld, tiles.q_tile, ld, tiles.k_tile, ld,
+                                        kTile, kTile, head_dim, scale, false);
     __syncthreads();
     // Online softmax: new max, probabilities relative to it, rescale of the old sum.
-    float* s = scores + my_row * kScoreLd;
+    float* s = scores + my_row * score_ld;
     float tile_max = -INFINITY;
     for (int j = my_part; j < kTile; j += kLanesPerRow) {
       const int key = first_key + j;
@@ -93,31 +131,48 @@ attention_forward_kernel(Storage<Format>* out, float* lse, const Storage<Format>
       row_sum[my_row] = row_sum[my_row] * rescale + tile_sum;
       row_rescale[my_row] = rescale;
     }
+    if constexpr (Math::kSeparateProbabilityOperands) {
+      __syncthreads();
+      to_operand<Format>(tiles.probs, tiles.probs_ld, scores, score_ld, kTile, kTile);
+    }
     __syncthreads();
     // o_acc = rescale * o_acc + P V
-    block_gemm<false, false, 4>(o_acc, ld, scores, kScoreLd, v_tile, ld, kTile, head_dim, kTile,
-                                1.0f, true, row_rescale);
+    Math::template gemm<false, false, 4>(o_acc, acc_ld, tiles.probs, tiles.probs_ld,
+                                         tiles.v_tile, ld, kTile, head_dim, kTile, 1.0f, true,
+                                         row_rescale);
   }
   __syncthreads();
   // out = o_acc / sum, lse = max + log(sum)
   for (int e = threadIdx.x; e < queries * head_dim; e += blockDim.x) {
     const int r = e / head_dim, c = e % head_dim;
-    o_acc[r * ld + c] /= row_sum[r];
+    o_acc[r * acc_ld + c] /= row_sum[r];
   }
   __syncthreads();
   store_tile<Format>(out + dims.q_offset(b, head) + first_query * dims.q_stride(), dims.q_stride(),
-                     o_acc, ld, queries, head_dim);
+                     o_acc, acc_ld, queries, head_dim);
   for (int r = threadIdx.x; r < queries; r += blockDim.x) {
     lse[dims.lse_offset(b, head) + first_query + r] = row_max[r] + logf(row_sum[r]);
   }
 }
 
+template <class Math>
 size_t forward_shared_bytes(int head_dim) {
-  const size_t ld = static_cast<size_t>(head_dim) + 1;
-  return (4 * kForwardTile * ld + kForwardTile * (kForwardTile + 1) + 3 * kForwardTile) *
-         sizeof(float);
+  return ForwardShared<Math>(nullptr, head_dim).layout.launch_bytes();
 }
 
+template <class Format, class Math>
+void launch_forward(const CudaBackendImpl& backend, cudaStream_t stream, const char* op,
+                    Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
+                    const AttentionDims& dims, float scale_factor) {
+  const size_t shared_bytes = forward_shared_bytes<Math>(dims.head_dim);
+  auto kernel = attention_forward_kernel<Format, Math>;
+  allow_shared_memory(backend, op, kernel, shared_bytes, dims.head_dim);
+  const dim3 grid(tiles_of(dims.time, kForwardTile), static_cast<unsigned int>(dims.heads),
+                  static_cast<unsigned int>(dims.batch));
+  launch({grid, kForwardThreads, shared_bytes, stream}, kernel, data_of<Format>(out), lse.f32(),
+         data_of<Format>(q), data_of<Format>(k), data_of<Format>(v), dims, scale_factor);
+  ZT_CUDA_CHECK_LAUNCH("attention_forward_kernel");
+}
 
 }  // namespace
 
@@ -126,17 +181,18 @@ void CudaBackendImpl::attention_forward(Tensor out, Tensor lse, Tensor q, Tensor
   const char* op = "attention_forward";
   const AttentionDims dims = check_attention(op, q, k, v, out, "out", lse);
   if (dims.batch == 0 || dims.time == 0 || dims.heads == 0) return;
-  const size_t shared_bytes = forward_shared_bytes(dims.head_dim);
+  const bool tensor_cores = tensor_cores_fit(q.dtype, dims.head_dim);
   dispatch_float(q.dtype, op, "q", [&](auto format) {
     using Format = decltype(format);
-    auto kernel = attention_forward_kernel<Format>;
-    allow_shared_memory(*this, op, kernel, shared_bytes, dims.head_dim);
-    const dim3 grid(tiles_of(dims.time, kForwardTile), static_cast<unsigned int>(dims.heads),
-                    static_cast<unsigned int>(dims.batch));
-    launch({grid, kForwardThreads, shared_bytes, stream_}, kernel,
-        data_of<Format>(out), lse.f32(), data_of<Format>(q), data_of<Format>(k),
-        data_of<Format>(v), dims, scale_factor);
-    ZT_CUDA_CHECK_LAUNCH("attention_forward_kernel");
+    if constexpr (!std::is_same_v<Format, Fp32Format>) {
+      if (tensor_cores) {
+        launch_forward<Format, TensorCoreMath<Format>>(*this, stream_, op, out, lse, q, k, v,
+                                                       dims, scale_factor);
+        return;
+      }
+    }
+    launch_forward<Format, CudaCoreMath<Format>>(*this, stream_, op, out, lse, q, k, v, dims,
+                                                 scale_factor);
   });
 }
 
