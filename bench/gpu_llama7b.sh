@@ -2,6 +2,8 @@
 # bench/gpu_llama7b.sh: the GPU benchmark of issues 6 and 8 in one command. On one GPU, for a
 # llama-7B-shaped model with random weights (zerotune init), seq 2048, bf16, it measures
 #   gemm    the bf16 GEMM peak (bench_gemm_peak, 8192^3), the denominator of every MFU below;
+#   kernels every hot kernel alone at the 7B shapes, checked against the CPU first (bench_kernels:
+#           both attention versions, tensor cores and CUDA cores), the table in OUT/kernels.txt;
 #   lora    zerotune LoRA r16 all-linear (bench/configs/lora.json: ZeRO-0): tokens/s, MFU, peak memory;
 #   full    zerotune full fine-tuning, ZeRO-2 + offload_optimizer cpu (bench/configs/full_offload.json);
 #   hf      the same LoRA step in HF transformers + PEFT (bench/hf_peft_step.py), and zerotune/HF;
@@ -30,7 +32,7 @@ BUILD=$(realpath -m "${BUILD:-build}")
 WORK=$(realpath -m "${WORK:-build-bench}")
 OUT=$(realpath -m "${OUT:-$WORK/results}")
 PYTHON=${PYTHON:-python3}
-PARTS=${PARTS:-gemm lora full hf search}
+PARTS=${PARTS:-gemm kernels lora full hf search}
 BATCH=${BATCH:-1}
 STEPS=${STEPS:-4}
 ACT_CKPT=${ACT_CKPT:-0}
@@ -56,8 +58,8 @@ SEARCH_MAX=${SEARCH_MAX:-${search_defaults[1]}}
 SEARCH_GRANULARITY=${SEARCH_GRANULARITY:-${search_defaults[2]}}
 SEARCH_STEPS=${SEARCH_STEPS:-2}
 for part in $PARTS; do
-  [[ " gemm lora full hf search " == *" $part "* ]] ||
-    { echo "gpu_llama7b.sh: PARTS: unknown part '$part' (gemm lora full hf search)" >&2; exit 2; }
+  [[ " gemm kernels lora full hf search " == *" $part "* ]] ||
+    { echo "gpu_llama7b.sh: PARTS: unknown part '$part' (gemm kernels lora full hf search)" >&2; exit 2; }
 done
 [[ "$STEPS" =~ ^[0-9]+$ && "$STEPS" -ge 2 ]] ||
   { echo "gpu_llama7b.sh: STEPS must be at least 2 (the first step is a warm-up), not '$STEPS'" >&2; exit 2; }
@@ -129,11 +131,11 @@ json_file "$WORK/parts/settings.json" machine "$machine" device "$DEVICE" date "
   activation_checkpointing "$([[ $ACT_CKPT == 1 ]] && echo "on in lora, full and hf" || echo "off in lora, full and hf (on in search)")"
 echo "machine: $machine | model $MODEL | seq $SEQ | micro-batch $BATCH | $STEPS steps | parts: $PARTS"
 
-step build "zerotune, bench_gemm_peak and make_bench_data in $BUILD"
+step build "zerotune, bench_gemm_peak, bench_kernels and make_bench_data in $BUILD"
 [[ -f "$BUILD/CMakeCache.txt" ]] ||
   fail "$BUILD is not a configured CMake build (cmake -S . -B $BUILD, or the offline bundle's build: bench/README.md)"
 run_logged configure "${CMAKE:-cmake}" "$BUILD"  # picks up bench/*.cpp added since the tree was configured
-run_logged build "${CMAKE:-cmake}" --build "$BUILD" -j "$(nproc)" --target zerotune bench_gemm_peak make_bench_data
+run_logged build "${CMAKE:-cmake}" --build "$BUILD" -j "$(nproc)" --target zerotune bench_gemm_peak bench_kernels make_bench_data
 zerotune="$BUILD/zerotune"
 
 peak="${PEAK_TFLOPS:-}"
@@ -143,6 +145,14 @@ if want gemm; then
   peak="$(sed -n 's/^ZT_GEMM_TFLOPS //p' "$WORK/logs/gemm.log")"
   [[ -n "$peak" ]] || fail "no ZT_GEMM_TFLOPS line in $WORK/logs/gemm.log"
   json_file "$WORK/parts/gemm.json" tflops "$peak" what "$(sed -n 's/^bench_gemm_peak: //p' "$WORK/logs/gemm.log")"
+fi
+
+if want kernels; then
+  step kernels "every hot kernel at the $MODEL shapes, checked against the CPU, then timed"
+  kernel_shape=$([[ $MODEL == 7b ]] && echo 7b || echo tiny)
+  run_logged kernels "$BUILD/bench/bench_kernels" "$DEVICE" --shape "$kernel_shape" --dtype "$gemm_dtype" \
+    ${peak:+--peak-tflops "$peak"}
+  cp "$WORK/logs/kernels.log" "$OUT/kernels.txt"
 fi
 
 model_dir="$WORK/model-$MODEL"

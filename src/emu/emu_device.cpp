@@ -777,7 +777,11 @@ void count_wmma_operation() { wmma_operation_count.fetch_add(1, std::memory_orde
 
 void wmma_fault(const char* op, const std::string& why, const char* file, int line) {
   ThreadContext& context = this_thread();
-  context.block->fault_on_fiber(context.block->thread_of(context),
+  EmuThread& thread = context.block->thread_of(context);
+  thread.waiting_at = op;  // where the fault's listing shows this thread
+  thread.file = file;
+  thread.line = line;
+  context.block->fault_on_fiber(thread,
                                 std::string(op) + " at " + site_text(file, line) + ": lane " +
                                     std::to_string(context.linear % kWarpSize) + " of warp " +
                                     std::to_string(context.linear / kWarpSize) + ": " + why);

@@ -17,6 +17,8 @@
 //                                 host reads stale data
 //   divergent_barrier, early_exit, shuffle_outside_mask, pageable_argument: the emulator's own
 //                                 faults, with every thread's file:line
+//   wmma_misaligned, wmma_bad_ldm, wmma_half_warp: warp matrix functions (emu/emu_wmma.h) on a
+//                                 pointer 16 bytes off, with ldm 12, or called by 16 lanes only
 //   fault_named_by_sync           the CUDA backend's fill on pageable memory with ZT_CUDA_SYNC=1:
 //                                 the error names fill_kernel and its launch site
 // Usage: zt_emu_negative CASE. Prints CONTROL FAILED if the correct kernel fails.
@@ -33,6 +35,7 @@
 #include "backend/buffer.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_launch.h"
+#include "backend/cuda/cuda_wmma.cuh"
 #include "core/error.h"
 
 namespace {
@@ -274,11 +277,36 @@ __global__ void shuffle_outside_mask_kernel(float* out) {
 
 __global__ void pageable_kernel(float* out) { out[threadIdx.x] = 1.0f; }
 
+// One 16x16x16 product of a [16, ldm] bf16 tile starting `offset` elements into `a`; with
+// `lanes` < 32 only those lanes take part.
+__global__ void wmma_kernel(float* out, const __nv_bfloat16* a, int offset, unsigned ldm, int lanes) {
+  namespace wmma = nvcuda::wmma;
+  if (static_cast<int>(threadIdx.x) >= lanes) return;
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a_tile;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b_tile;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> sum;
+  wmma::fill_fragment(sum, 0.0f);
+  wmma::load_matrix_sync(a_tile, a + offset, ldm);
+  wmma::load_matrix_sync(b_tile, a, 16);
+  wmma::mma_sync(sum, a_tile, b_tile, sum);
+  wmma::store_matrix_sync(out, sum, 16, wmma::mem_row_major);
+}
+
 int fault_case(const std::string& name) {
   float* out = device_array<float>(128);
   if (name == "divergent_barrier") launch({1, 64, 0, nullptr}, divergent_barrier_kernel, out);
   if (name == "early_exit") launch({1, 128, 0, nullptr}, early_exit_kernel, out, 100);
   if (name == "shuffle_outside_mask") launch({1, 32, 0, nullptr}, shuffle_outside_mask_kernel, out);
+  if (name.rfind("wmma_", 0) == 0) {
+    __nv_bfloat16* a = device_array<__nv_bfloat16>(16 * 32 + 8);
+    float* product = device_array<float>(256);
+    check(cudaMemset(a, 0, (16 * 32 + 8) * sizeof(__nv_bfloat16)), "cudaMemset");
+    launch({1, 32, 0, nullptr}, wmma_kernel, product, a, 0, 16u, 32);  // the control
+    if (cudaDeviceSynchronize() != cudaSuccess) control_failed("wmma_kernel");
+    if (name == "wmma_misaligned") launch({1, 32, 0, nullptr}, wmma_kernel, product, a, 8, 16u, 32);
+    if (name == "wmma_bad_ldm") launch({1, 32, 0, nullptr}, wmma_kernel, product, a, 0, 12u, 32);
+    if (name == "wmma_half_warp") launch({1, 32, 0, nullptr}, wmma_kernel, product, a, 0, 16u, 16);
+  }
   if (name == "pageable_argument") {
     static float pageable[128];
     launch({1, 128, 0, nullptr}, pageable_kernel, pageable);
@@ -326,7 +354,8 @@ int main(int argc, char** argv) {
   if (name == "host_read_before_sync") return host_read_before_sync_case();
   if (name == "fault_named_by_sync") return fault_named_by_sync_case();
   if (name == "divergent_barrier" || name == "early_exit" || name == "shuffle_outside_mask" ||
-      name == "pageable_argument") {
+      name == "pageable_argument" || name == "wmma_misaligned" || name == "wmma_bad_ldm" ||
+      name == "wmma_half_warp") {
     return fault_case(name);
   }
   std::fprintf(stderr, "zt_emu_negative: unknown case '%s'\n", name.c_str());

@@ -4,6 +4,8 @@
 // shared-memory layout, the tensor geometry, and the host-side argument checks and
 // shared-memory opt-in.
 #pragma once
+#include <cstdlib>
+#include <string_view>
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
@@ -192,8 +194,13 @@ struct TensorCoreMath {
   }
 };
 
-// Whether the tensor-core kernels take this dtype and head dim.
+// Whether the tensor-core kernels take this dtype and head dim. ZT_CUDA_ATTENTION=cuda-cores
+// keeps every dtype on the CUDA-core kernels (bench/bench_kernels.cpp times both versions).
 inline bool tensor_cores_fit(DType dtype, int head_dim) {
+  const char* choice = std::getenv("ZT_CUDA_ATTENTION");
+  if (choice != nullptr && std::string_view(choice) == "cuda-cores") return false;
+  ZT_CHECK(choice == nullptr || *choice == '\0' || std::string_view(choice) == "auto",
+           "ZT_CUDA_ATTENTION must be auto or cuda-cores, got '", choice, "'");
   return (dtype == DType::BF16 || dtype == DType::F16) && head_dim % 16 == 0;
 }
 
