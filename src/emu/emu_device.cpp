@@ -606,6 +606,10 @@ void Block::complete_if_ready(int warp, size_t index, EmuThread& reporter) {
                                    " must take part");
     }
     std::copy(std::begin(operation.values), std::end(operation.values), gathered_[warp].begin());
+#if ZT_EMU_TSAN
+    // The lanes read the copy after they acquire this operation's token (warp_operation).
+    __tsan_release(&warp_tokens_[(warp % 32) * 2 + syncwarp_generation_[warp] % 2]);
+#endif
   }
   for (int other = 0; other < kWarpSize; ++other) {
     if (!(arrived & (1u << other))) continue;
