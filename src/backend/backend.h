@@ -115,6 +115,15 @@ class Backend {
   virtual void copy_async(Tensor dst, Tensor src) { copy(dst, src); }
   // An event after everything issued so far (the default: already complete).
   virtual std::unique_ptr<BackendEvent> record_event();
+  // dst = src (same dtype) on the backend's transfer queue, beside the compute queue, so that a
+  // GPU overlaps the copy with compute (activation offload): it starts once `after` (an event of
+  // record_event(), or null) has completed, and the returned event completes with it. Compute
+  // issued later does not wait for it unless wait_for(event) is called; host memory follows
+  // copy_async's rules. The default (synchronous backends) is copy(), already complete.
+  virtual std::unique_ptr<BackendEvent> transfer_async(Tensor dst, Tensor src, const BackendEvent* after);
+  // Compute issued after this call starts once `event` (of record_event or transfer_async) has
+  // completed; the host does not wait. The default has nothing to order.
+  virtual void wait_for(const BackendEvent& event) { (void)event; }
   virtual void fill(Tensor dst, float value) = 0;
   // The contents of `range` are no longer needed (ZeRO released a gathered unit or reduced
   // gradients): the backend may give the memory of whole pages inside it back to the system.

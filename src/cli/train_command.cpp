@@ -49,6 +49,9 @@ po::options_description train_options() {
       ("lora-rslora", po::bool_switch(), "rank-stabilised LoRA: scaling alpha/sqrt(r)")
       ("adapter", po::value<std::string>(), "continue training this PEFT adapter directory")
       ("activation-checkpointing", po::bool_switch(), "recompute each block's forward in backward")
+      ("offload-activations", po::bool_switch(),
+       "with --activation-checkpointing: keep the saved block inputs in pinned host memory between forward and "
+       "backward (copied beside compute, prefetched one block ahead)")
       ("epochs", po::value<int64_t>(), "epochs over the data (default 1)")
       ("max-steps", po::value<int64_t>(), "stop after this many optimizer steps (overrides --epochs)")
       ("seed", po::value<uint64_t>(), "seed of shuffling, dropout and LoRA init (default 42)")
@@ -176,6 +179,10 @@ ParsedTrainOptions parse_train_options(const std::vector<std::string>& args, con
   ZT_CHECK(!vm.count("adapter") || !vm["lora-rslora"].as<bool>(), "--adapter takes the LoRA settings from ",
            run.adapter_dir, "/adapter_config.json (use_rslora): do not give --lora-rslora as well");
   if (vm["activation-checkpointing"].as<bool>()) config.activation_checkpointing = true;
+  if (vm["offload-activations"].as<bool>()) config.offload_activations = true;
+  ZT_CHECK(!config.offload_activations || config.activation_checkpointing,
+           "--offload-activations needs --activation-checkpointing: it moves the block inputs that checkpointing "
+           "keeps to host memory");
   take(vm, "epochs", config.epochs);
   take(vm, "max-steps", config.max_steps);
   take(vm, "seed", config.seed);

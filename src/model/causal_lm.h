@@ -26,6 +26,9 @@ struct BatchTensors {
 
 struct ModelOptions {
   bool activation_checkpointing = false;  // keep only block inputs; recompute blocks in backward
+  // With checkpointing: the block inputs wait in pinned host memory between forward and backward
+  // (3 on the device at a time, copied on the transfer queue, prefetched one block ahead).
+  bool offload_activations = false;
   float lora_scaling = 0.0f;
   float lora_dropout = 0.0f;
 };

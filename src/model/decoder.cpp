@@ -3,8 +3,9 @@
 //   blocks: L x the family's block over the residual stream                          (units 1..L)
 //   head:   [final norm] [-> project_out] -> lm_head (own weight, or the token table) (unit L+1)
 // with explicit forward and backward, activation checkpointing (keep only each block's input,
-// recompute the block before its backward), the ZeRO unit hooks around each unit, the fused
-// cross-entropy, FLOP counts and --profile-step timing.
+// recompute the block before its backward) with the inputs optionally offloaded to pinned host
+// memory, the ZeRO unit hooks around each unit, the fused cross-entropy, FLOP counts and
+// --profile-step timing.
 #include <algorithm>
 #include <vector>
 
@@ -46,7 +47,17 @@ class DecoderModel final : public CausalLM {
     blocks_ = row.make_blocks(c_, store, backend, BlockOptions{options.lora_scaling, options.lora_dropout});
     saved_.resize(options.activation_checkpointing ? 1 : static_cast<size_t>(c_.num_hidden_layers));
     for (auto& saved : saved_) saved = blocks_->make_saved();
-    residual_.resize(static_cast<size_t>(c_.num_hidden_layers + 1));
+    ZT_CHECK(!options.offload_activations || options.activation_checkpointing,
+             "--offload-activations needs --activation-checkpointing: it moves the block inputs that "
+             "checkpointing keeps to host memory");
+    // Offloading pays only when some block input would leave the device ring.
+    offloading_ = options.offload_activations && c_.num_hidden_layers + 1 > kResidentResiduals;
+    residual_.resize(static_cast<size_t>(offloading_ ? kResidentResiduals : c_.num_hidden_layers + 1));
+    if (offloading_) {
+      host_ = backend.make_host_backend();
+      host_residual_.resize(static_cast<size_t>(c_.num_hidden_layers + 1));
+      transfers_.resize(static_cast<size_t>(c_.num_hidden_layers + 1));
+    }
   }
 
   Tensor forward(const BatchTensors& batch, const DropoutContext& dropout) override {
@@ -55,11 +66,15 @@ class DecoderModel final : public CausalLM {
     const BlockPass pass = block_pass(dropout);
     const int64_t n = rows();
     hooks().acquire(kStemUnit, UnitUse::Forward);
+    make_room_for(0);
     time_module(backend_, timer(), "embedding", stem_flops(false), [&] { stem_forward(batch, dropout); });
+    offload(0);
     hooks().release(kStemUnit);
     for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
       hooks().acquire(block_unit(l), UnitUse::Forward);
+      make_room_for(l + 1);
       blocks_->forward(l, pass, residual(l), saved(l), residual(l + 1));
+      offload(l + 1);
       hooks().release(block_unit(l));
     }
     hooks().acquire(head_unit(), UnitUse::Forward);
@@ -124,6 +139,8 @@ class DecoderModel final : public CausalLM {
     hooks().release(head_unit());
     for (int64_t l = c_.num_hidden_layers - 1; l >= 0; --l) {
       hooks().acquire(block_unit(l), UnitUse::Backward);
+      bring_back(l);      // this block's input (prefetched during the block above)
+      prefetch(l - 1);    // the next one's, during this block
       if (options_.activation_checkpointing)  // recompute this block's forward from its saved input
         blocks_->forward(l, pass, residual(l), saved(l), matrix(recompute_out_, n, hidden));
       blocks_->backward(l, pass, residual(l), saved(l), d_residual);
@@ -160,7 +177,45 @@ class DecoderModel final : public CausalLM {
   int64_t rows() const { return batch_ * seq_; }
   // An activation buffer seen as [rows, cols] of the compute dtype.
   Tensor matrix(const Buffer& buffer, int64_t rows, int64_t cols) const { return buffer.view(act_, {rows, cols}); }
-  Tensor residual(int64_t index) { return matrix(residual_[static_cast<size_t>(index)], rows(), c_.hidden_size); }
+  Tensor residual(int64_t index) {
+    return matrix(residual_[static_cast<size_t>(offloading_ ? index % kResidentResiduals : index)], rows(), c_.hidden_size);
+  }
+
+  // ---- activation offload: residual(i) lives in device slot i % 3 and, when a later one will
+  // take that slot, also in host_residual_[i] (pinned). Copies run on the transfer queue;
+  // events order them against compute without the host waiting. ----
+  // Whether residual(index) leaves the device before backward needs it.
+  bool evicted(int64_t index) const { return offloading_ && index + kResidentResiduals <= c_.num_hidden_layers; }
+  Tensor host_residual(int64_t index) {
+    return host_residual_[static_cast<size_t>(index)].view(act_, {rows(), c_.hidden_size});
+  }
+  // Before residual(index) is written: the residual that held its slot has reached the host.
+  void make_room_for(int64_t index) {
+    if (!offloading_ || index < kResidentResiduals) return;
+    auto& transfer = transfers_[static_cast<size_t>(index - kResidentResiduals)];
+    if (transfer) backend_.wait_for(*transfer);
+    transfer.reset();
+  }
+  // Once residual(index) is complete: its copy to the host, behind the compute that wrote it.
+  void offload(int64_t index) {
+    if (!evicted(index)) return;
+    const std::unique_ptr<BackendEvent> written = backend_.record_event();
+    transfers_[static_cast<size_t>(index)] = backend_.transfer_async(host_residual(index), residual(index), written.get());
+  }
+  // Its copy back into its slot, behind the compute that last read the slot's previous content.
+  void prefetch(int64_t index) {
+    if (index < 0 || !evicted(index)) return;
+    const std::unique_ptr<BackendEvent> slot_free = backend_.record_event();
+    transfers_[static_cast<size_t>(index)] = backend_.transfer_async(residual(index), host_residual(index), slot_free.get());
+  }
+  // Before residual(index) is read in backward: it is back on the device.
+  void bring_back(int64_t index) {
+    if (!evicted(index)) return;
+    auto& transfer = transfers_[static_cast<size_t>(index)];
+    if (!transfer) prefetch(index);  // the top evicted block: nobody prefetched it
+    backend_.wait_for(*transfers_[static_cast<size_t>(index)]);
+    transfers_[static_cast<size_t>(index)].reset();
+  }
   BlockSaved& saved(int64_t layer) { return *saved_[options_.activation_checkpointing ? 0 : static_cast<size_t>(layer)]; }
   BlockPass block_pass(const DropoutContext& dropout) {
     BlockPass pass;
@@ -222,6 +277,12 @@ class DecoderModel final : public CausalLM {
     seq_ = seq;
     const int64_t n = rows(), hidden = c_.hidden_size, embed = c_.embed_dim();
     for (Buffer& buffer : residual_) ensure_buffer(buffer, backend_, n * hidden, act_);
+    if (offloading_) {
+      backend_.synchronize();  // no transfer may still use a host buffer that grows
+      for (auto& transfer : transfers_) transfer.reset();
+      for (int64_t i = 0; i <= c_.num_hidden_layers; ++i)
+        if (evicted(i)) ensure_buffer(host_residual_[static_cast<size_t>(i)], *host_, n * hidden, act_);
+    }
     for (auto& saved : saved_) blocks_->reserve(*saved, batch, seq);
     for (Buffer* buffer : {&grad_residual_, &recompute_out_}) ensure_buffer(*buffer, backend_, n * hidden, act_);
     if (c_.final_norm) {
@@ -274,7 +335,12 @@ class DecoderModel final : public CausalLM {
   std::unique_ptr<DecoderBlocks> blocks_;
 
   int64_t batch_ = 0, seq_ = 0;
-  std::vector<Buffer> residual_;                 // L+1 x [N, C]: the stem's output, then each block's
+  std::vector<Buffer> residual_;                 // L+1 x [N, C]: the stem's output, then each block's (3 when offloading)
+  static constexpr int64_t kResidentResiduals = 3;  // device slots when offloading: in, out, and one in flight
+  bool offloading_ = false;
+  std::unique_ptr<Backend> host_;                 // pinned host memory of the backend
+  std::vector<Buffer> host_residual_;             // L+1 x [N, C] on the host (the evicted ones only)
+  std::vector<std::unique_ptr<BackendEvent>> transfers_;  // L+1: the pending copy of residual(i), if any
   std::vector<std::unique_ptr<BlockSaved>> saved_;  // L blocks, or 1 shared when checkpointing
   Buffer embedded_, projected_, grad_projected_;  // [N, E]: token rows before project_in; project_out's output; grads
   Buffer position_embedded_;                      // [N, C]: position rows

@@ -882,7 +882,7 @@ void translate_activation_checkpointing(const Section& top) {
                       {"profile", Role::translated}});
   section.note("activation_checkpointing is ignored: in DeepSpeed it configures deepspeed.checkpointing but does not "
                "switch checkpointing on for HF models (they call gradient_checkpointing_enable()); use "
-               "--activation-checkpointing");
+               "--activation-checkpointing (and --offload-activations for what cpu_checkpointing does)");
 }
 
 }  // namespace

@@ -133,6 +133,7 @@ nlohmann::json TrainConfig::to_json() const {
         {"targets", lora.targets},
         {"rslora", lora.rslora}}},
       {"activation_checkpointing", activation_checkpointing},
+      {"offload_activations", offload_activations},
       {"model_dir", model_dir},
       {"data_dir", data_dir},
       {"data_split", data_split},

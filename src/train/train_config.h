@@ -40,6 +40,7 @@ struct TrainConfig {
   ZeroConfig zero;
   LoraConfig lora;
   bool activation_checkpointing = false;
+  bool offload_activations = false;  // the checkpointed block inputs in pinned host memory
 
   std::string model_dir, data_dir, out_dir, deepspeed_config_path;
   DeepSpeedKeys deepspeed_keys;    // what the JSON gave (empty without --deepspeed)

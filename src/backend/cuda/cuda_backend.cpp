@@ -168,7 +168,9 @@ CudaBackendImpl::~CudaBackendImpl() {
   if (stream_) cudaStreamSynchronize(stream_);
   if (host_status_) cudaFreeHost(host_status_);
   if (lt_handle_) cublasLtDestroy(lt_handle_);
+  if (transfer_stream_) cudaStreamSynchronize(transfer_stream_);
   if (stream_) cudaStreamDestroy(stream_);
+  if (transfer_stream_) cudaStreamDestroy(transfer_stream_);
   // allocator_ (a member) frees the workspace, the status words and every cached block.
 }
 
@@ -295,6 +297,30 @@ std::unique_ptr<BackendEvent> CudaBackendImpl::record_event() {
   auto event = std::make_unique<CudaEvent>(*this, event_pool_);  // gives its event back on a throw
   ZT_CUDA_CHECK(cudaEventRecord(event->event(), stream_));
   return event;
+}
+
+std::unique_ptr<BackendEvent> CudaBackendImpl::record_event_on(cudaStream_t stream) {
+  auto event = std::make_unique<CudaEvent>(*this, event_pool_);
+  ZT_CUDA_CHECK(cudaEventRecord(event->event(), stream));
+  return event;
+}
+
+cudaEvent_t CudaBackendImpl::cuda_event_of(const BackendEvent* event) {
+  const auto* cuda_event = dynamic_cast<const CudaEvent*>(event);
+  return cuda_event != nullptr ? cuda_event->event() : nullptr;
+}
+
+cudaStream_t CudaBackendImpl::transfer_stream() {
+  if (transfer_stream_ == nullptr) {
+    ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&transfer_stream_, cudaStreamNonBlocking));
+  }
+  return transfer_stream_;
+}
+
+void CudaBackendImpl::wait_for(const BackendEvent& event) {
+  if (cudaEvent_t cuda_event = cuda_event_of(&event)) {
+    ZT_CUDA_CHECK(cudaStreamWaitEvent(stream_, cuda_event, 0));
+  }
 }
 
 void CudaBackendImpl::wait_for_event(cudaEvent_t event) {

@@ -129,6 +129,8 @@ class CudaBackendImpl final : public CudaBackend {
   void copy(Tensor dst, Tensor src) override;
   void copy_async(Tensor dst, Tensor src) override;
   std::unique_ptr<BackendEvent> record_event() override;
+  std::unique_ptr<BackendEvent> transfer_async(Tensor dst, Tensor src, const BackendEvent* after) override;
+  void wait_for(const BackendEvent& event) override;
   void fill(Tensor dst, float value) override;
   // In place on fp32 device memory, one pass, no scratch (the default goes through copy()).
   void round_to(Tensor x, DType dtype) override;
@@ -208,6 +210,11 @@ class CudaBackendImpl final : public CudaBackend {
   // Waits for an event recorded by record_event() and throws on the deferred kernel errors of
   // the work before it, as synchronize() does.
   void wait_for_event(cudaEvent_t event);
+  // An event recorded on `stream` (record_event's kind); the cudaEvent of one (or null for an
+  // event of another backend: already complete).
+  std::unique_ptr<BackendEvent> record_event_on(cudaStream_t stream);
+  static cudaEvent_t cuda_event_of(const BackendEvent* event);
+  cudaStream_t transfer_stream();
 
  private:
   void check_deferred_errors();
@@ -224,6 +231,7 @@ class CudaBackendImpl final : public CudaBackend {
   size_t max_shared_memory_ = 0;
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t transfer_stream_ = nullptr;  // transfer_async's queue (created on first use)
   cublasLtHandle_t lt_handle_ = nullptr;
   CachingAllocator allocator_;
   std::unique_ptr<DiscardableMemory> discardable_;  // made once the stream exists

@@ -162,6 +162,25 @@ void CudaBackendImpl::copy_async(Tensor dst, Tensor src) {
   queue_same_dtype_copy(stream_, dst, src);
 }
 
+// On the transfer stream after `after`; pageable or host-only copies take copy() (complete on
+// return, as copy_async's), which needs every earlier compute done: synchronize first.
+std::unique_ptr<BackendEvent> CudaBackendImpl::transfer_async(Tensor dst, Tensor src,
+                                                              const BackendEvent* after) {
+  ZT_CHECK(dst.dtype == src.dtype, "transfer_async: dst ", dst.describe(), " and src ",
+           src.describe(), " must have the same dtype");
+  const bool host_only = dst.device == Device::CPU && src.device == Device::CPU;
+  if (!has_elements_to_copy("transfer_async", dst, src) || host_only ||
+      is_pageable_host_memory(dst) || is_pageable_host_memory(src)) {
+    synchronize();
+    copy(dst, src);
+    return Backend::record_event();
+  }
+  cudaStream_t stream = transfer_stream();
+  if (cudaEvent_t event = cuda_event_of(after)) ZT_CUDA_CHECK(cudaStreamWaitEvent(stream, event, 0));
+  queue_same_dtype_copy(stream, dst, src);
+  return record_event_on(stream);
+}
+
 void CudaBackendImpl::round_to(Tensor x, DType dtype) {
   expect_device("round_to", "x", x, DType::F32);
   const int64_t n = x.numel();
