@@ -620,12 +620,12 @@ BOOST_AUTO_TEST_CASE(to_json_writes_every_field) {
   const json j = config.to_json();
   for (const char* key : {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
                           "gradient_clipping", "steps_per_print", "compute_dtype", "loss_scaler", "optimizer",
-                          "scheduler", "zero_optimization", "lora", "activation_checkpointing", "model_dir", "data_dir",
+                          "scheduler", "zero_optimization", "lora", "activation_checkpointing", "offload_activations", "model_dir", "data_dir",
                           "out_dir", "deepspeed_config_path", "seed", "shuffle", "epochs", "max_steps",
                           "dump_step0_path", "eval_data_dir", "eval_every", "data_split", "eval_split",
                           "save_at_end", "save_hf_at_end"})
     BOOST_CHECK_MESSAGE(j.contains(key), key);
-  BOOST_CHECK_EQUAL(j.size(), 35u);
+  BOOST_CHECK_EQUAL(j.size(), 36u);
   BOOST_CHECK_EQUAL(j["gradient_accumulation_steps"].get<int64_t>(), 2);
   BOOST_CHECK_EQUAL(j["compute_dtype"].get<std::string>(), "bf16");
   BOOST_CHECK_EQUAL(j["optimizer"]["betas"][1].get<double>(), 0.95);
