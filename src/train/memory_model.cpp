@@ -44,12 +44,52 @@ MemoryTarget typical_gpu_target() {
   return target;
 }
 
+const std::vector<std::string>& memory_terms() {
+  static const std::vector<std::string> terms = {
+      kTermParameters, kTermGathered,   kTermGradients,  kTermMaster,          kTermOptimizerState, kTermZeroBuffers,
+      kTermActivations, kTermLogits,    kTermModelOther, kTermAllocatorSlack, kTermBackendFixed};
+  return terms;
+}
+
 nlohmann::json MemoryPrediction::to_json() const {
   return {{"device_setup_bytes", device_setup}, {"device_setup_peak_bytes", device_setup_peak},
           {"device_peak_bytes", device_peak},
           {"host_setup_bytes", host_setup},     {"host_peak_bytes", host_peak},
-          {"store_setup_bytes", store_setup},   {"store_peak_bytes", store_peak}};
+          {"store_setup_bytes", store_setup},   {"store_peak_bytes", store_peak},
+          {"device_peak_terms", device_terms},  {"host_peak_terms", host_terms}};
 }
+
+namespace {
+
+// The engine's hooks, with what they allocate counted under the ZeRO terms; between them the
+// model allocates its activations.
+class TermHooks final : public UnitHooks {
+ public:
+  TermHooks(UnitHooks& engine, CountingBackend& backend) : engine_(engine), backend_(backend) {}
+  void acquire(int unit, UnitUse use) override { around(kTermGathered, [&] { engine_.acquire(unit, use); }); }
+  void release(int unit) override { around(kTermGathered, [&] { engine_.release(unit); }); }
+  void gradients_ready(int unit) override { around(kTermZeroBuffers, [&] { engine_.gradients_ready(unit); }); }
+
+ private:
+  template <class Call>
+  void around(const char* term, Call&& call) {
+    backend_.set_term(term);
+    call();
+    backend_.set_term(kTermActivations);
+  }
+  UnitHooks& engine_;
+  CountingBackend& backend_;
+};
+
+// The terms that hold bytes (the counting backend keeps emptied ones at 0).
+std::map<std::string, int64_t> held_terms(const std::map<std::string, int64_t>& terms) {
+  std::map<std::string, int64_t> held;
+  for (const auto& [term, bytes] : terms)
+    if (bytes != 0) held[term] = bytes;
+  return held;
+}
+
+}  // namespace
 
 MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& model_config, int world_size, int rank,
                                 int64_t seq_len, const MemoryTarget& target) {
@@ -68,13 +108,32 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
   const ParameterPlan plan = plan_parameters(model_config, config.lora);
   const StoreResidency residency =
       zero_store_residency(config.zero, world_size, *make_optimizer(config.optimizer));
+  backend->set_term(kTermParameters);  // the store's buffers, told apart below
   ParamStore store(*backend, plan.specs, plan.trainable, world_size, config.compute_dtype, residency);
+  backend->set_term(kTermZeroBuffers);  // the engine's, master and optimizer state told apart below
   ZeroEngine engine(*backend, *comm, store, config.zero, config.optimizer, config.compute_dtype, comm.get());
   for (int unit = 0; unit < store.num_units(); ++unit) {  // loading writes nothing the counting backend keeps
     if (!residency.params) store.commit_unit_params(unit);
     engine.init_unit_from_store(unit);
   }
   engine.finish_init();
+  // What the engine and the store hold, by what it is (the master first: with fp32 compute it
+  // may be the parameters themselves, which then count as parameters).
+  for (const ZeroEngine::PartitionViews& views : engine.partition_views()) {
+    backend->move_to_term(views.master.data, kTermMaster);
+    for (const Tensor& state : views.state) backend->move_to_term(state.data, kTermOptimizerState);
+  }
+  for (const ZeroEngine::TensorStateViews& views : engine.tensor_state_views())
+    for (const Tensor& state : views.state) backend->move_to_term(state.data, kTermOptimizerState);
+  const ZeroEngine::BufferAddresses engine_buffers = engine.buffer_addresses();
+  for (const void* address : engine_buffers.parameters) backend->move_to_term(address, kTermParameters);
+  for (const void* address : engine_buffers.gradients) backend->move_to_term(address, kTermGradients);
+  for (ParamGroup group : {ParamGroup::Frozen, ParamGroup::Decay, ParamGroup::NoDecay}) {
+    if (const Tensor params = store.group_params(group); params.numel())
+      backend->move_to_term(params.data, kTermParameters, kTermGathered);  // later: stage 3's gathered units
+    if (const Tensor grads = store.group_grads(group); grads.numel()) backend->move_to_term(grads.data, kTermGradients);
+  }
+  backend->set_term(kTermModelOther);
   ModelOptions model_options;
   model_options.activation_checkpointing = config.activation_checkpointing;
   if (config.lora.enabled()) {
@@ -82,7 +141,8 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
     model_options.lora_dropout = static_cast<float>(config.lora.dropout);
   }
   std::unique_ptr<CausalLM> model = make_causal_lm(model_config, store, *backend, model_options);
-  model->set_unit_hooks(&engine);
+  TermHooks hooks(engine, *backend);
+  model->set_unit_hooks(&hooks);
   Buffer step_loss_sum(*backend, sizeof(double));  // fp64 [1]
   backend->synchronize();
   MemoryPrediction prediction;
@@ -94,6 +154,7 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
   // One step of micro-batches of B x T tokens (batch_views.h: ids, targets, mask, row ids).
   const int64_t batch = config.micro_batch_size, tokens = batch * seq_len;
   backend->reset_peaks();
+  backend->set_term(kTermActivations);  // the batch, then what the model allocates outside the hooks
   Buffer input_ids(*backend, static_cast<size_t>(tokens) * 4), targets(*backend, static_cast<size_t>(tokens) * 4);
   Buffer loss_mask(*backend, static_cast<size_t>(tokens)), row_ids(*backend, static_cast<size_t>(tokens) * 8);
   BatchTensors views;
@@ -104,13 +165,17 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
   views.loss_mask = loss_mask.view(DType::U8, {tokens});
   views.row_ids = row_ids.view(DType::I64, {tokens});
   DropoutContext dropout{config.seed, 0, views.row_ids};
+  backend->set_term(kTermZeroBuffers);
   engine.begin_step();
   const bool fused = engine.optimizer().fuses_into_backward();  // LOMO: the update runs inside backward
   if (fused) engine.begin_update_pass(OptimizerStep{config.optimizer.lr, 1.0f, 1});
   for (int64_t micro = 0; micro < config.gradient_accumulation_steps; ++micro) {
     engine.begin_micro_batch(micro + 1 == config.gradient_accumulation_steps);
-    model->forward(views, dropout);
+    backend->set_term(kTermActivations);
+    const Tensor logits = model->forward(views, dropout);  // [B*T, V]
+    backend->move_to_term(logits.data, kTermLogits);
     model->backward(views, 1.0f, dropout, step_loss_sum.view(DType::F64, {1}));
+    backend->set_term(kTermZeroBuffers);
     engine.end_micro_batch();
   }
   engine.reduce_gradients();
@@ -120,7 +185,25 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
   prediction.device_peak = backend->counted().device_peak;
   prediction.host_peak = std::max(backend->counted().host_peak, prediction.host_setup);
   prediction.store_peak = backend->counted().discardable_peak;
+  prediction.device_terms = held_terms(backend->counted().device_terms_at_peak);
+  prediction.host_terms = held_terms(backend->counted().host_terms_at_peak);
   return prediction;
+}
+
+int64_t longest_fitting_sequence(const TrainConfig& config, const ModelConfig& model, int world_size,
+                                 const MemoryTarget& target, int64_t device_bytes, int64_t max_seq_len) {
+  ZT_CHECK(max_seq_len >= 1, "longest fitting sequence: the longest sequence to try (", max_seq_len, ") must be >= 1");
+  const auto fits = [&](int64_t seq_len) {
+    return predict_memory(config, model, world_size, 0, seq_len, target).device_needed() <= device_bytes;
+  };
+  if (!fits(1)) return 0;
+  if (fits(max_seq_len)) return max_seq_len;
+  int64_t low = 1, high = max_seq_len;  // fits(low), !fits(high)
+  while (high - low > 1) {
+    const int64_t middle = low + (high - low) / 2;
+    (fits(middle) ? low : high) = middle;
+  }
+  return low;
 }
 
 std::vector<std::string> fitting_memory_choices(const TrainConfig& config, const ModelConfig& model, int world_size,

@@ -12,6 +12,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -37,12 +38,34 @@ MemoryTarget memory_target_of(const Backend& backend);
 // allocator's size classes, 2 MiB chunks, the 32 MiB cuBLASLt workspace.
 MemoryTarget typical_gpu_target();
 
+// The terms a prediction's bytes are broken down into (MemoryPrediction::device_terms), each
+// counted by the code that allocates it: the memory model names what it sets up and steps
+// (CountingBackend::set_term, move_to_term) and the counting backend adds the allocator's share.
+// A new kind of buffer (activation offload, a chunked loss, a 4-bit base) is a new term here
+// plus the set_term/move_to_term that names it in predict_memory; every printer lists the terms
+// of kMemoryTerms in this order and any other term after them.
+inline constexpr const char* kTermParameters = "parameters";  // the store's compute-dtype buffers after set-up
+inline constexpr const char* kTermGathered = "gathered parameters";  // stage 3: units gathered (and prefetched)
+                                                                     // during the step; offload_param's uploads
+inline constexpr const char* kTermGradients = "gradients";
+inline constexpr const char* kTermMaster = "master weights";         // fp32 partition
+inline constexpr const char* kTermOptimizerState = "optimizer state";
+inline constexpr const char* kTermZeroBuffers = "communication buckets";  // the engine's other buffers: reduce
+                                                                          // bucket, staging, host gradient copy
+inline constexpr const char* kTermActivations = "activations";  // the model's saved tensors and workspaces
+inline constexpr const char* kTermLogits = "logits";            // [B*T, V] in the compute dtype
+inline constexpr const char* kTermModelOther = "other";         // anything else (the model's small buffers)
+const std::vector<std::string>& memory_terms();                 // the order printers use
+
 struct MemoryPrediction {
   int64_t device_setup = 0;   // held before the first step
   int64_t device_setup_peak = 0;  // the most held while setting up (loading unit by unit)
   int64_t device_peak = 0;    // the most held during a step
   int64_t host_setup = 0, host_peak = 0;  // ZeRO-Offload's host buffers
   int64_t store_setup = 0, store_peak = 0;  // of which: the flat parameter and gradient buffers
+  // device_peak and host_peak by term (kTerm*, kTermAllocatorSlack, kTermBackendFixed): what was
+  // held when the step's peak was reached. Zero terms are left out; each sums to its peak.
+  std::map<std::string, int64_t> device_terms, host_terms;
   int64_t device_needed() const { return device_peak > device_setup_peak ? device_peak : device_setup_peak; }
   nlohmann::json to_json() const;
 };
@@ -51,6 +74,12 @@ struct MemoryPrediction {
 // config.micro_batch_size x seq_len tokens.
 MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& model, int world_size, int rank,
                                 int64_t seq_len, const MemoryTarget& target);
+
+// The longest sequence (1..max_seq_len) whose predicted device peak (device_needed) fits
+// `device_bytes` for `config` on `world_size` ranks (binary search over predict_memory: the
+// peak grows with the sequence); 0 when not even one token fits.
+int64_t longest_fitting_sequence(const TrainConfig& config, const ModelConfig& model, int world_size,
+                                 const MemoryTarget& target, int64_t device_bytes, int64_t max_seq_len);
 
 // The ZeRO stage / offload / activation-checkpointing variants of `config` whose predicted
 // device peak fits `free_bytes`, as DeepSpeed JSON/flag text ("stage 3 + offload_optimizer cpu
