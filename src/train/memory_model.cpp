@@ -11,6 +11,7 @@
 #include "model/param_store.h"
 #include "model/parameter_plan.h"
 #include "optim/optimizer.h"
+#include "train/memory_model_choices.h"
 #include "train/metrics.h"
 #include "zero/zero_engine.h"
 
@@ -208,34 +209,23 @@ int64_t longest_fitting_sequence(const TrainConfig& config, const ModelConfig& m
 
 std::vector<std::string> fitting_memory_choices(const TrainConfig& config, const ModelConfig& model, int world_size,
                                                 int64_t seq_len, const MemoryTarget& target, int64_t free_bytes) {
-  struct Choice {
+  struct Fit {
     int64_t peak;
     std::string text;
   };
-  std::vector<Choice> fits;
-  const bool fused = make_optimizer(config.optimizer)->fuses_into_backward();  // LOMO: no state to offload
-  for (int stage = 0; stage <= 3; ++stage) {
-    for (int offload = 0; offload <= (stage == 3 ? 2 : stage >= 1 ? 1 : 0); ++offload) {
-      for (bool checkpointing : {false, true}) {
-        if (fused && offload == 1) continue;
-        TrainConfig variant = config;
-        variant.zero.stage = stage;
-        variant.zero.offload_optimizer_device = offload >= 1 && !fused ? "cpu" : "none";
-        variant.zero.offload_param_device = offload == 2 ? "cpu" : "none";
-        variant.activation_checkpointing = checkpointing;
-        const MemoryPrediction prediction = predict_memory(variant, model, world_size, 0, seq_len, target);
-        if (prediction.device_needed() > free_bytes) continue;
-        std::string text = cat("zero_optimization.stage ", stage);
-        if (offload >= 1 && !fused) text += " + offload_optimizer cpu";
-        if (offload == 2) text += " + offload_param cpu";
-        if (checkpointing) text += " + --activation-checkpointing";
-        fits.push_back({prediction.device_needed(), cat(text, ": ", format_bytes(prediction.device_needed()))});
-      }
+  std::vector<Fit> fits;
+  for (ZeroChoice choice : zero_offload_choices(make_optimizer(config.optimizer)->fuses_into_backward())) {
+    for (bool checkpointing : {false, true}) {
+      choice.activation_checkpointing = checkpointing;
+      const MemoryPrediction prediction =
+          predict_memory(with_choice(config, choice), model, world_size, 0, seq_len, target);
+      if (prediction.device_needed() > free_bytes) continue;
+      fits.push_back({prediction.device_needed(), cat(choice_text(choice), ": ", format_bytes(prediction.device_needed()))});
     }
   }
-  std::sort(fits.begin(), fits.end(), [](const Choice& a, const Choice& b) { return a.peak < b.peak; });
+  std::sort(fits.begin(), fits.end(), [](const Fit& a, const Fit& b) { return a.peak < b.peak; });
   std::vector<std::string> texts;
-  for (const Choice& choice : fits) texts.push_back(choice.text);
+  for (const Fit& fit : fits) texts.push_back(fit.text);
   return texts;
 }
 

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "backend/counting_backend.h"  // kTermAllocatorSlack, kTermBackendFixed
 #include "model/config.h"
 #include "train/train_config.h"
 
