@@ -23,6 +23,7 @@
 #include "model/config.h"
 #include "model/lora.h"
 #include "model/param_spec.h"
+#include "backend/make_backend.h"
 #include "model/safetensors.h"
 #include "optim/optimizer.h"
 #include "train/ds_config.h"
@@ -53,6 +54,7 @@ struct RunShape {
   int64_t micro_batch = 1;
   bool activation_checkpointing = false;
   TrainConfig base;  // --deepspeed's settings (else the defaults), which the fields above override
+  MemoryTarget target = typical_gpu_target();  // --device: the allocator the memory model counts for
 };
 
 // The run the memory model sets up and steps for one row.
@@ -120,7 +122,7 @@ nlohmann::ordered_json predicted_run(const ModelSummary& model, const RunShape& 
                                      const Choice& choice, DType compute_dtype, bool activation_checkpointing) {
   const MemoryPrediction prediction =
       predict_memory(row_config(shape, base, choice, compute_dtype, activation_checkpointing), *model.config,
-                     base.world_size, 0, shape.seq_len, typical_gpu_target());
+                     base.world_size, 0, shape.seq_len, shape.target);
   return prediction_json(prediction, base.gpus_per_node);
 }
 
@@ -314,10 +316,10 @@ nlohmann::ordered_json max_seq_len_report(const ModelSummary& model, const RunSh
       nlohmann::ordered_json longest = nlohmann::ordered_json::array();
       for (int64_t memory : memories)
         longest.push_back(
-            longest_fitting_sequence(config, *model.config, base.world_size, typical_gpu_target(), memory, limit));
+            longest_fitting_sequence(config, *model.config, base.world_size, shape.target, memory, limit));
       // What one token needs: the smallest need of this setting (model states dominate it).
       const int64_t floor =
-          predict_memory(config, *model.config, base.world_size, 0, 1, typical_gpu_target()).device_needed();
+          predict_memory(config, *model.config, base.world_size, 0, 1, shape.target).device_needed();
       rows.push_back({{"stage", choice.stage},
                       {"offload_optimizer", device_name(choice.offload_optimizer)},
                       {"offload_param", device_name(choice.offload_params)},
@@ -373,7 +375,7 @@ int command_estimate(const std::vector<std::string>& args) {
   namespace po = boost::program_options;
   std::string model_dir, params_text, largest_text, trainable_text, dtype_text, targets_text;
   std::string reduce_bucket_text, max_live_text, prefetch_text, optimizer_text;
-  std::string deepspeed_path, device_memory_text;
+  std::string deepspeed_path, device_memory_text, device_text = "typical-gpu";
   bool max_seq_len_mode = false;
   int64_t seq_len_limit = 0;
   int gpus_per_node = 1, nodes = 1, lora_r = 0;
@@ -419,6 +421,9 @@ int command_estimate(const std::vector<std::string>& args) {
        "24GiB,40GiB,80GiB (KiB/MiB/GiB powers of 2, KB/MB/GB of 10)")
       ("seq-len-limit", po::value(&seq_len_limit), "--max-seq-len searches up to this many tokens (default: the "
        "model's max_position_embeddings)")
+      ("device", po::value(&device_text)->default_value("typical-gpu"), "whose allocator the run columns count for: "
+       "typical-gpu (the CUDA caching allocator's size classes, 2 MiB chunks, 32 MiB cuBLASLt workspace), cuda (this "
+       "machine's GPU 0, as `train` checks it) or cpu (the CPU backend: exact bytes, all of them host memory)")
       ("json", po::bool_switch(&as_json), "print the report as JSON");
   po::variables_map values;
   if (!parse_command_options(args, description, values, "estimate")) return 0;
@@ -450,6 +455,16 @@ int command_estimate(const std::vector<std::string>& args) {
     if (values["stage3-max-live-parameters"].defaulted()) max_live_text = cat(shape.base.zero.stage3_max_live_parameters);
     if (values["stage3-prefetch-bucket-size"].defaulted())
       prefetch_text = cat(shape.base.zero.stage3_prefetch_bucket_size);
+  }
+  std::unique_ptr<Backend> live_backend;  // --device cuda: the GPU whose allocator the model counts for
+  if (device_text == "cpu") {
+    shape.target = MemoryTarget{};
+    shape.target.device = Device::CPU;
+  } else if (device_text == "cuda") {
+    live_backend = make_backend("cuda", 0);
+    shape.target = memory_target_of(*live_backend);
+  } else {
+    ZT_CHECK(device_text == "typical-gpu", "--device must be typical-gpu, cuda or cpu, not '", device_text, "'");
   }
   shape.optimizer.type = optimizer_text;
   ZT_CHECK(shape.optimizer.momentum == 0.0 || optimizer_text == "sgd", "--momentum goes with --optimizer sgd");
