@@ -313,7 +313,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
   }
 
   reset_device_peak(*backend);  // mem_device_peak: the peak of the training steps, not of set-up
-  reset_cpu_backend_peak();     // mem_host_peak likewise (the CPU backend's buffers)
+  reset_cpu_backend_peak();     // mem_cpu_backend_peak likewise (the CPU backend's buffers)
   const int64_t log_every = options.log_every > 0 ? options.log_every : std::max<int64_t>(1, config.steps_per_print);
   // Rank 0's console: the step lines (a progress bar on a terminal) and every other message.
   std::optional<ConsoleProgress> console;
@@ -401,7 +401,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
       if (const std::optional<DeviceMemory> memory = device_memory(*backend))
         record["mem_device_store_peak"] = memory->store_peak;  // ZeRO's flat parameter + gradient buffers
       if (backend->device() == Device::CPU)  // the CPU backend's buffers: what the memory model's host peak predicts
-        record["mem_host_peak"] = cpu_backend_memory().peak;
+        record["mem_cpu_backend_peak"] = cpu_backend_memory().peak;
       const CommStats& comm_after = control->stats();
       nlohmann::json sent;  // bytes rank 0 sent in this step, by collective
       for (int kind = 0; kind < kCollectiveKinds; ++kind)

@@ -4,7 +4,7 @@
 # memory model, with the same DeepSpeed JSON, sequence length, micro-batch, world size, LoRA and
 # activation checkpointing) predicts rank 0's peak; `zerotune train --device D` for 2 steps
 # measures it:
-#   - cpu: metrics.jsonl's mem_host_peak, the CPU backend's own count of its buffers (malloc's
+#   - cpu: metrics.jsonl's mem_cpu_backend_peak, the CPU backend's own count of its buffers (malloc's
 #     usable size of each), against the prediction's host_peak_bytes (on the CPU everything the
 #     run allocates is host memory);
 #   - cuda: mem_device_peak, the CUDA backend's counters (what the emulator's arena and the
@@ -95,7 +95,7 @@ def check_grid(report, zerotune, workdir, device):
             command += ["--activation-checkpointing"]
         run_ranks(ranks, command)
         metrics = read_metrics(out)
-        key = "mem_host_peak" if device == "cpu" else "mem_device_peak"
+        key = "mem_cpu_backend_peak" if device == "cpu" else "mem_device_peak"
         report.check(len(metrics) == 2 and all(key in record for record in metrics),
                      f"{name}: two steps recorded, each with {key}")
         measured = max(record[key] for record in metrics)

@@ -1,5 +1,5 @@
 # The memory estimate (`zerotune estimate --device cpu`, the memory model) against the CPU
-# backend's measured peak (mem_host_peak) within 10% over a grid of ZeRO stages, offload,
+# backend's measured peak (mem_cpu_backend_peak) within 10% over a grid of ZeRO stages, offload,
 # activation checkpointing, micro-batches, sequence lengths, 1-2 ranks, full and LoRA
 # (memory_grid.py; issue 20).
 from memory_grid import check_grid
