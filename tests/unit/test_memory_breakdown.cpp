@@ -61,8 +61,8 @@ BOOST_AUTO_TEST_CASE(terms_add_up_and_name_what_they_hold) {
       // Gradients are held at the peak unless it comes in the forward (stage 3 with its parameters
       // offloaded: the gathered units peak before the first gradient is committed).
       if (!choice.offload_params) BOOST_TEST(term(p, zt::kTermGradients) > 0, what);
-      if (choice.offload_params) {
-        BOOST_TEST(term(p, zt::kTermParameters) == 0, what);
+      if (choice.offload_params) {  // the partitions on the host (units under stage3_param_persistence_threshold
+                                    // stay whole on the device: every unit of this tiny model)
         BOOST_TEST(p.host_terms.at(zt::kTermParameters) > 0, what);
       } else {
         BOOST_TEST(term(p, zt::kTermParameters) > 0, what);
