@@ -184,6 +184,7 @@ int command_autotune(const std::vector<std::string>& args) {
   base.lora = lora_with_default_targets(base.lora, model);
   const TokenDataset dataset = TokenDataset::open(base.data_dir, base.data_split);
   const int64_t seq_len = dataset.longest_sample();
+  const int64_t regrowth = activation_regrowth_from(dataset);  // as `train` predicts it
   const int64_t accumulation = base.gradient_accumulation_steps > 0 ? base.gradient_accumulation_steps : 1;
 
   // The budget: the GPU's free memory (with what the backend holds by itself, as the memory
@@ -244,7 +245,7 @@ int command_autotune(const std::vector<std::string>& args) {
   const bool on_cpu = target.device == Device::CPU;
   const auto predict = [&](const AutotuneExperiment& experiment) {
     const MemoryPrediction prediction =
-        predict_memory(experiment_config(base, experiment, world_size), model, world_size, 0, seq_len, target);
+        predict_memory(experiment_config(base, experiment, world_size), model, world_size, 0, seq_len, target, regrowth);
     return on_cpu ? prediction.host_peak : prediction.device_needed();
   };
   const auto run = [&](AutotuneExperiment& experiment) {

@@ -24,6 +24,7 @@
 #include "model/lora.h"
 #include "model/param_spec.h"
 #include "backend/make_backend.h"
+#include "data/token_shards.h"
 #include "model/safetensors.h"
 #include "optim/optimizer.h"
 #include "train/ds_config.h"
@@ -55,6 +56,7 @@ struct RunShape {
   bool activation_checkpointing = false;
   TrainConfig base;  // --deepspeed's settings (else the defaults), which the fields above override
   MemoryTarget target = typical_gpu_target();  // --device: the allocator the memory model counts for
+  int64_t grown_from_seq_len = 0;  // --data with samples of varied lengths (memory_model.h)
 };
 
 // The run the memory model sets up and steps for one row.
@@ -122,7 +124,7 @@ nlohmann::ordered_json predicted_run(const ModelSummary& model, const RunShape& 
                                      const Choice& choice, DType compute_dtype, bool activation_checkpointing) {
   const MemoryPrediction prediction =
       predict_memory(row_config(shape, base, choice, compute_dtype, activation_checkpointing), *model.config,
-                     base.world_size, 0, shape.seq_len, shape.target);
+                     base.world_size, 0, shape.seq_len, shape.target, shape.grown_from_seq_len);
   return prediction_json(prediction, base.gpus_per_node);
 }
 
@@ -144,7 +146,8 @@ nlohmann::ordered_json estimate_report(const ModelSummary& model, const RunShape
   report["stage3_prefetch_bucket_size"] = base.stage3_prefetch_bucket_size;
   if (model.config)
     report["run"] = {{"seq_len", shape.seq_len}, {"micro_batch", shape.micro_batch},
-                     {"activation_checkpointing", shape.activation_checkpointing}};
+                     {"activation_checkpointing", shape.activation_checkpointing},
+                     {"grown_from_seq_len", shape.grown_from_seq_len}};
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   report["optimizer"] = shape.optimizer.type;
   for (const Choice& choice : zero_offload_choices(base.fused_optimizer)) {
@@ -375,7 +378,7 @@ int command_estimate(const std::vector<std::string>& args) {
   namespace po = boost::program_options;
   std::string model_dir, params_text, largest_text, trainable_text, dtype_text, targets_text;
   std::string reduce_bucket_text, max_live_text, prefetch_text, optimizer_text;
-  std::string deepspeed_path, device_memory_text, device_text = "typical-gpu";
+  std::string deepspeed_path, device_memory_text, device_text = "typical-gpu", data_dir;
   bool max_seq_len_mode = false;
   int64_t seq_len_limit = 0;
   int gpus_per_node = 1, nodes = 1, lora_r = 0;
@@ -424,6 +427,8 @@ int command_estimate(const std::vector<std::string>& args) {
       ("device", po::value(&device_text)->default_value("typical-gpu"), "whose allocator the run columns count for: "
        "typical-gpu (the CUDA caching allocator's size classes, 2 MiB chunks, 32 MiB cuBLASLt workspace), cuda (this "
        "machine's GPU 0, as `train` checks it) or cpu (the CPU backend: exact bytes, all of them host memory)")
+      ("data", po::value(&data_dir), "with --model, instead of --seq-len: the token shards to train on (their longest "
+       "sample, and the activation buffers' growth when samples differ in length, as `train` predicts it)")
       ("json", po::bool_switch(&as_json), "print the report as JSON");
   po::variables_map values;
   if (!parse_command_options(args, description, values, "estimate")) return 0;
@@ -455,6 +460,12 @@ int command_estimate(const std::vector<std::string>& args) {
     if (values["stage3-max-live-parameters"].defaulted()) max_live_text = cat(shape.base.zero.stage3_max_live_parameters);
     if (values["stage3-prefetch-bucket-size"].defaulted())
       prefetch_text = cat(shape.base.zero.stage3_prefetch_bucket_size);
+  }
+  if (values.count("data")) {
+    ZT_CHECK(have_model && values["seq-len"].defaulted(), "--data goes with --model and instead of --seq-len");
+    const TokenDataset dataset = TokenDataset::open(data_dir);
+    shape.seq_len = dataset.longest_sample();
+    shape.grown_from_seq_len = activation_regrowth_from(dataset);
   }
   std::unique_ptr<Backend> live_backend;  // --device cuda: the GPU whose allocator the model counts for
   if (device_text == "cpu") {

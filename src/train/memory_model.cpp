@@ -92,8 +92,15 @@ std::map<std::string, int64_t> held_terms(const std::map<std::string, int64_t>& 
 
 }  // namespace
 
+int64_t activation_regrowth_from(const TokenDataset& dataset) {
+  const int64_t longest = dataset.longest_sample();
+  for (int64_t index = 0; index < dataset.num_samples(); ++index)
+    if (dataset.sample_length(index) < longest) return longest - 1;
+  return 0;
+}
+
 MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& model_config, int world_size, int rank,
-                                int64_t seq_len, const MemoryTarget& target) {
+                                int64_t seq_len, const MemoryTarget& target, int64_t grown_from_seq_len) {
   ZT_CHECK(seq_len > 0 && config.micro_batch_size > 0 && config.gradient_accumulation_steps > 0,
            "memory model: sequence length ", seq_len, ", micro-batch ", config.micro_batch_size, " and accumulation ",
            config.gradient_accumulation_steps, " must be positive");
@@ -152,37 +159,41 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
   prediction.store_setup = backend->counted().discardable;
   prediction.device_setup_peak = backend->counted().device_peak;
 
-  // One step of micro-batches of B x T tokens (batch_views.h: ids, targets, mask, row ids).
-  const int64_t batch = config.micro_batch_size, tokens = batch * seq_len;
+  // One step of micro-batches of B x T tokens (batch_views.h: ids, targets, mask, row ids); with
+  // grown_from_seq_len, a step of shorter ones first (its buffers are then grown).
   backend->reset_peaks();
-  backend->set_term(kTermActivations);  // the batch, then what the model allocates outside the hooks
-  Buffer input_ids(*backend, static_cast<size_t>(tokens) * 4), targets(*backend, static_cast<size_t>(tokens) * 4);
-  Buffer loss_mask(*backend, static_cast<size_t>(tokens)), row_ids(*backend, static_cast<size_t>(tokens) * 8);
-  BatchTensors views;
-  views.batch = batch;
-  views.seq = seq_len;
-  views.input_ids = input_ids.view(DType::I32, {tokens});
-  views.targets = targets.view(DType::I32, {tokens});
-  views.loss_mask = loss_mask.view(DType::U8, {tokens});
-  views.row_ids = row_ids.view(DType::I64, {tokens});
-  DropoutContext dropout{config.seed, 0, views.row_ids};
-  backend->set_term(kTermZeroBuffers);
-  engine.begin_step();
-  const bool fused = engine.optimizer().fuses_into_backward();  // LOMO: the update runs inside backward
-  if (fused) engine.begin_update_pass(OptimizerStep{config.optimizer.lr, 1.0f, 1});
-  for (int64_t micro = 0; micro < config.gradient_accumulation_steps; ++micro) {
-    engine.begin_micro_batch(micro + 1 == config.gradient_accumulation_steps);
-    backend->set_term(kTermActivations);
-    const Tensor logits = model->forward(views, dropout);  // [B*T, V]
-    backend->move_to_term(logits.data, kTermLogits);
-    model->backward(views, 1.0f, dropout, step_loss_sum.view(DType::F64, {1}));
+  const bool grows = grown_from_seq_len > 0 && grown_from_seq_len < seq_len;
+  for (int64_t step_seq : grows ? std::vector<int64_t>{grown_from_seq_len, seq_len} : std::vector<int64_t>{seq_len}) {
+    const int64_t batch = config.micro_batch_size, tokens = batch * step_seq;
+    backend->set_term(kTermActivations);  // the batch, then what the model allocates outside the hooks
+    Buffer input_ids(*backend, static_cast<size_t>(tokens) * 4), targets(*backend, static_cast<size_t>(tokens) * 4);
+    Buffer loss_mask(*backend, static_cast<size_t>(tokens)), row_ids(*backend, static_cast<size_t>(tokens) * 8);
+    BatchTensors views;
+    views.batch = batch;
+    views.seq = step_seq;
+    views.input_ids = input_ids.view(DType::I32, {tokens});
+    views.targets = targets.view(DType::I32, {tokens});
+    views.loss_mask = loss_mask.view(DType::U8, {tokens});
+    views.row_ids = row_ids.view(DType::I64, {tokens});
+    DropoutContext dropout{config.seed, 0, views.row_ids};
     backend->set_term(kTermZeroBuffers);
-    engine.end_micro_batch();
+    engine.begin_step();
+    const bool fused = engine.optimizer().fuses_into_backward();  // LOMO: the update runs inside backward
+    if (fused) engine.begin_update_pass(OptimizerStep{config.optimizer.lr, 1.0f, 1});
+    for (int64_t micro = 0; micro < config.gradient_accumulation_steps; ++micro) {
+      engine.begin_micro_batch(micro + 1 == config.gradient_accumulation_steps);
+      backend->set_term(kTermActivations);
+      const Tensor logits = model->forward(views, dropout);  // [B*T, V]
+      backend->move_to_term(logits.data, kTermLogits);
+      model->backward(views, 1.0f, dropout, step_loss_sum.view(DType::F64, {1}));
+      backend->set_term(kTermZeroBuffers);
+      engine.end_micro_batch();
+    }
+    engine.reduce_gradients();
+    if (config.compute_dtype == DType::F16) engine.gradients_overflow();
+    engine.gradient_norm();
+    if (!fused) engine.apply_update(OptimizerStep{config.optimizer.lr, 1.0f, 1});
   }
-  engine.reduce_gradients();
-  if (config.compute_dtype == DType::F16) engine.gradients_overflow();
-  engine.gradient_norm();
-  if (!fused) engine.apply_update(OptimizerStep{config.optimizer.lr, 1.0f, 1});
   prediction.device_peak = backend->counted().device_peak;
   prediction.host_peak = std::max(backend->counted().host_peak, prediction.host_setup);
   prediction.store_peak = backend->counted().discardable_peak;
@@ -208,7 +219,8 @@ int64_t longest_fitting_sequence(const TrainConfig& config, const ModelConfig& m
 }
 
 std::vector<std::string> fitting_memory_choices(const TrainConfig& config, const ModelConfig& model, int world_size,
-                                                int64_t seq_len, const MemoryTarget& target, int64_t free_bytes) {
+                                                int64_t seq_len, const MemoryTarget& target, int64_t free_bytes,
+                                                int64_t grown_from_seq_len) {
   struct Fit {
     int64_t peak;
     std::string text;
@@ -218,7 +230,7 @@ std::vector<std::string> fitting_memory_choices(const TrainConfig& config, const
     for (bool checkpointing : {false, true}) {
       choice.activation_checkpointing = checkpointing;
       const MemoryPrediction prediction =
-          predict_memory(with_choice(config, choice), model, world_size, 0, seq_len, target);
+          predict_memory(with_choice(config, choice), model, world_size, 0, seq_len, target, grown_from_seq_len);
       if (prediction.device_needed() > free_bytes) continue;
       fits.push_back({prediction.device_needed(), cat(choice_text(choice), ": ", format_bytes(prediction.device_needed()))});
     }

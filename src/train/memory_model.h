@@ -20,6 +20,7 @@
 
 #include "backend/backend.h"
 #include "backend/counting_backend.h"  // kTermAllocatorSlack, kTermBackendFixed
+#include "data/token_shards.h"
 #include "model/config.h"
 #include "train/train_config.h"
 
@@ -72,9 +73,16 @@ struct MemoryPrediction {
 };
 
 // One rank (`rank` of `world_size`) of the run `config` on `model`, with micro-batches of
-// config.micro_batch_size x seq_len tokens.
+// config.micro_batch_size x seq_len tokens. grown_from_seq_len (0: none): a step of micro-batches
+// that long runs first, so that the step at seq_len grows the model's activation buffers, holding
+// each old buffer beside its new one for a moment, as the trainer does when a longer micro-batch
+// comes (for data of varied lengths: seq_len - 1, the worst case; activation_regrowth_from).
 MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& model, int world_size, int rank,
-                                int64_t seq_len, const MemoryTarget& target);
+                                int64_t seq_len, const MemoryTarget& target, int64_t grown_from_seq_len = 0);
+
+// What predict_memory's grown_from_seq_len is for training on `dataset`: its longest sample - 1
+// when some sample is shorter (a micro-batch may be shorter than a later one), else 0.
+int64_t activation_regrowth_from(const TokenDataset& dataset);
 
 // The longest sequence (1..max_seq_len) whose predicted device peak (device_needed) fits
 // `device_bytes` for `config` on `world_size` ranks (binary search over predict_memory: the
@@ -86,6 +94,7 @@ int64_t longest_fitting_sequence(const TrainConfig& config, const ModelConfig& m
 // device peak fits `free_bytes`, as DeepSpeed JSON/flag text ("stage 3 + offload_optimizer cpu
 // + --activation-checkpointing: 5.2 GiB"), smallest first.
 std::vector<std::string> fitting_memory_choices(const TrainConfig& config, const ModelConfig& model, int world_size,
-                                                int64_t seq_len, const MemoryTarget& target, int64_t free_bytes);
+                                                int64_t seq_len, const MemoryTarget& target, int64_t free_bytes,
+                                                int64_t grown_from_seq_len = 0);
 
 }  // namespace zt

@@ -162,14 +162,15 @@ void run_training(TrainConfig config, const RunOptions& options) {
   // What this rank will hold, predicted before anything is allocated (train/memory_model.h):
   // a run that cannot fit stops here, saying what would.
   const int64_t longest_sample = dataset.longest_sample();
+  const int64_t regrowth = activation_regrowth_from(dataset);  // shorter samples: buffers grow later
   const MemoryTarget memory_target = memory_target_of(*backend);
   const MemoryPrediction memory_prediction =
-      predict_memory(config, model_config, world_size, rank, longest_sample, memory_target);
+      predict_memory(config, model_config, world_size, rank, longest_sample, memory_target, regrowth);
   if (const std::optional<int64_t> free = device_bytes_free(*backend)) {
     const int64_t needed = memory_prediction.device_needed() - memory_target.fixed_bytes;  // the fixed part is held
     if (needed > *free) {
       const std::vector<std::string> fits = fitting_memory_choices(
-          config, model_config, world_size, longest_sample, memory_target, *free + memory_target.fixed_bytes);
+          config, model_config, world_size, longest_sample, memory_target, *free + memory_target.fixed_bytes, regrowth);
       std::string choices;
       for (const std::string& fit : fits) choices += "\n  " + fit;
       fail("rank ", rank, " (", backend->name(), "): this run needs about ", format_bytes(memory_prediction.device_needed()),
@@ -278,6 +279,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
     run["zero_layout"] = layout;  // padded element counts: what the ZeRO formulas apply to
     run["memory_predicted"] = memory_prediction.to_json();
     run["memory_predicted"]["seq_len"] = longest_sample;
+    run["memory_predicted"]["grown_from_seq_len"] = regrowth;
     backend->synchronize();  // discarded chunks given back: the device's figures are settled
     const std::optional<int64_t> used = device_bytes_used(*backend);
     if (used)

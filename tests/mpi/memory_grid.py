@@ -9,7 +9,9 @@
 #     run allocates is host memory);
 #   - cuda: mem_device_peak, the CUDA backend's counters (what the emulator's arena and the
 #     virtual-memory chunks hold), against device_peak_bytes.
-# Both must agree within 10%. The model is data/mid-llama (16 blocks of 111k parameters: its units
+# Both must agree within 10%. One setting trains on samples of 16 to 64 tokens (`estimate --data`):
+# a longer micro-batch after a shorter one grows the activation buffers, old and new held for a
+# moment, which the memory model counts (predict_memory's grown_from_seq_len). The model is data/mid-llama (16 blocks of 111k parameters: its units
 # span many of the emulator's 64 KiB chunks), the ZeRO knobs scaled to it as in test_gpu_memory.py.
 import json
 import os
@@ -22,7 +24,8 @@ from oracle_common import OracleError, read_metrics
 TOLERANCE = 0.10
 ZERO_KNOBS = {"reduce_bucket_size": 100000, "allgather_bucket_size": 100000, "stage3_max_reuse_distance": 0,
               "stage3_prefetch_bucket_size": 120000}
-# name: (ranks, stage, offload optimizer, offload param, activation checkpointing, micro-batch, tokens, LoRA)
+# name: (ranks, stage, offload optimizer, offload param, activation checkpointing, micro-batch,
+#        tokens (every sample; or (shortest, longest)), LoRA)
 GRID = {
     "full-s0-mb1-t64": (1, 0, False, False, False, 1, 64, False),
     "full-s0-mb2-t64-ckpt": (1, 0, False, False, True, 2, 64, False),
@@ -32,6 +35,7 @@ GRID = {
     "full-s3-w2-offload-all-mb1-t64-ckpt": (2, 3, True, True, True, 1, 64, False),
     "lora-s2-mb4-t64": (1, 2, False, False, False, 4, 64, True),
     "lora-s3-w2-mb2-t32-ckpt": (2, 3, False, False, True, 2, 32, True),
+    "full-s1-mb2-t16to64": (1, 1, False, False, False, 2, (16, 64), False),
 }
 
 
@@ -41,11 +45,12 @@ def make_model_and_shards(zerotune, workdir):
     subprocess.run([zerotune, "init", "--config", os.path.join(REPO, "data", "mid-llama", "config.json"), "--out",
                     model, "--seed", "1"], check=True, stdout=subprocess.DEVNULL)
     data = {}
-    for tokens in sorted({setting[6] for setting in GRID.values()}):
-        data[tokens] = os.path.join(workdir, f"data-{tokens}")
+    for tokens in {setting[6] for setting in GRID.values()}:
+        shortest, longest = tokens if isinstance(tokens, tuple) else (tokens, tokens)
+        data[tokens] = os.path.join(workdir, f"data-{shortest}-{longest}")
         subprocess.run([sys.executable, os.path.join(REPO, "tests", "oracle", "make_token_shard.py"), "--out",
-                        data[tokens], "--samples", "32", "--vocab", "256", "--min-len", str(tokens), "--max-len",
-                        str(tokens), "--seed", "0"], check=True, stdout=subprocess.DEVNULL)
+                        data[tokens], "--samples", "32", "--vocab", "256", "--min-len", str(shortest), "--max-len",
+                        str(longest), "--seed", "0"], check=True, stdout=subprocess.DEVNULL)
     return model, data
 
 
@@ -58,10 +63,12 @@ def zero_section(stage, offload_optimizer, offload_param):
     return zero
 
 
-def predicted_peak(zerotune, device, model, ds, setting):
+def predicted_peak(zerotune, device, model, data, ds, setting):
     ranks, stage, offload_optimizer, offload_param, checkpointing, micro, tokens, lora = setting
-    command = [zerotune, "estimate", "--model", model, "--deepspeed", ds, "--gpus-per-node", str(ranks), "--seq-len",
-               str(tokens), "--micro-batch", str(micro), "--device", device, "--compute-dtype", "fp32", "--json"]
+    command = [zerotune, "estimate", "--model", model, "--deepspeed", ds, "--gpus-per-node", str(ranks),
+               "--micro-batch", str(micro), "--device", device, "--compute-dtype", "fp32", "--json"]
+    # Varied lengths: the data says the longest and the growth; else every sample is `tokens` long.
+    command += ["--data", data] if isinstance(tokens, tuple) else ["--seq-len", str(tokens)]
     if lora:
         command += ["--lora-r", "8", "--lora-targets", "all-linear"]
     if checkpointing:
@@ -99,7 +106,7 @@ def check_grid(report, zerotune, workdir, device):
         report.check(len(metrics) == 2 and all(key in record for record in metrics),
                      f"{name}: two steps recorded, each with {key}")
         measured = max(record[key] for record in metrics)
-        predicted, run = predicted_peak(zerotune, device, model, ds, setting)
+        predicted, run = predicted_peak(zerotune, device, model, data[tokens], ds, setting)
         report.scalar(f"{device} {name}: measured peak ({key}) vs zerotune estimate", measured, predicted, TOLERANCE)
         report.check(predicted == sum(run["device_peak_terms" if device != "cpu" else "host_peak_terms"].values()),
                      f"{device} {name}: the estimate's terms add up to its peak")
