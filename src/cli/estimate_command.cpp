@@ -1,9 +1,13 @@
 // `zerotune estimate --model DIR | --params N [--largest-layer-params N] [--trainable-params N]
 //                    [--gpus-per-node G] [--nodes K] [--lora-r R --lora-targets ...]
-//                    [--compute-dtype bf16|fp16|fp32] [bucket sizes] [--json]`:
+//                    [--compute-dtype bf16|fp16|fp32] [bucket sizes] [--deepspeed JSON]
+//                    [--seq-len T | --data DIR] [--micro-batch B] [--activation-checkpointing]
+//                    [--device typical-gpu|cuda|cpu] [--max-seq-len --device-memory 24GiB,...] [--json]`:
 // memory for model states per GPU and per CPU (node) for every ZeRO stage and offload choice:
 // DeepSpeed's estimator formulas and zerotune's own buffer plan side by side
-// (zero/memory_estimate.h).
+// (zero/memory_estimate.h); with --model, the memory model's prediction of the run
+// (train/memory_model.h) broken down by term, activations with and without checkpointing; with
+// --max-seq-len, the longest sequence each choice fits into each device memory.
 #include <boost/program_options.hpp>
 
 #include <algorithm>

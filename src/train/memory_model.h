@@ -5,7 +5,9 @@
 // (backend/counting_backend.h) with a null communicator, so every buffer the run allocates is
 // counted by the code that allocates it, with the real backend's allocator rounding and
 // virtual-memory chunks. The trainer checks its prediction against the device's free memory
-// before it allocates anything; `zerotune estimate --model` and `zerotune selftest` print it.
+// before it allocates anything; `zerotune estimate --model` and `zerotune selftest` print it,
+// `zerotune autotune` prunes with it. Each byte is counted under a term (what it is: below), so
+// the prediction comes broken down the same way whoever prints it.
 //
 // Not counted: what communication libraries allocate on their own (NCCL's buffers) and memory
 // other processes hold on the device.
