@@ -27,6 +27,12 @@
 #                   (use none when ranks share cores with other jobs or oversubscribe them)
 #   ZT_MPIRUN_ARGS  more mpirun options, split at spaces (e.g. "--oversubscribe",
 #                   "--mca btl_tcp_if_include eth0")
+#   ZT_AUTOTUNE     1: first run `zerotune autotune` with the run's options on the same ranks
+#                   (ZeRO stage x offload x micro-batch x activation checkpointing, pruned by the
+#                   memory model, a few steps each; results in $ZT_OUT/autotune) and train with
+#                   the fastest setting; a later run on the same ZT_OUT reuses the result.
+#                   0 (default): train with ZT_DS_CONFIG as it is
+#   ZT_AUTOTUNE_ARGS  more `zerotune autotune` options, e.g. "--stages 2,3 --max-micro-batch 16"
 #   ZT_PREFLIGHT    1: run `zerotune selftest` with the run's options on every rank first (kernels
 #                   against the CPU, GEMM plans, NCCL, bandwidths, memory) and stop if it fails;
 #                   0: skip it. Default: 1 on a first run, 0 when ZT_OUT already holds a
@@ -54,6 +60,7 @@ ZT_RESUME="${ZT_RESUME:-auto}"
 ZT_CPU_BIND="${ZT_CPU_BIND:-cores}"
 case "$ZT_CPU_BIND" in cores|none) ;; *) die "ZT_CPU_BIND='$ZT_CPU_BIND': use cores or none" ;; esac
 case "${ZT_PREFLIGHT:-}" in ""|0|1) ;; *) die "ZT_PREFLIGHT='$ZT_PREFLIGHT': use 1 (run zerotune selftest first) or 0" ;; esac
+case "${ZT_AUTOTUNE:-0}" in 0|1) ;; *) die "ZT_AUTOTUNE='$ZT_AUTOTUNE': use 1 (run zerotune autotune first and train with its choice) or 0" ;; esac
 command -v mpirun >/dev/null 2>&1 || die "mpirun not found: install Open MPI (Debian: openmpi-bin)"
 
 hosts=()  # --hostfile FILE, or nothing
@@ -116,6 +123,27 @@ if [[ "$ZT_CPU_BIND" == "none" ]]; then bind=(--bind-to none); fi
 read -r -a mpirun_args <<< "${ZT_MPIRUN_ARGS:-}"
 launcher=(mpirun -np "$ZT_NP" "${hosts[@]}" "${bind[@]}" "${forward[@]}" "${mpirun_args[@]}")
 launch=("${launcher[@]}" "${train[@]}")
+
+# ---- ZT_AUTOTUNE=1: `zerotune autotune` on the same ranks first (once: its result in
+# $ZT_OUT/autotune is reused by later runs of the job), then `train` with the fastest setting:
+# its DeepSpeed JSON, and --activation-checkpointing when that was faster.
+if [[ "${ZT_AUTOTUNE:-0}" == "1" ]]; then
+  tuned="$ZT_OUT/autotune/autotuning_results"
+  if [[ ! -f "$tuned/ds_config_optimal.json" ]]; then
+    autotune=("$ZT_BIN" autotune --model "$ZT_MODEL" --data "$ZT_DATA" --out "$ZT_OUT/autotune")
+    if [[ -n "${ZT_DS_CONFIG:-}" ]]; then autotune+=(--deepspeed "$ZT_DS_CONFIG"); fi
+    read -r -a autotune_args <<< "${ZT_AUTOTUNE_ARGS:-}"
+    autotune+=("${extra_args[@]}" "${autotune_args[@]}")
+    say "autotune: + ${launcher[*]} ${autotune[*]}"
+    "${launcher[@]}" "${autotune[@]}" || die "zerotune autotune failed (the lines above say why): not training"
+  fi
+  read -r -a tuned_flags < "$tuned/flags_optimal.txt" || true
+  train=("$ZT_BIN" train --model "$ZT_MODEL" --data "$ZT_DATA" --out "$ZT_OUT" --deepspeed "$tuned/ds_config_optimal.json")
+  if [[ "$ZT_RESUME" != "none" ]]; then train+=(--resume "$ZT_RESUME"); fi
+  train+=("${extra_args[@]}" "${tuned_flags[@]}")
+  launch=("${launcher[@]}" "${train[@]}")
+  say "autotune: training with $tuned/ds_config_optimal.json ${tuned_flags[*]}"
+fi
 
 # ---- preflight: the nodes checked with the run's own options before a first run
 if [[ -z "${ZT_PREFLIGHT:-}" ]]; then

@@ -295,4 +295,15 @@ struct HostAllocator {
 // The CPU reference backend (OpenBLAS + OpenMP).
 std::unique_ptr<Backend> make_cpu_backend(HostAllocator allocator = {});
 
+// Bytes the CPU backends of this process hold from their default allocator (malloc's usable
+// size of each buffer), now and at most since the last reset: the measured counterpart of the
+// memory model's host figures on the CPU (custom allocators, e.g. CUDA's pinned memory, are
+// not counted).
+struct CpuBackendMemory {
+  int64_t in_use = 0;
+  int64_t peak = 0;
+};
+CpuBackendMemory cpu_backend_memory();
+void reset_cpu_backend_peak();  // peak := in use now
+
 }  // namespace zt

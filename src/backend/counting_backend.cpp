@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "backend/chunk_residency.h"
 #include "core/error.h"
@@ -11,16 +13,40 @@ namespace zt {
 
 namespace {
 
-// What the device backend and its host backend count into.
+struct Allocation {
+  size_t bytes = 0;  // requested
+  int64_t size = 0;  // counted (plain allocations)
+  std::unique_ptr<ChunkResidency> residency;  // discardable ones: counted by resident chunk
+  Device device = Device::CUDA;  // which side of the ledger counts it
+  std::string term;              // what it is counted as
+  std::string later_term;        // discardable: what chunks committed from now on count as (empty: term)
+  std::vector<std::string> chunk_terms;  // discardable: the term each resident chunk counts under
+  uint64_t born = 0;             // Ledger::allocations when it was made
+};
+
+// What the device backend and its host backend count into: bytes by side and by term, and
+// every live allocation of both (one address space, so an address names one allocation).
 struct Ledger {
   CountedBytes bytes;
+  std::map<uintptr_t, Allocation> live;
   uintptr_t next_address = uintptr_t{1} << 44;  // fake, 64-byte aligned, never dereferenced
-  void add(Device device, int64_t delta, bool discardable = false) {
-    int64_t& now = device == Device::CPU ? bytes.host : bytes.device;
-    int64_t& peak = device == Device::CPU ? bytes.host_peak : bytes.device_peak;
+  std::string term = "other";                   // of new allocations (CountingBackend::set_term)
+  uint64_t allocations = 0;                     // made so far
+  uint64_t device_peak_allocations = 0, host_peak_allocations = 0;  // made when each peak was reached
+
+  void add(Device device, const std::string& term_of, int64_t delta, bool discardable = false) {
+    const bool host = device == Device::CPU;
+    int64_t& now = host ? bytes.host : bytes.device;
+    int64_t& peak = host ? bytes.host_peak : bytes.device_peak;
+    std::map<std::string, int64_t>& terms = host ? bytes.host_terms : bytes.device_terms;
     now += delta;
-    peak = std::max(peak, now);
-    if (discardable && device != Device::CPU) {
+    terms[term_of] += delta;
+    if (now > peak || (delta > 0 && now == peak)) {  // a new peak: what it is made of
+      peak = now;
+      (host ? bytes.host_terms_at_peak : bytes.device_terms_at_peak) = terms;
+      (host ? host_peak_allocations : device_peak_allocations) = allocations;
+    }
+    if (discardable && !host) {
       bytes.discardable += delta;
       bytes.discardable_peak = std::max(bytes.discardable_peak, bytes.discardable);
     }
@@ -30,7 +56,7 @@ struct Ledger {
 class Counting final : public CountingBackend {
  public:
   Counting(CountingOptions options, std::shared_ptr<Ledger> ledger) : options_(std::move(options)), ledger_(ledger) {
-    ledger_->add(options_.device, options_.fixed_bytes);
+    ledger_->add(options_.device, kTermBackendFixed, options_.fixed_bytes);
   }
 
   const CountedBytes& counted() const override { return ledger_->bytes; }
@@ -38,6 +64,45 @@ class Counting final : public CountingBackend {
     ledger_->bytes.device_peak = ledger_->bytes.device;
     ledger_->bytes.host_peak = ledger_->bytes.host;
     ledger_->bytes.discardable_peak = ledger_->bytes.discardable;
+    ledger_->bytes.device_terms_at_peak = ledger_->bytes.device_terms;
+    ledger_->bytes.host_terms_at_peak = ledger_->bytes.host_terms;
+    ledger_->device_peak_allocations = ledger_->host_peak_allocations = ledger_->allocations;
+  }
+
+  void set_term(const std::string& term) override { ledger_->term = term; }
+
+  bool move_to_term(const void* address, const std::string& term, const std::string& later_term) override {
+    auto after = ledger_->live.upper_bound(reinterpret_cast<uintptr_t>(address));
+    if (after == ledger_->live.begin()) return false;
+    auto found = std::prev(after);
+    Allocation& allocation = found->second;
+    if (reinterpret_cast<uintptr_t>(address) >= found->first + std::max<size_t>(allocation.bytes, 1)) return false;
+    std::map<std::string, int64_t>& terms =
+        allocation.device == Device::CPU ? ledger_->bytes.host_terms : ledger_->bytes.device_terms;
+    if (allocation.residency) {
+      for (size_t chunk = 0; chunk < allocation.residency->chunks(); ++chunk) {
+        if (!allocation.residency->resident(chunk)) continue;
+        terms[allocation.chunk_terms[chunk]] -= options_.discard_chunk_bytes;
+        terms[term] += options_.discard_chunk_bytes;
+        allocation.chunk_terms[chunk] = term;
+      }
+    } else {
+      terms[allocation.term] -= held_requested(allocation);
+      terms[term] += held_requested(allocation);
+      // A plain allocation live now and made before the peak was held at the peak: it is this
+      // term there too (the logits are named once the forward that made them returns).
+      const bool host = allocation.device == Device::CPU;
+      if (allocation.born <= (host ? ledger_->host_peak_allocations : ledger_->device_peak_allocations)) {
+        std::map<std::string, int64_t>& at_peak = host ? ledger_->bytes.host_terms_at_peak : ledger_->bytes.device_terms_at_peak;
+        if (at_peak.count(allocation.term)) {
+          at_peak[allocation.term] -= held_requested(allocation);
+          at_peak[term] += held_requested(allocation);
+        }
+      }
+    }
+    allocation.term = term;
+    allocation.later_term = later_term.empty() ? term : later_term;
+    return true;
   }
 
   Device device() const override { return options_.device; }
@@ -58,11 +123,19 @@ class Counting final : public CountingBackend {
   }
 
   void release(void* pointer) override {
-    auto found = live_.find(reinterpret_cast<uintptr_t>(pointer));
-    ZT_CHECK(found != live_.end(), "counting backend: release of ", pointer, ", which it did not hand out");
-    ledger_->add(options_.device, -held(found->second), found->second.residency != nullptr);
+    auto found = ledger_->live.find(reinterpret_cast<uintptr_t>(pointer));
+    ZT_CHECK(found != ledger_->live.end(), "counting backend: release of ", pointer, ", which it did not hand out");
+    const Allocation& allocation = found->second;
+    if (allocation.residency) {
+      for (size_t chunk = 0; chunk < allocation.residency->chunks(); ++chunk)
+        if (allocation.residency->resident(chunk))
+          ledger_->add(options_.device, allocation.chunk_terms[chunk], -options_.discard_chunk_bytes, true);
+    } else {
+      ledger_->add(options_.device, allocation.term, -held_requested(allocation));
+      ledger_->add(options_.device, kTermAllocatorSlack, -(held(allocation) - held_requested(allocation)));
+    }
     std::erase_if(pending_, [&](const PendingChunk& pending) { return pending.allocation == &found->second; });
-    live_.erase(found);
+    ledger_->live.erase(found);
   }
 
   // Discarded chunks stay counted until memory is needed again (a commit that maps chunks, or
@@ -83,7 +156,8 @@ class Counting final : public CountingBackend {
     give_back_pending();
     for (size_t chunk : needed) {
       allocation->residency->set_resident(chunk, true);
-      ledger_->add(options_.device, options_.discard_chunk_bytes, true);
+      allocation->chunk_terms[chunk] = allocation->later_term;
+      ledger_->add(options_.device, allocation->later_term, options_.discard_chunk_bytes, true);
     }
   }
 
@@ -144,11 +218,6 @@ class Counting final : public CountingBackend {
   void adalomo_direction(Tensor, Tensor, Tensor, Tensor, int64_t, float) override {}
 
  private:
-  struct Allocation {
-    size_t bytes = 0;  // requested
-    int64_t size = 0;  // counted (plain allocations)
-    std::unique_ptr<ChunkResidency> residency;  // discardable ones: counted by resident chunk
-  };
   struct PendingChunk {
     Allocation* allocation;
     size_t chunk;
@@ -159,13 +228,28 @@ class Counting final : public CountingBackend {
     const uintptr_t span = std::max<uintptr_t>(bytes, 1);
     const uintptr_t align = residency ? residency->chunk_bytes() : 64;
     ledger_->next_address = (address + span + 2 * align - 1) / align * align;  // a gap: distinct ranges
-    Allocation& allocation = live_[address];
+    Allocation& allocation = ledger_->live[address];
+    allocation.born = ++ledger_->allocations;
     allocation.bytes = bytes;
     allocation.size = size;
+    allocation.device = options_.device;
+    allocation.term = ledger_->term;
+    allocation.later_term = ledger_->term;
     const bool discardable = residency != nullptr;
+    if (discardable) allocation.chunk_terms.assign(residency->chunks(), ledger_->term);
     allocation.residency = std::move(residency);
-    ledger_->add(options_.device, size, discardable);
+    // The bytes asked for under the allocation's term, the size class's rounding as slack
+    // (slack first: a peak reached by this allocation shows both).
+    ledger_->add(options_.device, kTermAllocatorSlack, held(allocation) - held_requested(allocation));
+    ledger_->add(options_.device, allocation.term, held_requested(allocation), discardable);
     return reinterpret_cast<void*>(address);
+  }
+
+  // Of held(): what its term counts. A plain allocation's bytes asked for (the rest is its size
+  // class's slack); a discardable one's resident chunks (their granularity is the buffer's).
+  int64_t held_requested(const Allocation& allocation) const {
+    if (allocation.residency) return held(allocation);
+    return std::min<int64_t>(allocation.size, static_cast<int64_t>(allocation.bytes));
   }
 
   int64_t held(const Allocation& allocation) const {
@@ -177,8 +261,8 @@ class Counting final : public CountingBackend {
 
   Allocation* discardable(const Tensor& range) {
     if (!range.numel() || options_.discard_chunk_bytes <= 0) return nullptr;
-    auto after = live_.upper_bound(reinterpret_cast<uintptr_t>(range.data));
-    if (after == live_.begin()) return nullptr;
+    auto after = ledger_->live.upper_bound(reinterpret_cast<uintptr_t>(range.data));
+    if (after == ledger_->live.begin()) return nullptr;
     auto found = std::prev(after);
     if (!found->second.residency || reinterpret_cast<uintptr_t>(range.data) >= found->first + found->second.bytes)
       return nullptr;
@@ -192,14 +276,13 @@ class Counting final : public CountingBackend {
       ChunkResidency& residency = *pending.allocation->residency;
       if (!residency.resident(pending.chunk) || !residency.discarded(pending.chunk)) continue;  // committed again
       residency.set_resident(pending.chunk, false);
-      ledger_->add(options_.device, -options_.discard_chunk_bytes, true);
+      ledger_->add(options_.device, pending.allocation->chunk_terms[pending.chunk], -options_.discard_chunk_bytes, true);
     }
     pending_.clear();
   }
 
   CountingOptions options_;
   std::shared_ptr<Ledger> ledger_;
-  std::map<uintptr_t, Allocation> live_;
   std::vector<PendingChunk> pending_;
   uintptr_t base_ = 0;  // of the allocation discardable() found last
 };

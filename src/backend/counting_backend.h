@@ -9,7 +9,9 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
 
 #include "backend/backend.h"
 
@@ -32,12 +34,27 @@ struct CountedBytes {
   int64_t device = 0, device_peak = 0;
   int64_t host = 0, host_peak = 0;
   int64_t discardable = 0, discardable_peak = 0;  // of `device`: the discardable buffers' chunks
+  // The same bytes by term (what the memory model calls them: parameters, activations, ...):
+  // held now, and held when the device (host) peak was last reached. Each map sums to its total.
+  std::map<std::string, int64_t> device_terms, device_terms_at_peak;
+  std::map<std::string, int64_t> host_terms, host_terms_at_peak;
 };
+
+// Terms every counting backend uses by itself.
+inline constexpr const char* kTermAllocatorSlack = "allocator slack";  // size class - bytes asked for
+inline constexpr const char* kTermBackendFixed = "backend workspace";  // CountingOptions::fixed_bytes
 
 class CountingBackend : public Backend {
  public:
   virtual const CountedBytes& counted() const = 0;
   virtual void reset_peaks() = 0;  // peaks := what is held now
+  // The term the allocations from now on are counted under ("other" until set).
+  virtual void set_term(const std::string& term) = 0;
+  // Counts the live allocation that holds `address` under `term` from now on; chunks of a
+  // discardable one that are committed later count under `later_term` (empty: `term`), e.g. a
+  // ZeRO-3 parameter buffer: its partition, then the units gathered into it. False when no live
+  // allocation holds the address.
+  virtual bool move_to_term(const void* address, const std::string& term, const std::string& later_term = "") = 0;
 };
 
 std::unique_ptr<CountingBackend> make_counting_backend(CountingOptions options);

@@ -1,9 +1,13 @@
 // `zerotune estimate --model DIR | --params N [--largest-layer-params N] [--trainable-params N]
 //                    [--gpus-per-node G] [--nodes K] [--lora-r R --lora-targets ...]
-//                    [--compute-dtype bf16|fp16|fp32] [bucket sizes] [--json]`:
+//                    [--compute-dtype bf16|fp16|fp32] [bucket sizes] [--deepspeed JSON]
+//                    [--seq-len T | --data DIR] [--micro-batch B] [--activation-checkpointing]
+//                    [--device typical-gpu|cuda|cpu] [--max-seq-len --device-memory 24GiB,...] [--json]`:
 // memory for model states per GPU and per CPU (node) for every ZeRO stage and offload choice:
 // DeepSpeed's estimator formulas and zerotune's own buffer plan side by side
-// (zero/memory_estimate.h).
+// (zero/memory_estimate.h); with --model, the memory model's prediction of the run
+// (train/memory_model.h) broken down by term, activations with and without checkpointing; with
+// --max-seq-len, the longest sequence each choice fits into each device memory.
 #include <boost/program_options.hpp>
 
 #include <algorithm>
@@ -23,22 +27,22 @@
 #include "model/config.h"
 #include "model/lora.h"
 #include "model/param_spec.h"
+#include "backend/make_backend.h"
+#include "data/token_shards.h"
+#include "model/safetensors.h"
 #include "optim/optimizer.h"
+#include "train/ds_config.h"
 #include "train/memory_model.h"
+#include "train/memory_model_choices.h"
+#include "train/metrics.h"
 #include "zero/memory_estimate.h"
 
 namespace zt {
 
 namespace {
 
-// The configurations of the table, in DeepSpeed's vocabulary.
-struct Choice {
-  int stage;
-  bool offload_optimizer;
-  bool offload_params;
-};
-const std::vector<Choice> kChoices = {{0, false, false}, {1, false, false}, {1, true, false}, {2, false, false},
-                                      {2, true, false},  {3, false, false}, {3, true, false}, {3, true, true}};
+// The configurations of the table, in DeepSpeed's vocabulary (train/memory_model_choices.h).
+using Choice = ZeroChoice;
 
 struct ModelSummary {
   std::string source;  // config.json path, or "--params"
@@ -54,7 +58,27 @@ struct RunShape {
   int64_t seq_len = 512;
   int64_t micro_batch = 1;
   bool activation_checkpointing = false;
+  TrainConfig base;  // --deepspeed's settings (else the defaults), which the fields above override
+  MemoryTarget target = typical_gpu_target();  // --device: the allocator the memory model counts for
+  int64_t grown_from_seq_len = 0;  // --data with samples of varied lengths (memory_model.h)
 };
+
+// The run the memory model sets up and steps for one row.
+TrainConfig row_config(const RunShape& shape, const ZeroMemoryInputs& base, const Choice& choice, DType compute_dtype,
+                       bool activation_checkpointing) {
+  TrainConfig config = shape.base;
+  config.micro_batch_size = shape.micro_batch;
+  config.gradient_accumulation_steps = 1;
+  config.compute_dtype = compute_dtype;
+  config.lora = shape.lora;
+  config.optimizer = shape.optimizer;
+  config.zero.reduce_bucket_size = base.reduce_bucket_size;
+  config.zero.stage3_max_live_parameters = base.stage3_max_live_parameters;
+  config.zero.stage3_prefetch_bucket_size = base.stage3_prefetch_bucket_size;
+  Choice with_checkpointing = choice;
+  with_checkpointing.activation_checkpointing = activation_checkpointing;
+  return with_choice(config, with_checkpointing);
+}
 
 // Bytes in the largest binary unit that keeps the number >= 1 (tiny test models print KiB).
 std::string bytes_text(int64_t bytes) {
@@ -90,27 +114,22 @@ int64_t tensor_state_numel(const Optimizer& optimizer, const std::vector<int64_t
   return numel;
 }
 
-// One rank's memory from the memory model: the trainer's own set-up and step on the counting backend.
-nlohmann::ordered_json predicted_run(const ModelSummary& model, const RunShape& shape, const ZeroMemoryInputs& base,
-                                     const Choice& choice, DType compute_dtype) {
-  TrainConfig config;
-  config.micro_batch_size = shape.micro_batch;
-  config.gradient_accumulation_steps = 1;
-  config.compute_dtype = compute_dtype;
-  config.lora = shape.lora;
-  config.optimizer = shape.optimizer;
-  config.activation_checkpointing = shape.activation_checkpointing;
-  config.zero.stage = choice.stage;
-  config.zero.offload_optimizer_device = device_name(choice.offload_optimizer);
-  config.zero.offload_param_device = device_name(choice.offload_params);
-  config.zero.reduce_bucket_size = base.reduce_bucket_size;
-  config.zero.stage3_max_live_parameters = base.stage3_max_live_parameters;
-  config.zero.stage3_prefetch_bucket_size = base.stage3_prefetch_bucket_size;
-  const MemoryPrediction prediction =
-      predict_memory(config, *model.config, base.world_size, 0, shape.seq_len, typical_gpu_target());
+// One rank's memory from the memory model: the trainer's own set-up and step on the counting
+// backend, with its breakdown by term; the host per node is the node's ranks' together.
+nlohmann::ordered_json prediction_json(const MemoryPrediction& prediction, int gpus_per_node) {
   nlohmann::ordered_json row = prediction.to_json();
-  row["host_peak_bytes_per_node"] = prediction.host_peak * base.gpus_per_node;
+  row["host_peak_bytes_per_node"] = prediction.host_peak * gpus_per_node;
+  row["device_peak_terms"] = terms_json(prediction.device_terms);
+  row["host_peak_terms"] = terms_json(prediction.host_terms);
   return row;
+}
+
+nlohmann::ordered_json predicted_run(const ModelSummary& model, const RunShape& shape, const ZeroMemoryInputs& base,
+                                     const Choice& choice, DType compute_dtype, bool activation_checkpointing) {
+  const MemoryPrediction prediction =
+      predict_memory(row_config(shape, base, choice, compute_dtype, activation_checkpointing), *model.config,
+                     base.world_size, 0, shape.seq_len, shape.target, shape.grown_from_seq_len);
+  return prediction_json(prediction, base.gpus_per_node);
 }
 
 nlohmann::ordered_json estimate_report(const ModelSummary& model, const RunShape& shape, const ZeroMemoryInputs& base,
@@ -131,11 +150,12 @@ nlohmann::ordered_json estimate_report(const ModelSummary& model, const RunShape
   report["stage3_prefetch_bucket_size"] = base.stage3_prefetch_bucket_size;
   if (model.config)
     report["run"] = {{"seq_len", shape.seq_len}, {"micro_batch", shape.micro_batch},
-                     {"activation_checkpointing", shape.activation_checkpointing}};
+                     {"activation_checkpointing", shape.activation_checkpointing},
+                     {"grown_from_seq_len", shape.grown_from_seq_len}};
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   report["optimizer"] = shape.optimizer.type;
-  for (const Choice& choice : kChoices) {
-    if (base.fused_optimizer && choice.offload_optimizer) continue;  // LOMO, AdaLomo update on the device
+  for (const Choice& choice : zero_offload_choices(base.fused_optimizer)) {
+    if (choice.offload_params && !choice.offload_optimizer) continue;  // DeepSpeed's estimators have no such row
     ZeroMemoryInputs inputs = base;
     inputs.stage = choice.stage;
     inputs.offload_optimizer = choice.offload_optimizer;
@@ -153,10 +173,61 @@ nlohmann::ordered_json estimate_report(const ModelSummary& model, const RunShape
                       {"cpu_bytes_per_node_without_zero_init", deepspeed.cpu_bytes_without_zero_init},
                       {"source", deepspeed.source}}},
                     {"zerotune", plan.to_json()}});
-    if (model.config) rows.back()["zerotune_run"] = predicted_run(model, shape, base, choice, compute_dtype);
+    if (model.config) {
+      rows.back()["zerotune_run"] =
+          predicted_run(model, shape, base, choice, compute_dtype, shape.activation_checkpointing);
+      // Both ways, for the breakdown's activations with and without checkpointing.
+      rows.back()["zerotune_run_by_checkpointing"] = {
+          {"off", predicted_run(model, shape, base, choice, compute_dtype, false)},
+          {"on", predicted_run(model, shape, base, choice, compute_dtype, true)}};
+    }
   }
   report["rows"] = rows;
   return report;
+}
+
+// The memory model's peak per GPU by term for every row, activations with and without
+// checkpointing, and the host memory per node.
+std::string format_breakdown(const nlohmann::ordered_json& report) {
+  std::string text = "\nzerotune run, per GPU at the step's peak by term (memory model; --json: every term, host terms too):\n";
+  const auto term = [](const nlohmann::ordered_json& terms, std::initializer_list<const char*> names) {
+    int64_t bytes = 0;
+    for (const char* name : names)
+      if (terms.contains(name)) bytes += terms[name].get<int64_t>();
+    return bytes;
+  };
+  char row[400];
+  std::snprintf(row, sizeof row, "%-5s %-9s %-7s | %10s %10s %10s %10s %10s %10s | %10s %10s %10s | %10s %10s | %10s\n",
+                "stage", "offload", "offload", "params", "gathered", "grads", "master +", "buckets", "slack +",
+                "activat.", "activat.", "logits", "peak", "peak", "host/node");
+  text += row;
+  std::snprintf(row, sizeof row, "%-5s %-9s %-7s | %10s %10s %10s %10s %10s %10s | %10s %10s %10s | %10s %10s | %10s\n", "",
+                "optimizer", "param", "", "(stage 3)", "", "optimizer", "", "workspace", "", "(ckpt)", "", "", "(ckpt)",
+                "");
+  text += row;
+  for (const auto& entry : report["rows"]) {
+    const auto& off = entry["zerotune_run_by_checkpointing"]["off"];
+    const auto& on = entry["zerotune_run_by_checkpointing"]["on"];
+    const auto& terms = off["device_peak_terms"];
+    std::snprintf(
+        row, sizeof row, "%-5d %-9s %-7s | %10s %10s %10s %10s %10s %10s | %10s %10s %10s | %10s %10s | %10s\n",
+        entry["stage"].get<int>(), entry["offload_optimizer"].get<std::string>().c_str(),
+        entry["offload_param"].get<std::string>().c_str(), bytes_text(term(terms, {kTermParameters})).c_str(),
+        bytes_text(term(terms, {kTermGathered})).c_str(), bytes_text(term(terms, {kTermGradients})).c_str(),
+        bytes_text(term(terms, {kTermMaster, kTermOptimizerState})).c_str(),
+        bytes_text(term(terms, {kTermZeroBuffers})).c_str(),
+        bytes_text(term(terms, {kTermAllocatorSlack, kTermBackendFixed, kTermModelOther})).c_str(),
+        bytes_text(term(terms, {kTermActivations})).c_str(),
+        bytes_text(term(on["device_peak_terms"], {kTermActivations})).c_str(),
+        bytes_text(term(terms, {kTermLogits})).c_str(), bytes_text(off["device_peak_bytes"]).c_str(),
+        bytes_text(on["device_peak_bytes"]).c_str(), bytes_text(off["host_peak_bytes_per_node"]).c_str());
+    text += row;
+  }
+  text += "The terms are what held memory when the step's peak was reached (a term can be smaller there than at its own\n"
+          "  maximum); they add up to the peak. activations: the model's saved tensors and workspaces and the batch;\n"
+          "  gathered: stage 3's units gathered and prefetched in the step (offload_param: their uploads); buckets: the\n"
+          "  engine's reduce buckets and staging; slack: the caching allocator's size classes; workspace: cuBLASLt's.\n";
+  return text;
 }
 
 std::string format_report(const nlohmann::ordered_json& report) {
@@ -226,6 +297,82 @@ std::string format_report(const nlohmann::ordered_json& report) {
     line("  size classes and 2 MiB virtual-memory chunks); `train` checks the same figure against the free device memory.");
   }
   line("Offloading the optimizer needs ZeRO stage >= 1 and offloading parameters stage 3, as in DeepSpeed.");
+  if (run) text += format_breakdown(report);
+  return text;
+}
+
+// --max-seq-len: the longest sequence each stage x offload x checkpointing choice fits into each
+// device memory (binary search over the memory model, train/memory_model.h).
+nlohmann::ordered_json max_seq_len_report(const ModelSummary& model, const RunShape& shape, const ZeroMemoryInputs& base,
+                                          DType compute_dtype, const std::vector<int64_t>& memories, int64_t limit) {
+  nlohmann::ordered_json report;
+  report["model"] = {{"source", model.source},
+                     {"total_params", model.counts.total},
+                     {"trainable_params", model.counts.trainable}};
+  report["world_size"] = base.world_size;
+  report["gpus_per_node"] = base.gpus_per_node;
+  report["micro_batch"] = shape.micro_batch;
+  report["compute_dtype"] = dtype_name(compute_dtype);
+  report["optimizer"] = shape.optimizer.type;
+  report["seq_len_limit"] = limit;
+  report["device_memory_bytes"] = memories;
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (const Choice& choice : zero_offload_choices(base.fused_optimizer)) {
+    for (bool checkpointing : {false, true}) {
+      const TrainConfig config = row_config(shape, base, choice, compute_dtype, checkpointing);
+      nlohmann::ordered_json longest = nlohmann::ordered_json::array();
+      for (int64_t memory : memories)
+        longest.push_back(
+            longest_fitting_sequence(config, *model.config, base.world_size, shape.target, memory, limit));
+      // What one token needs: the smallest need of this setting (model states dominate it).
+      const int64_t floor =
+          predict_memory(config, *model.config, base.world_size, 0, 1, shape.target).device_needed();
+      rows.push_back({{"stage", choice.stage},
+                      {"offload_optimizer", device_name(choice.offload_optimizer)},
+                      {"offload_param", device_name(choice.offload_params)},
+                      {"activation_checkpointing", checkpointing},
+                      {"one_token_bytes", floor},
+                      {"longest_seq_len", longest}});
+    }
+  }
+  report["rows"] = rows;
+  return report;
+}
+
+std::string format_max_seq_len(const nlohmann::ordered_json& report) {
+  std::string text;
+  const auto& model = report["model"];
+  const int64_t limit = report["seq_len_limit"];
+  text += cat("model: ", model["source"].get<std::string>(), ": ", count_text(model["total_params"]), " parameters, ",
+              count_text(model["trainable_params"]), " trainable; ", report["world_size"].get<int>(), " GPU(s), ",
+              report["gpus_per_node"].get<int>(), " per node; micro-batch ", report["micro_batch"].get<int64_t>(), "; ",
+              report["compute_dtype"].get<std::string>(), "; ", report["optimizer"].get<std::string>(), "\n");
+  text += cat("longest sequence (tokens) whose predicted peak per GPU fits the device memory (searched up to ", limit,
+              "; 0: not even one token fits):\n");
+  std::string header = cat("stage offload_opt offload_param checkpointing | 1 token needs |");
+  for (const auto& memory : report["device_memory_bytes"]) {
+    char cell[32];
+    std::snprintf(cell, sizeof cell, " %9s", bytes_text(memory.get<int64_t>()).c_str());
+    header += cell;
+  }
+  text += header + "\n";
+  for (const auto& row : report["rows"]) {
+    char line[200];
+    std::snprintf(line, sizeof line, "%-5d %-11s %-13s %-13s | %13s |", row["stage"].get<int>(),
+                  row["offload_optimizer"].get<std::string>().c_str(), row["offload_param"].get<std::string>().c_str(),
+                  row["activation_checkpointing"].get<bool>() ? "yes" : "no",
+                  bytes_text(row["one_token_bytes"].get<int64_t>()).c_str());
+    std::string out = line;
+    for (const auto& longest : row["longest_seq_len"]) {
+      const int64_t tokens = longest.get<int64_t>();
+      char cell[32];
+      std::snprintf(cell, sizeof cell, " %9s", tokens >= limit ? cat(">=", tokens).c_str() : cat(tokens).c_str());
+      out += cell;
+    }
+    text += out + "\n";
+  }
+  text += "Predicted by the memory model of `train` (its set-up and one step on a counting backend, allocator rounding and\n"
+          "  the cuBLASLt workspace included; not NCCL's buffers or other processes on the GPU).\n";
   return text;
 }
 
@@ -235,6 +382,9 @@ int command_estimate(const std::vector<std::string>& args) {
   namespace po = boost::program_options;
   std::string model_dir, params_text, largest_text, trainable_text, dtype_text, targets_text;
   std::string reduce_bucket_text, max_live_text, prefetch_text, optimizer_text;
+  std::string deepspeed_path, device_memory_text, device_text = "typical-gpu", data_dir;
+  bool max_seq_len_mode = false;
+  int64_t seq_len_limit = 0;
   int gpus_per_node = 1, nodes = 1, lora_r = 0;
   bool as_json = false;
   RunShape shape;
@@ -270,6 +420,19 @@ int command_estimate(const std::vector<std::string>& args) {
       ("micro-batch", po::value(&shape.micro_batch)->default_value(1), "with --model: train_micro_batch_size_per_gpu")
       ("activation-checkpointing", po::bool_switch(&shape.activation_checkpointing),
        "with --model: recompute blocks in backward")
+      ("deepspeed", po::value(&deepspeed_path), "DeepSpeed JSON: micro-batch, precision, optimizer and bucket sizes "
+       "(the flags above win; every ZeRO stage and offload is estimated whatever it says)")
+      ("max-seq-len", po::bool_switch(&max_seq_len_mode), "with --model and --device-memory: the longest sequence each "
+       "stage x offload x checkpointing choice fits, by binary search over the memory model")
+      ("device-memory", po::value(&device_memory_text), "per-GPU memory for --max-seq-len: 24GiB, or a list: "
+       "24GiB,40GiB,80GiB (KiB/MiB/GiB powers of 2, KB/MB/GB of 10)")
+      ("seq-len-limit", po::value(&seq_len_limit), "--max-seq-len searches up to this many tokens (default: the "
+       "model's max_position_embeddings)")
+      ("device", po::value(&device_text)->default_value("typical-gpu"), "whose allocator the run columns count for: "
+       "typical-gpu (the CUDA caching allocator's size classes, 2 MiB chunks, 32 MiB cuBLASLt workspace), cuda (this "
+       "machine's GPU 0, as `train` checks it) or cpu (the CPU backend: exact bytes, all of them host memory)")
+      ("data", po::value(&data_dir), "with --model, instead of --seq-len: the token shards to train on (their longest "
+       "sample, and the activation buffers' growth when samples differ in length, as `train` predicts it)")
       ("json", po::bool_switch(&as_json), "print the report as JSON");
   po::variables_map values;
   if (!parse_command_options(args, description, values, "estimate")) return 0;
@@ -287,10 +450,57 @@ int command_estimate(const std::vector<std::string>& args) {
                           !shape.activation_checkpointing),
            "--seq-len, --micro-batch and --activation-checkpointing go with --model (the run's activations come from "
            "the model's layers)");
+  DType compute_dtype = DType::BF16;
+  if (values.count("deepspeed")) {  // its settings, under the flags given
+    std::vector<std::string> notes;
+    load_deepspeed_config(deepspeed_path, gpus_per_node * nodes, shape.base, notes);
+    if (values["micro-batch"].defaulted() && shape.base.micro_batch_size > 0) shape.micro_batch = shape.base.micro_batch_size;
+    if (values["optimizer"].defaulted()) {
+      shape.optimizer = shape.base.optimizer;
+      optimizer_text = shape.optimizer.type;
+    }
+    if (values["compute-dtype"].defaulted()) dtype_text = dtype_name(shape.base.compute_dtype);
+    if (values["reduce-bucket-size"].defaulted()) reduce_bucket_text = cat(shape.base.zero.reduce_bucket_size);
+    if (values["stage3-max-live-parameters"].defaulted()) max_live_text = cat(shape.base.zero.stage3_max_live_parameters);
+    if (values["stage3-prefetch-bucket-size"].defaulted())
+      prefetch_text = cat(shape.base.zero.stage3_prefetch_bucket_size);
+  }
+  if (values.count("data")) {
+    ZT_CHECK(have_model && values["seq-len"].defaulted(), "--data goes with --model and instead of --seq-len");
+    const TokenDataset dataset = TokenDataset::open(data_dir);
+    shape.seq_len = dataset.longest_sample();
+    shape.grown_from_seq_len = activation_regrowth_from(dataset);
+  }
+  std::unique_ptr<Backend> live_backend;  // --device cuda: the GPU whose allocator the model counts for
+  if (device_text == "cpu") {
+    shape.target = MemoryTarget{};
+    shape.target.device = Device::CPU;
+  } else if (device_text == "cuda") {
+    live_backend = make_backend("cuda", 0);
+    shape.target = memory_target_of(*live_backend);
+  } else {
+    ZT_CHECK(device_text == "typical-gpu", "--device must be typical-gpu, cuda or cpu, not '", device_text, "'");
+  }
   shape.optimizer.type = optimizer_text;
   ZT_CHECK(shape.optimizer.momentum == 0.0 || optimizer_text == "sgd", "--momentum goes with --optimizer sgd");
+  ZT_CHECK(!max_seq_len_mode || (have_model && values.count("device-memory")),
+           "--max-seq-len needs --model (the activations come from its layers) and --device-memory (e.g. 24GiB)");
+  ZT_CHECK(!values.count("device-memory") || max_seq_len_mode, "--device-memory goes with --max-seq-len");
+  ZT_CHECK(!values.count("seq-len-limit") || (max_seq_len_mode && seq_len_limit >= 1),
+           "--seq-len-limit goes with --max-seq-len and must be >= 1");
+  std::vector<int64_t> device_memories;
+  for (size_t start = 0; max_seq_len_mode && start <= device_memory_text.size();) {
+    const size_t comma = std::min(device_memory_text.find(',', start), device_memory_text.size());
+    const std::string item = device_memory_text.substr(start, comma - start);
+    try {
+      device_memories.push_back(parse_max_shard_size(item));
+    } catch (const Error& error) {
+      fail("--device-memory '", device_memory_text, "': ", error.what());
+    }
+    ZT_CHECK(device_memories.back() > 0, "--device-memory '", item, "': must be > 0");
+    start = comma + 1;
+  }
   const std::unique_ptr<Optimizer> optimizer = make_optimizer(shape.optimizer);  // refuses an unknown name
-  DType compute_dtype = DType::BF16;
   try {
     compute_dtype = parse_compute_dtype(dtype_text);
   } catch (const Error& error) {
@@ -360,6 +570,15 @@ int command_estimate(const std::vector<std::string>& args) {
   inputs.stage3_prefetch_bucket_size = parse_param_count(prefetch_text, "--stage3-prefetch-bucket-size");
 
   if (process_rank() != 0) return 0;  // one report per job
+  if (max_seq_len_mode) {
+    const int64_t limit = seq_len_limit > 0 ? seq_len_limit : model.config->max_position_embeddings;
+    ZT_CHECK(limit >= 1, model.source, ": no max_position_embeddings: give --seq-len-limit");
+    const nlohmann::ordered_json table =
+        max_seq_len_report(model, shape, inputs, compute_dtype, device_memories, limit);
+    const std::string text = as_json ? table.dump(2) + "\n" : format_max_seq_len(table);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return 0;
+  }
   const nlohmann::ordered_json report = estimate_report(model, shape, inputs, nodes, compute_dtype);
   const std::string text = as_json ? report.dump(2) + "\n" : format_report(report);
   std::fwrite(text.data(), 1, text.size(), stdout);

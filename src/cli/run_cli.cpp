@@ -30,6 +30,7 @@ const std::map<std::string, Command>& commands() {
       {"export", command_export},
       {"report", command_report},
       {"selftest", command_selftest},
+      {"autotune", command_autotune},
   };
   return table;
 }
@@ -46,7 +47,9 @@ void print_usage(std::FILE* stream) {
                "  export  a checkpoint as an HF model directory or a PEFT adapter\n"
                "  report  write OUT/report.html (curves and summary) from a training run's OUT/metrics.jsonl\n"
                "  selftest preflight on every rank of an allocation: kernels vs the CPU, GEMM plans, collectives,\n"
-               "          bandwidths, memory (takes train's options)\n\n"
+               "          bandwidths, memory (takes train's options)\n"
+               "  autotune the fastest ZeRO stage, offload, micro-batch and activation checkpointing that fit: a few\n"
+               "          steps of each (takes train's options); writes ds_config_optimal.json\n\n"
                "`zerotune <command> --help` lists a command's options.\n");
 }
 

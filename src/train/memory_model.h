@@ -5,19 +5,24 @@
 // (backend/counting_backend.h) with a null communicator, so every buffer the run allocates is
 // counted by the code that allocates it, with the real backend's allocator rounding and
 // virtual-memory chunks. The trainer checks its prediction against the device's free memory
-// before it allocates anything; `zerotune estimate --model` and `zerotune selftest` print it.
+// before it allocates anything; `zerotune estimate --model` and `zerotune selftest` print it,
+// `zerotune autotune` prunes with it. Each byte is counted under a term (what it is: below), so
+// the prediction comes broken down the same way whoever prints it.
 //
 // Not counted: what communication libraries allocate on their own (NCCL's buffers) and memory
 // other processes hold on the device.
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "backend/counting_backend.h"  // kTermAllocatorSlack, kTermBackendFixed
+#include "data/token_shards.h"
 #include "model/config.h"
 #include "train/train_config.h"
 
@@ -37,25 +42,61 @@ MemoryTarget memory_target_of(const Backend& backend);
 // allocator's size classes, 2 MiB chunks, the 32 MiB cuBLASLt workspace.
 MemoryTarget typical_gpu_target();
 
+// The terms a prediction's bytes are broken down into (MemoryPrediction::device_terms), each
+// counted by the code that allocates it: the memory model names what it sets up and steps
+// (CountingBackend::set_term, move_to_term) and the counting backend adds the allocator's share.
+// A new kind of buffer (activation offload, a chunked loss, a 4-bit base) is a new term here
+// plus the set_term/move_to_term that names it in predict_memory; every printer lists the terms
+// of kMemoryTerms in this order and any other term after them.
+inline constexpr const char* kTermParameters = "parameters";  // the store's compute-dtype buffers after set-up
+inline constexpr const char* kTermGathered = "gathered parameters";  // stage 3: units gathered (and prefetched)
+                                                                     // during the step; offload_param's uploads
+inline constexpr const char* kTermGradients = "gradients";
+inline constexpr const char* kTermMaster = "master weights";         // fp32 partition
+inline constexpr const char* kTermOptimizerState = "optimizer state";
+inline constexpr const char* kTermZeroBuffers = "communication buckets";  // the engine's other buffers: reduce
+                                                                          // bucket, staging, host gradient copy
+inline constexpr const char* kTermActivations = "activations";  // the model's saved tensors and workspaces
+inline constexpr const char* kTermLogits = "logits";            // [B*T, V] in the compute dtype
+inline constexpr const char* kTermModelOther = "other";         // anything else (the model's small buffers)
+const std::vector<std::string>& memory_terms();                 // the order printers use
+
 struct MemoryPrediction {
   int64_t device_setup = 0;   // held before the first step
   int64_t device_setup_peak = 0;  // the most held while setting up (loading unit by unit)
   int64_t device_peak = 0;    // the most held during a step
   int64_t host_setup = 0, host_peak = 0;  // ZeRO-Offload's host buffers
   int64_t store_setup = 0, store_peak = 0;  // of which: the flat parameter and gradient buffers
+  // device_peak and host_peak by term (kTerm*, kTermAllocatorSlack, kTermBackendFixed): what was
+  // held when the step's peak was reached. Zero terms are left out; each sums to its peak.
+  std::map<std::string, int64_t> device_terms, host_terms;
   int64_t device_needed() const { return device_peak > device_setup_peak ? device_peak : device_setup_peak; }
   nlohmann::json to_json() const;
 };
 
 // One rank (`rank` of `world_size`) of the run `config` on `model`, with micro-batches of
-// config.micro_batch_size x seq_len tokens.
+// config.micro_batch_size x seq_len tokens. grown_from_seq_len (0: none): a step of micro-batches
+// that long runs first, so that the step at seq_len grows the model's activation buffers, holding
+// each old buffer beside its new one for a moment, as the trainer does when a longer micro-batch
+// comes (for data of varied lengths: seq_len - 1, the worst case; activation_regrowth_from).
 MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& model, int world_size, int rank,
-                                int64_t seq_len, const MemoryTarget& target);
+                                int64_t seq_len, const MemoryTarget& target, int64_t grown_from_seq_len = 0);
+
+// What predict_memory's grown_from_seq_len is for training on `dataset`: its longest sample - 1
+// when some sample is shorter (a micro-batch may be shorter than a later one), else 0.
+int64_t activation_regrowth_from(const TokenDataset& dataset);
+
+// The longest sequence (1..max_seq_len) whose predicted device peak (device_needed) fits
+// `device_bytes` for `config` on `world_size` ranks (binary search over predict_memory: the
+// peak grows with the sequence); 0 when not even one token fits.
+int64_t longest_fitting_sequence(const TrainConfig& config, const ModelConfig& model, int world_size,
+                                 const MemoryTarget& target, int64_t device_bytes, int64_t max_seq_len);
 
 // The ZeRO stage / offload / activation-checkpointing variants of `config` whose predicted
 // device peak fits `free_bytes`, as DeepSpeed JSON/flag text ("stage 3 + offload_optimizer cpu
 // + --activation-checkpointing: 5.2 GiB"), smallest first.
 std::vector<std::string> fitting_memory_choices(const TrainConfig& config, const ModelConfig& model, int world_size,
-                                                int64_t seq_len, const MemoryTarget& target, int64_t free_bytes);
+                                                int64_t seq_len, const MemoryTarget& target, int64_t free_bytes,
+                                                int64_t grown_from_seq_len = 0);
 
 }  // namespace zt

@@ -249,6 +249,7 @@ svg .title { font-size: 14px; font-weight: bold; }
 svg .grid { stroke: #e4e4e4; }
 svg .frame { fill: none; stroke: #888; }
 svg .series { fill: none; stroke-width: 1.5; }
+tr.best td { font-weight: bold; }
 .note { color: #666; }
 )";
 
@@ -385,6 +386,75 @@ std::string render_report_html(const MetricsHistory& history, const nlohmann::js
                         "No memory figures were recorded.");
   html += "</body>\n</html>\n";
   return html;
+}
+
+std::string render_autotune_html(const nlohmann::json& results, const std::string& title) {
+  std::string html = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" +
+                     html_escape(title) + "</title>\n<style>\n" + kStyle + "</style>\n</head>\n<body>\n";
+  html += "<h1>" + html_escape(title) + "</h1>\n";
+  const std::string optimal = results.value("optimal", std::string());
+  std::string rows;
+  rows += table_row("model", results.value("model", std::string()));
+  rows += table_row("ranks", cat(results.value("world_size", 0)));
+  rows += table_row("tokens per sample", cat(results.value("seq_len", int64_t{0})));
+  rows += table_row("budget per rank", results.contains("budget_bytes") && results["budget_bytes"].is_number()
+                                           ? format_bytes(results["budget_bytes"].get<int64_t>())
+                                           : std::string("none"));
+  rows += table_row("fastest", optimal);
+  html += "<h2>Autotuning</h2>\n<table>\n" + rows + "</table>\n";
+  html += "<h2>Experiments</h2>\n<table>\n<tr><th>experiment</th><th>ZeRO stage</th><th>offload optimizer</th>"
+          "<th>offload param</th><th>activation checkpointing</th><th>micro-batch</th><th>memory predicted</th>"
+          "<th>memory measured</th><th>samples/s</th><th>TFLOPS per rank</th></tr>\n";
+  // One line per setting: samples/s over the micro-batches it ran.
+  static const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                  "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+  std::vector<ChartSeries> series;
+  for (const nlohmann::json& experiment : results.value("experiments", nlohmann::json::array())) {
+    const std::string name = experiment.value("name", std::string());
+    const bool measured = experiment.contains("samples_per_sec");
+    const std::string status = experiment.value("pruned", false) ? "over budget" : measured ? "" : "failed";
+    const auto cell = [](const std::string& text) { return "<td>" + html_escape(text) + "</td>"; };
+    html += std::string(name == optimal ? "<tr class=\"best\">" : "<tr>") + cell(name + (name == optimal ? " (fastest)" : "")) +
+            cell(cat(experiment.value("zero_stage", 0))) + cell(experiment.value("offload_optimizer", std::string())) +
+            cell(experiment.value("offload_param", std::string())) +
+            cell(experiment.value("activation_checkpointing", false) ? "yes" : "no") +
+            cell(cat(experiment.value("train_micro_batch_size_per_gpu", int64_t{0}))) +
+            cell(format_bytes(experiment.value("memory_predicted_bytes", int64_t{0}))) +
+            cell(measured ? format_bytes(experiment.value("memory_measured_bytes", int64_t{0})) : status) +
+            cell(measured ? fixed(experiment["samples_per_sec"].get<double>(), 2) : "-") +
+            cell(measured ? fixed(experiment.value("tflops_per_rank", 0.0), 4) : "-") + "</tr>\n";
+    if (!measured) continue;
+    const std::string setting = name.substr(0, name.rfind("_tmbspg"));
+    auto found = std::find_if(series.begin(), series.end(), [&](const ChartSeries& s) { return s.name == setting; });
+    if (found == series.end()) {
+      series.push_back({setting, kColors[series.size() % std::size(kColors)], {}});
+      found = std::prev(series.end());
+    }
+    found->points.emplace_back(experiment.value("train_micro_batch_size_per_gpu", 0.0),
+                               experiment["samples_per_sec"].get<double>());
+  }
+  html += "</table>\n";
+  html += chart_section("Throughput by setting",
+                        {"samples per second (all ranks) against the micro-batch", "train_micro_batch_size_per_gpu",
+                         "samples/s", series},
+                        "No experiment ran.");
+  html += "</body>\n</html>\n";
+  return html;
+}
+
+std::string write_autotune_report(const std::string& out_dir, const nlohmann::json& results) {
+  const fs::path target = fs::path(out_dir) / "report.html", temporary = fs::path(out_dir) / "report.html.tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    ZT_CHECK(out, temporary.string(), ": cannot open for writing");
+    out << render_autotune_html(results, "zerotune autotune: " + out_dir);
+    out.flush();
+    ZT_CHECK(out, temporary.string(), ": write failed (disk full?)");
+  }
+  std::error_code error;
+  fs::rename(temporary, target, error);
+  ZT_CHECK(!error, target.string(), ": cannot rename ", temporary.string(), " to it: ", error.message());
+  return target.string();
 }
 
 std::string write_report(const std::string& out_dir) {

@@ -50,6 +50,13 @@ std::string render_report_html(const MetricsHistory& history, const nlohmann::js
 // temporary file and a rename, so a reader never sees half a page) and returns its path.
 std::string write_report(const std::string& out_dir);
 
+// `zerotune autotune`'s page: OUT/report.html with its experiments (setting, memory predicted /
+// measured, samples/s, TFLOPS; the fastest marked) and samples/s against the micro-batch, one
+// line per ZeRO stage x offload x checkpointing setting, from `results`
+// (OUT/autotuning_results/results.json). Returns its path.
+std::string render_autotune_html(const nlohmann::json& results, const std::string& title);
+std::string write_autotune_report(const std::string& out_dir, const nlohmann::json& results);
+
 // & < > " ' as HTML entities: for text and attribute values.
 std::string html_escape(std::string_view text);
 

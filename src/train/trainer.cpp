@@ -162,14 +162,15 @@ void run_training(TrainConfig config, const RunOptions& options) {
   // What this rank will hold, predicted before anything is allocated (train/memory_model.h):
   // a run that cannot fit stops here, saying what would.
   const int64_t longest_sample = dataset.longest_sample();
+  const int64_t regrowth = activation_regrowth_from(dataset);  // shorter samples: buffers grow later
   const MemoryTarget memory_target = memory_target_of(*backend);
   const MemoryPrediction memory_prediction =
-      predict_memory(config, model_config, world_size, rank, longest_sample, memory_target);
+      predict_memory(config, model_config, world_size, rank, longest_sample, memory_target, regrowth);
   if (const std::optional<int64_t> free = device_bytes_free(*backend)) {
     const int64_t needed = memory_prediction.device_needed() - memory_target.fixed_bytes;  // the fixed part is held
     if (needed > *free) {
       const std::vector<std::string> fits = fitting_memory_choices(
-          config, model_config, world_size, longest_sample, memory_target, *free + memory_target.fixed_bytes);
+          config, model_config, world_size, longest_sample, memory_target, *free + memory_target.fixed_bytes, regrowth);
       std::string choices;
       for (const std::string& fit : fits) choices += "\n  " + fit;
       fail("rank ", rank, " (", backend->name(), "): this run needs about ", format_bytes(memory_prediction.device_needed()),
@@ -279,6 +280,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
     run["zero_layout"] = layout;  // padded element counts: what the ZeRO formulas apply to
     run["memory_predicted"] = memory_prediction.to_json();
     run["memory_predicted"]["seq_len"] = longest_sample;
+    run["memory_predicted"]["grown_from_seq_len"] = regrowth;
     backend->synchronize();  // discarded chunks given back: the device's figures are settled
     const std::optional<int64_t> used = device_bytes_used(*backend);
     if (used)
@@ -314,6 +316,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
   }
 
   reset_device_peak(*backend);  // mem_device_peak: the peak of the training steps, not of set-up
+  reset_cpu_backend_peak();     // mem_cpu_backend_peak likewise (the CPU backend's buffers)
   const int64_t log_every = options.log_every > 0 ? options.log_every : std::max<int64_t>(1, config.steps_per_print);
   // Rank 0's console: the step lines (a progress bar on a terminal) and every other message.
   std::optional<ConsoleProgress> console;
@@ -400,6 +403,8 @@ void run_training(TrainConfig config, const RunOptions& options) {
       nlohmann::json record = metrics_json(metrics);
       if (const std::optional<DeviceMemory> memory = device_memory(*backend))
         record["mem_device_store_peak"] = memory->store_peak;  // ZeRO's flat parameter + gradient buffers
+      if (backend->device() == Device::CPU)  // the CPU backend's buffers: what the memory model's host peak predicts
+        record["mem_cpu_backend_peak"] = cpu_backend_memory().peak;
       const CommStats& comm_after = control->stats();
       nlohmann::json sent;  // bytes rank 0 sent in this step, by collective
       for (int kind = 0; kind < kCollectiveKinds; ++kind)

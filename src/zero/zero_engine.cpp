@@ -925,6 +925,18 @@ void ZeroEngine::refresh_unit_params(int unit) {
 
 // ---- accounting ----------------------------------------------------------------------------------
 
+ZeroEngine::BufferAddresses ZeroEngine::buffer_addresses() const {
+  BufferAddresses addresses;
+  for (const auto& s : groups_) {
+    if (!s) continue;
+    for (const Buffer* buffer : {&s->compute_partition, &s->host_compute})
+      if (buffer->data()) addresses.parameters.push_back(buffer->data());
+    for (const Buffer* buffer : {&s->grad_partition, &s->host_grad})
+      if (buffer->data()) addresses.gradients.push_back(buffer->data());
+  }
+  return addresses;
+}
+
 ZeroMemory ZeroEngine::memory() const {
   ZeroMemory m;
   int64_t all_numel = 0, trainable_numel = 0, trainable_partition = 0;

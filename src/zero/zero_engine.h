@@ -169,6 +169,13 @@ class ZeroEngine final : public UnitHooks {
   void refresh_params_from_master();
 
   ZeroMemory memory() const;
+  // Where this rank's own buffers are, by what they hold (the memory model names its counted
+  // bytes with them): the compute-dtype parameter partitions (device, or host with offload) and
+  // the reduced gradient partitions (device, and their host copy with offload).
+  struct BufferAddresses {
+    std::vector<const void*> parameters, gradients;
+  };
+  BufferAddresses buffer_addresses() const;
   // Expected bytes sent per step for `accumulation` micro-batches (stage 3: with every
   // non-persistent unit gathered twice per micro-batch, i.e. stage3_max_reuse_distance 0).
   ZeroCommPlan comm_plan(int64_t accumulation) const;

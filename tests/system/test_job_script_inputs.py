@@ -49,6 +49,7 @@ def main():
                 (name, "ZT_BIN not executable", {"ZT_BIN": "/nonexistent/zerotune"}, ["ZT_BIN=", "no such executable"]),
                 (name, "ZT_CPU_BIND unknown", {"ZT_CPU_BIND": "sockets"}, ["ZT_CPU_BIND=", "cores or none"]),
                 (name, "ZT_PREFLIGHT unknown", {"ZT_PREFLIGHT": "yes"}, ["ZT_PREFLIGHT=", "1 (run zerotune selftest first) or 0"]),
+                (name, "ZT_AUTOTUNE unknown", {"ZT_AUTOTUNE": "yes"}, ["ZT_AUTOTUNE=", "1 (run zerotune autotune first"]),
             ]
         cases += [
             ("slurm", "outside Slurm", {"SLURM_JOB_ID": None}, ["SLURM_JOB_ID is not set", "sbatch"]),

@@ -3,8 +3,11 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <cblas.h>
+#include <malloc.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+#include <atomic>
 
 #include <cerrno>
 #include <cmath>
@@ -64,6 +67,17 @@ const int64_t* i64_arg(const char* op, const char* arg, const Tensor& tensor) {
 
 // ---- memory -------------------------------------------------------------------------------
 
+namespace {
+std::atomic<int64_t> cpu_bytes_in_use{0}, cpu_bytes_peak{0};  // cpu_backend_memory()
+
+void count_cpu_bytes(int64_t delta) {
+  const int64_t now = cpu_bytes_in_use.fetch_add(delta) + delta;
+  int64_t peak = cpu_bytes_peak.load();
+  while (now > peak && !cpu_bytes_peak.compare_exchange_weak(peak, now)) {
+  }
+}
+}  // namespace
+
 CpuBackend::CpuBackend(HostAllocator allocator) : allocator_(std::move(allocator)) {
   ZT_CHECK(static_cast<bool>(allocator_.allocate) == static_cast<bool>(allocator_.release),
            "make_cpu_backend: the host allocator must set both allocate and release, or neither (got ",
@@ -85,6 +99,7 @@ void* CpuBackend::allocate(size_t bytes) {
   const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
   void* pointer = std::aligned_alloc(kAlignment, rounded);
   ZT_CHECK(pointer != nullptr, "cpu backend: cannot allocate ", bytes, " bytes of host memory");
+  count_cpu_bytes(static_cast<int64_t>(malloc_usable_size(pointer)));
   return pointer;
 }
 
@@ -92,6 +107,7 @@ void CpuBackend::release(void* pointer) {
   if (allocator_.release) {
     allocator_.release(pointer);
   } else {
+    if (pointer) count_cpu_bytes(-static_cast<int64_t>(malloc_usable_size(pointer)));
     std::free(pointer);
   }
 }
@@ -444,6 +460,10 @@ void CpuBackend::embedding_backward(Tensor dtable, Tensor dout, Tensor ids) {
 }
 
 }  // namespace cpu
+
+CpuBackendMemory cpu_backend_memory() { return {cpu::cpu_bytes_in_use.load(), cpu::cpu_bytes_peak.load()}; }
+
+void reset_cpu_backend_peak() { cpu::cpu_bytes_peak.store(cpu::cpu_bytes_in_use.load()); }
 
 std::unique_ptr<Backend> make_cpu_backend(HostAllocator allocator) {
   return std::make_unique<cpu::CpuBackend>(std::move(allocator));
