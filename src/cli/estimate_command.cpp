@@ -58,6 +58,7 @@ struct RunShape {
   int64_t seq_len = 512;
   int64_t micro_batch = 1;
   bool activation_checkpointing = false;
+  bool offload_activations = false;  // with checkpointing: the block inputs in host memory
   TrainConfig base;  // --deepspeed's settings (else the defaults), which the fields above override
   MemoryTarget target = typical_gpu_target();  // --device: the allocator the memory model counts for
   int64_t grown_from_seq_len = 0;  // --data with samples of varied lengths (memory_model.h)
@@ -77,7 +78,9 @@ TrainConfig row_config(const RunShape& shape, const ZeroMemoryInputs& base, cons
   config.zero.stage3_prefetch_bucket_size = base.stage3_prefetch_bucket_size;
   Choice with_checkpointing = choice;
   with_checkpointing.activation_checkpointing = activation_checkpointing;
-  return with_choice(config, with_checkpointing);
+  config = with_choice(config, with_checkpointing);
+  config.offload_activations = activation_checkpointing && shape.offload_activations;
+  return config;
 }
 
 // Bytes in the largest binary unit that keeps the number >= 1 (tiny test models print KiB).
@@ -318,8 +321,12 @@ nlohmann::ordered_json max_seq_len_report(const ModelSummary& model, const RunSh
   report["device_memory_bytes"] = memories;
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   for (const Choice& choice : zero_offload_choices(base.fused_optimizer)) {
-    for (bool checkpointing : {false, true}) {
-      const TrainConfig config = row_config(shape, base, choice, compute_dtype, checkpointing);
+    // Without checkpointing, with it, and with it and the block inputs offloaded.
+    for (int mode = 0; mode < 3; ++mode) {
+      const bool checkpointing = mode > 0;
+      RunShape mode_shape = shape;
+      mode_shape.offload_activations = mode == 2;
+      const TrainConfig config = row_config(mode_shape, base, choice, compute_dtype, checkpointing);
       nlohmann::ordered_json longest = nlohmann::ordered_json::array();
       for (int64_t memory : memories)
         longest.push_back(
@@ -331,6 +338,7 @@ nlohmann::ordered_json max_seq_len_report(const ModelSummary& model, const RunSh
                       {"offload_optimizer", device_name(choice.offload_optimizer)},
                       {"offload_param", device_name(choice.offload_params)},
                       {"activation_checkpointing", checkpointing},
+                      {"offload_activations", mode == 2},
                       {"one_token_bytes", floor},
                       {"longest_seq_len", longest}});
     }
@@ -360,7 +368,9 @@ std::string format_max_seq_len(const nlohmann::ordered_json& report) {
     char line[200];
     std::snprintf(line, sizeof line, "%-5d %-11s %-13s %-13s | %13s |", row["stage"].get<int>(),
                   row["offload_optimizer"].get<std::string>().c_str(), row["offload_param"].get<std::string>().c_str(),
-                  row["activation_checkpointing"].get<bool>() ? "yes" : "no",
+                  row["offload_activations"].get<bool>()        ? "yes+offload"
+                  : row["activation_checkpointing"].get<bool>() ? "yes"
+                                                                : "no",
                   bytes_text(row["one_token_bytes"].get<int64_t>()).c_str());
     std::string out = line;
     for (const auto& longest : row["longest_seq_len"]) {
@@ -420,6 +430,8 @@ int command_estimate(const std::vector<std::string>& args) {
       ("micro-batch", po::value(&shape.micro_batch)->default_value(1), "with --model: train_micro_batch_size_per_gpu")
       ("activation-checkpointing", po::bool_switch(&shape.activation_checkpointing),
        "with --model: recompute blocks in backward")
+      ("offload-activations", po::bool_switch(&shape.offload_activations),
+       "with --activation-checkpointing: the saved block inputs in pinned host memory (the rows with checkpointing)")
       ("deepspeed", po::value(&deepspeed_path), "DeepSpeed JSON: micro-batch, precision, optimizer and bucket sizes "
        "(the flags above win; every ZeRO stage and offload is estimated whatever it says)")
       ("max-seq-len", po::bool_switch(&max_seq_len_mode), "with --model and --device-memory: the longest sequence each "
@@ -446,6 +458,9 @@ int command_estimate(const std::vector<std::string>& args) {
   ZT_CHECK(!values.count("lora-targets") || lora_r > 0, "--lora-targets was given without --lora-r (the LoRA rank)");
   ZT_CHECK(shape.seq_len >= 1, "--seq-len = ", shape.seq_len, ": must be >= 1");
   ZT_CHECK(shape.micro_batch >= 1, "--micro-batch = ", shape.micro_batch, ": must be >= 1");
+  ZT_CHECK(!shape.offload_activations || shape.activation_checkpointing,
+           "--offload-activations needs --activation-checkpointing: it moves the block inputs that checkpointing "
+           "keeps to host memory");
   ZT_CHECK(have_model || (values["seq-len"].defaulted() && values["micro-batch"].defaulted() &&
                           !shape.activation_checkpointing),
            "--seq-len, --micro-batch and --activation-checkpointing go with --model (the run's activations come from "

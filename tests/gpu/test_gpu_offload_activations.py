@@ -89,10 +89,11 @@ def main():
 
             def predicted(offload):
                 command = [args.zerotune, "estimate", "--model", model, "--seq-len", "48", "--micro-batch", "4",
-                           "--compute-dtype", "bf16", "--activation-checkpointing", "--json"]
+                           "--compute-dtype", "bf16", "--activation-checkpointing", "--device", "cuda", "--json"]
                 command += ["--offload-activations"] if offload else []
                 report_json = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
-                return report_json["zerotune_run"]["peak_device_bytes"] if "zerotune_run" in report_json else None
+                stage0 = report_json["rows"][0]  # ZeRO-0, no offload: the runs above
+                return stage0["zerotune_run"]["device_peak_bytes"]
 
             saved_measured = peak_plain - peak_offload
             plain, offloaded = predicted(False), predicted(True)
