@@ -7,7 +7,6 @@
 #include <exception>
 
 #include "zero/rank_major.h"
-#include "zero/sign_exchange.h"
 
 namespace zt {
 
@@ -39,9 +38,6 @@ struct ZeroEngine::GroupState {
   Buffer compute_partition;     // param dtype [P] device: the master in the compute dtype (what stages 1-3
                                 // all-gather from), or stage 3's frozen slices
   Buffer staging_in, staging_out;  // fp32 [W*S], [S]: gradient bucket staging (grown as needed)
-  std::unique_ptr<SignExchange> exchange;  // a momentum-exchanging optimizer on W > 1 ranks
-  Buffer exchange_scratch;      // fp32 [W*C] on the exchange's backend: the whole momentum, rank-major
-  Buffer exchange_staging;      // fp32 [W*C] device: rank-major packing for an exchange in host memory
 };
 
 // A gradient bucket being reduce-scattered (stage 1-3).
@@ -124,20 +120,9 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
     }
   }
   units_.resize(static_cast<size_t>(store.num_units()));
-  if (exchanges && world_ > 1) {
-    // comm_backend_name "mpi" on a GPU: the signs are packed and sent from host memory.
-    const bool on_host = optimizer.comm_backend_name == "mpi" && backend_.device() != Device::CPU;
-    ZT_CHECK(!on_host || host_comm, "optimizer ", optimizer_->name(), ": comm_backend_name \"mpi\" needs the MPI "
-             "communicator");
-    if (on_host) exchange_host_ = backend_.make_pageable_host_backend();
-    for (ParamGroup group : kTrainableGroups) {
-      GroupState& s = state(group);
-      const int64_t chunk = store.group(group).numel / world_;
-      if (chunk)
-        s.exchange = std::make_unique<SignExchange>(on_host ? *exchange_host_ : backend_, on_host ? *host_comm : comm_,
-                                                    chunk);
-    }
-  }
+  if (exchanges)
+    compressed_ = std::make_unique<CompressedReduction>(backend_, comm_, host_comm, store, stage_, *optimizer_,
+                                                        optimizer.comm_backend_name);
   if (fused_ && stage_ >= 1 && world_ > 1) {  // one unit's slice of the largest group range
     int64_t largest = 0;
     for (int unit = 0; unit < store.num_units(); ++unit)
@@ -256,6 +241,7 @@ void ZeroEngine::finish_init() {
 void ZeroEngine::begin_step(int64_t update_number) {
   boundary_ = false;
   exchange_ = optimizer_->momentum_exchange(update_number);
+  local_ = optimizer_->local_step(update_number);
   fused_pass_ = FusedPass::None;
   if (!grads_in_flight_) store_.zero_grads();
   for (ParamGroup group : kTrainableGroups) {
@@ -379,7 +365,7 @@ void ZeroEngine::begin_micro_batch(bool last) { boundary_ = last; }
 // overlap the rest of that backward as well.
 void ZeroEngine::gradients_ready(int unit) {
   if (fused_) return fused_unit_ready(unit);
-  if (exchange_) return;  // the local gradients stay as they are: exchanged at the update
+  if (keeps_local_gradients()) return;  // the local gradients stay as they are: exchanged at the update
   if (stage_ >= 1 && world_ == 1) {  // one rank: nothing to reduce, the unit's gradients are final in place
     if (boundary_)
       for (ParamGroup group : kTrainableGroups)
@@ -482,7 +468,7 @@ void ZeroEngine::reduce_gradients() {
              " needs begin_norm_pass or begin_update_pass before its backward");
     return;
   }
-  if (exchange_) {  // nothing reduced: the gradients of this rank, in the compute dtype as reduced ones would be
+  if (keeps_local_gradients()) {  // nothing reduced: this rank's gradients, in the compute dtype as reduced ones would be
     gradients_finished_ = false;
     if (rounds_)
       for (ParamGroup group : kTrainableGroups)
@@ -540,7 +526,8 @@ Tensor ZeroEngine::gradient_view(ParamGroup group) {
 
 bool ZeroEngine::gradients_overflow() {
   if (fused_) return comm_.all_reduce_max(fused_overflow_ ? 1.0 : 0.0) > 0.0;
-  const double local = backend_.has_inf_or_nan_in(exchange_ ? local_gradient_views() : gradient_views()) ? 1.0 : 0.0;
+  const double local =
+      backend_.has_inf_or_nan_in(keeps_local_gradients() ? local_gradient_views() : gradient_views()) ? 1.0 : 0.0;
   return comm_.all_reduce_max(local) > 0.0;
 }
 
@@ -549,7 +536,8 @@ double ZeroEngine::gradient_norm() {
   // Exchanging momentum, no rank has the reduced gradient: its norm is estimated as the root mean
   // square over the ranks of || W g_local || (exact when every rank's gradient is the same), so
   // that every rank clips alike. DeepSpeed clips each rank by its own local norm.
-  if (exchange_) return std::sqrt(world_ * comm_.all_reduce_sum(backend_.sum_squares_of(local_gradient_views())));
+  if (keeps_local_gradients())
+    return std::sqrt(world_ * comm_.all_reduce_sum(backend_.sum_squares_of(local_gradient_views())));
   double squares = backend_.sum_squares_of(gradient_views());  // one device sync for all groups
   if (stage_ >= 1) squares = comm_.all_reduce_sum(squares);  // stage 0: every rank has the full gradient
   return std::sqrt(squares);
@@ -560,6 +548,7 @@ double ZeroEngine::gradient_norm() {
 void ZeroEngine::apply_update(const OptimizerStep& step) {
   ZT_CHECK(!fused_, "ZeRO: optimizer ", optimizer_->name(), " updates inside backward (begin_update_pass), not after it");
   for (int unit = 0; unit < store_.num_units(); ++unit) finish_prefetch(unit);  // before the host partitions change
+  if (local_) return local_update(step, *local_);
   float grad_divisor = step.grad_divisor;
   if (exchange_) {  // the exchanged momentum stands where the reduced gradients would, already divided
     exchange_momentum(step, *exchange_);
@@ -606,87 +595,56 @@ void ZeroEngine::apply_update(const OptimizerStep& step) {
   if (stage_ == 0 || stage_ == 3) sync_params_after_update();
 }
 
-// ---- momentum exchange (1-bit Adam) --------------------------------------------------------------
-
-Tensor ZeroEngine::on_backend(Backend& target, Tensor source, Buffer& staging) {
-  if (source.device == target.device()) return source;
-  ensure_numel(staging, target, source.numel());
-  Tensor copy = f32_buffer_view(staging, source.numel());
-  backend_.copy(copy, source);  // across devices
-  return copy;
-}
+// ---- the compressed strategy (1-bit Adam, 0/1 Adam) -----------------------------------------------
 
 // Puts, where the reduced gradients of each group would be (gradient_view), this rank's share of
 // the average over the ranks of  momentum_weight m + gradient_weight W g_local / grad_divisor:
 // compressed to signs (SignExchange) on W > 1 ranks, exactly on one.
 void ZeroEngine::exchange_momentum(const OptimizerStep& step, const MomentumExchange& exchange) {
-  const float gradient_weight = exchange.gradient_weight * static_cast<float>(world_) / step.grad_divisor;
   for (ParamGroup group : kTrainableGroups) {
     GroupState& s = state(group);
     if (!s.partition_numel) continue;
-    Tensor grads = store_.group_grads(group);  // fp32 [N]: this rank's gradient sums, natural order
-    Tensor momentum = f32_buffer_view(s.state[exchange.state_index], s.partition_numel);  // fp32 [P]
-    if (world_ == 1) {  // nothing to exchange (DeepSpeed on one GPU too): the update takes b1 m + (1 - b1) g
-      backend_.scale(grads, gradient_weight);
-      backend_.accumulate(grads, on_backend(backend_, momentum, s.exchange_staging), exchange.momentum_weight);
-      continue;
-    }
-    SignExchange& sign_exchange = *s.exchange;
-    Backend& work = sign_exchange.backend();  // the device, or host memory for MPI from a GPU
-    const std::vector<UnitRange>& units = store_.group(group).units;
-    const int64_t total = store_.group(group).numel;  // W*C
-    // A natural-order device tensor [N], rank-major on the exchange's backend (through a device
-    // staging buffer when that is host memory).
-    auto pack_for_exchange = [&](Tensor out, Tensor natural) {
-      if (&work == &backend_) return pack_rank_major(backend_, out, natural, units, world_);
-      ensure_numel(s.exchange_staging, backend_, total);
-      Tensor packed = f32_buffer_view(s.exchange_staging, total);
-      pack_rank_major(backend_, packed, natural, units, world_);
-      backend_.copy(out, packed);
-    };
-    // This rank's vector: gradient_weight W g_local ...
-    Tensor x = sign_exchange.vector();  // fp32 [W*C] rank-major
-    pack_for_exchange(x, grads);
-    work.scale(x, gradient_weight);
-    // ... + momentum_weight m: the last exchange's average, or (its first time: after the warm-up
-    // or a resume) the momentum state itself, gathered whole once. After a resume past the freeze
-    // m is the last average (+-scale per chunk), taken back as such so that the sum is the same.
-    const bool resumed = !sign_exchange.has_average() && optimizer_->momentum_exchange(step.update_number - 1);
-    if (!sign_exchange.has_average()) {
-      ensure_numel(s.exchange_scratch, work, total);
-      Tensor whole = f32_buffer_view(s.exchange_scratch, total);  // fp32 [W*C] rank-major
-      if (stage_ == 0) {  // every rank holds all of m (on the device: no offload at stage 0)
-        pack_for_exchange(whole, momentum);
-      } else {  // m's partitions: this rank's is chunk `rank` (host memory with offload)
-        Tensor own = whole.rows(rank_ * s.partition_numel, s.partition_numel);
-        backend_.copy(own, momentum);
-        sign_exchange.communicator().all_gather(whole, own);
-      }
-      if (resumed) sign_exchange.restore_average(whole);
-      else work.accumulate(x, whole, exchange.momentum_weight);
-    }
-    if (sign_exchange.has_average()) sign_exchange.add_average(x, exchange.momentum_weight);
-    sign_exchange.exchange();
-    // The average where the update reads it: all of it in natural order (stage 0), or this rank's chunk.
-    if (stage_ == 0) {
-      work.fill(x, 0.0f);
-      sign_exchange.add_average(x, 1.0f);
-      unpack_rank_major(backend_, grads, on_backend(backend_, x, s.exchange_staging), units, world_);
-    } else {
-      Tensor mine = x.rows(0, s.partition_numel);
-      work.fill(mine, 0.0f);
-      sign_exchange.add_own_chunk(mine, 1.0f);
-      backend_.copy(gradient_view(group), mine);
-    }
+    compressed_->exchange_momentum(group, store_.group_grads(group), f32_buffer_view(s.state[exchange.state_index],
+                                   s.partition_numel), gradient_view(group), step, exchange);
   }
+}
+
+// A local step: each group's replica updated from this rank's gradients (and synchronised when
+// the step says so); the compute parameters are the replica's, so nothing is gathered.
+void ZeroEngine::local_update(const OptimizerStep& step, const LocalStep& local) {
+  const OptimizerStep with_sum = compressed_->begin_local_update(step, local);
+  for (ParamGroup group : kTrainableGroups) {
+    GroupState& s = state(group);
+    if (!s.partition_numel) continue;
+    std::vector<Tensor> partitions;
+    for (const Buffer& buffer : s.state) partitions.push_back(f32_buffer_view(buffer, s.partition_numel));
+    compressed_->local_step(group, store_.group_grads(group), f32_buffer_view(s.master, s.partition_numel), partitions,
+                            store_.group_params(group), group == ParamGroup::Decay, with_sum, local);
+    if (local.synchronise) update_compute_partition(group, 0, s.partition_numel);
+  }
+  compressed_->end_local_update(local);
 }
 
 std::vector<ZeroEngine::ExchangeViews> ZeroEngine::exchange_views() {
   std::vector<ExchangeViews> views;
-  for (ParamGroup group : kTrainableGroups)
-    if (SignExchange* exchange = state(group).exchange.get())
-      views.push_back({group, exchange->worker_error(), exchange->server_error()});
+  if (compressed_)
+    for (CompressedReduction::Views& view : compressed_->views())
+      views.push_back({view.group, std::move(view.names), std::move(view.buffers)});
   return views;
+}
+
+ZeroEngine::ExchangeScalars ZeroEngine::exchange_scalars() const {
+  if (!compressed_) return {};
+  const CompressedReduction::Scalars scalars = compressed_->scalars();
+  return {scalars.replica, scalars.lr_sum};
+}
+
+void ZeroEngine::exchange_loaded(const ExchangeScalars& scalars) {
+  if (!compressed_) return;
+  compressed_->restore_scalars({scalars.replica, scalars.lr_sum});
+  if (scalars.replica)
+    for (ParamGroup group : kTrainableGroups)
+      if (state(group).partition_numel) compressed_->replica_to_params(group, store_.group_params(group));
 }
 
 void ZeroEngine::update_compute_partitions() {
@@ -987,12 +945,9 @@ ZeroMemory ZeroEngine::memory() const {
   }
   m.master_params = trainable_partition * f;
   m.optimizer_state = static_cast<int64_t>(optimizer_->state_names().size()) * trainable_partition * f;
-  for (ParamGroup group : kTrainableGroups) {  // a momentum exchange's buffers, its scratch included
-    const GroupState& s = *groups_[static_cast<size_t>(group)];
-    if (!s.exchange) continue;
-    const int64_t bytes = s.exchange->bytes() + store_.group(group).numel * f;
-    if (exchange_host_) m.host_bytes += bytes;
-    else m.optimizer_state += bytes;
+  if (compressed_) {  // the compressed strategy's buffers: exchanges, scratch, 0/1 Adam's replica
+    if (compressed_->in_host_memory()) m.host_bytes += compressed_->bytes();
+    else m.optimizer_state += compressed_->bytes();
   }
   for (const std::vector<Buffer>& buffers : tensor_state_)  // per-tensor state, whole on every rank
     for (const Buffer& buffer : buffers) m.optimizer_state += static_cast<int64_t>(buffer.bytes());

@@ -49,6 +49,7 @@
 #include "model/param_store.h"
 #include "optim/optimizer.h"
 #include "optim/optimizer_config.h"
+#include "zero/compressed_reduction.h"
 #include "zero/zero_config.h"
 
 namespace zt {
@@ -157,14 +158,24 @@ class ZeroEngine final : public UnitHooks {
   };
   std::vector<TensorStateViews> tensor_state_views();
   int partition_count() const { return stage_ == 0 ? 1 : world_; }
-  // A momentum exchange's error feedback on this rank (its own, whatever the stage), per
-  // trainable group; empty when the optimizer exchanges nothing or the job has one rank.
+  // The compressed strategy's buffers on this rank (its own, whatever the stage), per trainable
+  // group by name: a momentum exchange's error feedback ("worker_error" fp32 [W*C],
+  // "server_error" [C]) and 0/1 Adam's replica ("replica_param", "replica_exp_avg", ...,
+  // fp32 [N] rank-major); empty when the optimizer exchanges nothing or there is nothing to keep.
+  // The scalars go with them; after loading both, exchange_loaded() (the compute parameters are
+  // the replica's while local steps run).
   struct ExchangeViews {
     ParamGroup group;
-    Tensor worker_error;  // fp32 [W*C]
-    Tensor server_error;  // fp32 [C]
+    std::vector<std::string> names;
+    std::vector<Tensor> buffers;
   };
   std::vector<ExchangeViews> exchange_views();
+  struct ExchangeScalars {
+    bool replica = false;  // local steps began: the replica is this rank's model
+    double lr_sum = 0.0;   // lr summed over the local steps since the ranks last synchronised
+  };
+  ExchangeScalars exchange_scalars() const;
+  void exchange_loaded(const ExchangeScalars& scalars);
   int partition_index() const { return stage_ == 0 ? 0 : rank_; }
   void refresh_params_from_master();
 
@@ -220,7 +231,8 @@ class ZeroEngine final : public UnitHooks {
   void fused_unit_ready(int unit);  // a fused optimizer's work on a unit whose gradient is complete
   void refresh_unit_params(int unit);  // after a fused update: the unit's compute parameters
   void exchange_momentum(const OptimizerStep& step, const MomentumExchange& exchange);
-  Tensor on_backend(Backend& target, Tensor source, Buffer& staging);  // source itself, or a copy on target
+  void local_update(const OptimizerStep& step, const LocalStep& local);
+  bool keeps_local_gradients() const { return exchange_.has_value() || local_.has_value(); }
 
   Backend& backend_;
   Communicator& comm_;
@@ -236,6 +248,8 @@ class ZeroEngine final : public UnitHooks {
   bool grads_in_flight_ = false;  // no resident gradient buffer: units' ranges committed as backward writes them
   bool reduce_per_micro_batch_ = false;  // stage 2/3 on several ranks: each micro-batch's unit gradients reduced
   std::optional<MomentumExchange> exchange_;  // this step exchanges momentum instead of reducing gradients
+  std::optional<LocalStep> local_;            // this step is a local step (no reduction at all)
+  std::unique_ptr<CompressedReduction> compressed_;  // the optimizer exchanges momentum: the compressed strategy
   enum class FusedPass { None, Norm, Update };
   FusedPass fused_pass_ = FusedPass::None;
   OptimizerStep fused_step_;
@@ -246,7 +260,6 @@ class ZeroEngine final : public UnitHooks {
   bool rounds_ = false;  // compute dtype bf16/fp16
   std::unique_ptr<Backend> host_;        // offload_optimizer: the host memory and the host update
   std::unique_ptr<Backend> param_host_;  // offload_param: host memory of the parameter partitions
-  std::unique_ptr<Backend> exchange_host_;  // a momentum exchange over MPI from a GPU: its host memory
   std::vector<std::unique_ptr<GroupState>> groups_;  // [kParamGroups]
   std::vector<std::vector<Buffer>> tensor_state_;    // [store entries]: each trainable tensor's per-tensor
                                                      // state, fp32, Optimizer::tensor_state(shape) order

@@ -1,0 +1,97 @@
+// The compressed strategy of gradient reduction (1-bit Adam, 0/1 Adam): instead of reducing the
+// gradients, the ranks average a vector the optimizer names, compressed to signs with error
+// feedback (zero/sign_exchange.h), one exchange per trainable group:
+//   momentum exchange (Optimizer::momentum_exchange): every rank's
+//     momentum_weight m + gradient_weight W g_local / grad_divisor; this rank's share of the average
+//     is what the update takes in place of reduced gradients;
+//   local steps (Optimizer::local_step): no communication; each rank updates a whole replica of
+//     the parameters and optimizer state of its own from its local gradient, and on synchronising
+//     steps the ranks average Optimizer::synchronisation_input; the synchronised replica is
+//     written back to the ZeRO partitions.
+// Vectors are rank-major (chunk c = rank c's partition, param_store.h) at every stage, so every
+// stage computes the same exchange. The buffers live where the exchange runs: the device with
+// comm_backend_name "nccl", host memory with "mpi" on a GPU.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/buffer.h"
+#include "comm/communicator.h"
+#include "model/param_store.h"
+#include "optim/optimizer.h"
+#include "zero/sign_exchange.h"
+
+namespace zt {
+
+class CompressedReduction {
+ public:
+  // `device`: the compute backend (the store's); `comm`: its communicator; `host_comm`: MPI over
+  // host buffers (for "mpi" from a GPU). stage: the ZeRO stage (0: the engine's partitions are
+  // whole, in the store's order; else partition r is chunk r).
+  CompressedReduction(Backend& device, Communicator& comm, Communicator* host_comm, const ParamStore& store, int stage,
+                      const Optimizer& optimizer, const std::string& comm_backend_name);
+  ~CompressedReduction();
+
+  // Puts into `reduced` (this rank's share: the whole group at stage 0, else partition [P]) the
+  // average over the ranks of  momentum_weight m + gradient_weight W grads / grad_divisor.
+  // grads: this rank's gradient sums [N] (device, natural order); momentum: the optimizer's
+  // m partition (its state buffer, maybe in host memory).
+  void exchange_momentum(ParamGroup group, Tensor grads, Tensor momentum, Tensor reduced, const OptimizerStep& step,
+                         const MomentumExchange& exchange);
+
+  // One local step of `group` (see above): grads [N] this rank's gradient sums (device, natural
+  // order); master [P] and state [P] each the engine's partition buffers (written back when the
+  // step synchronises); params [N] the store's compute parameters (the replica, rounded).
+  void local_step(ParamGroup group, Tensor grads, Tensor master, const std::vector<Tensor>& state, Tensor params,
+                  bool decay, const OptimizerStep& step, const LocalStep& local);
+  // Before the groups' local_step calls of one update / after them.
+  OptimizerStep begin_local_update(const OptimizerStep& step, const LocalStep& local);
+  void end_local_update(const LocalStep& local);
+
+  // Checkpoints: this rank's buffers per group by name (error feedback, the replica), and the
+  // scalars that go with them. After loading them with a replica in use, the compute parameters
+  // are the replica's (replica_to_params).
+  struct Views {
+    ParamGroup group;
+    std::vector<std::string> names;
+    std::vector<Tensor> buffers;
+  };
+  std::vector<Views> views();
+  struct Scalars {
+    bool replica = false;  // the replica is in use (local steps began)
+    double lr_sum = 0.0;   // lr summed over the local steps since the last synchronisation
+  };
+  Scalars scalars() const { return {replica_valid_, lr_sum_}; }
+  void restore_scalars(const Scalars& scalars);
+  // params [N] (the store's compute parameters of `group`) = the replica's, rounded.
+  void replica_to_params(ParamGroup group, Tensor params);
+
+  int64_t bytes() const;  // every buffer, on whichever backend it lives
+  bool in_host_memory() const { return host_ != nullptr; }
+
+ private:
+  struct Group;
+  Group& group(ParamGroup group);
+  Backend& work();  // where the vectors live
+  Communicator& work_comm();
+  void to_rank_major(Group& g, Tensor out, Tensor natural);      // device natural [N] -> work rank-major [N]
+  void from_rank_major(Group& g, Tensor natural, Tensor rank_major);  // work rank-major -> device natural
+  void gather_whole(Group& g, Tensor out, Tensor partition);     // the engine's partitions -> work rank-major [N]
+  void scatter_whole(Group& g, Tensor partition, Tensor whole);  // this rank's share of a rank-major [N]
+  void enter_replica(Group& g, Tensor master, const std::vector<Tensor>& state);
+
+  Backend& device_;
+  Communicator& comm_;
+  Communicator* host_comm_;
+  const ParamStore& store_;
+  const Optimizer& optimizer_;
+  int stage_, world_, rank_;
+  std::unique_ptr<Backend> host_;  // "mpi" from a GPU: the exchange's host memory
+  std::vector<std::unique_ptr<Group>> groups_;  // [kParamGroups]
+  bool replica_valid_ = false;
+  double lr_sum_ = 0.0;
+};
+
+}  // namespace zt
