@@ -1,6 +1,8 @@
 // CompressedReduction (see compressed_reduction.h).
 #include "zero/compressed_reduction.h"
 
+#include <cmath>
+
 #include "core/error.h"
 #include "zero/rank_major.h"
 
@@ -26,23 +28,25 @@ struct CompressedReduction::Group {
   std::vector<Buffer> replica;  // fp32 [N] work each: param, then state_names() + local_state_names()
 };
 
-CompressedReduction::CompressedReduction(Backend& device, Communicator& comm, Communicator* host_comm,
-                                         const ParamStore& store, int stage, const Optimizer& optimizer,
-                                         const std::string& comm_backend_name)
-    : device_(device), comm_(comm), host_comm_(host_comm), store_(store), optimizer_(optimizer), stage_(stage),
-      world_(comm.size()), rank_(comm.rank()) {
+CompressedReduction::CompressedReduction(const ReductionContext& context, std::unique_ptr<GradientReduction> exact,
+                                         const Optimizer& optimizer, const std::string& comm_backend_name,
+                                         Communicator* host_comm)
+    : context_(context), exact_(std::move(exact)), device_(*context.backend), comm_(*context.comm), host_comm_(host_comm),
+      store_(*context.store), optimizer_(optimizer), stage_(context.stage), world_(context.world), rank_(context.rank) {
+  ZT_CHECK(stage_ <= 2, "optimizer ", optimizer.name(), " exchanges each rank's whole momentum and gradient, which ZeRO "
+           "stage 3 never holds: use zero_optimization.stage 0, 1 or 2");
   // comm_backend_name "mpi" on a GPU: the signs are packed and sent from host memory.
-  const bool on_host = comm_backend_name == "mpi" && device.device() != Device::CPU && world_ > 1;
+  const bool on_host = comm_backend_name == "mpi" && device_.device() != Device::CPU && world_ > 1;
   ZT_CHECK(!on_host || host_comm, "optimizer ", optimizer.name(), ": comm_backend_name \"mpi\" needs the MPI communicator");
-  if (on_host) host_ = device.make_pageable_host_backend();
+  if (on_host) host_ = device_.make_pageable_host_backend();
   const size_t replica_buffers =
       optimizer.local_state_names().empty() ? 0 : 1 + optimizer.state_names().size() + optimizer.local_state_names().size();
   for (int g = 0; g < kParamGroups; ++g) {
     auto state = std::make_unique<Group>();
     const ParamGroup param_group = static_cast<ParamGroup>(g);
     if (param_group != ParamGroup::Frozen) {
-      state->numel = store.group(param_group).numel;
-      state->units = store.group(param_group).units;
+      state->numel = store_.group(param_group).numel;
+      state->units = store_.group(param_group).units;
       if (state->numel && world_ > 1)
         state->exchange = std::make_unique<SignExchange>(work(), work_comm(), state->numel / world_);
       for (size_t k = 0; state->numel && k < replica_buffers; ++k) {
@@ -103,6 +107,81 @@ void CompressedReduction::scatter_whole(Group& g, Tensor partition, Tensor whole
   device_.copy(partition, whole.rows(rank_ * own, own));
 }
 
+// ---- the step -------------------------------------------------------------------------------------
+
+void CompressedReduction::begin_step(int64_t update_number) {
+  exchange_ = optimizer_.momentum_exchange(update_number);
+  local_ = optimizer_.local_step(update_number);
+  last_ = false;
+  exact_->begin_step(update_number);
+}
+
+void CompressedReduction::begin_micro_batch(bool last) {
+  last_ = last;
+  exact_->begin_micro_batch(last);
+}
+
+void CompressedReduction::unit_ready(int unit) {
+  if (!keeps_local()) exact_->unit_ready(unit);  // else the local gradients stay as they are
+}
+
+void CompressedReduction::end_micro_batch() {
+  if (!keeps_local()) exact_->end_micro_batch();
+}
+
+std::vector<Tensor> CompressedReduction::local_gradients() {
+  std::vector<Tensor> views;
+  for (ParamGroup group : kTrainableGroups)
+    if (store_.group(group).numel) views.push_back(store_.group_grads(group));
+  return views;
+}
+
+// Nothing reduced: this rank's gradients, in the compute dtype as reduced ones would be.
+bool CompressedReduction::finish() {
+  if (!keeps_local()) return exact_->finish();
+  if (context_.compute_dtype != DType::F32)
+    for (Tensor grads : local_gradients()) device_.round_to(grads, context_.compute_dtype);
+  return false;
+}
+
+// No rank has the reduced gradient: its norm is estimated as the root mean square over the ranks
+// of || W g_local || (exact when every rank's gradient is the same), so that every rank clips
+// alike. DeepSpeed clips each rank by its own local norm.
+double CompressedReduction::gradient_norm() {
+  if (!keeps_local()) return exact_->gradient_norm();
+  return std::sqrt(world_ * comm_.all_reduce_sum(device_.sum_squares_of(local_gradients())));
+}
+
+bool CompressedReduction::overflow() {
+  if (!keeps_local()) return exact_->overflow();
+  return comm_.all_reduce_max(device_.has_inf_or_nan_in(local_gradients()) ? 1.0 : 0.0) > 0.0;
+}
+
+UpdateSource CompressedReduction::prepare_update(const OptimizerStep& step, std::span<const GroupPartitions> groups) {
+  if (local_) {  // each group's replica updated (and synchronised when the step says so)
+    OptimizerStep with_sum = step;
+    if (local_->first)  // DeepSpeed zeroes the error feedback once, when the variance freezes
+      for (auto& g : groups_)
+        if (g->exchange) {
+          work().fill(g->exchange->worker_error(), 0.0f);
+          work().fill(g->exchange->server_error(), 0.0f);
+        }
+    if (!replica_valid_) lr_sum_ = 0.0;
+    lr_sum_ += step.lr;
+    with_sum.local_lr_sum = lr_sum_;
+    for (const GroupPartitions& partitions : groups)
+      local_step(partitions, store_.group_grads(partitions.group), with_sum, *local_);
+    replica_valid_ = true;
+    if (local_->synchronise) lr_sum_ = 0.0;
+    return UpdateSource::Done;
+  }
+  if (!exchange_) return UpdateSource::Reduced;
+  for (const GroupPartitions& partitions : groups)
+    exchange_momentum(partitions.group, store_.group_grads(partitions.group), partitions.state[exchange_->state_index],
+                      reduced(partitions.group), step, *exchange_);
+  return UpdateSource::Exchanged;
+}
+
 // ---- momentum exchange (1-bit Adam; 0/1 Adam's compressed gradients) ----------------------------------
 
 void CompressedReduction::exchange_momentum(ParamGroup param_group, Tensor grads, Tensor momentum, Tensor reduced,
@@ -159,45 +238,27 @@ void CompressedReduction::exchange_momentum(ParamGroup param_group, Tensor grads
 
 // ---- local steps (0/1 Adam) -----------------------------------------------------------------------
 
-OptimizerStep CompressedReduction::begin_local_update(const OptimizerStep& step, const LocalStep& local) {
-  if (local.first)  // DeepSpeed zeroes the error feedback once, when the variance freezes
-    for (auto& g : groups_)
-      if (g->exchange) {
-        work().fill(g->exchange->worker_error(), 0.0f);
-        work().fill(g->exchange->server_error(), 0.0f);
-      }
-  if (!replica_valid_) lr_sum_ = 0.0;
-  lr_sum_ += step.lr;
-  OptimizerStep with_sum = step;
-  with_sum.local_lr_sum = lr_sum_;
-  return with_sum;
-}
-
-void CompressedReduction::end_local_update(const LocalStep& local) {
-  replica_valid_ = true;
-  if (local.synchronise) lr_sum_ = 0.0;
-}
-
 // The replica from the engine's partitions (the last synchronised state), the local-only state zero.
-void CompressedReduction::enter_replica(Group& g, Tensor master, const std::vector<Tensor>& state) {
-  gather_whole(g, f32_view(g.replica[0], g.numel), master);
-  for (size_t k = 0; k < state.size(); ++k) gather_whole(g, f32_view(g.replica[1 + k], g.numel), state[k]);
-  for (size_t k = 1 + state.size(); k < g.replica.size(); ++k) work().fill(f32_view(g.replica[k], g.numel), 0.0f);
+void CompressedReduction::enter_replica(Group& g, const GroupPartitions& partitions) {
+  gather_whole(g, f32_view(g.replica[0], g.numel), partitions.master);
+  const size_t states = partitions.state.size();
+  for (size_t k = 0; k < states; ++k) gather_whole(g, f32_view(g.replica[1 + k], g.numel), partitions.state[k]);
+  for (size_t k = 1 + states; k < g.replica.size(); ++k) work().fill(f32_view(g.replica[k], g.numel), 0.0f);
 }
 
-void CompressedReduction::local_step(ParamGroup param_group, Tensor grads, Tensor master, const std::vector<Tensor>& state,
-                                     Tensor params, bool decay, const OptimizerStep& step, const LocalStep& local) {
-  Group& g = group(param_group);
+void CompressedReduction::local_step(const GroupPartitions& partitions, Tensor grads, const OptimizerStep& step,
+                                     const LocalStep& local) {
+  Group& g = group(partitions.group);
   Backend& w = work();
   ZT_CHECK(!g.replica.empty(), "optimizer ", optimizer_.name(), " takes local steps but has no local state");
-  if (!replica_valid_) enter_replica(g, master, state);
+  if (!replica_valid_) enter_replica(g, partitions);
   // The local gradient, scaled as the reduced one would be: W g_local / grad_divisor.
   ensure_numel(g.scratch, w, g.numel);
   Tensor gradient = f32_view(g.scratch, g.numel);  // fp32 [N] rank-major
   to_rank_major(g, gradient, grads);
   w.scale(gradient, static_cast<float>(world_) / step.grad_divisor);
   OptimizerPiece piece;
-  piece.decay = decay;
+  piece.decay = partitions.group == ParamGroup::Decay;
   piece.param = f32_view(g.replica[0], g.numel);
   piece.grad = gradient;
   for (size_t k = 1; k < g.replica.size(); ++k) piece.state.push_back(f32_view(g.replica[k], g.numel));
@@ -214,10 +275,10 @@ void CompressedReduction::local_step(ParamGroup param_group, Tensor grads, Tenso
     }
     optimizer_.synchronise(w, piece, average, step);
     // The synchronised replica is the same on every rank: it is the partitions' state again.
-    scatter_whole(g, master, piece.param);
-    for (size_t k = 0; k < state.size(); ++k) scatter_whole(g, state[k], piece.state[k]);
+    scatter_whole(g, partitions.master, piece.param);
+    for (size_t k = 0; k < partitions.state.size(); ++k) scatter_whole(g, partitions.state[k], piece.state[k]);
   }
-  from_rank_major(g, params, piece.param);  // fp32 -> compute dtype
+  from_rank_major(g, partitions.params, piece.param);  // fp32 -> compute dtype
 }
 
 // ---- checkpoints ----------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
-// The compressed strategy of gradient reduction (1-bit Adam, 0/1 Adam): instead of reducing the
-// gradients, the ranks average a vector the optimizer names, compressed to signs with error
-// feedback (zero/sign_exchange.h), one exchange per trainable group:
+// The compressed strategy of gradient reduction (1-bit Adam, 0/1 Adam; gradient_reduction.h): in
+// the steps where the optimizer asks for it, instead of reducing the gradients the ranks average
+// a vector the optimizer names, compressed to signs with error feedback (zero/sign_exchange.h),
+// one exchange per trainable group; the other steps reduce as the stage's exact strategy does:
 //   momentum exchange (Optimizer::momentum_exchange): every rank's
 //     momentum_weight m + gradient_weight W g_local / grad_divisor; this rank's share of the average
 //     is what the update takes in place of reduced gradients;
@@ -21,34 +22,32 @@
 #include "comm/communicator.h"
 #include "model/param_store.h"
 #include "optim/optimizer.h"
+#include "zero/gradient_reduction.h"
 #include "zero/sign_exchange.h"
 
 namespace zt {
 
-class CompressedReduction {
+class CompressedReduction final : public GradientReduction {
  public:
-  // `device`: the compute backend (the store's); `comm`: its communicator; `host_comm`: MPI over
-  // host buffers (for "mpi" from a GPU). stage: the ZeRO stage (0: the engine's partitions are
-  // whole, in the store's order; else partition r is chunk r).
-  CompressedReduction(Backend& device, Communicator& comm, Communicator* host_comm, const ParamStore& store, int stage,
-                      const Optimizer& optimizer, const std::string& comm_backend_name);
-  ~CompressedReduction();
+  // `exact`: the stage's strategy for the steps that reduce gradients. host_comm: MPI over host
+  // buffers (for "mpi" from a GPU).
+  CompressedReduction(const ReductionContext& context, std::unique_ptr<GradientReduction> exact,
+                      const Optimizer& optimizer, const std::string& comm_backend_name, Communicator* host_comm);
+  ~CompressedReduction() override;
 
-  // Puts into `reduced` (this rank's share: the whole group at stage 0, else partition [P]) the
-  // average over the ranks of  momentum_weight m + gradient_weight W grads / grad_divisor.
-  // grads: this rank's gradient sums [N] (device, natural order); momentum: the optimizer's
-  // m partition (its state buffer, maybe in host memory).
-  void exchange_momentum(ParamGroup group, Tensor grads, Tensor momentum, Tensor reduced, const OptimizerStep& step,
-                         const MomentumExchange& exchange);
-
-  // One local step of `group` (see above): grads [N] this rank's gradient sums (device, natural
-  // order); master [P] and state [P] each the engine's partition buffers (written back when the
-  // step synchronises); params [N] the store's compute parameters (the replica, rounded).
-  void local_step(ParamGroup group, Tensor grads, Tensor master, const std::vector<Tensor>& state, Tensor params,
-                  bool decay, const OptimizerStep& step, const LocalStep& local);
-  // Before the groups' local_step calls of one update / after them.
-  OptimizerStep begin_local_update(const OptimizerStep& step, const LocalStep& local);
-  void end_local_update(const LocalStep& local);
+  void begin_step(int64_t update_number) override;
+  void begin_micro_batch(bool last) override;
+  void unit_ready(int unit) override;
+  void end_micro_batch() override;
+  bool finish() override;
+  Tensor reduced(ParamGroup group) override { return exact_->reduced(group); }
+  double gradient_norm() override;
+  bool overflow() override;
+  UpdateSource prepare_update(const OptimizerStep& step, std::span<const GroupPartitions> groups) override;
+  Tensor reduce_unit(Tensor grads, Tensor scratch) override { return exact_->reduce_unit(grads, scratch); }
+  int64_t gradient_bytes() const override { return exact_->gradient_bytes(); }
+  int64_t staging_bytes() const override { return exact_->staging_bytes(); }
+  CompressedReduction* compressed() override { return this; }
 
   // Checkpoints: this rank's buffers per group by name (error feedback, the replica), and the
   // scalars that go with them. After loading them with a replica in use, the compute parameters
@@ -74,20 +73,36 @@ class CompressedReduction {
  private:
   struct Group;
   Group& group(ParamGroup group);
+  bool keeps_local() const { return exchange_.has_value() || local_.has_value(); }
+  std::vector<Tensor> local_gradients();  // this rank's gradient sums of the groups with elements
+  // Puts into `reduced` (this rank's share: the whole group at stage 0, else partition [P]) the
+  // average over the ranks of  momentum_weight m + gradient_weight W grads / grad_divisor.
+  // grads: this rank's gradient sums [N] (device, natural order); momentum: the optimizer's m
+  // partition (its state buffer, maybe in host memory).
+  void exchange_momentum(ParamGroup group, Tensor grads, Tensor momentum, Tensor reduced, const OptimizerStep& step,
+                         const MomentumExchange& exchange);
+  // One local step of a group: its replica updated from grads [N] (this rank's sums, device,
+  // natural order); when the step synchronises, the partitions' master and state are written
+  // back; params [N] (the store's compute parameters) become the replica's, rounded.
+  void local_step(const GroupPartitions& partitions, Tensor grads, const OptimizerStep& step, const LocalStep& local);
   Backend& work();  // where the vectors live
   Communicator& work_comm();
   void to_rank_major(Group& g, Tensor out, Tensor natural);      // device natural [N] -> work rank-major [N]
   void from_rank_major(Group& g, Tensor natural, Tensor rank_major);  // work rank-major -> device natural
   void gather_whole(Group& g, Tensor out, Tensor partition);     // the engine's partitions -> work rank-major [N]
   void scatter_whole(Group& g, Tensor partition, Tensor whole);  // this rank's share of a rank-major [N]
-  void enter_replica(Group& g, Tensor master, const std::vector<Tensor>& state);
+  void enter_replica(Group& g, const GroupPartitions& partitions);
 
+  ReductionContext context_;
+  std::unique_ptr<GradientReduction> exact_;
   Backend& device_;
   Communicator& comm_;
   Communicator* host_comm_;
   const ParamStore& store_;
   const Optimizer& optimizer_;
   int stage_, world_, rank_;
+  std::optional<MomentumExchange> exchange_;  // this step exchanges momentum instead of reducing gradients
+  std::optional<LocalStep> local_;            // this step is a local step (no reduction at all)
   std::unique_ptr<Backend> host_;  // "mpi" from a GPU: the exchange's host memory
   std::vector<std::unique_ptr<Group>> groups_;  // [kParamGroups]
   bool replica_valid_ = false;

@@ -21,11 +21,10 @@
 //            (all-reduce at stage 0, reduce-scatter into a one-unit scratch slice from stage 1),
 //            then measured (a norm pass) or applied to this rank's master slice and the compute
 //            parameters (an update pass), and given back. One micro-batch per step.
-//   momentum exchange (1-bit Adam after its warm-up, stages 0-2): the gradients are not reduced;
-//            each rank keeps its whole local gradient and the ranks average the optimizer's
-//            momentum compressed to signs (zero/sign_exchange.h, the compressed strategy); this
-//            rank's share of the average is what the update takes in place of reduced gradients.
-//            Stage 2 then reduces like stage 1 in its warm-up (a worker compresses its whole vector).
+// The gradient reduction is a strategy beside it (gradient_reduction.h), chosen once from the stage,
+// the world size and the optimizer: all-reduce (stage 0), reduce-scatter (1-3), one rank, and the
+// compressed strategy (1-bit Adam, 0/1 Adam: each rank keeps its whole local gradient and the
+// ranks average the optimizer's momentum, or take local steps, compressed to signs; stages 0-2).
 //   offload_param cpu (stage 3): the compute-dtype parameter partitions (frozen LoRA base
 //            weights included) live in host memory; a unit's slice is copied to the device
 //            when the unit is gathered, so the device holds only the gathered units.
@@ -49,7 +48,7 @@
 #include "model/param_store.h"
 #include "optim/optimizer.h"
 #include "optim/optimizer_config.h"
-#include "zero/compressed_reduction.h"
+#include "zero/gradient_reduction.h"
 #include "zero/zero_config.h"
 
 namespace zt {
@@ -186,7 +185,6 @@ class ZeroEngine final : public UnitHooks {
 
  private:
   struct GroupState;
-  struct InflightBucket;
   struct UnitState {
     bool gathered = true;    // stage 3: the unit's parameters are resident and current
     bool grads_live = true;  // stage 2/3: the unit's gradient range holds this micro-batch's sums
@@ -196,8 +194,7 @@ class ZeroEngine final : public UnitHooks {
   };
 
   GroupState& state(ParamGroup group);
-  Pending reduce_scatter_async(Tensor out, Tensor in);  // comm_'s, or a copy on one rank
-  Pending all_gather_async(Tensor out, Tensor in);
+  Pending all_gather_async(Tensor out, Tensor in);  // comm_'s, or a copy on one rank
   Tensor gather_source(ParamGroup group) const;  // what stage 1-3 all-gather from (compute partition)
   size_t param_bytes(const GroupState& s) const;  // a compute-dtype partition's bytes
   Tensor compute_partition_view(const GroupState& s) const;  // compute dtype [P]
@@ -206,9 +203,6 @@ class ZeroEngine final : public UnitHooks {
   void prefetch_next(int unit, UnitUse use);
   void discard_unit_params(int unit);
   bool keep_after_release(int unit) const;
-  void enqueue_gradients(int unit);  // adds a unit to the bucket; flushes it when full
-  void flush_gradient_bucket();
-  void complete_inflight();
   void sync_params_after_update();
   void update_compute_partitions();  // compute_partition = master (rounded to the compute dtype)
   void update_compute_partition(ParamGroup group, int64_t begin, int64_t numel);
@@ -221,18 +215,14 @@ class ZeroEngine final : public UnitHooks {
   BucketGather start_bucket_gather(ParamGroup group, const std::vector<UnitRange>& bucket);
   void finish_bucket_gather(BucketGather& gather);
   void start_bounded_gather(std::deque<BucketGather>& gathers, ParamGroup group, const std::vector<UnitRange>& bucket);
-  Tensor gradient_view(ParamGroup group);  // the reduced gradients this rank updates from
-  std::vector<Tensor> gradient_views();    // the non-empty ones of every trainable group
-  std::vector<Tensor> local_gradient_views();  // this rank's own (unreduced) gradient sums per group
-  void finish_partition_slices(GroupState& s, const std::vector<UnitRange>& units);
+  // A bucket's final reduced slices (the reduction strategy's slices_final): with offload, their
+  // copy to the host starts now, overlapping the rest of backward.
+  void slices_final(ParamGroup group, int64_t begin, Tensor slices);
   // For optimizers that need_tensor_slices: the piece's tensors (`units` of `group`, this rank's
   // slices when `sliced`, else whole), their per-tensor state and the sums over the ranks.
   void add_tensor_slices(OptimizerPiece& piece, ParamGroup group, std::span<const UnitRange> units, bool sliced);
   void fused_unit_ready(int unit);  // a fused optimizer's work on a unit whose gradient is complete
   void refresh_unit_params(int unit);  // after a fused update: the unit's compute parameters
-  void exchange_momentum(const OptimizerStep& step, const MomentumExchange& exchange);
-  void local_update(const OptimizerStep& step, const LocalStep& local);
-  bool keeps_local_gradients() const { return exchange_.has_value() || local_.has_value(); }
 
   Backend& backend_;
   Communicator& comm_;
@@ -246,10 +236,7 @@ class ZeroEngine final : public UnitHooks {
   bool offload_param_ = false;  // offload_param cpu (stage 3): compute partitions in host memory
   bool fused_ = false;          // the optimizer updates inside backward (LOMO)
   bool grads_in_flight_ = false;  // no resident gradient buffer: units' ranges committed as backward writes them
-  bool reduce_per_micro_batch_ = false;  // stage 2/3 on several ranks: each micro-batch's unit gradients reduced
-  std::optional<MomentumExchange> exchange_;  // this step exchanges momentum instead of reducing gradients
-  std::optional<LocalStep> local_;            // this step is a local step (no reduction at all)
-  std::unique_ptr<CompressedReduction> compressed_;  // the optimizer exchanges momentum: the compressed strategy
+  std::unique_ptr<GradientReduction> reduction_;  // the gradient-reduction strategy (gradient_reduction.h)
   enum class FusedPass { None, Norm, Update };
   FusedPass fused_pass_ = FusedPass::None;
   OptimizerStep fused_step_;
@@ -264,15 +251,11 @@ class ZeroEngine final : public UnitHooks {
   std::vector<std::vector<Buffer>> tensor_state_;    // [store entries]: each trainable tensor's per-tensor
                                                      // state, fp32, Optimizer::tensor_state(shape) order
   std::vector<UnitState> units_;
-  std::vector<int> pending_bucket_;                  // stage 2/3: units whose gradients wait to be reduced
-  int64_t pending_bucket_numel_ = 0;
   bool boundary_ = false;                            // the step's last micro-batch is running
   bool gradients_finished_ = false;                  // this step's partitions were rounded/offloaded per bucket
   std::unique_ptr<BackendEvent> host_grads_ready_;   // offload: after the last gradient download
   std::unique_ptr<BackendEvent> uploads_done_;       // offload: after the last parameter upload
-  std::unique_ptr<InflightBucket> inflight_;         // overlap_comm: one bucket reduction in flight
   int64_t live_gathered_ = 0, peak_gathered_ = 0;    // stage 3: gathered elements now / at most
-  int64_t peak_staging_ = 0;
 };
 
 }  // namespace zt
