@@ -21,12 +21,18 @@ config.update(train_batch_size=16, train_micro_batch_size_per_gpu=4,
               zero_optimization={"stage": stage, "reduce_bucket_size": 12000, "allgather_bucket_size": 12000},
               optimizer={"type": "OneBitAdam", "params": {"lr": 1e-3, "freeze_step": freeze, "weight_decay": 0.01,
                                                           "betas": [0.9, 0.99]}})
-if kind == "zeroone":  # tests/mpi/test_zero_one_adam.py's schedule, var_freeze_step `freeze`
+if kind == "zeroone" and freeze < 10:  # tests/mpi/test_zero_one_adam.py's short schedule
     config["optimizer"] = {"type": "ZeroOneAdam", "params": {
         "lr": 2e-3, "betas": [0.9, 0.99], "weight_decay": 0.01, "var_freeze_step": freeze, "var_update_scaler": 2,
-        "local_step_scaler": 2 if freeze < 10 else 8, "local_step_clipper": 4}}
+        "local_step_scaler": 2, "local_step_clipper": 4}}
+if kind == "zeroone" and freeze >= 10:  # its convergence run: betas (0.9, 0.9), no clipping
+    config["optimizer"] = {"type": "ZeroOneAdam", "params": {
+        "lr": 2e-3, "betas": [0.9, 0.9], "weight_decay": 0.01, "var_freeze_step": freeze, "var_update_scaler": 16,
+        "local_step_scaler": 16, "local_step_clipper": 2}}
+    config["gradient_clipping"] = 0.0
 if kind == "adamw":
-    config["optimizer"] = {"type": "AdamW", "params": {"lr": 2e-3, "betas": [0.9, 0.99], "weight_decay": 0.01}}
+    config["optimizer"] = {"type": "AdamW", "params": {"lr": 2e-3, "betas": [0.9, 0.9], "weight_decay": 0.01}}
+    config["gradient_clipping"] = 0.0
 print(json.dumps(config))
 PY
   mpiexec -np 2 --oversubscribe --bind-to none "$zerotune" train --model "$work/model" --data "$work/data" \
@@ -37,7 +43,7 @@ run s1 1 3 8
 run long 1 10 40
 run plain 1 1000000 40
 run zo0 0 4 12 zeroone
-run zolong 1 10 40 zeroone
+run zolong 1 15 40 zeroone
 run adamw 1 0 40 adamw
 "$python" - "$work" <<'PY'
 import json, sys
@@ -65,5 +71,5 @@ print(f"  fp32 all-reduce {grad(zo[0]):.0f} B/step; local phase (steps 5-12) {av
       f"{grad(zo[0]) / average:.1f}x less")
 zolong, adamw = rows("zolong"), rows("adamw")
 print(f"40 steps, stage 1, W=2: loss {adamw[0]['loss']:.4f} -> mean of the last 8 steps {tail(zolong):.4f} (0/1 Adam, "
-      f"var_freeze_step 10) vs {tail(adamw):.4f} (AdamW)")
+      f"var_freeze_step 15) vs {tail(adamw):.4f} (AdamW)")
 PY
