@@ -268,6 +268,9 @@ class Backend {
   virtual void pack_signs(Tensor bits, Tensor error, Tensor x, float scale) = 0;
   // out [n] += scale * sign (bit 1: +1, bit 0: -1), fp32; bits as pack_signs writes them.
   virtual void add_signs(Tensor out, Tensor bits, float scale) = 0;
+  // 0/1 Adam's synchronisation: x[n] *= sqrt(exp_avg_sq[n]) + eps, or /= it when `divide` (Adam's
+  // denominator, eps outside the root), fp32.
+  virtual void adam_denominator_scale(Tensor x, Tensor exp_avg_sq, float eps, bool divide) = 0;
   // AdaLomo's factored second moment (OpenLMLab lomo_optim.AdaLomo, Adafactor's factorisation)
   // over the slice of one parameter tensor that a rank holds. The tensor is [R, C] row-major (a
   // vector of d elements is [d, 1], and has no column state: col_sums and col are empty); grad[n]

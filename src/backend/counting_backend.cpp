@@ -210,6 +210,7 @@ class Counting final : public CountingBackend {
   void lamb_direction(Tensor, Tensor, Tensor, Tensor, Tensor, const LambParams&) override {}
   void pack_signs(Tensor, Tensor, Tensor, float) override {}
   void add_signs(Tensor, Tensor, float) override {}
+  void adam_denominator_scale(Tensor, Tensor, float, bool) override {}
   void adalomo_square_sums(Tensor, Tensor, Tensor, int64_t, float) override {}
   double adalomo_moments(Tensor, Tensor, Tensor, Tensor, float) override {
     give_back_pending();  // it returns a value: a synchronising op on a device

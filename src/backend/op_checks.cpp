@@ -318,6 +318,16 @@ std::vector<OpCheck> op_table() {
          run.backend().add_signs(out, bits, -0.625f);
          return Outputs{run.read(out)};
        }},
+      // 0/1 Adam's synchronisation: times and divided by sqrt(v) + eps (v >= 0, some exactly 0).
+      {"adam_denominator_scale", {DType::F32}, 1e-6,
+       [](OpRun& run, DType) {
+         const int64_t n = N * C;
+         Tensor x = run.random(DType::F32, {n}), y = run.random(DType::F32, {n}), v = run.positive(DType::F32, {n});
+         run.backend().fill(v.rows(0, 3), 0.0f);
+         run.backend().adam_denominator_scale(x, v, 1e-3f, false);
+         run.backend().adam_denominator_scale(y, v, 1e-3f, true);
+         return Outputs{run.read(x), run.read(y)};
+       }},
       // AdaLomo on a slice of a [N, C] matrix that cuts its first and last rows, and of a vector.
       {"adalomo_square_sums", {DType::F32}, 1e-5,
        [](OpRun& run, DType) {

@@ -165,15 +165,18 @@ void write_rank_file(const fs::path& path, ZeroEngine& engine, int64_t step) {
   fsync_path(path);
 }
 
-// A momentum exchange's error feedback (1-bit Adam): this rank's own buffers, whatever the
-// stage, in a file of its own (exchange_rank_<r>.h5). They mean something only to the same
-// rank of the same world size: another world size starts them from zero, as DeepSpeed always does.
+// The compressed strategy's buffers (1-bit Adam's error feedback; 0/1 Adam's, and its replica
+// during local steps): this rank's own, whatever the stage, in a file of its own
+// (exchange_rank_<r>.h5), one dataset per group and name, with the scalars as attributes. They
+// mean something only to the same rank of the same world size: another world size starts the
+// error feedback from zero, as DeepSpeed always does, and 0/1 Adam's local steps from the last
+// synchronised state (the partitions).
 std::string exchange_file_name(int rank) { return cat("exchange_rank_", rank, ".h5"); }
 
 uint64_t exchange_file_bytes(ZeroEngine& engine) {
   uint64_t elements = 0;
   for (const ZeroEngine::ExchangeViews& views : engine.exchange_views())
-    elements += static_cast<uint64_t>(views.worker_error.numel() + views.server_error.numel());
+    for (const Tensor& buffer : views.buffers) elements += static_cast<uint64_t>(buffer.numel());
   return elements * sizeof(float);
 }
 
@@ -186,13 +189,18 @@ void write_exchange_file(const fs::path& path, ZeroEngine& engine, int rank, int
   h5::write_int64_attribute(file.get(), name, "rank", rank);
   h5::write_int64_attribute(file.get(), name, "world_size", world);
   h5::write_int64_attribute(file.get(), name, "step", step);
+  const ZeroEngine::ExchangeScalars scalars = engine.exchange_scalars();
+  h5::write_int64_attribute(file.get(), name, "replica", scalars.replica ? 1 : 0);
+  char lr_sum[64];
+  std::snprintf(lr_sum, sizeof lr_sum, "%.17g", scalars.lr_sum);  // a double, exactly
+  h5::write_string_attribute(file.get(), name, "lr_sum", lr_sum);
   for (const ZeroEngine::ExchangeViews& views : engine.exchange_views()) {
     const std::string group_name = param_group_name(views.group);
     h5::Handle group = h5::owned(H5Gcreate2(file.get(), group_name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                                  H5Gclose, name, cat("create group '", group_name, "'"));
-    for (const auto& [array, tensor] : {std::pair{"worker_error", views.worker_error}, {"server_error", views.server_error}}) {
-      const std::vector<float> host = to_host(engine.backend(), tensor);
-      h5::write_f32_dataset(group.get(), name, array, host.data(), host.size());
+    for (size_t k = 0; k < views.names.size(); ++k) {
+      const std::vector<float> host = to_host(engine.backend(), views.buffers[k]);
+      h5::write_f32_dataset(group.get(), name, views.names[k].c_str(), host.data(), host.size());
     }
   }
   h5::check_status(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), name, "flush the file");
@@ -206,8 +214,9 @@ void read_exchange_file(const fs::path& path, ZeroEngine& engine) {
   const std::string name = path.string();
   h5::Handle file = h5::owned_file(H5Fopen(name.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), name, "open the file");
   for (const ZeroEngine::ExchangeViews& views : engine.exchange_views()) {
-    for (const auto& [array, tensor] : {std::pair{"worker_error", views.worker_error}, {"server_error", views.server_error}}) {
-      const std::string dataset_name = cat(param_group_name(views.group), "/", array);
+    for (size_t k = 0; k < views.names.size(); ++k) {
+      const Tensor& tensor = views.buffers[k];
+      const std::string dataset_name = cat(param_group_name(views.group), "/", views.names[k]);
       hsize_t length = 0;
       h5::Handle dataset = h5::open_f32_dataset(file.get(), name, dataset_name.c_str(), length);
       ZT_CHECK(length == static_cast<hsize_t>(tensor.numel()), name, ": dataset '", dataset_name, "' has ", length,
@@ -217,6 +226,17 @@ void read_exchange_file(const fs::path& path, ZeroEngine& engine) {
       engine.backend().copy(tensor, f32_view(host.data(), {tensor.numel()}));
     }
   }
+  ZeroEngine::ExchangeScalars scalars;  // files of 1-bit Adam before 0/1 Adam have none: no replica
+  if (h5::has_attribute(file.get(), name, "replica")) {
+    scalars.replica = h5::read_int64_attribute(file.get(), name, "replica") != 0;
+    const std::string lr_sum = h5::read_string_attribute(file.get(), name, "lr_sum");
+    try {
+      scalars.lr_sum = std::stod(lr_sum);
+    } catch (const std::exception&) {
+      fail(name, ": attribute lr_sum \"", lr_sum, "\" is not a number (the file is damaged)");
+    }
+  }
+  engine.exchange_loaded(scalars);
 }
 
 // Reading the old partitions of a checkpoint, re-sliced for a new layout.
@@ -565,6 +585,9 @@ TrainingState load_checkpoint(const std::string& checkpoint_dir, const RunIdenti
                                         " ranks and this run has ", comm.size(), ": it starts from zero (as DeepSpeed's does "
                                         "on every load)")
                                   : std::string("the checkpoint holds no 1-bit error feedback: it starts from zero"));
+      if (!engine.optimizer().local_state_names().empty())
+        state.notes.push_back("local steps (0/1 Adam) restart from the last synchronised state of the checkpoint: the "
+                              "ranks' replicas since then are per rank and not carried to another world size");
     }
   }
   state.step = manifest.at("step").get<int64_t>();

@@ -8,6 +8,7 @@
 #include "optim/lomo.h"
 #include "optim/onebit_adam.h"
 #include "optim/sgd.h"
+#include "optim/zero_one_adam.h"
 
 namespace zt {
 
@@ -26,6 +27,7 @@ const std::vector<OptimizerRow>& optimizer_rows() {
       {"lomo", make_lomo},
       {"onebitadam", make_onebit_adam},
       {"adalomo", make_adalomo},
+      {"zerooneadam", make_zero_one_adam},
   };
   return rows;
 }

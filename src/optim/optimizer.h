@@ -31,6 +31,8 @@ struct OptimizerStep {
   float grad_divisor = 1.0f;  // the engine divides the gradients by it first: loss scale x clip coefficient
   int64_t update_number = 1;  // 1 for the first applied update (bias corrections, SGD's first momentum)
   float clip_coefficient = 1.0f;  // the global-norm clipping part of grad_divisor (>= 1)
+  double local_lr_sum = 0.0;  // local steps (0/1 Adam): the sum of lr over the local updates since the
+                              // ranks last synchronised, this one included
 };
 
 // A parameter tensor's elements inside a piece (per-tensor optimizers: LAMB's trust ratio,
@@ -80,6 +82,16 @@ struct MomentumExchange {
   float gradient_weight = 0.0f;
 };
 
+// A local step (0/1 Adam after its variance froze): no rank reduces anything; each updates a
+// whole replica of its own (the parameters and state_names() + local_state_names(), rank-major)
+// from its local gradient, so the ranks' replicas drift apart until a synchronising step averages
+// what synchronisation_input() gives (compressed to signs with error feedback, as the momentum
+// exchange) and synchronise() applies the average: the replicas are the same again.
+struct LocalStep {
+  bool first = false;        // the first local step: the error feedback of earlier exchanges is dropped
+  bool synchronise = false;  // the ranks synchronise after this step's local update
+};
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -109,6 +121,22 @@ class Optimizer {
   virtual std::optional<MomentumExchange> momentum_exchange(int64_t update_number) const {
     (void)update_number;
     return std::nullopt;
+  }
+  // Local steps (0/1 Adam): the extra state of a replica (beside state_names()), and whether the
+  // update numbered `update_number` is one; none by default.
+  virtual std::vector<std::string> local_state_names() const { return {}; }
+  virtual std::optional<LocalStep> local_step(int64_t update_number) const {
+    (void)update_number;
+    return std::nullopt;
+  }
+  // A synchronising local step, after update(): out [n] = what this rank contributes to the
+  // average (the piece is the replica); then, given the ranks' average [n], synchronise() makes
+  // the replica the synchronised one.
+  virtual void synchronisation_input(Backend& backend, OptimizerPiece& piece, Tensor out) const {
+    (void)backend, (void)piece, (void)out;
+  }
+  virtual void synchronise(Backend& backend, OptimizerPiece& piece, Tensor average, const OptimizerStep& step) const {
+    (void)backend, (void)piece, (void)average, (void)step;
   }
   // About how many FLOPs the update does per element (the profiler's optimizer row).
   virtual double flops_per_element() const = 0;

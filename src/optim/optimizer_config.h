@@ -9,7 +9,8 @@ namespace zt {
 struct OptimizerConfig {
   // adamw (DeepSpeed "Adam"/"AdamW" both map here, see ds_config) | sgd (torch.optim.SGD) |
   // lamb (DeepSpeed "Lamb": FusedLamb) | lomo (LOMO: SGD fused into backward) | adalomo (AdaLomo:
-  // LOMO with a factored second moment) | onebitadam (DeepSpeed "OneBitAdam")
+  // LOMO with a factored second moment) | onebitadam (DeepSpeed "OneBitAdam") |
+  // zerooneadam (DeepSpeed "ZeroOneAdam")
   std::string type = "adamw";
   double lr = 1e-3;
   double beta1 = 0.9;
@@ -38,6 +39,16 @@ struct OptimizerConfig {
   // communicator with the device's packing kernels, "mpi" through MPI with the packing on the host.
   int64_t freeze_step = 100000;
   std::string comm_backend_name = "nccl";
+  // 0/1 Adam (DeepSpeed ZeroOneAdam): its lr, betas, eps, weight_decay and comm_backend_name
+  // above. The variance is updated on an exponentially thinning schedule (var_update_scaler
+  // updates at each interval, then the interval doubles) until var_freeze_step, the other steps
+  // averaging 1-bit compressed gradients; then local steps that synchronise every
+  // local_step_interval updates (doubling after local_step_scaler updates, at most
+  // local_step_clipper).
+  int64_t var_freeze_step = 100000;
+  int64_t var_update_scaler = 16;
+  int64_t local_step_scaler = 32678;
+  int64_t local_step_clipper = 16;
   // AdaLomo (lomo_optim.AdaLomo's defaults): eps = (eps_square, eps_scale), clip_threshold,
   // decay_rate.
   double eps_square = 1e-30;     // eps[0]: added to g^2 before the second moment

@@ -570,6 +570,42 @@ void translate_adalomo(const Section& params, TrainConfig& config) {
   }
 }
 
+// DeepSpeed "ZeroOneAdam" (deepspeed/runtime/fp16/onebit/zoadam.py) and its defaults; as with
+// OneBitAdam, bias_correction and eps_inside_sqrt are never read there and cuda_aware is MPI's
+// device-buffer mode.
+void translate_zero_one_adam(const Section& params, OptimizerConfig& optimizer) {
+  check_optimizer_keys(params, {{"lr", Role::translated},
+                                {"betas", Role::translated},
+                                {"eps", Role::translated},
+                                {"weight_decay", Role::translated},
+                                {"var_freeze_step", Role::translated},
+                                {"var_update_scaler", Role::translated},
+                                {"local_step_scaler", Role::translated},
+                                {"local_step_clipper", Role::translated},
+                                {"comm_backend_name", Role::translated},
+                                {"cuda_aware", Role::no_effect},
+                                {"bias_correction", Role::no_effect},
+                                {"eps_inside_sqrt", Role::no_effect},
+                                {"amsgrad", Role::translated}});
+  optimizer.type = "zerooneadam";
+  params.number("lr", optimizer.lr, 0.0, true);
+  translate_betas(params, optimizer);
+  params.number("eps", optimizer.eps, 0.0, true);
+  params.number("weight_decay", optimizer.weight_decay, 0.0, true);
+  constexpr int64_t kMost = std::numeric_limits<int32_t>::max();
+  params.integer("var_freeze_step", optimizer.var_freeze_step, 0, std::numeric_limits<int64_t>::max() / 2, false);
+  params.integer("var_update_scaler", optimizer.var_update_scaler, 1, kMost, false);
+  params.integer("local_step_scaler", optimizer.local_step_scaler, 1, kMost, false);
+  params.integer("local_step_clipper", optimizer.local_step_clipper, 1, kMost, false);
+  if (const json* name = params.find("comm_backend_name"); name && name->is_string() &&
+                                                          (*name == "compressed" || *name == "hccl"))
+    fail(params.file(), ": optimizer.params.comm_backend_name \"", name->get<std::string>(),
+         "\" is not supported: zerotune exchanges through \"nccl\" (the device communicator, packing on the "
+         "device) or \"mpi\" (packing in host memory)");
+  params.text("comm_backend_name", optimizer.comm_backend_name, {"nccl", "mpi"});
+  params.require("amsgrad", false, "0/1 Adam has no AMSGrad (DeepSpeed raises on it too)");
+}
+
 void translate_optimizer(const Section& top, TrainConfig& config) {
   if (!top.has("optimizer")) return;
   const Section section = top.child("optimizer");
@@ -586,6 +622,7 @@ void translate_optimizer(const Section& top, TrainConfig& config) {
   if (name == "lamb") return translate_lamb(params, config.optimizer);
   if (name == "lomo") return translate_lomo(params, config);
   if (name == "onebitadam") return translate_onebit_adam(params, config.optimizer);
+  if (name == "zerooneadam") return translate_zero_one_adam(params, config.optimizer);
   if (name == "adalomo") return translate_adalomo(params, config);
   if (type == "SGD") return translate_sgd(params, config.optimizer);
   const bool known = std::find(kDeepSpeedOptimizers.begin(), kDeepSpeedOptimizers.end(), name) !=
@@ -593,7 +630,7 @@ void translate_optimizer(const Section& top, TrainConfig& config) {
                      std::find(kTorchOptimizers.begin(), kTorchOptimizers.end(), type) != kTorchOptimizers.end();
   if (known)
     fail(top.file(), ": optimizer type ", type, " is not supported (yet): zerotune implements Adam, AdamW, Lamb, SGD, "
-         "OneBitAdam, LOMO and AdaLomo");
+         "OneBitAdam, ZeroOneAdam, LOMO and AdaLomo");
   std::vector<std::string> candidates = kDeepSpeedOptimizers;
   candidates.insert(candidates.end(), kTorchOptimizers.begin(), kTorchOptimizers.end());
   const std::string suggestion = nearest(type, candidates);

@@ -6,8 +6,8 @@
 #include <deque>
 #include <exception>
 
+#include "zero/compressed_reduction.h"
 #include "zero/rank_major.h"
-#include "zero/sign_exchange.h"
 
 namespace zt {
 
@@ -17,11 +17,6 @@ constexpr ParamGroup kAllGroups[] = {ParamGroup::Frozen, ParamGroup::Decay, Para
 
 Tensor f32_buffer_view(const Buffer& buffer, int64_t numel) { return buffer.view(DType::F32, {numel}); }
 
-// Grows `buffer` to hold `numel` fp32 elements.
-void ensure_numel(Buffer& buffer, Backend& backend, int64_t numel) {
-  const size_t bytes = static_cast<size_t>(numel) * sizeof(float);
-  if (buffer.bytes() < bytes) buffer = Buffer(backend, bytes);
-}
 }  // namespace
 
 // One parameter group's share on this rank. P = group numel / W for stage >= 1, the whole
@@ -31,28 +26,11 @@ struct ZeroEngine::GroupState {
   int64_t partition_numel = 0;  // P
   Buffer master;                // fp32 [P] trainable groups (host when offloaded)
   std::vector<Buffer> state;    // fp32 [P] each: the optimizer's state_names() (host when offloaded)
-  Buffer grad_partition;        // fp32 [P] stage >= 1 on W > 1 ranks: this rank's reduced gradient slices
-                                // (one rank's partition is everything: it updates from the store's gradients)
   Buffer host_grad;             // fp32 [P] offload: the gradient partition copied to the host
   Buffer host_compute;          // param dtype [P] offload to a GPU with 16-bit compute: the updated
                                 // master rounded on the host, then uploaded (half of fp32's bytes)
   Buffer compute_partition;     // param dtype [P] device: the master in the compute dtype (what stages 1-3
                                 // all-gather from), or stage 3's frozen slices
-  Buffer staging_in, staging_out;  // fp32 [W*S], [S]: gradient bucket staging (grown as needed)
-  std::unique_ptr<SignExchange> exchange;  // a momentum-exchanging optimizer on W > 1 ranks
-  Buffer exchange_scratch;      // fp32 [W*C] on the exchange's backend: the whole momentum, rank-major
-  Buffer exchange_staging;      // fp32 [W*C] device: rank-major packing for an exchange in host memory
-};
-
-// A gradient bucket being reduce-scattered (stage 1-3).
-struct ZeroEngine::InflightBucket {
-  struct Part {
-    ParamGroup group;
-    std::vector<UnitRange> units;  // ascending
-    Pending pending;
-  };
-  std::vector<Part> parts;
-  std::vector<int> units;  // unit indices whose gradient ranges are released when done
 };
 
 ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, const ZeroConfig& zero,
@@ -62,11 +40,6 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
       offload_param_(zero.offload_param_device == "cpu"),
       compute_dtype_(compute_dtype), rounds_(compute_dtype != DType::F32) {
   fused_ = optimizer_->fuses_into_backward();
-  const bool exchanges = optimizer_->exchanges_momentum();
-  reduce_per_micro_batch_ = stage_ >= 2 && world_ > 1 && !exchanges;
-  grads_in_flight_ = fused_ || reduce_per_micro_batch_;
-  ZT_CHECK(!exchanges || stage_ <= 2, "optimizer ", optimizer_->name(), " exchanges each rank's whole momentum and "
-           "gradient, which ZeRO stage 3 never holds: use zero_optimization.stage 0, 1 or 2");
   ZT_CHECK(!fused_ || !offload_, "optimizer ", optimizer_->name(), " updates inside backward, on the device, and "
            "keeps no per-element state: zero_optimization.offload_optimizer must be none");
   ZT_CHECK(compute_dtype == DType::F32 || compute_dtype == DType::BF16 || compute_dtype == DType::F16,
@@ -102,7 +75,6 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
         state->state.emplace_back(state_backend, bytes);
         state_backend.fill(f32_buffer_view(state->state.back(), state->partition_numel), 0.0f);
       }
-      if (stage_ >= 1 && world_ > 1 && !fused_) state->grad_partition = Buffer(backend_, bytes);  // one rank: the store's
       if (offload_) state->host_grad = Buffer(*host_, bytes);
       if (stage_ >= 1 && (offload_ || rounds_ || offload_param_))
         state->compute_partition = Buffer(partition_backend, param_bytes(*state));
@@ -124,20 +96,19 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
     }
   }
   units_.resize(static_cast<size_t>(store.num_units()));
-  if (exchanges && world_ > 1) {
-    // comm_backend_name "mpi" on a GPU: the signs are packed and sent from host memory.
-    const bool on_host = optimizer.comm_backend_name == "mpi" && backend_.device() != Device::CPU;
-    ZT_CHECK(!on_host || host_comm, "optimizer ", optimizer_->name(), ": comm_backend_name \"mpi\" needs the MPI "
-             "communicator");
-    if (on_host) exchange_host_ = backend_.make_pageable_host_backend();
-    for (ParamGroup group : kTrainableGroups) {
-      GroupState& s = state(group);
-      const int64_t chunk = store.group(group).numel / world_;
-      if (chunk)
-        s.exchange = std::make_unique<SignExchange>(on_host ? *exchange_host_ : backend_, on_host ? *host_comm : comm_,
-                                                    chunk);
-    }
-  }
+  ReductionContext context;
+  context.backend = &backend_;
+  context.comm = &comm_;
+  context.store = &store_;
+  context.zero = zero_;
+  context.stage = stage_;
+  context.world = world_;
+  context.rank = rank_;
+  context.compute_dtype = compute_dtype_;
+  context.slices_final = [this](ParamGroup group, int64_t begin, Tensor slices) { slices_final(group, begin, slices); };
+  context.released = [this](int unit) { units_[static_cast<size_t>(unit)].grads_live = false; };
+  reduction_ = make_gradient_reduction(context, *optimizer_, optimizer, host_comm);
+  grads_in_flight_ = fused_ || reduction_->reduces_per_micro_batch();
   if (fused_ && stage_ >= 1 && world_ > 1) {  // one unit's slice of the largest group range
     int64_t largest = 0;
     for (int unit = 0; unit < store.num_units(); ++unit)
@@ -152,8 +123,6 @@ ZeroEngine::~ZeroEngine() {
   // peer failed or hangs would hold this rank for a whole --comm-timeout per bucket in flight.
   if (std::uncaught_exceptions() > 0) return;
   try {
-    if (inflight_)
-      for (auto& part : inflight_->parts) part.pending->wait();
     for (UnitState& unit : units_)
       for (Pending& pending : unit.inflight) pending->wait();
     // Asynchronous host copies must not outlive the (pinned) host buffers they read or write.
@@ -163,14 +132,8 @@ ZeroEngine::~ZeroEngine() {
   }
 }
 
-// One rank: a reduce-scatter or all-gather is a copy; done on the backend, it stays on the
-// device (no communicator round trip, which for GPU buffers would go through the host).
-Pending ZeroEngine::reduce_scatter_async(Tensor out, Tensor in) {
-  if (world_ > 1) return comm_.reduce_scatter_sum_async(out, in);
-  backend_.copy(out, in);
-  return completed_collective();
-}
-
+// One rank: an all-gather is a copy; done on the backend, it stays on the device (no
+// communicator round trip, which for GPU buffers would go through the host).
 Pending ZeroEngine::all_gather_async(Tensor out, Tensor in) {
   if (world_ > 1) return comm_.all_gather_async(out, in);
   if (out.data != in.data) backend_.copy(out, in);
@@ -255,13 +218,9 @@ void ZeroEngine::finish_init() {
 
 void ZeroEngine::begin_step(int64_t update_number) {
   boundary_ = false;
-  exchange_ = optimizer_->momentum_exchange(update_number);
   fused_pass_ = FusedPass::None;
   if (!grads_in_flight_) store_.zero_grads();
-  for (ParamGroup group : kTrainableGroups) {
-    GroupState& s = state(group);
-    if (s.grad_partition.data()) backend_.fill(f32_buffer_view(s.grad_partition, s.partition_numel), 0.0f);
-  }
+  reduction_->begin_step(update_number);
 }
 
 // ---- stage 3: parameters ------------------------------------------------------------------
@@ -372,109 +331,24 @@ void ZeroEngine::release(int unit) {
 
 // ---- gradients ------------------------------------------------------------------------------
 
-void ZeroEngine::begin_micro_batch(bool last) { boundary_ = last; }
+void ZeroEngine::begin_micro_batch(bool last) {
+  boundary_ = last;
+  reduction_->begin_micro_batch(last);
+}
 
-// Stage 2/3 reduce every micro-batch's gradients as backward completes them; stage 0/1 in the
-// last micro-batch of the step only (earlier ones accumulate locally), so their reductions
-// overlap the rest of that backward as well.
+// The reduction strategy decides what a completed unit's gradients go through (gradient_reduction.h).
 void ZeroEngine::gradients_ready(int unit) {
   if (fused_) return fused_unit_ready(unit);
-  if (exchange_) return;  // the local gradients stay as they are: exchanged at the update
-  if (stage_ >= 1 && world_ == 1) {  // one rank: nothing to reduce, the unit's gradients are final in place
-    if (boundary_)
-      for (ParamGroup group : kTrainableGroups)
-        if (store_.unit_range(group, unit).numel) finish_partition_slices(state(group), {store_.unit_range(group, unit)});
-    return;
-  }
-  if (reduce_per_micro_batch_ || (boundary_ && world_ > 1)) enqueue_gradients(unit);
+  reduction_->unit_ready(unit);
 }
 
-void ZeroEngine::enqueue_gradients(int unit) {
-  pending_bucket_.push_back(unit);
-  for (ParamGroup group : kTrainableGroups) pending_bucket_numel_ += store_.unit_range(group, unit).numel;
-  if (pending_bucket_numel_ >= zero_.reduce_bucket_size) flush_gradient_bucket();
-}
-
-void ZeroEngine::flush_gradient_bucket() {
-  complete_inflight();
-  if (pending_bucket_.empty()) return;
-  auto bucket = std::make_unique<InflightBucket>();
-  bucket->units = pending_bucket_;
-  std::vector<int> ascending = pending_bucket_;
-  std::sort(ascending.begin(), ascending.end());
-  for (ParamGroup group : kTrainableGroups) {
-    InflightBucket::Part part;
-    part.group = group;
-    for (int unit : ascending)
-      if (store_.unit_range(group, unit).numel) part.units.push_back(store_.unit_range(group, unit));
-    const int64_t per_rank = slice_numel(part.units, world_);
-    if (!per_rank) continue;
-    GroupState& s = state(group);
-    Tensor grads = store_.group_grads(group);
-    if (stage_ == 0) {  // the bucket's units are one contiguous range of the group: all-reduce it in place
-      const int64_t begin = part.units.front().begin;
-      part.pending = comm_.all_reduce_sum_async(grads.rows(begin, part.units.back().begin + part.units.back().numel - begin));
-      bucket->parts.push_back(std::move(part));
-      continue;
-    }
-    Tensor in;
-    if (part.units.size() == 1) {  // one unit is already rank-major: reduce it in place
-      in = grads.rows(part.units[0].begin, part.units[0].numel);
-    } else {
-      ensure_numel(s.staging_in, backend_, per_rank * world_);
-      in = f32_buffer_view(s.staging_in, per_rank * world_);
-      pack_rank_major(backend_, in, grads, part.units, world_);
-    }
-    ensure_numel(s.staging_out, backend_, per_rank);
-    peak_staging_ = std::max<int64_t>(peak_staging_, static_cast<int64_t>(s.staging_in.bytes() + s.staging_out.bytes()));
-    part.pending = reduce_scatter_async(f32_buffer_view(s.staging_out, per_rank), in);
-    bucket->parts.push_back(std::move(part));
-  }
-  pending_bucket_.clear();
-  pending_bucket_numel_ = 0;
-  inflight_ = std::move(bucket);
-  if (!zero_.overlap_comm) complete_inflight();
-}
-
-void ZeroEngine::complete_inflight() {
-  if (!inflight_) return;
-  std::unique_ptr<InflightBucket> bucket = std::move(inflight_);
-  for (InflightBucket::Part& part : bucket->parts) {
-    part.pending->wait();
-    if (stage_ == 0) continue;  // reduced in place, and kept: every rank updates from all of it
-    GroupState& s = state(part.group);
-    add_slices(backend_, f32_buffer_view(s.grad_partition, s.partition_numel),
-               f32_buffer_view(s.staging_out, slice_numel(part.units, world_)), part.units, world_);
-    if (boundary_) finish_partition_slices(s, part.units);
-  }
-  // The full-size gradients of these units are reduced: give their memory back.
-  for (int unit : bucket->units) {
-    if (stage_ == 0) break;
-    for (ParamGroup group : kTrainableGroups) {
-      const UnitRange range = store_.unit_range(group, unit);
-      if (range.numel) backend_.discard(store_.group_grads(group).rows(range.begin, range.numel));
-    }
-    units_[static_cast<size_t>(unit)].grads_live = false;
-  }
-}
-
-// In the step's last micro-batch, this rank's slices of `units` (consecutive, ascending) hold
-// their final sums once their bucket is reduced: round them to the compute dtype now and, with
-// offload, start their copy to the host, so both overlap the rest of backward.
-void ZeroEngine::finish_partition_slices(GroupState& s, const std::vector<UnitRange>& units) {
-  Tensor slices = gradient_view(s.group).rows(units.front().begin / world_, slice_numel(units, world_));
-  if (rounds_) backend_.round_to(slices, compute_dtype_);  // fp16 overflow becomes inf here
+void ZeroEngine::slices_final(ParamGroup group, int64_t begin, Tensor slices) {
   if (offload_)
-    backend_.copy_async(f32_buffer_view(s.host_grad, s.partition_numel).rows(units.front().begin / world_,
-                                                                              slice_numel(units, world_)),
+    backend_.copy_async(f32_buffer_view(state(group).host_grad, state(group).partition_numel).rows(begin, slices.numel()),
                         slices);
 }
 
-void ZeroEngine::end_micro_batch() {
-  if (!reduce_per_micro_batch_) return;
-  flush_gradient_bucket();
-  complete_inflight();
-}
+void ZeroEngine::end_micro_batch() { reduction_->end_micro_batch(); }
 
 void ZeroEngine::reduce_gradients() {
   if (fused_) {  // reduced (and applied) unit by unit during backward
@@ -482,77 +356,19 @@ void ZeroEngine::reduce_gradients() {
              " needs begin_norm_pass or begin_update_pass before its backward");
     return;
   }
-  if (exchange_) {  // nothing reduced: the gradients of this rank, in the compute dtype as reduced ones would be
-    gradients_finished_ = false;
-    if (rounds_)
-      for (ParamGroup group : kTrainableGroups)
-        if (state(group).partition_numel) backend_.round_to(store_.group_grads(group), compute_dtype_);
-    return;
-  }
-  if (boundary_ && !reduce_per_micro_batch_) {  // reduced during the last backward: complete the last bucket
-    flush_gradient_bucket();
-    complete_inflight();
-  } else if (stage_ == 0 && world_ > 1) {  // one rank: its gradients are the sum already
-    for (ParamGroup group : kTrainableGroups) {
-      Tensor grads = store_.group_grads(group);
-      const int64_t numel = store_.group(group).numel;
-      for (int64_t begin = 0; begin < numel; begin += zero_.reduce_bucket_size)
-        comm_.all_reduce_sum(grads.rows(begin, std::min(zero_.reduce_bucket_size, numel - begin)));
-    }
-  } else if (stage_ >= 1 && world_ > 1 && !reduce_per_micro_batch_) {  // stage 2's machinery, every unit ready at the boundary
-    for (int unit = store_.num_units() - 1; unit >= 0; --unit) {
-      units_[static_cast<size_t>(unit)].grads_live = true;
-      enqueue_gradients(unit);
-    }
-    flush_gradient_bucket();
-    complete_inflight();
-  }
-  // Stage 1-3 in a step whose last micro-batch was marked: finish_partition_slices has rounded
-  // (and offloaded) every slice as its bucket completed.
-  gradients_finished_ = boundary_ && stage_ >= 1;
-  if (gradients_finished_) {
-    if (offload_) host_grads_ready_ = backend_.record_event();
-    return;
-  }
-  if (rounds_)  // the reduced gradients in the compute dtype (fp16 overflow becomes inf here)
-    for (ParamGroup group : kTrainableGroups)
-      if (state(group).partition_numel) backend_.round_to(gradient_view(group), compute_dtype_);
-}
-
-std::vector<Tensor> ZeroEngine::local_gradient_views() {
-  std::vector<Tensor> views;
-  for (ParamGroup group : kTrainableGroups)
-    if (state(group).partition_numel) views.push_back(store_.group_grads(group));
-  return views;
-}
-
-std::vector<Tensor> ZeroEngine::gradient_views() {
-  std::vector<Tensor> views;
-  for (ParamGroup group : kTrainableGroups)
-    if (state(group).partition_numel) views.push_back(gradient_view(group));
-  return views;
-}
-
-Tensor ZeroEngine::gradient_view(ParamGroup group) {
-  GroupState& s = state(group);
-  return stage_ == 0 || world_ == 1 ? store_.group_grads(group) : f32_buffer_view(s.grad_partition, s.partition_numel);
+  // True when every slice was rounded (and offloaded) as its bucket completed in the last backward.
+  gradients_finished_ = reduction_->finish();
+  if (gradients_finished_ && offload_) host_grads_ready_ = backend_.record_event();
 }
 
 bool ZeroEngine::gradients_overflow() {
   if (fused_) return comm_.all_reduce_max(fused_overflow_ ? 1.0 : 0.0) > 0.0;
-  const double local = backend_.has_inf_or_nan_in(exchange_ ? local_gradient_views() : gradient_views()) ? 1.0 : 0.0;
-  return comm_.all_reduce_max(local) > 0.0;
+  return reduction_->overflow();
 }
 
 double ZeroEngine::gradient_norm() {
   if (fused_) return std::sqrt(stage_ >= 1 ? comm_.all_reduce_sum(fused_squares_) : fused_squares_);
-  // Exchanging momentum, no rank has the reduced gradient: its norm is estimated as the root mean
-  // square over the ranks of || W g_local || (exact when every rank's gradient is the same), so
-  // that every rank clips alike. DeepSpeed clips each rank by its own local norm.
-  if (exchange_) return std::sqrt(world_ * comm_.all_reduce_sum(backend_.sum_squares_of(local_gradient_views())));
-  double squares = backend_.sum_squares_of(gradient_views());  // one device sync for all groups
-  if (stage_ >= 1) squares = comm_.all_reduce_sum(squares);  // stage 0: every rank has the full gradient
-  return std::sqrt(squares);
+  return reduction_->gradient_norm();
 }
 
 // ---- update ------------------------------------------------------------------------------------
@@ -560,11 +376,21 @@ double ZeroEngine::gradient_norm() {
 void ZeroEngine::apply_update(const OptimizerStep& step) {
   ZT_CHECK(!fused_, "ZeRO: optimizer ", optimizer_->name(), " updates inside backward (begin_update_pass), not after it");
   for (int unit = 0; unit < store_.num_units(); ++unit) finish_prefetch(unit);  // before the host partitions change
-  float grad_divisor = step.grad_divisor;
-  if (exchange_) {  // the exchanged momentum stands where the reduced gradients would, already divided
-    exchange_momentum(step, *exchange_);
-    grad_divisor = 1.0f;
+  std::vector<GroupPartitions> partitions;
+  for (ParamGroup group : kTrainableGroups) {
+    GroupState& s = state(group);
+    if (!s.partition_numel) continue;
+    GroupPartitions views{group, f32_buffer_view(s.master, s.partition_numel), {}, store_.group_params(group)};
+    for (const Buffer& buffer : s.state) views.state.push_back(f32_buffer_view(buffer, s.partition_numel));
+    partitions.push_back(std::move(views));
   }
+  const UpdateSource source = reduction_->prepare_update(step, partitions);
+  if (source == UpdateSource::Done) {  // local steps: the compute parameters are the strategy's replica
+    update_compute_partitions();
+    return;
+  }
+  // An exchanged average stands where the reduced gradients would, already divided.
+  const float grad_divisor = source == UpdateSource::Exchanged ? 1.0f : step.grad_divisor;
   Backend& state_backend = offload_ ? *host_ : backend_;
   // Stage 1/2 update bucket by bucket (allgather_bucket_size) and start each bucket's
   // all-gather as soon as its partition is updated, so the gathers overlap the (CPU) update of
@@ -579,7 +405,7 @@ void ZeroEngine::apply_update(const OptimizerStep& step) {
       const int64_t begin = stage_ == 0 ? 0 : units.front().begin / world_;
       const int64_t numel = stage_ == 0 ? s.partition_numel : slice_numel(units, world_);
       if (!numel) continue;
-      Tensor grad = gradient_view(group).rows(begin, numel);
+      Tensor grad = reduction_->reduced(group).rows(begin, numel);
       if (offload_) {  // the gradient goes to the host, where the optimizer state lives
         Tensor host_grad = f32_buffer_view(s.host_grad, s.partition_numel).rows(begin, numel);
         if (host_grads_ready_) {  // copied bucket by bucket during backward
@@ -606,87 +432,30 @@ void ZeroEngine::apply_update(const OptimizerStep& step) {
   if (stage_ == 0 || stage_ == 3) sync_params_after_update();
 }
 
-// ---- momentum exchange (1-bit Adam) --------------------------------------------------------------
-
-Tensor ZeroEngine::on_backend(Backend& target, Tensor source, Buffer& staging) {
-  if (source.device == target.device()) return source;
-  ensure_numel(staging, target, source.numel());
-  Tensor copy = f32_buffer_view(staging, source.numel());
-  backend_.copy(copy, source);  // across devices
-  return copy;
-}
-
-// Puts, where the reduced gradients of each group would be (gradient_view), this rank's share of
-// the average over the ranks of  momentum_weight m + gradient_weight W g_local / grad_divisor:
-// compressed to signs (SignExchange) on W > 1 ranks, exactly on one.
-void ZeroEngine::exchange_momentum(const OptimizerStep& step, const MomentumExchange& exchange) {
-  const float gradient_weight = exchange.gradient_weight * static_cast<float>(world_) / step.grad_divisor;
-  for (ParamGroup group : kTrainableGroups) {
-    GroupState& s = state(group);
-    if (!s.partition_numel) continue;
-    Tensor grads = store_.group_grads(group);  // fp32 [N]: this rank's gradient sums, natural order
-    Tensor momentum = f32_buffer_view(s.state[exchange.state_index], s.partition_numel);  // fp32 [P]
-    if (world_ == 1) {  // nothing to exchange (DeepSpeed on one GPU too): the update takes b1 m + (1 - b1) g
-      backend_.scale(grads, gradient_weight);
-      backend_.accumulate(grads, on_backend(backend_, momentum, s.exchange_staging), exchange.momentum_weight);
-      continue;
-    }
-    SignExchange& sign_exchange = *s.exchange;
-    Backend& work = sign_exchange.backend();  // the device, or host memory for MPI from a GPU
-    const std::vector<UnitRange>& units = store_.group(group).units;
-    const int64_t total = store_.group(group).numel;  // W*C
-    // A natural-order device tensor [N], rank-major on the exchange's backend (through a device
-    // staging buffer when that is host memory).
-    auto pack_for_exchange = [&](Tensor out, Tensor natural) {
-      if (&work == &backend_) return pack_rank_major(backend_, out, natural, units, world_);
-      ensure_numel(s.exchange_staging, backend_, total);
-      Tensor packed = f32_buffer_view(s.exchange_staging, total);
-      pack_rank_major(backend_, packed, natural, units, world_);
-      backend_.copy(out, packed);
-    };
-    // This rank's vector: gradient_weight W g_local ...
-    Tensor x = sign_exchange.vector();  // fp32 [W*C] rank-major
-    pack_for_exchange(x, grads);
-    work.scale(x, gradient_weight);
-    // ... + momentum_weight m: the last exchange's average, or (its first time: after the warm-up
-    // or a resume) the momentum state itself, gathered whole once. After a resume past the freeze
-    // m is the last average (+-scale per chunk), taken back as such so that the sum is the same.
-    const bool resumed = !sign_exchange.has_average() && optimizer_->momentum_exchange(step.update_number - 1);
-    if (!sign_exchange.has_average()) {
-      ensure_numel(s.exchange_scratch, work, total);
-      Tensor whole = f32_buffer_view(s.exchange_scratch, total);  // fp32 [W*C] rank-major
-      if (stage_ == 0) {  // every rank holds all of m (on the device: no offload at stage 0)
-        pack_for_exchange(whole, momentum);
-      } else {  // m's partitions: this rank's is chunk `rank` (host memory with offload)
-        Tensor own = whole.rows(rank_ * s.partition_numel, s.partition_numel);
-        backend_.copy(own, momentum);
-        sign_exchange.communicator().all_gather(whole, own);
-      }
-      if (resumed) sign_exchange.restore_average(whole);
-      else work.accumulate(x, whole, exchange.momentum_weight);
-    }
-    if (sign_exchange.has_average()) sign_exchange.add_average(x, exchange.momentum_weight);
-    sign_exchange.exchange();
-    // The average where the update reads it: all of it in natural order (stage 0), or this rank's chunk.
-    if (stage_ == 0) {
-      work.fill(x, 0.0f);
-      sign_exchange.add_average(x, 1.0f);
-      unpack_rank_major(backend_, grads, on_backend(backend_, x, s.exchange_staging), units, world_);
-    } else {
-      Tensor mine = x.rows(0, s.partition_numel);
-      work.fill(mine, 0.0f);
-      sign_exchange.add_own_chunk(mine, 1.0f);
-      backend_.copy(gradient_view(group), mine);
-    }
-  }
-}
+// ---- the compressed strategy's checkpoint buffers (1-bit Adam, 0/1 Adam) -------------------------
 
 std::vector<ZeroEngine::ExchangeViews> ZeroEngine::exchange_views() {
   std::vector<ExchangeViews> views;
-  for (ParamGroup group : kTrainableGroups)
-    if (SignExchange* exchange = state(group).exchange.get())
-      views.push_back({group, exchange->worker_error(), exchange->server_error()});
+  if (CompressedReduction* compressed = reduction_->compressed())
+    for (CompressedReduction::Views& view : compressed->views())
+      views.push_back({view.group, std::move(view.names), std::move(view.buffers)});
   return views;
+}
+
+ZeroEngine::ExchangeScalars ZeroEngine::exchange_scalars() const {
+  CompressedReduction* compressed = reduction_->compressed();
+  if (!compressed) return {};
+  const CompressedReduction::Scalars scalars = compressed->scalars();
+  return {scalars.replica, scalars.lr_sum};
+}
+
+void ZeroEngine::exchange_loaded(const ExchangeScalars& scalars) {
+  CompressedReduction* compressed = reduction_->compressed();
+  if (!compressed) return;
+  compressed->restore_scalars({scalars.replica, scalars.lr_sum});
+  if (scalars.replica)
+    for (ParamGroup group : kTrainableGroups)
+      if (state(group).partition_numel) compressed->replica_to_params(group, store_.group_params(group));
 }
 
 void ZeroEngine::update_compute_partitions() {
@@ -869,13 +638,7 @@ void ZeroEngine::fused_unit_ready(int unit) {
     const bool sliced = stage_ >= 1 && world_ > 1;
     const int64_t begin = sliced ? range.begin / world_ : range.begin;  // in the master partition
     const int64_t numel = sliced ? range.numel / world_ : range.numel;
-    Tensor mine = grads;
-    if (sliced) {
-      mine = f32_buffer_view(fused_scratch_, numel);
-      reduce_scatter_async(mine, grads)->wait();
-    } else if (world_ > 1) {
-      comm_.all_reduce_sum(grads);
-    }
+    Tensor mine = reduction_->reduce_unit(grads, sliced ? f32_buffer_view(fused_scratch_, numel) : Tensor());
     if (rounds_) backend_.round_to(mine, compute_dtype_);  // as the unfused path's 16-bit gradients
     const Tensor views[] = {mine};
     fused_squares_ += backend_.sum_squares_of(views);
@@ -993,23 +756,18 @@ ZeroMemory ZeroEngine::memory() const {
     }
     m.gradients = (largest + tie_targets) * f + static_cast<int64_t>(fused_scratch_.bytes());
   } else {
-    m.gradients = !reduce_per_micro_batch_ ? trainable_numel * f
-                                           : (trainable_partition + std::min(zero_.reduce_bucket_size, trainable_numel)) * f;
-    if (stage_ >= 1 && world_ > 1 && !reduce_per_micro_batch_) m.gradients += trainable_partition * f;
+    m.gradients = reduction_->gradient_bytes();
   }
   m.master_params = trainable_partition * f;
   m.optimizer_state = static_cast<int64_t>(optimizer_->state_names().size()) * trainable_partition * f;
-  for (ParamGroup group : kTrainableGroups) {  // a momentum exchange's buffers, its scratch included
-    const GroupState& s = *groups_[static_cast<size_t>(group)];
-    if (!s.exchange) continue;
-    const int64_t bytes = s.exchange->bytes() + store_.group(group).numel * f;
-    if (exchange_host_) m.host_bytes += bytes;
-    else m.optimizer_state += bytes;
+  if (CompressedReduction* compressed = reduction_->compressed()) {  // exchanges, scratch, 0/1 Adam's replica
+    if (compressed->in_host_memory()) m.host_bytes += compressed->bytes();
+    else m.optimizer_state += compressed->bytes();
   }
   for (const std::vector<Buffer>& buffers : tensor_state_)  // per-tensor state, whole on every rank
     for (const Buffer& buffer : buffers) m.optimizer_state += static_cast<int64_t>(buffer.bytes());
   if (offload_) m.host_bytes += m.master_params + m.optimizer_state + trainable_partition * f;
-  m.staging = peak_staging_;
+  m.staging = reduction_->staging_bytes();
   return m;
 }
 

@@ -21,11 +21,10 @@
 //            (all-reduce at stage 0, reduce-scatter into a one-unit scratch slice from stage 1),
 //            then measured (a norm pass) or applied to this rank's master slice and the compute
 //            parameters (an update pass), and given back. One micro-batch per step.
-//   momentum exchange (1-bit Adam after its warm-up, stages 0-2): the gradients are not reduced;
-//            each rank keeps its whole local gradient and the ranks average the optimizer's
-//            momentum compressed to signs (zero/sign_exchange.h, the compressed strategy); this
-//            rank's share of the average is what the update takes in place of reduced gradients.
-//            Stage 2 then reduces like stage 1 in its warm-up (a worker compresses its whole vector).
+// The gradient reduction is a strategy beside it (gradient_reduction.h), chosen once from the stage,
+// the world size and the optimizer: all-reduce (stage 0), reduce-scatter (1-3), one rank, and the
+// compressed strategy (1-bit Adam, 0/1 Adam: each rank keeps its whole local gradient and the
+// ranks average the optimizer's momentum, or take local steps, compressed to signs; stages 0-2).
 //   offload_param cpu (stage 3): the compute-dtype parameter partitions (frozen LoRA base
 //            weights included) live in host memory; a unit's slice is copied to the device
 //            when the unit is gathered, so the device holds only the gathered units.
@@ -49,6 +48,7 @@
 #include "model/param_store.h"
 #include "optim/optimizer.h"
 #include "optim/optimizer_config.h"
+#include "zero/gradient_reduction.h"
 #include "zero/zero_config.h"
 
 namespace zt {
@@ -157,14 +157,24 @@ class ZeroEngine final : public UnitHooks {
   };
   std::vector<TensorStateViews> tensor_state_views();
   int partition_count() const { return stage_ == 0 ? 1 : world_; }
-  // A momentum exchange's error feedback on this rank (its own, whatever the stage), per
-  // trainable group; empty when the optimizer exchanges nothing or the job has one rank.
+  // The compressed strategy's buffers on this rank (its own, whatever the stage), per trainable
+  // group by name: a momentum exchange's error feedback ("worker_error" fp32 [W*C],
+  // "server_error" [C]) and 0/1 Adam's replica ("replica_param", "replica_exp_avg", ...,
+  // fp32 [N] rank-major); empty when the optimizer exchanges nothing or there is nothing to keep.
+  // The scalars go with them; after loading both, exchange_loaded() (the compute parameters are
+  // the replica's while local steps run).
   struct ExchangeViews {
     ParamGroup group;
-    Tensor worker_error;  // fp32 [W*C]
-    Tensor server_error;  // fp32 [C]
+    std::vector<std::string> names;
+    std::vector<Tensor> buffers;
   };
   std::vector<ExchangeViews> exchange_views();
+  struct ExchangeScalars {
+    bool replica = false;  // local steps began: the replica is this rank's model
+    double lr_sum = 0.0;   // lr summed over the local steps since the ranks last synchronised
+  };
+  ExchangeScalars exchange_scalars() const;
+  void exchange_loaded(const ExchangeScalars& scalars);
   int partition_index() const { return stage_ == 0 ? 0 : rank_; }
   void refresh_params_from_master();
 
@@ -182,7 +192,6 @@ class ZeroEngine final : public UnitHooks {
 
  private:
   struct GroupState;
-  struct InflightBucket;
   struct UnitState {
     bool gathered = true;    // stage 3: the unit's parameters are resident and current
     bool grads_live = true;  // stage 2/3: the unit's gradient range holds this micro-batch's sums
@@ -192,8 +201,7 @@ class ZeroEngine final : public UnitHooks {
   };
 
   GroupState& state(ParamGroup group);
-  Pending reduce_scatter_async(Tensor out, Tensor in);  // comm_'s, or a copy on one rank
-  Pending all_gather_async(Tensor out, Tensor in);
+  Pending all_gather_async(Tensor out, Tensor in);  // comm_'s, or a copy on one rank
   Tensor gather_source(ParamGroup group) const;  // what stage 1-3 all-gather from (compute partition)
   size_t param_bytes(const GroupState& s) const;  // a compute-dtype partition's bytes
   Tensor compute_partition_view(const GroupState& s) const;  // compute dtype [P]
@@ -202,9 +210,6 @@ class ZeroEngine final : public UnitHooks {
   void prefetch_next(int unit, UnitUse use);
   void discard_unit_params(int unit);
   bool keep_after_release(int unit) const;
-  void enqueue_gradients(int unit);  // adds a unit to the bucket; flushes it when full
-  void flush_gradient_bucket();
-  void complete_inflight();
   void sync_params_after_update();
   void update_compute_partitions();  // compute_partition = master (rounded to the compute dtype)
   void update_compute_partition(ParamGroup group, int64_t begin, int64_t numel);
@@ -217,17 +222,14 @@ class ZeroEngine final : public UnitHooks {
   BucketGather start_bucket_gather(ParamGroup group, const std::vector<UnitRange>& bucket);
   void finish_bucket_gather(BucketGather& gather);
   void start_bounded_gather(std::deque<BucketGather>& gathers, ParamGroup group, const std::vector<UnitRange>& bucket);
-  Tensor gradient_view(ParamGroup group);  // the reduced gradients this rank updates from
-  std::vector<Tensor> gradient_views();    // the non-empty ones of every trainable group
-  std::vector<Tensor> local_gradient_views();  // this rank's own (unreduced) gradient sums per group
-  void finish_partition_slices(GroupState& s, const std::vector<UnitRange>& units);
+  // A bucket's final reduced slices (the reduction strategy's slices_final): with offload, their
+  // copy to the host starts now, overlapping the rest of backward.
+  void slices_final(ParamGroup group, int64_t begin, Tensor slices);
   // For optimizers that need_tensor_slices: the piece's tensors (`units` of `group`, this rank's
   // slices when `sliced`, else whole), their per-tensor state and the sums over the ranks.
   void add_tensor_slices(OptimizerPiece& piece, ParamGroup group, std::span<const UnitRange> units, bool sliced);
   void fused_unit_ready(int unit);  // a fused optimizer's work on a unit whose gradient is complete
   void refresh_unit_params(int unit);  // after a fused update: the unit's compute parameters
-  void exchange_momentum(const OptimizerStep& step, const MomentumExchange& exchange);
-  Tensor on_backend(Backend& target, Tensor source, Buffer& staging);  // source itself, or a copy on target
 
   Backend& backend_;
   Communicator& comm_;
@@ -241,8 +243,7 @@ class ZeroEngine final : public UnitHooks {
   bool offload_param_ = false;  // offload_param cpu (stage 3): compute partitions in host memory
   bool fused_ = false;          // the optimizer updates inside backward (LOMO)
   bool grads_in_flight_ = false;  // no resident gradient buffer: units' ranges committed as backward writes them
-  bool reduce_per_micro_batch_ = false;  // stage 2/3 on several ranks: each micro-batch's unit gradients reduced
-  std::optional<MomentumExchange> exchange_;  // this step exchanges momentum instead of reducing gradients
+  std::unique_ptr<GradientReduction> reduction_;  // the gradient-reduction strategy (gradient_reduction.h)
   enum class FusedPass { None, Norm, Update };
   FusedPass fused_pass_ = FusedPass::None;
   OptimizerStep fused_step_;
@@ -253,20 +254,15 @@ class ZeroEngine final : public UnitHooks {
   bool rounds_ = false;  // compute dtype bf16/fp16
   std::unique_ptr<Backend> host_;        // offload_optimizer: the host memory and the host update
   std::unique_ptr<Backend> param_host_;  // offload_param: host memory of the parameter partitions
-  std::unique_ptr<Backend> exchange_host_;  // a momentum exchange over MPI from a GPU: its host memory
   std::vector<std::unique_ptr<GroupState>> groups_;  // [kParamGroups]
   std::vector<std::vector<Buffer>> tensor_state_;    // [store entries]: each trainable tensor's per-tensor
                                                      // state, fp32, Optimizer::tensor_state(shape) order
   std::vector<UnitState> units_;
-  std::vector<int> pending_bucket_;                  // stage 2/3: units whose gradients wait to be reduced
-  int64_t pending_bucket_numel_ = 0;
   bool boundary_ = false;                            // the step's last micro-batch is running
   bool gradients_finished_ = false;                  // this step's partitions were rounded/offloaded per bucket
   std::unique_ptr<BackendEvent> host_grads_ready_;   // offload: after the last gradient download
   std::unique_ptr<BackendEvent> uploads_done_;       // offload: after the last parameter upload
-  std::unique_ptr<InflightBucket> inflight_;         // overlap_comm: one bucket reduction in flight
   int64_t live_gathered_ = 0, peak_gathered_ = 0;    // stage 3: gathered elements now / at most
-  int64_t peak_staging_ = 0;
 };
 
 }  // namespace zt

@@ -272,7 +272,7 @@ BOOST_AUTO_TEST_CASE(edit_distance) {
 }
 
 BOOST_AUTO_TEST_CASE(unsupported_optimizers_and_schedules) {
-  for (const char* type : {"OneBitLamb", "Lion", "ZeroOneAdam", "RMSprop"})
+  for (const char* type : {"OneBitLamb", "Lion", "MuAdam", "RMSprop"})
     check_translate_error(optimizer_of_type(type), std::string("ds_config.json: optimizer type ") + type +
                                               " is not supported (yet)");
   check_translate_error(R"({"scheduler": {"type": "OneCycle", "params": {}}})",
@@ -286,6 +286,30 @@ BOOST_AUTO_TEST_CASE(unsupported_optimizers_and_schedules) {
                         "optimizer.params.amsgrad true is not supported (only false)");
   check_translate_error(R"({"optimizer": {"type": "AdamW", "params": {"bias_correction": false}}})",
                         "optimizer.params.bias_correction false is not supported (only true)");
+}
+
+BOOST_AUTO_TEST_CASE(zero_one_adam) {
+  // DeepSpeed's docs example (docs/_tutorials/zero-one-adam.md), any case, and its defaults.
+  const TrainConfig config = translate(
+      R"({"optimizer": {"type": "zerooneadam", "params": {"lr": 1e-3, "weight_decay": 0.01, "bias_correction": false,
+          "var_freeze_step": 1000, "var_update_scaler": 16, "local_step_scaler": 1000, "local_step_clipper": 16,
+          "cuda_aware": false, "comm_backend_name": "mpi"}}})");
+  BOOST_CHECK_EQUAL(config.optimizer.type, "zerooneadam");
+  BOOST_CHECK_EQUAL(config.optimizer.var_freeze_step, 1000);
+  BOOST_CHECK_EQUAL(config.optimizer.var_update_scaler, 16);
+  BOOST_CHECK_EQUAL(config.optimizer.local_step_scaler, 1000);
+  BOOST_CHECK_EQUAL(config.optimizer.local_step_clipper, 16);
+  BOOST_CHECK_EQUAL(config.optimizer.comm_backend_name, "mpi");
+  BOOST_CHECK_EQUAL(config.optimizer.weight_decay, 0.01);
+  const TrainConfig defaults = translate(R"({"optimizer": {"type": "ZeroOneAdam", "params": {}}})");
+  BOOST_CHECK_EQUAL(defaults.optimizer.var_freeze_step, 100000);
+  BOOST_CHECK_EQUAL(defaults.optimizer.local_step_scaler, 32678);
+  BOOST_CHECK_EQUAL(defaults.optimizer.comm_backend_name, "nccl");
+  check_translate_error(R"({"optimizer": {"type": "ZeroOneAdam", "params": {"local_step_clipper": 0}}})",
+                        "local_step_clipper");
+  check_translate_error(R"({"optimizer": {"type": "ZeroOneAdam", "params": {"comm_backend_name": "hccl"}}})",
+                        "comm_backend_name \"hccl\" is not supported");
+  check_translate_error(R"({"optimizer": {"type": "ZeroOneAdam", "params": {"freeze_step": 10}}})", "freeze_step");
 }
 
 BOOST_AUTO_TEST_CASE(sgd_and_lamb) {

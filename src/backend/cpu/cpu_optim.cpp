@@ -127,6 +127,19 @@ void CpuBackend::add_signs(Tensor out, Tensor bits, float scale) {
   for (int64_t i = 0; i < n; ++i) o[i] += (packed[i / 8] & (0x80u >> (i % 8))) ? scale : -scale;
 }
 
+void CpuBackend::adam_denominator_scale(Tensor x, Tensor exp_avg_sq, float eps, bool divide) {
+  const char* op = "adam_denominator_scale";
+  float* values = f32_arg(op, "x", x);
+  const float* v = f32_arg(op, "exp_avg_sq", exp_avg_sq);
+  const int64_t n = x.numel();
+  expect_numel(op, "exp_avg_sq", exp_avg_sq, n, "the elements of x");
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float denominator = std::sqrt(v[i]) + eps;
+    values[i] = divide ? values[i] / denominator : values[i] * denominator;
+  }
+}
+
 }  // namespace zt::cpu
 
 // ---- AdaLomo's factored second moment --------------------------------------------------------

@@ -191,6 +191,7 @@ class CudaBackendImpl final : public CudaBackend {
                       const LambParams& params) override;
   void pack_signs(Tensor bits, Tensor error, Tensor x, float scale) override;
   void add_signs(Tensor out, Tensor bits, float scale) override;
+  void adam_denominator_scale(Tensor x, Tensor exp_avg_sq, float eps, bool divide) override;
   void adalomo_square_sums(Tensor row_sums, Tensor col_sums, Tensor grad, int64_t offset, float eps) override;
   double adalomo_moments(Tensor row, Tensor col, Tensor row_sums, Tensor col_sums, float beta2t) override;
   void adalomo_direction(Tensor update, Tensor grad, Tensor row, Tensor col, int64_t offset, float row_mean) override;

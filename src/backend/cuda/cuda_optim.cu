@@ -166,6 +166,14 @@ __global__ void add_signs_kernel(float* out, const uint8_t* bits, int64_t n, flo
     out[i] = __fadd_rn(out[i], (bits[i / 8] & (0x80u >> (i % 8))) ? scale : -scale);
 }
 
+__global__ void adam_denominator_scale_kernel(float* x, const float* v, int64_t n, float eps, bool divide) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float denominator = __fadd_rn(__fsqrt_rn(v[i]), eps);
+    x[i] = divide ? __fdiv_rn(x[i], denominator) : __fmul_rn(x[i], denominator);
+  }
+}
+
 }  // namespace
 
 void CudaBackendImpl::sgd(Tensor param, Tensor grad, Tensor momentum_buffer, const SgdParams& params) {
@@ -245,6 +253,17 @@ void CudaBackendImpl::add_signs(Tensor out, Tensor bits, float scale) {
   if (n == 0) return;
   launch({grid_for(n), kThreads, 0, stream_}, add_signs_kernel, out.f32(), bits.u8(), n, scale);
   ZT_CUDA_CHECK_LAUNCH("add_signs_kernel");
+}
+
+void CudaBackendImpl::adam_denominator_scale(Tensor x, Tensor exp_avg_sq, float eps, bool divide) {
+  const char* op = "adam_denominator_scale";
+  expect_device(op, "x", x, DType::F32);
+  expect_device(op, "exp_avg_sq", exp_avg_sq, DType::F32);
+  const int64_t n = x.numel();
+  expect_numel(op, "exp_avg_sq", exp_avg_sq, n, "the elements of x");
+  if (n == 0) return;
+  launch({grid_for(n), kThreads, 0, stream_}, adam_denominator_scale_kernel, x.f32(), exp_avg_sq.f32(), n, eps, divide);
+  ZT_CUDA_CHECK_LAUNCH("adam_denominator_scale_kernel");
 }
 
 }  // namespace zt::cuda
