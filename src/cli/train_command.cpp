@@ -54,6 +54,8 @@ po::options_description train_options() {
       ("seed", po::value<uint64_t>(), "seed of shuffling, dropout and LoRA init (default 42)")
       ("no-shuffle", po::bool_switch(), "take samples in order")
       ("group-by-length", po::bool_switch(), "micro-batches of similar lengths within each global batch (less padding)")
+      ("packing", po::bool_switch(), "pack each micro-batch's samples into rows as long as the longest sample, attention "
+                                     "and positions confined to each sample (no padding between them)")
       ("log-every", po::value<int64_t>(), "console line every N steps (default: steps_per_print)")
       ("peak-tflops", po::value<double>(), "per-rank peak TFLOPS for the MFU figure")
       ("profile-step", po::value<int64_t>(), "time each module (embedding, attention, mlp, norm, head, optimizer, "
@@ -181,6 +183,7 @@ ParsedTrainOptions parse_train_options(const std::vector<std::string>& args, con
   take(vm, "seed", config.seed);
   if (vm["no-shuffle"].as<bool>()) config.shuffle = false;
   if (vm["group-by-length"].as<bool>()) config.group_by_length = true;
+  if (vm["packing"].as<bool>()) config.packing = true;
   take(vm, "log-every", run.log_every);
   take(vm, "peak-tflops", run.peak_tflops);
   take(vm, "profile-step", run.profile_step);

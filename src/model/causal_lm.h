@@ -14,14 +14,18 @@
 
 namespace zt {
 
-// One micro-batch on the backend's device. All [B*T], row-major by (b, t); right-padded.
+// One micro-batch on the backend's device. All [B*T], row-major by (b, t); right-padded. A row
+// holds one sample, or several back to back under --packing (data/packing.h).
 struct BatchTensors {
   int64_t batch = 0;  // B
-  int64_t seq = 0;    // T: longest sample of the micro-batch
+  int64_t seq = 0;    // T: longest row of the micro-batch
   Tensor input_ids;   // int32 [B*T]
   Tensor targets;     // int32 [B*T]: the next token (pad where none)
   Tensor loss_mask;   // uint8 [B*T]: 1 where targets[n] counts in the loss
   Tensor row_ids;     // int64 [B*T]: global token positions (dropout masks)
+  // int32 [B*T]: the token's position within its sample (RoPE, learned positions, attention
+  // confined to the sample: backend.h "positions within packed rows"). Empty: t, one sample per row.
+  Tensor positions;
 };
 
 struct ModelOptions {

@@ -52,10 +52,10 @@ class DecoderModel final : public CausalLM {
   Tensor forward(const BatchTensors& batch, const DropoutContext& dropout) override {
     check_sequence_length(c_, batch.seq, "the micro-batch");
     reserve(batch.batch, batch.seq);
-    const BlockPass pass = block_pass(dropout);
+    const BlockPass pass = block_pass(batch, dropout);
     const int64_t n = rows();
     hooks().acquire(kStemUnit, UnitUse::Forward);
-    time_module(backend_, timer(), "embedding", stem_flops(false), [&] { stem_forward(batch, dropout); });
+    time_module(backend_, timer(), "embedding", stem_flops(false), [&] { stem_forward(batch, pass, dropout); });
     hooks().release(kStemUnit);
     for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
       hooks().acquire(block_unit(l), UnitUse::Forward);
@@ -97,7 +97,7 @@ class DecoderModel final : public CausalLM {
   }
 
   void backward(const BatchTensors& batch, float grad_scale, const DropoutContext& dropout, Tensor loss_sum) override {
-    const BlockPass pass = block_pass(dropout);
+    const BlockPass pass = block_pass(batch, dropout);
     const int64_t n = rows(), hidden = c_.hidden_size, embed = c_.embed_dim();
     Tensor dlogits = matrix(logits_, n, c_.vocab_size);
     Tensor d_residual = matrix(grad_residual_, n, hidden);  // the residual stream's gradient
@@ -162,10 +162,11 @@ class DecoderModel final : public CausalLM {
   Tensor matrix(const Buffer& buffer, int64_t rows, int64_t cols) const { return buffer.view(act_, {rows, cols}); }
   Tensor residual(int64_t index) { return matrix(residual_[static_cast<size_t>(index)], rows(), c_.hidden_size); }
   BlockSaved& saved(int64_t layer) { return *saved_[options_.activation_checkpointing ? 0 : static_cast<size_t>(layer)]; }
-  BlockPass block_pass(const DropoutContext& dropout) {
+  BlockPass block_pass(const BatchTensors& batch, const DropoutContext& dropout) {
     BlockPass pass;
     pass.batch = batch_;
     pass.seq = seq_;
+    pass.positions = batch.positions.empty() ? row_positions_.view(DType::I32, {rows()}) : batch.positions;
     pass.dropout = &dropout;
     pass.lora_dz = lora_dz_.view(act_, {lora_dz_elements_});
     pass.lora_scratch = lora_scratch_.view(act_, {lora_scratch_elements_});
@@ -183,8 +184,13 @@ class DecoderModel final : public CausalLM {
     return c_.projects_embeddings() ? linear_flops({&project_in_}, rows(), backward) : 0.0;
   }
 
-  // residual(0)[N,C] = embed_tokens(ids) [projected to C] [+ embed_positions(t + offset)].
-  void stem_forward(const BatchTensors& batch, const DropoutContext& dropout) {
+  // The learned position table from row `offset` on: row p holds position p's embedding.
+  Tensor position_rows(Tensor table) const {
+    return table.rows(c_.position_offset, table.dim(0) - c_.position_offset);
+  }
+
+  // residual(0)[N,C] = embed_tokens(ids) [projected to C] [+ embed_positions(position + offset)].
+  void stem_forward(const BatchTensors& batch, const BlockPass& pass, const DropoutContext& dropout) {
     const int64_t n = rows();
     Tensor x0 = residual(0);
     if (c_.projects_embeddings()) {
@@ -195,9 +201,9 @@ class DecoderModel final : public CausalLM {
       backend_.embedding_forward(x0, embed_, batch.input_ids);
     }
     if (c_.positions == PositionKind::Learned) {
-      Tensor position_rows = matrix(position_embedded_, n, c_.hidden_size);
-      backend_.embedding_forward(position_rows, positions_, position_ids_.view(DType::I32, {n}));
-      backend_.accumulate(x0, position_rows, 1.0f);
+      Tensor embedded_positions = matrix(position_embedded_, n, c_.hidden_size);
+      backend_.embedding_forward(embedded_positions, position_rows(positions_), pass.positions);
+      backend_.accumulate(x0, embedded_positions, 1.0f);
     }
   }
 
@@ -205,7 +211,7 @@ class DecoderModel final : public CausalLM {
   void stem_backward(const BatchTensors& batch, const DropoutContext& dropout, const BlockPass& pass, Tensor d_residual) {
     const int64_t n = rows();
     if (c_.positions == PositionKind::Learned && !positions_grad_.empty())
-      backend_.embedding_backward(positions_grad_, d_residual, position_ids_.view(DType::I32, {n}));
+      backend_.embedding_backward(position_rows(positions_grad_), d_residual, pass.positions);
     Tensor d_embedded = d_residual;
     if (c_.projects_embeddings()) {
       d_embedded = matrix(grad_projected_, n, c_.embed_dim());
@@ -233,10 +239,8 @@ class DecoderModel final : public CausalLM {
       project_in_.ensure_saved(backend_, project_in_saved_, n);
       project_out_.ensure_saved(backend_, project_out_saved_, n);
     }
-    if (c_.positions == PositionKind::Learned) {
-      ensure_buffer(position_embedded_, backend_, n * hidden, act_);
-      if (new_shape || !position_ids_.data()) upload_position_ids();
-    }
+    if (c_.positions == PositionKind::Learned) ensure_buffer(position_embedded_, backend_, n * hidden, act_);
+    if (new_shape || !row_positions_.data()) upload_row_positions();
     head_.ensure_saved(backend_, head_saved_, n);
     ensure_buffer(logits_, backend_, n * c_.vocab_size, act_);
     int64_t max_rank = 0, max_in = 0;
@@ -249,16 +253,16 @@ class DecoderModel final : public CausalLM {
     ensure_buffer(lora_dz_, backend_, lora_dz_elements_, act_);
     ensure_buffer(lora_scratch_, backend_, lora_scratch_elements_, act_);
   }
-  // Learned-position table rows [B*T]: t + offset for token (b, t). Batches are right-padded,
-  // so a sample's tokens sit at t = 0..len-1 (HF's positions from the attention mask); rows
-  // past a sample's end are padding, which nothing real attends to and which has no target.
-  void upload_position_ids() {
+  // The positions of a batch without its own (one sample per row) [B*T]: t for token (b, t).
+  // Batches are right-padded, so a sample's tokens sit at t = 0..len-1 (HF's positions from the
+  // attention mask); rows past a sample's end are padding, which nothing real attends to and
+  // which has no target.
+  void upload_row_positions() {
     std::vector<int32_t> host(static_cast<size_t>(rows()));  // [B*T]
     for (int64_t b = 0; b < batch_; ++b)
-      for (int64_t t = 0; t < seq_; ++t)
-        host[static_cast<size_t>(b * seq_ + t)] = static_cast<int32_t>(t + c_.position_offset);
-    ensure_buffer(position_ids_, backend_, rows(), DType::I32);
-    backend_.copy(position_ids_.view(DType::I32, {rows()}), Tensor(host.data(), DType::I32, {rows()}));
+      for (int64_t t = 0; t < seq_; ++t) host[static_cast<size_t>(b * seq_ + t)] = static_cast<int32_t>(t);
+    ensure_buffer(row_positions_, backend_, rows(), DType::I32);
+    backend_.copy(row_positions_.view(DType::I32, {rows()}), Tensor(host.data(), DType::I32, {rows()}));
   }
 
   ModelConfig c_;
@@ -278,7 +282,7 @@ class DecoderModel final : public CausalLM {
   std::vector<std::unique_ptr<BlockSaved>> saved_;  // L blocks, or 1 shared when checkpointing
   Buffer embedded_, projected_, grad_projected_;  // [N, E]: token rows before project_in; project_out's output; grads
   Buffer position_embedded_;                      // [N, C]: position rows
-  Buffer position_ids_;                           // int32 [N]: position table rows
+  Buffer row_positions_;                          // int32 [N]: t, for batches without positions
   LoraSaved project_in_saved_, project_out_saved_, head_saved_;
   Buffer final_ln_;                               // [N, C]
   NormSaved final_saved_;                         // [N]

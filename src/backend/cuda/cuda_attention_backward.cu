@@ -42,7 +42,8 @@ __device__ inline void probabilities_and_gradients(float* probs, float* dprobs, 
                                                    const float* q_tile, const float* do_tile,
                                                    const float* k_tile, const float* v_tile,
                                                    int ld, const float* lse_tile,
-                                                   const float* delta_tile, int first_query,
+                                                   const float* delta_tile, const int* start_tile,
+                                                   int first_query,
                                                    int first_key, int time, int head_dim,
                                                    float scale) {
   constexpr int kTile = kBackwardTile;
@@ -54,7 +55,7 @@ __device__ inline void probabilities_and_gradients(float* probs, float* dprobs, 
   for (int e = threadIdx.x; e < kTile * kTile; e += blockDim.x) {
     const int r = e / kTile, j = e % kTile;
     const int query = first_query + r, key = first_key + j;
-    const bool visible = query < time && key <= query;
+    const bool visible = query < time && key <= query && key >= start_tile[r];
     const float p = visible ? expf(probs[r * score_ld + j] - lse_tile[r]) : 0.0f;
     probs[r * score_ld + j] = p;
     dprobs[r * score_ld + j] = p * (dprobs[r * score_ld + j] - delta_tile[r]);
@@ -62,14 +63,17 @@ __device__ inline void probabilities_and_gradients(float* probs, float* dprobs, 
   __syncthreads();
 }
 
-// lse and delta of the query rows [first_query, first_query + kBackwardTile) of one head.
-__device__ inline void load_row_stats(float* lse_tile, float* delta_tile, const float* lse,
-                                      const float* delta, int64_t offset, int first_query,
-                                      int time) {
+// lse, delta and the sample start of the query rows [first_query, first_query + kBackwardTile)
+// of one head of row b.
+__device__ inline void load_row_stats(float* lse_tile, float* delta_tile, int* start_tile,
+                                      const float* lse, const float* delta,
+                                      const int32_t* positions, const AttentionDims& dims, int b,
+                                      int64_t offset, int first_query) {
   for (int r = threadIdx.x; r < kBackwardTile; r += blockDim.x) {
-    const bool valid = first_query + r < time;
+    const bool valid = first_query + r < dims.time;
     lse_tile[r] = valid ? lse[offset + first_query + r] : 0.0f;
     delta_tile[r] = valid ? delta[offset + first_query + r] : 0.0f;
+    start_tile[r] = valid ? sample_start(positions, dims, b, first_query + r) : 0;
   }
 }
 
@@ -80,8 +84,8 @@ __global__ void __launch_bounds__(kBackwardThreads)
 attention_backward_dkdv_kernel(Storage<Format>* dk, Storage<Format>* dv,
                                const Storage<Format>* dout, const Storage<Format>* q,
                                const Storage<Format>* k, const Storage<Format>* v,
-                               const float* lse, const float* delta, AttentionDims dims,
-                               float scale) {
+                               const float* lse, const float* delta, const int32_t* positions,
+                               AttentionDims dims, float scale) {
   constexpr int kTile = kBackwardTile;
   constexpr int kScoreLd = kTile + 1;
   ZT_DYNAMIC_SHARED(float, shared);
@@ -96,6 +100,7 @@ attention_backward_dkdv_kernel(Storage<Format>* dk, Storage<Format>* dv,
   float* dprobs = probs + kTile * kScoreLd;      // [kTile, kScoreLd]
   float* lse_tile = dprobs + kTile * kScoreLd;   // [kTile]
   float* delta_tile = lse_tile + kTile;          // [kTile]
+  int* start_tile = reinterpret_cast<int*>(delta_tile + kTile);  // [kTile]
 
   const int first_key = static_cast<int>(blockIdx.x) * kTile;  // early keys (most work) first
   const int kv_head = blockIdx.y, b = blockIdx.z;
@@ -109,18 +114,21 @@ attention_backward_dkdv_kernel(Storage<Format>* dk, Storage<Format>* dv,
   const int group = dims.group();
   for (int head = kv_head * group; head < (kv_head + 1) * group; ++head) {
     // Causal: queries before first_key see none of these keys; tiles are aligned (same size).
+    // Within samples: once a tile's first query starts its sample after these keys, neither it
+    // nor any later query sees them (starts never decrease along a row).
     for (int first_query = first_key; first_query < dims.time; first_query += kTile) {
+      if (sample_start(positions, dims, b, first_query) > first_key + keys - 1) break;
       const int queries = min(kTile, dims.time - first_query);
       __syncthreads();  // the previous step's products are done with q_tile, do_tile, probs
       const int64_t row_offset = dims.q_offset(b, head) + first_query * dims.q_stride();
       load_tile<Format>(q_tile, ld, q + row_offset, dims.q_stride(), queries, kTile, head_dim);
       load_tile<Format>(do_tile, ld, dout + row_offset, dims.q_stride(), queries, kTile, head_dim);
-      load_row_stats(lse_tile, delta_tile, lse, delta, dims.lse_offset(b, head), first_query,
-                     dims.time);
+      load_row_stats(lse_tile, delta_tile, start_tile, lse, delta, positions, dims, b,
+                     dims.lse_offset(b, head), first_query);
       __syncthreads();
       probabilities_and_gradients(probs, dprobs, kScoreLd, q_tile, do_tile, k_tile, v_tile, ld,
-                                  lse_tile, delta_tile, first_query, first_key, dims.time,
-                                  head_dim, scale);
+                                  lse_tile, delta_tile, start_tile, first_query, first_key,
+                                  dims.time, head_dim, scale);
       // dV += P^T dO, dK += scale dS^T Q
       block_gemm<true, false, 4>(dv_acc, ld, probs, kScoreLd, do_tile, ld, kTile, head_dim, kTile,
                                  1.0f, true);
@@ -141,7 +149,7 @@ __global__ void __launch_bounds__(kBackwardThreads)
 attention_backward_dq_kernel(Storage<Format>* dq, const Storage<Format>* dout,
                              const Storage<Format>* q, const Storage<Format>* k,
                              const Storage<Format>* v, const float* lse, const float* delta,
-                             AttentionDims dims, float scale) {
+                             const int32_t* positions, AttentionDims dims, float scale) {
   constexpr int kTile = kBackwardTile;
   constexpr int kScoreLd = kTile + 1;
   ZT_DYNAMIC_SHARED(float, shared);
@@ -155,6 +163,7 @@ attention_backward_dq_kernel(Storage<Format>* dq, const Storage<Format>* dout,
   float* dprobs = probs + kTile * kScoreLd;      // [kTile, kScoreLd]
   float* lse_tile = dprobs + kTile * kScoreLd;   // [kTile]
   float* delta_tile = lse_tile + kTile;          // [kTile]
+  int* start_tile = reinterpret_cast<int*>(delta_tile + kTile);  // [kTile]
 
   const int tiles = (dims.time + kTile - 1) / kTile;
   const int first_query = (tiles - 1 - static_cast<int>(blockIdx.x)) * kTile;  // longest first
@@ -164,12 +173,14 @@ attention_backward_dq_kernel(Storage<Format>* dq, const Storage<Format>* dout,
   const int64_t row_offset = dims.q_offset(b, head) + first_query * dims.q_stride();
   load_tile<Format>(q_tile, ld, q + row_offset, dims.q_stride(), queries, kTile, head_dim);
   load_tile<Format>(do_tile, ld, dout + row_offset, dims.q_stride(), queries, kTile, head_dim);
-  load_row_stats(lse_tile, delta_tile, lse, delta, dims.lse_offset(b, head), first_query,
-                 dims.time);
+  load_row_stats(lse_tile, delta_tile, start_tile, lse, delta, positions, dims, b,
+                 dims.lse_offset(b, head), first_query);
   zero(dq_acc, kTile * ld);
   const Storage<Format>* k_rows = k + dims.kv_offset(b, kv_head);
   const Storage<Format>* v_rows = v + dims.kv_offset(b, kv_head);
-  for (int first_key = 0; first_key < first_query + queries; first_key += kTile) {
+  // Keys from the tile holding the start of the first query's sample (aligned tiles).
+  const int keys_begin = sample_start(positions, dims, b, first_query) / kTile * kTile;
+  for (int first_key = keys_begin; first_key < first_query + queries; first_key += kTile) {
     const int keys = min(kTile, dims.time - first_key);
     __syncthreads();  // the previous step's product is done with k_tile, dprobs
     load_tile<Format>(k_tile, ld, k_rows + first_key * dims.kv_stride(), dims.kv_stride(), keys,
@@ -178,8 +189,8 @@ attention_backward_dq_kernel(Storage<Format>* dq, const Storage<Format>* dout,
                       kTile, head_dim);
     __syncthreads();
     probabilities_and_gradients(probs, dprobs, kScoreLd, q_tile, do_tile, k_tile, v_tile, ld,
-                                lse_tile, delta_tile, first_query, first_key, dims.time, head_dim,
-                                scale);
+                                lse_tile, delta_tile, start_tile, first_query, first_key,
+                                dims.time, head_dim, scale);
     // dQ += scale dS K
     block_gemm<false, false, 4>(dq_acc, ld, dprobs, kScoreLd, k_tile, ld, kTile, head_dim, kTile,
                                 scale, true);
@@ -192,13 +203,14 @@ attention_backward_dq_kernel(Storage<Format>* dq, const Storage<Format>* dout,
 
 size_t dkdv_shared_bytes(int head_dim) {
   const size_t ld = static_cast<size_t>(head_dim) + 1;
-  return (6 * kBackwardTile * ld + 2 * kBackwardTile * (kBackwardTile + 1) + 2 * kBackwardTile) *
+  // ... + lse, delta [kTile] (fp32) and the sample starts [kTile] (int32).
+  return (6 * kBackwardTile * ld + 2 * kBackwardTile * (kBackwardTile + 1) + 3 * kBackwardTile) *
          sizeof(float);
 }
 
 size_t dq_shared_bytes(int head_dim) {
   const size_t ld = static_cast<size_t>(head_dim) + 1;
-  return (5 * kBackwardTile * ld + 2 * kBackwardTile * (kBackwardTile + 1) + 2 * kBackwardTile) *
+  return (5 * kBackwardTile * ld + 2 * kBackwardTile * (kBackwardTile + 1) + 3 * kBackwardTile) *
          sizeof(float);
 }
 
@@ -206,9 +218,10 @@ size_t dq_shared_bytes(int head_dim) {
 
 void CudaBackendImpl::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
                                          Tensor k, Tensor v, Tensor out, Tensor lse,
-                                         float scale_factor) {
+                                         Tensor positions, float scale_factor) {
   const char* op = "attention_backward";
   const AttentionDims dims = check_attention(op, q, k, v, out, "out", lse);
+  const int32_t* position_of = positions_data(op, positions, dims.batch, dims.time);
   const char* names[] = {"dout", "dq", "dk", "dv"};
   const Tensor* grads[] = {&dout, &dq, &dk, &dv};
   const Tensor* likes[] = {&q, &q, &k, &v};
@@ -236,7 +249,7 @@ void CudaBackendImpl::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor
     launch({dkdv_grid, kBackwardThreads, dkdv_bytes, stream_}, dkdv_kernel,
         data_of<Format>(dk), data_of<Format>(dv), data_of<Format>(dout), data_of<Format>(q),
         data_of<Format>(k), data_of<Format>(v), lse.f32(), static_cast<const float*>(delta.data()),
-        dims, scale_factor);
+        position_of, dims, scale_factor);
     ZT_CUDA_CHECK_LAUNCH("attention_backward_dkdv_kernel");
 
     auto dq_kernel = attention_backward_dq_kernel<Format>;
@@ -245,7 +258,7 @@ void CudaBackendImpl::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor
                        static_cast<unsigned int>(dims.batch));
     launch({dq_grid, kBackwardThreads, dq_bytes, stream_}, dq_kernel,
         data_of<Format>(dq), data_of<Format>(dout), data_of<Format>(q), data_of<Format>(k),
-        data_of<Format>(v), lse.f32(), static_cast<const float*>(delta.data()), dims,
+        data_of<Format>(v), lse.f32(), static_cast<const float*>(delta.data()), position_of, dims,
         scale_factor);
     ZT_CUDA_CHECK_LAUNCH("attention_backward_dq_kernel");
   });
