@@ -7,15 +7,17 @@
 # with a 4-layer LLaMA (bench/configs/packing-llama.json: hidden 256, GQA 8/4 heads, vocab 1000),
 # micro-batch 8 samples, ZeRO 0, fp32, one rank. Figures are the mean over steps 2.. of
 # metrics.jsonl's tokens_per_sec (real tokens / step time) and padding_fraction.
-#   bench/packing.sh [ZEROTUNE] [THREADS] [STEPS]   (defaults: build/zerotune, 2, 6)
+#   bench/packing.sh [ZEROTUNE] [THREADS] [STEPS]   (defaults: build/zerotune, 1, 8)
+# One thread: on a shared 2-core machine OpenMP threads that wait on each other at every barrier
+# make both layouts slower and noisier than one thread does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 zerotune=${1:-build/zerotune}
-threads=${2:-2}
-steps=${3:-6}
+threads=${2:-1}
+steps=${3:-8}
 python=${ZT_PYTHON:-.venv/bin/python}
 work=$(mktemp -d /tmp/zt-bench-packing.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+[ -n "${KEEP:-}" ] || trap 'rm -rf "$work"' EXIT
 command -v spm_train >/dev/null || { echo "spm_train not found (Debian package sentencepiece)" >&2; exit 1; }
 echo "machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), threads $threads, $(date -u +%F)"
 

@@ -28,7 +28,7 @@ def main():
         samples.append((tokens, mask))
     os.makedirs(out, exist_ok=True)
     write_shard(os.path.join(out, "train-00000.h5"), samples, vocab, pad_id=int(attributes["pad_id"]),
-                max_seq_len=int(attributes["max_seq_len"]))
+                max_seq_len=int(attributes["max_seq_len"]), tokenizer_sha256=attributes["tokenizer_sha256"])
     print(f"{count} samples, lengths drawn from {len(lengths)} of {source}: mean {np.mean(lengths):.0f}, "
           f"max {max(lengths)}")
 
