@@ -54,6 +54,7 @@ struct RunShape {
   int64_t seq_len = 512;
   int64_t micro_batch = 1;
   bool activation_checkpointing = false;
+  int64_t head_chunk_rows = 0;  // the LM head + cross-entropy chunk (0: automatic)
 };
 
 // Bytes in the largest binary unit that keeps the number >= 1 (tiny test models print KiB).
@@ -100,6 +101,7 @@ nlohmann::ordered_json predicted_run(const ModelSummary& model, const RunShape& 
   config.lora = shape.lora;
   config.optimizer = shape.optimizer;
   config.activation_checkpointing = shape.activation_checkpointing;
+  config.head_chunk_rows = shape.head_chunk_rows;
   config.zero.stage = choice.stage;
   config.zero.offload_optimizer_device = device_name(choice.offload_optimizer);
   config.zero.offload_param_device = device_name(choice.offload_params);
@@ -270,6 +272,9 @@ int command_estimate(const std::vector<std::string>& args) {
       ("micro-batch", po::value(&shape.micro_batch)->default_value(1), "with --model: train_micro_batch_size_per_gpu")
       ("activation-checkpointing", po::bool_switch(&shape.activation_checkpointing),
        "with --model: recompute blocks in backward")
+      ("head-chunk-rows", po::value(&shape.head_chunk_rows)->default_value(0),
+       "with --model: rows per chunk of the LM head + cross-entropy, as train's (0: automatic; micro-batch x "
+       "seq-len or more: the whole [tokens, vocab] logits at once)")
       ("json", po::bool_switch(&as_json), "print the report as JSON");
   po::variables_map values;
   if (!parse_command_options(args, description, values, "estimate")) return 0;
@@ -283,6 +288,7 @@ int command_estimate(const std::vector<std::string>& args) {
   ZT_CHECK(!values.count("lora-targets") || lora_r > 0, "--lora-targets was given without --lora-r (the LoRA rank)");
   ZT_CHECK(shape.seq_len >= 1, "--seq-len = ", shape.seq_len, ": must be >= 1");
   ZT_CHECK(shape.micro_batch >= 1, "--micro-batch = ", shape.micro_batch, ": must be >= 1");
+  ZT_CHECK(shape.head_chunk_rows >= 0, "--head-chunk-rows = ", shape.head_chunk_rows, ": must be >= 0 (0: automatic)");
   ZT_CHECK(have_model || (values["seq-len"].defaulted() && values["micro-batch"].defaulted() &&
                           !shape.activation_checkpointing),
            "--seq-len, --micro-batch and --activation-checkpointing go with --model (the run's activations come from "

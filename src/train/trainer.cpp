@@ -201,6 +201,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
 
   ModelOptions model_options;
   model_options.activation_checkpointing = config.activation_checkpointing;
+  model_options.head_chunk_rows = config.head_chunk_rows;
   if (config.lora.enabled()) {
     model_options.lora_scaling = lora_scaling(config.lora);
     model_options.lora_dropout = static_cast<float>(config.lora.dropout);
