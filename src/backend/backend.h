@@ -26,9 +26,9 @@
 //   - embedding: out and table the same float dtype; ids int32. Backward: dout and dtable any float.
 //   - norms: x, y, dy, dx one float dtype; weight, bias any float; mean/rstd fp32; dweight,
 //     dbias any float.
-//   - rope: x any float; inv_freq fp32. swiglu, relu, dropout: all activations one float dtype;
+//   - rope: x any float; inv_freq fp32; positions int32. swiglu, relu, dropout: all activations one float dtype;
 //     row_ids int64.
-//   - attention: q, k, v, out, dout, dq, dk, dv one float dtype; lse fp32.
+//   - attention: q, k, v, out, dout, dq, dk, dv one float dtype; lse fp32; positions int32.
 //   - cross_entropy: logits any float (dlogits are written in the logits' dtype); targets int32;
 //     mask uint8.
 //   - adamw, sgd, lamb_direction, adalomo_*: all buffers fp32 (master weights and optimizer state
@@ -198,14 +198,23 @@ class Backend {
   virtual void layernorm_backward(Tensor dx, Tensor dweight, Tensor dbias, Tensor dy, Tensor x,
                                   Tensor weight, Tensor mean, Tensor rstd) = 0;
 
+  // ---- positions within packed rows -----------------------------------------------------
+  // rope and attention take positions int32[B*T] (on the backend's device): the position of
+  // token (b,t) inside its sample. A row holds one or more samples back to back (`--packing`),
+  // so positions count 0, 1, 2, ... from each sample's first token: positions[b,0] = 0 and
+  // positions[b,t] is either 0 (a new sample starts) or positions[b,t-1] + 1 (HF's packed
+  // position_ids, from which flash-attention derives cu_seqlens). Token t's sample starts at
+  // t - positions[b,t]. An empty tensor means positions[b,t] = t: one sample per right-padded row.
+  // The CPU backend checks the rule; the CUDA kernels trust it.
+
   // ---- rotary position embedding (HF half-split layout, `rotate_half`) -----------------
-  // In place on x[B,T,H,D]: position of token (b,t) is t (batches are right-padded).
+  // In place on x[B,T,H,D]: position of token (b,t) is positions[b*T+t] (see above).
   // inv_freq[D/2] = 1 / theta^(2i/D) (divided by a linear scaling factor where configured);
   // angle = position * inv_freq[i]; (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) for
   // x1 = x[..., i], x2 = x[..., i + D/2].
-  virtual void rope_forward(Tensor x, Tensor inv_freq) = 0;
+  virtual void rope_forward(Tensor x, Tensor inv_freq, Tensor positions) = 0;
   // In place on dx[B,T,H,D]: the transpose of the rotation (rotation by -angle).
-  virtual void rope_backward(Tensor dx, Tensor inv_freq) = 0;
+  virtual void rope_backward(Tensor dx, Tensor inv_freq, Tensor positions) = 0;
 
   // ---- MLP activations ----------------------------------------------------------------
   // SwiGLU (LLaMA): h[N,F] = silu(gate) * up.
@@ -221,11 +230,14 @@ class Backend {
   // Causal self-attention with grouped-query heads: q[B,T,H,D], k,v[B,T,Hkv,D] (H % Hkv == 0,
   // query head h reads kv head h / (H/Hkv)); out[B,T,H,D]; lse[B,H,T] = log-sum-exp of the
   // scaled scores of each query row, saved for backward. scale is usually 1/sqrt(D).
+  // Query t of row b sees the keys [t - positions[b,t], t]: those of its own sample up to
+  // itself (positions int32[B*T], see "positions within packed rows"; empty: keys [0, t]).
   virtual void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
-                                 float scale) = 0;
+                                 Tensor positions, float scale) = 0;
   // dq[B,T,H,D], dk, dv[B,T,Hkv,D] written.
   virtual void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
-                                  Tensor k, Tensor v, Tensor out, Tensor lse, float scale) = 0;
+                                  Tensor k, Tensor v, Tensor out, Tensor lse, Tensor positions,
+                                  float scale) = 0;
 
   // ---- loss ---------------------------------------------------------------------------
   // Fused softmax + cross-entropy over logits[N,V] for rows with mask[n] = 1 (uint8[N]),

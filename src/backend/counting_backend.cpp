@@ -194,14 +194,14 @@ class Counting final : public CountingBackend {
   void rmsnorm_backward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) override {}
   void layernorm_forward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, float) override {}
   void layernorm_backward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) override {}
-  void rope_forward(Tensor, Tensor) override {}
-  void rope_backward(Tensor, Tensor) override {}
+  void rope_forward(Tensor, Tensor, Tensor) override {}
+  void rope_backward(Tensor, Tensor, Tensor) override {}
   void swiglu_forward(Tensor, Tensor, Tensor) override {}
   void swiglu_backward(Tensor, Tensor, Tensor, Tensor, Tensor) override {}
   void relu_forward(Tensor, Tensor) override {}
   void relu_backward(Tensor, Tensor, Tensor) override {}
-  void attention_forward(Tensor, Tensor, Tensor, Tensor, Tensor, float) override {}
-  void attention_backward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, float) override {}
+  void attention_forward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, float) override {}
+  void attention_backward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, float) override {}
   double cross_entropy(Tensor, Tensor, Tensor, float) override { return 0.0; }
   void cross_entropy_accumulate(Tensor, Tensor, Tensor, float, Tensor) override {}
   void dropout(Tensor, Tensor, float, RngKey, Tensor) override {}

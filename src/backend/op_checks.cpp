@@ -100,6 +100,10 @@ const std::vector<DType> kFloats = {DType::F32, DType::BF16, DType::F16};
 // Sizes: rows N = B*T, channels C, vocabulary V, heads (q 4, kv 2) of dimension D.
 constexpr int64_t B = 2, T = 5, N = B * T, C = 24, F = 40, V = 19, H = 4, HKV = 2, D = 16;
 
+// Packed rows (backend.h "positions within packed rows"): row 0 holds samples of 2 and 3
+// tokens, row 1 of 3 and 2.
+std::vector<int32_t> packed_positions() { return {0, 1, 0, 1, 2, 0, 1, 2, 0, 1}; }
+
 std::vector<OpCheck> op_table() {
   return {
       {"copy", kFloats, 1e-6,
@@ -202,9 +206,22 @@ std::vector<OpCheck> op_table() {
            inv_freq[static_cast<size_t>(i)] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(D));
          Tensor freq = run.integers(DType::F32, inv_freq);
          Tensor x = run.random(dtype, {B, T, H, D});
-         run.backend().rope_forward(x, freq);
+         run.backend().rope_forward(x, freq, Tensor());
          const std::vector<float> forward = run.read(x);
-         run.backend().rope_backward(x, freq);
+         run.backend().rope_backward(x, freq, Tensor());
+         return Outputs{forward, run.read(x)};
+       }},
+      {"rope_packed", kFloats, 1e-5,
+       [](OpRun& run, DType dtype) {
+         std::vector<float> inv_freq(D / 2);
+         for (int64_t i = 0; i < D / 2; ++i)
+           inv_freq[static_cast<size_t>(i)] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(D));
+         Tensor freq = run.integers(DType::F32, inv_freq);
+         Tensor positions = run.integers(DType::I32, packed_positions());
+         Tensor x = run.random(dtype, {B, T, H, D});
+         run.backend().rope_forward(x, freq, positions);
+         const std::vector<float> forward = run.read(x);
+         run.backend().rope_backward(x, freq, positions);
          return Outputs{forward, run.read(x)};
        }},
       {"swiglu", kFloats, 1e-5,
@@ -229,10 +246,24 @@ std::vector<OpCheck> op_table() {
          Tensor v = run.random(dtype, {B, T, HKV, D});
          Tensor out = run.output(dtype, {B, T, H, D}), lse = run.output(DType::F32, {B, H, T});
          const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-         run.backend().attention_forward(out, lse, q, k, v, scale);
+         run.backend().attention_forward(out, lse, q, k, v, Tensor(), scale);
          Tensor dout = run.random(dtype, {B, T, H, D}), dq = run.output(dtype, {B, T, H, D});
          Tensor dk = run.output(dtype, {B, T, HKV, D}), dv = run.output(dtype, {B, T, HKV, D});
-         run.backend().attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale);
+         run.backend().attention_backward(dq, dk, dv, dout, q, k, v, out, lse, Tensor(), scale);
+         return Outputs{run.read(out), run.read(lse), run.read(dq), run.read(dk), run.read(dv)};
+       },
+       4.0},
+      {"attention_packed", kFloats, 1e-4,
+       [](OpRun& run, DType dtype) {
+         Tensor positions = run.integers(DType::I32, packed_positions());
+         Tensor q = run.random(dtype, {B, T, H, D}), k = run.random(dtype, {B, T, HKV, D});
+         Tensor v = run.random(dtype, {B, T, HKV, D});
+         Tensor out = run.output(dtype, {B, T, H, D}), lse = run.output(DType::F32, {B, H, T});
+         const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+         run.backend().attention_forward(out, lse, q, k, v, positions, scale);
+         Tensor dout = run.random(dtype, {B, T, H, D}), dq = run.output(dtype, {B, T, H, D});
+         Tensor dk = run.output(dtype, {B, T, HKV, D}), dv = run.output(dtype, {B, T, HKV, D});
+         run.backend().attention_backward(dq, dk, dv, dout, q, k, v, out, lse, positions, scale);
          return Outputs{run.read(out), run.read(lse), run.read(dq), run.read(dk), run.read(dv)};
        },
        4.0},

@@ -62,6 +62,7 @@ struct RunShape {
   TrainConfig base;  // --deepspeed's settings (else the defaults), which the fields above override
   MemoryTarget target = typical_gpu_target();  // --device: the allocator the memory model counts for
   int64_t grown_from_seq_len = 0;  // --data with samples of varied lengths (memory_model.h)
+  int64_t head_chunk_rows = 0;  // the LM head + cross-entropy chunk (0: automatic)
 };
 
 // The run the memory model sets up and steps for one row.
@@ -72,6 +73,7 @@ TrainConfig row_config(const RunShape& shape, const ZeroMemoryInputs& base, cons
   config.gradient_accumulation_steps = 1;
   config.compute_dtype = compute_dtype;
   config.lora = shape.lora;
+  config.head_chunk_rows = shape.head_chunk_rows;
   config.optimizer = shape.optimizer;
   config.zero.reduce_bucket_size = base.reduce_bucket_size;
   config.zero.stage3_max_live_parameters = base.stage3_max_live_parameters;
@@ -445,6 +447,9 @@ int command_estimate(const std::vector<std::string>& args) {
        "machine's GPU 0, as `train` checks it) or cpu (the CPU backend: exact bytes, all of them host memory)")
       ("data", po::value(&data_dir), "with --model, instead of --seq-len: the token shards to train on (their longest "
        "sample, and the activation buffers' growth when samples differ in length, as `train` predicts it)")
+      ("head-chunk-rows", po::value(&shape.head_chunk_rows)->default_value(0),
+       "with --model: rows per chunk of the LM head + cross-entropy, as train's (0: automatic; micro-batch x "
+       "seq-len or more: the whole [tokens, vocab] logits at once)")
       ("json", po::bool_switch(&as_json), "print the report as JSON");
   po::variables_map values;
   if (!parse_command_options(args, description, values, "estimate")) return 0;
@@ -461,6 +466,7 @@ int command_estimate(const std::vector<std::string>& args) {
   ZT_CHECK(!shape.offload_activations || shape.activation_checkpointing,
            "--offload-activations needs --activation-checkpointing: it moves the block inputs that checkpointing "
            "keeps to host memory");
+  ZT_CHECK(shape.head_chunk_rows >= 0, "--head-chunk-rows = ", shape.head_chunk_rows, ": must be >= 0 (0: automatic)");
   ZT_CHECK(have_model || (values["seq-len"].defaulted() && values["micro-batch"].defaulted() &&
                           !shape.activation_checkpointing),
            "--seq-len, --micro-batch and --activation-checkpointing go with --model (the run's activations come from "

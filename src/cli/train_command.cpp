@@ -57,6 +57,10 @@ po::options_description train_options() {
       ("seed", po::value<uint64_t>(), "seed of shuffling, dropout and LoRA init (default 42)")
       ("no-shuffle", po::bool_switch(), "take samples in order")
       ("group-by-length", po::bool_switch(), "micro-batches of similar lengths within each global batch (less padding)")
+      ("head-chunk-rows", po::value<int64_t>(), "rows per chunk of the LM head + cross-entropy (default 0: automatic, "
+                                                "a chunk's logits about one activation's size; a large value: whole logits)")
+      ("packing", po::bool_switch(), "pack each micro-batch's samples into rows as long as the longest sample, attention "
+                                     "and positions confined to each sample (no padding between them)")
       ("log-every", po::value<int64_t>(), "console line every N steps (default: steps_per_print)")
       ("peak-tflops", po::value<double>(), "per-rank peak TFLOPS for the MFU figure")
       ("profile-step", po::value<int64_t>(), "time each module (embedding, attention, mlp, norm, head, optimizer, "
@@ -185,9 +189,11 @@ ParsedTrainOptions parse_train_options(const std::vector<std::string>& args, con
            "keeps to host memory");
   take(vm, "epochs", config.epochs);
   take(vm, "max-steps", config.max_steps);
+  take(vm, "head-chunk-rows", config.head_chunk_rows);
   take(vm, "seed", config.seed);
   if (vm["no-shuffle"].as<bool>()) config.shuffle = false;
   if (vm["group-by-length"].as<bool>()) config.group_by_length = true;
+  if (vm["packing"].as<bool>()) config.packing = true;
   take(vm, "log-every", run.log_every);
   take(vm, "peak-tflops", run.peak_tflops);
   take(vm, "profile-step", run.profile_step);
@@ -238,6 +244,7 @@ ParsedTrainOptions parse_train_options(const std::vector<std::string>& args, con
     resolve_deepspeed_choices(config, [&](const std::string& flag) { return vm.count(flag) > 0; }, run.notes);
   ZT_CHECK(config.epochs > 0, "--epochs must be positive, not ", config.epochs);
   ZT_CHECK(config.max_steps >= 0, "--max-steps must not be negative");
+  ZT_CHECK(config.head_chunk_rows >= 0, "--head-chunk-rows must not be negative (0: automatic)");
   return parsed;
 }
 

@@ -14,22 +14,35 @@ namespace zt {
 // micro-batches. Samples are shorter than this stride (checked when a batch is made).
 inline constexpr int64_t kRowIdStride = int64_t{1} << 20;
 
-// A micro-batch of B samples padded to T = the longest of them. Position t of row b predicts
-// token t+1 of the sample (the HF label shift); the sample's loss_mask[0] is never used.
+// A micro-batch of B rows padded to T = the longest of them: one sample per row, or several
+// back to back under --packing (data/packing.h). Position t of a sample predicts its token t+1
+// (the HF label shift); the sample's loss_mask[0] is never used, and its last token has no target.
 struct MicroBatch {
   int64_t batch = 0;                  // B
   int64_t seq = 0;                    // T
   std::vector<int32_t> input_ids;     // [B*T] tokens[t], pad_id past the sample's end
   std::vector<int32_t> targets;       // [B*T] tokens[t+1], pad_id where there is none
   std::vector<uint8_t> loss_mask;     // [B*T] sample loss_mask[t+1]; 0 at the last real token and on padding
-  std::vector<int64_t> row_ids;       // [B*T] sample_indices[b] * kRowIdStride + t (padding included)
-  std::vector<int64_t> sample_indices;  // [B] global sample index of each row
+  std::vector<int64_t> row_ids;       // [B*T] sample index * kRowIdStride + position in the sample (padding included)
+  std::vector<int64_t> sample_indices;  // [S] global indices of the micro-batch's samples (S = B unpacked), row by row
+  // [B*T] each token's position within its sample (packed rows only; empty: t, one sample per
+  // row). Padding after a packed row's last sample counts from 0 as a sample of its own.
+  std::vector<int32_t> positions;
   int64_t target_tokens = 0;          // sum of loss_mask
   int64_t real_tokens = 0;            // positions holding a sample token (not padding)
 };
 
 // Reads the samples and lays them out as above. pad_id must be a valid token id.
 MicroBatch make_micro_batch(const TokenDataset& dataset, std::span<const int64_t> sample_indices, int32_t pad_id);
+
+// Writes one sample at element `offset` of the batch's vectors: input ids, targets and loss
+// mask shifted by one inside the sample, row ids sample_index * kRowIdStride + position; adds its
+// targets and tokens to target_tokens and real_tokens. The vectors must be sized already.
+void place_sample(MicroBatch& batch, const TokenSample& sample, int64_t sample_index, size_t offset);
+// An empty micro-batch of B x T: pad ids, no targets, row ids 0 (place_sample fills it).
+MicroBatch padded_micro_batch(int64_t batch, int64_t seq, int32_t pad_id);
+// Checks pad_id against the dataset's vocabulary and a sample length against kRowIdStride.
+void check_batch_inputs(const TokenDataset& dataset, int32_t pad_id, int64_t longest, const char* caller);
 
 // The number of target tokens of these samples (sum of loss_mask[1:] over them), i.e. the sum of
 // target_tokens over any split of them into micro-batches: the trainer all-reduces it before

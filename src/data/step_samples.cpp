@@ -5,18 +5,21 @@
 
 #include "core/error.h"
 #include "data/length_grouping.h"
+#include "data/packing.h"
 
 namespace zt {
 
 StepSamples::StepSamples(const TokenDataset& dataset, int world_size, int rank, uint64_t seed, bool shuffle,
-                         int64_t global_batch, int64_t micro_batch, bool group_by_length)
+                         int64_t global_batch, int64_t micro_batch, bool group_by_length,
+                         int64_t packing_capacity)
     : dataset_(dataset),
       sampler_(dataset.num_samples(), world_size, rank, seed, shuffle, false),
       world_size_(world_size),
       rank_(rank),
       global_batch_(global_batch),
       micro_batch_(micro_batch),
-      group_by_length_(group_by_length) {
+      group_by_length_(group_by_length),
+      packing_capacity_(packing_capacity) {
   ZT_CHECK(global_batch > 0 && global_batch % world_size == 0 && (global_batch / world_size) % micro_batch == 0,
            "step samples: global batch ", global_batch, " is not micro-batch ", micro_batch, " x accumulation x ",
            world_size, " ranks");
@@ -47,9 +50,12 @@ StepBatches StepSamples::rank_batches(int64_t step) {
   StepBatches batches;
   batches.step = step;
   const std::span<const int64_t> samples(mine);
-  for (size_t first = 0; first < samples.size(); first += static_cast<size_t>(micro_batch_))
-    batches.micro.push_back(make_micro_batch(dataset_, samples.subspan(first, static_cast<size_t>(micro_batch_)),
-                                             static_cast<int32_t>(dataset_.attributes().pad_id)));
+  const int32_t pad_id = static_cast<int32_t>(dataset_.attributes().pad_id);
+  for (size_t first = 0; first < samples.size(); first += static_cast<size_t>(micro_batch_)) {
+    const std::span<const int64_t> micro = samples.subspan(first, static_cast<size_t>(micro_batch_));
+    batches.micro.push_back(packing_capacity_ > 0 ? make_packed_micro_batch(dataset_, micro, pad_id, packing_capacity_)
+                                                  : make_micro_batch(dataset_, micro, pad_id));
+  }
   return batches;
 }
 

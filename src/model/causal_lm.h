@@ -14,14 +14,18 @@
 
 namespace zt {
 
-// One micro-batch on the backend's device. All [B*T], row-major by (b, t); right-padded.
+// One micro-batch on the backend's device. All [B*T], row-major by (b, t); right-padded. A row
+// holds one sample, or several back to back under --packing (data/packing.h).
 struct BatchTensors {
   int64_t batch = 0;  // B
-  int64_t seq = 0;    // T: longest sample of the micro-batch
+  int64_t seq = 0;    // T: longest row of the micro-batch
   Tensor input_ids;   // int32 [B*T]
   Tensor targets;     // int32 [B*T]: the next token (pad where none)
   Tensor loss_mask;   // uint8 [B*T]: 1 where targets[n] counts in the loss
   Tensor row_ids;     // int64 [B*T]: global token positions (dropout masks)
+  // int32 [B*T]: the token's position within its sample (RoPE, learned positions, attention
+  // confined to the sample: backend.h "positions within packed rows"). Empty: t, one sample per row.
+  Tensor positions;
 };
 
 struct ModelOptions {
@@ -29,6 +33,10 @@ struct ModelOptions {
   // With checkpointing: the block inputs wait in pinned host memory between forward and backward
   // (3 on the device at a time, copied on the transfer queue, prefetched one block ahead).
   bool offload_activations = false;
+  // Rows per chunk of the LM head + cross-entropy (the [N, V] logits never exist whole, only
+  // [chunk, V]); 0: automatic, ceil(N / ceil(V / E)) rows, so a chunk's logits are about as large
+  // as one [N, E] activation (Liger's fused linear cross-entropy rule). At least N: one chunk.
+  int64_t head_chunk_rows = 0;
   float lora_scaling = 0.0f;
   float lora_dropout = 0.0f;
 };
@@ -60,10 +68,15 @@ class CausalLM {
   void set_unit_hooks(UnitHooks* hooks) { hooks_ = hooks ? hooks : &no_hooks_; }
 
   virtual ~CausalLM() = default;
-  // Runs the model on the batch; returns the logits [B*T, V] in the compute dtype (valid until
-  // backward; the loss widens them to fp32, as HF does with logits.float()).
+  // Runs the model on the batch up to the LM head's input. The head itself runs chunk by chunk
+  // of rows inside loss() and backward() (ModelOptions::head_chunk_rows), so the returned
+  // tensor is empty, unless keep_logits(true) asked for the whole logits [B*T, V] (in the
+  // compute dtype, a buffer of their own: --dump-step0), valid until the next forward.
   virtual Tensor forward(const BatchTensors& batch, const DropoutContext& dropout) = 0;
-  // After forward on the same batch: fused softmax-cross-entropy and the full backward.
+  void keep_logits(bool keep) { keep_logits_ = keep; }
+  // After forward on the same batch: per chunk of rows, the LM head, the fused
+  // softmax-cross-entropy (logits widened to fp32, as HF's logits.float()) and the head's
+  // backward; then the full backward.
   // Gradients of d(sum of masked token losses * grad_scale) accumulate into the ParamStore.
   // Adds the sum of the masked token losses to loss_sum (fp64 [1] on the model's device)
   // without synchronising the device (the trainer reads a step's sum once).
@@ -82,11 +95,13 @@ class CausalLM {
  protected:
   UnitHooks& hooks() { return *hooks_; }
   ModuleTimer* timer() { return timer_; }
+  bool keeps_logits() const { return keep_logits_; }
 
  private:
   UnitHooks no_hooks_;
   UnitHooks* hooks_ = &no_hooks_;
   ModuleTimer* timer_ = nullptr;
+  bool keep_logits_ = false;
 };
 
 // Builds the decoder of config.model_type (its architecture row's blocks) over the parameters in `store`.

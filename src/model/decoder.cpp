@@ -4,8 +4,8 @@
 //   head:   [final norm] [-> project_out] -> lm_head (own weight, or the token table) (unit L+1)
 // with explicit forward and backward, activation checkpointing (keep only each block's input,
 // recompute the block before its backward) with the inputs optionally offloaded to pinned host
-// memory, the ZeRO unit hooks around each unit, the fused cross-entropy, FLOP counts and
-// --profile-step timing.
+// memory, the ZeRO unit hooks around each unit, the LM head and the fused cross-entropy over
+// chunks of rows (the [N, V] logits never whole), FLOP counts and --profile-step timing.
 #include <algorithm>
 #include <vector>
 
@@ -63,11 +63,12 @@ class DecoderModel final : public CausalLM {
   Tensor forward(const BatchTensors& batch, const DropoutContext& dropout) override {
     check_sequence_length(c_, batch.seq, "the micro-batch");
     reserve(batch.batch, batch.seq);
-    const BlockPass pass = block_pass(dropout);
+    const BlockPass pass = block_pass(batch, dropout);
     const int64_t n = rows();
+    forward_dropout_ = dropout;
     hooks().acquire(kStemUnit, UnitUse::Forward);
     make_room_for(0);
-    time_module(backend_, timer(), "embedding", stem_flops(false), [&] { stem_forward(batch, dropout); });
+    time_module(backend_, timer(), "embedding", stem_flops(false), [&] { stem_forward(batch, pass, dropout); });
     offload(0);
     hooks().release(kStemUnit);
     for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
@@ -90,15 +91,26 @@ class DecoderModel final : public CausalLM {
                   [&] { project_out_.forward(backend_, projected, head_input, project_out_saved_, dropout); });
       head_input = projected;
     }
-    Tensor logits = matrix(logits_, n, c_.vocab_size);
-    time_module(backend_, timer(), "head", linear_flops({&head_}, n, false),
-                [&] { head_.forward(backend_, logits, head_input, head_saved_, dropout); });
+    Tensor logits;  // only for keep_logits: the head runs in loss() and backward()
+    if (keeps_logits()) {
+      ensure_buffer(whole_logits_, backend_, n * c_.vocab_size, act_);
+      logits = matrix(whole_logits_, n, c_.vocab_size);
+      for_each_head_chunk(dropout, [&](int64_t first, int64_t count, Tensor chunk_logits, const DropoutContext&) {
+        backend_.copy(logits.rows(first, count), chunk_logits);
+      });
+    }
     hooks().release(head_unit());
     return logits;
   }
 
   double loss(const BatchTensors& batch) override {
-    return backend_.cross_entropy(matrix(logits_, rows(), c_.vocab_size), batch.targets, batch.loss_mask, 0.0f);
+    hooks().acquire(head_unit(), UnitUse::Forward);
+    double sum = 0.0;
+    for_each_head_chunk(forward_dropout_, [&](int64_t first, int64_t count, Tensor chunk_logits, const DropoutContext&) {
+      sum += backend_.cross_entropy(chunk_logits, batch.targets.rows(first, count), batch.loss_mask.rows(first, count), 0.0f);
+    });
+    hooks().release(head_unit());
+    return sum;
   }
 
   double backward(const BatchTensors& batch, float grad_scale, const DropoutContext& dropout) override {
@@ -112,9 +124,8 @@ class DecoderModel final : public CausalLM {
   }
 
   void backward(const BatchTensors& batch, float grad_scale, const DropoutContext& dropout, Tensor loss_sum) override {
-    const BlockPass pass = block_pass(dropout);
+    const BlockPass pass = block_pass(batch, dropout);
     const int64_t n = rows(), hidden = c_.hidden_size, embed = c_.embed_dim();
-    Tensor dlogits = matrix(logits_, n, c_.vocab_size);
     Tensor d_residual = matrix(grad_residual_, n, hidden);  // the residual stream's gradient
     hooks().acquire(head_unit(), UnitUse::Backward);
     // The head chain backwards: lm_head <- [project_out] <- [final norm] <- residual stream.
@@ -123,9 +134,15 @@ class DecoderModel final : public CausalLM {
     Tensor head_input = c_.projects_embeddings() ? matrix(projected_, n, embed) : normed;
     Tensor d_normed = c_.final_norm ? matrix(grad_ln_, n, hidden) : d_residual;     // [N, C]
     Tensor d_head_input = c_.projects_embeddings() ? matrix(grad_projected_, n, embed) : d_normed;
-    time_module(backend_, timer(), "head", linear_flops({&head_}, n, true), [&] {
-      backend_.cross_entropy_accumulate(dlogits, batch.targets, batch.loss_mask, grad_scale, loss_sum);
-      head_.backward(backend_, d_head_input, false, dlogits, head_input, head_saved_, dropout, pass.lora_dz, pass.lora_scratch);
+    // Per chunk of rows: logits, their loss and dlogits (in place), d_head_input's rows
+    // (written) and the head's weight gradients (accumulated).
+    time_module(backend_, timer(), "head", linear_flops({&head_}, n, false) + linear_flops({&head_}, n, true), [&] {
+      for_each_head_chunk(dropout, [&](int64_t first, int64_t count, Tensor dlogits, const DropoutContext& chunk_dropout) {
+        backend_.cross_entropy_accumulate(dlogits, batch.targets.rows(first, count), batch.loss_mask.rows(first, count),
+                                          grad_scale, loss_sum);
+        head_.backward(backend_, d_head_input.rows(first, count), false, dlogits, head_input.rows(first, count),
+                       head_saved_, chunk_dropout, pass.lora_dz, pass.lora_scratch);
+      });
     });
     if (c_.projects_embeddings())
       time_module(backend_, timer(), "head", linear_flops({&project_out_}, n, true), [&] {
@@ -217,10 +234,11 @@ class DecoderModel final : public CausalLM {
     transfers_[static_cast<size_t>(index)].reset();
   }
   BlockSaved& saved(int64_t layer) { return *saved_[options_.activation_checkpointing ? 0 : static_cast<size_t>(layer)]; }
-  BlockPass block_pass(const DropoutContext& dropout) {
+  BlockPass block_pass(const BatchTensors& batch, const DropoutContext& dropout) {
     BlockPass pass;
     pass.batch = batch_;
     pass.seq = seq_;
+    pass.positions = batch.positions.empty() ? row_positions_.view(DType::I32, {rows()}) : batch.positions;
     pass.dropout = &dropout;
     pass.lora_dz = lora_dz_.view(act_, {lora_dz_elements_});
     pass.lora_scratch = lora_scratch_.view(act_, {lora_scratch_elements_});
@@ -238,8 +256,38 @@ class DecoderModel final : public CausalLM {
     return c_.projects_embeddings() ? linear_flops({&project_in_}, rows(), backward) : 0.0;
   }
 
-  // residual(0)[N,C] = embed_tokens(ids) [projected to C] [+ embed_positions(t + offset)].
-  void stem_forward(const BatchTensors& batch, const DropoutContext& dropout) {
+  // The LM head's input [N, E] after forward: the last block's output, after the final norm and
+  // project_out where the family has them.
+  Tensor head_input() {
+    const int64_t n = rows();
+    if (c_.projects_embeddings()) return matrix(projected_, n, c_.embed_dim());
+    return c_.final_norm ? matrix(final_ln_, n, c_.hidden_size) : residual(c_.num_hidden_layers);
+  }
+
+  // Runs the LM head over the rows chunk by chunk (head_chunk_rows_ each, the last one shorter):
+  // logits[count, V] = head(head_input rows [first, first + count)) into the chunk buffer, then
+  // work(first, count, logits, dropout of those rows). The head unit must be acquired.
+  template <class Work>
+  void for_each_head_chunk(const DropoutContext& dropout, Work&& work) {
+    const int64_t n = rows();
+    Tensor input = head_input();
+    for (int64_t first = 0; first < n; first += head_chunk_rows_) {
+      const int64_t count = std::min(head_chunk_rows_, n - first);
+      DropoutContext chunk_dropout = dropout;  // LoRA dropout masks keyed by the chunk's row ids
+      if (!dropout.row_ids.empty()) chunk_dropout.row_ids = dropout.row_ids.rows(first, count);
+      Tensor logits = matrix(logits_, count, c_.vocab_size);
+      head_.forward(backend_, logits, input.rows(first, count), head_saved_, chunk_dropout);
+      work(first, count, logits, chunk_dropout);
+    }
+  }
+
+  // The learned position table from row `offset` on: row p holds position p's embedding.
+  Tensor position_rows(Tensor table) const {
+    return table.rows(c_.position_offset, table.dim(0) - c_.position_offset);
+  }
+
+  // residual(0)[N,C] = embed_tokens(ids) [projected to C] [+ embed_positions(position + offset)].
+  void stem_forward(const BatchTensors& batch, const BlockPass& pass, const DropoutContext& dropout) {
     const int64_t n = rows();
     Tensor x0 = residual(0);
     if (c_.projects_embeddings()) {
@@ -250,9 +298,9 @@ class DecoderModel final : public CausalLM {
       backend_.embedding_forward(x0, embed_, batch.input_ids);
     }
     if (c_.positions == PositionKind::Learned) {
-      Tensor position_rows = matrix(position_embedded_, n, c_.hidden_size);
-      backend_.embedding_forward(position_rows, positions_, position_ids_.view(DType::I32, {n}));
-      backend_.accumulate(x0, position_rows, 1.0f);
+      Tensor embedded_positions = matrix(position_embedded_, n, c_.hidden_size);
+      backend_.embedding_forward(embedded_positions, position_rows(positions_), pass.positions);
+      backend_.accumulate(x0, embedded_positions, 1.0f);
     }
   }
 
@@ -260,7 +308,7 @@ class DecoderModel final : public CausalLM {
   void stem_backward(const BatchTensors& batch, const DropoutContext& dropout, const BlockPass& pass, Tensor d_residual) {
     const int64_t n = rows();
     if (c_.positions == PositionKind::Learned && !positions_grad_.empty())
-      backend_.embedding_backward(positions_grad_, d_residual, position_ids_.view(DType::I32, {n}));
+      backend_.embedding_backward(position_rows(positions_grad_), d_residual, pass.positions);
     Tensor d_embedded = d_residual;
     if (c_.projects_embeddings()) {
       d_embedded = matrix(grad_projected_, n, c_.embed_dim());
@@ -294,12 +342,13 @@ class DecoderModel final : public CausalLM {
       project_in_.ensure_saved(backend_, project_in_saved_, n);
       project_out_.ensure_saved(backend_, project_out_saved_, n);
     }
-    if (c_.positions == PositionKind::Learned) {
-      ensure_buffer(position_embedded_, backend_, n * hidden, act_);
-      if (new_shape || !position_ids_.data()) upload_position_ids();
-    }
-    head_.ensure_saved(backend_, head_saved_, n);
-    ensure_buffer(logits_, backend_, n * c_.vocab_size, act_);
+    if (c_.positions == PositionKind::Learned) ensure_buffer(position_embedded_, backend_, n * hidden, act_);
+    if (new_shape || !row_positions_.data()) upload_row_positions();
+    const int64_t chunks = (c_.vocab_size + embed - 1) / embed;  // automatic: ceil(V / E) chunks
+    head_chunk_rows_ = std::max<int64_t>(1, options_.head_chunk_rows > 0 ? std::min(options_.head_chunk_rows, n)
+                                                                          : (n + chunks - 1) / chunks);
+    head_.ensure_saved(backend_, head_saved_, head_chunk_rows_);
+    ensure_buffer(logits_, backend_, head_chunk_rows_ * c_.vocab_size, act_);
     int64_t max_rank = 0, max_in = 0;
     for (const LinearLayer* linear : all_linears()) {
       max_rank = std::max(max_rank, linear->lora_rank());
@@ -310,16 +359,16 @@ class DecoderModel final : public CausalLM {
     ensure_buffer(lora_dz_, backend_, lora_dz_elements_, act_);
     ensure_buffer(lora_scratch_, backend_, lora_scratch_elements_, act_);
   }
-  // Learned-position table rows [B*T]: t + offset for token (b, t). Batches are right-padded,
-  // so a sample's tokens sit at t = 0..len-1 (HF's positions from the attention mask); rows
-  // past a sample's end are padding, which nothing real attends to and which has no target.
-  void upload_position_ids() {
+  // The positions of a batch without its own (one sample per row) [B*T]: t for token (b, t).
+  // Batches are right-padded, so a sample's tokens sit at t = 0..len-1 (HF's positions from the
+  // attention mask); rows past a sample's end are padding, which nothing real attends to and
+  // which has no target.
+  void upload_row_positions() {
     std::vector<int32_t> host(static_cast<size_t>(rows()));  // [B*T]
     for (int64_t b = 0; b < batch_; ++b)
-      for (int64_t t = 0; t < seq_; ++t)
-        host[static_cast<size_t>(b * seq_ + t)] = static_cast<int32_t>(t + c_.position_offset);
-    ensure_buffer(position_ids_, backend_, rows(), DType::I32);
-    backend_.copy(position_ids_.view(DType::I32, {rows()}), Tensor(host.data(), DType::I32, {rows()}));
+      for (int64_t t = 0; t < seq_; ++t) host[static_cast<size_t>(b * seq_ + t)] = static_cast<int32_t>(t);
+    ensure_buffer(row_positions_, backend_, rows(), DType::I32);
+    backend_.copy(row_positions_.view(DType::I32, {rows()}), Tensor(host.data(), DType::I32, {rows()}));
   }
 
   ModelConfig c_;
@@ -344,11 +393,14 @@ class DecoderModel final : public CausalLM {
   std::vector<std::unique_ptr<BlockSaved>> saved_;  // L blocks, or 1 shared when checkpointing
   Buffer embedded_, projected_, grad_projected_;  // [N, E]: token rows before project_in; project_out's output; grads
   Buffer position_embedded_;                      // [N, C]: position rows
-  Buffer position_ids_;                           // int32 [N]: position table rows
+  Buffer row_positions_;                          // int32 [N]: t, for batches without positions
   LoraSaved project_in_saved_, project_out_saved_, head_saved_;
   Buffer final_ln_;                               // [N, C]
   NormSaved final_saved_;                         // [N]
-  Buffer logits_;                                 // [N, V] (logits become dlogits)
+  Buffer logits_;                                 // [chunk, V]: one chunk's logits, then its dlogits
+  Buffer whole_logits_;                           // [N, V], only for keep_logits (--dump-step0)
+  DropoutContext forward_dropout_;                // forward's, for loss()
+  int64_t head_chunk_rows_ = 1;                   // rows per LM-head chunk for the current B x T
   Buffer grad_residual_, grad_ln_, recompute_out_;  // [N, C]
   Buffer lora_dz_, lora_scratch_;                 // [N, r_max], [N, in_max]
   Buffer loss_sum_;                               // fp64 [1]: backward's returned sum

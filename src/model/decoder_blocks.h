@@ -31,6 +31,7 @@ class ModuleTimer {
 // What every block call needs besides its tensors.
 struct BlockPass {
   int64_t batch = 0, seq = 0;          // B, T (rows N = B*T)
+  Tensor positions;                    // int32 [B*T]: each token's position in its sample (packed rows)
   const DropoutContext* dropout = nullptr;
   Tensor lora_dz, lora_scratch;        // shared LoRA scratch of LinearLayer::backward
   ModuleTimer* timer = nullptr;        // --profile-step, or null

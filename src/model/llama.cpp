@@ -147,11 +147,11 @@ class LlamaBlocks final : public DecoderBlocks {
       block.linear[kQ].forward(backend_, q, ln1, a.lora[kQ], dropout);
       block.linear[kK].forward(backend_, k, ln1, a.lora[kK], dropout);
       block.linear[kV].forward(backend_, v, ln1, a.lora[kV], dropout);
-      backend_.rope_forward(q.reshaped({b, t, heads, d}), inv_freq);
-      backend_.rope_forward(k.reshaped({b, t, kv_heads, d}), inv_freq);
+      backend_.rope_forward(q.reshaped({b, t, heads, d}), inv_freq, pass.positions);
+      backend_.rope_forward(k.reshaped({b, t, kv_heads, d}), inv_freq, pass.positions);
       backend_.attention_forward(att.reshaped({b, t, heads, d}), a.lse.view(DType::F32, {b, heads, t}),
                                  q.reshaped({b, t, heads, d}), k.reshaped({b, t, kv_heads, d}),
-                                 v.reshaped({b, t, kv_heads, d}), attention_scale());
+                                 v.reshaped({b, t, kv_heads, d}), pass.positions, attention_scale());
       block.linear[kO].forward(backend_, mid, att, a.lora[kO], dropout);
       backend_.accumulate(mid, x, 1.0f);
     });
@@ -201,9 +201,9 @@ class LlamaBlocks final : public DecoderBlocks {
                                   d_v.reshaped({b, t, kv_heads, d}), d_att.reshaped({b, t, heads, d}),
                                   q.reshaped({b, t, heads, d}), k.reshaped({b, t, kv_heads, d}),
                                   v.reshaped({b, t, kv_heads, d}), att.reshaped({b, t, heads, d}),
-                                  a.lse.view(DType::F32, {b, heads, t}), attention_scale());
-      backend_.rope_backward(d_q.reshaped({b, t, heads, d}), inv_freq);
-      backend_.rope_backward(d_k.reshaped({b, t, kv_heads, d}), inv_freq);
+                                  a.lse.view(DType::F32, {b, heads, t}), pass.positions, attention_scale());
+      backend_.rope_backward(d_q.reshaped({b, t, heads, d}), inv_freq, pass.positions);
+      backend_.rope_backward(d_k.reshaped({b, t, kv_heads, d}), inv_freq, pass.positions);
       block.linear[kQ].backward(backend_, d_ln, false, d_q, ln1, a.lora[kQ], dropout, dz, scratch);
       block.linear[kK].backward(backend_, d_ln, true, d_k, ln1, a.lora[kK], dropout, dz, scratch);
       block.linear[kV].backward(backend_, d_ln, true, d_v, ln1, a.lora[kV], dropout, dz, scratch);

@@ -273,7 +273,8 @@ class OptBlocks final : public DecoderBlocks {
     block.linear[kK].forward(backend_, k, in, a.lora[kK], dropout);
     block.linear[kV].forward(backend_, v, in, a.lora[kV], dropout);
     backend_.attention_forward(heads_view(att, pass), a.lse.view(DType::F32, {pass.batch, c_.num_attention_heads, pass.seq}),
-                               heads_view(q, pass), heads_view(k, pass), heads_view(v, pass), attention_scale());
+                               heads_view(q, pass), heads_view(k, pass), heads_view(v, pass), pass.positions,
+                               attention_scale());
     block.linear[kOut].forward(backend_, out, att, a.lora[kOut], dropout);
   }
 
@@ -288,7 +289,8 @@ class OptBlocks final : public DecoderBlocks {
     block.linear[kOut].backward(backend_, d_att, false, d_out, att, a.lora[kOut], dropout, dz, scratch);
     backend_.attention_backward(heads_view(d_q, pass), heads_view(d_k, pass), heads_view(d_v, pass), heads_view(d_att, pass),
                                 heads_view(q, pass), heads_view(k, pass), heads_view(v, pass), heads_view(att, pass),
-                                a.lse.view(DType::F32, {pass.batch, c_.num_attention_heads, pass.seq}), attention_scale());
+                                a.lse.view(DType::F32, {pass.batch, c_.num_attention_heads, pass.seq}), pass.positions,
+                                attention_scale());
     block.linear[kQ].backward(backend_, d_in, false, d_q, in, a.lora[kQ], dropout, dz, scratch);
     block.linear[kK].backward(backend_, d_in, true, d_k, in, a.lora[kK], dropout, dz, scratch);
     block.linear[kV].backward(backend_, d_in, true, d_v, in, a.lora[kV], dropout, dz, scratch);

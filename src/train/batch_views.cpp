@@ -22,11 +22,13 @@ BatchTensors batch_views(MicroBatch& micro, Backend& backend, DeviceBatchStorage
   batch.targets = Tensor(micro.targets.data(), DType::I32, {n});       // [B*T]
   batch.loss_mask = Tensor(micro.loss_mask.data(), DType::U8, {n});    // [B*T]
   batch.row_ids = Tensor(micro.row_ids.data(), DType::I64, {n});       // [B*T]
+  if (!micro.positions.empty()) batch.positions = Tensor(micro.positions.data(), DType::I32, {n});  // [B*T]
   if (backend.device() == Device::CPU) return batch;
   batch.input_ids = to_device(backend, batch.input_ids, storage.input_ids);
   batch.targets = to_device(backend, batch.targets, storage.targets);
   batch.loss_mask = to_device(backend, batch.loss_mask, storage.loss_mask);
   batch.row_ids = to_device(backend, batch.row_ids, storage.row_ids);
+  if (!batch.positions.empty()) batch.positions = to_device(backend, batch.positions, storage.positions);
   return batch;
 }
 

@@ -9,6 +9,7 @@ namespace zt {
 
 struct DeviceBatchStorage {
   Buffer input_ids, targets, loss_mask, row_ids;  // int32, int32, uint8, int64 [B*T] on the device
+  Buffer positions;                               // int32 [B*T] (packed micro-batches)
 };
 
 BatchTensors batch_views(MicroBatch& micro, Backend& backend, DeviceBatchStorage& storage);

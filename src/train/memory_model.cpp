@@ -145,6 +145,7 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
   ModelOptions model_options;
   model_options.activation_checkpointing = config.activation_checkpointing;
   model_options.offload_activations = config.offload_activations;
+  model_options.head_chunk_rows = config.head_chunk_rows;
   if (config.lora.enabled()) {
     model_options.lora_scaling = 1.0f;
     model_options.lora_dropout = static_cast<float>(config.lora.dropout);

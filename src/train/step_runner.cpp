@@ -82,8 +82,10 @@ void StepRunner::forward(int64_t step, int64_t micro, StepBatches& batches, bool
   batch_ = batch_views(batches.micro[static_cast<size_t>(micro)], backend_, device_batch_);
   dropout_.row_ids = batch_.row_ids;
   engine_.begin_micro_batch(last);
+  const bool dump = step == 0 && micro == 0 && !config_.dump_step0_path.empty();
+  model_.keep_logits(dump);  // the whole [B*T, V] logits only for the dump
   Tensor logits = model_.forward(batch_, dropout_);
-  if (step == 0 && micro == 0 && !config_.dump_step0_path.empty()) {
+  if (dump) {
     step0_logits_ = host_copy(backend_, logits);
     step0_batch_ = batch_.batch;
     step0_seq_ = batch_.seq;

@@ -150,6 +150,8 @@ nlohmann::json TrainConfig::to_json() const {
       {"dump_final_path", dump_final_path},
       {"comm_timeout_seconds", comm_timeout_seconds},
       {"group_by_length", group_by_length},
+      {"packing", packing},
+      {"head_chunk_rows", head_chunk_rows},
       {"save_every", save_every},
       {"save_at_end", save_at_end},
       {"save_hf_at_end", save_hf_at_end},

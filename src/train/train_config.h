@@ -57,6 +57,8 @@ struct TrainConfig {
   std::string dump_final_path;     // tests/debug: every trainable parameter after the last step
   double comm_timeout_seconds = 1800.0;  // a collective slower than this aborts the job
   bool group_by_length = false;    // micro-batches of similar lengths within each global batch
+  bool packing = false;            // each micro-batch's samples packed into rows (data/packing.h)
+  int64_t head_chunk_rows = 0;     // rows per LM-head + cross-entropy chunk; 0: automatic (ModelOptions)
   int64_t save_every = 0;          // checkpoint every N steps (0: never by count)
   bool save_at_end = true;         // checkpoint after the last step
   bool save_hf_at_end = false;     // then also OUT/hf: the HF model (16-bit as trained, LoRA merged), as

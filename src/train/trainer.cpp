@@ -203,6 +203,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
   ModelOptions model_options;
   model_options.activation_checkpointing = config.activation_checkpointing;
   model_options.offload_activations = config.offload_activations;
+  model_options.head_chunk_rows = config.head_chunk_rows;
   if (config.lora.enabled()) {
     model_options.lora_scaling = lora_scaling(config.lora);
     model_options.lora_dropout = static_cast<float>(config.lora.dropout);
@@ -214,8 +215,10 @@ void run_training(TrainConfig config, const RunOptions& options) {
   // rank's share of each in micro-batches.
   const int64_t global_batch = config.train_batch_size;
   const int64_t micro_batch = config.micro_batch_size;
+  // --packing: rows as long as the longest sample, so a packed micro-batch never holds more
+  // positions than micro_batch x longest, what the memory prediction above assumes.
   StepSamples step_samples(dataset, world_size, rank, config.seed, config.shuffle, global_batch, micro_batch,
-                           config.group_by_length);
+                           config.group_by_length, config.packing ? longest_sample : 0);
   const int64_t steps_per_epoch = step_samples.steps_per_epoch();
   ZT_CHECK(steps_per_epoch > 0, config.data_dir, ": ", dataset.num_samples(), " samples do not fill one global batch of ",
            global_batch, " (train_batch_size)");

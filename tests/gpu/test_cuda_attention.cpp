@@ -28,7 +28,24 @@ struct AttentionCase {
   int64_t batch, time, heads, kv_heads, head_dim;
 };
 
-void check_attention(const AttentionCase& c, DType dtype, uint32_t seed) {
+// Sample-relative positions [B*T] of rows packed with samples of `lengths` (row by row; a row's
+// remainder is padding, positions from 0 like data/packing.cpp writes them).
+std::vector<int32_t> packed_positions(int64_t batch, int64_t time, const std::vector<std::vector<int>>& lengths) {
+  std::vector<int32_t> positions;
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t used = 0;
+    for (int length : lengths[static_cast<size_t>(b)]) {
+      for (int t = 0; t < length; ++t) positions.push_back(t);
+      used += length;
+    }
+    for (int64_t t = 0; used + t < time; ++t) positions.push_back(static_cast<int32_t>(t));
+  }
+  return positions;
+}
+
+// `positions` empty: one sample per row; else packed rows (backend.h), on both backends.
+void check_attention(const AttentionCase& c, DType dtype, uint32_t seed,
+                     std::vector<int32_t> positions = {}) {
   const int64_t q_numel = c.batch * c.time * c.heads * c.head_dim;
   const int64_t kv_numel = c.batch * c.time * c.kv_heads * c.head_dim;
   const std::initializer_list<int64_t> q_shape = {c.batch, c.time, c.heads, c.head_dim};
@@ -40,15 +57,18 @@ void check_attention(const AttentionCase& c, DType dtype, uint32_t seed) {
   std::vector<float> v = rounded(random_floats(kv_numel, seed + 2), dtype);
   std::vector<float> dout = rounded(random_floats(q_numel, seed + 3), dtype);
   std::vector<float> out(q_numel), lse(c.batch * c.heads * c.time);
+  const Tensor positions_h = positions.empty() ? Tensor() : view(positions, {c.batch * c.time});
+  DeviceTensor positions_d;
+  if (!positions.empty()) positions_d = upload_integers(positions, {c.batch * c.time});
   cpu().attention_forward(view(out, q_shape), view(lse, lse_shape), view(q, q_shape),
-                          view(k, kv_shape), view(v, kv_shape), scale);
+                          view(k, kv_shape), view(v, kv_shape), positions_h, scale);
   const std::string what = cat("attention B", c.batch, " T", c.time, " H", c.heads, " Hkv",
-                               c.kv_heads, " D", c.head_dim);
+                               c.kv_heads, " D", c.head_dim, positions.empty() ? "" : " packed");
 
   DeviceTensor q_d = upload(q, dtype, q_shape), k_d = upload(k, dtype, kv_shape);
   DeviceTensor v_d = upload(v, dtype, kv_shape), dout_d = upload(dout, dtype, q_shape);
   DeviceTensor out_d = poisoned(dtype, q_shape), lse_d = poisoned(DType::F32, lse_shape);
-  gpu().attention_forward(out_d, lse_d, q_d, k_d, v_d, scale);
+  gpu().attention_forward(out_d, lse_d, q_d, k_d, v_d, positions_d.tensor, scale);
   check_near(download(out_d), out, dtype, 1e-5, what + " out");
   check_near(download(lse_d), lse, DType::F32, 1e-5, what + " lse");
 
@@ -56,14 +76,16 @@ void check_attention(const AttentionCase& c, DType dtype, uint32_t seed) {
   std::vector<float> dq(q_numel), dk(kv_numel), dv(kv_numel);
   cpu().attention_backward(view(dq, q_shape), view(dk, kv_shape), view(dv, kv_shape),
                            view(dout, q_shape), view(q, q_shape), view(k, kv_shape),
-                           view(v, kv_shape), view(out_rounded, q_shape), view(lse, lse_shape), scale);
+                           view(v, kv_shape), view(out_rounded, q_shape), view(lse, lse_shape),
+                           positions_h, scale);
   DeviceTensor out_cpu_d = upload(out_rounded, dtype, q_shape);
   DeviceTensor lse_cpu_d = upload(lse, DType::F32, lse_shape);
   std::vector<float> previous[3];
   for (int run = 0; run < 2; ++run) {
     DeviceTensor dq_d = poisoned(dtype, q_shape), dk_d = poisoned(dtype, kv_shape);
     DeviceTensor dv_d = poisoned(dtype, kv_shape);
-    gpu().attention_backward(dq_d, dk_d, dv_d, dout_d, q_d, k_d, v_d, out_cpu_d, lse_cpu_d, scale);
+    gpu().attention_backward(dq_d, dk_d, dv_d, dout_d, q_d, k_d, v_d, out_cpu_d, lse_cpu_d,
+                             positions_d.tensor, scale);
     std::vector<float> results[3] = {download(dq_d), download(dk_d), download(dv_d)};
     if (run == 0) {
       const bool tensor_cores = dtype != DType::F32 && c.head_dim % 16 == 0;
@@ -125,18 +147,30 @@ BOOST_AUTO_TEST_CASE(tensor_cores_are_used_where_they_fit) {
 }
 #endif
 
+// Packed rows (--packing): samples that start and end inside tiles, span tile borders, fill a
+// whole row, and padding after the last sample; the CPU's packed attention equals per-sample
+// attention (unit.packing), so matching it is matching the unpacked computation.
+BOOST_AUTO_TEST_CASE(packed_rows_in_every_dtype) {
+  const AttentionCase c = {3, 130, 4, 2, 16};
+  const std::vector<int32_t> positions =
+      packed_positions(c.batch, c.time, {{70, 35, 25}, {33, 64, 20}, {130}});
+  uint32_t seed = 300;
+  for (DType dtype : float_dtypes()) check_attention(c, dtype, seed += 10, positions);
+  check_attention({2, 40, 2, 2, 64}, DType::F32, 350, packed_positions(2, 40, {{1, 1, 5, 31}, {7}}));
+}
+
 BOOST_AUTO_TEST_CASE(argument_errors) {
   DeviceTensor q = device_tensor(DType::F32, {1, 4, 3, 8});
   DeviceTensor k = device_tensor(DType::F32, {1, 4, 2, 8});
   DeviceTensor out = device_tensor(DType::F32, {1, 4, 3, 8});
   DeviceTensor lse = device_tensor(DType::F32, {1, 3, 4});
-  zt::test::check_error_mentions([&] { gpu().attention_forward(out, lse, q, k, k, 0.3f); },
+  zt::test::check_error_mentions([&] { gpu().attention_forward(out, lse, q, k, k, Tensor(), 0.3f); },
                                  {"attention_forward", "multiple of key/value heads"});
   DeviceTensor big_q = device_tensor(DType::F32, {1, 4, 1, 1024});
   DeviceTensor big_out = device_tensor(DType::F32, {1, 4, 1, 1024});
   DeviceTensor big_lse = device_tensor(DType::F32, {1, 1, 4});
   zt::test::check_error_mentions(
-      [&] { gpu().attention_forward(big_out, big_lse, big_q, big_q, big_q, 0.03f); },
+      [&] { gpu().attention_forward(big_out, big_lse, big_q, big_q, big_q, Tensor(), 0.03f); },
       {"attention_forward", "head dim D = 1024", "shared memory"});
 }
 

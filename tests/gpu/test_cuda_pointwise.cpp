@@ -120,14 +120,35 @@ BOOST_AUTO_TEST_CASE(rope_forward_and_backward) {
   for (DType dtype : float_dtypes()) {
     const std::vector<float> x = rounded(random_floats(n, 11), dtype);
     std::vector<float> forward = x, backward = x;
-    cpu().rope_forward(view(forward, {batch, time, heads, head_dim}), view(inv_freq, {head_dim / 2}));
-    cpu().rope_backward(view(backward, {batch, time, heads, head_dim}), view(inv_freq, {head_dim / 2}));
+    cpu().rope_forward(view(forward, {batch, time, heads, head_dim}), view(inv_freq, {head_dim / 2}), Tensor());
+    cpu().rope_backward(view(backward, {batch, time, heads, head_dim}), view(inv_freq, {head_dim / 2}), Tensor());
     DeviceTensor f = upload(x, dtype, {batch, time, heads, head_dim});
     DeviceTensor b = upload(x, dtype, {batch, time, heads, head_dim});
-    gpu().rope_forward(f, freq_d);
-    gpu().rope_backward(b, freq_d);
+    gpu().rope_forward(f, freq_d, Tensor());
+    gpu().rope_backward(b, freq_d, Tensor());
     check_near(download(f), forward, dtype, 1e-5, "rope forward");
     check_near(download(b), backward, dtype, 1e-5, "rope backward");
+  }
+  // Packed rows (--packing): positions restart at each sample (row 0: samples of 20 and 30
+  // tokens; row 1: 50).
+  std::vector<int32_t> positions;
+  for (int t = 0; t < 20; ++t) positions.push_back(t);
+  for (int t = 0; t < 30; ++t) positions.push_back(t);
+  for (int t = 0; t < 50; ++t) positions.push_back(t);
+  DeviceTensor positions_d = upload_integers(positions, {batch * time});
+  for (DType dtype : float_dtypes()) {
+    const std::vector<float> x = rounded(random_floats(n, 12), dtype);
+    std::vector<float> forward = x, backward = x;
+    cpu().rope_forward(view(forward, {batch, time, heads, head_dim}), view(inv_freq, {head_dim / 2}),
+                       view(positions, {batch * time}));
+    cpu().rope_backward(view(backward, {batch, time, heads, head_dim}), view(inv_freq, {head_dim / 2}),
+                        view(positions, {batch * time}));
+    DeviceTensor f = upload(x, dtype, {batch, time, heads, head_dim});
+    DeviceTensor b = upload(x, dtype, {batch, time, heads, head_dim});
+    gpu().rope_forward(f, freq_d, positions_d);
+    gpu().rope_backward(b, freq_d, positions_d);
+    check_near(download(f), forward, dtype, 1e-5, "packed rope forward");
+    check_near(download(b), backward, dtype, 1e-5, "packed rope backward");
   }
 }
 

@@ -379,9 +379,9 @@ BOOST_AUTO_TEST_CASE(pointwise_ops_match_fp32_on_widened_inputs) {
           {{"x", half, {batch, time, heads, head_dim}, random_floats(x_size, 70u, -4.0f, 4.0f)}},
           [&](Backend& backend, const std::vector<Tensor>& t) {
             if (forward) {
-              backend.rope_forward(t[0], freq_view);
+              backend.rope_forward(t[0], freq_view, Tensor());
             } else {
-              backend.rope_backward(t[0], freq_view);
+              backend.rope_backward(t[0], freq_view, Tensor());
             }
             return 0.0;
           });
@@ -454,7 +454,7 @@ BOOST_AUTO_TEST_CASE(attention_matches_fp32_on_widened_inputs) {
                                 {"k", half, kv_shape, k},
                                 {"v", half, kv_shape, v}},
                                [scale](Backend& backend, const std::vector<Tensor>& t) {
-                                 backend.attention_forward(t[0], t[1], t[2], t[3], t[4], scale);
+                                 backend.attention_forward(t[0], t[1], t[2], t[3], t[4], Tensor(), scale);
                                  return 0.0;
                                });
     // The backward's out and lse from a forward on the stored inputs (consistent probabilities).
@@ -463,7 +463,7 @@ BOOST_AUTO_TEST_CASE(attention_matches_fp32_on_widened_inputs) {
     HostTensor lse = make_tensor(*backend, DType::F32, {batch, heads, time});
     backend->attention_forward(out.tensor, lse.tensor, stored_tensor(*backend, half, q_shape, q).tensor,
                                stored_tensor(*backend, half, kv_shape, k).tensor,
-                               stored_tensor(*backend, half, kv_shape, v).tensor, scale);
+                               stored_tensor(*backend, half, kv_shape, v).tensor, Tensor(), scale);
     check_matches_widened_fp32(case_name("attention_backward", half),
                                {{"dq", half, q_shape, random_floats(q_size, 95u)},
                                 {"dk", half, kv_shape, random_floats(kv_size, 96u)},
@@ -476,7 +476,7 @@ BOOST_AUTO_TEST_CASE(attention_matches_fp32_on_widened_inputs) {
                                 {"lse", DType::F32, {batch, heads, time}, to_floats(*backend, lse.tensor)}},
                                [scale](Backend& backend_, const std::vector<Tensor>& t) {
                                  backend_.attention_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7],
-                                                             t[8], scale);
+                                                             t[8], Tensor(), scale);
                                  return 0.0;
                                });
   }
@@ -594,7 +594,7 @@ BOOST_AUTO_TEST_CASE(refused_dtype_combinations_name_the_op_and_argument) {
   // RoPE: inv_freq fp32. Pointwise layers: one activation dtype.
   check_error_mentions(
       [&] {
-        b.rope_forward(t(bf16, {1, 2, 1, 4}), t(bf16, {2}));
+        b.rope_forward(t(bf16, {1, 2, 1, 4}), t(bf16, {2}), Tensor());
       },
       {"rope_forward: inv_freq ", "fp32"});
   check_error_mentions([&] { b.swiglu_forward(t(bf16, {8}), t(bf16, {8}), t(fp32, {8})); },
@@ -617,20 +617,20 @@ BOOST_AUTO_TEST_CASE(refused_dtype_combinations_name_the_op_and_argument) {
   check_error_mentions(
       [&] {
         b.attention_forward(t(bf16, q_shape), t(fp32, lse_shape), t(bf16, q_shape), t(fp32, kv_shape),
-                            t(bf16, kv_shape), 0.5f);
+                            t(bf16, kv_shape), Tensor(), 0.5f);
       },
       {"attention_forward: k "});
   check_error_mentions(
       [&] {
         b.attention_forward(t(bf16, q_shape), t(bf16, lse_shape), t(bf16, q_shape), t(bf16, kv_shape),
-                            t(bf16, kv_shape), 0.5f);
+                            t(bf16, kv_shape), Tensor(), 0.5f);
       },
       {"attention_forward: lse ", "fp32"});
   check_error_mentions(
       [&] {
         b.attention_backward(t(bf16, q_shape), t(bf16, kv_shape), t(fp32, kv_shape), t(bf16, q_shape),
                              t(bf16, q_shape), t(bf16, kv_shape), t(bf16, kv_shape), t(bf16, q_shape),
-                             t(fp32, lse_shape), 0.5f);
+                             t(fp32, lse_shape), Tensor(), 0.5f);
       },
       {"attention_backward: dv "});
   // Cross-entropy: logits any float, nothing else.

@@ -352,12 +352,12 @@ BOOST_AUTO_TEST_CASE(rope_forward_and_backward_match_reference) {
     return out;
   };
   std::vector<float> rotated = x;
-  backend->rope_forward(view(rotated, {batch, time, heads, head_dim}), view(inv_freq, {half}));
+  backend->rope_forward(view(rotated, {batch, time, heads, head_dim}), view(inv_freq, {half}), Tensor());
   check_close(rotated, reference(1.0), 1e-5, 1e-6, "rope_forward");
   std::vector<float> back_rotated = x;
-  backend->rope_backward(view(back_rotated, {batch, time, heads, head_dim}), view(inv_freq, {half}));
+  backend->rope_backward(view(back_rotated, {batch, time, heads, head_dim}), view(inv_freq, {half}), Tensor());
   check_close(back_rotated, reference(-1.0), 1e-5, 1e-6, "rope_backward rotates by -angle");
-  backend->rope_backward(view(rotated, {batch, time, heads, head_dim}), view(inv_freq, {half}));
+  backend->rope_backward(view(rotated, {batch, time, heads, head_dim}), view(inv_freq, {half}), Tensor());
   check_close(rotated, to_double(x), 1e-5, 1e-6, "rope_backward undoes rope_forward");
   // Position 0 is the identity.
   for (int64_t i = 0; i < heads * head_dim; ++i) {
@@ -436,7 +436,7 @@ BOOST_AUTO_TEST_CASE(attention_forward_and_backward_match_reference) {
     const Tensor v_view = view(v, {s.batch, s.time, s.kv_heads, s.head_dim});
     const Tensor out_view = view(out, {s.batch, s.time, s.heads, s.head_dim});
     const Tensor lse_view = view(lse, {s.batch, s.heads, s.time});
-    backend->attention_forward(out_view, lse_view, q_view, k_view, v_view, scale);
+    backend->attention_forward(out_view, lse_view, q_view, k_view, v_view, Tensor(), scale);
     std::vector<double> expected_out, expected_lse;
     reference_attention(s, q, k, v, scale, expected_out, expected_lse);
     check_close(out, expected_out, 1e-4, 2e-6, name + " out");
@@ -451,7 +451,7 @@ BOOST_AUTO_TEST_CASE(attention_forward_and_backward_match_reference) {
                                 view(dk, {s.batch, s.time, s.kv_heads, s.head_dim}),
                                 view(dv, {s.batch, s.time, s.kv_heads, s.head_dim}),
                                 view(dout, {s.batch, s.time, s.heads, s.head_dim}), q_view, k_view,
-                                v_view, out_view, lse_view, scale);
+                                v_view, out_view, lse_view, Tensor(), scale);
     std::vector<double> expected_dq, expected_dk, expected_dv;
     reference_attention_backward(s, dout, q, k, v, scale, expected_dq, expected_dk, expected_dv);
     check_close(dq, expected_dq, 1e-4, 1e-5, name + " dq");
@@ -758,13 +758,13 @@ BOOST_AUTO_TEST_CASE(mismatched_arguments_throw) {
   // Attention: H not a multiple of Hkv, and lse of the wrong shape.
   std::vector<float> q(1 * 2 * 3 * 4), kv(1 * 2 * 2 * 4), out(q.size()), lse(6);
   check_throws([&] { backend->attention_forward(view(out, {1, 2, 3, 4}), view(lse, {1, 3, 2}), view(q, {1, 2, 3, 4}),
-                                                view(kv, {1, 2, 2, 4}), view(kv, {1, 2, 2, 4}), 0.5f); },
+                                                view(kv, {1, 2, 2, 4}), view(kv, {1, 2, 2, 4}), Tensor(), 0.5f); },
                "attention H=3, Hkv=2");
   std::vector<float> kv1(1 * 2 * 1 * 4);
   check_throws([&] { backend->attention_forward(view(out, {1, 2, 3, 4}), view(lse, {1, 2, 3}), view(q, {1, 2, 3, 4}),
-                                                view(kv1, {1, 2, 1, 4}), view(kv1, {1, 2, 1, 4}), 0.5f); },
+                                                view(kv1, {1, 2, 1, 4}), view(kv1, {1, 2, 1, 4}), Tensor(), 0.5f); },
                "attention lse [B, T, H] instead of [B, H, T]");
-  check_throws([&] { backend->rope_forward(view(q, {1, 2, 3, 4}), view(w, {4})); }, "rope inv_freq of D elements");
+  check_throws([&] { backend->rope_forward(view(q, {1, 2, 3, 4}), view(w, {4}), Tensor()); }, "rope inv_freq of D elements");
   std::vector<uint8_t> mask(3, 1);
   std::vector<int32_t> targets(4, 0);
   check_throws([&] { backend->cross_entropy(view(a, {3, 4}), view(targets, {4}), view(mask, {3}), 1.0f); },

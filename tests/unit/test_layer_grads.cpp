@@ -73,7 +73,7 @@ BOOST_AUTO_TEST_CASE(attention_backward_matches_finite_differences) {
     auto kv_view = [&](std::vector<float>& x) { return view(x, {s.batch, s.time, s.kv_heads, s.head_dim}); };
     auto loss = [&] {
       backend->attention_forward(view(out, {s.batch, s.time, s.heads, s.head_dim}), view(lse, {s.batch, s.heads, s.time}),
-                                 q_view(), kv_view(k), kv_view(v), scale);
+                                 q_view(), kv_view(k), kv_view(v), zt::Tensor(), scale);
       return weighted_sum(out, weights);
     };
     loss();
@@ -81,7 +81,7 @@ BOOST_AUTO_TEST_CASE(attention_backward_matches_finite_differences) {
     backend->attention_backward(view(dq, {s.batch, s.time, s.heads, s.head_dim}), kv_view(dk), kv_view(dv),
                                 view(weights, {s.batch, s.time, s.heads, s.head_dim}), q_view(), kv_view(k),
                                 kv_view(v), view(out, {s.batch, s.time, s.heads, s.head_dim}),
-                                view(lse, {s.batch, s.heads, s.time}), scale);
+                                view(lse, {s.batch, s.heads, s.time}), zt::Tensor(), scale);
     check_gradient(dq, numeric_gradient(q, loss, kStep), name + " dq");
     check_gradient(dk, numeric_gradient(k, loss, kStep), name + " dk");
     check_gradient(dv, numeric_gradient(v, loss, kStep), name + " dv");
@@ -151,11 +151,11 @@ BOOST_AUTO_TEST_CASE(rope_backward_matches_finite_differences) {
   std::vector<float> rotated(x.size());
   auto loss = [&] {
     rotated = x;
-    backend->rope_forward(view(rotated, {batch, time, heads, head_dim}), view(inv_freq, {4}));
+    backend->rope_forward(view(rotated, {batch, time, heads, head_dim}), view(inv_freq, {4}), zt::Tensor());
     return weighted_sum(rotated, weights);
   };
   std::vector<float> dx = weights;  // in place: dout -> dx
-  backend->rope_backward(view(dx, {batch, time, heads, head_dim}), view(inv_freq, {4}));
+  backend->rope_backward(view(dx, {batch, time, heads, head_dim}), view(inv_freq, {4}), zt::Tensor());
   check_gradient(dx, numeric_gradient(x, loss, kStep), "rope dx");
 }
 

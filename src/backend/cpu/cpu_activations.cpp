@@ -13,9 +13,11 @@ namespace zt::cpu {
 namespace {
 constexpr int64_t kParallelThreshold = 32768;  // elements; below this one thread is faster
 
-// Rotates x[B,T,H,D] in place by angle t * inv_freq[i] (direction +1: forward) or by its
-// negative (direction -1: the transpose, for backward) on the pairs (x[i], x[i + D/2]).
-void rotate_pairs(const char* op, const Tensor& x, const Tensor& inv_freq, float direction) {
+// Rotates x[B,T,H,D] in place by angle position * inv_freq[i] (direction +1: forward) or by its
+// negative (direction -1: the transpose, for backward) on the pairs (x[i], x[i + D/2]); the
+// position of token (b, t) is positions[b*T+t] (t when positions is empty).
+void rotate_pairs(const char* op, const Tensor& x, const Tensor& inv_freq, const Tensor& positions,
+                  float direction) {
   Fp32Staging stage(op);
   float* data = f32_arg(op, "x", stage.update("x", x));
   const float* freq = f32_arg(op, "inv_freq", inv_freq);
@@ -24,6 +26,7 @@ void rotate_pairs(const char* op, const Tensor& x, const Tensor& inv_freq, float
   ZT_CHECK(head_dim % 2 == 0, op, ": head dim D must be even, got ", x.describe());
   const int64_t half = head_dim / 2;
   expect_shape(op, "inv_freq", inv_freq, {half});
+  const int32_t* position_of = positions_arg(op, positions, batch, time);  // [B*T] or null
   // As HF: angle = position * inv_freq in fp32, then cos and sin in fp32. Table [T, D/2].
   std::vector<float> cos_table(static_cast<size_t>(time * half));
   std::vector<float> sin_table(static_cast<size_t>(time * half));
@@ -38,7 +41,7 @@ void rotate_pairs(const char* op, const Tensor& x, const Tensor& inv_freq, float
   // One (b, t) token per iteration: all its heads share the same cos/sin row.
 #pragma omp parallel for schedule(static) if (x.numel() > kParallelThreshold)
   for (int64_t token = 0; token < batch * time; ++token) {
-    const int64_t t = token % time;
+    const int64_t t = position_of ? position_of[token] : token % time;  // < T by the positions rule
     const float* cos_row = cos_table.data() + t * half;  // cos_row[D/2]
     const float* sin_row = sin_table.data() + t * half;  // sin_row[D/2]
     for (int64_t h = 0; h < heads; ++h) {
@@ -58,12 +61,12 @@ void rotate_pairs(const char* op, const Tensor& x, const Tensor& inv_freq, float
 }
 }  // namespace
 
-void CpuBackend::rope_forward(Tensor x, Tensor inv_freq) {
-  rotate_pairs("rope_forward", x, inv_freq, 1.0f);
+void CpuBackend::rope_forward(Tensor x, Tensor inv_freq, Tensor positions) {
+  rotate_pairs("rope_forward", x, inv_freq, positions, 1.0f);
 }
 
-void CpuBackend::rope_backward(Tensor dx, Tensor inv_freq) {
-  rotate_pairs("rope_backward", dx, inv_freq, -1.0f);
+void CpuBackend::rope_backward(Tensor dx, Tensor inv_freq, Tensor positions) {
+  rotate_pairs("rope_backward", dx, inv_freq, positions, -1.0f);
 }
 
 void CpuBackend::swiglu_forward(Tensor h, Tensor gate, Tensor up) {

@@ -65,6 +65,22 @@ const int64_t* i64_arg(const char* op, const char* arg, const Tensor& tensor) {
   return static_cast<const int64_t*>(tensor.data);
 }
 
+const int32_t* positions_arg(const char* op, const Tensor& positions, int64_t batch, int64_t time) {
+  if (positions.empty()) return nullptr;
+  const int32_t* data = i32_arg(op, "positions", positions);
+  expect_numel(op, "positions", positions, batch * time, "B*T");
+  for (int64_t b = 0; b < batch; ++b) {
+    const int32_t* row = data + b * time;  // row[T]
+    for (int64_t t = 0; t < time; ++t) {
+      const bool restarts = row[t] == 0, continues = t > 0 && row[t] == row[t - 1] + 1;
+      ZT_CHECK(restarts || continues, op, ": positions[", b, ", ", t, "] = ", row[t],
+               " must be 0 (a sample starts) or positions[", b, ", ", t - 1, "] + 1",
+               t > 0 ? cat(" = ", row[t - 1] + 1) : std::string(" (a row starts a sample)"));
+    }
+  }
+  return data;
+}
+
 // ---- memory -------------------------------------------------------------------------------
 
 namespace {

@@ -35,6 +35,9 @@ Matrix f32_matrix(const char* op, const char* arg, const Tensor& tensor);
 const int32_t* i32_arg(const char* op, const char* arg, const Tensor& tensor);
 const uint8_t* u8_arg(const char* op, const char* arg, const Tensor& tensor);
 const int64_t* i64_arg(const char* op, const char* arg, const Tensor& tensor);
+// Sample-relative positions int32[B*T] of rope and attention (backend.h "positions within packed
+// rows"), checked against that rule; nullptr for an empty tensor (positions[b,t] = t).
+const int32_t* positions_arg(const char* op, const Tensor& positions, int64_t batch, int64_t time);
 // Shape checks shared with the CUDA backend (backend/arg_checks.h).
 using zt::expect_numel;
 using zt::expect_same_shape;
@@ -102,18 +105,18 @@ class CpuBackend final : public Backend {
   void layernorm_backward(Tensor dx, Tensor dweight, Tensor dbias, Tensor dy, Tensor x,
                           Tensor weight, Tensor mean, Tensor rstd) override;
 
-  void rope_forward(Tensor x, Tensor inv_freq) override;
-  void rope_backward(Tensor dx, Tensor inv_freq) override;
+  void rope_forward(Tensor x, Tensor inv_freq, Tensor positions) override;
+  void rope_backward(Tensor dx, Tensor inv_freq, Tensor positions) override;
 
   void swiglu_forward(Tensor h, Tensor gate, Tensor up) override;
   void swiglu_backward(Tensor dgate, Tensor dup, Tensor dh, Tensor gate, Tensor up) override;
   void relu_forward(Tensor y, Tensor x) override;
   void relu_backward(Tensor dx, Tensor dy, Tensor y) override;
 
-  void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
+  void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, Tensor positions,
                          float scale) override;
   void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k,
-                          Tensor v, Tensor out, Tensor lse, float scale) override;
+                          Tensor v, Tensor out, Tensor lse, Tensor positions, float scale) override;
 
   double cross_entropy(Tensor logits, Tensor targets, Tensor mask, float grad_scale) override;
 

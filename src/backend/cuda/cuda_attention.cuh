@@ -260,6 +260,14 @@ struct AttentionDims {
   __device__ int64_t lse_offset(int b, int head) const { return (int64_t{b} * heads + head) * time; }
 };
 
+// The first key that query `query` of row b sees: the start of its sample, query - its
+// position (backend.h "positions within packed rows"; positions null: 0). Starts never decrease
+// along a row, so a tile's first query has the tile's earliest start.
+__device__ inline int sample_start(const int32_t* positions, const AttentionDims& dims, int b,
+                                   int query) {
+  return positions ? query - positions[int64_t{b} * dims.time + query] : 0;
+}
+
 // ---- host side -----------------------------------------------------------------------------
 
 // Allows `kernel` its dynamic shared memory (above the 48 KiB default), or throws naming D.

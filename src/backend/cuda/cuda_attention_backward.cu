@@ -57,6 +57,7 @@ struct BackwardShared {
   Operand* ds_operand; // [kTile, probs_ld]
   float* lse_tile;     // [kTile]
   float* delta_tile;   // [kTile]
+  int* start_tile;     // [kTile]: each query row's sample start (packed rows)
   SharedLayout layout;
 
   __host__ __device__ BackwardShared(void* base, int head_dim, int accumulators) : layout(base) {
@@ -83,6 +84,7 @@ struct BackwardShared {
     }
     lse_tile = layout.take<float>(kTile);
     delta_tile = layout.take<float>(kTile);
+    start_tile = layout.take<int>(kTile);
   }
 };
 
@@ -103,7 +105,7 @@ __device__ inline void probabilities_and_gradients(BackwardShared<Math>& t, int 
   for (int e = threadIdx.x; e < kTile * kTile; e += blockDim.x) {
     const int r = e / kTile, j = e % kTile;
     const int query = first_query + r, key = first_key + j;
-    const bool visible = query < time && key <= query;
+    const bool visible = query < time && key <= query && key >= t.start_tile[r];
     const float p = visible ? expf(t.probs[r * score_ld + j] - t.lse_tile[r]) : 0.0f;
     t.probs[r * score_ld + j] = p;
     t.dprobs[r * score_ld + j] = p * (t.dprobs[r * score_ld + j] - t.delta_tile[r]);
@@ -116,14 +118,17 @@ __device__ inline void probabilities_and_gradients(BackwardShared<Math>& t, int 
   __syncthreads();
 }
 
-// lse and delta of the query rows [first_query, first_query + kBackwardTile) of one head.
-__device__ inline void load_row_stats(float* lse_tile, float* delta_tile, const float* lse,
-                                      const float* delta, int64_t offset, int first_query,
-                                      int time) {
+// lse, delta and the sample start of the query rows [first_query, first_query + kBackwardTile)
+// of one head of row b.
+__device__ inline void load_row_stats(float* lse_tile, float* delta_tile, int* start_tile,
+                                      const float* lse, const float* delta,
+                                      const int32_t* positions, const AttentionDims& dims, int b,
+                                      int64_t offset, int first_query) {
   for (int r = threadIdx.x; r < kBackwardTile; r += blockDim.x) {
-    const bool valid = first_query + r < time;
+    const bool valid = first_query + r < dims.time;
     lse_tile[r] = valid ? lse[offset + first_query + r] : 0.0f;
     delta_tile[r] = valid ? delta[offset + first_query + r] : 0.0f;
+    start_tile[r] = valid ? sample_start(positions, dims, b, first_query + r) : 0;
   }
 }
 
@@ -134,8 +139,8 @@ __global__ void __launch_bounds__(kBackwardThreads)
 attention_backward_dkdv_kernel(Storage<Format>* dk, Storage<Format>* dv,
                                const Storage<Format>* dout, const Storage<Format>* q,
                                const Storage<Format>* k, const Storage<Format>* v,
-                               const float* lse, const float* delta, AttentionDims dims,
-                               float scale) {
+                               const float* lse, const float* delta, const int32_t* positions,
+                               AttentionDims dims, float scale) {
   constexpr int kTile = kBackwardTile;
   ZT_DYNAMIC_SHARED(float, shared);
   BackwardShared<Math> t(SharedLayout::aligned(shared), dims.head_dim, 2);
@@ -155,15 +160,18 @@ attention_backward_dkdv_kernel(Storage<Format>* dk, Storage<Format>* dv,
   const int group = dims.group();
   for (int head = kv_head * group; head < (kv_head + 1) * group; ++head) {
     // Causal: queries before first_key see none of these keys; tiles are aligned (same size).
+    // Within samples: once a tile's first query starts its sample after these keys, neither it
+    // nor any later query sees them (starts never decrease along a row).
     for (int first_query = first_key; first_query < dims.time; first_query += kTile) {
+      if (sample_start(positions, dims, b, first_query) > first_key + keys - 1) break;
       const int queries = min(kTile, dims.time - first_query);
       __syncthreads();  // the previous step's products are done with q_tile, do_tile, probs
       const int64_t row_offset = dims.q_offset(b, head) + first_query * dims.q_stride();
       load_tile<Format>(t.q_tile, ld, q + row_offset, dims.q_stride(), queries, kTile, head_dim);
       load_tile<Format>(t.do_tile, ld, dout + row_offset, dims.q_stride(), queries, kTile,
                         head_dim);
-      load_row_stats(t.lse_tile, t.delta_tile, lse, delta, dims.lse_offset(b, head), first_query,
-                     dims.time);
+      load_row_stats(t.lse_tile, t.delta_tile, t.start_tile, lse, delta, positions, dims, b,
+                     dims.lse_offset(b, head), first_query);
       __syncthreads();
       probabilities_and_gradients<Format>(t, first_query, first_key, dims.time, head_dim, scale);
       // dV += P^T dO, dK += scale dS^T Q
@@ -186,7 +194,7 @@ __global__ void __launch_bounds__(kBackwardThreads)
 attention_backward_dq_kernel(Storage<Format>* dq, const Storage<Format>* dout,
                              const Storage<Format>* q, const Storage<Format>* k,
                              const Storage<Format>* v, const float* lse, const float* delta,
-                             AttentionDims dims, float scale) {
+                             const int32_t* positions, AttentionDims dims, float scale) {
   constexpr int kTile = kBackwardTile;
   ZT_DYNAMIC_SHARED(float, shared);
   BackwardShared<Math> t(SharedLayout::aligned(shared), dims.head_dim, 1);
@@ -201,12 +209,14 @@ attention_backward_dq_kernel(Storage<Format>* dq, const Storage<Format>* dout,
   const int64_t row_offset = dims.q_offset(b, head) + first_query * dims.q_stride();
   load_tile<Format>(t.q_tile, ld, q + row_offset, dims.q_stride(), queries, kTile, head_dim);
   load_tile<Format>(t.do_tile, ld, dout + row_offset, dims.q_stride(), queries, kTile, head_dim);
-  load_row_stats(t.lse_tile, t.delta_tile, lse, delta, dims.lse_offset(b, head), first_query,
-                 dims.time);
+  load_row_stats(t.lse_tile, t.delta_tile, t.start_tile, lse, delta, positions, dims, b,
+                 dims.lse_offset(b, head), first_query);
   zero(dq_acc, kTile * acc_ld);
   const Storage<Format>* k_rows = k + dims.kv_offset(b, kv_head);
   const Storage<Format>* v_rows = v + dims.kv_offset(b, kv_head);
-  for (int first_key = 0; first_key < first_query + queries; first_key += kTile) {
+  // Keys from the tile holding the start of the first query's sample (aligned tiles).
+  const int keys_begin = sample_start(positions, dims, b, first_query) / kTile * kTile;
+  for (int first_key = keys_begin; first_key < first_query + queries; first_key += kTile) {
     const int keys = min(kTile, dims.time - first_key);
     __syncthreads();  // the previous step's product is done with k_tile, dprobs
     load_tile<Format>(t.k_tile, ld, k_rows + first_key * dims.kv_stride(), dims.kv_stride(), keys,
@@ -229,7 +239,7 @@ template <class Format, class Math>
 void launch_backward(const CudaBackendImpl& backend, cudaStream_t stream, const char* op,
                      Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q,
                      const Tensor& k, const Tensor& v, const Tensor& lse, const float* delta,
-                     const AttentionDims& dims, float scale_factor) {
+                     const int32_t* positions, const AttentionDims& dims, float scale_factor) {
   const size_t dkdv_bytes = BackwardShared<Math>(nullptr, dims.head_dim, 2).layout.launch_bytes();
   const size_t dq_bytes = BackwardShared<Math>(nullptr, dims.head_dim, 1).layout.launch_bytes();
   auto dkdv_kernel = attention_backward_dkdv_kernel<Format, Math>;
@@ -238,7 +248,7 @@ void launch_backward(const CudaBackendImpl& backend, cudaStream_t stream, const 
                        static_cast<unsigned int>(dims.batch));
   launch({dkdv_grid, kBackwardThreads, dkdv_bytes, stream}, dkdv_kernel, data_of<Format>(dk),
          data_of<Format>(dv), data_of<Format>(dout), data_of<Format>(q), data_of<Format>(k),
-         data_of<Format>(v), lse.f32(), delta, dims, scale_factor);
+         data_of<Format>(v), lse.f32(), delta, positions, dims, scale_factor);
   ZT_CUDA_CHECK_LAUNCH("attention_backward_dkdv_kernel");
 
   auto dq_kernel = attention_backward_dq_kernel<Format, Math>;
@@ -247,7 +257,7 @@ void launch_backward(const CudaBackendImpl& backend, cudaStream_t stream, const 
                      static_cast<unsigned int>(dims.batch));
   launch({dq_grid, kBackwardThreads, dq_bytes, stream}, dq_kernel, data_of<Format>(dq),
          data_of<Format>(dout), data_of<Format>(q), data_of<Format>(k), data_of<Format>(v),
-         lse.f32(), delta, dims, scale_factor);
+         lse.f32(), delta, positions, dims, scale_factor);
   ZT_CUDA_CHECK_LAUNCH("attention_backward_dq_kernel");
 }
 
@@ -255,9 +265,10 @@ void launch_backward(const CudaBackendImpl& backend, cudaStream_t stream, const 
 
 void CudaBackendImpl::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
                                          Tensor k, Tensor v, Tensor out, Tensor lse,
-                                         float scale_factor) {
+                                         Tensor positions, float scale_factor) {
   const char* op = "attention_backward";
   const AttentionDims dims = check_attention(op, q, k, v, out, "out", lse);
+  const int32_t* position_of = positions_data(op, positions, dims.batch, dims.time);
   const char* names[] = {"dout", "dq", "dk", "dv"};
   const Tensor* grads[] = {&dout, &dq, &dk, &dv};
   const Tensor* likes[] = {&q, &q, &k, &v};
@@ -279,13 +290,14 @@ void CudaBackendImpl::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor
     if constexpr (!std::is_same_v<Format, Fp32Format>) {
       if (tensor_cores) {
         launch_backward<Format, TensorCoreMath<Format>>(*this, stream_, op, dq, dk, dv, dout, q,
-                                                        k, v, lse, delta_values, dims,
-                                                        scale_factor);
+                                                        k, v, lse, delta_values, position_of,
+                                                        dims, scale_factor);
         return;
       }
     }
     launch_backward<Format, CudaCoreMath<Format>>(*this, stream_, op, dq, dk, dv, dout, q, k, v,
-                                                  lse, delta_values, dims, scale_factor);
+                                                  lse, delta_values, position_of, dims,
+                                                  scale_factor);
   });
 }
 

@@ -55,8 +55,8 @@ struct ForwardShared {
 template <class Format, class Math>
 __global__ void __launch_bounds__(kForwardThreads)
 attention_forward_kernel(Storage<Format>* out, float* lse, const Storage<Format>* q,
-                         const Storage<Format>* k, const Storage<Format>* v, AttentionDims dims,
-                         float scale) {
+                         const Storage<Format>* k, const Storage<Format>* v,
+                         const int32_t* positions, AttentionDims dims, float scale) {
   constexpr int kTile = kForwardTile;
   ZT_DYNAMIC_SHARED(float, shared);
   ForwardShared<Math> tiles(SharedLayout::aligned(shared), dims.head_dim);
@@ -88,8 +88,12 @@ attention_forward_kernel(Storage<Format>* out, float* lse, const Storage<Format>
   constexpr int kLanesPerRow = kForwardThreads / kTile;
   const int my_row = threadIdx.x / kLanesPerRow, my_part = threadIdx.x % kLanesPerRow;
   const int my_query = first_query + my_row;
-  const int keys_end = first_query + queries;  // causal: keys [0, last query]
-  for (int first_key = 0; first_key < keys_end; first_key += kTile) {
+  const int my_start = my_query < dims.time ? sample_start(positions, dims, b, my_query) : 0;
+  // Causal within samples: keys [start of the first query's sample, last query]; key tiles stay
+  // aligned to kTile.
+  const int keys_begin = sample_start(positions, dims, b, first_query) / kTile * kTile;
+  const int keys_end = first_query + queries;
+  for (int first_key = keys_begin; first_key < keys_end; first_key += kTile) {
     const int keys = min(kTile, dims.time - first_key);
     __syncthreads();  // the previous tile's products are done with k_tile, v_tile, scores
     load_tile<Format>(tiles.k_tile, ld, k_rows + first_key * dims.kv_stride(), dims.kv_stride(),
@@ -106,7 +110,8 @@ attention_forward_kernel(Storage<Format>* out, float* lse, const Storage<Format>
     float tile_max = -INFINITY;
     for (int j = my_part; j < kTile; j += kLanesPerRow) {
       const int key = first_key + j;
-      if (!(my_query < dims.time && key <= my_query)) s[j] = -INFINITY;  // future key or padding
+      // Future key, an earlier sample's key, or a row past T.
+      if (!(my_query < dims.time && key <= my_query && key >= my_start)) s[j] = -INFINITY;
       tile_max = fmaxf(tile_max, s[j]);
     }
     for (int offset = 1; offset < kLanesPerRow; offset *= 2) {
@@ -163,35 +168,36 @@ size_t forward_shared_bytes(int head_dim) {
 template <class Format, class Math>
 void launch_forward(const CudaBackendImpl& backend, cudaStream_t stream, const char* op,
                     Tensor& out, Tensor& lse, const Tensor& q, const Tensor& k, const Tensor& v,
-                    const AttentionDims& dims, float scale_factor) {
+                    const int32_t* positions, const AttentionDims& dims, float scale_factor) {
   const size_t shared_bytes = forward_shared_bytes<Math>(dims.head_dim);
   auto kernel = attention_forward_kernel<Format, Math>;
   allow_shared_memory(backend, op, kernel, shared_bytes, dims.head_dim);
   const dim3 grid(tiles_of(dims.time, kForwardTile), static_cast<unsigned int>(dims.heads),
                   static_cast<unsigned int>(dims.batch));
   launch({grid, kForwardThreads, shared_bytes, stream}, kernel, data_of<Format>(out), lse.f32(),
-         data_of<Format>(q), data_of<Format>(k), data_of<Format>(v), dims, scale_factor);
+         data_of<Format>(q), data_of<Format>(k), data_of<Format>(v), positions, dims, scale_factor);
   ZT_CUDA_CHECK_LAUNCH("attention_forward_kernel");
 }
 
 }  // namespace
 
 void CudaBackendImpl::attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
-                                        float scale_factor) {
+                                        Tensor positions, float scale_factor) {
   const char* op = "attention_forward";
   const AttentionDims dims = check_attention(op, q, k, v, out, "out", lse);
+  const int32_t* position_of = positions_data(op, positions, dims.batch, dims.time);
   if (dims.batch == 0 || dims.time == 0 || dims.heads == 0) return;
   const bool tensor_cores = tensor_cores_fit(q.dtype, dims.head_dim);
   dispatch_float(q.dtype, op, "q", [&](auto format) {
     using Format = decltype(format);
     if constexpr (!std::is_same_v<Format, Fp32Format>) {
       if (tensor_cores) {
-        launch_forward<Format, TensorCoreMath<Format>>(*this, stream_, op, out, lse, q, k, v,
+        launch_forward<Format, TensorCoreMath<Format>>(*this, stream_, op, out, lse, q, k, v, position_of,
                                                        dims, scale_factor);
         return;
       }
     }
-    launch_forward<Format, CudaCoreMath<Format>>(*this, stream_, op, out, lse, q, k, v, dims,
+    launch_forward<Format, CudaCoreMath<Format>>(*this, stream_, op, out, lse, q, k, v, position_of, dims,
                                                  scale_factor);
   });
 }

@@ -51,6 +51,13 @@ void expect_device_like(const char* op, const char* arg, const Tensor& tensor, c
   expect_same_dtype(op, arg, tensor, other_arg, other);
 }
 
+const int32_t* positions_data(const char* op, const Tensor& positions, int64_t batch, int64_t time) {
+  if (positions.empty()) return nullptr;
+  expect_device(op, "positions", positions, DType::I32);
+  expect_numel(op, "positions", positions, batch * time, "B*T");
+  return static_cast<const int32_t*>(positions.data);
+}
+
 MatrixShape matrix_shape(const char* op, const char* arg, const Tensor& tensor) {
   ZT_CHECK(tensor.ndim >= 1, op, ": ", arg, " must have at least one dimension, got ",
            tensor.describe());

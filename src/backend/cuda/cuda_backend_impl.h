@@ -61,6 +61,10 @@ void expect_same_dtype(const char* op, const char* arg, const Tensor& tensor,
 void expect_device_like(const char* op, const char* arg, const Tensor& tensor, const char* other_arg,
                         const Tensor& other);
 
+// The device pointer of rope's and attention's positions int32[B*T] (backend.h "positions
+// within packed rows"; the kernels trust the rule), or nullptr for an empty tensor (positions = t).
+const int32_t* positions_data(const char* op, const Tensor& positions, int64_t batch, int64_t time);
+
 // Shape checks shared with the CPU backend (backend/arg_checks.h).
 using zt::expect_numel;
 using zt::expect_same_shape;
@@ -163,18 +167,18 @@ class CudaBackendImpl final : public CudaBackend {
   void layernorm_backward(Tensor dx, Tensor dweight, Tensor dbias, Tensor dy, Tensor x,
                           Tensor weight, Tensor mean, Tensor rstd) override;
 
-  void rope_forward(Tensor x, Tensor inv_freq) override;
-  void rope_backward(Tensor dx, Tensor inv_freq) override;
+  void rope_forward(Tensor x, Tensor inv_freq, Tensor positions) override;
+  void rope_backward(Tensor dx, Tensor inv_freq, Tensor positions) override;
 
   void swiglu_forward(Tensor h, Tensor gate, Tensor up) override;
   void swiglu_backward(Tensor dgate, Tensor dup, Tensor dh, Tensor gate, Tensor up) override;
   void relu_forward(Tensor y, Tensor x) override;
   void relu_backward(Tensor dx, Tensor dy, Tensor y) override;
 
-  void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
+  void attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v, Tensor positions,
                          float scale) override;
   void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k,
-                          Tensor v, Tensor out, Tensor lse, float scale) override;
+                          Tensor v, Tensor out, Tensor lse, Tensor positions, float scale) override;
 
   double cross_entropy(Tensor logits, Tensor targets, Tensor mask, float grad_scale) override;
   // No synchronisation: the sum is added on the device (same bits as cross_entropy's), bad

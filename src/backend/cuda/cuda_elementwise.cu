@@ -154,15 +154,17 @@ __global__ void dropout_kernel(typename Format::Storage* out, const typename For
 // Rotates the pairs (x[..., i], x[..., i + D/2]) of x[B,T,H,D] in place by angle
 // t * inv_freq[i] (direction +1) or its negative (-1, the transpose for backward).
 template <class Format>
-__global__ void rope_kernel(typename Format::Storage* x, const float* inv_freq, int64_t time,
-                            int64_t heads, int64_t half, float direction, int64_t pairs) {
+__global__ void rope_kernel(typename Format::Storage* x, const float* inv_freq,
+                            const int32_t* positions, int64_t time, int64_t heads, int64_t half,
+                            float direction, int64_t pairs) {
   for (int64_t pair = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; pair < pairs;
        pair += int64_t{gridDim.x} * blockDim.x) {
     const int64_t i = pair % half;
     const int64_t token_head = pair / half;  // (b * T + t) * H + h
-    const int64_t t = token_head / heads % time;
+    const int64_t token = token_head / heads;  // b * T + t
+    const int64_t position = positions ? positions[token] : token % time;
     // As HF: angle = position * inv_freq in fp32, then cos and sin in fp32.
-    const float angle = static_cast<float>(t) * inv_freq[i];
+    const float angle = static_cast<float>(position) * inv_freq[i];
     const float cosine = cosf(angle);
     const float sine = direction * sinf(angle);
     typename Format::Storage* first = x + token_head * 2 * half + i;  // x1; x2 is half further
@@ -175,7 +177,7 @@ __global__ void rope_kernel(typename Format::Storage* x, const float* inv_freq, 
 }
 
 void rotate_pairs(CudaBackendImpl& backend, const char* op, const Tensor& x,
-                  const Tensor& inv_freq, float direction) {
+                  const Tensor& inv_freq, const Tensor& positions, float direction) {
   expect_device_float(op, "x", x);
   expect_device(op, "inv_freq", inv_freq, DType::F32);
   ZT_CHECK(x.ndim == 4, op, ": x must be [B, T, H, D], got ", x.describe());
@@ -183,13 +185,14 @@ void rotate_pairs(CudaBackendImpl& backend, const char* op, const Tensor& x,
   ZT_CHECK(head_dim % 2 == 0, op, ": head dim D must be even, got ", x.describe());
   const int64_t half = head_dim / 2;
   expect_shape(op, "inv_freq", inv_freq, {half});
+  const int32_t* position_of = positions_data(op, positions, x.dim(0), time);
   const int64_t pairs = x.numel() / 2;
   if (pairs == 0) return;
   dispatch_float(x.dtype, op, "x", [&](auto format) {
     using Format = decltype(format);
     launch({grid_for(pairs), kThreads, 0, backend.stream()}, rope_kernel<Format>,
-        data_of<Format>(x), static_cast<const float*>(inv_freq.data), time, heads, half,
-        direction, pairs);
+        data_of<Format>(x), static_cast<const float*>(inv_freq.data), position_of, time, heads,
+        half, direction, pairs);
     ZT_CUDA_CHECK_LAUNCH("rope_kernel");
   });
 }
@@ -342,12 +345,12 @@ void CudaBackendImpl::dropout(Tensor out, Tensor in, float p, RngKey key, Tensor
   });
 }
 
-void CudaBackendImpl::rope_forward(Tensor x, Tensor inv_freq) {
-  rotate_pairs(*this, "rope_forward", x, inv_freq, 1.0f);
+void CudaBackendImpl::rope_forward(Tensor x, Tensor inv_freq, Tensor positions) {
+  rotate_pairs(*this, "rope_forward", x, inv_freq, positions, 1.0f);
 }
 
-void CudaBackendImpl::rope_backward(Tensor dx, Tensor inv_freq) {
-  rotate_pairs(*this, "rope_backward", dx, inv_freq, -1.0f);
+void CudaBackendImpl::rope_backward(Tensor dx, Tensor inv_freq, Tensor positions) {
+  rotate_pairs(*this, "rope_backward", dx, inv_freq, positions, -1.0f);
 }
 
 }  // namespace zt::cuda
