@@ -85,6 +85,9 @@ class CausalLM {
   virtual double backward(const BatchTensors& batch, float grad_scale, const DropoutContext& dropout) = 0;
   // After forward: the sum of the masked token losses, no gradients (evaluation).
   virtual double loss(const BatchTensors& batch) = 0;
+  // After forward: the buffer the head's logits are computed in ([chunk, V], or null before
+  // the first forward), so that the memory model names it (train/memory_model.cpp).
+  virtual const void* logits_storage() const = 0;
   // Matmul FLOPs of one forward pass for a batch of B sequences of length T (2 per multiply-add),
   // counting causal attention as half the full T x T product.
   virtual double forward_flops(int64_t batch, int64_t seq) const = 0;

@@ -171,6 +171,8 @@ class DecoderModel final : public CausalLM {
     hooks().release(kStemUnit);
   }
 
+  const void* logits_storage() const override { return logits_.data(); }
+
   double forward_flops(int64_t batch, int64_t seq) const override {
     double macs = 0.0;
     for (const LinearLayer* linear : all_linears()) macs += linear->macs_per_token();

@@ -185,8 +185,8 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
     for (int64_t micro = 0; micro < config.gradient_accumulation_steps; ++micro) {
       engine.begin_micro_batch(micro + 1 == config.gradient_accumulation_steps);
       backend->set_term(kTermActivations);
-      const Tensor logits = model->forward(views, dropout);  // [B*T, V]
-      backend->move_to_term(logits.data, kTermLogits);
+      model->forward(views, dropout);
+      backend->move_to_term(model->logits_storage(), kTermLogits);  // [chunk, V] (the LM head's chunk)
       model->backward(views, 1.0f, dropout, step_loss_sum.view(DType::F64, {1}));
       backend->set_term(kTermZeroBuffers);
       engine.end_micro_batch();
