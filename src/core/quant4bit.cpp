@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <type_traits>
 
 #include "core/error.h"
 
@@ -121,6 +122,82 @@ SortedCode sorted_code(const std::array<float, 16>& code) {
   return sorted;
 }
 
+// torch.Tensor.mean of a contiguous fp32 vector as ATen computes it on one thread with AVX2
+// (bitsandbytes' offset = absmax.mean()): the sum (SumKernel.cpp cascade_sum: row_sum over 8-wide
+// vectors with 4 interleaved accumulators, each a 4-level cascade of partial sums; the elements
+// past the last whole vector summed first, then the 8 lanes in order), divided by n in fp32.
+// Above 32768 elements torch splits the sum over its threads (its bits then depend on their
+// number); this is its one-thread result.
+constexpr int kLanes = 8;  // Vectorized<float>::size() under AVX2
+using Lanes = std::array<float, kLanes>;
+
+int64_t ceil_log2(int64_t value) {
+  int64_t bits = 0;
+  while ((int64_t{1} << bits) < value) ++bits;
+  return bits;
+}
+
+// multi_row_sum<acc, 4>: rows of 4 elements (element = `load(index)`), 4-level cascade.
+template <class Acc, class Load>
+std::array<Acc, 4> multi_row_sum(int64_t rows, Load load) {
+  constexpr int64_t kLevels = 4;
+  const int64_t level_power = std::max<int64_t>(4, ceil_log2(rows) / kLevels);
+  const int64_t level_step = int64_t{1} << level_power;
+  const int64_t level_mask = level_step - 1;
+  Acc acc[kLevels][4] = {};
+  auto add = [](Acc& to, const Acc& from) {
+    if constexpr (std::is_same_v<Acc, float>) to += from;
+    else for (int l = 0; l < kLanes; ++l) to[static_cast<size_t>(l)] += from[static_cast<size_t>(l)];
+  };
+  int64_t i = 0;
+  while (i + level_step <= rows) {
+    for (int64_t j = 0; j < level_step; ++j, ++i)
+      for (int64_t k = 0; k < 4; ++k) add(acc[0][k], load(4 * i + k));
+    for (int64_t j = 1; j < kLevels; ++j) {
+      for (int64_t k = 0; k < 4; ++k) {
+        add(acc[j][k], acc[j - 1][k]);
+        acc[j - 1][k] = Acc{};
+      }
+      if ((i & (level_mask << (j * level_power))) != 0) break;
+    }
+  }
+  for (; i < rows; ++i)
+    for (int64_t k = 0; k < 4; ++k) add(acc[0][k], load(4 * i + k));
+  for (int64_t j = 1; j < kLevels; ++j)
+    for (int64_t k = 0; k < 4; ++k) add(acc[0][k], acc[j][k]);
+  return {acc[0][0], acc[0][1], acc[0][2], acc[0][3]};
+}
+
+// row_sum: `count` elements as rows of 4, the rest added to the first accumulator, then the four.
+template <class Acc, class Load>
+Acc row_sum(int64_t count, Load load) {
+  std::array<Acc, 4> partial = multi_row_sum<Acc>(count / 4, load);
+  auto add = [](Acc& to, const Acc& from) {
+    if constexpr (std::is_same_v<Acc, float>) to += from;
+    else for (int l = 0; l < kLanes; ++l) to[static_cast<size_t>(l)] += from[static_cast<size_t>(l)];
+  };
+  for (int64_t i = count / 4 * 4; i < count; ++i) add(partial[0], load(i));
+  for (int k = 1; k < 4; ++k) add(partial[0], partial[static_cast<size_t>(k)]);
+  return partial[0];
+}
+
+float torch_mean(const float* x, int64_t n) {
+  float sum = 0.0f;
+  if (n < kLanes) {  // scalar_inner_sum
+    sum = row_sum<float>(n, [&](int64_t i) { return x[i]; });
+  } else {           // vectorized_inner_sum
+    const int64_t vectors = n / kLanes;
+    const Lanes lanes = row_sum<Lanes>(vectors, [&](int64_t v) {
+      Lanes values;
+      std::memcpy(values.data(), x + v * kLanes, sizeof(values));
+      return values;
+    });
+    for (int64_t i = vectors * kLanes; i < n; ++i) sum += x[i];
+    for (float lane : lanes) sum += lane;
+  }
+  return sum / static_cast<float>(n);
+}
+
 }  // namespace
 
 const char* quant4_type_name(Quant4Type type) {
@@ -231,9 +308,7 @@ void quantize_4bit(const float* x, int64_t n, const QuantConfig& config, uint8_t
     std::memcpy(payload + layout.absmax, absmax.data(), absmax.size() * sizeof(float));
     return;
   }
-  double sum = 0.0;
-  for (float value : absmax) sum += value;
-  const float offset = static_cast<float>(sum / static_cast<double>(absmax.size()));
+  const float offset = torch_mean(absmax.data(), layout.blocks);
   std::vector<float> centred(absmax.size());
   for (size_t b = 0; b < absmax.size(); ++b) centred[b] = absmax[b] - offset;
   std::vector<float> nested_absmax(static_cast<size_t>(layout.nested_blocks));

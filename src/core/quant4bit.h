@@ -15,8 +15,9 @@
 //
 // This is the algorithm of bitsandbytes' reference path (bitsandbytes/backends/default/ops.py:
 // quantize_4bit, quantize_blockwise; functional.quantize_4bit), which its CPU backend runs. The
-// mean for the offset is taken in double here (torch sums fp32 in its own order: the offsets may
-// differ in the last bit; tests/oracle/test_qlora_format.py says how much).
+// offset is torch's fp32 mean in torch's own summation order (one thread, AVX2 vectors: what
+// absmax.mean() gives up to 32768 blocks, i.e. tensors of up to 2M values; above, torch's bits
+// depend on its thread count).
 //
 // A quantized tensor's payload: the pieces a bnb checkpoint stores for "<name>.weight", laid out
 // one after another in one byte range (each piece 16-byte aligned), so that ZeRO can partition,

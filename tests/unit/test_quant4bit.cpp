@@ -55,7 +55,7 @@ BOOST_AUTO_TEST_CASE(layout_sizes_are_half_a_byte_plus_scales) {
   BOOST_CHECK_CLOSE(static_cast<double>(plain.bytes) / (4096.0 * 4096.0), 0.5 + 4.0 / 64.0, 1e-3);
   const Quant4Layout nested = quant4_layout(4096 * 4096, kNf4Double);
   BOOST_CHECK_EQUAL(nested.nested_blocks, (4096 * 4096 / 64 + 255) / 256);
-  BOOST_CHECK_CLOSE(static_cast<double>(nested.bytes) / (4096.0 * 4096.0), 0.5 + 1.0 / 64.0 + 4.0 / (64.0 * 256.0), 1e-2);
+  BOOST_CHECK_CLOSE(static_cast<double>(nested.bytes) / (4096.0 * 4096.0), 0.5 + 1.0 / 64.0 + 4.0 / (64.0 * 256.0), 0.1);
   for (size_t offset : {plain.absmax, plain.code, nested.nested_absmax, nested.nested_code, nested.nested_offset})
     BOOST_CHECK_EQUAL(offset % 16, 0u);
 }
@@ -113,10 +113,10 @@ BOOST_AUTO_TEST_CASE(round_trip_error_is_within_half_the_widest_code_gap) {
       for (int64_t j = begin; j < end; ++j) peak = std::max(peak, std::fabs(x[static_cast<size_t>(j)]));
       worst = std::max(worst, std::fabs(static_cast<double>(back[static_cast<size_t>(i)] - x[static_cast<size_t>(i)])) / peak);
     }
-    // NF4's widest gap is 1 - 0.7230 (half: 0.139); FP4's 0.6667 - 1 (half: 0.167); double
+    // NF4's widest gap is -1 to -0.6962 (half: 0.152); FP4's 0.6667 to 1 (half: 0.167); double
     // quantization's 8-bit scales add well under 1%.
     BOOST_TEST_INFO(describe(config));
-    BOOST_CHECK_LT(worst, config.type == Quant4Type::NF4 ? 0.145 : 0.175);
+    BOOST_CHECK_LT(worst, config.type == Quant4Type::NF4 ? 0.155 : 0.175);
   }
 }
 
