@@ -22,8 +22,8 @@ KNOBS = {1: {}, 2: {"reduce_bucket_size": 12000, "allgather_bucket_size": 12000,
          4: {"overlap_comm": True, "stage3_param_persistence_threshold": 0}}
 
 
-def train(zerotune, workdir, model, data, ranks, stage, offload="none", quant=True, steps=STEPS, extra=()):
-    name = f"{'q' if quant else 'f'}-w{ranks}-s{stage}-{offload}"
+def train(zerotune, workdir, model, data, ranks, stage, offload="none", quant=True, steps=STEPS, extra=(), tag=""):
+    name = f"{'q' if quant else 'f'}-w{ranks}-s{stage}-{offload}{tag}"
     out = os.path.join(workdir, name)
     zero = dict(KNOBS[ranks], stage=stage, offload_optimizer={"device": "cpu" if offload != "none" else "none"})
     if offload == "cpu+param":
@@ -94,7 +94,7 @@ def main():
         report.check(os.path.isdir(checkpoint) and saved < 0.5 * base_bytes and abs(saved - lora_saved) < 0.1 * lora_saved,
                      f"the checkpoint ({saved} B) holds no base: the size of LoRA's on the fp32 base ({lora_saved} B), "
                      f"under half the model file ({base_bytes} B)")
-        half = train(args.zerotune, workdir, model, data, 2, 3, steps=2)
+        half = train(args.zerotune, workdir, model, data, 2, 3, steps=2, tag="-half")
         resumed_out = os.path.join(workdir, "resumed")
         zero = dict(KNOBS[2], stage=3, offload_optimizer={"device": "none"})
         ds = write_ds_config(os.path.join(workdir, "resumed.json"), 16, 4, zero)
