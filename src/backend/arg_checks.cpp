@@ -69,4 +69,24 @@ GemmDims matmul_dims(const Tensor& c, const Tensor& a, bool transpose_a, const T
   return dims;
 }
 
+int64_t expect_quant4_view(const char* op, const Quant4View& weight, int64_t n) {
+  ZT_CHECK(weight.blocksize > 0, op, ": blocksize ", weight.blocksize, " must be positive");
+  const int64_t blocks = (n + weight.blocksize - 1) / weight.blocksize;
+  auto expect = [&](const char* arg, const Tensor& tensor, DType dtype, int64_t numel, const char* what) {
+    ZT_CHECK(tensor.dtype == dtype, op, ": ", arg, " must be ", dtype_name(dtype), ", got ", tensor.describe());
+    expect_numel(op, arg, tensor, numel, what);
+  };
+  expect("packed", weight.packed, DType::U8, (n + 1) / 2, "ceil(elements of out / 2)");
+  expect("code", weight.code, DType::F32, 16, "the 16 entries of a 4-bit code table");
+  if (!weight.nested()) {
+    expect("absmax", weight.absmax, DType::F32, blocks, "the blocks of out");
+    return blocks;
+  }
+  expect("absmax", weight.absmax, DType::U8, blocks, "the blocks of out (8-bit with double quantization)");
+  expect("nested_absmax", weight.nested_absmax, DType::F32, (blocks + 255) / 256, "ceil(blocks / 256)");
+  expect("nested_code", weight.nested_code, DType::F32, 256, "the 256 entries of the 8-bit table");
+  expect("nested_offset", weight.nested_offset, DType::F32, 1, "one offset");
+  return blocks;
+}
+
 }  // namespace zt

@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "backend/backend.h"
 #include "core/tensor.h"
 
 namespace zt {
@@ -37,6 +38,10 @@ struct AdalomoShape {
 };
 AdalomoShape adalomo_shape(const char* op, const char* row_arg, const Tensor& row, const char* col_arg,
                            const Tensor& col, const Tensor& grad, int64_t offset);
+
+// Throws unless the pieces of `weight` have the dtypes and sizes of a 4-bit tensor of n values
+// (backend.h "dequantize_4bit"); returns its number of blocks.
+int64_t expect_quant4_view(const char* op, const Quant4View& weight, int64_t n);
 
 // The integer a fill() value stands for in an integer tensor (masks, ids): a whole number in
 // the type's range, else an error naming the tensor.

@@ -31,6 +31,7 @@
 //   - attention: q, k, v, out, dout, dq, dk, dv one float dtype; lse fp32; positions int32.
 //   - cross_entropy: logits any float (dlogits are written in the logits' dtype); targets int32;
 //     mask uint8.
+//   - dequantize_4bit: out any float; the payload's pieces as Quant4View says.
 //   - adamw, sgd, lamb_direction, adalomo_*: all buffers fp32 (master weights and optimizer state
 //     are always fp32).
 //   Anything else is a zt::Error naming the op and the argument.
@@ -76,6 +77,19 @@ struct LambParams {
   double eps = 1e-8;
   double weight_decay = 0.0;
   bool eps_inside_sqrt = false;  // denominator sqrt(v + eps) instead of sqrt(v) + eps
+};
+
+// A 4-bit blockwise-quantized tensor of n values (core/quant4bit.h: bitsandbytes' layout):
+// views into its payload on the backend.
+struct Quant4View {
+  Tensor packed;         // uint8 [ceil(n / 2)]: element 2i in the high nibble, 2i+1 in the low
+  Tensor absmax;         // fp32 [blocks], or uint8 [blocks] (indices into nested_code) when nested
+  Tensor code;           // fp32 [16]: the 4-bit code table (NF4 or FP4)
+  Tensor nested_absmax;  // fp32 [ceil(blocks / 256)]; empty without double quantization
+  Tensor nested_code;    // fp32 [256]: the 8-bit dynamic table
+  Tensor nested_offset;  // fp32 [1]: the mean the nested absmax values were centred on
+  int64_t blocksize = 64;
+  bool nested() const { return !nested_absmax.empty(); }
 };
 
 // A point in a backend's queue of work (the CUDA backend: an event recorded on its stream).
@@ -299,6 +313,10 @@ class Backend {
   // matrix; rsqrt(row[offset + i]) g[i] for a vector. `update` may alias `grad`.
   virtual void adalomo_direction(Tensor update, Tensor grad, Tensor row, Tensor col, int64_t offset,
                                  float row_mean) = 0;
+  // QLoRA's frozen base: out[n] (any float) = code[q_i] * absmax[i / blocksize], computed in fp32
+  // and rounded to out's dtype; with double quantization absmax[b] = nested_code[absmax_q[b]] *
+  // nested_absmax[b / 256] + offset (two fp32 roundings). Bit for bit on every backend.
+  virtual void dequantize_4bit(Tensor out, const Quant4View& weight) = 0;
 };
 
 // Where a CPU backend's memory comes from: both set, or both empty for aligned_alloc/free.

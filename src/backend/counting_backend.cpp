@@ -217,6 +217,7 @@ class Counting final : public CountingBackend {
     return 0.0;
   }
   void adalomo_direction(Tensor, Tensor, Tensor, Tensor, int64_t, float) override {}
+  void dequantize_4bit(Tensor, const Quant4View&) override {}
 
  private:
   struct PendingChunk {

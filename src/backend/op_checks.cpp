@@ -10,6 +10,7 @@
 
 #include "backend/buffer.h"
 #include "core/error.h"
+#include "core/quant4bit.h"
 
 namespace zt {
 
@@ -358,6 +359,40 @@ std::vector<OpCheck> op_table() {
          run.backend().adam_denominator_scale(x, v, 1e-3f, false);
          run.backend().adam_denominator_scale(y, v, 1e-3f, true);
          return Outputs{run.read(x), run.read(y)};
+       }},
+      // 4-bit dequantization of an odd-length tensor with a short last block (NF4 with double
+      // quantization over more than one 256-block of scales, FP4 without); bit for bit.
+      {"dequantize_4bit", {DType::F32, DType::BF16, DType::F16}, 0.0,
+       [](OpRun& run, DType dtype) {
+         Outputs outputs;
+         for (const QuantConfig config : {QuantConfig{Quant4Type::NF4, true, 64}, QuantConfig{Quant4Type::FP4, false, 64}}) {
+           const int64_t n = 64 * 300 + 37;
+           std::vector<float> values = run.read(run.random(DType::F32, {n}));
+           for (int64_t i = 0; i < n; i += 97) values[static_cast<size_t>(i)] *= 8.0f;  // outliers set some blocks' scale
+           const Quant4Layout layout = quant4_layout(n, config);
+           std::vector<uint8_t> payload(layout.bytes);
+           quantize_4bit(values.data(), n, config, payload.data());
+           auto piece = [&](size_t offset, int64_t count, DType piece_dtype) {
+             const uint8_t* begin = payload.data() + offset;
+             if (piece_dtype == DType::U8) return run.integers<uint8_t>(DType::U8, std::vector<uint8_t>(begin, begin + count));
+             const float* floats = reinterpret_cast<const float*>(begin);
+             return run.integers<float>(DType::F32, std::vector<float>(floats, floats + count));
+           };
+           Quant4View view;
+           view.packed = piece(layout.packed, (n + 1) / 2, DType::U8);
+           view.absmax = piece(layout.absmax, layout.blocks, layout.nested ? DType::U8 : DType::F32);
+           view.code = piece(layout.code, 16, DType::F32);
+           if (layout.nested) {
+             view.nested_absmax = piece(layout.nested_absmax, layout.nested_blocks, DType::F32);
+             view.nested_code = piece(layout.nested_code, 256, DType::F32);
+             view.nested_offset = piece(layout.nested_offset, 1, DType::F32);
+           }
+           view.blocksize = config.blocksize;
+           Tensor out = run.output(dtype, {n});
+           run.backend().dequantize_4bit(out, view);
+           outputs.push_back(run.read(out));
+         }
+         return outputs;
        }},
       // AdaLomo on a slice of a [N, C] matrix that cuts its first and last rows, and of a vector.
       {"adalomo_square_sums", {DType::F32}, 1e-5,

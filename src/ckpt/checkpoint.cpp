@@ -18,6 +18,7 @@
 #include "core/fault_injection.h"
 #include "core/hdf5_util.h"
 #include "core/sha256.h"
+#include "model/config.h"
 #include "model/safetensors.h"
 
 namespace zt {
@@ -332,6 +333,9 @@ void check_identity(const json& manifest, const RunIdentity& identity, const Par
   if (saved.at("seed") != identity.seed) mismatch("seed", saved.at("seed"), identity.seed);
   if (saved.at("shuffle") != identity.shuffle) mismatch("shuffle setting", saved.at("shuffle"), identity.shuffle);
   if (saved.at("lora") != lora_json(identity.lora)) mismatch("LoRA configuration", saved.at("lora"), lora_json(identity.lora));
+  if (quant_config_from_json(saved.contains("quantize") ? saved.at("quantize") : json(), dir) != identity.quantize)
+    mismatch("4-bit base (--quantize)", saved.contains("quantize") ? saved.at("quantize") : json(),
+             quant_config_json(identity.quantize));
   // A LoRA checkpoint holds only the adapters: they mean nothing on another base of the same
   // shape. (Full fine-tuning restores every weight from the checkpoint.) Checkpoints from before
   // the digests were recorded have none to compare.
@@ -487,7 +491,8 @@ std::string save_checkpoint(const std::string& out_dir, const TrainingState& sta
         {"run", {{"model_dir", identity.model_dir}, {"model_checksum", identity.model_checksum},
                  {"model_weights_digest", identity.model_weights_digest}, {"data_digest", identity.data_digest},
                  {"train_batch_size", identity.train_batch_size}, {"dataset_samples", identity.dataset_samples},
-                 {"seed", identity.seed}, {"shuffle", identity.shuffle}, {"lora", lora_json(identity.lora)}}},
+                 {"seed", identity.seed}, {"shuffle", identity.shuffle}, {"lora", lora_json(identity.lora)},
+                 {"quantize", quant_config_json(identity.quantize)}}},
         {"config", run_config},
         {"layout", layout_json(store)},
         {"files", files}};

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/communicator.h"
+#include "core/quant4bit.h"
 #include "model/lora_config.h"
 #include "model/param_store.h"
 #include "zero/zero_engine.h"
@@ -50,6 +51,7 @@ struct RunIdentity {
   uint64_t seed = 0;
   bool shuffle = true;
   LoraConfig lora;
+  QuantConfig quantize;  // QLoRA: the 4-bit storage of the frozen base (adapters learned on its bits)
 };
 
 // sha256 over config.json and each weight file's name, size and safetensors header: equal for

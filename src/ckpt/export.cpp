@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -37,14 +38,32 @@ LoraConfig lora_from_manifest(const json& manifest) {
   return lora;
 }
 
+// The base weights as dense fp32 views: the store's own, or a 4-bit base dequantized into
+// host memory (QLoRA: the merged model is dequantized, as PEFT's merge_and_unload computes it).
+class DenseWeights {
+ public:
+  explicit DenseWeights(ParamStore& store) : store_(store) {}
+  Tensor weight(const std::string& name) {
+    if (!store_.quantized(name)) return store_.param(name);
+    std::vector<float>& host = dequantized_[name];
+    if (host.empty()) host = store_.read_param(name);
+    const std::vector<int64_t>& shape = store_.entry(name).spec.shape;  // [out, in]
+    return Tensor(host.data(), DType::F32, {shape[0], shape[1]});
+  }
+
+ private:
+  ParamStore& store_;
+  std::map<std::string, std::vector<float>> dequantized_;
+};
+
 // W[out, in] += scaling * B[out, r] A[r, in] for every adapted linear, through the CPU backend's GEMM.
-void merge_lora(Backend& backend, ParamStore& store, float scaling) {
+void merge_lora(Backend& backend, ParamStore& store, DenseWeights& dense, float scaling) {
   for (const ParamEntry& entry : store.entries()) {
     const std::string& name = entry.spec.name;
     const size_t at = name.find(".lora_A.weight");
     if (at == std::string::npos) continue;
     const std::string module = name.substr(0, at);
-    backend.matmul(store.param(module + ".weight"), store.param(module + ".lora_B.weight"), false,
+    backend.matmul(dense.weight(module + ".weight"), store.param(module + ".lora_B.weight"), false,
                    store.param(name), false, scaling, 1.0f);
   }
 }
@@ -59,6 +78,7 @@ void write_hf_config(const std::string& model_dir, const std::string& out_dir, D
   } catch (const json::exception& error) {
     fail(source.string(), ": invalid JSON: ", error.what());
   }
+  config.erase("quantization_config");  // a 4-bit base is written dequantized
   config["torch_dtype"] = dtype == DType::BF16 ? "bfloat16" : dtype == DType::F16 ? "float16" : "float32";
   write_file_atomic((fs::path(out_dir) / "config.json").string(), config.dump(2) + "\n");
 }
@@ -82,9 +102,13 @@ std::string export_checkpoint(const ExportOptions& options) {
            " is a LoRA checkpoint: --format hf needs --merge (HF model files have no adapters), or use --format peft");
 
   const ModelConfig model_config = load_model_config(options.model_dir);
-  const ParameterPlan plan = plan_parameters(model_config, lora);
+  // QLoRA: the base stored 4-bit as the run stored it (its bits are what the adapters learned on).
+  const json& run_config = manifest.contains("config") ? manifest.at("config") : json();
+  const QuantConfig quant =
+      quant_config_from_json(run_config.contains("quantize") ? run_config.at("quantize") : json(), options.checkpoint_dir);
+  const ParameterPlan plan = plan_parameters(model_config, lora, quant);
   std::unique_ptr<Backend> backend = make_cpu_backend();
-  ParamStore store(*backend, plan.specs, plan.trainable, 1);
+  ParamStore store(*backend, plan.specs, plan.trainable, 1, DType::F32, {}, plan.quant);
   load_base_weights(options.model_dir, store);
   load_full_master(options.checkpoint_dir, manifest, store);
   fs::create_directories(options.out_dir);
@@ -95,11 +119,12 @@ std::string export_checkpoint(const ExportOptions& options) {
     return cat("wrote the PEFT adapter of ", options.checkpoint_dir, " (r ", lora.r, ", step ",
                manifest.at("step").get<int64_t>(), ") to ", options.out_dir);
   }
-  if (lora.enabled()) merge_lora(*backend, store, lora_scaling(lora));
+  DenseWeights dense(store);
+  if (lora.enabled()) merge_lora(*backend, store, dense, lora_scaling(lora));
   std::vector<SafetensorsEntry> entries;
   for (const ParamEntry& entry : store.entries())
     if (!is_lora_parameter(entry.spec.name))
-      entries.push_back({entry.spec.name, entry.spec.shape, store.param(entry.spec.name).data, DType::F32, options.dtype});
+      entries.push_back({entry.spec.name, entry.spec.shape, dense.weight(entry.spec.name).data, DType::F32, options.dtype});
   const std::vector<std::string> files =
       options.max_shard_bytes > 0 ? write_sharded_safetensors(options.out_dir, entries, options.max_shard_bytes)
                                   : write_sharded_safetensors(options.out_dir, entries);

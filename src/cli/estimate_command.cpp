@@ -55,6 +55,7 @@ struct ModelSummary {
 struct RunShape {
   LoraConfig lora;
   OptimizerConfig optimizer;  // its state buffers; LOMO's gradients in flight
+  QuantConfig quantize;  // QLoRA: the frozen base stored 4-bit (--quantize)
   int64_t seq_len = 512;
   int64_t micro_batch = 1;
   bool activation_checkpointing = false;
@@ -74,6 +75,7 @@ TrainConfig row_config(const RunShape& shape, const ZeroMemoryInputs& base, cons
   config.compute_dtype = compute_dtype;
   config.lora = shape.lora;
   config.head_chunk_rows = shape.head_chunk_rows;
+  config.quantize = shape.quantize;
   config.optimizer = shape.optimizer;
   config.zero.reduce_bucket_size = base.reduce_bucket_size;
   config.zero.stage3_max_live_parameters = base.stage3_max_live_parameters;
@@ -155,6 +157,7 @@ nlohmann::ordered_json estimate_report(const ModelSummary& model, const RunShape
   report["stage3_prefetch_bucket_size"] = base.stage3_prefetch_bucket_size;
   if (model.config)
     report["run"] = {{"seq_len", shape.seq_len}, {"micro_batch", shape.micro_batch},
+                     {"quantize", quant_config_json(shape.quantize)},
                      {"activation_checkpointing", shape.activation_checkpointing},
                      {"grown_from_seq_len", shape.grown_from_seq_len}};
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
@@ -235,6 +238,15 @@ std::string format_breakdown(const nlohmann::ordered_json& report) {
   return text;
 }
 
+// ", 4-bit base nf4 (...)" for a QLoRA run, else "".
+std::string run_quantization_note(const nlohmann::ordered_json& run) {
+  if (!run.contains("quantize")) return "";
+  const QuantConfig quant = quant_config_from_json(nlohmann::json::parse(run["quantize"].dump()), "estimate");
+  if (!quant.enabled()) return "";
+  return cat(", 4-bit base ", describe(quant), " (counted by the zerotune run columns; the formula columns assume a "
+             "16-bit base)");
+}
+
 std::string format_report(const nlohmann::ordered_json& report) {
   const auto& model = report["model"];
   std::string text;
@@ -255,7 +267,8 @@ std::string format_report(const nlohmann::ordered_json& report) {
   const bool run = report.contains("run");
   if (run)
     line(cat("run: micro-batch ", report["run"]["micro_batch"].get<int64_t>(), " x ", report["run"]["seq_len"].get<int64_t>(),
-             " tokens", report["run"]["activation_checkpointing"].get<bool>() ? ", activation checkpointing" : ""));
+             " tokens", report["run"]["activation_checkpointing"].get<bool>() ? ", activation checkpointing" : "",
+             run_quantization_note(report["run"])));
   line("");
   char row[320];
   std::snprintf(row, sizeof row, "%-5s %-9s %-7s | %12s %12s %12s | %12s %12s%s", "", "offload", "offload",
@@ -392,7 +405,7 @@ std::string format_max_seq_len(const nlohmann::ordered_json& report) {
 
 int command_estimate(const std::vector<std::string>& args) {
   namespace po = boost::program_options;
-  std::string model_dir, params_text, largest_text, trainable_text, dtype_text, targets_text;
+  std::string model_dir, params_text, largest_text, trainable_text, dtype_text, targets_text, quantize_text;
   std::string reduce_bucket_text, max_live_text, prefetch_text, optimizer_text;
   std::string deepspeed_path, device_memory_text, device_text = "typical-gpu", data_dir;
   bool max_seq_len_mode = false;
@@ -418,6 +431,8 @@ int command_estimate(const std::vector<std::string>& args) {
       ("lora-targets", po::value(&targets_text), "with --lora-r: comma-separated modules or all-linear "
        "(default q_proj,v_proj)")
       ("compute-dtype", po::value(&dtype_text)->default_value("bf16"), "bf16, fp16 or fp32")
+      ("quantize", po::value(&quantize_text), "with --model and --lora-r: QLoRA, the frozen base stored 4-bit (nf4 or fp4)")
+      ("double-quant", po::bool_switch(&shape.quantize.double_quant), "with --quantize: 8-bit scales (bnb_4bit_use_double_quant)")
       ("optimizer", po::value(&optimizer_text)->default_value("adamw"),
        "adamw, lamb, sgd (with --momentum: one state buffer), lomo (no state, gradients only for the unit in flight) "
        "or adalomo (as lomo, plus rows + columns of each matrix)")
@@ -461,6 +476,10 @@ int command_estimate(const std::vector<std::string>& args) {
   ZT_CHECK(nodes >= 1, "--nodes = ", nodes, ": must be >= 1");
   ZT_CHECK(lora_r >= 0, "--lora-r = ", lora_r, ": must be >= 0");
   ZT_CHECK(!values.count("lora-targets") || lora_r > 0, "--lora-targets was given without --lora-r (the LoRA rank)");
+  if (values.count("quantize")) shape.quantize.type = parse_quant4_type(quantize_text, "--quantize");
+  ZT_CHECK(!shape.quantize.enabled() || (have_model && lora_r > 0),
+           "--quantize needs --model and --lora-r: a 4-bit base is frozen under LoRA adapters (QLoRA)");
+  ZT_CHECK(!shape.quantize.double_quant || shape.quantize.enabled(), "--double-quant needs --quantize nf4|fp4");
   ZT_CHECK(shape.seq_len >= 1, "--seq-len = ", shape.seq_len, ": must be >= 1");
   ZT_CHECK(shape.micro_batch >= 1, "--micro-batch = ", shape.micro_batch, ": must be >= 1");
   ZT_CHECK(!shape.offload_activations || shape.activation_checkpointing,

@@ -47,6 +47,10 @@ po::options_description train_options() {
                                                  "\"q_proj, v_proj\"; self_attn.q_proj), all-linear, or a regular "
                                                  "expression matched against whole module paths (.*\\.(q|v)_proj)")
       ("lora-rslora", po::bool_switch(), "rank-stabilised LoRA: scaling alpha/sqrt(r)")
+      ("quantize", po::value<std::string>(), "QLoRA: store the frozen base linear weights 4-bit, nf4 or fp4 "
+       "(bitsandbytes' format, blocks of 64; needs --lora-r)")
+      ("double-quant", po::bool_switch(), "with --quantize: quantize the 4-bit scales to 8 bits too "
+       "(bnb_4bit_use_double_quant)")
       ("adapter", po::value<std::string>(), "continue training this PEFT adapter directory")
       ("activation-checkpointing", po::bool_switch(), "recompute each block's forward in backward")
       ("offload-activations", po::bool_switch(),
@@ -175,6 +179,11 @@ ParsedTrainOptions parse_train_options(const std::vector<std::string>& args, con
   // No --lora-targets: the model type's PEFT default, resolved when the model config is read.
   ZT_CHECK(config.lora.dropout >= 0.0 && config.lora.dropout < 1.0, "--lora-dropout must be in [0, 1), not ",
            config.lora.dropout);
+  if (vm.count("quantize")) {
+    config.quantize.type = parse_quant4_type(vm["quantize"].as<std::string>(), "--quantize");
+    config.quantize.double_quant = vm["double-quant"].as<bool>();
+  }
+  ZT_CHECK(!vm["double-quant"].as<bool>() || config.quantize.enabled(), "--double-quant needs --quantize nf4|fp4");
   take(vm, "adapter", run.adapter_dir);
   // An adapter brings its own LoRA settings, lora_dropout included (adapter_config.json).
   for (const char* flag : {"lora-alpha", "lora-dropout", "lora-targets"})

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "model/architecture.h"
 #include "model/config_reader.h"
@@ -25,8 +27,39 @@ using nlohmann::json;
 // Keys transformers' PretrainedConfig knows whose non-default values would change the weights
 // or the math in a way zerotune does not implement.
 void reject_unimplemented_common_keys(const ConfigReader& reader) {
-  if (reader.has("quantization_config"))
-    reader.bad("quantization_config", "quantized checkpoints are not supported (zerotune needs fp32/bf16/fp16 weights)");
+  (void)reader;  // quantization_config: bitsandbytes 4-bit is read below, anything else refused there
+}
+
+// transformers' BitsAndBytesConfig as a 4-bit checkpoint's config.json stores it: nf4|fp4
+// (transformers' default fp4), double quantization, the compute dtype; bitsandbytes' blocksize 64.
+void parse_quantization_config(const ConfigReader& top, ModelConfig& config) {
+  if (!top.has("quantization_config")) return;
+  if (!top.value("quantization_config").is_object()) top.bad("quantization_config", "expected an object");
+  const ConfigReader reader(top.value("quantization_config"), top.where() + ": quantization_config");
+  const std::string method = reader.string("quant_method", "bitsandbytes");
+  if (method != "bitsandbytes")
+    reader.bad("quant_method", "only bitsandbytes' 4-bit checkpoints (QLoRA) are supported, not " + method);
+  if (reader.boolean("load_in_8bit", false))
+    reader.bad("load_in_8bit", "8-bit (LLM.int8) checkpoints are not supported: zerotune reads bitsandbytes' 4-bit (load_in_4bit)");
+  if (!reader.boolean("load_in_4bit", false))
+    reader.bad("load_in_4bit", "expected true: zerotune reads bitsandbytes' 4-bit checkpoints (nf4 or fp4)");
+  const std::string type = reader.string("bnb_4bit_quant_type", "fp4");
+  if (type != "nf4" && type != "fp4") reader.bad("bnb_4bit_quant_type", "expected nf4 or fp4");
+  config.quantization.type = parse_quant4_type(type, reader.where());
+  config.quantization.double_quant = reader.boolean("bnb_4bit_use_double_quant", false);
+  const std::string storage = reader.string("bnb_4bit_quant_storage", "uint8");
+  if (storage != "uint8") reader.bad("bnb_4bit_quant_storage", "only uint8 storage (bitsandbytes' default) is supported");
+  config.quantization_compute_dtype = reader.string("bnb_4bit_compute_dtype", "float32");
+  if (config.quantization_compute_dtype != "float32" && config.quantization_compute_dtype != "bfloat16" &&
+      config.quantization_compute_dtype != "float16")
+    reader.bad("bnb_4bit_compute_dtype", "expected float32, bfloat16 or float16");
+  if (reader.has("llm_int8_skip_modules")) {
+    const nlohmann::json& skip = reader.value("llm_int8_skip_modules");
+    const bool head_only = skip.is_array() && std::all_of(skip.begin(), skip.end(), [](const nlohmann::json& module) {
+      return module.is_string() && module.get<std::string>() == "lm_head";
+    });
+    if (!head_only) reader.bad("llm_int8_skip_modules", "only the output head (lm_head) may stay unquantized");
+  }
 }
 
 // DIR/config.json for a directory, else the path itself.
@@ -100,6 +133,7 @@ ModelConfig parse_model_config(const nlohmann::json& json, const std::string& wh
   config.model_type = model_type;
   config.raw = json;
   reject_unimplemented_common_keys(reader);
+  parse_quantization_config(reader, config);
   row.parse_config(reader, config);
   check_model_size(reader, config);
   return config;
@@ -122,6 +156,23 @@ ModelConfig load_model_config(const std::string& path) {
     fail(file, ": invalid JSON: ", error.what());
   }
   return parse_model_config(json, file);
+}
+
+nlohmann::json quant_config_json(const QuantConfig& quant) {
+  return {{"type", quant4_type_name(quant.type)}, {"double_quant", quant.double_quant}, {"blocksize", quant.blocksize}};
+}
+
+QuantConfig quant_config_from_json(const nlohmann::json& json, const std::string& where) {
+  QuantConfig quant;
+  if (json.is_null()) return quant;  // written before 4-bit bases existed: none
+  try {
+    quant.type = parse_quant4_type(json.at("type").get<std::string>(), where);
+    quant.double_quant = json.at("double_quant").get<bool>();
+    quant.blocksize = json.at("blocksize").get<int64_t>();
+  } catch (const nlohmann::json::exception& error) {
+    fail(where, ": 'quantize' is not {type, double_quant, blocksize}: ", error.what());
+  }
+  return quant;
 }
 
 }  // namespace zt

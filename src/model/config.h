@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/quant4bit.h"
+
 namespace zt {
 
 enum class NormKind { RMSNorm, LayerNorm };
@@ -57,11 +59,20 @@ struct ModelConfig {
   std::vector<int64_t> eos_token_ids;  // all of them when eos_token_id is a list (eos_token_id: the first)
   double initializer_range = 0.02; // std of the normal init (OPT: init_std)
   nlohmann::json raw;              // the whole file, written back unchanged by init/export
+  // quantization_config of a model saved by bitsandbytes in 4 bits (load_in_4bit): how its
+  // linear weights are stored (QLoRA's frozen base); disabled for a float model.
+  QuantConfig quantization;
+  std::string quantization_compute_dtype;  // its bnb_4bit_compute_dtype ("bfloat16", ...; "" if none)
 
   // Width of the token embeddings and the head's input (OPT's word_embed_proj_dim, else hidden).
   int64_t embed_dim() const { return word_embed_proj_dim > 0 ? word_embed_proj_dim : hidden_size; }
   bool projects_embeddings() const { return embed_dim() != hidden_size; }
 };
+
+// A QuantConfig in run.json and checkpoint manifests: {"type", "double_quant", "blocksize"};
+// null (written before 4-bit bases existed) reads as none.
+nlohmann::json quant_config_json(const QuantConfig& quant);
+QuantConfig quant_config_from_json(const nlohmann::json& json, const std::string& where);
 
 // Reads and validates DIR/config.json or a path to a config.json file.
 ModelConfig load_model_config(const std::string& path);

@@ -9,10 +9,17 @@ namespace zt {
 LinearLayer::LinearLayer(const ParamStore& store, const std::string& path, float lora_scaling, float lora_dropout,
                          uint32_t dropout_stream)
     : scaling_(lora_scaling), dropout_(lora_dropout), dropout_stream_(dropout_stream) {
-  weight_ = store.param(path + ".weight");
-  weight_grad_ = store.grad(path + ".weight");
-  out_ = weight_.dim(0);
-  in_ = weight_.dim(1);
+  const ParamEntry& weight = store.entry(path + ".weight");
+  out_ = weight.spec.shape[0];
+  in_ = weight.spec.shape[1];
+  dtype_ = store.param_dtype();
+  if (weight.quant.enabled()) {  // QLoRA: frozen and 4-bit, dequantized before each GEMM
+    weight_q_ = store.quant4_view(path + ".weight");
+    workspace_ = store.dequant_workspace();
+  } else {
+    weight_ = store.param(path + ".weight");
+    weight_grad_ = store.grad(path + ".weight");
+  }
   if (store.contains(path + ".bias")) {
     bias_ = store.param(path + ".bias");
     bias_grad_ = store.grad(path + ".bias");
@@ -36,6 +43,13 @@ double LinearLayer::trainable_macs_per_token() const {
   return macs;
 }
 
+Tensor LinearLayer::base_weight(Backend& backend) const {
+  if (!quantized()) return weight_;
+  Tensor weight = workspace_.first({out_, in_});  // [out, in] compute dtype
+  backend.dequantize_4bit(weight.reshaped({out_ * in_}), weight_q_);
+  return weight;
+}
+
 void LinearLayer::ensure_saved(Backend& backend, LoraSaved& saved, int64_t rows) const {
   if (!has_lora()) return;
   size_t z_bytes = static_cast<size_t>(rows * rank_) * dtype_size(dtype());
@@ -46,7 +60,7 @@ void LinearLayer::ensure_saved(Backend& backend, LoraSaved& saved, int64_t rows)
 
 void LinearLayer::forward(Backend& backend, Tensor y, Tensor x, LoraSaved& saved, const DropoutContext& dropout) const {
   const int64_t n = x.dim(0);
-  backend.matmul_bias(y, x, weight_, bias_);  // y[N,out] = x[N,in] W^T + b
+  backend.matmul_bias(y, x, base_weight(backend), bias_);  // y[N,out] = x[N,in] W^T + b
   if (!has_lora()) return;
   Tensor adapter_input = x;  // [N, in]
   if (dropout_ > 0.0f && dropout.training) {
@@ -66,7 +80,7 @@ void LinearLayer::backward(Backend& backend, Tensor dx, bool accumulate_dx, Tens
   ZT_CHECK(dropout.training || dropout_ == 0.0f, "LinearLayer: backward after an evaluation forward");
   if (!weight_grad_.empty()) backend.matmul(weight_grad_, dy, true, x, false, 1.0f, 1.0f);  // dW += dy^T x
   if (!bias_grad_.empty()) backend.bias_backward(bias_grad_, dy);
-  backend.matmul(dx, dy, false, weight_, false, 1.0f, accumulate_dx ? 1.0f : 0.0f);  // dx = dy W
+  backend.matmul(dx, dy, false, base_weight(backend), false, 1.0f, accumulate_dx ? 1.0f : 0.0f);  // dx = dy W
   if (!has_lora()) return;
   Tensor adapter_input = dropout_ > 0.0f ? saved.dropped_x.view(dtype(), {n, in_}) : x;  // [N, in]
   Tensor z = saved.z.view(dtype(), {n, rank_});                                          // [N, r]

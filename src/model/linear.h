@@ -37,7 +37,8 @@ class LinearLayer {
   int64_t out_features() const { return out_; }
   bool has_lora() const { return !lora_a_.empty(); }
   int64_t lora_rank() const { return rank_; }
-  DType dtype() const { return weight_.dtype; }  // the compute dtype of weights and activations
+  DType dtype() const { return dtype_; }  // the compute dtype of weights and activations
+  bool quantized() const { return !weight_q_.packed.empty(); }
   // Multiply-adds per token of the forward pass (incl. the adapter), and the part of them whose
   // weights are trainable (each of those costs one more GEMM in backward for its gradient).
   double macs_per_token() const;
@@ -55,7 +56,12 @@ class LinearLayer {
   void ensure_saved(Backend& backend, LoraSaved& saved, int64_t rows) const;
 
  private:
-  Tensor weight_, weight_grad_;  // [out, in]
+  // The base weight for a GEMM: W itself, or a 4-bit W dequantized into the store's workspace.
+  Tensor base_weight(Backend& backend) const;
+  Tensor weight_, weight_grad_;  // [out, in] (weight_ empty when 4-bit)
+  Quant4View weight_q_;          // a 4-bit (frozen) base weight, else empty
+  Tensor workspace_;             // compute dtype [>= out * in] when 4-bit
+  DType dtype_ = DType::F32;
   Tensor bias_, bias_grad_;      // [out] or empty
   Tensor lora_a_, lora_a_grad_;  // [r, in] or empty
   Tensor lora_b_, lora_b_grad_;  // [out, r] or empty

@@ -44,12 +44,14 @@ std::vector<int> param_units(const std::vector<ParamSpec>& specs) {
 }
 
 ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, const std::vector<bool>& trainable,
-                       int partitions, DType param_dtype, StoreResidency residency)
+                       int partitions, DType param_dtype, StoreResidency residency, const std::vector<QuantConfig>& quant)
     : backend_(backend), param_dtype_(param_dtype), partitions_(partitions) {
   ZT_CHECK(param_dtype == DType::F32 || param_dtype == DType::BF16 || param_dtype == DType::F16,
            "ParamStore: parameters are stored in fp32, bf16 or fp16, not ", dtype_name(param_dtype));
   ZT_CHECK(specs.size() == trainable.size(), "ParamStore: ", specs.size(), " specs but ", trainable.size(), " flags");
   ZT_CHECK(partitions >= 1, "ParamStore: partitions = ", partitions);
+  ZT_CHECK(quant.empty() || quant.size() == specs.size(), "ParamStore: ", specs.size(), " specs but ", quant.size(),
+           " quantization settings");
   const std::vector<int> units = param_units(specs);
   for (int unit : units) num_units_ = std::max(num_units_, unit + 1);
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -57,7 +59,15 @@ ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, co
     ParamGroup group = !trainable[i] ? ParamGroup::Frozen : specs[i].decays() ? ParamGroup::Decay : ParamGroup::NoDecay;
     ZT_CHECK(!index_.count(specs[i].name), "parameter ", specs[i].name, " is listed twice");
     index_[specs[i].name] = entries_.size();
-    entries_.push_back({specs[i], group, 0, units[i]});
+    const QuantConfig stored_as = quant.empty() ? QuantConfig{} : quant[i];
+    ZT_CHECK(!stored_as.enabled() || (group == ParamGroup::Frozen && specs[i].role == ParamRole::Linear), "parameter ",
+             specs[i].name, ": only frozen linear weights can be stored 4-bit");
+    const int64_t payload_bytes =
+        stored_as.enabled() ? static_cast<int64_t>(quant4_layout(specs[i].numel(), stored_as).bytes) : 0;
+    const int64_t element = static_cast<int64_t>(dtype_size(param_dtype));
+    const int64_t storage = stored_as.enabled() ? (payload_bytes + element - 1) / element : specs[i].numel();
+    if (stored_as.enabled()) dequant_numel_ = std::max(dequant_numel_, specs[i].numel());
+    entries_.push_back({specs[i], group, 0, units[i], stored_as, storage});
   }
   // Ties: the name reads its target's storage; the unit holding the tie reads the target's unit.
   unit_reads_.resize(static_cast<size_t>(num_units_));
@@ -92,7 +102,7 @@ ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, co
       for (ParamEntry& e : entries_) {
         if (static_cast<int>(e.group) != g || e.unit != unit) continue;
         e.offset = size;
-        size = align_up(size + e.spec.numel());
+        size = align_up(size + e.storage);
       }
       size = (size - begin + unit_alignment - 1) / unit_alignment * unit_alignment + begin;
       flat.units[static_cast<size_t>(unit)] = {begin, size - begin};
@@ -107,6 +117,7 @@ ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, co
       flat.grads = Buffer(backend, static_cast<size_t>(flat.numel) * sizeof(float), Buffer::Discardable{residency.grads});
   }
   if (residency.grads) zero_grads();
+  if (dequant_numel_) dequant_workspace_ = Buffer(backend, static_cast<size_t>(dequant_numel_) * dtype_size(param_dtype));
 }
 
 void ParamStore::commit_unit_params(int unit) {
@@ -139,7 +150,40 @@ Tensor ParamStore::slice(const Buffer& buffer, DType dtype, const ParamEntry& e)
 
 Tensor ParamStore::param(const std::string& name) const {
   const ParamEntry& e = entry(name);
+  ZT_CHECK(!e.quant.enabled(), "parameter ", name, " is stored 4-bit (", describe(e.quant),
+           "): read it through quant4_view");
   return slice(group(e.group).params, param_dtype_, e);
+}
+
+Quant4View ParamStore::quant4_view(const std::string& name) const {
+  const ParamEntry& e = entry(name);
+  ZT_CHECK(e.quant.enabled(), "parameter ", name, " is not stored 4-bit");
+  const Quant4Layout layout = quant4_layout(e.spec.numel(), e.quant);
+  char* payload = static_cast<char*>(group(e.group).params.data()) + static_cast<size_t>(e.offset) * dtype_size(param_dtype_);
+  const Device device = backend_.device();
+  auto piece = [&](size_t offset, DType dtype, int64_t count) { return Tensor(payload + offset, dtype, {count}, device); };
+  Quant4View view;
+  view.packed = piece(layout.packed, DType::U8, static_cast<int64_t>(layout.packed_bytes()));
+  view.absmax = piece(layout.absmax, layout.nested ? DType::U8 : DType::F32, layout.blocks);
+  view.code = piece(layout.code, DType::F32, 16);
+  if (layout.nested) {
+    view.nested_absmax = piece(layout.nested_absmax, DType::F32, layout.nested_blocks);
+    view.nested_code = piece(layout.nested_code, DType::F32, 256);
+    view.nested_offset = piece(layout.nested_offset, DType::F32, 1);
+  }
+  view.blocksize = e.quant.blocksize;
+  return view;
+}
+
+Tensor ParamStore::dequant_workspace() const {
+  if (!dequant_numel_) return Tensor();
+  return Tensor(dequant_workspace_.data(), param_dtype_, {dequant_numel_}, backend_.device());
+}
+
+Tensor ParamStore::payload_bytes(const ParamEntry& e) const {
+  const int64_t bytes = static_cast<int64_t>(quant4_layout(e.spec.numel(), e.quant).bytes);
+  char* payload = static_cast<char*>(group(e.group).params.data()) + static_cast<size_t>(e.offset) * dtype_size(param_dtype_);
+  return Tensor(payload, DType::U8, {bytes}, backend_.device());
 }
 
 Tensor ParamStore::grad(const std::string& name) const {
@@ -149,11 +193,31 @@ Tensor ParamStore::grad(const std::string& name) const {
 }
 
 void ParamStore::write_param(const std::string& name, const float* host) {
+  const ParamEntry& e = entry(name);
+  if (e.quant.enabled()) {  // quantized on the host (one tensor's payload), then copied as bytes
+    const Tensor target = payload_bytes(e);
+    std::vector<uint8_t> payload(static_cast<size_t>(target.numel()));
+    quantize_4bit(host, e.spec.numel(), e.quant, payload.data());
+    backend_.copy(target, Tensor(payload.data(), DType::U8, {target.numel()}));
+    return;
+  }
   Tensor target = param(name);
   backend_.copy(target, Tensor(const_cast<float*>(host), DType::F32, {target.numel()}).reshaped({target.numel()}));
 }
 
+void ParamStore::write_payload(const std::string& name, const uint8_t* payload) {
+  const Tensor target = payload_bytes(entry(name));
+  backend_.copy(target, Tensor(const_cast<uint8_t*>(payload), DType::U8, {target.numel()}));
+}
+
 std::vector<float> ParamStore::read_param(const std::string& name) const {
+  const ParamEntry& e = entry(name);
+  if (e.quant.enabled()) {
+    const Tensor source = payload_bytes(e);
+    std::vector<uint8_t> payload(static_cast<size_t>(source.numel()));
+    backend_.copy(Tensor(payload.data(), DType::U8, {source.numel()}), source);
+    return dequantize_payload(payload.data(), e.spec.numel(), e.quant);
+  }
   Tensor source = param(name);
   std::vector<float> host(static_cast<size_t>(source.numel()));
   backend_.copy(Tensor(host.data(), DType::F32, {source.numel()}), source.reshaped({source.numel()}));

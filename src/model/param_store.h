@@ -19,7 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "backend/buffer.h"
+#include "core/quant4bit.h"
 #include "model/param_spec.h"
 
 namespace zt {
@@ -33,6 +35,9 @@ struct ParamEntry {
   ParamGroup group;
   int64_t offset;  // element offset in its group's flat buffer (a multiple of 16: 64-byte aligned)
   int unit;        // see "Units" above
+  QuantConfig quant;  // enabled: a frozen weight stored 4-bit (QLoRA); its slice of the group
+                      // buffer holds the payload bytes (core/quant4bit.h), not param-dtype values
+  int64_t storage = 0;  // param-dtype elements its slice spans: numel, or the payload's bytes rounded up
 };
 
 // The unit of every spec (same order): see "Units" above.
@@ -67,22 +72,32 @@ class ParamStore {
   // `param_dtype` is the storage of the parameters the model computes with: the compute dtype
   // (fp32, bf16 or fp16; mixed precision keeps its fp32 master weights in the ZeRO engine).
   // Gradients are always fp32, so that micro-batches accumulate without 16-bit rounding.
+  // `quant` (per spec, or empty: none) stores frozen weights 4-bit (QLoRA's base): the payload
+  // bytes live in the frozen group, so ZeRO partitions, gathers and offloads them as they are.
   ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, const std::vector<bool>& trainable,
-             int partitions = 1, DType param_dtype = DType::F32, StoreResidency residency = {});
+             int partitions = 1, DType param_dtype = DType::F32, StoreResidency residency = {},
+             const std::vector<QuantConfig>& quant = {});
 
   const std::vector<ParamEntry>& entries() const { return entries_; }
   const ParamEntry& entry(const std::string& name) const;
   bool contains(const std::string& name) const { return index_.count(name) > 0 || aliases_.count(name) > 0; }
-  Tensor param(const std::string& name) const;  // param-dtype view with the spec's shape
+  Tensor param(const std::string& name) const;  // param-dtype view with the spec's shape (not for 4-bit ones)
+  bool quantized(const std::string& name) const { return entry(name).quant.enabled(); }
+  Quant4View quant4_view(const std::string& name) const;  // the payload's pieces of a 4-bit weight
+  // Param-dtype scratch of the largest 4-bit weight (empty when none): where a layer
+  // dequantizes its base weight just before its GEMM (layers compute one at a time).
+  Tensor dequant_workspace() const;
   Tensor grad(const std::string& name) const;   // fp32; empty view when the parameter is frozen
   DType param_dtype() const { return param_dtype_; }
   bool trainable(const std::string& name) const;
 
   // Host <-> store copies of one parameter (the store may live on a device): loading weights,
   // dumping them. `host` holds the parameter's numel fp32 values (rounded to the param dtype
-  // on the way in).
+  // on the way in; quantized on the way in, dequantized on the way out for a 4-bit weight).
   void write_param(const std::string& name, const float* host);
   std::vector<float> read_param(const std::string& name) const;
+  // A 4-bit weight's payload as it is (core/quant4bit.h layout): loading a bitsandbytes checkpoint.
+  void write_payload(const std::string& name, const uint8_t* payload);
 
   FlatGroup& group(ParamGroup group) { return groups_[static_cast<size_t>(group)]; }
   const FlatGroup& group(ParamGroup group) const { return groups_[static_cast<size_t>(group)]; }
@@ -108,9 +123,12 @@ class ParamStore {
 
  private:
   Tensor slice(const Buffer& buffer, DType dtype, const ParamEntry& entry) const;
+  Tensor payload_bytes(const ParamEntry& entry) const;  // uint8 [payload bytes] of a 4-bit weight
   Backend& backend_;
   DType param_dtype_ = DType::F32;
   std::vector<ParamEntry> entries_;
+  Buffer dequant_workspace_;                     // param dtype [largest 4-bit weight]
+  int64_t dequant_numel_ = 0;
   std::map<std::string, size_t> index_;
   std::map<std::string, std::string> aliases_;   // tied name -> stored name
   std::vector<std::vector<int>> unit_reads_;     // [units]

@@ -16,9 +16,12 @@ namespace zt {
 struct ParameterPlan {
   std::vector<ParamSpec> specs;  // HF order, then the adapters
   std::vector<bool> trainable;   // per spec
+  std::vector<QuantConfig> quant;  // per spec: enabled for the base weights stored 4-bit (QLoRA)
 };
 
-ParameterPlan plan_parameters(const ModelConfig& model_config, const LoraConfig& lora);
+// `quant` enabled (QLoRA; needs LoRA): every frozen linear weight but the output head is stored
+// 4-bit, as transformers' bitsandbytes integration quantizes nn.Linear modules except lm_head.
+ParameterPlan plan_parameters(const ModelConfig& model_config, const LoraConfig& lora, const QuantConfig& quant = {});
 
 bool is_lora_parameter(const std::string& name);
 

@@ -113,11 +113,12 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
   std::unique_ptr<Communicator> comm = make_null_communicator(rank, world_size);
 
   // Set-up, in the trainer's order (trainer.cpp).
-  const ParameterPlan plan = plan_parameters(model_config, config.lora);
+  const ParameterPlan plan = plan_parameters(model_config, config.lora,
+                                             run_quantization(config.quantize, model_config.quantization, config.model_dir));
   const StoreResidency residency =
       zero_store_residency(config.zero, world_size, *make_optimizer(config.optimizer));
   backend->set_term(kTermParameters);  // the store's buffers, told apart below
-  ParamStore store(*backend, plan.specs, plan.trainable, world_size, config.compute_dtype, residency);
+  ParamStore store(*backend, plan.specs, plan.trainable, world_size, config.compute_dtype, residency, plan.quant);
   backend->set_term(kTermZeroBuffers);  // the engine's, master and optimizer state told apart below
   ZeroEngine engine(*backend, *comm, store, config.zero, config.optimizer, config.compute_dtype, comm.get());
   for (int unit = 0; unit < store.num_units(); ++unit) {  // loading writes nothing the counting backend keeps

@@ -132,6 +132,7 @@ nlohmann::json TrainConfig::to_json() const {
         {"dropout", lora.dropout},
         {"targets", lora.targets},
         {"rslora", lora.rslora}}},
+      {"quantize", quant_config_json(quantize)},
       {"activation_checkpointing", activation_checkpointing},
       {"offload_activations", offload_activations},
       {"model_dir", model_dir},
@@ -160,6 +161,13 @@ nlohmann::json TrainConfig::to_json() const {
       {"device", device},
       {"comm", comm},
   };
+}
+
+QuantConfig run_quantization(const QuantConfig& requested, const QuantConfig& model, const std::string& model_dir) {
+  if (!requested.enabled()) return model;
+  ZT_CHECK(!model.enabled() || model == requested, model_dir, " is a bitsandbytes 4-bit checkpoint (quantization_config: ",
+           describe(model), "): --quantize ", describe(requested), " cannot re-quantize it differently (drop --quantize)");
+  return requested;
 }
 
 }  // namespace zt

@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/dtype.h"
+#include "core/quant4bit.h"
+#include "model/config.h"
 #include "model/lora_config.h"
 #include "optim/optimizer_config.h"
 #include "optim/schedule_config.h"
@@ -39,6 +41,9 @@ struct TrainConfig {
   SchedulerConfig scheduler;
   ZeroConfig zero;
   LoraConfig lora;
+  // --quantize: the frozen base stored 4-bit (QLoRA). Not given: the model's own
+  // quantization_config (a bitsandbytes 4-bit checkpoint), else none (quantization()).
+  QuantConfig quantize;
   bool activation_checkpointing = false;
   bool offload_activations = false;  // the checkpointed block inputs in pinned host memory
 
@@ -74,5 +79,10 @@ struct TrainConfig {
   void resolve_batch_sizes(int world_size);
   nlohmann::json to_json() const;  // the resolved configuration, for run.json
 };
+
+// The 4-bit storage of a run's base: --quantize, else the model's quantization_config. A
+// bitsandbytes checkpoint cannot be re-quantized differently: a --quantize that disagrees with
+// its quantization_config is an error.
+QuantConfig run_quantization(const QuantConfig& requested, const QuantConfig& model, const std::string& model_dir);
 
 }  // namespace zt

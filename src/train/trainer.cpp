@@ -127,6 +127,8 @@ void run_training(TrainConfig config, const RunOptions& options) {
 
   // Model, data and parameters.
   const ModelConfig model_config = load_model_config(config.model_dir);
+  // QLoRA: --quantize, or the model's own bitsandbytes quantization_config (run.json records which).
+  config.quantize = run_quantization(config.quantize, model_config.quantization, config.model_dir);
   const TokenDataset dataset = TokenDataset::open(config.data_dir, config.data_split);
   const ShardAttributes& data_attrs = dataset.attributes();
   check_data_matches_model(data_attrs, config.data_dir, config.model_dir, model_config.vocab_size);
@@ -182,11 +184,11 @@ void run_training(TrainConfig config, const RunOptions& options) {
                         : cat("These choices would fit (predicted peak):", choices));
     }
   }
-  ParameterPlan plan = plan_parameters(model_config, config.lora);
+  ParameterPlan plan = plan_parameters(model_config, config.lora, config.quantize);
   // Loaded unit by unit: under ZeRO-3 a rank never holds more than one unit beyond its
   // partition, not even while loading (zero_store_residency).
   const StoreResidency residency = zero_store_residency(config.zero, world_size, *make_optimizer(config.optimizer));
-  ParamStore store(*backend, plan.specs, plan.trainable, world_size, config.compute_dtype, residency);
+  ParamStore store(*backend, plan.specs, plan.trainable, world_size, config.compute_dtype, residency, plan.quant);
   ZeroEngine engine(*backend, *comm, store, config.zero, config.optimizer, config.compute_dtype, host_comm.get());
   for (int unit = 0; unit < store.num_units(); ++unit) {
     if (!residency.params) store.commit_unit_params(unit);
@@ -234,6 +236,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
   identity.seed = config.seed;
   identity.shuffle = config.shuffle;
   identity.lora = config.lora;
+  identity.quantize = config.quantize;
   identity.model_weights_digest = model_weights_digest(config.model_dir);
   identity.data_digest = data_digest(dataset.shard_paths());
   identity.allow_data_change = options.allow_data_change;

@@ -199,6 +199,7 @@ class CudaBackendImpl final : public CudaBackend {
   void adalomo_square_sums(Tensor row_sums, Tensor col_sums, Tensor grad, int64_t offset, float eps) override;
   double adalomo_moments(Tensor row, Tensor col, Tensor row_sums, Tensor col_sums, float beta2t) override;
   void adalomo_direction(Tensor update, Tensor grad, Tensor row, Tensor col, int64_t offset, float row_mean) override;
+  void dequantize_4bit(Tensor out, const Quant4View& weight) override;
 
   // ---- for the op files -----------------------------------------------------------------
   cudaStream_t stream() const { return stream_; }
