@@ -694,8 +694,12 @@ ZeroEngine::BufferAddresses ZeroEngine::buffer_addresses() const {
     if (!s) continue;
     for (const Buffer* buffer : {&s->compute_partition, &s->host_compute})
       if (buffer->data()) addresses.parameters.push_back(buffer->data());
-    for (const Buffer* buffer : {&s->grad_partition, &s->host_grad})
-      if (buffer->data()) addresses.gradients.push_back(buffer->data());
+    if (s->host_grad.data()) addresses.gradients.push_back(s->host_grad.data());
+  }
+  // The reduced gradients live with the strategy (stages 1-3: its partition buffers).
+  for (ParamGroup group : kTrainableGroups) {
+    if (groups_[static_cast<size_t>(group)] == nullptr) continue;
+    if (const void* reduced = reduction_->reduced(group).data) addresses.gradients.push_back(reduced);
   }
   return addresses;
 }
