@@ -4,7 +4,7 @@
 #      run.json: the frozen group of a one-rank run, 4-bit vs fp32);
 #   2. the loss trajectory of QLoRA (NF4, double quantization) against LoRA on the fp32 base over
 #      the tour's data (the README's tour model and data, samples up to 256 tokens, the tour's
-#      settings, QLORA_BENCH_STEPS steps, default 16);
+#      settings, QLORA_BENCH_STEPS steps, default 12);
 #   3. the CPU step time of both (median seconds per step from metrics.jsonl, OMP_NUM_THREADS=2);
 #   4. `zerotune estimate` per GPU for llama-2-7b and a 65B LLaMA, QLoRA vs LoRA (bf16 base).
 # Usage: bench/qlora.sh [build/zerotune]   (needs the tour's spm_train; run from the repository root)
@@ -27,7 +27,7 @@ spm_train --input="$work/corpus.txt" --model_prefix="$work/model/tokenizer" --vo
   --allow_whitespace_only_pieces=true --unk_id=0 --bos_id=1 --eos_id=2 --pad_id=3 --minloglevel=2 >/dev/null 2>&1
 "$zerotune" prep --input data/rm-static-sample.jsonl --tokenizer "$work/model" --out "$work/data" --max-seq-len 256 \
   --shard-samples 128 >/dev/null
-tour=(--data "$work/data" --deepspeed data/tiny-llama/ds_config.json --max-steps "${QLORA_BENCH_STEPS:-16}" --seed 1 --lora-r 8 --lora-alpha 16
+tour=(--data "$work/data" --deepspeed data/tiny-llama/ds_config.json --max-steps "${QLORA_BENCH_STEPS:-12}" --seed 1 --lora-r 8 --lora-alpha 16
       --lora-targets all-linear)
 "$zerotune" train --model "$work/model" --out "$work/lora" "${tour[@]}" >/dev/null
 "$zerotune" train --model "$work/model" --out "$work/qlora" "${tour[@]}" --quantize nf4 --double-quant >/dev/null

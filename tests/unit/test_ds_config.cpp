@@ -647,7 +647,7 @@ BOOST_AUTO_TEST_CASE(to_json_writes_every_field) {
                           "scheduler", "zero_optimization", "lora", "activation_checkpointing", "offload_activations", "model_dir", "data_dir",
                           "out_dir", "deepspeed_config_path", "seed", "shuffle", "epochs", "max_steps",
                           "dump_step0_path", "eval_data_dir", "eval_every", "data_split", "eval_split",
-                          "save_at_end", "save_hf_at_end"})
+                          "save_at_end", "save_hf_at_end", "quantize"})
     BOOST_CHECK_MESSAGE(j.contains(key), key);
   BOOST_CHECK_MESSAGE(j.contains("packing"), "packing");
   BOOST_CHECK_MESSAGE(j.contains("head_chunk_rows"), "head_chunk_rows");
