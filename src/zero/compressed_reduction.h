@@ -46,6 +46,7 @@ class CompressedReduction final : public GradientReduction {
   UpdateSource prepare_update(const OptimizerStep& step, std::span<const GroupPartitions> groups) override;
   Tensor reduce_unit(Tensor grads, Tensor scratch) override { return exact_->reduce_unit(grads, scratch); }
   int64_t gradient_bytes() const override { return exact_->gradient_bytes(); }
+  std::vector<const void*> gradient_buffers() const override { return exact_->gradient_buffers(); }
   int64_t staging_bytes() const override { return exact_->staging_bytes(); }
   CompressedReduction* compressed() override { return this; }
 

@@ -90,6 +90,8 @@ class GradientReduction {
   // gradient buffer stays resident.
   virtual bool reduces_per_micro_batch() const { return false; }
   virtual int64_t gradient_bytes() const = 0;   // gradient buffers held, the store's included
+  // The strategy's own reduced-gradient buffers (not the store's), for the memory model's terms.
+  virtual std::vector<const void*> gradient_buffers() const { return {}; }
   virtual int64_t staging_bytes() const { return 0; }  // the most bucket staging held at once
   virtual CompressedReduction* compressed() { return nullptr; }  // checkpoints and accounting
 

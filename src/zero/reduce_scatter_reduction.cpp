@@ -77,6 +77,12 @@ class ReduceScatterReduction final : public BucketedReduction {
     return scratch;
   }
   bool reduces_per_micro_batch() const override { return per_micro_batch_; }
+  std::vector<const void*> gradient_buffers() const override {
+    std::vector<const void*> buffers;
+    for (const Group& g : groups_)
+      if (g.partition.data()) buffers.push_back(g.partition.data());
+    return buffers;
+  }
   int64_t gradient_bytes() const override {
     int64_t numel = 0, partition = 0;
     for (ParamGroup group : kTrainableGroups) {

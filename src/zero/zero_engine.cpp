@@ -696,11 +696,8 @@ ZeroEngine::BufferAddresses ZeroEngine::buffer_addresses() const {
       if (buffer->data()) addresses.parameters.push_back(buffer->data());
     if (s->host_grad.data()) addresses.gradients.push_back(s->host_grad.data());
   }
-  // The reduced gradients live with the strategy (stages 1-3: its partition buffers).
-  for (ParamGroup group : kTrainableGroups) {
-    if (groups_[static_cast<size_t>(group)] == nullptr) continue;
-    if (const void* reduced = reduction_->reduced(group).data) addresses.gradients.push_back(reduced);
-  }
+  // The reduced gradients the strategy keeps (stages 1-3: its partition buffers).
+  for (const void* buffer : reduction_->gradient_buffers()) addresses.gradients.push_back(buffer);
   return addresses;
 }
 

@@ -28,6 +28,7 @@ zt::TrainConfig config(int stage, bool offload_optimizer, bool offload_params, b
   c.micro_batch_size = 2;
   c.gradient_accumulation_steps = 1;
   c.compute_dtype = zt::DType::BF16;
+  c.head_chunk_rows = int64_t{1} << 30;  // the LM head in one chunk: the logits term is [B*T, V]
   return zt::with_choice(c, {stage, offload_optimizer, offload_params, checkpointing});
 }
 
@@ -54,7 +55,8 @@ BOOST_AUTO_TEST_CASE(terms_add_up_and_name_what_they_hold) {
       const std::string what = zt::choice_text({choice.stage, choice.offload_optimizer, choice.offload_params, checkpointing});
       BOOST_TEST(sum(p.device_terms) == p.device_peak, what);
       BOOST_TEST(sum(p.host_terms) == p.host_peak, what);
-      // The logits: [B*T, V] bf16, rounded up by the allocator's size class (its slack is a term of its own).
+      // The logits: [B*T, V] bf16 (one head chunk), rounded up by the allocator's size class (its slack is a
+      // term of its own).
       BOOST_TEST(term(p, zt::kTermLogits) == batch * seq * model.vocab_size * 2, what);
       BOOST_TEST(term(p, zt::kTermActivations) > 0, what);
       BOOST_TEST(term(p, zt::kTermBackendFixed) > 0, what);  // the cuBLASLt workspace
