@@ -55,6 +55,7 @@ struct BackwardShared {
   float* dprobs;       // [kTile, score_ld]: dS
   Operand* p_operand;  // [kTile, probs_ld]: P as an operand (tensor cores) or probs itself
   Operand* ds_operand; // [kTile, probs_ld]
+  Operand* ds_low;     // [kTile, probs_ld]: dS - ds_operand, rounded (tensor cores; see dQ below)
   float* lse_tile;     // [kTile]
   float* delta_tile;   // [kTile]
   int* start_tile;     // [kTile]: each query row's sample start (packed rows)
@@ -77,10 +78,12 @@ struct BackwardShared {
       probs_ld = Math::operand_ld(kTile);
       p_operand = layout.take<Operand>(size_t{kTile} * probs_ld);
       ds_operand = layout.take<Operand>(size_t{kTile} * probs_ld);
+      ds_low = layout.take<Operand>(size_t{kTile} * probs_ld);
     } else {
       probs_ld = score_ld;
       p_operand = reinterpret_cast<Operand*>(probs);
       ds_operand = reinterpret_cast<Operand*>(dprobs);
+      ds_low = nullptr;
     }
     lse_tile = layout.take<float>(kTile);
     delta_tile = layout.take<float>(kTile);
@@ -114,6 +117,12 @@ __device__ inline void probabilities_and_gradients(BackwardShared<Math>& t, int 
     __syncthreads();
     to_operand<Format>(t.p_operand, t.probs_ld, t.probs, score_ld, kTile, kTile);
     to_operand<Format>(t.ds_operand, t.probs_ld, t.dprobs, score_ld, kTile, kTile);
+    // What rounding dS lost, itself rounded: dS = high + low to about 16 bits.
+    for (int e = threadIdx.x; e < kTile * kTile; e += blockDim.x) {
+      const int r = e / kTile, j = e % kTile;
+      const float high = Format::to_float(t.ds_operand[r * t.probs_ld + j]);
+      t.ds_low[r * t.probs_ld + j] = Format::from_float(t.dprobs[r * score_ld + j] - high);
+    }
   }
   __syncthreads();
 }
@@ -225,9 +234,15 @@ attention_backward_dq_kernel(Storage<Format>* dq, const Storage<Format>* dout,
                       kTile, head_dim);
     __syncthreads();
     probabilities_and_gradients<Format>(t, first_query, first_key, dims.time, head_dim, scale);
-    // dQ += scale dS K
+    // dQ += scale dS K. A row of dS sums to zero (softmax's gradient), so dQ is a sum of terms
+    // that cancel; dS rounded to 16 bits alone leaves a residue of the keys' mean in it. On
+    // tensor cores dS goes in as high + low parts (two products), as precise as fp32 here.
     Math::template gemm<false, false, 4>(dq_acc, acc_ld, t.ds_operand, t.probs_ld, t.k_tile, ld,
                                          kTile, head_dim, kTile, scale, true);
+    if constexpr (Math::kSeparateProbabilityOperands) {
+      Math::template gemm<false, false, 4>(dq_acc, acc_ld, t.ds_low, t.probs_ld, t.k_tile, ld,
+                                           kTile, head_dim, kTile, scale, true);
+    }
   }
   __syncthreads();
   store_tile<Format>(dq + row_offset, dims.q_stride(), dq_acc, acc_ld, queries, head_dim);
