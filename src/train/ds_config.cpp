@@ -500,6 +500,22 @@ void translate_lomo(const Section& params, TrainConfig& config) {
            "zerotune's fp16 loss scaler is DeepSpeed's, set in the \"fp16\" section");
 }
 
+// What DeepSpeed's 1-bit optimizers (OneBitAdam, ZeroOneAdam) share: Adam's lr, betas, eps and
+// weight decay, the exchange's comm_backend_name, and no AMSGrad.
+void translate_compressed_adam(const Section& params, OptimizerConfig& optimizer, const char* what) {
+  params.number("lr", optimizer.lr, 0.0, true);
+  translate_betas(params, optimizer);
+  params.number("eps", optimizer.eps, 0.0, true);
+  params.number("weight_decay", optimizer.weight_decay, 0.0, true);
+  if (const json* name = params.find("comm_backend_name"); name && name->is_string() &&
+                                                          (*name == "compressed" || *name == "hccl"))
+    fail(params.file(), ": optimizer.params.comm_backend_name \"", name->get<std::string>(),
+         "\" is not supported: zerotune exchanges through \"nccl\" (the device communicator, packing on the "
+         "device) or \"mpi\" (packing in host memory)");
+  params.text("comm_backend_name", optimizer.comm_backend_name, {"nccl", "mpi"});
+  params.require("amsgrad", false, cat(what, " has no AMSGrad (DeepSpeed raises on it too)"));
+}
+
 // DeepSpeed "OneBitAdam" (deepspeed/runtime/fp16/onebit/adam.py) and its defaults. Its
 // bias_correction and eps_inside_sqrt are stored there but never used; cuda_aware is MPI's
 // device-buffer mode, which zerotune does not use (the "mpi" exchange packs in host memory).
@@ -515,18 +531,8 @@ void translate_onebit_adam(const Section& params, OptimizerConfig& optimizer) {
                                 {"eps_inside_sqrt", Role::no_effect},
                                 {"amsgrad", Role::translated}});
   optimizer.type = "onebitadam";
-  params.number("lr", optimizer.lr, 0.0, true);
-  translate_betas(params, optimizer);
-  params.number("eps", optimizer.eps, 0.0, true);
-  params.number("weight_decay", optimizer.weight_decay, 0.0, true);
+  translate_compressed_adam(params, optimizer, "1-bit Adam");
   params.integer("freeze_step", optimizer.freeze_step, 0, std::numeric_limits<int64_t>::max(), false);
-  if (const json* name = params.find("comm_backend_name"); name && name->is_string() &&
-                                                          (*name == "compressed" || *name == "hccl"))
-    fail(params.file(), ": optimizer.params.comm_backend_name \"", name->get<std::string>(),
-         "\" is not supported: zerotune exchanges through \"nccl\" (the device communicator, packing on the "
-         "device) or \"mpi\" (packing in host memory)");
-  params.text("comm_backend_name", optimizer.comm_backend_name, {"nccl", "mpi"});
-  params.require("amsgrad", false, "1-bit Adam has no AMSGrad (DeepSpeed raises on it too)");
 }
 
 // AdaLomo (lomo_optim.AdaLomo; HF TrainingArguments optim "adalomo"): LOMO's keys plus eps
@@ -588,22 +594,12 @@ void translate_zero_one_adam(const Section& params, OptimizerConfig& optimizer) 
                                 {"eps_inside_sqrt", Role::no_effect},
                                 {"amsgrad", Role::translated}});
   optimizer.type = "zerooneadam";
-  params.number("lr", optimizer.lr, 0.0, true);
-  translate_betas(params, optimizer);
-  params.number("eps", optimizer.eps, 0.0, true);
-  params.number("weight_decay", optimizer.weight_decay, 0.0, true);
+  translate_compressed_adam(params, optimizer, "0/1 Adam");
   constexpr int64_t kMost = std::numeric_limits<int32_t>::max();
   params.integer("var_freeze_step", optimizer.var_freeze_step, 0, std::numeric_limits<int64_t>::max() / 2, false);
   params.integer("var_update_scaler", optimizer.var_update_scaler, 1, kMost, false);
   params.integer("local_step_scaler", optimizer.local_step_scaler, 1, kMost, false);
   params.integer("local_step_clipper", optimizer.local_step_clipper, 1, kMost, false);
-  if (const json* name = params.find("comm_backend_name"); name && name->is_string() &&
-                                                          (*name == "compressed" || *name == "hccl"))
-    fail(params.file(), ": optimizer.params.comm_backend_name \"", name->get<std::string>(),
-         "\" is not supported: zerotune exchanges through \"nccl\" (the device communicator, packing on the "
-         "device) or \"mpi\" (packing in host memory)");
-  params.text("comm_backend_name", optimizer.comm_backend_name, {"nccl", "mpi"});
-  params.require("amsgrad", false, "0/1 Adam has no AMSGrad (DeepSpeed raises on it too)");
 }
 
 void translate_optimizer(const Section& top, TrainConfig& config) {

@@ -5,6 +5,7 @@
 import json
 import os
 import subprocess
+import tempfile
 import sys
 import time
 
@@ -22,6 +23,23 @@ MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
 
 def mpiexec(ranks, command):
     return ["mpiexec", "-np", str(ranks), "--oversubscribe", "--bind-to", "none"] + [str(c) for c in command]
+
+
+def rank_records(report, label, world, binary, arguments, timeout_s):
+    """Runs a C++ rank driver (`binary OUT_DIR arguments...`) on `world` ranks; each rank writes
+    OUT_DIR/rank<r>.json. Returns the ranks' records, or None after reporting a failed run."""
+    with tempfile.TemporaryDirectory() as out:
+        command = mpiexec(world, [binary, out] + list(arguments))
+        result = subprocess.run(command, env=dict(os.environ, **MPI_ENV), capture_output=True, text=True,
+                                timeout=timeout_s)
+        report.check(result.returncode == 0, f"{label}: exit {result.returncode} {result.stderr[-600:]}")
+        if result.returncode:
+            return None
+        records = []
+        for r in range(world):
+            with open(os.path.join(out, f"rank{r}.json")) as stream:
+                records.append(json.load(stream))
+        return records
 
 
 def run_ranks(ranks, command, timeout_s=300, expect_ok=True):

@@ -8,16 +8,13 @@
 # is checked against the same formulas with the unpadded counts).
 #   python sign_exchange_oracle.py --ranks-binary build/tests/zt_sign_exchange_ranks
 import argparse
-import json
 import os
-import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mpi_common import MPI_ENV, Report, main_guard, mpiexec  # noqa: E402
+from mpi_common import Report, main_guard, rank_records  # noqa: E402
 
 RTOL = 2e-6  # float32 norms (double inside zerotune), divisions and sums in rank order
 
@@ -59,16 +56,9 @@ def close(got, want):
 
 
 def check(report, binary, world, chunk, rounds=3):
-    with tempfile.TemporaryDirectory() as out:
-        command = mpiexec(world, [binary, out, chunk, rounds])
-        result = subprocess.run(command, env=dict(os.environ, **MPI_ENV), capture_output=True, text=True, timeout=120)
-        report.check(result.returncode == 0, f"W={world} C={chunk}: exit {result.returncode} {result.stderr[-400:]}")
-        if result.returncode:
-            return
-        records = []
-        for r in range(world):
-            with open(os.path.join(out, f"rank{r}.json")) as stream:
-                records.append(json.load(stream))
+    records = rank_records(report, f"W={world} C={chunk}", world, binary, [chunk, rounds], 120)
+    if records is None:
+        return
     inputs = [[np.asarray(rk["input"], np.float32) for rk in rec["rounds"]] for rec in records]
     expected = reference(inputs, chunk, rounds)
     for k, (average, worker_errors, server_errors) in enumerate(expected):

@@ -13,16 +13,13 @@
 # without optimizer offload) and 2, on 2 and 4 ranks.
 #   python zero_one_adam_oracle.py --ranks-binary build/tests/zt_zero_one_adam_ranks
 import argparse
-import json
 import os
-import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mpi_common import MPI_ENV, Report, main_guard, mpiexec  # noqa: E402
+from mpi_common import Report, main_guard, rank_records  # noqa: E402
 
 F = np.float32
 RTOL = 2e-5  # float32 trajectories over 30 updates (sums in another order): 2e-6 measured
@@ -147,16 +144,10 @@ def close(got, want):
 
 def check(report, binary, world, stage, offload, expected):
     label = f"W={world} stage {stage}" + (" offload" if offload else "")
-    with tempfile.TemporaryDirectory() as out:
-        command = mpiexec(world, [binary, out, stage, int(offload), UPDATES, VAR_FREEZE, VAR_SCALER, LOCAL_SCALER, CLIPPER])
-        result = subprocess.run(command, env=dict(os.environ, **MPI_ENV), capture_output=True, text=True, timeout=200)
-        report.check(result.returncode == 0, f"{label}: exit {result.returncode} {result.stderr[-600:]}")
-        if result.returncode:
-            return
-        records = []
-        for r in range(world):
-            with open(os.path.join(out, f"rank{r}.json")) as stream:
-                records.append(json.load(stream))
+    records = rank_records(report, label, world, binary,
+                           [stage, int(offload), UPDATES, VAR_FREEZE, VAR_SCALER, LOCAL_SCALER, CLIPPER], 200)
+    if records is None:
+        return
     worst = 0.0
     for t in range(UPDATES):
         for r in range(world):
