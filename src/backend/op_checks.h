@@ -6,8 +6,9 @@
 // Bound (as tests/gpu/gpu_test_util.h): |got - ref| <= rtol * (|ref| + rms(ref)) element-wise,
 // rtol the op's fp32 bound raised to two units of roundoff of the storage dtype (bf16 2^-7,
 // fp16 2^-10): both backends see the same inputs (random fp32 rounded to the dtype) and round
-// each output once, so what differs is fp32 reassociation and the final rounding. Eight units for
-// the attention, whose tensor-core kernels round P to the dtype before P V (see op_checks.cpp).
+// each output once, so what differs is fp32 reassociation and the final rounding. Four units for
+// the attention, whose tensor-core kernels round P and dS to the dtype before some of their
+// products (see op_checks.cpp).
 #pragma once
 #include <functional>
 #include <string>

@@ -7,8 +7,12 @@
 #              project_in / project_out, LayerNorms without affine parameters, no biases, tied head
 #   qwen2      q/k/v biases, GQA, tied head
 # For each: the step-0 forward/backward (--dump-step0: logits, loss, every gradient) on the GPU
-# equals the CPU's within 1e-4 of each tensor's largest magnitude in fp32 and within 3e-2 in bf16
-# (both backends store bf16; accumulation orders differ), and with LoRA on every linear layer
+# equals the CPU's within 1e-4 of each tensor's largest magnitude in fp32 and, in bf16, within 2e-2
+# of each tensor's norm (||gpu - cpu|| / ||cpu||): both backends store bf16 and sum in other orders,
+# so a ReLU input near zero can round to the other side on one of them, which moves one token's term
+# (about 1/sqrt(tokens)) of a gradient row; an elementwise bound meets that, the norm does not. (The
+# tensor-core attention before P went in as high + low parts: 0.07 (opt) and 0.043 (opt_350m) here;
+# now 0.006 and 0.015.) With LoRA on every linear layer
 # (all-linear: OPT's project_in/out in the 350m shape) in fp32, and for OPT 4 training steps in fp32
 # track the CPU (losses within 1e-4 relative, final weights within 1e-4). Without a GPU every
 # check fails with zerotune's message (this test never skips).
@@ -81,8 +85,9 @@ def main():
                 report.fail(f"[{name}] init: {type(error).__name__}: {error}")
                 continue
             lora = ["--lora-r", 4, "--lora-targets", "all-linear"]  # OPT: project_in/out too in the 350m shape
-            for label, sections, bound, extra in (("fp32", {}, 1e-4, []), ("bf16", {"bf16": {"enabled": True}}, 3e-2, []),
+            for label, sections, bound, extra in (("fp32", {}, 1e-4, []), ("bf16", {"bf16": {"enabled": True}}, 2e-2, []),
                                                   ("LoRA fp32", {}, 1e-4, lora)):
+                norm = label == "bf16"
                 try:
                     dumps = {}
                     for device in ("cuda", "cpu"):
@@ -99,9 +104,10 @@ def main():
                         noise = max(float(gpu[key].abs().max()), float(cpu[key].abs().max()))
                         report.check(noise <= bound * scale, f"[{name}] {label} {key} ~0 on both backends "
                                      f"({noise:.2e} <= {bound:.0e} x the q_proj bias gradient's {scale:.2e})")
-                    worst_name, worst = worst_relative_error(gpu, cpu, skip)
+                    worst_name, worst = worst_relative_error(gpu, cpu, skip, norm)
                     report.check(worst <= bound, f"[{name}] step-0 forward/backward {label} GPU vs CPU: every tensor "
-                                 f"within {bound:.0e} of its largest magnitude (worst {worst:.2e} in {worst_name})")
+                                 f"within {bound:.0e} of its {'norm' if norm else 'largest magnitude'} "
+                                 f"(worst {worst:.2e} in {worst_name})")
                 except Exception as error:  # noqa: BLE001
                     report.fail(f"[{name} step-0 {label}] {type(error).__name__}: {error}")
         try:  # a few OPT updates: the tied embedding and the positions train on both backends alike

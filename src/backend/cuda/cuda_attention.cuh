@@ -175,8 +175,9 @@ struct CudaCoreMath {
 };
 
 // 16-bit tiles on tensor cores (bf16/fp16, D a multiple of 16), fp32 accumulation. The
-// probabilities (and their gradients) are rounded to the dtype before they multiply V, dO, Q
-// or K, as FlashAttention does.
+// probabilities are rounded to the dtype before they multiply dO (dV) and their gradients before
+// they multiply Q (dK), as FlashAttention does; P V and dS K, whose sums cancel a common
+// component of V and K, take them as high + low parts (two products, see low_part).
 template <class Format>
 struct TensorCoreMath {
   using Operand = Storage<Format>;
@@ -215,6 +216,17 @@ __device__ inline void to_operand(Operand* operand, int operand_ld, const float*
     } else {
       operand[r * operand_ld + c] = Format::from_float(tile[r * ld + c]);
     }
+  }
+}
+
+// low[rows, cols] = (tile - high) rounded: with high = the tile as an operand (to_operand), the
+// pair holds each value to about twice the dtype's bits (16-bit operands only).
+template <class Format, class Operand>
+__device__ inline void low_part(Operand* low, const Operand* high, int operand_ld, const float* tile,
+                                int ld, int rows, int cols) {
+  for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) {
+    const int r = e / cols, c = e % cols;
+    low[r * operand_ld + c] = Format::from_float(tile[r * ld + c] - Format::to_float(high[r * operand_ld + c]));
   }
 }
 

@@ -118,11 +118,7 @@ __device__ inline void probabilities_and_gradients(BackwardShared<Math>& t, int 
     to_operand<Format>(t.p_operand, t.probs_ld, t.probs, score_ld, kTile, kTile);
     to_operand<Format>(t.ds_operand, t.probs_ld, t.dprobs, score_ld, kTile, kTile);
     // What rounding dS lost, itself rounded: dS = high + low to about 16 bits.
-    for (int e = threadIdx.x; e < kTile * kTile; e += blockDim.x) {
-      const int r = e / kTile, j = e % kTile;
-      const float high = Format::to_float(t.ds_operand[r * t.probs_ld + j]);
-      t.ds_low[r * t.probs_ld + j] = Format::from_float(t.dprobs[r * score_ld + j] - high);
-    }
+    low_part<Format>(t.ds_low, t.ds_operand, t.probs_ld, t.dprobs, score_ld, kTile, kTile);
   }
   __syncthreads();
 }

@@ -25,6 +25,7 @@ struct ForwardShared {
   float* o_acc;       // [kTile, acc_ld]: unnormalised output
   float* scores;      // [kTile, score_ld]: scores, then probabilities
   Operand* probs;     // [kTile, probs_ld]: the probabilities as an operand (tensor cores) or scores
+  Operand* probs_low; // [kTile, probs_ld]: what rounding them lost, rounded (tensor cores)
   float* row_max;     // [kTile]
   float* row_sum;     // [kTile]
   float* row_rescale; // [kTile]
@@ -42,9 +43,11 @@ struct ForwardShared {
     if constexpr (Math::kSeparateProbabilityOperands) {
       probs_ld = Math::operand_ld(kTile);
       probs = layout.take<Operand>(size_t{kTile} * probs_ld);
+      probs_low = layout.take<Operand>(size_t{kTile} * probs_ld);
     } else {
       probs_ld = score_ld;
       probs = reinterpret_cast<Operand*>(scores);
+      probs_low = nullptr;
     }
     row_max = layout.take<float>(kTile);
     row_sum = layout.take<float>(kTile);
@@ -139,12 +142,20 @@ attention_forward_kernel(Storage<Format>* out, float* lse, const Storage<Format>
     if constexpr (Math::kSeparateProbabilityOperands) {
       __syncthreads();
       to_operand<Format>(tiles.probs, tiles.probs_ld, scores, score_ld, kTile, kTile);
+      low_part<Format>(tiles.probs_low, tiles.probs, tiles.probs_ld, scores, score_ld, kTile, kTile);
     }
     __syncthreads();
-    // o_acc = rescale * o_acc + P V
+    // o_acc = rescale * o_acc + P V. On tensor cores P goes in as high + low 16-bit parts (two
+    // products): the weights V gets must be the ones backward recomputes from lse, else
+    // delta = rowsum(dO * out) misses V's common component (OPT's v_proj bias) by the rounding's
+    // mean, and dS = P (dP - delta), whose rows cancel that component, keeps it.
     Math::template gemm<false, false, 4>(o_acc, acc_ld, tiles.probs, tiles.probs_ld,
                                          tiles.v_tile, ld, kTile, head_dim, kTile, 1.0f, true,
                                          row_rescale);
+    if constexpr (Math::kSeparateProbabilityOperands) {
+      Math::template gemm<false, false, 4>(o_acc, acc_ld, tiles.probs_low, tiles.probs_ld,
+                                           tiles.v_tile, ld, kTile, head_dim, kTile, 1.0f, true);
+    }
   }
   __syncthreads();
   // out = o_acc / sum, lse = max + log(sum)
