@@ -149,18 +149,19 @@ void mma_sync_at(const char* file, int line, fragment<accumulator, 16, 16, 16, f
   const uint64_t* lanes =
       zt_emu::warp_gather(reinterpret_cast<uint64_t>(&mine), "mma_sync", file, line);
   // Element e of a tile is lane e / 8's x[e % 8] (the layout's order is that of the row-major
-  // tile, see the top of this file).
-  auto element = [&](bool of_a, int row, int col) {
-    const Operands* owner = reinterpret_cast<const Operands*>(lanes[(row * kTile + col) / kPerLane]);
-    return detail::to_float((of_a ? owner->a : owner->b)[(row * kTile + col) % kPerLane]);
-  };
+  // tile, see the top of this file): this lane's 8 outputs are row lane / 2, columns
+  // 8 (lane % 2) .. + 7; row r of A is lanes 2r and 2r + 1, row k of B's 8 columns is lane
+  // 2k + lane % 2.
+  const int row = detail::lane() / 2, half = detail::lane() % 2;
+  float a_row[kTile];
+  for (int k = 0; k < kTile; ++k) {
+    a_row[k] = detail::to_float(reinterpret_cast<const Operands*>(lanes[2 * row + k / kPerLane])->a[k % kPerLane]);
+  }
   float result[kPerLane];
-  const int first = detail::lane() * kPerLane;
-  for (int i = 0; i < kPerLane; ++i) {
-    const int row = (first + i) / kTile, col = (first + i) % kTile;
-    float sum = c.x[i];
-    for (int k = 0; k < kTile; ++k) sum = std::fma(element(true, row, k), element(false, k, col), sum);
-    result[i] = sum;
+  for (int i = 0; i < kPerLane; ++i) result[i] = c.x[i];
+  for (int k = 0; k < kTile; ++k) {  // each output's sum in k order
+    const T* b_row = reinterpret_cast<const Operands*>(lanes[2 * k + half])->b;
+    for (int i = 0; i < kPerLane; ++i) result[i] = std::fma(a_row[k], detail::to_float(b_row[i]), result[i]);
   }
   if (detail::lane() == 0) zt_emu::count_wmma_operation();
   zt_emu::sync_warp(file, line);

@@ -198,6 +198,14 @@ inline unsigned int row_grid(int64_t rows) {
 // Number of 8-element vectors covering n elements.
 __host__ __device__ inline int64_t vectors_of(int64_t n) { return (n + kVector - 1) / kVector; }
 
+// Threads of a row kernel's block (one block per row, kernels written for any multiple of 32):
+// one per 8-element vector of the row, in whole warps, at most kThreads. A 64-wide row gets one
+// warp rather than 8 mostly idle ones (and the block reduction 1 warp's shuffles, not 8's).
+inline unsigned int row_threads(int64_t cols) {
+  const int64_t warps = (vectors_of(cols) + 31) / 32;
+  return static_cast<unsigned int>(warps < 1 ? 32 : (warps * 32 < kThreads ? warps * 32 : kThreads));
+}
+
 // Grid-stride loop over the 8-element vectors of n elements: body(first element index).
 template <class Body>
 __device__ inline void for_each_vector(int64_t n, Body body) {

@@ -154,7 +154,7 @@ void queue_cross_entropy(CudaBackendImpl& backend, const char* op, const MatrixS
   double* row_losses = static_cast<double*>(row_loss.data());
   dispatch_float(logits.dtype, op, "logits", [&](auto format) {
     using Format = decltype(format);
-    launch({row_grid(scores.rows), kThreads, 0, backend.stream()}, cross_entropy_kernel<Format>,
+    launch({row_grid(scores.rows), row_threads(scores.cols), 0, backend.stream()}, cross_entropy_kernel<Format>,
         data_of<Format>(logits), static_cast<const int32_t*>(targets.data),
         static_cast<const uint8_t*>(mask.data), row_losses, scores.rows, scores.cols, grad_scale,
         grad_scale != 0.0f, backend.device_status(), report);

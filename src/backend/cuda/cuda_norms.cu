@@ -228,7 +228,7 @@ void CudaBackendImpl::rmsnorm_forward(Tensor y, Tensor rstd, Tensor x, Tensor we
   if (shape.rows == 0 || shape.cols == 0) return;
   dispatch_float(x.dtype, op, "x", [&](auto format) {
     using Format = decltype(format);
-    launch({row_grid(shape.rows), kThreads, 0, stream_}, rmsnorm_forward_kernel<Format>,
+    launch({row_grid(shape.rows), row_threads(shape.cols), 0, stream_}, rmsnorm_forward_kernel<Format>,
         data_of<Format>(y), rstd.f32(), data_of<Format>(x), float_arg(weight), shape.rows,
         shape.cols, eps);
     ZT_CUDA_CHECK_LAUNCH("rmsnorm_forward_kernel");
@@ -252,7 +252,7 @@ void CudaBackendImpl::rmsnorm_backward(Tensor dx, Tensor dweight, Tensor dy, Ten
                              RmsWeightTerm<Format>{data_of<Format>(dy), data_of<Format>(x),
                                                    rstd.f32(), shape.cols});
     }
-    launch({row_grid(shape.rows), kThreads, 0, stream_}, rmsnorm_backward_kernel<Format>,
+    launch({row_grid(shape.rows), row_threads(shape.cols), 0, stream_}, rmsnorm_backward_kernel<Format>,
         data_of<Format>(dx), data_of<Format>(dy), data_of<Format>(x), float_arg(weight),
         rstd.f32(), shape.rows, shape.cols);
     ZT_CUDA_CHECK_LAUNCH("rmsnorm_backward_kernel");
@@ -270,7 +270,7 @@ void CudaBackendImpl::layernorm_forward(Tensor y, Tensor mean, Tensor rstd, Tens
   if (shape.rows == 0 || shape.cols == 0) return;
   dispatch_float(x.dtype, op, "x", [&](auto format) {
     using Format = decltype(format);
-    launch({row_grid(shape.rows), kThreads, 0, stream_}, layernorm_forward_kernel<Format>,
+    launch({row_grid(shape.rows), row_threads(shape.cols), 0, stream_}, layernorm_forward_kernel<Format>,
         data_of<Format>(y), mean.f32(), rstd.f32(), data_of<Format>(x), float_arg(weight),
         float_arg(bias), shape.rows, shape.cols, eps);
     ZT_CUDA_CHECK_LAUNCH("layernorm_forward_kernel");
@@ -300,7 +300,7 @@ void CudaBackendImpl::layernorm_backward(Tensor dx, Tensor dweight, Tensor dbias
       accumulate_column_sums(*this, float_arg(dbias), shape.rows, shape.cols,
                              ValueTerm<Format>{data_of<Format>(dy), shape.cols});
     }
-    launch({row_grid(shape.rows), kThreads, 0, stream_}, layernorm_backward_kernel<Format>,
+    launch({row_grid(shape.rows), row_threads(shape.cols), 0, stream_}, layernorm_backward_kernel<Format>,
         data_of<Format>(dx), data_of<Format>(dy), data_of<Format>(x), float_arg(weight),
         mean.f32(), rstd.f32(), shape.rows, shape.cols);
     ZT_CUDA_CHECK_LAUNCH("layernorm_backward_kernel");
