@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
          [&] { b.rmsnorm_forward(y.view(dtype, {n, c}), rstd.view(DType::F32, {n}), x.view(dtype, {n, c}),
                                  norm_weight.view(dtype, {c}), 1e-5f); }},
         {"rmsnorm_backward", "", 0.0, 3.0 * nd * cd * e,
-         [&] { b.rmsnorm_backward(dx.view(dtype, {n, c}), dnorm_weight.view(DType::F32, {c}), y.view(dtype, {n, c}),
+         [&] { b.rmsnorm_backward(dx.view(dtype, {n, c}), GradStore::Add, dnorm_weight.view(DType::F32, {c}), y.view(dtype, {n, c}),
                                   x.view(dtype, {n, c}), norm_weight.view(dtype, {c}), rstd.view(DType::F32, {n})); }},
         {"swiglu_forward", "", 0.0, 3.0 * nd * fd * e,
          [&] { b.swiglu_forward(h.view(dtype, {n, f}), gate.view(dtype, {n, f}), up.view(dtype, {n, f})); }},

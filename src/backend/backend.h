@@ -93,6 +93,9 @@ struct Quant4View {
 };
 
 // A point in a backend's queue of work (the CUDA backend: an event recorded on its stream).
+// How a backward op stores an activation gradient (see the norms below).
+enum class GradStore { Write, Add };
+
 class BackendEvent {
  public:
   virtual ~BackendEvent() = default;
@@ -200,17 +203,21 @@ class Backend {
   virtual void embedding_backward(Tensor dtable, Tensor dout, Tensor ids) = 0;
 
   // ---- normalisation ------------------------------------------------------------------
+  // The norms' backward store dx as `dx_store` says: GradStore::Write (dx = ...; dx may alias
+  // dy) or GradStore::Add (dx += ..., summed in fp32 and rounded once; dx must not alias dy).
+  // Add is llm.c's rule for the residual stream: a pre-norm block's input gradient lands in the
+  // residual gradient directly, without a temporary [N,C] and a pass to add it.
   // RMSNorm (LLaMA): y = x * rstd * weight, rstd[N] = 1/sqrt(mean(x^2) + eps), in fp32.
   virtual void rmsnorm_forward(Tensor y, Tensor rstd, Tensor x, Tensor weight, float eps) = 0;
-  // dx[N,C] = written; dweight[C] += (empty: frozen).
-  virtual void rmsnorm_backward(Tensor dx, Tensor dweight, Tensor dy, Tensor x, Tensor weight,
-                                Tensor rstd) = 0;
+  // dx[N,C] = or += (dx_store); dweight[C] += (empty: frozen).
+  virtual void rmsnorm_backward(Tensor dx, GradStore dx_store, Tensor dweight, Tensor dy, Tensor x,
+                                Tensor weight, Tensor rstd) = 0;
   // LayerNorm (OPT): y = (x - mean) * rstd * weight + bias; mean[N], rstd[N] saved.
   virtual void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, Tensor x, Tensor weight,
                                  Tensor bias, float eps) = 0;
-  // dx written; dweight[C], dbias[C] += (empty: frozen).
-  virtual void layernorm_backward(Tensor dx, Tensor dweight, Tensor dbias, Tensor dy, Tensor x,
-                                  Tensor weight, Tensor mean, Tensor rstd) = 0;
+  // dx = or += (dx_store); dweight[C], dbias[C] += (empty: frozen).
+  virtual void layernorm_backward(Tensor dx, GradStore dx_store, Tensor dweight, Tensor dbias,
+                                  Tensor dy, Tensor x, Tensor weight, Tensor mean, Tensor rstd) = 0;
 
   // ---- positions within packed rows -----------------------------------------------------
   // rope and attention take positions int32[B*T] (on the backend's device): the position of

@@ -191,9 +191,9 @@ class Counting final : public CountingBackend {
   void embedding_forward(Tensor, Tensor, Tensor) override {}
   void embedding_backward(Tensor, Tensor, Tensor) override {}
   void rmsnorm_forward(Tensor, Tensor, Tensor, Tensor, float) override {}
-  void rmsnorm_backward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) override {}
+  void rmsnorm_backward(Tensor, GradStore, Tensor, Tensor, Tensor, Tensor, Tensor) override {}
   void layernorm_forward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, float) override {}
-  void layernorm_backward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) override {}
+  void layernorm_backward(Tensor, GradStore, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) override {}
   void rope_forward(Tensor, Tensor, Tensor) override {}
   void rope_backward(Tensor, Tensor, Tensor) override {}
   void swiglu_forward(Tensor, Tensor, Tensor) override {}

@@ -188,8 +188,10 @@ std::vector<OpCheck> op_table() {
          Tensor y = run.output(dtype, {N, C}), rstd = run.output(DType::F32, {N});
          run.backend().rmsnorm_forward(y, rstd, x, weight, 1e-5f);
          Tensor dy = run.random(dtype, {N, C}), dx = run.output(dtype, {N, C}), dweight = run.random(DType::F32, {C});
-         run.backend().rmsnorm_backward(dx, dweight, dy, x, weight, rstd);
-         return Outputs{run.read(y), run.read(rstd), run.read(dx), run.read(dweight)};
+         run.backend().rmsnorm_backward(dx, GradStore::Write, dweight, dy, x, weight, rstd);
+         Tensor d_residual = run.random(dtype, {N, C});  // dx += (the residual stream's gradient)
+         run.backend().rmsnorm_backward(d_residual, GradStore::Add, Tensor(), dy, x, weight, rstd);
+         return Outputs{run.read(y), run.read(rstd), run.read(dx), run.read(dweight), run.read(d_residual)};
        }},
       {"layernorm", kFloats, 1e-5,
        [](OpRun& run, DType dtype) {
@@ -198,8 +200,11 @@ std::vector<OpCheck> op_table() {
          run.backend().layernorm_forward(y, mean, rstd, x, weight, bias, 1e-5f);
          Tensor dy = run.random(dtype, {N, C}), dx = run.output(dtype, {N, C});
          Tensor dweight = run.random(DType::F32, {C}), dbias = run.random(DType::F32, {C});
-         run.backend().layernorm_backward(dx, dweight, dbias, dy, x, weight, mean, rstd);
-         return Outputs{run.read(y), run.read(mean), run.read(rstd), run.read(dx), run.read(dweight), run.read(dbias)};
+         run.backend().layernorm_backward(dx, GradStore::Write, dweight, dbias, dy, x, weight, mean, rstd);
+         Tensor d_residual = run.random(dtype, {N, C});  // dx += (the residual stream's gradient)
+         run.backend().layernorm_backward(d_residual, GradStore::Add, Tensor(), Tensor(), dy, x, weight, mean, rstd);
+         return Outputs{run.read(y), run.read(mean), run.read(rstd), run.read(dx), run.read(dweight), run.read(dbias),
+                        run.read(d_residual)};
        }},
       {"rope", kFloats, 1e-5,
        [](OpRun& run, DType dtype) {

@@ -151,7 +151,7 @@ class DecoderModel final : public CausalLM {
       });
     if (c_.final_norm)
       time_module(backend_, timer(), "norm", 2.0 * final_norm_.flops(n),
-                  [&] { final_norm_.backward(backend_, d_residual, d_normed, final_out, final_saved_); });
+                  [&] { final_norm_.backward(backend_, d_residual, GradStore::Write, d_normed, final_out, final_saved_); });
     hooks().gradients_ready(head_unit());
     hooks().release(head_unit());
     for (int64_t l = c_.num_hidden_layers - 1; l >= 0; --l) {

@@ -117,7 +117,7 @@ class LlamaBlocks final : public DecoderBlocks {
     ensure_buffer(a.lse, backend_, n * c_.num_attention_heads, DType::F32);
     for (Buffer* buffer : {&a.gate, &a.up, &a.hidden}) ensure_buffer(*buffer, backend_, n * ffn, act_);
     for (int i = 0; i < kLinears; ++i) first.linear[i].ensure_saved(backend_, a.lora[i], n);
-    for (Buffer* buffer : {&grad_ln_, &grad_temp_}) ensure_buffer(*buffer, backend_, n * hidden, act_);
+    ensure_buffer(grad_ln_, backend_, n * hidden, act_);
     for (Buffer* buffer : {&grad_q_, &grad_att_}) ensure_buffer(*buffer, backend_, n * q_width, act_);
     for (Buffer* buffer : {&grad_k_, &grad_v_}) ensure_buffer(*buffer, backend_, n * kv_width, act_);
     for (Buffer* buffer : {&grad_gate_, &grad_up_, &grad_hidden_}) ensure_buffer(*buffer, backend_, n * ffn, act_);
@@ -177,7 +177,7 @@ class LlamaBlocks final : public DecoderBlocks {
            v = matrix(a.v, n, kv_heads * d), att = matrix(a.att, n, heads * d), mid = matrix(a.mid, n, hidden),
            ln2 = matrix(a.ln2, n, hidden), gate = matrix(a.gate, n, ffn), up = matrix(a.up, n, ffn),
            hidden_act = matrix(a.hidden, n, ffn);
-    Tensor d_ln = matrix(grad_ln_, n, hidden), d_temp = matrix(grad_temp_, n, hidden);
+    Tensor d_ln = matrix(grad_ln_, n, hidden);
     Tensor d_hidden = matrix(grad_hidden_, n, ffn), d_gate = matrix(grad_gate_, n, ffn), d_up = matrix(grad_up_, n, ffn);
     Tensor d_att = matrix(grad_att_, n, heads * d), d_q = matrix(grad_q_, n, heads * d);
     Tensor d_k = matrix(grad_k_, n, kv_heads * d), d_v = matrix(grad_v_, n, kv_heads * d);
@@ -191,8 +191,7 @@ class LlamaBlocks final : public DecoderBlocks {
       block.linear[kUp].backward(backend_, d_ln, true, d_up, ln2, a.lora[kUp], dropout, dz, scratch);
     });
     time_module(backend_, pass.timer, "norm", 2.0 * block.post_norm.flops(n), [&] {
-      block.post_norm.backward(backend_, d_temp, d_ln, mid, a.norm2);
-      backend_.accumulate(d_residual, d_temp, 1.0f);  // now d(mid)
+      block.post_norm.backward(backend_, d_residual, GradStore::Add, d_ln, mid, a.norm2);  // now d(mid)
     });
     // Attention branch (mid = x + o_proj(att)).
     time_module(backend_, pass.timer, "attention", attention_flops(block, pass, true), [&] {
@@ -209,8 +208,7 @@ class LlamaBlocks final : public DecoderBlocks {
       block.linear[kV].backward(backend_, d_ln, true, d_v, ln1, a.lora[kV], dropout, dz, scratch);
     });
     time_module(backend_, pass.timer, "norm", 2.0 * block.input_norm.flops(n), [&] {
-      block.input_norm.backward(backend_, d_temp, d_ln, x, a.norm1);
-      backend_.accumulate(d_residual, d_temp, 1.0f);  // now d(x)
+      block.input_norm.backward(backend_, d_residual, GradStore::Add, d_ln, x, a.norm1);  // now d(x)
     });
   }
 
@@ -232,7 +230,7 @@ class LlamaBlocks final : public DecoderBlocks {
   DType act_;  // the compute dtype: activations, their gradients and the parameters the blocks read
   std::vector<LlamaBlock> blocks_;
   Buffer inv_freq_;                              // fp32 [D/2]
-  Buffer grad_ln_, grad_temp_;                   // [N, C]   (workspace shared by all blocks)
+  Buffer grad_ln_;                               // [N, C]   (workspace shared by all blocks)
   Buffer grad_q_, grad_att_, grad_k_, grad_v_;   // [N, H*D], [N, Hkv*D]
   Buffer grad_gate_, grad_up_, grad_hidden_;     // [N, F]
 };

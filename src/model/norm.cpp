@@ -42,13 +42,14 @@ void NormLayer::forward(Backend& backend, Tensor y, Tensor x, NormSaved& saved) 
   }
 }
 
-void NormLayer::backward(Backend& backend, Tensor dx, Tensor dy, Tensor x, const NormSaved& saved) const {
+void NormLayer::backward(Backend& backend, Tensor dx, GradStore dx_store, Tensor dy, Tensor x,
+                         const NormSaved& saved) const {
   const int64_t n = x.shape[0];
   if (kind_ == NormKind::RMSNorm) {
-    backend.rmsnorm_backward(dx, weight_grad_, dy, x, weight_, saved.rstd.view(DType::F32, {n}));
+    backend.rmsnorm_backward(dx, dx_store, weight_grad_, dy, x, weight_, saved.rstd.view(DType::F32, {n}));
   } else {
-    backend.layernorm_backward(dx, weight_grad_, bias_grad_, dy, x, weight_, saved.mean.view(DType::F32, {n}),
-                               saved.rstd.view(DType::F32, {n}));
+    backend.layernorm_backward(dx, dx_store, weight_grad_, bias_grad_, dy, x, weight_,
+                               saved.mean.view(DType::F32, {n}), saved.rstd.view(DType::F32, {n}));
   }
 }
 

@@ -25,8 +25,9 @@ class NormLayer {
 
   // y[N,C] = norm(x[N,C]).
   void forward(Backend& backend, Tensor y, Tensor x, NormSaved& saved) const;
-  // dx[N,C] written; the weight's and bias's gradients += (when trainable).
-  void backward(Backend& backend, Tensor dx, Tensor dy, Tensor x, const NormSaved& saved) const;
+  // dx[N,C] = or += (dx_store: Add for a pre-norm block's input, whose gradient is the residual
+  // stream's); the weight's and bias's gradients += (when trainable).
+  void backward(Backend& backend, Tensor dx, GradStore dx_store, Tensor dy, Tensor x, const NormSaved& saved) const;
   void ensure_saved(Backend& backend, NormSaved& saved, int64_t rows) const;
   // square, sum, scale, weight: 4 per element (--profile-step's norm FLOPs)
   double flops(int64_t rows) const { return 4.0 * static_cast<double>(rows * width_); }

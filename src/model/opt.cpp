@@ -157,7 +157,7 @@ class OptBlocks final : public DecoderBlocks {
     first.attn_norm.ensure_saved(backend_, a.norm1, n);
     first.mlp_norm.ensure_saved(backend_, a.norm2, n);
     for (int i = 0; i < kLinears; ++i) first.linear[i].ensure_saved(backend_, a.lora[i], n);
-    for (Buffer* buffer : {&grad_ln_, &grad_temp_, &grad_drop_, &grad_att_, &grad_q_, &grad_k_, &grad_v_})
+    for (Buffer* buffer : {&grad_ln_, &grad_drop_, &grad_att_, &grad_q_, &grad_k_, &grad_v_})
       ensure_buffer(*buffer, backend_, n * hidden, act_);
     ensure_buffer(grad_h_, backend_, n * c_.intermediate_size, act_);
   }
@@ -212,14 +212,14 @@ class OptBlocks final : public DecoderBlocks {
     const DropoutContext& dropout = *pass.dropout;
     const int64_t n = pass.rows(), hidden = c_.hidden_size;
     Tensor mid = matrix(a.mid, n, hidden), h = matrix(a.h, n, c_.intermediate_size);
-    Tensor d_ln = matrix(grad_ln_, n, hidden), d_temp = matrix(grad_temp_, n, hidden);
+    Tensor d_ln = matrix(grad_ln_, n, hidden);
     Tensor d_h = matrix(grad_h_, n, c_.intermediate_size);
     Tensor dz = pass.lora_dz, scratch = pass.lora_scratch;
     // MLP branch: d_residual is d(out) on entry and d(mid) after it.
     if (!c_.pre_norm)  // out = LN2(b): d(b)
       time_module(backend_, pass.timer, "norm", 2.0 * block.mlp_norm.flops(n), [&] {
-        block.mlp_norm.backward(backend_, d_temp, d_residual, matrix(a.pre2, n, hidden), a.norm2);
-        backend_.copy(d_residual, d_temp);
+        // In place: the norms read dy[c] before they write dx[c].
+        block.mlp_norm.backward(backend_, d_residual, GradStore::Write, d_residual, matrix(a.pre2, n, hidden), a.norm2);
       });
     Tensor mlp_in = c_.pre_norm ? matrix(a.ln2, n, hidden) : mid;
     time_module(backend_, pass.timer, "mlp", mlp_flops(block, pass, true), [&] {
@@ -230,14 +230,13 @@ class OptBlocks final : public DecoderBlocks {
     });
     if (c_.pre_norm) {
       time_module(backend_, pass.timer, "norm", 2.0 * block.mlp_norm.flops(n), [&] {
-        block.mlp_norm.backward(backend_, d_temp, d_ln, mid, a.norm2);
-        backend_.accumulate(d_residual, d_temp, 1.0f);  // now d(mid)
+        block.mlp_norm.backward(backend_, d_residual, GradStore::Add, d_ln, mid, a.norm2);  // now d(mid)
       });
     } else {
       backend_.accumulate(d_residual, d_ln, 1.0f);  // now d(mid)
       time_module(backend_, pass.timer, "norm", 2.0 * block.attn_norm.flops(n), [&] {  // mid = LN1(a): d(a)
-        block.attn_norm.backward(backend_, d_temp, d_residual, matrix(a.pre1, n, hidden), a.norm1);
-        backend_.copy(d_residual, d_temp);
+        block.attn_norm.backward(backend_, d_residual, GradStore::Write, d_residual, matrix(a.pre1, n, hidden),
+                                 a.norm1);
       });
     }
     // Attention branch: d_residual is d(x + branch) here; the branch's input gradient goes to d_ln.
@@ -248,8 +247,7 @@ class OptBlocks final : public DecoderBlocks {
     });
     if (c_.pre_norm) {
       time_module(backend_, pass.timer, "norm", 2.0 * block.attn_norm.flops(n), [&] {
-        block.attn_norm.backward(backend_, d_temp, d_ln, x, a.norm1);
-        backend_.accumulate(d_residual, d_temp, 1.0f);  // now d(x)
+        block.attn_norm.backward(backend_, d_residual, GradStore::Add, d_ln, x, a.norm1);  // now d(x)
       });
     } else {
       backend_.accumulate(d_residual, d_ln, 1.0f);  // now d(x)
@@ -325,7 +323,7 @@ class OptBlocks final : public DecoderBlocks {
   Backend& backend_;
   DType act_;
   std::vector<OptBlock> blocks_;
-  Buffer grad_ln_, grad_temp_, grad_drop_;      // [N, C] (workspace shared by all blocks)
+  Buffer grad_ln_, grad_drop_;                  // [N, C] (workspace shared by all blocks)
   Buffer grad_att_, grad_q_, grad_k_, grad_v_;  // [N, C]
   Buffer grad_h_;                               // [N, F]
 };

@@ -55,17 +55,27 @@ BOOST_AUTO_TEST_CASE(rmsnorm_forward_and_backward) {
     DeviceTensor dweight_d = upload(dweight, DType::F32, {c.cols});
     DeviceTensor rstd_cpu_d = upload(rstd, DType::F32, {c.rows});
     DeviceTensor dy_d = upload(dy, c.dtype, {c.rows, c.cols});
-    cpu().rmsnorm_backward(view(dx, {c.rows, c.cols}), view(dweight, {c.cols}), view(dy, {c.rows, c.cols}),
-                           view(x, {c.rows, c.cols}), view(weight, {c.cols}), view(rstd, {c.rows}));
-    gpu().rmsnorm_backward(dy_d, dweight_d, dy_d, x_d, weight_d, rstd_cpu_d);
+    cpu().rmsnorm_backward(view(dx, {c.rows, c.cols}), GradStore::Write, view(dweight, {c.cols}),
+                           view(dy, {c.rows, c.cols}), view(x, {c.rows, c.cols}), view(weight, {c.cols}),
+                           view(rstd, {c.rows}));
+    gpu().rmsnorm_backward(dy_d, GradStore::Write, dweight_d, dy_d, x_d, weight_d, rstd_cpu_d);
     check_near(download(dy_d), dx, c.dtype, 2e-5, what + " dx");
     check_near(download(dweight_d), dweight, DType::F32, 1e-5, what + " dweight");
 
     // Frozen weight: an empty dweight is skipped, dx still written.
     DeviceTensor dx_d = poisoned(c.dtype, {c.rows, c.cols});
     DeviceTensor dy_again = upload(dy, c.dtype, {c.rows, c.cols});
-    gpu().rmsnorm_backward(dx_d, Tensor(), dy_again, x_d, weight_d, rstd_cpu_d);
+    gpu().rmsnorm_backward(dx_d, GradStore::Write, Tensor(), dy_again, x_d, weight_d, rstd_cpu_d);
     check_near(download(dx_d), dx, c.dtype, 2e-5, what + " dx (frozen weight)");
+
+    // dx += into a residual gradient (llm.c's rule), summed in fp32 and rounded once on both.
+    std::vector<float> residual = rounded(random_floats(n, seed++), c.dtype), residual_cpu = residual;
+    cpu().rmsnorm_backward(view(residual_cpu, {c.rows, c.cols}), GradStore::Add, Tensor(),
+                           view(dy, {c.rows, c.cols}), view(x, {c.rows, c.cols}), view(weight, {c.cols}),
+                           view(rstd, {c.rows}));
+    DeviceTensor residual_d = upload(residual, c.dtype, {c.rows, c.cols});
+    gpu().rmsnorm_backward(residual_d, GradStore::Add, Tensor(), dy_again, x_d, weight_d, rstd_cpu_d);
+    check_near(download(residual_d), residual_cpu, c.dtype, 2e-5, what + " dx +=");
   }
 }
 
@@ -100,13 +110,24 @@ BOOST_AUTO_TEST_CASE(layernorm_forward_and_backward) {
     DeviceTensor dx_d = poisoned(c.dtype, {c.rows, c.cols});
     DeviceTensor dweight_d = upload(dweight, DType::F32, {c.cols});
     DeviceTensor dbias_d = upload(dbias, DType::F32, {c.cols});
-    cpu().layernorm_backward(view(dx, {c.rows, c.cols}), view(dweight, {c.cols}), view(dbias, {c.cols}),
-                             view(dy, {c.rows, c.cols}), view(x, {c.rows, c.cols}), view(weight, {c.cols}),
-                             view(mean, {c.rows}), view(rstd, {c.rows}));
-    gpu().layernorm_backward(dx_d, dweight_d, dbias_d, dy_d, x_d, weight_d, mean_cpu_d, rstd_cpu_d);
+    cpu().layernorm_backward(view(dx, {c.rows, c.cols}), GradStore::Write, view(dweight, {c.cols}),
+                             view(dbias, {c.cols}), view(dy, {c.rows, c.cols}), view(x, {c.rows, c.cols}),
+                             view(weight, {c.cols}), view(mean, {c.rows}), view(rstd, {c.rows}));
+    gpu().layernorm_backward(dx_d, GradStore::Write, dweight_d, dbias_d, dy_d, x_d, weight_d, mean_cpu_d,
+                             rstd_cpu_d);
     check_near(download(dx_d), dx, c.dtype, 2e-5, what + " dx");
     check_near(download(dweight_d), dweight, DType::F32, 1e-5, what + " dweight");
     check_near(download(dbias_d), dbias, DType::F32, 1e-5, what + " dbias");
+
+    // dx += into a residual gradient, summed in fp32 and rounded once on both.
+    std::vector<float> residual = rounded(random_floats(n, seed++), c.dtype), residual_cpu = residual;
+    cpu().layernorm_backward(view(residual_cpu, {c.rows, c.cols}), GradStore::Add, Tensor(), Tensor(),
+                             view(dy, {c.rows, c.cols}), view(x, {c.rows, c.cols}), view(weight, {c.cols}),
+                             view(mean, {c.rows}), view(rstd, {c.rows}));
+    DeviceTensor residual_d = upload(residual, c.dtype, {c.rows, c.cols});
+    gpu().layernorm_backward(residual_d, GradStore::Add, Tensor(), Tensor(), dy_d, x_d, weight_d, mean_cpu_d,
+                             rstd_cpu_d);
+    check_near(download(residual_d), residual_cpu, c.dtype, 2e-5, what + " dx +=");
   }
 }
 
@@ -120,6 +141,11 @@ BOOST_AUTO_TEST_CASE(shape_errors_name_the_argument) {
   DeviceTensor y32 = device_tensor(DType::F32, {4, 8});
   zt::test::check_error_mentions([&] { gpu().rmsnorm_forward(y32, rstd, x, weight, 1e-6f); },
                                  {"rmsnorm_forward", "weight", "[8]"});
+  // dx += cannot run in place on dy (dx = can).
+  DeviceTensor weight8 = device_tensor(DType::F32, {8});
+  zt::test::check_error_mentions(
+      [&] { gpu().rmsnorm_backward(y32, GradStore::Add, Tensor(), y32, x, weight8, rstd); },
+      {"rmsnorm_backward", "aliases dy"});
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -31,6 +31,7 @@ namespace {
 using zt::Backend;
 using zt::Buffer;
 using zt::DType;
+using zt::GradStore;
 using zt::Tensor;
 using zt::test::random_floats;
 using zt::test::random_ids;
@@ -315,7 +316,7 @@ BOOST_AUTO_TEST_CASE(norm_ops_match_fp32_on_widened_inputs) {
                                   {"weight", param_dtype, {cols}, random_floats(cols, 48u)},
                                   {"rstd", DType::F32, {rows}, random_floats(rows, 49u, 0.5f, 2.0f)}},
                                  [](Backend& backend, const std::vector<Tensor>& t) {
-                                   backend.rmsnorm_backward(t[0], t[1], t[2], t[3], t[4], t[5]);
+                                   backend.rmsnorm_backward(t[0], GradStore::Add, t[1], t[2], t[3], t[4], t[5]);
                                    return 0.0;
                                  });
       check_matches_widened_fp32(case_name("layernorm_forward", half, detail),
@@ -339,7 +340,8 @@ BOOST_AUTO_TEST_CASE(norm_ops_match_fp32_on_widened_inputs) {
                                   {"mean", DType::F32, {rows}, random_floats(rows, 62u, -0.1f, 0.1f)},
                                   {"rstd", DType::F32, {rows}, random_floats(rows, 63u, 0.5f, 2.0f)}},
                                  [](Backend& backend, const std::vector<Tensor>& t) {
-                                   backend.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]);
+                                   backend.layernorm_backward(t[0], GradStore::Write, t[1], t[2], t[3], t[4], t[5],
+                                                              t[6], t[7]);
                                    return 0.0;
                                  });
     }
@@ -351,8 +353,8 @@ BOOST_AUTO_TEST_CASE(norm_ops_match_fp32_on_widened_inputs) {
                                 {"mean", DType::F32, {rows}, random_floats(rows, 67u)},
                                 {"rstd", DType::F32, {rows}, random_floats(rows, 68u, 0.5f, 2.0f)}},
                                [](Backend& backend, const std::vector<Tensor>& t) {
-                                 backend.layernorm_backward(t[0], Tensor(), Tensor(), t[0], t[1], t[2], t[3],
-                                                            t[4]);
+                                 backend.layernorm_backward(t[0], GradStore::Write, Tensor(), Tensor(), t[0], t[1],
+                                                            t[2], t[3], t[4]);
                                  return 0.0;
                                });
   }
@@ -575,8 +577,8 @@ BOOST_AUTO_TEST_CASE(refused_dtype_combinations_name_the_op_and_argument) {
       {"rmsnorm_forward: rstd ", "fp32"});
   check_error_mentions(
       [&] {
-        b.rmsnorm_backward(t(fp16, {3, 4}), t(fp32, {4}), t(bf16, {3, 4}), t(bf16, {3, 4}), t(bf16, {4}),
-                           t(fp32, {3}));
+        b.rmsnorm_backward(t(fp16, {3, 4}), GradStore::Write, t(fp32, {4}), t(bf16, {3, 4}), t(bf16, {3, 4}),
+                           t(bf16, {4}), t(fp32, {3}));
       },
       {"rmsnorm_backward: dx "});
   check_error_mentions(
@@ -587,8 +589,8 @@ BOOST_AUTO_TEST_CASE(refused_dtype_combinations_name_the_op_and_argument) {
       {"layernorm_forward: mean ", "fp32"});
   check_error_mentions(
       [&] {
-        b.layernorm_backward(t(bf16, {3, 4}), t(fp32, {4}), t(fp32, {4}), t(bf16, {3, 4}), t(bf16, {3, 4}),
-                             t(bf16, {4}), t(fp32, {3}), t(fp16, {3}));
+        b.layernorm_backward(t(bf16, {3, 4}), GradStore::Write, t(fp32, {4}), t(fp32, {4}), t(bf16, {3, 4}),
+                             t(bf16, {3, 4}), t(bf16, {4}), t(fp32, {3}), t(fp16, {3}));
       },
       {"layernorm_backward: rstd ", "fp32"});
   // RoPE: inv_freq fp32. Pointwise layers: one activation dtype.

@@ -15,9 +15,11 @@
 #include "backend/backend.h"
 #include "core/rng.h"
 #include "test_helpers.h"
+#include "test_util.h"
 
 namespace {
 
+using zt::GradStore;
 using zt::Tensor;
 using zt::test::numeric_gradient;
 using zt::test::random_floats;
@@ -102,15 +104,21 @@ BOOST_AUTO_TEST_CASE(rmsnorm_backward_matches_finite_differences) {
   loss();
   const std::vector<float> dweight_before = random_floats(static_cast<size_t>(cols), 47u);
   std::vector<float> dx(x.size()), dweight = dweight_before;
-  backend->rmsnorm_backward(view(dx, {rows, cols}), view(dweight, {cols}), view(weights, {rows, cols}),
+  backend->rmsnorm_backward(view(dx, {rows, cols}), GradStore::Write, view(dweight, {cols}), view(weights, {rows, cols}),
                             view(x, {rows, cols}), view(weight, {cols}), view(rstd, {rows}));
   check_gradient(dx, numeric_gradient(x, loss, kStep), "rmsnorm dx");
   check_gradient(added(dweight, dweight_before), numeric_gradient(weight, loss, kStep), "rmsnorm dweight (+=)");
   // Frozen weight: dx is the same.
   std::vector<float> dx_frozen(x.size());
-  backend->rmsnorm_backward(view(dx_frozen, {rows, cols}), Tensor(), view(weights, {rows, cols}),
+  backend->rmsnorm_backward(view(dx_frozen, {rows, cols}), GradStore::Write, Tensor(), view(weights, {rows, cols}),
                             view(x, {rows, cols}), view(weight, {cols}), view(rstd, {rows}));
   BOOST_TEST(dx_frozen == dx);
+  // dx += (the residual stream's gradient): what is added is the gradient.
+  const std::vector<float> residual_before = random_floats(x.size(), 147u);
+  std::vector<float> residual = residual_before;
+  backend->rmsnorm_backward(view(residual, {rows, cols}), GradStore::Add, Tensor(), view(weights, {rows, cols}),
+                            view(x, {rows, cols}), view(weight, {cols}), view(rstd, {rows}));
+  check_gradient(added(residual, residual_before), numeric_gradient(x, loss, kStep), "rmsnorm dx (+=)");
 }
 
 BOOST_AUTO_TEST_CASE(layernorm_backward_matches_finite_differences) {
@@ -130,16 +138,31 @@ BOOST_AUTO_TEST_CASE(layernorm_backward_matches_finite_differences) {
   const std::vector<float> dweight_before = random_floats(static_cast<size_t>(cols), 52u);
   const std::vector<float> dbias_before = random_floats(static_cast<size_t>(cols), 53u);
   std::vector<float> dx(x.size()), dweight = dweight_before, dbias = dbias_before;
-  backend->layernorm_backward(view(dx, {rows, cols}), view(dweight, {cols}), view(dbias, {cols}),
+  backend->layernorm_backward(view(dx, {rows, cols}), GradStore::Write, view(dweight, {cols}), view(dbias, {cols}),
                               view(weights, {rows, cols}), view(x, {rows, cols}), view(weight, {cols}),
                               view(mean, {rows}), view(rstd, {rows}));
   check_gradient(dx, numeric_gradient(x, loss, kStep), "layernorm dx");
   check_gradient(added(dweight, dweight_before), numeric_gradient(weight, loss, kStep), "layernorm dweight (+=)");
   check_gradient(added(dbias, dbias_before), numeric_gradient(bias, loss, kStep), "layernorm dbias (+=)");
   std::vector<float> dx_frozen(x.size());
-  backend->layernorm_backward(view(dx_frozen, {rows, cols}), Tensor(), Tensor(), view(weights, {rows, cols}),
-                              view(x, {rows, cols}), view(weight, {cols}), view(mean, {rows}), view(rstd, {rows}));
+  backend->layernorm_backward(view(dx_frozen, {rows, cols}), GradStore::Write, Tensor(), Tensor(),
+                              view(weights, {rows, cols}), view(x, {rows, cols}), view(weight, {cols}),
+                              view(mean, {rows}), view(rstd, {rows}));
   BOOST_TEST(dx_frozen == dx);
+  const std::vector<float> residual_before = random_floats(x.size(), 153u);
+  std::vector<float> residual = residual_before;
+  backend->layernorm_backward(view(residual, {rows, cols}), GradStore::Add, Tensor(), Tensor(),
+                              view(weights, {rows, cols}), view(x, {rows, cols}), view(weight, {cols}),
+                              view(mean, {rows}), view(rstd, {rows}));
+  check_gradient(added(residual, residual_before), numeric_gradient(x, loss, kStep), "layernorm dx (+=)");
+  // dx += in place on dy would read what it writes: refused.
+  zt::test::check_error_mentions(
+      [&] {
+        backend->layernorm_backward(view(weights, {rows, cols}), GradStore::Add, Tensor(), Tensor(),
+                                    view(weights, {rows, cols}), view(x, {rows, cols}), view(weight, {cols}),
+                                    view(mean, {rows}), view(rstd, {rows}));
+      },
+      {"layernorm_backward", "aliases dy"});
 }
 
 BOOST_AUTO_TEST_CASE(rope_backward_matches_finite_differences) {

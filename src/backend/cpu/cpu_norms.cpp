@@ -51,10 +51,14 @@ float* param_grad_arg(Fp32Staging& stage, const char* op, const char* arg, const
   return data;
 }
 
-// dx of a norm's backward: the dtype and shape of x, written; its fp32 view.
-float* input_grad_arg(Fp32Staging& stage, const char* op, const Tensor& dx, const Tensor& x) {
+// dx of a norm's backward: the dtype and shape of x, written (Write) or read and written (Add:
+// then not the memory of dy); its fp32 view.
+float* input_grad_arg(Fp32Staging& stage, const char* op, const Tensor& dx, GradStore store,
+                      const Tensor& dy, const Tensor& x) {
   expect_same_dtype(op, "dx", dx, "x", x);
-  float* data = stage.write("dx", dx).f32();
+  ZT_CHECK(store == GradStore::Write || dx.empty() || dx.data != dy.data, op,
+           ": dx += needs dx and dy in different memory (dx aliases dy)");
+  float* data = (store == GradStore::Add ? stage.update("dx", dx) : stage.write("dx", dx)).f32();
   expect_same_shape(op, "dx", dx, "x", x);
   return data;
 }
@@ -86,19 +90,20 @@ void CpuBackend::rmsnorm_forward(Tensor y, Tensor rstd, Tensor x, Tensor weight,
   stage.write_back();
 }
 
-void CpuBackend::rmsnorm_backward(Tensor dx, Tensor dweight, Tensor dy, Tensor x, Tensor weight,
-                                  Tensor rstd) {
+void CpuBackend::rmsnorm_backward(Tensor dx, GradStore dx_store, Tensor dweight, Tensor dy, Tensor x,
+                                  Tensor weight, Tensor rstd) {
   const char* op = "rmsnorm_backward";
   Fp32Staging stage(op);
   const NormArgs args = stage_norm_args(stage, op, x, "dy", dy, false, weight);
-  float* dx_data = input_grad_arg(stage, op, dx, x);
+  float* dx_data = input_grad_arg(stage, op, dx, dx_store, dy, x);
+  const bool add = dx_store == GradStore::Add;
   const float* rstd_data = row_stat_arg(op, "rstd", rstd, args.rows);
   float* dweight_data = param_grad_arg(stage, op, "dweight", dweight, args.cols);
   const float* x_data = args.x.data;
   const float* dy_data = args.like_x.f32();
   const float* w = args.weight.f32();
   const int64_t cols = args.cols;
-  // dweight first, so that dx may alias dy: dweight[c] += sum_n dy * x * rstd.
+  // dweight first, so that dx may alias dy (Write): dweight[c] += sum_n dy * x * rstd.
   if (dweight_data) {
     accumulate_column_sums(dweight_data, args.rows, cols, [=](int64_t n, int64_t c) {
       return dy_data[n * cols + c] * (x_data[n * cols + c] * rstd_data[n]);
@@ -117,7 +122,10 @@ void CpuBackend::rmsnorm_backward(Tensor dx, Tensor dweight, Tensor dy, Tensor x
     for (int64_t c = 0; c < cols; ++c) dot += static_cast<double>(w[c] * dy_row[c]) * x_row[c];
     const float coefficient = static_cast<float>(dot / static_cast<double>(cols)) * r * r;
 #pragma omp simd
-    for (int64_t c = 0; c < cols; ++c) dx_row[c] = r * (w[c] * dy_row[c] - x_row[c] * coefficient);
+    for (int64_t c = 0; c < cols; ++c) {
+      const float gradient = r * (w[c] * dy_row[c] - x_row[c] * coefficient);
+      dx_row[c] = add ? dx_row[c] + gradient : gradient;
+    }
   }
   stage.write_back();
 }
@@ -161,12 +169,13 @@ void CpuBackend::layernorm_forward(Tensor y, Tensor mean, Tensor rstd, Tensor x,
   stage.write_back();
 }
 
-void CpuBackend::layernorm_backward(Tensor dx, Tensor dweight, Tensor dbias, Tensor dy, Tensor x,
-                                    Tensor weight, Tensor mean, Tensor rstd) {
+void CpuBackend::layernorm_backward(Tensor dx, GradStore dx_store, Tensor dweight, Tensor dbias, Tensor dy,
+                                    Tensor x, Tensor weight, Tensor mean, Tensor rstd) {
   const char* op = "layernorm_backward";
   Fp32Staging stage(op);
   const NormArgs args = stage_norm_args(stage, op, x, "dy", dy, false, weight);
-  float* dx_data = input_grad_arg(stage, op, dx, x);
+  float* dx_data = input_grad_arg(stage, op, dx, dx_store, dy, x);
+  const bool add = dx_store == GradStore::Add;
   const float* mean_data = row_stat_arg(op, "mean", mean, args.rows);
   const float* rstd_data = row_stat_arg(op, "rstd", rstd, args.rows);
   float* dweight_data = param_grad_arg(stage, op, "dweight", dweight, args.cols);
@@ -206,7 +215,8 @@ void CpuBackend::layernorm_backward(Tensor dx, Tensor dweight, Tensor dbias, Ten
 #pragma omp simd
     for (int64_t c = 0; c < cols; ++c) {
       const float xhat = (x_row[c] - m) * r;
-      dx_row[c] = r * (w[c] * dy_row[c] - g_mean - xhat * g_xhat_mean);
+      const float gradient = r * (w[c] * dy_row[c] - g_mean - xhat * g_xhat_mean);
+      dx_row[c] = add ? dx_row[c] + gradient : gradient;
     }
   }
   stage.write_back();

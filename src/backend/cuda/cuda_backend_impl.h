@@ -160,12 +160,12 @@ class CudaBackendImpl final : public CudaBackend {
   void embedding_backward(Tensor dtable, Tensor dout, Tensor ids) override;
 
   void rmsnorm_forward(Tensor y, Tensor rstd, Tensor x, Tensor weight, float eps) override;
-  void rmsnorm_backward(Tensor dx, Tensor dweight, Tensor dy, Tensor x, Tensor weight,
-                        Tensor rstd) override;
+  void rmsnorm_backward(Tensor dx, GradStore dx_store, Tensor dweight, Tensor dy, Tensor x,
+                        Tensor weight, Tensor rstd) override;
   void layernorm_forward(Tensor y, Tensor mean, Tensor rstd, Tensor x, Tensor weight, Tensor bias,
                          float eps) override;
-  void layernorm_backward(Tensor dx, Tensor dweight, Tensor dbias, Tensor dy, Tensor x,
-                          Tensor weight, Tensor mean, Tensor rstd) override;
+  void layernorm_backward(Tensor dx, GradStore dx_store, Tensor dweight, Tensor dbias, Tensor dy,
+                          Tensor x, Tensor weight, Tensor mean, Tensor rstd) override;
 
   void rope_forward(Tensor x, Tensor inv_freq, Tensor positions) override;
   void rope_backward(Tensor dx, Tensor inv_freq, Tensor positions) override;

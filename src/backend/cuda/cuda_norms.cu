@@ -51,11 +51,24 @@ __global__ void rmsnorm_forward_kernel(Storage<Format>* y, float* rstd, const St
   }
 }
 
-// dx = r (w dy - x r^2 mean(w dy x)).
+// dx[c] (+)= value[c], k < 8 of the vector at `first`: with `add` the sum in fp32, rounded once.
+template <class Format>
+__device__ inline void store_input_grad(Storage<Format>* dx_row, int64_t first, int64_t cols, bool add,
+                                        float (&values)[kVector]) {
+  if (add) {
+    float old[kVector];
+    load8<Format>(dx_row, first, cols, old);
+#pragma unroll
+    for (int k = 0; k < kVector; ++k) values[k] += old[k];
+  }
+  store8<Format>(dx_row, first, cols, values);
+}
+
+// dx (+)= r (w dy - x r^2 mean(w dy x)).
 template <class Format>
 __global__ void rmsnorm_backward_kernel(Storage<Format>* dx, const Storage<Format>* dy,
                                         const Storage<Format>* x, FloatArg weight,
-                                        const float* rstd, int64_t rows, int64_t cols) {
+                                        const float* rstd, int64_t rows, int64_t cols, bool add) {
   ZT_SHARED(float, scratch, [32]);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const Storage<Format>* x_row = x + row * cols;    // x_row[C]
@@ -73,7 +86,7 @@ __global__ void rmsnorm_backward_kernel(Storage<Format>* dx, const Storage<Forma
     });
     dot = block_sum(dot, scratch);
     const float coefficient = dot / static_cast<float>(cols) * r * r;
-    // Each thread reads dy[c] before writing dx[c] for its own c, so dx may alias dy.
+    // Each thread reads dy[c] before writing dx[c] for its own c, so dx may alias dy (Write).
     for_each_row_vector<Format>(x_row, cols, [&](int64_t first, const float(&xv)[kVector]) {
       float gv[kVector];
       load8<Format>(dy_row, first, cols, gv);
@@ -81,7 +94,7 @@ __global__ void rmsnorm_backward_kernel(Storage<Format>* dx, const Storage<Forma
       for (int k = 0; k < kVector; ++k) {
         gv[k] = first + k < cols ? r * (weight.load(first + k) * gv[k] - xv[k] * coefficient) : 0.0f;
       }
-      store8<Format>(dx_row, first, cols, gv);
+      store_input_grad<Format>(dx_row, first, cols, add, gv);
     });
   }
 }
@@ -127,12 +140,12 @@ __global__ void layernorm_forward_kernel(Storage<Format>* y, float* mean, float*
   }
 }
 
-// With xhat = (x - mean) r and g = w dy: dx = r (g - mean(g) - xhat mean(g xhat)).
+// With xhat = (x - mean) r and g = w dy: dx (+)= r (g - mean(g) - xhat mean(g xhat)).
 template <class Format>
 __global__ void layernorm_backward_kernel(Storage<Format>* dx, const Storage<Format>* dy,
                                           const Storage<Format>* x, FloatArg weight,
                                           const float* mean, const float* rstd, int64_t rows,
-                                          int64_t cols) {
+                                          int64_t cols, bool add) {
   ZT_SHARED(float, scratch, [32]);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const Storage<Format>* x_row = x + row * cols;    // x_row[C]
@@ -163,7 +176,7 @@ __global__ void layernorm_backward_kernel(Storage<Format>* dx, const Storage<For
         gv[k] = first + k < cols ? r * (weight.load(first + k) * gv[k] - g_mean - xhat * g_xhat_mean)
                                  : 0.0f;
       }
-      store8<Format>(dx_row, first, cols, gv);
+      store_input_grad<Format>(dx_row, first, cols, add, gv);
     });
   }
 }
@@ -212,6 +225,16 @@ void check_row_stat(const char* op, const char* arg, const Tensor& stat, int64_t
   expect_numel(op, arg, stat, rows, "one value per row of x");
 }
 
+// dx of a norm's backward: x's dtype and shape; with dx += not dy's memory (each thread reads
+// dy[c] before it writes dx[c], which makes dx = in place on dy safe, but not dx +=).
+void check_input_grad(const char* op, const Tensor& dx, GradStore store, const Tensor& dy, const Tensor& x) {
+  expect_device(op, "dx", dx);
+  expect_same_shape(op, "dx", dx, "x", x);
+  expect_same_dtype(op, "dx", dx, "x", x);
+  ZT_CHECK(store == GradStore::Write || dx.data != dy.data, op,
+           ": dx += needs dx and dy in different memory (dx aliases dy)");
+}
+
 // Empty: frozen. Otherwise any float dtype with C elements.
 void check_param_grad(const char* op, const char* arg, const Tensor& grad, int64_t cols) {
   if (grad.empty()) return;
@@ -235,13 +258,11 @@ void CudaBackendImpl::rmsnorm_forward(Tensor y, Tensor rstd, Tensor x, Tensor we
   });
 }
 
-void CudaBackendImpl::rmsnorm_backward(Tensor dx, Tensor dweight, Tensor dy, Tensor x,
-                                       Tensor weight, Tensor rstd) {
+void CudaBackendImpl::rmsnorm_backward(Tensor dx, GradStore dx_store, Tensor dweight, Tensor dy,
+                                       Tensor x, Tensor weight, Tensor rstd) {
   const char* op = "rmsnorm_backward";
   const MatrixShape shape = check_norm(op, x, "dy", dy, weight);
-  expect_device(op, "dx", dx);
-  expect_same_shape(op, "dx", dx, "x", x);
-  expect_same_dtype(op, "dx", dx, "x", x);
+  check_input_grad(op, dx, dx_store, dy, x);
   check_row_stat(op, "rstd", rstd, shape.rows);
   check_param_grad(op, "dweight", dweight, shape.cols);
   if (shape.rows == 0 || shape.cols == 0) return;
@@ -254,7 +275,7 @@ void CudaBackendImpl::rmsnorm_backward(Tensor dx, Tensor dweight, Tensor dy, Ten
     }
     launch({row_grid(shape.rows), row_threads(shape.cols), 0, stream_}, rmsnorm_backward_kernel<Format>,
         data_of<Format>(dx), data_of<Format>(dy), data_of<Format>(x), float_arg(weight),
-        rstd.f32(), shape.rows, shape.cols);
+        rstd.f32(), shape.rows, shape.cols, dx_store == GradStore::Add);
     ZT_CUDA_CHECK_LAUNCH("rmsnorm_backward_kernel");
   });
 }
@@ -277,13 +298,11 @@ void CudaBackendImpl::layernorm_forward(Tensor y, Tensor mean, Tensor rstd, Tens
   });
 }
 
-void CudaBackendImpl::layernorm_backward(Tensor dx, Tensor dweight, Tensor dbias, Tensor dy,
-                                         Tensor x, Tensor weight, Tensor mean, Tensor rstd) {
+void CudaBackendImpl::layernorm_backward(Tensor dx, GradStore dx_store, Tensor dweight, Tensor dbias,
+                                         Tensor dy, Tensor x, Tensor weight, Tensor mean, Tensor rstd) {
   const char* op = "layernorm_backward";
   const MatrixShape shape = check_norm(op, x, "dy", dy, weight);
-  expect_device(op, "dx", dx);
-  expect_same_shape(op, "dx", dx, "x", x);
-  expect_same_dtype(op, "dx", dx, "x", x);
+  check_input_grad(op, dx, dx_store, dy, x);
   check_row_stat(op, "mean", mean, shape.rows);
   check_row_stat(op, "rstd", rstd, shape.rows);
   check_param_grad(op, "dweight", dweight, shape.cols);
@@ -302,7 +321,7 @@ void CudaBackendImpl::layernorm_backward(Tensor dx, Tensor dweight, Tensor dbias
     }
     launch({row_grid(shape.rows), row_threads(shape.cols), 0, stream_}, layernorm_backward_kernel<Format>,
         data_of<Format>(dx), data_of<Format>(dy), data_of<Format>(x), float_arg(weight),
-        mean.f32(), rstd.f32(), shape.rows, shape.cols);
+        mean.f32(), rstd.f32(), shape.rows, shape.cols, dx_store == GradStore::Add);
     ZT_CUDA_CHECK_LAUNCH("layernorm_backward_kernel");
   });
 }
