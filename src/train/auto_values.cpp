@@ -34,6 +34,7 @@ const std::vector<Override>& overrides() {
       {"zero-stage", "zero_optimization.stage", [](const TrainConfig& c) { return json(c.zero.stage); }},
       {"offload-optimizer", "zero_optimization.offload_optimizer.device",
        [](const TrainConfig& c) { return json(c.zero.offload_optimizer_device); }},
+      {"grad-accum-dtype", "data_types.grad_accum_dtype", [](const TrainConfig& c) { return json(dtype_name(c.grad_accum_dtype)); }},
   };
   return table;
 }
