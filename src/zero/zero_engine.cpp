@@ -770,6 +770,7 @@ ZeroEngine::BufferAddresses ZeroEngine::buffer_addresses() const {
   }
   // The reduced gradients the strategy keeps (stages 1-3: its partition buffers).
   for (const void* buffer : reduction_->gradient_buffers()) addresses.gradients.push_back(buffer);
+  if (wide_grad_.data()) addresses.gradients.push_back(wide_grad_.data());  // 16-bit ones widened for the update
   return addresses;
 }
 

@@ -194,7 +194,8 @@ class ZeroEngine final : public UnitHooks {
   ZeroMemory memory() const;
   // Where this rank's own buffers are, by what they hold (the memory model names its counted
   // bytes with them): the compute-dtype parameter partitions (device, or host with offload) and
-  // the reduced gradient partitions (device, and their host copy with offload).
+  // the reduced gradient partitions (device, and their host copy with offload), and 16-bit
+  // gradients' fp32 copy for the update.
   struct BufferAddresses {
     std::vector<const void*> parameters, gradients;
   };
