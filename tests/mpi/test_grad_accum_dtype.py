@@ -39,7 +39,7 @@ ULP = {"bf16": 2.0 ** -7, "fp16": 2.0 ** -10}  # relative spacing bound of the d
 LEARNS = 0.1  # the loss falls by at least this much over the steps (both runs)
 
 
-def train(zerotune, workdir, model, data, name, stage, precision, grad_dtype, zero=None, **sections):
+def train(zerotune, workdir, model, data, name, stage, precision, grad_dtype, device="cpu", zero=None, **sections):
     out = os.path.join(workdir, name)
     ds = os.path.join(workdir, name + ".json")
     write_ds_config(ds, 16, 4, dict({"stage": stage}, **(zero or {})))
@@ -51,7 +51,7 @@ def train(zerotune, workdir, model, data, name, stage, precision, grad_dtype, ze
         json.dump(config, stream)
     final = os.path.join(workdir, name + "-final.safetensors")
     run_ranks(2, [zerotune, "train", "--model", model, "--data", data, "--out", out, "--deepspeed", ds,
-                  "--max-steps", STEPS, "--seed", 2, "--dump-final", final, "--no-save-at-end"])
+                  "--max-steps", STEPS, "--seed", 2, "--dump-final", final, "--no-save-at-end", "--device", device])
     return read_metrics(out), read_run(out), load_weights(final)
 
 
@@ -96,7 +96,21 @@ def compare(report, label, half, full, precision):
     report.check(any(sent(b, "reduce_scatter") + sent(b, "all_reduce") > 0 for b in fm), f"{label}: gradients were reduced")
     report.check(all(sent(a, "all_gather") == sent(b, "all_gather") for a, b in zip(hm, fm)),
                  f"{label}: all-gather bytes unchanged (parameters stay in the compute dtype)")
-    return hm, fm
+
+
+def check_trajectories(report, go, device, cases):
+    """For each (precision, stage) of `cases`: the 16-bit-gradient run against the fp32-gradient one
+    on `device` (compare); returns {(precision, stage): (half, full)}."""
+    static_fp16 = {"enabled": True, "loss_scale": 1024}  # no skipped steps: comparable trajectories
+    runs = {}
+    for precision, stage in cases:
+        extra = {"fp16": static_fp16} if precision == "fp16" else {}
+        label = f"{device} {precision} stage {stage}"
+        full = go(f"{device}-{precision}-s{stage}-fp32", stage, precision, "fp32", device=device, **dict(extra))
+        half = go(f"{device}-{precision}-s{stage}-{precision}", stage, precision, precision, device=device, **dict(extra))
+        compare(report, label, half, full, precision)
+        runs[(precision, stage)] = (half, full)
+    return runs
 
 
 def main():
@@ -105,22 +119,17 @@ def main():
     with temporary_directory(args, "zt-gad-") as workdir:
         model, data = make_model_and_data(args.zerotune, workdir)
         go = lambda *a, **k: train(args.zerotune, workdir, model, data, *a, **k)  # noqa: E731
-        static_fp16 = {"enabled": True, "loss_scale": 1024}  # no skipped steps: comparable trajectories
-        for precision in ("bf16", "fp16"):
-            extra = {"fp16": static_fp16} if precision == "fp16" else {}
-            for stage in (0, 1, 2, 3):
-                label = f"{precision} stage {stage}"
-                full = go(f"{precision}-s{stage}-fp32", stage, precision, "fp32", **dict(extra))
-                half = go(f"{precision}-s{stage}-{precision}", stage, precision, precision, **dict(extra))
-                hm, fm = compare(report, label, half, full, precision)
-                if stage <= 1:  # the whole local gradient is resident: the saving shows in the peak
-                    trainable = full[1]["zero_layout"]["trainable_elements"] if "zero_layout" in full[1] else None
-                    saved = fm[-1]["mem_cpu_backend_peak"] - hm[-1]["mem_cpu_backend_peak"]
-                    fp32_grads = full[1]["zero_memory_per_rank"]["gradients"]
-                    print(f"{label}: CPU backend peak {fm[-1]['mem_cpu_backend_peak']} -> {hm[-1]['mem_cpu_backend_peak']} "
-                          f"B (saved {saved} B; fp32 gradient buffers {fp32_grads} B; trainable {trainable})")
-                    report.check(saved >= 0.4 * fp32_grads, f"{label}: measured peak drops by {saved} B >= 40% of the fp32 "
-                                 f"gradient buffers ({fp32_grads} B)")
+        runs = check_trajectories(report, go, "cpu", [(p, s) for p in ("bf16", "fp16") for s in (0, 1, 2, 3)])
+        for (precision, stage), (half, full) in runs.items():
+            hm, fm = half[0], full[0]
+            label = f"{precision} stage {stage}"
+            if stage <= 1:  # the whole local gradient is resident: the saving shows in the peak
+                saved = fm[-1]["mem_cpu_backend_peak"] - hm[-1]["mem_cpu_backend_peak"]
+                fp32_grads = full[1]["zero_memory_per_rank"]["gradients"]
+                print(f"{label}: CPU backend peak {fm[-1]['mem_cpu_backend_peak']} -> {hm[-1]['mem_cpu_backend_peak']} "
+                      f"B (saved {saved} B; fp32 gradient buffers {fp32_grads} B)")
+                report.check(saved >= 0.4 * fp32_grads, f"{label}: measured peak drops by {saved} B >= 40% of the fp32 "
+                             f"gradient buffers ({fp32_grads} B)")
 
         # The dynamic scaler: the first steps overflow at 2^24; inf shows in 16-bit gradients alike.
         dynamic = {"enabled": True, "initial_scale_power": 24, "loss_scale_window": 4, "hysteresis": 2}
