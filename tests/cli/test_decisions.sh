@@ -88,6 +88,11 @@ dtype="$(run_json "$WORK/gbf16-flag" 'd["grad_accum_dtype"]' 2>>"$WORK/gbf16-fla
 [[ "$status" -eq 0 && "$dtype" == "fp32" ]] \
   && grep -q 'data_types.grad_accum_dtype "bfloat16" overridden by --grad-accum-dtype "fp32"' "$WORK/gbf16-flag.log"
 check grad-accum-flag-overrides $? "$WORK/gbf16-flag.log" "want --grad-accum-dtype fp32 to win, said (exit $status, '$dtype')"
+"$ZEROTUNE" train --model "$M" --data "$D" --out "$WORK/gbf16-same" --deepspeed "$WORK/ds-gbf16.json" --max-steps 1 \
+  --grad-accum-dtype bf16 >"$WORK/gbf16-same.log" 2>&1
+status=$?
+[[ "$status" -eq 0 ]] && ! grep -q 'overridden by --grad-accum-dtype' "$WORK/gbf16-same.log"
+check grad-accum-flag-same-dtype-silent $? "$WORK/gbf16-same.log" "\"bfloat16\" and --grad-accum-dtype bf16 are one dtype: no override line (exit $status)"
 write_ds "$WORK/ds-gfp16.json" 'd["fp16"] = {"enabled": True, "loss_scale": 1024}; d["data_types"] = {"grad_accum_dtype": "half"}'
 "$ZEROTUNE" train --model "$M" --data "$D" --out "$WORK/gfp16" --deepspeed "$WORK/ds-gfp16.json" --max-steps 2 >"$WORK/gfp16.log" 2>&1
 status=$?
