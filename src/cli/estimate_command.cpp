@@ -36,6 +36,7 @@
 #include "train/memory_model_choices.h"
 #include "train/metrics.h"
 #include "zero/memory_estimate.h"
+#include "zero/zero_engine.h"
 
 namespace zt {
 
@@ -247,6 +248,63 @@ std::string run_quantization_note(const nlohmann::ordered_json& run) {
              "16-bit base)");
 }
 
+// Per GPU and host, the zerotune formula's gradient bytes (gradients + stages 2/3's reduce bucket) of
+// every row in the chosen dtype and in the other one (fp32 against 16-bit), so that the effect of
+// data_types.grad_accum_dtype shows; `other` == `chosen` when the other cannot go with the run.
+nlohmann::ordered_json gradient_dtype_comparison(const ZeroMemoryInputs& base, DType chosen, DType other,
+                                                 const std::string& why_not_other) {
+  nlohmann::ordered_json comparison;
+  comparison["grad_accum_dtype"] = dtype_name(chosen);
+  comparison["other"] = dtype_name(other);
+  if (other == chosen) comparison["why_not_16bit"] = why_not_other;
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (const Choice& choice : zero_offload_choices(base.fused_optimizer)) {
+    if (choice.offload_params && !choice.offload_optimizer) continue;  // the main table's rows
+    ZeroMemoryInputs inputs = base;
+    inputs.stage = choice.stage;
+    inputs.offload_optimizer = choice.offload_optimizer;
+    inputs.offload_params = choice.offload_params;
+    nlohmann::ordered_json row = {{"stage", choice.stage},
+                                  {"offload_optimizer", device_name(choice.offload_optimizer)},
+                                  {"offload_param", device_name(choice.offload_params)}};
+    for (DType dtype : {chosen, other}) {
+      inputs.grad_dtype_bytes = static_cast<int64_t>(dtype_size(dtype));
+      const ZeroMemoryPlan plan = zero_memory_plan(inputs);
+      row[dtype_name(dtype)] = {{"device_bytes", plan.device_grad_bytes + plan.device_grad_bucket_bytes},
+                                {"host_bytes", plan.host_grad_bytes}};
+    }
+    rows.push_back(row);
+  }
+  comparison["rows"] = rows;
+  return comparison;
+}
+
+// The gradient table: the chosen dtype, the other, and what the 16-bit one saves per GPU.
+std::string format_gradient_comparison(const nlohmann::ordered_json& comparison) {
+  const std::string chosen = comparison["grad_accum_dtype"], other = comparison["other"];
+  std::string text = cat("\ngradients per GPU (zerotune formula: gradient buffers + stages 2/3's reduce bucket; "
+                         "data_types.grad_accum_dtype ", chosen, "):\n");
+  if (other == chosen) {
+    return text + cat("  ", chosen, " only: ", comparison["why_not_16bit"].get<std::string>(), "\n");
+  }
+  const std::string wide = chosen == "fp32" ? chosen : other, narrow = chosen == "fp32" ? other : chosen;
+  char row[200];
+  std::snprintf(row, sizeof row, "%-5s %-9s %-7s | %12s %12s %12s\n", "stage", "offload", "offload",
+                (wide + (wide == chosen ? " *" : "")).c_str(), (narrow + (narrow == chosen ? " *" : "")).c_str(), "saved");
+  text += row;
+  for (const auto& entry : comparison["rows"]) {
+    const int64_t wide_bytes = entry[wide]["device_bytes"], narrow_bytes = entry[narrow]["device_bytes"];
+    std::snprintf(row, sizeof row, "%-5d %-9s %-7s | %12s %12s %12s\n", entry["stage"].get<int>(),
+                  entry["offload_optimizer"].get<std::string>().c_str(), entry["offload_param"].get<std::string>().c_str(),
+                  bytes_text(wide_bytes).c_str(), bytes_text(narrow_bytes).c_str(),
+                  bytes_text(wide_bytes - narrow_bytes).c_str());
+    text += row;
+  }
+  text += "  * the run's dtype. 16-bit gradients also halve the gradient bytes each rank sends (all-reduce / "
+          "reduce-scatter)\n  and, with offload_optimizer, the host gradient copy.\n";
+  return text;
+}
+
 std::string format_report(const nlohmann::ordered_json& report) {
   const auto& model = report["model"];
   std::string text;
@@ -304,7 +362,8 @@ std::string format_report(const nlohmann::ordered_json& report) {
   line("  per-parameter accounting (it has no estimator for them). Its formulas assume fp16/bf16 compute and count");
   line("  every parameter as trainable; its CPU figures include loading the model on the host.");
   line("zerotune: per GPU = compute-dtype parameters (stage 3: this rank's partition + the gathered working set)");
-  line("  + fp32 gradients (stages 2/3: partition + one reduce bucket; LOMO, AdaLomo: the unit in flight) + fp32 master");
+  line(cat("  + ", report.contains("gradients") ? report["gradients"]["grad_accum_dtype"].get<std::string>() : "fp32",
+           " gradients (stages 2/3: partition + one reduce bucket; LOMO, AdaLomo: the unit in flight) + fp32 master"));
   line(cat("  weights and the optimizer's state (", report["optimizer"].get<std::string>(), "; partitioned from stage 1, ",
            "per-tensor state whole); CPU/node = the ",
            "offloaded states of the node's ranks. Activations, workspaces"));
@@ -315,6 +374,7 @@ std::string format_report(const nlohmann::ordered_json& report) {
     line("  size classes and 2 MiB virtual-memory chunks); `train` checks the same figure against the free device memory.");
   }
   line("Offloading the optimizer needs ZeRO stage >= 1 and offloading parameters stage 3, as in DeepSpeed.");
+  if (report.contains("gradients")) text += format_gradient_comparison(report["gradients"]);
   if (run) text += format_breakdown(report);
   return text;
 }
@@ -405,7 +465,7 @@ std::string format_max_seq_len(const nlohmann::ordered_json& report) {
 
 int command_estimate(const std::vector<std::string>& args) {
   namespace po = boost::program_options;
-  std::string model_dir, params_text, largest_text, trainable_text, dtype_text, targets_text, quantize_text;
+  std::string model_dir, params_text, largest_text, trainable_text, dtype_text, targets_text, quantize_text, grad_dtype_text;
   std::string reduce_bucket_text, max_live_text, prefetch_text, optimizer_text;
   std::string deepspeed_path, device_memory_text, device_text = "typical-gpu", data_dir;
   bool max_seq_len_mode = false;
@@ -431,6 +491,9 @@ int command_estimate(const std::vector<std::string>& args) {
       ("lora-targets", po::value(&targets_text), "with --lora-r: comma-separated modules or all-linear "
        "(default q_proj,v_proj)")
       ("compute-dtype", po::value(&dtype_text)->default_value("bf16"), "bf16, fp16 or fp32")
+      ("grad-accum-dtype", po::value(&grad_dtype_text)->default_value("fp32"), "fp32, bf16 or fp16 "
+       "(data_types.grad_accum_dtype): the gradients' dtype; 16-bit needs that compute dtype. The report also shows "
+       "the gradient bytes in fp32 and in the compute dtype side by side")
       ("quantize", po::value(&quantize_text), "with --model and --lora-r: QLoRA, the frozen base stored 4-bit (nf4 or fp4)")
       ("double-quant", po::bool_switch(&shape.quantize.double_quant), "with --quantize: 8-bit scales (bnb_4bit_use_double_quant)")
       ("optimizer", po::value(&optimizer_text)->default_value("adamw"),
@@ -500,6 +563,7 @@ int command_estimate(const std::vector<std::string>& args) {
       optimizer_text = shape.optimizer.type;
     }
     if (values["compute-dtype"].defaulted()) dtype_text = dtype_name(shape.base.compute_dtype);
+    if (values["grad-accum-dtype"].defaulted()) grad_dtype_text = dtype_name(shape.base.grad_accum_dtype);
     if (values["reduce-bucket-size"].defaulted()) reduce_bucket_text = cat(shape.base.zero.reduce_bucket_size);
     if (values["stage3-max-live-parameters"].defaulted()) max_live_text = cat(shape.base.zero.stage3_max_live_parameters);
     if (values["stage3-prefetch-bucket-size"].defaulted())
@@ -546,6 +610,10 @@ int command_estimate(const std::vector<std::string>& args) {
   } catch (const Error& error) {
     fail("--compute-dtype: ", error.what());
   }
+  const std::optional<DType> grad_dtype = parse_deepspeed_dtype(grad_dtype_text);
+  ZT_CHECK(grad_dtype, "--grad-accum-dtype must be one of ", deepspeed_dtype_spellings(), ", not '", grad_dtype_text, "'");
+  check_gradient_dtype(*grad_dtype, compute_dtype, *optimizer);
+  shape.base.grad_accum_dtype = *grad_dtype;  // the memory model's runs (row_config)
 
   ModelSummary model;
   int64_t tensor_state_floats = 0;  // the optimizer's per-tensor state over the trainable tensors
@@ -602,6 +670,14 @@ int command_estimate(const std::vector<std::string>& args) {
   inputs.gpus_per_node = gpus_per_node;
   inputs.world_size = gpus_per_node * nodes;
   inputs.compute_dtype_bytes = static_cast<int64_t>(dtype_size(compute_dtype));
+  inputs.grad_dtype_bytes = static_cast<int64_t>(dtype_size(*grad_dtype));
+  // The gradients' other choice, shown beside the chosen one: fp32 against the compute dtype's 16 bits
+  // (none when 16-bit gradients cannot go with this run).
+  const DType other_grad_dtype = *grad_dtype == DType::F32 ? compute_dtype : DType::F32;
+  const std::string why_not_other = other_grad_dtype == *grad_dtype
+                                        ? std::string("16-bit gradients need bf16/fp16 compute (this run: fp32)")
+                                        : gradient_dtype_refusal(other_grad_dtype, compute_dtype, *optimizer);
+  const bool compare_grad_dtypes = why_not_other.empty();
   inputs.optimizer_state_floats = static_cast<int>(optimizer->state_names().size());
   inputs.fused_optimizer = optimizer->fuses_into_backward();
   inputs.tensor_state_floats = tensor_state_floats;
@@ -619,7 +695,9 @@ int command_estimate(const std::vector<std::string>& args) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     return 0;
   }
-  const nlohmann::ordered_json report = estimate_report(model, shape, inputs, nodes, compute_dtype);
+  nlohmann::ordered_json report = estimate_report(model, shape, inputs, nodes, compute_dtype);
+  report["gradients"] = gradient_dtype_comparison(inputs, *grad_dtype, compare_grad_dtypes ? other_grad_dtype : *grad_dtype,
+                                                  why_not_other);
   const std::string text = as_json ? report.dump(2) + "\n" : format_report(report);
   std::fwrite(text.data(), 1, text.size(), stdout);
   return 0;

@@ -79,6 +79,9 @@ po::options_description train_options() {
                                          "mpi (through host memory)")
       ("zero-stage", po::value<int>(), "ZeRO stage 0-3 (zero_optimization.stage)")
       ("offload-optimizer", po::value<std::string>(), "none | cpu (zero_optimization.offload_optimizer.device)")
+      ("grad-accum-dtype", po::value<std::string>(), "fp32 (default) | bf16 | fp16 (data_types.grad_accum_dtype): "
+                                                     "gradients held, accumulated and reduced in that dtype; 16-bit "
+                                                     "needs that compute dtype and halves the gradient bytes")
       ("save-every", po::value<int64_t>(), "save a checkpoint every N steps (OUT/checkpoints)")
       ("no-save-at-end", po::bool_switch(), "do not save a checkpoint after the last step")
       ("save-hf-at-end", po::bool_switch(), "after the last step also write OUT/hf: the HF model in the compute dtype, "
@@ -220,6 +223,12 @@ ParsedTrainOptions parse_train_options(const std::vector<std::string>& args, con
   take(vm, "offload-optimizer", config.zero.offload_optimizer_device);
   ZT_CHECK(config.zero.offload_optimizer_device == "none" || config.zero.offload_optimizer_device == "cpu",
            "--offload-optimizer must be none or cpu, not '", config.zero.offload_optimizer_device, "'");
+  if (vm.count("grad-accum-dtype")) {
+    const std::string name = vm["grad-accum-dtype"].as<std::string>();
+    const std::optional<DType> dtype = parse_deepspeed_dtype(name);
+    ZT_CHECK(dtype, "--grad-accum-dtype must be one of ", deepspeed_dtype_spellings(), ", not '", name, "'");
+    config.grad_accum_dtype = *dtype;
+  }
   take(vm, "save-every", config.save_every);
   ZT_CHECK(config.save_every >= 0, "--save-every must not be negative");
   if (vm["no-save-at-end"].as<bool>()) config.save_at_end = false;

@@ -62,9 +62,12 @@ class Communicator {
   virtual int nodes() const = 0;       // number of distinct nodes in the job
   virtual std::string name() const = 0;
 
-  // data [n] (f32) summed over ranks, in place.
+  // data [n] summed over ranks, in place. fp32, bf16 or fp16 (16-bit gradients): a 16-bit sum
+  // adds each pair in fp32 and rounds once, the partial sums travelling in 16 bits (MPI: a
+  // user-defined op; NCCL: its native ncclBfloat16 / ncclFloat16 sum, rounded per ring hop).
   virtual Pending all_reduce_sum_async(Tensor data) = 0;
-  // in [W*n] -> out [n]: out = sum over ranks of in's slice [rank*n, (rank+1)*n). f32.
+  // in [W*n] -> out [n]: out = sum over ranks of in's slice [rank*n, (rank+1)*n). fp32, bf16 or
+  // fp16 as all_reduce (in and out the same dtype).
   virtual Pending reduce_scatter_sum_async(Tensor out, Tensor in) = 0;
   // in [n] -> out [W*n]: slice r of out = rank r's in. `in` may be out's own slice (in place).
   // fp32, bf16 or fp16 (in and out the same): ZeRO gathers parameters in the compute dtype;

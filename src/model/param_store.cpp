@@ -44,10 +44,14 @@ std::vector<int> param_units(const std::vector<ParamSpec>& specs) {
 }
 
 ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, const std::vector<bool>& trainable,
-                       int partitions, DType param_dtype, StoreResidency residency, const std::vector<QuantConfig>& quant)
-    : backend_(backend), param_dtype_(param_dtype), partitions_(partitions) {
+                       int partitions, DType param_dtype, StoreResidency residency, const std::vector<QuantConfig>& quant,
+                       DType grad_dtype)
+    : backend_(backend), param_dtype_(param_dtype), grad_dtype_(grad_dtype), partitions_(partitions) {
   ZT_CHECK(param_dtype == DType::F32 || param_dtype == DType::BF16 || param_dtype == DType::F16,
            "ParamStore: parameters are stored in fp32, bf16 or fp16, not ", dtype_name(param_dtype));
+  // A backward GEMM writes a weight gradient in its inputs' dtype or in fp32 (backend.h "matmul").
+  ZT_CHECK(grad_dtype == DType::F32 || grad_dtype == param_dtype, "ParamStore: gradients are stored in fp32 or in the ",
+           "parameters' dtype (", dtype_name(param_dtype), "), not ", dtype_name(grad_dtype));
   ZT_CHECK(specs.size() == trainable.size(), "ParamStore: ", specs.size(), " specs but ", trainable.size(), " flags");
   ZT_CHECK(partitions >= 1, "ParamStore: partitions = ", partitions);
   ZT_CHECK(quant.empty() || quant.size() == specs.size(), "ParamStore: ", specs.size(), " specs but ", quant.size(),
@@ -114,7 +118,7 @@ ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, co
                          Buffer::Discardable{residency.params});
     if (flat.numel && residency.params) backend.fill(group_params(static_cast<ParamGroup>(g)), 0.0f);  // padding stays 0
     if (g != static_cast<int>(ParamGroup::Frozen))
-      flat.grads = Buffer(backend, static_cast<size_t>(flat.numel) * sizeof(float), Buffer::Discardable{residency.grads});
+      flat.grads = Buffer(backend, static_cast<size_t>(flat.numel) * dtype_size(grad_dtype), Buffer::Discardable{residency.grads});
   }
   if (residency.grads) zero_grads();
   if (dequant_numel_) dequant_workspace_ = Buffer(backend, static_cast<size_t>(dequant_numel_) * dtype_size(param_dtype));
@@ -189,7 +193,7 @@ Tensor ParamStore::payload_bytes(const ParamEntry& e) const {
 Tensor ParamStore::grad(const std::string& name) const {
   const ParamEntry& e = entry(name);
   if (e.group == ParamGroup::Frozen) return Tensor();
-  return slice(group(e.group).grads, DType::F32, e);
+  return slice(group(e.group).grads, grad_dtype_, e);
 }
 
 void ParamStore::write_param(const std::string& name, const float* host) {
@@ -232,7 +236,7 @@ Tensor ParamStore::group_params(ParamGroup g) const {
 
 Tensor ParamStore::group_grads(ParamGroup g) const {
   if (g == ParamGroup::Frozen) return Tensor();
-  return Tensor(group(g).grads.data(), DType::F32, {group(g).numel}, backend_.device());
+  return Tensor(group(g).grads.data(), grad_dtype_, {group(g).numel}, backend_.device());
 }
 
 int64_t ParamStore::count_parameters(bool trainable_only) const {

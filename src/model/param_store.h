@@ -54,7 +54,7 @@ struct FlatGroup {
   int64_t numel = 0;  // padded element count of the buffers below
   std::vector<UnitRange> units;  // [units]
   Buffer params;      // param dtype [numel]: the compute parameters the model reads
-  Buffer grads;       // fp32 [numel] (empty for the frozen group)
+  Buffer grads;       // grad dtype [numel] (empty for the frozen group)
 };
 
 // Which flat buffers hold memory from the start (ZeRO decides: stage 3 never holds all the
@@ -71,12 +71,14 @@ class ParamStore {
   // `partitions` is the ZeRO world size the unit ranges are padded for (1: no padding);
   // `param_dtype` is the storage of the parameters the model computes with: the compute dtype
   // (fp32, bf16 or fp16; mixed precision keeps its fp32 master weights in the ZeRO engine).
-  // Gradients are always fp32, so that micro-batches accumulate without 16-bit rounding.
+  // `grad_dtype` is the gradients' storage: fp32 (the default: micro-batches accumulate without
+  // 16-bit rounding), or the parameters' 16-bit dtype (DeepSpeed's data_types.grad_accum_dtype:
+  // half the bytes; each backward `+=` adds in fp32 and rounds once, as cuBLAS with beta 1 does).
   // `quant` (per spec, or empty: none) stores frozen weights 4-bit (QLoRA's base): the payload
   // bytes live in the frozen group, so ZeRO partitions, gathers and offloads them as they are.
   ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, const std::vector<bool>& trainable,
              int partitions = 1, DType param_dtype = DType::F32, StoreResidency residency = {},
-             const std::vector<QuantConfig>& quant = {});
+             const std::vector<QuantConfig>& quant = {}, DType grad_dtype = DType::F32);
 
   const std::vector<ParamEntry>& entries() const { return entries_; }
   const ParamEntry& entry(const std::string& name) const;
@@ -87,8 +89,9 @@ class ParamStore {
   // Param-dtype scratch of the largest 4-bit weight (empty when none): where a layer
   // dequantizes its base weight just before its GEMM (layers compute one at a time).
   Tensor dequant_workspace() const;
-  Tensor grad(const std::string& name) const;   // fp32; empty view when the parameter is frozen
+  Tensor grad(const std::string& name) const;   // grad dtype; empty view when the parameter is frozen
   DType param_dtype() const { return param_dtype_; }
+  DType grad_dtype() const { return grad_dtype_; }
   bool trainable(const std::string& name) const;
 
   // Host <-> store copies of one parameter (the store may live on a device): loading weights,
@@ -102,7 +105,7 @@ class ParamStore {
   FlatGroup& group(ParamGroup group) { return groups_[static_cast<size_t>(group)]; }
   const FlatGroup& group(ParamGroup group) const { return groups_[static_cast<size_t>(group)]; }
   Tensor group_params(ParamGroup group) const;  // param dtype [numel]
-  Tensor group_grads(ParamGroup group) const;   // fp32 [numel]; empty for Frozen
+  Tensor group_grads(ParamGroup group) const;   // grad dtype [numel]; empty for Frozen
 
   int64_t count_parameters(bool trainable_only) const;  // unpadded element counts
   void zero_grads();  // commits the gradient buffers first
@@ -126,6 +129,7 @@ class ParamStore {
   Tensor payload_bytes(const ParamEntry& entry) const;  // uint8 [payload bytes] of a 4-bit weight
   Backend& backend_;
   DType param_dtype_ = DType::F32;
+  DType grad_dtype_ = DType::F32;
   std::vector<ParamEntry> entries_;
   Buffer dequant_workspace_;                     // param dtype [largest 4-bit weight]
   int64_t dequant_numel_ = 0;

@@ -3,8 +3,10 @@
 #include "train/auto_values.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "core/error.h"
+#include "train/ds_config.h"
 
 namespace zt {
 
@@ -34,6 +36,7 @@ const std::vector<Override>& overrides() {
       {"zero-stage", "zero_optimization.stage", [](const TrainConfig& c) { return json(c.zero.stage); }},
       {"offload-optimizer", "zero_optimization.offload_optimizer.device",
        [](const TrainConfig& c) { return json(c.zero.offload_optimizer_device); }},
+      {"grad-accum-dtype", "data_types.grad_accum_dtype", [](const TrainConfig& c) { return json(dtype_name(c.grad_accum_dtype)); }},
   };
   return table;
 }
@@ -101,6 +104,10 @@ void resolve_deepspeed_choices(TrainConfig& config, const std::function<bool(con
     if (given->second == used || (given->second.is_number() && used.is_number() &&
                                   given->second.get<double>() == used.get<double>()))
       continue;
+    if (given->second.is_string() && used.is_string()) {  // one dtype in two of DeepSpeed's spellings ("bfloat16", "bf16")
+      const std::optional<DType> before = parse_deepspeed_dtype(given->second.get<std::string>());
+      if (before && before == parse_deepspeed_dtype(used.get<std::string>())) continue;
+    }
     notes.push_back(cat(file, ": ", entry.key, " ", given->second.dump(), " overridden by --", entry.flag, " ",
                         used.dump(), " (the command line and --config win over the JSON)"));
   }

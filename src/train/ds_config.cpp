@@ -294,11 +294,35 @@ const KeyTable& top_level_keys() {
 
 constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
 
-// A dtype key zerotune honours only at fp32 (its one reduction/accumulation precision).
-void require_fp32_or_null(const Section& section, const std::string& key, const std::string& why) {
+// A dtype key as DeepSpeed reads it (absent or null: nullopt).
+std::optional<DType> dtype_key(const Section& section, const std::string& key) {
   const json* value = section.find(key);
-  if (!value || value->is_null() || *value == "fp32" || *value == "float32") return;
-  fail(section.file(), ": ", section.key_path(key), " ", show(*value), " is not supported (only \"fp32\"): ", why);
+  if (!value || value->is_null()) return std::nullopt;
+  const std::optional<DType> dtype = value->is_string() ? parse_deepspeed_dtype(value->get<std::string>()) : std::nullopt;
+  if (!dtype) section.fail_value(key, *value, cat("one of ", deepspeed_dtype_spellings()));
+  section.record(key, Got::value);
+  return dtype;
+}
+
+// data_types.grad_accum_dtype: the gradients' storage (fp32 by default; DeepSpeed's default is
+// the model's dtype under ZeRO). communication_data_type: zerotune reduces gradients in that
+// same dtype, so it is accepted only when it says so.
+void translate_gradient_dtypes(const Section& top, TrainConfig& config) {
+  Section data_types = top.child("data_types");
+  data_types.check_keys({{"grad_accum_dtype", Role::translated}});
+  if (const std::optional<DType> grad = dtype_key(data_types, "grad_accum_dtype")) {
+    config.grad_accum_dtype = *grad;
+    if (*grad != DType::F32)
+      data_types.note(cat("data_types.grad_accum_dtype ", show(*data_types.find("grad_accum_dtype")), " -> --grad-accum-dtype ",
+                          dtype_name(*grad), " (gradients held, accumulated and reduced in ", dtype_name(*grad),
+                          ": half the gradient bytes; each add and each reduction step rounds once, the optimizer reads "
+                          "them widened to fp32)"));
+  }
+  const std::optional<DType> comm = dtype_key(top, "communication_data_type");
+  if (comm && *comm != config.grad_accum_dtype)
+    fail(top.file(), ": communication_data_type ", show(*top.find("communication_data_type")), " is not supported with "
+         "data_types.grad_accum_dtype ", dtype_name(config.grad_accum_dtype), ": zerotune reduces gradients in their "
+         "own dtype (set both to the same, or leave communication_data_type out)");
 }
 
 void translate_top_level(const Section& top, TrainConfig& config) {
@@ -311,11 +335,7 @@ void translate_top_level(const Section& top, TrainConfig& config) {
   top.require("gradient_predivide_factor", 1.0, "zerotune averages gradients after the reduction");
   top.require("sparse_gradients", false, "zerotune reduces dense gradients");
   top.require("disable_allgather", false, "a legacy ZeRO-1 mode zerotune does not implement");
-  // zerotune reduces and accumulates gradients in fp32: saying so in the JSON is accepted.
-  require_fp32_or_null(top, "communication_data_type", "zerotune reduces gradients in fp32");
-  Section data_types = top.child("data_types");
-  data_types.check_keys({{"grad_accum_dtype", Role::translated}});
-  require_fp32_or_null(data_types, "grad_accum_dtype", "zerotune accumulates gradients in fp32");
+  translate_gradient_dtypes(top, config);
 }
 
 // flops_profiler (DeepSpeed's per-module profile of one step): its profile_step becomes
@@ -935,6 +955,21 @@ size_t key_edit_distance(const std::string& a_text, const std::string& b_text) {
     }
   }
   return distance[a.size()][b.size()];
+}
+
+std::optional<DType> parse_deepspeed_dtype(const std::string& name) {
+  for (const char* spelling : {"fp32", "float32", "float", "torch.float32"})
+    if (name == spelling) return DType::F32;
+  for (const char* spelling : {"bf16", "bfloat16", "torch.bfloat16"})
+    if (name == spelling) return DType::BF16;
+  for (const char* spelling : {"fp16", "float16", "half", "torch.float16"})
+    if (name == spelling) return DType::F16;
+  return std::nullopt;
+}
+
+const char* deepspeed_dtype_spellings() {
+  return "\"fp32\" (\"float32\", \"float\", \"torch.float32\"), \"bf16\" (\"bfloat16\", \"torch.bfloat16\"), "
+         "\"fp16\" (\"float16\", \"half\", \"torch.float16\")";
 }
 
 void apply_deepspeed_config(const json& ds, const std::string& path, int world_size, TrainConfig& config,

@@ -25,6 +25,7 @@
 // model.gradient_checkpointing_enable(). So the section does not turn zerotune's activation
 // checkpointing on (use --activation-checkpointing); its keys are checked and noted as ignored.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,12 @@ void apply_deepspeed_config(const nlohmann::json& ds, const std::string& path, i
 // and applies it. Parse errors name the file, the line and the column.
 void load_deepspeed_config(const std::string& path, int world_size, TrainConfig& config,
                            std::vector<std::string>& notes);
+
+// A dtype as DeepSpeed's DtypeEnum spells it (data_types.grad_accum_dtype, communication_data_type):
+// fp32 | float32 | float | torch.float32, bf16 | bfloat16 | torch.bfloat16, fp16 | float16 | half |
+// torch.float16; nullopt for anything else (int8 included: never a gradient dtype here).
+std::optional<DType> parse_deepspeed_dtype(const std::string& name);
+const char* deepspeed_dtype_spellings();  // the list above, for messages
 
 // Edit distance (optimal string alignment: insert, delete, substitute, swap adjacent), case-
 // insensitive; used to suggest the key a typo meant. Exposed for the tests.

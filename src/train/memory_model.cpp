@@ -118,7 +118,8 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
   const StoreResidency residency =
       zero_store_residency(config.zero, world_size, *make_optimizer(config.optimizer));
   backend->set_term(kTermParameters);  // the store's buffers, told apart below
-  ParamStore store(*backend, plan.specs, plan.trainable, world_size, config.compute_dtype, residency, plan.quant);
+  ParamStore store(*backend, plan.specs, plan.trainable, world_size, config.compute_dtype, residency, plan.quant,
+                   config.grad_accum_dtype);
   backend->set_term(kTermZeroBuffers);  // the engine's, master and optimizer state told apart below
   ZeroEngine engine(*backend, *comm, store, config.zero, config.optimizer, config.compute_dtype, comm.get());
   for (int unit = 0; unit < store.num_units(); ++unit) {  // loading writes nothing the counting backend keeps

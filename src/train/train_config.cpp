@@ -76,6 +76,7 @@ nlohmann::json TrainConfig::to_json() const {
       {"gradient_clipping", gradient_clipping},
       {"steps_per_print", steps_per_print},
       {"compute_dtype", dtype_name(compute_dtype)},
+      {"grad_accum_dtype", dtype_name(grad_accum_dtype)},
       {"loss_scaler",
        {{"loss_scale", loss_scaler.loss_scale},
         {"initial_scale_power", loss_scaler.initial_scale_power},

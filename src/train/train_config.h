@@ -36,6 +36,9 @@ struct TrainConfig {
   double gradient_clipping = 0.0;  // 0: off
   int64_t steps_per_print = 10;
   DType compute_dtype = DType::F32;
+  // data_types.grad_accum_dtype / --grad-accum-dtype: the gradients' storage, fp32 (default) or the
+  // 16-bit compute dtype (zero/zero_engine.h check_gradient_dtype says which runs take it).
+  DType grad_accum_dtype = DType::F32;
   LossScalerConfig loss_scaler;
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;

@@ -85,14 +85,16 @@ std::string mib(int64_t bytes) { return cat(static_cast<double>(bytes) / (1024.0
 
 // Rank 0's start banner: the per-rank memory of the ZeRO layout and the expected traffic.
 void print_zero_banner(const ZeroEngine& engine, const ZeroConfig& zero, int world_size, int nodes,
-                       int64_t accumulation, const char* precision) {
+                       int64_t accumulation, const char* precision, DType grad_dtype) {
   const ZeroMemory m = engine.memory();
   const ZeroCommPlan plan = engine.comm_plan(accumulation);
   std::printf("zero: stage %d, offload_optimizer %s, offload_param %s, %d rank(s) on %d node(s), precision %s\n",
               zero.stage, zero.offload_optimizer_device.c_str(), zero.offload_param_device.c_str(), world_size, nodes,
               precision);
-  std::printf("zero: per rank: parameters %s, gradients %s, fp32 master %s, optimizer state %s%s\n",
-              mib(m.compute_params).c_str(), mib(m.gradients).c_str(), mib(m.master_params).c_str(),
+  const std::string widening = m.gradient_widening ? cat(" + ", mib(m.gradient_widening), " fp32 for the update") : "";
+  std::printf("zero: per rank: parameters %s, gradients %s (%s%s), fp32 master %s, optimizer state %s%s\n",
+              mib(m.compute_params).c_str(), mib(m.gradients).c_str(), dtype_name(grad_dtype), widening.c_str(),
+              mib(m.master_params).c_str(),
               mib(m.optimizer_state).c_str(), m.host_bytes ? cat(" (host: ", mib(m.host_bytes), ")").c_str() : "");
   std::printf("zero: expected traffic per step and rank: all-reduce %s, reduce-scatter %s, all-gather %s\n",
               mib(static_cast<int64_t>(plan.all_reduce)).c_str(), mib(static_cast<int64_t>(plan.reduce_scatter)).c_str(),
@@ -122,6 +124,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
   claim_run_directory(config.out_dir, !config.resume.empty(), options.overwrite, *host_comm);
   config.resolve_batch_sizes(world_size);
   if (fused_optimizer) fused_update_schedule(config.gradient_accumulation_steps, false);  // refused before loading
+  check_gradient_dtype(config.grad_accum_dtype, config.compute_dtype, *make_optimizer(config.optimizer));  // likewise
   if (leader)
     for (const std::string& note : options.notes) std::printf("note: %s\n", note.c_str());
 
@@ -188,7 +191,8 @@ void run_training(TrainConfig config, const RunOptions& options) {
   // Loaded unit by unit: under ZeRO-3 a rank never holds more than one unit beyond its
   // partition, not even while loading (zero_store_residency).
   const StoreResidency residency = zero_store_residency(config.zero, world_size, *make_optimizer(config.optimizer));
-  ParamStore store(*backend, plan.specs, plan.trainable, world_size, config.compute_dtype, residency, plan.quant);
+  ParamStore store(*backend, plan.specs, plan.trainable, world_size, config.compute_dtype, residency, plan.quant,
+                   config.grad_accum_dtype);
   ZeroEngine engine(*backend, *comm, store, config.zero, config.optimizer, config.compute_dtype, host_comm.get());
   for (int unit = 0; unit < store.num_units(); ++unit) {
     if (!residency.params) store.commit_unit_params(unit);
@@ -274,6 +278,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
     run["dataset"] = {{"samples", dataset.num_samples()}, {"shards", dataset.shard_paths().size()}};
     const ZeroMemory memory = engine.memory();
     run["zero_memory_per_rank"] = {{"parameters", memory.compute_params}, {"gradients", memory.gradients},
+                                   {"gradient_widening", memory.gradient_widening},
                                    {"master_params", memory.master_params}, {"optimizer_state", memory.optimizer_state},
                                    {"host", memory.host_bytes}};
     nlohmann::json layout = {{"all_elements", 0}, {"trainable_elements", 0}, {"unit_elements", nlohmann::json::array()}};
@@ -312,7 +317,8 @@ void run_training(TrainConfig config, const RunOptions& options) {
     print_zero_banner(engine, config.zero, world_size, comm->nodes(), config.gradient_accumulation_steps,
                       config.compute_dtype == DType::F32 ? "fp32"
                       : config.compute_dtype == DType::BF16 ? "bf16 (fp32 master weights)"
-                                                            : "fp16 (fp32 master weights, dynamic loss scaling)");
+                                                            : "fp16 (fp32 master weights, dynamic loss scaling)",
+                      store.grad_dtype());
     std::printf("memory: rank 0 predicted %s after set-up, %s at the step's peak (micro-batch %lld x %lld tokens)%s%s\n",
                 format_bytes(memory_prediction.device_setup).c_str(), format_bytes(memory_prediction.device_peak).c_str(),
                 static_cast<long long>(micro_batch), static_cast<long long>(longest_sample),

@@ -33,7 +33,7 @@ class AllReduceReduction final : public BucketedReduction {
           context_.comm->all_reduce_sum(grads.rows(begin, std::min(context_.zero.reduce_bucket_size, numel - begin)));
       }
     }
-    if (context_.compute_dtype != DType::F32)  // fp16 overflow becomes inf here
+    if (rounds_reduced_gradients(context_))  // fp16 overflow becomes inf here
       for (Tensor grads : held()) context_.backend->round_to(grads, context_.compute_dtype);
     return false;
   }
@@ -49,7 +49,7 @@ class AllReduceReduction final : public BucketedReduction {
   int64_t gradient_bytes() const override {
     int64_t numel = 0;
     for (ParamGroup group : kTrainableGroups) numel += context_.store->group(group).numel;
-    return numel * static_cast<int64_t>(sizeof(float));
+    return numel * gradient_element_bytes(context_);
   }
 
  private:

@@ -14,6 +14,14 @@ namespace {
 constexpr ParamGroup kTrainableGroups[] = {ParamGroup::Decay, ParamGroup::NoDecay};
 }  // namespace
 
+bool rounds_reduced_gradients(const ReductionContext& context) {
+  return context.compute_dtype != DType::F32 && context.store->grad_dtype() == DType::F32;
+}
+
+int64_t gradient_element_bytes(const ReductionContext& context) {
+  return static_cast<int64_t>(dtype_size(context.store->grad_dtype()));
+}
+
 std::unique_ptr<GradientReduction> make_gradient_reduction(const ReductionContext& context, const Optimizer& optimizer,
                                                            const OptimizerConfig& config, Communicator* host_comm) {
   const bool exchanges = optimizer.exchanges_momentum();

@@ -40,7 +40,8 @@ struct ReductionContext {
   ParamStore* store = nullptr;
   ZeroConfig zero;
   int stage = 0, world = 1, rank = 0;
-  DType compute_dtype = DType::F32;  // reduced gradients are rounded to it (fp16 overflow becomes inf)
+  DType compute_dtype = DType::F32;  // fp32 reduced gradients are rounded to it (fp16 overflow becomes inf);
+                                     // 16-bit ones (store->grad_dtype()) are in it already
   // In the step's last micro-batch: this rank's final reduced slices [begin, begin + n) of a
   // group's partition, rounded, as their bucket completes (the engine starts their offload copy).
   std::function<void(ParamGroup group, int64_t begin, Tensor slices)> slices_final;
@@ -98,6 +99,13 @@ class GradientReduction {
  protected:
   bool last_ = false;  // the step's last micro-batch is running
 };
+
+// Whether the reduced gradients are rounded to the compute dtype after the reduction: fp32
+// gradients of a 16-bit run are (so that they hold what 16-bit gradients would, fp16 overflow
+// as inf); 16-bit gradients are rounded by every add already.
+bool rounds_reduced_gradients(const ReductionContext& context);
+// Bytes of one gradient element: the store's gradient dtype (fp32, or 16-bit).
+int64_t gradient_element_bytes(const ReductionContext& context);
 
 // The one place a strategy is chosen. `fused`: the optimizer updates inside backward (no
 // partition buffers: it reduces unit by unit). host_comm: MPI over host buffers for a compressed

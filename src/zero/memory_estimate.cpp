@@ -38,6 +38,9 @@ void check_inputs(const ZeroMemoryInputs& in) {
   ZT_CHECK(!in.offload_params || in.stage == 3, "memory plan: offload_param needs ZeRO stage 3 (stage ", in.stage, ")");
   ZT_CHECK(in.compute_dtype_bytes == 2 || in.compute_dtype_bytes == 4, "memory plan: compute_dtype_bytes = ",
            in.compute_dtype_bytes, ": must be 2 (bf16/fp16) or 4 (fp32)");
+  ZT_CHECK(in.grad_dtype_bytes == 4 || (in.grad_dtype_bytes == 2 && in.compute_dtype_bytes == 2 && !in.fused_optimizer),
+           "memory plan: grad_dtype_bytes = ", in.grad_dtype_bytes, ": must be 4 (fp32), or 2 with 16-bit compute and an "
+           "optimizer that is not fused into backward");
   ZT_CHECK(in.reduce_bucket_size > 0, "memory plan: reduce_bucket_size = ", in.reduce_bucket_size, ": must be > 0");
   ZT_CHECK(in.stage3_max_live_parameters > 0, "memory plan: stage3_max_live_parameters = ",
            in.stage3_max_live_parameters, ": must be > 0");
@@ -98,17 +101,19 @@ ZeroMemoryPlan zero_memory_plan(const ZeroMemoryInputs& in) {
     plan.device_param_bytes += plan.gathered_params * c;
   }
 
-  // fp32 gradients: whole for stages 0/1 (all-reduced), this rank's partition plus the bucket
-  // being reduce-scattered for stages 2/3.
+  // Gradients (g bytes each: fp32, or 16-bit with data_types.grad_accum_dtype): whole for stages
+  // 0/1 (all-reduced), this rank's partition plus the bucket being reduce-scattered for stages 2/3.
+  // A fused optimizer's (fp32 only) are the unit in flight.
+  const int64_t g = in.grad_dtype_bytes;
   if (in.fused_optimizer) {  // LOMO: one unit's gradients in flight, reduced and applied as backward completes it
     const int64_t unit = std::min(plan.padded_trainable,
                                   in.gather_unit_params > 0 ? in.gather_unit_params : in.largest_layer_params);
     plan.device_grad_bytes = unit * 4 + (in.stage >= 1 && world > 1 ? unit / world * 4 : 0);
   } else if (in.stage <= 1) {
-    plan.device_grad_bytes = plan.padded_trainable * 4;
+    plan.device_grad_bytes = plan.padded_trainable * g;
   } else {
-    plan.device_grad_bytes = plan.trainable_partition * 4;
-    plan.device_grad_bucket_bytes = std::min(in.reduce_bucket_size, plan.padded_trainable) * 4;
+    plan.device_grad_bytes = plan.trainable_partition * g;
+    plan.device_grad_bucket_bytes = std::min(in.reduce_bucket_size, plan.padded_trainable) * g;
   }
 
   // fp32 master weights and the optimizer's state: whole for stage 0, partitioned from stage 1.
@@ -116,7 +121,7 @@ ZeroMemoryPlan zero_memory_plan(const ZeroMemoryInputs& in) {
   if (in.offload_optimizer) {
     plan.host_master_bytes = optimizer_elements * 4;
     plan.host_optimizer_bytes = optimizer_elements * 4 * in.optimizer_state_floats + in.tensor_state_floats * 4;
-    plan.host_grad_bytes = optimizer_elements * 4;
+    plan.host_grad_bytes = optimizer_elements * g;
   } else {
     plan.master_aliases_params = c == 4;
     plan.device_master_bytes = plan.master_aliases_params ? 0 : optimizer_elements * 4;

@@ -31,6 +31,7 @@ struct ZeroMemoryInputs {
   bool offload_optimizer = false;  // fp32 master + moments (+ gradient partition) on the host
   bool offload_params = false;     // stage 3: the compute-dtype parameter partition on the host
   int64_t compute_dtype_bytes = 2; // 2 for bf16/fp16, 4 for fp32
+  int64_t grad_dtype_bytes = 4;    // data_types.grad_accum_dtype: 4 for fp32 (default), 2 for bf16/fp16
   int optimizer_state_floats = 2;  // fp32 state buffers per trainable element (Optimizer::state_names:
                                    // AdamW and Lamb 2, SGD with momentum 1, SGD without and LOMO 0)
   bool fused_optimizer = false;    // LOMO, AdaLomo: gradients only for the unit in flight (gather_unit_params,
@@ -61,10 +62,11 @@ struct ZeroMemoryPlan {
   // device (GPU) bytes per rank
   int64_t device_param_bytes = 0;    // stages 0-2: P c; stage 3: (P/W) c (0 when offload_params)
                                      // + gathered_params c
-  int64_t device_grad_bytes = 0;     // fp32 gradients: stages 0/1: T 4; stages 2/3: (T/W) 4;
-                                     // fused optimizer: U 4 (+ (U/W) 4 from stage 1), U the gather unit
-  int64_t device_grad_bucket_bytes = 0;  // stages 2/3: one fp32 reduce bucket of
-                                         // min(reduce_bucket_size, T) elements; else 0
+  int64_t device_grad_bytes = 0;     // gradients, g = grad_dtype_bytes: stages 0/1: T g; stages 2/3:
+                                     // (T/W) g; fused optimizer: U 4 (+ (U/W) 4 from stage 1), U the
+                                     // gather unit
+  int64_t device_grad_bucket_bytes = 0;  // stages 2/3: one reduce bucket of min(reduce_bucket_size, T)
+                                         // elements, g bytes each; else 0
   int64_t device_master_bytes = 0;   // fp32 master weights: stage 0: T 4, stages 1-3: (T/W) 4;
                                      // 0 when offloaded or aliased
   int64_t device_optimizer_bytes = 0;  // optimizer state, s = optimizer_state_floats: 4 s T
@@ -74,7 +76,7 @@ struct ZeroMemoryPlan {
   // host (CPU) bytes per rank (all 0 without offload)
   int64_t host_master_bytes = 0;     // offload_optimizer: (T/W) 4
   int64_t host_optimizer_bytes = 0;  // offload_optimizer: (T/W) 4 s + 4 tensor_state_floats
-  int64_t host_grad_bytes = 0;       // offload_optimizer: (T/W) 4, the reduced gradient
+  int64_t host_grad_bytes = 0;       // offload_optimizer: (T/W) g, the reduced gradient
                                      // partition the CPU Adam reads
   int64_t host_param_bytes = 0;      // offload_params: (P/W) c
   int64_t host_total_bytes = 0;      // the sum of the host_* bytes above

@@ -23,13 +23,13 @@ class OneRankReduction final : public GradientReduction {
       const UnitRange range = context_.store->unit_range(group, unit);
       if (!range.numel) continue;
       Tensor slices = reduced(group).rows(range.begin, range.numel);
-      if (context_.compute_dtype != DType::F32) context_.backend->round_to(slices, context_.compute_dtype);
+      if (rounds_reduced_gradients(context_)) context_.backend->round_to(slices, context_.compute_dtype);
       context_.slices_final(group, range.begin, slices);
     }
   }
   bool finish() override {
     if (context_.stage >= 1 && last_) return true;
-    if (context_.compute_dtype != DType::F32)
+    if (rounds_reduced_gradients(context_))
       for (Tensor grads : held()) context_.backend->round_to(grads, context_.compute_dtype);
     return false;
   }
@@ -46,7 +46,7 @@ class OneRankReduction final : public GradientReduction {
   int64_t gradient_bytes() const override {
     int64_t numel = 0;
     for (ParamGroup group : kTrainableGroups) numel += context_.store->group(group).numel;
-    return numel * static_cast<int64_t>(sizeof(float));
+    return numel * gradient_element_bytes(context_);
   }
 
  private:

@@ -15,22 +15,23 @@ namespace {
 
 constexpr ParamGroup kTrainableGroups[] = {ParamGroup::Decay, ParamGroup::NoDecay};
 
-Tensor f32_view(const Buffer& buffer, int64_t numel) { return buffer.view(DType::F32, {numel}); }
+// Gradient buffers are in the store's gradient dtype (fp32, or 16-bit: half the bytes reduced).
+Tensor grad_view(const Buffer& buffer, DType dtype, int64_t numel) { return buffer.view(dtype, {numel}); }
 
-void ensure_numel(Buffer& buffer, Backend& backend, int64_t numel) {
-  const size_t bytes = static_cast<size_t>(numel) * sizeof(float);
+void ensure_numel(Buffer& buffer, Backend& backend, DType dtype, int64_t numel) {
+  const size_t bytes = static_cast<size_t>(numel) * dtype_size(dtype);
   if (buffer.bytes() < bytes) buffer = Buffer(backend, bytes);
 }
 
 class ReduceScatterReduction final : public BucketedReduction {
  public:
   ReduceScatterReduction(const ReductionContext& context, bool per_micro_batch, bool partitions)
-      : BucketedReduction(context), per_micro_batch_(per_micro_batch) {
+      : BucketedReduction(context), per_micro_batch_(per_micro_batch), dtype_(context.store->grad_dtype()) {
     for (ParamGroup group : kTrainableGroups) {
       Group& g = groups_[static_cast<size_t>(group)];
       g.partition_numel = context.store->group(group).numel / context.world;
       if (partitions && g.partition_numel)
-        g.partition = Buffer(*context.backend, static_cast<size_t>(g.partition_numel) * sizeof(float));
+        g.partition = Buffer(*context.backend, static_cast<size_t>(g.partition_numel) * dtype_size(dtype_));
     }
   }
 
@@ -38,7 +39,7 @@ class ReduceScatterReduction final : public BucketedReduction {
     last_ = false;
     for (ParamGroup group : kTrainableGroups)
       if (Group& g = groups_[static_cast<size_t>(group)]; g.partition.data())
-        context_.backend->fill(f32_view(g.partition, g.partition_numel), 0.0f);
+        context_.backend->fill(grad_view(g.partition, dtype_, g.partition_numel), 0.0f);
   }
   void unit_ready(int unit) override {
     if (per_micro_batch_ || last_) enqueue(unit);
@@ -58,13 +59,13 @@ class ReduceScatterReduction final : public BucketedReduction {
     }
     // In a step whose last micro-batch was marked, every slice was rounded as its bucket completed.
     if (last_) return true;
-    if (context_.compute_dtype != DType::F32)  // fp16 overflow becomes inf here
+    if (rounds_reduced_gradients(context_))  // fp16 overflow becomes inf here
       for (Tensor partition : held()) context_.backend->round_to(partition, context_.compute_dtype);
     return false;
   }
   Tensor reduced(ParamGroup group) override {
     const Group& g = groups_[static_cast<size_t>(group)];
-    return f32_view(g.partition, g.partition_numel);
+    return grad_view(g.partition, dtype_, g.partition_numel);
   }
   double gradient_norm() override {
     return std::sqrt(context_.comm->all_reduce_sum(context_.backend->sum_squares_of(held())));
@@ -89,7 +90,7 @@ class ReduceScatterReduction final : public BucketedReduction {
       numel += context_.store->group(group).numel;
       partition += groups_[static_cast<size_t>(group)].partition_numel;
     }
-    const int64_t f = sizeof(float);
+    const int64_t f = gradient_element_bytes(context_);
     if (per_micro_batch_) return (partition + std::min(context_.zero.reduce_bucket_size, numel)) * f;
     return (numel + partition) * f;  // the full local gradients and the reduced partition
   }
@@ -97,8 +98,8 @@ class ReduceScatterReduction final : public BucketedReduction {
  private:
   struct Group {
     int64_t partition_numel = 0;  // P
-    Buffer partition;             // fp32 [P]: this rank's reduced gradient slices
-    Buffer staging_in, staging_out;  // fp32 [W*S], [S]: bucket staging (grown as needed)
+    Buffer partition;             // grad dtype [P]: this rank's reduced gradient slices
+    Buffer staging_in, staging_out;  // grad dtype [W*S], [S]: bucket staging (grown as needed)
   };
 
   void start_part(Part& part) override {
@@ -109,27 +110,28 @@ class ReduceScatterReduction final : public BucketedReduction {
     if (part.units.size() == 1) {  // one unit is already rank-major: reduce it in place
       in = grads.rows(part.units[0].begin, part.units[0].numel);
     } else {
-      ensure_numel(g.staging_in, *context_.backend, per_rank * context_.world);
-      in = f32_view(g.staging_in, per_rank * context_.world);
+      ensure_numel(g.staging_in, *context_.backend, dtype_, per_rank * context_.world);
+      in = grad_view(g.staging_in, dtype_, per_rank * context_.world);
       pack_rank_major(*context_.backend, in, grads, part.units, context_.world);
     }
-    ensure_numel(g.staging_out, *context_.backend, per_rank);
+    ensure_numel(g.staging_out, *context_.backend, dtype_, per_rank);
     peak_staging_ = std::max<int64_t>(peak_staging_, static_cast<int64_t>(g.staging_in.bytes() + g.staging_out.bytes()));
-    part.pending = context_.comm->reduce_scatter_sum_async(f32_view(g.staging_out, per_rank), in);
+    part.pending = context_.comm->reduce_scatter_sum_async(grad_view(g.staging_out, dtype_, per_rank), in);
   }
 
   // The bucket's slices join this rank's partition; in the step's last micro-batch they hold
-  // their final sums: rounded to the compute dtype now, and handed to the engine (offload), so
-  // both overlap the rest of backward.
+  // their final sums: rounded to the compute dtype now (fp32 gradients), and handed to the engine
+  // (offload), so both overlap the rest of backward. 16-bit slices are added in fp32 and rounded
+  // once per add (Backend::accumulate).
   void finish_part(Part& part) override {
     Group& g = groups_[static_cast<size_t>(part.group)];
     const int64_t per_rank = slice_numel(part.units, context_.world);
-    Tensor partition = f32_view(g.partition, g.partition_numel);
-    add_slices(*context_.backend, partition, f32_view(g.staging_out, per_rank), part.units, context_.world);
+    Tensor partition = grad_view(g.partition, dtype_, g.partition_numel);
+    add_slices(*context_.backend, partition, grad_view(g.staging_out, dtype_, per_rank), part.units, context_.world);
     if (!last_) return;
     const int64_t begin = part.units.front().begin / context_.world;
     Tensor slices = partition.rows(begin, per_rank);
-    if (context_.compute_dtype != DType::F32) context_.backend->round_to(slices, context_.compute_dtype);
+    if (rounds_reduced_gradients(context_)) context_.backend->round_to(slices, context_.compute_dtype);
     context_.slices_final(part.group, begin, slices);
   }
   bool gives_back() const override { return true; }
@@ -142,6 +144,7 @@ class ReduceScatterReduction final : public BucketedReduction {
   }
 
   bool per_micro_batch_;
+  DType dtype_;  // the gradients' (the store's grad dtype)
   Group groups_[kParamGroups];
 };
 

@@ -17,7 +17,34 @@ constexpr ParamGroup kAllGroups[] = {ParamGroup::Frozen, ParamGroup::Decay, Para
 
 Tensor f32_buffer_view(const Buffer& buffer, int64_t numel) { return buffer.view(DType::F32, {numel}); }
 
+// How a data_types.grad_accum_dtype value is named in messages: as the JSON spells it.
+std::string grad_dtype_shown(DType dtype) { return cat("data_types.grad_accum_dtype \"", dtype_name(dtype), "\""); }
+
 }  // namespace
+
+std::string gradient_dtype_refusal(DType grad_dtype, DType compute_dtype, const Optimizer& optimizer) {
+  if (grad_dtype == DType::F32) return "";
+  if (grad_dtype != DType::BF16 && grad_dtype != DType::F16)
+    return cat(grad_dtype_shown(grad_dtype), " is not supported: gradients are fp32, bf16 or fp16");
+  // A backward GEMM writes a weight gradient in its inputs' dtype or in fp32 (backend.h "matmul").
+  if (grad_dtype != compute_dtype)
+    return cat(grad_dtype_shown(grad_dtype), " needs ", dtype_name(grad_dtype), " compute (\"", dtype_name(grad_dtype),
+               "\": {\"enabled\": true}), but the run computes in ", dtype_name(compute_dtype),
+               ": 16-bit gradients are stored in the compute dtype, which the backward GEMMs write (use \"fp32\", or "
+               "enable ", dtype_name(grad_dtype), ")");
+  if (optimizer.fuses_into_backward())
+    return cat(grad_dtype_shown(grad_dtype), " with optimizer ", optimizer.name(), ": it applies each unit's gradient "
+               "inside backward as soon as it is complete and keeps no gradient buffer to halve (use \"fp32\")");
+  if (optimizer.exchanges_momentum())
+    return cat(grad_dtype_shown(grad_dtype), " with optimizer ", optimizer.name(), ": its compressed steps keep each "
+               "rank's local gradient and error feedback in fp32 (use \"fp32\")");
+  return "";
+}
+
+void check_gradient_dtype(DType grad_dtype, DType compute_dtype, const Optimizer& optimizer) {
+  const std::string refusal = gradient_dtype_refusal(grad_dtype, compute_dtype, optimizer);
+  ZT_CHECK(refusal.empty(), refusal);
+}
 
 // One parameter group's share on this rank. P = group numel / W for stage >= 1, the whole
 // group for stage 0.
@@ -26,7 +53,7 @@ struct ZeroEngine::GroupState {
   int64_t partition_numel = 0;  // P
   Buffer master;                // fp32 [P] trainable groups (host when offloaded)
   std::vector<Buffer> state;    // fp32 [P] each: the optimizer's state_names() (host when offloaded)
-  Buffer host_grad;             // fp32 [P] offload: the gradient partition copied to the host
+  Buffer host_grad;             // grad dtype [P] offload: the gradient partition copied to the host
   Buffer host_compute;          // param dtype [P] offload to a GPU with 16-bit compute: the updated
                                 // master rounded on the host, then uploaded (half of fp32's bytes)
   Buffer compute_partition;     // param dtype [P] device: the master in the compute dtype (what stages 1-3
@@ -40,6 +67,7 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
       offload_param_(zero.offload_param_device == "cpu"),
       compute_dtype_(compute_dtype), rounds_(compute_dtype != DType::F32) {
   fused_ = optimizer_->fuses_into_backward();
+  check_gradient_dtype(store.grad_dtype(), compute_dtype, *optimizer_);
   ZT_CHECK(!fused_ || !offload_, "optimizer ", optimizer_->name(), " updates inside backward, on the device, and "
            "keeps no per-element state: zero_optimization.offload_optimizer must be none");
   ZT_CHECK(compute_dtype == DType::F32 || compute_dtype == DType::BF16 || compute_dtype == DType::F16,
@@ -75,7 +103,7 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
         state->state.emplace_back(state_backend, bytes);
         state_backend.fill(f32_buffer_view(state->state.back(), state->partition_numel), 0.0f);
       }
-      if (offload_) state->host_grad = Buffer(*host_, bytes);
+      if (offload_) state->host_grad = Buffer(*host_, static_cast<size_t>(state->partition_numel) * grad_bytes());
       if (stage_ >= 1 && (offload_ || rounds_ || offload_param_))
         state->compute_partition = Buffer(partition_backend, param_bytes(*state));
       if (offload_ && rounds_ && !offload_param_ && backend_.device() != Device::CPU)
@@ -109,6 +137,14 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
   context.released = [this](int unit) { units_[static_cast<size_t>(unit)].grads_live = false; };
   reduction_ = make_gradient_reduction(context, *optimizer_, optimizer, host_comm);
   grads_in_flight_ = fused_ || reduction_->reduces_per_micro_batch();
+  // 16-bit gradients are widened piece by piece for the optimizer, which reads fp32.
+  if (store.grad_dtype() != DType::F32) {
+    int64_t largest = 0;
+    for (ParamGroup group : kTrainableGroups)
+      for (const std::vector<UnitRange>& bucket : gather_pieces(group))
+        for (const std::vector<UnitRange>& units : update_pieces(bucket)) largest = std::max(largest, piece_numel(units));
+    if (largest) wide_grad_ = Buffer(state_backend, static_cast<size_t>(largest) * sizeof(float));
+  }
   if (fused_ && stage_ >= 1 && world_ > 1) {  // one unit's slice of the largest group range
     int64_t largest = 0;
     for (int unit = 0; unit < store.num_units(); ++unit)
@@ -343,9 +379,42 @@ void ZeroEngine::gradients_ready(int unit) {
 }
 
 void ZeroEngine::slices_final(ParamGroup group, int64_t begin, Tensor slices) {
-  if (offload_)
-    backend_.copy_async(f32_buffer_view(state(group).host_grad, state(group).partition_numel).rows(begin, slices.numel()),
-                        slices);
+  if (offload_) backend_.copy_async(host_grad_view(state(group)).rows(begin, slices.numel()), slices);
+}
+
+size_t ZeroEngine::grad_bytes() const { return dtype_size(store_.grad_dtype()); }
+
+Tensor ZeroEngine::host_grad_view(const GroupState& s) const {
+  return s.host_grad.view(store_.grad_dtype(), {s.partition_numel});
+}
+
+// Stages 1/2 update bucket by bucket (allgather_bucket_size) and start each bucket's all-gather as
+// soon as its partition is updated, so the gathers overlap the (CPU) update of the next buckets;
+// the other stages update the whole partition as one piece.
+std::vector<std::vector<UnitRange>> ZeroEngine::gather_pieces(ParamGroup group) const {
+  const std::vector<UnitRange>& units = store_.group(group).units;
+  if (stage_ == 1 || stage_ == 2) return plan_buckets(units, zero_.allgather_bucket_size);
+  return {units};
+}
+
+// fp32 gradients: the optimizer takes a gather piece at once. 16-bit ones: unit by unit, so that
+// the fp32 copy the optimizer reads (wide_grad_) is one unit's slice, not a bucket's or the whole
+// gradient's (which would eat the saving).
+std::vector<std::vector<UnitRange>> ZeroEngine::update_pieces(const std::vector<UnitRange>& bucket) const {
+  if (store_.grad_dtype() == DType::F32) return {bucket};
+  return plan_buckets(bucket, 1);  // each unit with elements a piece of its own
+}
+
+// Elements of this rank's partition a piece of consecutive units covers (stage 0: all of them).
+int64_t ZeroEngine::piece_numel(const std::vector<UnitRange>& units) const {
+  return slice_numel(units, stage_ == 0 ? 1 : world_);
+}
+
+Tensor ZeroEngine::fp32_gradient(Backend& on, Tensor grad) {
+  if (grad.dtype == DType::F32) return grad;
+  Tensor wide = wide_grad_.view(DType::F32, {grad.numel()});
+  on.copy(wide, grad);  // exact: every 16-bit value is an fp32 value
+  return wide;
 }
 
 void ZeroEngine::end_micro_batch() { reduction_->end_micro_batch(); }
@@ -391,45 +460,48 @@ void ZeroEngine::apply_update(const OptimizerStep& step) {
   }
   // An exchanged average stands where the reduced gradients would, already divided.
   const float grad_divisor = source == UpdateSource::Exchanged ? 1.0f : step.grad_divisor;
-  Backend& state_backend = offload_ ? *host_ : backend_;
-  // Stage 1/2 update bucket by bucket (allgather_bucket_size) and start each bucket's
-  // all-gather as soon as its partition is updated, so the gathers overlap the (CPU) update of
-  // the next buckets; the other stages update the whole partition at once.
   std::deque<BucketGather> gathers;
   for (ParamGroup group : kTrainableGroups) {
-    GroupState& s = state(group);
-    if (!s.partition_numel) continue;
-    std::vector<std::vector<UnitRange>> pieces = {store_.group(group).units};
-    if (stage_ == 1 || stage_ == 2) pieces = plan_buckets(store_.group(group).units, zero_.allgather_bucket_size);
-    for (const std::vector<UnitRange>& units : pieces) {
-      const int64_t begin = stage_ == 0 ? 0 : units.front().begin / world_;
-      const int64_t numel = stage_ == 0 ? s.partition_numel : slice_numel(units, world_);
-      if (!numel) continue;
-      Tensor grad = reduction_->reduced(group).rows(begin, numel);
-      if (offload_) {  // the gradient goes to the host, where the optimizer state lives
-        Tensor host_grad = f32_buffer_view(s.host_grad, s.partition_numel).rows(begin, numel);
-        if (host_grads_ready_) {  // copied bucket by bucket during backward
-          host_grads_ready_->wait();
-          host_grads_ready_.reset();
-        }
-        if (!gradients_finished_) backend_.copy(host_grad, grad);
-        grad = host_grad;
-      }
-      if (grad_divisor != 1.0f) state_backend.scale(grad, 1.0f / grad_divisor);
-      OptimizerPiece piece;
-      piece.decay = group == ParamGroup::Decay;
-      piece.param = f32_buffer_view(s.master, s.partition_numel).rows(begin, numel);
-      piece.grad = grad;
-      for (const Buffer& buffer : s.state) piece.state.push_back(f32_buffer_view(buffer, s.partition_numel).rows(begin, numel));
-      if (optimizer_->needs_tensor_slices()) add_tensor_slices(piece, group, units, stage_ >= 1 && world_ > 1);
-      optimizer_->update(state_backend, piece, step);
-      update_compute_partition(group, begin, numel);
-      if (stage_ == 1 || stage_ == 2) start_bounded_gather(gathers, group, units);
+    if (!state(group).partition_numel) continue;
+    for (const std::vector<UnitRange>& bucket : gather_pieces(group)) {
+      for (const std::vector<UnitRange>& units : update_pieces(bucket)) update_piece(group, units, step, grad_divisor);
+      if (stage_ == 1 || stage_ == 2) start_bounded_gather(gathers, group, bucket);
     }
   }
   if (offload_) uploads_done_ = backend_.record_event();
   for (BucketGather& gather : gathers) finish_bucket_gather(gather);
   if (stage_ == 0 || stage_ == 3) sync_params_after_update();
+}
+
+// The optimizer on this rank's partition of `units` of `group` (consecutive), from the reduced
+// gradient divided by grad_divisor; then the piece's compute parameters.
+void ZeroEngine::update_piece(ParamGroup group, const std::vector<UnitRange>& units, const OptimizerStep& step,
+                              float grad_divisor) {
+  GroupState& s = state(group);
+  Backend& state_backend = offload_ ? *host_ : backend_;
+  const int64_t begin = units.front().begin / (stage_ == 0 ? 1 : world_);
+  const int64_t numel = piece_numel(units);
+  if (!numel) return;
+  Tensor grad = reduction_->reduced(group).rows(begin, numel);  // grad dtype [numel]
+  if (offload_) {  // the gradient goes to the host, where the optimizer state lives
+    Tensor host_grad = host_grad_view(s).rows(begin, numel);
+    if (host_grads_ready_) {  // copied bucket by bucket during backward
+      host_grads_ready_->wait();
+      host_grads_ready_.reset();
+    }
+    if (!gradients_finished_) backend_.copy(host_grad, grad);
+    grad = host_grad;
+  }
+  grad = fp32_gradient(state_backend, grad);  // fp32 [numel]
+  if (grad_divisor != 1.0f) state_backend.scale(grad, 1.0f / grad_divisor);
+  OptimizerPiece piece;
+  piece.decay = group == ParamGroup::Decay;
+  piece.param = f32_buffer_view(s.master, s.partition_numel).rows(begin, numel);
+  piece.grad = grad;
+  for (const Buffer& buffer : s.state) piece.state.push_back(f32_buffer_view(buffer, s.partition_numel).rows(begin, numel));
+  if (optimizer_->needs_tensor_slices()) add_tensor_slices(piece, group, units, stage_ >= 1 && world_ > 1);
+  optimizer_->update(state_backend, piece, step);
+  update_compute_partition(group, begin, numel);
 }
 
 // ---- the compressed strategy's checkpoint buffers (1-bit Adam, 0/1 Adam) -------------------------
@@ -698,6 +770,7 @@ ZeroEngine::BufferAddresses ZeroEngine::buffer_addresses() const {
   }
   // The reduced gradients the strategy keeps (stages 1-3: its partition buffers).
   for (const void* buffer : reduction_->gradient_buffers()) addresses.gradients.push_back(buffer);
+  if (wide_grad_.data()) addresses.gradients.push_back(wide_grad_.data());  // 16-bit ones widened for the update
   return addresses;
 }
 
@@ -767,18 +840,22 @@ ZeroMemory ZeroEngine::memory() const {
   }
   for (const std::vector<Buffer>& buffers : tensor_state_)  // per-tensor state, whole on every rank
     for (const Buffer& buffer : buffers) m.optimizer_state += static_cast<int64_t>(buffer.bytes());
-  if (offload_) m.host_bytes += m.master_params + m.optimizer_state + trainable_partition * f;
+  m.gradient_widening = static_cast<int64_t>(wide_grad_.bytes());  // where the optimizer runs
+  if (offload_)
+    m.host_bytes += m.master_params + m.optimizer_state + trainable_partition * static_cast<int64_t>(grad_bytes()) +
+                    m.gradient_widening;
   m.staging = reduction_->staging_bytes();
   return m;
 }
 
 ZeroCommPlan ZeroEngine::comm_plan(int64_t accumulation) const {
   const double share = static_cast<double>(world_ - 1) / static_cast<double>(world_);
-  // Gradients are reduced in fp32; parameters are gathered in the compute dtype.
+  // Gradients are reduced in their dtype (fp32, or 16-bit); parameters are gathered in the compute dtype.
   const double param_size = static_cast<double>(dtype_size(compute_dtype_));
   double trainable_numel = 0.0;
   for (ParamGroup group : kTrainableGroups) trainable_numel += static_cast<double>(store_.group(group).numel);
-  const double grad_bytes = 4.0 * trainable_numel, param_bytes = param_size * trainable_numel;
+  const double grad_bytes = static_cast<double>(this->grad_bytes()) * trainable_numel;
+  const double param_bytes = param_size * trainable_numel;
   ZeroCommPlan plan;
   const double micro = static_cast<double>(accumulation);
   switch (stage_) {

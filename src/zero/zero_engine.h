@@ -65,6 +65,8 @@ struct ZeroMemory {
   int64_t host_bytes = 0;          // host memory: offloaded master, optimizer state and gradient copy
                                    // (part of the above), and offload_param's parameter partitions
   int64_t staging = 0;             // bucket staging buffers
+  int64_t gradient_widening = 0;   // 16-bit gradients: the fp32 copy of one update piece (a unit's slice) the
+                                   // optimizer reads (device; host memory with offload, part of host_bytes)
 };
 
 // Bytes each rank sends per optimizer step by collective, from the ZeRO formulas for this
@@ -73,6 +75,15 @@ struct ZeroCommPlan {
   double all_reduce = 0, reduce_scatter = 0, all_gather = 0;
   double total() const { return all_reduce + reduce_scatter + all_gather; }
 };
+
+// data_types.grad_accum_dtype (the store's gradient dtype) against the rest of the run; throws
+// naming the key. fp32 always works. bf16/fp16 gradients (half the gradient bytes, held and
+// reduced) need that compute dtype (a backward GEMM writes its inputs' dtype or fp32) and an
+// optimizer that reads a gradient buffer after backward: not LOMO/AdaLomo (fused into backward,
+// no buffer to halve), not 1-bit/0-1 Adam (their compressed steps keep fp32 local gradients).
+// Offload works: the host copy is 16-bit and widened on the host for the update.
+void check_gradient_dtype(DType grad_dtype, DType compute_dtype, const Optimizer& optimizer);
+std::string gradient_dtype_refusal(DType grad_dtype, DType compute_dtype, const Optimizer& optimizer);  // "": fine
 
 // What of the store holds memory from the start under `zero` on `world` ranks: stage 3 gathers
 // parameters unit by unit (so they are loaded unit by unit too), stages 2/3 on several ranks keep
@@ -85,6 +96,8 @@ class ZeroEngine final : public UnitHooks {
   // compute_dtype (the store's param dtype): the compute parameters are the fp32 master rounded
   // to it, gathered in it; for bf16/fp16 the reduced fp32 gradients are rounded to it as well
   // (fp16 overflow shows up as inf, as with DeepSpeed's 16-bit gradients; DESIGN.md "Numerics").
+  // The store's grad dtype may be that 16-bit dtype (check_gradient_dtype): then gradients are
+  // accumulated, reduced and kept in 16 bits, and widened to fp32 piece by piece for the update.
   // host_comm: MPI over host buffers, for a momentum exchange the optimizer puts on MPI
   // (comm_backend_name "mpi") while `comm` is the device's; not needed on the CPU backend.
   ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, const ZeroConfig& zero,
@@ -181,7 +194,8 @@ class ZeroEngine final : public UnitHooks {
   ZeroMemory memory() const;
   // Where this rank's own buffers are, by what they hold (the memory model names its counted
   // bytes with them): the compute-dtype parameter partitions (device, or host with offload) and
-  // the reduced gradient partitions (device, and their host copy with offload).
+  // the reduced gradient partitions (device, and their host copy with offload), and 16-bit
+  // gradients' fp32 copy for the update.
   struct BufferAddresses {
     std::vector<const void*> parameters, gradients;
   };
@@ -211,6 +225,16 @@ class ZeroEngine final : public UnitHooks {
   void discard_unit_params(int unit);
   bool keep_after_release(int unit) const;
   void sync_params_after_update();
+  size_t grad_bytes() const;                        // one gradient element's (the store's grad dtype)
+  Tensor host_grad_view(const GroupState& s) const;  // grad dtype [P]: offload's host gradient copy
+  // The update's pieces of a group (consecutive units): the buckets whose parameters are gathered
+  // together, the pieces the optimizer takes at once within one, and this rank's elements of one.
+  std::vector<std::vector<UnitRange>> gather_pieces(ParamGroup group) const;
+  std::vector<std::vector<UnitRange>> update_pieces(const std::vector<UnitRange>& bucket) const;
+  int64_t piece_numel(const std::vector<UnitRange>& units) const;
+  void update_piece(ParamGroup group, const std::vector<UnitRange>& units, const OptimizerStep& step, float grad_divisor);
+  // fp32 [n] the optimizer reads: `grad` itself, or a 16-bit one widened into wide_grad_ on `on`.
+  Tensor fp32_gradient(Backend& on, Tensor grad);
   void update_compute_partitions();  // compute_partition = master (rounded to the compute dtype)
   void update_compute_partition(ParamGroup group, int64_t begin, int64_t numel);
   struct BucketGather {
@@ -254,6 +278,8 @@ class ZeroEngine final : public UnitHooks {
   bool rounds_ = false;  // compute dtype bf16/fp16
   std::unique_ptr<Backend> host_;        // offload_optimizer: the host memory and the host update
   std::unique_ptr<Backend> param_host_;  // offload_param: host memory of the parameter partitions
+  Buffer wide_grad_;  // fp32 [largest update piece], 16-bit gradients only: a piece widened for the
+                      // optimizer (host memory with offload: declared after host_, released before it)
   std::vector<std::unique_ptr<GroupState>> groups_;  // [kParamGroups]
   std::vector<std::vector<Buffer>> tensor_state_;    // [store entries]: each trainable tensor's per-tensor
                                                      // state, fp32, Optimizer::tensor_state(shape) order

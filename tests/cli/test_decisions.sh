@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # tests/cli/test_decisions.sh: zerotune says what it decided for a DeepSpeed JSON (issue 17):
 # each "auto" resolved as the HF Trainer resolves it and printed once, each flag that overrides
-# a JSON value printed, flops_profiler.profile_step taken as --profile-step, and the dtype keys
-# that state what zerotune does (communication_data_type / data_types.grad_accum_dtype fp32)
-# accepted, other values refused.
+# a JSON value printed, flops_profiler.profile_step taken as --profile-step, and the dtype keys:
+# data_types.grad_accum_dtype fp32/bf16/fp16 (16-bit: with that compute dtype) and a
+# communication_data_type equal to it accepted; the combinations that make no sense refused.
 # Usage: test_decisions.sh ZEROTUNE_BINARY PYTHON
 set -uo pipefail
 ZEROTUNE="$1"
@@ -66,8 +66,77 @@ write_ds "$WORK/ds-fp32.json" 'd["communication_data_type"] = "fp32"; d["data_ty
 "$ZEROTUNE" train --model "$M" --data "$D" --out "$WORK/fp32" --deepspeed "$WORK/ds-fp32.json" --max-steps 1 >"$WORK/fp32.log" 2>&1
 check fp32-dtype-keys-accepted $? "$WORK/fp32.log" "communication_data_type/grad_accum_dtype fp32 refused"
 write_ds "$WORK/ds-bf16comm.json" 'd["communication_data_type"] = "bf16"'
-expect_error communication-bf16-refused "$WORK/ds-bf16comm.json" "communication_data_type \"bf16\" is not supported" "fp32" \
+expect_error communication-bf16-refused "$WORK/ds-bf16comm.json" "communication_data_type \"bf16\" is not supported" \
+  "data_types.grad_accum_dtype fp32" "reduces gradients in their own dtype" \
   -- train --model "$M" --data "$D" --out "$WORK/o1" --deepspeed "$WORK/ds-bf16comm.json" --max-steps 1
+
+# --- data_types.grad_accum_dtype bf16/fp16: 16-bit gradients (issue 18) ---------------------------
+# Accepted with the compute dtype it names, in DeepSpeed's spellings, said in one line; run.json
+# records it; communication_data_type may say the same; a flag overrides it and says so.
+write_ds "$WORK/ds-gbf16.json" 'd["bf16"] = {"enabled": True}; d["data_types"] = {"grad_accum_dtype": "bfloat16"}; d["communication_data_type"] = "torch.bfloat16"'
+"$ZEROTUNE" train --model "$M" --data "$D" --out "$WORK/gbf16" --deepspeed "$WORK/ds-gbf16.json" --max-steps 2 >"$WORK/gbf16.log" 2>&1
+status=$?
+dtype="$(run_json "$WORK/gbf16" 'd["grad_accum_dtype"]' 2>>"$WORK/gbf16.log")"
+[[ "$status" -eq 0 && "$dtype" == "bf16" ]] \
+  && [[ "$(grep -c 'data_types.grad_accum_dtype "bfloat16" -> --grad-accum-dtype bf16 (gradients held, accumulated and reduced in bf16' "$WORK/gbf16.log")" -eq 1 ]] \
+  && grep -q 'gradients [0-9.]* MiB (bf16 ' "$WORK/gbf16.log"
+check grad-accum-bf16-accepted $? "$WORK/gbf16.log" "want a bf16-gradient run said once (exit $status, run.json '$dtype')"
+"$ZEROTUNE" train --model "$M" --data "$D" --out "$WORK/gbf16-flag" --deepspeed "$WORK/ds-gbf16.json" --max-steps 1 \
+  --grad-accum-dtype fp32 >"$WORK/gbf16-flag.log" 2>&1
+status=$?
+dtype="$(run_json "$WORK/gbf16-flag" 'd["grad_accum_dtype"]' 2>>"$WORK/gbf16-flag.log")"
+[[ "$status" -eq 0 && "$dtype" == "fp32" ]] \
+  && grep -q 'data_types.grad_accum_dtype "bfloat16" overridden by --grad-accum-dtype "fp32"' "$WORK/gbf16-flag.log"
+check grad-accum-flag-overrides $? "$WORK/gbf16-flag.log" "want --grad-accum-dtype fp32 to win, said (exit $status, '$dtype')"
+"$ZEROTUNE" train --model "$M" --data "$D" --out "$WORK/gbf16-same" --deepspeed "$WORK/ds-gbf16.json" --max-steps 1 \
+  --grad-accum-dtype bf16 >"$WORK/gbf16-same.log" 2>&1
+status=$?
+[[ "$status" -eq 0 ]] && ! grep -q 'overridden by --grad-accum-dtype' "$WORK/gbf16-same.log"
+check grad-accum-flag-same-dtype-silent $? "$WORK/gbf16-same.log" "\"bfloat16\" and --grad-accum-dtype bf16 are one dtype: no override line (exit $status)"
+write_ds "$WORK/ds-gfp16.json" 'd["fp16"] = {"enabled": True, "loss_scale": 1024}; d["data_types"] = {"grad_accum_dtype": "half"}'
+"$ZEROTUNE" train --model "$M" --data "$D" --out "$WORK/gfp16" --deepspeed "$WORK/ds-gfp16.json" --max-steps 2 >"$WORK/gfp16.log" 2>&1
+status=$?
+dtype="$(run_json "$WORK/gfp16" 'd["grad_accum_dtype"]' 2>>"$WORK/gfp16.log")"
+[[ "$status" -eq 0 && "$dtype" == "fp16" ]]
+check grad-accum-fp16-accepted $? "$WORK/gfp16.log" "want an fp16-gradient run (exit $status, run.json '$dtype')"
+
+# Refused, each naming the key and why: a dtype that is no dtype, 16-bit gradients without that
+# compute dtype, with an optimizer fused into backward or a compressed one, and a communication
+# dtype that differs from the gradients'.
+write_ds "$WORK/ds-gint8.json" 'd["bf16"] = {"enabled": True}; d["data_types"] = {"grad_accum_dtype": "int8"}'
+expect_error grad-accum-int8-refused "data_types.grad_accum_dtype must be one of" "\"bf16\" (\"bfloat16\"" "got \"int8\"" \
+  -- train --model "$M" --data "$D" --out "$WORK/o3" --deepspeed "$WORK/ds-gint8.json" --max-steps 1
+write_ds "$WORK/ds-gfp32c.json" 'd["data_types"] = {"grad_accum_dtype": "bf16"}'
+expect_error grad-accum-bf16-fp32-compute-refused "data_types.grad_accum_dtype \"bf16\" needs bf16 compute" \
+  "the run computes in fp32" -- train --model "$M" --data "$D" --out "$WORK/o4" --deepspeed "$WORK/ds-gfp32c.json" --max-steps 1
+write_ds "$WORK/ds-gmix.json" 'd["bf16"] = {"enabled": True}; d["data_types"] = {"grad_accum_dtype": "fp16"}'
+expect_error grad-accum-fp16-bf16-compute-refused "data_types.grad_accum_dtype \"fp16\" needs fp16 compute" \
+  "the run computes in bf16" -- train --model "$M" --data "$D" --out "$WORK/o5" --deepspeed "$WORK/ds-gmix.json" --max-steps 1
+for optimizer in LOMO AdaLomo; do
+  write_ds "$WORK/ds-g$optimizer.json" 'd["bf16"] = {"enabled": True}; d["data_types"] = {"grad_accum_dtype": "bf16"}; d["gradient_accumulation_steps"] = 1; d["optimizer"] = {"type": "'"$optimizer"'", "params": {"lr": 1e-3}}'
+  expect_error "grad-accum-bf16-$optimizer-refused" "data_types.grad_accum_dtype \"bf16\" with optimizer" \
+    "inside backward" "no gradient buffer" \
+    -- train --model "$M" --data "$D" --out "$WORK/o-$optimizer" --deepspeed "$WORK/ds-g$optimizer.json" --max-steps 1
+done
+for optimizer in OneBitAdam ZeroOneAdam; do
+  write_ds "$WORK/ds-g$optimizer.json" 'd["bf16"] = {"enabled": True}; d["data_types"] = {"grad_accum_dtype": "bf16"}; d["optimizer"] = {"type": "'"$optimizer"'", "params": {"lr": 1e-3}}'
+  expect_error "grad-accum-bf16-$optimizer-refused" "data_types.grad_accum_dtype \"bf16\" with optimizer" \
+    "compressed steps" "in fp32" \
+    -- train --model "$M" --data "$D" --out "$WORK/o-$optimizer" --deepspeed "$WORK/ds-g$optimizer.json" --max-steps 1
+done
+write_ds "$WORK/ds-gcomm.json" 'd["bf16"] = {"enabled": True}; d["data_types"] = {"grad_accum_dtype": "bf16"}; d["communication_data_type"] = "fp32"'
+expect_error grad-accum-bf16-comm-fp32-refused "communication_data_type \"fp32\" is not supported with data_types.grad_accum_dtype bf16" \
+  -- train --model "$M" --data "$D" --out "$WORK/o6" --deepspeed "$WORK/ds-gcomm.json" --max-steps 1
+expect_error grad-accum-flag-refused "--grad-accum-dtype must be one of" "not 'fp8'" \
+  -- train --model "$M" --data "$D" --out "$WORK/o7" --deepspeed "$WORK/ds.json" --max-steps 1 --grad-accum-dtype fp8
+expect_error grad-accum-flag-fp32-compute-refused "data_types.grad_accum_dtype \"bf16\" needs bf16 compute" \
+  -- train --model "$M" --data "$D" --out "$WORK/o8" --deepspeed "$WORK/ds.json" --max-steps 1 --grad-accum-dtype bf16
+expect_error estimate-grad-accum-refused "data_types.grad_accum_dtype \"bf16\" needs bf16 compute" \
+  -- estimate --params 7e9 --compute-dtype fp32 --grad-accum-dtype bf16
+"$ZEROTUNE" estimate --params 7e9 --grad-accum-dtype bf16 >"$WORK/est.log" 2>&1
+status=$?
+[[ "$status" -eq 0 ]] && grep -qE '^0 +none +none +\| +26\.[0-9]+ GiB +13\.[0-9]+ GiB +13\.[0-9]+ GiB' "$WORK/est.log"
+check estimate-grad-accum-table $? "$WORK/est.log" "want fp32 vs bf16 gradient bytes side by side (exit $status)"
 
 # --- An accelerate YAML where the DeepSpeed JSON belongs: refused, saying how to carry it over --
 cat >"$WORK/accelerate.yaml" <<'YAML'

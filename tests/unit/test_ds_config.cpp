@@ -486,6 +486,33 @@ BOOST_AUTO_TEST_CASE(fp16_and_bf16_together_are_refused) {
               zt::DType::F32);
 }
 
+BOOST_AUTO_TEST_CASE(grad_accum_dtype_in_deepspeed_spellings) {
+  // DeepSpeed's DtypeEnum spellings; fp32 (absent, null) is the default.
+  for (const char* name : {"fp32", "float32", "float", "torch.float32"})
+    BOOST_CHECK(*zt::parse_deepspeed_dtype(name) == zt::DType::F32);
+  for (const char* name : {"bf16", "bfloat16", "torch.bfloat16"}) BOOST_CHECK(*zt::parse_deepspeed_dtype(name) == zt::DType::BF16);
+  for (const char* name : {"fp16", "float16", "half", "torch.float16"})
+    BOOST_CHECK(*zt::parse_deepspeed_dtype(name) == zt::DType::F16);
+  for (const char* name : {"int8", "bfloat", "FP16", ""}) BOOST_CHECK(!zt::parse_deepspeed_dtype(name));
+  BOOST_CHECK(translate(R"({"data_types": {"grad_accum_dtype": null}})").grad_accum_dtype == zt::DType::F32);
+  std::vector<std::string> notes;
+  const TrainConfig bf16 = translate(R"({"bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "bfloat16"},
+                                        "communication_data_type": "bf16"})", notes);
+  BOOST_CHECK(bf16.grad_accum_dtype == zt::DType::BF16);
+  BOOST_CHECK_EQUAL(count_notes(notes, "data_types.grad_accum_dtype \"bfloat16\" -> --grad-accum-dtype bf16"), 1u);
+  BOOST_CHECK(translate(R"({"fp16": {"enabled": true}, "data_types": {"grad_accum_dtype": "half"}})").grad_accum_dtype ==
+              zt::DType::F16);
+  check_translate_error(R"({"data_types": {"grad_accum_dtype": "int8"}})",
+                        "data_types.grad_accum_dtype must be one of \"fp32\"");
+  check_translate_error(R"({"data_types": {"grad_accum_dtype": 16}})", "got 16");
+  check_translate_error(R"({"data_types": {"grad_acum_dtype": "bf16"}})", "grad_accum_dtype");  // a typo
+  // The reduction's dtype is the gradients': communication_data_type may only say the same.
+  check_translate_error(R"({"communication_data_type": "fp16"})",
+                        "communication_data_type \"fp16\" is not supported with data_types.grad_accum_dtype fp32");
+  check_translate_error(R"({"bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "bf16"},
+                           "communication_data_type": "fp32"})", "zerotune reduces gradients in their own dtype");
+}
+
 BOOST_AUTO_TEST_CASE(wrong_json_types_name_the_key_and_value) {
   check_translate_error(R"({"train_batch_size": "32"})",
                         "ds_config.json: train_batch_size must be an integer in [1, 9223372036854775807] or \"auto\", "
@@ -643,7 +670,7 @@ BOOST_AUTO_TEST_CASE(to_json_writes_every_field) {
   config.model_dir = "models/tiny";
   const json j = config.to_json();
   for (const char* key : {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-                          "gradient_clipping", "steps_per_print", "compute_dtype", "loss_scaler", "optimizer",
+                          "gradient_clipping", "steps_per_print", "compute_dtype", "grad_accum_dtype", "loss_scaler", "optimizer",
                           "scheduler", "zero_optimization", "lora", "activation_checkpointing", "offload_activations", "model_dir", "data_dir",
                           "out_dir", "deepspeed_config_path", "seed", "shuffle", "epochs", "max_steps",
                           "dump_step0_path", "eval_data_dir", "eval_every", "data_split", "eval_split",
@@ -652,7 +679,7 @@ BOOST_AUTO_TEST_CASE(to_json_writes_every_field) {
   BOOST_CHECK_MESSAGE(j.contains("packing"), "packing");
   BOOST_CHECK_MESSAGE(j.contains("head_chunk_rows"), "head_chunk_rows");
   BOOST_CHECK_MESSAGE(j.contains("quantize"), "quantize");
-  BOOST_CHECK_EQUAL(j.size(), 39u);
+  BOOST_CHECK_EQUAL(j.size(), 40u);
   BOOST_CHECK_EQUAL(j["gradient_accumulation_steps"].get<int64_t>(), 2);
   BOOST_CHECK_EQUAL(j["compute_dtype"].get<std::string>(), "bf16");
   BOOST_CHECK_EQUAL(j["optimizer"]["betas"][1].get<double>(), 0.95);

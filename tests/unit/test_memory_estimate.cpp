@@ -311,6 +311,25 @@ BOOST_AUTO_TEST_CASE(plan_rejects_inconsistent_inputs) {
   check_error(with([](zt::ZeroMemoryInputs& in) { in.stage = 2; in.offload_params = true; }),
               "offload_param needs ZeRO stage 3");
   check_error(with([](zt::ZeroMemoryInputs& in) { in.compute_dtype_bytes = 1; }), "compute_dtype_bytes = 1");
+  check_error(with([](zt::ZeroMemoryInputs& in) { in.compute_dtype_bytes = 4; in.grad_dtype_bytes = 2; }),
+              "grad_dtype_bytes = 2");
+  check_error(with([](zt::ZeroMemoryInputs& in) { in.fused_optimizer = true; in.grad_dtype_bytes = 2; }),
+              "grad_dtype_bytes = 2");
+  // 16-bit gradients: the gradient terms (device, bucket, host copy) halve, nothing else moves.
+  for (int stage : {0, 1, 2, 3}) {
+    zt::ZeroMemoryInputs in = good;
+    in.stage = stage;
+    in.offload_optimizer = stage >= 1;
+    const zt::ZeroMemoryPlan wide = zt::zero_memory_plan(in);
+    in.grad_dtype_bytes = 2;
+    const zt::ZeroMemoryPlan narrow = zt::zero_memory_plan(in);
+    BOOST_TEST_INFO("stage " << stage);
+    BOOST_CHECK_EQUAL(2 * narrow.device_grad_bytes, wide.device_grad_bytes);
+    BOOST_CHECK_EQUAL(2 * narrow.device_grad_bucket_bytes, wide.device_grad_bucket_bytes);
+    BOOST_CHECK_EQUAL(2 * narrow.host_grad_bytes, wide.host_grad_bytes);
+    BOOST_CHECK_EQUAL(wide.device_total_bytes - narrow.device_total_bytes,
+                      narrow.device_grad_bytes + narrow.device_grad_bucket_bytes);
+  }
   check_error([] { zt::deepspeed_estimate(10, 1, 1, 1, 3, false, true); }, "offload_param");
 }
 

@@ -96,6 +96,23 @@ BOOST_AUTO_TEST_CASE(declared_units_reads_and_ties) {
   BOOST_CHECK_THROW(ParamStore(*backend, tied_specs, mixed), Error);
 }
 
+BOOST_AUTO_TEST_CASE(gradients_are_stored_in_the_grad_dtype) {
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  const std::vector<ParamSpec> specs = model_param_specs(tiny_llama());
+  const std::vector<bool> trainable(specs.size(), true);
+  ParamStore wide(*backend, specs, trainable, 2, DType::BF16);
+  ParamStore narrow(*backend, specs, trainable, 2, DType::BF16, {}, {}, DType::BF16);
+  BOOST_CHECK(wide.grad_dtype() == DType::F32 && narrow.grad_dtype() == DType::BF16);
+  for (ParamGroup group : {ParamGroup::Decay, ParamGroup::NoDecay}) {
+    BOOST_CHECK(narrow.group_grads(group).dtype == DType::BF16);
+    BOOST_CHECK_EQUAL(2 * narrow.group(group).grads.bytes(), wide.group(group).grads.bytes());  // half the bytes
+  }
+  BOOST_CHECK(narrow.grad(specs.front().name).dtype == DType::BF16);
+  // The backward GEMMs write their inputs' dtype or fp32: 16-bit gradients are the parameters' dtype.
+  BOOST_CHECK_THROW(ParamStore(*backend, specs, trainable, 1, DType::F32, {}, {}, DType::BF16), Error);
+  BOOST_CHECK_THROW(ParamStore(*backend, specs, trainable, 1, DType::BF16, {}, {}, DType::F16), Error);
+}
+
 BOOST_AUTO_TEST_CASE(unit_ranges_are_padded_for_partitions_and_contiguous) {
   std::unique_ptr<Backend> backend = make_cpu_backend();
   const std::vector<ParamSpec> specs = model_param_specs(tiny_llama());

@@ -1,11 +1,16 @@
 // Communicator over MPI: MPI_Iallreduce / MPI_Ireduce_scatter_block / MPI_Iallgather /
 // MPI_Ibcast / MPI_Ibarrier, each completed by a deadline-bounded MPI_Test loop.
+// Sums of bf16/fp16 buffers (16-bit gradients, data_types.grad_accum_dtype) use a user-defined
+// MPI_Op over their bits: each pair is widened to fp32, added and rounded once (RNE), so a
+// partial sum travels in 16 bits and MPI's algorithm rounds once per combination (a ring on W
+// ranks: W - 1 roundings per element), as NCCL's ncclBfloat16 / ncclFloat16 sum does per hop.
 #include "comm/mpi/mpi_communicator.h"
 
 #include <climits>
 #include <exception>
 #include <thread>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace zt {
@@ -22,6 +27,18 @@ std::string mpi_error_text(int code) {
 }
 
 class MpiCommunicator;
+
+// The MPI_User_function of a 16-bit float sum: inout[i] = round(float(in[i]) + float(inout[i])).
+// fp32 holds every sum of two bf16 or two fp16 values closely enough that rounding it to 16 bits
+// gives the correctly rounded 16-bit sum (24 >= 2 x 11 + 2 significand bits), so this is the same
+// as a native half-precision add.
+template <float (*widen)(uint16_t), uint16_t (*narrow)(float)>
+void sum_16bit(void* in, void* inout, int* count, MPI_Datatype*) {
+  const uint16_t* a = static_cast<const uint16_t*>(in);  // [count]
+  uint16_t* b = static_cast<uint16_t*>(inout);           // [count]
+  for (int i = 0; i < *count; ++i) b[i] = narrow(widen(a[i]) + widen(b[i]));
+}
+uint16_t narrow_bf16(float value) { return float_to_bf16(value); }
 
 // One MPI request in flight; wait() polls it until it completes or the timeout passes.
 class MpiPending final : public PendingCollective {
@@ -110,7 +127,17 @@ class MpiCommunicator final : public Communicator {
     check(MPI_Comm_free(&node_comm), "MPI_Comm_free");
     int leader = local_rank_ == 0 ? 1 : 0;
     check(MPI_Allreduce(&leader, &nodes_, 1, MPI_INT, MPI_SUM, comm_), "MPI_Allreduce(node count)");
+    check(MPI_Op_create(&sum_16bit<bf16_to_float, narrow_bf16>, 1, &sum_bf16_), "MPI_Op_create(bf16 sum)");
+    check(MPI_Op_create(&sum_16bit<fp16_to_float, float_to_fp16>, 1, &sum_fp16_), "MPI_Op_create(fp16 sum)");
   }
+  ~MpiCommunicator() override {
+    int finalized = 0;
+    if (MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;  // MPI freed them
+    for (MPI_Op* op : {&sum_bf16_, &sum_fp16_})
+      if (*op != MPI_OP_NULL) MPI_Op_free(op);  // nothing to do about a failure while shutting down
+  }
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -119,30 +146,33 @@ class MpiCommunicator final : public Communicator {
   int nodes() const override { return nodes_; }
   std::string name() const override { return "mpi"; }
 
+  // fp32, bf16 or fp16 (16-bit gradients): see sum_op.
   Pending all_reduce_sum_async(Tensor data) override {
-    const int n = count_of(data, "all_reduce");
+    const int n = count_of(data, "all_reduce", Accept::Floats);
     count(Collective::AllReduce, 2.0 * ring_share() * static_cast<double>(data.bytes()));
     MPI_Request request = MPI_REQUEST_NULL;
-    check(MPI_Iallreduce(MPI_IN_PLACE, data.data, n, MPI_FLOAT, MPI_SUM, comm_, &request), "MPI_Iallreduce");
+    check(MPI_Iallreduce(MPI_IN_PLACE, data.data, n, mpi_type_of(data.dtype), sum_op(data.dtype), comm_, &request),
+          "MPI_Iallreduce");
     return pending(request, Collective::AllReduce);
   }
 
   Pending reduce_scatter_sum_async(Tensor out, Tensor in) override {
-    const int n = count_of(out, "reduce_scatter");
-    count_of(in, "reduce_scatter");
+    const int n = count_of(out, "reduce_scatter", Accept::Floats);
+    count_of(in, "reduce_scatter", Accept::Floats);
+    ZT_CHECK(in.dtype == out.dtype, "reduce_scatter: in is ", in.describe(), " but out is ", out.describe());
     ZT_CHECK(in.numel() == out.numel() * size_, "reduce_scatter: input has ", in.numel(), " elements, expected ",
              size_, " x ", out.numel());
     count(Collective::ReduceScatter, ring_share() * static_cast<double>(in.bytes()));
     MPI_Request request = MPI_REQUEST_NULL;
-    check(MPI_Ireduce_scatter_block(in.data, out.data, n, MPI_FLOAT, MPI_SUM, comm_, &request),
+    check(MPI_Ireduce_scatter_block(in.data, out.data, n, mpi_type_of(in.dtype), sum_op(in.dtype), comm_, &request),
           "MPI_Ireduce_scatter_block");
     return pending(request, Collective::ReduceScatter);
   }
 
   // Any float dtype (ZeRO gathers compute-dtype parameters) or bytes: the values travel as they are.
   Pending all_gather_async(Tensor out, Tensor in) override {
-    const int n = count_of(in, "all_gather", true);
-    count_of(out, "all_gather", true);
+    const int n = count_of(in, "all_gather", Accept::FloatsAndBytes);
+    count_of(out, "all_gather", Accept::FloatsAndBytes);
     ZT_CHECK(in.dtype == out.dtype, "all_gather: in is ", in.describe(), " but out is ", out.describe());
     const MPI_Datatype type = mpi_type_of(in.dtype);
     ZT_CHECK(out.numel() == in.numel() * size_, "all_gather: output has ", out.numel(), " elements, expected ", size_,
@@ -157,8 +187,8 @@ class MpiCommunicator final : public Communicator {
   }
 
   Pending all_to_all_async(Tensor out, Tensor in) override {
-    const int total = count_of(in, "all_to_all", true);
-    count_of(out, "all_to_all", true);
+    const int total = count_of(in, "all_to_all", Accept::FloatsAndBytes);
+    count_of(out, "all_to_all", Accept::FloatsAndBytes);
     ZT_CHECK(in.dtype == out.dtype && in.numel() == out.numel(), "all_to_all: in is ", in.describe(), " but out is ",
              out.describe());
     ZT_CHECK(total % size_ == 0, "all_to_all: ", total, " elements do not split into ", size_, " equal slices");
@@ -228,18 +258,25 @@ class MpiCommunicator final : public Communicator {
   void check(int code, const char* call) const {
     if (code != MPI_SUCCESS) fail(call, " failed on rank ", rank_, ": ", mpi_error_text(code));
   }
-  // Element count of an fp32 host tensor (16-bit floats and bytes too when `any_type`) as MPI's int.
-  int count_of(const Tensor& tensor, const char* op, bool any_type = false) const {
+  // Element count of a host tensor of an accepted dtype as MPI's int.
+  enum class Accept { Floats, FloatsAndBytes };  // fp32, bf16, fp16 (and uint8)
+  int count_of(const Tensor& tensor, const char* op, Accept accept) const {
     ZT_CHECK(tensor.device == Device::CPU, op, ": the MPI communicator needs host buffers, got ", tensor.describe());
-    const bool other = tensor.dtype == DType::BF16 || tensor.dtype == DType::F16 || tensor.dtype == DType::U8;
-    ZT_CHECK(tensor.dtype == DType::F32 || (any_type && other), op, ": expected fp32",
-             any_type ? ", bf16, fp16 or uint8" : "", ", got ", tensor.describe());
+    const bool bytes = accept == Accept::FloatsAndBytes && tensor.dtype == DType::U8;
+    ZT_CHECK(bytes || tensor.dtype == DType::F32 || tensor.dtype == DType::BF16 || tensor.dtype == DType::F16, op,
+             ": expected fp32, bf16, fp16", accept == Accept::FloatsAndBytes ? " or uint8" : "", ", got ",
+             tensor.describe());
     ZT_CHECK(tensor.numel() <= INT_MAX, op, ": ", tensor.numel(), " elements exceed MPI's int count (split the bucket)");
     return static_cast<int>(tensor.numel());
   }
   static MPI_Datatype mpi_type_of(DType dtype) {
     if (dtype == DType::F32) return MPI_FLOAT;
     return dtype == DType::U8 ? MPI_UINT8_T : MPI_UINT16_T;  // 16-bit floats travel as their bits
+  }
+  // MPI_SUM for fp32; the 16-bit floats' own op (sum_16bit) for their bits.
+  MPI_Op sum_op(DType dtype) const {
+    if (dtype == DType::BF16) return sum_bf16_;
+    return dtype == DType::F16 ? sum_fp16_ : MPI_SUM;
   }
   double ring_share() const { return static_cast<double>(size_ - 1) / static_cast<double>(size_); }
   Pending pending(MPI_Request request, Collective kind) {
@@ -248,6 +285,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   MPI_Comm comm_;
+  MPI_Op sum_bf16_ = MPI_OP_NULL, sum_fp16_ = MPI_OP_NULL;  // sum_16bit's
   bool failed_ = false;  // a collective failed or timed out: the job is ending, later waits fail at once
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, nodes_ = 1;
 };

@@ -2,6 +2,10 @@
 // all-reduce, reduce-scatter and broadcast, one for all-gathers only, so that a stage-3
 // parameter prefetch is never queued behind a gradient reduction), and the watchdog that aborts
 // both when a collective does not finish in time (see nccl_communicator.h).
+// bf16/fp16 sums (16-bit gradients) are NCCL's own: its reduction kernels add two 16-bit values
+// at a time (__hadd2 / a widening fp32 add, rounded to 16 bits), and the ring carries the partial
+// sums in 16 bits, so an element is rounded once per hop (W - 1 times on W ranks), as the MPI
+// communicator's user-defined op does.
 #include "comm/nccl/nccl_communicator.h"
 
 #include <cuda_runtime.h>
@@ -178,14 +182,15 @@ class NcclCommunicator final : public Communicator {
   Pending reduce_scatter_sum_async(Tensor out, Tensor in) override {
     if (on_host("reduce_scatter", {out, in}))
       return delegate([&] { return bootstrap_.reduce_scatter_sum_async(out, in); });
-    cuda::expect_device("reduce_scatter", "out", out, DType::F32);
-    cuda::expect_device("reduce_scatter", "in", in, DType::F32);
+    // fp32, or 16-bit gradients (data_types.grad_accum_dtype) summed natively, as all_reduce.
+    const ncclDataType_t type = float_type("reduce_scatter", "in", in);
+    float_type("reduce_scatter", "out", out);
+    cuda::expect_same_dtype("reduce_scatter", "out", out, "in", in);
     ZT_CHECK(in.numel() == out.numel() * size(), "reduce_scatter: input has ", in.numel(), " elements, expected ",
              size(), " x ", out.numel());
     count(Collective::ReduceScatter, ring_share() * static_cast<double>(in.bytes()));
     return issue(Collective::ReduceScatter, "ncclReduceScatter", [&](ncclComm_t comm, cudaStream_t stream) {
-      return ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()), ncclFloat32, ncclSum, comm,
-                               stream);
+      return ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()), type, ncclSum, comm, stream);
     });
   }
 
