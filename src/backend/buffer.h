@@ -56,4 +56,16 @@ class Buffer {
   size_t bytes_ = 0;
 };
 
+// A 1-D view of a buffer's first numel elements of dtype: how flat parameter, gradient and
+// optimizer-state buffers are read.
+inline Tensor flat_view(const Buffer& buffer, DType dtype, int64_t numel) { return buffer.view(dtype, {numel}); }
+inline Tensor flat_f32(const Buffer& buffer, int64_t numel) { return flat_view(buffer, DType::F32, numel); }
+
+// Grows `buffer` to hold `elements` values of `dtype`: a new allocation when it is smaller (its
+// contents are not kept), nothing when it is large enough, so steady-state steps allocate nothing.
+inline void ensure_buffer(Buffer& buffer, Backend& backend, int64_t elements, DType dtype) {
+  const size_t bytes = static_cast<size_t>(elements) * dtype_size(dtype);
+  if (buffer.bytes() < bytes) buffer = Buffer(backend, bytes);
+}
+
 }  // namespace zt

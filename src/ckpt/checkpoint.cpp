@@ -30,7 +30,6 @@ namespace {
 
 constexpr const char* kFormat = "zerotune-checkpoint";
 constexpr int kVersion = 1;
-constexpr ParamGroup kTrainableGroups[] = {ParamGroup::Decay, ParamGroup::NoDecay};
 // Checkpoints without an "optimizer" entry (written before the optimizer seam) hold AdamW's.
 const json kAdamWOptimizer = {{"type", "adamw"}, {"state", {"exp_avg", "exp_avg_sq"}}};
 

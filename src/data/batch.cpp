@@ -73,4 +73,23 @@ int64_t count_target_tokens(const TokenDataset& dataset, std::span<const int64_t
   return count;
 }
 
+double causal_attention_pairs(const MicroBatch& batch) {
+  const auto half_square = [](int64_t length) { return 0.5 * static_cast<double>(length) * static_cast<double>(length); };
+  if (batch.positions.empty()) return static_cast<double>(batch.batch) * half_square(batch.seq);
+  double pairs = 0.0;
+  for (int64_t row = 0; row < batch.batch; ++row) {
+    const int32_t* positions = batch.positions.data() + row * batch.seq;  // [T]
+    int64_t length = 0;  // of the sample being read
+    for (int64_t t = 0; t < batch.seq; ++t) {
+      if (positions[t] == 0 && length > 0) {  // a sample starts
+        pairs += half_square(length);
+        length = 0;
+      }
+      ++length;
+    }
+    pairs += half_square(length);
+  }
+  return pairs;
+}
+
 }  // namespace zt

@@ -49,4 +49,10 @@ void check_batch_inputs(const TokenDataset& dataset, int32_t pad_id, int64_t lon
 // backward so the loss is the mean over the global batch.
 int64_t count_target_tokens(const TokenDataset& dataset, std::span<const int64_t> sample_indices);
 
+// The (query, key) pairs causal attention computes for the micro-batch, each sample of length L
+// counted as L^2 / 2 (the FLOP convention: half the L x L product): B * T^2 / 2 with one sample
+// per row; packed rows add up their samples' (and their trailing padding's) halves, since the
+// attention skips other samples' keys.
+double causal_attention_pairs(const MicroBatch& batch);
+
 }  // namespace zt

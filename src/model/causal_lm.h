@@ -26,6 +26,9 @@ struct BatchTensors {
   // int32 [B*T]: the token's position within its sample (RoPE, learned positions, attention
   // confined to the sample: backend.h "positions within packed rows"). Empty: t, one sample per row.
   Tensor positions;
+  // Causal (query, key) pairs the attention computes (causal_attention_pairs of data/batch.h), for
+  // FLOP counts; batch_views sets it. 0: B * T^2 / 2, one sample per row.
+  double attention_pairs = 0.0;
 };
 
 struct ModelOptions {
@@ -88,12 +91,13 @@ class CausalLM {
   // After forward: the buffer the head's logits are computed in ([chunk, V], or null before
   // the first forward), so that the memory model names it (train/memory_model.cpp).
   virtual const void* logits_storage() const = 0;
-  // Matmul FLOPs of one forward pass for a batch of B sequences of length T (2 per multiply-add),
-  // counting causal attention as half the full T x T product.
-  virtual double forward_flops(int64_t batch, int64_t seq) const = 0;
+  // Matmul FLOPs of one forward pass over `tokens` rows (B*T, padding included) whose attention
+  // computes `attention_pairs` causal (query, key) pairs (BatchTensors::attention_pairs); 2 per
+  // multiply-add.
+  virtual double forward_flops(int64_t tokens, double attention_pairs) const = 0;
   // The subset of forward_flops spent in GEMMs whose weights are trainable (they need a second
   // backward GEMM for the weight gradient).
-  virtual double trainable_weight_flops(int64_t batch, int64_t seq) const = 0;
+  virtual double trainable_weight_flops(int64_t tokens) const = 0;
 
  protected:
   UnitHooks& hooks() { return *hooks_; }

@@ -173,19 +173,18 @@ class DecoderModel final : public CausalLM {
 
   const void* logits_storage() const override { return logits_.data(); }
 
-  double forward_flops(int64_t batch, int64_t seq) const override {
+  double forward_flops(int64_t tokens, double attention_pairs) const override {
     double macs = 0.0;
     for (const LinearLayer* linear : all_linears()) macs += linear->macs_per_token();
-    // Attention: QK^T and PV, T*D multiply-adds per token and head each, halved by the causal mask.
-    macs += 2.0 * static_cast<double>(seq * c_.num_attention_heads * c_.head_dim) / 2.0 *
-            static_cast<double>(c_.num_hidden_layers);
-    return 2.0 * static_cast<double>(batch * seq) * macs;
+    return 2.0 * static_cast<double>(tokens) * macs +
+           static_cast<double>(c_.num_hidden_layers) *
+               attention_core_flops(attention_pairs, c_.num_attention_heads, c_.head_dim);
   }
 
-  double trainable_weight_flops(int64_t batch, int64_t seq) const override {
+  double trainable_weight_flops(int64_t tokens) const override {
     double macs = 0.0;
     for (const LinearLayer* linear : all_linears()) macs += linear->trainable_macs_per_token();
-    return 2.0 * static_cast<double>(batch * seq) * macs;
+    return 2.0 * static_cast<double>(tokens) * macs;
   }
 
  private:
@@ -240,6 +239,8 @@ class DecoderModel final : public CausalLM {
     BlockPass pass;
     pass.batch = batch_;
     pass.seq = seq_;
+    pass.attention_pairs = batch.attention_pairs > 0.0 ? batch.attention_pairs
+                                                        : 0.5 * static_cast<double>(batch_ * seq_) * static_cast<double>(seq_);
     pass.positions = batch.positions.empty() ? row_positions_.view(DType::I32, {rows()}) : batch.positions;
     pass.dropout = &dropout;
     pass.lora_dz = lora_dz_.view(act_, {lora_dz_elements_});

@@ -31,6 +31,7 @@ class ModuleTimer {
 // What every block call needs besides its tensors.
 struct BlockPass {
   int64_t batch = 0, seq = 0;          // B, T (rows N = B*T)
+  double attention_pairs = 0.0;        // causal (query, key) pairs of the micro-batch (FLOP counts)
   Tensor positions;                    // int32 [B*T]: each token's position in its sample (packed rows)
   const DropoutContext* dropout = nullptr;
   Tensor lora_dz, lora_scratch;        // shared LoRA scratch of LinearLayer::backward
@@ -67,12 +68,6 @@ inline LinearLayer block_linear(const ParamStore& store, const std::string& pref
   return LinearLayer(store, prefix + path, options.lora_scaling, options.lora_dropout, stream);
 }
 
-// Grows `buffer` to hold `elements` values of `dtype` (steady-state steps allocate nothing).
-inline void ensure_buffer(Buffer& buffer, Backend& backend, int64_t elements, DType dtype) {
-  const size_t bytes = static_cast<size_t>(elements) * dtype_size(dtype);
-  if (buffer.bytes() < bytes) buffer = Buffer(backend, bytes);
-}
-
 // Runs `work`; with a timer, reports its wall time (device synchronised before and after) and
 // FLOPs under `module`.
 template <class Work>
@@ -97,10 +92,10 @@ inline double linear_flops(const std::vector<const LinearLayer*>& linears, int64
   return 2.0 * static_cast<double>(rows) * macs;
 }
 
-// FLOPs of causal attention's core (QK^T and PV: half of T x T per head), forward; its
-// backward is twice that.
-inline double attention_core_flops(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) {
-  return 2.0 * static_cast<double>(batch * seq * seq * heads * head_dim);
+// FLOPs of causal attention's core for `pairs` (query, key) pairs (BlockPass::attention_pairs):
+// QK^T and PV, D multiply-adds per pair and head each; forward. Its backward is twice that.
+inline double attention_core_flops(double pairs, int64_t heads, int64_t head_dim) {
+  return 4.0 * pairs * static_cast<double>(heads * head_dim);
 }
 
 }  // namespace zt

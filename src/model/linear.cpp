@@ -52,10 +52,8 @@ Tensor LinearLayer::base_weight(Backend& backend) const {
 
 void LinearLayer::ensure_saved(Backend& backend, LoraSaved& saved, int64_t rows) const {
   if (!has_lora()) return;
-  size_t z_bytes = static_cast<size_t>(rows * rank_) * dtype_size(dtype());
-  if (saved.z.bytes() < z_bytes) saved.z = Buffer(backend, z_bytes);
-  size_t x_bytes = static_cast<size_t>(rows * in_) * dtype_size(dtype());
-  if (dropout_ > 0.0f && saved.dropped_x.bytes() < x_bytes) saved.dropped_x = Buffer(backend, x_bytes);
+  ensure_buffer(saved.z, backend, rows * rank_, dtype());
+  if (dropout_ > 0.0f) ensure_buffer(saved.dropped_x, backend, rows * in_, dtype());
 }
 
 void LinearLayer::forward(Backend& backend, Tensor y, Tensor x, LoraSaved& saved, const DropoutContext& dropout) const {

@@ -216,7 +216,7 @@ class LlamaBlocks final : public DecoderBlocks {
   Tensor matrix(const Buffer& buffer, int64_t rows, int64_t cols) const { return buffer.view(act_, {rows, cols}); }
   float attention_scale() const { return 1.0f / std::sqrt(static_cast<float>(c_.head_dim)); }
   double attention_flops(const LlamaBlock& block, const BlockPass& pass, bool backward) const {
-    const double core = attention_core_flops(pass.batch, pass.seq, c_.num_attention_heads, c_.head_dim);
+    const double core = attention_core_flops(pass.attention_pairs, c_.num_attention_heads, c_.head_dim);
     return linear_flops({&block.linear[kQ], &block.linear[kK], &block.linear[kV], &block.linear[kO]}, pass.rows(),
                         backward) +
            (backward ? 2.0 : 1.0) * core;

@@ -27,9 +27,8 @@ NormLayer::NormLayer(const ParamStore& store, Backend& backend, const std::strin
 }
 
 void NormLayer::ensure_saved(Backend& backend, NormSaved& saved, int64_t rows) const {
-  const size_t bytes = static_cast<size_t>(rows) * sizeof(float);
-  if (saved.rstd.bytes() < bytes) saved.rstd = Buffer(backend, bytes);
-  if (kind_ == NormKind::LayerNorm && saved.mean.bytes() < bytes) saved.mean = Buffer(backend, bytes);
+  ensure_buffer(saved.rstd, backend, rows, DType::F32);
+  if (kind_ == NormKind::LayerNorm) ensure_buffer(saved.mean, backend, rows, DType::F32);
 }
 
 void NormLayer::forward(Backend& backend, Tensor y, Tensor x, NormSaved& saved) const {

@@ -310,7 +310,7 @@ class OptBlocks final : public DecoderBlocks {
   }
 
   double attention_flops(const OptBlock& block, const BlockPass& pass, bool backward) const {
-    const double core = attention_core_flops(pass.batch, pass.seq, c_.num_attention_heads, c_.head_dim);
+    const double core = attention_core_flops(pass.attention_pairs, c_.num_attention_heads, c_.head_dim);
     return linear_flops({&block.linear[kQ], &block.linear[kK], &block.linear[kV], &block.linear[kOut]}, pass.rows(),
                         backward) +
            (backward ? 2.0 : 1.0) * core;

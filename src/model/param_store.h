@@ -28,6 +28,8 @@ namespace zt {
 
 enum class ParamGroup : int { Frozen = 0, Decay = 1, NoDecay = 2 };
 constexpr int kParamGroups = 3;
+// The groups an optimizer updates (Frozen has no gradient, master or state).
+constexpr ParamGroup kTrainableGroups[] = {ParamGroup::Decay, ParamGroup::NoDecay};
 const char* param_group_name(ParamGroup group);
 
 struct ParamEntry {

@@ -6,7 +6,7 @@ namespace zt {
 namespace {
 // `host` copied into `buffer` on the backend's device (grown as needed); the device view.
 Tensor to_device(Backend& backend, Tensor host, Buffer& buffer) {
-  if (buffer.bytes() < host.bytes()) buffer = Buffer(backend, host.bytes());
+  ensure_buffer(buffer, backend, host.numel(), host.dtype);
   Tensor device(buffer.data(), host.dtype, {host.numel()}, backend.device());
   backend.copy(device, host);
   return device;
@@ -18,6 +18,7 @@ BatchTensors batch_views(MicroBatch& micro, Backend& backend, DeviceBatchStorage
   BatchTensors batch;
   batch.batch = micro.batch;
   batch.seq = micro.seq;
+  batch.attention_pairs = causal_attention_pairs(micro);
   batch.input_ids = Tensor(micro.input_ids.data(), DType::I32, {n});   // [B*T]
   batch.targets = Tensor(micro.targets.data(), DType::I32, {n});       // [B*T]
   batch.loss_mask = Tensor(micro.loss_mask.data(), DType::U8, {n});    // [B*T]

@@ -99,7 +99,8 @@ void StepRunner::backward(int64_t step, int64_t micro, StepBatches& batches) {
   if (reduced_) return;  // a fused optimizer's second pass over the same micro-batch
   sums_[1] += static_cast<double>(batches.micro[static_cast<size_t>(micro)].real_tokens);
   sums_[2] += static_cast<double>(batch_.batch * batch_.seq);
-  sums_[3] += 2.0 * model_.forward_flops(batch_.batch, batch_.seq) + model_.trainable_weight_flops(batch_.batch, batch_.seq);
+  const int64_t tokens = batch_.batch * batch_.seq;
+  sums_[3] += 2.0 * model_.forward_flops(tokens, batch_.attention_pairs) + model_.trainable_weight_flops(tokens);
 }
 
 void StepRunner::reduce(int64_t step, StepOutcome& outcome) {

@@ -11,8 +11,6 @@ namespace zt {
 
 namespace {
 
-constexpr ParamGroup kTrainableGroups[] = {ParamGroup::Decay, ParamGroup::NoDecay};
-
 class AllReduceReduction final : public BucketedReduction {
  public:
   using BucketedReduction::BucketedReduction;

@@ -8,17 +8,6 @@
 
 namespace zt {
 
-namespace {
-constexpr ParamGroup kTrainableGroups[] = {ParamGroup::Decay, ParamGroup::NoDecay};
-
-Tensor f32_view(const Buffer& buffer, int64_t numel) { return buffer.view(DType::F32, {numel}); }
-
-void ensure_numel(Buffer& buffer, Backend& backend, int64_t numel) {
-  const size_t bytes = static_cast<size_t>(numel) * sizeof(float);
-  if (buffer.bytes() < bytes) buffer = Buffer(backend, bytes);
-}
-}  // namespace
-
 struct CompressedReduction::Group {
   int64_t numel = 0;             // N = W*C
   std::vector<UnitRange> units;  // the group's units (rank-major packing)
@@ -51,7 +40,7 @@ CompressedReduction::CompressedReduction(const ReductionContext& context, std::u
         state->exchange = std::make_unique<SignExchange>(work(), work_comm(), state->numel / world_);
       for (size_t k = 0; state->numel && k < replica_buffers; ++k) {
         state->replica.emplace_back(work(), static_cast<size_t>(state->numel) * sizeof(float));
-        work().fill(f32_view(state->replica.back(), state->numel), 0.0f);
+        work().fill(flat_f32(state->replica.back(), state->numel), 0.0f);
       }
     }
     groups_.push_back(std::move(state));
@@ -75,16 +64,16 @@ int64_t CompressedReduction::bytes() const {
 
 void CompressedReduction::to_rank_major(Group& g, Tensor out, Tensor natural) {
   if (&work() == &device_) return pack_rank_major(device_, out, natural, g.units, world_);
-  ensure_numel(g.staging, device_, g.numel);
-  Tensor packed = f32_view(g.staging, g.numel);
+  ensure_buffer(g.staging, device_, g.numel, DType::F32);
+  Tensor packed = flat_f32(g.staging, g.numel);
   pack_rank_major(device_, packed, natural, g.units, world_);
   device_.copy(out, packed);
 }
 
 void CompressedReduction::from_rank_major(Group& g, Tensor natural, Tensor rank_major) {
   if (rank_major.device != device_.device()) {  // through the device staging buffer
-    ensure_numel(g.staging, device_, g.numel);
-    Tensor copy = f32_view(g.staging, g.numel);
+    ensure_buffer(g.staging, device_, g.numel, DType::F32);
+    Tensor copy = flat_f32(g.staging, g.numel);
     device_.copy(copy, rank_major);
     rank_major = copy;
   }
@@ -193,8 +182,8 @@ void CompressedReduction::exchange_momentum(ParamGroup param_group, Tensor grads
     if (exchange.momentum_weight != 0.0f) {
       Tensor m = momentum;
       if (m.device != device_.device()) {
-        ensure_numel(g.staging, device_, g.numel);
-        m = f32_view(g.staging, g.numel);
+        ensure_buffer(g.staging, device_, g.numel, DType::F32);
+        m = flat_f32(g.staging, g.numel);
         device_.copy(m, momentum);
       }
       device_.accumulate(grads, m, exchange.momentum_weight);
@@ -214,8 +203,8 @@ void CompressedReduction::exchange_momentum(ParamGroup param_group, Tensor grads
     const std::optional<MomentumExchange> previous = optimizer_.momentum_exchange(step.update_number - 1);
     const bool resumed = !sign_exchange.has_average() && previous && previous->momentum_weight != 0.0f;
     if (!sign_exchange.has_average()) {
-      ensure_numel(g.scratch, w, g.numel);
-      Tensor whole = f32_view(g.scratch, g.numel);  // fp32 [W*C] rank-major
+      ensure_buffer(g.scratch, w, g.numel, DType::F32);
+      Tensor whole = flat_f32(g.scratch, g.numel);  // fp32 [W*C] rank-major
       gather_whole(g, whole, momentum);
       if (resumed) sign_exchange.restore_average(whole);
       else w.accumulate(x, whole, exchange.momentum_weight);
@@ -240,10 +229,10 @@ void CompressedReduction::exchange_momentum(ParamGroup param_group, Tensor grads
 
 // The replica from the engine's partitions (the last synchronised state), the local-only state zero.
 void CompressedReduction::enter_replica(Group& g, const GroupPartitions& partitions) {
-  gather_whole(g, f32_view(g.replica[0], g.numel), partitions.master);
+  gather_whole(g, flat_f32(g.replica[0], g.numel), partitions.master);
   const size_t states = partitions.state.size();
-  for (size_t k = 0; k < states; ++k) gather_whole(g, f32_view(g.replica[1 + k], g.numel), partitions.state[k]);
-  for (size_t k = 1 + states; k < g.replica.size(); ++k) work().fill(f32_view(g.replica[k], g.numel), 0.0f);
+  for (size_t k = 0; k < states; ++k) gather_whole(g, flat_f32(g.replica[1 + k], g.numel), partitions.state[k]);
+  for (size_t k = 1 + states; k < g.replica.size(); ++k) work().fill(flat_f32(g.replica[k], g.numel), 0.0f);
 }
 
 void CompressedReduction::local_step(const GroupPartitions& partitions, Tensor grads, const OptimizerStep& step,
@@ -253,15 +242,15 @@ void CompressedReduction::local_step(const GroupPartitions& partitions, Tensor g
   ZT_CHECK(!g.replica.empty(), "optimizer ", optimizer_.name(), " takes local steps but has no local state");
   if (!replica_valid_) enter_replica(g, partitions);
   // The local gradient, scaled as the reduced one would be: W g_local / grad_divisor.
-  ensure_numel(g.scratch, w, g.numel);
-  Tensor gradient = f32_view(g.scratch, g.numel);  // fp32 [N] rank-major
+  ensure_buffer(g.scratch, w, g.numel, DType::F32);
+  Tensor gradient = flat_f32(g.scratch, g.numel);  // fp32 [N] rank-major
   to_rank_major(g, gradient, grads);
   w.scale(gradient, static_cast<float>(world_) / step.grad_divisor);
   OptimizerPiece piece;
   piece.decay = partitions.group == ParamGroup::Decay;
-  piece.param = f32_view(g.replica[0], g.numel);
+  piece.param = flat_f32(g.replica[0], g.numel);
   piece.grad = gradient;
-  for (size_t k = 1; k < g.replica.size(); ++k) piece.state.push_back(f32_view(g.replica[k], g.numel));
+  for (size_t k = 1; k < g.replica.size(); ++k) piece.state.push_back(flat_f32(g.replica[k], g.numel));
   optimizer_.update(w, piece, step);
   if (local.synchronise) {
     Tensor average = gradient;  // the gradient is used up: its buffer takes the average
@@ -298,7 +287,7 @@ std::vector<CompressedReduction::Views> CompressedReduction::views() {
     }
     for (size_t k = 0; k < g.replica.size(); ++k) {
       view.names.push_back(replica_names[k]);
-      view.buffers.push_back(f32_view(g.replica[k], g.numel));
+      view.buffers.push_back(flat_f32(g.replica[k], g.numel));
     }
     views.push_back(std::move(view));
   }
@@ -312,7 +301,7 @@ void CompressedReduction::restore_scalars(const Scalars& scalars) {
 
 void CompressedReduction::replica_to_params(ParamGroup param_group, Tensor params) {
   Group& g = group(param_group);
-  if (g.numel && !g.replica.empty()) from_rank_major(g, params, f32_view(g.replica[0], g.numel));
+  if (g.numel && !g.replica.empty()) from_rank_major(g, params, flat_f32(g.replica[0], g.numel));
 }
 
 }  // namespace zt

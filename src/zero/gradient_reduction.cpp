@@ -10,10 +10,6 @@
 
 namespace zt {
 
-namespace {
-constexpr ParamGroup kTrainableGroups[] = {ParamGroup::Decay, ParamGroup::NoDecay};
-}  // namespace
-
 bool rounds_reduced_gradients(const ReductionContext& context) {
   return context.compute_dtype != DType::F32 && context.store->grad_dtype() == DType::F32;
 }

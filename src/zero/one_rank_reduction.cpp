@@ -10,8 +10,6 @@ namespace zt {
 
 namespace {
 
-constexpr ParamGroup kTrainableGroups[] = {ParamGroup::Decay, ParamGroup::NoDecay};
-
 class OneRankReduction final : public GradientReduction {
  public:
   explicit OneRankReduction(const ReductionContext& context) : context_(context) {}

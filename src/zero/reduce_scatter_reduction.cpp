@@ -13,16 +13,6 @@ namespace zt {
 
 namespace {
 
-constexpr ParamGroup kTrainableGroups[] = {ParamGroup::Decay, ParamGroup::NoDecay};
-
-// Gradient buffers are in the store's gradient dtype (fp32, or 16-bit: half the bytes reduced).
-Tensor grad_view(const Buffer& buffer, DType dtype, int64_t numel) { return buffer.view(dtype, {numel}); }
-
-void ensure_numel(Buffer& buffer, Backend& backend, DType dtype, int64_t numel) {
-  const size_t bytes = static_cast<size_t>(numel) * dtype_size(dtype);
-  if (buffer.bytes() < bytes) buffer = Buffer(backend, bytes);
-}
-
 class ReduceScatterReduction final : public BucketedReduction {
  public:
   ReduceScatterReduction(const ReductionContext& context, bool per_micro_batch, bool partitions)
@@ -39,7 +29,7 @@ class ReduceScatterReduction final : public BucketedReduction {
     last_ = false;
     for (ParamGroup group : kTrainableGroups)
       if (Group& g = groups_[static_cast<size_t>(group)]; g.partition.data())
-        context_.backend->fill(grad_view(g.partition, dtype_, g.partition_numel), 0.0f);
+        context_.backend->fill(flat_view(g.partition, dtype_, g.partition_numel), 0.0f);
   }
   void unit_ready(int unit) override {
     if (per_micro_batch_ || last_) enqueue(unit);
@@ -65,7 +55,7 @@ class ReduceScatterReduction final : public BucketedReduction {
   }
   Tensor reduced(ParamGroup group) override {
     const Group& g = groups_[static_cast<size_t>(group)];
-    return grad_view(g.partition, dtype_, g.partition_numel);
+    return flat_view(g.partition, dtype_, g.partition_numel);
   }
   double gradient_norm() override {
     return std::sqrt(context_.comm->all_reduce_sum(context_.backend->sum_squares_of(held())));
@@ -110,13 +100,13 @@ class ReduceScatterReduction final : public BucketedReduction {
     if (part.units.size() == 1) {  // one unit is already rank-major: reduce it in place
       in = grads.rows(part.units[0].begin, part.units[0].numel);
     } else {
-      ensure_numel(g.staging_in, *context_.backend, dtype_, per_rank * context_.world);
-      in = grad_view(g.staging_in, dtype_, per_rank * context_.world);
+      ensure_buffer(g.staging_in, *context_.backend, per_rank * context_.world, dtype_);
+      in = flat_view(g.staging_in, dtype_, per_rank * context_.world);
       pack_rank_major(*context_.backend, in, grads, part.units, context_.world);
     }
-    ensure_numel(g.staging_out, *context_.backend, dtype_, per_rank);
+    ensure_buffer(g.staging_out, *context_.backend, per_rank, dtype_);
     peak_staging_ = std::max<int64_t>(peak_staging_, static_cast<int64_t>(g.staging_in.bytes() + g.staging_out.bytes()));
-    part.pending = context_.comm->reduce_scatter_sum_async(grad_view(g.staging_out, dtype_, per_rank), in);
+    part.pending = context_.comm->reduce_scatter_sum_async(flat_view(g.staging_out, dtype_, per_rank), in);
   }
 
   // The bucket's slices join this rank's partition; in the step's last micro-batch they hold
@@ -126,8 +116,8 @@ class ReduceScatterReduction final : public BucketedReduction {
   void finish_part(Part& part) override {
     Group& g = groups_[static_cast<size_t>(part.group)];
     const int64_t per_rank = slice_numel(part.units, context_.world);
-    Tensor partition = grad_view(g.partition, dtype_, g.partition_numel);
-    add_slices(*context_.backend, partition, grad_view(g.staging_out, dtype_, per_rank), part.units, context_.world);
+    Tensor partition = flat_view(g.partition, dtype_, g.partition_numel);
+    add_slices(*context_.backend, partition, flat_view(g.staging_out, dtype_, per_rank), part.units, context_.world);
     if (!last_) return;
     const int64_t begin = part.units.front().begin / context_.world;
     Tensor slices = partition.rows(begin, per_rank);

@@ -12,10 +12,7 @@
 namespace zt {
 
 namespace {
-constexpr ParamGroup kTrainableGroups[] = {ParamGroup::Decay, ParamGroup::NoDecay};
 constexpr ParamGroup kAllGroups[] = {ParamGroup::Frozen, ParamGroup::Decay, ParamGroup::NoDecay};
-
-Tensor f32_buffer_view(const Buffer& buffer, int64_t numel) { return buffer.view(DType::F32, {numel}); }
 
 // How a data_types.grad_accum_dtype value is named in messages: as the JSON spells it.
 std::string grad_dtype_shown(DType dtype) { return cat("data_types.grad_accum_dtype \"", dtype_name(dtype), "\""); }
@@ -101,7 +98,7 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
       state->master = Buffer(state_backend, bytes);
       for (size_t k = 0; k < optimizer_->state_names().size(); ++k) {
         state->state.emplace_back(state_backend, bytes);
-        state_backend.fill(f32_buffer_view(state->state.back(), state->partition_numel), 0.0f);
+        state_backend.fill(flat_f32(state->state.back(), state->partition_numel), 0.0f);
       }
       if (offload_) state->host_grad = Buffer(*host_, static_cast<size_t>(state->partition_numel) * grad_bytes());
       if (stage_ >= 1 && (offload_ || rounds_ || offload_param_))
@@ -120,7 +117,7 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
     if (entry.group == ParamGroup::Frozen) continue;
     for (const TensorStateSpec& spec : optimizer_->tensor_state(entry.spec.shape)) {
       tensor_state_[e].emplace_back(state_backend, static_cast<size_t>(spec.numel) * sizeof(float));
-      state_backend.fill(f32_buffer_view(tensor_state_[e].back(), spec.numel), 0.0f);
+      state_backend.fill(flat_f32(tensor_state_[e].back(), spec.numel), 0.0f);
     }
   }
   units_.resize(static_cast<size_t>(store.num_units()));
@@ -189,7 +186,7 @@ Tensor ZeroEngine::compute_partition_view(const GroupState& s) const {
 Tensor ZeroEngine::gather_source(ParamGroup group) const {
   const GroupState& s = *groups_[static_cast<size_t>(group)];
   if (s.compute_partition.data()) return compute_partition_view(s);
-  return f32_buffer_view(s.master, s.partition_numel);  // fp32 compute without offload: the master itself
+  return flat_f32(s.master, s.partition_numel);  // fp32 compute without offload: the master itself
 }
 
 // Copies this rank's slice of every unit of `full` into `partition` (at unit.begin / W).
@@ -222,7 +219,7 @@ void ZeroEngine::init_unit_from_store(int unit) {
     if (!s.partition_numel || !range.numel) continue;
     const Tensor full = store_.group_params(group);
     if (group != ParamGroup::Frozen) {
-      Tensor master = f32_buffer_view(s.master, s.partition_numel);
+      Tensor master = flat_f32(s.master, s.partition_numel);
       if (stage_ == 0) backend_.copy(master.rows(range.begin, range.numel), full.rows(range.begin, range.numel));
       else copy_own_slices(backend_, master, full, {range}, world_, rank_);
     } else if (stage_ == 3) {
@@ -449,8 +446,8 @@ void ZeroEngine::apply_update(const OptimizerStep& step) {
   for (ParamGroup group : kTrainableGroups) {
     GroupState& s = state(group);
     if (!s.partition_numel) continue;
-    GroupPartitions views{group, f32_buffer_view(s.master, s.partition_numel), {}, store_.group_params(group)};
-    for (const Buffer& buffer : s.state) views.state.push_back(f32_buffer_view(buffer, s.partition_numel));
+    GroupPartitions views{group, flat_f32(s.master, s.partition_numel), {}, store_.group_params(group)};
+    for (const Buffer& buffer : s.state) views.state.push_back(flat_f32(buffer, s.partition_numel));
     partitions.push_back(std::move(views));
   }
   const UpdateSource source = reduction_->prepare_update(step, partitions);
@@ -496,9 +493,9 @@ void ZeroEngine::update_piece(ParamGroup group, const std::vector<UnitRange>& un
   if (grad_divisor != 1.0f) state_backend.scale(grad, 1.0f / grad_divisor);
   OptimizerPiece piece;
   piece.decay = group == ParamGroup::Decay;
-  piece.param = f32_buffer_view(s.master, s.partition_numel).rows(begin, numel);
+  piece.param = flat_f32(s.master, s.partition_numel).rows(begin, numel);
   piece.grad = grad;
-  for (const Buffer& buffer : s.state) piece.state.push_back(f32_buffer_view(buffer, s.partition_numel).rows(begin, numel));
+  for (const Buffer& buffer : s.state) piece.state.push_back(flat_f32(buffer, s.partition_numel).rows(begin, numel));
   if (optimizer_->needs_tensor_slices()) add_tensor_slices(piece, group, units, stage_ >= 1 && world_ > 1);
   optimizer_->update(state_backend, piece, step);
   update_compute_partition(group, begin, numel);
@@ -538,7 +535,7 @@ void ZeroEngine::update_compute_partitions() {
 void ZeroEngine::update_compute_partition(ParamGroup group, int64_t begin, int64_t numel) {
   GroupState& s = state(group);
   if (!s.compute_partition.data() || !numel) return;
-  Tensor master = f32_buffer_view(s.master, s.partition_numel).rows(begin, numel);  // fp32
+  Tensor master = flat_f32(s.master, s.partition_numel).rows(begin, numel);  // fp32
   Tensor compute = compute_partition_view(s).rows(begin, numel);                    // compute dtype
   if (s.host_compute.data()) {  // offloaded 16-bit compute: round on the CPU, upload half the bytes
     if (uploads_done_) {  // the previous update's uploads read host_compute: let them finish first
@@ -598,7 +595,7 @@ void ZeroEngine::sync_params_after_update() {
   if (stage_ == 0) {
     for (ParamGroup group : kTrainableGroups)
       if (state(group).partition_numel)  // fp32 -> compute dtype (RNE)
-        backend_.copy(store_.group_params(group), f32_buffer_view(state(group).master, state(group).partition_numel));
+        backend_.copy(store_.group_params(group), flat_f32(state(group).master, state(group).partition_numel));
     return;
   }
   if (stage_ == 3) {  // gathered copies are stale: refresh the persistent ones, drop the others
@@ -624,8 +621,8 @@ std::vector<ZeroEngine::PartitionViews> ZeroEngine::partition_views() {
   for (ParamGroup group : kTrainableGroups) {
     GroupState& s = state(group);
     if (!s.partition_numel) continue;
-    PartitionViews view{group, f32_buffer_view(s.master, s.partition_numel), {}};
-    for (const Buffer& buffer : s.state) view.state.push_back(f32_buffer_view(buffer, s.partition_numel));
+    PartitionViews view{group, flat_f32(s.master, s.partition_numel), {}};
+    for (const Buffer& buffer : s.state) view.state.push_back(flat_f32(buffer, s.partition_numel));
     views.push_back(std::move(view));
   }
   return views;
@@ -640,7 +637,7 @@ std::vector<ZeroEngine::TensorStateViews> ZeroEngine::tensor_state_views() {
     const std::vector<TensorStateSpec> specs = optimizer_->tensor_state(entry.spec.shape);
     for (size_t k = 0; k < specs.size(); ++k) {
       view.names.push_back(specs[k].name);
-      view.state.push_back(f32_buffer_view(tensor_state_[e][k], specs[k].numel));
+      view.state.push_back(flat_f32(tensor_state_[e][k], specs[k].numel));
     }
     views.push_back(std::move(view));
   }
@@ -653,7 +650,7 @@ void ZeroEngine::add_tensor_slices(OptimizerPiece& piece, ParamGroup group, std:
   for (TensorSlice& tensor : piece.tensors) {
     const std::vector<TensorStateSpec> specs = optimizer_->tensor_state(tensor.shape);
     const std::vector<Buffer>& buffers = tensor_state_[static_cast<size_t>(tensor.entry)];
-    for (size_t k = 0; k < specs.size(); ++k) tensor.state.push_back(f32_buffer_view(buffers[k], specs[k].numel));
+    for (size_t k = 0; k < specs.size(); ++k) tensor.state.push_back(flat_f32(buffers[k], specs[k].numel));
   }
   // Without slices every rank holds the tensors whole (stage 0's gradients are all-reduced):
   // its own sums are the totals.
@@ -710,7 +707,7 @@ void ZeroEngine::fused_unit_ready(int unit) {
     const bool sliced = stage_ >= 1 && world_ > 1;
     const int64_t begin = sliced ? range.begin / world_ : range.begin;  // in the master partition
     const int64_t numel = sliced ? range.numel / world_ : range.numel;
-    Tensor mine = reduction_->reduce_unit(grads, sliced ? f32_buffer_view(fused_scratch_, numel) : Tensor());
+    Tensor mine = reduction_->reduce_unit(grads, sliced ? flat_f32(fused_scratch_, numel) : Tensor());
     if (rounds_) backend_.round_to(mine, compute_dtype_);  // as the unfused path's 16-bit gradients
     const Tensor views[] = {mine};
     fused_squares_ += backend_.sum_squares_of(views);
@@ -723,9 +720,9 @@ void ZeroEngine::fused_unit_ready(int unit) {
       if (fused_step_.grad_divisor != 1.0f) backend_.scale(mine, 1.0f / fused_step_.grad_divisor);
       OptimizerPiece piece;
       piece.decay = group == ParamGroup::Decay;
-      piece.param = f32_buffer_view(s.master, s.partition_numel).rows(begin, numel);
+      piece.param = flat_f32(s.master, s.partition_numel).rows(begin, numel);
       piece.grad = mine;
-      for (const Buffer& buffer : s.state) piece.state.push_back(f32_buffer_view(buffer, s.partition_numel).rows(begin, numel));
+      for (const Buffer& buffer : s.state) piece.state.push_back(flat_f32(buffer, s.partition_numel).rows(begin, numel));
       if (optimizer_->needs_tensor_slices()) add_tensor_slices(piece, group, {&range, 1}, sliced);
       optimizer_->update(backend_, piece, fused_step_);
       update_compute_partition(group, begin, numel);
@@ -753,7 +750,7 @@ void ZeroEngine::refresh_unit_params(int unit) {
     const UnitRange range = store_.unit_range(group, unit);
     if (!range.numel) continue;
     Tensor params = store_.group_params(group).rows(range.begin, range.numel);
-    if (stage_ == 0) backend_.copy(params, f32_buffer_view(state(group).master, state(group).partition_numel).rows(range.begin, range.numel));
+    if (stage_ == 0) backend_.copy(params, flat_f32(state(group).master, state(group).partition_numel).rows(range.begin, range.numel));
     else all_gather_async(params, gather_source(group).rows(range.begin / world_, range.numel / world_))->wait();
   }
 }

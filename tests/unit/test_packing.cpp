@@ -201,6 +201,25 @@ BOOST_AUTO_TEST_CASE(packed_micro_batch_layout) {
   }
 }
 
+// The FLOP count (MFU, the profiler) takes the attention pairs each packed sample computes, not
+// the whole row's causal square.
+BOOST_AUTO_TEST_CASE(attention_pairs_of_packed_rows_are_their_samples) {
+  zt::test::TempDir dir;
+  const TokenDataset dataset = write_dataset(dir);
+  const std::vector<int64_t> indices = {0, 1, 2, 3, 4, 5};
+  const MicroBatch unpacked = make_micro_batch(dataset, indices, 0);  // 6 rows of 14
+  BOOST_TEST(causal_attention_pairs(unpacked) == 6 * 14.0 * 14.0 / 2.0);
+  // Rows {14 + 2 padding}, {12, 3 + 1 padding}, {9, 7}, {5 + 11 padding}: padding counts as a
+  // sample of its own (the kernels attend over it too).
+  const MicroBatch packed = make_packed_micro_batch(dataset, indices, 0, 16);
+  const double halves = (14 * 14 + 2 * 2) + (12 * 12 + 3 * 3 + 1) + (9 * 9 + 7 * 7) + (5 * 5 + 11 * 11);
+  BOOST_TEST(causal_attention_pairs(packed) == halves / 2.0);
+  auto backend = make_cpu_backend();
+  DeviceBatchStorage storage;
+  MicroBatch copy = packed;
+  BOOST_TEST(batch_views(copy, *backend, storage).attention_pairs == halves / 2.0);
+}
+
 BOOST_AUTO_TEST_CASE(attention_on_packed_rows_equals_each_sample_alone) {
   auto backend = make_cpu_backend();
   const int64_t batch = 2, time = 130, heads = 4, kv_heads = 2, head_dim = 8;
