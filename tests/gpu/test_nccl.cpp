@@ -324,9 +324,12 @@ BOOST_AUTO_TEST_CASE(bad_arguments_name_the_collective) {
   DeviceTensor big = device_tensor(DType::F32, {16});
   check_error_mentions([&] { comm().all_gather(big, device); }, {"all_gather", "16 elements, expected 1 x 8"});
   DeviceTensor half = device_tensor(DType::BF16, {8});
-  check_error_mentions([&] { comm().reduce_scatter_sum(half, half); }, {"reduce_scatter", "fp32"});
+  // 16-bit gradients (data_types.grad_accum_dtype) reduce-scatter in their own dtype; in and out
+  // must agree, and integers are refused.
+  check_error_mentions([&] { comm().reduce_scatter_sum(half, device); }, {"reduce_scatter", "must have the dtype"});
   check_error_mentions([&] { comm().all_gather(half, device); }, {"all_gather", "dtype"});
   DeviceTensor ints = upload_integers(std::vector<int32_t>(8, 1), {8});
+  check_error_mentions([&] { comm().reduce_scatter_sum(ints, ints); }, {"reduce_scatter", "fp32, bf16 or fp16"});
   check_error_mentions([&] { comm().all_reduce_sum(ints); }, {"all_reduce", "fp32, bf16 or fp16"});
   check_error([&] { comm().broadcast(device, 1); }, "root 1 is not a rank of 1");
 }
