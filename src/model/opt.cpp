@@ -157,8 +157,11 @@ class OptBlocks final : public DecoderBlocks {
     first.attn_norm.ensure_saved(backend_, a.norm1, n);
     first.mlp_norm.ensure_saved(backend_, a.norm2, n);
     for (int i = 0; i < kLinears; ++i) first.linear[i].ensure_saved(backend_, a.lora[i], n);
-    for (Buffer* buffer : {&grad_ln_, &grad_drop_, &grad_att_, &grad_q_, &grad_k_, &grad_v_})
-      ensure_buffer(*buffer, backend_, n * hidden, act_);
+    for (Buffer* buffer : {&grad_att_, &grad_q_, &grad_k_, &grad_v_}) ensure_buffer(*buffer, backend_, n * hidden, act_);
+    // d_ln only carries a pre-LN branch's input gradient to its norm (post-LN adds into d_residual);
+    // d_branch needs its own buffer only where residual dropout masks it.
+    if (c_.pre_norm) ensure_buffer(grad_ln_, backend_, n * hidden, act_);
+    if (c_.residual_dropout > 0.0) ensure_buffer(grad_drop_, backend_, n * hidden, act_);
     ensure_buffer(grad_h_, backend_, n * c_.intermediate_size, act_);
   }
 
@@ -212,7 +215,7 @@ class OptBlocks final : public DecoderBlocks {
     const DropoutContext& dropout = *pass.dropout;
     const int64_t n = pass.rows(), hidden = c_.hidden_size;
     Tensor mid = matrix(a.mid, n, hidden), h = matrix(a.h, n, c_.intermediate_size);
-    Tensor d_ln = matrix(grad_ln_, n, hidden);
+    Tensor d_ln = c_.pre_norm ? matrix(grad_ln_, n, hidden) : Tensor();  // [N, C] pre-LN only
     Tensor d_h = matrix(grad_h_, n, c_.intermediate_size);
     Tensor dz = pass.lora_dz, scratch = pass.lora_scratch;
     // MLP branch: d_residual is d(out) on entry and d(mid) after it.
@@ -221,36 +224,40 @@ class OptBlocks final : public DecoderBlocks {
         // In place: the norms read dy[c] before they write dx[c].
         block.mlp_norm.backward(backend_, d_residual, GradStore::Write, d_residual, matrix(a.pre2, n, hidden), a.norm2);
       });
+    // Pre-LN: fc1's input gradient goes to d_ln, then through LN2 into d_residual. Post-LN: fc1's
+    // input is mid itself, so its gradient adds straight into d_residual (the residual stream +=;
+    // d_branch, which may be d_residual itself, is used up by fc2 before fc1 writes).
     Tensor mlp_in = c_.pre_norm ? matrix(a.ln2, n, hidden) : mid;
     time_module(backend_, pass.timer, "mlp", mlp_flops(block, pass, true), [&] {
       Tensor d_branch = residual_dropout_grad(d_residual, block.mlp_dropout_stream, dropout);
       block.linear[kFc2].backward(backend_, d_h, false, d_branch, h, a.lora[kFc2], dropout, dz, scratch);
       backend_.relu_backward(d_h, d_h, h);
-      block.linear[kFc1].backward(backend_, d_ln, false, d_h, mlp_in, a.lora[kFc1], dropout, dz, scratch);
+      block.linear[kFc1].backward(backend_, c_.pre_norm ? d_ln : d_residual, !c_.pre_norm, d_h, mlp_in,
+                                  a.lora[kFc1], dropout, dz, scratch);  // post-LN: now d(mid)
     });
     if (c_.pre_norm) {
       time_module(backend_, pass.timer, "norm", 2.0 * block.mlp_norm.flops(n), [&] {
         block.mlp_norm.backward(backend_, d_residual, GradStore::Add, d_ln, mid, a.norm2);  // now d(mid)
       });
     } else {
-      backend_.accumulate(d_residual, d_ln, 1.0f);  // now d(mid)
       time_module(backend_, pass.timer, "norm", 2.0 * block.attn_norm.flops(n), [&] {  // mid = LN1(a): d(a)
         block.attn_norm.backward(backend_, d_residual, GradStore::Write, d_residual, matrix(a.pre1, n, hidden),
                                  a.norm1);
       });
     }
-    // Attention branch: d_residual is d(x + branch) here; the branch's input gradient goes to d_ln.
+    // Attention branch: d_residual is d(x + branch) here. Pre-LN: the branch's input gradient goes
+    // to d_ln, then through LN1 into d_residual; post-LN: the branch reads x, so q/k/v add theirs
+    // straight into d_residual (after out_proj has used d_branch up).
     Tensor attn_in = c_.pre_norm ? matrix(a.ln1, n, hidden) : x;
     time_module(backend_, pass.timer, "attention", attention_flops(block, pass, true), [&] {
       Tensor d_branch = residual_dropout_grad(d_residual, block.attn_dropout_stream, dropout);
-      attention_backward(block, pass, a, attn_in, d_branch, d_ln);
+      if (c_.pre_norm) attention_backward(block, pass, a, attn_in, d_branch, d_ln, GradStore::Write);
+      else attention_backward(block, pass, a, attn_in, d_branch, d_residual, GradStore::Add);  // now d(x)
     });
     if (c_.pre_norm) {
       time_module(backend_, pass.timer, "norm", 2.0 * block.attn_norm.flops(n), [&] {
         block.attn_norm.backward(backend_, d_residual, GradStore::Add, d_ln, x, a.norm1);  // now d(x)
       });
-    } else {
-      backend_.accumulate(d_residual, d_ln, 1.0f);  // now d(x)
     }
   }
 
@@ -277,7 +284,9 @@ class OptBlocks final : public DecoderBlocks {
   }
 
   // d_in[N,C] = the gradient of attention(...)'s input from d_out[N,C] (written).
-  void attention_backward(const OptBlock& block, const BlockPass& pass, OptSaved& a, Tensor in, Tensor d_out, Tensor d_in) {
+  // d_in = (store Write) or += (store Add) the branch's input gradient, from d_out = d(branch).
+  void attention_backward(const OptBlock& block, const BlockPass& pass, OptSaved& a, Tensor in, Tensor d_out, Tensor d_in,
+                          GradStore store) {
     const int64_t n = pass.rows(), hidden = c_.hidden_size;
     const DropoutContext& dropout = *pass.dropout;
     Tensor dz = pass.lora_dz, scratch = pass.lora_scratch;
@@ -289,7 +298,7 @@ class OptBlocks final : public DecoderBlocks {
                                 heads_view(q, pass), heads_view(k, pass), heads_view(v, pass), heads_view(att, pass),
                                 a.lse.view(DType::F32, {pass.batch, c_.num_attention_heads, pass.seq}), pass.positions,
                                 attention_scale());
-    block.linear[kQ].backward(backend_, d_in, false, d_q, in, a.lora[kQ], dropout, dz, scratch);
+    block.linear[kQ].backward(backend_, d_in, store == GradStore::Add, d_q, in, a.lora[kQ], dropout, dz, scratch);
     block.linear[kK].backward(backend_, d_in, true, d_k, in, a.lora[kK], dropout, dz, scratch);
     block.linear[kV].backward(backend_, d_in, true, d_v, in, a.lora[kV], dropout, dz, scratch);
   }
