@@ -69,7 +69,8 @@ int main(int argc, char** argv) {
     row_ids[static_cast<size_t>(i)] = i;
   }
   BatchTensors tensors{batch, seq, Tensor(ids.data(), DType::I32, {n}), Tensor(targets.data(), DType::I32, {n}),
-                       Tensor(mask.data(), DType::U8, {n}), Tensor(row_ids.data(), DType::I64, {n})};
+                       Tensor(mask.data(), DType::U8, {n}), Tensor(row_ids.data(), DType::I64, {n}),
+                       Tensor(), 0.0};  // one sample per row: positions t, B * T^2 / 2 attention pairs
   std::vector<Buffer> moments;
   for (ParamGroup group : {ParamGroup::Decay, ParamGroup::NoDecay}) {
     for (int i = 0; i < 2; ++i) {

@@ -62,7 +62,7 @@ po::options_description train_options() {
       ("no-shuffle", po::bool_switch(), "take samples in order")
       ("group-by-length", po::bool_switch(), "micro-batches of similar lengths within each global batch (less padding)")
       ("head-chunk-rows", po::value<int64_t>(), "rows per chunk of the LM head + cross-entropy (default 0: automatic, "
-                                                "a chunk's logits about one activation's size; a large value: whole logits)")
+                                                "a chunk's logits about one activation's size, at least 256 rows; a large value: whole logits)")
       ("packing", po::bool_switch(), "pack each micro-batch's samples into rows as long as the longest sample, attention "
                                      "and positions confined to each sample (no padding between them)")
       ("log-every", po::value<int64_t>(), "console line every N steps (default: steps_per_print)")

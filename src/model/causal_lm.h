@@ -31,6 +31,9 @@ struct BatchTensors {
   double attention_pairs = 0.0;
 };
 
+// The automatic LM-head chunk's smallest row count (ModelOptions::head_chunk_rows).
+constexpr int64_t kMinHeadChunkRows = 256;
+
 struct ModelOptions {
   bool activation_checkpointing = false;  // keep only block inputs; recompute blocks in backward
   // With checkpointing: the block inputs wait in pinned host memory between forward and backward
@@ -38,7 +41,9 @@ struct ModelOptions {
   bool offload_activations = false;
   // Rows per chunk of the LM head + cross-entropy (the [N, V] logits never exist whole, only
   // [chunk, V]); 0: automatic, ceil(N / ceil(V / E)) rows, so a chunk's logits are about as large
-  // as one [N, E] activation (Liger's fused linear cross-entropy rule). At least N: one chunk.
+  // as one [N, E] activation (Liger's fused linear cross-entropy rule), but at least
+  // kMinHeadChunkRows (or N) rows, which keeps the head's weight-gradient GEMM deep enough to run
+  // at GEMM speed. At least N: one chunk.
   int64_t head_chunk_rows = 0;
   float lora_scaling = 0.0f;
   float lora_dropout = 0.0f;

@@ -348,8 +348,12 @@ class DecoderModel final : public CausalLM {
     if (c_.positions == PositionKind::Learned) ensure_buffer(position_embedded_, backend_, n * hidden, act_);
     if (new_shape || !row_positions_.data()) upload_row_positions();
     const int64_t chunks = (c_.vocab_size + embed - 1) / embed;  // automatic: ceil(V / E) chunks
-    head_chunk_rows_ = std::max<int64_t>(1, options_.head_chunk_rows > 0 ? std::min(options_.head_chunk_rows, n)
-                                                                          : (n + chunks - 1) / chunks);
+    // ... of at least kMinHeadChunkRows rows: each chunk adds dlogits^T x into the head's [V, E]
+    // weight gradient, a GEMM whose depth is the chunk's rows, so a shallow chunk reads and writes
+    // all of dW for little work (a hidden-512 LLaMA at vocab 32000 got 17-row chunks, and its CPU
+    // step took twice as long as with one chunk; 256 rows are within noise of one).
+    const int64_t automatic = std::max((n + chunks - 1) / chunks, std::min(n, kMinHeadChunkRows));
+    head_chunk_rows_ = std::max<int64_t>(1, options_.head_chunk_rows > 0 ? std::min(options_.head_chunk_rows, n) : automatic);
     head_.ensure_saved(backend_, head_saved_, head_chunk_rows_);
     ensure_buffer(logits_, backend_, head_chunk_rows_ * c_.vocab_size, act_);
     int64_t max_rank = 0, max_in = 0;
