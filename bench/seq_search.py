@@ -4,7 +4,9 @@ bench/gpu_llama7b.sh). Each trial makes a shard of --steps samples of exactly SE
 --micro-batch-size 1 for --steps steps, and reads the peak of --mem-key (metrics.jsonl; by
 default mem_device_peak, the CUDA caching allocator's peak of memory in use) over those steps.
 The search doubles SEQ from --start until a trial goes over the budget (or --max is passed),
-then bisects in multiples of --granularity between the last fit and the first miss.
+then bisects in multiples of --granularity between the last fit and the first miss. With
+--bracket LO,HI (a predicted boundary, e.g. from `zerotune estimate --max-seq-len`) it starts from
+LO (should fit) and HI (should not), widening whichever end is wrong, and bisects between them.
 
 --config is tried first; when zerotune refuses it and its message names offload_param (stage-3
 parameter offload not implemented), the search says so and continues with --fallback-config.
@@ -13,7 +15,7 @@ search with an error naming the trial and its log.
 
   seq_search.py --make-data BIN --work DIR --vocab V --budget-gib 24 --config A.json
                 [--fallback-config B.json] [--mem-key mem_device_peak] [--start 2048]
-                [--max 65536] [--granularity 256] [--steps 2] --out PART.json
+                [--max 65536] [--granularity 256] [--steps 2] [--bracket LO,HI] --out PART.json
                 -- ZEROTUNE train --model DIR --lora-r 16 ... (the rest of the train command)
 """
 import argparse
@@ -52,7 +54,10 @@ class Search:
             return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode
 
     def fits(self, seq):
-        """Runs one trial; True when its peak memory is within the budget."""
+        """Runs one trial (once per seq); True when its peak memory is within the budget."""
+        done = [t["fits"] for t in self.trials if t["seq"] == seq and t["config"] == self.config]
+        if done:
+            return done[0]
         a = self.args
         data = os.path.join(a.work, f"data-seq{seq}-n{a.steps}")
         if not os.path.exists(os.path.join(data, "train-00000.h5")):
@@ -88,26 +93,48 @@ class Search:
             raise SystemExit(f"seq_search.py: {out}/metrics.jsonl has no {a.mem_key} (a CPU run has no device "
                              f"memory: use --mem-key mem_host_peak there)")
         fits = peak <= a.budget_gib * GIB
-        print(f"seq_search: seq {seq}: {a.mem_key} {peak / GIB:.3f} GiB -> {'fits' if fits else 'over the budget'}",
+        print(f"seq_search: seq {seq}: {a.mem_key} {peak / GIB:.3f} GiB ({peak} bytes) -> "
+              f"{'fits' if fits else 'over the budget'}",
               flush=True)
         self.trials.append({"seq": seq, "peak": peak, "fits": fits, "config": self.config,
                             "tokens_per_sec": summary["tokens_per_sec"]})
         return fits
 
+    def bracketed(self):
+        """With --bracket LO,HI: LO must fit and HI must not (else the search widens that end by
+        doubling the distance), so that a predicted boundary is checked in a few trials instead of
+        doubling from --start (a trial at twice the boundary is what the doubling costs)."""
+        a = self.args
+        low, high = a.bracket
+        while low > 0 and not self.fits(low):
+            high, low = low, max(0, low - 2 * (high - low))
+        if low == 0:
+            return 0, high
+        if not self.fits(high):
+            return low, high
+        while high <= a.max:
+            low, high = high, high + 2 * (high - low)
+            if not self.fits(high):
+                return low, high
+        return high, None
+
     def largest(self):
         a = self.args
-        fit, miss = 0, None  # largest fitting seq (0: none yet), smallest seq over the budget
-        seq = a.start
-        while seq <= a.max:
-            if not self.fits(seq):
-                miss = seq
-                break
-            fit = seq
-            seq *= 2
+        if a.bracket:
+            fit, miss = self.bracketed()
+        else:
+            fit, miss = 0, None  # largest fitting seq (0: none yet), smallest seq over the budget
+            seq = a.start
+            while seq <= a.max:
+                if not self.fits(seq):
+                    miss = seq
+                    break
+                fit = seq
+                seq *= 2
         if miss is None:
             return fit, True
         while miss - fit > a.granularity:
-            middle = (fit + miss) // 2 // a.granularity * a.granularity
+            middle = fit + max(1, (miss - fit) // 2 // a.granularity) * a.granularity
             if self.fits(middle):
                 fit = middle
             else:
@@ -128,13 +155,22 @@ def main():
     parser.add_argument("--max", type=int, default=65536)
     parser.add_argument("--granularity", type=int, default=256)
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--bracket", help="LO,HI: start from this bracket (LO expected to fit, HI not), e.g. "
+                                          "a predicted boundary and one granularity above it")
     parser.add_argument("--out", required=True, help="JSON file for the result")
     parser.add_argument("train_command", nargs=argparse.REMAINDER, help="-- ZEROTUNE train ...")
     args = parser.parse_args()
     train_command = args.train_command[1:] if args.train_command[:1] == ["--"] else args.train_command
     if not train_command:
         parser.error("the zerotune train command goes after --")
-    if args.start <= 0 or args.start % args.granularity or args.max < args.start:
+    if args.bracket:
+        try:
+            args.bracket = [int(v) for v in args.bracket.split(",")]
+        except ValueError:
+            parser.error(f"--bracket takes LO,HI (two token counts), not '{args.bracket}'")
+        if len(args.bracket) != 2 or not 0 < args.bracket[0] < args.bracket[1]:
+            parser.error(f"--bracket needs 0 < LO < HI, not {args.bracket}")
+    elif args.start <= 0 or args.start % args.granularity or args.max < args.start:
         parser.error("--start must be a positive multiple of --granularity and at most --max")
     os.makedirs(args.work, exist_ok=True)
 
