@@ -31,11 +31,18 @@ KNOBS = {"reduce_bucket_size": 12000, "allgather_bucket_size": 12000}
 
 
 def train(zerotune, workdir, model, data, ranks, stage, offload="none", steps=STEPS, name=None, extra=(), optimizer=None,
-          expect_ok=True):
+          expect_ok=True, ds_extra=None):
+    """`ds_extra`: top-level DeepSpeed keys replacing the tour's (e.g. its WarmupLR "scheduler")."""
     name = name or f"w{ranks}-s{stage}-{offload}"
     out = os.path.join(workdir, name)
     zero = dict(KNOBS, stage=stage, offload_optimizer={"device": offload})
     ds = write_ds_config(os.path.join(workdir, f"{name}.json"), 16, 4, zero, optimizer or OPTIMIZER)
+    if ds_extra:
+        with open(ds) as stream:
+            config = json.load(stream)
+        config.update(ds_extra)
+        with open(ds, "w") as stream:
+            json.dump(config, stream, indent=1)
     result, _ = run_ranks(ranks, [zerotune, "train", "--model", model, "--data", data, "--out", out, "--deepspeed", ds,
                                   "--max-steps", steps, "--seed", 3, "--dump-final", out + ".safetensors"] + list(extra),
                           expect_ok=expect_ok)

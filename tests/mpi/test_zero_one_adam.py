@@ -75,7 +75,7 @@ def main():
         rows = read_metrics(runs[(0, "none")])
         # A sanity check of the 12-step run (convergence is the 40-step comparison below): its losses
         # are finite and some step goes clearly below the first. Not the last step against the first:
-        # at lr 2e-3 with clipping the local steps make the loss swing by about 0.1 (5.42 at step 6,
+        # at the tour's WarmupLR (peak 3e-3) the local steps make the loss swing by about 0.1 (5.42 at step 6,
         # 5.55-5.58 at step 12), so the last bits of a summation order decide that comparison.
         losses = [r["loss"] for r in rows]
         report.check(all(math.isfinite(x) for x in losses) and min(losses[1:]) < 0.99 * losses[0],
