@@ -156,4 +156,43 @@ BOOST_AUTO_TEST_CASE(only_a_chunk_of_logits_is_allocated) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(automatic_chunks_are_at_least_256_rows_deep) {
+  // Liger's rule alone, ceil(N / ceil(V / E)), gives this wide-vocabulary, narrow model 2-row
+  // chunks of its 512 rows; each would add a 2-deep GEMM into the head's whole [V, E] weight
+  // gradient. The automatic chunk is kMinHeadChunkRows (256) rows: two chunks, not one and not 256.
+  nlohmann::json json = {{"model_type", "llama"}, {"vocab_size", 4096}, {"hidden_size", 16}, {"intermediate_size", 24},
+                         {"num_hidden_layers", 1}, {"num_attention_heads", 4}, {"max_position_embeddings", 512}};
+  const ModelConfig config = parse_model_config(json, "wide-vocab");
+  const int64_t n = 512;
+  std::vector<int32_t> ids(n), targets(n);
+  std::vector<uint8_t> mask(n, 1);
+  std::vector<int64_t> row_ids(n);
+  for (int64_t i = 0; i < n; ++i) {
+    ids[static_cast<size_t>(i)] = static_cast<int32_t>(i % 4096);
+    targets[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7 + 1) % 4096);
+    row_ids[static_cast<size_t>(i)] = i;
+  }
+  BatchTensors batch;
+  batch.batch = 1;
+  batch.seq = n;
+  batch.input_ids = Tensor(ids.data(), DType::I32, {n});
+  batch.targets = Tensor(targets.data(), DType::I32, {n});
+  batch.loss_mask = Tensor(mask.data(), DType::U8, {n});
+  batch.row_ids = Tensor(row_ids.data(), DType::I64, {n});
+  std::unique_ptr<CountingBackend> counting = make_counting_backend(CountingOptions{});
+  const std::vector<ParamSpec> specs = model_param_specs(config);
+  ParamStore store(*counting, specs, std::vector<bool>(specs.size(), true));
+  std::unique_ptr<CausalLM> model = make_causal_lm(config, store, *counting, ModelOptions{});
+  DropoutContext dropout{11, 3, batch.row_ids};
+  counting->reset_peaks();
+  const int64_t before = counting->counted().device;
+  model->forward(batch, dropout);
+  model->backward(batch, 1.0f, dropout);
+  const int64_t step_peak = counting->counted().device_peak - before;
+  const int64_t chunk_bytes = kMinHeadChunkRows * 4096 * 4, whole_bytes = n * 4096 * 4;
+  BOOST_TEST_MESSAGE("automatic chunk: step peak " << step_peak << " bytes");
+  BOOST_TEST(step_peak >= chunk_bytes, "a chunk of 256 rows' logits (step peak " << step_peak << ")");
+  BOOST_TEST(step_peak < whole_bytes, "not the whole [N, V] logits (step peak " << step_peak << ")");
+}
+
 BOOST_AUTO_TEST_SUITE_END()
