@@ -100,6 +100,21 @@ Outcome run(const ModelConfig& config, ParamStore& store, Backend& backend, int6
   return outcome;
 }
 
+// The device bytes a forward + backward of `batch` allocates beyond the parameters, counted by
+// the counting backend (no math runs).
+int64_t counted_step_peak(const ModelConfig& config, const ModelOptions& options, const BatchTensors& batch) {
+  std::unique_ptr<CountingBackend> counting = make_counting_backend(CountingOptions{});
+  const std::vector<ParamSpec> specs = model_param_specs(config);
+  ParamStore store(*counting, specs, std::vector<bool>(specs.size(), true));
+  std::unique_ptr<CausalLM> model = make_causal_lm(config, store, *counting, options);
+  DropoutContext dropout{11, 3, batch.row_ids};
+  counting->reset_peaks();
+  const int64_t before = counting->counted().device;
+  model->forward(batch, dropout);
+  model->backward(batch, 1.0f, dropout);
+  return counting->counted().device_peak - before;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(head_chunks)
@@ -135,20 +150,10 @@ BOOST_AUTO_TEST_CASE(only_a_chunk_of_logits_is_allocated) {
                          {"num_hidden_layers", 1}, {"num_attention_heads", 4}, {"max_position_embeddings", 32}};
   const ModelConfig config = parse_model_config(json, "wide-vocab");
   for (int64_t chunk_rows : {int64_t{1000}, int64_t{2}}) {
-    std::unique_ptr<CountingBackend> counting = make_counting_backend(CountingOptions{});
-    const std::vector<ParamSpec> specs = model_param_specs(config);
-    ParamStore store(*counting, specs, std::vector<bool>(specs.size(), true));
     ModelOptions options;
     options.head_chunk_rows = chunk_rows;
-    std::unique_ptr<CausalLM> model = make_causal_lm(config, store, *counting, options);
     TestBatch data;
-    BatchTensors batch = data.tensors();
-    DropoutContext dropout{11, 3, batch.row_ids};
-    counting->reset_peaks();
-    const int64_t before = counting->counted().device;
-    model->forward(batch, dropout);
-    model->backward(batch, 1.0f, dropout);
-    const int64_t step_peak = counting->counted().device_peak - before;
+    const int64_t step_peak = counted_step_peak(config, options, data.tensors());
     const int64_t rows = std::min<int64_t>(chunk_rows, 14), logits_bytes = rows * 4096 * 4;
     BOOST_TEST_MESSAGE("chunk rows " << rows << ": step peak " << step_peak << " bytes");
     BOOST_TEST(step_peak >= logits_bytes);
@@ -179,16 +184,7 @@ BOOST_AUTO_TEST_CASE(automatic_chunks_are_at_least_256_rows_deep) {
   batch.targets = Tensor(targets.data(), DType::I32, {n});
   batch.loss_mask = Tensor(mask.data(), DType::U8, {n});
   batch.row_ids = Tensor(row_ids.data(), DType::I64, {n});
-  std::unique_ptr<CountingBackend> counting = make_counting_backend(CountingOptions{});
-  const std::vector<ParamSpec> specs = model_param_specs(config);
-  ParamStore store(*counting, specs, std::vector<bool>(specs.size(), true));
-  std::unique_ptr<CausalLM> model = make_causal_lm(config, store, *counting, ModelOptions{});
-  DropoutContext dropout{11, 3, batch.row_ids};
-  counting->reset_peaks();
-  const int64_t before = counting->counted().device;
-  model->forward(batch, dropout);
-  model->backward(batch, 1.0f, dropout);
-  const int64_t step_peak = counting->counted().device_peak - before;
+  const int64_t step_peak = counted_step_peak(config, ModelOptions{}, batch);
   const int64_t chunk_bytes = kMinHeadChunkRows * 4096 * 4, whole_bytes = n * 4096 * 4;
   BOOST_TEST_MESSAGE("automatic chunk: step peak " << step_peak << " bytes");
   BOOST_TEST(step_peak >= chunk_bytes, "a chunk of 256 rows' logits (step peak " << step_peak << ")");
