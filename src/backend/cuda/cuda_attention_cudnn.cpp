@@ -1,0 +1,392 @@
+// cuDNN fused attention through cudnn-frontend's graph API (see cuda_attention_cudnn.h): graph
+// construction per shape, the cache, the packed (ragged) index arrays, and execution.
+#include "backend/cuda/cuda_attention_cudnn.h"
+
+#include <cudnn.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+// cudnn-frontend is header-only; its JSON (de)serialisation is not used here, and leaving it out
+// keeps its bundled nlohmann-json away from the Debian one the rest of zerotune includes.
+#define CUDNN_FRONTEND_SKIP_JSON_LIB 1
+#include <cudnn_frontend.h>
+
+#include "backend/buffer.h"
+#include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/cuda_check.h"
+#include "core/error.h"
+
+namespace zt::cuda {
+
+namespace fe = cudnn_frontend;
+
+namespace {
+
+// A cuDNN call that failed: zt::Error naming the call, cuDNN's status and message.
+void check_cudnn(cudnnStatus_t status, const char* call) {
+  if (status == CUDNN_STATUS_SUCCESS) return;
+  char message[256] = {};
+  cudnnGetLastErrorString(message, sizeof(message));
+  fail("cudnn: ", call, " failed: ", cudnnGetErrorString(status), message[0] ? " (" : "", message,
+       message[0] ? ")" : "");
+}
+#define ZT_CUDNN_CHECK(call) check_cudnn((call), #call)
+
+// A cudnn-frontend step that failed: its message, or "" when it succeeded.
+std::string failure_of(const fe::error_t& error, const char* step) {
+  if (error.is_good()) return "";
+  return cat(step, ": ", error.get_message());
+}
+
+// Tensor uids of the variant packs.
+enum Uid : int64_t {
+  kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV,
+  kSeqLen,       // int32 [B',1,1,1]: tokens of each sequence (packed rows)
+  kRaggedQ,      // int32 [B'+1,1,1,1]: element offset of each sequence in q-like tensors
+  kRaggedKV,     // ... in k-like tensors
+  kRaggedStats,  // ... in the THD stats scratch
+};
+
+fe::DataType_t io_type(DType dtype) {
+  return dtype == DType::BF16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF;
+}
+
+// What a graph depends on. Packed rows: `batch` is the bucketed sequence count B' and `time`
+// the bucketed longest sequence S (the tokens live at ragged offsets instead).
+struct GraphKey {
+  DType dtype;
+  int batch, time, heads, kv_heads, head_dim;
+  float scale;
+  bool packed;
+  auto tie() const { return std::tie(dtype, batch, time, heads, kv_heads, head_dim, scale, packed); }
+  bool operator<(const GraphKey& other) const { return tie() < other.tie(); }
+};
+
+// Rounds the packed geometry up to buckets: sequences to B times a power of two, the longest
+// sequence to a power of two of at least 64 (at most T): log-many graphs per run.
+int bucket_sequences(int sequences, int batch) {
+  return batch * static_cast<int>(std::bit_ceil(static_cast<unsigned>((sequences + batch - 1) / batch)));
+}
+int bucket_length(int longest, int time) {
+  return std::min(time, std::max(64, static_cast<int>(std::bit_ceil(static_cast<unsigned>(longest)))));
+}
+
+// q-like [B,H,S,D] over the rows' [.., T, H, D] memory (k-like with Hkv heads). Packed: the
+// batch stride is replaced by the ragged offsets.
+std::shared_ptr<fe::graph::Tensor_attributes> bhsd(fe::graph::Graph& graph, const char* name,
+                                                   int64_t uid, const GraphKey& key, int heads,
+                                                   std::shared_ptr<fe::graph::Tensor_attributes> ragged) {
+  const int64_t b = key.batch, s = key.time, h = heads, d = key.head_dim;
+  auto tensor = graph.tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid)
+                                 .set_dim({b, h, s, d}).set_stride({s * h * d, d, h * d, 1}));
+  if (ragged) tensor->set_ragged_offset(ragged);
+  return tensor;
+}
+void as_bhsd_output(const std::shared_ptr<fe::graph::Tensor_attributes>& tensor, int64_t uid,
+                    const GraphKey& key, int heads,
+                    std::shared_ptr<fe::graph::Tensor_attributes> ragged) {
+  const int64_t b = key.batch, s = key.time, h = heads, d = key.head_dim;
+  tensor->set_output(true).set_uid(uid).set_dim({b, h, s, d}).set_stride({s * h * d, d, h * d, 1});
+  if (ragged) tensor->set_ragged_offset(ragged);
+}
+// Stats [B,H,S,1] fp32: lse[B,H,T] itself, or (packed) the THD scratch [tokens, H].
+void set_stats_layout(fe::graph::Tensor_attributes& stats, const GraphKey& key,
+                      std::shared_ptr<fe::graph::Tensor_attributes> ragged) {
+  const int64_t b = key.batch, s = key.time, h = key.heads;
+  stats.set_uid(kStats).set_data_type(fe::DataType_t::FLOAT).set_dim({b, h, s, 1});
+  if (ragged) {
+    stats.set_stride({s * h, 1, h, 1}).set_ragged_offset(ragged);
+  } else {
+    stats.set_stride({h * s, s, 1, 1});
+  }
+}
+
+// The index tensors of a packed graph (null when not packed).
+struct PackedInputs {
+  std::shared_ptr<fe::graph::Tensor_attributes> seq_len, ragged_q, ragged_kv, ragged_stats;
+};
+PackedInputs packed_inputs(fe::graph::Graph& graph, const GraphKey& key) {
+  if (!key.packed) return {};
+  auto index = [&](const char* name, int64_t uid, int64_t rows) {
+    return graph.tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid)
+                            .set_dim({rows, 1, 1, 1}).set_stride({1, 1, 1, 1})
+                            .set_data_type(fe::DataType_t::INT32));
+  };
+  return {index("seq_len", kSeqLen, key.batch), index("ragged_q", kRaggedQ, key.batch + 1),
+          index("ragged_kv", kRaggedKV, key.batch + 1),
+          index("ragged_stats", kRaggedStats, key.batch + 1)};
+}
+
+std::shared_ptr<fe::graph::Graph> new_graph(const GraphKey& key) {
+  auto graph = std::make_shared<fe::graph::Graph>();
+  graph->set_io_data_type(io_type(key.dtype))
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  return graph;
+}
+
+std::shared_ptr<fe::graph::Graph> forward_graph(const GraphKey& key) {
+  auto graph = new_graph(key);
+  const PackedInputs packed = packed_inputs(*graph, key);
+  auto q = bhsd(*graph, "q", kQ, key, key.heads, packed.ragged_q);
+  auto k = bhsd(*graph, "k", kK, key, key.kv_heads, packed.ragged_kv);
+  auto v = bhsd(*graph, "v", kV, key, key.kv_heads, packed.ragged_kv);
+  auto options = fe::graph::SDPA_attributes().set_name("attention_forward").set_generate_stats(true)
+                     .set_causal_mask(true).set_attn_scale(key.scale);
+  if (key.packed) {
+    options.set_padding_mask(true).set_seq_len_q(packed.seq_len).set_seq_len_kv(packed.seq_len);
+  }
+  auto [out, stats] = graph->sdpa(q, k, v, options);
+  as_bhsd_output(out, kO, key, key.heads, packed.ragged_q);
+  stats->set_output(true);
+  set_stats_layout(*stats, key, packed.ragged_stats);
+  return graph;
+}
+
+std::shared_ptr<fe::graph::Graph> backward_graph(const GraphKey& key) {
+  auto graph = new_graph(key);
+  const PackedInputs packed = packed_inputs(*graph, key);
+  auto q = bhsd(*graph, "q", kQ, key, key.heads, packed.ragged_q);
+  auto k = bhsd(*graph, "k", kK, key, key.kv_heads, packed.ragged_kv);
+  auto v = bhsd(*graph, "v", kV, key, key.kv_heads, packed.ragged_kv);
+  auto out = bhsd(*graph, "o", kO, key, key.heads, packed.ragged_q);
+  auto dout = bhsd(*graph, "dO", kDO, key, key.heads, packed.ragged_q);
+  auto stats = graph->tensor(fe::graph::Tensor_attributes().set_name("stats"));
+  set_stats_layout(*stats, key, packed.ragged_stats);
+  // Deterministic: the same bits on every run, so a resumed run replays exactly.
+  auto options = fe::graph::SDPA_backward_attributes().set_name("attention_backward")
+                     .set_causal_mask(true).set_attn_scale(key.scale)
+                     .set_deterministic_algorithm(true);
+  if (key.packed) {
+    options.set_padding_mask(true).set_seq_len_q(packed.seq_len).set_seq_len_kv(packed.seq_len);
+  }
+  auto [dq, dk, dv] = graph->sdpa_backward(q, k, v, out, dout, stats, options);
+  as_bhsd_output(dq, kDQ, key, key.heads, packed.ragged_q);
+  as_bhsd_output(dk, kDK, key, key.kv_heads, packed.ragged_kv);
+  as_bhsd_output(dv, kDV, key, key.kv_heads, packed.ragged_kv);
+  return graph;
+}
+
+// Validates and builds a graph's plan; "" or the reason it cannot run.
+std::string build(fe::graph::Graph& graph, cudnnHandle_t handle) {
+  std::string reason = failure_of(graph.validate(), "validate");
+  if (reason.empty()) reason = failure_of(graph.build_operation_graph(handle), "build_operation_graph");
+  if (reason.empty()) reason = failure_of(graph.create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans");
+  if (reason.empty()) reason = failure_of(graph.check_support(handle), "check_support");
+  if (reason.empty()) reason = failure_of(graph.build_plans(handle), "build_plans");
+  return reason;
+}
+
+struct GraphPair {
+  std::shared_ptr<fe::graph::Graph> forward, backward;
+  int64_t forward_workspace = 0, backward_workspace = 0;
+  std::string unsupported;  // "" when both built
+};
+
+}  // namespace
+
+// The packed index arrays of one batch geometry, on the device.
+struct PackedIndex {
+  std::vector<int64_t> starts;  // the key: the host sample starts it was made from
+  int sequences = 0, longest = 0;
+  Buffer arrays;                // int32: seq_len[B'], ragged_q, ragged_kv, ragged_stats [B'+1] each
+  int32_t* seq_len = nullptr;
+  int32_t* ragged_q = nullptr;
+  int32_t* ragged_kv = nullptr;
+  int32_t* ragged_stats = nullptr;
+};
+
+struct CudnnAttention::Impl {
+  CudaBackendImpl& backend;
+  cudnnHandle_t handle = nullptr;
+  std::map<GraphKey, GraphPair> graphs;
+  size_t built = 0;
+  PackedIndex packed;  // the last batch geometry's arrays (rebuilt when the starts change)
+  int32_t* staging = nullptr;  // pinned host staging of packed.arrays
+  size_t staging_count = 0;
+  cudaEvent_t staged = nullptr;  // the last upload from `staging` (reused only after it)
+
+  explicit Impl(CudaBackendImpl& owner) : backend(owner) {
+    ZT_CUDNN_CHECK(cudnnCreate(&handle));
+    ZT_CUDNN_CHECK(cudnnSetStream(handle, backend.stream()));
+    ZT_CUDA_CHECK(cudaEventCreateWithFlags(&staged, cudaEventDisableTiming));
+  }
+  ~Impl() {
+    if (staged) cudaEventDestroy(staged);
+    if (staging) cudaFreeHost(staging);
+    if (handle) cudnnDestroy(handle);
+  }
+
+  GraphKey key_of(const AttentionCall& call) const {
+    GraphKey key{call.dtype, call.batch, call.time, call.heads, call.kv_heads, call.head_dim,
+                 call.scale, !call.sample_starts.empty()};
+    if (key.packed) {
+      const auto [sequences, longest] = geometry(call);
+      key.batch = bucket_sequences(sequences, call.batch);
+      key.time = bucket_length(longest, call.time);
+    }
+    return key;
+  }
+
+  // (number of samples, longest sample) of packed rows.
+  static std::pair<int, int> geometry(const AttentionCall& call) {
+    const auto& starts = call.sample_starts;
+    const int64_t end = int64_t{call.batch} * call.time;
+    int64_t longest = 0;
+    for (size_t i = 0; i < starts.size(); ++i) {
+      longest = std::max(longest, (i + 1 < starts.size() ? starts[i + 1] : end) - starts[i]);
+    }
+    return {static_cast<int>(starts.size()), static_cast<int>(longest)};
+  }
+
+  GraphPair& graphs_for(const GraphKey& key) {
+    auto found = graphs.find(key);
+    if (found != graphs.end()) return found->second;
+    GraphPair pair;
+    pair.forward = forward_graph(key);
+    pair.unsupported = build(*pair.forward, handle);
+    if (pair.unsupported.empty()) {
+      pair.backward = backward_graph(key);
+      pair.unsupported = build(*pair.backward, handle);
+      if (!pair.unsupported.empty()) pair.unsupported = "backward: " + pair.unsupported;
+    } else {
+      pair.unsupported = "forward: " + pair.unsupported;
+    }
+    if (pair.unsupported.empty()) {
+      ZT_CHECK(pair.forward->get_workspace_size(pair.forward_workspace).is_good() &&
+                   pair.backward->get_workspace_size(pair.backward_workspace).is_good(),
+               "cudnn: attention graphs built but their workspace size is unknown");
+      built += 2;
+    }
+    return graphs.emplace(key, std::move(pair)).first->second;
+  }
+
+  // The packed index arrays for this call's samples (uploaded once per batch geometry).
+  void prepare_packed(const AttentionCall& call, const GraphKey& key);
+  void run(fe::graph::Graph& graph, int64_t workspace_bytes, std::unordered_map<int64_t, void*>& pack,
+           const GraphKey& key);
+};
+
+void CudnnAttention::Impl::prepare_packed(const AttentionCall& call, const GraphKey& key) {
+  const auto& starts = call.sample_starts;
+  if (packed.sequences == key.batch && packed.starts.size() == starts.size() &&
+      std::equal(starts.begin(), starts.end(), packed.starts.begin())) {
+    return;
+  }
+  const int sequences = key.batch;  // bucketed: the extra ones are empty
+  const size_t count = size_t{4} * sequences + 3;
+  if (staging_count < count) {
+    ZT_CUDA_CHECK(cudaEventSynchronize(staged));
+    if (staging) ZT_CUDA_CHECK(cudaFreeHost(staging));
+    ZT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&staging), count * sizeof(int32_t), cudaHostAllocDefault));
+    staging_count = count;
+  } else {
+    ZT_CUDA_CHECK(cudaEventSynchronize(staged));  // the previous upload has left `staging`
+  }
+  int32_t* seq_len = staging;
+  int32_t* ragged_q = seq_len + sequences;
+  int32_t* ragged_kv = ragged_q + sequences + 1;
+  int32_t* ragged_stats = ragged_kv + sequences + 1;
+  const int64_t end = int64_t{call.batch} * call.time;
+  const int64_t q_row = int64_t{call.heads} * call.head_dim, kv_row = int64_t{call.kv_heads} * call.head_dim;
+  ZT_CHECK(end * q_row < (int64_t{1} << 31), "attention: packed rows of ", end, " tokens x ", q_row,
+           " elements exceed cuDNN's int32 ragged offsets");
+  for (int i = 0; i <= sequences; ++i) {
+    // Sequence i < samples: a sample; beyond: empty, pointing at the end of the rows.
+    const int64_t start = i < static_cast<int>(starts.size()) ? starts[i] : end;
+    if (i < sequences) {
+      const int64_t next = i + 1 < static_cast<int>(starts.size()) ? starts[i + 1] : end;
+      seq_len[i] = static_cast<int32_t>(next - start);
+    }
+    ragged_q[i] = static_cast<int32_t>(start * q_row);
+    ragged_kv[i] = static_cast<int32_t>(start * kv_row);
+    ragged_stats[i] = static_cast<int32_t>(start * call.heads);
+  }
+  if (packed.arrays.bytes() < count * sizeof(int32_t)) {
+    packed.arrays = Buffer(backend, count * sizeof(int32_t));
+  }
+  ZT_CUDA_CHECK(cudaMemcpyAsync(packed.arrays.data(), staging, count * sizeof(int32_t),
+                                cudaMemcpyHostToDevice, backend.stream()));
+  ZT_CUDA_CHECK(cudaEventRecord(staged, backend.stream()));
+  auto* device = static_cast<int32_t*>(packed.arrays.data());
+  packed.seq_len = device;
+  packed.ragged_q = device + (ragged_q - staging);
+  packed.ragged_kv = device + (ragged_kv - staging);
+  packed.ragged_stats = device + (ragged_stats - staging);
+  packed.starts.assign(starts.begin(), starts.end());
+  packed.sequences = sequences;
+}
+
+void CudnnAttention::Impl::run(fe::graph::Graph& graph, int64_t workspace_bytes,
+                               std::unordered_map<int64_t, void*>& pack, const GraphKey& key) {
+  if (key.packed) {
+    pack[kSeqLen] = packed.seq_len;
+    pack[kRaggedQ] = packed.ragged_q;
+    pack[kRaggedKV] = packed.ragged_kv;
+    pack[kRaggedStats] = packed.ragged_stats;
+  }
+  Buffer workspace(backend, static_cast<size_t>(workspace_bytes));
+  const fe::error_t status = graph.execute(handle, pack, workspace.data());
+  ZT_CHECK(status.is_good(), "cudnn: executing ", graph.get_name().empty() ? "attention" : graph.get_name(),
+           " failed: ", status.get_message());
+}
+
+CudnnAttention::CudnnAttention(CudaBackendImpl& backend) : impl_(std::make_unique<Impl>(backend)) {}
+CudnnAttention::~CudnnAttention() = default;
+
+size_t CudnnAttention::graphs_built() const { return impl_->built; }
+
+std::string CudnnAttention::prepare(const AttentionCall& call) {
+  if (call.dtype != DType::BF16 && call.dtype != DType::F16) return "cuDNN's fused attention takes bf16 and fp16 only";
+  return impl_->graphs_for(impl_->key_of(call)).unsupported;
+}
+
+void CudnnAttention::forward(const AttentionCall& call, Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v) {
+  const GraphKey key = impl_->key_of(call);
+  GraphPair& pair = impl_->graphs_for(key);
+  ZT_CHECK(pair.unsupported.empty(), "attention_forward: cuDNN cannot run this case: ", pair.unsupported);
+  std::unordered_map<int64_t, void*> pack{{kQ, q.data}, {kK, k.data}, {kV, v.data}, {kO, out.data}};
+  Buffer stats;  // packed: the THD stats [tokens, H], then scattered into lse[B,H,T]
+  if (key.packed) {
+    impl_->prepare_packed(call, key);
+    stats = Buffer(impl_->backend, static_cast<size_t>(lse.numel()) * sizeof(float));
+    pack[kStats] = stats.data();
+  } else {
+    pack[kStats] = lse.data;
+  }
+  impl_->run(*pair.forward, pair.forward_workspace, pack, key);
+  if (key.packed) {
+    transpose_token_heads(impl_->backend.stream(), lse.f32(), static_cast<const float*>(stats.data()),
+                          call.batch, call.time, call.heads, /*to_heads_major=*/true);
+  }
+}
+
+void CudnnAttention::backward(const AttentionCall& call, Tensor dq, Tensor dk, Tensor dv, Tensor dout,
+                              Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse) {
+  const GraphKey key = impl_->key_of(call);
+  GraphPair& pair = impl_->graphs_for(key);
+  ZT_CHECK(pair.unsupported.empty(), "attention_backward: cuDNN cannot run this case: ", pair.unsupported);
+  std::unordered_map<int64_t, void*> pack{{kQ, q.data},     {kK, k.data},     {kV, v.data},
+                                          {kO, out.data},   {kDO, dout.data}, {kDQ, dq.data},
+                                          {kDK, dk.data},   {kDV, dv.data}};
+  Buffer stats;
+  if (key.packed) {
+    impl_->prepare_packed(call, key);
+    stats = Buffer(impl_->backend, static_cast<size_t>(lse.numel()) * sizeof(float));
+    transpose_token_heads(impl_->backend.stream(), static_cast<float*>(stats.data()), lse.f32(),
+                          call.batch, call.time, call.heads, /*to_heads_major=*/false);
+    pack[kStats] = stats.data();
+  } else {
+    pack[kStats] = lse.data;
+  }
+  impl_->run(*pair.backward, pair.backward_workspace, pack, key);
+}
+
+}  // namespace zt::cuda
