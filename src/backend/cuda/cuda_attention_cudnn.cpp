@@ -213,8 +213,17 @@ struct CudnnAttention::Impl {
   size_t staging_count = 0;
   cudaEvent_t staged = nullptr;  // the last upload from `staging` (reused only after it)
 
+  std::string unavailable;  // why cuDNN cannot be used at all (no handle), or ""
+
   explicit Impl(CudaBackendImpl& owner) : backend(owner) {
-    ZT_CUDNN_CHECK(cudnnCreate(&handle));
+    // A cuDNN that does not start (a library without engines for this GPU, a version older than
+    // the one built against) makes every call fall back, saying why, rather than fail the run.
+    const cudnnStatus_t status = cudnnCreate(&handle);
+    if (status != CUDNN_STATUS_SUCCESS) {
+      handle = nullptr;
+      unavailable = cat("cudnnCreate failed: ", cudnnGetErrorString(status));
+      return;
+    }
     ZT_CUDNN_CHECK(cudnnSetStream(handle, backend.stream()));
     ZT_CUDA_CHECK(cudaEventCreateWithFlags(&staged, cudaEventDisableTiming));
   }
@@ -344,6 +353,7 @@ size_t CudnnAttention::graphs_built() const { return impl_->built; }
 
 std::string CudnnAttention::prepare(const AttentionCall& call) {
   if (call.dtype != DType::BF16 && call.dtype != DType::F16) return "cuDNN's fused attention takes bf16 and fp16 only";
+  if (!impl_->unavailable.empty()) return impl_->unavailable;
   return impl_->graphs_for(impl_->key_of(call)).unsupported;
 }
 
