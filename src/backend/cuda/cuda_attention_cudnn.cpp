@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -150,7 +151,7 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const GraphKey& key) {
   return graph;
 }
 
-std::shared_ptr<fe::graph::Graph> backward_graph(const GraphKey& key) {
+std::shared_ptr<fe::graph::Graph> backward_graph(const GraphKey& key, bool deterministic) {
   auto graph = new_graph(key);
   const PackedInputs packed = packed_inputs(*graph, key);
   auto q = bhsd(*graph, "q", kQ, key, key.heads, packed.ragged_q);
@@ -160,10 +161,9 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const GraphKey& key) {
   auto dout = bhsd(*graph, "dO", kDO, key, key.heads, packed.ragged_q);
   auto stats = graph->tensor(fe::graph::Tensor_attributes().set_name("stats"));
   set_stats_layout(*stats, key, packed.ragged_stats);
-  // Deterministic: the same bits on every run, so a resumed run replays exactly.
   auto options = fe::graph::SDPA_backward_attributes().set_name("attention_backward")
                      .set_causal_mask(true).set_attn_scale(key.scale)
-                     .set_deterministic_algorithm(true);
+                     .set_deterministic_algorithm(deterministic);
   if (key.packed) {
     options.set_padding_mask(true).set_seq_len_q(packed.seq_len).set_seq_len_kv(packed.seq_len);
   }
@@ -262,8 +262,21 @@ struct CudnnAttention::Impl {
     pair.forward = forward_graph(key);
     pair.unsupported = build(*pair.forward, handle);
     if (pair.unsupported.empty()) {
-      pair.backward = backward_graph(key);
+      // Deterministic first: the same bits on every run, so a resumed run replays exactly.
+      // Where cuDNN has no deterministic engine for the case, its atomic one (said once).
+      pair.backward = backward_graph(key, true);
       pair.unsupported = build(*pair.backward, handle);
+      if (!pair.unsupported.empty()) {
+        const std::string deterministic_failure = pair.unsupported;
+        pair.backward = backward_graph(key, false);
+        pair.unsupported = build(*pair.backward, handle);
+        if (pair.unsupported.empty()) {
+          std::fprintf(stderr, "zerotune: attention backward (%s, H=%d Hkv=%d D=%d): cuDNN has no "
+                       "deterministic engine (%s); its results may differ in the last bits between runs\n",
+                       dtype_name(key.dtype), key.heads, key.kv_heads, key.head_dim,
+                       deterministic_failure.c_str());
+        }
+      }
       if (!pair.unsupported.empty()) pair.unsupported = "backward: " + pair.unsupported;
     } else {
       pair.unsupported = "forward: " + pair.unsupported;
