@@ -54,6 +54,11 @@ class LinearLayer {
                 const DropoutContext& dropout, Tensor lora_dz, Tensor scratch) const;
   // Makes `saved` large enough for `rows` rows.
   void ensure_saved(Backend& backend, LoraSaved& saved, int64_t rows) const;
+  // The bias is the caller's (attention's v_proj: model/attention_bias.h): forward and backward
+  // leave it out, bias() and bias_grad() give it (empty when the layer has none / it is frozen).
+  void defer_bias() { bias_deferred_ = true; }
+  Tensor bias() const { return bias_; }
+  Tensor bias_grad() const { return bias_grad_; }
 
  private:
   // The base weight for a GEMM: W itself, or a 4-bit W dequantized into the store's workspace.
@@ -69,6 +74,7 @@ class LinearLayer {
   float scaling_ = 0.0f;
   float dropout_ = 0.0f;
   uint32_t dropout_stream_ = 0;
+  bool bias_deferred_ = false;
 };
 
 }  // namespace zt

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "model/architecture.h"
+#include "model/attention_bias.h"
 #include "model/norm.h"
 
 namespace zt {
@@ -94,6 +95,7 @@ class LlamaBlocks final : public DecoderBlocks {
       block.input_norm = NormLayer(store, backend, prefix + "input_layernorm", c_, c_.hidden_size);
       block.post_norm = NormLayer(store, backend, prefix + "post_attention_layernorm", c_, c_.hidden_size);
       for (int i = 0; i < kLinears; ++i) block.linear[i] = block_linear(store, prefix, kLinearPaths[i], options, l, i);
+      block.linear[kV].defer_bias();  // added after the attention (model/attention_bias.h)
       blocks_.push_back(std::move(block));
     }
     const std::vector<float> inv_freq = rope_inv_freq(c_);
@@ -152,6 +154,7 @@ class LlamaBlocks final : public DecoderBlocks {
       backend_.attention_forward(att.reshaped({b, t, heads, d}), a.lse.view(DType::F32, {b, heads, t}),
                                  q.reshaped({b, t, heads, d}), k.reshaped({b, t, kv_heads, d}),
                                  v.reshaped({b, t, kv_heads, d}), pass.positions, attention_scale());
+      if (!block.linear[kV].bias().empty()) add_value_bias(backend_, att, block.linear[kV].bias(), heads, kv_heads, d);
       block.linear[kO].forward(backend_, mid, att, a.lora[kO], dropout);
       backend_.accumulate(mid, x, 1.0f);
     });
@@ -196,6 +199,8 @@ class LlamaBlocks final : public DecoderBlocks {
     // Attention branch (mid = x + o_proj(att)).
     time_module(backend_, pass.timer, "attention", attention_flops(block, pass, true), [&] {
       block.linear[kO].backward(backend_, d_att, false, d_residual, att, a.lora[kO], dropout, dz, scratch);
+      if (!block.linear[kV].bias_grad().empty())
+        value_bias_backward(backend_, block.linear[kV].bias_grad(), d_att, heads, kv_heads, d);
       backend_.attention_backward(d_q.reshaped({b, t, heads, d}), d_k.reshaped({b, t, kv_heads, d}),
                                   d_v.reshaped({b, t, kv_heads, d}), d_att.reshaped({b, t, heads, d}),
                                   q.reshaped({b, t, heads, d}), k.reshaped({b, t, kv_heads, d}),

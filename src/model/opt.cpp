@@ -13,6 +13,7 @@
 
 #include "core/rng.h"
 #include "model/architecture.h"
+#include "model/attention_bias.h"
 #include "model/norm.h"
 
 namespace zt {
@@ -136,6 +137,7 @@ class OptBlocks final : public DecoderBlocks {
       block.attn_norm = NormLayer(store, backend, prefix + "self_attn_layer_norm", c_, c_.hidden_size);
       block.mlp_norm = NormLayer(store, backend, prefix + "final_layer_norm", c_, c_.hidden_size);
       for (int i = 0; i < kLinears; ++i) block.linear[i] = block_linear(store, prefix, kLinearPaths[i], options, l, i);
+      block.linear[kV].defer_bias();  // added after the attention (model/attention_bias.h)
       block.attn_dropout_stream = rng_stream(RngPurpose::ModelDropout, static_cast<uint32_t>(l * 4 + 1));
       block.mlp_dropout_stream = rng_stream(RngPurpose::ModelDropout, static_cast<uint32_t>(l * 4 + 2));
       blocks_.push_back(std::move(block));
@@ -280,6 +282,8 @@ class OptBlocks final : public DecoderBlocks {
     backend_.attention_forward(heads_view(att, pass), a.lse.view(DType::F32, {pass.batch, c_.num_attention_heads, pass.seq}),
                                heads_view(q, pass), heads_view(k, pass), heads_view(v, pass), pass.positions,
                                attention_scale());
+    const int64_t heads = c_.num_attention_heads;
+    if (!block.linear[kV].bias().empty()) add_value_bias(backend_, att, block.linear[kV].bias(), heads, heads, c_.head_dim);
     block.linear[kOut].forward(backend_, out, att, a.lora[kOut], dropout);
   }
 
@@ -294,6 +298,9 @@ class OptBlocks final : public DecoderBlocks {
     Tensor d_att = matrix(grad_att_, n, hidden), d_q = matrix(grad_q_, n, hidden), d_k = matrix(grad_k_, n, hidden),
            d_v = matrix(grad_v_, n, hidden);
     block.linear[kOut].backward(backend_, d_att, false, d_out, att, a.lora[kOut], dropout, dz, scratch);
+    const int64_t heads = c_.num_attention_heads;
+    if (!block.linear[kV].bias_grad().empty())
+      value_bias_backward(backend_, block.linear[kV].bias_grad(), d_att, heads, heads, c_.head_dim);
     backend_.attention_backward(heads_view(d_q, pass), heads_view(d_k, pass), heads_view(d_v, pass), heads_view(d_att, pass),
                                 heads_view(q, pass), heads_view(k, pass), heads_view(v, pass), heads_view(att, pass),
                                 a.lse.view(DType::F32, {pass.batch, c_.num_attention_heads, pass.seq}), pass.positions,
