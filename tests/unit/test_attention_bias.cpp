@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "model/attention_bias.h"
 #include "test_helpers.h"
+#include "test_util.h"
 
 namespace {
 
