@@ -124,6 +124,14 @@ def main():
         report.check("needs about" in result.stderr and "would fit" in result.stderr and "stage 3" in result.stderr,
                      f"{name}: the error names the prediction and the choices that fit: {result.stderr[-600:]!r}")
         report.check(not os.path.exists(os.path.join(out, "metrics.jsonl")), f"{name}: stopped before the first step")
+
+        # The limit itself: an allocation past it fails as on a full GPU (1 MiB: the backend's own
+        # buffers at start-up already pass it); a value that is not a size is refused by name.
+        for limit, expected in (("1MiB", "cuda: out of memory"), ("12XB", "ZT_DEVICE_MEMORY_LIMIT='12XB' is not a memory size")):
+            name, out, result = train(args.zerotune, workdir, model, data, "full", 1, 0, factor,
+                                      env={"ZT_DEVICE_MEMORY_LIMIT": limit}, expect_ok=False, suffix=f"-limit-{limit}")
+            report.check(result.returncode != 0 and expected in result.stderr and "ZT_DEVICE_MEMORY_LIMIT" in result.stderr,
+                         f"ZT_DEVICE_MEMORY_LIMIT={limit}: fails with {expected!r}: {result.stderr[-400:]!r}")
     return report.finish()
 
 

@@ -38,8 +38,14 @@ bool CachingAllocator::caching_by_default() {
 
 CachingAllocator::~CachingAllocator() {
   // Destructors must not throw: errors here (a device already lost) are ignored.
-  for (auto& [size, block] : free_blocks_) cudaFree(block), uncharge_device_memory(size);
-  for (auto& [block, size] : live_blocks_) cudaFree(block), uncharge_device_memory(size);
+  for (auto& [size, block] : free_blocks_) {
+    cudaFree(block);
+    uncharge_device_memory(size);
+  }
+  for (auto& [block, size] : live_blocks_) {
+    cudaFree(block);
+    uncharge_device_memory(size);
+  }
 }
 
 void* CachingAllocator::allocate(size_t bytes) {

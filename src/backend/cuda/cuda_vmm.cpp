@@ -178,7 +178,10 @@ void DiscardableMemory::map_chunk(uintptr_t base, Range& range, size_t index) {
   access.location = prop.location;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   const CUresult mapped = driver_->map(at, granularity_, 0, handle, 0);
-  if (mapped != CUDA_SUCCESS) driver_->release(handle), uncharge_device_memory(granularity_);
+  if (mapped != CUDA_SUCCESS) {
+    driver_->release(handle);
+    uncharge_device_memory(granularity_);
+  }
   ZT_CU_CHECK(mapped);
   ZT_CU_CHECK(driver_->set_access(at, granularity_, &access, 1));
   range.handles[index] = handle;
