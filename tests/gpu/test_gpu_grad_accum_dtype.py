@@ -75,7 +75,7 @@ def main():
         runs = check_trajectories(report, go, "cuda", cases)
         for (precision, stage), (half, full) in runs.items():
             label = f"cuda {precision} stage {stage}"
-            (hm, hr, _), (fm, fr, _) = half, full
+            (hm, hr, _), (_, fr, _) = half, full
             report.check(hr["device"] == fr["device"] == "cuda", f"{label}: ran on the CUDA backend")
             peak = max(r["mem_device_peak"] for r in hm)
             predicted = hr["memory_predicted"]["device_peak_bytes"]
