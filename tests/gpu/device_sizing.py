@@ -47,13 +47,16 @@ def width_factor(granularity):
     return math.ceil(math.sqrt(granularity / MADE_FOR_GRANULARITY))
 
 
-def widened_config(base_config, factor, out_path):
+def widened_config(base_config, factor, out_path, layers=None):
     """`base_config` (an HF LLaMA config.json) `factor` times wider: hidden, intermediate and head
-    counts scale, the head dimension stays (the attention kernels' tiles bound it). Returns out_path."""
+    counts scale, the head dimension stays (the attention kernels' tiles bound it); `layers`: that
+    many blocks instead of the base's. Returns out_path."""
     with open(base_config) as stream:
         config = json.load(stream)
     for key in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads"):
         config[key] *= factor
+    if layers is not None:
+        config["num_hidden_layers"] = layers
     with open(out_path, "w") as stream:
         json.dump(config, stream, indent=1)
     return out_path
