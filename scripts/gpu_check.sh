@@ -89,6 +89,17 @@ record() {
 
 begin() { part_start=$(date +%s); echo; echo "== [$(( part_start - t0 )) s] $*"; }
 
+# True when every named binary is in the pack; else records PART as failed, naming the missing ones
+# (a --binary-dir pack of a CPU build has no zt_gpu_tests: its GPU parts fail, never pass).
+have_binaries() {
+  local part="$1" name missing=""
+  shift
+  for name in "$@"; do [[ -x "$B/$name" ]] || missing+=" $name"; done
+  [[ -z "$missing" ]] && return 0
+  record "$part" fail "not in the pack:$missing"
+  return 1
+}
+
 # Directories of the node's CUDA libraries: site-packages/nvidia/* (the wheels) and /usr/local/cuda.
 # cuDNN 9 loads its engine and graph libraries by name at run time, so their folders are added too;
 # a libcudnn.so.9 without them in reach fails only at the first fused attention.
@@ -159,6 +170,7 @@ part_env() {
 
 part_cpu() {
   begin "a 2-step training run on the CPU backend (the bundle's libraries, MPI-free single rank)"
+  have_binaries cpu zerotune make_bench_data || return 1
   local log=$OUT/cpu.txt loss
   {
     "$B/zerotune" init --config "$P/data/tiny-llama/config.json" --out "$W/tiny" --seed 1 &&
@@ -173,6 +185,7 @@ part_cpu() {
 
 part_tests() {
   begin "kernel and backend suites (zt_gpu_tests) on the GPU"
+  have_binaries tests zt_gpu_tests || return 1
   timeout 300 "$B/zt_gpu_tests" --log_level=test_suite --report_level=short >"$OUT/gpu_tests.txt" 2>&1
   local rc=$? summary
   summary=$(grep -E "Test module .* (passed|failed|has passed|has failed)|test cases|assertions" "$OUT/gpu_tests.txt" | tail -3 | tr -s ' \n' ' ')
@@ -209,6 +222,7 @@ part_pytests() {
 
 part_sanitize() {
   begin "compute-sanitizer memcheck and racecheck on the kernel suites"
+  have_binaries sanitize zt_gpu_tests || return 1
   command -v compute-sanitizer >/dev/null || { record sanitize fail "compute-sanitizer is not on PATH"; return 1; }
   local tool figures="" rc=0 summary
   for tool in memcheck racecheck; do
@@ -229,6 +243,7 @@ summarize_run() {
 
 part_bench7b() {
   begin "llama-7B shape (random weights), seq 2048, bf16: GEMM peak, kernels, zerotune LoRA vs HF+PEFT"
+  have_binaries bench7b zerotune bench_gemm_peak bench_kernels make_bench_data || return 1
   local peak bs rc=0 figures
   peak=$(timeout 60 "$B/bench_gemm_peak" cuda bf16 --m 8192 --n 8192 --k 8192 2>&1 | sed -n 's/^ZT_GEMM_TFLOPS //p')
   [[ -n "$peak" ]] || rc=1
@@ -250,6 +265,7 @@ part_bench7b() {
 
 part_opt13() {
   begin "opt-1.3b shape, full fine-tuning, fp16, micro-batch 8, seq 512, 16 steps, ZeRO-0, 3, 3 + offload"
+  have_binaries opt13 zerotune make_bench_data || return 1
   local z off rc=0 figures=""
   timeout 120 "$B/zerotune" init --config "$P/job_scripts/deepspeed-chat/models/opt-1.3b/config.json" --out "$W/opt" --seed 1 \
     --dtype fp16 >/dev/null 2>&1 || rc=1
@@ -268,6 +284,7 @@ part_opt13() {
 
 part_prof() {
   begin "llama-7B layer shapes, 4 layers: where a LoRA step's time goes (--profile-step)"
+  have_binaries prof zerotune make_bench_data || return 1
   python3 -c "import json; c=json.load(open('$P/bench/configs/llama-7b.json')); c['num_hidden_layers']=4; json.dump(c, open('$W/l4.json','w'))"
   "$B/zerotune" init --config "$W/l4.json" --out "$W/m4" --seed 1 --dtype bf16 >/dev/null 2>&1
   [[ -d "$W/d7b" ]] || "$B/make_bench_data" "$W/d7b" --seq 2048 --samples 64 --vocab 32000 >/dev/null
