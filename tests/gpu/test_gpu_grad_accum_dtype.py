@@ -9,8 +9,10 @@
 #     exactly half);
 #  2. memory, measured by the device: at stages 0/1 the flat store's peak (mem_device_store_peak:
 #     the parameter + gradient chunks) drops by the store's fp32 gradient bytes halved, up to one
-#     virtual-memory chunk per group buffer (measured on the emulator: 262144 B for 247424 expected); the step's device peak drops too; and the memory model's prediction
-#     (run.json) stays within 5% of the measured device peak for the 16-bit-gradient runs.
+#     virtual-memory chunk per group buffer (measured on the emulator: 262144 B for 247424 expected); the step's device peak
+#     moves as the memory model predicts (up to two chunks: at stage 0 it need not drop, see
+#     check_store_saving); and the memory model's prediction (run.json) stays within 5% of the
+#     measured device peak for the 16-bit-gradient runs.
 #     The chunk is the device's (run.json's device_memory): where tiny-llama's gradients are too few
 #     chunks of it (a GPU's 2 MiB), the stage 0/1 memory pairs run again on a wider model
 #     (device_sizing.py), so that the saving is as many chunks as on the emulator's 64 KiB.
@@ -43,7 +45,14 @@ def check_store_saving(report, label, half, full):
     report.check(abs(store_saved - expected) <= 2 * chunk and store_saved >= chunk,
                  f"{label}: the store's measured peak drops by {store_saved} B = half its fp32 gradient bytes "
                  f"({expected} B) up to a {chunk} B chunk per group")
-    report.check(peak < max(r["mem_device_peak"] for r in fm), f"{label}: the device peak drops")
+    # The step's device peak moves as the memory model predicts. It need not drop: at stage 0 the
+    # update converts the whole 16-bit gradient to fp32, so where the update is the peak the 16-bit
+    # run's peak is as high or higher (measured on the emulator with 2 MiB chunks and tiny-llama 6x
+    # wider: +2 MiB, predicted +2 MiB; with tiny-llama and 64 KiB chunks -80 KB by rounding).
+    measured = peak - max(r["mem_device_peak"] for r in fm)
+    predicted = hr["memory_predicted"]["device_peak_bytes"] - fr["memory_predicted"]["device_peak_bytes"]
+    report.check(abs(measured - predicted) <= 2 * chunk, f"{label}: the device peak moves by {measured} B with 16-bit "
+                                                         f"gradients, as predicted ({predicted} B) up to two chunks")
 
 
 def memory_pairs(args, workdir, runs, factor):
