@@ -8,6 +8,7 @@
 
 #if ZT_WITH_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_memory_limit.h"
 #endif
 
 namespace zt {
@@ -85,6 +86,20 @@ std::optional<int64_t> device_bytes_used(const Backend& backend) {
 
 std::optional<int64_t> device_bytes_free(const Backend& backend) {
   return on_cuda<int64_t>(backend, [](const auto& cuda) { return static_cast<int64_t>(cuda.device_memory_free()); });
+}
+
+std::optional<DeviceMemoryAccount> device_memory_account(const Backend& backend) {
+#if ZT_WITH_CUDA
+  return on_cuda<DeviceMemoryAccount>(backend, [](const auto& cuda) {
+    const std::optional<size_t> limit = cuda::device_memory_limit();
+    return DeviceMemoryAccount{static_cast<int64_t>(cuda.discard_granularity()),
+                              limit ? static_cast<int64_t>(*limit) : int64_t{0},
+                               static_cast<int64_t>(cuda::device_memory_counted())};
+  });
+#else
+  (void)backend;
+  return std::nullopt;
+#endif
 }
 
 void reset_device_peak(Backend& backend) {

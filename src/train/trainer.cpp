@@ -297,6 +297,9 @@ void run_training(TrainConfig config, const RunOptions& options) {
     if (used)
       run["memory_measured_setup"] = {{"device_used_bytes", *used},
                                       {"backend_in_use_bytes", device_memory(*backend)->in_use}};
+    if (const std::optional<DeviceMemoryAccount> account = device_memory_account(*backend))
+      run["device_memory"] = {{"discard_granularity_bytes", account->discard_granularity},
+                              {"limit_bytes", account->limit}, {"counted_setup_bytes", account->counted}};
     const ZeroCommPlan comm_plan = engine.comm_plan(config.gradient_accumulation_steps);
     run["zero_comm_plan_bytes_per_step"] = {{"all_reduce", comm_plan.all_reduce},
                                             {"reduce_scatter", comm_plan.reduce_scatter},

@@ -5,11 +5,17 @@
 # And a GPU job fails fast: a rank that throws ends an NCCL job within seconds (its NCCL
 # communicators are aborted, not finalized, which would wait out --comm-timeout), and NCCL older
 # than 2.26 (no NCCL_LAUNCH_ORDER_IMPLICIT) runs every collective on one communicator.
+# The emulated device has 8 GPUs; a real node may have one: then the cases that need two GPUs
+# (two ranks on two GPUs, per-task masks, NCCL's abort, the old-NCCL path) are reported as NOT RUN
+# and the one-GPU cases (ranks sharing the GPU, a rank without a GPU) run; the old-NCCL case needs
+# the emulator's ZT_EMU_NCCL_VERSION.
 import os
+import re
 import stat
 import time
 
 from mpi_common_path import add_mpi_path  # noqa: F401 (puts tests/mpi on sys.path)
+from device_sizing import EMULATED
 from mpi_common import Report, main_guard, make_model_and_data, parse_args, read_run, run_ranks, temporary_directory
 
 
@@ -41,36 +47,57 @@ def main():
 
         out, _ = train("default", wrap=False)
         run = read_run(out)
-        report.check(run["device"] == "cuda" and run["device_reason"].startswith("auto: 8 CUDA devices visible"),
-                     f"no --device: cuda, because {run['device_reason']!r}")
-        report.check(run["communicator"] == "nccl", f"two ranks on two GPUs: {run['communicator']} ({run['communicator_reason']})")
+        visible = re.match(r"auto: (\d+) CUDA devices? visible", run["device_reason"])
+        gpus = int(visible.group(1)) if visible else 0
+        report.check(run["device"] == "cuda" and gpus >= 1, f"no --device: cuda, because {run['device_reason']!r}")
+        if EMULATED:
+            report.check(gpus == 8, f"the emulated device shows its 8 GPUs: {run['device_reason']!r}")
+        need_two = f"needs 2 GPUs, this node has {gpus}"
+        if gpus >= 2:
+            report.check(run["communicator"] == "nccl",
+                         f"two ranks on two GPUs: {run['communicator']} ({run['communicator_reason']})")
+            out, _ = train("per-task-mask")
+            run = read_run(out)
+            report.check(run["device_reason"].startswith("auto: 1 CUDA device visible"),
+                         f"per-task mask: {run['device_reason']!r}")
+            report.check(run["communicator"] == "nccl" and "own GPU" in run["communicator_reason"],
+                         f"each rank sees device 0 of a different GPU: {run['communicator']} ({run['communicator_reason']})")
+        else:
+            report.check(run["communicator"] != "nccl" and "ranks 0 and 1 share GPU" in run["communicator_reason"],
+                         f"two ranks on the one GPU share it: {run['communicator']} ({run['communicator_reason']})")
+            report.skip("two ranks on two GPUs choose NCCL", need_two)
+            report.skip("per-task CUDA_VISIBLE_DEVICES masks (each rank sees device 0 of a different GPU)", need_two)
 
-        out, _ = train("per-task-mask")
+        # Both ranks on one GPU (the emulator's device 3, whose PCI bus id is 0000:04:00.0; a real node's last GPU).
+        shared = str(min(3, gpus - 1))
+        out, _ = train("shared", env={"VISIBLE_0": shared, "VISIBLE_1": shared})
         run = read_run(out)
-        report.check(run["device_reason"].startswith("auto: 1 CUDA device visible"), f"per-task mask: {run['device_reason']!r}")
-        report.check(run["communicator"] == "nccl" and "own GPU" in run["communicator_reason"],
-                     f"each rank sees device 0 of a different GPU: {run['communicator']} ({run['communicator_reason']})")
-
-        out, _ = train("shared", env={"VISIBLE_0": "3", "VISIBLE_1": "3"})
-        run = read_run(out)
-        report.check(run["communicator"] != "nccl" and "ranks 0 and 1 share GPU 0000:04:00.0" in run["communicator_reason"],
+        bus_id = "0000:04:00.0" if EMULATED else r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9]"
+        report.check(run["communicator"] != "nccl" and re.search(f"ranks 0 and 1 share GPU {bus_id}", run["communicator_reason"]),
                      f"both ranks on one GPU: {run['communicator']} ({run['communicator_reason']})")
 
-        _, result = train("shared-nccl", env={"VISIBLE_0": "3", "VISIBLE_1": "3"}, extra=["--comm", "nccl"],
+        _, result = train("shared-nccl", env={"VISIBLE_0": shared, "VISIBLE_1": shared}, extra=["--comm", "nccl"],
                           expect_ok=False)
         report.check(result.returncode != 0 and "--comm nccl: ranks 0 and 1 share GPU" in result.stderr,
                      f"--comm nccl on a shared GPU is refused: {result.stderr[-300:]!r}")
 
         start = time.monotonic()
-        _, result = train("throw", env={"ZT_FAULT": "throw:step:1:2"}, wrap=False, expect_ok=False,
-                          extra=["--comm-timeout", "60", "--zero-stage", "3"], steps=3)
+        out, result = train("throw", env={"ZT_FAULT": "throw:step:1:2"}, wrap=False, expect_ok=False,
+                            extra=["--comm-timeout", "60", "--zero-stage", "3"], steps=3)
         seconds = time.monotonic() - start
+        communicator = read_run(out)["communicator"] if os.path.exists(os.path.join(out, "run.json")) else "?"
         report.check(result.returncode != 0 and "injected fault" in result.stderr and seconds < 30,
-                     f"a rank that throws ends the NCCL job in {seconds:.1f} s (--comm-timeout 60)")
+                     f"a rank that throws ends the {communicator} job in {seconds:.1f} s (--comm-timeout 60)")
+        if gpus < 2:
+            report.skip("a rank that throws ends an NCCL job (its communicators aborted)", need_two)
 
-        out, result = train("old-nccl", env={"ZT_EMU_NCCL_VERSION": "22505"}, wrap=False, extra=["--zero-stage", "3"])
-        report.check("NCCL 2.25.5 is older than 2.26" in result.stderr and read_run(out)["communicator"] == "nccl",
-                     f"NCCL 2.25.5: one communicator for every collective, said once: {result.stderr[-300:]!r}")
+        if EMULATED and gpus >= 2:
+            out, result = train("old-nccl", env={"ZT_EMU_NCCL_VERSION": "22505"}, wrap=False, extra=["--zero-stage", "3"])
+            report.check("NCCL 2.25.5 is older than 2.26" in result.stderr and read_run(out)["communicator"] == "nccl",
+                         f"NCCL 2.25.5: one communicator for every collective, said once: {result.stderr[-300:]!r}")
+        else:
+            report.skip("NCCL older than 2.26 runs every collective on one communicator",
+                        "needs the emulated device's ZT_EMU_NCCL_VERSION and 2 GPUs")
 
         _, result = train("mixed", env={"VISIBLE_0": "", "VISIBLE_1": "0"}, expect_ok=False)
         report.check(result.returncode != 0 and "resolved differently" in result.stderr and "cpu on rank(s) 0" in result.stderr,

@@ -7,8 +7,10 @@
 #              project_in / project_out, LayerNorms without affine parameters, no biases, tied head
 #   qwen2      q/k/v biases, GQA, tied head
 # For each: the step-0 forward/backward (--dump-step0: logits, loss, every gradient) on the GPU
-# equals the CPU's within 1e-4 of each tensor's largest magnitude in fp32 and, in bf16, within 2e-2
-# of each tensor's norm (||gpu - cpu|| / ||cpu||): both backends store bf16 and sum in other orders,
+# equals the CPU's within 1e-4 of each tensor's largest magnitude in fp32 and, in bf16, within
+# bf16_bound(model) of each tensor's norm (||gpu - cpu|| / ||cpu||; 2.9e-2 for these 2-layer models,
+# below the 4.3e-2 and 7e-2 of the attention bug described below; an H100 gave 2.16e-2 on OPT's
+# fc1.weight, the emulator 0.6e-2 and 1.5e-2): both backends store bf16 and sum in other orders,
 # so a ReLU input near zero can round to the other side on one of them, which moves one token's term
 # (about 1/sqrt(tokens)) of a gradient row; an elementwise bound meets that, the norm does not. (The
 # tensor-core attention before P went in as high + low parts: 0.07 (opt) and 0.043 (opt_350m) here;
@@ -26,6 +28,19 @@ from mpi_common import (REPO, Report, load_weights, main_guard, parse_args, read
                         temporary_directory, write_ds_config)
 
 VOCAB = 256
+BF16_UNIT_ROUNDOFF = 2.0 ** -8  # 8 significand bits: each rounding is within 2^-9, two backends' within 2^-8
+ROUNDED_PER_BLOCK = 12  # outputs a block rounds to bf16 one way: norm, q, k, v, attention, o, residual, norm,
+                        # fc1/gate-up, activation, fc2/down, residual
+ROUNDED_ENDS = 4        # embedding (+ positions), final norm, head logits, loss
+
+
+def bf16_bound(config):
+    """||gpu - cpu|| / ||cpu|| a step-0 bf16 tensor may show: the first block's gradients come through
+    every rounded output of the forward and the backward (R of them); the two backends' roundings of
+    each differ by up to one unit roundoff, independently, so they add up in quadrature: sqrt(R) x 2^-8.
+    Derived from the dtype and the model's depth, not from one machine's result."""
+    rounded = 2 * (ROUNDED_PER_BLOCK * config["num_hidden_layers"] + ROUNDED_ENDS)
+    return BF16_UNIT_ROUNDOFF * rounded ** 0.5
 COMMON = {"vocab_size": VOCAB, "num_hidden_layers": 2, "max_position_embeddings": 64, "bos_token_id": 1,
           "eos_token_id": 2, "pad_token_id": 0}
 MODELS = {
@@ -85,7 +100,7 @@ def main():
                 report.fail(f"[{name}] init: {type(error).__name__}: {error}")
                 continue
             lora = ["--lora-r", 4, "--lora-targets", "all-linear"]  # OPT: project_in/out too in the 350m shape
-            for label, sections, bound, extra in (("fp32", {}, 1e-4, []), ("bf16", {"bf16": {"enabled": True}}, 2e-2, []),
+            for label, sections, bound, extra in (("fp32", {}, 1e-4, []), ("bf16", {"bf16": {"enabled": True}}, bf16_bound(MODELS[name]), []),
                                                   ("LoRA fp32", {}, 1e-4, lora)):
                 norm = label == "bf16"
                 try:
@@ -103,10 +118,10 @@ def main():
                         scale = float(cpu[key.replace("k_proj", "q_proj")].abs().max())
                         noise = max(float(gpu[key].abs().max()), float(cpu[key].abs().max()))
                         report.check(noise <= bound * scale, f"[{name}] {label} {key} ~0 on both backends "
-                                     f"({noise:.2e} <= {bound:.0e} x the q_proj bias gradient's {scale:.2e})")
+                                     f"({noise:.2e} <= {bound:.1e} x the q_proj bias gradient's {scale:.2e})")
                     worst_name, worst = worst_relative_error(gpu, cpu, skip, norm)
                     report.check(worst <= bound, f"[{name}] step-0 forward/backward {label} GPU vs CPU: every tensor "
-                                 f"within {bound:.0e} of its {'norm' if norm else 'largest magnitude'} "
+                                 f"within {bound:.1e} of its {'norm' if norm else 'largest magnitude'} "
                                  f"(worst {worst:.2e} in {worst_name})")
                 except Exception as error:  # noqa: BLE001
                     report.fail(f"[{name} step-0 {label}] {type(error).__name__}: {error}")

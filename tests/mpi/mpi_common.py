@@ -72,14 +72,16 @@ def make_family_model(label, model_dir, seed=11):
     return oracle_common.make_family_model(model_dir, seed, *oracle_common.family_case(label))
 
 
-def make_model_and_data(zerotune, workdir, samples=64, seed=0, model="llama"):
-    """A tiny random model (`model`: "llama" or one of FAMILY_MODELS) in workdir/model and a
-    token-shard split for its vocabulary in workdir/data."""
-    model_dir = os.path.join(workdir, "model")
-    data = os.path.join(workdir, "data")
+def make_model_and_data(zerotune, workdir, samples=64, seed=0, model="llama", config=None, tag=""):
+    """A tiny random model (`model`: "llama" or one of FAMILY_MODELS) in workdir/model{tag} and a
+    token-shard split for its vocabulary in workdir/data{tag}. `config`: another LLaMA config.json
+    than tiny-llama's (vocabulary 256)."""
+    model_dir = os.path.join(workdir, "model" + tag)
+    data = os.path.join(workdir, "data" + tag)
     if model == "llama":
-        subprocess.run([zerotune, "init", "--config", os.path.join(REPO, "data", "tiny-llama", "config.json"), "--out",
-                        model_dir, "--seed", "1"], check=True, stdout=subprocess.DEVNULL)
+        config = config or os.path.join(REPO, "data", "tiny-llama", "config.json")
+        subprocess.run([zerotune, "init", "--config", config, "--out", model_dir, "--seed", "1"], check=True,
+                       stdout=subprocess.DEVNULL)
         vocab = 256
     else:
         vocab = make_family_model(model, model_dir).vocab_size

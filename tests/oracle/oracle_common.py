@@ -126,12 +126,19 @@ class Report:
     def __init__(self, title):
         self.title = title
         self.failures = []
+        self.not_run = []
         self.count = 0
         print(f"==== {title}")
 
     def fail(self, what):
         self.failures.append(what)
         print(f"FAIL  {what}", flush=True)
+
+    def skip(self, what, why):
+        """A check this machine cannot make (e.g. it needs 2 GPUs): said at once and in the summary,
+        never passed silently."""
+        self.not_run.append(f"{what} ({why})")
+        print(f"NOT RUN  {what}: {why}", flush=True)
 
     def check(self, condition, what):
         self.count += 1
@@ -188,12 +195,15 @@ class Report:
         return ok
 
     def finish(self):
+        for what in self.not_run:
+            print(f"==== NOT RUN on this machine: {what}")
         if self.failures:
             print(f"==== {self.title}: {len(self.failures)} of {self.count} checks FAILED:")
             for failure in self.failures:
                 print(f"  - {failure}")
             return 1
-        print(f"==== {self.title}: all {self.count} checks passed")
+        not_run = f"; {len(self.not_run)} NOT RUN (listed above)" if self.not_run else ""
+        print(f"==== {self.title}: all {self.count} checks passed{not_run}")
         return 0
 
 

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_memory_limit.h"
 #include "core/error.h"
 
 namespace zt::cuda {
@@ -37,8 +38,14 @@ bool CachingAllocator::caching_by_default() {
 
 CachingAllocator::~CachingAllocator() {
   // Destructors must not throw: errors here (a device already lost) are ignored.
-  for (auto& [size, block] : free_blocks_) cudaFree(block);
-  for (auto& [block, size] : live_blocks_) cudaFree(block);
+  for (auto& [size, block] : free_blocks_) {
+    cudaFree(block);
+    uncharge_device_memory(size);
+  }
+  for (auto& [block, size] : live_blocks_) {
+    cudaFree(block);
+    uncharge_device_memory(size);
+  }
 }
 
 void* CachingAllocator::allocate(size_t bytes) {
@@ -79,6 +86,7 @@ void CachingAllocator::release(void* pointer) {
     free_blocks_.emplace(live->second, pointer);
   } else {
     ZT_CUDA_CHECK(cudaFree(pointer));
+    uncharge_device_memory(live->second);
     bytes_reserved_ -= live->second;
   }
   live_blocks_.erase(live);
@@ -87,12 +95,17 @@ void CachingAllocator::release(void* pointer) {
 void CachingAllocator::empty_cache() {
   for (auto& [size, block] : free_blocks_) {
     ZT_CUDA_CHECK(cudaFree(block));
+    uncharge_device_memory(size);
     bytes_reserved_ -= size;
   }
   free_blocks_.clear();
 }
 
 void* CachingAllocator::device_malloc(size_t bytes) {
+  if (device_memory_limit() && device_memory_counted() + bytes > *device_memory_limit()) {
+    empty_cache();  // as for a full device below: the cache may hold the bytes in blocks of the wrong sizes
+  }
+  charge_device_memory(bytes, device_, "a buffer");  // throws past ZT_DEVICE_MEMORY_LIMIT
   void* pointer = nullptr;
   cudaError_t status = cudaMalloc(&pointer, bytes);
   if (status == cudaErrorMemoryAllocation && !free_blocks_.empty()) {
@@ -101,6 +114,7 @@ void* CachingAllocator::device_malloc(size_t bytes) {
     empty_cache();
     status = cudaMalloc(&pointer, bytes);
   }
+  if (status != cudaSuccess) uncharge_device_memory(bytes);
   if (status == cudaErrorMemoryAllocation) {
     cudaGetLastError();
     size_t free_bytes = 0, total_bytes = 0;

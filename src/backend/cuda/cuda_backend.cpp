@@ -12,6 +12,7 @@
 
 #include "backend/cuda/cuda_attention_cudnn.h"
 #include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/cuda_memory_limit.h"
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
 
@@ -247,6 +248,11 @@ size_t CudaBackendImpl::device_memory_used() const {
 size_t CudaBackendImpl::device_memory_free() const {
   size_t free = 0, total = 0;
   ZT_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  // Under ZT_DEVICE_MEMORY_LIMIT the device looks as small as the limit (cuda_memory_limit.h).
+  if (const std::optional<size_t> limit = device_memory_limit()) {
+    const size_t counted = device_memory_counted();
+    free = std::min(free, *limit > counted ? *limit - counted : 0);
+  }
   return free;
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_memory_limit.h"
 #include "core/error.h"
 
 namespace zt::cuda {
@@ -91,6 +92,7 @@ DiscardableMemory::~DiscardableMemory() {
       if (!range.handles[i]) continue;
       driver_->unmap(static_cast<CUdeviceptr>(base + i * granularity_), granularity_);
       driver_->release(range.handles[i]);
+      uncharge_device_memory(granularity_);
     }
     driver_->address_free(static_cast<CUdeviceptr>(base), range.bytes);
   }
@@ -168,12 +170,18 @@ void DiscardableMemory::map_chunk(uintptr_t base, Range& range, size_t index) {
   const CUmemAllocationProp prop = device_memory(device_);
   const CUdeviceptr at = static_cast<CUdeviceptr>(base + index * granularity_);
   CUmemGenericAllocationHandle handle = 0;
-  ZT_CU_CHECK(driver_->create(&handle, granularity_, &prop, 0));
+  charge_device_memory(granularity_, device_, "a virtual-memory chunk");  // throws past ZT_DEVICE_MEMORY_LIMIT
+  const CUresult created = driver_->create(&handle, granularity_, &prop, 0);
+  if (created != CUDA_SUCCESS) uncharge_device_memory(granularity_);
+  ZT_CU_CHECK(created);
   CUmemAccessDesc access{};
   access.location = prop.location;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   const CUresult mapped = driver_->map(at, granularity_, 0, handle, 0);
-  if (mapped != CUDA_SUCCESS) driver_->release(handle);
+  if (mapped != CUDA_SUCCESS) {
+    driver_->release(handle);
+    uncharge_device_memory(granularity_);
+  }
   ZT_CU_CHECK(mapped);
   ZT_CU_CHECK(driver_->set_access(at, granularity_, &access, 1));
   range.handles[index] = handle;
@@ -186,6 +194,7 @@ void DiscardableMemory::map_chunk(uintptr_t base, Range& range, size_t index) {
 void DiscardableMemory::unmap_chunk(uintptr_t base, Range& range, size_t index) {
   ZT_CU_CHECK(driver_->unmap(static_cast<CUdeviceptr>(base + index * granularity_), granularity_));
   ZT_CU_CHECK(driver_->release(range.handles[index]));
+  uncharge_device_memory(granularity_);
   range.handles[index] = 0;
   range.discard_seq[index] = 0;
   range.residency->set_resident(index, false);
