@@ -36,6 +36,15 @@ void add_value_bias(Backend& backend, Tensor att, Tensor bias, int64_t heads, in
   backend.add_bias(att, all);
 }
 
+Tensor with_value_bias(Backend& backend, Tensor scratch, Tensor att, Tensor bias, int64_t heads, int64_t kv_heads,
+                       int64_t head_dim) {
+  if (bias.empty()) return att;
+  Tensor biased = scratch.first({att.dim(0), att.dim(1)});
+  backend.copy(biased, att);
+  add_value_bias(backend, biased, bias, heads, kv_heads, head_dim);
+  return biased;
+}
+
 void value_bias_backward(Backend& backend, Tensor bias_grad, Tensor d_att, int64_t heads, int64_t kv_heads,
                          int64_t head_dim) {
   check_value_bias("value_bias_backward", bias_grad, d_att, heads, kv_heads, head_dim);

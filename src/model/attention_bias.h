@@ -15,6 +15,10 @@ namespace zt {
 
 // att[N, H*D] += bias[Hkv*D], kv head j's D values added to each of its H/Hkv query heads.
 void add_value_bias(Backend& backend, Tensor att, Tensor bias, int64_t heads, int64_t kv_heads, int64_t head_dim);
+// out_proj's input: att + bias in `scratch` [N, H*D] (bias empty: att itself). att stays the
+// attention's own output, which its backward needs (delta = rowsum(dO * out)).
+Tensor with_value_bias(Backend& backend, Tensor scratch, Tensor att, Tensor bias, int64_t heads, int64_t kv_heads,
+                       int64_t head_dim);
 // bias_grad[Hkv*D] (fp32) += the column sums of d_att[N, H*D], summed over the query heads of
 // each kv head.
 void value_bias_backward(Backend& backend, Tensor bias_grad, Tensor d_att, int64_t heads, int64_t kv_heads,

@@ -154,8 +154,10 @@ class LlamaBlocks final : public DecoderBlocks {
       backend_.attention_forward(att.reshaped({b, t, heads, d}), a.lse.view(DType::F32, {b, heads, t}),
                                  q.reshaped({b, t, heads, d}), k.reshaped({b, t, kv_heads, d}),
                                  v.reshaped({b, t, kv_heads, d}), pass.positions, attention_scale());
-      if (!block.linear[kV].bias().empty()) add_value_bias(backend_, att, block.linear[kV].bias(), heads, kv_heads, d);
-      block.linear[kO].forward(backend_, mid, att, a.lora[kO], dropout);
+      // V's bias after the attention (model/attention_bias.h); grad_q_ is free until backward.
+      const Tensor o_in = with_value_bias(backend_, matrix(grad_q_, n, heads * d), att, block.linear[kV].bias(), heads,
+                                          kv_heads, d);
+      block.linear[kO].forward(backend_, mid, o_in, a.lora[kO], dropout);
       backend_.accumulate(mid, x, 1.0f);
     });
     // MLP branch: out = mid + down_proj(silu(gate_proj(ln2)) * up_proj(ln2))
@@ -198,7 +200,9 @@ class LlamaBlocks final : public DecoderBlocks {
     });
     // Attention branch (mid = x + o_proj(att)).
     time_module(backend_, pass.timer, "attention", attention_flops(block, pass, true), [&] {
-      block.linear[kO].backward(backend_, d_att, false, d_residual, att, a.lora[kO], dropout, dz, scratch);
+      // o_proj read att + V's bias (forward); d_q's buffer holds it until attention_backward writes d_q.
+      const Tensor o_in = with_value_bias(backend_, d_q, att, block.linear[kV].bias(), heads, kv_heads, d);
+      block.linear[kO].backward(backend_, d_att, false, d_residual, o_in, a.lora[kO], dropout, dz, scratch);
       if (!block.linear[kV].bias_grad().empty())
         value_bias_backward(backend_, block.linear[kV].bias_grad(), d_att, heads, kv_heads, d);
       backend_.attention_backward(d_q.reshaped({b, t, heads, d}), d_k.reshaped({b, t, kv_heads, d}),

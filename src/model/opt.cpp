@@ -282,9 +282,11 @@ class OptBlocks final : public DecoderBlocks {
     backend_.attention_forward(heads_view(att, pass), a.lse.view(DType::F32, {pass.batch, c_.num_attention_heads, pass.seq}),
                                heads_view(q, pass), heads_view(k, pass), heads_view(v, pass), pass.positions,
                                attention_scale());
+    // V's bias after the attention (model/attention_bias.h); grad_q_ is free until backward.
     const int64_t heads = c_.num_attention_heads;
-    if (!block.linear[kV].bias().empty()) add_value_bias(backend_, att, block.linear[kV].bias(), heads, heads, c_.head_dim);
-    block.linear[kOut].forward(backend_, out, att, a.lora[kOut], dropout);
+    const Tensor out_in = with_value_bias(backend_, matrix(grad_q_, n, hidden), att, block.linear[kV].bias(), heads,
+                                          heads, c_.head_dim);
+    block.linear[kOut].forward(backend_, out, out_in, a.lora[kOut], dropout);
   }
 
   // d_in[N,C] = the gradient of attention(...)'s input from d_out[N,C] (written).
@@ -297,8 +299,10 @@ class OptBlocks final : public DecoderBlocks {
     Tensor q = matrix(a.q, n, hidden), k = matrix(a.k, n, hidden), v = matrix(a.v, n, hidden), att = matrix(a.att, n, hidden);
     Tensor d_att = matrix(grad_att_, n, hidden), d_q = matrix(grad_q_, n, hidden), d_k = matrix(grad_k_, n, hidden),
            d_v = matrix(grad_v_, n, hidden);
-    block.linear[kOut].backward(backend_, d_att, false, d_out, att, a.lora[kOut], dropout, dz, scratch);
+    // out_proj read att + V's bias (forward); d_q's buffer holds it until attention_backward writes d_q.
     const int64_t heads = c_.num_attention_heads;
+    const Tensor out_in = with_value_bias(backend_, d_q, att, block.linear[kV].bias(), heads, heads, c_.head_dim);
+    block.linear[kOut].backward(backend_, d_att, false, d_out, out_in, a.lora[kOut], dropout, dz, scratch);
     if (!block.linear[kV].bias_grad().empty())
       value_bias_backward(backend_, block.linear[kV].bias_grad(), d_att, heads, heads, c_.head_dim);
     backend_.attention_backward(heads_view(d_q, pass), heads_view(d_k, pass), heads_view(d_v, pass), heads_view(d_att, pass),
