@@ -86,7 +86,7 @@ double gradient_rtol(const std::string& variant, DType dtype) {
 }
 
 void check_attention_variant(const AttentionCase& c, DType dtype, uint32_t seed,
-                             const std::vector<int32_t>& positions, const std::string& variant);
+                             std::vector<int32_t> positions, const std::string& variant);
 
 // `positions` empty: one sample per row; else packed rows (backend.h), on both backends; on
 // every variant that takes the case.
@@ -98,7 +98,7 @@ void check_attention(const AttentionCase& c, DType dtype, uint32_t seed,
 }
 
 void check_attention_variant(const AttentionCase& c, DType dtype, uint32_t seed,
-                             const std::vector<int32_t>& positions, const std::string& variant) {
+                             std::vector<int32_t> positions, const std::string& variant) {
   const AttentionVariant scope(variant);
   const int64_t q_numel = c.batch * c.time * c.heads * c.head_dim;
   const int64_t kv_numel = c.batch * c.time * c.kv_heads * c.head_dim;
