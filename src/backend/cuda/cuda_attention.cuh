@@ -4,8 +4,6 @@
 // shared-memory layout, the tensor geometry, and the host-side argument checks and
 // shared-memory opt-in.
 #pragma once
-#include <cstdlib>
-#include <string_view>
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
@@ -195,13 +193,9 @@ struct TensorCoreMath {
   }
 };
 
-// Whether the tensor-core kernels take this dtype and head dim. ZT_CUDA_ATTENTION=cuda-cores
-// keeps every dtype on the CUDA-core kernels (bench/bench_kernels.cpp times both versions).
+// Whether the tensor-core kernels take this dtype and head dim (the dispatcher, cuda_attention.cu,
+// decides between cuDNN and these kernels).
 inline bool tensor_cores_fit(DType dtype, int head_dim) {
-  const char* choice = std::getenv("ZT_CUDA_ATTENTION");
-  if (choice != nullptr && std::string_view(choice) == "cuda-cores") return false;
-  ZT_CHECK(choice == nullptr || *choice == '\0' || std::string_view(choice) == "auto",
-           "ZT_CUDA_ATTENTION must be auto or cuda-cores, got '", choice, "'");
   return (dtype == DType::BF16 || dtype == DType::F16) && head_dim % 16 == 0;
 }
 
@@ -327,5 +321,15 @@ inline AttentionDims check_attention(const char* op, const Tensor& q, const Tens
 inline unsigned int tiles_of(int time, int tile) {
   return static_cast<unsigned int>((time + tile - 1) / tile);
 }
+
+// Our own kernels (cuda_attention_forward.cu, cuda_attention_backward.cu) on tensor cores or CUDA
+// cores, arguments checked by the dispatcher; positions: device int32[B*T] or null.
+void run_attention_forward_kernels(CudaBackendImpl& backend, bool tensor_cores, Tensor out,
+                                   Tensor lse, Tensor q, Tensor k, Tensor v,
+                                   const int32_t* positions, const AttentionDims& dims, float scale);
+void run_attention_backward_kernels(CudaBackendImpl& backend, bool tensor_cores, Tensor dq,
+                                    Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v,
+                                    Tensor out, Tensor lse, const int32_t* positions,
+                                    const AttentionDims& dims, float scale);
 
 }  // namespace zt::cuda::attention

@@ -274,43 +274,31 @@ void launch_backward(const CudaBackendImpl& backend, cudaStream_t stream, const 
 
 }  // namespace
 
-void CudaBackendImpl::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
-                                         Tensor k, Tensor v, Tensor out, Tensor lse,
-                                         Tensor positions, float scale_factor) {
+void run_attention_backward_kernels(CudaBackendImpl& backend, bool tensor_cores, Tensor dq,
+                                    Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v,
+                                    Tensor out, Tensor lse, const int32_t* positions,
+                                    const AttentionDims& dims, float scale) {
   const char* op = "attention_backward";
-  const AttentionDims dims = check_attention(op, q, k, v, out, "out", lse);
-  const int32_t* position_of = positions_data(op, positions, dims.batch, dims.time);
-  const char* names[] = {"dout", "dq", "dk", "dv"};
-  const Tensor* grads[] = {&dout, &dq, &dk, &dv};
-  const Tensor* likes[] = {&q, &q, &k, &v};
-  for (int i = 0; i < 4; ++i) {
-    expect_device(op, names[i], *grads[i]);
-    expect_same_shape(op, names[i], *grads[i], i < 2 ? "q" : (i == 2 ? "k" : "v"), *likes[i]);
-    expect_same_dtype(op, names[i], *grads[i], "q", q);
-  }
-  if (dims.batch == 0 || dims.time == 0 || dims.heads == 0) return;
-  Buffer delta(*this, static_cast<size_t>(lse.numel()) * sizeof(float));  // delta[B,H,T]
-  const bool tensor_cores = tensor_cores_fit(q.dtype, dims.head_dim);
+  cudaStream_t stream = backend.stream();
+  Buffer delta(backend, static_cast<size_t>(lse.numel()) * sizeof(float));  // delta[B,H,T]
   dispatch_float(q.dtype, op, "q", [&](auto format) {
     using Format = decltype(format);
     const int64_t rows = int64_t{dims.batch} * dims.time * dims.heads;
-    launch({grid_for(rows * 32), kThreads, 0, stream_}, attention_delta_kernel<Format>,
+    launch({grid_for(rows * 32), kThreads, 0, stream}, attention_delta_kernel<Format>,
         static_cast<float*>(delta.data()), data_of<Format>(dout), data_of<Format>(out), dims);
     ZT_CUDA_CHECK_LAUNCH("attention_delta_kernel");
     const float* delta_values = static_cast<const float*>(delta.data());
     if constexpr (!std::is_same_v<Format, Fp32Format>) {
       if (tensor_cores) {
-        launch_backward<Format, TensorCoreMath<Format>>(*this, stream_, op, dq, dk, dv, dout, q,
-                                                        k, v, lse, delta_values, position_of,
-                                                        dims, scale_factor);
+        launch_backward<Format, TensorCoreMath<Format>>(backend, stream, op, dq, dk, dv, dout, q,
+                                                        k, v, lse, delta_values, positions, dims,
+                                                        scale);
         return;
       }
     }
-    launch_backward<Format, CudaCoreMath<Format>>(*this, stream_, op, dq, dk, dv, dout, q, k, v,
-                                                  lse, delta_values, position_of, dims,
-                                                  scale_factor);
+    launch_backward<Format, CudaCoreMath<Format>>(backend, stream, op, dq, dk, dv, dout, q, k, v,
+                                                  lse, delta_values, positions, dims, scale);
   });
 }
-
 
 }  // namespace zt::cuda

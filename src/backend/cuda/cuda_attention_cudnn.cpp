@@ -40,7 +40,7 @@ void check_cudnn(cudnnStatus_t status, const char* call) {
 #define ZT_CUDNN_CHECK(call) check_cudnn((call), #call)
 
 // A cudnn-frontend step that failed: its message, or "" when it succeeded.
-std::string failure_of(const fe::error_t& error, const char* step) {
+std::string failure_of(fe::error_t error, const char* step) {
   if (error.is_good()) return "";
   return cat(step, ": ", error.get_message());
 }
@@ -270,7 +270,7 @@ struct CudnnAttention::Impl {
 
   // The packed index arrays for this call's samples (uploaded once per batch geometry).
   void prepare_packed(const AttentionCall& call, const GraphKey& key);
-  void run(fe::graph::Graph& graph, int64_t workspace_bytes, std::unordered_map<int64_t, void*>& pack,
+  void run(fe::graph::Graph& graph, const char* op, int64_t workspace_bytes, std::unordered_map<int64_t, void*>& pack,
            const GraphKey& key);
 };
 
@@ -324,7 +324,7 @@ void CudnnAttention::Impl::prepare_packed(const AttentionCall& call, const Graph
   packed.sequences = sequences;
 }
 
-void CudnnAttention::Impl::run(fe::graph::Graph& graph, int64_t workspace_bytes,
+void CudnnAttention::Impl::run(fe::graph::Graph& graph, const char* op, int64_t workspace_bytes,
                                std::unordered_map<int64_t, void*>& pack, const GraphKey& key) {
   if (key.packed) {
     pack[kSeqLen] = packed.seq_len;
@@ -333,9 +333,8 @@ void CudnnAttention::Impl::run(fe::graph::Graph& graph, int64_t workspace_bytes,
     pack[kRaggedStats] = packed.ragged_stats;
   }
   Buffer workspace(backend, static_cast<size_t>(workspace_bytes));
-  const fe::error_t status = graph.execute(handle, pack, workspace.data());
-  ZT_CHECK(status.is_good(), "cudnn: executing ", graph.get_name().empty() ? "attention" : graph.get_name(),
-           " failed: ", status.get_message());
+  fe::error_t status = graph.execute(handle, pack, workspace.data());
+  ZT_CHECK(status.is_good(), "cudnn: ", op, " (graph execute) failed: ", status.get_message());
 }
 
 CudnnAttention::CudnnAttention(CudaBackendImpl& backend) : impl_(std::make_unique<Impl>(backend)) {}
@@ -361,7 +360,7 @@ void CudnnAttention::forward(const AttentionCall& call, Tensor out, Tensor lse, 
   } else {
     pack[kStats] = lse.data;
   }
-  impl_->run(*pair.forward, pair.forward_workspace, pack, key);
+  impl_->run(*pair.forward, "attention_forward", pair.forward_workspace, pack, key);
   if (key.packed) {
     transpose_token_heads(impl_->backend.stream(), lse.f32(), static_cast<const float*>(stats.data()),
                           call.batch, call.time, call.heads, /*to_heads_major=*/true);
@@ -386,7 +385,7 @@ void CudnnAttention::backward(const AttentionCall& call, Tensor dq, Tensor dk, T
   } else {
     pack[kStats] = lse.data;
   }
-  impl_->run(*pair.backward, pair.backward_workspace, pack, key);
+  impl_->run(*pair.backward, "attention_backward", pair.backward_workspace, pack, key);
 }
 
 }  // namespace zt::cuda

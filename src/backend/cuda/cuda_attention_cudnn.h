@@ -14,6 +14,8 @@
 // that CudaBackendImpl::copy() kept (PackedRows), so nothing waits on the GPU; the number of
 // sequences and the longest are rounded up to buckets so that a few graphs serve every batch.
 #pragma once
+#include <cuda_runtime.h>
+
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -58,4 +60,11 @@ class CudnnAttention {
   std::unique_ptr<Impl> impl_;
 };
 
+}  // namespace zt::cuda
+
+namespace zt::cuda {
+// lse[B,H,T] <-> the THD stats [B*T, H] of cuDNN's packed (ragged) graphs (cuda_attention.cu):
+// heads_major: dst[b,h,t] = src[(b*T+t)*H + h]; else the inverse. Queued on `stream`.
+void transpose_token_heads(cudaStream_t stream, float* dst, const float* src, int batch, int time,
+                           int heads, bool to_heads_major);
 }  // namespace zt::cuda

@@ -192,26 +192,22 @@ void launch_forward(const CudaBackendImpl& backend, cudaStream_t stream, const c
 
 }  // namespace
 
-void CudaBackendImpl::attention_forward(Tensor out, Tensor lse, Tensor q, Tensor k, Tensor v,
-                                        Tensor positions, float scale_factor) {
+void run_attention_forward_kernels(CudaBackendImpl& backend, bool tensor_cores, Tensor out,
+                                   Tensor lse, Tensor q, Tensor k, Tensor v,
+                                   const int32_t* positions, const AttentionDims& dims, float scale) {
   const char* op = "attention_forward";
-  const AttentionDims dims = check_attention(op, q, k, v, out, "out", lse);
-  const int32_t* position_of = positions_data(op, positions, dims.batch, dims.time);
-  if (dims.batch == 0 || dims.time == 0 || dims.heads == 0) return;
-  const bool tensor_cores = tensor_cores_fit(q.dtype, dims.head_dim);
   dispatch_float(q.dtype, op, "q", [&](auto format) {
     using Format = decltype(format);
     if constexpr (!std::is_same_v<Format, Fp32Format>) {
       if (tensor_cores) {
-        launch_forward<Format, TensorCoreMath<Format>>(*this, stream_, op, out, lse, q, k, v, position_of,
-                                                       dims, scale_factor);
+        launch_forward<Format, TensorCoreMath<Format>>(backend, backend.stream(), op, out, lse, q,
+                                                       k, v, positions, dims, scale);
         return;
       }
     }
-    launch_forward<Format, CudaCoreMath<Format>>(*this, stream_, op, out, lse, q, k, v, position_of, dims,
-                                                 scale_factor);
+    launch_forward<Format, CudaCoreMath<Format>>(backend, backend.stream(), op, out, lse, q, k, v,
+                                                 positions, dims, scale);
   });
 }
-
 
 }  // namespace zt::cuda

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cuda/cuda_attention_cudnn.h"
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
@@ -173,12 +174,18 @@ CudaBackendImpl::CudaBackendImpl(int device, CudaBackendOptions options)
 CudaBackendImpl::~CudaBackendImpl() {
   // Destructors must not throw: failures here (a lost device) are ignored.
   if (stream_) cudaStreamSynchronize(stream_);
+  cudnn_attention_.reset();  // its handle is bound to stream_; its buffers go back to allocator_
   if (host_status_) cudaFreeHost(host_status_);
   if (lt_handle_) cublasLtDestroy(lt_handle_);
   if (transfer_stream_) cudaStreamSynchronize(transfer_stream_);
   if (stream_) cudaStreamDestroy(stream_);
   if (transfer_stream_) cudaStreamDestroy(transfer_stream_);
   // allocator_ (a member) frees the workspace, the status words and every cached block.
+}
+
+CudnnAttention& CudaBackendImpl::cudnn_attention() {
+  if (!cudnn_attention_) cudnn_attention_ = std::make_unique<CudnnAttention>(*this);
+  return *cudnn_attention_;
 }
 
 std::string CudaBackendImpl::name() const { return cat("cuda:", device_, " (", device_name_, ")"); }
@@ -206,6 +213,7 @@ void* CudaBackendImpl::allocate_discardable(size_t bytes, bool committed) {
 }
 
 void CudaBackendImpl::release(void* pointer) {
+  uploads_.note_release(pointer);
   if (discardable_ && discardable_->owns(pointer)) discardable_->release(pointer);
   else allocator_.release(pointer);
 }

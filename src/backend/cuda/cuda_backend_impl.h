@@ -29,6 +29,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_allocator.h"
+#include "backend/cuda/cuda_upload_mirror.h"
 #include "backend/cuda/cuda_vmm.h"
 #include "backend/arg_checks.h"
 #include "backend/cuda/cuda_backend.h"
@@ -37,6 +38,8 @@ namespace zt::cuda {
 
 // Reusable CUDA events for record_event() (defined in cuda_backend.cpp).
 class EventPool;
+// cuDNN's fused attention (cuda_attention_cudnn.h).
+class CudnnAttention;
 
 // Cached cuBLASLt algorithm choices per GEMM shape (defined in cuda_gemm.cpp).
 struct GemmPlans;
@@ -221,8 +224,14 @@ class CudaBackendImpl final : public CudaBackend {
   std::unique_ptr<BackendEvent> record_event_on(cudaStream_t stream);
   static cudaEvent_t cuda_event_of(const BackendEvent* event);
   cudaStream_t transfer_stream();
+  // Host copies of int32 uploads (positions of packed rows): see cuda_upload_mirror.h.
+  const UploadMirror& uploads() const { return uploads_; }
+  // cuDNN's attention graphs and handle, made on first use.
+  CudnnAttention& cudnn_attention();
 
  private:
+  // Keeps uploads_ current for a copy into dst (before it is queued).
+  void note_copy(const Tensor& dst, const Tensor& src);
   void check_deferred_errors();
   // C = alpha op(A) op(B) + beta C through a cached cuBLASLt plan, plus bias[N] broadcast over
   // rows in the epilogue when `bias` is not empty (bias in C's dtype). Arguments checked by the
@@ -250,6 +259,8 @@ class CudaBackendImpl final : public CudaBackend {
   // Shared with the live events, which give their cudaEvent back to it when destroyed (also
   // after the backend is gone: the last owner destroys the pool's events).
   std::shared_ptr<EventPool> event_pool_;
+  UploadMirror uploads_;
+  std::unique_ptr<CudnnAttention> cudnn_attention_;  // destroyed before the stream (declared last)
 };
 
 }  // namespace zt::cuda

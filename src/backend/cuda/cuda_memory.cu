@@ -106,8 +106,18 @@ bool is_pageable_host_memory(const Tensor& tensor) {
 //   later, while the caller may overwrite it right away (the CPU Adam writes the next master
 //   values). So both directions synchronise the stream. Pinned memory still pays: the DMA runs
 //   at full PCIe speed without the driver's staging copy. Device -> device copies stay queued.
+void CudaBackendImpl::note_copy(const Tensor& dst, const Tensor& src) {
+  if (dst.device != Device::CUDA) return;
+  if (src.device == Device::CPU && src.dtype == DType::I32 && dst.dtype == DType::I32) {
+    uploads_.note_upload(dst.data, static_cast<const int32_t*>(src.data), src.numel());
+  } else {
+    uploads_.note_write(dst.data, dst.bytes());
+  }
+}
+
 void CudaBackendImpl::copy(Tensor dst, Tensor src) {
   if (!has_elements_to_copy("copy", dst, src)) return;
+  note_copy(dst, src);
   const bool host_involved = dst.device == Device::CPU || src.device == Device::CPU;
   if (dst.dtype == src.dtype) {
     if (dst.device == Device::CPU && src.device == Device::CPU) {
@@ -154,6 +164,7 @@ void CudaBackendImpl::copy_async(Tensor dst, Tensor src) {
   ZT_CHECK(dst.dtype == src.dtype, "copy_async: dst ", dst.describe(), " and src ", src.describe(),
            " must have the same dtype (copy() converts between dtypes)");
   if (!has_elements_to_copy("copy_async", dst, src)) return;
+  note_copy(dst, src);
   const bool host_only = dst.device == Device::CPU && src.device == Device::CPU;
   if (host_only || is_pageable_host_memory(dst) || is_pageable_host_memory(src)) {
     copy(dst, src);
@@ -175,6 +186,7 @@ std::unique_ptr<BackendEvent> CudaBackendImpl::transfer_async(Tensor dst, Tensor
     copy(dst, src);
     return Backend::record_event();
   }
+  note_copy(dst, src);
   cudaStream_t stream = transfer_stream();
   if (cudaEvent_t event = cuda_event_of(after)) ZT_CUDA_CHECK(cudaStreamWaitEvent(stream, event, 0));
   queue_same_dtype_copy(stream, dst, src);
@@ -203,6 +215,7 @@ void CudaBackendImpl::fill(Tensor dst, float value) {
   expect_device("fill", "dst", dst);
   const int64_t n = dst.numel();
   if (n == 0) return;
+  uploads_.note_write(dst.data, dst.bytes());
   switch (dst.dtype) {
     case DType::F32: return launch_fill(stream_, dst.data, n, std::bit_cast<uint32_t>(value));
     case DType::BF16: return launch_fill(stream_, dst.data, n, float_to_bf16(value));
