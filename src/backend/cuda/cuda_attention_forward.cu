@@ -177,8 +177,10 @@ struct ForwardTcShared {
   static constexpr int kProbLd = operand_ld(kKeys);       // a warp's 16-bit probabilities
   static constexpr int kScratchFloats = kWarpRows * kScoreLd;
   uint16_t* q_tile;      // [kTcBlockRows, kLd]: warp w's queries are rows [16 w, 16 w + 16)
-  uint16_t* k_tiles[2];  // [kKeys, kLd] each (double buffer)
-  uint16_t* v_tiles[2];  // [kKeys, kLd] each
+  static constexpr int kTileElements = kKeys * kLd;
+  // [2 buffers][K, V][kKeys, kLd]; one array indexed by arithmetic (an array of pointers
+  // indexed by the run-time buffer number would live in local memory)
+  uint16_t* kv_tiles;
   float* scratch;        // [kTcWarps][16, kScoreLd]: a warp's scores
   uint16_t* probs;       // [kTcWarps][16, kProbLd]
   float* row_factor;     // [kTcWarps][16]: the rows' rescale factors, at the end their normalisers
@@ -186,14 +188,13 @@ struct ForwardTcShared {
 
   __host__ __device__ explicit ForwardTcShared(void* base) : layout(base) {
     q_tile = layout.take<uint16_t>(size_t{kTcBlockRows} * kLd);
-    for (int i = 0; i < 2; ++i) {
-      k_tiles[i] = layout.take<uint16_t>(size_t{kKeys} * kLd);
-      v_tiles[i] = layout.take<uint16_t>(size_t{kKeys} * kLd);
-    }
+    kv_tiles = layout.take<uint16_t>(size_t{4} * kTileElements);
     scratch = layout.take<float>(size_t{kTcWarps} * kScratchFloats);
     probs = layout.take<uint16_t>(size_t{kTcWarps} * kWarpRows * kProbLd);
     row_factor = layout.take<float>(size_t{kTcWarps} * kWarpRows);
   }
+  __device__ uint16_t* k_tile(int buffer) const { return kv_tiles + 2 * buffer * kTileElements; }
+  __device__ uint16_t* v_tile(int buffer) const { return kv_tiles + (2 * buffer + 1) * kTileElements; }
 };
 
 // A warp's softmax state: lane 2r + h looks after row r of its 16 and the columns
@@ -293,17 +294,17 @@ attention_forward_tc_kernel(Storage<Format>* out, float* lse, const Storage<Form
   const int keys_end = min(dims.time, first_query + kTcBlockRows);
   TileStage<kKeys, kD> stage;  // the next K or V tile on its way
   stage.fetch(k_rows + keys_begin * kv_stride, kv_stride, min(kKeys, dims.time - keys_begin));
-  stage.commit(shared.k_tiles[0], kLd);
+  stage.commit(shared.k_tile(0), kLd);
   stage.fetch(v_rows + keys_begin * kv_stride, kv_stride, min(kKeys, dims.time - keys_begin));
-  stage.commit(shared.v_tiles[0], kLd);
+  stage.commit(shared.v_tile(0), kLd);
   __syncthreads();
   int buffer = 0;
   for (int first_key = keys_begin; first_key < keys_end; first_key += kKeys, buffer ^= 1) {
     const int next_key = first_key + kKeys;
     const bool has_next = next_key < keys_end;
     const int next_valid = min(kKeys, dims.time - next_key);
-    const T* k_tile = reinterpret_cast<const T*>(shared.k_tiles[buffer]);  // [kKeys, kLd]
-    const T* v_tile = reinterpret_cast<const T*>(shared.v_tiles[buffer]);  // [kKeys, kLd]
+    const T* k_tile = reinterpret_cast<const T*>(shared.k_tile(buffer));  // [kKeys, kLd]
+    const T* v_tile = reinterpret_cast<const T*>(shared.v_tile(buffer));  // [kKeys, kLd]
     if (has_next) stage.fetch(k_rows + next_key * kv_stride, kv_stride, next_valid);
     // S [16, kKeys] = Q_w [16, kD] K^T [kD, kKeys]
     Accumulator s[kKeys / 16];
@@ -315,7 +316,7 @@ attention_forward_tc_kernel(Storage<Format>* out, float* lse, const Storage<Form
     }
     // Nobody reads the other buffer during this step (its last readers passed the barrier
     // that ended the previous one).
-    if (has_next) stage.commit(shared.k_tiles[buffer ^ 1], kLd);
+    if (has_next) stage.commit(shared.k_tile(buffer ^ 1), kLd);
     if (has_next) stage.fetch(v_rows + next_key * kv_stride, kv_stride, next_valid);
     __syncwarp();
     softmax_tile<Format, kKeys, Shared::kScoreLd, Shared::kProbLd>(my, scores, probs, row_factor,
@@ -324,7 +325,7 @@ attention_forward_tc_kernel(Storage<Format>* out, float* lse, const Storage<Form
     // O_w [16, kD] = factor O_w + P [16, kKeys] V [kKeys, kD]
     scale_rows(o, row_factor, at);
     warp_mma<kKeys, kF, false>(o, reinterpret_cast<const T*>(probs), Shared::kProbLd, v_tile, kLd);
-    if (has_next) stage.commit(shared.v_tiles[buffer ^ 1], kLd);
+    if (has_next) stage.commit(shared.v_tile(buffer ^ 1), kLd);
     __syncthreads();  // the next tile is in place; every warp is done with this one
   }
   // out = O_w / (sum of the rounded probabilities), lse = max + log(sum of the probabilities)
