@@ -121,13 +121,16 @@ BOOST_AUTO_TEST_CASE(llama_head_dim_and_tiny_cases) {
   check_attention({3, 2, 2, 2, 2}, DType::F16, 230);
 }
 
-// Values with a large common component (OPT's v_proj bias) under nearly uniform attention, the
-// backward taking each backend's own forward output and lse (as training does): delta =
-// rowsum(dO * out) must carry the common component with the weights backward recomputes from
-// lse, else dS = P (dP - delta) keeps dO . bias times the forward's rounding error in every term.
-// Tensor cores give P V the probabilities as high + low 16-bit parts for that; with P rounded
-// once, about 1100 of the 6144 elements of dq and of dk were outside this bound.
-BOOST_AUTO_TEST_CASE(common_value_component_through_each_backends_own_forward) {
+// A large component common to every value row (OPT's v_proj bias) or key row (Qwen2's k_proj
+// bias) under nearly uniform attention, the backward taking each backend's own forward output
+// and lse (as training does). Values: delta = rowsum(dO * out) must carry the common component
+// with the weights backward recomputes from lse, else dS = P (dP - delta) keeps dO . bias times
+// the forward's rounding error in every term; the tensor-core forward normalises out by the sum
+// of the rounded probabilities for that (with P rounded and normalised by the exact sum, about
+// 1100 of the 6144 elements of dq and of dk were outside this bound). Keys: a row of dS sums to
+// zero, so dQ = dS K cancels the keys' common component; dS rounded to 16 bits leaves its
+// rounding error's row sum times that component, which the tensor-core dQ kernel subtracts.
+void check_common_component(bool in_keys) {
   for (DType dtype : {DType::BF16, DType::F16}) {
     const int64_t batch = 2, time = 48, heads = 4, head_dim = 16;
     const std::initializer_list<int64_t> shape = {batch, time, heads, head_dim};
@@ -135,9 +138,10 @@ BOOST_AUTO_TEST_CASE(common_value_component_through_each_backends_own_forward) {
     const int64_t numel = batch * time * heads * head_dim;
     const float scale = 0.25f;
     std::vector<float> q = rounded(random_floats(numel, 500, -0.5f, 0.5f), dtype);
-    std::vector<float> k = rounded(random_floats(numel, 501, -0.5f, 0.5f), dtype);
+    std::vector<float> k = random_floats(numel, 501, in_keys ? -0.1f : -0.5f, in_keys ? 0.1f : 0.5f);
     std::vector<float> v = random_floats(numel, 502, -0.1f, 0.1f);
-    for (float& value : v) value += 3.0f;
+    for (float& value : in_keys ? k : v) value += 3.0f;
+    k = rounded(k, dtype);
     v = rounded(v, dtype);
     std::vector<float> dout = rounded(random_floats(numel, 503), dtype);
     std::vector<float> out(numel), lse(batch * heads * time);
@@ -155,12 +159,21 @@ BOOST_AUTO_TEST_CASE(common_value_component_through_each_backends_own_forward) {
     DeviceTensor dq_d = poisoned(dtype, shape), dk_d = poisoned(dtype, shape);
     DeviceTensor dv_d = poisoned(dtype, shape);
     gpu().attention_backward(dq_d, dk_d, dv_d, dout_d, q_d, k_d, v_d, out_d, lse_d, Tensor(), scale);
-    const std::string what = cat("attention with a common value component, own forwards");
+    const std::string what = cat("attention with a common ", in_keys ? "key" : "value",
+                                 " component, own forwards");
     check_near(download(out_d), out, dtype, 0.0, what + " out");
     check_near(download(dq_d), dq, dtype, 4 * dtype_rtol(dtype), what + " dq");
     check_near(download(dk_d), dk, dtype, 4 * dtype_rtol(dtype), what + " dk");
     check_near(download(dv_d), dv, dtype, 4 * dtype_rtol(dtype), what + " dv");
   }
+}
+
+BOOST_AUTO_TEST_CASE(common_value_component_through_each_backends_own_forward) {
+  check_common_component(false);
+}
+
+BOOST_AUTO_TEST_CASE(common_key_component_through_each_backends_own_forward) {
+  check_common_component(true);
 }
 
 // The head dims of the LLaMA, Mistral, Qwen2 and OPT families on tensor cores, with GQA and a
