@@ -101,10 +101,9 @@ __device__ inline void zero(float* values, int count) {
   for (int e = threadIdx.x; e < count; e += blockDim.x) values[e] = 0.0f;
 }
 
-// ---- the two arithmetic paths -------------------------------------------------------------
-// A kernel templated on a Math keeps its q/k/v/dO tiles (and the probabilities it multiplies)
-// as Math::Operand in shared memory and multiplies them with Math::gemm; softmax, masks and
-// accumulators stay fp32 in both.
+// ---- the CUDA-core path ----------------------------------------------------------------------
+// The CUDA-core kernels (templated on a Math) keep their q/k/v/dO tiles, the probabilities and
+// the accumulators as fp32 in shared memory and multiply them with Math::gemm.
 
 // fp32 tiles on CUDA cores: every dtype and head dim.
 template <class Format>
@@ -341,20 +340,6 @@ inline bool vector_aligned(std::initializer_list<const Tensor*> tensors) {
     if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0) return false;
   }
   return true;
-}
-
-// operand[rows, cols] (ld operand_ld) = the fp32 tile as Math::Operand (rounded for 16-bit).
-template <class Format, class Operand>
-__device__ inline void to_operand(Operand* operand, int operand_ld, const float* tile, int ld,
-                                  int rows, int cols) {
-  for (int e = threadIdx.x; e < rows * cols; e += blockDim.x) {
-    const int r = e / cols, c = e % cols;
-    if constexpr (std::is_same_v<Operand, float>) {
-      operand[r * operand_ld + c] = tile[r * ld + c];
-    } else {
-      operand[r * operand_ld + c] = Format::from_float(tile[r * ld + c]);
-    }
-  }
 }
 
 // A kernel's dynamic shared memory cut into 32-byte aligned arrays (WMMA's alignment), the
