@@ -401,6 +401,16 @@ cudnnStatus_t get_attribute(const Descriptor& d, int name, cudnnBackendAttribute
 
 // ---- execute -----------------------------------------------------------------------------------
 
+// Throws DeviceFault unless a tensor's memory is live device (or pinned) memory: without ragged
+// offsets its whole extent, with them one batch's (the offsets are device data the host cannot
+// read before the stream gets there).
+void check_memory(const TensorInfo& tensor, const void* pointer) {
+  int64_t last = 0;
+  for (size_t i = tensor.ragged ? 1 : 0; i < tensor.dims.size(); ++i) last += (tensor.dims[i] - 1) * tensor.strides[i];
+  check_device_accessible(pointer, static_cast<size_t>(last + 1) * type_size(tensor.type),
+                          "tensor uid " + std::to_string(tensor.uid) + " of the variant pack");
+}
+
 // The variant pack against the plan's graph: every non-virtual uid with a non-null pointer,
 // device memory wide enough for the tensor, a workspace of the plan's size. The pointers by
 // uid (by-value scalars copied into `scalars`), or a status with last_error set.
@@ -423,13 +433,8 @@ cudnnStatus_t check_pack(const Graph& graph, const Descriptor& pack, std::unorde
       pointers[uid] = scalars.back().data();
       continue;
     }
-    // Without ragged offsets, the tensor's extent; with them, one batch's (the offsets are
-    // device data the host cannot read before the stream gets there).
-    int64_t last = 0;
-    for (size_t i = tensor->ragged ? 1 : 0; i < tensor->dims.size(); ++i) last += (tensor->dims[i] - 1) * tensor->strides[i];
     try {
-      check_device_accessible(found->second, static_cast<size_t>(last + 1) * type_size(tensor->type),
-                              "tensor uid " + std::to_string(uid) + " of the variant pack");
+      check_memory(*tensor, found->second);
     } catch (const DeviceFault& fault) {
       return refuse(CUDNN_STATUS_BAD_PARAM, fault.message);
     }
@@ -570,6 +575,10 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
   if (cudnnStatus_t status = check_pack(*p->graph, *v, *pointers, *scalars); status != CUDNN_STATUS_SUCCESS) return status;
   std::shared_ptr<const Graph> graph = p->graph;
   zt_emu::enqueue(handle->stream, zt_emu::Work{"cuDNN execution plan", [graph, pointers, scalars] {
+                                                 // Again when it runs: memory may have been freed since the call.
+                                                 for (const auto& [uid, tensor] : graph->tensors) {
+                                                   if (!tensor->is_virtual && !tensor->by_value) check_memory(*tensor, pointers->at(uid));
+                                                 }
                                                  run_graph(*graph, *pointers);
                                                  ++executions;
                                                }, {}});
