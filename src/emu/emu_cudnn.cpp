@@ -12,6 +12,7 @@
 #include <cudnn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -35,6 +36,7 @@ constexpr size_t kVersion = 91900;         // the headers' cuDNN 9.19.0
 constexpr int64_t kWorkspace = 1 << 20;    // the plan's workspace: a fixed, plausible size
 
 thread_local std::string last_error;
+std::atomic<uint64_t> executions{0};  // plans run (not just queued): tests see the path taken
 
 cudnnStatus_t refuse(cudnnStatus_t status, std::string message) {
   last_error = "emulated cuDNN: " + std::move(message);
@@ -318,13 +320,19 @@ cudnnStatus_t finalize(Descriptor& d) {
 
 // ---- get attribute: what the frontend asks of the engine and plan ----------------------------
 
-// Copies `items` out as the caller asked (count query with 0 requested elements included).
-template <class T>
-cudnnStatus_t answer(const std::vector<T>& items, int64_t requested, int64_t* count, void* out) {
+// Copies integer `items` out in the type the caller asked for (INT64 or INT32: the frontend
+// reads some sizes as int32), at most `requested` of them; `count` gets how many there are.
+cudnnStatus_t answer(const std::vector<int64_t>& items, cudnnBackendAttributeType_t type, int64_t requested,
+                     int64_t* count, void* out) {
   if (count) *count = static_cast<int64_t>(items.size());
   const size_t n = std::min(items.size(), static_cast<size_t>(std::max<int64_t>(requested, 0)));
   if (n && !out) return refuse(CUDNN_STATUS_BAD_PARAM, "GetAttribute: no array for the elements");
-  if (n) std::memcpy(out, items.data(), n * sizeof(T));
+  if (n && type != CUDNN_TYPE_INT64 && type != CUDNN_TYPE_INT32)
+    return refuse(CUDNN_STATUS_BAD_PARAM, "GetAttribute: this attribute is an integer (INT64 or INT32)");
+  for (size_t i = 0; i < n; ++i) {
+    if (type == CUDNN_TYPE_INT64) static_cast<int64_t*>(out)[i] = items[i];
+    else static_cast<int32_t*>(out)[i] = static_cast<int32_t>(items[i]);
+  }
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -366,15 +374,16 @@ cudnnStatus_t get_attribute(const Descriptor& d, int name, cudnnBackendAttribute
     return fill_descriptor(*refs[0], requested, count, out);
   }
   switch (name) {
-    case CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT: return answer(std::vector<int64_t>{1}, requested, count, out);
-    case CUDNN_ATTR_ENGINE_GLOBAL_INDEX: return answer(std::vector<int64_t>{0}, requested, count, out);
+    case CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT: return answer({1}, type, requested, count, out);
+    case CUDNN_ATTR_ENGINE_GLOBAL_INDEX: return answer({0}, type, requested, count, out);
     case CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE: case CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE:
-      return answer(std::vector<int64_t>{kWorkspace}, requested, count, out);
-    case CUDNN_ATTR_ENGINECFG_SHARED_MEMORY_USED: return answer(std::vector<int64_t>{0}, requested, count, out);
+      return answer({kWorkspace}, type, requested, count, out);
+    case CUDNN_ATTR_ENGINECFG_SHARED_MEMORY_USED: return answer({0}, type, requested, count, out);
     // No knobs, no numerical or behaviour notes: nothing for the frontend to filter on.
     case CUDNN_ATTR_ENGINE_KNOB_INFO: case CUDNN_ATTR_ENGINECFG_KNOB_CHOICES: case CUDNN_ATTR_ENGINE_NUMERICAL_NOTE:
     case CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE: case CUDNN_ATTR_EXECUTION_PLAN_COMPUTED_INTERMEDIATE_UIDS:
-      return answer(std::vector<int32_t>{}, requested, count, out);
+      if (count) *count = 0;
+      return CUDNN_STATUS_SUCCESS;
     case CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION:
       return refuse(CUDNN_STATUS_NOT_SUPPORTED, "plans have no JSON representation (serialization is not emulated)");
     default: break;
@@ -391,6 +400,16 @@ cudnnStatus_t get_attribute(const Descriptor& d, int name, cudnnBackendAttribute
 }
 
 // ---- execute -----------------------------------------------------------------------------------
+
+// Throws DeviceFault unless a tensor's memory is live device (or pinned) memory: without ragged
+// offsets its whole extent, with them one batch's (the offsets are device data the host cannot
+// read before the stream gets there).
+void check_memory(const TensorInfo& tensor, const void* pointer) {
+  int64_t last = 0;
+  for (size_t i = tensor.ragged ? 1 : 0; i < tensor.dims.size(); ++i) last += (tensor.dims[i] - 1) * tensor.strides[i];
+  check_device_accessible(pointer, static_cast<size_t>(last + 1) * type_size(tensor.type),
+                          "tensor uid " + std::to_string(tensor.uid) + " of the variant pack");
+}
 
 // The variant pack against the plan's graph: every non-virtual uid with a non-null pointer,
 // device memory wide enough for the tensor, a workspace of the plan's size. The pointers by
@@ -414,13 +433,8 @@ cudnnStatus_t check_pack(const Graph& graph, const Descriptor& pack, std::unorde
       pointers[uid] = scalars.back().data();
       continue;
     }
-    // Without ragged offsets, the tensor's extent; with them, one batch's (the offsets are
-    // device data the host cannot read before the stream gets there).
-    int64_t last = 0;
-    for (size_t i = tensor->ragged ? 1 : 0; i < tensor->dims.size(); ++i) last += (tensor->dims[i] - 1) * tensor->strides[i];
     try {
-      check_device_accessible(found->second, static_cast<size_t>(last + 1) * type_size(tensor->type),
-                              "tensor uid " + std::to_string(uid) + " of the variant pack");
+      check_memory(*tensor, found->second);
     } catch (const DeviceFault& fault) {
       return refuse(CUDNN_STATUS_BAD_PARAM, fault.message);
     }
@@ -438,6 +452,10 @@ cudnnStatus_t check_pack(const Graph& graph, const Descriptor& pack, std::unorde
 
 }  // namespace
 }  // namespace zt_emu::cudnn
+
+namespace zt_emu {
+uint64_t cudnn_executions() { return cudnn::executions.load(); }
+}  // namespace zt_emu
 
 using namespace zt_emu::cudnn;
 
@@ -461,8 +479,7 @@ void cudnnGetLastErrorString(char* message, size_t max_size) {
   if (!message || max_size == 0) return;
   const size_t n = std::min(last_error.size(), max_size - 1);
   std::memcpy(message, last_error.data(), n);
-  message[n] = '\0';
-  last_error.clear();  // as cuDNN: reading the message clears it
+  message[n] = '\0';  // kept: the frontend reads it too before its caller does
 }
 
 cudnnStatus_t cudnnCreate(cudnnHandle_t* handle) {
@@ -558,9 +575,30 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
   if (cudnnStatus_t status = check_pack(*p->graph, *v, *pointers, *scalars); status != CUDNN_STATUS_SUCCESS) return status;
   std::shared_ptr<const Graph> graph = p->graph;
   zt_emu::enqueue(handle->stream, zt_emu::Work{"cuDNN execution plan", [graph, pointers, scalars] {
+                                                 // Again when it runs: memory may have been freed since the call.
+                                                 for (const auto& [uid, tensor] : graph->tensors) {
+                                                   if (!tensor->is_virtual && !tensor->by_value) check_memory(*tensor, pointers->at(uid));
+                                                 }
                                                  run_graph(*graph, *pointers);
+                                                 ++executions;
                                                }, {}});
   return CUDNN_STATUS_SUCCESS;
+}
+
+// The legacy filter API: referenced by the frontend's (inline) filter-reordering helper, which
+// unoptimized builds emit; the emulated cuDNN has no convolutions.
+cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t*) {
+  return refuse(CUDNN_STATUS_NOT_SUPPORTED, "filter descriptors (the legacy convolution API) are not emulated");
+}
+cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t) {
+  return refuse(CUDNN_STATUS_NOT_SUPPORTED, "filter descriptors (the legacy convolution API) are not emulated");
+}
+cudnnStatus_t cudnnSetFilterNdDescriptor(cudnnFilterDescriptor_t, cudnnDataType_t, cudnnTensorFormat_t, int, const int[]) {
+  return refuse(CUDNN_STATUS_NOT_SUPPORTED, "filter descriptors (the legacy convolution API) are not emulated");
+}
+cudnnStatus_t cudnnReorderFilterAndBias(cudnnHandle_t, const cudnnFilterDescriptor_t, cudnnReorderType_t, const void*,
+                                        void*, int, const void*, void*) {
+  return refuse(CUDNN_STATUS_NOT_SUPPORTED, "filter reordering (the legacy convolution API) is not emulated");
 }
 
 }  // extern "C"

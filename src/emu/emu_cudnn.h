@@ -59,3 +59,7 @@ void run_graph(const Graph& graph, const std::unordered_map<int64_t, const void*
 size_t type_size(cudnnDataType_t type);  // 0 for types the interpreter does not read
 
 }  // namespace zt_emu::cudnn
+
+namespace zt_emu {
+uint64_t cudnn_executions();  // execution plans run so far (tests: which attention path ran)
+}  // namespace zt_emu

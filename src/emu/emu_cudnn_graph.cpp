@@ -4,9 +4,12 @@
 // - a tensor's element (i0, i1, ..) lives at sum(i_d * stride_d); with a ragged offset tensor
 //   the batch stride is replaced by ragged[i0], and an element of batch i0 whose offset is not
 //   below ragged[i0 + 1] does not exist (packed sequences: reads give 0, writes are dropped);
-// - intermediates (virtual tensors) are fp32, laid out by their own strides (a reshape is a
-//   second view of its input's memory, as cuDNN's transposing reshapes are); outputs are rounded
-//   once to their type; matmuls accumulate in double, like the emulated cuBLASLt;
+// - intermediates (virtual tensors) are fp32, dense row-major here whatever strides they were
+//   given (a fused engine never lays them out in memory, and cudnn-frontend gives some of them
+//   overlapping strides); outputs are rounded once to their type; matmuls accumulate in double,
+//   like the emulated cuBLASLt;
+// - a reshape keeps memory order: y's element at (declared) offset o is x's element at offset o
+//   (so a reshape that permutes dims and strides together is a transpose, as the frontend uses it);
 // - broadcasting: an input dimension of 1 repeats; a matmul/reduction dimension that divides
 //   the other one groups (GQA: query head h reads key head h / (H / Hkv));
 // - matmul M/N/K overrides (int32 per batch): outside the first M x N of a batch nothing is
@@ -69,13 +72,6 @@ void store(void* data, int64_t index, cudnnDataType_t type, double value) {
   }
 }
 
-// One past the largest element offset of a tensor's dims and strides (ragged: of one batch).
-int64_t span_of(const TensorInfo& tensor) {
-  int64_t last = 0;
-  for (size_t d = tensor.ragged ? 1 : 0; d < tensor.dims.size(); ++d) last += (tensor.dims[d] - 1) * tensor.strides[d];
-  return last + 1;
-}
-
 // Memory a tensor is read from or written to: device (or by-value host) bytes of `type`, or an
 // interpreter-owned fp32 array (virtual tensors; shared by reshapes).
 struct Storage {
@@ -87,10 +83,14 @@ struct Storage {
 // A tensor's elements: its layout over a storage, with the ragged offsets read at run time.
 class View {
  public:
-  View(const TensorInfo& info, Storage storage, std::vector<int64_t> ragged)
-      : info_(info), storage_(std::move(storage)), ragged_(std::move(ragged)) {}
+  View(const TensorInfo& info, Storage storage, std::vector<int64_t> strides, std::vector<int64_t> ragged)
+      : info_(info), storage_(std::move(storage)), strides_(std::move(strides)), ragged_(std::move(ragged)) {}
   const std::vector<int64_t>& dims() const { return info_.dims; }
+  const std::vector<int64_t>& strides() const { return strides_; }
   size_t rank() const { return info_.dims.size(); }
+  bool ragged() const { return !ragged_.empty(); }
+  double load_at(int64_t offset) const { return load(storage_.data, offset, storage_.type); }
+  void store_at(int64_t offset, double value) const { store(storage_.data, offset, storage_.type, value); }
   // Offset of element `index` (rank entries), or -1 where a ragged batch has no such element.
   int64_t offset(const int64_t* index) const {
     int64_t at = 0;
@@ -99,7 +99,7 @@ class View {
       at = ragged_[index[0]];
       d = 1;
     }
-    for (; d < info_.dims.size(); ++d) at += index[d] * info_.strides[d];
+    for (; d < info_.dims.size(); ++d) at += index[d] * strides_[d];
     if (!ragged_.empty() && at >= ragged_[index[0] + 1]) return -1;
     return at;
   }
@@ -115,6 +115,7 @@ class View {
  private:
   const TensorInfo& info_;
   Storage storage_;
+  std::vector<int64_t> strides_;  // of the storage: declared ones, or dense for intermediates
   std::vector<int64_t> ragged_;
 };
 
@@ -195,6 +196,19 @@ int arity(int mode) {
   }
 }
 
+// Whether no two elements of a tensor share an offset (its batch dim excluded when ragged).
+bool injective(const TensorInfo& t) {
+  std::vector<std::pair<int64_t, int64_t>> order;  // (stride, dim) of the dims of size > 1
+  for (size_t d = t.ragged ? 1 : 0; d < t.dims.size(); ++d) {
+    if (t.dims[d] > 1) order.emplace_back(t.strides[d], t.dims[d]);
+  }
+  std::sort(order.begin(), order.end());
+  for (size_t i = 1; i < order.size(); ++i) {
+    if (order[i].first < order[i - 1].first * order[i - 1].second) return false;
+  }
+  return order.empty() || order[0].first > 0;
+}
+
 // "" when `in` can feed an output of `out` dims (same or lower rank; each dim equal, 1, or,
 // where `grouping`, a divisor).
 std::string check_broadcast(const TensorInfo& in, const std::vector<int64_t>& out, bool grouping, const char* role) {
@@ -255,6 +269,10 @@ std::string check_op(const Op& op) {
     }
     case OpKind::Reshape:
       if (op.x->elements() != op.y->elements()) return op.what + ": x and y have different element counts";
+      if (op.x->ragged && op.x->dims.size() != op.y->dims.size()) return op.what + ": a ragged reshape must keep the rank";
+      for (const Tensor& t : {op.x, op.y}) {
+        if (!injective(*t)) return op.what + ": tensor uid " + std::to_string(t->uid) + " has strides that put two elements at one address";
+      }
       if (op.x->ragged != op.y->ragged && (op.x->ragged == nullptr) != (op.y->ragged == nullptr))
         return op.what + ": x and y must both or neither be ragged";
       return "";
@@ -273,17 +291,17 @@ class Run {
   }
 
   View view(const Tensor& tensor) {
+    if (!tensor->is_virtual) return View(*tensor, storages_.at(tensor->uid), tensor->strides, ragged_of(*tensor));
+    // Intermediates: dense row-major fp32, zeros until written (what lies outside a matmul's
+    // override reads as 0). Ragged offsets do not apply to them (they are not memory).
+    std::vector<int64_t> dense(tensor->dims.size(), 1);
+    for (size_t d = dense.size(); d-- > 1;) dense[d - 1] = dense[d] * tensor->dims[d];
     auto found = storages_.find(tensor->uid);
     if (found == storages_.end()) {
-      // A virtual tensor first written here: fp32, zeros (what lies outside a matmul override).
-      auto owned = std::make_shared<std::vector<float>>(static_cast<size_t>(span_of(*tensor)), 0.0f);
+      auto owned = std::make_shared<std::vector<float>>(static_cast<size_t>(tensor->elements()), 0.0f);
       found = storages_.emplace(tensor->uid, Storage{owned->data(), CUDNN_DATA_FLOAT, owned}).first;
     }
-    return View(*tensor, found->second, ragged_of(*tensor));
-  }
-
-  void alias(const Tensor& y, const Tensor& x) {
-    storages_[y->uid] = storages_.at(x->uid);  // x was produced or is in the variant pack
+    return View(*tensor, found->second, dense, {});
   }
 
  private:
@@ -352,6 +370,33 @@ void run_matmul(Run& run, const Op& op) {
   });
 }
 
+// Pointwise without ragged offsets: every offset is linear in y's index, so one walk over y's
+// elements keeps a running offset per tensor (a broadcast dimension steps by 0). The same
+// values as the general loop below, several times faster (attention's S x S score nodes).
+void run_pointwise_strided(const Op& op, const View& y, const std::vector<View>& inputs) {
+  const size_t rank = y.rank(), count = inputs.size() + 1;  // inputs, then y
+  std::vector<std::vector<int64_t>> steps(count, std::vector<int64_t>(rank, 0));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const size_t shift = rank - inputs[i].rank();
+    for (size_t d = shift; d < rank; ++d) {
+      steps[i][d] = inputs[i].dims()[d - shift] == 1 ? 0 : inputs[i].strides()[d - shift];
+    }
+  }
+  steps[count - 1] = y.strides();
+  std::vector<int64_t> index(rank, 0), offsets(count, 0);
+  for (int64_t e = 0, total = op.y->elements(); e < total; ++e) {
+    double values[3] = {0, 0, 0};
+    for (size_t i = 0; i < inputs.size(); ++i) values[i] = inputs[i].load_at(offsets[i]);
+    y.store_at(offsets[count - 1], static_cast<float>(pointwise(op.mode, values[0], values[1], values[2], index.data(), op.axis)));
+    for (size_t d = rank; d-- > 0;) {  // next index, last dimension fastest
+      for (size_t i = 0; i < count; ++i) offsets[i] += steps[i][d];
+      if (++index[d] < y.dims()[d]) break;
+      for (size_t i = 0; i < count; ++i) offsets[i] -= steps[i][d] * y.dims()[d];
+      index[d] = 0;
+    }
+  }
+}
+
 void run_pointwise(Run& run, const Op& op) {
   const View y = run.view(op.y);
   const bool gen_index = op.mode == CUDNN_POINTWISE_GEN_INDEX;
@@ -359,6 +404,9 @@ void run_pointwise(Run& run, const Op& op) {
   for (const Tensor& in : {op.x, op.b, op.t}) {
     if (in && !gen_index) inputs.push_back(run.view(in));
   }
+  bool ragged = y.ragged();
+  for (const View& in : inputs) ragged = ragged || in.ragged();
+  if (!ragged) return run_pointwise_strided(op, y, inputs);
   std::vector<std::vector<int64_t>> in_index;
   for (const View& in : inputs) in_index.emplace_back(in.rank());
   for_each_index(y.dims(), [&](const int64_t* index) {
@@ -399,6 +447,38 @@ void run_reduction(Run& run, const Op& op) {
   for_each_index(y_dims, [&](const int64_t* index) { y.write(index, static_cast<float>(acc[dense(index)])); });
 }
 
+// x's index holding the element at declared offset `offset` (within a batch when ragged), or
+// false where x has none there.
+bool index_at(const TensorInfo& x, int64_t offset, int64_t* index) {
+  const size_t first = x.ragged ? 1 : 0;
+  std::vector<size_t> order;  // dims by decreasing stride
+  for (size_t d = first; d < x.dims.size(); ++d) {
+    index[d] = 0;
+    if (x.dims[d] > 1) order.push_back(d);
+  }
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return x.strides[a] > x.strides[b]; });
+  for (size_t d : order) {
+    index[d] = offset / x.strides[d];
+    offset -= index[d] * x.strides[d];
+    if (index[d] >= x.dims[d]) return false;
+  }
+  return offset == 0;
+}
+
+// y[j] = x[the index of x at y's declared offset of j]: the memory order kept (see the top).
+void run_reshape(Run& run, const Op& op) {
+  const View x = run.view(op.x), y = run.view(op.y);
+  const TensorInfo &xi = *op.x, &yi = *op.y;
+  std::vector<int64_t> from(xi.dims.size(), 0);
+  for_each_index(yi.dims, [&](const int64_t* index) {
+    int64_t offset = 0;
+    for (size_t d = yi.ragged ? 1 : 0; d < yi.dims.size(); ++d) offset += index[d] * yi.strides[d];
+    if (xi.ragged) from[0] = index[0];
+    if (!index_at(xi, offset, from.data())) device_fault("emulated cuDNN: " + op.what + " reads past its input's layout");
+    y.write(index, x.read(from.data()));
+  });
+}
+
 }  // namespace
 
 std::string check_graph(const Graph& graph) {
@@ -425,19 +505,7 @@ void run_graph(const Graph& graph, const std::unordered_map<int64_t, const void*
       case OpKind::Matmul: run_matmul(run, op); break;
       case OpKind::Pointwise: run_pointwise(run, op); break;
       case OpKind::Reduction: run_reduction(run, op); break;
-      case OpKind::Reshape:
-        // The output is a second view of the input's memory; a non-virtual output gets a copy.
-        if (op.y->is_virtual) {
-          run.alias(op.y, op.x);
-        } else {
-          const View x = run.view(op.x), y = run.view(op.y);
-          // Same memory order: element e of x (row-major over dims) is element e of y.
-          std::vector<double> values;
-          for_each_index(x.dims(), [&](const int64_t* index) { values.push_back(x.read(index)); });
-          size_t e = 0;
-          for_each_index(y.dims(), [&](const int64_t* index) { y.write(index, values[e++]); });
-        }
-        break;
+      case OpKind::Reshape: run_reshape(run, op); break;
     }
   }
 }

@@ -8,14 +8,23 @@
 // Bounds (fp32): out, lse 1e-5; dq, dk, dv 5e-5 (sums over up to T x H/Hkv terms); bf16/fp16
 // per gpu_test_util.h, twice that for dq, dk, dv on tensor cores, which round P and dS to the
 // dtype before multiplying them (as FlashAttention-2 does): one more rounding in every term.
+// The cases about our kernels pin ZT_CUDA_ATTENTION=tensor-cores (the dispatcher's default
+// takes cuDNN for bf16/fp16); the cudnn_* cases pin cudnn: cuDNN's fused SDPA (on the emulated
+// device, src/emu/emu_cudnn*.cpp interpreting the frontend's composite graphs) against the CPU
+// backend with the tensor-core bounds (cuDNN also rounds P and dS to the dtype on a GPU).
 #include <boost/test/unit_test.hpp>
+
+#include <cstdlib>
+#include <optional>
+#include <string>
 
 #include "gpu_test_util.h"
 #include "test_util.h"
 
 #if defined(ZT_EMULATED_DEVICE)
 namespace zt_emu {
-uint64_t wmma_operations();  // emu/emu_device.h
+uint64_t wmma_operations();   // emu/emu_device.h
+uint64_t cudnn_executions();  // emu/emu_cudnn.h
 }  // namespace zt_emu
 #endif
 
@@ -26,6 +35,24 @@ using namespace zt::gpu_test;
 
 struct AttentionCase {
   int64_t batch, time, heads, kv_heads, head_dim;
+};
+
+// ZT_CUDA_ATTENTION for one scope (the dispatcher reads it at every call), restored after.
+class ScopedAttentionVariant {
+ public:
+  explicit ScopedAttentionVariant(const char* variant) {
+    if (const char* old = std::getenv("ZT_CUDA_ATTENTION")) previous_ = old;
+    setenv("ZT_CUDA_ATTENTION", variant, 1);
+  }
+  ~ScopedAttentionVariant() {
+    if (previous_) setenv("ZT_CUDA_ATTENTION", previous_->c_str(), 1);
+    else unsetenv("ZT_CUDA_ATTENTION");
+  }
+  ScopedAttentionVariant(const ScopedAttentionVariant&) = delete;
+  ScopedAttentionVariant& operator=(const ScopedAttentionVariant&) = delete;
+
+ private:
+  std::optional<std::string> previous_;
 };
 
 // Sample-relative positions [B*T] of rows packed with samples of `lengths` (row by row; a row's
@@ -103,6 +130,7 @@ void check_attention(const AttentionCase& c, DType dtype, uint32_t seed,
 BOOST_AUTO_TEST_SUITE(cuda_attention)
 
 BOOST_AUTO_TEST_CASE(gqa_with_ragged_tiles_in_every_dtype) {
+  const ScopedAttentionVariant variant("tensor-cores");  // our kernels, not cuDNN
   const AttentionCase cases[] = {
       {2, 37, 4, 2, 16},   // GQA, T below one tile
       {1, 130, 2, 1, 64},  // MQA, 3 forward / 5 backward tiles, last one ragged
@@ -115,6 +143,7 @@ BOOST_AUTO_TEST_CASE(gqa_with_ragged_tiles_in_every_dtype) {
 }
 
 BOOST_AUTO_TEST_CASE(llama_head_dim_and_tiny_cases) {
+  const ScopedAttentionVariant variant("tensor-cores");  // our kernels, not cuDNN
   check_attention({1, 64, 2, 2, 128}, DType::F32, 200);
   check_attention({1, 100, 4, 1, 128}, DType::BF16, 210);
   check_attention({1, 1, 1, 1, 8}, DType::F32, 220);
@@ -131,6 +160,7 @@ BOOST_AUTO_TEST_CASE(llama_head_dim_and_tiny_cases) {
 // zero, so dQ = dS K cancels the keys' common component; dS rounded to 16 bits leaves its
 // rounding error's row sum times that component, which the tensor-core dQ kernel subtracts.
 void check_common_component(bool in_keys) {
+  const ScopedAttentionVariant variant("tensor-cores");  // our kernels, not cuDNN
   for (DType dtype : {DType::BF16, DType::F16}) {
     const int64_t batch = 2, time = 48, heads = 4, head_dim = 16;
     const std::initializer_list<int64_t> shape = {batch, time, heads, head_dim};
@@ -179,6 +209,7 @@ BOOST_AUTO_TEST_CASE(common_key_component_through_each_backends_own_forward) {
 // The head dims of the LLaMA, Mistral, Qwen2 and OPT families on tensor cores, with GQA and a
 // ragged last tile.
 BOOST_AUTO_TEST_CASE(tensor_core_head_dims) {
+  const ScopedAttentionVariant variant("tensor-cores");  // our kernels, not cuDNN
   uint32_t seed = 300;
   for (int64_t head_dim : {64, 80, 96, 128}) {
     for (DType dtype : {DType::BF16, DType::F16}) {
@@ -190,6 +221,7 @@ BOOST_AUTO_TEST_CASE(tensor_core_head_dims) {
 #if defined(ZT_EMULATED_DEVICE)
 // bf16/fp16 with D % 16 == 0 multiply with warp matrix operations; fp32 and D = 24 do not.
 BOOST_AUTO_TEST_CASE(tensor_cores_are_used_where_they_fit) {
+  const ScopedAttentionVariant variant("tensor-cores");  // our kernels, not cuDNN
   const auto mma_count_of = [](DType dtype, int64_t head_dim) {
     const uint64_t before = zt_emu::wmma_operations();
     check_attention({1, 40, 2, 1, head_dim}, dtype, 400);
@@ -206,12 +238,63 @@ BOOST_AUTO_TEST_CASE(tensor_cores_are_used_where_they_fit) {
 // whole row, and padding after the last sample; the CPU's packed attention equals per-sample
 // attention (unit.packing), so matching it is matching the unpacked computation.
 BOOST_AUTO_TEST_CASE(packed_rows_in_every_dtype) {
+  const ScopedAttentionVariant variant("tensor-cores");  // our kernels, not cuDNN
   const AttentionCase c = {3, 130, 4, 2, 16};
   const std::vector<int32_t> positions =
       packed_positions(c.batch, c.time, {{70, 35, 25}, {33, 64, 20}, {130}});
   uint32_t seed = 300;
   for (DType dtype : float_dtypes()) check_attention(c, dtype, seed += 10, positions);
   check_attention({2, 40, 2, 2, 64}, DType::F32, 350, packed_positions(2, 40, {{1, 1, 5, 31}, {7}}));
+}
+
+// ---- cuDNN's fused SDPA (ZT_CUDA_ATTENTION=cudnn: an error if cuDNN refuses a case) ----------
+
+// Runs `body` with the cuDNN variant; on the emulated device also checks that cuDNN ran
+// (forward and two backwards per check_attention).
+template <class Body>
+void with_cudnn(Body body) {
+  const ScopedAttentionVariant variant("cudnn");
+#if defined(ZT_EMULATED_DEVICE)
+  const uint64_t before = zt_emu::cudnn_executions();
+  body();
+  BOOST_TEST(zt_emu::cudnn_executions() > before);
+#else
+  body();
+#endif
+}
+
+// Causal GQA (H = 4, Hkv = 2) and MQA (Hkv = 1), T not a power of two, both 16-bit dtypes.
+BOOST_AUTO_TEST_CASE(cudnn_causal_gqa_and_mqa) {
+  uint32_t seed = 600;
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    with_cudnn([&] { check_attention({2, 37, 4, 2, 64}, dtype, seed += 10); });
+    with_cudnn([&] { check_attention({1, 33, 4, 1, 64}, dtype, seed += 10); });
+  }
+}
+
+// The head dims of the LLaMA, Mistral, Qwen2 and OPT families.
+BOOST_AUTO_TEST_CASE(cudnn_head_dims) {
+  uint32_t seed = 700;
+  for (int64_t head_dim : {64, 80, 96, 128}) {
+    for (DType dtype : {DType::BF16, DType::F16}) {
+      with_cudnn([&] { check_attention({1, 24, 4, 2, head_dim}, dtype, seed += 10); });
+    }
+  }
+}
+
+// Packed rows as cuDNN's ragged sequences: several samples per row, a full row, padding after
+// the last sample; sequence counts and lengths that the graph buckets round up (empty
+// sequences, S = 64 over 60 tokens).
+BOOST_AUTO_TEST_CASE(cudnn_packed_rows) {
+  uint32_t seed = 800;
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    with_cudnn([&] {
+      check_attention({3, 40, 4, 2, 64}, dtype, seed += 10, packed_positions(3, 40, {{10, 20, 5}, {40}, {7, 13}}));
+    });
+    with_cudnn([&] {
+      check_attention({2, 70, 4, 1, 64}, dtype, seed += 10, packed_positions(2, 70, {{30, 40}, {3, 60}}));
+    });
+  }
 }
 
 BOOST_AUTO_TEST_CASE(argument_errors) {
