@@ -265,6 +265,29 @@ __device__ inline void warp_mma(Accumulator (&acc)[kCols], const T* a, int lda, 
   }
 }
 
+// acc[kCols] ([16, 16 kCols] fp32) += (A_high + A_low)[16, kDepth] B[kDepth, 16 kCols], B
+// row-major: a value split into two 16-bit parts (high = the value rounded, low = the rest
+// rounded) keeps about 16 bits, where one rounding would leave a bias in sums that cancel (see
+// the kernels). Each B fragment is loaded once and used for both parts, so the second product
+// costs tensor-core time but no B traffic.
+template <int kDepth, int kCols, class T>
+__device__ inline void warp_mma_split(Accumulator (&acc)[kCols], const T* a_high, const T* a_low,
+                                      int lda, const T* b, int ldb) {
+#pragma unroll
+  for (int k = 0; k < kDepth; k += 16) {
+    OperandA<T> high, low;
+    wmma::load_matrix_sync(high, a_high + k, lda);
+    wmma::load_matrix_sync(low, a_low + k, lda);
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+      OperandB<T, wmma::row_major> b_tile;
+      wmma::load_matrix_sync(b_tile, b + k * ldb + c * 16, ldb);
+      wmma::mma_sync(acc[c], high, b_tile, acc[c]);
+      wmma::mma_sync(acc[c], low, b_tile, acc[c]);
+    }
+  }
+}
+
 template <int kCount>
 __device__ inline void zero_fragments(Accumulator (&acc)[kCount]) {
 #pragma unroll

@@ -158,14 +158,15 @@ attention_forward_kernel(Storage<Format>* out, float* lse, const Storage<Format>
 // (fragments). The block shares K and V tiles only, double-buffered: the next tile's 16-byte
 // loads are in flight while the warps multiply the current one.
 //
-// The rounding scheme (issue 15, one P V product): P goes into P V rounded to the dtype, as in
-// FlashAttention-2, but the output is normalised by the sum of the *rounded* probabilities, so
-// the weights V gets sum to 1 (in fp32) and a component common to every value row (OPT's v_proj
-// bias) passes into `out` exactly. lse = max + log(sum of the unrounded probabilities), so the
-// backward recomputes P = exp(s - lse) whose rows also sum to 1. Then delta = rowsum(dO * out)
-// carries the common component with the same total weight as the P backward uses, and dS =
-// P (dP - delta), whose rows must cancel it, does. (Normalising by the unrounded sum instead
-// would leave dO . bias times the rounding's mean in every dS term.)
+// The rounding (issue 15): the weights V gets must be the ones backward recomputes from lse,
+// else delta = rowsum(dO * out) misses V's common component (OPT's v_proj bias) by the
+// rounding's mean, and dS = P (dP - delta), whose rows cancel that component, keeps it. So P goes
+// into P V as high + low 16-bit parts (warp_mma_split: the V fragments are loaded once for both).
+// A single rounded P normalised by the sum of the rounded values (weights summing to 1) removes
+// the bias too, but leaves out about 2^-9 (bf16) of its small part away from the fp32 result:
+// enough to flip out's own rounding in a few elements per thousand, each flip moving delta by
+// dO times an ulp of out (common_value_component_through_each_backends_own_forward failed on
+// 17 to 72 of 6144 elements that way).
 
 // The forward kernel's shared memory for head dim kD, the same on the host (its size) and the
 // device.
@@ -174,15 +175,17 @@ struct ForwardTcShared {
   static constexpr int kKeys = kTcForwardKeys;
   static constexpr int kLd = operand_ld(kD);              // K, V and Q tiles
   static constexpr int kScoreLd = scratch_ld(kKeys);      // a warp's fp32 scores
-  static constexpr int kProbLd = operand_ld(kKeys);       // a warp's 16-bit probabilities
+  // The probabilities overwrite their scores: row r of a warp's scratch, seen as 16-bit values
+  // with leading dimension kProbLd (= 2 kScoreLd, a multiple of 8), holds P's high parts in
+  // [0, kKeys) and its low parts in [kKeys, 2 kKeys) (32-byte aligned for WMMA).
+  static constexpr int kProbLd = 2 * kScoreLd;
   static constexpr int kScratchFloats = kWarpRows * kScoreLd;
   uint16_t* q_tile;      // [kTcBlockRows, kLd]: warp w's queries are rows [16 w, 16 w + 16)
   static constexpr int kTileElements = kKeys * kLd;
   // [2 buffers][K, V][kKeys, kLd]; one array indexed by arithmetic (an array of pointers
   // indexed by the run-time buffer number would live in local memory)
   uint16_t* kv_tiles;
-  float* scratch;        // [kTcWarps][16, kScoreLd]: a warp's scores
-  uint16_t* probs;       // [kTcWarps][16, kProbLd]
+  float* scratch;        // [kTcWarps][16, kScoreLd]: a warp's scores, then its probabilities
   float* row_factor;     // [kTcWarps][16]: the rows' rescale factors, at the end their normalisers
   SharedLayout layout;
 
@@ -190,7 +193,6 @@ struct ForwardTcShared {
     q_tile = layout.take<uint16_t>(size_t{kTcBlockRows} * kLd);
     kv_tiles = layout.take<uint16_t>(size_t{4} * kTileElements);
     scratch = layout.take<float>(size_t{kTcWarps} * kScratchFloats);
-    probs = layout.take<uint16_t>(size_t{kTcWarps} * kWarpRows * kProbLd);
     row_factor = layout.take<float>(size_t{kTcWarps} * kWarpRows);
   }
   __device__ uint16_t* k_tile(int buffer) const { return kv_tiles + 2 * buffer * kTileElements; }
@@ -203,47 +205,52 @@ struct SoftmaxRow {
   int row, half, query, start;
   bool valid;
   float max = -INFINITY;
-  float sum = 0.0f;          // of the probabilities (lse)
-  float rounded_sum = 0.0f;  // of the probabilities rounded to the dtype (out's normaliser)
+  float sum = 0.0f;  // of this lane's probabilities
 };
 
 // One key tile of the online softmax for a warp's rows: scores[16, kScoreLd] (Q K^T, unscaled)
-// -> probs[16, kProbLd] (rounded to the dtype), the running max and sums updated, and the
-// factor that rescales each row's earlier output in row_factor[16].
-template <class Format, int kKeys, int kScoreLd, int kProbLd>
-__device__ inline void softmax_tile(SoftmaxRow& my, float* scores, uint16_t* probs,
-                                    float* row_factor, int first_key, float scale) {
-  float* s = scores + my.row * kScoreLd + my.half * 32;  // [32] this lane's scores
-  uint16_t* p = probs + my.row * kProbLd + my.half * 32;  // [32]
+// -> the probabilities as high and low 16-bit parts in place (kProbLd above), the running max
+// and sum updated, and the factor that rescales each row's earlier output in row_factor[16].
+template <class Format, int kScoreLd>
+__device__ inline void softmax_tile(SoftmaxRow& my, float* scores, float* row_factor,
+                                    int first_key, float scale) {
+  const float* s = scores + my.row * kScoreLd + my.half * 32;  // [32] this lane's scores
   // Each lane starts its walk at a different column (rotation by 5 r + 16 h mod 32 banks with
   // kScoreLd = 68): the 32 lanes read 32 different banks at every step.
   const int rotation = my.row + 16 * my.half;
+  float x[32];  // this lane's scores, then probabilities (x[j] is column (j + rotation) % 32)
   float tile_max = -INFINITY;
+#pragma unroll
   for (int j = 0; j < 32; ++j) {
     const int c = (j + rotation) & 31;
     const int key = first_key + my.half * 32 + c;
     // Future key, an earlier sample's key, or a row past T.
     const bool visible = my.valid && key <= my.query && key >= my.start;
-    const float x = visible ? s[c] * scale : -INFINITY;
-    s[c] = x;
-    tile_max = fmaxf(tile_max, x);
+    x[j] = visible ? s[c] * scale : -INFINITY;
+    tile_max = fmaxf(tile_max, x[j]);
   }
   tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, 1));  // the row's 2 lanes
   const float new_max = fmaxf(my.max, tile_max);
   const float reference = new_max == -INFINITY ? 0.0f : new_max;  // rows past T: no NaN
   const float factor = my.max == -INFINITY ? 0.0f : expf(my.max - reference);
-  float sum = 0.0f, rounded_sum = 0.0f;
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    x[j] = expf(x[j] - reference);  // e^-inf = 0 for masked keys
+    sum += x[j];
+  }
+  __syncwarp();  // both lanes of a row have read its scores before either overwrites them
+  uint16_t* high = reinterpret_cast<uint16_t*>(scores + my.row * kScoreLd) + my.half * 32;
+  uint16_t* low = high + 2 * 32;  // the row's low parts start 64 values after its high parts
+#pragma unroll
   for (int j = 0; j < 32; ++j) {
     const int c = (j + rotation) & 31;
-    const float probability = expf(s[c] - reference);  // e^-inf = 0 for masked keys
-    const uint16_t rounded = Format::from_float(probability);
-    p[c] = rounded;
-    sum += probability;
-    rounded_sum += Format::to_float(rounded);
+    const uint16_t rounded = Format::from_float(x[j]);
+    high[c] = rounded;
+    low[c] = Format::from_float(x[j] - Format::to_float(rounded));
   }
   my.max = new_max;
   my.sum = my.sum * factor + sum;
-  my.rounded_sum = my.rounded_sum * factor + rounded_sum;
   if (my.half == 0) row_factor[my.row] = factor;
 }
 
@@ -259,7 +266,6 @@ attention_forward_tc_kernel(Storage<Format>* out, float* lse, const Storage<Form
   Shared shared(SharedLayout::aligned(shared_memory));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float* scores = shared.scratch + warp * Shared::kScratchFloats;         // [16, kScoreLd]
-  uint16_t* probs = shared.probs + warp * kWarpRows * Shared::kProbLd;  // [16, kProbLd]
   float* row_factor = shared.row_factor + warp * kWarpRows;              // [16]
 
   const int tiles_count = (dims.time + kTcBlockRows - 1) / kTcBlockRows;
@@ -319,20 +325,19 @@ attention_forward_tc_kernel(Storage<Format>* out, float* lse, const Storage<Form
     if (has_next) stage.commit(shared.k_tile(buffer ^ 1), kLd);
     if (has_next) stage.fetch(v_rows + next_key * kv_stride, kv_stride, next_valid);
     __syncwarp();
-    softmax_tile<Format, kKeys, Shared::kScoreLd, Shared::kProbLd>(my, scores, probs, row_factor,
-                                                                   first_key, scale);
+    softmax_tile<Format, Shared::kScoreLd>(my, scores, row_factor, first_key, scale);
     __syncwarp();
-    // O_w [16, kD] = factor O_w + P [16, kKeys] V [kKeys, kD]
+    // O_w [16, kD] = factor O_w + (P_high + P_low) [16, kKeys] V [kKeys, kD]
     scale_rows(o, row_factor, at);
-    warp_mma<kKeys, kF, false>(o, reinterpret_cast<const T*>(probs), Shared::kProbLd, v_tile, kLd);
+    const T* p_high = reinterpret_cast<const T*>(scores);  // [16, kProbLd]
+    warp_mma_split<kKeys, kF>(o, p_high, p_high + kKeys, Shared::kProbLd, v_tile, kLd);
     if (has_next) stage.commit(shared.v_tile(buffer ^ 1), kLd);
     __syncthreads();  // the next tile is in place; every warp is done with this one
   }
-  // out = O_w / (sum of the rounded probabilities), lse = max + log(sum of the probabilities)
+  // out = O_w / sum, lse = max + log(sum)
   my.sum += __shfl_xor_sync(0xFFFFFFFFu, my.sum, 1);
-  my.rounded_sum += __shfl_xor_sync(0xFFFFFFFFu, my.rounded_sum, 1);
   if (my.half == 0) {
-    row_factor[my.row] = my.valid ? 1.0f / my.rounded_sum : 0.0f;
+    row_factor[my.row] = my.valid ? 1.0f / my.sum : 0.0f;
     if (my.valid) lse[dims.lse_offset(b, head) + my.query] = my.max + logf(my.sum);
   }
   __syncwarp();
