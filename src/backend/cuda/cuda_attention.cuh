@@ -217,14 +217,14 @@ struct TileStage {
   }
 };
 
-// Where this lane's accumulator elements sit in their 16x16 tile: element i is (row[i], col[i]).
+// Which row of its 16x16 tile each of this lane's accumulator elements is in: element i is in
+// row[i].
 // CUDA leaves that mapping unspecified (it differs between GPU generations, and the emulated
 // device has its own), so it is read off a tile whose elements are their own indices, loaded
 // with load_matrix_sync: documented behaviour everywhere. Every accumulator fragment of a
 // warp has the same mapping (element-wise arithmetic between fragments relies on it too).
 struct FragmentCoordinates {
   int row[Accumulator::num_elements];
-  int col[Accumulator::num_elements];
 };
 
 // scratch: a warp-private [16, 16] fp32 area, 32-byte aligned.
@@ -237,9 +237,7 @@ __device__ inline FragmentCoordinates fragment_coordinates(float* scratch) {
   FragmentCoordinates at;
 #pragma unroll
   for (int i = 0; i < Accumulator::num_elements; ++i) {
-    const int e = static_cast<int>(indices.x[i]);
-    at.row[i] = e / 16;
-    at.col[i] = e % 16;
+    at.row[i] = static_cast<int>(indices.x[i]) / 16;
   }
   __syncwarp();  // every lane has read scratch before the warp reuses it
   return at;
