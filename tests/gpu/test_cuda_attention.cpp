@@ -1,6 +1,7 @@
 // GPU tests of the CUDA backend's causal grouped-query attention (tiled, online softmax)
 // against the CPU backend, forward (out, lse) and backward (dq, dk, dv): GQA and MQA, T not a
-// multiple of the tiles (64 forward, 32 backward), several tiles, D = 8 ... 128, every float
+// multiple of the tiles (64 rows forward; backward 32 on CUDA cores, 64-row blocks streaming
+// 32-row tiles on tensor cores), several tiles, D = 8 ... 128, every float
 // dtype; the backward twice to check it is bitwise reproducible. Both backends' backward take
 // the CPU forward's out (rounded to the dtype) and lse, so only the op under test differs.
 // bf16/fp16 with D a multiple of 16 run the tensor-core kernels (D = 16, 64, 80, 96, 128 here),
