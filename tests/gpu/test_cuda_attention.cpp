@@ -155,11 +155,13 @@ BOOST_AUTO_TEST_CASE(llama_head_dim_and_tiny_cases) {
 // bias) under nearly uniform attention, the backward taking each backend's own forward output
 // and lse (as training does). Values: delta = rowsum(dO * out) must carry the common component
 // with the weights backward recomputes from lse, else dS = P (dP - delta) keeps dO . bias times
-// the forward's rounding error in every term; the tensor-core forward normalises out by the sum
-// of the rounded probabilities for that (with P rounded and normalised by the exact sum, about
-// 1100 of the 6144 elements of dq and of dk were outside this bound). Keys: a row of dS sums to
-// zero, so dQ = dS K cancels the keys' common component; dS rounded to 16 bits leaves its
-// rounding error's row sum times that component, which the tensor-core dQ kernel subtracts.
+// the forward's rounding error in every term; the tensor-core forward gives P V the
+// probabilities as high + low 16-bit parts for that (with P rounded once and normalised by the
+// exact sum, about 1100 of the 6144 elements of dq and of dk were outside this bound; normalised
+// by the sum of the rounded values, 17 to 72, from flips of out's own rounding). Keys: a row of
+// dS sums to zero, so dQ = dS K cancels the keys' common component; dS rounded to 16 bits would
+// leave its rounding error's row sum times that component, so the tensor-core dQ takes dS as
+// high + low parts too.
 void check_common_component(bool in_keys) {
   const ScopedAttentionVariant variant("tensor-cores");  // our kernels, not cuDNN
   for (DType dtype : {DType::BF16, DType::F16}) {
