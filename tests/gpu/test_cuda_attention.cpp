@@ -1,25 +1,35 @@
-// GPU tests of the CUDA backend's causal grouped-query attention against the CPU backend,
-// forward (out, lse) and backward (dq, dk, dv), on every variant that takes the case (ggml's
-// test-backend-ops manner: each variant named, src/backend/cuda/cuda_attention.cu):
-//   cudnn         cuDNN's fused SDPA: bf16/fp16 with D a multiple of 8 (cuDNN's rule)
-//   tensor-cores  our tiled kernels on tensor cores: bf16/fp16 with D a multiple of 16
-//   cuda-cores    our tiled kernels in fp32 on CUDA cores: every dtype and head dim
-// GQA and MQA, T not a multiple of the tiles, several tiles, D = 2 ... 128, every float dtype;
-// the backward twice to check it is bitwise reproducible. Both backends' backward take the CPU
-// forward's out (rounded to the dtype) and lse, so only the op under test differs.
+// GPU tests of the CUDA backend's causal grouped-query attention (tiled, online softmax)
+// against the CPU backend, forward (out, lse) and backward (dq, dk, dv): GQA and MQA, T not a
+// multiple of the tiles (64 rows forward; backward 32 on CUDA cores, 64-row blocks streaming
+// 32-row tiles on tensor cores), several tiles, D = 8 ... 128, every float
+// dtype; the backward twice to check it is bitwise reproducible. Both backends' backward take
+// the CPU forward's out (rounded to the dtype) and lse, so only the op under test differs.
+// bf16/fp16 with D a multiple of 16 run the tensor-core kernels (D = 16, 64, 80, 96, 128 here),
+// the others the CUDA-core ones (D = 2, 8, 24).
 // Bounds (fp32): out, lse 1e-5; dq, dk, dv 5e-5 (sums over up to T x H/Hkv terms); bf16/fp16
-// per gpu_test_util.h, and for dq, dk, dv: twice that on our tensor cores, which round P and dS
-// to the dtype before multiplying them into dV and dK (dQ takes dS as high + low parts); four
-// times on cuDNN, which also rounds dS once for dQ, as FlashAttention does (measured on an H100,
-// 2026-11-27: up to 3.3x the single bound on D = 24 and 64 cases, so 4x).
+// per gpu_test_util.h, twice that for dq, dk, dv on tensor cores, which round P and dS to the
+// dtype before multiplying them (as FlashAttention-2 does): one more rounding in every term.
+// The cases about our kernels pin ZT_CUDA_ATTENTION=tensor-cores (the dispatcher's default
+// takes cuDNN for bf16/fp16); the cudnn_* cases pin cudnn: cuDNN's fused SDPA (on the emulated
+// device, src/emu/emu_cudnn*.cpp interpreting the frontend's composite graphs) against the CPU
+// backend; cuDNN's dq, dk, dv bound is four times the single one: on a GPU it rounds P and dS
+// once to the dtype for every product, as FlashAttention does (measured on an H100, 2026-11-27:
+// up to 3.3x the single bound; the emulated cuDNN keeps them in fp32). Our tensor-core kernels
+// alone carry the common-component cases below: cuDNN misses them by ~40x, which is why the
+// models add V's bias after the attention (model/attention_bias.h, unit.attention_bias).
 #include <boost/test/unit_test.hpp>
+
+#include <cstdlib>
+#include <optional>
+#include <string>
 
 #include "gpu_test_util.h"
 #include "test_util.h"
 
 #if defined(ZT_EMULATED_DEVICE)
 namespace zt_emu {
-uint64_t wmma_operations();  // emu/emu_device.h
+uint64_t wmma_operations();   // emu/emu_device.h
+uint64_t cudnn_executions();  // emu/emu_cudnn.h
 }  // namespace zt_emu
 #endif
 
@@ -30,6 +40,24 @@ using namespace zt::gpu_test;
 
 struct AttentionCase {
   int64_t batch, time, heads, kv_heads, head_dim;
+};
+
+// ZT_CUDA_ATTENTION for one scope (the dispatcher reads it at every call), restored after.
+class ScopedAttentionVariant {
+ public:
+  explicit ScopedAttentionVariant(const char* variant) {
+    if (const char* old = std::getenv("ZT_CUDA_ATTENTION")) previous_ = old;
+    setenv("ZT_CUDA_ATTENTION", variant, 1);
+  }
+  ~ScopedAttentionVariant() {
+    if (previous_) setenv("ZT_CUDA_ATTENTION", previous_->c_str(), 1);
+    else unsetenv("ZT_CUDA_ATTENTION");
+  }
+  ScopedAttentionVariant(const ScopedAttentionVariant&) = delete;
+  ScopedAttentionVariant& operator=(const ScopedAttentionVariant&) = delete;
+
+ private:
+  std::optional<std::string> previous_;
 };
 
 // Sample-relative positions [B*T] of rows packed with samples of `lengths` (row by row; a row's
@@ -47,59 +75,17 @@ std::vector<int32_t> packed_positions(int64_t batch, int64_t time, const std::ve
   return positions;
 }
 
-// Sets ZT_CUDA_ATTENTION for a scope (the variant the CUDA backend runs), then restores it.
-class AttentionVariant {
- public:
-  explicit AttentionVariant(const std::string& name) {
-    const char* previous = std::getenv("ZT_CUDA_ATTENTION");
-    had_previous_ = previous != nullptr;
-    if (had_previous_) previous_ = previous;
-    setenv("ZT_CUDA_ATTENTION", name.c_str(), 1);
-  }
-  ~AttentionVariant() {
-    if (had_previous_) setenv("ZT_CUDA_ATTENTION", previous_.c_str(), 1);
-    else unsetenv("ZT_CUDA_ATTENTION");
-  }
-  AttentionVariant(const AttentionVariant&) = delete;
-  AttentionVariant& operator=(const AttentionVariant&) = delete;
-
- private:
-  bool had_previous_ = false;
-  std::string previous_;
-};
-
-// The variants that take (dtype, D): see the top of this file.
-std::vector<std::string> variants_for(DType dtype, int64_t head_dim) {
-  if (dtype == DType::F32) return {"cuda-cores"};
-  std::vector<std::string> variants;
-  if (head_dim % 8 == 0) variants.push_back("cudnn");
-  variants.push_back(head_dim % 16 == 0 ? "tensor-cores" : "cuda-cores");
-  return variants;
-}
-
-// The relative bound of dq, dk, dv for a variant (see the top of this file).
-double gradient_rtol(const std::string& variant, DType dtype) {
+// The bound of dq, dk, dv (see the top of this file) for the variant the case pins.
+double gradient_rtol(DType dtype, int64_t head_dim) {
   if (dtype == DType::F32) return 5e-5;
-  if (variant == "cudnn") return 4 * dtype_rtol(dtype);
-  if (variant == "tensor-cores") return 2 * dtype_rtol(dtype);
-  return 5e-5;  // CUDA cores: fp32 products, only the inputs and outputs rounded
+  const char* variant = std::getenv("ZT_CUDA_ATTENTION");
+  if (variant != nullptr && std::string(variant) == "cudnn") return 4 * dtype_rtol(dtype);
+  return head_dim % 16 == 0 ? 2 * dtype_rtol(dtype) : 5e-5;  // tensor cores, or CUDA cores
 }
 
-void check_attention_variant(const AttentionCase& c, DType dtype, uint32_t seed,
-                             std::vector<int32_t> positions, const std::string& variant);
-
-// `positions` empty: one sample per row; else packed rows (backend.h), on both backends; on
-// every variant that takes the case.
+// `positions` empty: one sample per row; else packed rows (backend.h), on both backends.
 void check_attention(const AttentionCase& c, DType dtype, uint32_t seed,
                      std::vector<int32_t> positions = {}) {
-  for (const std::string& variant : variants_for(dtype, c.head_dim)) {
-    check_attention_variant(c, dtype, seed, positions, variant);
-  }
-}
-
-void check_attention_variant(const AttentionCase& c, DType dtype, uint32_t seed,
-                             std::vector<int32_t> positions, const std::string& variant) {
-  const AttentionVariant scope(variant);
   const int64_t q_numel = c.batch * c.time * c.heads * c.head_dim;
   const int64_t kv_numel = c.batch * c.time * c.kv_heads * c.head_dim;
   const std::initializer_list<int64_t> q_shape = {c.batch, c.time, c.heads, c.head_dim};
@@ -116,7 +102,7 @@ void check_attention_variant(const AttentionCase& c, DType dtype, uint32_t seed,
   if (!positions.empty()) positions_d = upload_integers(positions, {c.batch * c.time});
   cpu().attention_forward(view(out, q_shape), view(lse, lse_shape), view(q, q_shape),
                           view(k, kv_shape), view(v, kv_shape), positions_h, scale);
-  const std::string what = cat("attention ", variant, " B", c.batch, " T", c.time, " H", c.heads, " Hkv",
+  const std::string what = cat("attention B", c.batch, " T", c.time, " H", c.heads, " Hkv",
                                c.kv_heads, " D", c.head_dim, positions.empty() ? "" : " packed");
 
   DeviceTensor q_d = upload(q, dtype, q_shape), k_d = upload(k, dtype, kv_shape);
@@ -142,7 +128,7 @@ void check_attention_variant(const AttentionCase& c, DType dtype, uint32_t seed,
                              positions_d.tensor, scale);
     std::vector<float> results[3] = {download(dq_d), download(dk_d), download(dv_d)};
     if (run == 0) {
-      const double rtol = gradient_rtol(variant, dtype);
+      const double rtol = gradient_rtol(dtype, c.head_dim);
       check_near(results[0], dq, dtype, rtol, what + " dq");
       check_near(results[1], dk, dtype, rtol, what + " dk");
       check_near(results[2], dv, dtype, rtol, what + " dv");
@@ -156,6 +142,7 @@ void check_attention_variant(const AttentionCase& c, DType dtype, uint32_t seed,
 BOOST_AUTO_TEST_SUITE(cuda_attention)
 
 BOOST_AUTO_TEST_CASE(gqa_with_ragged_tiles_in_every_dtype) {
+  const ScopedAttentionVariant variant("tensor-cores");  // our kernels, not cuDNN
   const AttentionCase cases[] = {
       {2, 37, 4, 2, 16},   // GQA, T below one tile
       {1, 130, 2, 1, 64},  // MQA, 3 forward / 5 backward tiles, last one ragged
@@ -168,24 +155,26 @@ BOOST_AUTO_TEST_CASE(gqa_with_ragged_tiles_in_every_dtype) {
 }
 
 BOOST_AUTO_TEST_CASE(llama_head_dim_and_tiny_cases) {
+  const ScopedAttentionVariant variant("tensor-cores");  // our kernels, not cuDNN
   check_attention({1, 64, 2, 2, 128}, DType::F32, 200);
   check_attention({1, 100, 4, 1, 128}, DType::BF16, 210);
   check_attention({1, 1, 1, 1, 8}, DType::F32, 220);
   check_attention({3, 2, 2, 2, 2}, DType::F16, 230);
 }
 
-// Values with a large common component (OPT's v_proj bias) under nearly uniform attention, the
-// backward taking each backend's own forward output and lse (as training does): delta =
-// rowsum(dO * out) must carry the common component with the weights backward recomputes from
-// lse, else dS = P (dP - delta) keeps dO . bias times the forward's rounding error in every term.
-// Tensor cores give P V the probabilities as high + low 16-bit parts for that; with P rounded
-// once, about 1100 of the 6144 elements of dq and of dk were outside this bound.
-// Our tensor-core kernels only: cuDNN (like FlashAttention) rounds P once and misses this bound
-// by ~40x (measured on an H100, 2026-11-27); the models therefore add V's bias after the
-// attention (softmax rows sum to 1), so that no large common component reaches V at all
-// (model/attention_bias.h, tests/unit/test_layer_grads.cpp).
-BOOST_AUTO_TEST_CASE(common_value_component_through_each_backends_own_forward) {
-  const AttentionVariant scope("tensor-cores");
+// A large component common to every value row (OPT's v_proj bias) or key row (Qwen2's k_proj
+// bias) under nearly uniform attention, the backward taking each backend's own forward output
+// and lse (as training does). Values: delta = rowsum(dO * out) must carry the common component
+// with the weights backward recomputes from lse, else dS = P (dP - delta) keeps dO . bias times
+// the forward's rounding error in every term; the tensor-core forward gives P V the
+// probabilities as high + low 16-bit parts for that (with P rounded once and normalised by the
+// exact sum, about 1100 of the 6144 elements of dq and of dk were outside this bound; normalised
+// by the sum of the rounded values, 17 to 72, from flips of out's own rounding). Keys: a row of
+// dS sums to zero, so dQ = dS K cancels the keys' common component; dS rounded to 16 bits would
+// leave its rounding error's row sum times that component, so the tensor-core dQ takes dS as
+// high + low parts too.
+void check_common_component(bool in_keys) {
+  const ScopedAttentionVariant variant("tensor-cores");  // our kernels, not cuDNN
   for (DType dtype : {DType::BF16, DType::F16}) {
     const int64_t batch = 2, time = 48, heads = 4, head_dim = 16;
     const std::initializer_list<int64_t> shape = {batch, time, heads, head_dim};
@@ -193,9 +182,10 @@ BOOST_AUTO_TEST_CASE(common_value_component_through_each_backends_own_forward) {
     const int64_t numel = batch * time * heads * head_dim;
     const float scale = 0.25f;
     std::vector<float> q = rounded(random_floats(numel, 500, -0.5f, 0.5f), dtype);
-    std::vector<float> k = rounded(random_floats(numel, 501, -0.5f, 0.5f), dtype);
+    std::vector<float> k = random_floats(numel, 501, in_keys ? -0.1f : -0.5f, in_keys ? 0.1f : 0.5f);
     std::vector<float> v = random_floats(numel, 502, -0.1f, 0.1f);
-    for (float& value : v) value += 3.0f;
+    for (float& value : in_keys ? k : v) value += 3.0f;
+    k = rounded(k, dtype);
     v = rounded(v, dtype);
     std::vector<float> dout = rounded(random_floats(numel, 503), dtype);
     std::vector<float> out(numel), lse(batch * heads * time);
@@ -213,7 +203,8 @@ BOOST_AUTO_TEST_CASE(common_value_component_through_each_backends_own_forward) {
     DeviceTensor dq_d = poisoned(dtype, shape), dk_d = poisoned(dtype, shape);
     DeviceTensor dv_d = poisoned(dtype, shape);
     gpu().attention_backward(dq_d, dk_d, dv_d, dout_d, q_d, k_d, v_d, out_d, lse_d, Tensor(), scale);
-    const std::string what = cat("attention with a common value component, own forwards");
+    const std::string what = cat("attention with a common ", in_keys ? "key" : "value",
+                                 " component, own forwards");
     check_near(download(out_d), out, dtype, 0.0, what + " out");
     check_near(download(dq_d), dq, dtype, 4 * dtype_rtol(dtype), what + " dq");
     check_near(download(dk_d), dk, dtype, 4 * dtype_rtol(dtype), what + " dk");
@@ -221,9 +212,18 @@ BOOST_AUTO_TEST_CASE(common_value_component_through_each_backends_own_forward) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(common_value_component_through_each_backends_own_forward) {
+  check_common_component(false);
+}
+
+BOOST_AUTO_TEST_CASE(common_key_component_through_each_backends_own_forward) {
+  check_common_component(true);
+}
+
 // The head dims of the LLaMA, Mistral, Qwen2 and OPT families on tensor cores, with GQA and a
 // ragged last tile.
 BOOST_AUTO_TEST_CASE(tensor_core_head_dims) {
+  const ScopedAttentionVariant variant("tensor-cores");  // our kernels, not cuDNN
   uint32_t seed = 300;
   for (int64_t head_dim : {64, 80, 96, 128}) {
     for (DType dtype : {DType::BF16, DType::F16}) {
@@ -235,6 +235,7 @@ BOOST_AUTO_TEST_CASE(tensor_core_head_dims) {
 #if defined(ZT_EMULATED_DEVICE)
 // bf16/fp16 with D % 16 == 0 multiply with warp matrix operations; fp32 and D = 24 do not.
 BOOST_AUTO_TEST_CASE(tensor_cores_are_used_where_they_fit) {
+  const ScopedAttentionVariant variant("tensor-cores");  // our kernels, not cuDNN
   const auto mma_count_of = [](DType dtype, int64_t head_dim) {
     const uint64_t before = zt_emu::wmma_operations();
     check_attention({1, 40, 2, 1, head_dim}, dtype, 400);
@@ -251,12 +252,63 @@ BOOST_AUTO_TEST_CASE(tensor_cores_are_used_where_they_fit) {
 // whole row, and padding after the last sample; the CPU's packed attention equals per-sample
 // attention (unit.packing), so matching it is matching the unpacked computation.
 BOOST_AUTO_TEST_CASE(packed_rows_in_every_dtype) {
+  const ScopedAttentionVariant variant("tensor-cores");  // our kernels, not cuDNN
   const AttentionCase c = {3, 130, 4, 2, 16};
   const std::vector<int32_t> positions =
       packed_positions(c.batch, c.time, {{70, 35, 25}, {33, 64, 20}, {130}});
   uint32_t seed = 300;
   for (DType dtype : float_dtypes()) check_attention(c, dtype, seed += 10, positions);
   check_attention({2, 40, 2, 2, 64}, DType::F32, 350, packed_positions(2, 40, {{1, 1, 5, 31}, {7}}));
+}
+
+// ---- cuDNN's fused SDPA (ZT_CUDA_ATTENTION=cudnn: an error if cuDNN refuses a case) ----------
+
+// Runs `body` with the cuDNN variant; on the emulated device also checks that cuDNN ran
+// (forward and two backwards per check_attention).
+template <class Body>
+void with_cudnn(Body body) {
+  const ScopedAttentionVariant variant("cudnn");
+#if defined(ZT_EMULATED_DEVICE)
+  const uint64_t before = zt_emu::cudnn_executions();
+  body();
+  BOOST_TEST(zt_emu::cudnn_executions() > before);
+#else
+  body();
+#endif
+}
+
+// Causal GQA (H = 4, Hkv = 2) and MQA (Hkv = 1), T not a power of two, both 16-bit dtypes.
+BOOST_AUTO_TEST_CASE(cudnn_causal_gqa_and_mqa) {
+  uint32_t seed = 600;
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    with_cudnn([&] { check_attention({2, 37, 4, 2, 64}, dtype, seed += 10); });
+    with_cudnn([&] { check_attention({1, 33, 4, 1, 64}, dtype, seed += 10); });
+  }
+}
+
+// The head dims of the LLaMA, Mistral, Qwen2 and OPT families.
+BOOST_AUTO_TEST_CASE(cudnn_head_dims) {
+  uint32_t seed = 700;
+  for (int64_t head_dim : {64, 80, 96, 128}) {
+    for (DType dtype : {DType::BF16, DType::F16}) {
+      with_cudnn([&] { check_attention({1, 24, 4, 2, head_dim}, dtype, seed += 10); });
+    }
+  }
+}
+
+// Packed rows as cuDNN's ragged sequences: several samples per row, a full row, padding after
+// the last sample; sequence counts and lengths that the graph buckets round up (empty
+// sequences, S = 64 over 60 tokens).
+BOOST_AUTO_TEST_CASE(cudnn_packed_rows) {
+  uint32_t seed = 800;
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    with_cudnn([&] {
+      check_attention({3, 40, 4, 2, 64}, dtype, seed += 10, packed_positions(3, 40, {{10, 20, 5}, {40}, {7, 13}}));
+    });
+    with_cudnn([&] {
+      check_attention({2, 70, 4, 1, 64}, dtype, seed += 10, packed_positions(2, 70, {{30, 40}, {3, 60}}));
+    });
+  }
 }
 
 BOOST_AUTO_TEST_CASE(argument_errors) {

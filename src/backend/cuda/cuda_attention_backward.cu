@@ -3,8 +3,9 @@
 // without atomics: one kernel computes dK/dV with one block per (32-key tile, kv head, batch),
 // looping over the query heads of its group and the query tiles in a fixed order; another
 // computes dQ with one block per (32-query tile, head, batch) looping over key tiles. Each block
-// owns the rows it writes. bf16/fp16 with D a multiple of 16 multiply on tensor cores
-// (TensorCoreMath), everything else on CUDA cores (CudaCoreMath), as the forward.
+// owns the rows it writes. bf16/fp16 with D a multiple of 16 (up to 128) run the tensor-core
+// kernels (64-row blocks, each warp's accumulators in registers), everything else the CUDA-core
+// ones (32-row tiles in fp32, CudaCoreMath), as the forward.
 #include "backend/buffer.h"
 #include "backend/cuda/cuda_attention.cuh"
 
@@ -53,9 +54,8 @@ struct BackwardShared {
   float* acc[2];       // [kTile, acc_ld] each: dK and dV, or dQ (and unused)
   float* probs;        // [kTile, score_ld]: P [queries, keys]
   float* dprobs;       // [kTile, score_ld]: dS
-  Operand* p_operand;  // [kTile, probs_ld]: P as an operand (tensor cores) or probs itself
-  Operand* ds_operand; // [kTile, probs_ld]
-  Operand* ds_low;     // [kTile, probs_ld]: dS - ds_operand, rounded (tensor cores; see dQ below)
+  Operand* p_operand;  // [kTile, probs_ld]: P as an operand (= probs, fp32)
+  Operand* ds_operand; // [kTile, probs_ld]: dS as an operand (= dprobs)
   float* lse_tile;     // [kTile]
   float* delta_tile;   // [kTile]
   int* start_tile;     // [kTile]: each query row's sample start (packed rows)
@@ -74,17 +74,9 @@ struct BackwardShared {
     }
     probs = layout.take<float>(size_t{kTile} * score_ld);
     dprobs = layout.take<float>(size_t{kTile} * score_ld);
-    if constexpr (Math::kSeparateProbabilityOperands) {
-      probs_ld = Math::operand_ld(kTile);
-      p_operand = layout.take<Operand>(size_t{kTile} * probs_ld);
-      ds_operand = layout.take<Operand>(size_t{kTile} * probs_ld);
-      ds_low = layout.take<Operand>(size_t{kTile} * probs_ld);
-    } else {
-      probs_ld = score_ld;
-      p_operand = reinterpret_cast<Operand*>(probs);
-      ds_operand = reinterpret_cast<Operand*>(dprobs);
-      ds_low = nullptr;
-    }
+    probs_ld = score_ld;
+    p_operand = probs;
+    ds_operand = dprobs;
     lse_tile = layout.take<float>(kTile);
     delta_tile = layout.take<float>(kTile);
     start_tile = layout.take<int>(kTile);
@@ -92,8 +84,8 @@ struct BackwardShared {
 };
 
 // The shared middle of both backward kernels, for one (query tile, key tile) pair:
-// probs = P = exp(scale Q K^T - lse) on visible keys (0 elsewhere), dprobs = dS = P (dO V^T - delta),
-// and both as operands.
+// probs = P = exp(scale Q K^T - lse) on visible keys (0 elsewhere), dprobs = dS = P (dO V^T - delta)
+// (fp32: they are their own operands).
 template <class Format, class Math>
 __device__ inline void probabilities_and_gradients(BackwardShared<Math>& t, int first_query,
                                                    int first_key, int time, int head_dim,
@@ -112,13 +104,6 @@ __device__ inline void probabilities_and_gradients(BackwardShared<Math>& t, int 
     const float p = visible ? expf(t.probs[r * score_ld + j] - t.lse_tile[r]) : 0.0f;
     t.probs[r * score_ld + j] = p;
     t.dprobs[r * score_ld + j] = p * (t.dprobs[r * score_ld + j] - t.delta_tile[r]);
-  }
-  if constexpr (Math::kSeparateProbabilityOperands) {
-    __syncthreads();
-    to_operand<Format>(t.p_operand, t.probs_ld, t.probs, score_ld, kTile, kTile);
-    to_operand<Format>(t.ds_operand, t.probs_ld, t.dprobs, score_ld, kTile, kTile);
-    // What rounding dS lost, itself rounded: dS = high + low to about 16 bits.
-    low_part<Format>(t.ds_low, t.ds_operand, t.probs_ld, t.dprobs, score_ld, kTile, kTile);
   }
   __syncthreads();
 }
@@ -230,18 +215,362 @@ attention_backward_dq_kernel(Storage<Format>* dq, const Storage<Format>* dout,
                       kTile, head_dim);
     __syncthreads();
     probabilities_and_gradients<Format>(t, first_query, first_key, dims.time, head_dim, scale);
-    // dQ += scale dS K. A row of dS sums to zero (softmax's gradient), so dQ is a sum of terms
-    // that cancel; dS rounded to 16 bits alone leaves a residue of the keys' mean in it. On
-    // tensor cores dS goes in as high + low parts (two products), as precise as fp32 here.
+    // dQ += scale dS K
     Math::template gemm<false, false, 4>(dq_acc, acc_ld, t.ds_operand, t.probs_ld, t.k_tile, ld,
                                          kTile, head_dim, kTile, scale, true);
-    if constexpr (Math::kSeparateProbabilityOperands) {
-      Math::template gemm<false, false, 4>(dq_acc, acc_ld, t.ds_low, t.probs_ld, t.k_tile, ld,
-                                           kTile, head_dim, kTile, scale, true);
-    }
   }
   __syncthreads();
   store_tile<Format>(dq + row_offset, dims.q_stride(), dq_acc, acc_ld, queries, head_dim);
+}
+
+// ---- tensor cores ----------------------------------------------------------------------------
+// Both kernels: 4 warps, each owning 16 rows of the block's 64 (keys for dK/dV, queries for dQ)
+// with their fp32 accumulators in registers; the block streams 32-row tiles of the other side
+// (Q and dO, or K and V) through shared memory, double-buffered (the next tile's 16-byte loads
+// in flight during the current tile's products). A warp's S, dP go through its own fp32
+// scratch, its P, dS (rounded to the dtype) through its own 16-bit operand tiles.
+//
+// Rounding (issue 15): P and dS are rounded to the dtype before they multiply dO and Q (dV, dK),
+// as in FlashAttention-2: those sums run over queries, where nothing cancels. dQ = dS K is a
+// sum that cancels: a row of dS sums to zero (softmax's gradient), so rounded dS would leave a
+// residue of K's common component (a k_proj bias) and the keys' mean in dQ. dS goes into it as
+// high + low 16-bit parts (warp_mma_split, the K fragments loaded once for both), as precise as
+// fp32 here. (Compensating instead, subtracting sum_j (round(dS_ij) - dS_ij) K_ref once per row,
+// removes the common component but leaves rounded dS's noise, which the tests' bounds do not
+// allow.)
+
+// The backward kernels' shared memory for head dim kD, the same on the host (its size) and the
+// device.
+template <int kD>
+struct BackwardTcShared {
+  static constexpr int kCols = kTcBackwardTile;            // rows of a streamed tile (32)
+  static constexpr int kLd = operand_ld(kD);               // the D-wide 16-bit tiles
+  static constexpr int kScoreLd = scratch_ld(kCols);       // a warp's fp32 [16, kCols] scratch
+  static constexpr int kOpLd = operand_ld(kCols);          // a warp's 16-bit [16, kCols] operands
+  static constexpr int kScratchFloats = kWarpRows * kScoreLd;
+  static constexpr int kOpElements = kWarpRows * kOpLd;
+  static_assert(kCols == 32, "the element-wise passes give each lane one column or half a row");
+  uint16_t* own[2];          // [kTcBlockRows, kLd] each: K and V (dK/dV kernel), Q and dO (dQ)
+  static constexpr int kStreamedElements = kCols * kLd;
+  // Arrays indexed by arithmetic on the run-time buffer number (arrays of pointers indexed so
+  // would live in local memory):
+  uint16_t* streamed_tiles;  // [2 buffers][2][kCols, kLd]: Q and dO (dK/dV), K and V (dQ)
+  float* scores;             // [kTcWarps][16, kScoreLd]: S (dQ) or S^T (dK/dV)
+  float* dprobs;             // [kTcWarps][16, kScoreLd]: dP or dP^T
+  uint16_t* p_op;            // [kTcWarps][16, kOpLd]: P^T rounded (dK/dV)
+  uint16_t* ds_op;           // [kTcWarps][16, kOpLd]: dS or dS^T rounded (dS's high part)
+  uint16_t* ds_low;          // [kTcWarps][16, kOpLd]: dS - its high part, rounded (dQ)
+  float* lse_tiles;          // [2 buffers][kCols]: the streamed query tile's lse (dK/dV)
+  float* delta_tiles;        // [2 buffers][kCols]: its delta
+  int* start_tiles;          // [2 buffers][kCols]: its rows' sample starts
+  SharedLayout layout;
+
+  __host__ __device__ explicit BackwardTcShared(void* base) : layout(base) {
+    for (int i = 0; i < 2; ++i) own[i] = layout.take<uint16_t>(size_t{kTcBlockRows} * kLd);
+    streamed_tiles = layout.take<uint16_t>(size_t{4} * kStreamedElements);
+    scores = layout.take<float>(size_t{kTcWarps} * kScratchFloats);
+    dprobs = layout.take<float>(size_t{kTcWarps} * kScratchFloats);
+    p_op = layout.take<uint16_t>(size_t{kTcWarps} * kOpElements);
+    ds_op = layout.take<uint16_t>(size_t{kTcWarps} * kOpElements);
+    ds_low = layout.take<uint16_t>(size_t{kTcWarps} * kOpElements);
+    lse_tiles = layout.take<float>(2 * kCols);
+    delta_tiles = layout.take<float>(2 * kCols);
+    start_tiles = layout.take<int>(2 * kCols);
+  }
+  // Streamed tile `which` (0: Q or K, 1: dO or V) of `buffer`.
+  __device__ uint16_t* streamed(int buffer, int which) const {
+    return streamed_tiles + (2 * buffer + which) * kStreamedElements;
+  }
+  __device__ float* lse(int buffer) const { return lse_tiles + buffer * kCols; }
+  __device__ float* delta(int buffer) const { return delta_tiles + buffer * kCols; }
+  __device__ int* start(int buffer) const { return start_tiles + buffer * kCols; }
+};
+
+// lse, delta and sample start of the query rows [first_query, + kTcBackwardTile) of one head
+// (lse/delta offset `offset`), by the block's first warp.
+__device__ inline void load_query_stats(float* lse_tile, float* delta_tile, int* start_tile,
+                                        const float* lse, const float* delta,
+                                        const int32_t* positions, const AttentionDims& dims,
+                                        int b, int64_t offset, int first_query) {
+  const int r = threadIdx.x;
+  if (r >= kTcBackwardTile) return;
+  const bool valid = first_query + r < dims.time;
+  lse_tile[r] = valid ? lse[offset + first_query + r] : 0.0f;
+  delta_tile[r] = valid ? delta[offset + first_query + r] : 0.0f;
+  start_tile[r] = valid ? sample_start(positions, dims, b, first_query + r) : 0;
+}
+
+// The dK/dV kernel's step after (head, first_query): the head's next query tile while its
+// queries can still see one of the keys up to last_key (sample starts never decrease along a
+// row), else the group's next head from the query tile at first_key; false after the last.
+__device__ inline bool next_query_step(int& head, int& first_query, int first_key, int last_key,
+                                       int head_end, const int32_t* positions,
+                                       const AttentionDims& dims, int b) {
+  first_query += kTcBackwardTile;
+  if (first_query < dims.time && sample_start(positions, dims, b, first_query) <= last_key) {
+    return true;
+  }
+  ++head;
+  first_query = first_key;
+  return head < head_end;
+}
+
+// P^T and dS^T [16 keys, 32 queries] of a warp in the dK/dV kernel from its S^T, dP^T scratch:
+// lane c takes query column c (its lse, delta, start), rounded to the dtype into p_op, ds_op.
+template <class Format, int kScoreLd, int kOpLd>
+__device__ inline void transposed_probabilities(const float* scores, const float* dprobs,
+                                                uint16_t* p_op, uint16_t* ds_op, float lse,
+                                                float delta, int start, int warp_key, int query,
+                                                int time, float scale) {
+  const int c = threadIdx.x % 32;
+  for (int r = 0; r < kWarpRows; ++r) {
+    const int key = warp_key + r;
+    const bool visible = query < time && key <= query && key >= start;
+    const float p = visible ? expf(scores[r * kScoreLd + c] * scale - lse) : 0.0f;
+    const float ds = p * (dprobs[r * kScoreLd + c] - delta);
+    p_op[r * kOpLd + c] = Format::from_float(p);
+    ds_op[r * kOpLd + c] = Format::from_float(ds);
+  }
+}
+
+// dK, dV of the keys [first_key, + 64) of one kv head (warp w: keys first_key + 16 w ..): sums
+// over the query heads of its group and every query tile that sees these keys, in a fixed order.
+template <class Format, int kD>
+__global__ void __launch_bounds__(kTcThreads, 2)
+attention_backward_dkdv_tc_kernel(Storage<Format>* dk, Storage<Format>* dv,
+                                  const Storage<Format>* dout, const Storage<Format>* q,
+                                  const Storage<Format>* k, const Storage<Format>* v,
+                                  const float* lse, const float* delta, const int32_t* positions,
+                                  AttentionDims dims, float scale) {
+  using T = WmmaType<Format>;
+  using Shared = BackwardTcShared<kD>;
+  constexpr int kCols = Shared::kCols, kLd = Shared::kLd, kF = kD / 16;
+  ZT_DYNAMIC_SHARED(float, shared_memory);
+  Shared shared(SharedLayout::aligned(shared_memory));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float* scores = shared.scores + warp * Shared::kScratchFloats;  // [16, kScoreLd]: S^T
+  float* dprobs = shared.dprobs + warp * Shared::kScratchFloats;  // [16, kScoreLd]: dP^T
+  uint16_t* p_op = shared.p_op + warp * Shared::kOpElements;       // [16, kOpLd]: P^T
+  uint16_t* ds_op = shared.ds_op + warp * Shared::kOpElements;     // [16, kOpLd]: dS^T
+
+  const int first_key = static_cast<int>(blockIdx.x) * kTcBlockRows;  // early keys (most work) first
+  const int kv_head = blockIdx.y, b = blockIdx.z;
+  const int keys = min(kTcBlockRows, dims.time - first_key);
+  const int warp_key = first_key + warp * kWarpRows;
+  const int64_t q_stride = dims.q_stride(), kv_stride = dims.kv_stride();
+  const int64_t key_offset = dims.kv_offset(b, kv_head) + first_key * kv_stride;
+  copy_rows<kD>(shared.own[0], kLd, k + key_offset, kv_stride, keys, kTcBlockRows, threadIdx.x,
+                kTcThreads);
+  copy_rows<kD>(shared.own[1], kLd, v + key_offset, kv_stride, keys, kTcBlockRows, threadIdx.x,
+                kTcThreads);
+  const T* k_warp = reinterpret_cast<const T*>(shared.own[0]) + warp * kWarpRows * kLd;  // [16, kLd]
+  const T* v_warp = reinterpret_cast<const T*>(shared.own[1]) + warp * kWarpRows * kLd;  // [16, kLd]
+  Accumulator dk_acc[kF], dv_acc[kF];  // [16, kD] each
+  zero_fragments(dk_acc);
+  zero_fragments(dv_acc);
+
+  // The first step: the group's first head, the query tile at first_key (it sees these keys).
+  const int head_end = (kv_head + 1) * dims.group(), last_key = first_key + keys - 1;
+  int head = kv_head * dims.group(), first_query = first_key, buffer = 0;
+  TileStage<kCols, kD> stage;  // the next Q or dO tile on its way
+  int64_t rows = dims.q_offset(b, head) + first_query * q_stride;
+  stage.fetch(q + rows, q_stride, min(kCols, dims.time - first_query));
+  stage.commit(shared.streamed(0, 0), kLd);
+  stage.fetch(dout + rows, q_stride, min(kCols, dims.time - first_query));
+  stage.commit(shared.streamed(0, 1), kLd);
+  load_query_stats(shared.lse(0), shared.delta(0), shared.start(0), lse, delta, positions, dims,
+                   b, dims.lse_offset(b, head), first_query);
+  __syncthreads();
+  for (bool more = true; more; buffer ^= 1) {
+    int next_head = head, next_query = first_query;
+    const bool has_next = next_query_step(next_head, next_query, first_key, last_key, head_end,
+                                          positions, dims, b);
+    const int64_t next_rows = dims.q_offset(b, next_head) + next_query * q_stride;
+    const int next_valid = min(kCols, dims.time - next_query);
+    const T* q_tile = reinterpret_cast<const T*>(shared.streamed(buffer, 0));   // [kCols, kLd]
+    const T* do_tile = reinterpret_cast<const T*>(shared.streamed(buffer, 1));  // [kCols, kLd]
+    if (has_next) stage.fetch(q + next_rows, q_stride, next_valid);
+    // S^T [16, kCols] = K_w Q^T, dP^T [16, kCols] = V_w dO^T
+    Accumulator s[kCols / 16], dp[kCols / 16];
+    zero_fragments(s);
+    zero_fragments(dp);
+    warp_mma<kD, kCols / 16, true>(s, k_warp, kLd, q_tile, kLd);
+    warp_mma<kD, kCols / 16, true>(dp, v_warp, kLd, do_tile, kLd);
+#pragma unroll
+    for (int c = 0; c < kCols / 16; ++c) {
+      wmma::store_matrix_sync(scores + c * 16, s[c], Shared::kScoreLd, wmma::mem_row_major);
+      wmma::store_matrix_sync(dprobs + c * 16, dp[c], Shared::kScoreLd, wmma::mem_row_major);
+    }
+    if (has_next) stage.commit(shared.streamed(buffer ^ 1, 0), kLd);
+    if (has_next) stage.fetch(dout + next_rows, q_stride, next_valid);
+    __syncwarp();
+    transposed_probabilities<Format, Shared::kScoreLd, Shared::kOpLd>(
+        scores, dprobs, p_op, ds_op, shared.lse(buffer)[lane], shared.delta(buffer)[lane],
+        shared.start(buffer)[lane], warp_key, first_query + lane, dims.time, scale);
+    __syncwarp();
+    // dV_w += P^T [16, kCols] dO [kCols, kD], dK_w += dS^T [16, kCols] Q [kCols, kD]
+    warp_mma<kCols, kF, false>(dv_acc, reinterpret_cast<const T*>(p_op), Shared::kOpLd, do_tile, kLd);
+    warp_mma<kCols, kF, false>(dk_acc, reinterpret_cast<const T*>(ds_op), Shared::kOpLd, q_tile, kLd);
+    if (has_next) {
+      stage.commit(shared.streamed(buffer ^ 1, 1), kLd);
+      load_query_stats(shared.lse(buffer ^ 1), shared.delta(buffer ^ 1), shared.start(buffer ^ 1),
+                       lse, delta, positions, dims, b, dims.lse_offset(b, next_head), next_query);
+    }
+    __syncthreads();  // the next tile is in place; every warp is done with this one
+    head = next_head;
+    first_query = next_query;
+    more = has_next;
+  }
+#pragma unroll
+  for (int f = 0; f < kF; ++f) {
+    for (int i = 0; i < Accumulator::num_elements; ++i) dk_acc[f].x[i] *= scale;
+  }
+  const int warp_valid = max(0, min(kWarpRows, dims.time - warp_key));
+  const int64_t warp_rows = dims.kv_offset(b, kv_head) + warp_key * kv_stride;
+  store_warp_rows<Format, kD, kCols>(dk + warp_rows, kv_stride, dk_acc, scores, warp_valid);
+  store_warp_rows<Format, kD, kCols>(dv + warp_rows, kv_stride, dv_acc, scores, warp_valid);
+}
+
+// dS [16 queries, 32 keys] of a warp in the dQ kernel from its S, dP scratch, as high and low
+// 16-bit parts: lane 2r + h takes row r's columns [16 h, 16 h + 16).
+template <class Format, int kScoreLd, int kOpLd>
+__device__ inline void row_gradients(const float* scores, const float* dprobs, uint16_t* ds_high,
+                                     uint16_t* ds_low, int row, int half, int query, bool valid,
+                                     float lse, float delta, int start, int first_key,
+                                     float scale) {
+  for (int j = 0; j < 16; ++j) {
+    const int c = 16 * half + j, key = first_key + c;
+    const bool visible = valid && key <= query && key >= start;
+    const float p = visible ? expf(scores[row * kScoreLd + c] * scale - lse) : 0.0f;
+    const float ds = p * (dprobs[row * kScoreLd + c] - delta);
+    const uint16_t high = Format::from_float(ds);
+    ds_high[row * kOpLd + c] = high;
+    ds_low[row * kOpLd + c] = Format::from_float(ds - Format::to_float(high));
+  }
+}
+
+// dQ of the queries [first_query, + 64) of one head (warp w: queries first_query + 16 w ..):
+// sums over the key tiles these queries see.
+template <class Format, int kD>
+__global__ void __launch_bounds__(kTcThreads, 2)
+attention_backward_dq_tc_kernel(Storage<Format>* dq, const Storage<Format>* dout,
+                                const Storage<Format>* q, const Storage<Format>* k,
+                                const Storage<Format>* v, const float* lse, const float* delta,
+                                const int32_t* positions, AttentionDims dims, float scale) {
+  using T = WmmaType<Format>;
+  using Shared = BackwardTcShared<kD>;
+  constexpr int kCols = Shared::kCols, kLd = Shared::kLd, kF = kD / 16;
+  ZT_DYNAMIC_SHARED(float, shared_memory);
+  Shared shared(SharedLayout::aligned(shared_memory));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float* scores = shared.scores + warp * Shared::kScratchFloats;  // [16, kScoreLd]: S
+  float* dprobs = shared.dprobs + warp * Shared::kScratchFloats;  // [16, kScoreLd]: dP
+  uint16_t* ds_high = shared.ds_op + warp * Shared::kOpElements;   // [16, kOpLd]: dS rounded
+  uint16_t* ds_low = shared.ds_low + warp * Shared::kOpElements;   // [16, kOpLd]: the rest
+
+  const int tiles = (dims.time + kTcBlockRows - 1) / kTcBlockRows;
+  const int first_query = (tiles - 1 - static_cast<int>(blockIdx.x)) * kTcBlockRows;  // longest first
+  const int head = blockIdx.y, b = blockIdx.z, kv_head = head / dims.group();
+  const int queries = min(kTcBlockRows, dims.time - first_query);
+  const int warp_query = first_query + warp * kWarpRows;
+  const int64_t q_stride = dims.q_stride(), kv_stride = dims.kv_stride();
+  const int64_t query_offset = dims.q_offset(b, head) + first_query * q_stride;
+  copy_rows<kD>(shared.own[0], kLd, q + query_offset, q_stride, queries, kTcBlockRows,
+                threadIdx.x, kTcThreads);
+  copy_rows<kD>(shared.own[1], kLd, dout + query_offset, q_stride, queries, kTcBlockRows,
+                threadIdx.x, kTcThreads);
+  const T* q_warp = reinterpret_cast<const T*>(shared.own[0]) + warp * kWarpRows * kLd;   // [16, kLd]
+  const T* do_warp = reinterpret_cast<const T*>(shared.own[1]) + warp * kWarpRows * kLd;  // [16, kLd]
+  Accumulator dq_acc[kF];  // [16, kD]
+  zero_fragments(dq_acc);
+
+  // Lane 2r + h: row r of the warp's 16 (its lse, delta and sample start in registers).
+  const int row = lane / 2, half = lane % 2, query = warp_query + row;
+  const bool valid = query < dims.time;
+  const int64_t stats_offset = dims.lse_offset(b, head);
+  const float row_lse = valid ? lse[stats_offset + query] : 0.0f;
+  const float row_delta = valid ? delta[stats_offset + query] : 0.0f;
+  const int row_start = valid ? sample_start(positions, dims, b, query) : 0;
+
+  // Keys from the tile holding the start of the first query's sample (aligned tiles).
+  const int keys_begin = sample_start(positions, dims, b, first_query) / kCols * kCols;
+  const int keys_end = first_query + queries;
+  const Storage<Format>* k_rows = k + dims.kv_offset(b, kv_head);
+  const Storage<Format>* v_rows = v + dims.kv_offset(b, kv_head);
+  TileStage<kCols, kD> stage;  // the next K or V tile on its way
+  stage.fetch(k_rows + keys_begin * kv_stride, kv_stride, min(kCols, dims.time - keys_begin));
+  stage.commit(shared.streamed(0, 0), kLd);
+  stage.fetch(v_rows + keys_begin * kv_stride, kv_stride, min(kCols, dims.time - keys_begin));
+  stage.commit(shared.streamed(0, 1), kLd);
+  __syncthreads();
+  int buffer = 0;
+  for (int first_key = keys_begin; first_key < keys_end; first_key += kCols, buffer ^= 1) {
+    const int next_key = first_key + kCols;
+    const bool has_next = next_key < keys_end;
+    const int next_valid = min(kCols, dims.time - next_key);
+    const T* k_tile = reinterpret_cast<const T*>(shared.streamed(buffer, 0));  // [kCols, kLd]
+    const T* v_tile = reinterpret_cast<const T*>(shared.streamed(buffer, 1));  // [kCols, kLd]
+    if (has_next) stage.fetch(k_rows + next_key * kv_stride, kv_stride, next_valid);
+    // S [16, kCols] = Q_w K^T, dP [16, kCols] = dO_w V^T
+    Accumulator s[kCols / 16], dp[kCols / 16];
+    zero_fragments(s);
+    zero_fragments(dp);
+    warp_mma<kD, kCols / 16, true>(s, q_warp, kLd, k_tile, kLd);
+    warp_mma<kD, kCols / 16, true>(dp, do_warp, kLd, v_tile, kLd);
+#pragma unroll
+    for (int c = 0; c < kCols / 16; ++c) {
+      wmma::store_matrix_sync(scores + c * 16, s[c], Shared::kScoreLd, wmma::mem_row_major);
+      wmma::store_matrix_sync(dprobs + c * 16, dp[c], Shared::kScoreLd, wmma::mem_row_major);
+    }
+    if (has_next) stage.commit(shared.streamed(buffer ^ 1, 0), kLd);
+    if (has_next) stage.fetch(v_rows + next_key * kv_stride, kv_stride, next_valid);
+    __syncwarp();
+    row_gradients<Format, Shared::kScoreLd, Shared::kOpLd>(scores, dprobs, ds_high, ds_low, row,
+                                                           half, query, valid, row_lse, row_delta,
+                                                           row_start, first_key, scale);
+    __syncwarp();
+    // dQ_w += (dS_high + dS_low) [16, kCols] K [kCols, kD] (scaled at the end)
+    warp_mma_split<kCols, kF>(dq_acc, reinterpret_cast<const T*>(ds_high),
+                              reinterpret_cast<const T*>(ds_low), Shared::kOpLd, k_tile, kLd);
+    if (has_next) stage.commit(shared.streamed(buffer ^ 1, 1), kLd);
+    __syncthreads();  // the next tile is in place; every warp is done with this one
+  }
+#pragma unroll
+  for (int f = 0; f < kF; ++f) {
+    for (int i = 0; i < Accumulator::num_elements; ++i) dq_acc[f].x[i] *= scale;
+  }
+  const int warp_valid = max(0, min(kWarpRows, dims.time - warp_query));
+  store_warp_rows<Format, kD, kCols>(dq + dims.q_offset(b, head) + warp_query * q_stride,
+                                     q_stride, dq_acc, scores, warp_valid);
+}
+
+template <class Format>
+void launch_backward_tc(const CudaBackendImpl& backend, cudaStream_t stream, const char* op,
+                        Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q,
+                        const Tensor& k, const Tensor& v, const Tensor& lse, const float* delta,
+                        const int32_t* positions, const AttentionDims& dims, float scale_factor) {
+  with_head_dim(dims.head_dim, [&](auto head_dim) {
+    constexpr int kD = decltype(head_dim)::value;
+    const size_t bytes = BackwardTcShared<kD>(nullptr).layout.launch_bytes();
+    auto dkdv_kernel = attention_backward_dkdv_tc_kernel<Format, kD>;
+    allow_shared_memory(backend, op, dkdv_kernel, bytes, dims.head_dim);
+    const dim3 dkdv_grid(tiles_of(dims.time, kTcBlockRows),
+                         static_cast<unsigned int>(dims.kv_heads),
+                         static_cast<unsigned int>(dims.batch));
+    launch({dkdv_grid, kTcThreads, bytes, stream}, dkdv_kernel, data_of<Format>(dk),
+           data_of<Format>(dv), data_of<Format>(dout), data_of<Format>(q), data_of<Format>(k),
+           data_of<Format>(v), lse.f32(), delta, positions, dims, scale_factor);
+    ZT_CUDA_CHECK_LAUNCH("attention_backward_dkdv_tc_kernel");
+
+    auto dq_kernel = attention_backward_dq_tc_kernel<Format, kD>;
+    allow_shared_memory(backend, op, dq_kernel, bytes, dims.head_dim);
+    const dim3 dq_grid(tiles_of(dims.time, kTcBlockRows), static_cast<unsigned int>(dims.heads),
+                       static_cast<unsigned int>(dims.batch));
+    launch({dq_grid, kTcThreads, bytes, stream}, dq_kernel, data_of<Format>(dq),
+           data_of<Format>(dout), data_of<Format>(q), data_of<Format>(k), data_of<Format>(v),
+           lse.f32(), delta, positions, dims, scale_factor);
+    ZT_CUDA_CHECK_LAUNCH("attention_backward_dq_tc_kernel");
+  });
 }
 
 // ---- host side -----------------------------------------------------------------------------
@@ -289,10 +618,9 @@ void run_attention_backward_kernels(CudaBackendImpl& backend, bool tensor_cores,
     ZT_CUDA_CHECK_LAUNCH("attention_delta_kernel");
     const float* delta_values = static_cast<const float*>(delta.data());
     if constexpr (!std::is_same_v<Format, Fp32Format>) {
-      if (tensor_cores) {
-        launch_backward<Format, TensorCoreMath<Format>>(backend, stream, op, dq, dk, dv, dout, q,
-                                                        k, v, lse, delta_values, positions, dims,
-                                                        scale);
+      if (tensor_cores && vector_aligned({&dq, &dk, &dv, &dout, &q, &k, &v})) {
+        launch_backward_tc<Format>(backend, stream, op, dq, dk, dv, dout, q, k, v, lse,
+                                   delta_values, positions, dims, scale);
         return;
       }
     }

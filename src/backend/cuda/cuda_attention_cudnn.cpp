@@ -17,7 +17,29 @@
 // cudnn-frontend is header-only; its JSON (de)serialisation is not used here, and leaving it out
 // keeps its bundled nlohmann-json away from the Debian one the rest of zerotune includes.
 #define CUDNN_FRONTEND_SKIP_JSON_LIB 1
+// On the emulated device every CUDA source is compiled with the kernels' built-ins as macros
+// (src/emu/emu_device.h: gridDim, blockDim, ...); the frontend's headers use those names for
+// parameters, so the macros are hidden while they are read. This file has no kernels.
+#if defined(ZT_CUDA_EMULATE)
+#pragma push_macro("threadIdx")
+#pragma push_macro("blockIdx")
+#pragma push_macro("blockDim")
+#pragma push_macro("gridDim")
+#pragma push_macro("warpSize")
+#undef threadIdx
+#undef blockIdx
+#undef blockDim
+#undef gridDim
+#undef warpSize
+#endif
 #include <cudnn_frontend.h>
+#if defined(ZT_CUDA_EMULATE)
+#pragma pop_macro("threadIdx")
+#pragma pop_macro("blockIdx")
+#pragma pop_macro("blockDim")
+#pragma pop_macro("gridDim")
+#pragma pop_macro("warpSize")
+#endif
 
 #include "backend/buffer.h"
 #include "backend/cuda/cuda_backend_impl.h"
