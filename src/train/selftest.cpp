@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -233,6 +234,68 @@ void flops_row(Backend& backend, DType dtype, int64_t size, std::vector<Row>& ro
   rows.push_back(row);
 }
 
+// The model's attention (micro-batch x seq, its heads, kv heads and head dim), forward then
+// backward, timed once per variant on a GPU (ZT_CUDA_ATTENTION: cuDNN's fused SDPA and our
+// tensor-core and CUDA-core kernels; src/backend/cuda/cuda_attention.cu), so that a slow
+// fallback shows before the run does. TFLOP/s counts the causal half of the T x T products:
+// 4 B H D T^2 / 2 forward, 2.5 times that backward.
+void attention_rows(Backend& backend, const ModelConfig& model, DType dtype, int64_t batch, int64_t seq,
+                    std::vector<Row>& rows) {
+  const int64_t heads = model.num_attention_heads;
+  const int64_t kv_heads = model.num_key_value_heads > 0 ? model.num_key_value_heads : heads;
+  const int64_t head_dim = model.head_dim > 0 ? model.head_dim : model.hidden_size / heads;
+  const bool gpu = backend.device() != Device::CPU;
+  const char* previous = std::getenv("ZT_CUDA_ATTENTION");
+  const std::string restore = previous ? previous : "";
+  const std::vector<std::string> variants = gpu ? std::vector<std::string>{"cudnn", "tensor-cores", "cuda-cores"}
+                                                : std::vector<std::string>{""};
+  for (const std::string& variant : variants) {
+    Row row{cat("attention ", variant.empty() ? "" : variant + " ", batch, "x", seq, " H", heads, "/", kv_heads,
+                " D", head_dim, " fwd+bwd"), dtype_name(dtype), true, "", ""};
+    try {
+      if (gpu) setenv("ZT_CUDA_ATTENTION", variant.c_str(), 1);
+      const std::initializer_list<int64_t> q_shape = {batch, seq, heads, head_dim};
+      const std::initializer_list<int64_t> kv_shape = {batch, seq, kv_heads, head_dim};
+      const size_t q_bytes = static_cast<size_t>(batch * seq * heads * head_dim) * dtype_size(dtype);
+      const size_t kv_bytes = static_cast<size_t>(batch * seq * kv_heads * head_dim) * dtype_size(dtype);
+      Buffer q(backend, q_bytes), k(backend, kv_bytes), v(backend, kv_bytes), out(backend, q_bytes),
+          dout(backend, q_bytes), dq(backend, q_bytes), dk(backend, kv_bytes), dv(backend, kv_bytes),
+          lse(backend, static_cast<size_t>(batch * heads * seq) * sizeof(float));
+      for (Buffer* input : {&q, &dout}) backend.fill(input->view(dtype, q_shape), 0.01f);
+      for (Buffer* input : {&k, &v}) backend.fill(input->view(dtype, kv_shape), 0.02f);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+      const auto pass = [&] {
+        backend.attention_forward(out.view(dtype, q_shape), lse.view(DType::F32, {batch, heads, seq}),
+                                  q.view(dtype, q_shape), k.view(dtype, kv_shape), v.view(dtype, kv_shape), Tensor(), scale);
+        backend.attention_backward(dq.view(dtype, q_shape), dk.view(dtype, kv_shape), dv.view(dtype, kv_shape),
+                                   dout.view(dtype, q_shape), q.view(dtype, q_shape), k.view(dtype, kv_shape),
+                                   v.view(dtype, kv_shape), out.view(dtype, q_shape),
+                                   lse.view(DType::F32, {batch, heads, seq}), Tensor(), scale);
+      };
+      pass();  // warm-up: graphs, plans, shared-memory opt-in
+      backend.synchronize();
+      constexpr int kRepeats = 3;
+      const Clock::time_point start = Clock::now();
+      for (int i = 0; i < kRepeats; ++i) pass();
+      backend.synchronize();
+      const double flops = 3.5 * 4.0 * static_cast<double>(batch * heads * head_dim) * static_cast<double>(seq * seq) / 2.0;  // NOLINT
+      row.value = cat(fixed(flops * kRepeats / seconds_since(start) / 1e12, 2), " TFLOP/s");
+    } catch (const std::exception& error) {
+      // A case cuDNN does not take is no fault of the allocation (the run falls back to our
+      // kernels, as the row says); any other failure is.
+      const bool not_taken = std::string(error.what()).find("cuDNN cannot run") != std::string::npos;
+      row.ok = not_taken;
+      row.value = not_taken ? "not taken by cuDNN: the run uses our kernels" : "";
+      row.detail = error.what();
+    }
+    rows.push_back(row);
+  }
+  if (gpu) {
+    if (previous) setenv("ZT_CUDA_ATTENTION", restore.c_str(), 1);
+    else unsetenv("ZT_CUDA_ATTENTION");
+  }
+}
+
 int64_t host_memory_available() {
   std::ifstream meminfo("/proc/meminfo");
   std::string key, unit;
@@ -338,6 +401,7 @@ int run_selftest(TrainConfig config, const SelftestOptions& options) {
                   rows);
   bandwidth_rows(*backend, rows);
   flops_row(*backend, config.compute_dtype, options.gemm_size > 0 ? options.gemm_size : (gpu ? 4096 : 256), rows);
+  attention_rows(*backend, model, config.compute_dtype, config.micro_batch_size, seq_len, rows);
   memory_row(*backend, config, model, world, rank, seq_len, rows);
 
   nlohmann::json mine = nlohmann::json::array();

@@ -322,14 +322,18 @@ inline unsigned int tiles_of(int time, int tile) {
   return static_cast<unsigned int>((time + tile - 1) / tile);
 }
 
+}  // namespace zt::cuda::attention
+
+namespace zt::cuda {
 // Our own kernels (cuda_attention_forward.cu, cuda_attention_backward.cu) on tensor cores or CUDA
-// cores, arguments checked by the dispatcher; positions: device int32[B*T] or null.
+// cores, arguments checked by the dispatcher (cuda_attention.cu); positions: device int32[B*T] or
+// null.
 void run_attention_forward_kernels(CudaBackendImpl& backend, bool tensor_cores, Tensor out,
                                    Tensor lse, Tensor q, Tensor k, Tensor v,
-                                   const int32_t* positions, const AttentionDims& dims, float scale);
+                                   const int32_t* positions, const attention::AttentionDims& dims,
+                                   float scale);
 void run_attention_backward_kernels(CudaBackendImpl& backend, bool tensor_cores, Tensor dq,
                                     Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k, Tensor v,
                                     Tensor out, Tensor lse, const int32_t* positions,
-                                    const AttentionDims& dims, float scale);
-
-}  // namespace zt::cuda::attention
+                                    const attention::AttentionDims& dims, float scale);
+}  // namespace zt::cuda

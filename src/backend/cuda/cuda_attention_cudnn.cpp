@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -172,7 +173,7 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const GraphKey& key) {
   return graph;
 }
 
-std::shared_ptr<fe::graph::Graph> backward_graph(const GraphKey& key) {
+std::shared_ptr<fe::graph::Graph> backward_graph(const GraphKey& key, bool deterministic) {
   auto graph = new_graph(key);
   const PackedInputs packed = packed_inputs(*graph, key);
   auto q = bhsd(*graph, "q", kQ, key, key.heads, packed.ragged_q);
@@ -182,10 +183,9 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const GraphKey& key) {
   auto dout = bhsd(*graph, "dO", kDO, key, key.heads, packed.ragged_q);
   auto stats = graph->tensor(fe::graph::Tensor_attributes().set_name("stats"));
   set_stats_layout(*stats, key, packed.ragged_stats);
-  // Deterministic: the same bits on every run, so a resumed run replays exactly.
   auto options = fe::graph::SDPA_backward_attributes().set_name("attention_backward")
                      .set_causal_mask(true).set_attn_scale(key.scale)
-                     .set_deterministic_algorithm(true);
+                     .set_deterministic_algorithm(deterministic);
   if (key.packed) {
     options.set_padding_mask(true).set_seq_len_q(packed.seq_len).set_seq_len_kv(packed.seq_len);
   }
@@ -235,8 +235,17 @@ struct CudnnAttention::Impl {
   size_t staging_count = 0;
   cudaEvent_t staged = nullptr;  // the last upload from `staging` (reused only after it)
 
+  std::string unavailable;  // why cuDNN cannot be used at all (no handle), or ""
+
   explicit Impl(CudaBackendImpl& owner) : backend(owner) {
-    ZT_CUDNN_CHECK(cudnnCreate(&handle));
+    // A cuDNN that does not start (a library without engines for this GPU, a version older than
+    // the one built against) makes every call fall back, saying why, rather than fail the run.
+    const cudnnStatus_t status = cudnnCreate(&handle);
+    if (status != CUDNN_STATUS_SUCCESS) {
+      handle = nullptr;
+      unavailable = cat("cudnnCreate failed: ", cudnnGetErrorString(status));
+      return;
+    }
     ZT_CUDNN_CHECK(cudnnSetStream(handle, backend.stream()));
     ZT_CUDA_CHECK(cudaEventCreateWithFlags(&staged, cudaEventDisableTiming));
   }
@@ -275,8 +284,21 @@ struct CudnnAttention::Impl {
     pair.forward = forward_graph(key);
     pair.unsupported = build(*pair.forward, handle);
     if (pair.unsupported.empty()) {
-      pair.backward = backward_graph(key);
+      // Deterministic first: the same bits on every run, so a resumed run replays exactly.
+      // Where cuDNN has no deterministic engine for the case, its atomic one (said once).
+      pair.backward = backward_graph(key, true);
       pair.unsupported = build(*pair.backward, handle);
+      if (!pair.unsupported.empty()) {
+        const std::string deterministic_failure = pair.unsupported;
+        pair.backward = backward_graph(key, false);
+        pair.unsupported = build(*pair.backward, handle);
+        if (pair.unsupported.empty()) {
+          std::fprintf(stderr, "zerotune: attention backward (%s, H=%d Hkv=%d D=%d): cuDNN has no "
+                       "deterministic engine (%s); its results may differ in the last bits between runs\n",
+                       dtype_name(key.dtype), key.heads, key.kv_heads, key.head_dim,
+                       deterministic_failure.c_str());
+        }
+      }
       if (!pair.unsupported.empty()) pair.unsupported = "backward: " + pair.unsupported;
     } else {
       pair.unsupported = "forward: " + pair.unsupported;
@@ -366,6 +388,7 @@ size_t CudnnAttention::graphs_built() const { return impl_->built; }
 
 std::string CudnnAttention::prepare(const AttentionCall& call) {
   if (call.dtype != DType::BF16 && call.dtype != DType::F16) return "cuDNN's fused attention takes bf16 and fp16 only";
+  if (!impl_->unavailable.empty()) return impl_->unavailable;
   return impl_->graphs_for(impl_->key_of(call)).unsupported;
 }
 
