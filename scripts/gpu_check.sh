@@ -65,6 +65,9 @@ pack() {
     die "pack: offline_bundle.sh pack failed"
   # The node's own CUDA libraries are used (the driver's version decides which work there).
   rm -rf "$out/bundle/extra-libs" && mkdir -p "$out/bundle/extra-libs"
+  # The binary travels once, in bin.tar.gz (run copies it into the bundle): the pack stays under
+  # the 64 MiB a carried folder may hold on the lent GPU machines.
+  rm -f "$out/bundle/bin/zerotune"
   local name path found=()
   for name in "${BINARIES[@]}"; do
     path="$(find "$build" -maxdepth 2 -type f -name "$name" -perm -u+x | head -n 1)"
@@ -203,12 +206,12 @@ part_selftest() {
 }
 
 part_pytests() {
-  begin "the GPU python tests (vs the CPU backend), 4 at a time"
+  begin "the GPU python tests (vs the CPU backend), 8 at a time"
   local f rc=0 passed failed not_run
   # Left out: the long multi-rank grids (zero_equivalence, memory_grid), autotune's search, and
   # selftest (the selftest part runs it).
   (cd "$P/tests/gpu" && printf '%s\n' test_gpu_*.py | grep -v -E 'zero_equivalence|memory_grid|autotune|selftest' |
-    xargs -P 4 -I{} sh -c 'timeout 400 env -u LD_LIBRARY_PATH PATH='"$W"'/wrap:$PATH python3 {} --zerotune '"$W"'/wrap/zerotune >'"$W"'/{}.log 2>&1; echo "{} rc=$?"') \
+    xargs -P 8 -I{} sh -c 'timeout 240 env -u LD_LIBRARY_PATH PATH='"$W"'/wrap:$PATH python3 {} --zerotune '"$W"'/wrap/zerotune >'"$W"'/{}.log 2>&1; echo "{} rc=$?"') \
     >"$W/pytests-rc.txt"
   for f in "$W"/test_gpu_*.log; do echo "--- $(basename "$f")"; grep -E "FAIL|====" "$f" | tail -12; done >"$OUT/pytests.txt"
   cat "$W/pytests-rc.txt" >>"$OUT/pytests.txt"
@@ -239,6 +242,20 @@ summarize_run() {
   local dir="$1" label="$2"
   py "$P/bench/bench_results.py" summarize "$dir" --label "$label" 2>/dev/null | tr -d '\n' | tee -a "$OUT/bench.json"
   echo >>"$OUT/bench.json"
+}
+
+# The bf16 GEMM peak and every hot kernel alone at the 7B shapes (each attention variant), the
+# first half of bench7b without the 7B model: a minute.
+part_kernels() {
+  begin "GEMM peak and every hot kernel at the llama-7B shapes (bench_kernels), bf16"
+  have_binaries kernels bench_gemm_peak bench_kernels || return 1
+  local peak rc=0 figures
+  peak=$(timeout 60 "$B/bench_gemm_peak" cuda bf16 --m 8192 --n 8192 --k 8192 2>&1 | sed -n 's/^ZT_GEMM_TFLOPS //p')
+  [[ -n "$peak" ]] || rc=1
+  timeout 180 "$B/bench_kernels" cuda --shape 7b --dtype bf16 --peak-tflops "${peak:-989}" --peak-gbps 3350 >"$OUT/kernels.txt" 2>&1 || rc=1
+  grep -E "^attention_(forward|backward)" "$OUT/kernels.txt"
+  figures="gemm peak ${peak:-?} TFLOP/s; attention fwd/bwd TFLOP/s: $(grep -E '^attention_(forward|backward)' "$OUT/kernels.txt" | awk '{printf "%s %s %s; ", $1, $2, $4}')"
+  if [[ $rc == 0 ]]; then record kernels pass "$figures"; else record kernels fail "rc=$rc; $figures"; fi
 }
 
 part_bench7b() {
@@ -312,7 +329,7 @@ run() {
   D="$(dirname "$script_path")"
   [[ -f "$D/bin.tar.gz" && -d "$D/bundle" ]] || die "run: $D has no bin.tar.gz and bundle/ (run it as PACKDIR/gpu_check.sh, after pack)"
   for part in $parts; do
-    declare -F "part_$part" >/dev/null || die "run: unknown part '$part' (env cpu tests selftest pytests sanitize bench7b opt13 prof)"
+    declare -F "part_$part" >/dev/null || die "run: unknown part '$part' (env cpu tests selftest pytests sanitize kernels bench7b opt13 prof)"
   done
   [[ " $parts " == *" env "* ]] || parts="env $parts"  # every other part needs the unpacked environment
   mkdir -p "$OUT" "$W" || die "run: cannot create $OUT or $W"

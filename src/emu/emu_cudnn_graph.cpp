@@ -6,8 +6,9 @@
 //   below ragged[i0 + 1] does not exist (packed sequences: reads give 0, writes are dropped);
 // - intermediates (virtual tensors) are fp32, dense row-major here whatever strides they were
 //   given (a fused engine never lays them out in memory, and cudnn-frontend gives some of them
-//   overlapping strides); outputs are rounded once to their type; matmuls accumulate in double,
-//   like the emulated cuBLASLt;
+//   overlapping strides); outputs are rounded once to their type; matmul operands are rounded
+//   to the graph's 16-bit type (tensor cores: P and dS once, as on a GPU) and accumulate in
+//   double, like the emulated cuBLASLt;
 // - a reshape keeps memory order: y's element at (declared) offset o is x's element at offset o
 //   (so a reshape that permutes dims and strides together is a transpose, as the frontend uses it);
 // - broadcasting: an input dimension of 1 repeats; a matmul/reduction dimension that divides
@@ -290,6 +291,19 @@ class Run {
     }
   }
 
+  // The 16-bit type of the graph's memory tensors (bf16/fp16 attention), else fp32: cuDNN's
+  // fused engines multiply on tensor cores, whose operands are 16-bit, so intermediates such as
+  // P and dS are rounded to it once before each product (a GPU's numerics, and the reason
+  // FlashAttention-style backward gradients differ from an fp32 reference by a few units).
+  cudnnDataType_t matmul_operand_type() const {
+    for (const auto& [uid, tensor] : graph_.tensors) {
+      if (!tensor->is_virtual && (tensor->type == CUDNN_DATA_HALF || tensor->type == CUDNN_DATA_BFLOAT16)) {
+        return tensor->type;
+      }
+    }
+    return CUDNN_DATA_FLOAT;
+  }
+
   View view(const Tensor& tensor) {
     if (!tensor->is_virtual) return View(*tensor, storages_.at(tensor->uid), tensor->strides, ragged_of(*tensor));
     // Intermediates: dense row-major fp32, zeros until written (what lies outside a matmul's
@@ -325,8 +339,17 @@ int64_t override_of(Run& run, const Tensor& tensor, int64_t batch, int64_t full)
   return std::clamp<int64_t>(static_cast<int64_t>(run.view(tensor).read(index.data())), 0, full);
 }
 
+// value rounded to a matmul operand of `type` (16-bit on tensor cores; fp32 unchanged).
+float as_operand(double value, cudnnDataType_t type) {
+  const float single = static_cast<float>(value);
+  if (type == CUDNN_DATA_HALF) return __half2float(__float2half_rn(single));
+  if (type == CUDNN_DATA_BFLOAT16) return __bfloat162float(__float2bfloat16_rn(single));
+  return single;
+}
+
 void run_matmul(Run& run, const Op& op) {
   const View a = run.view(op.x), b = run.view(op.b), y = run.view(op.y);
+  const cudnnDataType_t operand_type = run.matmul_operand_type();
   const size_t r = y.rank();
   const int64_t m_full = y.dims()[r - 2], n_full = y.dims()[r - 1], k_full = a.dims()[r - 1];
   std::vector<int64_t> batch_dims(y.dims().begin(), y.dims().end() - 2);
@@ -344,13 +367,13 @@ void run_matmul(Run& run, const Op& op) {
     for (int64_t m = 0; m < m_n; ++m) {
       for (int64_t k = 0; k < k_n; ++k) {
         ai[r - 2] = m, ai[r - 1] = k;
-        a_rows[m * k_n + k] = static_cast<float>(a.read(ai.data()));
+        a_rows[m * k_n + k] = as_operand(a.read(ai.data()), operand_type);
       }
     }
     for (int64_t n = 0; n < n_n; ++n) {
       for (int64_t k = 0; k < k_n; ++k) {
         bi[r - 2] = k, bi[r - 1] = n;
-        b_columns[n * k_n + k] = static_cast<float>(b.read(bi.data()));
+        b_columns[n * k_n + k] = as_operand(b.read(bi.data()), operand_type);
       }
     }
     for (int64_t m = 0; m < m_full; ++m) {
