@@ -84,10 +84,20 @@ bool use_cudnn(CudaBackendImpl& backend, const AttentionCall& call, bool& tensor
   return false;
 }
 
-AttentionCall call_of(const Tensor& q, const AttentionDims& dims, float scale,
-                      const std::vector<int64_t>& starts) {
-  return AttentionCall{q.dtype, dims.batch, dims.time, dims.heads, dims.kv_heads, dims.head_dim,
-                       scale, starts};
+// What both entry points decide: the call (packed rows' sample starts from the host mirror),
+// then cuDNN (run_cudnn(call)) or our kernels (run_kernels(tensor_cores)).
+template <class RunCudnn, class RunKernels>
+void dispatch(CudaBackendImpl& backend, const Tensor& q, const Tensor& positions, const AttentionDims& dims,
+              float scale, RunCudnn run_cudnn, RunKernels run_kernels) {
+  const std::vector<int64_t> starts =
+      positions.numel() > 0 ? sample_starts(backend, positions, dims) : std::vector<int64_t>{};
+  const AttentionCall call{q.dtype, dims.batch, dims.time, dims.heads, dims.kv_heads, dims.head_dim, scale, starts};
+  bool tensor_cores = false;
+  if (use_cudnn(backend, call, tensor_cores)) {
+    run_cudnn(call);
+  } else {
+    run_kernels(tensor_cores);
+  }
 }
 
 // dst[b,h,t] = src[(b*T+t)*H + h] (heads_major) or the inverse; one thread per element.
@@ -121,15 +131,12 @@ void CudaBackendImpl::attention_forward(Tensor out, Tensor lse, Tensor q, Tensor
   const AttentionDims dims = check_attention(op, q, k, v, out, "out", lse);
   const int32_t* position_of = positions_data(op, positions, dims.batch, dims.time);
   if (dims.batch == 0 || dims.time == 0 || dims.heads == 0) return;
-  const std::vector<int64_t> starts =
-      position_of ? sample_starts(*this, positions, dims) : std::vector<int64_t>{};
-  const AttentionCall call = call_of(q, dims, scale, starts);
-  bool tensor_cores = false;
-  if (use_cudnn(*this, call, tensor_cores)) {
-    cudnn_attention().forward(call, out, lse, q, k, v);
-    return;
-  }
-  run_attention_forward_kernels(*this, tensor_cores, out, lse, q, k, v, position_of, dims, scale);
+  dispatch(
+      *this, q, positions, dims, scale,
+      [&](const AttentionCall& call) { cudnn_attention().forward(call, out, lse, q, k, v); },
+      [&](bool tensor_cores) {
+        run_attention_forward_kernels(*this, tensor_cores, out, lse, q, k, v, position_of, dims, scale);
+      });
 }
 
 void CudaBackendImpl::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
@@ -147,16 +154,13 @@ void CudaBackendImpl::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor
     expect_same_dtype(op, names[i], *grads[i], "q", q);
   }
   if (dims.batch == 0 || dims.time == 0 || dims.heads == 0) return;
-  const std::vector<int64_t> starts =
-      position_of ? sample_starts(*this, positions, dims) : std::vector<int64_t>{};
-  const AttentionCall call = call_of(q, dims, scale, starts);
-  bool tensor_cores = false;
-  if (use_cudnn(*this, call, tensor_cores)) {
-    cudnn_attention().backward(call, dq, dk, dv, dout, q, k, v, out, lse);
-    return;
-  }
-  run_attention_backward_kernels(*this, tensor_cores, dq, dk, dv, dout, q, k, v, out, lse,
-                                 position_of, dims, scale);
+  dispatch(
+      *this, q, positions, dims, scale,
+      [&](const AttentionCall& call) { cudnn_attention().backward(call, dq, dk, dv, dout, q, k, v, out, lse); },
+      [&](bool tensor_cores) {
+        run_attention_backward_kernels(*this, tensor_cores, dq, dk, dv, dout, q, k, v, out, lse, position_of,
+                                       dims, scale);
+      });
 }
 
 }  // namespace zt::cuda
