@@ -311,6 +311,34 @@ BOOST_AUTO_TEST_CASE(cudnn_packed_rows) {
   }
 }
 
+// cuDNN's packed graphs take the sample boundaries from the host copy of the uploaded positions
+// (UploadMirror). Positions overwritten on the device (here by a device copy) must not be read
+// from a stale host copy: the dispatcher then downloads them. Both calls must give the same bits.
+BOOST_AUTO_TEST_CASE(cudnn_packed_positions_overwritten_on_the_device) {
+  const ScopedAttentionVariant variant("cudnn");
+  const int64_t batch = 2, time = 40, heads = 4, kv_heads = 2, head_dim = 64;
+  const std::initializer_list<int64_t> q_shape = {batch, time, heads, head_dim};
+  const std::initializer_list<int64_t> kv_shape = {batch, time, kv_heads, head_dim};
+  const std::initializer_list<int64_t> lse_shape = {batch, heads, time};
+  DeviceTensor uploaded = upload_integers(packed_positions(batch, time, {{10, 30}, {25}}), {batch * time});
+  DeviceTensor overwritten = upload_integers(packed_positions(batch, time, {{40}, {5, 5, 30}}), {batch * time});
+  gpu().copy(overwritten, uploaded);  // now the first layout, on the device only
+  const int64_t q_numel = batch * time * heads * head_dim, kv_numel = batch * time * kv_heads * head_dim;
+  DeviceTensor q = upload(random_floats(q_numel, 900), DType::BF16, q_shape);
+  DeviceTensor k = upload(random_floats(kv_numel, 901), DType::BF16, kv_shape);
+  DeviceTensor v = upload(random_floats(kv_numel, 902), DType::BF16, kv_shape);
+  std::vector<float> results[2][2];
+  const Tensor positions[2] = {uploaded, overwritten};
+  for (int i = 0; i < 2; ++i) {
+    DeviceTensor out = poisoned(DType::BF16, q_shape), lse = poisoned(DType::F32, lse_shape);
+    gpu().attention_forward(out, lse, q, k, v, positions[i], 0.125f);
+    results[i][0] = download(out);
+    results[i][1] = download(lse);
+  }
+  check_identical(results[1][0], results[0][0], "out with positions overwritten on the device");
+  check_identical(results[1][1], results[0][1], "lse with positions overwritten on the device");
+}
+
 BOOST_AUTO_TEST_CASE(argument_errors) {
   DeviceTensor q = device_tensor(DType::F32, {1, 4, 3, 8});
   DeviceTensor k = device_tensor(DType::F32, {1, 4, 2, 8});
