@@ -109,7 +109,8 @@ have_binaries() {
 find_cuda_libs() {
   local site dirs
   site=$(env -u LD_LIBRARY_PATH python3 -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null)
-  dirs=$(find ${site:+$site/nvidia} /usr/local/cuda/lib64 /usr/local/cuda/targets \
+  # -L: /usr/local/cuda/lib64 is a link to lib on some installs (find would not enter it).
+  dirs=$(find -L ${site:+$site/nvidia} /usr/local/cuda/lib64 /usr/local/cuda/targets \
       \( -name 'libcublasLt.so.1[23]*' -o -name 'libnccl.so.2*' -o -name 'libcudart.so.1[23]*' \
       -o -name 'libcudnn*.so.9*' \) -printf '%h\n' 2>/dev/null | sort -u | tr '\n' ':')
   echo "$dirs"
@@ -117,10 +118,12 @@ find_cuda_libs() {
 
 # The cuDNN libraries libcudnn.so.9 needs beside it, missing from LD_LIBRARY_PATH (one a line).
 missing_cudnn_parts() {
-  local part dir hit
+  local part dir hit cudnn
+  # Beside the libcudnn.so.9 the loader picks for zerotune, or anywhere on LD_LIBRARY_PATH.
+  cudnn=$(ldd "$B/zerotune" | awk '/libcudnn.so.9/ {print $3}')
   for part in libcudnn_graph libcudnn_engines_precompiled libcudnn_engines_runtime_compiled libcudnn_heuristic; do
     hit=""
-    for dir in ${LD_LIBRARY_PATH//:/ }; do [[ -e "$dir/$part.so.9" ]] && hit=1; done
+    for dir in ${cudnn:+$(dirname "$cudnn")} ${LD_LIBRARY_PATH//:/ }; do [[ -e "$dir/$part.so.9" ]] && hit=1; done
     [[ -n "$hit" ]] || echo "$part.so.9"
   done
 }

