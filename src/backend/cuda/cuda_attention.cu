@@ -87,10 +87,11 @@ bool use_cudnn(CudaBackendImpl& backend, const AttentionCall& call, bool& tensor
 // What both entry points decide: the call (packed rows' sample starts from the host mirror),
 // then cuDNN (run_cudnn(call)) or our kernels (run_kernels(tensor_cores)).
 template <class RunCudnn, class RunKernels>
-void dispatch(CudaBackendImpl& backend, const Tensor& q, const Tensor& positions, const AttentionDims& dims,
-              float scale, RunCudnn run_cudnn, RunKernels run_kernels) {
+void dispatch(CudaBackendImpl& backend, const Tensor& q, const Tensor& positions, const int32_t* position_of,
+              const AttentionDims& dims, float scale, RunCudnn run_cudnn, RunKernels run_kernels) {
+  // position_of: positions_data()'s pointer, null for an empty tensor (one sample per row).
   const std::vector<int64_t> starts =
-      positions.numel() > 0 ? sample_starts(backend, positions, dims) : std::vector<int64_t>{};
+      position_of ? sample_starts(backend, positions, dims) : std::vector<int64_t>{};
   const AttentionCall call{q.dtype, dims.batch, dims.time, dims.heads, dims.kv_heads, dims.head_dim, scale, starts};
   bool tensor_cores = false;
   if (use_cudnn(backend, call, tensor_cores)) {
@@ -132,7 +133,7 @@ void CudaBackendImpl::attention_forward(Tensor out, Tensor lse, Tensor q, Tensor
   const int32_t* position_of = positions_data(op, positions, dims.batch, dims.time);
   if (dims.batch == 0 || dims.time == 0 || dims.heads == 0) return;
   dispatch(
-      *this, q, positions, dims, scale,
+      *this, q, positions, position_of, dims, scale,
       [&](const AttentionCall& call) { cudnn_attention().forward(call, out, lse, q, k, v); },
       [&](bool tensor_cores) {
         run_attention_forward_kernels(*this, tensor_cores, out, lse, q, k, v, position_of, dims, scale);
@@ -155,7 +156,7 @@ void CudaBackendImpl::attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor
   }
   if (dims.batch == 0 || dims.time == 0 || dims.heads == 0) return;
   dispatch(
-      *this, q, positions, dims, scale,
+      *this, q, positions, position_of, dims, scale,
       [&](const AttentionCall& call) { cudnn_attention().backward(call, dq, dk, dv, dout, q, k, v, out, lse); },
       [&](bool tensor_cores) {
         run_attention_backward_kernels(*this, tensor_cores, dq, dk, dv, dout, q, k, v, out, lse, position_of,
