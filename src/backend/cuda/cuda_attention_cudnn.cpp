@@ -229,7 +229,6 @@ struct CudnnAttention::Impl {
   CudaBackendImpl& backend;
   cudnnHandle_t handle = nullptr;
   std::map<GraphKey, GraphPair> graphs;
-  size_t built = 0;
   PackedIndex packed;  // the last batch geometry's arrays (rebuilt when the starts change)
   int32_t* staging = nullptr;  // pinned host staging of packed.arrays
   size_t staging_count = 0;
@@ -307,7 +306,6 @@ struct CudnnAttention::Impl {
       ZT_CHECK(pair.forward->get_workspace_size(pair.forward_workspace).is_good() &&
                    pair.backward->get_workspace_size(pair.backward_workspace).is_good(),
                "cudnn: attention graphs built but their workspace size is unknown");
-      built += 2;
     }
     return graphs.emplace(key, std::move(pair)).first->second;
   }
@@ -383,8 +381,6 @@ void CudnnAttention::Impl::run(fe::graph::Graph& graph, const char* op, int64_t 
 
 CudnnAttention::CudnnAttention(CudaBackendImpl& backend) : impl_(std::make_unique<Impl>(backend)) {}
 CudnnAttention::~CudnnAttention() = default;
-
-size_t CudnnAttention::graphs_built() const { return impl_->built; }
 
 std::string CudnnAttention::prepare(const AttentionCall& call) {
   if (call.dtype != DType::BF16 && call.dtype != DType::F16) return "cuDNN's fused attention takes bf16 and fp16 only";

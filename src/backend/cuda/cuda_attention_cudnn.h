@@ -52,8 +52,6 @@ class CudnnAttention {
   // dq, dk, dv written from dout, q, k, v, out, lse.
   void backward(const AttentionCall& call, Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
                 Tensor k, Tensor v, Tensor out, Tensor lse);
-  // Graphs built so far (forward + backward), for tests and the banner.
-  size_t graphs_built() const;
 
  private:
   struct Impl;
