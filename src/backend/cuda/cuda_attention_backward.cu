@@ -544,6 +544,32 @@ attention_backward_dq_tc_kernel(Storage<Format>* dq, const Storage<Format>* dout
                                      q_stride, dq_acc, scores, warp_valid);
 }
 
+// The two backward launches, dK/dV (one block per key tile and kv head) then dQ (one block per
+// query tile and head), with the kernels' shared memory allowed first; both kernel kinds (tensor
+// cores, CUDA cores) take the same arguments.
+template <class Format, class DkdvKernel, class DqKernel>
+void launch_dkdv_then_dq(const CudaBackendImpl& backend, cudaStream_t stream, const char* op,
+                         DkdvKernel dkdv_kernel, size_t dkdv_bytes, DqKernel dq_kernel, size_t dq_bytes,
+                         int tile_rows, int threads, Tensor& dq, Tensor& dk, Tensor& dv,
+                         const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                         const Tensor& lse, const float* delta, const int32_t* positions,
+                         const AttentionDims& dims, float scale_factor) {
+  allow_shared_memory(backend, op, dkdv_kernel, dkdv_bytes, dims.head_dim);
+  const dim3 dkdv_grid(tiles_of(dims.time, tile_rows), static_cast<unsigned int>(dims.kv_heads),
+                       static_cast<unsigned int>(dims.batch));
+  launch({dkdv_grid, threads, dkdv_bytes, stream}, dkdv_kernel, data_of<Format>(dk), data_of<Format>(dv),
+         data_of<Format>(dout), data_of<Format>(q), data_of<Format>(k), data_of<Format>(v), lse.f32(), delta,
+         positions, dims, scale_factor);
+  ZT_CUDA_CHECK_LAUNCH("attention_backward_dkdv_kernel");
+  allow_shared_memory(backend, op, dq_kernel, dq_bytes, dims.head_dim);
+  const dim3 dq_grid(tiles_of(dims.time, tile_rows), static_cast<unsigned int>(dims.heads),
+                     static_cast<unsigned int>(dims.batch));
+  launch({dq_grid, threads, dq_bytes, stream}, dq_kernel, data_of<Format>(dq), data_of<Format>(dout),
+         data_of<Format>(q), data_of<Format>(k), data_of<Format>(v), lse.f32(), delta, positions, dims,
+         scale_factor);
+  ZT_CUDA_CHECK_LAUNCH("attention_backward_dq_kernel");
+}
+
 template <class Format>
 void launch_backward_tc(const CudaBackendImpl& backend, cudaStream_t stream, const char* op,
                         Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q,
@@ -552,24 +578,9 @@ void launch_backward_tc(const CudaBackendImpl& backend, cudaStream_t stream, con
   with_head_dim(dims.head_dim, [&](auto head_dim) {
     constexpr int kD = decltype(head_dim)::value;
     const size_t bytes = BackwardTcShared<kD>(nullptr).layout.launch_bytes();
-    auto dkdv_kernel = attention_backward_dkdv_tc_kernel<Format, kD>;
-    allow_shared_memory(backend, op, dkdv_kernel, bytes, dims.head_dim);
-    const dim3 dkdv_grid(tiles_of(dims.time, kTcBlockRows),
-                         static_cast<unsigned int>(dims.kv_heads),
-                         static_cast<unsigned int>(dims.batch));
-    launch({dkdv_grid, kTcThreads, bytes, stream}, dkdv_kernel, data_of<Format>(dk),
-           data_of<Format>(dv), data_of<Format>(dout), data_of<Format>(q), data_of<Format>(k),
-           data_of<Format>(v), lse.f32(), delta, positions, dims, scale_factor);
-    ZT_CUDA_CHECK_LAUNCH("attention_backward_dkdv_tc_kernel");
-
-    auto dq_kernel = attention_backward_dq_tc_kernel<Format, kD>;
-    allow_shared_memory(backend, op, dq_kernel, bytes, dims.head_dim);
-    const dim3 dq_grid(tiles_of(dims.time, kTcBlockRows), static_cast<unsigned int>(dims.heads),
-                       static_cast<unsigned int>(dims.batch));
-    launch({dq_grid, kTcThreads, bytes, stream}, dq_kernel, data_of<Format>(dq),
-           data_of<Format>(dout), data_of<Format>(q), data_of<Format>(k), data_of<Format>(v),
-           lse.f32(), delta, positions, dims, scale_factor);
-    ZT_CUDA_CHECK_LAUNCH("attention_backward_dq_tc_kernel");
+    launch_dkdv_then_dq<Format>(backend, stream, op, attention_backward_dkdv_tc_kernel<Format, kD>, bytes,
+                                attention_backward_dq_tc_kernel<Format, kD>, bytes, kTcBlockRows, kTcThreads,
+                                dq, dk, dv, dout, q, k, v, lse, delta, positions, dims, scale_factor);
   });
 }
 
@@ -582,23 +593,10 @@ void launch_backward(const CudaBackendImpl& backend, cudaStream_t stream, const 
                      const int32_t* positions, const AttentionDims& dims, float scale_factor) {
   const size_t dkdv_bytes = BackwardShared<Math>(nullptr, dims.head_dim, 2).layout.launch_bytes();
   const size_t dq_bytes = BackwardShared<Math>(nullptr, dims.head_dim, 1).layout.launch_bytes();
-  auto dkdv_kernel = attention_backward_dkdv_kernel<Format, Math>;
-  allow_shared_memory(backend, op, dkdv_kernel, dkdv_bytes, dims.head_dim);
-  const dim3 dkdv_grid(tiles_of(dims.time, kBackwardTile), static_cast<unsigned int>(dims.kv_heads),
-                       static_cast<unsigned int>(dims.batch));
-  launch({dkdv_grid, kBackwardThreads, dkdv_bytes, stream}, dkdv_kernel, data_of<Format>(dk),
-         data_of<Format>(dv), data_of<Format>(dout), data_of<Format>(q), data_of<Format>(k),
-         data_of<Format>(v), lse.f32(), delta, positions, dims, scale_factor);
-  ZT_CUDA_CHECK_LAUNCH("attention_backward_dkdv_kernel");
-
-  auto dq_kernel = attention_backward_dq_kernel<Format, Math>;
-  allow_shared_memory(backend, op, dq_kernel, dq_bytes, dims.head_dim);
-  const dim3 dq_grid(tiles_of(dims.time, kBackwardTile), static_cast<unsigned int>(dims.heads),
-                     static_cast<unsigned int>(dims.batch));
-  launch({dq_grid, kBackwardThreads, dq_bytes, stream}, dq_kernel, data_of<Format>(dq),
-         data_of<Format>(dout), data_of<Format>(q), data_of<Format>(k), data_of<Format>(v),
-         lse.f32(), delta, positions, dims, scale_factor);
-  ZT_CUDA_CHECK_LAUNCH("attention_backward_dq_kernel");
+  launch_dkdv_then_dq<Format>(backend, stream, op, attention_backward_dkdv_kernel<Format, Math>, dkdv_bytes,
+                              attention_backward_dq_kernel<Format, Math>, dq_bytes, kBackwardTile,
+                              kBackwardThreads, dq, dk, dv, dout, q, k, v, lse, delta, positions, dims,
+                              scale_factor);
 }
 
 }  // namespace
