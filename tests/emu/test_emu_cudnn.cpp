@@ -191,17 +191,25 @@ std::unique_ptr<Descriptor> tensor(int64_t uid) {
   return t;
 }
 
+// A finalized pointwise operation y = mode(x), with its mode descriptor kept alive beside it.
+struct PointwiseOp {
+  Descriptor mode{CUDNN_BACKEND_POINTWISE_DESCRIPTOR};
+  Descriptor op{CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR};
+  PointwiseOp(cudnnPointwiseMode_t mode_value, const Descriptor& x, const Descriptor& y) {
+    mode.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, std::vector<cudnnPointwiseMode_t>{mode_value});
+    BOOST_REQUIRE(mode.finalize() == CUDNN_STATUS_SUCCESS);
+    op.set(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, std::vector<void*>{mode.handle});
+    op.set(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, std::vector<void*>{x.handle});
+    op.set(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, std::vector<void*>{y.handle});
+    BOOST_REQUIRE(op.finalize() == CUDNN_STATUS_SUCCESS);
+  }
+};
+
 BOOST_AUTO_TEST_CASE(raw_api_missing_uid_is_refused_and_execution_is_deferred) {
   Handle handle;
   auto x = tensor(1), y = tensor(2);
-  Descriptor mode(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-  mode.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, std::vector<cudnnPointwiseMode_t>{CUDNN_POINTWISE_IDENTITY});
-  BOOST_REQUIRE(mode.finalize() == CUDNN_STATUS_SUCCESS);
-  Descriptor op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-  op.set(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, std::vector<void*>{mode.handle});
-  op.set(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, std::vector<void*>{x->handle});
-  op.set(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, std::vector<void*>{y->handle});
-  BOOST_REQUIRE(op.finalize() == CUDNN_STATUS_SUCCESS);
+  const PointwiseOp pointwise(CUDNN_POINTWISE_IDENTITY, *x, *y);
+  const Descriptor& op = pointwise.op;
   Descriptor graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, std::vector<void*>{op.handle});
   graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, std::vector<cudnnHandle_t>{handle.handle});
@@ -258,14 +266,8 @@ BOOST_AUTO_TEST_CASE(raw_api_missing_uid_is_refused_and_execution_is_deferred) {
 BOOST_AUTO_TEST_CASE(unimplemented_pointwise_modes_are_refused_at_finalize) {
   Handle handle;
   auto x = tensor(1), y = tensor(2);
-  Descriptor mode(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-  mode.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, std::vector<cudnnPointwiseMode_t>{CUDNN_POINTWISE_GELU_FWD});
-  BOOST_REQUIRE(mode.finalize() == CUDNN_STATUS_SUCCESS);
-  Descriptor op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-  op.set(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, std::vector<void*>{mode.handle});
-  op.set(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, std::vector<void*>{x->handle});
-  op.set(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, std::vector<void*>{y->handle});
-  BOOST_REQUIRE(op.finalize() == CUDNN_STATUS_SUCCESS);
+  const PointwiseOp pointwise(CUDNN_POINTWISE_GELU_FWD, *x, *y);
+  const Descriptor& op = pointwise.op;
   Descriptor graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, std::vector<void*>{op.handle});
   BOOST_TEST(graph.finalize() == CUDNN_STATUS_NOT_SUPPORTED);
