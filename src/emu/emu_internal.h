@@ -106,6 +106,14 @@ constexpr size_t kDefaultSharedBytes = 48 * 1024;     // without cudaFuncSetAttr
 constexpr size_t kMaxSharedBytesOptin = 227 * 1024;   // static + dynamic, per block
 constexpr int kMultiprocessors = 132;
 
+// ---- call counters (emu_counters.cpp) ----------------------------------------------------------
+
+// Counts one call of `category` ("host_waits": a call in which the host waits for device work;
+// "vmm": a virtual-memory driver call). ZT_EMU_CALL_REPORT=PATH writes the counts at exit
+// (emu_counters.cpp), for tests that bound a step's synchronisations and driver calls.
+void count_call(const char* category, const char* call);
+inline void count_host_wait(const char* call) { count_call("host_waits", call); }
+
 // Environment knobs (read once):
 //   ZT_EMU_DEVICE_MEMORY  device memory of the process (its devices share one arena), e.g. 4GiB
 //   ZT_EMU_DEVICES        devices a process sees (default 8, PCI bus ids 0000:01:00.0 ...)

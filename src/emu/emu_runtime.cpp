@@ -612,6 +612,7 @@ cudaError_t copy(const CopyRequest& request) {
   // Into pageable memory the copy is synchronous, as CUDA documents for cudaMemcpyAsync too:
   // the host's buffer is written before the call returns.
   if (request.blocking || dst_memory == Memory::Pageable) {
+    count_host_wait(request.blocking ? request.call : "cudaMemcpyAsync into pageable memory");
     advance(*stream, position, Mode::Wait);
     return after_wait();
   }
@@ -640,6 +641,7 @@ cudaError_t fill(void* dst, int value, size_t count, cudaStream_t stream_handle,
   // cudaMemset is asynchronous with the host for device memory (CUDA's API synchronisation
   // rules), but synchronous when the target is pinned host memory: the host may read it next.
   if (std::string(call) == "cudaMemset" && memory == Memory::Pinned) {
+    count_host_wait(call);
     advance(*stream, position, Mode::Wait);
     return after_wait();
   }
@@ -826,6 +828,7 @@ cudaError_t cudaDeviceGetPCIBusId(char* pciBusId, int len, int device) {
 cudaError_t cudaDeviceSynchronize(void) {
   Guard lock(device_lock());
   if (const cudaError_t sticky = sticky_error()) return sticky;
+  count_host_wait("cudaDeviceSynchronize");
   advance_all(Mode::Wait);
   return after_wait();
 }
@@ -877,6 +880,7 @@ cudaError_t cudaFree(void* devPtr) {
   Guard lock(device_lock());
   if (const cudaError_t sticky = sticky_error()) return sticky;
   // cudaFree synchronises the device: queued work that uses the memory runs first.
+  count_host_wait("cudaFree");
   advance_all(Mode::Wait);
   if (const cudaError_t sticky = sticky_error()) return sticky;
   if (devPtr == nullptr) return cudaSuccess;
@@ -908,6 +912,7 @@ cudaError_t cudaMallocHost(void** ptr, size_t size) { return cudaHostAlloc(ptr, 
 cudaError_t cudaFreeHost(void* ptr) {
   Guard lock(device_lock());
   if (const cudaError_t sticky = sticky_error()) return sticky;
+  count_host_wait("cudaFreeHost");
   advance_all(Mode::Wait);  // synchronises the device, as cudaFree
   if (const cudaError_t sticky = sticky_error()) return sticky;
   if (ptr == nullptr) return cudaSuccess;
@@ -1008,6 +1013,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   const std::shared_ptr<Stream> target = find_stream(stream);
   if (!target)
     return fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize: " + stream_text(stream) + " is not a stream");
+  count_host_wait("cudaStreamSynchronize");
   advance(*target, target->queued, Mode::Wait);
   return after_wait();
 }
@@ -1109,6 +1115,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (waited == nullptr)
     return fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: " + event_text(event) + " is not an event");
   if (!waited->recorded) return cudaSuccess;
+  count_host_wait("cudaEventSynchronize");
   const std::shared_ptr<Stream> stream = waited->stream;
   advance(*stream, waited->position, Mode::Wait);
   return after_wait();
