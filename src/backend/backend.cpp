@@ -50,9 +50,8 @@ struct CompletedEvent final : BackendEvent {
 
 std::unique_ptr<BackendEvent> Backend::record_event() { return std::make_unique<CompletedEvent>(); }
 
-std::unique_ptr<BackendEvent> Backend::transfer_async(Tensor dst, Tensor src, const BackendEvent* after) {
-  (void)after;  // everything before it has completed: this backend is synchronous
-  copy(dst, src);
+std::unique_ptr<BackendEvent> Backend::transfer_async(Tensor dst, Tensor src) {
+  copy(dst, src);  // everything before it has completed: this backend is synchronous
   return std::make_unique<CompletedEvent>();
 }
 

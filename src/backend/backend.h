@@ -133,11 +133,13 @@ class Backend {
   // An event after everything issued so far (the default: already complete).
   virtual std::unique_ptr<BackendEvent> record_event();
   // dst = src (same dtype) on the backend's transfer queue, beside the compute queue, so that a
-  // GPU overlaps the copy with compute (activation offload): it starts once `after` (an event of
-  // record_event(), or null) has completed, and the returned event completes with it. Compute
-  // issued later does not wait for it unless wait_for(event) is called; host memory follows
-  // copy_async's rules. The default (synchronous backends) is copy(), already complete.
-  virtual std::unique_ptr<BackendEvent> transfer_async(Tensor dst, Tensor src, const BackendEvent* after);
+  // GPU overlaps the copy with compute (activation offload): it starts once the compute issued
+  // so far has completed (without the host waiting, and without the deferred-error snapshot
+  // record_event() queues: the ordering is the device's alone), and the returned event
+  // completes with it. Compute issued later does not wait for it unless wait_for(event) is
+  // called; host memory follows copy_async's rules. The default (synchronous backends) is
+  // copy(), already complete.
+  virtual std::unique_ptr<BackendEvent> transfer_async(Tensor dst, Tensor src);
   // Compute issued after this call starts once `event` (of record_event or transfer_async) has
   // completed; the host does not wait. The default has nothing to order.
   virtual void wait_for(const BackendEvent& event) { (void)event; }
@@ -158,6 +160,10 @@ class Backend {
   // Waits until every operation issued so far has finished (timing; a no-op on the CPU, whose
   // operations are synchronous).
   virtual void synchronize() {}
+  // Starts (true) or stops (false) the range an external profiler records: the CUDA backend
+  // calls cudaProfilerStart/Stop, so that `nsys profile --capture-range=cudaProfilerApi` records
+  // only the steps of --cuda-profiler-steps (and the emulated device counts their host waits).
+  virtual void profiler_range(bool start) { (void)start; }
   // A CPU backend whose memory this backend copies to and from fastest (ZeRO-Offload's master,
   // optimizer state and gradient partitions): the CUDA backend's allocates page-locked (pinned)
   // host memory, so device<->host copies run at full PCIe speed without a staging copy (copy()

@@ -69,6 +69,9 @@ po::options_description train_options() {
       ("peak-tflops", po::value<double>(), "per-rank peak TFLOPS for the MFU figure")
       ("profile-step", po::value<int64_t>(), "time each module (embedding, attention, mlp, norm, head, optimizer, "
                                              "communication) in step N: a table and OUT/profile.json")
+      ("cuda-profiler-steps", po::value<std::string>(), "FIRST:LAST (or N): cudaProfilerStart before step FIRST, "
+                                                         "cudaProfilerStop after step LAST, for `nsys profile "
+                                                         "--capture-range=cudaProfilerApi`")
       ("eval-data", po::value<std::string>(), "evaluation split (token shards): eval_loss/eval_ppl in metrics.jsonl")
       ("split", po::value<std::string>(), "the split of --data to train on (train-00000.h5 ...: train), when it holds several")
       ("eval-split", po::value<std::string>(), "the split to evaluate on: of --eval-data, or of --data without --eval-data")
@@ -102,6 +105,28 @@ po::options_description train_options() {
 template <class T>
 void take(const po::variables_map& vm, const char* key, T& target) {
   if (vm.count(key)) target = vm[key].as<T>();
+}
+
+// --cuda-profiler-steps FIRST:LAST or N (= N:N), 1-based steps, FIRST <= LAST.
+void parse_profiler_steps(const std::string& text, RunOptions& run) {
+  const size_t colon = text.find(':');
+  const std::string first = text.substr(0, colon), last = colon == std::string::npos ? first : text.substr(colon + 1);
+  const auto step_of = [&](const std::string& part) {
+    size_t used = 0;
+    int64_t value = 0;
+    try {
+      value = std::stoll(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    ZT_CHECK(used > 0 && used == part.size() && value >= 1, "--cuda-profiler-steps '", text,
+             "': expected FIRST:LAST or N, steps counted from 1");
+    return value;
+  };
+  run.profiler_first = step_of(first);
+  run.profiler_last = step_of(last);
+  ZT_CHECK(run.profiler_first <= run.profiler_last, "--cuda-profiler-steps '", text, "': FIRST ",
+           run.profiler_first, " comes after LAST ", run.profiler_last);
 }
 
 }  // namespace
@@ -210,6 +235,7 @@ ParsedTrainOptions parse_train_options(const std::vector<std::string>& args, con
   take(vm, "peak-tflops", run.peak_tflops);
   take(vm, "profile-step", run.profile_step);
   ZT_CHECK(run.profile_step >= 0, "--profile-step must not be negative");
+  if (vm.count("cuda-profiler-steps")) parse_profiler_steps(vm["cuda-profiler-steps"].as<std::string>(), run);
   take(vm, "dump-step0", config.dump_step0_path);
   take(vm, "dump-final", config.dump_final_path);
   take(vm, "device", config.device);

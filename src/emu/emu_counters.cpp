@@ -64,9 +64,18 @@ void write_call_report() {
 
 }  // namespace
 
+static bool capturing = false;  // between cudaProfilerStart and cudaProfilerStop (under counts_lock)
+
 void count_call(const char* category, const char* call) {
   std::lock_guard lock(counts_lock());
   ++counts()[category][call];
+  if (capturing) ++counts()[std::string("captured ") + category][call];
+}
+
+void set_capturing(bool start) {
+  std::lock_guard lock(counts_lock());
+  if (start && !capturing) ++counts()["capture_ranges"]["cudaProfilerStart"];
+  capturing = start;
 }
 
 }  // namespace zt_emu

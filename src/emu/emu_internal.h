@@ -111,7 +111,10 @@ constexpr int kMultiprocessors = 132;
 // Counts one call of `category` ("host_waits": a call in which the host waits for device work;
 // "vmm": a virtual-memory driver call). ZT_EMU_CALL_REPORT=PATH writes the counts at exit
 // (emu_counters.cpp), for tests that bound a step's synchronisations and driver calls.
+// Between cudaProfilerStart and cudaProfilerStop (set_capturing) a call also counts under
+// "captured <category>", and each start counts as "capture_ranges" / "cudaProfilerStart".
 void count_call(const char* category, const char* call);
+void set_capturing(bool capturing);
 inline void count_host_wait(const char* call) { count_call("host_waits", call); }
 
 // Environment knobs (read once):

@@ -217,14 +217,12 @@ class DecoderModel final : public CausalLM {
   // Once residual(index) is complete: its copy to the host, behind the compute that wrote it.
   void offload(int64_t index) {
     if (!evicted(index)) return;
-    const std::unique_ptr<BackendEvent> written = backend_.record_event();
-    transfers_[static_cast<size_t>(index)] = backend_.transfer_async(host_residual(index), residual(index), written.get());
+    transfers_[static_cast<size_t>(index)] = backend_.transfer_async(host_residual(index), residual(index));
   }
   // Its copy back into its slot, behind the compute that last read the slot's previous content.
   void prefetch(int64_t index) {
     if (index < 0 || !evicted(index)) return;
-    const std::unique_ptr<BackendEvent> slot_free = backend_.record_event();
-    transfers_[static_cast<size_t>(index)] = backend_.transfer_async(residual(index), host_residual(index), slot_free.get());
+    transfers_[static_cast<size_t>(index)] = backend_.transfer_async(residual(index), host_residual(index));
   }
   // Before residual(index) is read in backward: it is back on the device.
   void bring_back(int64_t index) {

@@ -194,8 +194,7 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
       engine.end_micro_batch();
     }
     engine.reduce_gradients();
-    if (config.compute_dtype == DType::F16) engine.gradients_overflow();
-    engine.gradient_norm();
+    engine.check_gradients();  // the norm and overflow flag, as StepRunner::update reads them
     if (!fused) engine.apply_update(OptimizerStep{config.optimizer.lr, 1.0f, 1});
   }
   prediction.device_peak = backend->counted().device_peak;

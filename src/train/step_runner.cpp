@@ -43,7 +43,8 @@ StepRunner::StepRunner(const TrainConfig& config, CausalLM& model, ZeroEngine& e
                        Backend& backend, Communicator& comm, Communicator& control, DynamicLossScaler* scaler,
                        int64_t vocab_size)
     : config_(config), model_(model), engine_(engine), store_(store), backend_(backend), comm_(comm), control_(control),
-      scaler_(scaler), vocab_size_(vocab_size), step_loss_sum_(backend, sizeof(double)) {}
+      scaler_(scaler), vocab_size_(vocab_size), step_loss_sum_(backend, sizeof(double)),
+      host_(backend.make_host_backend()), host_loss_sum_(*host_, sizeof(double)) {}
 
 StepOutcome StepRunner::run(int64_t step, int64_t updates_done, StepBatches& batches,
                             const std::vector<StepInstruction>& schedule, StepProfiler* profiler) {
@@ -57,7 +58,7 @@ StepOutcome StepRunner::run(int64_t step, int64_t updates_done, StepBatches& bat
   dropout_ = DropoutContext{config_.seed, static_cast<uint32_t>(step), Tensor()};
   for (double& sum : sums_) sum = 0.0;
   reduced_ = norm_measured_ = false;
-  backend_.copy(step_loss_sum_.view(DType::F64, {1}), Tensor(&sums_[0], DType::F64, {1}));  // = 0
+  backend_.fill(step_loss_sum_.view(DType::F64, {1}), 0.0f);  // on the device: no upload
   engine_.begin_step(updates_done + 1);
   const int64_t last_micro = static_cast<int64_t>(batches.micro.size()) - 1;
   for (const StepInstruction& instruction : schedule) {
@@ -68,11 +69,15 @@ StepOutcome StepRunner::run(int64_t step, int64_t updates_done, StepBatches& bat
       case StepOp::Update: update(updates_done, outcome, profiler); break;
       case StepOp::BeginNormPass: begin_norm_pass(); break;
       case StepOp::BeginUpdatePass:
-        if (!begin_update_pass(updates_done, outcome)) return outcome;  // skipped: no update pass
+        if (!begin_update_pass(updates_done, outcome)) {  // skipped: no update pass
+          finish_sums(outcome);
+          return outcome;
+        }
         break;
       case StepOp::FinishFusedUpdate: finish_fused_update(outcome); break;
     }
   }
+  finish_sums(outcome);
   return outcome;
 }
 
@@ -105,21 +110,35 @@ void StepRunner::backward(int64_t step, int64_t micro, StepBatches& batches) {
 
 void StepRunner::reduce(int64_t step, StepOutcome& outcome) {
   reduced_ = true;
-  backend_.copy(Tensor(&sums_[0], DType::F64, {1}), step_loss_sum_.view(DType::F64, {1}));  // the step's one read
+  // Queued behind the backward; the host reads it once the gradient check has waited anyway.
+  backend_.copy_async(host_loss_sum_.view(DType::F64, {1}), step_loss_sum_.view(DType::F64, {1}));
+  loss_copied_ = backend_.record_event();
+  if (step == 0 && !config_.dump_step0_path.empty()) {
+    finish_sums(outcome);
+    write_step0_dump(config_.dump_step0_path, step0_logits_, step0_batch_, step0_seq_, vocab_size_, outcome.loss, store_,
+                     backend_);
+  }
+  engine_.reduce_gradients();
+}
+
+void StepRunner::finish_sums(StepOutcome& outcome) {
+  if (!loss_copied_) return;  // read already (--dump-step0), or no reduce in this step
+  loss_copied_->wait();
+  loss_copied_.reset();
+  sums_[0] = *static_cast<const double*>(host_loss_sum_.data());
   comm_.all_reduce_scalars(sums_);
   outcome.loss = outcome.target_tokens > 0 ? sums_[0] / static_cast<double>(outcome.target_tokens) : 0.0;
   outcome.real_tokens = sums_[1];
   outcome.padded_tokens = sums_[2];
   outcome.flops = sums_[3];
-  if (step == 0 && !config_.dump_step0_path.empty())
-    write_step0_dump(config_.dump_step0_path, step0_logits_, step0_batch_, step0_seq_, vocab_size_, outcome.loss, store_,
-                     backend_);
-  engine_.reduce_gradients();
 }
 
-std::optional<std::string> StepRunner::skip_reason(StepOutcome& outcome, bool overflow) {
+// `check`: the step's gradient norm and overflow flag (engine_.check_gradients()). An overflow
+// matters with a loss scaler (fp16); without one, a non-finite norm skips the step all the same.
+std::optional<std::string> StepRunner::skip_reason(StepOutcome& outcome, const ZeroEngine::GradientCheck& check) {
+  const bool overflow = scaler_ && check.overflow;
   if (scaler_) scaler_->update(overflow);
-  outcome.grad_norm = overflow ? std::numeric_limits<double>::quiet_NaN() : engine_.gradient_norm() / outcome.loss_scale;
+  outcome.grad_norm = overflow ? std::numeric_limits<double>::quiet_NaN() : check.norm / outcome.loss_scale;
   if (outcome.target_tokens == 0) return std::string("the global batch has no target tokens");
   if (overflow)
     return cat("fp16 gradient overflow at loss scale ", outcome.loss_scale, "; the scale is now ", scaler_->scale());
@@ -129,9 +148,8 @@ std::optional<std::string> StepRunner::skip_reason(StepOutcome& outcome, bool ov
 
 void StepRunner::update(int64_t updates_done, StepOutcome& outcome, StepProfiler* profiler) {
   // fp16: an overflow anywhere skips the step and lowers the loss scale (DeepSpeed).
-  const bool overflow = scaler_ && engine_.gradients_overflow();
   outcome.lr = learning_rate_at(config_.scheduler, config_.optimizer.lr, updates_done);
-  outcome.skipped = skip_reason(outcome, overflow);
+  outcome.skipped = skip_reason(outcome, engine_.check_gradients());
   if (outcome.skipped) return;
   const float clip = clip_coefficient(outcome.grad_norm, config_.gradient_clipping);
   const auto optimizer_start = std::chrono::steady_clock::now();
@@ -158,7 +176,7 @@ bool StepRunner::begin_update_pass(int64_t updates_done, StepOutcome& outcome) {
   outcome.lr = learning_rate_at(config_.scheduler, config_.optimizer.lr, updates_done);
   float clip = 1.0f;
   if (norm_measured_) {  // LOMO's grad_norm(): skip on overflow, clip by the global norm
-    outcome.skipped = skip_reason(outcome, scaler_ && engine_.gradients_overflow());
+    outcome.skipped = skip_reason(outcome, engine_.check_gradients());
     if (outcome.skipped) return false;
     clip = clip_coefficient(outcome.grad_norm, config_.gradient_clipping);
   } else if (outcome.target_tokens == 0) {

@@ -61,13 +61,16 @@ class StepRunner {
   void forward(int64_t step, int64_t micro, StepBatches& batches, bool last);
   void backward(int64_t step, int64_t micro, StepBatches& batches);
   void reduce(int64_t step, StepOutcome& outcome);
+  // The step's loss sums over the ranks into `outcome`: reads the loss sum that reduce() queued
+  // for the host (by then the gradient check has waited for the device: no wait of its own).
+  void finish_sums(StepOutcome& outcome);
   void update(int64_t updates_done, StepOutcome& outcome, StepProfiler* profiler);
   // Fused optimizers (LOMO). begin_update_pass returns false when the step is skipped.
   void begin_norm_pass();
   bool begin_update_pass(int64_t updates_done, StepOutcome& outcome);
   void finish_fused_update(StepOutcome& outcome);
   // The norm pass's verdict: why the update must be skipped, if it must (fp16 overflow moves the scale).
-  std::optional<std::string> skip_reason(StepOutcome& outcome, bool overflow);
+  std::optional<std::string> skip_reason(StepOutcome& outcome, const ZeroEngine::GradientCheck& check);
 
   const TrainConfig& config_;
   CausalLM& model_;
@@ -79,6 +82,9 @@ class StepRunner {
   DynamicLossScaler* scaler_;
   int64_t vocab_size_;
   Buffer step_loss_sum_;           // fp64 [1]: this rank's loss sum of a step, on the device
+  std::unique_ptr<Backend> host_;  // pinned host memory of backend_ (make_host_backend)
+  Buffer host_loss_sum_;           // fp64 [1]: its copy on the host, queued by reduce()
+  std::unique_ptr<BackendEvent> loss_copied_;  // after that copy; null when nothing is queued
   DeviceBatchStorage device_batch_;  // the micro-batch on the device (GPU backends)
   // Within a step:
   BatchTensors batch_;             // the current micro-batch's views

@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cerrno>
 #include <cmath>
@@ -230,6 +231,8 @@ void run_training(TrainConfig config, const RunOptions& options) {
            global_batch, " (train_batch_size)");
   const int64_t total_steps = config.max_steps > 0 ? config.max_steps : config.epochs * steps_per_epoch;
   resolve_schedule(config.scheduler, config.optimizer.lr, total_steps);
+  ZT_CHECK(options.profiler_last <= total_steps, "--cuda-profiler-steps ends at step ", options.profiler_last,
+           ", beyond this run's last step ", total_steps);
 
   // Resume: the optimizer partitions (re-sliced for this world size and stage) and the position.
   RunIdentity identity;
@@ -373,6 +376,10 @@ void run_training(TrainConfig config, const RunOptions& options) {
     control->set_context(cat("step ", step + 1));
     const CommStats comm_before = control->stats();
     const bool profiling = options.profile_step == step + 1;
+    // --cuda-profiler-steps: from its first step (or the first step of a resumed run inside it).
+    if (options.profiler_first > 0 && step + 1 == std::max(options.profiler_first, state.step + 1) &&
+        step + 1 <= options.profiler_last)
+      backend->profiler_range(true);
     if (profiling) model->set_module_timer(&profiler);
     const double comm_wait_at_start = control->stats().total_wait_seconds();
     StepBatches batches = prefetcher.take(step);
@@ -429,6 +436,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
       metrics_writer->write(record);
       console->step(metrics, (step + 1) % log_every == 0 || step + 1 == total_steps);
     }
+    if (step + 1 == options.profiler_last) backend->profiler_range(false);
     const bool epoch_end = (step + 1) % steps_per_epoch == 0;
     const bool eval_due = config.eval_every > 0 && (step + 1) % config.eval_every == 0;
     if (eval_data && (epoch_end || eval_due)) {

@@ -15,6 +15,8 @@ struct RunOptions {
   double peak_tflops = 0.0;    // --peak-tflops: per-rank peak for MFU (0: unknown)
   int64_t log_every = 0;       // console line every N steps (0: steps_per_print)
   int64_t profile_step = 0;    // --profile-step: the step whose modules are timed (0: none)
+  int64_t profiler_first = 0;  // --cuda-profiler-steps FIRST:LAST: Backend::profiler_range around
+  int64_t profiler_last = 0;   //   steps FIRST..LAST (1-based; 0: none)
   bool overwrite = false;      // --overwrite: start over in an --out that holds another run
   bool allow_data_change = false;  // --allow-data-change: resume a checkpoint made on other data
   std::vector<std::string> notes;  // messages from config translation, printed at start

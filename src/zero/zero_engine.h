@@ -130,6 +130,14 @@ class ZeroEngine final : public UnitHooks {
   void reduce_gradients();
   double gradient_norm();      // global L2 norm of the (reduced, still loss-scaled) gradients
   bool gradients_overflow();   // any inf/NaN in any rank's gradients (the fp16 overflow check)
+  // Both with one device read and one collective (the step's one host wait for the gradients):
+  // the norm's sum of squares is accumulated in double, where squares of finite fp32 values
+  // cannot overflow, so an inf or NaN anywhere is exactly a non-finite norm.
+  struct GradientCheck {
+    double norm = 0.0;     // as gradient_norm(); not finite when `overflow`
+    bool overflow = false;  // as gradients_overflow()
+  };
+  GradientCheck check_gradients();
   // Divides the gradients by step.grad_divisor (loss scale x clip coefficient), runs the
   // optimizer on this rank's partitions and makes the compute parameters current (all-gather for
   // stages 1/2, invalidation for 3).
@@ -253,6 +261,7 @@ class ZeroEngine final : public UnitHooks {
   // slices when `sliced`, else whole), their per-tensor state and the sums over the ranks.
   void add_tensor_slices(OptimizerPiece& piece, ParamGroup group, std::span<const UnitRange> units, bool sliced);
   void fused_unit_ready(int unit);  // a fused optimizer's work on a unit whose gradient is complete
+  void fused_update_group(ParamGroup group, const UnitRange& range, Tensor mine);  // its optimizer on one group
   void refresh_unit_params(int unit);  // after a fused update: the unit's compute parameters
 
   Backend& backend_;
@@ -273,7 +282,7 @@ class ZeroEngine final : public UnitHooks {
   OptimizerStep fused_step_;
   double fused_squares_ = 0.0;    // this rank's sum of squares of the reduced gradients of the pass
   bool fused_overflow_ = false;   // an inf/NaN among them
-  Buffer fused_scratch_;          // fp32 [largest unit slice]: a unit's reduce-scatter output
+  Buffer fused_scratch_;          // fp32 [largest unit's slices, its groups side by side]: reduce-scatter outputs
   DType compute_dtype_ = DType::F32;
   bool rounds_ = false;  // compute dtype bf16/fp16
   std::unique_ptr<Backend> host_;        // offload_optimizer: the host memory and the host update

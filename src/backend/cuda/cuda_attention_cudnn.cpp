@@ -230,9 +230,7 @@ struct CudnnAttention::Impl {
   cudnnHandle_t handle = nullptr;
   std::map<GraphKey, GraphPair> graphs;
   PackedIndex packed;  // the last batch geometry's arrays (rebuilt when the starts change)
-  int32_t* staging = nullptr;  // pinned host staging of packed.arrays
-  size_t staging_count = 0;
-  cudaEvent_t staged = nullptr;  // the last upload from `staging` (reused only after it)
+  std::vector<int32_t> host_arrays;  // packed.arrays built on the host, uploaded through the backend's staging
 
   std::string unavailable;  // why cuDNN cannot be used at all (no handle), or ""
 
@@ -246,11 +244,8 @@ struct CudnnAttention::Impl {
       return;
     }
     ZT_CUDNN_CHECK(cudnnSetStream(handle, backend.stream()));
-    ZT_CUDA_CHECK(cudaEventCreateWithFlags(&staged, cudaEventDisableTiming));
   }
   ~Impl() {
-    if (staged) cudaEventDestroy(staged);
-    if (staging) cudaFreeHost(staging);
     if (handle) cudnnDestroy(handle);
   }
 
@@ -324,14 +319,8 @@ void CudnnAttention::Impl::prepare_packed(const AttentionCall& call, const Graph
   }
   const int sequences = key.batch;  // bucketed: the extra ones are empty
   const size_t count = size_t{4} * sequences + 3;
-  if (staging_count < count) {
-    ZT_CUDA_CHECK(cudaEventSynchronize(staged));
-    if (staging) ZT_CUDA_CHECK(cudaFreeHost(staging));
-    ZT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&staging), count * sizeof(int32_t), cudaHostAllocDefault));
-    staging_count = count;
-  } else {
-    ZT_CUDA_CHECK(cudaEventSynchronize(staged));  // the previous upload has left `staging`
-  }
+  host_arrays.resize(count);
+  int32_t* const staging = host_arrays.data();
   int32_t* seq_len = staging;
   int32_t* ragged_q = seq_len + sequences;
   int32_t* ragged_kv = ragged_q + sequences + 1;
@@ -354,9 +343,8 @@ void CudnnAttention::Impl::prepare_packed(const AttentionCall& call, const Graph
   if (packed.arrays.bytes() < count * sizeof(int32_t)) {
     packed.arrays = Buffer(backend, count * sizeof(int32_t));
   }
-  ZT_CUDA_CHECK(cudaMemcpyAsync(packed.arrays.data(), staging, count * sizeof(int32_t),
-                                cudaMemcpyHostToDevice, backend.stream()));
-  ZT_CUDA_CHECK(cudaEventRecord(staged, backend.stream()));
+  // Queued behind the attention calls that read the previous arrays; no host wait.
+  backend.upload(packed.arrays.data(), staging, count * sizeof(int32_t));
   auto* device = static_cast<int32_t*>(packed.arrays.data());
   packed.seq_len = device;
   packed.ragged_q = device + (ragged_q - staging);

@@ -2,11 +2,13 @@
 // words), its shared argument checks, synchronisation with deferred kernel errors, events
 // (record_event() from a pool of reusable cudaEvents), the pinned host backend, and the
 // factory make_cuda_backend().
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdint>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -166,6 +168,8 @@ CudaBackendImpl::CudaBackendImpl(int device, CudaBackendOptions options)
   gemm_workspace_ = allocator_.allocate(kGemmWorkspaceBytes);
   device_status_ = static_cast<uint64_t*>(allocator_.allocate(kStatusSlots * sizeof(uint64_t)));
   ZT_CUDA_CHECK(cudaMallocHost(&host_status_, kStatusSlots * sizeof(uint64_t)));
+  ZT_CUDA_CHECK(cudaMallocHost(&bounce_, kBounceBytes));
+  staging_ = std::make_unique<HostStaging>(stream_);
   ZT_CUDA_CHECK(cudaMemsetAsync(device_status_, 0, kStatusSlots * sizeof(uint64_t), stream_));
   ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   event_pool_ = std::make_shared<EventPool>();
@@ -177,6 +181,8 @@ CudaBackendImpl::~CudaBackendImpl() {
   if (stream_) cudaStreamSynchronize(stream_);
   cudnn_attention_.reset();  // its handle is bound to stream_; its buffers go back to allocator_
   if (host_status_) cudaFreeHost(host_status_);
+  if (bounce_) cudaFreeHost(bounce_);
+  staging_.reset();  // after the stream synchronisation above
   if (lt_handle_) cublasLtDestroy(lt_handle_);
   if (transfer_stream_) cudaStreamSynchronize(transfer_stream_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -298,12 +304,22 @@ void CudaBackendImpl::synchronize() {
   check_deferred_errors();
 }
 
+void CudaBackendImpl::profiler_range(bool start) {
+  ZT_CUDA_CHECK(start ? cudaProfilerStart() : cudaProfilerStop());
+}
+
 uint64_t CudaBackendImpl::first_bad_row() {
   synchronize();
   return host_status_[kFirstBadRow];
 }
 
 void CudaBackendImpl::download(void* host, const void* device, size_t bytes) {
+  if (bytes > 0 && bytes <= kBounceBytes) {
+    ZT_CUDA_CHECK(cudaMemcpyAsync(bounce_, device, bytes, cudaMemcpyDeviceToHost, stream_));
+    synchronize();
+    std::memcpy(host, bounce_, bytes);
+    return;
+  }
   if (bytes > 0) {
     ZT_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_));
   }

@@ -8,7 +8,10 @@
 // op and the argument. What is particular to this backend:
 // - Every tensor an op touches must be device memory (Device::CUDA) of this backend's GPU,
 //   except copy() and copy_async(), which also read and write host memory (pageable, or pinned
-//   memory of make_host_backend()). copy() returns once the copy is complete; copy_async()
+//   memory of make_host_backend()). copy() returns once the host side may be read (download) or
+//   reused (upload): a download waits for the stream; an upload of at most
+//   HostStaging::kMaxUploadBytes is copied into pinned staging and queued, without waiting
+//   (cuda_host_staging.h), a larger one waits; copy_async()
 //   queues transfers with pinned host memory and device<->device ones on the stream, and falls
 //   back to copy() for pageable host memory (whose asynchronous copies CUDA does not promise to
 //   order with the host) and host<->host.
@@ -29,6 +32,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_allocator.h"
+#include "backend/cuda/cuda_host_staging.h"
 #include "backend/cuda/cuda_upload_mirror.h"
 #include "backend/cuda/cuda_vmm.h"
 #include "backend/arg_checks.h"
@@ -124,6 +128,7 @@ class CudaBackendImpl final : public CudaBackend {
   int64_t allocation_size(int64_t bytes) const override { return cuda_allocation_size(bytes); }
   size_t device_allocations() const override { return allocator_.device_allocations(); }
   void synchronize() override;
+  void profiler_range(bool start) override;
   int device_index() const override { return device_; }
   size_t gemm_plans_cached() const override;
   size_t gemm_heuristic_queries() const override;
@@ -136,7 +141,7 @@ class CudaBackendImpl final : public CudaBackend {
   void copy(Tensor dst, Tensor src) override;
   void copy_async(Tensor dst, Tensor src) override;
   std::unique_ptr<BackendEvent> record_event() override;
-  std::unique_ptr<BackendEvent> transfer_async(Tensor dst, Tensor src, const BackendEvent* after) override;
+  std::unique_ptr<BackendEvent> transfer_async(Tensor dst, Tensor src) override;
   void wait_for(const BackendEvent& event) override;
   void fill(Tensor dst, float value) override;
   // In place on fp32 device memory, one pass, no scratch (the default goes through copy()).
@@ -214,8 +219,13 @@ class CudaBackendImpl final : public CudaBackend {
   void reset_first_bad_row();
   // Synchronises the stream, throws on deferred kernel errors, and returns kFirstBadRow.
   uint64_t first_bad_row();
-  // Copies `bytes` from device to host and waits (throws on deferred kernel errors).
+  // Copies `bytes` from device to host and waits (throws on deferred kernel errors): one wait,
+  // through a pinned bounce buffer for small reads (a copy into pageable memory would be a
+  // synchronous copy plus the stream synchronisation).
   void download(void* host, const void* device, size_t bytes);
+  // Queues a copy of `bytes` host bytes to the device through pinned staging; returns at once
+  // (`host` may be reused). bytes <= HostStaging::kMaxUploadBytes.
+  void upload(void* device, const void* host, size_t bytes) { staging_->upload(device, host, bytes); }
   // Waits for an event recorded by record_event() and throws on the deferred kernel errors of
   // the work before it, as synchronize() does.
   void wait_for_event(cudaEvent_t event);
@@ -256,6 +266,9 @@ class CudaBackendImpl final : public CudaBackend {
   std::unique_ptr<GemmPlans, GemmPlansDeleter> gemm_plans_;
   uint64_t* device_status_ = nullptr;  // [kStatusSlots] device
   uint64_t* host_status_ = nullptr;    // [kStatusSlots] pinned host mirror
+  static constexpr size_t kBounceBytes = size_t{64} << 10;  // download()'s pinned bounce buffer
+  void* bounce_ = nullptr;             // [kBounceBytes] pinned host
+  std::unique_ptr<HostStaging> staging_;  // small uploads (copy() host -> device)
   // Shared with the live events, which give their cudaEvent back to it when destroyed (also
   // after the backend is gone: the last owner destroys the pool's events).
   std::shared_ptr<EventPool> event_pool_;

@@ -99,13 +99,16 @@ bool is_pageable_host_memory(const Tensor& tensor) {
 
 }  // namespace
 
-// A copy that touches host memory is complete when copy() returns, whatever the host memory:
-// - device -> host: the caller reads the data next (ZeRO-Offload's CPU Adam reads gradients);
-// - host -> device: cudaMemcpyAsync from PAGEABLE memory returns once the source is staged, but
-//   from PINNED memory (make_host_backend()) it returns at once and the DMA reads the source
-//   later, while the caller may overwrite it right away (the CPU Adam writes the next master
-//   values). So both directions synchronise the stream. Pinned memory still pays: the DMA runs
-//   at full PCIe speed without the driver's staging copy. Device -> device copies stay queued.
+// A copy that touches host memory is complete, for the host, when copy() returns:
+// - device -> host: the caller reads the data next (ZeRO-Offload's CPU Adam reads gradients),
+//   so downloads wait for the stream (download(): one wait);
+// - host -> device: the caller may overwrite the source right away (the CPU Adam writes the next
+//   master values). cudaMemcpyAsync from PINNED memory returns at once and the DMA reads the
+//   source later; from PAGEABLE memory it may wait for the device. So an upload of at most
+//   HostStaging::kMaxUploadBytes (a micro-batch's ids, targets, mask, positions; a scalar) is
+//   copied into pinned staging on the host and queued from there without any wait
+//   (cuda_host_staging.h); a larger one (weights at set-up) is queued and the stream waited for.
+// Device -> device copies stay queued.
 void CudaBackendImpl::note_copy(const Tensor& dst, const Tensor& src) {
   if (dst.device != Device::CUDA) return;
   if (src.device == Device::CPU && src.dtype == DType::I32 && dst.dtype == DType::I32) {
@@ -118,38 +121,46 @@ void CudaBackendImpl::note_copy(const Tensor& dst, const Tensor& src) {
 void CudaBackendImpl::copy(Tensor dst, Tensor src) {
   if (!has_elements_to_copy("copy", dst, src)) return;
   note_copy(dst, src);
-  const bool host_involved = dst.device == Device::CPU || src.device == Device::CPU;
+  const bool upload = src.device == Device::CPU && dst.device == Device::CUDA;
+  const bool staged = upload && src.bytes() <= HostStaging::kMaxUploadBytes;
   if (dst.dtype == src.dtype) {
     if (dst.device == Device::CPU && src.device == Device::CPU) {
       if (dst.data != src.data) std::memmove(dst.data, src.data, src.bytes());
-      return;
+    } else if (dst.device == Device::CPU) {
+      download(dst.data, src.data, src.bytes());
+    } else if (staged) {
+      this->upload(dst.data, src.data, src.bytes());
+    } else {
+      queue_same_dtype_copy(stream_, dst, src);
+      if (upload) synchronize();  // the host source has been read (see above)
     }
-    queue_same_dtype_copy(stream_, dst, src);
-    // Host memory is ready to read (or to overwrite) when copy() returns (see above).
-    if (host_involved) synchronize();
     return;
   }
   ZT_CHECK(is_float(dst.dtype) && is_float(src.dtype), "copy: cannot convert ", src.describe(),
            " to ", dst.describe(), " (conversions are between fp32, bf16 and fp16 only)");
-  // Convert on the device; a host side goes through a device staging buffer.
-  Buffer staged_src, staged_dst;
+  // Convert on the device; a host side goes through a device staging buffer (released at the
+  // end of this call: its block is reused in stream order, after the conversion).
+  Buffer device_src_buffer, device_dst_buffer;
   Tensor device_src = src, device_dst = dst;
   if (src.device == Device::CPU) {
-    staged_src = Buffer(*this, src.bytes());
-    device_src.data = staged_src.data();
+    device_src_buffer = Buffer(*this, src.bytes());
+    device_src.data = device_src_buffer.data();
     device_src.device = Device::CUDA;
-    ZT_CUDA_CHECK(cudaMemcpyAsync(device_src.data, src.data, src.bytes(), cudaMemcpyHostToDevice,
-                                  stream_));
+    if (staged) {
+      this->upload(device_src.data, src.data, src.bytes());
+    } else {
+      ZT_CUDA_CHECK(cudaMemcpyAsync(device_src.data, src.data, src.bytes(), cudaMemcpyHostToDevice, stream_));
+    }
   }
   if (dst.device == Device::CPU) {
-    staged_dst = Buffer(*this, dst.bytes());
-    device_dst.data = staged_dst.data();
+    device_dst_buffer = Buffer(*this, dst.bytes());
+    device_dst.data = device_dst_buffer.data();
     device_dst.device = Device::CUDA;
   }
   launch_convert(stream_, device_dst, device_src);
   if (dst.device == Device::CPU) {
     download(dst.data, device_dst.data, dst.bytes());  // waits
-  } else if (host_involved) {
+  } else if (upload && !staged) {
     synchronize();  // the host source has been read (see above)
   }
 }
@@ -173,10 +184,11 @@ void CudaBackendImpl::copy_async(Tensor dst, Tensor src) {
   queue_same_dtype_copy(stream_, dst, src);
 }
 
-// On the transfer stream after `after`; pageable or host-only copies take copy() (complete on
-// return, as copy_async's), which needs every earlier compute done: synchronize first.
-std::unique_ptr<BackendEvent> CudaBackendImpl::transfer_async(Tensor dst, Tensor src,
-                                                              const BackendEvent* after) {
+// On the transfer stream after the compute issued so far (an event of record_event_on: no
+// deferred-error snapshot, the host never waits for it); pageable or host-only copies take
+// copy() (complete on return, as copy_async's), which needs every earlier compute done:
+// synchronize first.
+std::unique_ptr<BackendEvent> CudaBackendImpl::transfer_async(Tensor dst, Tensor src) {
   ZT_CHECK(dst.dtype == src.dtype, "transfer_async: dst ", dst.describe(), " and src ",
            src.describe(), " must have the same dtype");
   const bool host_only = dst.device == Device::CPU && src.device == Device::CPU;
@@ -188,7 +200,8 @@ std::unique_ptr<BackendEvent> CudaBackendImpl::transfer_async(Tensor dst, Tensor
   }
   note_copy(dst, src);
   cudaStream_t stream = transfer_stream();
-  if (cudaEvent_t event = cuda_event_of(after)) ZT_CUDA_CHECK(cudaStreamWaitEvent(stream, event, 0));
+  const std::unique_ptr<BackendEvent> issued = record_event_on(stream_);
+  ZT_CUDA_CHECK(cudaStreamWaitEvent(stream, cuda_event_of(issued.get()), 0));
   queue_same_dtype_copy(stream, dst, src);
   return record_event_on(stream);
 }

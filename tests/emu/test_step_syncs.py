@@ -1,0 +1,104 @@
+# Emulated device only (label gpu-emu; a GPU has no such counter): the host waits of a training
+# step on the CUDA backend (issue 30, "a step that never waits"). The emulator counts every
+# runtime call in which the host waits for device work that has not completed yet
+# (cudaStreamSynchronize / cudaEventSynchronize with work left, cudaDeviceSynchronize, blocking
+# cudaMemcpy, a copy into pageable memory, cudaFree, cudaFreeHost: src/emu/emu_counters.cpp);
+# `--cuda-profiler-steps 3:4` brackets steps 3 and 4 with cudaProfilerStart/Stop, and the
+# emulator counts their calls apart (ZT_EMU_CALL_REPORT's "captured host_waits").
+#
+# The budget (docs/emulated-device.md, "Host waits of a step"): ONE host wait per step, the
+# gradient check (the global norm and the fp16 overflow flag, read together; the step's loss sum
+# rides along), for every ZeRO stage, with optimizer offload and parameter offload (pinned host
+# memory), gradient accumulation and activation offload. Micro-batch uploads go through pinned
+# staging; ordering-only events carry no status copy. LOMO (the update fused into backward) reads
+# each unit's sum of squares as the unit completes, once per pass (its rule: a unit whose
+# gradient is not finite is left unchanged, decided on the host): one wait per unit and pass.
+import glob
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mpi"))
+from mpi_common import (Report, main_guard, make_model_and_data, parse_args, read_run, run_ranks,  # noqa: E402
+                        temporary_directory)
+
+WAITS_PER_STEP = 1
+CAPTURED_STEPS = (3, 4)
+STEPS = 4
+
+PINNED_CPU = {"device": "cpu", "pin_memory": True}
+# (label, ranks, zero_optimization, precision, optimizer, extra flags)
+CASES = (
+    ("stage 0 bf16", 1, {"stage": 0}, "bf16", None, ()),
+    ("stage 2 fp16 + offload_optimizer", 1, {"stage": 2, "offload_optimizer": PINNED_CPU}, "fp16", None, ()),
+    ("stage 2 bf16, 2 ranks, activation offload", 2, {"stage": 2}, "bf16", None, ("--activation-checkpointing", "--offload-activations")),
+    ("stage 3 fp16, 2 ranks", 2, {"stage": 3, "stage3_param_persistence_threshold": 0}, "fp16", None, ()),
+    ("stage 3 bf16 + offload_optimizer + offload_param, 2 ranks", 2,
+     {"stage": 3, "stage3_param_persistence_threshold": 0, "offload_optimizer": PINNED_CPU,
+      "offload_param": PINNED_CPU}, "bf16", None, ()),
+    ("stage 2 bf16 LOMO (fused update, norm pass)", 1, {"stage": 2}, "bf16", {"type": "LOMO", "params": {"lr": 1e-3}},
+     ()),
+)
+
+
+def write_config(path, ranks, zero, precision, optimizer):
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "tiny-llama",
+                           "ds_config.json")) as stream:
+        config = json.load(stream)
+    config["train_micro_batch_size_per_gpu"] = 4
+    accumulation = 1 if optimizer else 2  # LOMO updates inside backward: one micro-batch per step
+    config["gradient_accumulation_steps"] = accumulation
+    config["train_batch_size"] = 4 * accumulation * ranks
+    config["zero_optimization"] = zero
+    config[precision] = {"enabled": True, **({"initial_scale_power": 8} if precision == "fp16" else {})}
+    if optimizer:
+        config["optimizer"] = optimizer
+        config.pop("scheduler", None)
+    with open(path, "w") as stream:
+        json.dump(config, stream)
+    return path
+
+
+def captured_waits(report_prefix):
+    """Per rank: (captured host waits by call, capture ranges, all host waits of the run)."""
+    results = []
+    for path in sorted(glob.glob(report_prefix + ".*")):
+        with open(path) as stream:
+            counts = json.load(stream)
+        results.append((counts.get("captured host_waits", {}), counts.get("capture_ranges", {}).get("cudaProfilerStart", 0),
+                        sum(counts.get("host_waits", {}).values())))
+    return results
+
+
+def main():
+    args = parse_args(__doc__)
+    report = Report(f"host waits per training step on the emulated device: at most {WAITS_PER_STEP} (LOMO: per unit)")
+    with temporary_directory(args, "zt-step-syncs-") as workdir:
+        model, data = make_model_and_data(args.zerotune, workdir)
+        for index, (label, ranks, zero, precision, optimizer, extra) in enumerate(CASES):
+            out = os.path.join(workdir, f"run{index}")
+            prefix = os.path.join(workdir, f"calls{index}")
+            ds = write_config(out + ".json", ranks, zero, precision, optimizer)
+            os.environ["ZT_EMU_CALL_REPORT"] = prefix
+            run_ranks(ranks, [args.zerotune, "train", "--model", model, "--data", data, "--out", out, "--deepspeed", ds,
+                              "--max-steps", STEPS, "--seed", 3, "--device", "cuda", "--cuda-profiler-steps",
+                              f"{CAPTURED_STEPS[0]}:{CAPTURED_STEPS[1]}"] + list(extra))
+            ranks_counts = captured_waits(prefix)
+            report.check(len(ranks_counts) == ranks, f"{label}: a call report from each of the {ranks} ranks")
+            steps = CAPTURED_STEPS[1] - CAPTURED_STEPS[0] + 1
+            budget = WAITS_PER_STEP
+            if optimizer:  # LOMO with clipping: a norm pass and an update pass, one read per unit each
+                budget = 2 * len(read_run(out)["zero_layout"]["unit_elements"])
+            for rank, (captured, ranges, everything) in enumerate(ranks_counts):
+                # The counter is live (set-up and tear-down wait) and the capture range happened once.
+                report.check(ranges == 1 and everything > 0,
+                             f"{label}, rank {rank}: one capture range ({ranges}), {everything} host waits in the run")
+                waits = sum(captured.values())
+                report.check(waits <= budget * steps,
+                             f"{label}, rank {rank}: {waits} host waits in steps {CAPTURED_STEPS[0]}-{CAPTURED_STEPS[1]} "
+                             f"(at most {budget} per step): {captured}")
+    return report.finish()
+
+
+if __name__ == "__main__":
+    main_guard(main)
