@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend/cuda/cuda_host_staging.h"
 #include "core/rng.h"
 #include "gpu_test_util.h"
 #include "test_util.h"
@@ -429,6 +430,59 @@ BOOST_AUTO_TEST_CASE(event_wait_reports_deferred_kernel_errors_once) {
   second->wait();  // the same error, recorded before it was cleared: not reported again
   first->wait();
   gpu().synchronize();
+}
+
+// Uploads of at most HostStaging::kMaxUploadBytes go through pinned staging: copy() returns
+// without waiting for the stream, and the host may overwrite its (pageable) memory at once. Eight
+// 5 MiB uploads in a row behind busy work, more than one staging block each, and no wait between
+// them: every device buffer holds its own round's values.
+BOOST_AUTO_TEST_CASE(staged_uploads_hold_the_values_of_their_time) {
+  StreamLoad load;
+  const int64_t n = (int64_t{5} << 20) / 4;  // 5 MiB of fp32
+  auto pattern = [](int round, int64_t i) { return static_cast<float>((i * 7 + round * 13) % 1000); };
+  std::vector<float> host(static_cast<size_t>(n));
+  std::vector<DeviceTensor> devices;
+  load.queue();
+  for (int round = 0; round < 8; ++round) {
+    for (int64_t i = 0; i < n; ++i) host[static_cast<size_t>(i)] = pattern(round, i);
+    devices.push_back(poisoned(DType::F32, {n}));
+    gpu().copy(devices.back(), view(host, {n}));
+    std::fill(host.begin(), host.end(), -1.0f);  // at once: the staging holds the values
+  }
+  for (int round = 0; round < 8; ++round) {
+    const std::vector<float> got = download(devices[static_cast<size_t>(round)]);
+    size_t wrong = 0;
+    for (int64_t i = 0; i < n; ++i) wrong += got[static_cast<size_t>(i)] != pattern(round, i);
+    BOOST_TEST(wrong == 0u, "upload " << round << ": " << wrong << " elements differ");
+  }
+}
+
+// The staging's pinned memory stays bounded when the host runs ahead of the GPU: six 64 MiB
+// uploads queued without a wait (384 MiB) make it wait for its oldest block rather than hold more
+// than kMaxTotalBytes; the data still arrives. An upload above kMaxUploadBytes is an error.
+BOOST_AUTO_TEST_CASE(host_staging_stays_bounded_when_the_host_runs_ahead) {
+  using zt::cuda::HostStaging;
+  cudaStream_t stream = nullptr;
+  BOOST_REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  const size_t bytes = HostStaging::kMaxUploadBytes;
+  DeviceTensor device = device_tensor(DType::U8, {static_cast<int64_t>(bytes)});
+  std::vector<uint8_t> host(bytes);
+  {
+    HostStaging staging(stream);
+    for (int round = 0; round < 6; ++round) {
+      std::fill(host.begin(), host.end(), static_cast<uint8_t>(round + 1));
+      staging.upload(device.tensor.data, host.data(), bytes);
+      BOOST_TEST(staging.pinned_bytes() <= HostStaging::kMaxTotalBytes, "round " << round << ": "
+                                                                                    << staging.pinned_bytes());
+    }
+    zt::test::check_error([&] { staging.upload(device.tensor.data, host.data(), bytes + 1); }, "larger than its limit");
+    BOOST_REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  }
+  std::vector<uint8_t> back(bytes);
+  BOOST_REQUIRE(cudaMemcpy(back.data(), device.tensor.data, bytes, cudaMemcpyDeviceToHost) == cudaSuccess);
+  BOOST_TEST(static_cast<int>(back.front()) == 6);
+  BOOST_TEST(static_cast<int>(back.back()) == 6);
+  BOOST_REQUIRE(cudaStreamDestroy(stream) == cudaSuccess);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
