@@ -4,14 +4,17 @@
 # /tmp/zt-tour replaced by this test's binary, python and a private directory, then checks
 # what it wrote: one metrics.jsonl line per optimizer step with DESIGN.md's keys, finite values,
 # and a full fine-tune whose loss ends lower than it starts.
-# Usage: test_tour.sh ZEROTUNE_BINARY PYTHON [TRAIN_FLAGS]
+# Usage: test_tour.sh ZEROTUNE_BINARY PYTHON [TRAIN_FLAGS [STEPS]]
 # TRAIN_FLAGS (e.g. "--device cuda", as the gpu-emu test runs it on the emulated device) are
-# appended to every `zerotune train` line of the tour.
+# appended to every `zerotune train` line of the tour. STEPS (default 32, the README's) replaces
+# the full and LoRA runs' --max-steps 32: the emulated device's run takes 16, where the full
+# fine-tune's loss already falls by about 0.8 (the check below asks for 0.2).
 set -euo pipefail
 
 ZEROTUNE="$1"
 PYTHON="$2"
 TRAIN_FLAGS="${3:-}"
+STEPS="${4:-32}"
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 WORK="$(mktemp -d /tmp/zt-tour-test.XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
@@ -25,6 +28,9 @@ done
 tour="${tour//build\/zerotune/$ZEROTUNE}"
 tour="${tour//.venv\/bin\/python/$PYTHON}"
 tour="${tour//\/tmp\/zt-tour/$WORK/tour}"
+grep -qF -- "--max-steps 32 " <<<"$tour" || { echo "FAIL: the tour's runs no longer take --max-steps 32; update this test" >&2; exit 1; }
+tour="${tour//--max-steps 32 /--max-steps $STEPS }"
+tour="${tour//global_step32/global_step$STEPS}"  # their checkpoints, exported
 if [[ -n "$TRAIN_FLAGS" ]]; then
   tour="$(awk -v flags="$TRAIN_FLAGS" '/ train / {$0 = $0 " " flags} {print}' <<<"$tour")"
   grep -qF -- " train " <<<"$tour" && grep -qF -- "$TRAIN_FLAGS" <<<"$tour" ||
@@ -36,8 +42,8 @@ started=$(date +%s)
 (cd "$REPO" && bash -euo pipefail -c "$tour")
 echo "--- the tour took $(( $(date +%s) - started )) s"
 
-# The full and LoRA runs: 32 steps of micro-batch 4 x accumulation 2 = 8 samples.
-"$PYTHON" - "$WORK/tour" 32 <<'EOF'
+# The full and LoRA runs: STEPS steps of micro-batch 4 x accumulation 2 = 8 samples.
+"$PYTHON" - "$WORK/tour" "$STEPS" <<'EOF'
 import json, math, sys
 root, expected_steps = sys.argv[1], int(sys.argv[2])
 keys = ["step", "epoch", "loss", "lr", "grad_norm", "loss_scale", "skipped", "samples", "tokens",
@@ -71,7 +77,7 @@ for run in ("full", "lora"):
         first, last = sum(losses[:4]) / 4, sum(losses[-4:]) / 4
         print(f"{run}: mean loss of the first 4 steps {first:.4f}, of the last 4 steps {last:.4f}")
         # A random model over a 1000-token vocabulary: the loss starts at about ln(1000) = 6.9
-        # and the full fine-tune must learn the sample's token statistics within 32 steps.
+        # and the full fine-tune must learn the sample's token statistics within 16 steps.
         if run == "full" and not last < first - 0.2:
             problems.append(f"{path}: the loss did not fall: first steps {first:.4f}, last steps {last:.4f}")
     for name in ("run.json",):  # (the loop below runs for full and lora)
