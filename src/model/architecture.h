@@ -14,6 +14,13 @@
 
 namespace zt {
 
+// How the family's HF checkpoint and config.json name what code outside its own file uses.
+struct HfNaming {
+  std::string decoder_prefix;  // before embed_tokens, layers, ...: "model." (LLaMA), "model.decoder." (OPT)
+  std::string final_norm;      // the final norm's module: "model.norm", "model.decoder.final_layer_norm"
+  std::string mlp_width_key;   // config.json's MLP width: "intermediate_size", "ffn_dim"
+};
+
 struct Architecture {
   std::string model_type;  // config.json "model_type"
   // Reads the family's keys into `config` (the common ones are already set: path, raw, model_type).
@@ -25,6 +32,7 @@ struct Architecture {
                                                 const BlockOptions& options);
   // PEFT's default target_modules for the model type (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING).
   std::vector<std::string> lora_default_targets;
+  HfNaming naming;
 };
 
 // Every row, in the order messages list them.
@@ -34,6 +42,9 @@ const std::vector<Architecture>& architectures();
 const Architecture& architecture(const std::string& model_type, const std::string& where);
 // "llama, mistral, qwen2, opt"
 std::string supported_model_types();
+
+// LLaMA's naming, shared by the rows built on its blocks (Mistral, Qwen2): llama.cpp.
+HfNaming llama_hf_naming();
 
 // The rows, one per family file.
 Architecture llama_architecture();    // llama.cpp

@@ -71,7 +71,7 @@ std::string model_config_file(const std::string& path) {
 
 // Sizes that no run can hold are refused here, naming the key, rather than failing in an
 // allocation ("cannot allocate", std::vector's max_size) with no file or key named.
-void check_model_size(const ConfigReader& reader, const ModelConfig& config) {
+void check_model_size(const ConfigReader& reader, const ModelConfig& config, const std::string& mlp_width_key) {
   constexpr int64_t kMaxTokenId = std::numeric_limits<int32_t>::max();  // token ids are int32 (data, kernels)
   if (config.vocab_size > kMaxTokenId)
     reader.bad("vocab_size", cat("more than ", kMaxTokenId, " tokens (token ids are 32-bit integers in zerotune's data "
@@ -84,7 +84,7 @@ void check_model_size(const ConfigReader& reader, const ModelConfig& config) {
   if (attention > kMaxElements)
     reader.bad("hidden_size", cat("an attention weight would hold ", attention, " elements: not a real model's size"));
   if (mlp > kMaxElements)
-    reader.bad(config.model_type == "opt" ? "ffn_dim" : "intermediate_size",
+    reader.bad(mlp_width_key,
                cat("an MLP weight would hold ", mlp, " elements: not a real model's size"));
   if (embedding > kMaxElements)
     reader.bad("vocab_size", cat("the embedding would hold vocab_size x hidden size = ", embedding,
@@ -135,7 +135,7 @@ ModelConfig parse_model_config(const nlohmann::json& json, const std::string& wh
   reject_unimplemented_common_keys(reader);
   parse_quantization_config(reader, config);
   row.parse_config(reader, config);
-  check_model_size(reader, config);
+  check_model_size(reader, config, row.naming.mlp_width_key);
   return config;
 }
 

@@ -23,7 +23,7 @@ class DecoderModel final : public CausalLM {
   DecoderModel(const ModelConfig& config, ParamStore& store, Backend& backend, const ModelOptions& options)
       : c_(config), backend_(backend), options_(options), act_(store.param_dtype()) {
     const Architecture& row = architecture(c_.model_type, c_.path);
-    const std::string decoder = c_.positions == PositionKind::Learned ? "model.decoder." : "model.";
+    const std::string& decoder = row.naming.decoder_prefix;
     embed_ = store.param(decoder + "embed_tokens.weight");
     embed_grad_ = store.grad(decoder + "embed_tokens.weight");
     if (c_.positions == PositionKind::Learned) {
@@ -39,8 +39,7 @@ class DecoderModel final : public CausalLM {
       project_out_ = LinearLayer(store, decoder + "project_out", options.lora_scaling, options.lora_dropout, stream(2));
     }
     if (c_.final_norm)
-      final_norm_ = NormLayer(store, backend, c_.positions == PositionKind::Learned ? decoder + "final_layer_norm" : "model.norm",
-                              c_, c_.hidden_size);
+      final_norm_ = NormLayer(store, backend, row.naming.final_norm, c_, c_.hidden_size);
     // A tied head's lm_head.weight is the token table itself (ParamStore resolves the tie), so
     // its gradient accumulates into the embedding's.
     head_ = LinearLayer(store, "lm_head", options.lora_scaling, options.lora_dropout, 0);

@@ -349,8 +349,10 @@ std::vector<float> rope_inv_freq(const ModelConfig& c) {
   return inv_freq;
 }
 
+HfNaming llama_hf_naming() { return {"model.", "model.norm", "intermediate_size"}; }
+
 Architecture llama_architecture() {
-  return {"llama", parse_llama, llama_param_specs, make_llama_blocks, {"q_proj", "v_proj"}};
+  return {"llama", parse_llama, llama_param_specs, make_llama_blocks, {"q_proj", "v_proj"}, llama_hf_naming()};
 }
 
 }  // namespace zt

@@ -23,7 +23,7 @@ void parse_mistral(const ConfigReader& reader, ModelConfig& config) {
 }  // namespace
 
 Architecture mistral_architecture() {
-  return {"mistral", parse_mistral, llama_param_specs, make_llama_blocks, {"q_proj", "v_proj"}};
+  return {"mistral", parse_mistral, llama_param_specs, make_llama_blocks, {"q_proj", "v_proj"}, llama_hf_naming()};
 }
 
 }  // namespace zt

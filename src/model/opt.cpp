@@ -362,7 +362,8 @@ std::unique_ptr<DecoderBlocks> make_opt_blocks(const ModelConfig& config, const 
 }  // namespace
 
 Architecture opt_architecture() {
-  return {"opt", parse_opt, opt_param_specs, make_opt_blocks, {"q_proj", "v_proj"}};
+  return {"opt", parse_opt, opt_param_specs, make_opt_blocks, {"q_proj", "v_proj"},
+          {"model.decoder.", "model.decoder.final_layer_norm", "ffn_dim"}};
 }
 
 }  // namespace zt

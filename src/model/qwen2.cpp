@@ -25,7 +25,7 @@ void parse_qwen2(const ConfigReader& reader, ModelConfig& config) {
 }  // namespace
 
 Architecture qwen2_architecture() {
-  return {"qwen2", parse_qwen2, llama_param_specs, make_llama_blocks, {"q_proj", "v_proj"}};
+  return {"qwen2", parse_qwen2, llama_param_specs, make_llama_blocks, {"q_proj", "v_proj"}, llama_hf_naming()};
 }
 
 }  // namespace zt
