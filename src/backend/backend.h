@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -95,6 +96,29 @@ struct Quant4View {
 // A point in a backend's queue of work (the CUDA backend: an event recorded on its stream).
 // How a backward op stores an activation gradient (see the norms below).
 enum class GradStore { Write, Add };
+
+// A backend's own device memory and what the device says (bytes): Backend::memory().
+struct DeviceMemory {
+  int64_t in_use = 0;      // allocate()d now, plus the discardable buffers' mapped chunks
+  int64_t peak = 0;        // of in_use since construction or reset_memory_peak()
+  int64_t store_peak = 0;  // of which: the discardable parameter and gradient buffers (ZeRO's flat store)
+  int64_t device_used = 0;  // the device's own count (cudaMemGetInfo: total - free), anyone's
+  int64_t device_free = 0;  // free on the device (within ZT_DEVICE_MEMORY_LIMIT)
+  // What the memory it gets back and may take depends on: the virtual-memory chunk that discard
+  // frees (cuMemGetAllocationGranularity: 2 MiB on current GPUs, ZT_EMU_VMM_GRANULARITY on the
+  // emulated device; 0 without virtual memory management) and ZT_DEVICE_MEMORY_LIMIT (0: none),
+  // with the bytes this process holds from the driver now (what the limit counts).
+  int64_t discard_granularity = 0;
+  int64_t limit = 0;
+  int64_t counted = 0;
+};
+
+// How a backend's buffers take memory, for the memory model (train/memory_model.h).
+struct MemoryTraits {
+  int64_t (*allocation_size)(int64_t bytes) = nullptr;  // an allocate(bytes)'s real size; null: exact
+  int64_t discard_chunk_bytes = 0;  // what discard() frees at a time (0: nothing)
+  int64_t fixed_bytes = 0;          // the backend's own buffers now (cuBLASLt workspace, status words)
+};
 
 class BackendEvent {
  public:
@@ -160,6 +184,14 @@ class Backend {
   // Waits until every operation issued so far has finished (timing; a no-op on the CPU, whose
   // operations are synchronous).
   virtual void synchronize() {}
+  // Its own device memory; nullopt for the CPU backend, whose memory is the process's.
+  virtual std::optional<DeviceMemory> memory() const { return std::nullopt; }
+  // Starts memory()'s peaks again from what is held now (after set-up: the training peak).
+  virtual void reset_memory_peak() {}
+  // How its buffers take memory; the default: exact sizes, nothing discarded, nothing fixed.
+  virtual MemoryTraits memory_traits() const { return {}; }
+  // The PCI bus id of the GPU it runs on ("0000:41:00.0"); empty for the CPU.
+  virtual std::string pci_bus_id() const { return ""; }
   // Starts (true) or stops (false) the range an external profiler records: the CUDA backend
   // calls cudaProfilerStart/Stop, so that `nsys profile --capture-range=cudaProfilerApi` records
   // only the steps of --cuda-profiler-steps (and the emulated device counts their host waits).

@@ -195,7 +195,7 @@ int command_autotune(const std::vector<std::string>& args) {
   if (resolve_device(base.device, comm->local_rank()).device == "cuda") {
     std::unique_ptr<Backend> backend = make_backend("cuda", comm->local_rank());
     target = memory_target_of(*backend);
-    if (const std::optional<int64_t> free = device_bytes_free(*backend)) budget = *free + target.fixed_bytes;
+    if (const std::optional<DeviceMemory> memory = backend->memory()) budget = memory->device_free + target.fixed_bytes;
   }
   if (vm.count("device-memory")) {
     try {

@@ -61,6 +61,9 @@ class Communicator {
   virtual int local_size() const = 0;
   virtual int nodes() const = 0;       // number of distinct nodes in the job
   virtual std::string name() const = 0;
+  // Whether it keeps a run's timeout, error context and traffic counters itself (MPI, NCCL), or
+  // leaves them to the host communicator it sends through (host staging): RunDevice::control.
+  virtual bool keeps_control() const { return true; }
 
   // data [n] summed over ranks, in place. fp32, bf16 or fp16 (16-bit gradients): a 16-bit sum
   // adds each pair in fp32 and rounds once, the partial sums travelling in 16 bits (MPI: a

@@ -42,14 +42,13 @@ std::unique_ptr<Communicator> make_device_communicator(const std::string& choice
     reason = "MPI on host memory (cpu backend)";
     return nullptr;
   }
-  const GpuSharing sharing = gpu_sharing(host.all_gather_strings(this_host() + "|" + backend_pci_bus_id(backend)));
+  const GpuSharing sharing = gpu_sharing(host.all_gather_strings(this_host() + "|" + backend.pci_bus_id()));
 #if ZT_WITH_NCCL
-  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
   ZT_CHECK(!(choice == "nccl" && sharing.shared), "--comm nccl: ", sharing.reason,
            ", and NCCL needs one GPU per rank: give each rank its own GPU or use --comm mpi");
-  if (cuda && (choice == "nccl" || (choice == "auto" && !sharing.shared))) {
+  if (backend.device() == Device::CUDA && (choice == "nccl" || (choice == "auto" && !sharing.shared))) {
     reason = cat(choice == "auto" ? "auto: " : "--comm nccl: ", sharing.reason);
-    return make_nccl_communicator(host, *cuda);
+    return make_nccl_communicator(host, backend);
   }
   reason = choice == "mpi" ? std::string("--comm mpi: MPI through host staging")
                            : cat("auto: ", sharing.reason, ": MPI through host staging (NCCL needs one GPU per rank)");
@@ -67,6 +66,7 @@ RunDevice set_up_run_device(const std::string& device, const std::string& comm, 
   check_same_device(host, run.choice);
   run.backend = make_backend(run.choice.device, host.local_rank());
   run.comm = make_device_communicator(comm, host, *run.backend, run.comm_reason);
+  run.control = run.comm && run.comm->keeps_control() ? run.comm.get() : &host;
   return run;
 }
 

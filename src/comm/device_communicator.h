@@ -30,6 +30,10 @@ struct RunDevice {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Communicator> comm;  // nullptr on the CPU backend: use the host communicator
   std::string comm_reason;
+  // Where the timeout, the error context and the traffic counters live: NCCL keeps its own (and
+  // passes them to MPI for its host calls); host staging and the CPU leave them to the host
+  // communicator. Points to `comm` or to set_up_run_device's `host`.
+  Communicator* control = nullptr;
 };
 RunDevice set_up_run_device(const std::string& device, const std::string& comm, Communicator& host);
 

@@ -18,6 +18,7 @@ class StagedCommunicator final : public Communicator {
   int local_size() const override { return host_.local_size(); }
   int nodes() const override { return host_.nodes(); }
   std::string name() const override { return host_.name() + "+host-staging"; }
+  bool keeps_control() const override { return false; }
 
   Pending all_reduce_sum_async(Tensor data) override {
     if (data.device == Device::CPU) return host_.all_reduce_sum_async(data);

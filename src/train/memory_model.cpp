@@ -24,13 +24,10 @@ namespace zt {
 MemoryTarget memory_target_of(const Backend& backend) {
   MemoryTarget target;
   target.device = backend.device();
-#if ZT_WITH_CUDA
-  if (const auto* cuda = dynamic_cast<const CudaBackend*>(&backend)) {
-    target.allocation_size = cuda_allocation_size;
-    target.discard_chunk_bytes = static_cast<int64_t>(cuda->discard_granularity());
-    target.fixed_bytes = static_cast<int64_t>(cuda->memory_in_use());  // its own buffers, before the run's
-  }
-#endif
+  const MemoryTraits traits = backend.memory_traits();
+  if (traits.allocation_size) target.allocation_size = traits.allocation_size;
+  target.discard_chunk_bytes = traits.discard_chunk_bytes;
+  target.fixed_bytes = traits.fixed_bytes;  // its own buffers, before the run's
   return target;
 }
 

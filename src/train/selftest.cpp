@@ -311,10 +311,10 @@ void memory_row(Backend& backend, const TrainConfig& config, const ModelConfig& 
   try {
     const MemoryTarget target = memory_target_of(backend);
     const MemoryPrediction prediction = predict_memory(config, model, world, rank, seq_len, target);
-    const std::optional<int64_t> device_free = device_bytes_free(backend);
+    const std::optional<DeviceMemory> device_memory = backend.memory();
     // The backend already holds its fixed part; a CPU run's model states are host memory.
-    const int64_t free = device_free ? *device_free + target.fixed_bytes : host_memory_available();
-    const int64_t need = prediction.device_needed() + (device_free ? 0 : prediction.host_peak);
+    const int64_t free = device_memory ? device_memory->device_free + target.fixed_bytes : host_memory_available();
+    const int64_t need = prediction.device_needed() + (device_memory ? 0 : prediction.host_peak);
     row.value = cat(format_bytes(need), " needed, ", format_bytes(free), " free");
     if (need > free) {
       row.ok = false;
@@ -385,7 +385,7 @@ int run_selftest(TrainConfig config, const SelftestOptions& options) {
   std::unique_ptr<Backend> backend = std::move(run_device.backend);
   std::unique_ptr<Communicator> device_comm = std::move(run_device.comm);
   Communicator& comm = device_comm ? *device_comm : *host_comm;
-  comm.set_timeout(std::chrono::duration<double>(config.comm_timeout_seconds));
+  run_device.control->set_timeout(std::chrono::duration<double>(config.comm_timeout_seconds));
   const bool gpu = backend->device() != Device::CPU;
   if (rank == 0)
     std::printf("selftest: %d rank%s; device %s (%s); communicator %s (%s); model %s, compute %s, micro-batch %lld x "

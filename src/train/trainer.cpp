@@ -161,9 +161,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
   std::unique_ptr<Backend> backend = std::move(run_device.backend);
   std::unique_ptr<Communicator> device_comm = std::move(run_device.comm);
   if (device_comm) comm = device_comm.get();
-  // Where the timeout, the error context and the traffic counters live: NCCL keeps its own (and
-  // passes them to MPI for host calls); host staging leaves them to MPI.
-  Communicator* control = device_comm && device_comm->name() == "nccl" ? device_comm.get() : host_comm.get();
+  Communicator* control = run_device.control;  // the timeout, error context and traffic counters
   control->set_timeout(std::chrono::duration<double>(config.comm_timeout_seconds));
   // What this rank will hold, predicted before anything is allocated (train/memory_model.h):
   // a run that cannot fit stops here, saying what would.
@@ -172,17 +170,18 @@ void run_training(TrainConfig config, const RunOptions& options) {
   const MemoryTarget memory_target = memory_target_of(*backend);
   const MemoryPrediction memory_prediction =
       predict_memory(config, model_config, world_size, rank, longest_sample, memory_target, regrowth);
-  if (const std::optional<int64_t> free = device_bytes_free(*backend)) {
+  if (const std::optional<DeviceMemory> device = backend->memory()) {
+    const int64_t free = device->device_free;
     const int64_t needed = memory_prediction.device_needed() - memory_target.fixed_bytes;  // the fixed part is held
-    if (needed > *free) {
+    if (needed > free) {
       const std::vector<std::string> fits = fitting_memory_choices(
-          config, model_config, world_size, longest_sample, memory_target, *free + memory_target.fixed_bytes, regrowth);
+          config, model_config, world_size, longest_sample, memory_target, free + memory_target.fixed_bytes, regrowth);
       std::string choices;
       for (const std::string& fit : fits) choices += "\n  " + fit;
       fail("rank ", rank, " (", backend->name(), "): this run needs about ", format_bytes(memory_prediction.device_needed()),
            " of device memory at its peak (", format_bytes(memory_prediction.device_setup), " after set-up; micro-batch ",
            config.micro_batch_size, " x ", longest_sample, " tokens, the longest sample), but only ",
-           format_bytes(*free + memory_target.fixed_bytes), " are free. ",
+           format_bytes(free + memory_target.fixed_bytes), " are free. ",
            fits.empty() ? std::string("No ZeRO stage, offload or activation checkpointing choice fits: lower "
                                       "train_micro_batch_size_per_gpu or the data's max_seq_len, use LoRA, or use more GPUs.")
                         : cat("These choices would fit (predicted peak):", choices));
@@ -296,13 +295,13 @@ void run_training(TrainConfig config, const RunOptions& options) {
     run["memory_predicted"]["seq_len"] = longest_sample;
     run["memory_predicted"]["grown_from_seq_len"] = regrowth;
     backend->synchronize();  // discarded chunks given back: the device's figures are settled
-    const std::optional<int64_t> used = device_bytes_used(*backend);
-    if (used)
-      run["memory_measured_setup"] = {{"device_used_bytes", *used},
-                                      {"backend_in_use_bytes", device_memory(*backend)->in_use}};
-    if (const std::optional<DeviceMemoryAccount> account = device_memory_account(*backend))
-      run["device_memory"] = {{"discard_granularity_bytes", account->discard_granularity},
-                              {"limit_bytes", account->limit}, {"counted_setup_bytes", account->counted}};
+    const std::optional<DeviceMemory> device = backend->memory();
+    if (device) {
+      run["memory_measured_setup"] = {{"device_used_bytes", device->device_used},
+                                      {"backend_in_use_bytes", device->in_use}};
+      run["device_memory"] = {{"discard_granularity_bytes", device->discard_granularity},
+                              {"limit_bytes", device->limit}, {"counted_setup_bytes", device->counted}};
+    }
     const ZeroCommPlan comm_plan = engine.comm_plan(config.gradient_accumulation_steps);
     run["zero_comm_plan_bytes_per_step"] = {{"all_reduce", comm_plan.all_reduce},
                                             {"reduce_scatter", comm_plan.reduce_scatter},
@@ -328,12 +327,12 @@ void run_training(TrainConfig config, const RunOptions& options) {
     std::printf("memory: rank 0 predicted %s after set-up, %s at the step's peak (micro-batch %lld x %lld tokens)%s%s\n",
                 format_bytes(memory_prediction.device_setup).c_str(), format_bytes(memory_prediction.device_peak).c_str(),
                 static_cast<long long>(micro_batch), static_cast<long long>(longest_sample),
-                used ? cat("; the device reports ", format_bytes(*used), " in use after set-up").c_str() : "",
+                device ? cat("; the device reports ", format_bytes(device->device_used), " in use after set-up").c_str() : "",
                 memory_prediction.host_peak ? cat("; host ", format_bytes(memory_prediction.host_peak)).c_str() : "");
     std::fflush(stdout);
   }
 
-  reset_device_peak(*backend);  // mem_device_peak: the peak of the training steps, not of set-up
+  backend->reset_memory_peak();  // mem_device_peak: the peak of the training steps, not of set-up
   reset_cpu_backend_peak();     // mem_cpu_backend_peak likewise (the CPU backend's buffers)
   const int64_t log_every = options.log_every > 0 ? options.log_every : std::max<int64_t>(1, config.steps_per_print);
   // Rank 0's console: the step lines (a progress bar on a terminal) and every other message.
@@ -417,13 +416,13 @@ void run_training(TrainConfig config, const RunOptions& options) {
     metrics.flops = outcome.flops;
     metrics.peak_tflops = options.peak_tflops;
     metrics.world_size = world_size;
-    if (const std::optional<DeviceMemory> memory = device_memory(*backend)) {
+    if (const std::optional<DeviceMemory> memory = backend->memory()) {
       metrics.mem_device = memory->in_use;
       metrics.mem_device_peak = memory->peak;
     }
     if (leader) {
       nlohmann::json record = metrics_json(metrics);
-      if (const std::optional<DeviceMemory> memory = device_memory(*backend))
+      if (const std::optional<DeviceMemory> memory = backend->memory())
         record["mem_device_store_peak"] = memory->store_peak;  // ZeRO's flat parameter + gradient buffers
       if (backend->device() == Device::CPU)  // the CPU backend's buffers: what the memory model's host peak predicts
         record["mem_cpu_backend_peak"] = cpu_backend_memory().peak;

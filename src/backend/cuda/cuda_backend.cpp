@@ -251,6 +251,34 @@ size_t CudaBackendImpl::device_memory_used() const {
   return total - free;
 }
 
+std::optional<DeviceMemory> CudaBackendImpl::memory() const {
+  DeviceMemory memory;
+  memory.in_use = static_cast<int64_t>(memory_in_use());
+  memory.peak = static_cast<int64_t>(memory_peak());
+  memory.store_peak = static_cast<int64_t>(discardable_peak());
+  memory.device_used = static_cast<int64_t>(device_memory_used());
+  memory.device_free = static_cast<int64_t>(device_memory_free());
+  memory.discard_granularity = static_cast<int64_t>(discard_granularity());
+  const std::optional<size_t> limit = device_memory_limit();
+  memory.limit = limit ? static_cast<int64_t>(*limit) : 0;
+  memory.counted = static_cast<int64_t>(device_memory_counted());
+  return memory;
+}
+
+MemoryTraits CudaBackendImpl::memory_traits() const {
+  MemoryTraits traits;
+  traits.allocation_size = cuda_allocation_size;
+  traits.discard_chunk_bytes = static_cast<int64_t>(discard_granularity());
+  traits.fixed_bytes = static_cast<int64_t>(memory_in_use());  // its own buffers, before a run's
+  return traits;
+}
+
+CudaBackendImpl& impl_of(Backend& backend) {
+  auto* impl = dynamic_cast<CudaBackendImpl*>(&backend);
+  ZT_CHECK(impl != nullptr, "backend ", backend.name(), " is not the CUDA backend");
+  return *impl;
+}
+
 size_t CudaBackendImpl::device_memory_free() const {
   size_t free = 0, total = 0;
   ZT_CUDA_CHECK(cudaMemGetInfo(&free, &total));

@@ -102,6 +102,11 @@ enum DeferredError : uint64_t {
   kEmbeddingBackwardBadId = 16,  // embedding_backward: the same
 };
 
+class CudaBackendImpl;
+// The CUDA backend behind `backend` (for the NCCL communicator: its stream); an error naming
+// the backend otherwise.
+CudaBackendImpl& impl_of(Backend& backend);
+
 class CudaBackendImpl final : public CudaBackend {
  public:
   CudaBackendImpl(int device, CudaBackendOptions options);
@@ -129,6 +134,10 @@ class CudaBackendImpl final : public CudaBackend {
   size_t device_allocations() const override { return allocator_.device_allocations(); }
   void synchronize() override;
   void profiler_range(bool start) override;
+  std::optional<DeviceMemory> memory() const override;
+  void reset_memory_peak() override { reset_peak(); }
+  MemoryTraits memory_traits() const override;
+  std::string pci_bus_id() const override { return cuda_device_pci_bus_id(device_); }
   int device_index() const override { return device_; }
   size_t gemm_plans_cached() const override;
   size_t gemm_heuristic_queries() const override;

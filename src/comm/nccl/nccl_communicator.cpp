@@ -128,12 +128,10 @@ class NcclPending final : public PendingCollective {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(Communicator& bootstrap, CudaBackend& device) : bootstrap_(bootstrap) {
-    auto* cuda_device = dynamic_cast<cuda::CudaBackendImpl*>(&device);
-    ZT_CHECK(cuda_device != nullptr, "make_nccl_communicator: backend ", device.name(),
-             " is not the CUDA backend");
-    compute_stream_ = cuda_device->stream();
-    device_index_ = device.device_index();
+  NcclCommunicator(Communicator& bootstrap, Backend& device) : bootstrap_(bootstrap) {
+    cuda::CudaBackendImpl& cuda_device = cuda::impl_of(device);  // throws, naming the backend, for another one
+    compute_stream_ = cuda_device.stream();
+    device_index_ = cuda_device.device_index();
     timeout_ = bootstrap_.timeout();
     context_ = bootstrap_.context();
     try {
@@ -516,7 +514,7 @@ void NcclPending::wait() {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, CudaBackend& device) {
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, Backend& device) {
   return std::make_unique<NcclCommunicator>(bootstrap, device);
 }
 

@@ -42,6 +42,7 @@ namespace zt {
 // bootstrap.timeout() as well (a rank that never joins). It sets NCCL_LAUNCH_ORDER_IMPLICIT=1
 // unless the environment has it (the two communicators' kernels launch in host order, the
 // same on every rank, so that they cannot deadlock each other).
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, CudaBackend& device);
+// `device` must be the CUDA backend (its stream orders the collectives); anything else is an error.
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, Backend& device);
 
 }  // namespace zt
