@@ -69,6 +69,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -623,6 +624,23 @@ Verdict check_call(const Operation& op, const cublasLtMatmulAlgo_t* algo, const 
   return Verdict{};
 }
 
+// ZT_EMU_CUBLASLT_REFUSE (read once): none (unset or ""), "bias-epilogue" or "all"; anything else
+// stops the process naming the variable.
+bool refused_on_request(const MatmulDesc& desc) {
+  static const std::string mode = [] {
+    const char* value = std::getenv("ZT_EMU_CUBLASLT_REFUSE");
+    const std::string text = value ? value : "";
+    if (!text.empty() && text != "bias-epilogue" && text != "all") {
+      std::fprintf(stderr, "zerotune emulated device: ZT_EMU_CUBLASLT_REFUSE='%s' is not bias-epilogue or all\n",
+                   text.c_str());
+      std::abort();
+    }
+    return text;
+  }();
+  if (mode == "all") return true;
+  return mode == "bias-epilogue" && desc.epilogue == CUBLASLT_EPILOGUE_BIAS;
+}
+
 }  // namespace
 
 // ---- the cuBLASLt API ------------------------------------------------------------------------------
@@ -788,6 +806,11 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle,
       !returnAlgoCount)
     return CUBLAS_STATUS_INVALID_VALUE;
   *returnAlgoCount = 0;
+  // ZT_EMU_CUBLASLT_REFUSE: a real cuBLASLt may have no algorithm for a shape, alignment or
+  // epilogue on a given GPU (it answers with zero results); the emulator has one for every
+  // valid problem, so the backend's fallbacks would never run. "bias-epilogue" refuses every
+  // problem with the bias epilogue, "all" every problem (docs/emulated-device.md).
+  if (refused_on_request(*desc)) return CUBLAS_STATUS_SUCCESS;
   AlgoRequirements needs;
   Verdict verdict = check_problem(*desc, *a, *b, *c, *d);
   if (verdict.ok()) verdict = choose_algorithm(*desc, *a, *b, *c, *d, *wanted, &needs);
