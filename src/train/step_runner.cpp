@@ -39,7 +39,7 @@ void write_step0_dump(const std::string& path, const std::vector<float>& logits,
 
 }  // namespace
 
-StepRunner::StepRunner(const TrainConfig& config, CausalLM& model, ZeroEngine& engine, ParamStore& store,
+StepRunner::StepRunner(const StepConfig& config, CausalLM& model, ZeroEngine& engine, ParamStore& store,
                        Backend& backend, Communicator& comm, Communicator& control, DynamicLossScaler* scaler,
                        int64_t vocab_size)
     : config_(config), model_(model), engine_(engine), store_(store), backend_(backend), comm_(comm), control_(control),
@@ -148,7 +148,7 @@ std::optional<std::string> StepRunner::skip_reason(StepOutcome& outcome, const Z
 
 void StepRunner::update(int64_t updates_done, StepOutcome& outcome, StepProfiler* profiler) {
   // fp16: an overflow anywhere skips the step and lowers the loss scale (DeepSpeed).
-  outcome.lr = learning_rate_at(config_.scheduler, config_.optimizer.lr, updates_done);
+  outcome.lr = learning_rate_at(config_.scheduler, config_.peak_lr, updates_done);
   outcome.skipped = skip_reason(outcome, engine_.check_gradients());
   if (outcome.skipped) return;
   const float clip = clip_coefficient(outcome.grad_norm, config_.gradient_clipping);
@@ -173,7 +173,7 @@ void StepRunner::begin_norm_pass() {
 }
 
 bool StepRunner::begin_update_pass(int64_t updates_done, StepOutcome& outcome) {
-  outcome.lr = learning_rate_at(config_.scheduler, config_.optimizer.lr, updates_done);
+  outcome.lr = learning_rate_at(config_.scheduler, config_.peak_lr, updates_done);
   float clip = 1.0f;
   if (norm_measured_) {  // LOMO's grad_norm(): skip on overflow, clip by the global norm
     outcome.skipped = skip_reason(outcome, engine_.check_gradients());

@@ -20,7 +20,7 @@
 #include "train/batch_views.h"
 #include "train/profiler.h"
 #include "train/step_schedule.h"
-#include "train/train_config.h"
+#include "optim/schedule_config.h"
 #include "zero/zero_engine.h"
 
 namespace zt {
@@ -45,11 +45,20 @@ class StepProfiler final : public ModuleTimer {
   ProfileTable table;
 };
 
+// What a step needs of the run's configuration (TrainConfig::step_config()).
+struct StepConfig {
+  uint64_t seed = 42;              // dropout streams
+  double peak_lr = 0.0;            // the optimizer's lr, which the schedule scales
+  SchedulerConfig scheduler;       // resolved (warm-up and decay steps known)
+  double gradient_clipping = 0.0;  // 0: off
+  std::string dump_step0_path;     // --dump-step0, or empty
+};
+
 class StepRunner {
  public:
   // `control` keeps the communication statistics (the optimizer row of a profile excludes its
   // waits); `scaler` is fp16's loss scaler (nullptr otherwise); `vocab_size` for --dump-step0.
-  StepRunner(const TrainConfig& config, CausalLM& model, ZeroEngine& engine, ParamStore& store, Backend& backend,
+  StepRunner(const StepConfig& config, CausalLM& model, ZeroEngine& engine, ParamStore& store, Backend& backend,
              Communicator& comm, Communicator& control, DynamicLossScaler* scaler, int64_t vocab_size);
 
   // Runs `schedule` over `batches` as optimizer step `step` (0-based), of which `updates_done`
@@ -72,7 +81,7 @@ class StepRunner {
   // The norm pass's verdict: why the update must be skipped, if it must (fp16 overflow moves the scale).
   std::optional<std::string> skip_reason(StepOutcome& outcome, const ZeroEngine::GradientCheck& check);
 
-  const TrainConfig& config_;
+  StepConfig config_;
   CausalLM& model_;
   ZeroEngine& engine_;
   ParamStore& store_;

@@ -346,7 +346,9 @@ void run_training(TrainConfig config, const RunOptions& options) {
   int64_t skipped = state.skipped;
   // This rank's micro-batches of each step, built one step ahead on a background thread.
   BatchPrefetcher prefetcher([&](int64_t step) { return step_samples.rank_batches(step); }, state.step, total_steps);
-  StepRunner runner(config, *model, engine, store, *backend, *comm, *control, scaler ? &*scaler : nullptr,
+  const StepConfig step_config{config.seed, config.optimizer.lr, config.scheduler, config.gradient_clipping,
+                               config.dump_step0_path};
+  StepRunner runner(step_config, *model, engine, store, *backend, *comm, *control, scaler ? &*scaler : nullptr,
                     model_config.vocab_size);
   // An optimizer fused into backward (LOMO) measures the global norm in a first backward when it
   // must clip by it or watch for fp16 overflow, and updates in a second.
