@@ -102,6 +102,83 @@ void print_zero_banner(const ZeroEngine& engine, const ZeroConfig& zero, int wor
               mib(static_cast<int64_t>(plan.all_gather)).c_str());
 }
 
+// A run whose predicted device peak exceeds the device's free memory stops here, before anything
+// is allocated, saying which ZeRO / offload / checkpointing choices would fit.
+void check_device_memory_fits(const Backend& backend, const TrainConfig& config, const ModelConfig& model_config,
+                              int world_size, int rank, int64_t longest_sample, int64_t regrowth,
+                              const MemoryTarget& memory_target, const MemoryPrediction& memory_prediction) {
+  if (const std::optional<DeviceMemory> device = backend.memory()) {
+    const int64_t free = device->device_free;
+    const int64_t needed = memory_prediction.device_needed() - memory_target.fixed_bytes;  // the fixed part is held
+    if (needed > free) {
+      const std::vector<std::string> fits = fitting_memory_choices(
+          config, model_config, world_size, longest_sample, memory_target, free + memory_target.fixed_bytes, regrowth);
+      std::string choices;
+      for (const std::string& fit : fits) choices += "\n  " + fit;
+      fail("rank ", rank, " (", backend.name(), "): this run needs about ", format_bytes(memory_prediction.device_needed()),
+           " of device memory at its peak (", format_bytes(memory_prediction.device_setup), " after set-up; micro-batch ",
+           config.micro_batch_size, " x ", longest_sample, " tokens, the longest sample), but only ",
+           format_bytes(free + memory_target.fixed_bytes), " are free. ",
+           fits.empty() ? std::string("No ZeRO stage, offload or activation checkpointing choice fits: lower "
+                                      "train_micro_batch_size_per_gpu or the data's max_seq_len, use LoRA, or use more GPUs.")
+                        : cat("These choices would fit (predicted peak):", choices));
+    }
+  }
+}
+
+// What a checkpoint must match to be resumed by this run (ckpt/checkpoint.h).
+RunIdentity run_identity(const TrainConfig& config, const TokenDataset& dataset, bool allow_data_change) {
+  RunIdentity identity;
+  identity.model_dir = config.model_dir;
+  identity.model_checksum = model_structure_checksum(config.model_dir);
+  identity.train_batch_size = config.train_batch_size;
+  identity.dataset_samples = dataset.num_samples();
+  identity.seed = config.seed;
+  identity.shuffle = config.shuffle;
+  identity.lora = config.lora;
+  identity.quantize = config.quantize;
+  identity.model_weights_digest = model_weights_digest(config.model_dir);
+  identity.data_digest = data_digest(dataset.shard_paths());
+  identity.allow_data_change = allow_data_change;
+  return identity;
+}
+
+// A step's figures for metrics.jsonl and the console (step_seconds and what follows: the caller's).
+StepMetrics step_metrics(const StepOutcome& outcome, int64_t step, int64_t total_steps, int64_t steps_per_epoch,
+                         int64_t skipped, int64_t global_batch) {
+  StepMetrics metrics;
+  metrics.step = step + 1;
+  metrics.total_steps = total_steps;
+  metrics.epoch = static_cast<double>(step + 1) / static_cast<double>(steps_per_epoch);
+  metrics.loss = outcome.loss;
+  metrics.lr = outcome.lr;
+  metrics.grad_norm = outcome.grad_norm;
+  metrics.loss_scale = outcome.loss_scale;
+  metrics.skipped = skipped;
+  metrics.samples = global_batch;
+  metrics.tokens = static_cast<int64_t>(outcome.real_tokens);
+  metrics.target_tokens = outcome.target_tokens;
+  metrics.padding_fraction = outcome.padded_tokens > 0 ? 1.0 - outcome.real_tokens / outcome.padded_tokens : 0.0;
+  return metrics;
+}
+
+// Rank 0's metrics.jsonl record of a step: `metrics`, the memory figures the memory model is
+// checked against, and the bytes sent in the step by collective (`before` and `after` it).
+nlohmann::json metrics_record(const StepMetrics& metrics, const Backend& backend, const CommStats& before,
+                              const CommStats& after) {
+  nlohmann::json record = metrics_json(metrics);
+  if (const std::optional<DeviceMemory> memory = backend.memory())
+    record["mem_device_store_peak"] = memory->store_peak;  // ZeRO's flat parameter + gradient buffers
+  if (backend.device() == Device::CPU)  // the CPU backend's buffers: what the memory model's host peak predicts
+    record["mem_cpu_backend_peak"] = cpu_backend_memory().peak;
+  nlohmann::json sent;
+  for (int kind = 0; kind < kCollectiveKinds; ++kind)
+    sent[collective_name(static_cast<Collective>(kind))] =
+        after.bytes_sent[static_cast<size_t>(kind)] - before.bytes_sent[static_cast<size_t>(kind)];
+  record["comm_bytes_sent"] = sent;
+  return record;
+}
+
 }  // namespace
 
 void run_training(TrainConfig config, const RunOptions& options) {
@@ -170,23 +247,8 @@ void run_training(TrainConfig config, const RunOptions& options) {
   const MemoryTarget memory_target = memory_target_of(*backend);
   const MemoryPrediction memory_prediction =
       predict_memory(config, model_config, world_size, rank, longest_sample, memory_target, regrowth);
-  if (const std::optional<DeviceMemory> device = backend->memory()) {
-    const int64_t free = device->device_free;
-    const int64_t needed = memory_prediction.device_needed() - memory_target.fixed_bytes;  // the fixed part is held
-    if (needed > free) {
-      const std::vector<std::string> fits = fitting_memory_choices(
-          config, model_config, world_size, longest_sample, memory_target, free + memory_target.fixed_bytes, regrowth);
-      std::string choices;
-      for (const std::string& fit : fits) choices += "\n  " + fit;
-      fail("rank ", rank, " (", backend->name(), "): this run needs about ", format_bytes(memory_prediction.device_needed()),
-           " of device memory at its peak (", format_bytes(memory_prediction.device_setup), " after set-up; micro-batch ",
-           config.micro_batch_size, " x ", longest_sample, " tokens, the longest sample), but only ",
-           format_bytes(free + memory_target.fixed_bytes), " are free. ",
-           fits.empty() ? std::string("No ZeRO stage, offload or activation checkpointing choice fits: lower "
-                                      "train_micro_batch_size_per_gpu or the data's max_seq_len, use LoRA, or use more GPUs.")
-                        : cat("These choices would fit (predicted peak):", choices));
-    }
-  }
+  check_device_memory_fits(*backend, config, model_config, world_size, rank, longest_sample, regrowth, memory_target,
+                           memory_prediction);
   ParameterPlan plan = plan_parameters(model_config, config.lora, config.quantize);
   // Loaded unit by unit: under ZeRO-3 a rank never holds more than one unit beyond its
   // partition, not even while loading (zero_store_residency).
@@ -234,18 +296,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
            ", beyond this run's last step ", total_steps);
 
   // Resume: the optimizer partitions (re-sliced for this world size and stage) and the position.
-  RunIdentity identity;
-  identity.model_dir = config.model_dir;
-  identity.model_checksum = model_structure_checksum(config.model_dir);
-  identity.train_batch_size = global_batch;
-  identity.dataset_samples = dataset.num_samples();
-  identity.seed = config.seed;
-  identity.shuffle = config.shuffle;
-  identity.lora = config.lora;
-  identity.quantize = config.quantize;
-  identity.model_weights_digest = model_weights_digest(config.model_dir);
-  identity.data_digest = data_digest(dataset.shard_paths());
-  identity.allow_data_change = options.allow_data_change;
+  const RunIdentity identity = run_identity(config, dataset, options.allow_data_change);
   TrainingState state;
   const std::optional<std::string> resume_from = resolve_resume_checkpoint(config.resume, config.out_dir);
   if (resume_from) {
@@ -390,19 +441,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
       say(cat("warning: step ", step + 1, " skipped (", *outcome.skipped, ")"));
     }
 
-    StepMetrics metrics;
-    metrics.step = step + 1;
-    metrics.total_steps = total_steps;
-    metrics.epoch = static_cast<double>(step + 1) / static_cast<double>(steps_per_epoch);
-    metrics.loss = outcome.loss;
-    metrics.lr = outcome.lr;
-    metrics.grad_norm = outcome.grad_norm;
-    metrics.loss_scale = outcome.loss_scale;
-    metrics.skipped = skipped;
-    metrics.samples = global_batch;
-    metrics.tokens = static_cast<int64_t>(outcome.real_tokens);
-    metrics.target_tokens = outcome.target_tokens;
-    metrics.padding_fraction = outcome.padded_tokens > 0 ? 1.0 - outcome.real_tokens / outcome.padded_tokens : 0.0;
+    StepMetrics metrics = step_metrics(outcome, step, total_steps, steps_per_epoch, skipped, global_batch);
     metrics.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     step_times.add(metrics.step_seconds);
     metrics.mean_step_seconds = step_times.mean();
@@ -423,18 +462,7 @@ void run_training(TrainConfig config, const RunOptions& options) {
       metrics.mem_device_peak = memory->peak;
     }
     if (leader) {
-      nlohmann::json record = metrics_json(metrics);
-      if (const std::optional<DeviceMemory> memory = backend->memory())
-        record["mem_device_store_peak"] = memory->store_peak;  // ZeRO's flat parameter + gradient buffers
-      if (backend->device() == Device::CPU)  // the CPU backend's buffers: what the memory model's host peak predicts
-        record["mem_cpu_backend_peak"] = cpu_backend_memory().peak;
-      const CommStats& comm_after = control->stats();
-      nlohmann::json sent;  // bytes rank 0 sent in this step, by collective
-      for (int kind = 0; kind < kCollectiveKinds; ++kind)
-        sent[collective_name(static_cast<Collective>(kind))] =
-            comm_after.bytes_sent[static_cast<size_t>(kind)] - comm_before.bytes_sent[static_cast<size_t>(kind)];
-      record["comm_bytes_sent"] = sent;
-      metrics_writer->write(record);
+      metrics_writer->write(metrics_record(metrics, *backend, comm_before, control->stats()));
       console->step(metrics, (step + 1) % log_every == 0 || step + 1 == total_steps);
     }
     if (step + 1 == options.profiler_last) backend->profiler_range(false);
