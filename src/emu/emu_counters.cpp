@@ -39,12 +39,7 @@ Counts& counts() {
 }
 
 void write_call_report() {
-  std::string path = std::getenv("ZT_EMU_CALL_REPORT");
-  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
-  if (rank == nullptr) rank = std::getenv("PMI_RANK");
-  path += '.';  // appended piece by piece: GCC 12 warns (-Wrestrict, falsely) about "." + string
-  path += rank ? std::string(rank) : std::to_string(getpid());
-  std::FILE* file = std::fopen(path.c_str(), "w");
+  std::FILE* file = std::fopen(report_path("ZT_EMU_CALL_REPORT").c_str(), "w");
   if (file == nullptr) return;
   std::lock_guard lock(counts_lock());
   std::fprintf(file, "{");
@@ -64,6 +59,15 @@ void write_call_report() {
 }
 
 }  // namespace
+
+std::string report_path(const char* variable) {
+  std::string path = std::getenv(variable);
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (rank == nullptr) rank = std::getenv("PMI_RANK");
+  path += '.';  // appended piece by piece: GCC 12 warns (-Wrestrict, falsely) about "." + string
+  path += rank ? std::string(rank) : std::to_string(getpid());
+  return path;
+}
 
 static bool capturing = false;  // between cudaProfilerStart and cudaProfilerStop (under counts_lock)
 

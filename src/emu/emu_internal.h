@@ -114,6 +114,9 @@ constexpr int kMultiprocessors = 132;
 // Between cudaProfilerStart and cudaProfilerStop (set_capturing) a call also counts under
 // "captured <category>", and each start counts as "capture_ranges" / "cudaProfilerStart".
 void count_call(const char* category, const char* call);
+// The file a report named by environment `variable` (set) goes to: its value + "." + the MPI rank
+// from the launcher's environment, else the pid (the memory and call reports).
+std::string report_path(const char* variable);
 void set_capturing(bool capturing);
 inline void count_host_wait(const char* call) { count_call("host_waits", call); }
 

@@ -19,7 +19,6 @@
 // This file is not compiled with a sanitizer (its bookkeeping is not the program's); it only
 // annotates the arena for AddressSanitizer in ZT_EMU_ASAN builds.
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -267,10 +266,7 @@ Arena& arena() {
 }
 
 void write_memory_report() {
-  std::string path = std::getenv("ZT_EMU_MEMORY_REPORT");
-  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
-  if (rank == nullptr) rank = std::getenv("PMI_RANK");
-  path += "." + (rank ? std::string(rank) : std::to_string(getpid()));
+  const std::string path = report_path("ZT_EMU_MEMORY_REPORT");
   if (std::FILE* file = std::fopen(path.c_str(), "w")) {
     std::fprintf(file, "{\"peak_bytes\": %zu, \"used_bytes\": %zu, \"capacity_bytes\": %zu}\n", arena().peak(),
                  arena().used(), arena().capacity());
