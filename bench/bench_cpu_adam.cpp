@@ -1,4 +1,4 @@
-// Benchmark: cpu_adamw (optim/cpu_adam.h, the ZeRO-Offload optimizer) against this machine's
+// Benchmark: cpu_adamw (backend/cpu/cpu_adam.h, the ZeRO-Offload optimizer) against this machine's
 // memory bandwidth. In one run, on the same arrays and threads, it measures a STREAM-like copy
 // (a = b: 8 bytes per element) and triad (a = b + s c: 12 bytes), a loop with AdamW's memory
 // traffic and no arithmetic to speak of (4 arrays read, 3 of them updated in place: 28 bytes),
@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "optim/cpu_adam.h"
+#include "backend/cpu/cpu_adam.h"
 
 using namespace zt;
 

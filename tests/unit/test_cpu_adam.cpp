@@ -1,4 +1,4 @@
-// Unit tests of cpu_adamw (optim/cpu_adam.h): bit-identical to a plain scalar loop with
+// Unit tests of cpu_adamw (backend/cpu/cpu_adam.h): bit-identical to a plain scalar loop with
 // torch.optim.AdamW's operation order, close to a double-precision AdamW over several steps,
 // for odd sizes, n = 0, both forms of torch's lerp, weight decay on and off; the bf16 copy of
 // the updated parameter equals float_to_bf16 of it; the CPU backend's adamw op is the same code.
@@ -12,7 +12,7 @@
 
 #include "backend/backend.h"
 #include "core/dtype.h"
-#include "optim/cpu_adam.h"
+#include "backend/cpu/cpu_adam.h"
 #include "test_helpers.h"
 #include "test_util.h"
 

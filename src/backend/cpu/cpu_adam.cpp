@@ -1,10 +1,11 @@
-// cpu_adamw (see cpu_adam.h): scalars prepared once in double as torch does, then a
-// branch-free SIMD loop per chunk, chunks spread over the OpenMP threads.
-#include "optim/cpu_adam.h"
+// cpu_adamw (see cpu_adam.h): the constants of backend/adamw_constants.h, then a branch-free
+// SIMD loop per chunk, chunks spread over the OpenMP threads.
+#include "backend/cpu/cpu_adam.h"
 
 #include <algorithm>
 #include <cmath>
 
+#include "backend/adamw_constants.h"
 #include "core/dtype.h"
 #include "core/error.h"
 
@@ -12,43 +13,12 @@ namespace zt {
 
 namespace {
 
-// The per-step constants of the update, computed the way torch computes them: in double (its
-// Python floats), then rounded once to fp32 for the kernel.
-struct AdamWScalars {
-  float decay_factor;           // 1 - lr * weight_decay
-  float lerp_weight;            // 1 - beta1
-  float lerp_complement;        // 1 - lerp_weight (in fp32, as torch's lerp kernel forms it)
-  bool lerp_from_start;         // |lerp_weight| < 0.5: which of lerp's two forms torch uses
-  float beta2;
-  float one_minus_beta2;
-  float negative_step_size;     // -lr / (1 - beta1^t)
-  float bias_correction2_sqrt;  // sqrt(1 - beta2^t)
-  float eps;
-};
-
-AdamWScalars adamw_scalars(const AdamWParams& params) {
-  const double step = static_cast<double>(params.step);
-  const double bias_correction1 = params.bias_correction ? 1.0 - std::pow(params.beta1, step) : 1.0;
-  const double bias_correction2 = params.bias_correction ? 1.0 - std::pow(params.beta2, step) : 1.0;
-  AdamWScalars s;
-  s.decay_factor = static_cast<float>(1.0 - params.lr * params.weight_decay);
-  s.lerp_weight = static_cast<float>(1.0 - params.beta1);
-  s.lerp_complement = 1.0f - s.lerp_weight;
-  s.lerp_from_start = std::fabs(s.lerp_weight) < 0.5f;
-  s.beta2 = static_cast<float>(params.beta2);
-  s.one_minus_beta2 = static_cast<float>(1.0 - params.beta2);
-  s.negative_step_size = static_cast<float>(-(params.lr / bias_correction1));
-  s.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  s.eps = static_cast<float>(params.eps);
-  return s;
-}
-
 // The update over one span of n elements. kLerpFromStart picks torch's lerp form at compile
 // time so the loop has no branch: exp_avg.lerp_(grad, w) is m + w (g - m) for w < 0.5, else
 // g - (g - m)(1 - w) (the form that is exact at the nearer end).
 template <bool kLerpFromStart>
 void adamw_span(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
-                int64_t n, const AdamWScalars& s) {
+                int64_t n, const AdamWConstants& s) {
   const float decay_factor = s.decay_factor, lerp_weight = s.lerp_weight, lerp_complement = s.lerp_complement;
   const float beta2 = s.beta2, one_minus_beta2 = s.one_minus_beta2, negative_step_size = s.negative_step_size;
   const float bias_correction2_sqrt = s.bias_correction2_sqrt, eps = s.eps;
@@ -72,7 +42,7 @@ constexpr int64_t kChunk = 4096;
 
 template <bool kLerpFromStart>
 void adamw_chunks(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
-                  const AdamWScalars& s, uint16_t* param_bf16_out) {
+                  const AdamWConstants& s, uint16_t* param_bf16_out) {
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   // Static schedule: each thread walks one contiguous range of chunks (hardware prefetch).
 #pragma omp parallel for schedule(static) if (chunks > 8)
@@ -96,7 +66,7 @@ void cpu_adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_s
   ZT_CHECK(params.step >= 1, "cpu_adamw: step = ", params.step, " (steps count from 1)");
   if (n == 0) return;
   ZT_CHECK(param && grad && exp_avg && exp_avg_sq, "cpu_adamw: a null array for ", n, " elements");
-  const AdamWScalars s = adamw_scalars(params);
+  const AdamWConstants s = adamw_constants(params);
   if (s.lerp_from_start)
     adamw_chunks<true>(param, grad, exp_avg, exp_avg_sq, n, s, param_bf16_out);
   else
