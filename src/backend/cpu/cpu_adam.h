@@ -3,8 +3,10 @@
 // one branch-free loop body compiled for each ISA path of cpu_isa.h (AVX-512, AVX2, generic)
 // and chosen at run time, so that a portable build (no -march=native) still runs at the node's
 // SIMD width. The operation order is torch.optim.AdamW's single-tensor path and the file is
-// compiled without multiply-add contraction, so every path gives the same bits, equal to the
-// CUDA kernel's (backend/cuda/cuda_optim.cu) and to torch's unfused fp32 arithmetic.
+// compiled without multiply-add contraction, so every path gives the same bits, whatever the
+// build's -march, and rounds each operation as the CUDA kernel (backend/cuda/cuda_optim.cu)
+// does. (torch's CPU lerp_ fuses its multiply-add: exp_avg differs from torch's by an ulp or so
+// of m per step, see test_cpu_ops' adamw_matches_torch.)
 #pragma once
 #include <cstdint>
 
