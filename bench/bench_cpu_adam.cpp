@@ -1,14 +1,18 @@
-// Benchmark: cpu_adamw (optim/cpu_adam.h, the ZeRO-Offload optimizer) against this machine's
-// memory bandwidth. In one run, on the same arrays and threads, it measures a STREAM-like copy
-// (a = b: 8 bytes per element) and triad (a = b + s c: 12 bytes), a loop with AdamW's memory
-// traffic and no arithmetic to speak of (4 arrays read, 3 of them updated in place: 28 bytes),
-// then AdamW (28 bytes per element) and AdamW with the bf16 parameter copy (30 bytes).
+// Benchmark: cpu_adamw (backend/cpu/cpu_adam.h, the ZeRO-Offload optimizer) on each ISA path
+// this CPU runs, against this machine's memory bandwidth measured in the same run, on the same
+// arrays and threads: a STREAM-like copy (a = b: 8 bytes per element) and triad (a = b + s c:
+// 12 bytes), and a loop with AdamW's memory traffic and no arithmetic to speak of (4 arrays
+// read, 3 of them updated in place: 28 bytes); then AdamW (28 bytes per element) and AdamW with
+// the bf16 parameter copy (30 bytes) on the generic, avx2 and avx512 paths.
 // Bytes are counted as STREAM counts them, without write-allocate traffic: copy and triad
 // write arrays they do not read, which costs the CPU a read of each written line that is not
 // counted, while AdamW (and the in-place loop) only writes lines it has just read. So the
 // in-place loop is the bound AdamW is held to; copy and triad are the familiar references.
-// Prints the best GB/s of each and AdamW's fraction of the references; ZT_ADAM_SECONDS (the
-// best time per step) is for scripts. bench/torch_adamw.py times torch's AdamW on the same n.
+// Every measurement runs once per round, rounds interleaved (a machine shared with other work
+// slows all of them alike), and the best round of each is kept. Prints GB/s and each AdamW
+// path's fraction of the references; ZT_ADAM_SECONDS (the best time per step of the path
+// cpu_adamw chooses, ZT_CPU_ISA or the best) is for scripts. bench/torch_adamw.py times torch's
+// AdamW on the same n.
 //   bench_cpu_adam [--n 67108864] [--repeats 10]     (threads: OMP_NUM_THREADS)
 #include "bench_util.h"
 
@@ -19,13 +23,16 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
+#include <exception>
 #include <functional>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
-#include "optim/cpu_adam.h"
+#include "backend/cpu/cpu_adam.h"
+#include "backend/cpu/cpu_isa.h"
 
 using namespace zt;
 
@@ -42,89 +49,136 @@ struct HostArray {
   T* get() const { return data.get(); }
 };
 
-// Best wall time of `repeats` calls of `body` (after one warm-up call).
-double best_seconds(int64_t repeats, const std::function<void()>& body) {
-  body();
-  double best = 1e30;
-  for (int64_t r = 0; r < repeats; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    body();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+struct Arrays {
+  float *p, *g, *m, *v;
+  uint16_t* bf16;
+  int64_t n;
+};
+
+// One timed loop: its name, the bytes it is credited with per element, and its best time.
+struct Measurement {
+  std::string name;
+  double bytes_per_element;
+  std::function<void()> body;
+  double best_seconds = 1e30;
+  double rate(int64_t n) const { return bytes_per_element * static_cast<double>(n) / best_seconds / 1e9; }
+};
+
+// The bandwidth references. They write only exp_avg and leave the values in range for AdamW
+// (exp_avg_sq stays >= 0, param barely moves), so they can be interleaved with its steps.
+std::vector<Measurement> bandwidth_loops(const Arrays& a) {
+  const int64_t n = a.n;
+  float *p = a.p, *g = a.g, *m = a.m, *v = a.v;
+  std::vector<Measurement> loops;
+  loops.push_back({"copy  a = b", 8.0, [=] {
+#pragma omp parallel for simd schedule(static)
+                     for (int64_t i = 0; i < n; ++i) m[i] = g[i];
+                   }});
+  loops.push_back({"triad a = b + s c", 12.0, [=] {
+#pragma omp parallel for simd schedule(static)
+                     for (int64_t i = 0; i < n; ++i) m[i] = g[i] + 1e-3f * p[i];
+                   }});
+  loops.push_back({"in place 4 r + 3 w", 28.0, [=] {
+#pragma omp parallel for simd schedule(static)
+                     for (int64_t i = 0; i < n; ++i) {
+                       p[i] += 1e-3f * g[i];
+                       m[i] += g[i];
+                       v[i] += g[i] * g[i];
+                     }
+                   }});
+  return loops;
+}
+
+// AdamW on each path this CPU runs, without and with the bf16 output. Each call is a new step.
+std::vector<Measurement> adamw_loops(const Arrays& a, AdamWParams& params) {
+  std::vector<Measurement> loops;
+  for (CpuIsa isa : {CpuIsa::generic, CpuIsa::avx2, CpuIsa::avx512}) {
+    if (!cpu_supports(isa, cpu_features())) continue;
+    const std::string name = std::string("adamw ") + cpu_isa_name(isa);
+    AdamWParams* step = &params;
+    loops.push_back({name, 28.0, [=] {
+                       step->step += 1;
+                       cpu_adamw_on(isa, a.p, a.g, a.m, a.v, a.n, *step);
+                     }});
+    loops.push_back({name + " + bf16", 30.0, [=] {
+                       step->step += 1;
+                       cpu_adamw_on(isa, a.p, a.g, a.m, a.v, a.n, *step, a.bf16);
+                     }});
   }
-  return best;
+  return loops;
+}
+
+// One warm-up call of each, then `repeats` rounds of one call of each; keeps each one's best.
+void time_rounds(std::vector<Measurement>& loops, int64_t repeats) {
+  for (Measurement& loop : loops) loop.body();
+  for (int64_t round = 0; round < repeats; ++round) {
+    for (Measurement& loop : loops) {
+      const auto start = std::chrono::steady_clock::now();
+      loop.body();
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      loop.best_seconds = std::min(loop.best_seconds, seconds);
+    }
+  }
+}
+
+void first_touch(const Arrays& a) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < a.n; ++i) {  // values of a plausible size
+    a.p[i] = 0.01f * static_cast<float>(i % 1000 - 500);
+    a.g[i] = 1e-4f * static_cast<float>(i % 777 - 388);
+    a.m[i] = 0.0f;
+    a.v[i] = 0.0f;
+    a.bf16[i] = 0;
+  }
+}
+
+// loops: copy, triad, in place, then the AdamW paths (as main builds them).
+void print_results(const std::vector<Measurement>& loops, int64_t n) {
+  for (size_t i = 0; i < 3; ++i)
+    std::printf("  %-24s %8.2f ms  %7.2f GB/s\n", loops[i].name.c_str(), loops[i].best_seconds * 1e3, loops[i].rate(n));
+  const double copy = loops[0].rate(n), triad = loops[1].rate(n), in_place = loops[2].rate(n);
+  for (size_t i = 3; i < loops.size(); ++i) {
+    const Measurement& loop = loops[i];
+    const double rate = loop.rate(n);
+    std::printf("  %-24s %8.2f ms  %7.2f GB/s  = %.2f of in-place, %.2f of copy, %.2f of triad\n", loop.name.c_str(),
+                loop.best_seconds * 1e3, rate, rate / in_place, rate / copy, rate / triad);
+  }
+}
+
+int run(int argc, char** argv) {
+  const int64_t n = flag(argc, argv, "--n", int64_t{1} << 26);
+  const int64_t repeats = flag(argc, argv, "--repeats", 10);
+  HostArray<float> param(n), grad(n), exp_avg(n), exp_avg_sq(n);
+  HostArray<uint16_t> param_bf16(n);
+  const Arrays arrays{param.get(), grad.get(), exp_avg.get(), exp_avg_sq.get(), param_bf16.get(), n};
+  first_touch(arrays);
+  AdamWParams params;
+  params.lr = 1e-4;
+  params.weight_decay = 0.01;
+  params.step = 0;  // each AdamW call is the next step
+  std::vector<Measurement> loops = bandwidth_loops(arrays);  // [0, 3): copy, triad, in place
+  for (Measurement& loop : adamw_loops(arrays, params)) loops.push_back(std::move(loop));
+  time_rounds(loops, repeats);
+
+  const char* forced = std::getenv("ZT_CPU_ISA");
+  std::printf("bench_cpu_adam: n %lld (%.0f MiB per fp32 array), %d threads, best of %lld interleaved rounds; "
+              "cpu_adamw's path: %s (%s)\n",
+              static_cast<long long>(n), 4.0 * static_cast<double>(n) / (1 << 20), omp_get_max_threads(),
+              static_cast<long long>(repeats), cpu_isa_name(cpu_isa()), forced ? "ZT_CPU_ISA" : "the best of this CPU");
+  print_results(loops, n);
+  for (const Measurement& loop : loops)
+    if (loop.name == std::string("adamw ") + cpu_isa_name(cpu_isa()))
+      std::printf("ZT_ADAM_SECONDS %.6f\n", loop.best_seconds);
+  return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int64_t n = flag(argc, argv, "--n", int64_t{1} << 26);
-  const int64_t repeats = flag(argc, argv, "--repeats", 10);
-  HostArray<float> param(n), grad(n), exp_avg(n), exp_avg_sq(n);
-  HostArray<uint16_t> param_bf16(n);
-  float *p = param.get(), *g = grad.get(), *m = exp_avg.get(), *v = exp_avg_sq.get();
-  uint16_t* out = param_bf16.get();
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {  // first touch, with values of a plausible size
-    p[i] = 0.01f * static_cast<float>(i % 1000 - 500);
-    g[i] = 1e-4f * static_cast<float>(i % 777 - 388);
-    m[i] = 0.0f;
-    v[i] = 0.0f;
-    out[i] = 0;
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& error) {  // e.g. ZT_CPU_ISA names a path this CPU lacks
+    std::fprintf(stderr, "bench_cpu_adam: %s\n", error.what());
+    return 1;
   }
-
-  // STREAM-like copy and triad over the same arrays (b = grad, c = exp_avg, a = exp_avg_sq).
-  const double copy_seconds = best_seconds(repeats, [&] {
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) v[i] = g[i];
-  });
-  const double triad_seconds = best_seconds(repeats, [&] {
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) v[i] = g[i] + 3.0f * m[i];
-  });
-  // AdamW's traffic: p, m, v read and written in place, g read (values stay finite: g is small).
-  const double in_place_seconds = best_seconds(repeats, [&] {
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      p[i] += g[i];
-      m[i] += g[i];
-      v[i] += g[i];
-    }
-  });
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    m[i] = 0.0f;
-    v[i] = 0.0f;
-  }
-
-  AdamWParams params;
-  params.lr = 1e-4;
-  params.weight_decay = 0.01;
-  const double adam_seconds = best_seconds(repeats, [&] {
-    params.step += 1;
-    cpu_adamw(p, g, m, v, n, params);
-  });
-  const double adam_bf16_seconds = best_seconds(repeats, [&] {
-    params.step += 1;
-    cpu_adamw(p, g, m, v, n, params, out);
-  });
-
-  const double elements = static_cast<double>(n);
-  const double copy_rate = 8.0 * elements / copy_seconds / 1e9;
-  const double triad_rate = 12.0 * elements / triad_seconds / 1e9;
-  const double in_place_rate = 28.0 * elements / in_place_seconds / 1e9;
-  const double adam_rate = 28.0 * elements / adam_seconds / 1e9;
-  const double adam_bf16_rate = 30.0 * elements / adam_bf16_seconds / 1e9;
-  std::printf("bench_cpu_adam: n %lld (%.0f MiB per fp32 array), %d threads, best of %lld\n",
-              static_cast<long long>(n), 4.0 * elements / (1 << 20), omp_get_max_threads(),
-              static_cast<long long>(repeats));
-  std::printf("  copy  a = b          %8.2f ms  %7.2f GB/s\n", copy_seconds * 1e3, copy_rate);
-  std::printf("  triad a = b + s c    %8.2f ms  %7.2f GB/s\n", triad_seconds * 1e3, triad_rate);
-  std::printf("  in place 4 r + 3 w   %8.2f ms  %7.2f GB/s\n", in_place_seconds * 1e3, in_place_rate);
-  std::printf("  cpu_adamw            %8.2f ms  %7.2f GB/s  = %.2f of in-place, %.2f of copy, %.2f of triad\n",
-              adam_seconds * 1e3, adam_rate, adam_rate / in_place_rate, adam_rate / copy_rate, adam_rate / triad_rate);
-  std::printf("  cpu_adamw + bf16 out %8.2f ms  %7.2f GB/s  = %.2f of in-place, %.2f of copy, %.2f of triad\n",
-              adam_bf16_seconds * 1e3, adam_bf16_rate, adam_bf16_rate / in_place_rate, adam_bf16_rate / copy_rate,
-              adam_bf16_rate / triad_rate);
-  std::printf("ZT_ADAM_SECONDS %.6f\n", adam_seconds);
-  return 0;
 }

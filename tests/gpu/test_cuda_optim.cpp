@@ -2,15 +2,16 @@
 // (AdaLomo's three ops: see their case below).
 // SGD: plain, momentum with dampening and weight decay, Nesterov (the first step copies the
 // gradient into the buffer). LAMB's per-element pass: both eps placements, the update written
-// over the gradient as the optimizer runs it. Same bounds as AdamW's below.
+// over the gradient as the optimizer runs it. Bound: 1e-6 relative (an ulp or so: the CPU
+// build may fuse multiply-adds, the kernels round every operation as written), plus an
+// absolute floor of about an ulp of the inputs where the result cancels (|g| <= 0.1, an ulp
+// 7.5e-9: 1e-8 for exp_avg; 1e-7 for param against |param| <= 1).
 // AdamW against the CPU backend over several steps: weight
 // decay, both forms of torch's lerp (1 - beta1 below and above 0.5), with and without bias
-// correction. Bound: 1e-6 relative (an ulp or so: the CPU build may fuse multiply-adds, the
-// kernel rounds every operation as written), plus an absolute floor of about an ulp of the
-// inputs where the result cancels: exp_avg = m + w (g - m) is far smaller than g when m is
-// close to g (|g| <= 0.1, an ulp 7.5e-9: 1e-8), and param's step is small against |param| <= 1
-// (1e-7). exp_avg_sq sums positive terms and needs no floor. (The emulated device found the
-// cancellation: 175 of 10007 exp_avg elements were 2e-5 apart relative.)
+// correction. Bit for bit: both round every operation as written (the kernel with _rn
+// intrinsics, cpu_adamw compiled without contraction) from the same fp32 constants
+// (backend/adamw_constants.h). (Before the CPU side stopped fusing multiply-adds, the emulated
+// device found 175 of 10007 exp_avg elements 2e-5 apart relative, where m + w (g - m) cancels.)
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -53,9 +54,9 @@ BOOST_AUTO_TEST_CASE(adamw_matches_the_cpu_over_steps) {
       gpu().adamw(param_d, grad_d, m_d, v_d, params);
     }
     const std::string what = cat("adamw lr ", setting.lr, " beta1 ", setting.beta1);
-    zt::test::check_close(download(param_d), param, 1e-6, 1e-7, what + " param");
-    zt::test::check_close(download(m_d), m, 1e-6, 1e-8, what + " exp_avg");
-    zt::test::check_close(download(v_d), v, 1e-6, 0.0, what + " exp_avg_sq");
+    check_identical(download(param_d), param, what + " param");
+    check_identical(download(m_d), m, what + " exp_avg");
+    check_identical(download(v_d), v, what + " exp_avg_sq");
   }
 }
 

@@ -1,18 +1,23 @@
-// Unit tests of cpu_adamw (optim/cpu_adam.h): bit-identical to a plain scalar loop with
+// Unit tests of cpu_adamw (backend/cpu/cpu_adam.h): bit-identical to a plain scalar loop with
 // torch.optim.AdamW's operation order, close to a double-precision AdamW over several steps,
 // for odd sizes, n = 0, both forms of torch's lerp, weight decay on and off; the bf16 copy of
-// the updated parameter equals float_to_bf16 of it; the CPU backend's adamw op is the same code.
+// the updated parameter equals float_to_bf16 of it; the CPU backend's adamw op is the same code;
+// every ISA path this CPU runs (cpu_isa.h) gives the generic path's bits; a forced path the CPU
+// cannot run, or an unknown one, is an error. This file is compiled without multiply-add
+// contraction (tests/CMakeLists.txt), as cpu_adam.cpp is, so the scalar loop rounds as it does.
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_adam.h"
+#include "backend/cpu/cpu_isa.h"
 #include "core/dtype.h"
-#include "optim/cpu_adam.h"
 #include "test_helpers.h"
 #include "test_util.h"
 
@@ -219,6 +224,76 @@ BOOST_AUTO_TEST_CASE(bad_arguments_are_errors) {
   params.step = 1;
   zt::test::check_error([&] { zt::cpu_adamw(&x, &x, &x, &x, -1, params); }, "cpu_adamw: n = -1");
   zt::test::check_error([&] { zt::cpu_adamw(nullptr, &x, &x, &x, 1, params); }, "null array");
+}
+
+// Every path this CPU runs against the generic one, bit for bit: sizes around each SIMD width
+// and the 4096-element chunk (odd tails, a single element, several chunks over the threads),
+// both lerp forms, with and without the bf16 output, over several steps.
+BOOST_AUTO_TEST_CASE(every_isa_path_matches_the_generic_path_bitwise) {
+  const zt::CpuFeatures features = zt::cpu_features();
+  const std::vector<int64_t> sizes = {1, 7, 8, 15, 16, 17, 33, 4095, 4097, 8193, 100003};
+  for (zt::CpuIsa isa : {zt::CpuIsa::avx2, zt::CpuIsa::avx512}) {
+    if (!zt::cpu_supports(isa, features)) {
+      BOOST_TEST_MESSAGE("this CPU has no " << zt::cpu_isa_name(isa) << ": path not compared");
+      continue;
+    }
+    for (double beta1 : {0.9, 0.3}) {  // lerp weight 0.1 (m + w (g - m)) and 0.7 (g - (g - m)(1 - w))
+      for (bool bf16_out : {false, true}) {
+        for (int64_t n : sizes) {
+          const size_t size = static_cast<size_t>(n);
+          zt::AdamWParams params;
+          params.lr = 1e-2;
+          params.beta1 = beta1;
+          params.weight_decay = 0.05;
+          std::vector<float> p = random_floats(size, 41u, -3.0f, 3.0f), m(size, 0.0f), v(size, 0.0f);
+          std::vector<float> p_ref = p, m_ref = m, v_ref = v;
+          std::vector<uint16_t> out(size, 0xFFFF), out_ref(size, 0xFFFF);
+          for (int64_t step = 1; step <= 3; ++step) {
+            const std::vector<float> g = random_floats(size, 400u + static_cast<uint32_t>(step), -2.0f, 2.0f);
+            params.step = step;
+            zt::cpu_adamw_on(isa, p.data(), g.data(), m.data(), v.data(), n, params, bf16_out ? out.data() : nullptr);
+            zt::cpu_adamw_on(zt::CpuIsa::generic, p_ref.data(), g.data(), m_ref.data(), v_ref.data(), n, params,
+                             bf16_out ? out_ref.data() : nullptr);
+          }
+          const std::string when = std::string(zt::cpu_isa_name(isa)) + " n " + std::to_string(n) + " beta1 " +
+                                   std::to_string(beta1) + (bf16_out ? " bf16 out" : "");
+          BOOST_REQUIRE(same_bits(p, p_ref, "param, " + when));
+          BOOST_REQUIRE(same_bits(m, m_ref, "exp_avg, " + when));
+          BOOST_REQUIRE(same_bits(v, v_ref, "exp_avg_sq, " + when));
+          BOOST_REQUIRE_MESSAGE(out == out_ref, "bf16 output, " << when);
+        }
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(isa_choice_and_forced_paths) {
+  const zt::CpuFeatures none, avx2{true, false}, both{true, true};
+  // Unforced (null or empty): the best path of the CPU.
+  const auto chosen = [](const char* forced, const zt::CpuFeatures& features) {
+    return std::string(zt::cpu_isa_name(zt::choose_cpu_isa(forced, features)));
+  };
+  BOOST_TEST(chosen(nullptr, none) == "generic");
+  BOOST_TEST(chosen("", avx2) == "avx2");
+  BOOST_TEST(chosen(nullptr, both) == "avx512");
+  BOOST_TEST(chosen("avx2", both) == "avx2");
+  BOOST_TEST(chosen("generic", both) == "generic");
+  // A forced path the CPU lacks, or a name that is no path, is an error naming it and what the CPU runs.
+  zt::test::check_error_mentions([&] { zt::choose_cpu_isa("avx512", avx2); },
+                                 {"ZT_CPU_ISA=avx512", "cannot run", "generic, avx2)"});
+  zt::test::check_error_mentions([&] { zt::choose_cpu_isa("avx2", none); }, {"ZT_CPU_ISA=avx2", "cannot run"});
+  zt::test::check_error_mentions([&] { zt::choose_cpu_isa("sse9", both); },
+                                 {"ZT_CPU_ISA=sse9", "unknown path", "avx512, avx2 or generic"});
+  // The process's choice is ZT_CPU_ISA's (ctest runs this suite unforced and with ZT_CPU_ISA=generic).
+  BOOST_TEST(zt::cpu_isa_name(zt::cpu_isa()) == chosen(std::getenv("ZT_CPU_ISA"), zt::cpu_features()));
+  BOOST_TEST_MESSAGE("cpu_adamw runs the " << zt::cpu_isa_name(zt::cpu_isa()) << " path");
+  // cpu_adamw_on refuses a path this CPU cannot run (where there is one to try).
+  for (zt::CpuIsa isa : {zt::CpuIsa::avx2, zt::CpuIsa::avx512}) {
+    if (zt::cpu_supports(isa, zt::cpu_features())) continue;
+    float x = 1.0f;
+    zt::test::check_error_mentions([&] { zt::cpu_adamw_on(isa, &x, &x, &x, &x, 1, zt::AdamWParams{}); },
+                                   {"cpu_adamw", "cannot run", zt::cpu_isa_name(isa)});
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -613,8 +613,11 @@ BOOST_AUTO_TEST_CASE(adamw_matches_double_loop) {
 
 BOOST_AUTO_TEST_CASE(adamw_matches_torch) {
   // Three steps of torch.optim.AdamW(lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1,
-  // foreach=False) in fp32 (torch 2.x), printed with float.hex(): the same result to within one
-  // ulp (the compiler may fuse a multiply-add that torch rounds twice, or the reverse).
+  // foreach=False) in fp32 (torch 2.x), printed with float.hex(). param and exp_avg_sq: the same
+  // result to within one ulp. exp_avg: torch's CPU lerp_ is a fused multiply-add (ATen's
+  // lerp_vec: fmadd(weight, end - start, start)), while cpu_adamw rounds the product and the sum
+  // apart, as the CUDA kernel does, so that every ISA path gives the same bits (cpu_adam.h);
+  // where m nearly cancels (elements 0 and 2) that is a few ulps of m, far under an ulp of g.
   auto backend = zt::make_cpu_backend();
   std::vector<float> param = {0.5f, -1.25f, 3.0f, 1e-3f, -2e-2f, 0.75f, 10.0f, -0.1f};
   const std::vector<std::vector<float>> grads = {{0.1f, -0.2f, 0.3f, 1e-4f, 5.0f, -0.05f, 0.01f, 2.0f},
@@ -641,7 +644,8 @@ BOOST_AUTO_TEST_CASE(adamw_matches_torch) {
   auto within_one_ulp = [](float a, float b) { return a == b || std::nextafter(a, b) == b; };
   for (size_t i = 0; i < 8; ++i) {
     BOOST_TEST(within_one_ulp(param[i], torch_param[i]), "param[" << i << "] " << param[i] << " vs torch " << torch_param[i]);
-    BOOST_TEST(within_one_ulp(exp_avg[i], torch_exp_avg[i]), "exp_avg[" << i << "]");
+    BOOST_TEST((within_one_ulp(exp_avg[i], torch_exp_avg[i]) || std::fabs(exp_avg[i] - torch_exp_avg[i]) <= 5e-9f),
+               "exp_avg[" << i << "] " << exp_avg[i] << " vs torch " << torch_exp_avg[i]);
     BOOST_TEST(within_one_ulp(exp_avg_sq[i], torch_exp_avg_sq[i]), "exp_avg_sq[" << i << "]");
   }
 }

@@ -1,12 +1,12 @@
 // The CPU backend's optimizer ops (also what ZeRO-Offload runs on its host partitions).
-// AdamW: argument checks, then the fused SIMD/OpenMP update cpu_adamw (optim/cpu_adam.h), which
+// AdamW: argument checks, then the fused SIMD/OpenMP update cpu_adamw (backend/cpu/cpu_adam.h), which
 // follows torch.optim.AdamW's operation order (single-tensor path). SGD and LAMB's per-element
 // pass: OpenMP loops in torch.optim.SGD's and DeepSpeed FusedLamb's operation order.
 #include <algorithm>
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
-#include "optim/cpu_adam.h"
+#include "backend/cpu/cpu_adam.h"
 
 namespace zt::cpu {
 

@@ -1,11 +1,12 @@
 // The CUDA backend's optimizer ops (AdamW, SGD, LAMB's and AdaLomo's passes). AdamW: one fused
 // pass over fp32 param, grad, exp_avg, exp_avg_sq, with the CPU backend's operation order
-// (torch.optim.AdamW's single-tensor path). Explicit round-to-nearest intrinsics keep the
-// compiler from fusing multiply-adds, so each operation rounds as written whatever the compiler
-// does (the CPU build may fuse some: the two backends agree to an ulp or two, not bitwise).
+// (torch.optim.AdamW's single-tensor path) and its constants (backend/adamw_constants.h).
+// Explicit round-to-nearest intrinsics keep the compiler from fusing multiply-adds, so each
+// operation rounds as written, as the CPU kernel (compiled without contraction) does.
 #include <algorithm>
 #include <cmath>
 
+#include "backend/adamw_constants.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_column_sums.cuh"
 #include "backend/cuda/cuda_kernels.cuh"
@@ -14,21 +15,8 @@ namespace zt::cuda {
 
 namespace {
 
-// The scalars, computed on the host in double as torch does, then used in fp32.
-struct AdamWScalars {
-  float decay_factor;         // 1 - lr * weight_decay
-  float lerp_weight;          // 1 - beta1
-  float lerp_complement;      // 1 - lerp_weight
-  bool lerp_from_start;       // torch's lerp: m + w (g - m) for w < 0.5, else g - (g - m)(1 - w)
-  float beta2;
-  float one_minus_beta2;
-  float negative_step_size;   // -lr / bias_correction1
-  float bias_correction2_sqrt;
-  float eps;
-};
-
 __global__ void adamw_kernel(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
-                             int64_t n, AdamWScalars s) {
+                             int64_t n, AdamWConstants s) {
   for_each_vector(n, [&](int64_t first) {
     float p[kVector], g[kVector], m[kVector], v[kVector];
     load8<Fp32Format>(param, first, n, p);
@@ -66,21 +54,8 @@ void CudaBackendImpl::adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor ex
   expect_numel(op, "exp_avg_sq", exp_avg_sq, n, "the elements of param");
   ZT_CHECK(params.step >= 1, op, ": step = ", params.step, " (steps count from 1)");
   if (n == 0) return;
-  const double step = static_cast<double>(params.step);
-  const double bias_correction1 = params.bias_correction ? 1.0 - std::pow(params.beta1, step) : 1.0;
-  const double bias_correction2 = params.bias_correction ? 1.0 - std::pow(params.beta2, step) : 1.0;
-  AdamWScalars scalars;
-  scalars.decay_factor = static_cast<float>(1.0 - params.lr * params.weight_decay);
-  scalars.lerp_weight = static_cast<float>(1.0 - params.beta1);
-  scalars.lerp_from_start = std::fabs(scalars.lerp_weight) < 0.5f;
-  scalars.lerp_complement = 1.0f - scalars.lerp_weight;
-  scalars.beta2 = static_cast<float>(params.beta2);
-  scalars.one_minus_beta2 = static_cast<float>(1.0 - params.beta2);
-  scalars.negative_step_size = static_cast<float>(-(params.lr / bias_correction1));
-  scalars.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  scalars.eps = static_cast<float>(params.eps);
   launch({grid_for(vectors_of(n)), kThreads, 0, stream_}, adamw_kernel,
-      param.f32(), grad.f32(), exp_avg.f32(), exp_avg_sq.f32(), n, scalars);
+      param.f32(), grad.f32(), exp_avg.f32(), exp_avg_sq.f32(), n, adamw_constants(params));
   ZT_CUDA_CHECK_LAUNCH("adamw_kernel");
 }
 

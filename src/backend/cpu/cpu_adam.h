@@ -1,12 +1,17 @@
 // cpu_adamw: the AdamW update over fp32 host arrays, written for speed (ZeRO-Offload updates the
 // fp32 master partition and its moments on the CPU). One pass over memory, OpenMP over chunks,
-// a branch-free inner loop that the compiler vectorises (AVX-512/AVX2 under -march=native).
-// The operation order is torch.optim.AdamW's single-tensor path, so the CPU backend's adamw op
-// (which calls this) matches torch bit for bit up to fused multiply-adds.
+// one branch-free loop body compiled for each ISA path of cpu_isa.h (AVX-512, AVX2, generic)
+// and chosen at run time, so that a portable build (no -march=native) still runs at the node's
+// SIMD width. The operation order is torch.optim.AdamW's single-tensor path and the file is
+// compiled without multiply-add contraction, so every path gives the same bits, whatever the
+// build's -march, and rounds each operation as the CUDA kernel (backend/cuda/cuda_optim.cu)
+// does. (torch's CPU lerp_ fuses its multiply-add: exp_avg differs from torch's by an ulp or so
+// of m per step, see test_cpu_ops' adamw_matches_torch.)
 #pragma once
 #include <cstdint>
 
 #include "backend/backend.h"  // AdamWParams
+#include "backend/cpu/cpu_isa.h"
 
 namespace zt {
 
@@ -19,7 +24,12 @@ namespace zt {
 //                   rounded to bf16 (RNE, as float_to_bf16), written in the same pass; this is
 //                   what offload copies back to the device for bf16 compute.
 // The arrays must not overlap. n may be 0. params.step >= 1 (bias correction counts from 1).
+// Runs the path cpu_isa() chose (the best this CPU has, or ZT_CPU_ISA's).
 void cpu_adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                const AdamWParams& params, uint16_t* param_bf16_out = nullptr);
+
+// The same on a given path (tests and benchmarks compare them); an error if this CPU cannot run it.
+void cpu_adamw_on(CpuIsa isa, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                  const AdamWParams& params, uint16_t* param_bf16_out = nullptr);
 
 }  // namespace zt

@@ -1,0 +1,130 @@
+// cpu_adamw (see cpu_adam.h): the constants of backend/adamw_constants.h, then one chunk body
+// instantiated per ISA path (GCC target attributes), the chunks spread over the OpenMP threads.
+// This file is compiled with -ffp-contract=off and for the baseline ISA (CMakeLists.txt): the
+// generic path is the same code in -march=native and portable builds, and no path fuses a
+// multiply-add that torch rounds twice.
+#include "backend/cpu/cpu_adam.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/adamw_constants.h"
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace zt {
+
+namespace {
+
+// The arrays of one update (cpu_adam.h); param_bf16 may be null.
+struct AdamWArrays {
+  float* param;
+  const float* grad;
+  float* exp_avg;
+  float* exp_avg_sq;
+  uint16_t* param_bf16;
+};
+
+// The update of elements [begin, begin + count), then their bf16 copy while the chunk's
+// parameters are still in L1/L2. kLerpFromStart picks torch's lerp form at compile time so the
+// loop has no branch: exp_avg.lerp_(grad, w) is m + w (g - m) for w < 0.5, else
+// g - (g - m)(1 - w) (the form that is exact at the nearer end). Always inlined into each ISA's
+// entry point below: that is what vectorises this one body once per ISA.
+template <bool kLerpFromStart>
+[[gnu::always_inline]] inline void adamw_chunk(const AdamWArrays& a, int64_t begin, int64_t count,
+                                               const AdamWConstants& c) {
+  float* __restrict p = a.param + begin;
+  const float* __restrict g = a.grad + begin;
+  float* __restrict m = a.exp_avg + begin;
+  float* __restrict v = a.exp_avg_sq + begin;
+  const float decay_factor = c.decay_factor, lerp_weight = c.lerp_weight, lerp_complement = c.lerp_complement;
+  const float beta2 = c.beta2, one_minus_beta2 = c.one_minus_beta2, negative_step_size = c.negative_step_size;
+  const float bias_correction2_sqrt = c.bias_correction2_sqrt, eps = c.eps;
+#pragma omp simd
+  for (int64_t i = 0; i < count; ++i) {
+    const float gi = g[i];
+    const float pi = p[i] * decay_factor;                 // param.mul_(1 - lr * wd)
+    const float mi = kLerpFromStart ? m[i] + lerp_weight * (gi - m[i])  // exp_avg.lerp_(g, 1 - beta1)
+                                    : gi - (gi - m[i]) * lerp_complement;
+    const float vi = v[i] * beta2 + one_minus_beta2 * gi * gi;  // exp_avg_sq.mul_(b2).addcmul_(g, g, 1 - b2)
+    const float denom = std::sqrt(vi) / bias_correction2_sqrt + eps;  // (v.sqrt() / sqrt(bc2)).add_(eps)
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi + negative_step_size * mi / denom;          // param.addcdiv_(m, denom, -step_size)
+  }
+  if (a.param_bf16 == nullptr) return;
+  uint16_t* __restrict out = a.param_bf16 + begin;
+#pragma omp simd
+  for (int64_t i = 0; i < count; ++i) out[i] = float_to_bf16(p[i]);
+}
+
+// One entry point per ISA path, each the body above compiled for its ISA. AVX2 without FMA
+// (the file has no contraction anyway); AVX-512 at full width (GCC's generic tuning may
+// otherwise prefer 256-bit vectors).
+using ChunkFunction = void (*)(const AdamWArrays&, int64_t, int64_t, const AdamWConstants&);
+
+template <bool kLerpFromStart>
+void chunk_generic(const AdamWArrays& a, int64_t begin, int64_t count, const AdamWConstants& c) {
+  adamw_chunk<kLerpFromStart>(a, begin, count, c);
+}
+
+#if defined(__x86_64__)
+template <bool kLerpFromStart>
+[[gnu::target("avx2")]] void chunk_avx2(const AdamWArrays& a, int64_t begin, int64_t count,
+                                        const AdamWConstants& c) {
+  adamw_chunk<kLerpFromStart>(a, begin, count, c);
+}
+
+template <bool kLerpFromStart>
+[[gnu::target("avx512f,avx512vl,avx512bw,avx512dq,prefer-vector-width=512")]] void chunk_avx512(
+    const AdamWArrays& a, int64_t begin, int64_t count, const AdamWConstants& c) {
+  adamw_chunk<kLerpFromStart>(a, begin, count, c);
+}
+#endif
+
+template <bool kLerpFromStart>
+ChunkFunction chunk_function(CpuIsa isa) {
+#if defined(__x86_64__)
+  if (isa == CpuIsa::avx512) return chunk_avx512<kLerpFromStart>;
+  if (isa == CpuIsa::avx2) return chunk_avx2<kLerpFromStart>;
+#endif
+  ZT_CHECK(isa == CpuIsa::generic, "cpu_adamw: no ", cpu_isa_name(isa), " path in this build (not x86-64)");
+  return chunk_generic<kLerpFromStart>;
+}
+
+// Elements per task: 16 KiB of each fp32 array, so the chunk's updated parameters are still in
+// L1/L2 when its bf16 copy is written (the bf16 output costs no second trip to memory).
+constexpr int64_t kChunk = 4096;
+
+void run_chunks(ChunkFunction chunk, const AdamWArrays& a, int64_t n, const AdamWConstants& c) {
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  // Static schedule: each thread walks one contiguous range of chunks (hardware prefetch), the
+  // same range every step (its pages stay in its caches and, where first touched by it, on its
+  // NUMA node).
+#pragma omp parallel for schedule(static) if (chunks > 8)
+  for (int64_t i = 0; i < chunks; ++i) {
+    const int64_t begin = i * kChunk;
+    chunk(a, begin, std::min(kChunk, n - begin), c);
+  }
+}
+
+}  // namespace
+
+void cpu_adamw_on(CpuIsa isa, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                  const AdamWParams& params, uint16_t* param_bf16_out) {
+  ZT_CHECK(n >= 0, "cpu_adamw: n = ", n, " elements (must be >= 0)");
+  ZT_CHECK(params.step >= 1, "cpu_adamw: step = ", params.step, " (steps count from 1)");
+  ZT_CHECK(cpu_supports(isa, cpu_features()), "cpu_adamw: this CPU cannot run the ", cpu_isa_name(isa), " path");
+  if (n == 0) return;
+  ZT_CHECK(param && grad && exp_avg && exp_avg_sq, "cpu_adamw: a null array for ", n, " elements");
+  const AdamWConstants c = adamw_constants(params);
+  const ChunkFunction chunk = c.lerp_from_start ? chunk_function<true>(isa) : chunk_function<false>(isa);
+  run_chunks(chunk, {param, grad, exp_avg, exp_avg_sq, param_bf16_out}, n, c);
+}
+
+void cpu_adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+               const AdamWParams& params, uint16_t* param_bf16_out) {
+  cpu_adamw_on(cpu_isa(), param, grad, exp_avg, exp_avg_sq, n, params, param_bf16_out);
+}
+
+}  // namespace zt
