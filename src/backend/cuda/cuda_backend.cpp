@@ -294,7 +294,7 @@ void CudaBackendImpl::synchronize() {
   ZT_CUDA_CHECK(cudaMemcpyAsync(host_status_, device_status_, kStatusSlots * sizeof(uint64_t),
                                 cudaMemcpyDeviceToHost, stream_));
   ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  discardable_->reclaim(false);  // every discard has completed: give their chunks back
+  discardable_->synchronized();  // every discard has completed: forget their events
   check_deferred_errors();
 }
 

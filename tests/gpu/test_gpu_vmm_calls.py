@@ -1,0 +1,103 @@
+# ZeRO-3's virtual memory without per-chunk driver traffic (issue 30, item 2; label gpu-emu).
+# A stage-3 step gathers every unit twice (forward, backward) and commits its gradients once; the
+# discardable buffers (src/backend/cuda/cuda_vmm.h) map and unmap physical memory per committed
+# range, not per chunk. On the emulated device, which counts its driver calls
+# (ZT_EMU_CALL_REPORT), tiny-llama on 2 ranks at stage 3, and at stage 3 with offload_param cpu:
+#   - the driver's cuMemMap + cuMemUnmap calls of one step (the difference between a run of
+#     STEPS + 2 steps and one of STEPS steps, halved) are at most MAPS_PER_UNIT per unit: each
+#     unit is committed 3 times a step (2 gathers, its gradients) in at most 2 groups
+#     (decay / no-decay), and a commit maps at most 3 extents (its partial first chunk, its whole
+#     chunks, its partial last chunk); per-chunk mapping needs one per 4 KiB chunk here;
+#   - a step's cuMemCreate + cuMemRelease calls are at most the map and unmap calls (the pool
+#     reuses the physical memory of discarded ranges), and cuMemSetAccess is one per cuMemMap;
+#   - the runs of STEPS and STEPS + 2 steps start with the same losses (counting changes nothing).
+# The chunk is made 4 KiB (ZT_EMU_VMM_GRANULARITY) so that a unit of tiny-llama spans tens of
+# chunks: per-chunk mapping would make hundreds of calls per unit and step.
+# On a real GPU the driver's calls cannot be counted: the test reports that and skips.
+import json
+import os
+
+from mpi_common_path import add_mpi_path  # noqa: F401 (puts tests/mpi on sys.path)
+from device_sizing import EMULATED
+from mpi_common import (Report, main_guard, make_model_and_data, parse_args, read_metrics, read_run, run_ranks,
+                        temporary_directory, write_ds_config)
+
+STEPS = 1
+RANKS = 2
+GRANULARITY = 4096
+# Commits per unit and step (2 gathers + 1 gradient commit) x groups (2) x extents per commit (3),
+# for the maps and again for the unmaps.
+MAPS_PER_UNIT = 2 * 3 * 2 * 3
+# Every unit of tiny-llama (16k-45k elements) gathered and released (none persistent, none kept
+# between forward and backward), and gradients reduced about a unit at a time, as a 7B model's
+# are by DeepSpeed's defaults.
+ZERO = {"stage": 3, "stage3_param_persistence_threshold": 1000, "stage3_max_reuse_distance": 0,
+        "stage3_prefetch_bucket_size": 50000, "reduce_bucket_size": 50000, "allgather_bucket_size": 50000}
+
+
+def read_calls(prefix):
+    """{category: {call: count}} of each rank's ZT_EMU_CALL_REPORT file."""
+    ranks = []
+    for rank in range(RANKS):
+        with open(f"{prefix}.{rank}") as stream:
+            ranks.append(json.load(stream))
+    return ranks
+
+
+def train(zerotune, workdir, model, data, name, steps, zero):
+    out = os.path.join(workdir, f"{name}-{steps}")
+    ds = write_ds_config(os.path.join(workdir, name + ".json"), 8, 2, zero)
+    prefix = os.path.join(workdir, f"{name}-{steps}-calls")
+    saved = dict(os.environ)
+    os.environ.update({"ZT_EMU_CALL_REPORT": prefix, "ZT_EMU_VMM_GRANULARITY": str(GRANULARITY)})
+    try:
+        run_ranks(RANKS, [zerotune, "train", "--model", model, "--data", data, "--out", out, "--deepspeed", ds,
+                          "--max-steps", steps, "--seed", 5, "--device", "cuda", "--no-save-at-end"])
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return out, read_calls(prefix)
+
+
+def per_step(short, long, call):
+    """The most calls of `call` one step makes on any rank."""
+    return max((b["vmm"].get(call, 0) - a["vmm"].get(call, 0)) / 2 for a, b in zip(short, long))
+
+
+def check_setting(report, zerotune, workdir, model, data, name, zero):
+    out, short = train(zerotune, workdir, model, data, name, STEPS, zero)
+    out_long, long = train(zerotune, workdir, model, data, name, STEPS + 2, zero)
+    units = len(read_run(out)["zero_layout"]["unit_elements"])
+    losses = [record["loss"] for record in read_metrics(out)]
+    report.check(losses == [record["loss"] for record in read_metrics(out_long)][:STEPS],
+                 f"{name}: the first {STEPS} steps' losses are the same in both runs")
+    calls = {call: per_step(short, long, call) for call in
+             ("cuMemMap", "cuMemUnmap", "cuMemSetAccess", "cuMemCreate", "cuMemRelease")}
+    print(f"{name}: {units} units; driver calls per step: {calls}", flush=True)
+    maps = calls["cuMemMap"] + calls["cuMemUnmap"]
+    report.check(maps <= MAPS_PER_UNIT * units,
+                 f"{name}: {maps} cuMemMap + cuMemUnmap calls per step, at most {MAPS_PER_UNIT} per unit "
+                 f"({units} units)")
+    report.check(calls["cuMemCreate"] + calls["cuMemRelease"] <= maps,
+                 f"{name}: {calls['cuMemCreate'] + calls['cuMemRelease']} cuMemCreate + cuMemRelease calls per step, "
+                 f"at most the map and unmap calls ({maps})")
+    report.check(calls["cuMemSetAccess"] == calls["cuMemMap"],
+                 f"{name}: one cuMemSetAccess per cuMemMap ({calls['cuMemSetAccess']} vs {calls['cuMemMap']})")
+
+
+def main():
+    args = parse_args(__doc__)
+    report = Report("ZeRO-3 maps and unmaps per range, not per chunk")
+    if not EMULATED:
+        report.skip("driver calls per step", "only the emulated device counts its driver calls")
+        return report.finish()
+    with temporary_directory(args, "zt-gpu-vmm-") as workdir:
+        model, data = make_model_and_data(args.zerotune, workdir, samples=32)
+        check_setting(report, args.zerotune, workdir, model, data, "stage3", ZERO)
+        check_setting(report, args.zerotune, workdir, model, data, "stage3-offload-param",
+                      dict(ZERO, offload_param={"device": "cpu"}))
+    return report.finish()
+
+
+if __name__ == "__main__":
+    main_guard(main)
