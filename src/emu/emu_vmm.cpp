@@ -14,6 +14,8 @@
 //
 // The granularity is ZT_EMU_VMM_GRANULARITY (default 64 KiB, a multiple of the 4 KiB page):
 // a GPU's is 2 MiB, which would make the boundary chunks of the tests' small models dominate.
+// Every entry point that changes the address space or the physical memory is counted
+// (ZT_EMU_CALL_REPORT's "vmm") and can be made to fail (ZT_EMU_VMM_FAIL; docs/emulated-device.md).
 #include <cuda.h>
 #include <sys/mman.h>
 #include <unistd.h>
