@@ -14,8 +14,12 @@
 // before the previous mapping commit. A held extent committed again is simply in use again.
 // Synchronisations change nothing here, so the counts do not depend on when the host waits.
 //
-// Shape of a ZeRO-3 step: units of equal size reuse each other's memory two mapping commits
-// later; the device holds at most one more unit's extents than it uses (the one still held).
+// What it costs: after a mapping commit the device holds, beyond the extents in use, only those
+// discarded since the previous one: in a ZeRO-3 step, where units of equal size reuse each
+// other's memory two mapping commits later, one unit more than it uses; between steps, the
+// gradients of the last reduced bucket (taken again, with no driver call, by the next step's
+// first gradient commit when nothing needed memory in between). Extents of sizes no commit needs
+// go back to the driver at the next mapping commit.
 #pragma once
 #include <cstddef>
 #include <cstdint>

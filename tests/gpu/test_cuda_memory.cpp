@@ -480,10 +480,10 @@ BOOST_AUTO_TEST_CASE(discardable_buffers_map_extents_and_reuse_discarded_memory)
 // its bytes, and nothing stays mapped or allocated (the buffer's release, which frees its
 // address range, would fail on a mapping left behind; the emulator's device memory would show
 // an allocation).
-void fail_driver_call(const std::string& call_and_nth, const std::function<void()>& action) {
+void fail_driver_call(const std::string& call_and_nth, size_t bytes, const std::function<void()>& action) {
   setenv("ZT_EMU_VMM_FAIL", call_and_nth.c_str(), 1);
   const std::string call = call_and_nth.substr(0, call_and_nth.find(':'));
-  zt::test::check_error_mentions(action, {call, " bytes at ", "ZT_EMU_VMM_FAIL"});
+  zt::test::check_error_mentions(action, {"cuda: " + call + " of " + std::to_string(bytes) + " bytes", "ZT_EMU_VMM_FAIL"});
   unsetenv("ZT_EMU_VMM_FAIL");
 }
 
@@ -493,7 +493,7 @@ BOOST_AUTO_TEST_CASE(a_failed_driver_call_names_itself_and_leaks_nothing) {
   // 0's first extent (2 chunks) is mapped, its second (chunk 2) fails and leaves nothing.
   for (const char* call : {"cuMemCreate:2", "cuMemMap:2", "cuMemSetAccess:2"}) {
     DiscardableUnits units;
-    fail_driver_call(call, [&] { gpu().commit(units.unit(0)); });
+    fail_driver_call(call, units.chunk, [&] { gpu().commit(units.unit(0)); });
     BOOST_TEST(units.mapped() == before + 2 * units.chunk, call);
     BOOST_TEST(gpu().device_memory_used() == used + 2 * units.chunk, call);
     units.use(0, 1.0f);  // the commit again maps what is missing
@@ -508,7 +508,7 @@ BOOST_AUTO_TEST_CASE(a_failed_driver_call_names_itself_and_leaks_nothing) {
     gpu().discard(units.unit(0));
     units.use(2, 3.0f);
     gpu().discard(units.unit(1));
-    fail_driver_call(call, [&] { gpu().commit(units.unit(3)); });
+    fail_driver_call(call, 2 * g, [&] { gpu().commit(units.unit(3)); });
     const size_t expected = std::string(call) == "cuMemMap:1" ? 6 * g : 8 * g;
     BOOST_TEST(units.mapped() == before + expected, call);
     BOOST_TEST(gpu().device_memory_used() == used + expected, call);

@@ -59,9 +59,9 @@ def train(zerotune, workdir, model, data, name, steps, zero):
     return out, read_calls(prefix)
 
 
-def per_step(short, long, call):
+def per_step(short, long, call, category="vmm"):
     """The most calls of `call` one step makes on any rank."""
-    return max((b["vmm"].get(call, 0) - a["vmm"].get(call, 0)) / 2 for a, b in zip(short, long))
+    return max((b[category].get(call, 0) - a[category].get(call, 0)) / 2 for a, b in zip(short, long))
 
 
 def check_setting(report, zerotune, workdir, model, data, name, zero):
@@ -73,7 +73,8 @@ def check_setting(report, zerotune, workdir, model, data, name, zero):
                  f"{name}: the first {STEPS} steps' losses are the same in both runs")
     calls = {call: per_step(short, long, call) for call in
              ("cuMemMap", "cuMemUnmap", "cuMemSetAccess", "cuMemCreate", "cuMemRelease")}
-    print(f"{name}: {units} units; driver calls per step: {calls}", flush=True)
+    waits = per_step(short, long, "cudaEventSynchronize", "host_waits")
+    print(f"{name}: {units} units; driver calls per step: {calls}; cudaEventSynchronize per step: {waits}", flush=True)
     maps = calls["cuMemMap"] + calls["cuMemUnmap"]
     report.check(maps <= MAPS_PER_UNIT * units,
                  f"{name}: {maps} cuMemMap + cuMemUnmap calls per step, at most {MAPS_PER_UNIT} per unit "

@@ -99,13 +99,15 @@ DiscardableMemory::~DiscardableMemory() {
   }
 }
 
-// Throws a zt::Error naming the driver call, its address and bytes, and the driver's error text.
+// Throws a zt::Error naming the driver call, its bytes and address (0: none), and the driver's
+// error text.
 void DiscardableMemory::check(int status, const char* call, uintptr_t address, size_t bytes) const {
   if (status == CUDA_SUCCESS) return;
   const char* text = nullptr;
   driver_->error_string(static_cast<CUresult>(status), &text);
-  fail("cuda: ", call, " of ", bytes, " bytes at ", reinterpret_cast<const void*>(address), " failed on device ", device_,
-       " (rank ", process_rank(), "): ", text ? text : "unknown error", " (CUresult ", status, ")");
+  const std::string where = address ? cat(" at ", reinterpret_cast<const void*>(address)) : "";
+  fail("cuda: ", call, " of ", bytes, " bytes", where, " failed on device ", device_, " (rank ", process_rank(),
+       "): ", text ? text : "unknown error", " (CUresult ", status, ")");
 }
 
 void* DiscardableMemory::allocate(size_t bytes, bool committed) {
