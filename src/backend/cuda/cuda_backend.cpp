@@ -12,6 +12,7 @@
 
 #include "backend/cuda/cuda_attention_cudnn.h"
 #include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/cuda_vmm.h"
 #include "backend/cuda/cuda_memory_limit.h"
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
@@ -217,6 +218,17 @@ void CudaBackendImpl::release(void* pointer) {
   uploads_.note_release(pointer);
   if (discardable_ && discardable_->owns(pointer)) discardable_->release(pointer);
   else allocator_.release(pointer);
+}
+
+size_t CudaBackendImpl::memory_in_use() const { return allocator_.bytes_in_use() + discardable_->physical_bytes(); }
+size_t CudaBackendImpl::memory_reserved() const { return allocator_.bytes_reserved() + discardable_->physical_bytes(); }
+size_t CudaBackendImpl::discardable_bytes() const { return discardable_->physical_bytes(); }
+size_t CudaBackendImpl::discardable_peak() const { return discardable_->peak_physical_bytes(); }
+size_t CudaBackendImpl::discard_granularity() const { return discardable_->granularity(); }
+
+void CudaBackendImpl::reset_peak() {
+  peak_bytes_ = memory_in_use();
+  discardable_->reset_peak();
 }
 
 void CudaBackendImpl::discard(Tensor range) {
