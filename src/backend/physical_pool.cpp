@@ -32,21 +32,36 @@ void PhysicalPool::discarded(ChunkResidency* residency, const std::vector<Extent
 
 PhysicalPool::Plan PhysicalPool::plan_commit(const std::vector<Extent>& needed) {
   drop_live();
-  // Reusable: discarded before the previous mapping commit; the rest stays held.
-  std::vector<Held> reusable, kept;
-  for (const Held& held : held_) (held.epoch < mapping_commits_ ? reusable : kept).push_back(held);
+  // Reusable: discarded before the previous mapping commit, taken oldest first by size.
+  std::vector<bool> taken(held_.size(), false);
   Plan plan;
+  size_t created = 0;  // chunks of new memory
   for (Extent extent : needed) {
-    auto match = std::find_if(reusable.begin(), reusable.end(),
-                              [&](const Held& held) { return held.extent.count == extent.count; });
-    if (match == reusable.end()) {
+    size_t i = 0;
+    while (i < held_.size() &&
+           (taken[i] || held_[i].epoch >= mapping_commits_ || held_[i].extent.count != extent.count))
+      ++i;
+    if (i == held_.size()) {
+      created += extent.count;
       plan.sources.emplace_back();
       continue;
     }
-    plan.sources.emplace_back(*match);
-    reusable.erase(match);
+    taken[i] = true;
+    plan.sources.emplace_back(held_[i]);
   }
-  plan.released = std::move(reusable);
+  // New memory: first give back reusable extents no commit took, oldest first, at least as
+  // many chunks as are created (so the held bytes do not grow while some are left over).
+  std::vector<Held> kept;
+  size_t released = 0;
+  for (size_t i = 0; i < held_.size(); ++i) {
+    if (taken[i]) continue;
+    if (released < created && held_[i].epoch < mapping_commits_) {
+      released += held_[i].extent.count;
+      plan.released.push_back(held_[i]);
+    } else {
+      kept.push_back(held_[i]);
+    }
+  }
   held_ = std::move(kept);
   ++mapping_commits_;
   return plan;

@@ -7,19 +7,22 @@
 // The rule. A discarded extent is held (still mapped, its physical memory counted) until a later
 // commit needs memory ("a mapping commit"). At a mapping commit, the extents discarded before
 // the previous mapping commit are reusable: each extent the commit needs takes the physical
-// memory of a reusable extent of the same size (oldest first), or new memory when there is none;
-// the reusable extents left over are given back. Extents discarded since the previous mapping
-// commit stay held: the device may still be using them (ZeRO-3 releases unit k just before it
-// prefetches unit k + 2), so the commit does not wait for them; it waits at most for work queued
-// before the previous mapping commit. A held extent committed again is simply in use again.
-// Synchronisations change nothing here, so the counts do not depend on when the host waits.
+// memory of a reusable extent of the same size (oldest first); only one that finds none takes
+// new memory, and for it the commit first gives back reusable extents left over, oldest first,
+// at least as many bytes as it takes (all of them when they are fewer). Extents discarded since
+// the previous mapping commit stay held: the device may still be using them (ZeRO-3 releases
+// unit k just before it prefetches unit k + 2), so the commit does not wait for them; it waits
+// at most for work queued before the previous mapping commit. A held extent committed again is
+// simply in use again. Synchronisations change nothing here, so the counts do not depend on when
+// the host waits.
 //
-// What it costs: after a mapping commit the device holds, beyond the extents in use, only those
-// discarded since the previous one: in a ZeRO-3 step, where units of equal size reuse each
-// other's memory two mapping commits later, one unit more than it uses; between steps, the
-// gradients of the last reduced bucket (taken again, with no driver call, by the next step's
-// first gradient commit when nothing needed memory in between). Extents of sizes no commit needs
-// go back to the driver at the next mapping commit.
+// What it costs: the held bytes grow only at a commit that finds no reusable extent left over to
+// give back, and then the device holds, beyond the extents in use and the new ones, only those
+// discarded since the previous mapping commit: in a ZeRO-3 step one unit more than it uses
+// (units of equal size reuse each other's memory two mapping commits later). Reusable extents a
+// commit did not need (a gradient range between two parameter gathers) wait for a later commit
+// of their size; between steps the last reduced gradients are held (taken again, with no driver
+// call, by the next step's gradient commits when nothing took their memory in between).
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -73,38 +73,69 @@ BOOST_AUTO_TEST_CASE(a_commit_before_the_extent_is_given_back_keeps_it) {
 
 // physical_pool.h: a commit reuses the memory of extents discarded before the previous commit
 // that mapped memory, of the same size; the other reusable ones are given back.
-BOOST_AUTO_TEST_CASE(the_pool_reuses_extents_discarded_before_the_previous_mapping_commit) {
-  ChunkResidency chunks(1000, 100, false);
+// Applies physical_pool.h's decisions to one buffer, as the CUDA and counting backends do.
+struct PooledBuffer {
+  ChunkResidency chunks{2000, 100, false};  // 20 chunks, nothing mapped
   PhysicalPool pool;
-  auto commit = [&](size_t offset, size_t bytes) {
+  PhysicalPool::Plan commit(size_t offset, size_t bytes) {
     const std::vector<Extent> needed = chunks.commit(offset, bytes);
     pool.drop_live();
+    if (needed.empty()) return {};
     PhysicalPool::Plan plan = pool.plan_commit(needed);
     for (const auto& source : plan.sources)
       if (source) chunks.set_mapped(source->extent, false);
     for (const auto& released : plan.released) chunks.set_mapped(released.extent, false);
     map_all(chunks, needed);
     return plan;
-  };
-  auto discard = [&](size_t offset, size_t bytes) { pool.discarded(&chunks, chunks.discard(offset, bytes)); };
-  commit(0, 200);                              // unit 0: chunks 0-1
-  commit(200, 200);                            // unit 1: chunks 2-3
-  discard(0, 200);                             // unit 0 held
-  PhysicalPool::Plan plan = commit(400, 200);  // unit 2: unit 0 was discarded after the previous mapping commit
-  BOOST_TEST((plan.sources.size() == 1 && !plan.sources[0] && plan.released.empty()));
-  BOOST_TEST(pool.holds(&chunks, Extent{0, 2}));
-  discard(200, 200);                           // unit 1 held
-  plan = commit(600, 200);                     // unit 3 reuses unit 0's memory; unit 1 stays held
-  BOOST_TEST((plan.sources.size() == 1 && plan.sources[0] && plan.sources[0]->extent.first == 0));
-  BOOST_TEST(pool.holds(&chunks, Extent{2, 2}));
-  discard(400, 200);
-  plan = commit(800, 100);                     // one chunk: unit 1's two are given back
-  BOOST_TEST((plan.sources.size() == 1 && !plan.sources[0]));
+  }
+  void discard(size_t offset, size_t bytes) { pool.discarded(&chunks, chunks.discard(offset, bytes)); }
+};
+
+bool reuses(const PhysicalPool::Plan& plan, size_t first) {
+  return plan.sources.size() == 1 && plan.sources[0] && plan.sources[0]->extent.first == first;
+}
+bool creates(const PhysicalPool::Plan& plan) { return plan.sources.size() == 1 && !plan.sources[0]; }
+
+// physical_pool.h: a commit reuses the memory of extents discarded before the previous commit
+// that mapped memory, of the same size; one that must create memory gives the others back.
+BOOST_AUTO_TEST_CASE(the_pool_reuses_extents_discarded_before_the_previous_mapping_commit) {
+  PooledBuffer b;
+  b.commit(0, 200);                              // unit 0: chunks 0-1
+  b.commit(200, 200);                            // unit 1: chunks 2-3
+  b.discard(0, 200);                             // unit 0 held
+  PhysicalPool::Plan plan = b.commit(400, 200);  // unit 2: unit 0 was discarded after the previous mapping commit
+  BOOST_TEST((creates(plan) && plan.released.empty()));
+  BOOST_TEST(b.pool.holds(&b.chunks, Extent{0, 2}));
+  b.discard(200, 200);                           // unit 1 held
+  plan = b.commit(600, 200);                     // unit 3 reuses unit 0's memory; unit 1 stays held
+  BOOST_TEST(reuses(plan, 0));
+  BOOST_TEST(b.pool.holds(&b.chunks, Extent{2, 2}));
+  b.discard(400, 200);
+  plan = b.commit(800, 100);                     // one new chunk: unit 1's two chunks go back first
+  BOOST_TEST(creates(plan));
   BOOST_TEST(pairs({plan.released.front().extent}) == Pairs({{2, 2}}));
   // A held extent committed again is in use: never reused while it is.
-  BOOST_TEST(chunks.commit(400, 200).empty());
-  pool.drop_live();
-  BOOST_TEST(!pool.holds(&chunks, Extent{4, 2}));
+  BOOST_TEST(b.chunks.commit(400, 200).empty());
+  b.pool.drop_live();
+  BOOST_TEST(!b.pool.holds(&b.chunks, Extent{4, 2}));
+  // New memory gives back reusable extents, oldest first, at least as much as it takes.
+  b.discard(600, 300);   // unit 3 (2 chunks) and chunk 8 held
+  b.commit(1000, 100);   // one new chunk: nothing reusable yet
+  plan = b.commit(1100, 300);  // 3 new chunks: gives back 2 + 1
+  BOOST_TEST((creates(plan) && pairs({plan.released[0].extent, plan.released[1].extent}) == Pairs({{6, 2}, {8, 1}})));
+}
+
+BOOST_AUTO_TEST_CASE(reusable_extents_a_commit_does_not_need_wait_for_a_later_one) {
+  PooledBuffer b;
+  b.commit(0, 200);
+  b.commit(200, 300);  // 3 chunks
+  b.discard(0, 200);
+  b.discard(200, 300);
+  b.commit(1000, 100);                           // new memory: nothing reusable yet
+  PhysicalPool::Plan plan = b.commit(1200, 200);  // takes the 2 chunks; the 3 are not given back
+  BOOST_TEST((reuses(plan, 0) && plan.released.empty()));
+  plan = b.commit(1500, 300);                     // and taken now, with no new memory
+  BOOST_TEST((reuses(plan, 2) && plan.released.empty()));
 }
 
 BOOST_AUTO_TEST_CASE(ranges_past_the_buffer_are_errors) {

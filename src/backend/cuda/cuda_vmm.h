@@ -20,9 +20,10 @@
 // physical_pool.h's rule, which the memory model's counting backend applies too (so the model
 // counts exactly the bytes this class holds): a discarded extent stays mapped and held; at a
 // later commit that needs memory, the extents discarded before the previous such commit are
-// unmapped, their allocations reused by the new extents of the same size (cuMemCreate only for
-// sizes none has) and the rest released (cuMemRelease). In a ZeRO-3 step of equal-sized units
-// this makes no cuMemCreate or cuMemRelease at all.
+// reusable: a new extent of the same size takes one (cuMemUnmap there, cuMemMap here), and only
+// an extent that finds none is created (cuMemCreate), after the reusable ones left over are
+// released (cuMemRelease). In a ZeRO-3 step of equal-sized units this makes almost no
+// cuMemCreate or cuMemRelease.
 //
 // Ordering: a discarded extent may still be read or written by queued work, so discard() only
 // marks it, with an event recorded on the stream after that work. Unmapping it needs the event
