@@ -177,15 +177,27 @@ class Counting final : public CountingBackend {
   }
   std::unique_ptr<Backend> make_pageable_host_backend() override { return make_host_backend(); }
 
+  // The CUDA backend synchronises where a copy reads or writes host memory (cuda_memory.cu), in
+  // synchronize() and in the ops that return a value: so do the held extents here.
+  void synchronize() override { pool_.synchronized(); }
+  void copy(Tensor dst, Tensor src) override {
+    if (dst.device == Device::CPU || src.device == Device::CPU) pool_.synchronized();
+  }
+
   // Computing nothing.
-  void copy(Tensor, Tensor) override {}
   void fill(Tensor, float) override {}
   void round_to(Tensor, DType) override {}  // in place, as the CUDA backend's
   void accumulate(Tensor, Tensor, float) override {}
   void scale(Tensor, float) override {}
   void clamp(Tensor, float, float) override {}
-  double sum_squares(Tensor) override { return 0.0; }
-  bool has_inf_or_nan(Tensor) override { return false; }
+  double sum_squares(Tensor) override {
+    pool_.synchronized();
+    return 0.0;
+  }
+  bool has_inf_or_nan(Tensor) override {
+    pool_.synchronized();
+    return false;
+  }
   void matmul(Tensor, Tensor, bool, Tensor, bool, float, float) override {}
   void add_bias(Tensor, Tensor) override {}
   void bias_backward(Tensor, Tensor) override {}
@@ -213,7 +225,10 @@ class Counting final : public CountingBackend {
   void add_signs(Tensor, Tensor, float) override {}
   void adam_denominator_scale(Tensor, Tensor, float, bool) override {}
   void adalomo_square_sums(Tensor, Tensor, Tensor, int64_t, float) override {}
-  double adalomo_moments(Tensor, Tensor, Tensor, Tensor, float) override { return 0.0; }
+  double adalomo_moments(Tensor, Tensor, Tensor, Tensor, float) override {
+    pool_.synchronized();
+    return 0.0;
+  }
   void adalomo_direction(Tensor, Tensor, Tensor, Tensor, int64_t, float) override {}
   void dequantize_4bit(Tensor, const Quant4View&) override {}
 

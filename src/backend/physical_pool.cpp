@@ -21,6 +21,10 @@ void PhysicalPool::forget(const ChunkResidency* residency) {
   std::erase_if(held_, [&](const Held& held) { return held.residency == residency; });
 }
 
+void PhysicalPool::synchronized() {
+  for (Held& held : held_) held.epoch = 0;  // as if discarded before every mapping commit
+}
+
 bool PhysicalPool::holds(const ChunkResidency* residency, Extent extent) const {
   return std::any_of(held_.begin(), held_.end(), [&](const Held& held) { return same(held, residency, extent); });
 }

@@ -13,8 +13,9 @@
 // the previous mapping commit stay held: the device may still be using them (ZeRO-3 releases
 // unit k just before it prefetches unit k + 2), so the commit does not wait for them; it waits
 // at most for work queued before the previous mapping commit. A held extent committed again is
-// simply in use again. Synchronisations change nothing here, so the counts do not depend on when
-// the host waits.
+// simply in use again. At a synchronisation (the backend's synchronize(), and the ops that return
+// a value to the host or copy to or from it, which the counting backend mirrors) the device has
+// finished everything: every held extent becomes reusable then.
 //
 // What it costs: the held bytes grow only at a commit that finds no reusable extent left over to
 // give back, and then the device holds, beyond the extents in use and the new ones, only those
@@ -56,13 +57,15 @@ class PhysicalPool {
   // Forgets held extents committed again (in use now): called after every commit, so that an
   // extent used and discarded again is held anew from its new discard.
   void drop_live();
+  // The device has finished all work queued so far: every held extent is reusable.
+  void synchronized();
   // Forgets the held extents of a released buffer.
   void forget(const ChunkResidency* residency);
   bool holds(const ChunkResidency* residency, Extent extent) const;
 
  private:
   std::vector<Held> held_;      // in the order of their discards
-  uint64_t mapping_commits_ = 0;
+  uint64_t mapping_commits_ = 1;  // epoch 0: held extents made reusable by a synchronisation
 };
 
 }  // namespace zt

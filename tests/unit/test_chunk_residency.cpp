@@ -157,17 +157,17 @@ BOOST_AUTO_TEST_CASE(the_counting_backend_counts_rounding_chunks_and_host_memory
     BOOST_TEST(backend->counted().device == 4096 + 512 + 4096);
     BOOST_TEST(backend->counted().discardable == 4096);
     backend->discard(store.view(DType::U8, {4000}));            // one extent: held until a later commit
-    backend->synchronize();                                     // changes nothing (physical_pool.h)
+    backend->synchronize();                                     // it becomes reusable (physical_pool.h)
     BOOST_TEST(backend->counted().device == 4096 + 512 + 4096);
     Buffer other(*backend, 3000, Buffer::Discardable{false});   // nothing mapped
     Tensor first(other.data(), DType::U8, {100}, Device::CUDA);
-    backend->commit(first);  // the first mapping commit: the store's extent stays held
-    BOOST_TEST(backend->counted().device == 4096 + 512 + 4096 + 1024);
+    backend->commit(first);  // new memory: the reusable store extent (not of its size) goes back first
+    BOOST_TEST(backend->counted().device == 4096 + 512 + 1024);
     backend->discard(first);  // held
     Tensor second(static_cast<char*>(other.data()) + 1024, DType::U8, {100}, Device::CUDA);
-    backend->commit(second);  // the store's extent is reusable now but not of the size needed: given back
+    backend->commit(second);  // `first` was discarded after the last mapping commit: it stays held
     BOOST_TEST(backend->counted().device == 4096 + 512 + 1024 + 1024);
-    BOOST_TEST(backend->counted().device_peak == 4096 + 512 + 4096 + 1024);
+    BOOST_TEST(backend->counted().device_peak == 4096 + 512 + 4096);
     std::unique_ptr<Backend> host = backend->make_pageable_host_backend();
     Buffer offloaded(*host, 1000);
     BOOST_TEST(backend->counted().host == 1000);

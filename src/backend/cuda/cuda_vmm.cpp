@@ -147,7 +147,8 @@ void DiscardableMemory::release(void* pointer) {
   auto found = ranges_.find(reinterpret_cast<uintptr_t>(pointer));
   ZT_CHECK(found != ranges_.end(), "DiscardableMemory::release: ", pointer, " is not a discardable buffer");
   ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));  // queued work may still use it
-  synchronized();
+  if (!events_.empty()) completed_seq_ = events_.back().seq;
+  forget_completed();
   pool_.forget(found->second.residency.get());
   unmap_all(found->first, found->second);
   check(driver_->address_free(static_cast<CUdeviceptr>(found->first), found->second.bytes), "cuMemAddressFree",
@@ -360,6 +361,7 @@ void DiscardableMemory::forget_completed() {
 void DiscardableMemory::synchronized() {
   if (!events_.empty()) completed_seq_ = events_.back().seq;
   forget_completed();
+  pool_.synchronized();
 }
 
 }  // namespace zt::cuda

@@ -21,9 +21,9 @@
 // counts exactly the bytes this class holds): a discarded extent stays mapped and held; at a
 // later commit that needs memory, the extents discarded before the previous such commit are
 // reusable: a new extent of the same size takes one (cuMemUnmap there, cuMemMap here), and only
-// an extent that finds none is created (cuMemCreate), after the reusable ones left over are
-// released (cuMemRelease). In a ZeRO-3 step of equal-sized units this makes almost no
-// cuMemCreate or cuMemRelease.
+// an extent that finds none is created (cuMemCreate), after reusable ones left over, at least as
+// many bytes, are released (cuMemRelease). In a ZeRO-3 step of equal-sized units this makes few
+// cuMemCreate or cuMemRelease calls.
 //
 // Ordering: a discarded extent may still be read or written by queued work, so discard() only
 // marks it, with an event recorded on the stream after that work. Unmapping it needs the event
@@ -32,8 +32,11 @@
 // waiting); only if it has not does the commit wait for it (cudaEventSynchronize), because
 // otherwise the device would hold more than the memory model predicts. commit() of an extent
 // whose discard is still held just keeps it in use (its contents are unspecified either way).
-// Synchronisations only forget completed events. Every driver call is checked; a failure leaves
-// no mapping or allocation behind and names the call, the address and the bytes.
+// Synchronisations only forget completed events. Every driver call is checked, and its error
+// names the call, the bytes and the address; a failure leaks nothing: a new allocation whose
+// cuMemMap or cuMemSetAccess fails is unmapped and released, reused allocations not mapped yet
+// are released, and a held extent whose cuMemUnmap fails stays mapped, in use, until its buffer
+// is released.
 //
 // The driver entry points come from cudaGetDriverEntryPointByVersion, so zerotune does not link
 // libcuda (the CPU-only runs of a CUDA build need no driver). Without virtual memory support
@@ -66,9 +69,10 @@ class DiscardableMemory {
   std::string unsupported_reason() const { return unsupported_reason_; }
   size_t granularity() const { return granularity_; }
 
-  // A range of `bytes` (rounded up to the granularity), all of it mapped; nullptr when virtual
-  // memory is not supported. Throws a zt::Error naming the device when memory runs out.
-  // `committed` false: nothing mapped yet (commit maps what is written).
+  // A range of `bytes` (rounded up to the granularity), all of it mapped as one extent (given
+  // back only once all of it is discarded); nullptr when virtual memory is not supported. Throws
+  // a zt::Error naming the call, the bytes and the device when memory runs out. `committed`
+  // false: nothing mapped yet (commit maps what is written, extent by extent).
   void* allocate(size_t bytes, bool committed = true);
   bool owns(const void* pointer) const;      // the base of a live range
   bool contains(const void* pointer) const;  // inside a live range
