@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/chunk_residency.h"
+#include "backend/physical_pool.h"
 #include "core/error.h"
 
 namespace zt {
@@ -134,34 +136,39 @@ class Counting final : public CountingBackend {
       ledger_->add(options_.device, allocation.term, -held_requested(allocation));
       ledger_->add(options_.device, kTermAllocatorSlack, -(held(allocation) - held_requested(allocation)));
     }
-    std::erase_if(pending_, [&](const PendingChunk& pending) { return pending.allocation == &found->second; });
+    if (allocation.residency) {
+      pool_.forget(allocation.residency.get());
+      owners_.erase(allocation.residency.get());
+    }
     ledger_->live.erase(found);
   }
 
-  // Discarded chunks stay counted until memory is needed again (a commit that maps chunks, or
-  // a synchronisation), as the CUDA backend unmaps them only once the work queued before the
-  // discard is done.
+  // Discarded extents stay counted until a later commit reuses or gives back their memory, by
+  // the CUDA backend's rule (physical_pool.h), so both count the same bytes at every moment.
   void discard(Tensor range) override {
     Allocation* allocation = discardable(range);
     if (!allocation) return;
-    const std::vector<size_t> freed = allocation->residency->discard(offset(range), range.bytes());
-    for (size_t chunk : freed) pending_.push_back({allocation, chunk});
+    pool_.discarded(allocation->residency.get(), allocation->residency->discard(offset(range), range.bytes()));
   }
 
   void commit(Tensor range) override {
     Allocation* allocation = discardable(range);
     if (!allocation) return;
-    const std::vector<size_t> needed = allocation->residency->commit(offset(range), range.bytes());
+    const std::vector<Extent> needed = allocation->residency->commit(offset(range), range.bytes());
+    pool_.drop_live();
     if (needed.empty()) return;
-    give_back_pending();
-    for (size_t chunk : needed) {
-      allocation->residency->set_resident(chunk, true);
-      allocation->chunk_terms[chunk] = allocation->later_term;
-      ledger_->add(options_.device, allocation->later_term, options_.discard_chunk_bytes, true);
+    const PhysicalPool::Plan plan = pool_.plan_commit(needed);
+    for (const std::optional<PhysicalPool::Held>& source : plan.sources)
+      if (source) give_back(*source);
+    for (const PhysicalPool::Held& released : plan.released) give_back(released);
+    for (Extent extent : needed) {
+      allocation->residency->set_mapped(extent, true);
+      for (size_t chunk = extent.first; chunk < extent.first + extent.count; ++chunk) {
+        allocation->chunk_terms[chunk] = allocation->later_term;
+        ledger_->add(options_.device, allocation->later_term, options_.discard_chunk_bytes, true);
+      }
     }
   }
-
-  void synchronize() override { give_back_pending(); }
 
   std::unique_ptr<Backend> make_host_backend() override {
     CountingOptions host;
@@ -170,19 +177,25 @@ class Counting final : public CountingBackend {
   }
   std::unique_ptr<Backend> make_pageable_host_backend() override { return make_host_backend(); }
 
+  // The CUDA backend synchronises where a copy reads or writes host memory (cuda_memory.cu), in
+  // synchronize() and in the ops that return a value: so do the held extents here.
+  void synchronize() override { pool_.synchronized(); }
+  void copy(Tensor dst, Tensor src) override {
+    if (dst.device == Device::CPU || src.device == Device::CPU) pool_.synchronized();
+  }
+
   // Computing nothing.
-  void copy(Tensor, Tensor) override {}
   void fill(Tensor, float) override {}
   void round_to(Tensor, DType) override {}  // in place, as the CUDA backend's
   void accumulate(Tensor, Tensor, float) override {}
   void scale(Tensor, float) override {}
   void clamp(Tensor, float, float) override {}
   double sum_squares(Tensor) override {
-    give_back_pending();  // a synchronising op on a device
+    pool_.synchronized();
     return 0.0;
   }
   bool has_inf_or_nan(Tensor) override {
-    give_back_pending();
+    pool_.synchronized();
     return false;
   }
   void matmul(Tensor, Tensor, bool, Tensor, bool, float, float) override {}
@@ -213,18 +226,13 @@ class Counting final : public CountingBackend {
   void adam_denominator_scale(Tensor, Tensor, float, bool) override {}
   void adalomo_square_sums(Tensor, Tensor, Tensor, int64_t, float) override {}
   double adalomo_moments(Tensor, Tensor, Tensor, Tensor, float) override {
-    give_back_pending();  // it returns a value: a synchronising op on a device
+    pool_.synchronized();
     return 0.0;
   }
   void adalomo_direction(Tensor, Tensor, Tensor, Tensor, int64_t, float) override {}
   void dequantize_4bit(Tensor, const Quant4View&) override {}
 
  private:
-  struct PendingChunk {
-    Allocation* allocation;
-    size_t chunk;
-  };
-
   void* take(size_t bytes, int64_t size, std::unique_ptr<ChunkResidency> residency) {
     const uintptr_t address = ledger_->next_address;
     const uintptr_t span = std::max<uintptr_t>(bytes, 1);
@@ -238,7 +246,10 @@ class Counting final : public CountingBackend {
     allocation.term = ledger_->term;
     allocation.later_term = ledger_->term;
     const bool discardable = residency != nullptr;
-    if (discardable) allocation.chunk_terms.assign(residency->chunks(), ledger_->term);
+    if (discardable) {
+      allocation.chunk_terms.assign(residency->chunks(), ledger_->term);
+      owners_[residency.get()] = &allocation;
+    }
     allocation.residency = std::move(residency);
     // The bytes asked for under the allocation's term, the size class's rounding as slack
     // (slack first: a peak reached by this allocation shows both).
@@ -273,19 +284,18 @@ class Counting final : public CountingBackend {
   }
   size_t offset(const Tensor& range) const { return reinterpret_cast<uintptr_t>(range.data) - base_; }
 
-  void give_back_pending() {
-    for (const PendingChunk& pending : pending_) {
-      ChunkResidency& residency = *pending.allocation->residency;
-      if (!residency.resident(pending.chunk) || !residency.discarded(pending.chunk)) continue;  // committed again
-      residency.set_resident(pending.chunk, false);
-      ledger_->add(options_.device, pending.allocation->chunk_terms[pending.chunk], -options_.discard_chunk_bytes, true);
-    }
-    pending_.clear();
+  // A held extent's physical memory goes back (or to the extent that reuses it).
+  void give_back(const PhysicalPool::Held& held) {
+    const Allocation& allocation = *owners_.at(held.residency);
+    held.residency->set_mapped(held.extent, false);
+    for (size_t chunk = held.extent.first; chunk < held.extent.first + held.extent.count; ++chunk)
+      ledger_->add(options_.device, allocation.chunk_terms[chunk], -options_.discard_chunk_bytes, true);
   }
 
   CountingOptions options_;
   std::shared_ptr<Ledger> ledger_;
-  std::vector<PendingChunk> pending_;
+  PhysicalPool pool_;  // of this device's discardable buffers
+  std::map<const ChunkResidency*, const Allocation*> owners_;
   uintptr_t base_ = 0;  // of the allocation discardable() found last
 };
 

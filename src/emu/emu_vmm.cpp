@@ -14,11 +14,14 @@
 //
 // The granularity is ZT_EMU_VMM_GRANULARITY (default 64 KiB, a multiple of the 4 KiB page):
 // a GPU's is 2 MiB, which would make the boundary chunks of the tests' small models dominate.
+// Every entry point that changes the address space or the physical memory is counted
+// (ZT_EMU_CALL_REPORT's "vmm") and can be made to fail (ZT_EMU_VMM_FAIL; docs/emulated-device.md).
 #include <cuda.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -113,6 +116,38 @@ void free_physical(CUmemGenericAllocationHandle handle) {
 
 bool aligned(uintptr_t value) { return value % granularity() == 0; }
 
+// ZT_EMU_VMM_FAIL=CALL:N (e.g. cuMemSetAccess:2): the Nth call of CALL counted from the first call
+// that saw this value fails with CUDA_ERROR_OUT_OF_MEMORY, so that tests reach the backend's
+// clean-up paths. Read at every call (these calls are few), so a test may set it in-process.
+bool injected_failure(const char* call) {
+  static std::string seen;
+  static long calls = 0;
+  const char* value = std::getenv("ZT_EMU_VMM_FAIL");
+  if (value == nullptr) {
+    seen.clear();
+    return false;
+  }
+  if (seen != value) {
+    seen = value;
+    calls = 0;
+  }
+  const char* colon = std::strchr(value, ':');
+  if (colon == nullptr || std::string(value, colon) != call) return false;
+  return ++calls == std::strtol(colon + 1, nullptr, 10);
+}
+
+// Every entry point that changes the address space or the physical memory starts here: it is
+// counted (ZT_EMU_CALL_REPORT, emu_counters.cpp) and may be made to fail (ZT_EMU_VMM_FAIL).
+// True: the call must fail now.
+bool enter(const char* call) {
+  count_call("vmm", call);
+  return injected_failure(call);
+}
+
+CUresult injected(const char* call) {
+  return driver_fail(CUDA_ERROR_OUT_OF_MEMORY, std::string(call) + ": failure injected by ZT_EMU_VMM_FAIL");
+}
+
 }  // namespace
 
 bool in_reserved_range(const void* pointer) {
@@ -166,6 +201,7 @@ CUresult cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocatio
 CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,
                              unsigned long long flags) {
   zt_emu::Guard lock(zt_emu::device_lock());
+  if (zt_emu::enter("cuMemAddressReserve")) return zt_emu::injected("cuMemAddressReserve");
   (void)addr;
   (void)flags;
   if (ptr == nullptr || size == 0 || !zt_emu::aligned(size) || (alignment && !zt_emu::aligned(alignment)))
@@ -186,6 +222,7 @@ CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CU
 
 CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
   zt_emu::Guard lock(zt_emu::device_lock());
+  if (zt_emu::enter("cuMemAddressFree")) return zt_emu::injected("cuMemAddressFree");
   auto found = vmm().reservations.find(static_cast<uintptr_t>(ptr));
   if (found == vmm().reservations.end() || found->second != size)
     return driver_fail(CUDA_ERROR_INVALID_VALUE, "cuMemAddressFree: not a reservation of " + std::to_string(size) +
@@ -201,6 +238,7 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
 CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
                      unsigned long long flags) {
   zt_emu::Guard lock(zt_emu::device_lock());
+  if (zt_emu::enter("cuMemCreate")) return zt_emu::injected("cuMemCreate");
   (void)flags;
   if (handle == nullptr || prop == nullptr || size == 0 || !zt_emu::aligned(size))
     return driver_fail(CUDA_ERROR_INVALID_VALUE, "cuMemCreate: size " + std::to_string(size) +
@@ -232,6 +270,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CU
 
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   zt_emu::Guard lock(zt_emu::device_lock());
+  if (zt_emu::enter("cuMemRelease")) return zt_emu::injected("cuMemRelease");
   auto found = vmm().physical.find(handle);
   if (found == vmm().physical.end() || found->second.released)
     return driver_fail(CUDA_ERROR_INVALID_VALUE, "cuMemRelease: not a live handle");
@@ -243,6 +282,7 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
 CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
                   unsigned long long flags) {
   zt_emu::Guard lock(zt_emu::device_lock());
+  if (zt_emu::enter("cuMemMap")) return zt_emu::injected("cuMemMap");
   (void)flags;
   const uintptr_t address = static_cast<uintptr_t>(ptr);
   auto physical = vmm().physical.find(handle);
@@ -266,6 +306,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
 
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
   zt_emu::Guard lock(zt_emu::device_lock());
+  if (zt_emu::enter("cuMemSetAccess")) return zt_emu::injected("cuMemSetAccess");
   const uintptr_t address = static_cast<uintptr_t>(ptr);
   if (desc == nullptr || count == 0) return driver_fail(CUDA_ERROR_INVALID_VALUE, "cuMemSetAccess: no descriptor");
   const bool read_write = desc[0].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
@@ -282,6 +323,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
 
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   zt_emu::Guard lock(zt_emu::device_lock());
+  if (zt_emu::enter("cuMemUnmap")) return zt_emu::injected("cuMemUnmap");
   const uintptr_t address = static_cast<uintptr_t>(ptr);
   for (uintptr_t at = address; at < address + size;) {
     auto mapping = vmm().mappings.find(at);

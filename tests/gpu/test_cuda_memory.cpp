@@ -13,7 +13,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <string>
 
 #include "backend/cuda/cuda_host_staging.h"
 #include "core/rng.h"
@@ -484,6 +487,92 @@ BOOST_AUTO_TEST_CASE(host_staging_stays_bounded_when_the_host_runs_ahead) {
   BOOST_TEST(static_cast<int>(back.back()) == 6);
   BOOST_REQUIRE(cudaStreamDestroy(stream) == cudaSuccess);
 }
+
+// Discardable buffers (cuda_vmm.h): four units of 2.5 chunks in a buffer with nothing mapped.
+// Unit u is [2.5u, 2.5u + 2.5) chunks: units 0 and 1 share chunk 2, units 2 and 3 chunk 7.
+struct DiscardableUnits {
+  size_t chunk = gpu().discard_granularity();
+  Buffer buffer{gpu(), 10 * chunk, Buffer::Discardable{false}};
+  Tensor unit(int u) const {
+    return Tensor(static_cast<char*>(buffer.data()) + u * 5 * chunk / 2, DType::F32,
+                  {static_cast<int64_t>(5 * chunk / 2 / sizeof(float))}, Device::CUDA);
+  }
+  // Commits unit u, writes `value` into it and reads it back.
+  void use(int u, float value) const {
+    gpu().commit(unit(u));
+    gpu().fill(unit(u), value);
+    std::vector<float> back(static_cast<size_t>(unit(u).numel()));
+    gpu().copy(view(back, {unit(u).numel()}), unit(u));
+    BOOST_TEST((back == std::vector<float>(back.size(), value)), "unit " << u << " reads back what was written");
+  }
+  size_t mapped() const { return gpu().discardable_bytes(); }
+};
+
+BOOST_AUTO_TEST_CASE(discardable_buffers_map_extents_and_reuse_discarded_memory) {
+  if (!gpu().discard_granularity()) return;  // no virtual memory management: plain buffers
+  const size_t before = gpu().discardable_bytes();
+  {
+    DiscardableUnits units;
+    const size_t g = units.chunk;
+    units.use(0, 1.0f);  // chunks 0-1 as one extent, chunk 2 (shared with unit 1) alone
+    units.use(1, 2.0f);  // chunks 3-4
+    BOOST_TEST(units.mapped() == before + 5 * g);
+    gpu().discard(units.unit(0));  // chunks 0-1 held: the device may still use them
+    units.use(2, 3.0f);            // chunks 5-6 and 7: new memory (unit 0 was discarded after the last commit)
+    BOOST_TEST(units.mapped() == before + 8 * g);
+    gpu().discard(units.unit(1));  // chunk 2 (all of it discarded now) and chunks 3-4 held
+    units.use(3, 4.0f);            // chunks 8-9 reuse unit 0's allocation of 2 chunks: no new memory
+    BOOST_TEST(units.mapped() == before + 8 * g);
+    units.use(1, 5.0f);  // unit 1 was held: committed again, it is in use as it is
+    BOOST_TEST(units.mapped() == before + 8 * g);
+  }
+  BOOST_TEST(gpu().discardable_bytes() == before);
+}
+
+#if ZT_EMULATED_DEVICE
+// ZT_EMU_VMM_FAIL (docs/emulated-device.md) fails a driver call: the error names the call and
+// its bytes, and nothing stays mapped or allocated (the buffer's release, which frees its
+// address range, would fail on a mapping left behind; the emulator's device memory would show
+// an allocation).
+void fail_driver_call(const std::string& call_and_nth, size_t bytes, const std::function<void()>& action) {
+  setenv("ZT_EMU_VMM_FAIL", call_and_nth.c_str(), 1);
+  const std::string call = call_and_nth.substr(0, call_and_nth.find(':'));
+  zt::test::check_error_mentions(action, {"cuda: " + call + " of " + std::to_string(bytes) + " bytes", "ZT_EMU_VMM_FAIL"});
+  unsetenv("ZT_EMU_VMM_FAIL");
+}
+
+BOOST_AUTO_TEST_CASE(a_failed_driver_call_names_itself_and_leaks_nothing) {
+  const size_t before = gpu().discardable_bytes(), used = gpu().device_memory_used();
+  // A new extent: its allocation fails, or its mapping, or its access after the mapping. Unit
+  // 0's first extent (2 chunks) is mapped, its second (chunk 2) fails and leaves nothing.
+  for (const char* call : {"cuMemCreate:2", "cuMemMap:2", "cuMemSetAccess:2"}) {
+    DiscardableUnits units;
+    fail_driver_call(call, units.chunk, [&] { gpu().commit(units.unit(0)); });
+    BOOST_TEST(units.mapped() == before + 2 * units.chunk, call);
+    BOOST_TEST(gpu().device_memory_used() == used + 2 * units.chunk, call);
+    units.use(0, 1.0f);  // the commit again maps what is missing
+  }
+  // A reused allocation: unit 3's commit takes unit 0's (see the test above); mapping it there
+  // fails (the allocation is released), or unmapping it from unit 0 fails (it stays there).
+  for (const char* call : {"cuMemMap:1", "cuMemUnmap:1"}) {
+    DiscardableUnits units;
+    const size_t g = units.chunk;
+    units.use(0, 1.0f);
+    units.use(1, 2.0f);
+    gpu().discard(units.unit(0));
+    units.use(2, 3.0f);
+    gpu().discard(units.unit(1));
+    fail_driver_call(call, 2 * g, [&] { gpu().commit(units.unit(3)); });
+    const size_t expected = std::string(call) == "cuMemMap:1" ? 6 * g : 8 * g;
+    BOOST_TEST(units.mapped() == before + expected, call);
+    BOOST_TEST(gpu().device_memory_used() == used + expected, call);
+    units.use(3, 4.0f);
+    units.use(2, 3.0f);
+  }
+  BOOST_TEST(gpu().discardable_bytes() == before);
+  BOOST_TEST(gpu().device_memory_used() == used);
+}
+#endif
 
 BOOST_AUTO_TEST_SUITE_END()
 

@@ -14,6 +14,7 @@
 
 #include "backend/cuda/cuda_attention_cudnn.h"
 #include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/cuda_vmm.h"
 #include "backend/cuda/cuda_memory_limit.h"
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
@@ -225,6 +226,17 @@ void CudaBackendImpl::release(void* pointer) {
   else allocator_.release(pointer);
 }
 
+size_t CudaBackendImpl::memory_in_use() const { return allocator_.bytes_in_use() + discardable_->physical_bytes(); }
+size_t CudaBackendImpl::memory_reserved() const { return allocator_.bytes_reserved() + discardable_->physical_bytes(); }
+size_t CudaBackendImpl::discardable_bytes() const { return discardable_->physical_bytes(); }
+size_t CudaBackendImpl::discardable_peak() const { return discardable_->peak_physical_bytes(); }
+size_t CudaBackendImpl::discard_granularity() const { return discardable_->granularity(); }
+
+void CudaBackendImpl::reset_peak() {
+  peak_bytes_ = memory_in_use();
+  discardable_->reset_peak();
+}
+
 void CudaBackendImpl::discard(Tensor range) {
   if (range.numel() && discardable_->contains(range.data))
     discardable_->discard(range.data, range.bytes());
@@ -328,7 +340,7 @@ void CudaBackendImpl::synchronize() {
   ZT_CUDA_CHECK(cudaMemcpyAsync(host_status_, device_status_, kStatusSlots * sizeof(uint64_t),
                                 cudaMemcpyDeviceToHost, stream_));
   ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  discardable_->reclaim(false);  // every discard has completed: give their chunks back
+  discardable_->synchronized();  // every discard has completed: forget their events
   check_deferred_errors();
 }
 

@@ -34,7 +34,6 @@
 #include "backend/cuda/cuda_allocator.h"
 #include "backend/cuda/cuda_host_staging.h"
 #include "backend/cuda/cuda_upload_mirror.h"
-#include "backend/cuda/cuda_vmm.h"
 #include "backend/arg_checks.h"
 #include "backend/cuda/cuda_backend.h"
 
@@ -42,6 +41,9 @@ namespace zt::cuda {
 
 // Reusable CUDA events for record_event() (defined in cuda_backend.cpp).
 class EventPool;
+// The discardable buffers (cuda_vmm.h), used only by cuda_backend.cpp: declared here so that the
+// kernels' sources do not depend on the virtual-memory bookkeeping.
+class DiscardableMemory;
 // cuDNN's fused attention (cuda_attention_cudnn.h).
 class CudnnAttention;
 
@@ -118,18 +120,15 @@ class CudaBackendImpl final : public CudaBackend {
   std::string name() const override;
 
   // In use: the caching allocator's blocks plus the discardable buffers' mapped chunks.
-  size_t memory_in_use() const override { return allocator_.bytes_in_use() + discardable_->physical_bytes(); }
+  size_t memory_in_use() const override;
   size_t memory_peak() const override { return peak_bytes_; }
-  void reset_peak() override {
-    peak_bytes_ = memory_in_use();
-    discardable_->reset_peak();
-  }
-  size_t memory_reserved() const override { return allocator_.bytes_reserved() + discardable_->physical_bytes(); }
+  void reset_peak() override;
+  size_t memory_reserved() const override;
   size_t device_memory_used() const override;
   size_t device_memory_free() const override;
-  size_t discardable_bytes() const override { return discardable_->physical_bytes(); }
-  size_t discardable_peak() const override { return discardable_->peak_physical_bytes(); }
-  size_t discard_granularity() const override { return discardable_->granularity(); }
+  size_t discardable_bytes() const override;
+  size_t discardable_peak() const override;
+  size_t discard_granularity() const override;
   int64_t allocation_size(int64_t bytes) const override { return cuda_allocation_size(bytes); }
   size_t device_allocations() const override { return allocator_.device_allocations(); }
   void synchronize() override;
