@@ -143,13 +143,10 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
         for (const std::vector<UnitRange>& units : update_pieces(bucket)) largest = std::max(largest, piece_numel(units));
     if (largest) wide_grad_ = Buffer(state_backend, static_cast<size_t>(largest) * sizeof(float));
   }
-  if (fused_ && stage_ >= 1 && world_ > 1) {  // the largest unit's slices, all its groups side by side
+  if (fused_ && stage_ >= 1 && world_ > 1) {  // one unit's slice of the largest group range
     int64_t largest = 0;
-    for (int unit = 0; unit < store.num_units(); ++unit) {
-      int64_t unit_slices = 0;
-      for (ParamGroup group : kTrainableGroups) unit_slices += store.unit_range(group, unit).numel / world_;
-      largest = std::max(largest, unit_slices);
-    }
+    for (int unit = 0; unit < store.num_units(); ++unit)
+      for (ParamGroup group : kTrainableGroups) largest = std::max(largest, store.unit_range(group, unit).numel / world_);
     if (largest) fused_scratch_ = Buffer(backend_, static_cast<size_t>(largest) * sizeof(float));
   }
 }
@@ -706,62 +703,51 @@ void ZeroEngine::begin_update_pass(const OptimizerStep& step) {
 }
 
 // The unit's gradient is complete: reduce it (this rank's share: all of it at stage 0, its slice
-// from stage 1), measure it (one read for all its groups: the sum of squares, in double, is finite
-// exactly when the gradient is), and in an update pass apply the optimizer to the matching master
-// ranges unless the unit's gradient is not finite; then give the gradient's memory back.
+// from stage 1), measure it, and in an update pass apply the optimizer to the matching master
+// range; then give the gradient's memory back. Group by group: a group's gradient is discarded
+// before the next group's read waits for the device, so that the physical pool may reuse its
+// memory for the next unit (physical_pool.h: a wait makes discarded memory reusable; reading
+// every group at once would leave the last discard after the last wait, and a LOMO step would
+// hold one more unit's gradients).
 void ZeroEngine::fused_unit_ready(int unit) {
   ZT_CHECK(fused_pass_ != FusedPass::None, "ZeRO: optimizer ", optimizer_->name(),
            " needs begin_norm_pass or begin_update_pass before its backward");
-  const bool sliced = stage_ >= 1 && world_ > 1;
-  std::vector<Tensor> reduced;  // per group with elements in this unit: this rank's fp32 share
-  int64_t scratch_offset = 0;   // the groups' slices side by side in fused_scratch_
+  bool updated = false;
   for (ParamGroup group : kTrainableGroups) {
+    GroupState& s = state(group);
     const UnitRange range = store_.unit_range(group, unit);
     if (!range.numel) continue;
     Tensor grads = store_.group_grads(group).rows(range.begin, range.numel);  // fp32, this rank's sums
+    const bool sliced = stage_ >= 1 && world_ > 1;
+    const int64_t begin = sliced ? range.begin / world_ : range.begin;  // in the master partition
     const int64_t numel = sliced ? range.numel / world_ : range.numel;
-    // Each group's slice gets its own scratch range: all stay alive until the update below.
-    Tensor scratch = sliced ? flat_f32(fused_scratch_, scratch_offset + numel).rows(scratch_offset, numel) : Tensor();
-    scratch_offset += numel;
-    Tensor mine = reduction_->reduce_unit(grads, scratch);
+    Tensor mine = reduction_->reduce_unit(grads, sliced ? flat_f32(fused_scratch_, numel) : Tensor());
     if (rounds_) backend_.round_to(mine, compute_dtype_);  // as the unfused path's 16-bit gradients
-    reduced.push_back(mine);
-  }
-  const double squares = backend_.sum_squares_of(reduced);
-  fused_squares_ += squares;
-  bool finite = std::isfinite(squares);
-  // Every rank must take the same branch (the refresh below is a collective): with slices, an
-  // inf on one rank's slice is everyone's. Stage 0's all-reduced gradient is the same everywhere.
-  if (sliced && fused_pass_ == FusedPass::Update) finite = comm_.all_reduce_max(finite ? 0.0 : 1.0) == 0.0;
-  fused_overflow_ = fused_overflow_ || !finite;
-  const bool update = fused_pass_ == FusedPass::Update && finite;  // a non-finite gradient leaves its unit as it was
-  size_t index = 0;
-  for (ParamGroup group : kTrainableGroups) {
-    const UnitRange range = store_.unit_range(group, unit);
-    if (!range.numel) continue;
-    if (update) fused_update_group(group, range, reduced[index]);
-    ++index;
-    backend_.discard(store_.group_grads(group).rows(range.begin, range.numel));
+    // One read: the sum of squares, in double, is finite exactly when the gradient is.
+    const Tensor views[] = {mine};
+    const double squares = backend_.sum_squares_of(views);
+    fused_squares_ += squares;
+    bool finite = std::isfinite(squares);
+    // Every rank must take the same branch (the refresh below is a collective): with slices, an
+    // inf on one rank's slice is everyone's. Stage 0's all-reduced gradient is the same everywhere.
+    if (sliced && fused_pass_ == FusedPass::Update) finite = comm_.all_reduce_max(finite ? 0.0 : 1.0) == 0.0;
+    fused_overflow_ = fused_overflow_ || !finite;
+    if (fused_pass_ == FusedPass::Update && finite) {  // a non-finite gradient leaves its unit as it was
+      if (fused_step_.grad_divisor != 1.0f) backend_.scale(mine, 1.0f / fused_step_.grad_divisor);
+      OptimizerPiece piece;
+      piece.decay = group == ParamGroup::Decay;
+      piece.param = flat_f32(s.master, s.partition_numel).rows(begin, numel);
+      piece.grad = mine;
+      for (const Buffer& buffer : s.state) piece.state.push_back(flat_f32(buffer, s.partition_numel).rows(begin, numel));
+      if (optimizer_->needs_tensor_slices()) add_tensor_slices(piece, group, {&range, 1}, sliced);
+      optimizer_->update(backend_, piece, fused_step_);
+      update_compute_partition(group, begin, numel);
+      updated = true;
+    }
+    backend_.discard(grads);
   }
   units_[static_cast<size_t>(unit)].grads_live = false;
-  if (update && index > 0) refresh_unit_params(unit);
-}
-
-// The optimizer on one group's master range of a unit with its reduced gradient `mine` (fp32).
-void ZeroEngine::fused_update_group(ParamGroup group, const UnitRange& range, Tensor mine) {
-  GroupState& s = state(group);
-  const bool sliced = stage_ >= 1 && world_ > 1;
-  const int64_t begin = sliced ? range.begin / world_ : range.begin;  // in the master partition
-  const int64_t numel = sliced ? range.numel / world_ : range.numel;
-  if (fused_step_.grad_divisor != 1.0f) backend_.scale(mine, 1.0f / fused_step_.grad_divisor);
-  OptimizerPiece piece;
-  piece.decay = group == ParamGroup::Decay;
-  piece.param = flat_f32(s.master, s.partition_numel).rows(begin, numel);
-  piece.grad = mine;
-  for (const Buffer& buffer : s.state) piece.state.push_back(flat_f32(buffer, s.partition_numel).rows(begin, numel));
-  if (optimizer_->needs_tensor_slices()) add_tensor_slices(piece, group, {&range, 1}, sliced);
-  optimizer_->update(backend_, piece, fused_step_);
-  update_compute_partition(group, begin, numel);
+  if (updated) refresh_unit_params(unit);
 }
 
 // The compute parameters of a unit whose master range was just updated: stage 0 copies it, stages

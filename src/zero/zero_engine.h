@@ -261,7 +261,6 @@ class ZeroEngine final : public UnitHooks {
   // slices when `sliced`, else whole), their per-tensor state and the sums over the ranks.
   void add_tensor_slices(OptimizerPiece& piece, ParamGroup group, std::span<const UnitRange> units, bool sliced);
   void fused_unit_ready(int unit);  // a fused optimizer's work on a unit whose gradient is complete
-  void fused_update_group(ParamGroup group, const UnitRange& range, Tensor mine);  // its optimizer on one group
   void refresh_unit_params(int unit);  // after a fused update: the unit's compute parameters
 
   Backend& backend_;
@@ -282,7 +281,7 @@ class ZeroEngine final : public UnitHooks {
   OptimizerStep fused_step_;
   double fused_squares_ = 0.0;    // this rank's sum of squares of the reduced gradients of the pass
   bool fused_overflow_ = false;   // an inf/NaN among them
-  Buffer fused_scratch_;          // fp32 [largest unit's slices, its groups side by side]: reduce-scatter outputs
+  Buffer fused_scratch_;          // fp32 [largest unit slice]: a unit's reduce-scatter output
   DType compute_dtype_ = DType::F32;
   bool rounds_ = false;  // compute dtype bf16/fp16
   std::unique_ptr<Backend> host_;        // offload_optimizer: the host memory and the host update

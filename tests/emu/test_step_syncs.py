@@ -11,8 +11,9 @@
 # rides along), for every ZeRO stage, with optimizer offload and parameter offload (pinned host
 # memory), gradient accumulation and activation offload. Micro-batch uploads go through pinned
 # staging; ordering-only events carry no status copy. LOMO (the update fused into backward) reads
-# each unit's sum of squares as the unit completes, once per pass (its rule: a unit whose
-# gradient is not finite is left unchanged, decided on the host): one wait per unit and pass.
+# the sum of squares of each unit's parameter groups (decay, no decay) as the unit completes, once
+# per pass (its rule: a gradient that is not finite leaves its parameters unchanged, decided on
+# the host): at most one wait per unit, group and pass.
 import glob
 import json
 import os
@@ -87,8 +88,8 @@ def main():
             report.check(len(ranks_counts) == ranks, f"{label}: a call report from each of the {ranks} ranks")
             steps = CAPTURED_STEPS[1] - CAPTURED_STEPS[0] + 1
             budget = WAITS_PER_STEP
-            if optimizer:  # LOMO with clipping: a norm pass and an update pass, one read per unit each
-                budget = 2 * len(read_run(out)["zero_layout"]["unit_elements"])
+            if optimizer:  # LOMO with clipping: a norm pass and an update pass, one read per unit and group
+                budget = 2 * 2 * len(read_run(out)["zero_layout"]["unit_elements"])
             for rank, (captured, ranges, everything) in enumerate(ranks_counts):
                 # The counter is live (set-up and tear-down wait) and the capture range happened once.
                 report.check(ranges == 1 and everything > 0,
