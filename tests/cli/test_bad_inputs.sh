@@ -253,6 +253,12 @@ expect_error train-bad-zero-stage "--zero-stage must be 0, 1, 2 or 3, not 4" \
   -- train --model "$M" --data "$D" --out "$WORK/o-z4" --zero-stage 4
 expect_error train-offload-stage0 "offload_optimizer.device \"cpu\" needs ZeRO stage 1, 2 or 3" \
   -- train --model "$M" --data "$D" --out "$WORK/o-off0" --offload-optimizer cpu --max-steps 1
+expect_error train-profiler-steps-reversed "--cuda-profiler-steps '4:2': FIRST 4 comes after LAST 2" \
+  -- train --model "$M" --data "$D" --out "$WORK/o-prof1" --cuda-profiler-steps 4:2 --max-steps 4
+expect_error train-profiler-steps-not-a-step "--cuda-profiler-steps 'x': expected FIRST:LAST or N, steps counted from 1" \
+  -- train --model "$M" --data "$D" --out "$WORK/o-prof2" --cuda-profiler-steps x --max-steps 4
+expect_error train-profiler-steps-beyond-the-run "--cuda-profiler-steps ends at step 9, beyond this run's last step 2" \
+  -- train --model "$M" --data "$D" --out "$WORK/o-prof3" --cuda-profiler-steps 3:9 --max-steps 2
 expect_error train-resume-missing "--resume $WORK/no-such-checkpoint: not a complete checkpoint" \
   -- train --model "$M" --data "$D" --out "$WORK/o-res" --resume "$WORK/no-such-checkpoint"
 expect_error export-not-a-checkpoint "manifest.json: missing (not a complete checkpoint)" \
