@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/allocation_log.h"
 #include "backend/chunk_residency.h"
 #include "backend/physical_pool.h"
 #include "core/error.h"
@@ -125,6 +126,7 @@ class Counting final : public CountingBackend {
   }
 
   void release(void* pointer) override {
+    log_release("counting", pointer);
     auto found = ledger_->live.find(reinterpret_cast<uintptr_t>(pointer));
     ZT_CHECK(found != ledger_->live.end(), "counting backend: release of ", pointer, ", which it did not hand out");
     const Allocation& allocation = found->second;
@@ -255,6 +257,7 @@ class Counting final : public CountingBackend {
     // (slack first: a peak reached by this allocation shows both).
     ledger_->add(options_.device, kTermAllocatorSlack, held(allocation) - held_requested(allocation));
     ledger_->add(options_.device, allocation.term, held_requested(allocation), discardable);
+    log_allocation("counting", bytes, reinterpret_cast<void*>(address));
     return reinterpret_cast<void*>(address);
   }
 

@@ -3,17 +3,14 @@
 
 #include <algorithm>
 
-#include "backend/buffer.h"
 #include "backend/counting_backend.h"
 #include "comm/null_communicator.h"
-#include "model/causal_lm.h"
-#include "model/linear.h"
-#include "model/param_store.h"
-#include "model/parameter_plan.h"
+#include "data/batch.h"
 #include "optim/optimizer.h"
 #include "train/memory_model_choices.h"
 #include "train/metrics.h"
-#include "zero/zero_engine.h"
+#include "train/run_assembly.h"
+#include "train/step_runner.h"
 
 #if ZT_WITH_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -79,12 +76,69 @@ class TermHooks final : public UnitHooks {
   CountingBackend& backend_;
 };
 
+// Names what the assembly allocates: the store's buffers as parameters (told apart below), the
+// engine's as communication buckets, then what the engine and the store hold by what it is (the
+// master first: with fp32 compute it may be the parameters themselves, which then count as
+// parameters), and the model's small buffers as other.
+class TermObserver final : public AssemblyObserver {
+ public:
+  explicit TermObserver(CountingBackend& backend) : backend_(backend) {}
+  void before_store() override { backend_.set_term(kTermParameters); }
+  void before_engine() override { backend_.set_term(kTermZeroBuffers); }
+  void before_model(ParamStore& store, ZeroEngine& engine) override {
+    for (const ZeroEngine::PartitionViews& views : engine.partition_views()) {
+      backend_.move_to_term(views.master.data, kTermMaster);
+      for (const Tensor& state : views.state) backend_.move_to_term(state.data, kTermOptimizerState);
+    }
+    for (const ZeroEngine::TensorStateViews& views : engine.tensor_state_views())
+      for (const Tensor& state : views.state) backend_.move_to_term(state.data, kTermOptimizerState);
+    const ZeroEngine::BufferAddresses engine_buffers = engine.buffer_addresses();
+    for (const void* address : engine_buffers.parameters) backend_.move_to_term(address, kTermParameters);
+    for (const void* address : engine_buffers.gradients) backend_.move_to_term(address, kTermGradients);
+    for (ParamGroup group : {ParamGroup::Frozen, ParamGroup::Decay, ParamGroup::NoDecay}) {
+      if (const Tensor params = store.group_params(group); params.numel())
+        backend_.move_to_term(params.data, kTermParameters, kTermGathered);  // later: stage 3's gathered units
+      if (const Tensor grads = store.group_grads(group); grads.numel())
+        backend_.move_to_term(grads.data, kTermGradients);
+    }
+    backend_.set_term(kTermModelOther);
+  }
+
+ private:
+  CountingBackend& backend_;
+};
+
+// The step's parts: the micro-batch and what the model allocates outside the hooks as
+// activations, the engine's calls as communication buckets.
+class StepTerms final : public StepObserver {
+ public:
+  explicit StepTerms(CountingBackend& backend) : backend_(backend) {}
+  void enter(StepPart part) override {
+    backend_.set_term(part == StepPart::Model ? kTermActivations : kTermZeroBuffers);
+  }
+
+ private:
+  CountingBackend& backend_;
+};
+
 // The terms that hold bytes (the counting backend keeps emptied ones at 0).
 std::map<std::string, int64_t> held_terms(const std::map<std::string, int64_t>& terms) {
   std::map<std::string, int64_t> held;
   for (const auto& [term, bytes] : terms)
     if (bytes != 0) held[term] = bytes;
   return held;
+}
+
+// A micro-batch of B x T tokens, every one a target (so the step updates), as the trainer's
+// largest: one sample per row, or packed rows with their positions (--packing).
+StepBatches model_batches(const TrainConfig& config, int64_t seq_len) {
+  StepBatches batches;
+  MicroBatch micro = padded_micro_batch(config.micro_batch_size, seq_len, 0);
+  std::fill(micro.loss_mask.begin(), micro.loss_mask.end(), uint8_t{1});
+  micro.target_tokens = micro.real_tokens = micro.batch * micro.seq;
+  if (config.packing) micro.positions.assign(micro.input_ids.size(), 0);
+  batches.micro.assign(static_cast<size_t>(config.gradient_accumulation_steps), micro);
+  return batches;
 }
 
 }  // namespace
@@ -109,50 +163,18 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
   std::unique_ptr<CountingBackend> backend = make_counting_backend(options);
   std::unique_ptr<Communicator> comm = make_null_communicator(rank, world_size);
 
-  // Set-up, in the trainer's order (trainer.cpp).
-  const ParameterPlan plan = plan_parameters(model_config, config.lora,
-                                             run_quantization(config.quantize, model_config.quantization, config.model_dir));
-  const StoreResidency residency =
-      zero_store_residency(config.zero, world_size, *make_optimizer(config.optimizer));
-  backend->set_term(kTermParameters);  // the store's buffers, told apart below
-  ParamStore store(*backend, plan.specs, plan.trainable, world_size, config.compute_dtype, residency, plan.quant,
-                   config.grad_accum_dtype);
-  backend->set_term(kTermZeroBuffers);  // the engine's, master and optimizer state told apart below
-  ZeroEngine engine(*backend, *comm, store, config.zero, config.optimizer, config.compute_dtype, comm.get());
-  for (int unit = 0; unit < store.num_units(); ++unit) {  // loading writes nothing the counting backend keeps
-    if (!residency.params) store.commit_unit_params(unit);
-    engine.init_unit_from_store(unit);
-  }
-  engine.finish_init();
-  // What the engine and the store hold, by what it is (the master first: with fp32 compute it
-  // may be the parameters themselves, which then count as parameters).
-  for (const ZeroEngine::PartitionViews& views : engine.partition_views()) {
-    backend->move_to_term(views.master.data, kTermMaster);
-    for (const Tensor& state : views.state) backend->move_to_term(state.data, kTermOptimizerState);
-  }
-  for (const ZeroEngine::TensorStateViews& views : engine.tensor_state_views())
-    for (const Tensor& state : views.state) backend->move_to_term(state.data, kTermOptimizerState);
-  const ZeroEngine::BufferAddresses engine_buffers = engine.buffer_addresses();
-  for (const void* address : engine_buffers.parameters) backend->move_to_term(address, kTermParameters);
-  for (const void* address : engine_buffers.gradients) backend->move_to_term(address, kTermGradients);
-  for (ParamGroup group : {ParamGroup::Frozen, ParamGroup::Decay, ParamGroup::NoDecay}) {
-    if (const Tensor params = store.group_params(group); params.numel())
-      backend->move_to_term(params.data, kTermParameters, kTermGathered);  // later: stage 3's gathered units
-    if (const Tensor grads = store.group_grads(group); grads.numel()) backend->move_to_term(grads.data, kTermGradients);
-  }
-  backend->set_term(kTermModelOther);
-  ModelOptions model_options;
-  model_options.activation_checkpointing = config.activation_checkpointing;
-  model_options.offload_activations = config.offload_activations;
-  model_options.head_chunk_rows = config.head_chunk_rows;
-  if (config.lora.enabled()) {
-    model_options.lora_scaling = 1.0f;
-    model_options.lora_dropout = static_cast<float>(config.lora.dropout);
-  }
-  std::unique_ptr<CausalLM> model = make_causal_lm(model_config, store, *backend, model_options);
-  TermHooks hooks(engine, *backend);
-  model->set_unit_hooks(&hooks);
-  Buffer step_loss_sum(*backend, sizeof(double));  // fp64 [1]
+  // The run's own assembly (train/run_assembly.h), without weights: loading writes nothing the
+  // counting backend keeps.
+  TrainConfig run = config;
+  run.quantize = run_quantization(config.quantize, model_config.quantization, config.model_dir);
+  run.dump_step0_path.clear();  // a debugging dump writes files; it is not a run to plan for
+  run.scheduler = SchedulerConfig();  // the learning rate allocates nothing (and may be unresolved here)
+  TermObserver terms(*backend);
+  RunParts parts = assemble_run(run, model_config, *backend, *comm, comm.get(), world_size, UnitWeights(), &terms);
+  TermHooks hooks(*parts.engine, *backend);
+  parts.model->set_unit_hooks(&hooks);
+  StepRunner runner(step_config_of(run), *parts.model, *parts.engine, *parts.store, *backend, *comm, *comm,
+                    parts.scaler ? &*parts.scaler : nullptr, model_config.vocab_size);
   backend->synchronize();
   MemoryPrediction prediction;
   prediction.device_setup = backend->counted().device;
@@ -160,40 +182,20 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
   prediction.store_setup = backend->counted().discardable;
   prediction.device_setup_peak = backend->counted().device_peak;
 
-  // One step of micro-batches of B x T tokens (batch_views.h: ids, targets, mask, row ids); with
-  // grown_from_seq_len, a step of shorter ones first (its buffers are then grown).
+  // The trainer's step on micro-batches of B x T tokens; with grown_from_seq_len, a step of
+  // shorter ones first (its buffers are then grown).
   backend->reset_peaks();
+  StepTerms step_terms(*backend);
+  runner.set_observer(&step_terms);
   const bool grows = grown_from_seq_len > 0 && grown_from_seq_len < seq_len;
+  int64_t step = 0;
   for (int64_t step_seq : grows ? std::vector<int64_t>{grown_from_seq_len, seq_len} : std::vector<int64_t>{seq_len}) {
-    const int64_t batch = config.micro_batch_size, tokens = batch * step_seq;
-    backend->set_term(kTermActivations);  // the batch, then what the model allocates outside the hooks
-    Buffer input_ids(*backend, static_cast<size_t>(tokens) * 4), targets(*backend, static_cast<size_t>(tokens) * 4);
-    Buffer loss_mask(*backend, static_cast<size_t>(tokens)), row_ids(*backend, static_cast<size_t>(tokens) * 8);
-    BatchTensors views;
-    views.batch = batch;
-    views.seq = step_seq;
-    views.input_ids = input_ids.view(DType::I32, {tokens});
-    views.targets = targets.view(DType::I32, {tokens});
-    views.loss_mask = loss_mask.view(DType::U8, {tokens});
-    views.row_ids = row_ids.view(DType::I64, {tokens});
-    DropoutContext dropout{config.seed, 0, views.row_ids};
-    backend->set_term(kTermZeroBuffers);
-    engine.begin_step();
-    const bool fused = engine.optimizer().fuses_into_backward();  // LOMO: the update runs inside backward
-    if (fused) engine.begin_update_pass(OptimizerStep{config.optimizer.lr, 1.0f, 1});
-    for (int64_t micro = 0; micro < config.gradient_accumulation_steps; ++micro) {
-      engine.begin_micro_batch(micro + 1 == config.gradient_accumulation_steps);
-      backend->set_term(kTermActivations);
-      model->forward(views, dropout);
-      backend->move_to_term(model->logits_storage(), kTermLogits);  // [chunk, V] (the LM head's chunk)
-      model->backward(views, 1.0f, dropout, step_loss_sum.view(DType::F64, {1}));
-      backend->set_term(kTermZeroBuffers);
-      engine.end_micro_batch();
-    }
-    engine.reduce_gradients();
-    engine.check_gradients();  // the norm and overflow flag, as StepRunner::update reads them
-    if (!fused) engine.apply_update(OptimizerStep{config.optimizer.lr, 1.0f, 1});
+    StepBatches batches = model_batches(run, step_seq);
+    runner.run(step, step, batches, parts.schedule, nullptr);
+    ++step;
   }
+  // The LM head's [chunk, V] logits, named now: what the peak held of them counts as logits.
+  backend->move_to_term(parts.model->logits_storage(), kTermLogits);
   prediction.device_peak = backend->counted().device_peak;
   prediction.host_peak = std::max(backend->counted().host_peak, prediction.host_setup);
   prediction.store_peak = backend->counted().discardable_peak;

@@ -1,16 +1,18 @@
 // The memory model: how many bytes one rank holds on its device (and in host memory) after
 // set-up and at the peak of a training step, for a run's model, ZeRO configuration, LoRA,
-// dtype, micro-batch and sequence length. It is not a formula: it runs the real set-up
-// (ParamStore, ZeroEngine, the model) and one real step on the counting backend
-// (backend/counting_backend.h) with a null communicator, so every buffer the run allocates is
-// counted by the code that allocates it, with the real backend's allocator rounding and
-// virtual-memory chunks. The trainer checks its prediction against the device's free memory
+// dtype, micro-batch and sequence length. It is not a formula: it builds the run with the
+// trainer's own assembly (train/run_assembly.h, without weights) and runs one step of the
+// trainer's StepRunner and schedule on the counting backend (backend/counting_backend.h) with a
+// null communicator, so every buffer the run allocates is counted by the code that allocates it,
+// with the real backend's allocator rounding and virtual-memory chunks
+// (tests/mpi/test_allocation_drift.py checks it allocation by allocation). The trainer checks its prediction against the device's free memory
 // before it allocates anything; `zerotune estimate --model` and `zerotune selftest` print it,
 // `zerotune autotune` prunes with it. Each byte is counted under a term (what it is: below), so
 // the prediction comes broken down the same way whoever prints it.
 //
-// Not counted: what communication libraries allocate on their own (NCCL's buffers) and memory
-// other processes hold on the device.
+// Not counted: what communication libraries allocate on their own (NCCL's buffers), the CUDA
+// backend's op scratch (CudaBackendImpl::scratch: partial sums, cuDNN's workspace, freed within
+// the op) and memory other processes hold on the device.
 #pragma once
 #include <cstdint>
 #include <functional>

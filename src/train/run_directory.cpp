@@ -149,4 +149,10 @@ int64_t trim_metrics_for_resume(const std::string& metrics_path, int64_t step) {
   return damaged;
 }
 
+void write_text_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  ZT_CHECK(out, path, ": cannot write: ", std::strerror(errno));
+}
+
 }  // namespace zt

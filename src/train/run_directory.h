@@ -22,4 +22,7 @@ void claim_run_directory(const std::string& out_dir, bool resuming, bool overwri
 // stop every later resume. Returns the number of damaged lines dropped.
 int64_t trim_metrics_for_resume(const std::string& metrics_path, int64_t step);
 
+// Writes `text` as the whole file `path` (run.json, profile.json); an error names the path.
+void write_text_file(const std::string& path, const std::string& text);
+
 }  // namespace zt

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "backend/allocation_log.h"
 #include "core/fault_injection.h"
 #include "model/safetensors.h"
 #include "optim/grad_clip.h"
@@ -48,6 +49,7 @@ StepRunner::StepRunner(const StepConfig& config, CausalLM& model, ZeroEngine& en
 
 StepOutcome StepRunner::run(int64_t step, int64_t updates_done, StepBatches& batches,
                             const std::vector<StepInstruction>& schedule, StepProfiler* profiler) {
+  log_allocation_mark(backend_, "step");
   StepOutcome outcome;
   int64_t local_targets = 0;
   for (const MicroBatch& micro : batches.micro) local_targets += micro.target_tokens;
@@ -59,6 +61,7 @@ StepOutcome StepRunner::run(int64_t step, int64_t updates_done, StepBatches& bat
   for (double& sum : sums_) sum = 0.0;
   reduced_ = norm_measured_ = false;
   backend_.fill(step_loss_sum_.view(DType::F64, {1}), 0.0f);  // on the device: no upload
+  enter(StepPart::Engine);
   engine_.begin_step(updates_done + 1);
   const int64_t last_micro = static_cast<int64_t>(batches.micro.size()) - 1;
   for (const StepInstruction& instruction : schedule) {
@@ -71,6 +74,7 @@ StepOutcome StepRunner::run(int64_t step, int64_t updates_done, StepBatches& bat
       case StepOp::BeginUpdatePass:
         if (!begin_update_pass(updates_done, outcome)) {  // skipped: no update pass
           finish_sums(outcome);
+          log_allocation_mark(backend_, "stepped");
           return outcome;
         }
         break;
@@ -78,15 +82,19 @@ StepOutcome StepRunner::run(int64_t step, int64_t updates_done, StepBatches& bat
     }
   }
   finish_sums(outcome);
+  log_allocation_mark(backend_, "stepped");
   return outcome;
 }
 
 void StepRunner::forward(int64_t step, int64_t micro, StepBatches& batches, bool last) {
   ZT_CHECK(micro >= 0 && micro < static_cast<int64_t>(batches.micro.size()), "step schedule: micro-batch ", micro,
            " of ", batches.micro.size());
+  enter(StepPart::Model);
   batch_ = batch_views(batches.micro[static_cast<size_t>(micro)], backend_, device_batch_);
   dropout_.row_ids = batch_.row_ids;
+  enter(StepPart::Engine);
   engine_.begin_micro_batch(last);
+  enter(StepPart::Model);
   const bool dump = step == 0 && micro == 0 && !config_.dump_step0_path.empty();
   model_.keep_logits(dump);  // the whole [B*T, V] logits only for the dump
   Tensor logits = model_.forward(batch_, dropout_);
@@ -99,7 +107,9 @@ void StepRunner::forward(int64_t step, int64_t micro, StepBatches& batches, bool
 
 void StepRunner::backward(int64_t step, int64_t micro, StepBatches& batches) {
   fault_point("step", step + 1);
+  enter(StepPart::Model);
   model_.backward(batch_, grad_scale_, dropout_, step_loss_sum_.view(DType::F64, {1}));
+  enter(StepPart::Engine);
   engine_.end_micro_batch();
   if (reduced_) return;  // a fused optimizer's second pass over the same micro-batch
   sums_[1] += static_cast<double>(batches.micro[static_cast<size_t>(micro)].real_tokens);
@@ -110,6 +120,7 @@ void StepRunner::backward(int64_t step, int64_t micro, StepBatches& batches) {
 
 void StepRunner::reduce(int64_t step, StepOutcome& outcome) {
   reduced_ = true;
+  enter(StepPart::Engine);
   // Queued behind the backward; the host reads it once the gradient check has waited anyway.
   backend_.copy_async(host_loss_sum_.view(DType::F64, {1}), step_loss_sum_.view(DType::F64, {1}));
   loss_copied_ = backend_.record_event();
@@ -125,7 +136,8 @@ void StepRunner::finish_sums(StepOutcome& outcome) {
   if (!loss_copied_) return;  // read already (--dump-step0), or no reduce in this step
   loss_copied_->wait();
   loss_copied_.reset();
-  sums_[0] = *static_cast<const double*>(host_loss_sum_.data());
+  // Read through the host backend (a plain copy of host memory; nothing on the counting backend).
+  host_->copy(Tensor(&sums_[0], DType::F64, {1}), host_loss_sum_.view(DType::F64, {1}));
   comm_.all_reduce_scalars(sums_);
   outcome.loss = outcome.target_tokens > 0 ? sums_[0] / static_cast<double>(outcome.target_tokens) : 0.0;
   outcome.real_tokens = sums_[1];
@@ -148,6 +160,7 @@ std::optional<std::string> StepRunner::skip_reason(StepOutcome& outcome, const Z
 
 void StepRunner::update(int64_t updates_done, StepOutcome& outcome, StepProfiler* profiler) {
   // fp16: an overflow anywhere skips the step and lowers the loss scale (DeepSpeed).
+  enter(StepPart::Engine);
   outcome.lr = learning_rate_at(config_.scheduler, config_.peak_lr, updates_done);
   outcome.skipped = skip_reason(outcome, engine_.check_gradients());
   if (outcome.skipped) return;
@@ -168,11 +181,13 @@ void StepRunner::update(int64_t updates_done, StepOutcome& outcome, StepProfiler
 // ---- optimizers fused into backward (LOMO) ---------------------------------------------------------
 
 void StepRunner::begin_norm_pass() {
+  enter(StepPart::Engine);
   engine_.begin_norm_pass();
   norm_measured_ = true;
 }
 
 bool StepRunner::begin_update_pass(int64_t updates_done, StepOutcome& outcome) {
+  enter(StepPart::Engine);
   outcome.lr = learning_rate_at(config_.scheduler, config_.peak_lr, updates_done);
   float clip = 1.0f;
   if (norm_measured_) {  // LOMO's grad_norm(): skip on overflow, clip by the global norm
@@ -189,6 +204,7 @@ bool StepRunner::begin_update_pass(int64_t updates_done, StepOutcome& outcome) {
 
 void StepRunner::finish_fused_update(StepOutcome& outcome) {
   if (norm_measured_) return;  // grad_norm is the norm pass's
+  enter(StepPart::Engine);
   // Without a norm pass the update ran as the gradients arrived (as LOMO's fused_backward):
   // a non-finite gradient is reported, and the units that had one were not updated.
   const bool not_finite = engine_.gradients_overflow();

@@ -45,13 +45,22 @@ class StepProfiler final : public ModuleTimer {
   ProfileTable table;
 };
 
-// What a step needs of the run's configuration (TrainConfig::step_config()).
+// What a step needs of the run's configuration (step_config_of: train/run_assembly.h).
 struct StepConfig {
   uint64_t seed = 42;              // dropout streams
   double peak_lr = 0.0;            // the optimizer's lr, which the schedule scales
   SchedulerConfig scheduler;       // resolved (warm-up and decay steps known)
   double gradient_clipping = 0.0;  // 0: off
   std::string dump_step0_path;     // --dump-step0, or empty
+};
+
+// Which part of the program a step is in: the model's forward/backward (and the micro-batch it
+// reads) or the ZeRO engine's calls. The memory model names what each part allocates.
+enum class StepPart { Model, Engine };
+class StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  virtual void enter(StepPart part) = 0;
 };
 
 class StepRunner {
@@ -65,8 +74,12 @@ class StepRunner {
   // updates were applied before. `profiler`: time this step's modules and optimizer (or null).
   StepOutcome run(int64_t step, int64_t updates_done, StepBatches& batches, const std::vector<StepInstruction>& schedule,
                   StepProfiler* profiler);
+  void set_observer(StepObserver* observer) { observer_ = observer; }
 
  private:
+  void enter(StepPart part) {
+    if (observer_) observer_->enter(part);
+  }
   void forward(int64_t step, int64_t micro, StepBatches& batches, bool last);
   void backward(int64_t step, int64_t micro, StepBatches& batches);
   void reduce(int64_t step, StepOutcome& outcome);
@@ -90,6 +103,7 @@ class StepRunner {
   Communicator& control_;
   DynamicLossScaler* scaler_;
   int64_t vocab_size_;
+  StepObserver* observer_ = nullptr;
   Buffer step_loss_sum_;           // fp64 [1]: this rank's loss sum of a step, on the device
   std::unique_ptr<Backend> host_;  // pinned host memory of backend_ (make_host_backend)
   Buffer host_loss_sum_;           // fp64 [1]: its copy on the host, queued by reduce()

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/allocation_log.h"
 #include "backend/cpu/cpu_dtype_staging.h"
 #include "core/error.h"
 
@@ -110,16 +111,19 @@ void* CpuBackend::allocate(size_t bytes) {
       fail("cpu backend: the host allocator returned ", pointer, " for ", bytes, " bytes, which is not ",
            kAlignment, "-byte aligned");
     }
+    log_allocation("cpu", bytes, pointer);
     return pointer;
   }
   const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
   void* pointer = std::aligned_alloc(kAlignment, rounded);
   ZT_CHECK(pointer != nullptr, "cpu backend: cannot allocate ", bytes, " bytes of host memory");
   count_cpu_bytes(static_cast<int64_t>(malloc_usable_size(pointer)));
+  log_allocation("cpu", bytes, pointer);
   return pointer;
 }
 
 void CpuBackend::release(void* pointer) {
+  log_release("cpu", pointer);
   if (allocator_.release) {
     allocator_.release(pointer);
   } else {

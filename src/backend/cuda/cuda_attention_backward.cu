@@ -607,7 +607,7 @@ void run_attention_backward_kernels(CudaBackendImpl& backend, bool tensor_cores,
                                     const AttentionDims& dims, float scale) {
   const char* op = "attention_backward";
   cudaStream_t stream = backend.stream();
-  Buffer delta(backend, static_cast<size_t>(lse.numel()) * sizeof(float));  // delta[B,H,T]
+  Buffer delta = backend.scratch(static_cast<size_t>(lse.numel()) * sizeof(float));  // delta[B,H,T]
   dispatch_float(q.dtype, op, "q", [&](auto format) {
     using Format = decltype(format);
     const int64_t rows = int64_t{dims.batch} * dims.time * dims.heads;

@@ -341,7 +341,7 @@ void CudnnAttention::Impl::prepare_packed(const AttentionCall& call, const Graph
     ragged_stats[i] = static_cast<int32_t>(start * call.heads);
   }
   if (packed.arrays.bytes() < count * sizeof(int32_t)) {
-    packed.arrays = Buffer(backend, count * sizeof(int32_t));
+    packed.arrays = backend.scratch(count * sizeof(int32_t));
   }
   // Queued behind the attention calls that read the previous arrays; no host wait.
   backend.upload(packed.arrays.data(), staging, count * sizeof(int32_t));
@@ -362,7 +362,7 @@ void CudnnAttention::Impl::run(fe::graph::Graph& graph, const char* op, int64_t 
     pack[kRaggedKV] = packed.ragged_kv;
     pack[kRaggedStats] = packed.ragged_stats;
   }
-  Buffer workspace(backend, static_cast<size_t>(workspace_bytes));
+  Buffer workspace = backend.scratch(static_cast<size_t>(workspace_bytes));
   fe::error_t status = graph.execute(handle, pack, workspace.data());
   ZT_CHECK(status.is_good(), "cudnn: ", op, " (graph execute) failed: ", status.get_message());
 }
@@ -384,7 +384,7 @@ void CudnnAttention::forward(const AttentionCall& call, Tensor out, Tensor lse, 
   Buffer stats;  // packed: the THD stats [tokens, H], then scattered into lse[B,H,T]
   if (key.packed) {
     impl_->prepare_packed(call, key);
-    stats = Buffer(impl_->backend, static_cast<size_t>(lse.numel()) * sizeof(float));
+    stats = impl_->backend.scratch(static_cast<size_t>(lse.numel()) * sizeof(float));
     pack[kStats] = stats.data();
   } else {
     pack[kStats] = lse.data;
@@ -407,7 +407,7 @@ void CudnnAttention::backward(const AttentionCall& call, Tensor dq, Tensor dk, T
   Buffer stats;
   if (key.packed) {
     impl_->prepare_packed(call, key);
-    stats = Buffer(impl_->backend, static_cast<size_t>(lse.numel()) * sizeof(float));
+    stats = impl_->backend.scratch(static_cast<size_t>(lse.numel()) * sizeof(float));
     transpose_token_heads(impl_->backend.stream(), static_cast<float*>(stats.data()), lse.f32(),
                           call.batch, call.time, call.heads, /*to_heads_major=*/false);
     pack[kStats] = stats.data();

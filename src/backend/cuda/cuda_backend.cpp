@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/allocation_log.h"
 #include "backend/cuda/cuda_attention_cudnn.h"
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_vmm.h"
@@ -203,7 +204,20 @@ std::string CudaBackendImpl::name() const { return cat("cuda:", device_, " (", d
 void* CudaBackendImpl::allocate(size_t bytes) {
   void* pointer = allocator_.allocate(bytes);
   note_peak();
+  log_allocation("cuda", bytes, pointer, allocating_scratch_);
   return pointer;
+}
+
+Buffer CudaBackendImpl::scratch(size_t bytes) {
+  allocating_scratch_ = true;
+  try {
+    Buffer buffer(*this, bytes);
+    allocating_scratch_ = false;
+    return buffer;
+  } catch (...) {
+    allocating_scratch_ = false;
+    throw;
+  }
 }
 
 void* CudaBackendImpl::allocate_discardable(size_t bytes, bool committed) {
@@ -217,10 +231,12 @@ void* CudaBackendImpl::allocate_discardable(size_t bytes, bool committed) {
     return allocate(bytes);
   }
   note_peak();
+  log_allocation("cuda", bytes, pointer);
   return pointer;
 }
 
 void CudaBackendImpl::release(void* pointer) {
+  log_release("cuda", pointer);
   uploads_.note_release(pointer);
   if (discardable_ && discardable_->owns(pointer)) discardable_->release(pointer);
   else allocator_.release(pointer);

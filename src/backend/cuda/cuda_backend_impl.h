@@ -35,6 +35,7 @@
 #include "backend/cuda/cuda_host_staging.h"
 #include "backend/cuda/cuda_upload_mirror.h"
 #include "backend/arg_checks.h"
+#include "backend/buffer.h"
 #include "backend/cuda/cuda_backend.h"
 
 namespace zt::cuda {
@@ -246,6 +247,10 @@ class CudaBackendImpl final : public CudaBackend {
   const UploadMirror& uploads() const { return uploads_; }
   // cuDNN's attention graphs and handle, made on first use.
   CudnnAttention& cudnn_attention();
+  // A buffer an op keeps to itself (partial sums, conversion staging, cuDNN's workspace), most
+  // freed before the op returns: allocated as any other, but ZT_ALLOCATION_LOG lists it as
+  // "scratch", apart from the run's buffers the memory model counts (backend/allocation_log.h).
+  Buffer scratch(size_t bytes);
 
  private:
   // Keeps uploads_ current for a copy into dst (before it is queued).
@@ -270,6 +275,7 @@ class CudaBackendImpl final : public CudaBackend {
   std::unique_ptr<DiscardableMemory> discardable_;  // made once the stream exists
   size_t peak_bytes_ = 0;                           // of memory_in_use()
   void note_peak() { peak_bytes_ = std::max(peak_bytes_, memory_in_use()); }
+  bool allocating_scratch_ = false;  // scratch() is allocating: the log says so
   void* gemm_workspace_ = nullptr;  // cuBLASLt workspace [kGemmWorkspaceBytes]
   std::unique_ptr<GemmPlans, GemmPlansDeleter> gemm_plans_;
   uint64_t* device_status_ = nullptr;  // [kStatusSlots] device

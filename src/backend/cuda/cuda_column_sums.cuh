@@ -66,7 +66,7 @@ void accumulate_column_sums(CudaBackendImpl& backend, FloatArg dst, int64_t rows
   int64_t rows_per_chunk = (rows + kMaxChunks - 1) / kMaxChunks;
   if (rows_per_chunk < kMinRowsPerChunk) rows_per_chunk = kMinRowsPerChunk;
   const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
-  Buffer partials(backend, static_cast<size_t>(chunks * cols) * sizeof(float));  // [chunks, C]
+  Buffer partials = backend.scratch(static_cast<size_t>(chunks * cols) * sizeof(float));  // [chunks, C]
   const dim3 grid(static_cast<unsigned int>((cols + kColumnStrip - 1) / kColumnStrip),
                   static_cast<unsigned int>(chunks));
   const dim3 block(kColumnStrip, kRowLanes);

@@ -141,7 +141,7 @@ void CudaBackendImpl::embedding_backward(Tensor dtable, Tensor dout, Tensor ids)
   ZT_CHECK(grad_out.rows < kNoPosition, op, ": ", grad_out.rows, " rows exceed the int32 positions");
   if (grad_out.rows == 0 || grad_out.cols == 0) return;
   const int64_t vocab = grad_table.rows;
-  Buffer first_position(*this, static_cast<size_t>(vocab) * sizeof(int32_t));  // [V]
+  Buffer first_position = scratch(static_cast<size_t>(vocab) * sizeof(int32_t));  // [V]
   ZT_CUDA_CHECK(cudaMemsetAsync(first_position.data(), 0x7F, first_position.bytes(), stream_));
   const int32_t* id_data = static_cast<const int32_t*>(ids.data);
   launch({grid_for(grad_out.rows), kThreads, 0, stream_}, first_position_kernel,

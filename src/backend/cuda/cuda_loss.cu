@@ -150,7 +150,7 @@ MatrixShape check_loss_arguments(const char* op, const Tensor& logits, const Ten
 void queue_cross_entropy(CudaBackendImpl& backend, const char* op, const MatrixShape& scores,
                          Tensor logits, Tensor targets, Tensor mask, float grad_scale,
                          double* loss_sum, BadRowReport report) {
-  Buffer row_loss(backend, static_cast<size_t>(scores.rows) * sizeof(double));  // row_loss[N]
+  Buffer row_loss = backend.scratch(static_cast<size_t>(scores.rows) * sizeof(double));  // row_loss[N]
   double* row_losses = static_cast<double*>(row_loss.data());
   dispatch_float(logits.dtype, op, "logits", [&](auto format) {
     using Format = decltype(format);
@@ -185,7 +185,7 @@ double CudaBackendImpl::cross_entropy(Tensor logits, Tensor targets, Tensor mask
   const char* op = "cross_entropy";
   const MatrixShape scores = check_loss_arguments(op, logits, targets, mask);  // [N, V]
   if (scores.rows == 0) return 0.0;
-  Buffer total(*this, sizeof(double));  // total[1]: the rows' sum, added to 0.0
+  Buffer total = scratch(sizeof(double));  // total[1]: the rows' sum, added to 0.0
   ZT_CUDA_CHECK(cudaMemsetAsync(total.data(), 0, sizeof(double), stream_));  // all bits 0: +0.0
   reset_first_bad_row();
   queue_cross_entropy(*this, op, scores, logits, targets, mask, grad_scale,

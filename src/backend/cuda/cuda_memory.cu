@@ -143,7 +143,7 @@ void CudaBackendImpl::copy(Tensor dst, Tensor src) {
   Buffer device_src_buffer, device_dst_buffer;
   Tensor device_src = src, device_dst = dst;
   if (src.device == Device::CPU) {
-    device_src_buffer = Buffer(*this, src.bytes());
+    device_src_buffer = scratch(src.bytes());
     device_src.data = device_src_buffer.data();
     device_src.device = Device::CUDA;
     if (staged) {
@@ -153,7 +153,7 @@ void CudaBackendImpl::copy(Tensor dst, Tensor src) {
     }
   }
   if (dst.device == Device::CPU) {
-    device_dst_buffer = Buffer(*this, dst.bytes());
+    device_dst_buffer = scratch(dst.bytes());
     device_dst.data = device_dst_buffer.data();
     device_dst.device = Device::CUDA;
   }

@@ -374,7 +374,7 @@ double CudaBackendImpl::adalomo_moments(Tensor row, Tensor col, Tensor row_sums,
          factored ? col.f32() : nullptr, row_sums.f32(), factored ? col_sums.f32() : nullptr, rows, cols, beta2t,
          1.0f - beta2t);
   ZT_CUDA_CHECK_LAUNCH("adalomo_moments_kernel");
-  Buffer total(*this, sizeof(double));  // fp64 [1]
+  Buffer total = scratch(sizeof(double));  // fp64 [1]
   launch({1, kThreads, 0, stream_}, adalomo_row_total_kernel, static_cast<double*>(total.data()), row.f32(), rows);
   ZT_CUDA_CHECK_LAUNCH("adalomo_row_total_kernel");
   double host_total = 0.0;

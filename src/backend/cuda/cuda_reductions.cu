@@ -69,7 +69,7 @@ double sum_squares_in_order(CudaBackendImpl& backend, std::span<const Tensor> xs
     total_blocks += blocks[i];
   }
   if (total_blocks == 0) return 0.0;  // no elements: nothing queued, nothing to wait for
-  Buffer partial(backend, total_blocks * sizeof(double));  // [total_blocks]: xs[0]'s, xs[1]'s, ...
+  Buffer partial = backend.scratch(total_blocks * sizeof(double));  // [total_blocks]: xs[0]'s, xs[1]'s, ...
   double* segment = static_cast<double*>(partial.data());
   for (size_t i = 0; i < xs.size(); ++i) {
     if (blocks[i] == 0) continue;
@@ -99,7 +99,7 @@ bool any_inf_or_nan(CudaBackendImpl& backend, std::span<const Tensor> xs) {
   const bool any_elements =
       std::any_of(xs.begin(), xs.end(), [](const Tensor& x) { return x.numel() > 0; });
   if (!any_elements) return false;  // nothing queued, nothing to wait for
-  Buffer found(backend, sizeof(unsigned int));  // [1] 0: none found yet
+  Buffer found = backend.scratch(sizeof(unsigned int));  // [1] 0: none found yet
   ZT_CUDA_CHECK(cudaMemsetAsync(found.data(), 0, sizeof(unsigned int), backend.stream()));
   for (const Tensor& x : xs) {
     const int64_t n = x.numel();

@@ -1,0 +1,212 @@
+// The loop over optimizer steps (training_run.h): this rank's micro-batches (prefetched) -> the
+// step's schedule run by the StepRunner -> metrics (rank 0) -> evaluation and checkpoints when due.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "data/batch_prefetcher.h"
+#include "train/evaluation.h"
+#include "train/profiler.h"
+#include "train/report_html.h"
+#include "train/run_directory.h"
+#include "train/step_runner.h"
+#include "train/stop_signal.h"
+#include "train/training_run.h"
+
+namespace zt {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// A step's figures for metrics.jsonl and the console (step_seconds and what follows: the caller's).
+StepMetrics step_metrics(const StepOutcome& outcome, int64_t step, int64_t total_steps, int64_t steps_per_epoch,
+                         int64_t skipped, int64_t global_batch) {
+  StepMetrics metrics;
+  metrics.step = step + 1;
+  metrics.total_steps = total_steps;
+  metrics.epoch = static_cast<double>(step + 1) / static_cast<double>(steps_per_epoch);
+  metrics.loss = outcome.loss;
+  metrics.lr = outcome.lr;
+  metrics.grad_norm = outcome.grad_norm;
+  metrics.loss_scale = outcome.loss_scale;
+  metrics.skipped = skipped;
+  metrics.samples = global_batch;
+  metrics.tokens = static_cast<int64_t>(outcome.real_tokens);
+  metrics.target_tokens = outcome.target_tokens;
+  metrics.padding_fraction = outcome.padded_tokens > 0 ? 1.0 - outcome.real_tokens / outcome.padded_tokens : 0.0;
+  return metrics;
+}
+
+// Rank 0's metrics.jsonl record of a step: `metrics`, the memory figures the memory model is
+// checked against, and the bytes sent in the step by collective (`before` and `after` it).
+nlohmann::json metrics_record(const StepMetrics& metrics, const Backend& backend, const CommStats& before,
+                              const CommStats& after) {
+  nlohmann::json record = metrics_json(metrics);
+  if (const std::optional<DeviceMemory> memory = backend.memory())
+    record["mem_device_store_peak"] = memory->store_peak;  // ZeRO's flat parameter + gradient buffers
+  if (backend.device() == Device::CPU)  // the CPU backend's buffers: what the memory model's host peak predicts
+    record["mem_cpu_backend_peak"] = cpu_backend_memory().peak;
+  nlohmann::json sent;
+  for (int kind = 0; kind < kCollectiveKinds; ++kind)
+    sent[collective_name(static_cast<Collective>(kind))] =
+        after.bytes_sent[static_cast<size_t>(kind)] - before.bytes_sent[static_cast<size_t>(kind)];
+  record["comm_bytes_sent"] = sent;
+  return record;
+}
+
+class TrainingLoop {
+ public:
+  explicit TrainingLoop(TrainingRun& run)
+      : run_(run), config_(run.config),
+        prefetcher_([&run](int64_t step) { return run.step_samples->rank_batches(step); }, run.state.step,
+                    run.total_steps),
+        runner_(step_config_of(run.config), *run.parts.model, *run.parts.engine, *run.parts.store, run.backend(),
+                *run.comm, run.control(), run.parts.scaler ? &*run.parts.scaler : nullptr,
+                run.model_config.vocab_size),
+        last_saved_step_(run.resume_from ? run.state.step : -1) {
+    if (run.leader) {
+      const std::string metrics_path = (fs::path(config_.out_dir) / "metrics.jsonl").string();
+      if (run.resume_from) trim_metrics_for_resume(metrics_path, run.state.step);  // later steps run again
+      metrics_writer_.emplace(metrics_path, run.resume_from.has_value());
+    }
+    log_every_ = run.options.log_every > 0 ? run.options.log_every : std::max<int64_t>(1, config_.steps_per_print);
+  }
+
+  bool run() {
+    for (int64_t step = run_.state.step; step < run_.total_steps; ++step) {
+      const StepMetrics metrics = train_step(step);
+      evaluate_if_due(step, metrics.epoch);
+      if (save_or_stop(step)) return false;
+    }
+    return true;
+  }
+
+ private:
+  // One optimizer step and its metrics (rank 0 writes them), timed modules under --profile-step.
+  StepMetrics train_step(int64_t step) {
+    Backend& backend = run_.backend();
+    Communicator& control = run_.control();
+    const RunOptions& options = run_.options;
+    const auto start = std::chrono::steady_clock::now();
+    control.set_context(cat("step ", step + 1));
+    const CommStats comm_before = control.stats();
+    const bool profiling = options.profile_step == step + 1;
+    // --cuda-profiler-steps: from its first step (or the first step of a resumed run inside it).
+    if (options.profiler_first > 0 && step + 1 == std::max(options.profiler_first, run_.state.step + 1) &&
+        step + 1 <= options.profiler_last)
+      backend.profiler_range(true);
+    if (profiling) run_.parts.model->set_module_timer(&profiler_);
+    const double comm_wait_at_start = control.stats().total_wait_seconds();
+    StepBatches batches = prefetcher_.take(step);
+    const StepOutcome outcome =
+        runner_.run(step, step - run_.skipped, batches, run_.parts.schedule, profiling ? &profiler_ : nullptr);
+    if (outcome.skipped) {
+      ++run_.skipped;
+      run_.say(cat("warning: step ", step + 1, " skipped (", *outcome.skipped, ")"));
+    }
+    StepMetrics metrics = step_metrics(outcome, step, run_.total_steps, run_.steps_per_epoch, run_.skipped,
+                                       config_.train_batch_size);
+    metrics.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    step_times_.add(metrics.step_seconds);
+    metrics.mean_step_seconds = step_times_.mean();
+    if (profiling) report_profile(step, metrics.step_seconds, control.stats().total_wait_seconds() - comm_wait_at_start);
+    metrics.flops = outcome.flops;
+    metrics.peak_tflops = options.peak_tflops;
+    metrics.world_size = run_.world_size;
+    if (const std::optional<DeviceMemory> memory = backend.memory()) {
+      metrics.mem_device = memory->in_use;
+      metrics.mem_device_peak = memory->peak;
+    }
+    if (run_.leader) {
+      metrics_writer_->write(metrics_record(metrics, backend, comm_before, control.stats()));
+      run_.console->step(metrics, (step + 1) % log_every_ == 0 || step + 1 == run_.total_steps);
+    }
+    if (step + 1 == options.profiler_last) backend.profiler_range(false);
+    return metrics;
+  }
+
+  // --profile-step: the table on the console, profile.json in OUT.
+  void report_profile(int64_t step, double step_seconds, double comm_wait_seconds) {
+    run_.parts.model->set_module_timer(nullptr);
+    profiler_.table.add("communication", 0.0, comm_wait_seconds);
+    profiler_.table.step = step + 1;
+    profiler_.table.step_seconds = step_seconds;
+    profiler_.table.rank = run_.rank;
+    run_.say(format_profile_table(profiler_.table));
+    if (run_.leader)
+      write_text_file((fs::path(config_.out_dir) / "profile.json").string(), profile_json(profiler_.table).dump(2) + "\n");
+  }
+
+  // At the end of each epoch and every eval_every steps, when there is evaluation data.
+  void evaluate_if_due(int64_t step, double epoch) {
+    const bool epoch_end = (step + 1) % run_.steps_per_epoch == 0;
+    const bool eval_due = config_.eval_every > 0 && (step + 1) % config_.eval_every == 0;
+    if (!run_.eval_data || !(epoch_end || eval_due)) return;
+    run_.control().set_context(cat("evaluation after step ", step + 1));
+    const EvalResult eval =
+        evaluate(*run_.parts.model, *run_.eval_data, config_.micro_batch_size, *run_.comm, run_.backend());
+    if (!run_.leader) return;
+    metrics_writer_->write({{"step", step + 1}, {"epoch", epoch}, {"eval_loss", eval.loss},
+                            {"eval_ppl", eval.perplexity}, {"eval_tokens", eval.target_tokens},
+                            {"eval_samples", eval.samples}});
+    run_.say(cat("eval at step ", step + 1, " | eval_loss ", eval.loss, " | eval_ppl ", eval.perplexity, " | ",
+                 eval.target_tokens, " target tokens in ", eval.samples, " samples"));
+  }
+
+  // Checkpoints: every save_every steps, at the end, and when the batch system asks us to stop
+  // (then true: the run ends here, saved).
+  bool save_or_stop(int64_t step) {
+    const bool stop = run_.comm->all_reduce_max(static_cast<double>(stop_signal_received())) > 0;
+    const bool save_due = (config_.save_every > 0 && (step + 1) % config_.save_every == 0) || stop ||
+                          (config_.save_at_end && step + 1 == run_.total_steps);
+    if (save_due && last_saved_step_ != step + 1) {
+      run_.control().set_context(cat("checkpoint at step ", step + 1));
+      save(step + 1);
+    }
+    if (!stop) return false;
+    run_.say(cat("zerotune train: stop requested (signal) at step ", step + 1, " of ", run_.total_steps,
+                 ": checkpoint saved, exiting; run again with --resume auto to continue"));
+    if (run_.console) run_.console->finish();
+    if (run_.leader) write_report(config_.out_dir);
+    return true;
+  }
+
+  void save(int64_t steps_done) {
+    TrainingState now;
+    now.step = steps_done;
+    now.skipped = run_.skipped;
+    now.samples_consumed = steps_done * config_.train_batch_size;
+    if (run_.parts.scaler) {
+      now.loss_scale = run_.parts.scaler->scale();
+      now.loss_scaler = run_.parts.scaler->state().to_json();
+    }
+    const std::string dir = save_checkpoint(config_.out_dir, now, run_.identity, config_.to_json(), *run_.parts.engine,
+                                            *run_.parts.store, *run_.comm, config_.keep_last);
+    last_saved_step_ = steps_done;
+    run_.say(cat("checkpoint saved: ", dir));
+  }
+
+  TrainingRun& run_;
+  const TrainConfig& config_;
+  // This rank's micro-batches of each step, built one step ahead on a background thread.
+  BatchPrefetcher prefetcher_;
+  StepRunner runner_;
+  int64_t last_saved_step_;
+  int64_t log_every_ = 1;
+  std::optional<MetricsWriter> metrics_writer_;  // rank 0
+  StepTimeAverage step_times_;
+  StepProfiler profiler_;
+};
+
+}  // namespace
+
+bool run_training_loop(TrainingRun& run) {
+  run.backend().reset_memory_peak();  // mem_device_peak: the peak of the training steps, not of set-up
+  reset_cpu_backend_peak();           // mem_cpu_backend_peak likewise (the CPU backend's buffers)
+  if (run.leader) run.console.emplace(stdout, ConsoleProgress::wants_bar(stdout));
+  TrainingLoop loop(run);
+  return loop.run();
+}
+
+}  // namespace zt

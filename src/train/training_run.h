@@ -1,0 +1,71 @@
+// What one `zerotune train` process holds from its first check to its last step, filled phase by
+// phase by run_training (trainer.cpp): prepare (checks, model and data), the device and the
+// memory gate, the assembly (train/run_assembly.h), the step plan and resume, the run record
+// (run_record.cpp), the loop (training_loop.cpp) and the finish.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ckpt/checkpoint.h"
+#include "comm/communicator.h"
+#include "comm/device_communicator.h"
+#include "data/step_samples.h"
+#include "data/token_shards.h"
+#include "model/config.h"
+#include "train/memory_model.h"
+#include "train/metrics.h"
+#include "train/run_assembly.h"
+#include "train/train_config.h"
+#include "train/trainer.h"
+
+namespace zt {
+
+struct TrainingRun {
+  TrainingRun(TrainConfig config_, const RunOptions& options_) : config(std::move(config_)), options(options_) {}
+
+  TrainConfig config;  // resolved as the phases go (batch sizes, LoRA targets, quantization, schedule)
+  const RunOptions& options;
+  // prepare:
+  std::unique_ptr<Communicator> host_comm;  // MPI: the traffic counters, the timeout and the error context
+  int world_size = 1, rank = 0;
+  bool leader = true;  // rank 0: run.json, metrics.jsonl, the console
+  ModelConfig model_config;
+  std::optional<TokenDataset> dataset;
+  std::optional<TokenDataset> eval_data;  // --eval-data
+  // the device:
+  RunDevice device;                  // the backend, the device communicator, the control one
+  Communicator* comm = nullptr;      // the collectives' (the device's, else host_comm)
+  int64_t longest_sample = 0;        // the memory prediction's sequence length
+  int64_t regrowth = 0;              // activation_regrowth_from(dataset)
+  MemoryPrediction memory_prediction;
+  // assembled:
+  RunParts parts;
+  // the step plan and resume:
+  std::unique_ptr<StepSamples> step_samples;
+  int64_t steps_per_epoch = 0, total_steps = 0;
+  RunIdentity identity;
+  TrainingState state;                   // where the run starts (a checkpoint's, or step 0)
+  std::optional<std::string> resume_from;  // the checkpoint resumed, if any
+  // the loop:
+  int64_t skipped = 0;                     // steps skipped so far (resumed runs: the checkpoint's too)
+  std::optional<ConsoleProgress> console;  // rank 0's step lines (a progress bar on a terminal)
+
+  Backend& backend() { return *device.backend; }
+  Communicator& control() { return *device.control; }
+  // A line on rank 0's console (between its step lines); other ranks say nothing.
+  void say(const std::string& line) {
+    if (console) console->message(line);
+  }
+};
+
+// Rank 0: OUT/run.json (the resolved configuration, the layout, the memory prediction and what
+// the device measured after set-up) and the start banner.
+void write_run_record(TrainingRun& run);
+
+// The steps from run.state.step to run.total_steps, with evaluation and checkpoints when due.
+// False when a stop signal ended it early (the checkpoint is saved).
+bool run_training_loop(TrainingRun& run);
+
+}  // namespace zt

@@ -1,0 +1,137 @@
+# The memory model against the run, allocation by allocation (issue 34): `zerotune train` with
+# ZT_ALLOCATION_LOG writes every backend allocation and release of each rank process, first the
+# memory model's (the counting backend, before the run allocates anything), then the run's own
+# (src/backend/allocation_log.h). Both assemble the run with the same code (train/run_assembly.h)
+# and step it with the same StepRunner, so from the mark "assemble" to the end of the first step
+# ("stepped") the two must allocate the same buffers, of the same sizes, in the same order, and
+# release the same ones: any set-up or step code that allocates in one and not the other (the
+# drift issue 34 found: packed positions, LOMO's norm pass) fails here with its place in the
+# sequence. Op scratch of the CUDA backend (partial sums, cuDNN's workspace, "scratch" lines) is
+# the backend's own, outside what the model assembles, and left out of the comparison.
+# Shared by tests/mpi/test_allocation_drift.py (the CPU backend) and
+# tests/gpu/test_gpu_allocation_drift.py (the emulated device, or a real GPU).
+import glob
+import json
+import os
+import subprocess
+import sys
+
+from mpi_common import REPO, run_ranks, write_ds_config
+
+ZERO_KNOBS = {"reduce_bucket_size": 20000, "allgather_bucket_size": 20000, "stage3_max_reuse_distance": 0,
+              "stage3_prefetch_bucket_size": 30000}
+SEQ = 48  # every sample this long: the first step's micro-batches are the prediction's B x T
+
+# name: (ranks, stage, offload optimizer, offload param, optimizer (None: AdamW), extra train flags)
+CASES = {
+    "s0": (1, 0, False, False, None, []),
+    "s0-accum2-ckpt": (1, 0, False, False, None, ["--grad-accum", 2, "--activation-checkpointing"]),
+    "s1-offload": (1, 1, True, False, None, []),
+    "s2-w2": (2, 2, False, False, None, []),
+    "s3-w2": (2, 3, False, False, None, ["--activation-checkpointing"]),
+    "s3-w2-offload-all": (2, 3, True, True, None, []),
+    "s2-lora": (1, 2, False, False, None, ["--lora-r", 4, "--lora-targets", "all-linear"]),
+    "s0-qlora-packing": (1, 0, False, False, None, ["--lora-r", 4, "--quantize", "nf4", "--packing"]),
+    "s2-sgd": (1, 2, False, False, {"type": "SGD", "params": {"lr": 0.05, "momentum": 0.9}}, []),
+    "s1-lamb-w2": (2, 1, False, False, {"type": "Lamb", "params": {"lr": 0.01}}, []),
+    "s0-lomo-clip": (1, 0, False, False, {"type": "LOMO", "params": {"lr": 0.05}}, []),
+    "s3-adalomo-w2": (2, 3, False, False, {"type": "AdaLomo", "params": {"lr": 0.05}}, []),
+    "s0-onebit-w2": (2, 0, False, False, {"type": "OneBitAdam", "params": {"lr": 1e-3, "freeze_step": 1}}, []),
+}
+# Only where the device is a GPU (pinned host memory for the block inputs).
+GPU_CASES = {
+    "s2-offload-activations": (1, 2, False, False, None, ["--activation-checkpointing", "--offload-activations"]),
+}
+
+
+def read_log(path):
+    """The events of one process's log, split into the memory model's and the run's."""
+    streams = {"model": [], "run": []}
+    with open(path) as stream:
+        for line in stream:
+            kind, first, rest = line.rstrip("\n").split(" ", 2)
+            if kind == "mark":
+                source, event = rest, ("mark", first)
+            else:
+                source, event = first, (kind,) + tuple(rest.split())
+            streams["model" if source.startswith("counting") else "run"].append(event)
+    return streams
+
+
+def comparable(events):
+    """From the mark "assemble" to the first "stepped": ("alloc", bytes), ("release", index of the
+    allocation released, or "older" for one made before "assemble") and the marks; scratch left out."""
+    out, live, scratch, started, allocations = [], {}, set(), False, 0
+    for event in events:
+        kind = event[0]
+        if kind == "scratch":
+            scratch.add(event[2])
+            continue
+        if kind == "release" and event[1] in scratch:
+            scratch.discard(event[1])
+            continue
+        if kind == "mark":
+            started = started or event[1] == "assemble"
+            if started:
+                out.append(event)
+                if event[1] == "stepped":
+                    return out
+            continue
+        if not started:
+            continue
+        if kind == "alloc":
+            live[event[2]] = allocations
+            allocations += 1
+            out.append(("alloc", int(event[1])))
+        else:
+            out.append(("release", live.pop(event[1], "older")))
+    return out
+
+
+def first_difference(model, run):
+    for index, (a, b) in enumerate(zip(model, run)):
+        if a != b:
+            return index, a, b
+    if len(model) != len(run):
+        index = min(len(model), len(run))
+        return index, model[index] if index < len(model) else None, run[index] if index < len(run) else None
+    return None
+
+
+def check_drift(report, zerotune, workdir, device, cases):
+    model = os.path.join(workdir, "model")
+    subprocess.run([zerotune, "init", "--config", os.path.join(REPO, "data", "mid-llama", "config.json"), "--out",
+                    model, "--seed", "1"], check=True, stdout=subprocess.DEVNULL)
+    data = os.path.join(workdir, "data")
+    subprocess.run([sys.executable, os.path.join(REPO, "tests", "oracle", "make_token_shard.py"), "--out", data,
+                    "--samples", "16", "--vocab", "256", "--min-len", str(SEQ), "--max-len", str(SEQ), "--seed", "0"],
+                   check=True, stdout=subprocess.DEVNULL)
+    for name, (ranks, stage, offload_optimizer, offload_param, optimizer, flags) in cases.items():
+        zero = dict(ZERO_KNOBS, stage=stage)
+        if offload_optimizer:
+            zero["offload_optimizer"] = {"device": "cpu"}
+        if offload_param:
+            zero["offload_param"] = {"device": "cpu"}
+        ds = write_ds_config(os.path.join(workdir, name + ".json"), 2 * ranks * (2 if "--grad-accum" in flags else 1),
+                             2, zero, optimizer)
+        out = os.path.join(workdir, f"{device}-{name}")
+        log_prefix = os.path.join(workdir, f"log-{device}-{name}")
+        os.environ["ZT_ALLOCATION_LOG"] = log_prefix
+        try:
+            run_ranks(ranks, [zerotune, "train", "--model", model, "--data", data, "--out", out, "--deepspeed", ds,
+                              "--max-steps", 1, "--device", device, "--no-save-at-end"] + flags)
+        finally:
+            del os.environ["ZT_ALLOCATION_LOG"]
+        logs = sorted(glob.glob(log_prefix + ".*"))
+        report.check(len(logs) == ranks, f"{device} {name}: one allocation log per rank ({len(logs)} of {ranks})")
+        for path in logs:
+            streams = read_log(path)
+            model_events, run_events = comparable(streams["model"]), comparable(streams["run"])
+            allocations = sum(1 for event in run_events if event[0] == "alloc")
+            stepped = ("mark", "stepped") in model_events and ("mark", "stepped") in run_events
+            difference = first_difference(model_events, run_events)
+            report.check(stepped and allocations > 0 and difference is None,
+                         f"{device} {name} ({os.path.basename(path)}): memory model and run allocate the same "
+                         f"{allocations} buffers through set-up and step 1"
+                         + ("" if difference is None else
+                            f"; first difference at event {difference[0]}: model {difference[1]}, run {difference[2]}"))
