@@ -69,6 +69,9 @@ po::options_description train_options() {
       ("peak-tflops", po::value<double>(), "per-rank peak TFLOPS for the MFU figure")
       ("profile-step", po::value<int64_t>(), "time each module (embedding, attention, mlp, norm, head, optimizer, "
                                              "communication) in step N: a table and OUT/profile.json")
+      ("report-nonfinite", po::bool_switch(), "when a step is skipped (fp16 overflow, a non-finite gradient), name "
+                                              "where inf/NaN first appeared on each rank: the first gradient in backward "
+                                              "order, or the loss (checks every unit's gradients: slower)")
       ("cuda-profiler-steps", po::value<std::string>(), "FIRST:LAST (or N): cudaProfilerStart before step FIRST, "
                                                          "cudaProfilerStop after step LAST, for `nsys profile "
                                                          "--capture-range=cudaProfilerApi`")
@@ -235,6 +238,7 @@ ParsedTrainOptions parse_train_options(const std::vector<std::string>& args, con
   take(vm, "peak-tflops", run.peak_tflops);
   take(vm, "profile-step", run.profile_step);
   ZT_CHECK(run.profile_step >= 0, "--profile-step must not be negative");
+  if (vm["report-nonfinite"].as<bool>()) run.report_nonfinite = true;
   if (vm.count("cuda-profiler-steps")) parse_profiler_steps(vm["cuda-profiler-steps"].as<std::string>(), run);
   take(vm, "dump-step0", config.dump_step0_path);
   take(vm, "dump-final", config.dump_final_path);

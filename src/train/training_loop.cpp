@@ -1,11 +1,13 @@
 // The loop over optimizer steps (training_run.h): this rank's micro-batches (prefetched) -> the
 // step's schedule run by the StepRunner -> metrics (rank 0) -> evaluation and checkpoints when due.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
 #include "data/batch_prefetcher.h"
 #include "train/evaluation.h"
+#include "train/nonfinite_watch.h"
 #include "train/profiler.h"
 #include "train/report_html.h"
 #include "train/run_directory.h"
@@ -71,6 +73,14 @@ class TrainingLoop {
       metrics_writer_.emplace(metrics_path, run.resume_from.has_value());
     }
     log_every_ = run.options.log_every > 0 ? run.options.log_every : std::max<int64_t>(1, config_.steps_per_print);
+    if (run.options.report_nonfinite) {
+      nonfinite_ = std::make_unique<NonFiniteWatch>(*run.parts.engine, *run.parts.store, run.backend());
+      run.parts.model->set_unit_hooks(nonfinite_.get());
+    }
+  }
+
+  ~TrainingLoop() {
+    if (nonfinite_) run_.parts.model->set_unit_hooks(run_.parts.engine.get());  // the watch goes with the loop
   }
 
   bool run() {
@@ -99,11 +109,13 @@ class TrainingLoop {
     if (profiling) run_.parts.model->set_module_timer(&profiler_);
     const double comm_wait_at_start = control.stats().total_wait_seconds();
     StepBatches batches = prefetcher_.take(step);
+    if (nonfinite_) nonfinite_->begin_step();
     const StepOutcome outcome =
         runner_.run(step, step - run_.skipped, batches, run_.parts.schedule, profiling ? &profiler_ : nullptr);
     if (outcome.skipped) {
       ++run_.skipped;
       run_.say(cat("warning: step ", step + 1, " skipped (", *outcome.skipped, ")"));
+      if (nonfinite_) report_nonfinite(step, outcome);
     }
     StepMetrics metrics = step_metrics(outcome, step, run_.total_steps, run_.steps_per_epoch, run_.skipped,
                                        config_.train_batch_size);
@@ -124,6 +136,26 @@ class TrainingLoop {
     }
     if (step + 1 == options.profiler_last) backend.profiler_range(false);
     return metrics;
+  }
+
+  // --report-nonfinite: every rank's first non-finite gradient of the skipped step (all ranks
+  // skip together: the overflow flag and the norm are global), or that the loss was not finite.
+  void report_nonfinite(int64_t step, const StepOutcome& outcome) {
+    const std::vector<std::string> findings =
+        run_.host_comm->all_gather_strings(nonfinite_->finding().value_or(""));
+    bool any = false;
+    for (size_t rank = 0; rank < findings.size(); ++rank) {
+      if (findings[rank].empty()) continue;
+      any = true;
+      run_.say(cat("non-finite: step ", step + 1, ", rank ", rank, ": inf/NaN first in the ", findings[rank]));
+    }
+    if (!std::isfinite(outcome.loss))
+      run_.say(cat("non-finite: step ", step + 1, ": the loss is ",
+                   std::isnan(outcome.loss) ? "NaN" : (outcome.loss > 0 ? "inf" : "-inf"),
+                   " (the forward overflowed before any gradient)"));
+    else if (!any)
+      run_.say(cat("non-finite: step ", step + 1, ": no gradient held inf/NaN before its reduction (the overflow came "
+                   "in the reduction or the rounding to ", dtype_name(config_.compute_dtype), ")"));
   }
 
   // --profile-step: the table on the console, profile.json in OUT.
@@ -197,6 +229,7 @@ class TrainingLoop {
   std::optional<MetricsWriter> metrics_writer_;  // rank 0
   StepTimeAverage step_times_;
   StepProfiler profiler_;
+  std::unique_ptr<NonFiniteWatch> nonfinite_;  // --report-nonfinite (between the model and the engine)
 };
 
 }  // namespace
