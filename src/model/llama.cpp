@@ -135,12 +135,11 @@ class LlamaBlocks final : public DecoderBlocks {
     LlamaSaved& a = static_cast<LlamaSaved&>(saved);
     const LlamaBlock& block = blocks_[static_cast<size_t>(layer)];
     const DropoutContext& dropout = *pass.dropout;
-    const int64_t n = pass.rows(), b = pass.batch, t = pass.seq, hidden = c_.hidden_size, ffn = c_.intermediate_size;
+    const int64_t n = pass.rows(), b = pass.batch, t = pass.seq;
     const int64_t d = c_.head_dim, heads = c_.num_attention_heads, kv_heads = c_.num_key_value_heads;
-    Tensor ln1 = matrix(a.ln1, n, hidden), q = matrix(a.q, n, heads * d), k = matrix(a.k, n, kv_heads * d),
-           v = matrix(a.v, n, kv_heads * d), att = matrix(a.att, n, heads * d), mid = matrix(a.mid, n, hidden),
-           ln2 = matrix(a.ln2, n, hidden), gate = matrix(a.gate, n, ffn), up = matrix(a.up, n, ffn),
-           hidden_act = matrix(a.hidden, n, ffn);
+    const SavedViews views = saved_views(a, n);
+    const Tensor &ln1 = views.ln1, &q = views.q, &k = views.k, &v = views.v, &att = views.att, &mid = views.mid,
+                 &ln2 = views.ln2, &gate = views.gate, &up = views.up, &hidden_act = views.hidden_act;
     Tensor inv_freq = inv_freq_.view(DType::F32, {d / 2});
     // Attention branch: mid = x + o_proj(attention(rope(q_proj(ln1)), rope(k_proj(ln1)), v_proj(ln1)))
     time_module(backend_, pass.timer, "norm", block.input_norm.flops(n),
@@ -178,10 +177,9 @@ class LlamaBlocks final : public DecoderBlocks {
     const DropoutContext& dropout = *pass.dropout;
     const int64_t n = pass.rows(), b = pass.batch, t = pass.seq, hidden = c_.hidden_size, ffn = c_.intermediate_size;
     const int64_t d = c_.head_dim, heads = c_.num_attention_heads, kv_heads = c_.num_key_value_heads;
-    Tensor ln1 = matrix(a.ln1, n, hidden), q = matrix(a.q, n, heads * d), k = matrix(a.k, n, kv_heads * d),
-           v = matrix(a.v, n, kv_heads * d), att = matrix(a.att, n, heads * d), mid = matrix(a.mid, n, hidden),
-           ln2 = matrix(a.ln2, n, hidden), gate = matrix(a.gate, n, ffn), up = matrix(a.up, n, ffn),
-           hidden_act = matrix(a.hidden, n, ffn);
+    const SavedViews views = saved_views(a, n);
+    const Tensor &ln1 = views.ln1, &q = views.q, &k = views.k, &v = views.v, &att = views.att, &mid = views.mid,
+                 &ln2 = views.ln2, &gate = views.gate, &up = views.up, &hidden_act = views.hidden_act;
     Tensor d_ln = matrix(grad_ln_, n, hidden);
     Tensor d_hidden = matrix(grad_hidden_, n, ffn), d_gate = matrix(grad_gate_, n, ffn), d_up = matrix(grad_up_, n, ffn);
     Tensor d_att = matrix(grad_att_, n, heads * d), d_q = matrix(grad_q_, n, heads * d);
@@ -223,6 +221,19 @@ class LlamaBlocks final : public DecoderBlocks {
 
  private:
   Tensor matrix(const Buffer& buffer, int64_t rows, int64_t cols) const { return buffer.view(act_, {rows, cols}); }
+  // The saved tensors of a block as [N, ...] matrices, for its forward (which writes them) and
+  // its backward (which reads them).
+  struct SavedViews {
+    Tensor ln1, q, k, v, att, mid, ln2, gate, up, hidden_act;
+  };
+  SavedViews saved_views(const LlamaSaved& a, int64_t n) const {
+    const int64_t hidden = c_.hidden_size, ffn = c_.intermediate_size, d = c_.head_dim;
+    const int64_t heads = c_.num_attention_heads, kv_heads = c_.num_key_value_heads;
+    return SavedViews{matrix(a.ln1, n, hidden),   matrix(a.q, n, heads * d),   matrix(a.k, n, kv_heads * d),
+                      matrix(a.v, n, kv_heads * d), matrix(a.att, n, heads * d), matrix(a.mid, n, hidden),
+                      matrix(a.ln2, n, hidden),   matrix(a.gate, n, ffn),      matrix(a.up, n, ffn),
+                      matrix(a.hidden, n, ffn)};
+  }
   float attention_scale() const { return 1.0f / std::sqrt(static_cast<float>(c_.head_dim)); }
   double attention_flops(const LlamaBlock& block, const BlockPass& pass, bool backward) const {
     const double core = attention_core_flops(pass.attention_pairs, c_.num_attention_heads, c_.head_dim);

@@ -180,11 +180,8 @@ class OptBlocks final : public DecoderBlocks {
   }
 
   void forward(int64_t layer, const BlockPass& pass, Tensor x, BlockSaved& saved, Tensor out) override {
-    OptSaved& a = static_cast<OptSaved&>(saved);
-    const OptBlock& block = blocks_[static_cast<size_t>(layer)];
-    const DropoutContext& dropout = *pass.dropout;
-    const int64_t n = pass.rows(), hidden = c_.hidden_size;
-    Tensor mid = matrix(a.mid, n, hidden), h = matrix(a.h, n, c_.intermediate_size);
+    const auto [a, block, dropout, n, mid, h] = block_views(layer, pass, saved);
+    const int64_t hidden = c_.hidden_size;
     // Attention branch. Pre-LN: mid = x + branch(LN1(x)); post-LN: mid = LN1(x + branch(x)).
     Tensor attn_in = x;
     if (c_.pre_norm) {
@@ -218,11 +215,8 @@ class OptBlocks final : public DecoderBlocks {
   }
 
   void backward(int64_t layer, const BlockPass& pass, Tensor x, BlockSaved& saved, Tensor d_residual) override {
-    OptSaved& a = static_cast<OptSaved&>(saved);
-    const OptBlock& block = blocks_[static_cast<size_t>(layer)];
-    const DropoutContext& dropout = *pass.dropout;
-    const int64_t n = pass.rows(), hidden = c_.hidden_size;
-    Tensor mid = matrix(a.mid, n, hidden), h = matrix(a.h, n, c_.intermediate_size);
+    const auto [a, block, dropout, n, mid, h] = block_views(layer, pass, saved);
+    const int64_t hidden = c_.hidden_size;
     Tensor d_ln = c_.pre_norm ? matrix(grad_ln_, n, hidden) : Tensor();  // [N, C] pre-LN only
     Tensor d_h = matrix(grad_h_, n, c_.intermediate_size);
     Tensor dz = pass.lora_dz, scratch = pass.lora_scratch;
@@ -270,6 +264,21 @@ class OptBlocks final : public DecoderBlocks {
   }
 
  private:
+  // What forward and backward of block `layer` work on: its saved tensors and weights, the
+  // dropout context, N rows, and mid [N, C] and h [N, F] among the saved tensors.
+  struct BlockViews {
+    OptSaved& a;
+    const OptBlock& block;
+    const DropoutContext& dropout;
+    int64_t n;
+    Tensor mid, h;
+  };
+  BlockViews block_views(int64_t layer, const BlockPass& pass, BlockSaved& saved) const {
+    OptSaved& a = static_cast<OptSaved&>(saved);
+    const int64_t n = pass.rows();
+    return BlockViews{a, blocks_[static_cast<size_t>(layer)], *pass.dropout, n, matrix(a.mid, n, c_.hidden_size),
+                      matrix(a.h, n, c_.intermediate_size)};
+  }
   Tensor matrix(const Buffer& buffer, int64_t rows, int64_t cols) const { return buffer.view(act_, {rows, cols}); }
   Tensor heads_view(Tensor t, const BlockPass& pass) const {
     return t.reshaped({pass.batch, pass.seq, c_.num_attention_heads, c_.head_dim});

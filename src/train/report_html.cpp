@@ -442,12 +442,16 @@ std::string render_autotune_html(const nlohmann::json& results, const std::strin
   return html;
 }
 
-std::string write_autotune_report(const std::string& out_dir, const nlohmann::json& results) {
-  const fs::path target = fs::path(out_dir) / "report.html", temporary = fs::path(out_dir) / "report.html.tmp";
+namespace {
+
+// OUT_DIR/report.html replaced whole: written beside it, then renamed over it (a reader never
+// sees half a report). Returns its path.
+std::string replace_report(const fs::path& dir, const std::string& html) {
+  const fs::path target = dir / "report.html", temporary = dir / "report.html.tmp";
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
     ZT_CHECK(out, temporary.string(), ": cannot open for writing");
-    out << render_autotune_html(results, "zerotune autotune: " + out_dir);
+    out << html;
     out.flush();
     ZT_CHECK(out, temporary.string(), ": write failed (disk full?)");
   }
@@ -455,6 +459,12 @@ std::string write_autotune_report(const std::string& out_dir, const nlohmann::js
   fs::rename(temporary, target, error);
   ZT_CHECK(!error, target.string(), ": cannot rename ", temporary.string(), " to it: ", error.message());
   return target.string();
+}
+
+}  // namespace
+
+std::string write_autotune_report(const std::string& out_dir, const nlohmann::json& results) {
+  return replace_report(fs::path(out_dir), render_autotune_html(results, "zerotune autotune: " + out_dir));
 }
 
 std::string write_report(const std::string& out_dir) {
@@ -468,19 +478,7 @@ std::string write_report(const std::string& out_dir) {
     run = nlohmann::json::parse(in, nullptr, false);
     ZT_CHECK(!run.is_discarded(), run_path.string(), ": not valid JSON");
   }
-  const std::string html = render_report_html(history, run, "zerotune report: " + out_dir);
-  const fs::path target = dir / "report.html", temporary = dir / "report.html.tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    ZT_CHECK(out, temporary.string(), ": cannot open for writing");
-    out << html;
-    out.flush();
-    ZT_CHECK(out, temporary.string(), ": write failed (disk full?)");
-  }
-  std::error_code error;
-  fs::rename(temporary, target, error);
-  ZT_CHECK(!error, target.string(), ": cannot rename ", temporary.string(), " to it: ", error.message());
-  return target.string();
+  return replace_report(dir, render_report_html(history, run, "zerotune report: " + out_dir));
 }
 
 }  // namespace zt
