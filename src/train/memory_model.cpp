@@ -173,7 +173,9 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
   RunParts parts = assemble_run(run, model_config, *backend, *comm, comm.get(), world_size, UnitWeights(), &terms);
   TermHooks hooks(*parts.engine, *backend);
   parts.model->set_unit_hooks(&hooks);
-  StepRunner runner(step_config_of(run), *parts.model, *parts.engine, *parts.store, *backend, *comm, *comm,
+  StepConfig step_config = step_config_of(run);
+  step_config.fault_points = false;
+  StepRunner runner(step_config, *parts.model, *parts.engine, *parts.store, *backend, *comm, *comm,
                     parts.scaler ? &*parts.scaler : nullptr, model_config.vocab_size);
   backend->synchronize();
   MemoryPrediction prediction;

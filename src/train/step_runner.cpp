@@ -106,7 +106,7 @@ void StepRunner::forward(int64_t step, int64_t micro, StepBatches& batches, bool
 }
 
 void StepRunner::backward(int64_t step, int64_t micro, StepBatches& batches) {
-  fault_point("step", step + 1);
+  if (config_.fault_points) fault_point("step", step + 1);
   enter(StepPart::Model);
   model_.backward(batch_, grad_scale_, dropout_, step_loss_sum_.view(DType::F64, {1}));
   enter(StepPart::Engine);

@@ -52,6 +52,8 @@ struct StepConfig {
   SchedulerConfig scheduler;       // resolved (warm-up and decay steps known)
   double gradient_clipping = 0.0;  // 0: off
   std::string dump_step0_path;     // --dump-step0, or empty
+  bool fault_points = true;        // ZT_FAULT's "step" point (core/fault_injection.h); off in the memory
+                                   // model's steps, which are no steps of the run
 };
 
 // Which part of the program a step is in: the model's forward/backward (and the micro-batch it
