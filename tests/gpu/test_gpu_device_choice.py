@@ -3,10 +3,11 @@
 # GPU from ranks that each see one GPU through their own CUDA_VISIBLE_DEVICES by the GPUs' PCI
 # bus ids; a job whose ranks resolve --device auto differently stops saying which ranks differ.
 # And a GPU job fails fast: a rank that throws ends an NCCL job within seconds (its NCCL
-# communicators are aborted, not finalized, which would wait out --comm-timeout), and NCCL older
+# communicators are aborted, not finalized, which would wait out --comm-timeout), a rank that
+# hangs ends it after --comm-timeout (rank 0 names the collective and the step), and NCCL older
 # than 2.26 (no NCCL_LAUNCH_ORDER_IMPLICIT) runs every collective on one communicator.
 # The emulated device has 8 GPUs; a real node may have one: then the cases that need two GPUs
-# (two ranks on two GPUs, per-task masks, NCCL's abort, the old-NCCL path) are reported as NOT RUN
+# (two ranks on two GPUs, per-task masks, NCCL's abort, a hanging rank, the old-NCCL path) are reported as NOT RUN
 # and the one-GPU cases (ranks sharing the GPU, a rank without a GPU) run; the old-NCCL case needs
 # the emulator's ZT_EMU_NCCL_VERSION.
 import os
@@ -90,6 +91,22 @@ def main():
                      f"a rank that throws ends the {communicator} job in {seconds:.1f} s (--comm-timeout 60)")
         if gpus < 2:
             report.skip("a rank that throws ends an NCCL job (its communicators aborted)", need_two)
+
+        # A rank that hangs in step 2 (inside backward, ZeRO-3's reduce-scatters pending): rank 0's
+        # collective wait times out after --comm-timeout, names the collective and the step, aborts
+        # the NCCL communicators, and the job ends (the watchdog a deferred wait must keep).
+        if gpus >= 2:
+            start = time.monotonic()
+            out, result = train("hang", env={"ZT_FAULT": "hang:step:1:2"}, wrap=False, expect_ok=False,
+                                extra=["--comm", "nccl", "--comm-timeout", "5", "--zero-stage", "3"], steps=3)
+            seconds = time.monotonic() - start
+            timed_out = re.search(r"error \(rank 0\): collective (\w+) did not complete within 5 s on rank 0 \(step 2\) "
+                                  r"\(NCCL communicators aborted", result.stderr)
+            report.check(result.returncode != 0 and timed_out is not None and seconds < 5 + 30,
+                         f"a rank that hangs in step 2 ends the NCCL job in {seconds:.1f} s (--comm-timeout 5), "
+                         f"rank 0 naming the collective ({timed_out.group(1) if timed_out else result.stderr[-400:]!r})")
+        else:
+            report.skip("a rank that hangs ends an NCCL job after --comm-timeout (its communicators aborted)", need_two)
 
         if EMULATED and gpus >= 2:
             out, result = train("old-nccl", env={"ZT_EMU_NCCL_VERSION": "22505"}, wrap=False, extra=["--zero-stage", "3"])
