@@ -1,25 +1,11 @@
 // DeepSpeed's tensorboard and csv_monitor monitors for rank 0's metrics (monitors.h).
 #include "train/monitors.h"
 
-#include <filesystem>
-#include <system_error>
-
 #include "core/error.h"
 
 namespace zt {
 
 namespace {
-
-namespace fs = std::filesystem;
-
-// Event files already in `dir` (TensorBoard shows every one of them as one run).
-int64_t event_files_in(const std::string& dir) {
-  std::error_code error;
-  int64_t count = 0;
-  for (const fs::directory_entry& entry : fs::directory_iterator(dir, error))
-    if (entry.path().filename().string().find("tfevents") != std::string::npos) ++count;
-  return count;
-}
 
 // Appends (tag, record[key]) when the record has a number there (mem_device is null on the CPU).
 void add(std::vector<std::pair<std::string, double>>& values, const std::string& tag, const nlohmann::json& record,
@@ -38,15 +24,13 @@ Monitors::Monitors(const TrainConfig& config, const std::optional<Resume>& resum
   if (resume) resume_samples = resume->step * train_batch_size_;
   if (config.tensorboard.enabled) {
     const std::string dir = config.tensorboard.directory();
-    const int64_t earlier = resume ? 0 : event_files_in(dir);
     tensorboard_.emplace(dir, "tensorboard.output_path");
-    // At the first step after the checkpoint: the checkpoint's own step was logged before it.
+    // TensorBoard drops what earlier files hold from the START's step on: a resumed run keeps
+    // the steps up to its checkpoint (logged before it was saved), a new run keeps nothing, as
+    // the CSV files and metrics.jsonl do.
     if (resume) tensorboard_->write_session_start(*resume_samples + 1, resume->checkpoint);
+    else tensorboard_->write_session_start(0, "");
     lines_.push_back(cat("tensorboard: event file ", tensorboard_->path(), " (view: tensorboard --logdir ", dir, ")"));
-    if (earlier > 0)
-      lines_.push_back(cat("warning: ", dir, " already holds ", earlier, " event file(s) of an earlier run; "
-                           "TensorBoard shows them together with this run's (give tensorboard.job_name another "
-                           "value to keep the runs apart)"));
   }
   if (config.csv_monitor.enabled) {
     csv_.emplace(config.csv_monitor.directory(), "csv_monitor.output_path", resume_samples);

@@ -30,9 +30,10 @@ class Monitors {
     std::string checkpoint;
   };
 
-  // Opens the monitors `config` enables. resume: set when resuming (the CSV files drop their
-  // rows after its step; the new event file starts with a SessionLog START, after which
-  // TensorBoard drops the earlier files' events of the later steps). loss_scaled: fp16's loss
+  // Opens the monitors `config` enables. resume: set when resuming; then the CSV files drop
+  // their rows after its step, and TensorBoard the earlier event files' steps after it (the new
+  // file starts with a SessionLog START there). A new run starts the CSV files it writes afresh
+  // and TensorBoard's view of the directory (a START at step 0). loss_scaled: fp16's loss
   // scaler is on.
   Monitors(const TrainConfig& config, const std::optional<Resume>& resume, bool loss_scaled);
 

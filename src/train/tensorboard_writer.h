@@ -34,8 +34,8 @@ class TensorBoardWriter {
   // TensorBoard shows it at once.
   void write_scalars(int64_t step, const std::vector<std::pair<std::string, double>>& values);
 
-  // A SessionLog START at `step`: TensorBoard drops the events of earlier files at `step` and
-  // later (a resumed run writes the steps after its checkpoint again).
+  // A SessionLog START at `step`: TensorBoard drops the events it read before it (earlier files)
+  // at `step` and later, as after a restart from a checkpoint.
   void write_session_start(int64_t step, const std::string& checkpoint);
 
   const std::string& path() const { return path_; }

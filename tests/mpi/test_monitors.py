@@ -8,7 +8,8 @@ here by readers that share nothing with zerotune's writers:
  - DeepSpeed's CSV layout: one file per metric, header "step,<name>", rows equal to
    metrics.jsonl's (the exact doubles);
  - a resumed run (from the checkpoint at step 2 of 3) leaves each CSV and TensorBoard's view
-   with one row per step, the re-run step's.
+   with one row per step, the re-run step's; a new run with the same job names leaves that run's
+   rows alone (each event file starts with a SessionLog START, TensorBoard's restart marker).
 3 steps of the tiny LLaMA on 2 ranks, ZeRO-2, fp16 (so the loss scale is logged, as DeepSpeed
 does only then), evaluating every step. tensorboard and protobuf are PyPI pins of
 tests/oracle/requirements.txt: missing, the test fails."""
@@ -137,11 +138,13 @@ def main():
         with open(ds, "w") as stream:
             json.dump(config, stream)
         out = os.path.join(workdir, "out")
-        command = [args.zerotune, "train", "--model", model, "--data", data, "--out", out, "--deepspeed", ds,
-                   "--max-steps", STEPS, "--eval-data", eval_data, "--eval-every", 1, "--seed", 3]
+        def train(out, steps, *extra):
+            return run_ranks(2, [args.zerotune, "train", "--model", model, "--data", data, "--out", out, "--deepspeed",
+                                 ds, "--max-steps", steps, "--eval-data", eval_data, "--eval-every", 1, "--seed", 3,
+                                 *extra])
+
         os.chdir(workdir)  # the relative output_paths are under the working directory, as in DeepSpeed
-        result, seconds = run_ranks(2, command + ["--save-every", 2, "--no-save-at-end"])
-        print(result.stdout, flush=True)
+        result, seconds = train(out, STEPS, "--save-every", 2, "--no-save-at-end")
         tb_dir = os.path.join(logs, "tb", "sft_tensorboard")
         csv_dir = os.path.join(logs, "csv", "sft_csv")
         report.check(f"tensorboard: event file {os.path.join('logs/tb', 'sft_tensorboard')}" in result.stdout and
@@ -155,12 +158,23 @@ def main():
         check_csv(report, "first run", csv_dir, expected)
 
         # Resumed from step 2: step 3 runs again; each CSV and TensorBoard's view keep one row per step.
-        result, _ = run_ranks(2, command + ["--resume", "auto"])
+        train(out, STEPS, "--resume", "auto")
         steps, evals = read_records(out)
         report.check([r["step"] for r in steps] == [1, 2, 3], "resumed: metrics.jsonl has steps 1, 2, 3 once each")
         expected = expected_series(steps, evals)
         check_tensorboard(report, "resumed", tb_dir, expected, 2)
         check_csv(report, "resumed", csv_dir, expected)
+
+        # A new run with the same job names (another --out, 1 step): TensorBoard's view and the CSV
+        # files hold that run alone, as its metrics.jsonl does.
+        new_out = os.path.join(workdir, "out-new")
+        train(new_out, 1)
+        steps, evals = read_records(new_out)
+        expected = expected_series(steps, evals)
+        report.check([r["step"] for r in steps] == [1] and all(len(rows) == 1 for rows in expected.values()),
+                     "new run: 1 step in its metrics.jsonl")
+        check_tensorboard(report, "new run", tb_dir, expected, 3)
+        check_csv(report, "new run", csv_dir, expected)
         os.chdir(REPO)
     return report.finish()
 
