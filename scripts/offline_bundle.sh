@@ -146,7 +146,8 @@ pack() {
   seeds+=(openmpi-bin openmpi-common)
   if [[ $build_deps == 1 ]]; then
     seeds+=(cmake pkgconf libopenmpi-dev libhdf5-dev libboost-program-options-dev libboost-test-dev libboost-context-dev
-            libopenblas-openmp-dev libsentencepiece-dev libpcre2-dev libicu-dev nlohmann-json3-dev)
+            libopenblas-openmp-dev libsentencepiece-dev libpcre2-dev libicu-dev nlohmann-json3-dev
+            libprotobuf-dev protobuf-compiler)
   fi
   mapfile -t seeds < <(printf '%s\n' "${seeds[@]}" | sort -u)
   echo "pack: ${#seeds[@]} seed packages: ${seeds[*]}"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # scripts/setup.sh: sets up a Debian 12 machine for zerotune, from nothing, in three parts:
 #   1. Debian packages (compilers, Open MPI, HDF5, Boost, OpenBLAS, SentencePiece, PCRE2, ICU,
-#      nlohmann-json, the Python test oracles' torch/numpy/h5py, and Slurm + OpenSSH for the
-#      system tests);
+#      nlohmann-json, protobuf, the Python test oracles' torch/numpy/h5py, and Slurm + OpenSSH
+#      for the system tests);
 #      skipped when all are installed already;
 #   2. the test-oracle venv at REPO/.venv (Debian's python3 + system site packages, plus the pinned
 #      PyPI packages of tests/oracle/requirements.txt); skipped when it is up to date;
@@ -28,6 +28,8 @@ APT_PACKAGES=(
   libsentencepiece-dev sentencepiece
   libpcre2-dev libicu-dev
   nlohmann-json3-dev
+  # TensorBoard event files (DeepSpeed's "tensorboard" monitor): the protobuf library and protoc
+  libprotobuf-dev protobuf-compiler
   # the test oracles: Debian's torch 1.13 and friends; the venv sees them (--system-site-packages)
   python3-torch python3-h5py python3-numpy python3-venv python3-pip
   python3-yaml python3-requests python3-psutil python3-typing-extensions
@@ -136,6 +138,7 @@ for line in open(sys.argv[1]):
     if have != wanted:
         problems.append(f"{name}: want {wanted}, have {have}")
 import torch, numpy, h5py, transformers, peft, safetensors, tokenizers, accelerate
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # its imports are pinned too
 debian = "/usr/lib/python3/dist-packages/"
 for module in (torch, numpy, h5py):
     if not module.__file__.startswith(debian):

@@ -259,6 +259,10 @@ int command_autotune(const std::vector<std::string>& args) {
     config.eval_data_dir.clear();
     config.dump_step0_path.clear();
     config.dump_final_path.clear();
+    // The trials' figures go to their own OUT only: the JSON's monitors are for the real run
+    // (ds_config_optimal.json keeps them).
+    config.tensorboard.enabled = false;
+    config.csv_monitor.enabled = false;
     RunOptions options = parsed.run;
     options.overwrite = true;
     options.profile_step = 0;

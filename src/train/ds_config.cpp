@@ -151,6 +151,14 @@ class Section {
     return record(key, Got::value);
   }
 
+  Got string(const std::string& key, std::string& out) const {
+    const json* value = find(key);
+    if (!value) return Got::absent;
+    if (!value->is_string()) fail_value(key, *value, "a string");
+    out = value->get<std::string>();
+    return record(key, Got::value);
+  }
+
   Got text(const std::string& key, std::string& out, const std::vector<std::string>& choices) const {
     const json* value = find(key);
     if (!value) return Got::absent;
@@ -252,11 +260,12 @@ const KeyTable& top_level_keys() {
       {"disable_allgather", Role::translated},
       {"communication_data_type", Role::translated},
       {"data_types", Role::translated},
-      // tooling: monitors, profilers, logging, launching, checkpoint I/O
-      {"wandb", Role::tooling},
-      {"tensorboard", Role::tooling},
-      {"csv_monitor", Role::tooling},
-      {"comet", Role::tooling},
+      // monitors: tensorboard and csv_monitor written, wandb and comet refused when enabled
+      {"wandb", Role::translated},
+      {"tensorboard", Role::translated},
+      {"csv_monitor", Role::translated},
+      {"comet", Role::translated},
+      // tooling: profilers, logging, launching, checkpoint I/O
       {"comms_logger", Role::tooling},
       {"flops_profiler", Role::translated},  // profile_step -> --profile-step
       {"autotuning", Role::tooling},
@@ -359,6 +368,60 @@ void translate_flops_profiler(const Section& top, TrainConfig& config) {
   section.note(cat("flops_profiler.profile_step ", step, " -> --profile-step ", step,
                    " (module times of that step in the log and OUT/profile.json; module_depth, top_modules, detailed "
                    "and output_file are ignored)"));
+}
+
+// ---- monitors (DeepSpeed's monitor/config.py) ----------------------------------------------
+
+// tensorboard / csv_monitor: rank 0 writes the metrics to output_path/job_name (train/monitors.h).
+void translate_file_monitor(const Section& top, const std::string& key, MonitorConfig& monitor) {
+  if (!top.has(key)) return;
+  const Section section = top.child(key);
+  section.check_keys({{"enabled", Role::translated}, {"output_path", Role::translated}, {"job_name", Role::translated}});
+  section.boolean("enabled", monitor.enabled, false);
+  section.string("output_path", monitor.output_path);
+  section.string("job_name", monitor.job_name);
+  if (!monitor.enabled) {
+    section.note(cat(key, " is disabled; ignored"));
+    return;
+  }
+  ZT_CHECK(!monitor.job_name.empty(), top.file(), ": ", key, ".job_name must not be empty (it names the directory "
+           "inside output_path that the files go to)");
+  section.note(cat(key, ": rank 0 writes the metrics to ", monitor.directory(), "/ (", key == "tensorboard" ?
+                   "TensorBoard event files" : "one CSV file per metric", ")"));
+}
+
+// wandb / comet send the metrics to a web service, which compute nodes often cannot reach and
+// zerotune does not talk to: refused when enabled (a silently missing dashboard is found out
+// only after the run), with the file monitors as the way out.
+void refuse_service_monitor(const Section& top, const std::string& key, const KeyTable& keys) {
+  if (!top.has(key)) return;
+  const Section section = top.child(key);
+  section.check_keys(keys);
+  bool enabled = false;
+  section.boolean("enabled", enabled, false);
+  if (!enabled) {
+    section.note(cat(key, " is disabled; ignored"));
+    return;
+  }
+  fail(top.file(), ": ", key, ".enabled is true, but zerotune does not send metrics to ",
+       key == "wandb" ? "Weights & Biases" : "Comet", " (a web service: compute nodes often have no network); set \"",
+       key, "\": {\"enabled\": false} and use \"tensorboard\": {\"enabled\": true, ...} (TensorBoard event files) "
+       "or \"csv_monitor\": {\"enabled\": true, ...} (CSV files), which rank 0 writes to output_path/job_name/; "
+       "metrics.jsonl in --out has every figure too");
+}
+
+void translate_monitors(const Section& top, TrainConfig& config) {
+  translate_file_monitor(top, "tensorboard", config.tensorboard);
+  translate_file_monitor(top, "csv_monitor", config.csv_monitor);
+  // Their other keys (WandbConfig, CometConfig) only matter when the monitor is on, which is
+  // refused: accepted without a note each.
+  refuse_service_monitor(top, "wandb", {{"enabled", Role::translated}, {"group", Role::translated},
+                                        {"team", Role::translated}, {"project", Role::translated}});
+  refuse_service_monitor(top, "comet", {{"enabled", Role::translated}, {"samples_log_interval", Role::translated},
+                                        {"project", Role::translated}, {"workspace", Role::translated},
+                                        {"api_key", Role::translated}, {"experiment_name", Role::translated},
+                                        {"experiment_key", Role::translated}, {"online", Role::translated},
+                                        {"mode", Role::translated}});
 }
 
 // ---- optimizer -----------------------------------------------------------------------------
@@ -985,6 +1048,7 @@ void apply_deepspeed_config(const json& ds, const std::string& path, int world_s
   translate_zero(top, config);
   translate_activation_checkpointing(top);
   translate_flops_profiler(top, config);
+  translate_monitors(top, config);
 
   // DeepSpeed checks the batch numbers of the JSON against the world size; so do we, on a copy:
   // the flags may still change them, and resolve_batch_sizes derives them after the flags.

@@ -7,9 +7,11 @@
 //  - accepted only at the value that leaves the math unchanged (prescale_gradients false,
 //    gradient_predivide_factor 1, sparse_gradients false, fp16.auto_cast false, amsgrad false,
 //    bias_correction true, zero_quantized_* false, ...), else an error naming the key;
-//  - ignored with one note each: tooling (wandb, tensorboard, csv_monitor, comet, comms_logger,
-//    flops_profiler, autotuning, ...) and DeepSpeed implementation details that do not change
-//    the result (memory_efficient_linear, nvme buffer sizes, ...);
+//  - the monitors: tensorboard and csv_monitor written by rank 0 (train/monitors.h); wandb and
+//    comet refused when enabled (web services: compute nodes often have no network);
+//  - ignored with one note each: tooling (comms_logger, autotuning, ...; flops_profiler's
+//    profile_step becomes --profile-step) and DeepSpeed implementation details that do not
+//    change the result (memory_efficient_linear, nvme buffer sizes, ...);
 //  - unsupported features that change what is computed (sparse_attention, pipeline,
 //    compression_training, quantize_training, and amp / data_efficiency / curriculum_learning /
 //    progressive_layer_drop / eigenvalue / elasticity when enabled): an error naming the key;

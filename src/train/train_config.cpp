@@ -1,11 +1,17 @@
 // TrainConfig's batch-size resolution (DeepSpeed's rules) and its JSON form for run.json.
 #include "train/train_config.h"
 
+#include <filesystem>
+
 #include "core/error.h"
 
 namespace zt {
 
 namespace {
+
+nlohmann::json monitor_json(const MonitorConfig& monitor) {
+  return {{"enabled", monitor.enabled}, {"output_path", monitor.output_path}, {"job_name", monitor.job_name}};
+}
 
 // Where the batch numbers came from, for messages.
 std::string batch_source(const TrainConfig& config) {
@@ -66,6 +72,8 @@ void TrainConfig::resolve_batch_sizes(int world_size) {
     train_batch_size = micro_batch_size * gradient_accumulation_steps * world;
   }
 }
+
+std::string MonitorConfig::directory() const { return (std::filesystem::path(output_path) / job_name).string(); }
 
 nlohmann::json TrainConfig::to_json() const {
   const double resolved_warmup_max_lr = scheduler.warmup_max_lr_auto ? optimizer.lr : scheduler.warmup_max_lr;
@@ -141,6 +149,8 @@ nlohmann::json TrainConfig::to_json() const {
       {"data_split", data_split},
       {"out_dir", out_dir},
       {"deepspeed_config_path", deepspeed_config_path},
+      {"tensorboard", monitor_json(tensorboard)},
+      {"csv_monitor", monitor_json(csv_monitor)},
       {"seed", seed},
       {"shuffle", shuffle},
       {"epochs", epochs},

@@ -27,6 +27,16 @@ struct DeepSpeedKeys {
   std::map<std::string, nlohmann::json> given;
 };
 
+// DeepSpeed's "tensorboard" and "csv_monitor" sections (train/monitors.h says what rank 0
+// writes): the files go to output_path/job_name/, with DeepSpeed's defaults (output_path "": the
+// working directory; job_name "DeepSpeedJobName").
+struct MonitorConfig {
+  bool enabled = false;
+  std::string output_path;
+  std::string job_name = "DeepSpeedJobName";
+  std::string directory() const;  // output_path/job_name
+};
+
 struct TrainConfig {
   // Batch arithmetic (DeepSpeed): train_batch_size = micro_batch * accumulation * world_size.
   // 0 means "not given, derive it".
@@ -53,6 +63,8 @@ struct TrainConfig {
   std::string model_dir, data_dir, out_dir, deepspeed_config_path;
   DeepSpeedKeys deepspeed_keys;    // what the JSON gave (empty without --deepspeed)
   int64_t deepspeed_profile_step = 0;  // flops_profiler.profile_step when enabled (--profile-step wins)
+  MonitorConfig tensorboard;       // TensorBoard event files of the metrics (rank 0)
+  MonitorConfig csv_monitor;       // DeepSpeed's CSV files of the metrics (rank 0)
   uint64_t seed = 42;
   bool shuffle = true;
   int64_t epochs = 1;

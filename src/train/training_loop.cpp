@@ -7,6 +7,7 @@
 
 #include "data/batch_prefetcher.h"
 #include "train/evaluation.h"
+#include "train/monitors.h"
 #include "train/nonfinite_watch.h"
 #include "train/profiler.h"
 #include "train/report_html.h"
@@ -71,6 +72,7 @@ class TrainingLoop {
       const std::string metrics_path = (fs::path(config_.out_dir) / "metrics.jsonl").string();
       if (run.resume_from) trim_metrics_for_resume(metrics_path, run.state.step);  // later steps run again
       metrics_writer_.emplace(metrics_path, run.resume_from.has_value());
+      open_monitors();
     }
     log_every_ = run.options.log_every > 0 ? run.options.log_every : std::max<int64_t>(1, config_.steps_per_print);
     if (run.options.report_nonfinite) {
@@ -131,7 +133,9 @@ class TrainingLoop {
       metrics.mem_device_peak = memory->peak;
     }
     if (run_.leader) {
-      metrics_writer_->write(metrics_record(metrics, backend, comm_before, control.stats()));
+      const nlohmann::json record = metrics_record(metrics, backend, comm_before, control.stats());
+      metrics_writer_->write(record);
+      if (monitors_) monitors_->write_step(record);
       run_.console->step(metrics, (step + 1) % log_every_ == 0 || step + 1 == run_.total_steps);
     }
     if (step + 1 == options.profiler_last) backend.profiler_range(false);
@@ -158,6 +162,15 @@ class TrainingLoop {
                    "in the reduction or the rounding to ", dtype_name(config_.compute_dtype), ")"));
   }
 
+  // DeepSpeed's tensorboard / csv_monitor sections: the same records, in their files (rank 0).
+  void open_monitors() {
+    if (!Monitors::wanted(config_)) return;
+    std::optional<Monitors::Resume> resume;
+    if (run_.resume_from) resume = Monitors::Resume{run_.state.step, *run_.resume_from};
+    monitors_.emplace(config_, resume, run_.parts.scaler.has_value());
+    for (const std::string& line : monitors_->describe()) run_.say(line);
+  }
+
   // --profile-step: the table on the console, profile.json in OUT.
   void report_profile(int64_t step, double step_seconds, double comm_wait_seconds) {
     run_.parts.model->set_module_timer(nullptr);
@@ -179,9 +192,11 @@ class TrainingLoop {
     const EvalResult eval =
         evaluate(*run_.parts.model, *run_.eval_data, config_.micro_batch_size, *run_.comm, run_.backend());
     if (!run_.leader) return;
-    metrics_writer_->write({{"step", step + 1}, {"epoch", epoch}, {"eval_loss", eval.loss},
-                            {"eval_ppl", eval.perplexity}, {"eval_tokens", eval.target_tokens},
-                            {"eval_samples", eval.samples}});
+    const nlohmann::json record = {{"step", step + 1}, {"epoch", epoch}, {"eval_loss", eval.loss},
+                                   {"eval_ppl", eval.perplexity}, {"eval_tokens", eval.target_tokens},
+                                   {"eval_samples", eval.samples}};
+    metrics_writer_->write(record);
+    if (monitors_) monitors_->write_eval(record);
     run_.say(cat("eval at step ", step + 1, " | eval_loss ", eval.loss, " | eval_ppl ", eval.perplexity, " | ",
                  eval.target_tokens, " target tokens in ", eval.samples, " samples"));
   }
@@ -227,6 +242,7 @@ class TrainingLoop {
   int64_t last_saved_step_;
   int64_t log_every_ = 1;
   std::optional<MetricsWriter> metrics_writer_;  // rank 0
+  std::optional<Monitors> monitors_;             // rank 0, when the DeepSpeed JSON enables any
   StepTimeAverage step_times_;
   StepProfiler profiler_;
   std::unique_ptr<NonFiniteWatch> nonfinite_;  // --report-nonfinite (between the model and the engine)

@@ -99,6 +99,23 @@ else
   sed 's/^/       | /' "$WORK/tooling.out" | head -20
 fi
 
+# Monitors that send to a web service (compute nodes often have no network): refused when
+# enabled, pointing to the file monitors (issue 35 item 6).
+cp "$WORK/ds.json" "$WORK/ds-wandb.json"
+edit_json "$WORK/ds-wandb.json" 'd["wandb"] = {"enabled": True, "project": "sft"}'
+expect_error ds-wandb-enabled "$WORK/ds-wandb.json" "wandb.enabled is true" "Weights & Biases" "no network" \
+  '"csv_monitor": {"enabled": true, ...}' '"tensorboard": {"enabled": true, ...}' \
+  -- train --model "$M" --data "$D" --out "$WORK/o-wandb" --max-steps 1 --deepspeed "$WORK/ds-wandb.json"
+cp "$WORK/ds.json" "$WORK/ds-comet.json"
+edit_json "$WORK/ds-comet.json" 'd["comet"] = {"enabled": True}'
+expect_error ds-comet-enabled "$WORK/ds-comet.json" "comet.enabled is true" "csv_monitor" \
+  -- train --model "$M" --data "$D" --out "$WORK/o-comet" --max-steps 1 --deepspeed "$WORK/ds-comet.json"
+# A monitor directory that cannot be made: the key and the path are named.
+cp "$WORK/ds.json" "$WORK/ds-tb-path.json"
+edit_json "$WORK/ds-tb-path.json" 'd["tensorboard"] = {"enabled": True, "output_path": "'"$WORK"'/ds.json/tb"}'
+expect_error ds-tensorboard-path-unwritable "tensorboard.output_path: cannot create the directory $WORK/ds.json/tb/DeepSpeedJobName" \
+  -- train --model "$M" --data "$D" --out "$WORK/o-tb-path" --max-steps 1 --deepspeed "$WORK/ds-tb-path.json"
+
 # 10 != 4 (micro) * 2 (accumulation) * 1 (world size) = 8: the message shows the arithmetic.
 cp "$WORK/ds.json" "$WORK/ds-batch.json"
 edit_json "$WORK/ds-batch.json" 'd["train_batch_size"] = 10'

@@ -57,7 +57,8 @@ using ScratchDir = zt::test::TempDir;
 
 // What DeepSpeed-Chat's get_train_ds_config writes for step 1 with --dtype bf16 --zero_stage 2
 // --offload --enable_tensorboard (json.dumps: 1e4 and 3e7 are written as floats), with the
-// optimizer and scheduler that a JSON-only user adds, and a wandb section.
+// optimizer and scheduler that a JSON-only user adds, and a wandb section (disabled: an enabled
+// one is refused).
 const char* kDeepSpeedChatStep1 = R"({
   "train_batch_size": 64,
   "train_micro_batch_size_per_gpu": 8,
@@ -81,7 +82,7 @@ const char* kDeepSpeedChatStep1 = R"({
     "release_inference_cache": false, "pin_parameters": true, "tp_gather_partition_size": 8
   },
   "tensorboard": {"enabled": true, "output_path": "out/ds_tensorboard_logs/", "job_name": "step1_tensorboard"},
-  "wandb": {"enabled": true, "project": "sft"},
+  "wandb": {"enabled": false, "project": "sft"},
   "optimizer": {"type": "AdamW", "params": {"lr": 9.65e-6, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.0}},
   "scheduler": {"type": "WarmupDecayLR",
                 "params": {"warmup_min_lr": 0, "warmup_max_lr": 9.65e-6, "warmup_num_steps": 100,
@@ -123,10 +124,16 @@ BOOST_AUTO_TEST_CASE(deepspeed_chat_step1_config_translates) {
   BOOST_CHECK_EQUAL(config.zero.stage3_prefetch_bucket_size, 30000000);
   BOOST_CHECK_EQUAL(config.zero.reduce_bucket_size, 500000000);  // DeepSpeed's default
   // One note per ignored key, naming the file.
-  for (const char* key : {"wandb", "tensorboard", "wall_clock_breakdown", "hybrid_engine"}) {
+  for (const char* key : {"wall_clock_breakdown", "hybrid_engine"}) {
     BOOST_CHECK_MESSAGE(count_notes(notes, std::string(key) + " is ignored (tooling)") == 1, key);
   }
-  BOOST_CHECK(has_note(notes, "ds_config.json: wandb is ignored (tooling)"));
+  BOOST_CHECK_EQUAL(count_notes(notes, "ds_config.json: wandb is disabled; ignored"), 1u);
+  // The TensorBoard section is DeepSpeed-Chat's --enable_tensorboard: written where DeepSpeed writes.
+  BOOST_CHECK(config.tensorboard.enabled);
+  BOOST_CHECK_EQUAL(config.tensorboard.directory(), "out/ds_tensorboard_logs/step1_tensorboard");
+  BOOST_CHECK(has_note(notes, "ds_config.json: tensorboard: rank 0 writes the metrics to "
+                              "out/ds_tensorboard_logs/step1_tensorboard/ (TensorBoard event files)"));
+  BOOST_CHECK(!config.csv_monitor.enabled);
   BOOST_CHECK(has_note(notes, "zero_optimization.memory_efficient_linear is ignored"));
   BOOST_CHECK(has_note(notes, "zero_optimization.offload_param is ignored below stage 3"));
   BOOST_CHECK_EQUAL(notes.size(), 6u);
@@ -550,22 +557,55 @@ BOOST_AUTO_TEST_CASE(scheduler_checks) {
 BOOST_AUTO_TEST_CASE(tooling_keys_get_one_note_each) {
   std::vector<std::string> notes;
   translate(R"({
-    "wandb": {"enabled": true}, "tensorboard": {"enabled": false}, "csv_monitor": {"enabled": true},
+    "wandb": {"enabled": false}, "tensorboard": {"enabled": false}, "csv_monitor": {"enabled": true},
     "comms_logger": {"enabled": true}, "flops_profiler": {"enabled": true}, "autotuning": {"enabled": false},
     "dump_state": true, "zero_force_ds_cpu_optimizer": false, "zero_allow_untested_optimizer": true,
     "memory_breakdown": false, "checkpoint": {"tag_validation": "Warn"},
     "activation_checkpointing": {"partition_activations": true, "cpu_checkpointing": false}
   })", notes);
-  for (const char* key : {"wandb", "tensorboard", "csv_monitor", "comms_logger", "autotuning",
-                          "dump_state", "zero_force_ds_cpu_optimizer", "zero_allow_untested_optimizer",
+  for (const char* key : {"comms_logger", "autotuning", "dump_state", "zero_force_ds_cpu_optimizer", "zero_allow_untested_optimizer",
                           "memory_breakdown", "checkpoint"})
     BOOST_CHECK_MESSAGE(count_notes(notes, std::string("ds_config.json: ") + key + " is ignored (tooling)") == 1, key);
   BOOST_CHECK(has_note(notes, "activation_checkpointing is ignored"));
+  // The monitors: disabled ones noted, an enabled file monitor says where it writes.
+  BOOST_CHECK(has_note(notes, "ds_config.json: wandb is disabled; ignored"));
+  BOOST_CHECK(has_note(notes, "ds_config.json: tensorboard is disabled; ignored"));
+  BOOST_CHECK(has_note(notes, "ds_config.json: csv_monitor: rank 0 writes the metrics to DeepSpeedJobName/"));
   // The flops profiler is not ignored: its step becomes --profile-step (issue 17).
   BOOST_CHECK(has_note(notes, "flops_profiler.profile_step 1 -> --profile-step 1"));
   BOOST_CHECK_EQUAL(notes.size(), 12u);
   check_translate_error(R"({"activation_checkpointing": {"partition_activation": true}})",
                         "(did you mean 'activation_checkpointing.partition_activations'?)");
+}
+
+// DeepSpeed's monitor sections (monitor/config.py): tensorboard and csv_monitor are read with
+// DeepSpeed's defaults; wandb and comet are refused when enabled, pointing to the file monitors.
+BOOST_AUTO_TEST_CASE(monitor_sections) {
+  const TrainConfig config = translate(R"({
+    "tensorboard": {"enabled": true, "output_path": "/scratch/tb/", "job_name": "sft"},
+    "csv_monitor": {"enabled": true}, "wandb": {"enabled": false, "team": "t", "group": "g", "project": "p"},
+    "comet": {"enabled": false, "project": "p"}
+  })");
+  BOOST_CHECK(config.tensorboard.enabled);
+  BOOST_CHECK_EQUAL(config.tensorboard.output_path, "/scratch/tb/");
+  BOOST_CHECK_EQUAL(config.tensorboard.directory(), "/scratch/tb/sft");
+  BOOST_CHECK(config.csv_monitor.enabled);
+  BOOST_CHECK_EQUAL(config.csv_monitor.output_path, "");  // DeepSpeed's default: the working directory
+  BOOST_CHECK_EQUAL(config.csv_monitor.job_name, "DeepSpeedJobName");
+  BOOST_CHECK_EQUAL(config.csv_monitor.directory(), "DeepSpeedJobName");
+  BOOST_CHECK(!translate("{}").tensorboard.enabled);
+  BOOST_CHECK_EQUAL(config.to_json()["tensorboard"]["job_name"], "sft");
+
+  check_translate_error(R"({"wandb": {"enabled": true, "project": "sft"}})",
+                        "ds_config.json: wandb.enabled is true, but zerotune does not send metrics to Weights & Biases");
+  check_translate_error(R"({"wandb": {"enabled": true}})", "use \"tensorboard\": {\"enabled\": true, ...}");
+  check_translate_error(R"({"comet": {"enabled": true}})", "comet.enabled is true, but zerotune does not send metrics to Comet");
+  check_translate_error(R"({"tensorboard": {"enabled": true, "outputpath": "x"}})",
+                        "unknown DeepSpeed key 'tensorboard.outputpath' (did you mean 'tensorboard.output_path'?)");
+  check_translate_error(R"({"csv_monitor": {"enabled": true, "job_name": 7}})", "csv_monitor.job_name must be a string, got 7");
+  check_translate_error(R"({"csv_monitor": {"enabled": "yes"}})", "csv_monitor.enabled must be true or false");
+  check_translate_error(R"({"tensorboard": {"enabled": true, "job_name": ""}})", "tensorboard.job_name must not be empty");
+  check_translate_error(R"({"wandb": {"enabled": false, "entity": "x"}})", "unknown DeepSpeed key 'wandb.entity'");
 }
 
 BOOST_AUTO_TEST_CASE(deprecated_zero_forms) {
@@ -674,12 +714,12 @@ BOOST_AUTO_TEST_CASE(to_json_writes_every_field) {
                           "scheduler", "zero_optimization", "lora", "activation_checkpointing", "offload_activations", "model_dir", "data_dir",
                           "out_dir", "deepspeed_config_path", "seed", "shuffle", "epochs", "max_steps",
                           "dump_step0_path", "eval_data_dir", "eval_every", "data_split", "eval_split",
-                          "save_at_end", "save_hf_at_end", "quantize"})
+                          "save_at_end", "save_hf_at_end", "quantize", "tensorboard", "csv_monitor"})
     BOOST_CHECK_MESSAGE(j.contains(key), key);
   BOOST_CHECK_MESSAGE(j.contains("packing"), "packing");
   BOOST_CHECK_MESSAGE(j.contains("head_chunk_rows"), "head_chunk_rows");
   BOOST_CHECK_MESSAGE(j.contains("quantize"), "quantize");
-  BOOST_CHECK_EQUAL(j.size(), 40u);
+  BOOST_CHECK_EQUAL(j.size(), 42u);
   BOOST_CHECK_EQUAL(j["gradient_accumulation_steps"].get<int64_t>(), 2);
   BOOST_CHECK_EQUAL(j["compute_dtype"].get<std::string>(), "bf16");
   BOOST_CHECK_EQUAL(j["optimizer"]["betas"][1].get<double>(), 0.95);
