@@ -537,17 +537,41 @@ std::string verify_checkpoint_file(const std::string& checkpoint_dir, const json
   return path.string();
 }
 
+// The manifest as JSON, not yet checked beyond that.
+json parse_manifest(const std::string& checkpoint_dir) {
+  const fs::path manifest_path = fs::path(checkpoint_dir) / "manifest.json";
+  ZT_CHECK(fs::exists(manifest_path), manifest_path.string(), ": missing (not a complete checkpoint)");
+  try {
+    return json::parse(read_text(manifest_path));
+  } catch (const json::exception& error) {
+    fail(manifest_path.string(), ": not valid JSON (", error.what(), ")");
+  }
+}
+
+// The files a manifest lists (rank files, then exchange files), or none when it lists them in
+// another shape (an edited manifest: read_checkpoint_manifest says what is wrong with it).
+std::vector<json> listed_files(const json& manifest) {
+  std::vector<json> files;
+  try {
+    for (const json& file : manifest.at("files")) files.push_back(file);
+    if (manifest.contains("exchange"))
+      for (const json& file : manifest.at("exchange").at("files")) files.push_back(file);
+    for (const json& file : files) {
+      file.at("name").get<std::string>();
+      file.at("bytes").get<uintmax_t>();
+      file.at("sha256").get<std::string>();
+    }
+  } catch (const json::exception&) {
+    return {};
+  }
+  return files;
+}
+
 }  // namespace
 
 json read_checkpoint_manifest(const std::string& checkpoint_dir, bool verify_files) {
   const fs::path manifest_path = fs::path(checkpoint_dir) / "manifest.json";
-  ZT_CHECK(fs::exists(manifest_path), manifest_path.string(), ": missing (not a complete checkpoint)");
-  json manifest;
-  try {
-    manifest = json::parse(read_text(manifest_path));
-  } catch (const json::exception& error) {
-    fail(manifest_path.string(), ": not valid JSON (", error.what(), ")");
-  }
+  const json manifest = parse_manifest(checkpoint_dir);
   ZT_CHECK(manifest.value("format", "") == kFormat, manifest_path.string(), ": format is not '", kFormat, "'");
   ZT_CHECK(manifest.value("version", 0) == kVersion, manifest_path.string(), ": version ", manifest.value("version", 0),
            " (this zerotune reads version ", kVersion, ")");
@@ -565,12 +589,12 @@ json read_checkpoint_manifest(const std::string& checkpoint_dir, bool verify_fil
 }
 
 std::string checkpoint_damage(const std::string& checkpoint_dir, Communicator& comm) {
+  // Damage is what the save did not write: a manifest that is not JSON, files missing or of other
+  // sizes or checksums. A manifest that parses but says something wrong was edited: loading it
+  // refuses it, naming the key.
   std::string damage;
   try {
-    const json manifest = read_checkpoint_manifest(checkpoint_dir, false);  // every rank: manifest and sizes
-    std::vector<json> files(manifest.at("files").begin(), manifest.at("files").end());
-    if (manifest.contains("exchange"))
-      for (const json& file : manifest.at("exchange").at("files")) files.push_back(file);
+    const std::vector<json> files = listed_files(parse_manifest(checkpoint_dir));
     // Each file hashed by one rank: the job reads the checkpoint once, not once per rank.
     for (size_t i = static_cast<size_t>(comm.rank()); i < files.size(); i += static_cast<size_t>(comm.size()))
       verify_checkpoint_file(checkpoint_dir, files[i], true);

@@ -74,7 +74,7 @@ std::string save_checkpoint(const std::string& out_dir, const TrainingState& sta
 
 // --resume auto: the checkpoint `latest` names under OUT/checkpoints (the newest complete one
 // when `latest` is missing or names none), or nothing when there is none yet (a fresh start).
-// Its files are verified (sizes and sha256, shared out over the ranks): a damaged one falls back
+// Its files are verified (checkpoint_damage, shared out over the ranks): a damaged one falls back
 // to the newest older checkpoint that is intact, said on rank 0's stdout; none intact is an
 // error. --resume DIR: that checkpoint, or the one a run directory, its checkpoints/ or a
 // `latest` file leads to (ckpt/checkpoint_location.h), as given (load_checkpoint verifies it).
@@ -84,8 +84,10 @@ std::optional<std::string> resolve_resume_checkpoint(const std::string& resume, 
                                                      Communicator& comm);
 std::optional<std::string> resolve_resume_checkpoint(const std::string& resume, const std::string& out_dir);
 
-// The first problem of a complete checkpoint's files (manifest, sizes, sha256 of the rank and
-// exchange files, each file hashed by one rank), or "" when it is intact. Collective.
+// The first damage of a complete checkpoint, or "" when it is intact: a manifest.json that is not
+// JSON, a rank or exchange file missing or of another size or sha256 than the manifest lists (each
+// file hashed by one rank). A manifest that parses but holds wrong values is not damage but an
+// edit: load_checkpoint refuses it naming the key. Collective.
 std::string checkpoint_damage(const std::string& checkpoint_dir, Communicator& comm);
 
 // Verifies the checkpoint (manifest, every file's size and sha256), checks it fits this run
