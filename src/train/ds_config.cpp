@@ -872,8 +872,10 @@ void translate_zero(const Section& top, TrainConfig& config) {
   const Section section = top.child("zero_optimization");
   section.check_keys(zero_keys());
   section.integer("stage", zero.stage, 0, 3, false);
-  // Sizes: "auto" keeps DeepSpeed's default (HF derives them from hidden_size; they change
-  // only speed and memory).
+  // Sizes: "auto" keeps DeepSpeed's default. HF fills reduce_bucket_size (hidden_size^2) and,
+  // under ZeRO-3, stage3_prefetch_bucket_size (0.9 hidden_size^2) and
+  // stage3_param_persistence_threshold (10 hidden_size); it leaves the others "auto", which
+  // DeepSpeed's schema refuses. They change only speed and memory (auto_values.cpp says each).
   section.integer("reduce_bucket_size", zero.reduce_bucket_size, 0, kMaxInt, true);
   section.integer("allgather_bucket_size", zero.allgather_bucket_size, 0, kMaxInt, true);
   section.integer("sub_group_size", zero.sub_group_size, 0, kMaxInt, true);
