@@ -66,11 +66,13 @@ void StepRunner::stop_if_diverged(int64_t step, const StepOutcome& outcome) {
     fail("step ", step + 1, ": the weights are not finite (NaN or inf): the run diverged (", *outcome.skipped,
          "). No checkpoint of these weights was saved; `latest` still names the last finite one. Lower the learning "
          "rate, set gradient_clipping, or train in bf16 instead of fp16, then --resume auto");
-  if (scaler_) return;  // fp16: the loss scale drops, and DynamicLossScaler stops at min_loss_scale
+  // fp16 with a dynamic scale: the scale drops, and DynamicLossScaler stops the run at min_loss_scale.
+  if (scaler_ && scaler_->dynamic()) return;
   if (++non_finite_steps_ < kMaxNonFiniteSteps) return;
   fail("step ", step + 1, ": ", kMaxNonFiniteSteps, " consecutive steps were skipped because the gradient is not "
-       "finite (NaN or inf) although the weights are: the activations overflow (the run is diverging). Lower the "
-       "learning rate or set gradient_clipping, then --resume auto from the last checkpoint");
+       "finite (NaN or inf) although the weights are (", *outcome.skipped, "): the activations overflow (the run is "
+       "diverging", scaler_ ? ", or the static fp16.loss_scale is too large" : "", "). Lower the learning rate or set "
+       "gradient_clipping, then --resume auto from the last checkpoint");
 }
 
 StepOutcome StepRunner::run_schedule(int64_t step, int64_t updates_done, StepBatches& batches,

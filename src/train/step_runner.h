@@ -5,9 +5,10 @@
 // the optimizer's update count, as in DeepSpeed).
 // A run that diverged stops with an error instead of skipping steps forever: at a step skipped
 // for a non-finite gradient (or fp16 overflow) when the weights themselves are no longer finite,
-// and after kMaxNonFiniteSteps consecutive steps skipped for a non-finite gradient without fp16
-// (fp16's overflows lower the loss scale instead, and DynamicLossScaler stops the run when an
-// overflow finds it at min_loss_scale).
+// and after kMaxNonFiniteSteps consecutive steps skipped for a non-finite gradient without a
+// dynamic fp16 loss scale (bf16, fp32, or fp16 with a static fp16.loss_scale); a dynamic scale
+// drops at each overflow instead, and DynamicLossScaler stops the run when an overflow finds it
+// at min_loss_scale.
 // Loss contract (DESIGN.md): sum of token losses over the global batch / its target tokens, so
 // every micro-batch's backward is scaled by 1 / (target tokens of the whole global batch, all
 // ranks): the count is all-reduced before backward.

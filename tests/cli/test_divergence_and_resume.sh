@@ -5,7 +5,8 @@
 #  - weights that turn inf (an absurd --lr) stop the run at the next skipped step, naming it;
 #  - a save of such weights is refused, `latest` keeps naming the last finite checkpoint;
 #  - 3 consecutive steps skipped for a non-finite gradient while the weights are finite (huge
-#    but finite weights whose activations overflow) stop the run (kMaxNonFiniteSteps);
+#    but finite weights whose activations overflow) stop the run (kMaxNonFiniteSteps), and so do
+#    3 fp16 overflows in a row at a static loss scale (it cannot drop);
 #  - a damaged newest checkpoint (one byte changed: same size, another sha256) on 2 ranks, ZeRO-2
 #    (each rank hashes its share): the run resumes from the previous one and says which and why;
 #    with no intact checkpoint left, an error names the damage.
@@ -42,6 +43,13 @@ expect_error non-finite-gradients-stop "3 consecutive steps were skipped because
   -- train --model "$M" --data "$D" --micro-batch-size 2 --out "$WORK/huge" --lr 1e20 --max-steps 8 --no-save-at-end
 grep -q "warning: step 3 skipped (the gradient is not finite)" "$WORK/non-finite-gradients-stop.stdout"
 check non-finite-gradients-warned-first $? "$WORK/non-finite-gradients-stop.stdout" "want the skipped steps warned before the stop"
+
+# fp16 with a static loss scale so large that every step overflows: the scale cannot adapt.
+"$PYTHON" -c 'import json, sys; d = json.load(open(sys.argv[1])); d["fp16"] = {"enabled": True, "loss_scale": 1e38}; json.dump(d, open(sys.argv[2], "w"))' \
+  "$WORK/ds.json" "$WORK/ds-static.json" || fatal "writing the fp16 JSON failed"
+expect_error static-fp16-overflows-stop "3 consecutive steps were skipped" "fp16 gradient overflow at loss scale" \
+  "the static fp16.loss_scale is too large" \
+  -- train --model "$M" --data "$D" --out "$WORK/static" --deepspeed "$WORK/ds-static.json" --max-steps 4 --no-save-at-end
 
 # --- --resume auto past a damaged checkpoint -----------------------------------------------------
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
