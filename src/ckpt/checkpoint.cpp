@@ -443,6 +443,10 @@ std::string save_checkpoint(const std::string& out_dir, const TrainingState& sta
   const fs::path final_dir = root / tag, temporary = root / (tag + ".tmp");
   const bool leader = comm.rank() == 0;
   fault_point("save.begin", state.step);
+  // Weights that are NaN or inf would become `latest`, and --resume auto would continue from them.
+  ZT_CHECK(master_weights_finite(engine, comm), "checkpoint ", tag, " not saved: the weights are not finite (NaN or "
+           "inf) after step ", state.step, ", the run diverged; `latest` still names the last finite checkpoint. Lower "
+           "the learning rate or set gradient_clipping, then --resume auto");
   if (leader) {
     fs::create_directories(root);
     fs::remove_all(temporary);  // a crashed earlier attempt
@@ -518,15 +522,56 @@ std::string save_checkpoint(const std::string& out_dir, const TrainingState& sta
   return final_dir.string();
 }
 
-json read_checkpoint_manifest(const std::string& checkpoint_dir, bool verify_files) {
+namespace {
+
+// One file a manifest lists ({"name", "bytes", "sha256"}): present, of its size, and (when
+// `verify_sha256`) of its checksum. Returns its path.
+std::string verify_checkpoint_file(const std::string& checkpoint_dir, const json& file, bool verify_sha256) {
+  const fs::path path = fs::path(checkpoint_dir) / file.at("name").get<std::string>();
+  ZT_CHECK(fs::exists(path), path.string(), ": missing (the checkpoint is incomplete)");
+  ZT_CHECK(fs::file_size(path) == file.at("bytes").get<uintmax_t>(), path.string(), ": ", fs::file_size(path),
+           " bytes, the manifest says ", file.at("bytes").get<uintmax_t>(), " (the file is damaged or truncated)");
+  if (verify_sha256)
+    ZT_CHECK(sha256_file_hex(path.string()) == file.at("sha256").get<std::string>(), path.string(),
+             ": sha256 does not match the manifest (the file is damaged)");
+  return path.string();
+}
+
+// The manifest as JSON, not yet checked beyond that.
+json parse_manifest(const std::string& checkpoint_dir) {
   const fs::path manifest_path = fs::path(checkpoint_dir) / "manifest.json";
   ZT_CHECK(fs::exists(manifest_path), manifest_path.string(), ": missing (not a complete checkpoint)");
-  json manifest;
   try {
-    manifest = json::parse(read_text(manifest_path));
+    return json::parse(read_text(manifest_path));
   } catch (const json::exception& error) {
     fail(manifest_path.string(), ": not valid JSON (", error.what(), ")");
   }
+}
+
+// The files a manifest lists (rank files, then exchange files), or none when it lists them in
+// another shape (an edited manifest: read_checkpoint_manifest says what is wrong with it).
+std::vector<json> listed_files(const json& manifest) {
+  std::vector<json> files;
+  try {
+    for (const json& file : manifest.at("files")) files.push_back(file);
+    if (manifest.contains("exchange"))
+      for (const json& file : manifest.at("exchange").at("files")) files.push_back(file);
+    for (const json& file : files) {
+      file.at("name").get<std::string>();
+      file.at("bytes").get<uintmax_t>();
+      file.at("sha256").get<std::string>();
+    }
+  } catch (const json::exception&) {
+    return {};
+  }
+  return files;
+}
+
+}  // namespace
+
+json read_checkpoint_manifest(const std::string& checkpoint_dir, bool verify_files) {
+  const fs::path manifest_path = fs::path(checkpoint_dir) / "manifest.json";
+  const json manifest = parse_manifest(checkpoint_dir);
   ZT_CHECK(manifest.value("format", "") == kFormat, manifest_path.string(), ": format is not '", kFormat, "'");
   ZT_CHECK(manifest.value("version", 0) == kVersion, manifest_path.string(), ": version ", manifest.value("version", 0),
            " (this zerotune reads version ", kVersion, ")");
@@ -536,17 +581,29 @@ json read_checkpoint_manifest(const std::string& checkpoint_dir, bool verify_fil
            manifest.at("files").size(), " files for ", partitions, " partitions");
   int64_t partition = 0;  // files are listed in partition order
   for (const json& file : manifest.at("files")) {
-    const fs::path path = fs::path(checkpoint_dir) / file.at("name").get<std::string>();
-    ZT_CHECK(fs::exists(path), path.string(), ": missing (the checkpoint is incomplete)");
-    ZT_CHECK(fs::file_size(path) == file.at("bytes").get<uintmax_t>(), path.string(), ": ", fs::file_size(path),
-             " bytes, the manifest says ", file.at("bytes").get<uintmax_t>(), " (the file is damaged or truncated)");
-    if (verify_files)
-      ZT_CHECK(sha256_file_hex(path.string()) == file.at("sha256").get<std::string>(), path.string(),
-               ": sha256 does not match the manifest (the file is damaged)");
-    if (verify_files) check_rank_file_attributes(path.string(), partition, partitions, manifest.at("step").get<int64_t>());
+    const std::string path = verify_checkpoint_file(checkpoint_dir, file, verify_files);
+    if (verify_files) check_rank_file_attributes(path, partition, partitions, manifest.at("step").get<int64_t>());
     ++partition;
   }
   return manifest;
+}
+
+std::string checkpoint_damage(const std::string& checkpoint_dir, Communicator& comm) {
+  // Damage is what the save did not write: a manifest that is not JSON, files missing or of other
+  // sizes or checksums. A manifest that parses but says something wrong was edited: loading it
+  // refuses it, naming the key.
+  std::string damage;
+  try {
+    const std::vector<json> files = listed_files(parse_manifest(checkpoint_dir));
+    // Each file hashed by one rank: the job reads the checkpoint once, not once per rank.
+    for (size_t i = static_cast<size_t>(comm.rank()); i < files.size(); i += static_cast<size_t>(comm.size()))
+      verify_checkpoint_file(checkpoint_dir, files[i], true);
+  } catch (const Error& error) {
+    damage = error.what();
+  }
+  for (const std::string& found : comm.all_gather_strings(damage))
+    if (!found.empty()) return found;
+  return "";
 }
 
 TrainingState load_checkpoint(const std::string& checkpoint_dir, const RunIdentity& identity, ZeroEngine& engine,
@@ -579,11 +636,7 @@ TrainingState load_checkpoint(const std::string& checkpoint_dir, const RunIdenti
     const json* saved = manifest.contains("exchange") ? &manifest.at("exchange") : nullptr;
     if (saved && saved->at("world_size").get<int>() == comm.size()) {
       const json& file = saved->at("files").at(static_cast<size_t>(comm.rank()));
-      const fs::path path = fs::path(checkpoint_dir) / file.at("name").get<std::string>();
-      ZT_CHECK(fs::exists(path), path.string(), ": missing (the checkpoint is incomplete)");
-      ZT_CHECK(sha256_file_hex(path.string()) == file.at("sha256").get<std::string>(), path.string(),
-               ": sha256 does not match the manifest (the file is damaged)");
-      read_exchange_file(path, engine);
+      read_exchange_file(verify_checkpoint_file(checkpoint_dir, file, true), engine);
     } else {
       state.notes.push_back(saved ? cat("the 1-bit error feedback was saved on ", saved->at("world_size").get<int>(),
                                         " ranks and this run has ", comm.size(), ": it starts from zero (as DeepSpeed's does "

@@ -66,16 +66,29 @@ std::string data_digest(const std::vector<std::string>& shard_paths);
 // Saves a checkpoint of the current state as OUT/checkpoints/global_step<step>. Collective: every
 // rank calls it. `run_config` is the resolved configuration (run.json's "config": the manifest
 // keeps a copy, and its scheduler type). keep_last > 0 deletes the oldest complete checkpoints
-// beyond that many. Returns the checkpoint's directory.
+// beyond that many. Returns the checkpoint's directory. Weights that are not finite (NaN or inf on
+// any rank) are refused before anything is written: such a state never becomes `latest`.
 std::string save_checkpoint(const std::string& out_dir, const TrainingState& state, const RunIdentity& identity,
                             const nlohmann::json& run_config, ZeroEngine& engine, const ParamStore& store,
                             Communicator& comm, int64_t keep_last);
 
 // --resume auto: the checkpoint `latest` names under OUT/checkpoints (the newest complete one
 // when `latest` is missing or names none), or nothing when there is none yet (a fresh start).
-// --resume DIR: that checkpoint, or the one a run directory, its checkpoints/ or a `latest`
-// file leads to (ckpt/checkpoint_location.h). Errors name what is missing.
+// Its files are verified (checkpoint_damage, shared out over the ranks): a damaged one falls back
+// to the newest older checkpoint that is intact, said on rank 0's stdout; none intact is an
+// error. --resume DIR: that checkpoint, or the one a run directory, its checkpoints/ or a
+// `latest` file leads to (ckpt/checkpoint_location.h), as given (load_checkpoint verifies it).
+// Errors name what is missing. Collective for "auto": every rank calls it. Without `comm`, the
+// ranks of MPI_COMM_WORLD verify.
+std::optional<std::string> resolve_resume_checkpoint(const std::string& resume, const std::string& out_dir,
+                                                     Communicator& comm);
 std::optional<std::string> resolve_resume_checkpoint(const std::string& resume, const std::string& out_dir);
+
+// The first damage of a complete checkpoint, or "" when it is intact: a manifest.json that is not
+// JSON, a rank or exchange file missing or of another size or sha256 than the manifest lists (each
+// file hashed by one rank). A manifest that parses but holds wrong values is not damage but an
+// edit: load_checkpoint refuses it naming the key. Collective.
+std::string checkpoint_damage(const std::string& checkpoint_dir, Communicator& comm);
 
 // Verifies the checkpoint (manifest, every file's size and sha256), checks it fits this run
 // (same model, parameters, batch size, data, seed), loads this rank's partitions re-sliced for

@@ -9,7 +9,11 @@
 #include <regex>
 #include <sstream>
 
+#include <mpi.h>
+
 #include "ckpt/checkpoint.h"
+#include "comm/mpi/mpi_communicator.h"
+#include "comm/null_communicator.h"
 #include "core/error.h"
 
 namespace zt {
@@ -57,6 +61,30 @@ std::optional<std::string> checkpoint_in_root(const fs::path& root, const char* 
   return (root / tags.back()).string();
 }
 
+// --resume auto: `chosen` (what `latest` names) when its files are intact, else the newest older
+// complete checkpoint that is, said on rank 0. A damaged save must not end a job that has an
+// intact one before it (a disk error, a file truncated by a full disk after the save).
+std::string newest_intact_checkpoint(const fs::path& root, const std::string& chosen, Communicator& comm) {
+  const std::string first_damage = checkpoint_damage(chosen, comm);
+  if (first_damage.empty()) return chosen;
+  const std::vector<std::string> tags = list_complete_checkpoints(root.string());
+  const std::string chosen_tag = fs::path(chosen).filename().string();
+  const auto at = std::find(tags.begin(), tags.end(), chosen_tag);
+  for (auto older = std::make_reverse_iterator(at); older != tags.rend(); ++older) {
+    const std::string candidate = (root / *older).string();
+    const std::string damage = checkpoint_damage(candidate, comm);
+    if (!damage.empty()) {
+      say(cat("--resume auto: ", candidate, " is damaged too (", damage, ")"));
+      continue;
+    }
+    say(cat("--resume auto: ", chosen, " is damaged (", first_damage, "); resuming from ", candidate,
+            ", the newest intact checkpoint"));
+    return candidate;
+  }
+  fail("--resume auto: ", chosen, " is damaged (", first_damage, ") and no older checkpoint under ", root.string(),
+       " is intact: start over with --overwrite, or restore the damaged file");
+}
+
 }  // namespace
 
 std::vector<std::string> list_complete_checkpoints(const std::string& root) {
@@ -87,7 +115,8 @@ std::optional<std::string> locate_checkpoint(const std::string& given, const cha
   return std::nullopt;
 }
 
-std::optional<std::string> resolve_resume_checkpoint(const std::string& resume, const std::string& out_dir) {
+std::optional<std::string> resolve_resume_checkpoint(const std::string& resume, const std::string& out_dir,
+                                                     Communicator& comm) {
   if (resume.empty()) return std::nullopt;
   if (resume != "auto") {
     const std::optional<std::string> found = locate_checkpoint(resume, "--resume");
@@ -96,7 +125,16 @@ std::optional<std::string> resolve_resume_checkpoint(const std::string& resume, 
              "its checkpoints/ or a `latest` file that leads to one");
     return found;
   }
-  return checkpoint_in_root(fs::path(out_dir) / "checkpoints", "--resume auto");
+  const fs::path root = fs::path(out_dir) / "checkpoints";
+  const std::optional<std::string> chosen = checkpoint_in_root(root, "--resume auto");
+  if (!chosen) return std::nullopt;
+  return newest_intact_checkpoint(root, *chosen, comm);
+}
+
+std::optional<std::string> resolve_resume_checkpoint(const std::string& resume, const std::string& out_dir) {
+  if (resume != "auto") return resolve_resume_checkpoint(resume, out_dir, *make_null_communicator(0, 1));
+  const std::unique_ptr<Communicator> world = make_mpi_communicator(MPI_COMM_WORLD);
+  return resolve_resume_checkpoint(resume, out_dir, *world);
 }
 
 }  // namespace zt

@@ -175,6 +175,9 @@ int command_autotune(const std::vector<std::string>& args) {
            "--checkpointing must be both, off or on, not '", checkpointing, "'");
   const int64_t trial_steps = vm["trial-steps"].as<int64_t>();
   ZT_CHECK(trial_steps >= 2, "--trial-steps must be >= 2 (the first step is warm-up), not ", trial_steps);
+  // Checked before the data is read: a bad flag value must not read as a data problem.
+  const int64_t max_micro_batch = vm["max-micro-batch"].as<int64_t>();
+  ZT_CHECK(max_micro_batch >= 1, "--max-micro-batch must be >= 1 (the largest micro-batch tried), not ", max_micro_batch);
   ZT_CHECK(base.resume.empty(), "--resume does not go with autotune (each experiment starts from the model)");
 
   std::unique_ptr<Communicator> comm = make_mpi_communicator(MPI_COMM_WORLD);
@@ -197,13 +200,7 @@ int command_autotune(const std::vector<std::string>& args) {
     target = memory_target_of(*backend);
     if (const std::optional<DeviceMemory> memory = backend->memory()) budget = memory->device_free + target.fixed_bytes;
   }
-  if (vm.count("device-memory")) {
-    try {
-      budget = parse_max_shard_size(vm["device-memory"].as<std::string>());
-    } catch (const Error& error) {
-      fail("--device-memory '", vm["device-memory"].as<std::string>(), "': ", error.what());
-    }
-  }
+  if (vm.count("device-memory")) budget = parse_byte_size(vm["device-memory"].as<std::string>(), "--device-memory");
   if (budget) {
     int64_t smallest = *budget;
     MPI_Allreduce(MPI_IN_PLACE, &smallest, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
@@ -215,7 +212,7 @@ int command_autotune(const std::vector<std::string>& args) {
   search.budget_bytes = budget;
   search.fast = !vm["no-fast"].as<bool>();
   // A micro-batch must leave every rank a sample in each global batch of the data.
-  search.max_micro_batch = std::min(vm["max-micro-batch"].as<int64_t>(),
+  search.max_micro_batch = std::min(max_micro_batch,
                                     dataset.num_samples() / (static_cast<int64_t>(world_size) * accumulation));
   ZT_CHECK(search.max_micro_batch >= 1, base.data_dir, ": ", dataset.num_samples(),
            " samples do not fill one global batch of micro-batch 1 x ", accumulation, " x ", world_size, " ranks");

@@ -461,6 +461,17 @@ std::string format_max_seq_len(const nlohmann::ordered_json& report) {
   return text;
 }
 
+// --seq-len beyond the model's position table: HF's model would not take such a sequence either
+// (learned positions end there; RoPE models are not trained beyond it), and a huge value would
+// only reach the memory model as an allocation failure. --max-seq-len --seq-len-limit may search
+// further on purpose.
+void check_seq_len_within_positions(int64_t seq_len, bool given, const ModelConfig& config) {
+  if (!given || config.max_position_embeddings <= 0) return;
+  ZT_CHECK(seq_len <= config.max_position_embeddings, "--seq-len = ", seq_len, ": above the model's limit, ",
+           config.path, " max_position_embeddings = ", config.max_position_embeddings,
+           " (give --seq-len <= ", config.max_position_embeddings, ")");
+}
+
 }  // namespace
 
 int command_estimate(const std::vector<std::string>& args) {
@@ -596,12 +607,7 @@ int command_estimate(const std::vector<std::string>& args) {
   for (size_t start = 0; max_seq_len_mode && start <= device_memory_text.size();) {
     const size_t comma = std::min(device_memory_text.find(',', start), device_memory_text.size());
     const std::string item = device_memory_text.substr(start, comma - start);
-    try {
-      device_memories.push_back(parse_max_shard_size(item));
-    } catch (const Error& error) {
-      fail("--device-memory '", device_memory_text, "': ", error.what());
-    }
-    ZT_CHECK(device_memories.back() > 0, "--device-memory '", item, "': must be > 0");
+    device_memories.push_back(parse_byte_size(item, "--device-memory"));
     start = comma + 1;
   }
   const std::unique_ptr<Optimizer> optimizer = make_optimizer(shape.optimizer);  // refuses an unknown name
@@ -621,6 +627,7 @@ int command_estimate(const std::vector<std::string>& args) {
     ZT_CHECK(!values.count("largest-layer-params") && !values.count("trainable-params"),
              "--largest-layer-params and --trainable-params go with --params; with --model they are counted");
     const ModelConfig config = load_model_config(model_dir);
+    check_seq_len_within_positions(shape.seq_len, !values["seq-len"].defaulted(), config);
     const std::vector<ParamSpec> specs = model_param_specs(config);
     std::vector<ParamSpec> adapters;
     if (lora_r > 0) {

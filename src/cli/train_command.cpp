@@ -85,6 +85,11 @@ po::options_description train_options() {
                                          "mpi (through host memory)")
       ("zero-stage", po::value<int>(), "ZeRO stage 0-3 (zero_optimization.stage)")
       ("offload-optimizer", po::value<std::string>(), "none | cpu (zero_optimization.offload_optimizer.device)")
+      ("bf16", po::bool_switch(), "train in bf16 with fp32 master weights (HF TrainingArguments' --bf16): "
+                                  "resolves the DeepSpeed JSON's \"bf16\": {\"enabled\": \"auto\"}; an explicit "
+                                  "\"enabled\" it contradicts is an error")
+      ("fp16", po::bool_switch(), "train in fp16 with fp32 master weights and dynamic loss scaling (HF's --fp16): "
+                                  "resolves \"fp16\": {\"enabled\": \"auto\"} likewise")
       ("grad-accum-dtype", po::value<std::string>(), "fp32 (default) | bf16 | fp16 (data_types.grad_accum_dtype): "
                                                      "gradients held, accumulated and reduced in that dtype; 16-bit "
                                                      "needs that compute dtype and halves the gradient bytes")
@@ -287,7 +292,9 @@ ParsedTrainOptions parse_train_options(const std::vector<std::string>& args, con
   ZT_CHECK(config.eval_every == 0 || !config.eval_data_dir.empty(), "--eval-every needs --eval-data");
   // The flops profiler's step of the JSON, unless --profile-step names one.
   if (!vm.count("profile-step") && config.deepspeed_profile_step > 0) run.profile_step = config.deepspeed_profile_step;
-  // Every "auto" of the JSON resolved as the HF Trainer does, and every flag that overrides it, said once.
+  // Every "auto" of the JSON resolved as the HF Trainer does, and every flag that overrides it, said once;
+  // the precision first (the banner's first line), from --bf16/--fp16 or the JSON.
+  resolve_precision(config, vm["bf16"].as<bool>(), vm["fp16"].as<bool>(), run.notes);
   if (!config.deepspeed_config_path.empty())
     resolve_deepspeed_choices(config, [&](const std::string& flag) { return vm.count(flag) > 0; }, run.notes);
   ZT_CHECK(config.epochs > 0, "--epochs must be positive, not ", config.epochs);

@@ -212,8 +212,9 @@ const char* quant4_type_name(Quant4Type type) {
 Quant4Type parse_quant4_type(const std::string& name, const std::string& where) {
   if (name == "nf4") return Quant4Type::NF4;
   if (name == "fp4") return Quant4Type::FP4;
-  if (name == "none" || name.empty()) return Quant4Type::None;
-  fail(where, ": 4-bit quantization type '", name, "' is not supported (nf4 or fp4)");
+  if (name == "none") return Quant4Type::None;
+  // An empty value (--quantize "", a script's unset variable) is refused, not read as "none".
+  fail(where, ": 4-bit quantization type '", name, "'", name.empty() ? " (empty)" : "", " is not supported (nf4 or fp4)");
 }
 
 std::string describe(const QuantConfig& config) {

@@ -489,22 +489,28 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   file.commit();
 }
 
-int64_t parse_max_shard_size(const std::string& text) {
+int64_t parse_byte_size(const std::string& text, const std::string& what) {
   static const std::regex pattern(R"(\s*([0-9]+)\s*([KMG]I?B|B)?\s*)", std::regex::icase);
   std::smatch match;
-  ZT_CHECK(std::regex_match(text, match, pattern), "max shard size '", text,
-           "' is not a size like 5GB, 500MB, 50KB, 2GiB or a byte count");
+  ZT_CHECK(std::regex_match(text, match, pattern), what, " '", text,
+           "' is not a size like 5GB, 500MB, 24GiB, 512MiB or a byte count (a positive number)");
   std::string unit = match[2].str();
   std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
   static const std::map<std::string, int64_t> scale = {{"", 1},          {"B", 1},          {"KB", 1000},
                                                        {"MB", 1000000}, {"GB", 1000000000}, {"KIB", 1 << 10},
                                                        {"MIB", 1 << 20}, {"GIB", 1 << 30}};
-  const int64_t number = std::stoll(match[1].str());
   const int64_t factor = scale.at(unit);
-  ZT_CHECK(number > 0 && number <= std::numeric_limits<int64_t>::max() / factor, "max shard size '", text,
+  // Digits beyond what int64 holds are too large, not a parse error (std::stoll would throw).
+  std::string digits = match[1].str();
+  digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size() - 1));
+  const bool too_long = digits.size() > 18;
+  const int64_t number = too_long ? 0 : std::stoll(digits);
+  ZT_CHECK(!too_long && number > 0 && number <= std::numeric_limits<int64_t>::max() / factor, what, " '", text,
            "' must be positive and below 2^63 bytes");
   return number * factor;
 }
+
+int64_t parse_max_shard_size(const std::string& text) { return parse_byte_size(text, "max shard size"); }
 
 std::vector<std::string> write_sharded_safetensors(const std::string& dir, const std::vector<SafetensorsEntry>& entries,
                                                    int64_t max_shard_bytes) {

@@ -118,8 +118,11 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
 // transformers' default max_shard_size ("5GB" = 5 * 10^9 bytes).
 constexpr int64_t kHfMaxShardBytes = 5'000'000'000;
 
-// A shard size as transformers' max_shard_size spells it: a byte count, or a number with KB/MB/GB
+// A size as transformers' max_shard_size spells it: a byte count, or a number with KB/MB/GB
 // (powers of 10) or KiB/MiB/GiB (powers of 2), case-insensitive: "5GB", "50KB", "2GiB".
+// `what` names the value in messages ("--device-memory", "max shard size"); it must be > 0.
+int64_t parse_byte_size(const std::string& text, const std::string& what);
+// parse_byte_size for --max-shard-size.
 int64_t parse_max_shard_size(const std::string& text);
 
 // Writes a model's weights into DIR the way save_pretrained(safe_serialization=True) does:

@@ -773,7 +773,8 @@ void translate_scheduler(const Section& top, TrainConfig& config) {
   // default is None -> the optimizer's lr; WarmupDecayLR still defaults to 0.001).
   if (max_lr == Got::automatic || (max_lr == Got::absent && type == "WarmupLR")) schedule.warmup_max_lr_auto = true;
   if (params.integer("warmup_num_steps", schedule.warmup_num_steps, 1, kMaxInt, true) == Got::automatic)
-    schedule.warmup_num_steps = 1;  // transformers: max(1, warmup_steps); DeepSpeed counts it as 2
+    schedule.warmup_num_steps = 1;  // HF fills warmup_steps (0 by default), DeepSpeed's WarmupLR takes max(2, n):
+                                    // 1 here gives the same 2 steps; --warmup-steps fills it (auto_values.cpp)
   params.text("warmup_type", schedule.warmup_type, {"log", "linear"});
   params.number("warmup_min_ratio", schedule.warmup_min_ratio, 0.0, true);
   params.number("cos_min_ratio", schedule.cos_min_ratio, 0.0, true);
@@ -810,7 +811,8 @@ void translate_precision(const Section& top, TrainConfig& config) {
                    {"consecutive_hysteresis", Role::translated},
                    {"min_loss_scale", Role::translated},
                    {"fp16_master_weights_and_grads", Role::translated}});
-  fp16.boolean("enabled", fp16_enabled, true);  // "auto": the flags decide (off by default)
+  // "auto": --fp16 decides (off without it: auto_values.h resolve_precision).
+  const bool fp16_auto = fp16.boolean("enabled", fp16_enabled, true) == Got::automatic;
   fp16.require("auto_cast", false, "zerotune casts parameters, not module inputs");
   fp16.require("consecutive_hysteresis", false, "zerotune's loss scaler uses DeepSpeed's default hysteresis");
   fp16.require("fp16_master_weights_and_grads", false, "zerotune keeps fp32 master weights and gradients");
@@ -823,13 +825,15 @@ void translate_precision(const Section& top, TrainConfig& config) {
   fp16.integer("loss_scale_window", scaler.loss_scale_window, 1, std::numeric_limits<int>::max(), false);
   fp16.integer("hysteresis", scaler.hysteresis, 1, std::numeric_limits<int>::max(), false);
   fp16.number("min_loss_scale", scaler.min_loss_scale, 0.0, false);
-  if (fp16_enabled && !dynamic_args_given && scaler.loss_scale == 0.0) {
+  if ((fp16_enabled || fp16_auto) && !dynamic_args_given && scaler.loss_scale == 0.0) {
     // DeepSpeed passes no dynamic-scaler arguments then, and its ZeRO optimizers build
-    // DynamicLossScaler() with that class's defaults: initial scale 2^32, hysteresis 1.
+    // DynamicLossScaler() with that class's defaults: initial scale 2^32, hysteresis 1. An
+    // "auto" that --fp16 turns on is the same section (its precision note shows the scale).
     scaler.initial_scale_power = 32;
     scaler.hysteresis = 1;
-    fp16.note("fp16 sets none of initial_scale_power, loss_scale_window, hysteresis, min_loss_scale: as DeepSpeed's "
-              "ZeRO optimizers do then, the dynamic loss scale starts at 2^32 with hysteresis 1");
+    if (fp16_enabled)
+      fp16.note("fp16 sets none of initial_scale_power, loss_scale_window, hysteresis, min_loss_scale: as DeepSpeed's "
+                "ZeRO optimizers do then, the dynamic loss scale starts at 2^32 with hysteresis 1");
   }
 
   const std::string bf16_key = top.has("bfloat16") ? "bfloat16" : "bf16";
@@ -931,8 +935,10 @@ void translate_zero(const Section& top, TrainConfig& config) {
   const Section section = top.child("zero_optimization");
   section.check_keys(zero_keys());
   section.integer("stage", zero.stage, 0, 3, false);
-  // Sizes: "auto" keeps DeepSpeed's default (HF derives them from hidden_size; they change
-  // only speed and memory).
+  // Sizes: "auto" keeps DeepSpeed's default. HF fills reduce_bucket_size (hidden_size^2) and,
+  // under ZeRO-3, stage3_prefetch_bucket_size (0.9 hidden_size^2) and
+  // stage3_param_persistence_threshold (10 hidden_size); it leaves the others "auto", which
+  // DeepSpeed's schema refuses. They change only speed and memory (auto_values.cpp says each).
   section.integer("reduce_bucket_size", zero.reduce_bucket_size, 0, kMaxInt, true);
   section.integer("allgather_bucket_size", zero.allgather_bucket_size, 0, kMaxInt, true);
   section.integer("sub_group_size", zero.sub_group_size, 0, kMaxInt, true);

@@ -3,6 +3,7 @@
 #include "train/metrics.h"
 
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "train/memory_model.h"
 
 namespace zt {
 
@@ -140,6 +142,21 @@ std::string progress_bar_line(const StepMetrics& m, int bar_width) {
   return line;
 }
 
+std::string memory_banner_line(const MemoryPrediction& prediction, std::optional<int64_t> device_used_after_setup,
+                               int64_t micro_batch, int64_t tokens) {
+  const std::string shape = cat("micro-batch ", micro_batch, " x ", tokens, " tokens");
+  if (prediction.device_peak == 0 && prediction.device_setup == 0)  // the CPU backend: all of it host memory
+    return cat("memory: rank 0 predicted ", format_bytes(prediction.host_setup), " of host memory after set-up, ",
+               format_bytes(prediction.host_peak), " at the step's peak (", shape, "; the CPU backend holds every buffer "
+               "in host memory)");
+  std::string line = cat("memory: rank 0 predicted ", format_bytes(prediction.device_setup), " after set-up, ",
+                         format_bytes(prediction.device_peak), " at the step's peak (", shape, ")");
+  if (device_used_after_setup)
+    line += cat("; the device reports ", format_bytes(*device_used_after_setup), " in use after set-up");
+  if (prediction.host_peak) line += cat("; host ", format_bytes(prediction.host_peak));
+  return line;
+}
+
 // "\r" returns to the line's start, "\x1b[K" erases to its end (VT100, every terminal since).
 constexpr const char* kEraseLine = "\r\x1b[K";
 constexpr int kBarWidth = 30;
@@ -156,7 +173,11 @@ bool ConsoleProgress::wants_bar(std::FILE* stream) {
     return std::strcmp(choice, "bar") == 0;
   }
   const char* term = getenv("TERM");
-  return isatty(fileno(stream)) == 1 && !(term != nullptr && std::strcmp(term, "dumb") == 0);
+  if (isatty(fileno(stream)) != 1 || (term != nullptr && std::strcmp(term, "dumb") == 0)) return false;
+  // Under mpirun a rank's stdout is a pseudo-terminal that Open MPI forwards wherever mpirun's own
+  // output goes, often a log file; that pty has no size (0 columns), a user's terminal has one.
+  winsize size{};
+  return ioctl(fileno(stream), TIOCGWINSZ, &size) == 0 && size.ws_col > 0;
 }
 
 void ConsoleProgress::erase_bar() {

@@ -87,6 +87,15 @@ std::string progress_bar_line(const StepMetrics& metrics, int bar_width);
 std::string format_bytes(int64_t bytes);
 std::string format_duration(double seconds);
 
+// Rank 0's banner line on memory, from the memory model's prediction (train/memory_model.h):
+// "memory: rank 0 predicted ... after set-up, ... at the step's peak (micro-batch B x T tokens)",
+// then what the device reports after set-up (`device_used_after_setup`, GPU backends) and the
+// host's ZeRO-Offload buffers. On the CPU backend every buffer is host memory and the device
+// figures are 0: the host figures are printed instead, said as such.
+struct MemoryPrediction;
+std::string memory_banner_line(const MemoryPrediction& prediction, std::optional<int64_t> device_used_after_setup,
+                               int64_t micro_batch, int64_t tokens);
+
 // Rank 0's console during training. In a batch log (not a terminal) it prints the plain line
 // when asked and nothing else; on a terminal it also keeps a progress bar on the last line,
 // erased before any other line is printed and at the end (also when unwinding from an error,
@@ -99,9 +108,10 @@ class ConsoleProgress {
   ConsoleProgress& operator=(const ConsoleProgress&) = delete;
 
   // Whether to draw the bar on `stream`: the environment variable ZT_PROGRESS says "bar" or
-  // "lines" (the job scripts set "lines" when their output goes to a log: under mpirun every
-  // rank's stdout is a pseudo-terminal even then); unset, when `stream` is a terminal that
-  // understands "\r" and "\x1b[K" (TERM is not "dumb"). Another value is an error.
+  // "lines" (the job scripts set "lines" when their output goes to a log); unset, when `stream`
+  // is a terminal with a size that understands "\r" and "\x1b[K" (TERM is not "dumb"). Under
+  // mpirun every rank's stdout is a pseudo-terminal without a size, also when mpirun's output
+  // goes to a file: plain lines there unless ZT_PROGRESS=bar. Another value is an error.
   static bool wants_bar(std::FILE* stream);
 
   // After every optimizer step; print_line: this step is a steps_per_print step.

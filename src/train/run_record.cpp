@@ -70,12 +70,10 @@ void print_banner(TrainingRun& run, const std::optional<DeviceMemory>& device) {
               run.device.choice.reason.c_str(), run.comm->name().c_str(), run.device.comm_reason.c_str());
   print_zero_banner(*run.parts.engine, config.zero, run.world_size, run.comm->nodes(),
                     config.gradient_accumulation_steps, precision_text(config.compute_dtype), store.grad_dtype());
-  const MemoryPrediction& predicted = run.memory_prediction;
-  std::printf("memory: rank 0 predicted %s after set-up, %s at the step's peak (micro-batch %lld x %lld tokens)%s%s\n",
-              format_bytes(predicted.device_setup).c_str(), format_bytes(predicted.device_peak).c_str(),
-              static_cast<long long>(config.micro_batch_size), static_cast<long long>(run.longest_sample),
-              device ? cat("; the device reports ", format_bytes(device->device_used), " in use after set-up").c_str() : "",
-              predicted.host_peak ? cat("; host ", format_bytes(predicted.host_peak)).c_str() : "");
+  std::printf("%s\n", memory_banner_line(run.memory_prediction,
+                                         device ? std::optional<int64_t>(device->device_used) : std::nullopt,
+                                         config.micro_batch_size, run.longest_sample)
+                          .c_str());
   std::fflush(stdout);
 }
 

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "backend/allocation_log.h"
+#include "ckpt/checkpoint_checks.h"
 #include "core/fault_injection.h"
 #include "model/safetensors.h"
 #include "optim/grad_clip.h"
@@ -50,6 +51,35 @@ StepRunner::StepRunner(const StepConfig& config, CausalLM& model, ZeroEngine& en
 StepOutcome StepRunner::run(int64_t step, int64_t updates_done, StepBatches& batches,
                             const std::vector<StepInstruction>& schedule, StepProfiler* profiler) {
   log_allocation_mark(backend_, "step");
+  StepOutcome outcome = run_schedule(step, updates_done, batches, schedule, profiler);
+  log_allocation_mark(backend_, "stepped");
+  stop_if_diverged(step, outcome);
+  return outcome;
+}
+
+void StepRunner::stop_if_diverged(int64_t step, const StepOutcome& outcome) {
+  // A skip with a finite norm (no target tokens) says nothing about divergence.
+  if (!outcome.skipped || std::isfinite(outcome.grad_norm)) {
+    if (!outcome.skipped) non_finite_steps_ = 0;
+    return;
+  }
+  // Non-finite weights never recover (every later gradient is NaN too): stop at once, before a
+  // save could make them `latest` (save_checkpoint refuses that as well).
+  if (!master_weights_finite(engine_, comm_))
+    fail("step ", step + 1, ": the weights are not finite (NaN or inf): the run diverged (", *outcome.skipped,
+         "). No checkpoint of these weights was saved; `latest` still names the last finite one. Lower the learning "
+         "rate, set gradient_clipping, or train in bf16 instead of fp16, then --resume auto");
+  // fp16 with a dynamic scale: the scale drops, and DynamicLossScaler stops the run at min_loss_scale.
+  if (scaler_ && scaler_->dynamic()) return;
+  if (++non_finite_steps_ < kMaxNonFiniteSteps) return;
+  fail("step ", step + 1, ": ", kMaxNonFiniteSteps, " consecutive steps were skipped because the gradient is not "
+       "finite (NaN or inf) although the weights are (", *outcome.skipped, "): the activations overflow (the run is "
+       "diverging", scaler_ ? ", or the static fp16.loss_scale is too large" : "", "). Lower the learning rate or set "
+       "gradient_clipping, then --resume auto from the last checkpoint");
+}
+
+StepOutcome StepRunner::run_schedule(int64_t step, int64_t updates_done, StepBatches& batches,
+                                     const std::vector<StepInstruction>& schedule, StepProfiler* profiler) {
   StepOutcome outcome;
   int64_t local_targets = 0;
   for (const MicroBatch& micro : batches.micro) local_targets += micro.target_tokens;
@@ -74,7 +104,6 @@ StepOutcome StepRunner::run(int64_t step, int64_t updates_done, StepBatches& bat
       case StepOp::BeginUpdatePass:
         if (!begin_update_pass(updates_done, outcome)) {  // skipped: no update pass
           finish_sums(outcome);
-          log_allocation_mark(backend_, "stepped");
           return outcome;
         }
         break;
@@ -82,7 +111,6 @@ StepOutcome StepRunner::run(int64_t step, int64_t updates_done, StepBatches& bat
     }
   }
   finish_sums(outcome);
-  log_allocation_mark(backend_, "stepped");
   return outcome;
 }
 

@@ -3,6 +3,12 @@
 // step's loss sums over the ranks, then the update: fp16 overflow check, global norm, clipping
 // and the optimizer on this rank's partitions (skipped steps advance neither the schedule nor
 // the optimizer's update count, as in DeepSpeed).
+// A run that diverged stops with an error instead of skipping steps forever: at a step skipped
+// for a non-finite gradient (or fp16 overflow) when the weights themselves are no longer finite,
+// and after kMaxNonFiniteSteps consecutive steps skipped for a non-finite gradient without a
+// dynamic fp16 loss scale (bf16, fp32, or fp16 with a static fp16.loss_scale); a dynamic scale
+// drops at each overflow instead, and DynamicLossScaler stops the run when an overflow finds it
+// at min_loss_scale.
 // Loss contract (DESIGN.md): sum of token losses over the global batch / its target tokens, so
 // every micro-batch's backward is scaled by 1 / (target tokens of the whole global batch, all
 // ranks): the count is all-reduced before backward.
@@ -65,6 +71,10 @@ class StepObserver {
   virtual void enter(StepPart part) = 0;
 };
 
+// Consecutive steps skipped because the gradient is not finite (bf16/fp32, weights still finite)
+// before the run stops: one bad batch is survivable, a run whose every step overflows is not.
+constexpr int64_t kMaxNonFiniteSteps = 3;
+
 class StepRunner {
  public:
   // `control` keeps the communication statistics (the optimizer row of a profile excludes its
@@ -74,6 +84,7 @@ class StepRunner {
 
   // Runs `schedule` over `batches` as optimizer step `step` (0-based), of which `updates_done`
   // updates were applied before. `profiler`: time this step's modules and optimizer (or null).
+  // Throws when the run has diverged (see the top of this file).
   StepOutcome run(int64_t step, int64_t updates_done, StepBatches& batches, const std::vector<StepInstruction>& schedule,
                   StepProfiler* profiler);
   void set_observer(StepObserver* observer) { observer_ = observer; }
@@ -82,6 +93,11 @@ class StepRunner {
   void enter(StepPart part) {
     if (observer_) observer_->enter(part);
   }
+  StepOutcome run_schedule(int64_t step, int64_t updates_done, StepBatches& batches,
+                           const std::vector<StepInstruction>& schedule, StepProfiler* profiler);
+  // After a step: stops the run when it has diverged (non-finite weights, or too many
+  // consecutive non-finite gradients).
+  void stop_if_diverged(int64_t step, const StepOutcome& outcome);
   void forward(int64_t step, int64_t micro, StepBatches& batches, bool last);
   void backward(int64_t step, int64_t micro, StepBatches& batches);
   void reduce(int64_t step, StepOutcome& outcome);
@@ -118,6 +134,7 @@ class StepRunner {
   double sums_[4] = {0.0, 0.0, 0.0, 0.0};  // loss sum, real tokens, padded tokens, FLOPs
   bool reduced_ = false;           // the step's sums are read (a second pass does not count again)
   bool norm_measured_ = false;     // a fused norm pass ran: grad_norm is known
+  int64_t non_finite_steps_ = 0;   // consecutive steps skipped for a non-finite gradient
   std::vector<float> step0_logits_;  // [B, T, V] of micro-batch 0 (only for --dump-step0)
   int64_t step0_batch_ = 0, step0_seq_ = 0;
 };

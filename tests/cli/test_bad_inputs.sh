@@ -283,5 +283,36 @@ expect_error export-not-a-checkpoint "manifest.json: missing (not a complete che
 expect_error export-bad-format "--format must be hf or peft, not 'onnx'" \
   -- export --checkpoint "$WORK" --model "$M" --out "$WORK/o-exp2" --format onnx
 
+# Red-team findings (issue 35 item 10): each refused at once, naming the flag and its limit.
+expect_error train-quantize-empty "--quantize: 4-bit quantization type '' (empty) is not supported (nf4 or fp4)" \
+  -- train --model "$M" --data "$D" --out "$WORK/o-q" --lora-r 4 --quantize "" --max-steps 1
+expect_error estimate-quantize-empty "--quantize: 4-bit quantization type '' (empty) is not supported" \
+  -- estimate --model "$M" --lora-r 4 --quantize ""
+expect_error estimate-seq-len-above-positions "--seq-len = 99999999999: above the model's limit" \
+  "max_position_embeddings = 128" "give --seq-len <= 128" \
+  -- estimate --model "$M" --seq-len 99999999999
+expect_error estimate-seq-len-just-above-positions "--seq-len = 129: above the model's limit" \
+  -- estimate --model "$M" --seq-len 129
+expect_error estimate-device-memory-negative "--device-memory '-5GiB' is not a size like" \
+  -- estimate --model "$M" --max-seq-len --device-memory -5GiB
+expect_error estimate-device-memory-zero "--device-memory '0' must be positive" \
+  -- estimate --model "$M" --max-seq-len --device-memory 24GiB,0
+if grep -q "max shard size" "$WORK/estimate-device-memory-negative.stderr"; then
+  echo "FAIL estimate-device-memory-wording: the message speaks of another option (max shard size)"
+  failures=$((failures + 1)); cases=$((cases + 1))
+else
+  echo "ok   estimate-device-memory-wording"; cases=$((cases + 1))
+fi
+expect_error autotune-max-micro-batch-zero "--max-micro-batch must be >= 1" \
+  -- autotune --model "$M" --data "$D" --out "$WORK/o-at" --max-micro-batch 0
+if grep -q "samples do not fill" "$WORK/autotune-max-micro-batch-zero.stderr"; then
+  echo "FAIL autotune-max-micro-batch-zero-wording: reported as a data problem"
+  failures=$((failures + 1)); cases=$((cases + 1))
+else
+  echo "ok   autotune-max-micro-batch-zero-wording"; cases=$((cases + 1))
+fi
+expect_error autotune-device-memory-negative "--device-memory '-5GiB' is not a size like" \
+  -- autotune --model "$M" --data "$D" --out "$WORK/o-at2" --device-memory -5GiB
+
 # ---------------------------------------------------------------------------------------------
 finish

@@ -30,10 +30,10 @@ status=$?
 lr="$(run_json "$WORK/auto" 'd["optimizer"]["lr"]' 2>>"$WORK/auto.log")"
 clip="$(run_json "$WORK/auto" 'd["gradient_clipping"]' 2>>"$WORK/auto.log")"
 [[ "$status" -eq 0 && "$lr" == "5e-05" && "$clip" == "1.0" ]] \
-  && [[ "$(grep -c 'optimizer.params.lr: auto -> 5e-05 (HF default learning_rate)' "$WORK/auto.log")" -eq 1 ]] \
-  && grep -q 'gradient_clipping: auto -> 1 (HF default max_grad_norm)' "$WORK/auto.log" \
-  && grep -q 'train_micro_batch_size_per_gpu: auto -> 4 (--micro-batch-size)' "$WORK/auto.log" \
-  && grep -q 'optimizer.params.weight_decay: auto -> 0 (HF default weight_decay)' "$WORK/auto.log" \
+  && [[ "$(grep -c 'optimizer.params.lr: auto -> 5e-05 (HF fills learning_rate, default 5e-5)' "$WORK/auto.log")" -eq 1 ]] \
+  && grep -q 'gradient_clipping: auto -> 1 (HF fills max_grad_norm, default 1.0)' "$WORK/auto.log" \
+  && grep -q 'train_micro_batch_size_per_gpu: auto -> 4 (--micro-batch-size; HF: per_device_train_batch_size)' "$WORK/auto.log" \
+  && grep -q 'optimizer.params.weight_decay: auto -> 0 (HF fills weight_decay, default 0)' "$WORK/auto.log" \
   && grep -q 'scheduler.params.warmup_max_lr: auto -> the optimizer' "$WORK/auto.log"
 check auto-values-resolved-and-said $? "$WORK/auto.log" "want lr 5e-05 and clipping 1.0 in run.json, one line per auto; got exit $status, lr '$lr', clipping '$clip'"
 
@@ -41,9 +41,49 @@ check auto-values-resolved-and-said $? "$WORK/auto.log" "want lr 5e-05 and clipp
   --lr 2e-4 >"$WORK/auto-lr.log" 2>&1
 status=$?
 lr="$(run_json "$WORK/auto-lr" 'd["optimizer"]["lr"]' 2>>"$WORK/auto-lr.log")"
-[[ "$status" -eq 0 && "$lr" == "0.0002" ]] && grep -q 'optimizer.params.lr: auto -> 0.0002 (--lr)' "$WORK/auto-lr.log" \
-  && grep -q 'train_micro_batch_size_per_gpu: auto -> 8 (HF default per_device_train_batch_size)' "$WORK/auto-lr.log"
+[[ "$status" -eq 0 && "$lr" == "0.0002" ]] && grep -q 'optimizer.params.lr: auto -> 0.0002 (--lr; HF: learning_rate)' "$WORK/auto-lr.log" \
+  && grep -q 'train_micro_batch_size_per_gpu: auto -> 8 (HF fills per_device_train_batch_size, default 8)' "$WORK/auto-lr.log"
 check auto-lr-from-flag $? "$WORK/auto-lr.log" "want lr 2e-4 from --lr, said so (exit $status, lr '$lr')"
+
+# --- Precision: --bf16 / --fp16 resolve "enabled": "auto" as HF's TrainingArguments do (issue 35) ----
+# The precision is the first line a run prints; each "auto" says what HF fills; a flag that
+# contradicts an explicit "enabled" is refused; warmup_num_steps "auto" is HF's warmup_steps.
+write_ds "$WORK/ds-prec.json" 'd["bf16"] = {"enabled": "auto"}; d["fp16"] = {"enabled": "auto"}; d["scheduler"]["params"]["warmup_num_steps"] = "auto"'
+"$ZEROTUNE" train --model "$M" --data "$D" --out "$WORK/prec-none" --deepspeed "$WORK/ds-prec.json" --max-steps 1 >"$WORK/prec-none.log" 2>&1
+status=$?
+dtype="$(run_json "$WORK/prec-none" 'd["compute_dtype"]' 2>>"$WORK/prec-none.log")"
+[[ "$status" -eq 0 && "$dtype" == "fp32" ]] \
+  && head -1 "$WORK/prec-none.log" | grep -q "^note: precision: fp32 (no --bf16/--fp16 and no \"enabled\": true in the JSON" \
+  && grep -q 'bf16.enabled: auto -> false (no --bf16; HF fills TrainingArguments.bf16, default False)' "$WORK/prec-none.log" \
+  && grep -q 'fp16.enabled: auto -> false (no --fp16' "$WORK/prec-none.log" \
+  && grep -q 'scheduler.params.warmup_num_steps: auto -> 0 (HF fills warmup_steps, default 0), which DeepSpeed' "$WORK/prec-none.log"
+check precision-auto-without-flag-is-fp32 $? "$WORK/prec-none.log" "want fp32 said first (exit $status, compute_dtype '$dtype')"
+
+"$ZEROTUNE" train --model "$M" --data "$D" --out "$WORK/prec-bf16" --deepspeed "$WORK/ds-prec.json" --max-steps 1 --bf16 \
+  --warmup-steps 3 >"$WORK/prec-bf16.log" 2>&1
+status=$?
+dtype="$(run_json "$WORK/prec-bf16" 'd["compute_dtype"]' 2>>"$WORK/prec-bf16.log")"
+warmup="$(run_json "$WORK/prec-bf16" 'd["scheduler"]["warmup_num_steps"]' 2>>"$WORK/prec-bf16.log")"
+[[ "$status" -eq 0 && "$dtype" == "bf16" && "$warmup" == "3" ]] \
+  && head -1 "$WORK/prec-bf16.log" | grep -q "^note: precision: bf16 (fp32 master weights) (--bf16)" \
+  && grep -q 'bf16.enabled: auto -> true (--bf16; HF fills TrainingArguments.bf16)' "$WORK/prec-bf16.log" \
+  && grep -q 'warmup_num_steps: auto -> 3 (--warmup-steps' "$WORK/prec-bf16.log"
+check precision-bf16-flag $? "$WORK/prec-bf16.log" "want bf16 and warm-up 3 (exit $status, compute_dtype '$dtype', warmup '$warmup')"
+
+"$ZEROTUNE" train --model "$M" --data "$D" --out "$WORK/prec-fp16" --max-steps 1 --fp16 >"$WORK/prec-fp16.log" 2>&1
+status=$?
+dtype="$(run_json "$WORK/prec-fp16" 'd["compute_dtype"]' 2>>"$WORK/prec-fp16.log")"
+[[ "$status" -eq 0 && "$dtype" == "fp16" ]] && head -1 "$WORK/prec-fp16.log" | grep -q "^note: precision: fp16 .*(--fp16)"
+check precision-fp16-flag-without-json $? "$WORK/prec-fp16.log" "want fp16 (exit $status, compute_dtype '$dtype')"
+
+write_ds "$WORK/ds-bf16-off.json" 'd["bf16"] = {"enabled": False}'
+expect_error precision-bf16-contradicts-json "--bf16 contradicts $WORK/ds-bf16-off.json: bf16.enabled is false" \
+  -- train --model "$M" --data "$D" --out "$WORK/o-p1" --deepspeed "$WORK/ds-bf16-off.json" --max-steps 1 --bf16
+write_ds "$WORK/ds-bf16-on.json" 'd["bf16"] = {"enabled": True}'
+expect_error precision-fp16-contradicts-json "--fp16 contradicts $WORK/ds-bf16-on.json: bf16.enabled is true" \
+  -- train --model "$M" --data "$D" --out "$WORK/o-p2" --deepspeed "$WORK/ds-bf16-on.json" --max-steps 1 --fp16
+expect_error precision-both-flags "--bf16 and --fp16 exclude each other" \
+  -- train --model "$M" --data "$D" --out "$WORK/o-p3" --max-steps 1 --bf16 --fp16
 
 # --- A flag that overrides a JSON value says so ------------------------------------------------
 "$ZEROTUNE" train --model "$M" --data "$D" --out "$WORK/override" --deepspeed "$WORK/ds.json" --max-steps 1 \

@@ -3,12 +3,16 @@
 // (plain lines only) and on a terminal (bar redrawn and erased), the ETA's mean step time.
 #include <boost/test/unit_test.hpp>
 
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <string>
 
 #include "test_util.h"
+#include "train/memory_model.h"
 #include "train/metrics.h"
 
 namespace {
@@ -208,6 +212,55 @@ BOOST_AUTO_TEST_CASE(bar_on_terminals_only_unless_zt_progress_says) {
   if (saved) setenv("ZT_PROGRESS", saved_value.c_str(), 1);
   else unsetenv("ZT_PROGRESS");
   std::fclose(stream);
+}
+
+// Under mpirun a rank's stdout is a pseudo-terminal without a size, whatever mpirun's own output
+// is (a log file, often): no bar there, so logs get no "\r\x1b[K". A terminal with a size gets it.
+BOOST_AUTO_TEST_CASE(no_bar_on_a_pseudo_terminal_without_a_size) {
+  const int master = posix_openpt(O_RDWR | O_NOCTTY);
+  BOOST_REQUIRE(master >= 0);
+  BOOST_REQUIRE(grantpt(master) == 0 && unlockpt(master) == 0);
+  std::FILE* stream = std::fopen(ptsname(master), "w");
+  BOOST_REQUIRE(stream != nullptr);
+  const char* saved_progress = getenv("ZT_PROGRESS");
+  const char* saved_term = getenv("TERM");
+  const std::string progress_value = saved_progress ? saved_progress : "", term_value = saved_term ? saved_term : "";
+  unsetenv("ZT_PROGRESS");
+  setenv("TERM", "xterm", 1);
+  BOOST_TEST(!zt::ConsoleProgress::wants_bar(stream));  // what mpirun's ranks see
+  winsize size{};
+  size.ws_row = 24;
+  size.ws_col = 80;
+  BOOST_REQUIRE(ioctl(master, TIOCSWINSZ, &size) == 0);
+  BOOST_TEST(zt::ConsoleProgress::wants_bar(stream));  // a user's terminal
+  setenv("ZT_PROGRESS", "lines", 1);
+  BOOST_TEST(!zt::ConsoleProgress::wants_bar(stream));
+  if (saved_progress) setenv("ZT_PROGRESS", progress_value.c_str(), 1);
+  else unsetenv("ZT_PROGRESS");
+  if (saved_term) setenv("TERM", term_value.c_str(), 1);
+  else unsetenv("TERM");
+  std::fclose(stream);
+  close(master);
+}
+
+// The CPU backend predicts no device bytes: the banner gives the host figures, never "0 MiB".
+BOOST_AUTO_TEST_CASE(memory_banner_line_on_cpu_and_gpu) {
+  zt::MemoryPrediction cpu;
+  cpu.host_setup = 3 << 20;
+  cpu.host_peak = 7 << 20;
+  const std::string cpu_line = zt::memory_banner_line(cpu, std::nullopt, 4, 24);
+  BOOST_TEST(cpu_line.find("predicted 3 MiB of host memory after set-up, 7 MiB at the step's peak") != std::string::npos,
+             cpu_line);
+  BOOST_TEST(cpu_line.find("micro-batch 4 x 24 tokens") != std::string::npos, cpu_line);
+  BOOST_TEST(cpu_line.find("predicted 0 MiB") == std::string::npos, cpu_line);
+  zt::MemoryPrediction gpu;
+  gpu.device_setup = 100 << 20;
+  gpu.device_peak = 300 << 20;
+  gpu.host_peak = 50 << 20;  // ZeRO-Offload's buffers
+  const std::string gpu_line = zt::memory_banner_line(gpu, int64_t{120 << 20}, 1, 512);
+  BOOST_TEST(gpu_line == "memory: rank 0 predicted 100 MiB after set-up, 300 MiB at the step's peak (micro-batch 1 x "
+                         "512 tokens); the device reports 120 MiB in use after set-up; host 50 MiB",
+             gpu_line);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
