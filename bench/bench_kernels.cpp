@@ -192,8 +192,8 @@ int main(int argc, char** argv) {
         {"adamw (fp32 state)", "", 0.0, 7.0 * 4.0 * paramsd,
          [&] {
            AdamWParams p;
-           b.adamw(param.view(DType::F32, {params}), grad.view(DType::F32, {params}), m.view(DType::F32, {params}),
-                   v2.view(DType::F32, {params}), p);
+           b.optimizer_kernels().adamw(param.view(DType::F32, {params}), grad.view(DType::F32, {params}),
+                                       m.view(DType::F32, {params}), v2.view(DType::F32, {params}), p);
          }},
     };
     for (const std::string& version : versions) {

@@ -95,8 +95,9 @@ int main(int argc, char** argv) {
         params.lr = 1e-4;
         params.weight_decay = 0.01;
         params.step = step + 1;
-        backend->adamw(store.group_params(group), store.group_grads(group), moments[static_cast<size_t>(moment)].view(DType::F32, {numel}),
-                       moments[static_cast<size_t>(moment + 1)].view(DType::F32, {numel}), params);
+        backend->optimizer_kernels().adamw(store.group_params(group), store.group_grads(group),
+                                           moments[static_cast<size_t>(moment)].view(DType::F32, {numel}),
+                                           moments[static_cast<size_t>(moment + 1)].view(DType::F32, {numel}), params);
       }
       moment += 2;
     }

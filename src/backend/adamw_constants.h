@@ -1,9 +1,9 @@
 // AdamW's per-step constants, shared by the CPU kernel (backend/cpu/cpu_adam.cpp) and the CUDA
-// kernel (backend/cuda/cuda_optim.cu), so that both round the same fp32 constants and agree
-// with each other bit for bit.
+// kernel (backend/cuda/cuda_optimizer_kernels.cu), so that both round the same fp32 constants
+// and agree with each other bit for bit. The only place they are computed.
 #pragma once
 
-#include "backend/backend.h"  // AdamWParams
+#include "backend/optimizer_kernels.h"  // AdamWParams
 
 namespace zt {
 

@@ -2,6 +2,9 @@
 // fused ops (a norm, an attention, a cross-entropy over the vocabulary, an optimizer update),
 // never scalar loops. The CPU backend (cpu/) is the reference; the CUDA backend implements
 // the same contract. All tensors are row-major, contiguous views; shapes are in the comments.
+// The kernels of particular optimizers are not Backend's virtuals: they sit behind
+// optimizer_kernels() (backend/optimizer_kernels.h), so that a new optimizer does not widen
+// Backend and its three implementations (CPU, CUDA, counting).
 //
 // Conventions:
 // - N = rows (tokens of a micro-batch, B*T), C = channels, V = vocabulary, F = MLP width,
@@ -32,8 +35,8 @@
 //   - cross_entropy: logits any float (dlogits are written in the logits' dtype); targets int32;
 //     mask uint8.
 //   - dequantize_4bit: out any float; the payload's pieces as Quant4View says.
-//   - adamw, sgd, lamb_direction, adalomo_*: all buffers fp32 (master weights and optimizer state
-//     are always fp32).
+//   - the optimizer kernels (optimizer_kernels(), backend/optimizer_kernels.h): all buffers fp32
+//     (master weights and optimizer state are always fp32).
 //   Anything else is a zt::Error naming the op and the argument.
 #pragma once
 #include <cstddef>
@@ -44,41 +47,11 @@
 #include <span>
 #include <string>
 
+#include "backend/optimizer_kernels.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 
 namespace zt {
-
-// Hyperparameters in double, as torch computes 1 - beta2, lr / (1 - beta1^t), ... from Python
-// floats: from float(0.999) instead, 1 - beta2 would be wrong by 1e-5 relative.
-struct AdamWParams {
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-  int64_t step = 1;          // 1-based step count used for bias correction
-  bool bias_correction = true;
-};
-
-// torch.optim.SGD's hyper-parameters for one update (backend.h "sgd").
-struct SgdParams {
-  double lr = 1e-3;
-  double momentum = 0.0;      // 0: no momentum buffer (pass an empty tensor)
-  double dampening = 0.0;
-  double weight_decay = 0.0;  // L2, added to the gradient before the momentum (torch's coupled decay)
-  bool nesterov = false;
-  bool first_step = true;     // the momentum buffer starts as a copy of the gradient (no dampening)
-};
-
-// DeepSpeed FusedLamb's per-element hyper-parameters (backend.h "lamb_direction").
-struct LambParams {
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-  bool eps_inside_sqrt = false;  // denominator sqrt(v + eps) instead of sqrt(v) + eps
-};
 
 // A 4-bit blockwise-quantized tensor of n values (core/quant4bit.h: bitsandbytes' layout):
 // views into its payload on the backend.
@@ -315,49 +288,15 @@ class Backend {
   // layout or the rank. The backward of dropout is the same call on the gradient.
   virtual void dropout(Tensor out, Tensor in, float p, RngKey key, Tensor row_ids) = 0;
 
-  // ---- optimizer ----------------------------------------------------------------------
-  // AdamW on flat fp32 buffers param, grad, exp_avg, exp_avg_sq [n] (PyTorch/DeepSpeed
-  // semantics: decoupled weight decay param *= 1 - lr*wd, then the bias-corrected Adam step).
-  virtual void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
-                     const AdamWParams& params) = 0;
-  // SGD on param, grad [n] with momentum_buffer [n] (empty when params.momentum is 0), as
-  // torch.optim.SGD: d = g + wd p; buf = first_step ? d : momentum buf + (1 - dampening) d;
-  // d = nesterov ? d + momentum buf : buf; p -= lr d.
-  virtual void sgd(Tensor param, Tensor grad, Tensor momentum_buffer, const SgdParams& params) = 0;
-  // LAMB's per-element pass (DeepSpeed FusedLamb, before its per-tensor trust ratio): the raw
-  // moments m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2 and the update direction
-  // update[n] = m / (sqrt(v) + eps) + wd p (no bias correction inside: FusedLamb applies it to the
-  // step size). `update` may alias `grad`.
-  virtual void lamb_direction(Tensor update, Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
-                              const LambParams& params) = 0;
+  // ---- optimizer kernels ----------------------------------------------------------------
+  // The fused per-element kernels of particular optimizers (adamw, sgd, lamb_direction, the sign
+  // compression of 1-bit and 0/1 Adam, adalomo_*) live behind one accessor, not as virtuals of
+  // Backend: a new optimizer's kernel widens OptimizerKernels (backend/optimizer_kernels.h) and
+  // its implementations, and Backend stays as it is. The kernels run on this backend, in order
+  // with its other ops; the object lives as long as the backend.
+  virtual OptimizerKernels& optimizer_kernels() = 0;
 
-  // ---- 1-bit compression (1-bit Adam's error-feedback exchange) ------------------------
-  // x, error fp32 [n]; bits uint8 [ceil(n / 8)]. Bit 7 - i % 8 of byte i / 8 is 1 where
-  // x[i] >= 0 (DeepSpeed's packbits order: an 8-element group's first element in the top bit;
-  // the last byte's unused bits 0), and error = x - scale * sign(x) with sign(0) = +1: the part
-  // of x that the signs times `scale` do not carry, fed back into the next compression.
-  virtual void pack_signs(Tensor bits, Tensor error, Tensor x, float scale) = 0;
-  // out [n] += scale * sign (bit 1: +1, bit 0: -1), fp32; bits as pack_signs writes them.
-  virtual void add_signs(Tensor out, Tensor bits, float scale) = 0;
-  // 0/1 Adam's synchronisation: x[n] *= sqrt(exp_avg_sq[n]) + eps, or /= it when `divide` (Adam's
-  // denominator, eps outside the root), fp32.
-  virtual void adam_denominator_scale(Tensor x, Tensor exp_avg_sq, float eps, bool divide) = 0;
-  // AdaLomo's factored second moment (OpenLMLab lomo_optim.AdaLomo, Adafactor's factorisation)
-  // over the slice of one parameter tensor that a rank holds. The tensor is [R, C] row-major (a
-  // vector of d elements is [d, 1], and has no column state: col_sums and col are empty); grad[n]
-  // holds its elements [offset, offset + n), rows possibly cut at both ends.
-  // adalomo_square_sums WRITES row_sums[R] and col_sums[C]: the sums of g^2 + eps over the slice's
-  // elements of each row and column (0 where the slice has none), so that the ranks' sums add up
-  // to the whole tensor's.
-  virtual void adalomo_square_sums(Tensor row_sums, Tensor col_sums, Tensor grad, int64_t offset, float eps) = 0;
-  // With the whole tensor's sums: row = beta2t row + (1 - beta2t) row_sums / C,
-  // col = beta2t col + (1 - beta2t) col_sums / R (the means of g^2 + eps); returns mean(row)
-  // after the update, accumulated in double.
-  virtual double adalomo_moments(Tensor row, Tensor col, Tensor row_sums, Tensor col_sums, float beta2t) = 0;
-  // update[n] = (rsqrt(row[r] / row_mean) rsqrt(col[c])) g for the slice's element (r, c) of a
-  // matrix; rsqrt(row[offset + i]) g[i] for a vector. `update` may alias `grad`.
-  virtual void adalomo_direction(Tensor update, Tensor grad, Tensor row, Tensor col, int64_t offset,
-                                 float row_mean) = 0;
+  // ---- quantized weights ----------------------------------------------------------------
   // QLoRA's frozen base: out[n] (any float) = code[q_i] * absmax[i / blocksize], computed in fp32
   // and rounded to out's dtype; with double quantization absmax[b] = nested_code[absmax_q[b]] *
   // nested_absmax[b / 256] + offset (two fp32 roundings). Bit for bit on every backend.

@@ -9,6 +9,7 @@
 
 #include "backend/allocation_log.h"
 #include "backend/chunk_residency.h"
+#include "backend/counting_optimizer_kernels.h"
 #include "backend/physical_pool.h"
 #include "core/error.h"
 
@@ -220,19 +221,8 @@ class Counting final : public CountingBackend {
   double cross_entropy(Tensor, Tensor, Tensor, float) override { return 0.0; }
   void cross_entropy_accumulate(Tensor, Tensor, Tensor, float, Tensor) override {}
   void dropout(Tensor, Tensor, float, RngKey, Tensor) override {}
-  void adamw(Tensor, Tensor, Tensor, Tensor, const AdamWParams&) override {}
-  void sgd(Tensor, Tensor, Tensor, const SgdParams&) override {}
-  void lamb_direction(Tensor, Tensor, Tensor, Tensor, Tensor, const LambParams&) override {}
-  void pack_signs(Tensor, Tensor, Tensor, float) override {}
-  void add_signs(Tensor, Tensor, float) override {}
-  void adam_denominator_scale(Tensor, Tensor, float, bool) override {}
-  void adalomo_square_sums(Tensor, Tensor, Tensor, int64_t, float) override {}
-  double adalomo_moments(Tensor, Tensor, Tensor, Tensor, float) override {
-    pool_.synchronized();
-    return 0.0;
-  }
-  void adalomo_direction(Tensor, Tensor, Tensor, Tensor, int64_t, float) override {}
   void dequantize_4bit(Tensor, const Quant4View&) override {}
+  OptimizerKernels& optimizer_kernels() override { return optimizer_kernels_; }
 
  private:
   void* take(size_t bytes, int64_t size, std::unique_ptr<ChunkResidency> residency) {
@@ -298,6 +288,7 @@ class Counting final : public CountingBackend {
   CountingOptions options_;
   std::shared_ptr<Ledger> ledger_;
   PhysicalPool pool_;  // of this device's discardable buffers
+  CountingOptimizerKernels optimizer_kernels_{pool_};  // declared after pool_, which it uses
   std::map<const ChunkResidency*, const Allocation*> owners_;
   uintptr_t base_ = 0;  // of the allocation discardable() found last
 };

@@ -307,7 +307,7 @@ std::vector<OpCheck> op_table() {
          params.lr = 1e-2;
          params.weight_decay = 0.1;
          params.step = 3;
-         run.backend().adamw(param, grad, m, v, params);
+         run.backend().optimizer_kernels().adamw(param, grad, m, v, params);
          return Outputs{run.read(param), run.read(m), run.read(v)};
        }},
       {"sgd", {DType::F32}, 1e-6,
@@ -321,7 +321,7 @@ std::vector<OpCheck> op_table() {
          for (const SgdParams& params : cases) {
            Tensor param = run.random(DType::F32, {N * C}), grad = run.random(DType::F32, {N * C});
            Tensor buffer = run.random(DType::F32, {N * C}, 0.1f);
-           run.backend().sgd(param, grad, params.momentum != 0.0 ? buffer : Tensor(), params);
+           run.backend().optimizer_kernels().sgd(param, grad, params.momentum != 0.0 ? buffer : Tensor(), params);
            outputs.push_back(run.read(param));
            outputs.push_back(run.read(buffer));
          }
@@ -336,7 +336,8 @@ std::vector<OpCheck> op_table() {
            LambParams params;
            params.weight_decay = 0.01;
            params.eps_inside_sqrt = inside;
-           run.backend().lamb_direction(grad, param, grad, m, v, params);  // the update overwrites grad, as LAMB runs it
+           // The update overwrites grad, as LAMB runs it.
+           run.backend().optimizer_kernels().lamb_direction(grad, param, grad, m, v, params);
            outputs.push_back(run.read(grad));
            outputs.push_back(run.read(m));
            outputs.push_back(run.read(v));
@@ -350,7 +351,7 @@ std::vector<OpCheck> op_table() {
          Tensor x = run.random(DType::F32, {n}), error = run.random(DType::F32, {n});
          run.backend().fill(x.rows(5, 2), 0.0f);
          Tensor bits = run.bytes((n + 7) / 8);
-         run.backend().pack_signs(bits, error, x, 0.375f);
+         run.backend().optimizer_kernels().pack_signs(bits, error, x, 0.375f);
          return Outputs{run.read_bytes(bits), run.read(error)};
        }},
       {"add_signs", {DType::F32}, 0.0,
@@ -358,8 +359,9 @@ std::vector<OpCheck> op_table() {
          const int64_t n = N * C - 3;
          Tensor x = run.random(DType::F32, {n}), error = run.random(DType::F32, {n}), out = run.random(DType::F32, {n});
          Tensor bits = run.bytes((n + 7) / 8);
-         run.backend().pack_signs(bits, error, x, 1.0f);
-         run.backend().add_signs(out, bits, -0.625f);
+         OptimizerKernels& kernels = run.backend().optimizer_kernels();
+         kernels.pack_signs(bits, error, x, 1.0f);
+         kernels.add_signs(out, bits, -0.625f);
          return Outputs{run.read(out)};
        }},
       // 0/1 Adam's synchronisation: times and divided by sqrt(v) + eps (v >= 0, some exactly 0).
@@ -368,8 +370,9 @@ std::vector<OpCheck> op_table() {
          const int64_t n = N * C;
          Tensor x = run.random(DType::F32, {n}), y = run.random(DType::F32, {n}), v = run.positive(DType::F32, {n});
          run.backend().fill(v.rows(0, 3), 0.0f);
-         run.backend().adam_denominator_scale(x, v, 1e-3f, false);
-         run.backend().adam_denominator_scale(y, v, 1e-3f, true);
+         OptimizerKernels& kernels = run.backend().optimizer_kernels();
+         kernels.adam_denominator_scale(x, v, 1e-3f, false);
+         kernels.adam_denominator_scale(y, v, 1e-3f, true);
          return Outputs{run.read(x), run.read(y)};
        }},
       // 4-bit dequantization of an odd-length tensor with a short last block (NF4 with double
@@ -412,17 +415,19 @@ std::vector<OpCheck> op_table() {
          Tensor grad = run.random(DType::F32, {4 * C - 7});
          Tensor row_sums = run.output(DType::F32, {N}), col_sums = run.output(DType::F32, {C});
          Tensor vector_sums = run.output(DType::F32, {N * C});
-         run.backend().adalomo_square_sums(row_sums, col_sums, grad, C + 3, 1e-3f);
-         run.backend().adalomo_square_sums(vector_sums, Tensor(), grad, C + 3, 1e-3f);
+         OptimizerKernels& kernels = run.backend().optimizer_kernels();
+         kernels.adalomo_square_sums(row_sums, col_sums, grad, C + 3, 1e-3f);
+         kernels.adalomo_square_sums(vector_sums, Tensor(), grad, C + 3, 1e-3f);
          return Outputs{run.read(row_sums), run.read(col_sums), run.read(vector_sums)};
        }},
       {"adalomo_moments", {DType::F32}, 1e-6,
        [](OpRun& run, DType) {
          Tensor row = run.positive(DType::F32, {N}), col = run.positive(DType::F32, {C});
          Tensor row_sums = run.positive(DType::F32, {N}), col_sums = run.positive(DType::F32, {C});
-         const double mean = run.backend().adalomo_moments(row, col, row_sums, col_sums, 0.4f);
+         OptimizerKernels& kernels = run.backend().optimizer_kernels();
+         const double mean = kernels.adalomo_moments(row, col, row_sums, col_sums, 0.4f);
          Tensor vector = run.positive(DType::F32, {C});
-         const double vector_mean = run.backend().adalomo_moments(vector, Tensor(), col_sums, Tensor(), 0.25f);
+         const double vector_mean = kernels.adalomo_moments(vector, Tensor(), col_sums, Tensor(), 0.25f);
          return Outputs{run.read(row), run.read(col), {static_cast<float>(mean)}, run.read(vector),
                         {static_cast<float>(vector_mean)}};
        }},
@@ -431,8 +436,9 @@ std::vector<OpCheck> op_table() {
          Tensor grad = run.random(DType::F32, {4 * C - 7}), vector_grad = run.random(DType::F32, {4 * C - 7});
          Tensor row = run.positive(DType::F32, {N}), col = run.positive(DType::F32, {C});
          Tensor vector = run.positive(DType::F32, {N * C});
-         run.backend().adalomo_direction(grad, grad, row, col, C + 3, 0.8f);  // over the gradient, as AdaLomo runs it
-         run.backend().adalomo_direction(vector_grad, vector_grad, vector, Tensor(), C + 3, 1.0f);
+         OptimizerKernels& kernels = run.backend().optimizer_kernels();
+         kernels.adalomo_direction(grad, grad, row, col, C + 3, 0.8f);  // over the gradient, as AdaLomo runs it
+         kernels.adalomo_direction(vector_grad, vector_grad, vector, Tensor(), C + 3, 1.0f);
          return Outputs{run.read(grad), run.read(vector_grad)};
        }},
   };

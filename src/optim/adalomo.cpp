@@ -76,9 +76,10 @@ class AdaLomo final : public Optimizer {
     const auto param_of = [&](const TensorSlice& slice) { return piece.param.rows(slice.begin, slice.numel); };
     const auto col_state = [&](const TensorSlice& slice) { return slice.state.size() > 1 ? slice.state[1] : Tensor(); };
 
+    OptimizerKernels& kernels = backend.optimizer_kernels();
     // 1. This rank's row and column sums of g^2 + eps[0], added over the ranks.
     for (size_t k = 0; k < count; ++k)
-      backend.adalomo_square_sums(row_sums(k), col_sums(k), grad_of(piece.tensors[k]), piece.tensors[k].offset,
+      kernels.adalomo_square_sums(row_sums(k), col_sums(k), grad_of(piece.tensors[k]), piece.tensors[k].offset,
                                   static_cast<float>(config_.eps_square));
     piece.sum_tensor_over_ranks(sums);
 
@@ -88,10 +89,10 @@ class AdaLomo final : public Optimizer {
     std::vector<double> squares(2 * count, 0.0);  // [2 K]: (sum u^2, sum W^2) of each tensor's slice
     for (size_t k = 0; k < count; ++k) {
       const TensorSlice& slice = piece.tensors[k];
-      const double row_mean = backend.adalomo_moments(slice.state[0], col_state(slice), row_sums(k), col_sums(k), beta2t);
+      const double row_mean = kernels.adalomo_moments(slice.state[0], col_state(slice), row_sums(k), col_sums(k), beta2t);
       if (!slice.numel) continue;
       Tensor update = grad_of(slice);  // u overwrites the gradient, which is not needed after this
-      backend.adalomo_direction(update, grad_of(slice), slice.state[0], col_state(slice), slice.offset,
+      kernels.adalomo_direction(update, grad_of(slice), slice.state[0], col_state(slice), slice.offset,
                                 static_cast<float>(row_mean));
       squares[2 * k] = backend.sum_squares(update);
       squares[2 * k + 1] = backend.sum_squares(param_of(slice));

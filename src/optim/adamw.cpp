@@ -28,7 +28,7 @@ class AdamW final : public Optimizer {
     params.eps = config_.eps;
     params.weight_decay = piece.decay ? config_.weight_decay : 0.0;
     params.step = step.update_number;
-    backend.adamw(piece.param, piece.grad, piece.state[0], piece.state[1], params);
+    backend.optimizer_kernels().adamw(piece.param, piece.grad, piece.state[0], piece.state[1], params);
   }
 
  private:

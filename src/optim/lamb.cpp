@@ -36,7 +36,7 @@ class Lamb final : public Optimizer {
     params.weight_decay = piece.decay ? config_.weight_decay : 0.0;
     params.eps_inside_sqrt = config_.eps_inside_sqrt;
     Tensor update = piece.grad;  // u overwrites the gradient, which is not needed after this pass
-    backend.lamb_direction(update, piece.param, piece.grad, piece.state[0], piece.state[1], params);
+    backend.optimizer_kernels().lamb_direction(update, piece.param, piece.grad, piece.state[0], piece.state[1], params);
     // Squared norms of every tensor's slice: [2 K] = (||p||^2, ||u||^2) per tensor, then summed over the ranks.
     std::vector<double> squares(2 * piece.tensors.size(), 0.0);
     for (size_t k = 0; k < piece.tensors.size(); ++k) {

@@ -31,7 +31,7 @@ class Lomo final : public Optimizer {
     SgdParams params;
     params.lr = step.lr;
     params.weight_decay = piece.decay ? config_.weight_decay : 0.0;
-    backend.sgd(piece.param, piece.grad, Tensor(), params);
+    backend.optimizer_kernels().sgd(piece.param, piece.grad, Tensor(), params);
   }
 
  private:

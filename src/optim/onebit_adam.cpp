@@ -33,7 +33,8 @@ class OneBitAdam final : public Optimizer {
     params.eps = config_.eps;
     params.weight_decay = piece.decay ? config_.weight_decay : 0.0;
     Tensor direction = piece.grad;  // m / (sqrt(v) + eps) + wd p overwrites the gradient
-    backend.lamb_direction(direction, piece.param, piece.grad, piece.state[0], piece.state[1], params);
+    backend.optimizer_kernels().lamb_direction(direction, piece.param, piece.grad, piece.state[0], piece.state[1],
+                                               params);
     backend.accumulate(piece.param, direction, static_cast<float>(-step.lr));
   }
 

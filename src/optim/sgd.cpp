@@ -32,7 +32,8 @@ class Sgd final : public Optimizer {
     params.weight_decay = piece.decay ? config_.weight_decay : 0.0;
     params.nesterov = config_.nesterov;
     params.first_step = step.update_number == 1;  // torch: the buffer does not exist before the first update
-    backend.sgd(piece.param, piece.grad, piece.state.empty() ? Tensor() : piece.state[0], params);
+    const Tensor momentum_buffer = piece.state.empty() ? Tensor() : piece.state[0];
+    backend.optimizer_kernels().sgd(piece.param, piece.grad, momentum_buffer, params);
   }
 
  private:

@@ -64,7 +64,8 @@ class ZeroOneAdam final : public Optimizer {
     params.eps = config_.eps;
     params.weight_decay = piece.decay ? config_.weight_decay : 0.0;
     Tensor direction = piece.grad;  // m / (sqrt(v) + eps) + wd p overwrites the gradient
-    backend.lamb_direction(direction, piece.param, piece.grad, piece.state[0], piece.state[1], params);
+    backend.optimizer_kernels().lamb_direction(direction, piece.param, piece.grad, piece.state[0], piece.state[1],
+                                               params);
     backend.accumulate(piece.param, direction, static_cast<float>(-step.lr));
     if (piece.state.size() > 2) backend.accumulate(piece.state[2], direction, static_cast<float>(-step.lr));
   }
@@ -74,7 +75,7 @@ class ZeroOneAdam final : public Optimizer {
     Tensor accumulator = piece.state[2];
     backend.accumulate(piece.param, accumulator, -1.0f);
     backend.copy(out, accumulator);
-    backend.adam_denominator_scale(out, piece.state[1], static_cast<float>(config_.eps), false);
+    backend.optimizer_kernels().adam_denominator_scale(out, piece.state[1], static_cast<float>(config_.eps), false);
   }
 
   // m = -A / lrs;  p += A / (sqrt(v) + eps);  acc = 0.  `average` is used up.
@@ -83,7 +84,8 @@ class ZeroOneAdam final : public Optimizer {
              step.local_lr_sum, " (a zero learning rate leaves the momentum undefined)");
     backend.copy(piece.state[0], average);
     backend.scale(piece.state[0], static_cast<float>(-1.0 / step.local_lr_sum));
-    backend.adam_denominator_scale(average, piece.state[1], static_cast<float>(config_.eps), true);
+    backend.optimizer_kernels().adam_denominator_scale(average, piece.state[1], static_cast<float>(config_.eps),
+                                                     true);
     backend.accumulate(piece.param, average, 1.0f);
     backend.fill(piece.state[2], 0.0f);
   }

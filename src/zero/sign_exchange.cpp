@@ -47,6 +47,7 @@ float SignExchange::scale_of(Tensor x) {
 
 void SignExchange::exchange() {
   const int64_t packed = chunk_bytes();
+  OptimizerKernels& kernels = backend_.optimizer_kernels();
   Tensor x = vector();
   Tensor scales = floats(scales_, 2 * world_);  // [worker scales W | server scales W]
   // Worker: error feedback, one scale for the whole vector, signs chunk by chunk (each chunk's
@@ -54,8 +55,8 @@ void SignExchange::exchange() {
   backend_.accumulate(x, worker_error(), 1.0f);
   const float worker_scale = scale_of(x);
   for (int c = 0; c < world_; ++c)
-    backend_.pack_signs(bytes(worker_bits_, world_ * packed).rows(c * packed, packed),
-                        worker_error().rows(c * chunk_, chunk_), x.rows(c * chunk_, chunk_), worker_scale);
+    kernels.pack_signs(bytes(worker_bits_, world_ * packed).rows(c * packed, packed),
+                       worker_error().rows(c * chunk_, chunk_), x.rows(c * chunk_, chunk_), worker_scale);
   // Phase 1: this rank's chunk from every worker, and the worker scales.
   Pending signs = comm_.all_to_all_async(bytes(received_bits_, world_ * packed), bytes(worker_bits_, world_ * packed));
   backend_.copy(scales.rows(rank_, 1), Tensor(const_cast<float*>(&worker_scale), DType::F32, {1}));
@@ -67,11 +68,11 @@ void SignExchange::exchange() {
   Tensor y = floats(server_, chunk_);
   backend_.copy(y, server_error());
   for (int w = 0; w < world_; ++w)
-    backend_.add_signs(y, bytes(received_bits_, world_ * packed).rows(w * packed, packed),
-                       host_scales[static_cast<size_t>(w)] / static_cast<float>(world_));
+    kernels.add_signs(y, bytes(received_bits_, world_ * packed).rows(w * packed, packed),
+                      host_scales[static_cast<size_t>(w)] / static_cast<float>(world_));
   const float server_scale = scale_of(y);
   Tensor average = bytes(average_bits_, world_ * packed);
-  backend_.pack_signs(average.rows(rank_ * packed, packed), server_error(), y, server_scale);
+  kernels.pack_signs(average.rows(rank_ * packed, packed), server_error(), y, server_scale);
   // Phase 2: every chunk's server signs and scale.
   Pending gathered = comm_.all_gather_async(average, average.rows(rank_ * packed, packed));
   backend_.copy(scales.rows(world_ + rank_, 1), Tensor(const_cast<float*>(&server_scale), DType::F32, {1}));
@@ -84,6 +85,7 @@ void SignExchange::exchange() {
 
 void SignExchange::restore_average(Tensor average) {
   const int64_t packed = chunk_bytes();
+  OptimizerKernels& kernels = backend_.optimizer_kernels();
   server_scales_.assign(static_cast<size_t>(world_), 0.0f);
   for (int c = 0; c < world_; ++c) {
     Tensor chunk = average.rows(c * chunk_, chunk_);
@@ -91,8 +93,8 @@ void SignExchange::restore_average(Tensor average) {
     backend_.copy(Tensor(&first, DType::F32, {1}), chunk.rows(0, 1));
     server_scales_[static_cast<size_t>(c)] = std::fabs(first);
     // The signs; the error output is scratch (server_ holds nothing between exchanges).
-    backend_.pack_signs(bytes(average_bits_, world_ * packed).rows(c * packed, packed), floats(server_, chunk_), chunk,
-                        std::fabs(first));
+    kernels.pack_signs(bytes(average_bits_, world_ * packed).rows(c * packed, packed), floats(server_, chunk_), chunk,
+                       std::fabs(first));
   }
   has_average_ = true;
 }
@@ -100,16 +102,17 @@ void SignExchange::restore_average(Tensor average) {
 void SignExchange::add_average(Tensor out, float alpha) {
   ZT_CHECK(has_average_, "sign exchange: no average to add (exchange() first)");
   const int64_t packed = chunk_bytes();
+  OptimizerKernels& kernels = backend_.optimizer_kernels();
   for (int c = 0; c < world_; ++c)
-    backend_.add_signs(out.rows(c * chunk_, chunk_), bytes(average_bits_, world_ * packed).rows(c * packed, packed),
-                       alpha * server_scales_[static_cast<size_t>(c)]);
+    kernels.add_signs(out.rows(c * chunk_, chunk_), bytes(average_bits_, world_ * packed).rows(c * packed, packed),
+                      alpha * server_scales_[static_cast<size_t>(c)]);
 }
 
 void SignExchange::add_own_chunk(Tensor out, float alpha) {
   ZT_CHECK(has_average_, "sign exchange: no average to add (exchange() first)");
   const int64_t packed = chunk_bytes();
-  backend_.add_signs(out, bytes(average_bits_, world_ * packed).rows(rank_ * packed, packed),
-                     alpha * server_scales_[static_cast<size_t>(rank_)]);
+  backend_.optimizer_kernels().add_signs(out, bytes(average_bits_, world_ * packed).rows(rank_ * packed, packed),
+                                         alpha * server_scales_[static_cast<size_t>(rank_)]);
 }
 
 }  // namespace zt

@@ -1,4 +1,4 @@
-// GPU tests of the CUDA backend's optimizer ops against the CPU backend over several steps
+// GPU tests of the CUDA backend's optimizer kernels against the CPU backend over several steps
 // (AdaLomo's three ops: see their case below).
 // SGD: plain, momentum with dampening and weight decay, Nesterov (the first step copies the
 // gradient into the buffer). LAMB's per-element pass: both eps placements, the update written
@@ -25,6 +25,10 @@ namespace {
 using namespace zt;
 using namespace zt::gpu_test;
 
+// The optimizer kernels of the shared test backends (backend/optimizer_kernels.h).
+OptimizerKernels& cpu_kernels() { return cpu().optimizer_kernels(); }
+OptimizerKernels& gpu_kernels() { return gpu().optimizer_kernels(); }
+
 BOOST_AUTO_TEST_SUITE(cuda_optim)
 
 BOOST_AUTO_TEST_CASE(adamw_matches_the_cpu_over_steps) {
@@ -50,8 +54,8 @@ BOOST_AUTO_TEST_CASE(adamw_matches_the_cpu_over_steps) {
       params.weight_decay = setting.weight_decay;
       params.bias_correction = setting.bias_correction;
       params.step = step;
-      cpu().adamw(view(param, {n}), view(grad, {n}), view(m, {n}), view(v, {n}), params);
-      gpu().adamw(param_d, grad_d, m_d, v_d, params);
+      cpu_kernels().adamw(view(param, {n}), view(grad, {n}), view(m, {n}), view(v, {n}), params);
+      gpu_kernels().adamw(param_d, grad_d, m_d, v_d, params);
     }
     const std::string what = cat("adamw lr ", setting.lr, " beta1 ", setting.beta1);
     check_identical(download(param_d), param, what + " param");
@@ -75,8 +79,8 @@ BOOST_AUTO_TEST_CASE(sgd_matches_the_cpu_over_steps) {
       DeviceTensor grad_d = upload(grad, DType::F32, {n});
       SgdParams params = setting;
       params.first_step = step == 1;
-      cpu().sgd(view(param, {n}), view(grad, {n}), momentum ? view(buffer, {n}) : Tensor(), params);
-      gpu().sgd(param_d, grad_d, momentum ? Tensor(buffer_d) : Tensor(), params);
+      cpu_kernels().sgd(view(param, {n}), view(grad, {n}), momentum ? view(buffer, {n}) : Tensor(), params);
+      gpu_kernels().sgd(param_d, grad_d, momentum ? Tensor(buffer_d) : Tensor(), params);
     }
     const std::string what = cat("sgd momentum ", setting.momentum, " nesterov ", setting.nesterov);
     zt::test::check_close(download(param_d), param, 1e-6, 1e-7, what + " param");
@@ -101,8 +105,8 @@ BOOST_AUTO_TEST_CASE(lamb_direction_matches_the_cpu_over_steps) {
     for (int64_t step = 1; step <= 4; ++step) {
       update = random_floats(n, seed++, -0.1f, 0.1f);  // the gradient, overwritten by the update
       update_d = upload(update, DType::F32, {n});
-      cpu().lamb_direction(view(update, {n}), view(param, {n}), view(update, {n}), view(m, {n}), view(v, {n}), params);
-      gpu().lamb_direction(update_d, param_d, update_d, m_d, v_d, params);
+      cpu_kernels().lamb_direction(view(update, {n}), view(param, {n}), view(update, {n}), view(m, {n}), view(v, {n}), params);
+      gpu_kernels().lamb_direction(update_d, param_d, update_d, m_d, v_d, params);
     }
     const std::string what = cat("lamb_direction eps inside sqrt ", inside);
     zt::test::check_close(download(update_d), update, 1e-6, 1e-7, what + " update");
@@ -143,9 +147,9 @@ BOOST_AUTO_TEST_CASE(adalomo_ops_match_the_cpu_over_steps) {
       for (int slice = 0; slice < 3; ++slice) {  // the sum over ranks
         const int64_t begin = cuts[slice], n = cuts[slice + 1] - begin;
         std::vector<float> row_sums(rows), col_sums(col.size());
-        cpu().adalomo_square_sums(view(row_sums, {rows}), matrix ? view(col_sums, {cols}) : Tensor(),
-                                  view(grad, {numel}).rows(begin, n), begin, 1e-6f);
-        gpu().adalomo_square_sums(row_sums_d, col_sums_d, Tensor(grad_d).rows(begin, n), begin, 1e-6f);
+        cpu_kernels().adalomo_square_sums(view(row_sums, {rows}), matrix ? view(col_sums, {cols}) : Tensor(),
+                                          view(grad, {numel}).rows(begin, n), begin, 1e-6f);
+        gpu_kernels().adalomo_square_sums(row_sums_d, col_sums_d, Tensor(grad_d).rows(begin, n), begin, 1e-6f);
         cpu().accumulate(view(row_total, {rows}), view(row_sums, {rows}), 1.0f);
         gpu().accumulate(row_total_d, row_sums_d, 1.0f);
         if (matrix) {
@@ -157,19 +161,19 @@ BOOST_AUTO_TEST_CASE(adalomo_ops_match_the_cpu_over_steps) {
       zt::test::check_close(download(row_total_d), row_total, 1e-5, 0.0, what + " row sums");
       if (matrix) zt::test::check_close(download(col_total_d), col_total, 1e-5, 0.0, what + " column sums");
       const float beta2t = static_cast<float>(1.0 - std::pow(static_cast<double>(step), -0.8));
-      const double cpu_mean = cpu().adalomo_moments(view(row, {rows}), matrix ? view(col, {cols}) : Tensor(),
-                                                    view(row_total, {rows}), matrix ? view(col_total, {cols}) : Tensor(),
-                                                    beta2t);
-      const double gpu_mean = gpu().adalomo_moments(row_d, col_d, row_total_d, col_total_d, beta2t);
+      const double cpu_mean = cpu_kernels().adalomo_moments(view(row, {rows}), matrix ? view(col, {cols}) : Tensor(),
+                                                            view(row_total, {rows}), matrix ? view(col_total, {cols}) : Tensor(),
+                                                            beta2t);
+      const double gpu_mean = gpu_kernels().adalomo_moments(row_d, col_d, row_total_d, col_total_d, beta2t);
       BOOST_TEST(std::fabs(gpu_mean - cpu_mean) <= 1e-5 * cpu_mean, what << " mean(row) " << gpu_mean << " vs " << cpu_mean);
       zt::test::check_close(download(row_d), row, 1e-5, 0.0, what + " exp_avg_sq_row");
       if (matrix) zt::test::check_close(download(col_d), col, 1e-5, 0.0, what + " exp_avg_sq_col");
       for (int slice = 0; slice < 3; ++slice) {  // the update written over each slice's gradient
         const int64_t begin = cuts[slice], n = cuts[slice + 1] - begin;
         Tensor grad_slice = view(grad, {numel}).rows(begin, n), grad_slice_d = Tensor(grad_d).rows(begin, n);
-        cpu().adalomo_direction(grad_slice, grad_slice, view(row, {rows}), matrix ? view(col, {cols}) : Tensor(), begin,
-                                static_cast<float>(cpu_mean));
-        gpu().adalomo_direction(grad_slice_d, grad_slice_d, row_d, col_d, begin, static_cast<float>(cpu_mean));
+        cpu_kernels().adalomo_direction(grad_slice, grad_slice, view(row, {rows}), matrix ? view(col, {cols}) : Tensor(), begin,
+                                        static_cast<float>(cpu_mean));
+        gpu_kernels().adalomo_direction(grad_slice_d, grad_slice_d, row_d, col_d, begin, static_cast<float>(cpu_mean));
       }
       zt::test::check_close(download(grad_d), grad, 1e-5, 0.0, what + " update");
     }
@@ -179,12 +183,12 @@ BOOST_AUTO_TEST_CASE(adalomo_ops_match_the_cpu_over_steps) {
 BOOST_AUTO_TEST_CASE(adalomo_ops_check_the_slice) {
   DeviceTensor row = device_tensor(DType::F32, {4}), col = device_tensor(DType::F32, {3});
   DeviceTensor grad = device_tensor(DType::F32, {5});
-  zt::test::check_error_mentions([&] { gpu().adalomo_square_sums(row, col, grad, 8, 0.0f); },
+  zt::test::check_error_mentions([&] { gpu_kernels().adalomo_square_sums(row, col, grad, 8, 0.0f); },
                                  {"adalomo_square_sums", "grad's 5 elements at offset 8", "[4, 3]"});
-  zt::test::check_error_mentions([&] { gpu().adalomo_direction(grad, grad, row, col, 9, 1.0f); },
+  zt::test::check_error_mentions([&] { gpu_kernels().adalomo_direction(grad, grad, row, col, 9, 1.0f); },
                                  {"adalomo_direction", "offset 9"});
   DeviceTensor half = device_tensor(DType::BF16, {5});
-  zt::test::check_error_mentions([&] { gpu().adalomo_direction(half, grad, row, col, 0, 1.0f); },
+  zt::test::check_error_mentions([&] { gpu_kernels().adalomo_direction(half, grad, row, col, 0, 1.0f); },
                                  {"adalomo_direction", "update", "fp32"});
 }
 
@@ -192,13 +196,13 @@ BOOST_AUTO_TEST_CASE(sgd_wants_a_momentum_buffer_with_momentum) {
   DeviceTensor full = device_tensor(DType::F32, {8});
   SgdParams params;
   params.momentum = 0.9;
-  zt::test::check_error_mentions([&] { gpu().sgd(full, full, Tensor(), params); }, {"sgd", "momentum_buffer"});
+  zt::test::check_error_mentions([&] { gpu_kernels().sgd(full, full, Tensor(), params); }, {"sgd", "momentum_buffer"});
 }
 
 BOOST_AUTO_TEST_CASE(adamw_wants_fp32_buffers) {
   DeviceTensor half = device_tensor(DType::BF16, {8});
   DeviceTensor full = device_tensor(DType::F32, {8});
-  zt::test::check_error_mentions([&] { gpu().adamw(half, full, full, full, AdamWParams{}); },
+  zt::test::check_error_mentions([&] { gpu_kernels().adamw(half, full, full, full, AdamWParams{}); },
                                  {"adamw", "param", "fp32"});
 }
 

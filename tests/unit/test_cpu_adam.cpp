@@ -207,8 +207,8 @@ BOOST_AUTO_TEST_CASE(cpu_backend_adamw_is_cpu_adamw) {
   for (int64_t step = 1; step <= 3; ++step) {
     std::vector<float> g = random_floats(size, 300u + static_cast<uint32_t>(step));
     params.step = step;
-    backend->adamw(zt::test::view(p, {n}), zt::test::view(g, {n}), zt::test::view(m, {n}), zt::test::view(v, {n}),
-                   params);
+    backend->optimizer_kernels().adamw(zt::test::view(p, {n}), zt::test::view(g, {n}), zt::test::view(m, {n}),
+                                       zt::test::view(v, {n}), params);
     zt::cpu_adamw(p2.data(), g.data(), m2.data(), v2.data(), n, params);
   }
   same_bits(p, p2, "backend adamw param");

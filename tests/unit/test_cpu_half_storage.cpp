@@ -646,10 +646,10 @@ BOOST_AUTO_TEST_CASE(refused_dtype_combinations_name_the_op_and_argument) {
       {"cross_entropy: logits "});
   // AdamW: all four buffers fp32.
   check_error_mentions(
-      [&] { b.adamw(t(fp32, {8}), t(bf16, {8}), t(fp32, {8}), t(fp32, {8}), zt::AdamWParams{}); },
+      [&] { b.optimizer_kernels().adamw(t(fp32, {8}), t(bf16, {8}), t(fp32, {8}), t(fp32, {8}), zt::AdamWParams{}); },
       {"adamw: grad ", "fp32"});
   check_error_mentions(
-      [&] { b.adamw(t(bf16, {8}), t(fp32, {8}), t(fp32, {8}), t(fp32, {8}), zt::AdamWParams{}); },
+      [&] { b.optimizer_kernels().adamw(t(bf16, {8}), t(fp32, {8}), t(fp32, {8}), t(fp32, {8}), zt::AdamWParams{}); },
       {"adamw: param ", "fp32"});
 }
 

@@ -4,13 +4,14 @@
 // and chosen at run time, so that a portable build (no -march=native) still runs at the node's
 // SIMD width. The operation order is torch.optim.AdamW's single-tensor path and the file is
 // compiled without multiply-add contraction, so every path gives the same bits, whatever the
-// build's -march, and rounds each operation as the CUDA kernel (backend/cuda/cuda_optim.cu)
-// does. (torch's CPU lerp_ fuses its multiply-add: exp_avg differs from torch's by an ulp or so
-// of m per step, see test_cpu_ops' adamw_matches_torch.)
+// build's -march, and rounds each operation as the CUDA kernel
+// (backend/cuda/cuda_optimizer_kernels.cu) does. (torch's CPU lerp_ fuses its multiply-add:
+// exp_avg differs from torch's by an ulp or so of m per step, see test_cpu_ops'
+// adamw_matches_torch.)
 #pragma once
 #include <cstdint>
 
-#include "backend/backend.h"  // AdamWParams
+#include "backend/optimizer_kernels.h"  // AdamWParams
 #include "backend/cpu/cpu_isa.h"
 
 namespace zt {

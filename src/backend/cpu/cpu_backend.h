@@ -10,6 +10,7 @@
 #include "backend/arg_checks.h"
 #include "backend/backend.h"
 #include "backend/cpu/cpu_dtype_staging.h"
+#include "backend/cpu/cpu_optimizer_kernels.h"
 
 namespace zt::cpu {
 
@@ -122,21 +123,13 @@ class CpuBackend final : public Backend {
 
   void dropout(Tensor out, Tensor in, float p, RngKey key, Tensor row_ids) override;
 
-  void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
-             const AdamWParams& params) override;
-  void sgd(Tensor param, Tensor grad, Tensor momentum_buffer, const SgdParams& params) override;
-  void lamb_direction(Tensor update, Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
-                      const LambParams& params) override;
-  void pack_signs(Tensor bits, Tensor error, Tensor x, float scale) override;
-  void add_signs(Tensor out, Tensor bits, float scale) override;
-  void adam_denominator_scale(Tensor x, Tensor exp_avg_sq, float eps, bool divide) override;
-  void adalomo_square_sums(Tensor row_sums, Tensor col_sums, Tensor grad, int64_t offset, float eps) override;
-  double adalomo_moments(Tensor row, Tensor col, Tensor row_sums, Tensor col_sums, float beta2t) override;
-  void adalomo_direction(Tensor update, Tensor grad, Tensor row, Tensor col, int64_t offset, float row_mean) override;
   void dequantize_4bit(Tensor out, const Quant4View& weight) override;
+
+  OptimizerKernels& optimizer_kernels() override { return optimizer_kernels_; }
 
  private:
   HostAllocator allocator_;
+  CpuOptimizerKernels optimizer_kernels_;
 };
 
 }  // namespace zt::cpu

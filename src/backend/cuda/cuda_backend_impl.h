@@ -1,7 +1,8 @@
 // CudaBackendImpl: the zt::Backend on one NVIDIA GPU (cuBLASLt GEMMs + our kernels), its
 // stream, cuBLASLt handle, caching allocator, and the argument checks its ops share. The ops
 // are split by topic over cuda_*.cu files (memory, elementwise, reductions, gemm, norms,
-// attention, loss, optim), as the CPU backend's are.
+// attention, loss), as the CPU backend's are; the optimizer kernels are a class of their own
+// (cuda_optimizer_kernels.h).
 //
 // Dtypes: every op takes the storage dtypes the rules at the top of backend/backend.h allow
 // (the contract of both backends, written there once); anything else is a zt::Error naming the
@@ -37,6 +38,7 @@
 #include "backend/arg_checks.h"
 #include "backend/buffer.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_optimizer_kernels.h"
 
 namespace zt::cuda {
 
@@ -205,18 +207,10 @@ class CudaBackendImpl final : public CudaBackend {
 
   void dropout(Tensor out, Tensor in, float p, RngKey key, Tensor row_ids) override;
 
-  void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
-             const AdamWParams& params) override;
-  void sgd(Tensor param, Tensor grad, Tensor momentum_buffer, const SgdParams& params) override;
-  void lamb_direction(Tensor update, Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
-                      const LambParams& params) override;
-  void pack_signs(Tensor bits, Tensor error, Tensor x, float scale) override;
-  void add_signs(Tensor out, Tensor bits, float scale) override;
-  void adam_denominator_scale(Tensor x, Tensor exp_avg_sq, float eps, bool divide) override;
-  void adalomo_square_sums(Tensor row_sums, Tensor col_sums, Tensor grad, int64_t offset, float eps) override;
-  double adalomo_moments(Tensor row, Tensor col, Tensor row_sums, Tensor col_sums, float beta2t) override;
-  void adalomo_direction(Tensor update, Tensor grad, Tensor row, Tensor col, int64_t offset, float row_mean) override;
   void dequantize_4bit(Tensor out, const Quant4View& weight) override;
+
+  // Its optimizer kernels run on this backend's stream (cuda_optimizer_kernels.h).
+  OptimizerKernels& optimizer_kernels() override { return optimizer_kernels_; }
 
   // ---- for the op files -----------------------------------------------------------------
   cudaStream_t stream() const { return stream_; }
@@ -287,6 +281,7 @@ class CudaBackendImpl final : public CudaBackend {
   // after the backend is gone: the last owner destroys the pool's events).
   std::shared_ptr<EventPool> event_pool_;
   UploadMirror uploads_;
+  CudaOptimizerKernels optimizer_kernels_{*this};  // borrows the stream and the allocator
   std::unique_ptr<CudnnAttention> cudnn_attention_;  // destroyed before the stream (declared last)
 };
 

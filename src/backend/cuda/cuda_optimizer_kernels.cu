@@ -1,8 +1,11 @@
-// The CUDA backend's optimizer ops (AdamW, SGD, LAMB's and AdaLomo's passes). AdamW: one fused
-// pass over fp32 param, grad, exp_avg, exp_avg_sq, with the CPU backend's operation order
-// (torch.optim.AdamW's single-tensor path) and its constants (backend/adamw_constants.h).
-// Explicit round-to-nearest intrinsics keep the compiler from fusing multiply-adds, so each
-// operation rounds as written, as the CPU kernel (compiled without contraction) does.
+// CudaOptimizerKernels (cuda_optimizer_kernels.h): AdamW, SGD, LAMB's, the sign compression's
+// and AdaLomo's passes. AdamW: one fused pass over fp32 param, grad, exp_avg, exp_avg_sq, with
+// the CPU backend's operation order (torch.optim.AdamW's single-tensor path) and its constants
+// (backend/adamw_constants.h). Explicit round-to-nearest intrinsics keep the compiler from fusing
+// multiply-adds, so each operation rounds as written, as the CPU kernel (compiled without
+// contraction) does.
+#include "backend/cuda/cuda_optimizer_kernels.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -41,8 +44,8 @@ __global__ void adamw_kernel(float* param, const float* grad, float* exp_avg, fl
 
 }  // namespace
 
-void CudaBackendImpl::adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
-                            const AdamWParams& params) {
+void CudaOptimizerKernels::adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
+                                 const AdamWParams& params) {
   const char* op = "adamw";
   expect_device(op, "param", param, DType::F32);
   expect_device(op, "grad", grad, DType::F32);
@@ -54,7 +57,8 @@ void CudaBackendImpl::adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor ex
   expect_numel(op, "exp_avg_sq", exp_avg_sq, n, "the elements of param");
   ZT_CHECK(params.step >= 1, op, ": step = ", params.step, " (steps count from 1)");
   if (n == 0) return;
-  launch({grid_for(vectors_of(n)), kThreads, 0, stream_}, adamw_kernel,
+  const cudaStream_t stream = backend_.stream();
+  launch({grid_for(vectors_of(n)), kThreads, 0, stream}, adamw_kernel,
       param.f32(), grad.f32(), exp_avg.f32(), exp_avg_sq.f32(), n, adamw_constants(params));
   ZT_CUDA_CHECK_LAUNCH("adamw_kernel");
 }
@@ -151,7 +155,7 @@ __global__ void adam_denominator_scale_kernel(float* x, const float* v, int64_t 
 
 }  // namespace
 
-void CudaBackendImpl::sgd(Tensor param, Tensor grad, Tensor momentum_buffer, const SgdParams& params) {
+void CudaOptimizerKernels::sgd(Tensor param, Tensor grad, Tensor momentum_buffer, const SgdParams& params) {
   const char* op = "sgd";
   expect_device(op, "param", param, DType::F32);
   expect_device(op, "grad", grad, DType::F32);
@@ -170,13 +174,14 @@ void CudaBackendImpl::sgd(Tensor param, Tensor grad, Tensor momentum_buffer, con
   scalars.one_minus_dampening = static_cast<float>(1.0 - params.dampening);
   scalars.first_step = params.first_step;
   scalars.nesterov = params.nesterov;
-  launch({grid_for(vectors_of(n)), kThreads, 0, stream_}, sgd_kernel, param.f32(), grad.f32(),
+  const cudaStream_t stream = backend_.stream();
+  launch({grid_for(vectors_of(n)), kThreads, 0, stream}, sgd_kernel, param.f32(), grad.f32(),
          scalars.has_momentum ? momentum_buffer.f32() : nullptr, n, scalars);
   ZT_CUDA_CHECK_LAUNCH("sgd_kernel");
 }
 
-void CudaBackendImpl::lamb_direction(Tensor update, Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
-                                     const LambParams& params) {
+void CudaOptimizerKernels::lamb_direction(Tensor update, Tensor param, Tensor grad, Tensor exp_avg,
+                                          Tensor exp_avg_sq, const LambParams& params) {
   const char* op = "lamb_direction";
   expect_device(op, "update", update, DType::F32);
   expect_device(op, "param", param, DType::F32);
@@ -197,7 +202,8 @@ void CudaBackendImpl::lamb_direction(Tensor update, Tensor param, Tensor grad, T
   scalars.eps = static_cast<float>(params.eps);
   scalars.weight_decay = static_cast<float>(params.weight_decay);
   scalars.eps_inside_sqrt = params.eps_inside_sqrt;
-  launch({grid_for(vectors_of(n)), kThreads, 0, stream_}, lamb_direction_kernel, update.f32(), param.f32(), grad.f32(),
+  const cudaStream_t stream = backend_.stream();
+  launch({grid_for(vectors_of(n)), kThreads, 0, stream}, lamb_direction_kernel, update.f32(), param.f32(), grad.f32(),
          exp_avg.f32(), exp_avg_sq.f32(), n, scalars);
   ZT_CUDA_CHECK_LAUNCH("lamb_direction_kernel");
 }
@@ -206,7 +212,7 @@ void CudaBackendImpl::lamb_direction(Tensor update, Tensor param, Tensor grad, T
 
 namespace zt::cuda {
 
-void CudaBackendImpl::pack_signs(Tensor bits, Tensor error, Tensor x, float scale) {
+void CudaOptimizerKernels::pack_signs(Tensor bits, Tensor error, Tensor x, float scale) {
   const char* op = "pack_signs";
   expect_device(op, "bits", bits, DType::U8);
   expect_device(op, "error", error, DType::F32);
@@ -215,29 +221,32 @@ void CudaBackendImpl::pack_signs(Tensor bits, Tensor error, Tensor x, float scal
   expect_numel(op, "error", error, n, "the elements of x");
   expect_numel(op, "bits", bits, (n + 7) / 8, "ceil(elements of x / 8)");
   if (n == 0) return;
-  launch({grid_for((n + 7) / 8), kThreads, 0, stream_}, pack_signs_kernel, bits.u8(), error.f32(), x.f32(), n, scale);
+  const cudaStream_t stream = backend_.stream();
+  launch({grid_for((n + 7) / 8), kThreads, 0, stream}, pack_signs_kernel, bits.u8(), error.f32(), x.f32(), n, scale);
   ZT_CUDA_CHECK_LAUNCH("pack_signs_kernel");
 }
 
-void CudaBackendImpl::add_signs(Tensor out, Tensor bits, float scale) {
+void CudaOptimizerKernels::add_signs(Tensor out, Tensor bits, float scale) {
   const char* op = "add_signs";
   expect_device(op, "out", out, DType::F32);
   expect_device(op, "bits", bits, DType::U8);
   const int64_t n = out.numel();
   expect_numel(op, "bits", bits, (n + 7) / 8, "ceil(elements of out / 8)");
   if (n == 0) return;
-  launch({grid_for(n), kThreads, 0, stream_}, add_signs_kernel, out.f32(), bits.u8(), n, scale);
+  const cudaStream_t stream = backend_.stream();
+  launch({grid_for(n), kThreads, 0, stream}, add_signs_kernel, out.f32(), bits.u8(), n, scale);
   ZT_CUDA_CHECK_LAUNCH("add_signs_kernel");
 }
 
-void CudaBackendImpl::adam_denominator_scale(Tensor x, Tensor exp_avg_sq, float eps, bool divide) {
+void CudaOptimizerKernels::adam_denominator_scale(Tensor x, Tensor exp_avg_sq, float eps, bool divide) {
   const char* op = "adam_denominator_scale";
   expect_device(op, "x", x, DType::F32);
   expect_device(op, "exp_avg_sq", exp_avg_sq, DType::F32);
   const int64_t n = x.numel();
   expect_numel(op, "exp_avg_sq", exp_avg_sq, n, "the elements of x");
   if (n == 0) return;
-  launch({grid_for(n), kThreads, 0, stream_}, adam_denominator_scale_kernel, x.f32(), exp_avg_sq.f32(), n, eps, divide);
+  const cudaStream_t stream = backend_.stream();
+  launch({grid_for(n), kThreads, 0, stream}, adam_denominator_scale_kernel, x.f32(), exp_avg_sq.f32(), n, eps, divide);
   ZT_CUDA_CHECK_LAUNCH("adam_denominator_scale_kernel");
 }
 
@@ -332,30 +341,33 @@ __global__ void adalomo_direction_kernel(float* update, const float* grad, const
 
 }  // namespace
 
-void CudaBackendImpl::adalomo_square_sums(Tensor row_sums, Tensor col_sums, Tensor grad, int64_t offset, float eps) {
+void CudaOptimizerKernels::adalomo_square_sums(Tensor row_sums, Tensor col_sums, Tensor grad, int64_t offset,
+                                               float eps) {
   const char* op = "adalomo_square_sums";
   expect_device(op, "row_sums", row_sums, DType::F32);
   if (!col_sums.empty()) expect_device(op, "col_sums", col_sums, DType::F32);
   expect_device(op, "grad", grad, DType::F32);
   const AdalomoShape shape = adalomo_shape(op, "row_sums", row_sums, "col_sums", col_sums, grad, offset);
-  fill(row_sums, 0.0f);
-  if (shape.factored) fill(col_sums, 0.0f);
+  backend_.fill(row_sums, 0.0f);
+  if (shape.factored) backend_.fill(col_sums, 0.0f);
   const int64_t n = grad.numel();
   if (n == 0) return;
+  const cudaStream_t stream = backend_.stream();
   if (!shape.factored) {
-    launch({grid_for(n), kThreads, 0, stream_}, adalomo_vector_squares_kernel, row_sums.f32(), grad.f32(), n, offset, eps);
+    launch({grid_for(n), kThreads, 0, stream}, adalomo_vector_squares_kernel, row_sums.f32(), grad.f32(), n, offset, eps);
     ZT_CUDA_CHECK_LAUNCH("adalomo_vector_squares_kernel");
     return;
   }
   const int64_t cols = shape.cols, first_row = offset / cols, rows = (offset + n - 1) / cols - first_row + 1;
-  launch({row_grid(rows), kThreads, 0, stream_}, adalomo_row_sums_kernel, row_sums.f32(), grad.f32(), n, offset, cols,
+  launch({row_grid(rows), kThreads, 0, stream}, adalomo_row_sums_kernel, row_sums.f32(), grad.f32(), n, offset, cols,
          first_row, rows, eps);
   ZT_CUDA_CHECK_LAUNCH("adalomo_row_sums_kernel");
-  accumulate_column_sums(*this, float_arg(col_sums), rows, cols,
+  accumulate_column_sums(backend_, float_arg(col_sums), rows, cols,
                          SliceSquareTerm{grad.f32(), n, offset, first_row, cols, eps});
 }
 
-double CudaBackendImpl::adalomo_moments(Tensor row, Tensor col, Tensor row_sums, Tensor col_sums, float beta2t) {
+double CudaOptimizerKernels::adalomo_moments(Tensor row, Tensor col, Tensor row_sums, Tensor col_sums,
+                                             float beta2t) {
   const char* op = "adalomo_moments";
   expect_device(op, "row", row, DType::F32);
   expect_device(op, "row_sums", row_sums, DType::F32);
@@ -370,20 +382,21 @@ double CudaBackendImpl::adalomo_moments(Tensor row, Tensor col, Tensor row_sums,
     expect_numel(op, "col_sums", col_sums, col.numel(), "the elements of col");
   }
   const int64_t rows = row.numel(), cols = factored ? col.numel() : 1;
-  launch({grid_for(std::max(rows, cols)), kThreads, 0, stream_}, adalomo_moments_kernel, row.f32(),
+  const cudaStream_t stream = backend_.stream();
+  launch({grid_for(std::max(rows, cols)), kThreads, 0, stream}, adalomo_moments_kernel, row.f32(),
          factored ? col.f32() : nullptr, row_sums.f32(), factored ? col_sums.f32() : nullptr, rows, cols, beta2t,
          1.0f - beta2t);
   ZT_CUDA_CHECK_LAUNCH("adalomo_moments_kernel");
-  Buffer total = scratch(sizeof(double));  // fp64 [1]
-  launch({1, kThreads, 0, stream_}, adalomo_row_total_kernel, static_cast<double*>(total.data()), row.f32(), rows);
+  Buffer total = backend_.scratch(sizeof(double));  // fp64 [1]
+  launch({1, kThreads, 0, stream}, adalomo_row_total_kernel, static_cast<double*>(total.data()), row.f32(), rows);
   ZT_CUDA_CHECK_LAUNCH("adalomo_row_total_kernel");
   double host_total = 0.0;
-  download(&host_total, total.data(), sizeof(double));
+  backend_.download(&host_total, total.data(), sizeof(double));
   return host_total / static_cast<double>(rows);
 }
 
-void CudaBackendImpl::adalomo_direction(Tensor update, Tensor grad, Tensor row, Tensor col, int64_t offset,
-                                        float row_mean) {
+void CudaOptimizerKernels::adalomo_direction(Tensor update, Tensor grad, Tensor row, Tensor col, int64_t offset,
+                                             float row_mean) {
   const char* op = "adalomo_direction";
   expect_device(op, "update", update, DType::F32);
   expect_device(op, "grad", grad, DType::F32);
@@ -393,7 +406,8 @@ void CudaBackendImpl::adalomo_direction(Tensor update, Tensor grad, Tensor row, 
   const AdalomoShape shape = adalomo_shape(op, "row", row, "col", col, grad, offset);
   const int64_t n = grad.numel();
   if (n == 0) return;
-  launch({grid_for(vectors_of(n)), kThreads, 0, stream_}, adalomo_direction_kernel, update.f32(), grad.f32(), row.f32(),
+  const cudaStream_t stream = backend_.stream();
+  launch({grid_for(vectors_of(n)), kThreads, 0, stream}, adalomo_direction_kernel, update.f32(), grad.f32(), row.f32(),
          shape.factored ? col.f32() : nullptr, n, offset, shape.cols, row_mean);
   ZT_CUDA_CHECK_LAUNCH("adalomo_direction_kernel");
 }

@@ -1,17 +1,19 @@
-// The CPU backend's optimizer ops (also what ZeRO-Offload runs on its host partitions).
+// CpuOptimizerKernels (cpu_optimizer_kernels.h), also what ZeRO-Offload runs on its host partitions.
 // AdamW: argument checks, then the fused SIMD/OpenMP update cpu_adamw (backend/cpu/cpu_adam.h), which
 // follows torch.optim.AdamW's operation order (single-tensor path). SGD and LAMB's per-element
 // pass: OpenMP loops in torch.optim.SGD's and DeepSpeed FusedLamb's operation order.
+#include "backend/cpu/cpu_optimizer_kernels.h"
+
 #include <algorithm>
 #include <cmath>
 
-#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_adam.h"
+#include "backend/cpu/cpu_backend.h"  // the argument checks (f32_arg, ...)
 
 namespace zt::cpu {
 
-void CpuBackend::adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
-                       const AdamWParams& params) {
+void CpuOptimizerKernels::adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
+                                const AdamWParams& params) {
   const char* op = "adamw";
   float* p = f32_arg(op, "param", param);
   const float* g = f32_arg(op, "grad", grad);
@@ -29,7 +31,7 @@ void CpuBackend::adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg
 
 namespace zt::cpu {
 
-void CpuBackend::sgd(Tensor param, Tensor grad, Tensor momentum_buffer, const SgdParams& params) {
+void CpuOptimizerKernels::sgd(Tensor param, Tensor grad, Tensor momentum_buffer, const SgdParams& params) {
   const char* op = "sgd";
   float* p = f32_arg(op, "param", param);
   const float* g = f32_arg(op, "grad", grad);
@@ -57,8 +59,8 @@ void CpuBackend::sgd(Tensor param, Tensor grad, Tensor momentum_buffer, const Sg
   }
 }
 
-void CpuBackend::lamb_direction(Tensor update, Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
-                                const LambParams& params) {
+void CpuOptimizerKernels::lamb_direction(Tensor update, Tensor param, Tensor grad, Tensor exp_avg,
+                                         Tensor exp_avg_sq, const LambParams& params) {
   const char* op = "lamb_direction";
   float* u = f32_arg(op, "update", update);
   const float* p = f32_arg(op, "param", param);
@@ -96,7 +98,7 @@ int64_t packed_bytes(int64_t n) { return (n + 7) / 8; }
 }  // namespace
 
 // One byte (8 elements) per iteration, so that threads never share a byte.
-void CpuBackend::pack_signs(Tensor bits, Tensor error, Tensor x, float scale) {
+void CpuOptimizerKernels::pack_signs(Tensor bits, Tensor error, Tensor x, float scale) {
   const char* op = "pack_signs";
   const float* in = f32_arg(op, "x", x);
   float* e = f32_arg(op, "error", error);
@@ -117,7 +119,7 @@ void CpuBackend::pack_signs(Tensor bits, Tensor error, Tensor x, float scale) {
   }
 }
 
-void CpuBackend::add_signs(Tensor out, Tensor bits, float scale) {
+void CpuOptimizerKernels::add_signs(Tensor out, Tensor bits, float scale) {
   const char* op = "add_signs";
   float* o = f32_arg(op, "out", out);
   const int64_t n = out.numel();
@@ -127,7 +129,7 @@ void CpuBackend::add_signs(Tensor out, Tensor bits, float scale) {
   for (int64_t i = 0; i < n; ++i) o[i] += (packed[i / 8] & (0x80u >> (i % 8))) ? scale : -scale;
 }
 
-void CpuBackend::adam_denominator_scale(Tensor x, Tensor exp_avg_sq, float eps, bool divide) {
+void CpuOptimizerKernels::adam_denominator_scale(Tensor x, Tensor exp_avg_sq, float eps, bool divide) {
   const char* op = "adam_denominator_scale";
   float* values = f32_arg(op, "x", x);
   const float* v = f32_arg(op, "exp_avg_sq", exp_avg_sq);
@@ -146,7 +148,8 @@ void CpuBackend::adam_denominator_scale(Tensor x, Tensor exp_avg_sq, float eps, 
 
 namespace zt::cpu {
 
-void CpuBackend::adalomo_square_sums(Tensor row_sums, Tensor col_sums, Tensor grad, int64_t offset, float eps) {
+void CpuOptimizerKernels::adalomo_square_sums(Tensor row_sums, Tensor col_sums, Tensor grad, int64_t offset,
+                                              float eps) {
   const char* op = "adalomo_square_sums";
   float* rows_out = f32_arg(op, "row_sums", row_sums);
   float* cols_out = col_sums.empty() ? nullptr : f32_arg(op, "col_sums", col_sums);  // empty: a vector
@@ -182,7 +185,7 @@ void CpuBackend::adalomo_square_sums(Tensor row_sums, Tensor col_sums, Tensor gr
   }
 }
 
-double CpuBackend::adalomo_moments(Tensor row, Tensor col, Tensor row_sums, Tensor col_sums, float beta2t) {
+double CpuOptimizerKernels::adalomo_moments(Tensor row, Tensor col, Tensor row_sums, Tensor col_sums, float beta2t) {
   const char* op = "adalomo_moments";
   float* r = f32_arg(op, "row", row);
   const float* rs = f32_arg(op, "row_sums", row_sums);
@@ -205,7 +208,8 @@ double CpuBackend::adalomo_moments(Tensor row, Tensor col, Tensor row_sums, Tens
   return row_total / static_cast<double>(rows);
 }
 
-void CpuBackend::adalomo_direction(Tensor update, Tensor grad, Tensor row, Tensor col, int64_t offset, float row_mean) {
+void CpuOptimizerKernels::adalomo_direction(Tensor update, Tensor grad, Tensor row, Tensor col, int64_t offset,
+                                            float row_mean) {
   const char* op = "adalomo_direction";
   float* u = f32_arg(op, "update", update);
   const float* g = f32_arg(op, "grad", grad);
