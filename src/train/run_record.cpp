@@ -113,6 +113,7 @@ void write_run_record(TrainingRun& run) {
   record["parameters"] = {{"total", store.count_parameters(false)}, {"trainable", store.count_parameters(true)}};
   record["steps_per_epoch"] = run.steps_per_epoch;
   record["total_steps"] = run.total_steps;
+  if (!run.resume_batch.is_null()) record["resume_batch"] = run.resume_batch;
   record["dataset"] = {{"samples", run.dataset->num_samples()}, {"shards", run.dataset->shard_paths().size()}};
   add_zero_layout(record, *run.parts.engine, store);
   record["memory_predicted"] = run.memory_prediction.to_json();

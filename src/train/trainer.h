@@ -19,6 +19,7 @@ struct RunOptions {
   int64_t profiler_last = 0;   //   steps FIRST..LAST (1-based; 0: none)
   bool overwrite = false;      // --overwrite: start over in an --out that holds another run
   bool allow_data_change = false;  // --allow-data-change: resume a checkpoint made on other data
+  bool grad_accum_given = false;   // --grad-accum: a resume on other ranks may not choose the accumulation
   std::vector<std::string> notes;  // messages from config translation, printed at start
 };
 
