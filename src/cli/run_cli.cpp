@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/job_failure.h"
 #include "core/error.h"
+#include "core/rank_threads.h"
 
 namespace zt {
 
@@ -102,6 +103,8 @@ int run_cli(int argc, char** argv) {
   std::vector<std::string> args(argv + 2, argv + argc);
   std::string message;
   try {
+    // Before any command's first parallel region starts OpenMP's thread pool.
+    set_rank_threads(MPI_COMM_WORLD);
     return found->second(args);
   } catch (const Error& error) {
     message = error.what();

@@ -187,6 +187,7 @@ ParsedTrainOptions parse_train_options(const std::vector<std::string>& args, con
   if (vm.count("grad-accum")) config.gradient_accumulation_steps = vm["grad-accum"].as<int64_t>();
   ZT_CHECK(!vm.count("grad-accum") || config.gradient_accumulation_steps >= 1, "--grad-accum must be >= 1, not ",
            config.gradient_accumulation_steps);
+  run.grad_accum_given = vm.count("grad-accum") > 0;
   take(vm, "lr", config.optimizer.lr);
   ZT_CHECK(std::isfinite(config.optimizer.lr) && config.optimizer.lr >= 0.0,
            "--lr must be a finite number >= 0, not ", config.optimizer.lr);

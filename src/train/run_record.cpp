@@ -1,7 +1,11 @@
 // Rank 0's record of a run's start: OUT/run.json and the start banner (training_run.h).
+#include <cblas.h>
+#include <omp.h>
+
 #include <cstdio>
 #include <filesystem>
 
+#include "core/rank_threads.h"
 #include "train/metrics.h"
 #include "train/run_directory.h"
 #include "train/training_run.h"
@@ -56,6 +60,16 @@ void add_zero_layout(nlohmann::json& record, const ZeroEngine& engine, const Par
   record["zero_layout"] = layout;
 }
 
+// Rank 0's threads (core/rank_threads.h): the choice, and what OpenMP and OpenBLAS now run with.
+void add_threads(nlohmann::json& record) {
+  const RankThreads& threads = rank_threads();
+  record["threads"] = {{"openmp", omp_get_max_threads()}, {"openblas", openblas_get_num_threads()},
+                       {"chosen_by", threads.set_by.empty() ? "zerotune" : threads.set_by},
+                       {"cpus", threads.cpus}, {"ranks_sharing_cpus", threads.sharing},
+                       {"local_ranks", threads.local_ranks}, {"core_share", threads.share},
+                       {"oversubscribed", threads.oversubscribed}};
+}
+
 void print_banner(TrainingRun& run, const std::optional<DeviceMemory>& device) {
   const TrainConfig& config = run.config;
   const ParamStore& store = *run.parts.store;
@@ -68,6 +82,7 @@ void print_banner(TrainingRun& run, const std::optional<DeviceMemory>& device) {
               static_cast<long long>(config.gradient_accumulation_steps), run.world_size);
   std::printf("device: %s (%s); communicator: %s (%s)\n", run.device.choice.device.c_str(),
               run.device.choice.reason.c_str(), run.comm->name().c_str(), run.device.comm_reason.c_str());
+  std::printf("%s\n", rank_threads().describe().c_str());
   print_zero_banner(*run.parts.engine, config.zero, run.world_size, run.comm->nodes(),
                     config.gradient_accumulation_steps, precision_text(config.compute_dtype), store.grad_dtype());
   std::printf("%s\n", memory_banner_line(run.memory_prediction,
@@ -92,9 +107,11 @@ void write_run_record(TrainingRun& run) {
   record["communicator"] = run.comm->name();
   record["communicator_reason"] = run.device.comm_reason;
   record["versions"] = software_versions();
+  add_threads(record);
   record["parameters"] = {{"total", store.count_parameters(false)}, {"trainable", store.count_parameters(true)}};
   record["steps_per_epoch"] = run.steps_per_epoch;
   record["total_steps"] = run.total_steps;
+  if (!run.resume_batch.is_null()) record["resume_batch"] = run.resume_batch;
   record["dataset"] = {{"samples", run.dataset->num_samples()}, {"shards", run.dataset->shard_paths().size()}};
   add_zero_layout(record, *run.parts.engine, store);
   record["memory_predicted"] = run.memory_prediction.to_json();

@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_batch.h"
 #include "ckpt/export.h"
 #include "comm/mpi/mpi_communicator.h"
 #include "data/data_model_check.h"
@@ -26,6 +27,7 @@
 #include "train/memory_model.h"
 #include "train/metrics.h"
 #include "train/report_html.h"
+#include "train/resume_batch.h"
 #include "train/run_directory.h"
 #include "train/step_schedule.h"
 #include "train/stop_signal.h"
@@ -91,6 +93,21 @@ RunIdentity run_identity(const TrainConfig& config, const TokenDataset& dataset,
   return identity;
 }
 
+// --resume on another number of ranks: the checkpoint's global batch kept by choosing the
+// accumulation (train/resume_batch.h), said and recorded in run.json. Before the batch sizes are
+// resolved: the accumulation changes the step's schedule, the memory prediction and the assembly.
+void keep_resumed_batch(TrainingRun& run) {
+  if (!run.resume_from) return;
+  TrainConfig& config = run.config;
+  const bool accumulation_fixed =
+      run.options.grad_accum_given || config.deepspeed_keys.given.count("gradient_accumulation_steps") > 0;
+  const std::optional<ResumeBatchDecision> decision = keep_checkpoint_batch(
+      config, run.world_size, accumulation_fixed, read_checkpoint_batch(*run.resume_from), *run.resume_from);
+  if (!decision) return;
+  run.resume_batch = decision->record;
+  if (run.leader) std::printf("resume: %s\n", decision->text.c_str());
+}
+
 // Checks that need nothing loaded, the run directory, the batch sizes, then the model and data
 // (and what they must agree on), before any device is touched.
 void prepare(TrainingRun& run) {
@@ -112,6 +129,8 @@ void prepare(TrainingRun& run) {
            "gradients, which optimizer ", config.optimizer.type, " applies inside backward and never keeps");
   install_stop_signal_handlers();  // before loading: a signal during start-up stops after step 1, saved
   claim_run_directory(config.out_dir, !config.resume.empty(), run.options.overwrite, *run.host_comm);
+  run.resume_from = resolve_resume_checkpoint(config.resume, config.out_dir);
+  keep_resumed_batch(run);
   config.resolve_batch_sizes(run.world_size);
   run_schedule(config, *optimizer);  // an accumulation a fused optimizer cannot take is refused before loading
   check_gradient_dtype(config.grad_accum_dtype, config.compute_dtype, *optimizer);  // likewise
@@ -195,8 +214,7 @@ void plan_steps(TrainingRun& run) {
 void resume(TrainingRun& run) {
   const TrainConfig& config = run.config;
   run.identity = run_identity(config, *run.dataset, run.options.allow_data_change);
-  run.resume_from = resolve_resume_checkpoint(config.resume, config.out_dir);
-  if (!run.resume_from) {
+  if (!run.resume_from) {  // (found in prepare: keep_resumed_batch)
     if (!config.resume.empty() && run.leader)
       std::printf("--resume %s: no checkpoint under %s yet, starting from step 0\n", config.resume.c_str(),
                   (fs::path(config.out_dir) / "checkpoints").c_str());

@@ -17,6 +17,7 @@ struct RunOptions {
   int64_t profile_step = 0;    // --profile-step: the step whose modules are timed (0: none)
   int64_t profiler_first = 0;  // --cuda-profiler-steps FIRST:LAST: Backend::profiler_range around
   int64_t profiler_last = 0;   //   steps FIRST..LAST (1-based; 0: none)
+  bool grad_accum_given = false;  // --grad-accum: a resume on other ranks may not choose the accumulation
   bool overwrite = false;      // --overwrite: start over in an --out that holds another run
   bool allow_data_change = false;  // --allow-data-change: resume a checkpoint made on other data
   bool report_nonfinite = false;   // --report-nonfinite: where inf/NaN first appeared in a skipped step

@@ -47,7 +47,8 @@ struct TrainingRun {
   int64_t steps_per_epoch = 0, total_steps = 0;
   RunIdentity identity;
   TrainingState state;                   // where the run starts (a checkpoint's, or step 0)
-  std::optional<std::string> resume_from;  // the checkpoint resumed, if any
+  std::optional<std::string> resume_from;  // the checkpoint resumed, if any (found in prepare)
+  nlohmann::json resume_batch;             // the accumulation chosen to keep its train_batch_size (null: none)
   // the loop:
   int64_t skipped = 0;                     // steps skipped so far (resumed runs: the checkpoint's too)
   std::optional<ConsoleProgress> console;  // rank 0's step lines (a progress bar on a terminal)
