@@ -129,7 +129,7 @@ void prepare(TrainingRun& run) {
            "gradients, which optimizer ", config.optimizer.type, " applies inside backward and never keeps");
   install_stop_signal_handlers();  // before loading: a signal during start-up stops after step 1, saved
   claim_run_directory(config.out_dir, !config.resume.empty(), run.options.overwrite, *run.host_comm);
-  run.resume_from = resolve_resume_checkpoint(config.resume, config.out_dir);
+  run.resume_from = resolve_resume_checkpoint(config.resume, config.out_dir, *run.host_comm);
   keep_resumed_batch(run);
   config.resolve_batch_sizes(run.world_size);
   run_schedule(config, *optimizer);  // an accumulation a fused optimizer cannot take is refused before loading
