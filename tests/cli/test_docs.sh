@@ -61,7 +61,7 @@ EXTERNAL = {
     "--capture-range": "nsys", "--capture-range-end": "nsys", "--input": "spm_train", "--minloglevel": "spm_train",
     "--test-dir": "ctest", "--output-on-failure": "ctest", "--build": "cmake", "--no-apt": "scripts/setup.sh",
     "--no-build": "scripts/setup.sh", "--cuda-arch": "scripts/offline_bundle.sh", "--style": "make_bpe_tokenizer.py",
-    "--files": "make_bpe_tokenizer.py", "--help": "every command",
+    "--files": "make_bpe_tokenizer.py", "--help": "every command", "--logdir": "tensorboard",
 }
 # Flags the docs name as not implemented: they must stay absent.
 ABSENT = {"--objective", "--pairs", "--pipeline-stages"}
