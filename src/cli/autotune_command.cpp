@@ -151,6 +151,108 @@ std::vector<int> parse_stages(const std::string& text) {
   return stages;
 }
 
+// The budget: the GPU's free memory (with what the backend holds by itself, as the memory
+// model counts it), or --device-memory; the smallest over the ranks. `target`: the allocator the
+// memory model counts for (the CPU's exact bytes without a GPU).
+std::optional<int64_t> memory_budget(const TrainConfig& base, Communicator& comm, const po::variables_map& vm,
+                                     MemoryTarget& target) {
+  target = MemoryTarget{};
+  target.device = Device::CPU;
+  std::optional<int64_t> budget;
+  if (resolve_device(base.device, comm.local_rank()).device == "cuda") {
+    std::unique_ptr<Backend> backend = make_backend("cuda", comm.local_rank());
+    target = memory_target_of(*backend);
+    if (const std::optional<DeviceMemory> memory = backend->memory()) budget = memory->device_free + target.fixed_bytes;
+  }
+  if (vm.count("device-memory")) budget = parse_byte_size(vm["device-memory"].as<std::string>(), "--device-memory");
+  if (budget) {
+    int64_t smallest = *budget;
+    MPI_Allreduce(MPI_IN_PLACE, &smallest, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
+    budget = smallest;
+  }
+  return budget;
+}
+
+// The ZeRO stage x offload x checkpointing settings the search walks (--stages, --no-offload,
+// --checkpointing).
+std::vector<ZeroChoice> search_branches(const TrainConfig& base, const po::variables_map& vm,
+                                        const std::string& checkpointing) {
+  std::vector<ZeroChoice> branches;
+  const std::vector<int> stages = parse_stages(vm["stages"].as<std::string>());
+  for (ZeroChoice choice : zero_offload_choices(make_optimizer(base.optimizer)->fuses_into_backward())) {
+    if (std::find(stages.begin(), stages.end(), choice.stage) == stages.end()) continue;
+    if (vm["no-offload"].as<bool>() && (choice.offload_optimizer || choice.offload_params)) continue;
+    for (bool on : {false, true}) {
+      if ((on && checkpointing == "off") || (!on && checkpointing == "on")) continue;
+      choice.activation_checkpointing = on;
+      branches.push_back(choice);
+    }
+  }
+  return branches;
+}
+
+// One experiment's run: `trial_steps` steps into its own OUT, nothing saved, evaluated or dumped.
+TrainConfig trial_config(const TrainConfig& base, const AutotuneExperiment& experiment, int world_size,
+                         const std::string& out_dir, int64_t trial_steps) {
+  TrainConfig config = experiment_config(base, experiment, world_size);
+  config.out_dir = out_dir;
+  config.max_steps = trial_steps;
+  config.save_every = 0;
+  config.save_at_end = false;
+  config.save_hf_at_end = false;
+  config.eval_every = 0;
+  config.eval_data_dir.clear();
+  config.dump_step0_path.clear();
+  config.dump_final_path.clear();
+  // The trials' figures go to their own OUT only: the JSON's monitors are for the real run
+  // (ds_config_optimal.json keeps them).
+  config.tensorboard.enabled = false;
+  config.csv_monitor.enabled = false;
+  return config;
+}
+
+// What the results files say about the search as a whole.
+struct AutotuneSummary {
+  const TrainConfig& base;
+  int world_size;
+  int64_t seq_len;
+  std::optional<int64_t> budget;
+  bool on_cpu, fast;
+  int64_t trial_steps;
+};
+
+// Rank 0: autotuning_results/ (results.json, summary.txt, the optimal DeepSpeed JSON, command and
+// flags), the HTML report, and the table on stdout.
+void write_autotune_results(const std::vector<std::string>& args, const AutotuneSummary& summary,
+                            const std::vector<AutotuneExperiment>& experiments, const AutotuneExperiment& best,
+                            const fs::path& out, const fs::path& results_dir) {
+  const TrainConfig& base = summary.base;
+  const int world_size = summary.world_size;
+  nlohmann::ordered_json results = {{"model", base.model_dir},
+                                    {"data", base.data_dir},
+                                    {"world_size", world_size},
+                                    {"seq_len", summary.seq_len},
+                                    {"budget_bytes", summary.budget ? nlohmann::ordered_json(*summary.budget) : nullptr},
+                                    {"device", summary.on_cpu ? "cpu" : "cuda"},
+                                    {"fast", summary.fast},
+                                    {"trial_steps", summary.trial_steps},
+                                    {"optimal", best.name},
+                                    {"experiments", nlohmann::ordered_json::array()}};
+  for (const AutotuneExperiment& experiment : experiments) results["experiments"].push_back(experiment.to_json());
+  const fs::path ds_path = results_dir / "ds_config_optimal.json";
+  write_file(ds_path, experiment_ds_config(base.deepspeed_config_path, best, world_size).dump(2) + "\n");
+  write_file(results_dir / "cmd_optimal.txt", optimal_command(args, ds_path, out / "optimal", best) + "\n");
+  // What a job script adds to `train` besides the JSON (activation checkpointing is a flag).
+  write_file(results_dir / "flags_optimal.txt", best.choice.activation_checkpointing ? "--activation-checkpointing\n" : "\n");
+  const std::string table = format_autotune_table(experiments);
+  write_file(results_dir / "summary.txt", table);
+  write_file(results_dir / "results.json", results.dump(2) + "\n");
+  const std::string report = write_autotune_report(out.string(), results);
+  std::printf("%szerotune autotune: the fastest is %s; %s, %s, %s\n", table.c_str(), best.name.c_str(),
+              ds_path.c_str(), (results_dir / "cmd_optimal.txt").c_str(), report.c_str());
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int command_autotune(const std::vector<std::string>& args) {
@@ -190,22 +292,8 @@ int command_autotune(const std::vector<std::string>& args) {
   const int64_t regrowth = activation_regrowth_from(dataset);  // as `train` predicts it
   const int64_t accumulation = base.gradient_accumulation_steps > 0 ? base.gradient_accumulation_steps : 1;
 
-  // The budget: the GPU's free memory (with what the backend holds by itself, as the memory
-  // model counts it), or --device-memory; the smallest over the ranks.
   MemoryTarget target;
-  target.device = Device::CPU;
-  std::optional<int64_t> budget;
-  if (resolve_device(base.device, comm->local_rank()).device == "cuda") {
-    std::unique_ptr<Backend> backend = make_backend("cuda", comm->local_rank());
-    target = memory_target_of(*backend);
-    if (const std::optional<DeviceMemory> memory = backend->memory()) budget = memory->device_free + target.fixed_bytes;
-  }
-  if (vm.count("device-memory")) budget = parse_byte_size(vm["device-memory"].as<std::string>(), "--device-memory");
-  if (budget) {
-    int64_t smallest = *budget;
-    MPI_Allreduce(MPI_IN_PLACE, &smallest, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD);
-    budget = smallest;
-  }
+  const std::optional<int64_t> budget = memory_budget(base, *comm, vm, target);
 
   AutotuneSearch search;
   search.accumulation = accumulation;
@@ -216,16 +304,7 @@ int command_autotune(const std::vector<std::string>& args) {
                                     dataset.num_samples() / (static_cast<int64_t>(world_size) * accumulation));
   ZT_CHECK(search.max_micro_batch >= 1, base.data_dir, ": ", dataset.num_samples(),
            " samples do not fill one global batch of micro-batch 1 x ", accumulation, " x ", world_size, " ranks");
-  const std::vector<int> stages = parse_stages(vm["stages"].as<std::string>());
-  for (ZeroChoice choice : zero_offload_choices(make_optimizer(base.optimizer)->fuses_into_backward())) {
-    if (std::find(stages.begin(), stages.end(), choice.stage) == stages.end()) continue;
-    if (vm["no-offload"].as<bool>() && (choice.offload_optimizer || choice.offload_params)) continue;
-    for (bool on : {false, true}) {
-      if ((on && checkpointing == "off") || (!on && checkpointing == "on")) continue;
-      choice.activation_checkpointing = on;
-      search.branches.push_back(choice);
-    }
-  }
+  search.branches = search_branches(base, vm, checkpointing);
 
   const fs::path out(base.out_dir), exps = out / "autotuning_exps", results_dir = out / "autotuning_results";
   if (leader) {
@@ -246,20 +325,7 @@ int command_autotune(const std::vector<std::string>& args) {
     return on_cpu ? prediction.host_peak : prediction.device_needed();
   };
   const auto run = [&](AutotuneExperiment& experiment) {
-    TrainConfig config = experiment_config(base, experiment, world_size);
-    config.out_dir = (exps / experiment.name).string();
-    config.max_steps = trial_steps;
-    config.save_every = 0;
-    config.save_at_end = false;
-    config.save_hf_at_end = false;
-    config.eval_every = 0;
-    config.eval_data_dir.clear();
-    config.dump_step0_path.clear();
-    config.dump_final_path.clear();
-    // The trials' figures go to their own OUT only: the JSON's monitors are for the real run
-    // (ds_config_optimal.json keeps them).
-    config.tensorboard.enabled = false;
-    config.csv_monitor.enabled = false;
+    const TrainConfig config = trial_config(base, experiment, world_size, (exps / experiment.name).string(), trial_steps);
     RunOptions options = parsed.run;
     options.overwrite = true;
     options.profile_step = 0;
@@ -281,29 +347,8 @@ int command_autotune(const std::vector<std::string>& args) {
   if (!best) fail(budget ? nothing_fits_message(experiments, *budget) : std::string("autotune: no experiment ran"));
 
   if (leader) {
-    nlohmann::ordered_json results = {{"model", base.model_dir},
-                                      {"data", base.data_dir},
-                                      {"world_size", world_size},
-                                      {"seq_len", seq_len},
-                                      {"budget_bytes", budget ? nlohmann::ordered_json(*budget) : nullptr},
-                                      {"device", on_cpu ? "cpu" : "cuda"},
-                                      {"fast", search.fast},
-                                      {"trial_steps", trial_steps},
-                                      {"optimal", best->name},
-                                      {"experiments", nlohmann::ordered_json::array()}};
-    for (const AutotuneExperiment& experiment : experiments) results["experiments"].push_back(experiment.to_json());
-    const fs::path ds_path = results_dir / "ds_config_optimal.json";
-    write_file(ds_path, experiment_ds_config(base.deepspeed_config_path, *best, world_size).dump(2) + "\n");
-    write_file(results_dir / "cmd_optimal.txt", optimal_command(args, ds_path, out / "optimal", *best) + "\n");
-    // What a job script adds to `train` besides the JSON (activation checkpointing is a flag).
-    write_file(results_dir / "flags_optimal.txt", best->choice.activation_checkpointing ? "--activation-checkpointing\n" : "\n");
-    const std::string table = format_autotune_table(experiments);
-    write_file(results_dir / "summary.txt", table);
-    write_file(results_dir / "results.json", results.dump(2) + "\n");
-    const std::string report = write_autotune_report(out.string(), results);
-    std::printf("%szerotune autotune: the fastest is %s; %s, %s, %s\n", table.c_str(), best->name.c_str(),
-                ds_path.c_str(), (results_dir / "cmd_optimal.txt").c_str(), report.c_str());
-    std::fflush(stdout);
+    AutotuneSummary summary{base, world_size, seq_len, budget, on_cpu, search.fast, trial_steps};
+    write_autotune_results(args, summary, experiments, *best, out, results_dir);
   }
   comm->barrier();
   return 0;

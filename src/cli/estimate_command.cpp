@@ -472,11 +472,10 @@ void check_seq_len_within_positions(int64_t seq_len, bool given, const ModelConf
            " (give --seq-len <= ", config.max_position_embeddings, ")");
 }
 
-}  // namespace
-
-int command_estimate(const std::vector<std::string>& args) {
-  namespace po = boost::program_options;
-  std::string model_dir, params_text, largest_text, trainable_text, dtype_text, targets_text, quantize_text, grad_dtype_text;
+// The flags of `zerotune estimate`, as given (texts parsed later, where their errors name them).
+struct EstimateFlags {
+  std::string model_dir, params_text, largest_text, trainable_text, dtype_text, targets_text, quantize_text,
+      grad_dtype_text;
   std::string reduce_bucket_text, max_live_text, prefetch_text, optimizer_text;
   std::string deepspeed_path, device_memory_text, device_text = "typical-gpu", data_dir;
   bool max_seq_len_mode = false;
@@ -484,6 +483,22 @@ int command_estimate(const std::vector<std::string>& args) {
   int gpus_per_node = 1, nodes = 1, lora_r = 0;
   bool as_json = false;
   RunShape shape;
+};
+
+// The options (a table: one row per flag, its help text).
+boost::program_options::options_description estimate_options(EstimateFlags& f) {
+  namespace po = boost::program_options;
+  RunShape& shape = f.shape;
+  std::string& model_dir = f.model_dir;
+  std::string &params_text = f.params_text, &largest_text = f.largest_text, &trainable_text = f.trainable_text;
+  std::string &dtype_text = f.dtype_text, &targets_text = f.targets_text, &quantize_text = f.quantize_text;
+  std::string &grad_dtype_text = f.grad_dtype_text, &reduce_bucket_text = f.reduce_bucket_text;
+  std::string &max_live_text = f.max_live_text, &prefetch_text = f.prefetch_text, &optimizer_text = f.optimizer_text;
+  std::string &deepspeed_path = f.deepspeed_path, &device_memory_text = f.device_memory_text;
+  std::string &device_text = f.device_text, &data_dir = f.data_dir;
+  bool &max_seq_len_mode = f.max_seq_len_mode, &as_json = f.as_json;
+  int64_t& seq_len_limit = f.seq_len_limit;
+  int &gpus_per_node = f.gpus_per_node, &nodes = f.nodes, &lora_r = f.lora_r;
   po::options_description description(
       "zerotune estimate: memory for parameters, gradients and optimizer state per GPU and per CPU (node) for\n"
       "each ZeRO stage and offload choice, by DeepSpeed's formulas and by zerotune's buffers.\n"
@@ -540,18 +555,20 @@ int command_estimate(const std::vector<std::string>& args) {
        "with --model: rows per chunk of the LM head + cross-entropy, as train's (0: automatic; micro-batch x "
        "seq-len or more: the whole [tokens, vocab] logits at once)")
       ("json", po::bool_switch(&as_json), "print the report as JSON");
-  po::variables_map values;
-  if (!parse_command_options(args, description, values, "estimate")) return 0;
+  return description;
+}
 
+// Flags that contradict each other or are out of range, before anything is read.
+void check_estimate_flags(const EstimateFlags& f, const boost::program_options::variables_map& values) {
+  const RunShape& shape = f.shape;
   const bool have_model = values.count("model") > 0, have_params = values.count("params") > 0;
   ZT_CHECK(have_model || have_params, "give the model: --model DIR or --params N (see `zerotune estimate --help`)");
   ZT_CHECK(!(have_model && have_params), "give either --model or --params, not both");
-  ZT_CHECK(gpus_per_node >= 1, "--gpus-per-node = ", gpus_per_node, ": must be >= 1");
-  ZT_CHECK(nodes >= 1, "--nodes = ", nodes, ": must be >= 1");
-  ZT_CHECK(lora_r >= 0, "--lora-r = ", lora_r, ": must be >= 0");
-  ZT_CHECK(!values.count("lora-targets") || lora_r > 0, "--lora-targets was given without --lora-r (the LoRA rank)");
-  if (values.count("quantize")) shape.quantize.type = parse_quant4_type(quantize_text, "--quantize");
-  ZT_CHECK(!shape.quantize.enabled() || (have_model && lora_r > 0),
+  ZT_CHECK(f.gpus_per_node >= 1, "--gpus-per-node = ", f.gpus_per_node, ": must be >= 1");
+  ZT_CHECK(f.nodes >= 1, "--nodes = ", f.nodes, ": must be >= 1");
+  ZT_CHECK(f.lora_r >= 0, "--lora-r = ", f.lora_r, ": must be >= 0");
+  ZT_CHECK(!values.count("lora-targets") || f.lora_r > 0, "--lora-targets was given without --lora-r (the LoRA rank)");
+  ZT_CHECK(!shape.quantize.enabled() || (have_model && f.lora_r > 0),
            "--quantize needs --model and --lora-r: a 4-bit base is frozen under LoRA adapters (QLoRA)");
   ZT_CHECK(!shape.quantize.double_quant || shape.quantize.enabled(), "--double-quant needs --quantize nf4|fp4");
   ZT_CHECK(shape.seq_len >= 1, "--seq-len = ", shape.seq_len, ": must be >= 1");
@@ -564,149 +581,199 @@ int command_estimate(const std::vector<std::string>& args) {
                           !shape.activation_checkpointing),
            "--seq-len, --micro-batch and --activation-checkpointing go with --model (the run's activations come from "
            "the model's layers)");
-  DType compute_dtype = DType::BF16;
-  if (values.count("deepspeed")) {  // its settings, under the flags given
-    std::vector<std::string> notes;
-    load_deepspeed_config(deepspeed_path, gpus_per_node * nodes, shape.base, notes);
-    if (values["micro-batch"].defaulted() && shape.base.micro_batch_size > 0) shape.micro_batch = shape.base.micro_batch_size;
-    if (values["optimizer"].defaulted()) {
-      shape.optimizer = shape.base.optimizer;
-      optimizer_text = shape.optimizer.type;
-    }
-    if (values["compute-dtype"].defaulted()) dtype_text = dtype_name(shape.base.compute_dtype);
-    if (values["grad-accum-dtype"].defaulted()) grad_dtype_text = dtype_name(shape.base.grad_accum_dtype);
-    if (values["reduce-bucket-size"].defaulted()) reduce_bucket_text = cat(shape.base.zero.reduce_bucket_size);
-    if (values["stage3-max-live-parameters"].defaulted()) max_live_text = cat(shape.base.zero.stage3_max_live_parameters);
-    if (values["stage3-prefetch-bucket-size"].defaulted())
-      prefetch_text = cat(shape.base.zero.stage3_prefetch_bucket_size);
+  ZT_CHECK(!f.max_seq_len_mode || (have_model && values.count("device-memory")),
+           "--max-seq-len needs --model (the activations come from its layers) and --device-memory (e.g. 24GiB)");
+  ZT_CHECK(!values.count("device-memory") || f.max_seq_len_mode, "--device-memory goes with --max-seq-len");
+  ZT_CHECK(!values.count("seq-len-limit") || (f.max_seq_len_mode && f.seq_len_limit >= 1),
+           "--seq-len-limit goes with --max-seq-len and must be >= 1");
+}
+
+// --deepspeed: its micro-batch, optimizer, precision and bucket sizes, where no flag gave them.
+void apply_deepspeed_config(EstimateFlags& f, const boost::program_options::variables_map& values) {
+  RunShape& shape = f.shape;
+  std::vector<std::string> notes;
+  load_deepspeed_config(f.deepspeed_path, f.gpus_per_node * f.nodes, shape.base, notes);
+  if (values["micro-batch"].defaulted() && shape.base.micro_batch_size > 0) shape.micro_batch = shape.base.micro_batch_size;
+  if (values["optimizer"].defaulted()) {
+    shape.optimizer = shape.base.optimizer;
+    f.optimizer_text = shape.optimizer.type;
   }
-  if (values.count("data")) {
-    ZT_CHECK(have_model && values["seq-len"].defaulted(), "--data goes with --model and instead of --seq-len");
-    const TokenDataset dataset = TokenDataset::open(data_dir);
-    shape.seq_len = dataset.longest_sample();
-    shape.grown_from_seq_len = activation_regrowth_from(dataset);
-  }
-  std::unique_ptr<Backend> live_backend;  // --device cuda: the GPU whose allocator the model counts for
-  if (device_text == "cpu") {
+  if (values["compute-dtype"].defaulted()) f.dtype_text = dtype_name(shape.base.compute_dtype);
+  if (values["grad-accum-dtype"].defaulted()) f.grad_dtype_text = dtype_name(shape.base.grad_accum_dtype);
+  if (values["reduce-bucket-size"].defaulted()) f.reduce_bucket_text = cat(shape.base.zero.reduce_bucket_size);
+  if (values["stage3-max-live-parameters"].defaulted()) f.max_live_text = cat(shape.base.zero.stage3_max_live_parameters);
+  if (values["stage3-prefetch-bucket-size"].defaulted()) f.prefetch_text = cat(shape.base.zero.stage3_prefetch_bucket_size);
+}
+
+// --device: whose allocator the memory model counts for (--device cuda keeps the GPU's backend
+// alive in `live_backend` while the model asks it).
+void choose_memory_target(const EstimateFlags& f, RunShape& shape, std::unique_ptr<Backend>& live_backend) {
+  if (f.device_text == "cpu") {
     shape.target = MemoryTarget{};
     shape.target.device = Device::CPU;
-  } else if (device_text == "cuda") {
+  } else if (f.device_text == "cuda") {
     live_backend = make_backend("cuda", 0);
     shape.target = memory_target_of(*live_backend);
   } else {
-    ZT_CHECK(device_text == "typical-gpu", "--device must be typical-gpu, cuda or cpu, not '", device_text, "'");
+    ZT_CHECK(f.device_text == "typical-gpu", "--device must be typical-gpu, cuda or cpu, not '", f.device_text, "'");
   }
-  shape.optimizer.type = optimizer_text;
-  ZT_CHECK(shape.optimizer.momentum == 0.0 || optimizer_text == "sgd", "--momentum goes with --optimizer sgd");
-  ZT_CHECK(!max_seq_len_mode || (have_model && values.count("device-memory")),
-           "--max-seq-len needs --model (the activations come from its layers) and --device-memory (e.g. 24GiB)");
-  ZT_CHECK(!values.count("device-memory") || max_seq_len_mode, "--device-memory goes with --max-seq-len");
-  ZT_CHECK(!values.count("seq-len-limit") || (max_seq_len_mode && seq_len_limit >= 1),
-           "--seq-len-limit goes with --max-seq-len and must be >= 1");
-  std::vector<int64_t> device_memories;
-  for (size_t start = 0; max_seq_len_mode && start <= device_memory_text.size();) {
-    const size_t comma = std::min(device_memory_text.find(',', start), device_memory_text.size());
-    const std::string item = device_memory_text.substr(start, comma - start);
-    device_memories.push_back(parse_byte_size(item, "--device-memory"));
+}
+
+// --device-memory's list (24GiB,40GiB,...).
+std::vector<int64_t> device_memory_list(const EstimateFlags& f) {
+  std::vector<int64_t> sizes;
+  for (size_t start = 0; f.max_seq_len_mode && start <= f.device_memory_text.size();) {
+    const size_t comma = std::min(f.device_memory_text.find(',', start), f.device_memory_text.size());
+    sizes.push_back(parse_byte_size(f.device_memory_text.substr(start, comma - start), "--device-memory"));
     start = comma + 1;
   }
-  const std::unique_ptr<Optimizer> optimizer = make_optimizer(shape.optimizer);  // refuses an unknown name
-  try {
-    compute_dtype = parse_compute_dtype(dtype_text);
-  } catch (const Error& error) {
-    fail("--compute-dtype: ", error.what());
-  }
-  const std::optional<DType> grad_dtype = parse_deepspeed_dtype(grad_dtype_text);
-  ZT_CHECK(grad_dtype, "--grad-accum-dtype must be one of ", deepspeed_dtype_spellings(), ", not '", grad_dtype_text, "'");
-  check_gradient_dtype(*grad_dtype, compute_dtype, *optimizer);
-  shape.base.grad_accum_dtype = *grad_dtype;  // the memory model's runs (row_config)
+  return sizes;
+}
 
+// --model: the model's parameter counts (with LoRA adapters) and its per-tensor optimizer state.
+ModelSummary summarize_model_dir(EstimateFlags& f, const boost::program_options::variables_map& values,
+                                 const Optimizer& optimizer, int64_t& tensor_state_floats) {
+  ZT_CHECK(!values.count("largest-layer-params") && !values.count("trainable-params"),
+           "--largest-layer-params and --trainable-params go with --params; with --model they are counted");
+  const ModelConfig config = load_model_config(f.model_dir);
+  check_seq_len_within_positions(f.shape.seq_len, !values["seq-len"].defaulted(), config);
+  const std::vector<ParamSpec> specs = model_param_specs(config);
+  std::vector<ParamSpec> adapters;
+  if (f.lora_r > 0) {
+    LoraConfig lora;
+    lora.r = f.lora_r;
+    lora.targets = parse_lora_targets(f.targets_text);
+    lora = lora_with_default_targets(lora, config);  // none given: the model type's PEFT default, as `train`
+    adapters = lora_param_specs(specs, lora);
+    f.shape.lora = lora;
+  }
   ModelSummary model;
-  int64_t tensor_state_floats = 0;  // the optimizer's per-tensor state over the trainable tensors
-  if (have_model) {
-    ZT_CHECK(!values.count("largest-layer-params") && !values.count("trainable-params"),
-             "--largest-layer-params and --trainable-params go with --params; with --model they are counted");
-    const ModelConfig config = load_model_config(model_dir);
-    check_seq_len_within_positions(shape.seq_len, !values["seq-len"].defaulted(), config);
-    const std::vector<ParamSpec> specs = model_param_specs(config);
-    std::vector<ParamSpec> adapters;
-    if (lora_r > 0) {
-      LoraConfig lora;
-      lora.r = lora_r;
-      lora.targets = parse_lora_targets(targets_text);
-      lora = lora_with_default_targets(lora, config);  // none given: the model type's PEFT default, as `train`
-      adapters = lora_param_specs(specs, lora);
-      shape.lora = lora;
-    }
-    model.config = config;
-    model.source = config.path;
-    model.counts = count_model_params(specs, adapters);
-    for (const ParamSpec& spec : adapters.empty() ? specs : adapters)
-      if (!spec.tied()) tensor_state_floats += tensor_state_numel(*optimizer, spec.shape);
-  } else {
-    ZT_CHECK(lora_r == 0, "--lora-r needs --model (the adapters' size comes from the model's layers); "
-             "with --params give --trainable-params instead");
-    model.source = "--params " + params_text;
-    model.counts.total = parse_param_count(params_text, "--params");
-    model.counts.trainable =
-        values.count("trainable-params") ? parse_param_count(trainable_text, "--trainable-params") : model.counts.total;
-    ZT_CHECK(model.counts.trainable <= model.counts.total, "--trainable-params = ", trainable_text,
-             ": more than --params = ", params_text);
-    model.counts.gather_unit = rule_of_thumb_block(model.counts.total);
-    if (values.count("largest-layer-params")) {
-      model.counts.largest_layer = parse_param_count(largest_text, "--largest-layer-params");
-      ZT_CHECK(model.counts.largest_layer <= model.counts.total, "--largest-layer-params = ", largest_text,
-               ": more than --params = ", params_text);
-      model.counts.gather_unit = std::max(model.counts.gather_unit, model.counts.largest_layer);
-    } else {
-      model.counts.largest_layer = rule_of_thumb_largest_layer(model.counts.total);
-      model.counts.gather_unit = std::max(model.counts.gather_unit, model.counts.largest_layer);
-      model.shapes_assumed = true;
-    }
-    // Per-tensor state from the rule of thumb's shapes: the full model's (with --trainable-params,
-    // an upper bound: adapters have fewer rows and columns).
-    for (const std::vector<int64_t>& shape_of_tensor : rule_of_thumb_shapes(model.counts.total))
-      tensor_state_floats += tensor_state_numel(*optimizer, shape_of_tensor);
-  }
+  model.config = config;
+  model.source = config.path;
+  model.counts = count_model_params(specs, adapters);
+  for (const ParamSpec& spec : adapters.empty() ? specs : adapters)
+    if (!spec.tied()) tensor_state_floats += tensor_state_numel(optimizer, spec.shape);
+  return model;
+}
 
+// --params: the counts given, the shapes by the rule of thumb where not given.
+ModelSummary summarize_param_count(const EstimateFlags& f, const boost::program_options::variables_map& values,
+                                   const Optimizer& optimizer, int64_t& tensor_state_floats) {
+  ZT_CHECK(f.lora_r == 0, "--lora-r needs --model (the adapters' size comes from the model's layers); "
+           "with --params give --trainable-params instead");
+  ModelSummary model;
+  model.source = "--params " + f.params_text;
+  model.counts.total = parse_param_count(f.params_text, "--params");
+  model.counts.trainable =
+      values.count("trainable-params") ? parse_param_count(f.trainable_text, "--trainable-params") : model.counts.total;
+  ZT_CHECK(model.counts.trainable <= model.counts.total, "--trainable-params = ", f.trainable_text,
+           ": more than --params = ", f.params_text);
+  model.counts.gather_unit = rule_of_thumb_block(model.counts.total);
+  if (values.count("largest-layer-params")) {
+    model.counts.largest_layer = parse_param_count(f.largest_text, "--largest-layer-params");
+    ZT_CHECK(model.counts.largest_layer <= model.counts.total, "--largest-layer-params = ", f.largest_text,
+             ": more than --params = ", f.params_text);
+  } else {
+    model.counts.largest_layer = rule_of_thumb_largest_layer(model.counts.total);
+    model.shapes_assumed = true;
+  }
+  model.counts.gather_unit = std::max(model.counts.gather_unit, model.counts.largest_layer);
+  // Per-tensor state from the rule of thumb's shapes: the full model's (with --trainable-params,
+  // an upper bound: adapters have fewer rows and columns).
+  for (const std::vector<int64_t>& shape_of_tensor : rule_of_thumb_shapes(model.counts.total))
+    tensor_state_floats += tensor_state_numel(optimizer, shape_of_tensor);
+  return model;
+}
+
+// What DeepSpeed's formulas and the rows take: the counts, the dtypes, the optimizer, the buckets.
+ZeroMemoryInputs zero_memory_inputs(const EstimateFlags& f, const ModelSummary& model, DType compute_dtype,
+                                    DType grad_dtype, const Optimizer& optimizer, int64_t tensor_state_floats) {
   ZeroMemoryInputs inputs;
   inputs.total_params = model.counts.total;
   inputs.trainable_params = model.counts.trainable;
   inputs.largest_layer_params = model.counts.largest_layer;
   inputs.gather_unit_params = model.counts.gather_unit;
-  inputs.gpus_per_node = gpus_per_node;
-  inputs.world_size = gpus_per_node * nodes;
+  inputs.gpus_per_node = f.gpus_per_node;
+  inputs.world_size = f.gpus_per_node * f.nodes;
   inputs.compute_dtype_bytes = static_cast<int64_t>(dtype_size(compute_dtype));
-  inputs.grad_dtype_bytes = static_cast<int64_t>(dtype_size(*grad_dtype));
-  // The gradients' other choice, shown beside the chosen one: fp32 against the compute dtype's 16 bits
-  // (none when 16-bit gradients cannot go with this run).
-  const DType other_grad_dtype = *grad_dtype == DType::F32 ? compute_dtype : DType::F32;
-  const std::string why_not_other = other_grad_dtype == *grad_dtype
-                                        ? std::string("16-bit gradients need bf16/fp16 compute (this run: fp32)")
-                                        : gradient_dtype_refusal(other_grad_dtype, compute_dtype, *optimizer);
-  const bool compare_grad_dtypes = why_not_other.empty();
-  inputs.optimizer_state_floats = static_cast<int>(optimizer->state_names().size());
-  inputs.fused_optimizer = optimizer->fuses_into_backward();
+  inputs.grad_dtype_bytes = static_cast<int64_t>(dtype_size(grad_dtype));
+  inputs.optimizer_state_floats = static_cast<int>(optimizer.state_names().size());
+  inputs.fused_optimizer = optimizer.fuses_into_backward();
   inputs.tensor_state_floats = tensor_state_floats;
-  inputs.reduce_bucket_size = parse_param_count(reduce_bucket_text, "--reduce-bucket-size");
-  inputs.stage3_max_live_parameters = parse_param_count(max_live_text, "--stage3-max-live-parameters");
-  inputs.stage3_prefetch_bucket_size = parse_param_count(prefetch_text, "--stage3-prefetch-bucket-size");
+  inputs.reduce_bucket_size = parse_param_count(f.reduce_bucket_text, "--reduce-bucket-size");
+  inputs.stage3_max_live_parameters = parse_param_count(f.max_live_text, "--stage3-max-live-parameters");
+  inputs.stage3_prefetch_bucket_size = parse_param_count(f.prefetch_text, "--stage3-prefetch-bucket-size");
+  return inputs;
+}
 
-  if (process_rank() != 0) return 0;  // one report per job
-  if (max_seq_len_mode) {
-    const int64_t limit = seq_len_limit > 0 ? seq_len_limit : model.config->max_position_embeddings;
+// The report (or --max-seq-len's table), as text or JSON, on rank 0's stdout.
+void print_estimate(const EstimateFlags& f, const ModelSummary& model, const ZeroMemoryInputs& inputs,
+                    DType compute_dtype, DType grad_dtype, const Optimizer& optimizer) {
+  if (f.max_seq_len_mode) {
+    const int64_t limit = f.seq_len_limit > 0 ? f.seq_len_limit : model.config->max_position_embeddings;
     ZT_CHECK(limit >= 1, model.source, ": no max_position_embeddings: give --seq-len-limit");
     const nlohmann::ordered_json table =
-        max_seq_len_report(model, shape, inputs, compute_dtype, device_memories, limit);
-    const std::string text = as_json ? table.dump(2) + "\n" : format_max_seq_len(table);
+        max_seq_len_report(model, f.shape, inputs, compute_dtype, device_memory_list(f), limit);
+    const std::string text = f.as_json ? table.dump(2) + "\n" : format_max_seq_len(table);
     std::fwrite(text.data(), 1, text.size(), stdout);
-    return 0;
+    return;
   }
-  nlohmann::ordered_json report = estimate_report(model, shape, inputs, nodes, compute_dtype);
-  report["gradients"] = gradient_dtype_comparison(inputs, *grad_dtype, compare_grad_dtypes ? other_grad_dtype : *grad_dtype,
-                                                  why_not_other);
-  const std::string text = as_json ? report.dump(2) + "\n" : format_report(report);
+  // The gradients' other choice, shown beside the chosen one: fp32 against the compute dtype's 16
+  // bits (none when 16-bit gradients cannot go with this run).
+  const DType other_grad_dtype = grad_dtype == DType::F32 ? compute_dtype : DType::F32;
+  const std::string why_not_other = other_grad_dtype == grad_dtype
+                                        ? std::string("16-bit gradients need bf16/fp16 compute (this run: fp32)")
+                                        : gradient_dtype_refusal(other_grad_dtype, compute_dtype, optimizer);
+  nlohmann::ordered_json report = estimate_report(model, f.shape, inputs, f.nodes, compute_dtype);
+  report["gradients"] =
+      gradient_dtype_comparison(inputs, grad_dtype, why_not_other.empty() ? other_grad_dtype : grad_dtype, why_not_other);
+  const std::string text = f.as_json ? report.dump(2) + "\n" : format_report(report);
   std::fwrite(text.data(), 1, text.size(), stdout);
+}
+
+}  // namespace
+
+int command_estimate(const std::vector<std::string>& args) {
+  EstimateFlags flags;
+  boost::program_options::options_description description = estimate_options(flags);
+  boost::program_options::variables_map values;
+  if (!parse_command_options(args, description, values, "estimate")) return 0;
+  RunShape& shape = flags.shape;
+  if (values.count("quantize")) shape.quantize.type = parse_quant4_type(flags.quantize_text, "--quantize");
+  check_estimate_flags(flags, values);
+  if (values.count("deepspeed")) apply_deepspeed_config(flags, values);  // its settings, under the flags given
+  if (values.count("data")) {
+    ZT_CHECK(values.count("model") && values["seq-len"].defaulted(), "--data goes with --model and instead of --seq-len");
+    const TokenDataset dataset = TokenDataset::open(flags.data_dir);
+    shape.seq_len = dataset.longest_sample();
+    shape.grown_from_seq_len = activation_regrowth_from(dataset);
+  }
+  std::unique_ptr<Backend> live_backend;  // --device cuda: the GPU whose allocator the model counts for
+  choose_memory_target(flags, shape, live_backend);
+  shape.optimizer.type = flags.optimizer_text;
+  ZT_CHECK(shape.optimizer.momentum == 0.0 || flags.optimizer_text == "sgd", "--momentum goes with --optimizer sgd");
+  if (flags.max_seq_len_mode) device_memory_list(flags);  // its errors before any work
+  const std::unique_ptr<Optimizer> optimizer = make_optimizer(shape.optimizer);  // refuses an unknown name
+  DType compute_dtype = DType::BF16;
+  try {
+    compute_dtype = parse_compute_dtype(flags.dtype_text);
+  } catch (const Error& error) {
+    fail("--compute-dtype: ", error.what());
+  }
+  const std::optional<DType> grad_dtype = parse_deepspeed_dtype(flags.grad_dtype_text);
+  ZT_CHECK(grad_dtype, "--grad-accum-dtype must be one of ", deepspeed_dtype_spellings(), ", not '",
+           flags.grad_dtype_text, "'");
+  check_gradient_dtype(*grad_dtype, compute_dtype, *optimizer);
+  shape.base.grad_accum_dtype = *grad_dtype;  // the memory model's runs (row_config)
+
+  int64_t tensor_state_floats = 0;  // the optimizer's per-tensor state over the trainable tensors
+  const ModelSummary model = values.count("model")
+                                 ? summarize_model_dir(flags, values, *optimizer, tensor_state_floats)
+                                 : summarize_param_count(flags, values, *optimizer, tensor_state_floats);
+  const ZeroMemoryInputs inputs =
+      zero_memory_inputs(flags, model, compute_dtype, *grad_dtype, *optimizer, tensor_state_floats);
+  if (process_rank() != 0) return 0;  // one report per job
+  print_estimate(flags, model, inputs, compute_dtype, *grad_dtype, *optimizer);
   return 0;
 }
 

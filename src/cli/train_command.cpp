@@ -137,6 +137,133 @@ void parse_profiler_steps(const std::string& text, RunOptions& run) {
            run.profiler_first, " comes after LAST ", run.profiler_last);
 }
 
+// The batch and optimization flags (micro-batch, accumulation, lr, weight decay, clipping, schedule).
+void take_optimization_flags(const po::variables_map& vm, TrainConfig& config, RunOptions& run) {
+  // The flags get the checks the JSON keys get (0 means "derive it" only inside the JSON).
+  if (vm.count("micro-batch-size")) config.micro_batch_size = vm["micro-batch-size"].as<int64_t>();
+  ZT_CHECK(!vm.count("micro-batch-size") || config.micro_batch_size >= 1, "--micro-batch-size must be >= 1, not ",
+           config.micro_batch_size);
+  if (vm.count("grad-accum")) config.gradient_accumulation_steps = vm["grad-accum"].as<int64_t>();
+  ZT_CHECK(!vm.count("grad-accum") || config.gradient_accumulation_steps >= 1, "--grad-accum must be >= 1, not ",
+           config.gradient_accumulation_steps);
+  run.grad_accum_given = vm.count("grad-accum") > 0;
+  take(vm, "lr", config.optimizer.lr);
+  ZT_CHECK(std::isfinite(config.optimizer.lr) && config.optimizer.lr >= 0.0,
+           "--lr must be a finite number >= 0, not ", config.optimizer.lr);
+  take(vm, "weight-decay", config.optimizer.weight_decay);
+  ZT_CHECK(std::isfinite(config.optimizer.weight_decay) && config.optimizer.weight_decay >= 0.0,
+           "--weight-decay must be a finite number >= 0, not ", config.optimizer.weight_decay);
+  take(vm, "gradient-clipping", config.gradient_clipping);
+  ZT_CHECK(std::isfinite(config.gradient_clipping) && config.gradient_clipping >= 0.0,
+           "--gradient-clipping must be a finite number >= 0 (0: off), not ", config.gradient_clipping);
+  if (vm.count("lr-scheduler")) {
+    config.scheduler.type = vm["lr-scheduler"].as<std::string>();
+    ZT_CHECK(config.scheduler.type == "constant" || config.scheduler.type == "linear" || config.scheduler.type == "cosine",
+             "--lr-scheduler '", config.scheduler.type, "' is not one of constant, linear, cosine (DeepSpeed's "
+             "WarmupLR/WarmupDecayLR/WarmupCosineLR come from the --deepspeed JSON)");
+  }
+  take(vm, "warmup-steps", config.scheduler.warmup_steps);
+}
+
+// LoRA, QLoRA and --adapter.
+void take_lora_flags(const po::variables_map& vm, TrainConfig& config, RunOptions& run) {
+  take(vm, "lora-r", config.lora.r);
+  take(vm, "lora-alpha", config.lora.alpha);
+  take(vm, "lora-dropout", config.lora.dropout);
+  if (vm.count("lora-targets")) config.lora.targets = parse_lora_targets(vm["lora-targets"].as<std::string>());
+  if (vm["lora-rslora"].as<bool>()) config.lora.rslora = true;
+  const bool lora_flag = vm.count("lora-alpha") || vm.count("lora-dropout") || vm.count("lora-targets") ||
+                         vm["lora-rslora"].as<bool>();
+  ZT_CHECK(!lora_flag || config.lora.r > 0 || vm.count("adapter"),
+           "LoRA options were given without --lora-r (the LoRA rank)");
+  // No --lora-targets: the model type's PEFT default, resolved when the model config is read.
+  ZT_CHECK(config.lora.dropout >= 0.0 && config.lora.dropout < 1.0, "--lora-dropout must be in [0, 1), not ",
+           config.lora.dropout);
+  if (vm.count("quantize")) {
+    config.quantize.type = parse_quant4_type(vm["quantize"].as<std::string>(), "--quantize");
+    config.quantize.double_quant = vm["double-quant"].as<bool>();
+  }
+  ZT_CHECK(!vm["double-quant"].as<bool>() || config.quantize.enabled(), "--double-quant needs --quantize nf4|fp4");
+  take(vm, "adapter", run.adapter_dir);
+  // An adapter brings its own LoRA settings, lora_dropout included (adapter_config.json).
+  for (const char* flag : {"lora-alpha", "lora-dropout", "lora-targets"})
+    ZT_CHECK(!vm.count("adapter") || !vm.count(flag), "--adapter takes the LoRA settings from ", run.adapter_dir,
+             "/adapter_config.json (lora_alpha, lora_dropout, target_modules): do not give --", flag, " as well");
+  ZT_CHECK(!vm.count("adapter") || !vm["lora-rslora"].as<bool>(), "--adapter takes the LoRA settings from ",
+           run.adapter_dir, "/adapter_config.json (use_rslora): do not give --lora-rslora as well");
+}
+
+// The run's memory, data order, logging, profiling, device and ZeRO flags.
+void take_run_flags(const po::variables_map& vm, TrainConfig& config, RunOptions& run) {
+  if (vm["activation-checkpointing"].as<bool>()) config.activation_checkpointing = true;
+  if (vm["offload-activations"].as<bool>()) config.offload_activations = true;
+  ZT_CHECK(!config.offload_activations || config.activation_checkpointing,
+           "--offload-activations needs --activation-checkpointing: it moves the block inputs that checkpointing "
+           "keeps to host memory");
+  take(vm, "epochs", config.epochs);
+  take(vm, "max-steps", config.max_steps);
+  take(vm, "head-chunk-rows", config.head_chunk_rows);
+  take(vm, "seed", config.seed);
+  if (vm["no-shuffle"].as<bool>()) config.shuffle = false;
+  if (vm["group-by-length"].as<bool>()) config.group_by_length = true;
+  if (vm["packing"].as<bool>()) config.packing = true;
+  take(vm, "log-every", run.log_every);
+  take(vm, "peak-tflops", run.peak_tflops);
+  take(vm, "profile-step", run.profile_step);
+  ZT_CHECK(run.profile_step >= 0, "--profile-step must not be negative");
+  if (vm["report-nonfinite"].as<bool>()) run.report_nonfinite = true;
+  if (vm.count("cuda-profiler-steps")) parse_profiler_steps(vm["cuda-profiler-steps"].as<std::string>(), run);
+  take(vm, "dump-step0", config.dump_step0_path);
+  take(vm, "dump-final", config.dump_final_path);
+  take(vm, "device", config.device);
+  ZT_CHECK(config.device == "auto" || config.device == "cpu" || config.device == "cuda",
+           "--device must be auto, cpu or cuda, not '", config.device, "'");
+  take(vm, "comm", config.comm);
+  ZT_CHECK(config.comm == "auto" || config.comm == "nccl" || config.comm == "mpi", "--comm must be auto, nccl or mpi, not '",
+           config.comm, "'");
+  take(vm, "zero-stage", config.zero.stage);
+  ZT_CHECK(config.zero.stage >= 0 && config.zero.stage <= 3, "--zero-stage must be 0, 1, 2 or 3, not ", config.zero.stage);
+  take(vm, "offload-optimizer", config.zero.offload_optimizer_device);
+  ZT_CHECK(config.zero.offload_optimizer_device == "none" || config.zero.offload_optimizer_device == "cpu",
+           "--offload-optimizer must be none or cpu, not '", config.zero.offload_optimizer_device, "'");
+  if (vm.count("grad-accum-dtype")) {
+    const std::string name = vm["grad-accum-dtype"].as<std::string>();
+    const std::optional<DType> dtype = parse_deepspeed_dtype(name);
+    ZT_CHECK(dtype, "--grad-accum-dtype must be one of ", deepspeed_dtype_spellings(), ", not '", name, "'");
+    config.grad_accum_dtype = *dtype;
+  }
+}
+
+// Checkpoints, resume, the communication timeout and evaluation.
+void take_save_and_eval_flags(const po::variables_map& vm, TrainConfig& config, RunOptions& run) {
+  take(vm, "save-every", config.save_every);
+  ZT_CHECK(config.save_every >= 0, "--save-every must not be negative");
+  if (vm["no-save-at-end"].as<bool>()) config.save_at_end = false;
+  if (vm["save-hf-at-end"].as<bool>()) config.save_hf_at_end = true;
+  if (config.zero.stage3_gather_16bit_weights_on_model_save && !config.save_hf_at_end) {
+    config.save_hf_at_end = true;
+    run.notes.push_back("zero_optimization.stage3_gather_16bit_weights_on_model_save: the 16-bit HF model is written to "
+                        "OUT/hf after the last step (--save-hf-at-end)");
+  }
+  ZT_CHECK(!config.save_hf_at_end || config.save_at_end, "--save-hf-at-end exports the checkpoint saved after the last "
+           "step: it cannot go with --no-save-at-end");
+  if (vm["allow-data-change"].as<bool>()) run.allow_data_change = true;
+  take(vm, "keep-last", config.keep_last);
+  ZT_CHECK(config.keep_last >= 0, "--keep-last must not be negative");
+  take(vm, "resume", config.resume);
+  if (vm["overwrite"].as<bool>()) run.overwrite = true;
+  take(vm, "comm-timeout", config.comm_timeout_seconds);
+  ZT_CHECK(config.comm_timeout_seconds > 0, "--comm-timeout must be positive, not ", config.comm_timeout_seconds);
+  take(vm, "eval-data", config.eval_data_dir);
+  take(vm, "split", config.data_split);
+  take(vm, "eval-split", config.eval_split);
+  // --eval-split alone: another split of the training data's directory (train-*.h5 next to test-*.h5).
+  if (config.eval_data_dir.empty() && !config.eval_split.empty()) config.eval_data_dir = config.data_dir;
+  take(vm, "eval-every", config.eval_every);
+  ZT_CHECK(config.eval_every >= 0, "--eval-every must not be negative");
+  ZT_CHECK(config.eval_every == 0 || !config.eval_data_dir.empty(), "--eval-every needs --eval-data");
+}
+
 }  // namespace
 
 ParsedTrainOptions parse_train_options(const std::vector<std::string>& args, const char* command,
@@ -180,117 +307,10 @@ ParsedTrainOptions parse_train_options(const std::vector<std::string>& args, con
   take(vm, "model", config.model_dir);
   take(vm, "data", config.data_dir);
   take(vm, "out", config.out_dir);
-  // The flags get the checks the JSON keys get (0 means "derive it" only inside the JSON).
-  if (vm.count("micro-batch-size")) config.micro_batch_size = vm["micro-batch-size"].as<int64_t>();
-  ZT_CHECK(!vm.count("micro-batch-size") || config.micro_batch_size >= 1, "--micro-batch-size must be >= 1, not ",
-           config.micro_batch_size);
-  if (vm.count("grad-accum")) config.gradient_accumulation_steps = vm["grad-accum"].as<int64_t>();
-  ZT_CHECK(!vm.count("grad-accum") || config.gradient_accumulation_steps >= 1, "--grad-accum must be >= 1, not ",
-           config.gradient_accumulation_steps);
-  run.grad_accum_given = vm.count("grad-accum") > 0;
-  take(vm, "lr", config.optimizer.lr);
-  ZT_CHECK(std::isfinite(config.optimizer.lr) && config.optimizer.lr >= 0.0,
-           "--lr must be a finite number >= 0, not ", config.optimizer.lr);
-  take(vm, "weight-decay", config.optimizer.weight_decay);
-  ZT_CHECK(std::isfinite(config.optimizer.weight_decay) && config.optimizer.weight_decay >= 0.0,
-           "--weight-decay must be a finite number >= 0, not ", config.optimizer.weight_decay);
-  take(vm, "gradient-clipping", config.gradient_clipping);
-  ZT_CHECK(std::isfinite(config.gradient_clipping) && config.gradient_clipping >= 0.0,
-           "--gradient-clipping must be a finite number >= 0 (0: off), not ", config.gradient_clipping);
-  if (vm.count("lr-scheduler")) {
-    config.scheduler.type = vm["lr-scheduler"].as<std::string>();
-    ZT_CHECK(config.scheduler.type == "constant" || config.scheduler.type == "linear" || config.scheduler.type == "cosine",
-             "--lr-scheduler '", config.scheduler.type, "' is not one of constant, linear, cosine (DeepSpeed's "
-             "WarmupLR/WarmupDecayLR/WarmupCosineLR come from the --deepspeed JSON)");
-  }
-  take(vm, "warmup-steps", config.scheduler.warmup_steps);
-  take(vm, "lora-r", config.lora.r);
-  take(vm, "lora-alpha", config.lora.alpha);
-  take(vm, "lora-dropout", config.lora.dropout);
-  if (vm.count("lora-targets")) config.lora.targets = parse_lora_targets(vm["lora-targets"].as<std::string>());
-  if (vm["lora-rslora"].as<bool>()) config.lora.rslora = true;
-  const bool lora_flag = vm.count("lora-alpha") || vm.count("lora-dropout") || vm.count("lora-targets") ||
-                         vm["lora-rslora"].as<bool>();
-  ZT_CHECK(!lora_flag || config.lora.r > 0 || vm.count("adapter"),
-           "LoRA options were given without --lora-r (the LoRA rank)");
-  // No --lora-targets: the model type's PEFT default, resolved when the model config is read.
-  ZT_CHECK(config.lora.dropout >= 0.0 && config.lora.dropout < 1.0, "--lora-dropout must be in [0, 1), not ",
-           config.lora.dropout);
-  if (vm.count("quantize")) {
-    config.quantize.type = parse_quant4_type(vm["quantize"].as<std::string>(), "--quantize");
-    config.quantize.double_quant = vm["double-quant"].as<bool>();
-  }
-  ZT_CHECK(!vm["double-quant"].as<bool>() || config.quantize.enabled(), "--double-quant needs --quantize nf4|fp4");
-  take(vm, "adapter", run.adapter_dir);
-  // An adapter brings its own LoRA settings, lora_dropout included (adapter_config.json).
-  for (const char* flag : {"lora-alpha", "lora-dropout", "lora-targets"})
-    ZT_CHECK(!vm.count("adapter") || !vm.count(flag), "--adapter takes the LoRA settings from ", run.adapter_dir,
-             "/adapter_config.json (lora_alpha, lora_dropout, target_modules): do not give --", flag, " as well");
-  ZT_CHECK(!vm.count("adapter") || !vm["lora-rslora"].as<bool>(), "--adapter takes the LoRA settings from ",
-           run.adapter_dir, "/adapter_config.json (use_rslora): do not give --lora-rslora as well");
-  if (vm["activation-checkpointing"].as<bool>()) config.activation_checkpointing = true;
-  if (vm["offload-activations"].as<bool>()) config.offload_activations = true;
-  ZT_CHECK(!config.offload_activations || config.activation_checkpointing,
-           "--offload-activations needs --activation-checkpointing: it moves the block inputs that checkpointing "
-           "keeps to host memory");
-  take(vm, "epochs", config.epochs);
-  take(vm, "max-steps", config.max_steps);
-  take(vm, "head-chunk-rows", config.head_chunk_rows);
-  take(vm, "seed", config.seed);
-  if (vm["no-shuffle"].as<bool>()) config.shuffle = false;
-  if (vm["group-by-length"].as<bool>()) config.group_by_length = true;
-  if (vm["packing"].as<bool>()) config.packing = true;
-  take(vm, "log-every", run.log_every);
-  take(vm, "peak-tflops", run.peak_tflops);
-  take(vm, "profile-step", run.profile_step);
-  ZT_CHECK(run.profile_step >= 0, "--profile-step must not be negative");
-  if (vm["report-nonfinite"].as<bool>()) run.report_nonfinite = true;
-  if (vm.count("cuda-profiler-steps")) parse_profiler_steps(vm["cuda-profiler-steps"].as<std::string>(), run);
-  take(vm, "dump-step0", config.dump_step0_path);
-  take(vm, "dump-final", config.dump_final_path);
-  take(vm, "device", config.device);
-  ZT_CHECK(config.device == "auto" || config.device == "cpu" || config.device == "cuda",
-           "--device must be auto, cpu or cuda, not '", config.device, "'");
-  take(vm, "comm", config.comm);
-  ZT_CHECK(config.comm == "auto" || config.comm == "nccl" || config.comm == "mpi", "--comm must be auto, nccl or mpi, not '",
-           config.comm, "'");
-  take(vm, "zero-stage", config.zero.stage);
-  ZT_CHECK(config.zero.stage >= 0 && config.zero.stage <= 3, "--zero-stage must be 0, 1, 2 or 3, not ", config.zero.stage);
-  take(vm, "offload-optimizer", config.zero.offload_optimizer_device);
-  ZT_CHECK(config.zero.offload_optimizer_device == "none" || config.zero.offload_optimizer_device == "cpu",
-           "--offload-optimizer must be none or cpu, not '", config.zero.offload_optimizer_device, "'");
-  if (vm.count("grad-accum-dtype")) {
-    const std::string name = vm["grad-accum-dtype"].as<std::string>();
-    const std::optional<DType> dtype = parse_deepspeed_dtype(name);
-    ZT_CHECK(dtype, "--grad-accum-dtype must be one of ", deepspeed_dtype_spellings(), ", not '", name, "'");
-    config.grad_accum_dtype = *dtype;
-  }
-  take(vm, "save-every", config.save_every);
-  ZT_CHECK(config.save_every >= 0, "--save-every must not be negative");
-  if (vm["no-save-at-end"].as<bool>()) config.save_at_end = false;
-  if (vm["save-hf-at-end"].as<bool>()) config.save_hf_at_end = true;
-  if (config.zero.stage3_gather_16bit_weights_on_model_save && !config.save_hf_at_end) {
-    config.save_hf_at_end = true;
-    run.notes.push_back("zero_optimization.stage3_gather_16bit_weights_on_model_save: the 16-bit HF model is written to "
-                        "OUT/hf after the last step (--save-hf-at-end)");
-  }
-  ZT_CHECK(!config.save_hf_at_end || config.save_at_end, "--save-hf-at-end exports the checkpoint saved after the last "
-           "step: it cannot go with --no-save-at-end");
-  if (vm["allow-data-change"].as<bool>()) run.allow_data_change = true;
-  take(vm, "keep-last", config.keep_last);
-  ZT_CHECK(config.keep_last >= 0, "--keep-last must not be negative");
-  take(vm, "resume", config.resume);
-  if (vm["overwrite"].as<bool>()) run.overwrite = true;
-  take(vm, "comm-timeout", config.comm_timeout_seconds);
-  ZT_CHECK(config.comm_timeout_seconds > 0, "--comm-timeout must be positive, not ", config.comm_timeout_seconds);
-  take(vm, "eval-data", config.eval_data_dir);
-  take(vm, "split", config.data_split);
-  take(vm, "eval-split", config.eval_split);
-  // --eval-split alone: another split of the training data's directory (train-*.h5 next to test-*.h5).
-  if (config.eval_data_dir.empty() && !config.eval_split.empty()) config.eval_data_dir = config.data_dir;
-  take(vm, "eval-every", config.eval_every);
-  ZT_CHECK(config.eval_every >= 0, "--eval-every must not be negative");
-  ZT_CHECK(config.eval_every == 0 || !config.eval_data_dir.empty(), "--eval-every needs --eval-data");
+  take_optimization_flags(vm, config, run);
+  take_lora_flags(vm, config, run);
+  take_run_flags(vm, config, run);
+  take_save_and_eval_flags(vm, config, run);
   // The flops profiler's step of the JSON, unless --profile-step names one.
   if (!vm.count("profile-step") && config.deepspeed_profile_step > 0) run.profile_step = config.deepspeed_profile_step;
   // Every "auto" of the JSON resolved as the HF Trainer does, and every flag that overrides it, said once;
