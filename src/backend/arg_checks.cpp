@@ -89,4 +89,10 @@ int64_t expect_quant4_view(const char* op, const Quant4View& weight, int64_t n) 
   return blocks;
 }
 
+int64_t expect_numel_of_param(const char* op, const Tensor& param, std::initializer_list<NamedTensor> others) {
+  const int64_t n = param.numel();
+  for (const NamedTensor& other : others) expect_numel(op, other.name, other.tensor, n, "the elements of param");
+  return n;
+}
+
 }  // namespace zt

@@ -16,6 +16,12 @@ namespace zt {
 void expect_shape(const char* op, const char* arg, const Tensor& tensor, std::initializer_list<int64_t> shape);
 // Throws unless `tensor` has `numel` elements (what `what` says it must match).
 void expect_numel(const char* op, const char* arg, const Tensor& tensor, int64_t numel, const std::string& what);
+// The optimizer kernels' rule: every named tensor has as many elements as `param`; returns them.
+struct NamedTensor {
+  const char* name;
+  const Tensor& tensor;
+};
+int64_t expect_numel_of_param(const char* op, const Tensor& param, std::initializer_list<NamedTensor> others);
 // Throws unless the two tensors have the same shape.
 void expect_same_shape(const char* op, const char* arg, const Tensor& tensor, const char* other_arg,
                        const Tensor& other);

@@ -29,14 +29,9 @@ class Lamb final : public Optimizer {
   double flops_per_element() const override { return 16.0; }
 
   void update(Backend& backend, OptimizerPiece& piece, const OptimizerStep& step) const override {
-    LambParams params;
-    params.beta1 = config_.beta1;
-    params.beta2 = config_.beta2;
-    params.eps = config_.eps;
-    params.weight_decay = piece.decay ? config_.weight_decay : 0.0;
-    params.eps_inside_sqrt = config_.eps_inside_sqrt;
-    Tensor update = piece.grad;  // u overwrites the gradient, which is not needed after this pass
-    backend.optimizer_kernels().lamb_direction(update, piece.param, piece.grad, piece.state[0], piece.state[1], params);
+    // u overwrites the gradient, which is not needed after this pass
+    const Tensor update = lamb_direction_of(backend, piece, config_.beta1, config_.beta2, config_.eps,
+                                            piece.decay ? config_.weight_decay : 0.0, config_.eps_inside_sqrt);
     // Squared norms of every tensor's slice: [2 K] = (||p||^2, ||u||^2) per tensor, then summed over the ranks.
     std::vector<double> squares(2 * piece.tensors.size(), 0.0);
     for (size_t k = 0; k < piece.tensors.size(); ++k) {
@@ -66,5 +61,18 @@ class Lamb final : public Optimizer {
 }  // namespace
 
 std::unique_ptr<Optimizer> make_lamb(const OptimizerConfig& config) { return std::make_unique<Lamb>(config); }
+
+Tensor lamb_direction_of(Backend& backend, OptimizerPiece& piece, double beta1, double beta2, double eps,
+                         double weight_decay, bool eps_inside_sqrt) {
+  LambParams params;
+  params.beta1 = beta1;
+  params.beta2 = beta2;
+  params.eps = eps;
+  params.weight_decay = weight_decay;
+  params.eps_inside_sqrt = eps_inside_sqrt;
+  backend.optimizer_kernels().lamb_direction(piece.grad, piece.param, piece.grad, piece.state[0], piece.state[1],
+                                             params);
+  return piece.grad;
+}
 
 }  // namespace zt

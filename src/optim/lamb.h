@@ -15,6 +15,12 @@ namespace zt {
 
 std::unique_ptr<Optimizer> make_lamb(const OptimizerConfig& config);
 
+// LAMB's direction over a piece, written into piece.grad (which is returned): the moments move
+// by beta1 and beta2 (beta1 0: m is the gradient as given; beta2 1: v stays), then
+// u = m / (sqrt(v) + eps) + weight_decay p. The compressed Adams (1-bit, 0/1) step p -= lr u.
+Tensor lamb_direction_of(Backend& backend, OptimizerPiece& piece, double beta1, double beta2, double eps,
+                         double weight_decay, bool eps_inside_sqrt = false);
+
 // FusedLamb's trust ratio from a tensor's squared norms.
 double lamb_trust_ratio(double param_squares, double update_squares, double min_coeff, double max_coeff);
 

@@ -3,6 +3,7 @@
 #include "optim/onebit_adam.h"
 
 #include "core/error.h"
+#include "optim/lamb.h"
 
 namespace zt {
 
@@ -27,14 +28,11 @@ class OneBitAdam final : public Optimizer {
 
   void update(Backend& backend, OptimizerPiece& piece, const OptimizerStep& step) const override {
     const bool compressed = momentum_exchange(step.update_number).has_value();
-    LambParams params;
-    params.beta1 = compressed ? 0.0 : config_.beta1;  // compressed: m = the exchanged momentum (piece.grad)
-    params.beta2 = compressed ? 1.0 : config_.beta2;  // compressed: v frozen
-    params.eps = config_.eps;
-    params.weight_decay = piece.decay ? config_.weight_decay : 0.0;
-    Tensor direction = piece.grad;  // m / (sqrt(v) + eps) + wd p overwrites the gradient
-    backend.optimizer_kernels().lamb_direction(direction, piece.param, piece.grad, piece.state[0], piece.state[1],
-                                               params);
+    // compressed: m = the exchanged momentum (piece.grad), v frozen. m / (sqrt(v) + eps) + wd p
+    // overwrites the gradient.
+    const Tensor direction = lamb_direction_of(backend, piece, compressed ? 0.0 : config_.beta1,
+                                               compressed ? 1.0 : config_.beta2, config_.eps,
+                                               piece.decay ? config_.weight_decay : 0.0);
     backend.accumulate(piece.param, direction, static_cast<float>(-step.lr));
   }
 

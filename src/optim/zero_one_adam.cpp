@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "optim/lamb.h"
 
 namespace zt {
 
@@ -58,14 +59,9 @@ class ZeroOneAdam final : public Optimizer {
   void update(Backend& backend, OptimizerPiece& piece, const OptimizerStep& step) const override {
     const bool variance = !in_local_phase(config_, step.update_number) &&
                           zero_one_adam_variance_update(config_, step.update_number);
-    LambParams params;
-    params.beta1 = config_.beta1;
-    params.beta2 = variance ? config_.beta2 : 1.0;
-    params.eps = config_.eps;
-    params.weight_decay = piece.decay ? config_.weight_decay : 0.0;
-    Tensor direction = piece.grad;  // m / (sqrt(v) + eps) + wd p overwrites the gradient
-    backend.optimizer_kernels().lamb_direction(direction, piece.param, piece.grad, piece.state[0], piece.state[1],
-                                               params);
+    // m / (sqrt(v) + eps) + wd p overwrites the gradient; v moves only at a variance update.
+    const Tensor direction = lamb_direction_of(backend, piece, config_.beta1, variance ? config_.beta2 : 1.0,
+                                               config_.eps, piece.decay ? config_.weight_decay : 0.0);
     backend.accumulate(piece.param, direction, static_cast<float>(-step.lr));
     if (piece.state.size() > 2) backend.accumulate(piece.state[2], direction, static_cast<float>(-step.lr));
   }

@@ -19,10 +19,8 @@ void CpuOptimizerKernels::adamw(Tensor param, Tensor grad, Tensor exp_avg, Tenso
   const float* g = f32_arg(op, "grad", grad);
   float* m = f32_arg(op, "exp_avg", exp_avg);
   float* v = f32_arg(op, "exp_avg_sq", exp_avg_sq);
-  const int64_t n = param.numel();
-  expect_numel(op, "grad", grad, n, "the elements of param");
-  expect_numel(op, "exp_avg", exp_avg, n, "the elements of param");
-  expect_numel(op, "exp_avg_sq", exp_avg_sq, n, "the elements of param");
+  const int64_t n =
+      expect_numel_of_param(op, param, {{"grad", grad}, {"exp_avg", exp_avg}, {"exp_avg_sq", exp_avg_sq}});
   ZT_CHECK(params.step >= 1, op, ": step = ", params.step, " (steps count from 1)");
   cpu_adamw(p, g, m, v, n, params);
 }
@@ -35,8 +33,7 @@ void CpuOptimizerKernels::sgd(Tensor param, Tensor grad, Tensor momentum_buffer,
   const char* op = "sgd";
   float* p = f32_arg(op, "param", param);
   const float* g = f32_arg(op, "grad", grad);
-  const int64_t n = param.numel();
-  expect_numel(op, "grad", grad, n, "the elements of param");
+  const int64_t n = expect_numel_of_param(op, param, {{"grad", grad}});
   const bool has_momentum = params.momentum != 0.0;
   float* buf = nullptr;
   if (has_momentum) {
@@ -67,11 +64,8 @@ void CpuOptimizerKernels::lamb_direction(Tensor update, Tensor param, Tensor gra
   const float* g = f32_arg(op, "grad", grad);
   float* m = f32_arg(op, "exp_avg", exp_avg);
   float* v = f32_arg(op, "exp_avg_sq", exp_avg_sq);
-  const int64_t n = param.numel();
-  expect_numel(op, "update", update, n, "the elements of param");
-  expect_numel(op, "grad", grad, n, "the elements of param");
-  expect_numel(op, "exp_avg", exp_avg, n, "the elements of param");
-  expect_numel(op, "exp_avg_sq", exp_avg_sq, n, "the elements of param");
+  const int64_t n = expect_numel_of_param(
+      op, param, {{"update", update}, {"grad", grad}, {"exp_avg", exp_avg}, {"exp_avg_sq", exp_avg_sq}});
   const float beta1 = static_cast<float>(params.beta1), beta2 = static_cast<float>(params.beta2);
   const float one_minus_beta1 = static_cast<float>(1.0 - params.beta1);
   const float one_minus_beta2 = static_cast<float>(1.0 - params.beta2);

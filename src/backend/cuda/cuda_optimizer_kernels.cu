@@ -51,10 +51,8 @@ void CudaOptimizerKernels::adamw(Tensor param, Tensor grad, Tensor exp_avg, Tens
   expect_device(op, "grad", grad, DType::F32);
   expect_device(op, "exp_avg", exp_avg, DType::F32);
   expect_device(op, "exp_avg_sq", exp_avg_sq, DType::F32);
-  const int64_t n = param.numel();
-  expect_numel(op, "grad", grad, n, "the elements of param");
-  expect_numel(op, "exp_avg", exp_avg, n, "the elements of param");
-  expect_numel(op, "exp_avg_sq", exp_avg_sq, n, "the elements of param");
+  const int64_t n =
+      expect_numel_of_param(op, param, {{"grad", grad}, {"exp_avg", exp_avg}, {"exp_avg_sq", exp_avg_sq}});
   ZT_CHECK(params.step >= 1, op, ": step = ", params.step, " (steps count from 1)");
   if (n == 0) return;
   const cudaStream_t stream = backend_.stream();
@@ -159,8 +157,7 @@ void CudaOptimizerKernels::sgd(Tensor param, Tensor grad, Tensor momentum_buffer
   const char* op = "sgd";
   expect_device(op, "param", param, DType::F32);
   expect_device(op, "grad", grad, DType::F32);
-  const int64_t n = param.numel();
-  expect_numel(op, "grad", grad, n, "the elements of param");
+  const int64_t n = expect_numel_of_param(op, param, {{"grad", grad}});
   SgdScalars scalars;
   scalars.has_momentum = params.momentum != 0.0;
   if (scalars.has_momentum) {
@@ -188,11 +185,8 @@ void CudaOptimizerKernels::lamb_direction(Tensor update, Tensor param, Tensor gr
   expect_device(op, "grad", grad, DType::F32);
   expect_device(op, "exp_avg", exp_avg, DType::F32);
   expect_device(op, "exp_avg_sq", exp_avg_sq, DType::F32);
-  const int64_t n = param.numel();
-  expect_numel(op, "update", update, n, "the elements of param");
-  expect_numel(op, "grad", grad, n, "the elements of param");
-  expect_numel(op, "exp_avg", exp_avg, n, "the elements of param");
-  expect_numel(op, "exp_avg_sq", exp_avg_sq, n, "the elements of param");
+  const int64_t n = expect_numel_of_param(
+      op, param, {{"update", update}, {"grad", grad}, {"exp_avg", exp_avg}, {"exp_avg_sq", exp_avg_sq}});
   if (n == 0) return;
   LambScalars scalars;
   scalars.beta1 = static_cast<float>(params.beta1);
