@@ -253,6 +253,19 @@ void write_autotune_results(const std::vector<std::string>& args, const Autotune
   std::fflush(stdout);
 }
 
+// autotune times real training steps, so it needs the model's weights; a directory with only
+// config.json (the planning case) stops here, before minutes of predictions, saying what serves.
+void require_model_weights(const std::string& model_dir) {
+  try {
+    ModelWeights weights(model_dir);
+  } catch (const Error& error) {
+    fail("autotune times training steps on the model's weights, and ", error.what(),
+         ". To plan without weights: `zerotune estimate --model ", model_dir,
+         " --data ...` (the memory model needs only config.json). To time trials on random weights of the same "
+         "shapes: `zerotune init --config ", model_dir, "/config.json --out DIR`, then autotune --model DIR");
+  }
+}
+
 }  // namespace
 
 int command_autotune(const std::vector<std::string>& args) {
@@ -281,6 +294,7 @@ int command_autotune(const std::vector<std::string>& args) {
   const int64_t max_micro_batch = vm["max-micro-batch"].as<int64_t>();
   ZT_CHECK(max_micro_batch >= 1, "--max-micro-batch must be >= 1 (the largest micro-batch tried), not ", max_micro_batch);
   ZT_CHECK(base.resume.empty(), "--resume does not go with autotune (each experiment starts from the model)");
+  require_model_weights(base.model_dir);  // before any prediction or trial: planning without weights is estimate's
 
   std::unique_ptr<Communicator> comm = make_mpi_communicator(MPI_COMM_WORLD);
   const int world_size = comm->size(), rank = comm->rank();

@@ -311,6 +311,17 @@ if grep -q "samples do not fill" "$WORK/autotune-max-micro-batch-zero.stderr"; t
 else
   echo "ok   autotune-max-micro-batch-zero-wording"; cases=$((cases + 1))
 fi
+# issue 35 item 2: a config-only model directory (the planning case) stops before any work.
+mkdir -p "$WORK/config-only" && cp "$M/config.json" "$WORK/config-only/"
+start=$SECONDS
+expect_error autotune-config-only-model "no model weights" "zerotune estimate --model" "zerotune init --config" \
+  -- autotune --model "$WORK/config-only" --data "$D" --out "$WORK/o-at3"
+if (( SECONDS - start > 5 )) || [[ -e "$WORK/o-at3/autotuning_exps" ]]; then
+  echo "FAIL autotune-config-only-model-at-once: took $((SECONDS - start)) s or started experiments"
+  failures=$((failures + 1))
+else
+  echo "ok   autotune-config-only-model-at-once"; cases=$((cases + 1))
+fi
 expect_error autotune-device-memory-negative "--device-memory '-5GiB' is not a size like" \
   -- autotune --model "$M" --data "$D" --out "$WORK/o-at2" --device-memory -5GiB
 
