@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "backend/counting_backend.h"
+#include "backend/gpu_memory_rules.h"
 #include "comm/null_communicator.h"
 #include "data/batch.h"
 #include "optim/optimizer.h"
@@ -12,9 +13,6 @@
 #include "train/run_assembly.h"
 #include "train/step_runner.h"
 
-#if ZT_WITH_CUDA
-#include "backend/cuda/cuda_backend.h"
-#endif
 
 namespace zt {
 
@@ -28,14 +26,12 @@ MemoryTarget memory_target_of(const Backend& backend) {
   return target;
 }
 
-MemoryTarget typical_gpu_target() {
+MemoryTarget typical_gpu_target() {  // the same in every build (backend/gpu_memory_rules.h)
   MemoryTarget target;
   target.device = Device::CUDA;
-#if ZT_WITH_CUDA
   target.allocation_size = cuda_allocation_size;
   target.discard_chunk_bytes = kTypicalDiscardChunkBytes;
   target.fixed_bytes = cuda_allocation_size(kCudaWorkspaceBytes);
-#endif
   return target;
 }
 

@@ -8,22 +8,19 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/gpu_memory_rules.h"
 #include "backend/cuda/cuda_memory_limit.h"
 #include "core/error.h"
 
 namespace zt::cuda {
 
 namespace {
-constexpr size_t kSmallGranule = 512;
-constexpr size_t kLargeThreshold = size_t{1} << 20;  // 1 MiB
-constexpr size_t kLargeGranule = size_t{2} << 20;    // 2 MiB
+constexpr size_t kSmallGranule = static_cast<size_t>(kAllocatorSmallGranule);
 
-size_t round_up(size_t value, size_t granule) { return (value + granule - 1) / granule * granule; }
 }  // namespace
 
 size_t CachingAllocator::rounded_size(size_t bytes) {
-  if (bytes == 0) bytes = 1;
-  return bytes < kLargeThreshold ? round_up(bytes, kSmallGranule) : round_up(bytes, kLargeGranule);
+  return static_cast<size_t>(cuda_allocation_size(static_cast<int64_t>(bytes)));  // gpu_memory_rules.h
 }
 
 bool CachingAllocator::caching_by_default() {

@@ -267,10 +267,6 @@ void CudaBackendImpl::commit(Tensor range) {
 
 }  // namespace cuda
 
-int64_t cuda_allocation_size(int64_t bytes) {
-  return static_cast<int64_t>(cuda::CachingAllocator::rounded_size(static_cast<size_t>(std::max<int64_t>(bytes, 0))));
-}
-
 namespace cuda {
 
 size_t CudaBackendImpl::device_memory_used() const {

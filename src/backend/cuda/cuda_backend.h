@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 
+#include "backend/gpu_memory_rules.h"
 #include "backend/backend.h"
 
 namespace zt {
@@ -55,11 +56,8 @@ class CudaBackend : public Backend {
   virtual size_t gemm_heuristic_queries() const = 0;
 };
 
-// The caching allocator's size class of a request (cuda_allocator.h): what a GPU run's buffers
-// take, for the memory model.
-int64_t cuda_allocation_size(int64_t bytes);
-constexpr int64_t kCudaWorkspaceBytes = int64_t{32} << 20;  // the cuBLASLt workspace each backend holds
-constexpr int64_t kTypicalDiscardChunkBytes = int64_t{2} << 20;  // cuMemGetAllocationGranularity on current GPUs
+// The caching allocator's size classes, the workspace and the typical granularity:
+// backend/gpu_memory_rules.h (in every build, for the memory model).
 
 // The PCI bus id of visible device `device` ("0000:41:00.0"): what tells whether two ranks drive
 // the same GPU, whatever CUDA_VISIBLE_DEVICES each has. Throws when there is no such device.
