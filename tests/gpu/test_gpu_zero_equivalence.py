@@ -5,8 +5,9 @@
 # losses, gradient norms and final weights of one rank at stage 0 on the GPU, within float
 # reassociation, and the counted traffic equals the plan. Offload on/off is part of the matrix.
 # ZT_GPU_TEST_WORLD_SIZES (default "1,2") picks the world sizes: the emulated device's run
-# (label gpu-emu) uses 1,2,4, where each rank has its own emulated GPU and the collectives go
-# through the emulated NCCL.
+# (label gpu-emu) uses 2,4, where each rank has its own emulated GPU and the collectives go
+# through the emulated NCCL. The whole stage x offload product runs at the first world size, every
+# stage (test_zero_equivalence.SPARSE_STAGES_OFFLOADS) at the others.
 # A tied head (OPT: the head's unit reads the embedding's, whose gradient it accumulates into)
 # runs at stages 2 and 3 on 2 ranks too: on the CUDA backend released gradient and parameter
 # ranges are unmapped, so a unit read or gradient commit missing for the tie faults there.
@@ -23,7 +24,8 @@ def main():
     report = Report("ZeRO on the CUDA backend: same losses and weights as one rank")
     with temporary_directory(args, "zt-gpu-zero-") as workdir:
         world_sizes = tuple(int(size) for size in os.environ.get("ZT_GPU_TEST_WORLD_SIZES", "1,2").split(","))
-        check_matrix(report, args.zerotune, workdir, "cuda", world_sizes)
+        # The whole stage x offload product at the smallest world size, every stage at the larger.
+        check_matrix(report, args.zerotune, workdir, "cuda", world_sizes, sparse_world_sizes=world_sizes[1:])
         check_cases(report, args.zerotune, workdir, "cuda", "opt", STEPS, [(2, 2, "none"), (2, 3, "none"), (2, 3, "cpu+param")],
                     modes=("full",))
     return report.finish()
