@@ -183,6 +183,44 @@ std::string site_text(const char* file, int line) {
 
 }  // namespace
 
+// The threads of a block that can run, as a list with each member's slot in it: adding, removing
+// and picking one at random are O(1). The random schedule picks from it; scanning the threads for
+// a runnable one instead costs O(block size) per pick once most threads wait at a barrier, which
+// made the scheduler a quarter of an emulated training run's time.
+class RunnableSet {
+ public:
+  void reset_all(int count) {
+    members_.resize(static_cast<size_t>(count));
+    slots_.resize(static_cast<size_t>(count));
+    for (size_t linear = 0; linear < members_.size(); ++linear)
+      members_[linear] = slots_[linear] = static_cast<int>(linear);
+  }
+  void add(int linear) {
+    if (slots_[static_cast<size_t>(linear)] >= 0) return;
+    slots_[static_cast<size_t>(linear)] = static_cast<int>(members_.size());
+    members_.push_back(linear);
+  }
+  void remove(int linear) {
+    const int slot = slots_[static_cast<size_t>(linear)];
+    if (slot < 0) return;
+    const int last = members_.back();
+    members_[static_cast<size_t>(slot)] = last;
+    slots_[static_cast<size_t>(last)] = slot;
+    members_.pop_back();
+    slots_[static_cast<size_t>(linear)] = -1;
+  }
+  bool empty() const { return members_.empty(); }
+  // `random` uniform over 64 bits -> a member, by the high half of a 64x64-bit product (no division).
+  int pick(uint64_t random) const {
+    const auto index = static_cast<size_t>((static_cast<unsigned __int128>(random) * members_.size()) >> 64);
+    return members_[index];
+  }
+
+ private:
+  std::vector<int> members_;  // the runnable threads' linear indices, in no particular order
+  std::vector<int> slots_;    // per thread: its index in members_, or -1
+};
+
 // One block of a grid being run: its threads, shared memory, barrier and pending warp
 // operations. The threads vector and the stacks are reused from block to block.
 class Block {
@@ -238,6 +276,8 @@ class Block {
  private:
   void start_threads(uint3 index);
   int pick_next(int previous);
+  // Every change of a thread's state goes through here, which keeps runnable_ in step.
+  void set_state(EmuThread& thread, State state);
   void resume(EmuThread& thread);
   void yield(EmuThread& thread);
   void check_barrier_sites();
@@ -252,6 +292,7 @@ class Block {
   size_t dynamic_bytes_;
   std::function<void()>* body_;
   std::vector<EmuThread> threads_;
+  RunnableSet runnable_;
   int warps_ = 0;
   int live_ = 0;  // threads not exited
   int at_barrier_ = 0;
@@ -265,7 +306,18 @@ class Block {
   std::vector<StaticShared> static_shared_;
   size_t static_bytes_ = 0;
   std::string fault_;
-  std::mt19937_64 random_;
+  // The random schedule's generator (xorshift64*: one pick per fiber switch must cost less than
+  // the switch; the schedule needs variety, not statistical quality).
+  struct XorShift64Star {
+    uint64_t state = 1;
+    void seed(uint64_t value) { state = value != 0 ? value : 0x9E3779B97F4A7C15ull; }
+    uint64_t operator()() {
+      state ^= state >> 12;
+      state ^= state << 25;
+      state ^= state >> 27;
+      return state * 0x2545F4914F6CDD1Dull;
+    }
+  } random_;
   int cursor_ = -1;
   // ThreadSanitizer happens-before tokens: barrier generations alternate between two, so a
   // thread that leaves barrier g late never acquires what a fast thread released at g + 1.
@@ -306,7 +358,7 @@ void Block::start_threads(uint3 index) {
   if (dynamic_bytes_ > 0) std::memset(dynamic_shared_, 0xFF, dynamic_bytes_);
   for (int linear = 0; linear < static_cast<int>(threads_.size()); ++linear) {
     EmuThread& thread = threads_[linear];
-    thread.state = State::Runnable;
+    thread.state = State::Runnable;  // runnable_ is reset below, for all at once
     thread.waiting_at = "";
     thread.file = "";
     thread.line = 0;
@@ -325,6 +377,15 @@ void Block::start_threads(uint3 index) {
     __tsan_release(&thread);
 #endif
   }
+  runnable_.reset_all(static_cast<int>(threads_.size()));
+}
+
+void Block::set_state(EmuThread& thread, State state) {
+  thread.state = state;
+  if (state == State::Runnable)
+    runnable_.add(thread.context.linear);
+  else
+    runnable_.remove(thread.context.linear);
 }
 
 void Block::release_shared_memory() {
@@ -364,14 +425,8 @@ int Block::pick_next(int previous) {
         }
       }
       return -1;
-    case Schedule::Random: {
-      const int start = static_cast<int>(random_() % static_cast<uint64_t>(count));
-      for (int step = 0; step < count; ++step) {
-        const int linear = (start + step) % count;
-        if (runnable(linear)) return linear;
-      }
-      return -1;
-    }
+    case Schedule::Random:
+      return runnable_.empty() ? -1 : runnable_.pick(random_());
   }
   return -1;
 }
@@ -446,7 +501,7 @@ void Block::thread_main(EmuThread& thread) {
   __tsan_acquire(&thread);
 #endif
   (*body_)();
-  thread.state = State::Exited;
+  set_state(thread, State::Exited);
   thread.waiting_at = "exited";
   const int warp = thread.context.linear / kWarpSize;
   exited_lanes_[warp] |= 1u << (thread.context.linear % kWarpSize);
@@ -462,7 +517,7 @@ void Block::thread_main(EmuThread& thread) {
 }
 
 void Block::fault_on_fiber(EmuThread& thread, std::string message) {
-  thread.state = State::Faulted;
+  set_state(thread, State::Faulted);
   if (fault_.empty()) fault_ = message + "\nin " + block_text() + "\n" + describe_threads();
   yield(thread);
   std::fprintf(stderr, "zerotune emulated device: a faulted thread was resumed\n");
@@ -506,7 +561,7 @@ void Block::check_barrier_sites() {
 }
 
 void Block::arrive_at_barrier(EmuThread& thread, const char* file, int line) {
-  thread.state = State::AtBarrier;
+  set_state(thread, State::AtBarrier);
   thread.waiting_at = "__syncthreads";
   thread.file = file;
   thread.line = line;
@@ -519,7 +574,7 @@ void Block::arrive_at_barrier(EmuThread& thread, const char* file, int line) {
     check_barrier_sites();
     at_barrier_ = 0;
     ++barrier_generation_;
-    for (EmuThread& other : threads_) other.state = State::Runnable;
+    for (EmuThread& other : threads_) set_state(other, State::Runnable);
   }
   yield(thread);  // also when last: the schedule decides who goes first after the barrier
 #if ZT_EMU_TSAN
@@ -560,7 +615,7 @@ uint64_t Block::warp_operation(EmuThread& thread, WarpOpKind kind, const char* n
   operation->values[lane] = value;
   operation->sources[lane] = source_lane;
   operation->arrived |= 1u << lane;
-  thread.state = State::AtWarpOperation;
+  set_state(thread, State::AtWarpOperation);
   const uint64_t generation = syncwarp_generation_[warp];
   (void)generation;
 #if ZT_EMU_TSAN
@@ -624,7 +679,7 @@ void Block::complete_if_ready(int warp, size_t index, EmuThread& reporter) {
         partner.warp_result = reinterpret_cast<uint64_t>(gathered_[warp].data());
         break;
     }
-    if (partner.state == State::AtWarpOperation) partner.state = State::Runnable;
+    if (partner.state == State::AtWarpOperation) set_state(partner, State::Runnable);
   }
   if (orders_memory(kind)) ++syncwarp_generation_[warp];
   pending_[warp].erase(pending_[warp].begin() + static_cast<std::ptrdiff_t>(index));
