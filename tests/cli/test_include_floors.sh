@@ -12,7 +12,7 @@
 #   floor 2  comm (with comm/mpi, comm/nccl), optim
 #   floor 3  model
 #   floor 4  zero
-#   floor 5  ckpt
+#   floor 5  ckpt, pipe
 #   floor 6  train
 #   floor 7  cli
 #
@@ -45,14 +45,14 @@ declare -A FLOOR=(
   [comm]=2 [optim]=2
   [model]=3
   [zero]=4
-  [ckpt]=5
+  [ckpt]=5 [pipe]=5
   [train]=6
   [cli]=7
 )
 EMU_PRIVATE=" emu/emu_internal.h emu/emu_runtime_memory.h "
 
 echo "include floors (docs/architecture.md), lowest first:"
-echo "  0 core | 1 backend data | 2 comm optim | 3 model | 4 zero | 5 ckpt | 6 train | 7 cli"
+echo "  0 core | 1 backend data | 2 comm optim | 3 model | 4 zero | 5 ckpt pipe | 6 train | 7 cli"
 echo "  emu: test-only, included only by backend/cuda; includes only emu/"
 
 violations=()

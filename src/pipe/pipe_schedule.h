@@ -1,0 +1,68 @@
+// Pipeline schedules as data (issue 32): a schedule is, per pipeline rank, the ordered list of
+// instructions that rank runs in one optimizer step; an engine executes them and nothing else
+// decides the order. The same idea as DeepSpeed's pipe/schedule.py (a schedule yields
+// instructions, the engine runs them), written from the schedules' definitions:
+//   GPipe (Huang et al. 2019): every micro-batch's forward, then every backward (reversed order).
+//   1F1B (PipeDream-Flush, Narayanan et al. 2021): stage s runs P - s - 1 warm-up forwards, then
+//     alternates one forward and one backward, then drains the remaining backwards; at most P - s
+//     micro-batches' activations are alive on stage s instead of all M.
+//   Interleaved 1F1B (Megatron-LM, Narayanan et al. 2021): each rank holds V model chunks
+//     (virtual stages chunk * P + rank); forwards go through the chunks in groups of P
+//     micro-batches, which divides the bubble by V at the price of V times the messages.
+// Terms: P pipeline ranks (stages of the physical pipeline), V chunks per rank (1 unless
+// interleaved), S = P * V virtual stages, M micro-batches per step (DeepSpeed's
+// gradient_accumulation_steps). Virtual stage v runs on rank v % P as its chunk v / P.
+// Sends are asynchronous (posted when reached, completed before their buffer is reused) and
+// receives block until the matching send arrived: simulate_schedule (pipe_simulation.h) checks
+// a schedule under exactly these rules.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace zt {
+
+enum class PipeOp {
+  LoadMicroBatch,  // the first virtual stage reads micro-batch `micro_batch`'s tokens
+  RecvActivation,  // from virtual stage `virtual_stage - 1`: the input of this chunk's forward
+  Forward,         // the chunk's forward (on the last virtual stage: with the loss)
+  SendActivation,  // to virtual stage `virtual_stage + 1`
+  RecvGrad,        // from virtual stage `virtual_stage + 1`: the gradient of this chunk's output
+  Backward,        // the chunk's backward (on the last virtual stage: from the loss)
+  SendGrad,        // to virtual stage `virtual_stage - 1`: the gradient of this chunk's input
+  ReduceTiedGrads, // sum the tied embedding's gradient between the first and the last stage
+  ReduceGrads,     // the data-parallel reduction of this rank's gradients (ZeRO's strategy)
+  OptimizerStep,   // the update (after the global norm and overflow check over all stages)
+};
+
+struct PipeInstruction {
+  PipeOp op;
+  int micro_batch = -1;    // -1 for the step-level instructions
+  int virtual_stage = -1;  // the chunk's virtual stage; -1 for the step-level instructions
+
+  bool operator==(const PipeInstruction&) const = default;
+};
+
+enum class PipeScheduleKind { GPipe, OneFOneB, Interleaved };
+
+struct PipeScheduleShape {
+  int ranks = 1;          // P
+  int chunks = 1;         // V (model chunks per rank): > 1 only for the interleaved schedule
+  int micro_batches = 1;  // M
+  // Whether the first and last virtual stages share tied parameters (OPT's, Qwen2's tied
+  // embedding): every rank then runs ReduceTiedGrads (a no-op on the ranks that hold neither end).
+  bool tied_ends = false;
+};
+
+// "gpipe", "1f1b", "interleaved" -> the kind; anything else is an error naming `where`.
+PipeScheduleKind parse_pipe_schedule(const std::string& name, const std::string& where);
+std::string pipe_schedule_name(PipeScheduleKind kind);
+
+// The schedule of every rank (index = rank), after checking the shape: P >= 1, M >= 1, V == 1
+// unless interleaved, V >= 2 and M a multiple of P when interleaved (Megatron's condition: its
+// forward order takes the micro-batches P at a time).
+std::vector<std::vector<PipeInstruction>> make_pipe_schedule(PipeScheduleKind kind, const PipeScheduleShape& shape);
+
+// "Forward(mb 3, vs 1)", for messages and tests.
+std::string describe(const PipeInstruction& instruction);
+
+}  // namespace zt

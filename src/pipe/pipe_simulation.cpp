@@ -1,0 +1,228 @@
+// The simulation of pipe_simulation.h: every rank advances through its instructions while it
+// can; a rank stops at a receive whose message was not sent yet and at a step-level instruction
+// until every rank reached it. No rank able to move while one has instructions left = deadlock.
+#include "pipe/pipe_simulation.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+#include <utility>
+
+#include "core/error.h"
+
+namespace zt {
+
+namespace {
+
+bool is_step_level(PipeOp op) {
+  return op == PipeOp::ReduceTiedGrads || op == PipeOp::ReduceGrads || op == PipeOp::OptimizerStep;
+}
+
+// (micro-batch, virtual stage)
+using Slot = std::pair<int, int>;
+// (is a gradient, micro-batch, sending virtual stage)
+using MessageKey = std::tuple<bool, int, int>;
+
+class Simulator {
+ public:
+  Simulator(const std::vector<std::vector<PipeInstruction>>& schedules, const PipeScheduleShape& shape,
+            const PipeCosts& costs)
+      : schedules_(schedules), shape_(shape), costs_(costs), stages_(shape.ranks * shape.chunks) {
+    ZT_CHECK(static_cast<int>(schedules.size()) == shape.ranks, "pipeline simulation: ", schedules.size(),
+             " schedules for ", shape.ranks, " ranks");
+    ranks_.resize(schedules.size());
+    result_.busy.assign(schedules.size(), 0.0);
+    result_.peak_in_flight.assign(schedules.size(), 0);
+  }
+
+  PipeSimulation run() {
+    bool first_barrier = true;
+    while (!finished()) {
+      bool moved = false;
+      for (int rank = 0; rank < shape_.ranks; ++rank) moved = advance(rank) || moved;
+      if (moved) continue;
+      if (!all_at_same_step_level_instruction()) fail_deadlock();
+      release_barrier(first_barrier);
+      first_barrier = false;
+    }
+    check_complete();
+    double busy = 0.0;
+    for (double b : result_.busy) busy += b;
+    result_.bubble_fraction =
+        result_.step_time > 0.0 ? 1.0 - busy / (shape_.ranks * result_.step_time) : 0.0;
+    return result_;
+  }
+
+ private:
+  struct RankState {
+    size_t next = 0;       // index of the next instruction
+    double clock = 0.0;
+    int alive = 0;         // forwards whose backward has not run
+    std::set<Slot> inputs;     // activations received or micro-batches loaded
+    std::set<Slot> gradients;  // output gradients received
+  };
+
+  const PipeInstruction* next_of(int rank) const {
+    const auto& schedule = schedules_[static_cast<size_t>(rank)];
+    const size_t next = ranks_[static_cast<size_t>(rank)].next;
+    return next < schedule.size() ? &schedule[next] : nullptr;
+  }
+  bool finished() const {
+    for (int rank = 0; rank < shape_.ranks; ++rank)
+      if (next_of(rank)) return false;
+    return true;
+  }
+
+  // Runs `rank`'s instructions until it must wait; true when it ran at least one.
+  bool advance(int rank) {
+    bool moved = false;
+    while (const PipeInstruction* instruction = next_of(rank)) {
+      if (is_step_level(instruction->op)) break;
+      check_placement(*instruction, rank);
+      if (!execute(*instruction, rank)) break;
+      ++ranks_[static_cast<size_t>(rank)].next;
+      moved = true;
+    }
+    return moved;
+  }
+
+  void check_placement(const PipeInstruction& instruction, int rank) const {
+    const int stage = instruction.virtual_stage;
+    ZT_CHECK(instruction.micro_batch >= 0 && instruction.micro_batch < shape_.micro_batches && stage >= 0 &&
+                 stage < stages_ && stage % shape_.ranks == rank,
+             "pipeline schedule: rank ", rank, " runs ", describe(instruction), ", which is not one of its ",
+             shape_.micro_batches, " micro-batches x its virtual stages (", stages_, " in all)");
+  }
+
+  // One instruction at the rank's clock; false (nothing done) when it must wait for a message.
+  bool execute(const PipeInstruction& instruction, int rank) {
+    RankState& state = ranks_[static_cast<size_t>(rank)];
+    const Slot slot{instruction.micro_batch, instruction.virtual_stage};
+    switch (instruction.op) {
+      case PipeOp::LoadMicroBatch:
+        expect(slot.second == 0, instruction, rank, "only the first virtual stage loads micro-batches");
+        state.inputs.insert(slot);
+        return true;
+      case PipeOp::RecvActivation: return receive({false, slot.first, slot.second - 1}, state.inputs, slot, state);
+      case PipeOp::RecvGrad: return receive({true, slot.first, slot.second + 1}, state.gradients, slot, state);
+      case PipeOp::Forward: forward(instruction, rank, state); return true;
+      case PipeOp::Backward: backward(instruction, rank, state); return true;
+      case PipeOp::SendActivation:
+        expect(forwards_.count(slot) && slot.second + 1 < stages_, instruction, rank,
+               "sends an activation it has not computed, or past the last virtual stage");
+        post({false, slot.first, slot.second}, state.clock, instruction, rank);
+        ++result_.activation_messages;
+        return true;
+      case PipeOp::SendGrad:
+        expect(backwards_.count(slot) && slot.second > 0, instruction, rank,
+               "sends a gradient it has not computed, or before the first virtual stage");
+        post({true, slot.first, slot.second}, state.clock, instruction, rank);
+        ++result_.gradient_messages;
+        return true;
+      default: return false;
+    }
+  }
+
+  void forward(const PipeInstruction& instruction, int rank, RankState& state) {
+    const Slot slot{instruction.micro_batch, instruction.virtual_stage};
+    expect(state.inputs.count(slot) == 1, instruction, rank, "runs before its input was loaded or received");
+    expect(forwards_.insert(slot).second, instruction, rank, "runs twice");
+    state.clock += costs_.forward;
+    result_.busy[static_cast<size_t>(rank)] += costs_.forward;
+    int& peak = result_.peak_in_flight[static_cast<size_t>(rank)];
+    peak = std::max(peak, ++state.alive);
+  }
+
+  void backward(const PipeInstruction& instruction, int rank, RankState& state) {
+    const Slot slot{instruction.micro_batch, instruction.virtual_stage};
+    expect(forwards_.count(slot) == 1, instruction, rank, "runs before its forward");
+    expect(slot.second + 1 == stages_ || state.gradients.count(slot) == 1, instruction, rank,
+           "runs before its output's gradient was received");
+    expect(backwards_.insert(slot).second, instruction, rank, "runs twice");
+    state.clock += costs_.backward;
+    result_.busy[static_cast<size_t>(rank)] += costs_.backward;
+    --state.alive;
+  }
+
+  bool receive(const MessageKey& key, std::set<Slot>& into, const Slot& slot, RankState& state) {
+    const auto sent = sent_.find(key);
+    if (sent == sent_.end()) return false;
+    ZT_CHECK(received_.insert(key).second, "pipeline schedule: a message for micro-batch ", slot.first,
+             ", virtual stage ", slot.second, " is received twice");
+    state.clock = std::max(state.clock, sent->second);
+    into.insert(slot);
+    return true;
+  }
+
+  void post(const MessageKey& key, double clock, const PipeInstruction& instruction, int rank) {
+    expect(sent_.emplace(key, clock + costs_.latency).second, instruction, rank, "sends the same message twice");
+  }
+
+  void expect(bool condition, const PipeInstruction& instruction, int rank, const char* what) const {
+    ZT_CHECK(condition, "pipeline schedule: rank ", rank, "'s ", describe(instruction), " ", what);
+  }
+
+  bool all_at_same_step_level_instruction() const {
+    const PipeInstruction* first = next_of(0);
+    for (int rank = 0; rank < shape_.ranks; ++rank) {
+      const PipeInstruction* instruction = next_of(rank);
+      if (!instruction || !is_step_level(instruction->op) || instruction->op != first->op) return false;
+    }
+    return true;
+  }
+
+  // Every rank is at the same step-level instruction: they leave it together.
+  void release_barrier(bool first_barrier) {
+    double latest = 0.0;
+    for (const RankState& state : ranks_) latest = std::max(latest, state.clock);
+    if (first_barrier) result_.step_time = latest;
+    for (RankState& state : ranks_) {
+      state.clock = latest;
+      ++state.next;
+    }
+  }
+
+  [[noreturn]] void fail_deadlock() const {
+    std::string blocked;
+    for (int rank = 0; rank < shape_.ranks; ++rank) {
+      const PipeInstruction* instruction = next_of(rank);
+      blocked += cat("\n  rank ", rank, ": ", instruction ? "waits at " + describe(*instruction) : "finished");
+    }
+    fail("pipeline schedule deadlocks (", shape_.ranks, " ranks x ", shape_.chunks, " chunks, ", shape_.micro_batches,
+         " micro-batches):", blocked);
+  }
+
+  void check_complete() const {
+    const size_t expected = static_cast<size_t>(shape_.micro_batches) * static_cast<size_t>(stages_);
+    ZT_CHECK(forwards_.size() == expected && backwards_.size() == expected, "pipeline schedule: ", forwards_.size(),
+             " forwards and ", backwards_.size(), " backwards of ", expected, " (micro-batch, virtual stage) pairs");
+    ZT_CHECK(received_.size() == sent_.size(), "pipeline schedule: ", sent_.size(), " messages sent, ",
+             received_.size(), " received");
+  }
+
+  const std::vector<std::vector<PipeInstruction>>& schedules_;
+  PipeScheduleShape shape_;
+  PipeCosts costs_;
+  int stages_;
+  std::vector<RankState> ranks_;
+  std::set<Slot> forwards_, backwards_;
+  std::map<MessageKey, double> sent_;  // -> arrival time
+  std::set<MessageKey> received_;
+  PipeSimulation result_;
+};
+
+}  // namespace
+
+PipeSimulation simulate_pipe_schedule(const std::vector<std::vector<PipeInstruction>>& schedules,
+                                      const PipeScheduleShape& shape, const PipeCosts& costs) {
+  return Simulator(schedules, shape, costs).run();
+}
+
+double theoretical_bubble_fraction(PipeScheduleKind kind, const PipeScheduleShape& shape) {
+  const double p = shape.ranks, m = shape.micro_batches;
+  const double v = kind == PipeScheduleKind::Interleaved ? shape.chunks : 1;
+  return (p - 1) / (v * m + p - 1);
+}
+
+}  // namespace zt

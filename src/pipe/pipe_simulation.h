@@ -1,0 +1,45 @@
+// Runs the schedules of all pipeline ranks against each other on a model of time, as an engine
+// would run them: a rank executes its instructions in order; a receive waits until the matching
+// send was posted (plus the link's latency); sends never wait (asynchronous, pipe_schedule.h);
+// the step-level instructions (ReduceTiedGrads, ReduceGrads, OptimizerStep) wait for every rank
+// (one loss scale and one gradient norm over all stages). It checks that the schedules are
+// complete and consistent and measures what theory predicts:
+//   - every (micro-batch, virtual stage) has exactly one forward and one backward, on the rank
+//     that holds the virtual stage, the backward after the forward; every message is sent once
+//     and received once, by the neighbouring virtual stage; nothing deadlocks (else a zt::Error
+//     naming each rank's blocked instruction);
+//   - the step's time, and the bubble: the fraction of the P ranks' time spent idle before the
+//     step-level instructions, (P - 1) / (M + P - 1) for GPipe and 1F1B with uniform stage times
+//     and no latency, (P - 1) / (V M + P - 1) interleaved;
+//   - the activations alive per rank: forwards whose backward has not run yet (micro-batch
+//     chunks), at most M for GPipe, P - rank for 1F1B;
+//   - the messages, per kind.
+#pragma once
+#include <vector>
+
+#include "pipe/pipe_schedule.h"
+
+namespace zt {
+
+struct PipeCosts {
+  double forward = 1.0;   // one chunk's forward of one micro-batch
+  double backward = 2.0;  // its backward (about twice the forward: two GEMMs per forward GEMM)
+  double latency = 0.0;   // from a send's posting to its arrival
+};
+
+struct PipeSimulation {
+  double step_time = 0.0;            // when the last rank reaches the step-level instructions
+  double bubble_fraction = 0.0;      // 1 - (busy time of all ranks) / (P * step_time)
+  std::vector<double> busy;          // per rank: time spent in Forward and Backward
+  std::vector<int> peak_in_flight;   // per rank: most forwards alive (not yet backward) at once
+  int activation_messages = 0;       // SendActivation count (= RecvActivation)
+  int gradient_messages = 0;         // SendGrad count (= RecvGrad)
+};
+
+PipeSimulation simulate_pipe_schedule(const std::vector<std::vector<PipeInstruction>>& schedules,
+                                      const PipeScheduleShape& shape, const PipeCosts& costs = {});
+
+// The bubble fraction theory gives for `kind` (uniform stage times, no latency).
+double theoretical_bubble_fraction(PipeScheduleKind kind, const PipeScheduleShape& shape);
+
+}  // namespace zt

@@ -1,0 +1,157 @@
+// Unit tests of the pipeline schedules (pipe/pipe_schedule.h) run against each other by
+// pipe/pipe_simulation.h: for GPipe and 1F1B over a grid of P and M the step's bubble is exactly
+// (P - 1) / (M + P - 1) and the activations alive are M (GPipe) and P - rank (1F1B); interleaved
+// 1F1B completes without deadlock for V = 2, 3 with theory's bubble (P - 1) / (V M + P - 1), below
+// 1F1B's; bad shapes are refused; and the simulator catches the
+// mutants an engine would hang or compute garbage on (a missing send, a backward before its
+// forward, a forward run twice, a rank running another rank's stage).
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <vector>
+
+#include "pipe/pipe_schedule.h"
+#include "pipe/pipe_simulation.h"
+#include "test_util.h"
+
+namespace {
+
+using zt::PipeInstruction;
+using zt::PipeOp;
+using zt::PipeScheduleKind;
+using zt::PipeScheduleShape;
+using Schedules = std::vector<std::vector<PipeInstruction>>;
+
+PipeScheduleShape shape_of(int ranks, int micro_batches, int chunks = 1) {
+  PipeScheduleShape shape;
+  shape.ranks = ranks;
+  shape.micro_batches = micro_batches;
+  shape.chunks = chunks;
+  return shape;
+}
+
+// Removes the first instruction of `rank` that is `op` (a mutant schedule).
+void erase_first(Schedules& schedules, int rank, PipeOp op) {
+  auto& list = schedules[static_cast<size_t>(rank)];
+  const auto found = std::find_if(list.begin(), list.end(), [&](const PipeInstruction& i) { return i.op == op; });
+  BOOST_REQUIRE(found != list.end());
+  list.erase(found);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(pipe_schedule)
+
+BOOST_AUTO_TEST_CASE(gpipe_and_1f1b_reach_the_theoretical_bubble) {
+  for (PipeScheduleKind kind : {PipeScheduleKind::GPipe, PipeScheduleKind::OneFOneB})
+    for (int ranks : {1, 2, 3, 4, 8})
+      for (int micro_batches : {1, 2, 4, 8, 16}) {
+        const PipeScheduleShape shape = shape_of(ranks, micro_batches);
+        const zt::PipeSimulation sim = zt::simulate_pipe_schedule(zt::make_pipe_schedule(kind, shape), shape);
+        const std::string what = zt::cat(zt::pipe_schedule_name(kind), " P=", ranks, " M=", micro_batches);
+        BOOST_TEST(sim.bubble_fraction == zt::theoretical_bubble_fraction(kind, shape),
+                   what << ": bubble " << sim.bubble_fraction << boost::test_tools::tolerance(1e-12));
+        BOOST_TEST(sim.step_time == (micro_batches + ranks - 1) * 3.0, what << ": step time " << sim.step_time);
+        BOOST_TEST(sim.activation_messages == micro_batches * (ranks - 1), what);
+        BOOST_TEST(sim.gradient_messages == micro_batches * (ranks - 1), what);
+        for (int rank = 0; rank < ranks; ++rank) {
+          BOOST_TEST(sim.busy[static_cast<size_t>(rank)] == micro_batches * 3.0, what << " rank " << rank);
+          const int alive = kind == PipeScheduleKind::GPipe ? micro_batches : std::min(ranks - rank, micro_batches);
+          BOOST_TEST(sim.peak_in_flight[static_cast<size_t>(rank)] == alive, what << " rank " << rank << ": "
+                                                                             << sim.peak_in_flight[static_cast<size_t>(rank)]
+                                                                             << " activations alive");
+        }
+      }
+}
+
+BOOST_AUTO_TEST_CASE(interleaved_completes_and_shrinks_the_bubble) {
+  for (int ranks : {2, 4})
+    for (int chunks : {2, 3})
+      for (int groups : {1, 2, 4}) {
+        const PipeScheduleShape shape = shape_of(ranks, ranks * groups, chunks);
+        const std::string what = zt::cat("interleaved P=", ranks, " V=", chunks, " M=", shape.micro_batches);
+        const zt::PipeSimulation sim = zt::simulate_pipe_schedule(
+            zt::make_pipe_schedule(PipeScheduleKind::Interleaved, shape), shape);
+        const double theory = zt::theoretical_bubble_fraction(PipeScheduleKind::Interleaved, shape);
+        // Chunks cost 1/V of a stage: the same model split finer.
+        const zt::PipeCosts chunk_costs{1.0 / chunks, 2.0 / chunks, 0.0};
+        const zt::PipeSimulation scaled = zt::simulate_pipe_schedule(
+            zt::make_pipe_schedule(PipeScheduleKind::Interleaved, shape), shape, chunk_costs);
+        const PipeScheduleShape flat = shape_of(ranks, shape.micro_batches);
+        const zt::PipeSimulation one_f_one_b =
+            zt::simulate_pipe_schedule(zt::make_pipe_schedule(PipeScheduleKind::OneFOneB, flat), flat);
+        BOOST_TEST(scaled.bubble_fraction == sim.bubble_fraction, what << boost::test_tools::tolerance(1e-12));
+        BOOST_TEST(sim.bubble_fraction == theory, what << ": bubble " << sim.bubble_fraction << " vs " << theory
+                                                       << boost::test_tools::tolerance(1e-12));
+        BOOST_TEST(sim.bubble_fraction < one_f_one_b.bubble_fraction, what << ": " << sim.bubble_fraction
+                                                                           << " vs 1f1b "
+                                                                           << one_f_one_b.bubble_fraction);
+        BOOST_TEST(sim.activation_messages == shape.micro_batches * (ranks * chunks - 1), what);
+        BOOST_TEST(sim.gradient_messages == shape.micro_batches * (ranks * chunks - 1), what);
+      }
+}
+
+BOOST_AUTO_TEST_CASE(tied_ends_reduce_on_every_rank_before_the_step) {
+  PipeScheduleShape shape = shape_of(3, 4);
+  shape.tied_ends = true;
+  const Schedules schedules = zt::make_pipe_schedule(PipeScheduleKind::OneFOneB, shape);
+  for (const auto& list : schedules) {
+    BOOST_REQUIRE(list.size() >= 3);
+    BOOST_TEST((list[list.size() - 3].op == PipeOp::ReduceTiedGrads));
+    BOOST_TEST((list[list.size() - 2].op == PipeOp::ReduceGrads));
+    BOOST_TEST((list.back().op == PipeOp::OptimizerStep));
+  }
+  BOOST_TEST(zt::simulate_pipe_schedule(schedules, shape).bubble_fraction ==
+             zt::theoretical_bubble_fraction(PipeScheduleKind::OneFOneB, shape), boost::test_tools::tolerance(1e-12));
+}
+
+BOOST_AUTO_TEST_CASE(latency_lengthens_the_step) {
+  const PipeScheduleShape shape = shape_of(4, 8);
+  const Schedules schedules = zt::make_pipe_schedule(PipeScheduleKind::OneFOneB, shape);
+  const double without = zt::simulate_pipe_schedule(schedules, shape).step_time;
+  const double with = zt::simulate_pipe_schedule(schedules, shape, {1.0, 2.0, 0.25}).step_time;
+  // At least the critical path's 2 (P - 1) hops: the first forward down and the last backward up.
+  BOOST_TEST(with >= without + 2 * 3 * 0.25, "step time " << with << " with latency, " << without << " without");
+}
+
+BOOST_AUTO_TEST_CASE(bad_shapes_are_refused) {
+  using zt::test::check_error;
+  check_error([] { zt::make_pipe_schedule(PipeScheduleKind::Interleaved, shape_of(4, 6, 2)); },
+              "must be a multiple of the 4 pipeline stages");
+  check_error([] { zt::make_pipe_schedule(PipeScheduleKind::Interleaved, shape_of(2, 4, 1)); },
+              "at least 2 model chunks");
+  check_error([] { zt::make_pipe_schedule(PipeScheduleKind::OneFOneB, shape_of(2, 4, 2)); },
+              "virtual stages need the interleaved schedule");
+  check_error([] { zt::make_pipe_schedule(PipeScheduleKind::GPipe, shape_of(0, 4)); }, "at least 1");
+  check_error([] { zt::make_pipe_schedule(PipeScheduleKind::GPipe, shape_of(2, 0)); }, "gradient_accumulation_steps");
+  check_error([] { zt::parse_pipe_schedule("zb-h1", "--pipeline-schedule"); },
+              "--pipeline-schedule: unknown pipeline schedule 'zb-h1' (gpipe, 1f1b or interleaved)");
+  BOOST_TEST((zt::parse_pipe_schedule("1f1b", "x") == PipeScheduleKind::OneFOneB));
+}
+
+BOOST_AUTO_TEST_CASE(the_simulator_catches_broken_schedules) {
+  using zt::test::check_error;
+  const PipeScheduleShape shape = shape_of(3, 4);
+  const Schedules good = zt::make_pipe_schedule(PipeScheduleKind::OneFOneB, shape);
+
+  Schedules missing_send = good;
+  erase_first(missing_send, 0, PipeOp::SendActivation);
+  check_error([&] { zt::simulate_pipe_schedule(missing_send, shape); }, "deadlocks");
+
+  Schedules backward_first = good;  // the last stage: its first backward before its first forward
+  auto& last = backward_first[2];
+  const auto forward = std::find_if(last.begin(), last.end(), [](const PipeInstruction& i) { return i.op == PipeOp::Forward; });
+  const auto backward = std::find_if(last.begin(), last.end(), [](const PipeInstruction& i) { return i.op == PipeOp::Backward; });
+  std::iter_swap(forward, backward);
+  check_error([&] { zt::simulate_pipe_schedule(backward_first, shape); }, "runs before its forward");
+
+  Schedules twice = good;
+  twice[1].insert(twice[1].begin() + 2, twice[1][1]);  // RecvActivation, Forward, Forward
+  check_error([&] { zt::simulate_pipe_schedule(twice, shape); }, "runs twice");
+
+  Schedules misplaced = good;
+  misplaced[1].insert(misplaced[1].begin(), PipeInstruction{PipeOp::Forward, 0, 2});
+  check_error([&] { zt::simulate_pipe_schedule(misplaced, shape); }, "rank 1 runs Forward(mb 0, vs 2)");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
