@@ -104,20 +104,21 @@ class Simulator {
         expect(slot.second == 0, instruction, rank, "only the first virtual stage loads micro-batches");
         state.inputs.insert(slot);
         return true;
-      case PipeOp::RecvActivation: return receive({false, slot.first, slot.second - 1}, state.inputs, slot, state);
-      case PipeOp::RecvGrad: return receive({true, slot.first, slot.second + 1}, state.gradients, slot, state);
+      case PipeOp::RecvActivation:
+        return receive({false, slot.first, slot.second - 1}, state.inputs, slot, rank, state);
+      case PipeOp::RecvGrad: return receive({true, slot.first, slot.second + 1}, state.gradients, slot, rank, state);
       case PipeOp::Forward: forward(instruction, rank, state); return true;
       case PipeOp::Backward: backward(instruction, rank, state); return true;
       case PipeOp::SendActivation:
         expect(forwards_.count(slot) && slot.second + 1 < stages_, instruction, rank,
                "sends an activation it has not computed, or past the last virtual stage");
-        post({false, slot.first, slot.second}, state.clock, instruction, rank);
+        post({false, slot.first, slot.second}, (slot.second + 1) % shape_.ranks, state.clock, instruction, rank);
         ++result_.activation_messages;
         return true;
       case PipeOp::SendGrad:
         expect(backwards_.count(slot) && slot.second > 0, instruction, rank,
                "sends a gradient it has not computed, or before the first virtual stage");
-        post({true, slot.first, slot.second}, state.clock, instruction, rank);
+        post({true, slot.first, slot.second}, (slot.second - 1) % shape_.ranks, state.clock, instruction, rank);
         ++result_.gradient_messages;
         return true;
       default: return false;
@@ -145,9 +146,20 @@ class Simulator {
     --state.alive;
   }
 
-  bool receive(const MessageKey& key, std::set<Slot>& into, const Slot& slot, RankState& state) {
+  // Messages between two ranks match in the order they were sent (NCCL's rule: no tags), so the
+  // receive takes the next message of its channel; it waits while there is none, and receiving
+  // another message than the one expected is an error.
+  bool receive(const MessageKey& key, std::set<Slot>& into, const Slot& slot, int rank, RankState& state) {
+    const int from = (std::get<2>(key)) % shape_.ranks;
+    Channel& channel = channels_[{from, rank}];
+    if (channel.received == channel.sent.size()) return false;
+    const MessageKey& next = channel.sent[channel.received];
+    ZT_CHECK(next == key, "pipeline schedule: rank ", rank, " receives the ", std::get<0>(key) ? "gradient" : "activation",
+             " of micro-batch ", slot.first, " for virtual stage ", slot.second, " while the next message from rank ",
+             from, " is the ", std::get<0>(next) ? "gradient" : "activation", " of micro-batch ", std::get<1>(next),
+             " from virtual stage ", std::get<2>(next), " (messages between two ranks arrive in the order sent)");
+    ++channel.received;
     const auto sent = sent_.find(key);
-    if (sent == sent_.end()) return false;
     ZT_CHECK(received_.insert(key).second, "pipeline schedule: a message for micro-batch ", slot.first,
              ", virtual stage ", slot.second, " is received twice");
     state.clock = std::max(state.clock, sent->second);
@@ -155,8 +167,9 @@ class Simulator {
     return true;
   }
 
-  void post(const MessageKey& key, double clock, const PipeInstruction& instruction, int rank) {
+  void post(const MessageKey& key, int to_rank, double clock, const PipeInstruction& instruction, int rank) {
     expect(sent_.emplace(key, clock + costs_.latency).second, instruction, rank, "sends the same message twice");
+    channels_[{rank, to_rank}].sent.push_back(key);
   }
 
   void expect(bool condition, const PipeInstruction& instruction, int rank, const char* what) const {
@@ -209,6 +222,11 @@ class Simulator {
   std::set<Slot> forwards_, backwards_;
   std::map<MessageKey, double> sent_;  // -> arrival time
   std::set<MessageKey> received_;
+  struct Channel {
+    std::vector<MessageKey> sent;  // in sending order
+    size_t received = 0;           // how many of them were received
+  };
+  std::map<std::pair<int, int>, Channel> channels_;  // (from rank, to rank)
   PipeSimulation result_;
 };
 

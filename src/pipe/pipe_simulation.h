@@ -6,8 +6,10 @@
 // complete and consistent and measures what theory predicts:
 //   - every (micro-batch, virtual stage) has exactly one forward and one backward, on the rank
 //     that holds the virtual stage, the backward after the forward; every message is sent once
-//     and received once, by the neighbouring virtual stage; nothing deadlocks (else a zt::Error
-//     naming each rank's blocked instruction);
+//     and received once, by the neighbouring virtual stage, and the messages from one rank to
+//     another are received in the order they were sent (NCCL's send/recv have no tags: they
+//     match in issue order); nothing deadlocks (else a zt::Error naming each rank's blocked
+//     instruction);
 //   - the step's time, and the bubble: the fraction of the P ranks' time spent idle before the
 //     step-level instructions, (P - 1) / (M + P - 1) for GPipe and 1F1B with uniform stage times
 //     and no latency, (P - 1) / (V M + P - 1) interleaved;

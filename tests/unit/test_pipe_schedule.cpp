@@ -4,7 +4,8 @@
 // 1F1B completes without deadlock for V = 2, 3 with theory's bubble (P - 1) / (V M + P - 1), below
 // 1F1B's; bad shapes are refused; and the simulator catches the
 // mutants an engine would hang or compute garbage on (a missing send, a backward before its
-// forward, a forward run twice, a rank running another rank's stage).
+// forward, a forward run twice, a rank running another rank's stage, messages between two ranks
+// sent out of the order they are received in).
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -30,12 +31,12 @@ PipeScheduleShape shape_of(int ranks, int micro_batches, int chunks = 1) {
   return shape;
 }
 
-// Removes the first instruction of `rank` that is `op` (a mutant schedule).
-void erase_first(Schedules& schedules, int rank, PipeOp op) {
+// Removes the last instruction of `rank` that is `op` (a mutant schedule).
+void erase_last(Schedules& schedules, int rank, PipeOp op) {
   auto& list = schedules[static_cast<size_t>(rank)];
-  const auto found = std::find_if(list.begin(), list.end(), [&](const PipeInstruction& i) { return i.op == op; });
-  BOOST_REQUIRE(found != list.end());
-  list.erase(found);
+  const auto found = std::find_if(list.rbegin(), list.rend(), [&](const PipeInstruction& i) { return i.op == op; });
+  BOOST_REQUIRE(found != list.rend());
+  list.erase(std::next(found).base());
 }
 
 }  // namespace
@@ -131,12 +132,14 @@ BOOST_AUTO_TEST_CASE(bad_shapes_are_refused) {
 
 BOOST_AUTO_TEST_CASE(the_simulator_catches_broken_schedules) {
   using zt::test::check_error;
+  using zt::test::check_error_mentions;
   const PipeScheduleShape shape = shape_of(3, 4);
   const Schedules good = zt::make_pipe_schedule(PipeScheduleKind::OneFOneB, shape);
 
   Schedules missing_send = good;
-  erase_first(missing_send, 0, PipeOp::SendActivation);
-  check_error([&] { zt::simulate_pipe_schedule(missing_send, shape); }, "deadlocks");
+  erase_last(missing_send, 0, PipeOp::SendActivation);
+  check_error_mentions([&] { zt::simulate_pipe_schedule(missing_send, shape); },
+                       {"deadlocks", "rank 1: waits at RecvActivation(mb 3, vs 1)"});
 
   Schedules backward_first = good;  // the last stage: its first backward before its first forward
   auto& last = backward_first[2];
@@ -148,6 +151,17 @@ BOOST_AUTO_TEST_CASE(the_simulator_catches_broken_schedules) {
   Schedules twice = good;
   twice[1].insert(twice[1].begin() + 2, twice[1][1]);  // RecvActivation, Forward, Forward
   check_error([&] { zt::simulate_pipe_schedule(twice, shape); }, "runs twice");
+
+  // Rank 0 sends micro-batch 1's activation before micro-batch 0's: fine with tags, wrong for
+  // NCCL, whose messages between two ranks match in the order sent.
+  const zt::PipeScheduleShape two = shape_of(2, 2);
+  Schedules reordered = zt::make_pipe_schedule(PipeScheduleKind::GPipe, two);
+  auto& first = reordered[0];  // Load 0, Forward 0, Send 0, Load 1, Forward 1, Send 1, ...
+  const PipeInstruction send0 = first[2];
+  first.erase(first.begin() + 2);
+  first.insert(first.begin() + 5, send0);
+  check_error([&] { zt::simulate_pipe_schedule(reordered, two); },
+              "while the next message from rank 0 is the activation of micro-batch 1");
 
   Schedules misplaced = good;
   misplaced[1].insert(misplaced[1].begin(), PipeInstruction{PipeOp::Forward, 0, 2});
