@@ -1,6 +1,8 @@
 // Names and traffic counters shared by every Communicator implementation.
 #include "comm/communicator.h"
 
+#include "core/error.h"
+
 namespace zt {
 
 const char* collective_name(Collective kind) {
@@ -12,6 +14,7 @@ const char* collective_name(Collective kind) {
     case Collective::Barrier: return "barrier";
     case Collective::Scalars: return "scalar_all_reduce";
     case Collective::AllToAll: return "all_to_all";
+    case Collective::PointToPoint: return "point_to_point";
   }
   return "unknown";
 }
@@ -36,6 +39,17 @@ double CommStats::total_wait_seconds() const {
   double total = 0.0;
   for (double seconds : wait_seconds) total += seconds;
   return total;
+}
+
+void Communicator::check_point_to_point(const Tensor& send, int send_to, const Tensor& recv, int recv_from) const {
+  ZT_CHECK(!send.empty() || !recv.empty(), "send_recv: neither a tensor to send nor one to receive into");
+  auto check_peer = [&](const Tensor& tensor, int peer, const char* side) {
+    if (tensor.empty()) return;
+    ZT_CHECK(peer >= 0 && peer < size() && peer != rank(), "send_recv: rank ", rank(), " cannot ", side, " rank ", peer,
+             " (the peer must be another of the ", size(), " ranks)", context_.empty() ? "" : cat(" (", context_, ")"));
+  };
+  check_peer(send, send_to, "send to");
+  check_peer(recv, recv_from, "receive from");
 }
 
 void Communicator::count(Collective kind, double bytes_sent) {

@@ -21,14 +21,17 @@
 
 namespace zt {
 
-enum class Collective : int { AllReduce = 0, ReduceScatter, AllGather, Broadcast, Barrier, Scalars, AllToAll };
-constexpr int kCollectiveKinds = 7;
+enum class Collective : int {
+  AllReduce = 0, ReduceScatter, AllGather, Broadcast, Barrier, Scalars, AllToAll,
+  PointToPoint,  // send_recv_async: a pipeline stage's activations and their gradients
+};
+constexpr int kCollectiveKinds = 8;
 const char* collective_name(Collective kind);
 
 // Per-rank traffic counters. bytes_sent counts what each rank sends in the bandwidth-optimal
 // (ring) algorithm, the figure ZeRO's analysis uses: all-reduce 2 (W-1)/W x bytes,
 // reduce-scatter and all-gather (W-1)/W x the full (W-slice) bytes, broadcast the bytes once,
-// all-to-all the (W-1)/W of its input that goes to the other ranks.
+// all-to-all the (W-1)/W of its input that goes to the other ranks, point-to-point the bytes sent.
 // So a stage-0 step sends 2x the gradient bytes, stage 1/2 2x, stage 3 3x, times (W-1)/W.
 struct CommStats {
   std::array<int64_t, kCollectiveKinds> calls{};
@@ -89,6 +92,22 @@ class Communicator {
   // Every rank's string, in rank order (checkpoint file checksums for rank 0's manifest).
   virtual std::vector<std::string> all_gather_strings(const std::string& mine) = 0;
 
+  // Point-to-point (pipeline parallelism, docs/pipeline.md): `send` to rank `send_to` and/or
+  // `recv` from rank `recv_from` (an empty tensor and -1 for the side not used), started
+  // together and completed together. On NCCL they are one group, so that two ranks that send to
+  // each other (1F1B's steady state) cannot deadlock; on MPI an Isend and an Irecv. Messages
+  // from one rank to another match in the order they were issued (no tags), and the receiver's
+  // tensor must have the sender's size and dtype (any dtype). Not to this rank itself.
+  virtual Pending send_recv_async(Tensor send, int send_to, Tensor recv, int recv_from) = 0;
+  Pending send_async(Tensor data, int peer) { return send_recv_async(data, peer, Tensor(), -1); }
+  Pending recv_async(Tensor data, int peer) { return send_recv_async(Tensor(), -1, data, peer); }
+
+  // A communicator over the ranks of this one that pass the same `color` (>= 0), ranked by
+  // `key` then by their rank here (MPI_Comm_split): a pipeline stage's data-parallel group, a
+  // node's ranks. Collective: every rank of this communicator calls it. The result keeps this
+  // one's timeout and context, counts its own traffic, and must not outlive this one.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
   void all_reduce_sum(Tensor data) { all_reduce_sum_async(data)->wait(); }
   void reduce_scatter_sum(Tensor out, Tensor in) { reduce_scatter_sum_async(out, in)->wait(); }
   void all_gather(Tensor out, Tensor in) { all_gather_async(out, in)->wait(); }
@@ -109,6 +128,9 @@ class Communicator {
 
  protected:
   void count(Collective kind, double bytes_sent);
+  // The checks every send_recv_async makes before it starts: a side is used when its tensor
+  // is; its peer is another rank of this communicator.
+  void check_point_to_point(const Tensor& send, int send_to, const Tensor& recv, int recv_from) const;
   CommStats stats_;
   std::chrono::duration<double> timeout_ = std::chrono::minutes(30);  // torch.distributed's default
   std::string context_;

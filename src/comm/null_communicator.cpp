@@ -30,6 +30,16 @@ class NullCommunicator final : public Communicator {
   std::vector<std::string> all_gather_strings(const std::string& mine) override {
     return std::vector<std::string>(static_cast<size_t>(size_), mine);
   }
+  // The peers exist only as a count: what is received keeps its contents.
+  Pending send_recv_async(Tensor send, int send_to, Tensor recv, int recv_from) override {
+    check_point_to_point(send, send_to, recv, recv_from);
+    return completed_collective();
+  }
+  // The other ranks' colors are unknown here: a group's null communicator is made with its size.
+  std::unique_ptr<Communicator> split(int, int) override {
+    fail("split: the null communicator (rank ", rank_, " of ", size_, ", the memory model's) does not know the other "
+         "ranks' colors; make the group's null communicator with the group's size instead");
+  }
 
  private:
   int rank_, size_, local_size_, nodes_;

@@ -11,6 +11,9 @@ namespace {
 class StagedCommunicator final : public Communicator {
  public:
   StagedCommunicator(Communicator& host, Backend& device) : host_(host), device_(device) {}
+  // A split: the host communicator is the split one, owned here.
+  StagedCommunicator(std::unique_ptr<Communicator> owned_host, Backend& device)
+      : owned_host_(std::move(owned_host)), host_(*owned_host_), device_(device) {}
 
   int rank() const override { return host_.rank(); }
   int size() const override { return host_.size(); }
@@ -46,6 +49,24 @@ class StagedCommunicator final : public Communicator {
   double all_reduce_max(double value) override { return host_.all_reduce_max(value); }
   std::vector<std::string> all_gather_strings(const std::string& mine) override { return host_.all_gather_strings(mine); }
 
+  // Device tensors through staging buffers of their own (several exchanges may be in flight):
+  // the sent bytes copied to the host now, the received ones copied to the device by wait().
+  Pending send_recv_async(Tensor send, int send_to, Tensor recv, int recv_from) override {
+    const bool on_host = (send.empty() || send.device == Device::CPU) && (recv.empty() || recv.device == Device::CPU);
+    if (on_host) return host_.send_recv_async(send, send_to, recv, recv_from);
+    auto staged = std::make_unique<StagedExchange>(device_, recv);
+    Tensor host_send, host_recv;
+    if (!send.empty()) host_send = stage_in(send, staged->send_bytes);
+    if (!recv.empty()) host_recv = host_view(staged->recv_bytes, recv.numel(), recv.dtype);
+    staged->inner = host_.send_recv_async(host_send, send_to, host_recv, recv_from);
+    staged->host_recv = host_recv;
+    return staged;
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    return std::make_unique<StagedCommunicator>(host_.split(color, key), device_);
+  }
+
  private:
   // Host view of `numel` elements of `dtype` in `storage` (grown as needed). The host
   // communicator checks the dtypes each collective accepts.
@@ -71,6 +92,24 @@ class StagedCommunicator final : public Communicator {
     return done();
   }
 
+  // An exchange in flight: its staging buffers, the host exchange, the device tensor to fill.
+  struct StagedExchange final : PendingCollective {
+    StagedExchange(Backend& device_, Tensor recv_) : device(device_), recv(recv_) {}
+    void wait() override {
+      if (finished) return;
+      finished = true;
+      inner->wait();
+      if (!recv.empty()) device.copy(recv.reshaped({recv.numel()}), host_recv);
+    }
+    bool done() const override { return finished; }
+    Backend& device;
+    Tensor recv, host_recv;
+    std::vector<std::byte> send_bytes, recv_bytes;
+    Pending inner;
+    bool finished = false;
+  };
+
+  std::unique_ptr<Communicator> owned_host_;  // a split's host communicator; null otherwise
   Communicator& host_;
   Backend& device_;
   std::vector<std::byte> in_, out_;  // host staging

@@ -9,6 +9,7 @@
 #include <climits>
 #include <exception>
 #include <thread>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -40,19 +41,25 @@ void sum_16bit(void* in, void* inout, int* count, MPI_Datatype*) {
 }
 uint16_t narrow_bf16(float value) { return float_to_bf16(value); }
 
-// One MPI request in flight; wait() polls it until it completes or the timeout passes.
+// MPI requests in flight (one per collective; a send and a receive for send_recv_async); wait()
+// polls them until all completed or the timeout passes.
 class MpiPending final : public PendingCollective {
  public:
-  MpiPending(MPI_Request request, Collective kind, int rank, std::chrono::duration<double> timeout,
+  MpiPending(std::vector<MPI_Request> requests, Collective kind, int rank, std::chrono::duration<double> timeout,
              std::string context, double* wait_seconds, bool* failed)
-      : request_(request), kind_(kind), rank_(rank), timeout_(timeout), context_(std::move(context)),
+      : requests_(std::move(requests)), kind_(kind), rank_(rank), timeout_(timeout), context_(std::move(context)),
         wait_seconds_(wait_seconds), failed_(failed) {}
+  // After completion, the byte count the last request (a receive) must have received.
+  void expect_received(int bytes, int peer) {
+    expected_bytes_ = bytes;
+    peer_ = peer;
+  }
   // A request still pending when its owner goes away is waited for, unless the owner goes away
   // because of an error (unwinding) or a collective of this rank already failed: then the job
   // is about to end (the top-level handler calls MPI_Abort), and waiting would only add a fresh
   // --comm-timeout per request in flight before the job can end.
   ~MpiPending() override {
-    if (request_ != MPI_REQUEST_NULL && std::uncaught_exceptions() == 0 && !*failed_) {
+    if (!done() && std::uncaught_exceptions() == 0 && !*failed_) {
       try {
         wait();
       } catch (...) {  // the error that made us unwind is the one to report
@@ -60,12 +67,16 @@ class MpiPending final : public PendingCollective {
     }
   }
 
-  bool done() const override { return request_ == MPI_REQUEST_NULL; }
+  bool done() const override {
+    for (MPI_Request request : requests_)
+      if (request != MPI_REQUEST_NULL) return false;
+    return true;
+  }
 
   void wait() override {
-    if (request_ == MPI_REQUEST_NULL) return;
+    if (done()) return;
     if (*failed_) {  // a peer is gone or hung: this one cannot complete either
-      request_ = MPI_REQUEST_NULL;
+      forget();
       fail("collective ", collective_name(kind_), " on rank ", rank_, context_suffix(),
            " not waited for: an earlier collective of this rank failed or timed out");
     }
@@ -76,20 +87,22 @@ class MpiPending final : public PendingCollective {
     auto pause = std::chrono::microseconds(20);
     for (int polls = 0;; ++polls) {
       int complete = 0;
-      const int code = MPI_Test(&request_, &complete, MPI_STATUS_IGNORE);
+      std::vector<MPI_Status> statuses(requests_.size());
+      const int code = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &complete, statuses.data());
       if (code != MPI_SUCCESS) {
-        request_ = MPI_REQUEST_NULL;
+        forget();
         *failed_ = true;
         fail("MPI ", collective_name(kind_), " failed on rank ", rank_, context_suffix(), ": ", mpi_error_text(code));
       }
       if (complete) {
         *wait_seconds_ += std::chrono::duration<double>(Clock::now() - started).count();
+        check_received(statuses.back());
         return;
       }
       if (Clock::now() > deadline) {
         // The request cannot be cancelled (collectives are not cancellable): leave it to
         // MPI_Abort, which the top-level handler calls.
-        request_ = MPI_REQUEST_NULL;
+        forget();
         *failed_ = true;
         fail("collective ", collective_name(kind_), " did not complete within ", timeout_.count(),
              " s on rank ", rank_, context_suffix(),
@@ -104,7 +117,19 @@ class MpiPending final : public PendingCollective {
 
  private:
   std::string context_suffix() const { return context_.empty() ? "" : cat(" (", context_, ")"); }
-  MPI_Request request_;
+  void forget() {
+    for (MPI_Request& request : requests_) request = MPI_REQUEST_NULL;
+  }
+  void check_received(const MPI_Status& status) const {
+    if (expected_bytes_ < 0) return;
+    int received = 0;
+    MPI_Get_count(&status, MPI_BYTE, &received);
+    ZT_CHECK(received == expected_bytes_, "send_recv: rank ", rank_, " received ", received, " bytes from rank ", peer_,
+             ", expected ", expected_bytes_, context_suffix(), " (the sender's tensor has another size)");
+  }
+  std::vector<MPI_Request> requests_;
+  int expected_bytes_ = -1;
+  int peer_ = -1;
   Collective kind_;
   int rank_;
   std::chrono::duration<double> timeout_;
@@ -115,7 +140,8 @@ class MpiPending final : public PendingCollective {
 
 class MpiCommunicator final : public Communicator {
  public:
-  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+  // `owned`: MPI_Comm_free it at the end (a split's communicator; the world's is MPI's).
+  explicit MpiCommunicator(MPI_Comm comm, bool owned = false) : comm_(comm), owned_(owned) {
     check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
     check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
@@ -135,6 +161,7 @@ class MpiCommunicator final : public Communicator {
     if (MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;  // MPI freed them
     for (MPI_Op* op : {&sum_bf16_, &sum_fp16_})
       if (*op != MPI_OP_NULL) MPI_Op_free(op);  // nothing to do about a failure while shutting down
+    if (owned_) MPI_Comm_free(&comm_);
   }
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
@@ -233,6 +260,41 @@ class MpiCommunicator final : public Communicator {
     return value;
   }
 
+  // Bytes, tag 0: MPI's non-overtaking rule matches the messages between two ranks in order.
+  Pending send_recv_async(Tensor send, int send_to, Tensor recv, int recv_from) override {
+    check_point_to_point(send, send_to, recv, recv_from);
+    std::vector<MPI_Request> requests;
+    if (!send.empty()) {
+      const int bytes = byte_count(send, "send");
+      count(Collective::PointToPoint, static_cast<double>(bytes));
+      requests.push_back(MPI_REQUEST_NULL);
+      check(MPI_Isend(send.data, bytes, MPI_BYTE, send_to, 0, comm_, &requests.back()), "MPI_Isend");
+    } else {
+      count(Collective::PointToPoint, 0.0);
+    }
+    int receive_bytes = -1;
+    if (!recv.empty()) {
+      receive_bytes = byte_count(recv, "recv");
+      requests.push_back(MPI_REQUEST_NULL);
+      check(MPI_Irecv(recv.data, receive_bytes, MPI_BYTE, recv_from, 0, comm_, &requests.back()), "MPI_Irecv");
+    }
+    auto waiting = std::make_unique<MpiPending>(std::move(requests), Collective::PointToPoint, rank_, timeout_, context_,
+                                                &stats_.wait_seconds[static_cast<size_t>(Collective::PointToPoint)],
+                                                &failed_);
+    if (receive_bytes >= 0) waiting->expect_received(receive_bytes, recv_from);
+    return waiting;
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    ZT_CHECK(color >= 0, "split: color ", color, " on rank ", rank_, " (must be >= 0)");
+    MPI_Comm part = MPI_COMM_NULL;
+    check(MPI_Comm_split(comm_, color, key, &part), "MPI_Comm_split");
+    auto made = std::make_unique<MpiCommunicator>(part, true);
+    made->set_timeout(timeout_);
+    made->set_context(context_);
+    return made;
+  }
+
   std::vector<std::string> all_gather_strings(const std::string& mine) override {
     ZT_CHECK(mine.size() <= static_cast<size_t>(INT_MAX), "all_gather_strings: a string of ", mine.size(), " bytes");
     int length = static_cast<int>(mine.size());
@@ -278,13 +340,19 @@ class MpiCommunicator final : public Communicator {
     if (dtype == DType::BF16) return sum_bf16_;
     return dtype == DType::F16 ? sum_fp16_ : MPI_SUM;
   }
+  int byte_count(const Tensor& tensor, const char* side) const {
+    ZT_CHECK(tensor.device == Device::CPU, side, ": the MPI communicator needs host buffers, got ", tensor.describe());
+    ZT_CHECK(tensor.bytes() <= static_cast<size_t>(INT_MAX), side, " of ", tensor.bytes(), " bytes exceeds MPI's int count");
+    return static_cast<int>(tensor.bytes());
+  }
   double ring_share() const { return static_cast<double>(size_ - 1) / static_cast<double>(size_); }
   Pending pending(MPI_Request request, Collective kind) {
-    return std::make_unique<MpiPending>(request, kind, rank_, timeout_, context_,
+    return std::make_unique<MpiPending>(std::vector<MPI_Request>{request}, kind, rank_, timeout_, context_,
                                         &stats_.wait_seconds[static_cast<size_t>(kind)], &failed_);
   }
 
   MPI_Comm comm_;
+  bool owned_ = false;
   MPI_Op sum_bf16_ = MPI_OP_NULL, sum_fp16_ = MPI_OP_NULL;  // sum_16bit's
   bool failed_ = false;  // a collective failed or timed out: the job is ending, later waits fail at once
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, nodes_ = 1;

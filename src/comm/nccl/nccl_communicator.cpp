@@ -128,7 +128,7 @@ class NcclPending final : public PendingCollective {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(Communicator& bootstrap, Backend& device) : bootstrap_(bootstrap) {
+  NcclCommunicator(Communicator& bootstrap, Backend& device) : bootstrap_(bootstrap), device_(device) {
     cuda::CudaBackendImpl& cuda_device = cuda::impl_of(device);  // throws, naming the backend, for another one
     compute_stream_ = cuda_device.stream();
     device_index_ = cuda_device.device_index();
@@ -239,6 +239,37 @@ class NcclCommunicator final : public Communicator {
     issue(Collective::Broadcast, "ncclBroadcast", [&](ncclComm_t comm, cudaStream_t stream) {
       return ncclBroadcast(data.data, data.data, data.bytes(), ncclUint8, root, comm, stream);
     })->wait();
+  }
+
+  // One NCCL group (a send and a receive between two ranks that exchange cannot deadlock), on
+  // main_ after the compute stream's queued work. NCCL does not check sizes: the peers' tensors
+  // must agree (the MPI path checks that).
+  Pending send_recv_async(Tensor send, int send_to, Tensor recv, int recv_from) override {
+    const bool send_on_host = send.empty() || send.device == Device::CPU;
+    const bool recv_on_host = recv.empty() || recv.device == Device::CPU;
+    if (send_on_host && recv_on_host)
+      return delegate([&] { return bootstrap_.send_recv_async(send, send_to, recv, recv_from); });
+    check_point_to_point(send, send_to, recv, recv_from);
+    if (!send.empty()) cuda::expect_device("send_recv", "send", send);
+    if (!recv.empty()) cuda::expect_device("send_recv", "recv", recv);
+    count(Collective::PointToPoint, static_cast<double>(send.empty() ? 0 : send.bytes()));
+    auto going = [](ncclResult_t result) { return result == ncclSuccess || result == ncclInProgress; };
+    return issue(Collective::PointToPoint, "ncclSend/ncclRecv", [&](ncclComm_t comm, cudaStream_t stream) {
+      ncclResult_t result = ncclGroupStart();
+      if (going(result) && !send.empty()) result = ncclSend(send.data, send.bytes(), ncclUint8, send_to, comm, stream);
+      if (going(result) && !recv.empty())
+        result = ncclRecv(recv.data, recv.bytes(), ncclUint8, recv_from, comm, stream);
+      const ncclResult_t ended = ncclGroupEnd();
+      return going(result) ? ended : result;
+    });
+  }
+
+  // NCCL communicators over the split bootstrap (a new unique id per group), which this one owns.
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    std::unique_ptr<Communicator> part = delegate([&] { return bootstrap_.split(color, key); });
+    auto made = std::make_unique<NcclCommunicator>(*part, device_);
+    made->owned_bootstrap_ = std::move(part);
+    return made;
   }
 
   void barrier() override { delegate([&] { bootstrap_.barrier(); }); }
@@ -484,7 +515,9 @@ class NcclCommunicator final : public Communicator {
     return true;
   }
 
+  std::unique_ptr<Communicator> owned_bootstrap_;  // a split's bootstrap (bootstrap_ refers to it)
   Communicator& bootstrap_;
+  Backend& device_;
   int device_index_ = 0;
   cudaStream_t compute_stream_ = nullptr;   // the CUDA backend's stream (not ours)
   Channel main_{"zerotune"};                // all-reduce, reduce-scatter, broadcast

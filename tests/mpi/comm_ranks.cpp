@@ -1,0 +1,205 @@
+// An MPI program that checks the communicators' point-to-point exchange and split
+// (comm/communicator.h send_recv_async, split), the pipeline's and ZeRO++'s primitives, on every
+// rank against values computed here:
+//   - a ring: each rank sends its fp32 values to the next rank and receives the previous one's
+//     in one send_recv_async; bf16 and byte tensors the same way;
+//   - order: rank 0 sends two messages to rank 1, which receives them in the order sent;
+//   - split: groups of two consecutive ranks, ranked in reverse by the key: sizes, ranks, an
+//     all-reduce and an exchange inside each group; the parent's counters do not see the group's;
+//   - refusals: a send to this rank itself or to a rank that does not exist, neither side given;
+//   - (host MPI only) a receive of more bytes than the sender sent names both sizes, and a
+//     receive from a rank that never sends ends after the timeout naming point_to_point.
+//   mpiexec -np W zt_comm_ranks cpu           the MPI communicator on host memory
+//   mpiexec -np W zt_comm_ranks cuda          (emulated device build) NCCL, then host staging
+// Every rank prints each mismatch; the exit status is non-zero when any rank found one.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/buffer.h"
+#include "backend/make_backend.h"
+#include "comm/mpi/mpi_communicator.h"
+#include "comm/staged_communicator.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#if ZT_WITH_NCCL
+#include "comm/nccl/nccl_communicator.h"
+#endif
+
+namespace {
+
+int failures = 0;
+int world_rank = 0;
+
+void expect(bool condition, const std::string& message) {
+  if (condition) return;
+  ++failures;
+  std::fprintf(stderr, "zt_comm_ranks: rank %d: %s\n", world_rank, message.c_str());
+}
+
+// `action` must throw a zt::Error that mentions `part`.
+void expect_error(const std::function<void()>& action, const std::string& part, const std::string& what) {
+  try {
+    action();
+  } catch (const zt::Error& error) {
+    expect(std::string(error.what()).find(part) != std::string::npos,
+           what + ": the error does not mention '" + part + "': " + error.what());
+    return;
+  }
+  expect(false, what + ": no error (expected one mentioning '" + part + "')");
+}
+
+// A tensor of the backend's device holding `values` (fp32), and its contents back.
+struct DeviceFloats {
+  zt::Buffer buffer;
+  zt::Tensor tensor;
+  DeviceFloats(zt::Backend& backend, const std::vector<float>& values)
+      : buffer(backend, values.size() * sizeof(float)),
+        tensor(buffer.view(zt::DType::F32, {static_cast<int64_t>(values.size())})) {
+    backend.copy(tensor, zt::Tensor(const_cast<float*>(values.data()), zt::DType::F32, {tensor.numel()}));
+  }
+  std::vector<float> read(zt::Backend& backend) const {
+    std::vector<float> values(static_cast<size_t>(tensor.numel()));
+    backend.copy(zt::Tensor(values.data(), zt::DType::F32, {tensor.numel()}), tensor);
+    return values;
+  }
+};
+
+std::vector<float> values_of(int rank, int n, float offset = 0.0f) {
+  std::vector<float> values(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) values[static_cast<size_t>(i)] = 100.0f * static_cast<float>(rank) + static_cast<float>(i) + offset;
+  return values;
+}
+
+void check_ring(zt::Communicator& comm, zt::Backend& backend, const std::string& label) {
+  const int size = comm.size(), rank = comm.rank();
+  const int next = (rank + 1) % size, previous = (rank + size - 1) % size;
+  DeviceFloats mine(backend, values_of(rank, 37)), theirs(backend, std::vector<float>(37, -1.0f));
+  comm.send_recv_async(mine.tensor, next, theirs.tensor, previous)->wait();
+  expect(theirs.read(backend) == values_of(previous, 37), label + ": the ring's fp32 values from rank " +
+                                                              std::to_string(previous));
+  // Other dtypes travel as their bytes: 20 bf16 values (the first 40 bytes) of a fresh buffer.
+  DeviceFloats fresh(backend, std::vector<float>(37, -1.0f));
+  zt::Tensor half_mine = mine.buffer.view(zt::DType::BF16, {20}), half_theirs = fresh.buffer.view(zt::DType::BF16, {20});
+  comm.send_recv_async(half_mine, next, half_theirs, previous)->wait();
+  std::vector<float> expected = values_of(previous, 37);
+  std::fill(expected.begin() + 10, expected.end(), -1.0f);
+  expect(fresh.read(backend) == expected, label + ": the ring's bf16 bytes, and nothing after them");
+}
+
+void check_order(zt::Communicator& comm, zt::Backend& backend, const std::string& label) {
+  if (comm.rank() > 1) return;
+  DeviceFloats first(backend, values_of(comm.rank(), 8, 0.5f)), second(backend, values_of(comm.rank(), 8, 0.25f));
+  if (comm.rank() == 0) {
+    zt::Pending a = comm.send_async(first.tensor, 1), b = comm.send_async(second.tensor, 1);
+    a->wait();
+    b->wait();
+  } else {
+    DeviceFloats got_a(backend, std::vector<float>(8, 0.0f)), got_b(backend, std::vector<float>(8, 0.0f));
+    zt::Pending a = comm.recv_async(got_a.tensor, 0), b = comm.recv_async(got_b.tensor, 0);
+    b->wait();
+    a->wait();
+    expect(got_a.read(backend) == values_of(0, 8, 0.5f) && got_b.read(backend) == values_of(0, 8, 0.25f),
+           label + ": two messages from rank 0 arrive in the order sent");
+  }
+}
+
+void check_split(zt::Communicator& comm, zt::Backend& backend, const std::string& label) {
+  const double parent_bytes = comm.stats().total_bytes_sent();
+  std::unique_ptr<zt::Communicator> group = comm.split(comm.rank() / 2, -comm.rank());
+  const int members = std::min(2, comm.size() - comm.rank() / 2 * 2);
+  expect(group->size() == members, label + ": group size " + std::to_string(group->size()));
+  expect(group->rank() == (members == 2 ? 1 - comm.rank() % 2 : 0), label + ": the key orders the group in reverse");
+  DeviceFloats sum(backend, std::vector<float>(5, static_cast<float>(comm.rank() + 1)));
+  group->all_reduce_sum(sum.tensor);
+  const int low = comm.rank() / 2 * 2;
+  const float expected = members == 2 ? static_cast<float>(2 * low + 3) : static_cast<float>(low + 1);
+  expect(sum.read(backend) == std::vector<float>(5, expected), label + ": the group's all-reduce");
+  if (members == 2) check_ring(*group, backend, label + " (group)");
+  expect(comm.stats().total_bytes_sent() == parent_bytes, label + ": the group counts its own traffic");
+}
+
+void check_refusals(zt::Communicator& comm, zt::Backend& backend, const std::string& label) {
+  DeviceFloats data(backend, values_of(0, 4));
+  expect_error([&] { comm.send_async(data.tensor, comm.rank()); }, "cannot send to rank", label + ": send to itself");
+  expect_error([&] { comm.recv_async(data.tensor, comm.size()); }, "cannot receive from rank", label + ": no such rank");
+  expect_error([&] { comm.send_recv_async(zt::Tensor(), -1, zt::Tensor(), -1); }, "neither a tensor",
+               label + ": nothing to do");
+}
+
+// Host MPI only: sizes that differ, and a sender that never sends.
+void check_failures(zt::Communicator& world, zt::Backend& backend) {
+  std::unique_ptr<zt::Communicator> pair = world.split(world.rank() < 2 ? 0 : 1, world.rank());  // collective
+  if (world.rank() > 1) {
+    world.barrier();  // the one below
+    return;
+  }
+  DeviceFloats small(backend, values_of(0, 2)), large(backend, std::vector<float>(4, 0.0f));
+  if (pair->rank() == 0) pair->send_async(small.tensor, 1)->wait();
+  else
+    expect_error([&] { pair->recv_async(large.tensor, 0)->wait(); }, "received 8 bytes from rank 0, expected 16",
+                 "mpi: a receive larger than the send");
+  pair->set_timeout(std::chrono::duration<double>(1.0));
+  // A timed-out receive stays posted (MPI cannot cancel it; a real run aborts here): its memory
+  // must live until the process ends, when the late message below may still land in it.
+  static std::vector<float> abandoned(4);
+  const zt::Tensor abandoned_tensor(abandoned.data(), zt::DType::F32, {4});
+  if (pair->rank() == 1)
+    expect_error([&] { pair->recv_async(abandoned_tensor, 0)->wait(); }, "point_to_point did not complete within 1 s",
+                 "mpi: a receive from a rank that never sends");
+  world.barrier();  // not pair's: rank 1's pair communicator has failed (its waits fail at once)
+  if (pair->rank() == 0) pair->send_async(abandoned_tensor, 1)->wait();  // the abandoned receive's message
+}
+
+void check_all(zt::Communicator& comm, zt::Backend& backend, const std::string& label) {
+  check_ring(comm, backend, label);
+  check_order(comm, backend, label);
+  check_split(comm, backend, label);
+  check_refusals(comm, backend, label);
+  comm.barrier();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int code = 0;
+  try {
+    ZT_CHECK(argc == 2 && (std::string(argv[1]) == "cpu" || std::string(argv[1]) == "cuda"),
+             "usage: zt_comm_ranks cpu|cuda");
+    std::unique_ptr<zt::Communicator> world = zt::make_mpi_communicator(MPI_COMM_WORLD);
+    world_rank = world->rank();
+    ZT_CHECK(world->size() >= 2, "zt_comm_ranks needs at least 2 ranks");
+    if (std::string(argv[1]) == "cpu") {
+      std::unique_ptr<zt::Backend> backend = zt::make_backend("cpu", world->local_rank());
+      check_all(*world, *backend, "mpi");
+      check_failures(*world, *backend);
+    } else {
+      std::unique_ptr<zt::Backend> backend = zt::make_backend("cuda", world->local_rank());
+#if ZT_WITH_NCCL
+      std::unique_ptr<zt::Communicator> nccl = zt::make_nccl_communicator(*world, *backend);
+      check_all(*nccl, *backend, "nccl");
+#endif
+      std::unique_ptr<zt::Communicator> staged = zt::make_staged_communicator(*world, *backend);
+      check_all(*staged, *backend, "staged");
+    }
+    world->barrier();
+    int total = 0;
+    MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (world_rank == 0) std::printf("zt_comm_ranks %s: %d ranks, %d failures\n", argv[1], world->size(), total);
+    code = total == 0 ? 0 : 1;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "zt_comm_ranks: rank %d: %s\n", world_rank, error.what());
+    code = 1;
+  }
+  MPI_Finalize();
+  return code;
+}
