@@ -1,8 +1,10 @@
 // `zerotune prep --input FILE [--input FILE ...] --tokenizer DIR_OR_MODEL --out DIR
 //                [--split train] [--max-seq-len 512] [--loss-on response|all]
 //                [--shard-samples 10000] [--prompt-column prompt] [--response-column chosen]
-//                [--eot-token TEXT] [--skip-bad-rows] [--force]`:
-// tokenizes JSONL/JSON rows into HDF5 token shards (see data/prep.h) and prints a summary.
+//                [--eot-token TEXT] [--skip-bad-rows] [--force]
+//                [--eval-input FILE ... | --eval-fraction F [--seed 1234]] [--eval-split eval]`:
+// tokenizes JSONL/JSON rows into HDF5 token shards (see data/prep.h), the training split and
+// optionally an evaluation split, and prints a summary.
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -39,7 +41,16 @@ int command_prep(const std::vector<std::string>& args) {
       ("prompt-column", po::value(&options.prompt_column)->default_value("prompt"), "column holding the prompt")
       ("response-column", po::value(&options.response_column)->default_value("chosen"), "column holding the response")
       ("skip-bad-rows", po::bool_switch(&options.skip_bad_rows), "count rows missing a column or with an empty response as skipped instead of stopping")
-      ("force", po::bool_switch(&options.force), "replace shards of this split already in --out");
+      ("eval-input", po::value(&options.eval_inputs)->composing(),
+       "the dataset's own evaluation rows (rm-static's test split; repeat for several): written as the --eval-split "
+       "shards next to the training split, as DeepSpeed-Chat evaluates step 1 on them")
+      ("eval-fraction", po::value(&options.eval_fraction)->default_value(0.0),
+       "hold out this share of the --input rows as the --eval-split shards (a dataset without its own evaluation rows; "
+       "0.1 = DeepSpeed-Chat's \"9,1\" train_eval split, the same rows for the same --seed)")
+      ("eval-split", po::value(&options.eval_split)->default_value("eval"), "split name of the evaluation shards")
+      ("seed", po::value(&options.seed)->default_value(1234),
+       "seed of the --eval-fraction hold-out (numpy.random.RandomState(seed).shuffle; DeepSpeed-Chat's default 1234)")
+      ("force", po::bool_switch(&options.force), "replace shards of this split (and of --eval-split) already in --out");
 
   po::variables_map values;
   if (!parse_command_options(args, description, values, "prep")) return 0;
