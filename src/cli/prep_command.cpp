@@ -2,14 +2,17 @@
 //                [--split train] [--max-seq-len 512] [--loss-on response|all]
 //                [--shard-samples 10000] [--prompt-column prompt] [--response-column chosen]
 //                [--eot-token TEXT] [--skip-bad-rows] [--force]
-//                [--eval-input FILE ... | --eval-fraction F [--seed 1234]] [--eval-split eval]`:
+//                [--eval-input FILE ... | --eval-fraction F] [--eval-split eval]
+//                [--data-split W,W,W [--data-phase 1]] [--seed 1234]`:
 // tokenizes JSONL/JSON rows into HDF5 token shards (see data/prep.h), the training split and
 // optionally an evaluation split, and prints a summary.
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -18,6 +21,27 @@
 #include "data/prep.h"
 
 namespace zt {
+
+namespace {
+
+// "2,4,4" -> {2, 4, 4}.
+std::vector<double> parse_split_weights(const std::string& text) {
+  std::vector<double> weights;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    const std::string item = text.substr(begin, end - begin);
+    char* parsed_end = nullptr;
+    const double weight = std::strtod(item.c_str(), &parsed_end);
+    ZT_CHECK(!item.empty() && parsed_end == item.c_str() + item.size(), "--data-split '", text,
+             "': weights separated by commas, e.g. 2,4,4 (DeepSpeed-Chat's --data_split)");
+    weights.push_back(weight);
+    begin = end + 1;
+  }
+  return weights;
+}
+
+}  // namespace
 
 int command_prep(const std::vector<std::string>& args) {
   namespace po = boost::program_options;
@@ -50,6 +74,10 @@ int command_prep(const std::vector<std::string>& args) {
       ("eval-split", po::value(&options.eval_split)->default_value("eval"), "split name of the evaluation shards")
       ("seed", po::value(&options.seed)->default_value(1234),
        "seed of the --eval-fraction hold-out (numpy.random.RandomState(seed).shuffle; DeepSpeed-Chat's default 1234)")
+      ("data-split", po::value<std::string>(),
+       "W,W,...: DeepSpeed-Chat's --data_split (its default 2,4,4): keep only --data-phase's portion of a seeded "
+       "permutation of each split's rows (default: every row)")
+      ("data-phase", po::value(&options.data_phase)->default_value(1), "the portion of --data-split to keep (1: step 1)")
       ("force", po::bool_switch(&options.force), "replace shards of this split (and of --eval-split) already in --out");
 
   po::variables_map values;
@@ -58,6 +86,7 @@ int command_prep(const std::vector<std::string>& args) {
   options.loss_on_all = loss_on == "all";
   ZT_CHECK(!values.count("eot-token") || !options.eot_token.empty(),
            "--eot-token: must not be empty (leave it out to end each sample with the EOS id)");
+  if (values.count("data-split")) options.data_split = parse_split_weights(values["data-split"].as<std::string>());
   options.progress = isatty(fileno(stderr)) != 0;  // progress for people, none in logs
 
   // One process writes the dataset; other ranks of an mpirun launch have nothing to do.

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -135,6 +136,22 @@ void check_split_name(const std::string& split, const char* flag) {
            "': use letters, digits, '_', '-', '.' (e.g. train, test)");
 }
 
+void check_data_split(const PrepOptions& options) {
+  if (options.data_split.empty()) {
+    ZT_CHECK(options.data_phase == 1, "--data-phase ", options.data_phase, ": applies with --data-split");
+    return;
+  }
+  double total = 0.0;
+  for (double weight : options.data_split) {
+    ZT_CHECK(weight >= 0.0 && std::isfinite(weight), "--data-split: weight ", weight, " must be a number >= 0");
+    total += weight;
+  }
+  ZT_CHECK(total > 0.0, "--data-split: the weights add up to 0");
+  ZT_CHECK(options.data_phase >= 1 && options.data_phase <= static_cast<int>(options.data_split.size()), "--data-phase ",
+           options.data_phase, ": must name one of the ", options.data_split.size(), " portions of --data-split (1..",
+           options.data_split.size(), ")");
+}
+
 void check_options(const PrepOptions& options) {
   ZT_CHECK(!options.inputs.empty(), "--input: at least one input file is needed");
   ZT_CHECK(!options.out_dir.empty(), "--out: an output directory is needed");
@@ -149,6 +166,7 @@ void check_options(const PrepOptions& options) {
            ": must be at least 0 and below 1 (0.1 holds out 10% of the rows, as DeepSpeed-Chat's \"9,1\")");
   ZT_CHECK(options.eval_inputs.empty() || options.eval_fraction == 0.0,
            "--eval-input and --eval-fraction: give one (the dataset's own evaluation rows, or a share of --input held out)");
+  check_data_split(options);
   if (!options.writes_eval()) return;
   check_split_name(options.eval_split, "--eval-split");
   ZT_CHECK(options.eval_split != options.split, "--eval-split '", options.eval_split,
@@ -191,6 +209,14 @@ int64_t count_rows(const std::vector<std::string>& files) {
     while (reader.next(row)) ++rows;
   }
   return rows;
+}
+
+// The role of each row of `files` under --data-split and a hold-out of `held_out_fraction`
+// (counted first: the permutations need the number of rows); empty when every row is kept.
+std::vector<RowRole> row_roles(const std::vector<std::string>& files, double held_out_fraction, const PrepOptions& options) {
+  if (files.empty() || (held_out_fraction == 0.0 && options.data_split.empty())) return {};
+  return deepspeed_chat_row_roles(count_rows(files), held_out_fraction, options.data_split,
+                                  static_cast<size_t>(options.data_phase - 1), options.seed);
 }
 
 // Hands every row of `files`, in order, to `take` with its number (counted across the files)
@@ -330,14 +356,9 @@ PrepSummary run_prep(const PrepOptions& options) {
     const std::vector<fs::path> old_eval = replaced_shards(out_dir, options.eval_split, options);
     old_shards.insert(old_shards.end(), old_eval.begin(), old_eval.end());
   }
-  // --eval-fraction: which rows of --input are held out (counted first: the permutation needs N).
-  std::vector<bool> held_out;  // [rows of --input]
-  if (options.eval_fraction > 0.0) {
-    const int64_t rows = count_rows(options.inputs);
-    held_out.assign(static_cast<size_t>(rows), false);
-    for (int64_t row : deepspeed_chat_portion(rows, {1.0 - options.eval_fraction, options.eval_fraction}, 1, options.seed))
-      held_out[static_cast<size_t>(row)] = true;
-  }
+  // --eval-fraction, --data-split: the role of each row (empty: every row kept).
+  const std::vector<RowRole> input_roles = row_roles(options.inputs, options.eval_fraction, options);  // [rows of --input]
+  const std::vector<RowRole> eval_input_roles = row_roles(options.eval_inputs, 0.0, options);     // [rows of --eval-input]
 
   ShardStaging staging(out_dir, options.split);
   SplitWriter train(options, *tokenizer, shard_attributes(*tokenizer, options, options.split, options.inputs),
@@ -348,16 +369,20 @@ PrepSummary run_prep(const PrepOptions& options) {
                  shard_attributes(*tokenizer, options, options.eval_split,
                                   options.eval_inputs.empty() ? options.inputs : options.eval_inputs),
                  staging.staging_dir());
+  int64_t unused_rows = 0;  // rows of other --data-split portions
   read_rows(options.inputs, options.progress, [&](int64_t row_number, const std::string& path, const JsonRow& row) {
-    const bool to_eval = !held_out.empty() && held_out[static_cast<size_t>(row_number)];
-    (to_eval ? *eval : train).add(path, row);
+    const RowRole role = input_roles.empty() ? RowRole::Kept : input_roles[static_cast<size_t>(row_number)];
+    if (role == RowRole::Unused) ++unused_rows;
+    else (role == RowRole::HeldOut ? *eval : train).add(path, row);
   });
-  if (!options.eval_inputs.empty())
-    read_rows(options.eval_inputs, options.progress,
-              [&](int64_t, const std::string& path, const JsonRow& row) { eval->add(path, row); });
+  read_rows(options.eval_inputs, options.progress, [&](int64_t row_number, const std::string& path, const JsonRow& row) {
+    if (eval_input_roles.empty() || eval_input_roles[static_cast<size_t>(row_number)] == RowRole::Kept) eval->add(path, row);
+    else ++unused_rows;
+  });
 
   PrepSummary summary;
   static_cast<SplitSummary&>(summary) = train.finish();
+  summary.other_phase_rows = unused_rows;
   std::vector<std::string> staged = train.staged_names();
   if (eval) {
     summary.eval = eval->finish();
@@ -395,11 +420,23 @@ std::string format_split_summary(const SplitSummary& summary, const PrepOptions&
 
 std::string format_prep_summary(const PrepSummary& summary, const PrepOptions& options) {
   std::string text = format_split_summary(summary, options);
-  if (!summary.eval) return text;
+  if (!options.data_split.empty()) {
+    std::string weights;
+    for (double weight : options.data_split) weights += cat(weights.empty() ? "" : ",", weight);
+    text += cat("  (--data-split ", weights, ", phase ", options.data_phase, ": this phase's portion of each split's rows, ",
+                "seed ", options.seed, ", as DeepSpeed-Chat's --data_split)\n");
+  }
+  if (!summary.eval) {
+    if (summary.other_phase_rows > 0)
+      text += cat("  rows of other --data-split portions: ", summary.other_phase_rows, " (not written)\n");
+    return text;
+  }
   text += format_split_summary(*summary.eval, options);
   if (options.eval_fraction > 0.0)
     text += cat("  (held out of the --input rows: the last ", options.eval_fraction,
                 " of their permutation by numpy.random.RandomState(", options.seed, "), as DeepSpeed-Chat's train_eval split)\n");
+  if (summary.other_phase_rows > 0)
+    text += cat("  rows of other --data-split portions: ", summary.other_phase_rows, " (not written)\n");
   text += cat("train on it with: zerotune train --data ", options.out_dir, " --split ", summary.split, " --eval-split ",
               summary.eval->split, " ...\n");
   return text;

@@ -46,8 +46,14 @@
 //                         DeepSpeed-Chat's "9,1" train_eval split chooses them (F = 0.1): the rows
 //                         permuted by numpy.random.RandomState(--seed), the last F of the
 //                         permutation (data/row_split.h); the training split gets the others
-// Row numbers count every row read (bad rows too), in file order across the --input files, as
-// the rows of an HF dataset are numbered; each split's shards keep the rows in file order.
+//   --data-split 2,4,4 --data-phase 1
+//                         DeepSpeed-Chat's --data_split (main.py's default "2,4,4": 20% of the rows
+//                         for step 1, 40% for step 2, 40% for step 3): each split keeps only its
+//                         phase's portion of a seeded permutation of its rows (the training split
+//                         of the training rows, the evaluation split of the evaluation rows)
+// Row numbers count every row read (bad rows too), in file order across the files, as the rows
+// of an HF dataset are numbered; each split's shards keep the chosen rows in file order.
+// data/row_split.h draws DeepSpeed-Chat's permutations: the same --seed picks the same rows.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -79,7 +85,10 @@ struct PrepOptions {
   std::vector<std::string> eval_inputs;  // --eval-input
   double eval_fraction = 0.0;            // --eval-fraction, in [0, 1)
   std::string eval_split = "eval";       // --eval-split: the evaluation shards' prefix
-  uint32_t seed = 1234;                  // --seed of the hold-out permutation (DeepSpeed-Chat's default)
+  uint32_t seed = 1234;                  // --seed of the permutations (DeepSpeed-Chat's default)
+  // --data-split 2,4,4 --data-phase 1: only this phase's portion of each split's rows (see above).
+  std::vector<double> data_split;        // empty: every row
+  int data_phase = 1;                    // 1-based, as DeepSpeed-Chat's train_phase
   bool writes_eval() const { return !eval_inputs.empty() || eval_fraction > 0.0; }
 };
 
@@ -99,6 +108,7 @@ struct SplitSummary {
 // The training split's figures, and the evaluation split's when one was written.
 struct PrepSummary : SplitSummary {
   std::optional<SplitSummary> eval;
+  int64_t other_phase_rows = 0;  // rows left out by --data-split (other phases' portions)
 };
 
 // One sample from a prompt and a response; `truncated` says whether it was cut. `eot_token`:

@@ -64,4 +64,31 @@ std::vector<int64_t> deepspeed_chat_portion(int64_t rows, const std::vector<doub
   return std::vector<int64_t>(order.begin() + boundaries[portion], order.begin() + boundaries[portion + 1]);
 }
 
+std::vector<RowRole> deepspeed_chat_row_roles(int64_t rows, double held_out_fraction,
+                                              const std::vector<double>& data_split, size_t phase, uint32_t seed) {
+  std::vector<int64_t> kept, held_out;  // row indices, in DeepSpeed-Chat's order
+  if (held_out_fraction > 0.0) {
+    const std::vector<double> train_eval = {1.0 - held_out_fraction, held_out_fraction};
+    kept = deepspeed_chat_portion(rows, train_eval, 0, seed);
+    held_out = deepspeed_chat_portion(rows, train_eval, 1, seed);
+  } else {
+    kept.resize(static_cast<size_t>(rows));
+    std::iota(kept.begin(), kept.end(), int64_t{0});
+  }
+  // --data_split: this phase's portion of each part (positions into the part).
+  auto narrow = [&](std::vector<int64_t>& part) {
+    if (data_split.empty()) return;
+    std::vector<int64_t> narrowed;
+    for (int64_t position : deepspeed_chat_portion(static_cast<int64_t>(part.size()), data_split, phase, seed))
+      narrowed.push_back(part[static_cast<size_t>(position)]);
+    part = std::move(narrowed);
+  };
+  narrow(kept);
+  narrow(held_out);
+  std::vector<RowRole> roles(static_cast<size_t>(rows), RowRole::Unused);  // [rows]
+  for (int64_t row : kept) roles[static_cast<size_t>(row)] = RowRole::Kept;
+  for (int64_t row : held_out) roles[static_cast<size_t>(row)] = RowRole::HeldOut;
+  return roles;
+}
+
 }  // namespace zt

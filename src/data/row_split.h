@@ -25,4 +25,15 @@ std::vector<int64_t> split_boundaries(int64_t rows, const std::vector<double>& w
 std::vector<int64_t> deepspeed_chat_portion(int64_t rows, const std::vector<double>& weights, size_t portion,
                                             uint32_t seed);
 
+// What becomes of each row of a dataset in DeepSpeed-Chat's create_dataset for one training phase.
+enum class RowRole : uint8_t { Unused, Kept, HeldOut };
+
+// The role of each of `rows` rows [rows]: with `held_out_fraction` F > 0 the rows are first cut
+// into a kept part and a held-out part as the "9,1" train_eval split cuts them (weights 1-F, F);
+// then, with a non-empty `data_split` ("2,4,4": three phases), each part keeps only its portion
+// `phase` (0-based) of a second permutation of that part, as DeepSpeed-Chat's --data_split does
+// (Subset of a Subset: positions in the part's permutation order). All with the same seed.
+std::vector<RowRole> deepspeed_chat_row_roles(int64_t rows, double held_out_fraction,
+                                              const std::vector<double>& data_split, size_t phase, uint32_t seed);
+
 }  // namespace zt
