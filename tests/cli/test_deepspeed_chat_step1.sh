@@ -9,7 +9,7 @@
 #     its own eval rows) with --data-split 2,4,4 phase 1 (seed 1234, DeepSpeed-Chat's default), and
 #     --eval-input (rm-static's own test rows) with --data-split 2,4,4 phase 2 and --seed 7;
 #  2. bad --eval-*/--data-* values, train --eval-at-start without evaluation data, export --dtype
-#     fp8: one clear error each;
+#     fp8, step1_sft.sh's bad ZT_SCHEDULER/ZT_EVAL_FRACTION/ZT_RM_STATIC_TEST: one clear error each;
 #  3. job_scripts/deepspeed-chat/step1_sft.sh with rm-static-style test rows (ZT_RM_STATIC_TEST) and
 #     an fp16 DeepSpeed config: eval records before the first step and at the end of the epoch,
 #     eval_ppl = exp(eval_loss), "ppl: P, loss: L" on the console, the export in fp16 (safetensors
@@ -125,6 +125,21 @@ expect_error eval-at-start-without-data "--eval-at-start needs --eval-data or --
   train --model "$M" --data "$WORK/data" --split train --out "$WORK/bad-train" --eval-at-start
 expect_error export-dtype "--dtype must be auto, fp32, bf16 or fp16, not 'fp8'" -- \
   export --checkpoint "$WORK/none" --model "$M" --out "$WORK/bad-export" --dtype fp8
+
+# step1_sft.sh's own inputs: exit status 2 and a message naming the variable, before any work.
+# script_refuses NAME PHRASE VAR=VALUE...
+script_refuses() {
+  local name="$1" phrase="$2" log="$WORK/script-$1.log"
+  shift 2
+  env ZT_BIN="$ZEROTUNE" ZT_MODEL="$M" ZT_RM_STATIC="$WORK/train.jsonl" ZT_WORK="$WORK/refused" "$@" \
+    bash "$REPO/job_scripts/deepspeed-chat/step1_sft.sh" >"$log" 2>&1
+  local status=$?
+  [[ "$status" -eq 2 ]] && grep -qF -- "$phrase" "$log" && [[ ! -e "$WORK/refused" ]]
+  check "step1-refuses-$name" $? "$log" "want exit status 2 (got $status), '$phrase' and no ZT_WORK made"
+}
+script_refuses scheduler "ZT_SCHEDULER='pbs': none or slurm" ZT_SCHEDULER=pbs
+script_refuses eval-fraction "ZT_EVAL_FRACTION='1.5': a share of the rows in [0, 1)" ZT_EVAL_FRACTION=1.5
+script_refuses test-rows-missing "ZT_RM_STATIC_TEST='$WORK/none.jsonl': no such file" ZT_RM_STATIC_TEST="$WORK/none.jsonl"
 
 # --- 3. step1_sft.sh: eval split, ppl before and after, the export in the run's dtype ------------
 "$PYTHON" - "$REPO/data/tiny-llama/ds_config.json" "$WORK" <<'EOF_PY' || fatal "writing the DeepSpeed configs failed"
