@@ -8,7 +8,8 @@
 #     byte for byte in tokens, masks and offsets: --eval-fraction 0.1 ("9,1" of a dataset without
 #     its own eval rows) with --data-split 2,4,4 phase 1 (seed 1234, DeepSpeed-Chat's default), and
 #     --eval-input (rm-static's own test rows) with --data-split 2,4,4 phase 2 and --seed 7;
-#  2. bad --eval-*/--data-* values, train --eval-at-start without evaluation data, export --dtype
+#  2. train --eval-at-start evaluates once (not again on resume);
+#     bad --eval-*/--data-* values, train --eval-at-start without evaluation data, export --dtype
 #     fp8, step1_sft.sh's bad ZT_SCHEDULER/ZT_EVAL_FRACTION/ZT_RM_STATIC_TEST: one clear error each;
 #  3. job_scripts/deepspeed-chat/step1_sft.sh with rm-static-style test rows (ZT_RM_STATIC_TEST) and
 #     an fp16 DeepSpeed config: eval records before the first step and at the end of the epoch,
@@ -140,6 +141,15 @@ script_refuses() {
 script_refuses scheduler "ZT_SCHEDULER='pbs': none or slurm" ZT_SCHEDULER=pbs
 script_refuses eval-fraction "ZT_EVAL_FRACTION='1.5': a share of the rows in [0, 1)" ZT_EVAL_FRACTION=1.5
 script_refuses test-rows-missing "ZT_RM_STATIC_TEST='$WORK/none.jsonl': no such file" ZT_RM_STATIC_TEST="$WORK/none.jsonl"
+
+# --eval-at-start evaluates the untrained model once: a resumed run does not evaluate again at its start.
+R="$WORK/resumed"
+"$ZEROTUNE" train --model "$M" --data "$WORK/data" --split train --eval-split eval --eval-at-start --out "$R" \
+  --max-steps 1 --seed 1 >"$WORK/resumed.log" 2>&1 \
+  && "$ZEROTUNE" train --model "$M" --data "$WORK/data" --split train --eval-split eval --eval-at-start --out "$R" \
+       --max-steps 2 --seed 1 --resume auto >>"$WORK/resumed.log" 2>&1 \
+  && [[ "$(grep -c '"eval_loss"' "$R/metrics.jsonl")" -eq 1 ]] && grep -q '"eval_loss".*"step":0' "$R/metrics.jsonl"
+check eval-at-start-once $? "$WORK/resumed.log" "want one eval record (step 0) after a run and its resumption"
 
 # --- 3. step1_sft.sh: eval split, ppl before and after, the export in the run's dtype ------------
 "$PYTHON" - "$REPO/data/tiny-llama/ds_config.json" "$WORK" <<'EOF_PY' || fatal "writing the DeepSpeed configs failed"
