@@ -47,6 +47,7 @@ int command_prep(const std::vector<std::string>& args) {
   namespace po = boost::program_options;
   PrepOptions options;
   std::string loss_on = "response";
+  int64_t seed = 1234;
   po::options_description description(
       "zerotune prep: tokenize prompt/response rows (JSONL or JSON arrays) into HDF5 token shards\noptions");
   description.add_options()
@@ -72,8 +73,9 @@ int command_prep(const std::vector<std::string>& args) {
        "hold out this share of the --input rows as the --eval-split shards (a dataset without its own evaluation rows; "
        "0.1 = DeepSpeed-Chat's \"9,1\" train_eval split, the same rows for the same --seed)")
       ("eval-split", po::value(&options.eval_split)->default_value("eval"), "split name of the evaluation shards")
-      ("seed", po::value(&options.seed)->default_value(1234),
-       "seed of the --eval-fraction hold-out (numpy.random.RandomState(seed).shuffle; DeepSpeed-Chat's default 1234)")
+      ("seed", po::value(&seed)->default_value(1234),
+       "seed of the --eval-fraction and --data-split permutations (numpy.random.RandomState(seed).shuffle; "
+       "DeepSpeed-Chat's --seed, default 1234)")
       ("data-split", po::value<std::string>(),
        "W,W,...: DeepSpeed-Chat's --data_split (its default 2,4,4): keep only --data-phase's portion of a seeded "
        "permutation of each split's rows (default: every row)")
@@ -86,6 +88,9 @@ int command_prep(const std::vector<std::string>& args) {
   options.loss_on_all = loss_on == "all";
   ZT_CHECK(!values.count("eot-token") || !options.eot_token.empty(),
            "--eot-token: must not be empty (leave it out to end each sample with the EOS id)");
+  // numpy's RandomState takes 0 .. 2^32 - 1 (a negative seed must not wrap around).
+  ZT_CHECK(seed >= 0 && seed <= 0xffffffffLL, "--seed ", seed, ": must be in 0 .. 4294967295 (numpy's RandomState seeds)");
+  options.seed = static_cast<uint32_t>(seed);
   if (values.count("data-split")) options.data_split = parse_split_weights(values["data-split"].as<std::string>());
   options.progress = isatty(fileno(stderr)) != 0;  // progress for people, none in logs
 

@@ -118,6 +118,7 @@ expect_error eval-input-missing "--eval-input $WORK/none.jsonl" "no such file" -
 expect_error data-phase-beyond "--data-phase 4" "1..3" -- "${P[@]}" --data-split 2,4,4 --data-phase 4
 expect_error data-split-text "--data-split '2,x'" "e.g. 2,4,4" -- "${P[@]}" --data-split 2,x
 expect_error data-phase-alone "--data-phase 2" "applies with --data-split" -- "${P[@]}" --data-phase 2
+expect_error seed-negative "--seed -1" "0 .. 4294967295" -- "${P[@]}" --eval-fraction 0.1 --seed -1
 [[ ! -e "$WORK/bad-prep" ]]
 check bad-prep-leaves-nothing $? "" "a refused prep left $WORK/bad-prep behind"
 "$ZEROTUNE" prep --input "$SAMPLE" --tokenizer "$M" --out "$WORK/data" --max-seq-len 256 --eval-fraction 0.1 >"$WORK/data.log" 2>&1 \
