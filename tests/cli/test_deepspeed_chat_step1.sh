@@ -14,8 +14,8 @@
 #  3. job_scripts/deepspeed-chat/step1_sft.sh with rm-static-style test rows (ZT_RM_STATIC_TEST) and
 #     an fp16 DeepSpeed config: eval records before the first step and at the end of the epoch,
 #     eval_ppl = exp(eval_loss), "ppl: P, loss: L" on the console, the export in fp16 (safetensors
-#     F16, torch_dtype float16); `export --dtype fp32` still writes fp32, and a bf16 run exports
-#     bf16 by default.
+#     F16, torch_dtype float16); `export --dtype fp32` still writes fp32, and a bf16 LoRA run
+#     exports its merged model and its PEFT adapter in bf16 by default.
 # Usage: test_deepspeed_chat_step1.sh ZEROTUNE_BINARY PYTHON
 set -uo pipefail
 
@@ -205,10 +205,12 @@ print(",".join(sorted({v["dtype"] for k, v in h.items() if k != "__metadata__"})
   && [[ "$(safetensors_dtype "$WORK/export-fp32/model.safetensors")" == F32 ]]
 check export-dtype-fp32-asked $? "$WORK/export-fp32.log" "export --dtype fp32 of the fp16 run is not fp32"
 "$ZEROTUNE" train --model "$M" --data "$WORK/data" --split train --out "$WORK/bf16-run" --deepspeed "$WORK/ds-bf16.json" \
-  --max-steps 1 --seed 1 >"$WORK/bf16.log" 2>&1 \
-  && "$ZEROTUNE" export --checkpoint "$WORK/bf16-run" --model "$M" --out "$WORK/export-bf16" >>"$WORK/bf16.log" 2>&1 \
+  --max-steps 1 --seed 1 --lora-r 4 >"$WORK/bf16.log" 2>&1 \
+  && "$ZEROTUNE" export --checkpoint "$WORK/bf16-run" --model "$M" --out "$WORK/export-bf16" --merge >>"$WORK/bf16.log" 2>&1 \
   && [[ "$(safetensors_dtype "$WORK/export-bf16/model.safetensors")" == BF16 ]] \
-  && grep -q '"torch_dtype": "bfloat16"' "$WORK/export-bf16/config.json"
-check export-auto-bf16 $? "$WORK/bf16.log" "the bf16 run's default export is not bf16"
+  && grep -q '"torch_dtype": "bfloat16"' "$WORK/export-bf16/config.json" \
+  && "$ZEROTUNE" export --checkpoint "$WORK/bf16-run" --model "$M" --out "$WORK/adapter-bf16" --format peft >>"$WORK/bf16.log" 2>&1 \
+  && [[ "$(safetensors_dtype "$WORK/adapter-bf16/adapter_model.safetensors")" == BF16 ]]
+check export-auto-bf16 $? "$WORK/bf16.log" "the bf16 LoRA run's default exports (merged HF model, PEFT adapter) are not bf16"
 
 finish
