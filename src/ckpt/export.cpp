@@ -83,13 +83,31 @@ void write_hf_config(const std::string& model_dir, const std::string& out_dir, D
   write_file_atomic((fs::path(out_dir) / "config.json").string(), config.dump(2) + "\n");
 }
 
+// --dtype, or with auto the dtype the run computed in (its manifest's config).
+DType export_dtype(const ExportOptions& options, const json& manifest, std::string& origin) {
+  if (options.dtype) {
+    origin = "as asked";
+    return *options.dtype;
+  }
+  const json* config = manifest.contains("config") ? &manifest.at("config") : nullptr;
+  if (config == nullptr || !config->contains("compute_dtype")) {
+    origin = "auto: the checkpoint records no compute dtype";
+    return DType::F32;
+  }
+  origin = "auto: the run's compute dtype";
+  return parse_compute_dtype(config->at("compute_dtype").get<std::string>());
+}
+
 }  // namespace
 
 std::string export_checkpoint(const ExportOptions& options) {
   ZT_CHECK(options.format == "hf" || options.format == "peft", "--format must be hf or peft, not '", options.format, "'");
-  ZT_CHECK(options.dtype == DType::F32 || options.dtype == DType::BF16 || options.dtype == DType::F16,
-           "--dtype must be fp32, bf16 or fp16");
+  ZT_CHECK(!options.dtype || *options.dtype == DType::F32 || *options.dtype == DType::BF16 || *options.dtype == DType::F16,
+           "--dtype must be fp32, bf16, fp16 or auto");
   const json manifest = read_checkpoint_manifest(options.checkpoint_dir, true);
+  std::string dtype_origin;
+  const DType dtype = export_dtype(options, manifest, dtype_origin);
+  const std::string in_dtype = cat(" in ", dtype_name(dtype), " (", dtype_origin, ")");
   const std::string checksum = model_structure_checksum(options.model_dir);
   ZT_CHECK(checksum == manifest.at("run").at("model_checksum").get<std::string>(), "--model ", options.model_dir,
            " is not the model the checkpoint ", options.checkpoint_dir, " was trained from (",
@@ -115,26 +133,26 @@ std::string export_checkpoint(const ExportOptions& options) {
 
   if (options.format == "peft") {
     write_peft_adapter(options.out_dir, store, lora, lora_target_modules(model_param_specs(model_config), lora),
-                       fs::absolute(options.model_dir).string(), options.dtype);
+                       fs::absolute(options.model_dir).string(), dtype);
     return cat("wrote the PEFT adapter of ", options.checkpoint_dir, " (r ", lora.r, ", step ",
-               manifest.at("step").get<int64_t>(), ") to ", options.out_dir);
+               manifest.at("step").get<int64_t>(), ") to ", options.out_dir, in_dtype);
   }
   DenseWeights dense(store);
   if (lora.enabled()) merge_lora(*backend, store, dense, lora_scaling(lora));
   std::vector<SafetensorsEntry> entries;
   for (const ParamEntry& entry : store.entries())
     if (!is_lora_parameter(entry.spec.name))
-      entries.push_back({entry.spec.name, entry.spec.shape, dense.weight(entry.spec.name).data, DType::F32, options.dtype});
+      entries.push_back({entry.spec.name, entry.spec.shape, dense.weight(entry.spec.name).data, DType::F32, dtype});
   const std::vector<std::string> files =
       options.max_shard_bytes > 0 ? write_sharded_safetensors(options.out_dir, entries, options.max_shard_bytes)
                                   : write_sharded_safetensors(options.out_dir, entries);
-  write_hf_config(options.model_dir, options.out_dir, options.dtype);
+  write_hf_config(options.model_dir, options.out_dir, dtype);
   for (const char* name : kCompanionFiles) {
     const fs::path source = fs::path(options.model_dir) / name;
     if (fs::exists(source)) fs::copy_file(source, fs::path(options.out_dir) / name, fs::copy_options::overwrite_existing);
   }
   return cat("wrote the HF model of ", options.checkpoint_dir, " (step ", manifest.at("step").get<int64_t>(),
-             lora.enabled() ? ", LoRA merged" : "", ") to ", options.out_dir, " in ", files.size(), " weight file(s)");
+             lora.enabled() ? ", LoRA merged" : "", ") to ", options.out_dir, " in ", files.size(), " weight file(s)", in_dtype);
 }
 
 }  // namespace zt

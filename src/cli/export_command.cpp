@@ -24,7 +24,8 @@ int command_export(const std::vector<std::string>& args) {
       ("out", po::value<std::string>(), "output directory")
       ("format", po::value<std::string>()->default_value("hf"), "hf (safetensors + config + tokenizer) or peft (adapter)")
       ("merge", po::bool_switch(), "hf: fold the LoRA adapters into the base weights")
-      ("dtype", po::value<std::string>()->default_value("fp32"), "stored dtype: fp32, bf16 or fp16")
+      ("dtype", po::value<std::string>()->default_value("auto"), "stored dtype: auto (the run's compute dtype: an fp16 "
+       "run exports fp16, as DeepSpeed-Chat saves it; bf16 -> bf16; fp32 -> fp32), fp32, bf16 or fp16")
       ("max-shard-size", po::value<std::string>(), "hf: shard the weights above this size (default 5GB)");
   po::variables_map vm;
   if (!parse_command_options(args, options, vm, "export")) return 0;
@@ -39,8 +40,9 @@ int command_export(const std::vector<std::string>& args) {
   export_options.format = vm["format"].as<std::string>();
   export_options.merge = vm["merge"].as<bool>();
   const std::string dtype = vm["dtype"].as<std::string>();
-  ZT_CHECK(dtype == "fp32" || dtype == "bf16" || dtype == "fp16", "--dtype must be fp32, bf16 or fp16, not '", dtype, "'");
-  export_options.dtype = dtype == "bf16" ? DType::BF16 : dtype == "fp16" ? DType::F16 : DType::F32;
+  ZT_CHECK(dtype == "auto" || dtype == "fp32" || dtype == "bf16" || dtype == "fp16",
+           "--dtype must be auto, fp32, bf16 or fp16, not '", dtype, "'");
+  if (dtype != "auto") export_options.dtype = dtype == "bf16" ? DType::BF16 : dtype == "fp16" ? DType::F16 : DType::F32;
   if (vm.count("max-shard-size")) export_options.max_shard_bytes = parse_max_shard_size(vm["max-shard-size"].as<std::string>());
   std::printf("zerotune export: %s\n", export_checkpoint(export_options).c_str());
   return 0;

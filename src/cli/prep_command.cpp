@@ -1,13 +1,18 @@
 // `zerotune prep --input FILE [--input FILE ...] --tokenizer DIR_OR_MODEL --out DIR
 //                [--split train] [--max-seq-len 512] [--loss-on response|all]
 //                [--shard-samples 10000] [--prompt-column prompt] [--response-column chosen]
-//                [--eot-token TEXT] [--skip-bad-rows] [--force]`:
-// tokenizes JSONL/JSON rows into HDF5 token shards (see data/prep.h) and prints a summary.
+//                [--eot-token TEXT] [--skip-bad-rows] [--force]
+//                [--eval-input FILE ... | --eval-fraction F] [--eval-split eval]
+//                [--data-split W,W,W [--data-phase 1]] [--seed 1234]`:
+// tokenizes JSONL/JSON rows into HDF5 token shards (see data/prep.h), the training split and
+// optionally an evaluation split, and prints a summary.
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -17,10 +22,32 @@
 
 namespace zt {
 
+namespace {
+
+// "2,4,4" -> {2, 4, 4}.
+std::vector<double> parse_split_weights(const std::string& text) {
+  std::vector<double> weights;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    const std::string item = text.substr(begin, end - begin);
+    char* parsed_end = nullptr;
+    const double weight = std::strtod(item.c_str(), &parsed_end);
+    ZT_CHECK(!item.empty() && parsed_end == item.c_str() + item.size(), "--data-split '", text,
+             "': weights separated by commas, e.g. 2,4,4 (DeepSpeed-Chat's --data_split)");
+    weights.push_back(weight);
+    begin = end + 1;
+  }
+  return weights;
+}
+
+}  // namespace
+
 int command_prep(const std::vector<std::string>& args) {
   namespace po = boost::program_options;
   PrepOptions options;
   std::string loss_on = "response";
+  int64_t seed = 1234;
   po::options_description description(
       "zerotune prep: tokenize prompt/response rows (JSONL or JSON arrays) into HDF5 token shards\noptions");
   description.add_options()
@@ -39,7 +66,21 @@ int command_prep(const std::vector<std::string>& args) {
       ("prompt-column", po::value(&options.prompt_column)->default_value("prompt"), "column holding the prompt")
       ("response-column", po::value(&options.response_column)->default_value("chosen"), "column holding the response")
       ("skip-bad-rows", po::bool_switch(&options.skip_bad_rows), "count rows missing a column or with an empty response as skipped instead of stopping")
-      ("force", po::bool_switch(&options.force), "replace shards of this split already in --out");
+      ("eval-input", po::value(&options.eval_inputs)->composing(),
+       "the dataset's own evaluation rows (rm-static's test split; repeat for several): written as the --eval-split "
+       "shards next to the training split, as DeepSpeed-Chat evaluates step 1 on them")
+      ("eval-fraction", po::value(&options.eval_fraction)->default_value(0.0),
+       "hold out this share of the --input rows as the --eval-split shards (a dataset without its own evaluation rows; "
+       "0.1 = DeepSpeed-Chat's \"9,1\" train_eval split, the same rows for the same --seed)")
+      ("eval-split", po::value(&options.eval_split)->default_value("eval"), "split name of the evaluation shards")
+      ("seed", po::value(&seed)->default_value(1234),
+       "seed of the --eval-fraction and --data-split permutations (numpy.random.RandomState(seed).shuffle; "
+       "DeepSpeed-Chat's --seed, default 1234)")
+      ("data-split", po::value<std::string>(),
+       "W,W,...: DeepSpeed-Chat's --data_split (its default 2,4,4): keep only --data-phase's portion of a seeded "
+       "permutation of each split's rows (default: every row)")
+      ("data-phase", po::value(&options.data_phase)->default_value(1), "the portion of --data-split to keep (1: step 1)")
+      ("force", po::bool_switch(&options.force), "replace shards of this split (and of --eval-split) already in --out");
 
   po::variables_map values;
   if (!parse_command_options(args, description, values, "prep")) return 0;
@@ -47,6 +88,10 @@ int command_prep(const std::vector<std::string>& args) {
   options.loss_on_all = loss_on == "all";
   ZT_CHECK(!values.count("eot-token") || !options.eot_token.empty(),
            "--eot-token: must not be empty (leave it out to end each sample with the EOS id)");
+  // numpy's RandomState takes 0 .. 2^32 - 1 (a negative seed must not wrap around).
+  ZT_CHECK(seed >= 0 && seed <= 0xffffffffLL, "--seed ", seed, ": must be in 0 .. 4294967295 (numpy's RandomState seeds)");
+  options.seed = static_cast<uint32_t>(seed);
+  if (values.count("data-split")) options.data_split = parse_split_weights(values["data-split"].as<std::string>());
   options.progress = isatty(fileno(stderr)) != 0;  // progress for people, none in logs
 
   // One process writes the dataset; other ranks of an mpirun launch have nothing to do.

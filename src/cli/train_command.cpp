@@ -79,6 +79,8 @@ po::options_description train_options() {
       ("split", po::value<std::string>(), "the split of --data to train on (train-00000.h5 ...: train), when it holds several")
       ("eval-split", po::value<std::string>(), "the split to evaluate on: of --eval-data, or of --data without --eval-data")
       ("eval-every", po::value<int64_t>(), "evaluate every N steps (default: at the end of each epoch only)")
+      ("eval-at-start", po::bool_switch(), "evaluate before the first step too, as DeepSpeed-Chat's step 1 prints "
+                                           "its \"Epoch 0\" ppl (not on a resumed run)")
       ("device", po::value<std::string>(), "auto (default: cuda when this build has CUDA and the rank sees a GPU, "
        "else cpu), cpu, or cuda: the GPU local_rank % visible devices")
       ("comm", po::value<std::string>(), "GPU collectives: auto (NCCL when each rank has its own GPU), nccl, or "
@@ -262,6 +264,8 @@ void take_save_and_eval_flags(const po::variables_map& vm, TrainConfig& config, 
   take(vm, "eval-every", config.eval_every);
   ZT_CHECK(config.eval_every >= 0, "--eval-every must not be negative");
   ZT_CHECK(config.eval_every == 0 || !config.eval_data_dir.empty(), "--eval-every needs --eval-data");
+  config.eval_at_start = vm["eval-at-start"].as<bool>();
+  ZT_CHECK(!config.eval_at_start || !config.eval_data_dir.empty(), "--eval-at-start needs --eval-data or --eval-split");
 }
 
 }  // namespace

@@ -8,11 +8,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <utility>
 
 #include "core/error.h"
 #include "data/jsonl_reader.h"
+#include "data/row_split.h"
 
 namespace zt {
 namespace {
@@ -124,20 +128,192 @@ class ShardStaging {
   bool committed_ = false;
 };
 
+void check_split_name(const std::string& split, const char* flag) {
+  const bool split_ok = !split.empty() && std::all_of(split.begin(), split.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
+  });
+  ZT_CHECK(split_ok && shard_split_from_file_name(shard_file_name(split, 0)) == split, flag, " '", split,
+           "': use letters, digits, '_', '-', '.' (e.g. train, test)");
+}
+
+void check_data_split(const PrepOptions& options) {
+  if (options.data_split.empty()) {
+    ZT_CHECK(options.data_phase == 1, "--data-phase ", options.data_phase, ": applies with --data-split");
+    return;
+  }
+  double total = 0.0;
+  for (double weight : options.data_split) {
+    ZT_CHECK(weight >= 0.0 && std::isfinite(weight), "--data-split: weight ", weight, " must be a number >= 0");
+    total += weight;
+  }
+  ZT_CHECK(total > 0.0, "--data-split: the weights add up to 0");
+  ZT_CHECK(options.data_phase >= 1 && options.data_phase <= static_cast<int>(options.data_split.size()), "--data-phase ",
+           options.data_phase, ": must name one of the ", options.data_split.size(), " portions of --data-split (1..",
+           options.data_split.size(), ")");
+}
+
 void check_options(const PrepOptions& options) {
   ZT_CHECK(!options.inputs.empty(), "--input: at least one input file is needed");
   ZT_CHECK(!options.out_dir.empty(), "--out: an output directory is needed");
   ZT_CHECK(options.max_seq_len >= 2, "--max-seq-len ", options.max_seq_len, ": must be at least 2 (BOS and one token)");
   ZT_CHECK(options.shard_samples >= 1, "--shard-samples ", options.shard_samples, ": must be at least 1");
   ZT_CHECK(!options.prompt_column.empty() && !options.response_column.empty(), "--prompt-column/--response-column: must not be empty");
-  const bool split_ok = !options.split.empty() && std::all_of(options.split.begin(), options.split.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
-  });
-  ZT_CHECK(split_ok && shard_split_from_file_name(shard_file_name(options.split, 0)) == options.split, "--split '",
-           options.split, "': use letters, digits, '_', '-', '.' (e.g. train, test)");
+  check_split_name(options.split, "--split");
   for (const std::string& input : options.inputs)
     ZT_CHECK(fs::is_regular_file(input), "--input ", input, ": no such file");
+  // The evaluation split: from its own rows or held out of --input, not both.
+  ZT_CHECK(options.eval_fraction >= 0.0 && options.eval_fraction < 1.0, "--eval-fraction ", options.eval_fraction,
+           ": must be at least 0 and below 1 (0.1 holds out 10% of the rows, as DeepSpeed-Chat's \"9,1\")");
+  ZT_CHECK(options.eval_inputs.empty() || options.eval_fraction == 0.0,
+           "--eval-input and --eval-fraction: give one (the dataset's own evaluation rows, or a share of --input held out)");
+  check_data_split(options);
+  if (!options.writes_eval()) return;
+  check_split_name(options.eval_split, "--eval-split");
+  ZT_CHECK(options.eval_split != options.split, "--eval-split '", options.eval_split,
+           "': must differ from --split (the training split's shards)");
+  for (const std::string& input : options.eval_inputs)
+    ZT_CHECK(fs::is_regular_file(input), "--eval-input ", input, ": no such file");
 }
+
+// The shards of `split` in `out_dir` this run replaces: none, or with --force all of them.
+std::vector<fs::path> replaced_shards(const fs::path& out_dir, const std::string& split, const PrepOptions& options) {
+  std::vector<fs::path> old_shards = existing_shards(out_dir, split);
+  ZT_CHECK(old_shards.empty() || options.force, "--out ", options.out_dir, ": already holds ", old_shards.size(),
+           " shard(s) of split '", split, "' (", old_shards.empty() ? "" : old_shards.front().filename().string(),
+           "); use --force to replace them or another --out/--split");
+  return old_shards;
+}
+
+ShardAttributes shard_attributes(const Tokenizer& tokenizer, const PrepOptions& options, const std::string& split,
+                                 const std::vector<std::string>& inputs) {
+  ShardAttributes attributes;
+  attributes.vocab_size = tokenizer.vocab_size();
+  attributes.bos_id = tokenizer.bos_id();
+  attributes.eos_id = tokenizer.eos_id();
+  attributes.pad_id = tokenizer.pad_id();
+  attributes.tokenizer_sha256 = tokenizer.file_sha256();
+  attributes.max_seq_len = options.max_seq_len;
+  attributes.split = split;
+  for (const std::string& input : inputs) {  // file names only: the bytes must not depend on the cwd
+    if (!attributes.source.empty()) attributes.source += ",";
+    attributes.source += fs::path(input).filename().string();
+  }
+  return attributes;
+}
+
+int64_t count_rows(const std::vector<std::string>& files) {
+  int64_t rows = 0;
+  for (const std::string& file : files) {
+    JsonRowReader reader(file);
+    JsonRow row;
+    while (reader.next(row)) ++rows;
+  }
+  return rows;
+}
+
+// The role of each row of `files` under --data-split and a hold-out of `held_out_fraction`
+// (counted first: the permutations need the number of rows); empty when every row is kept.
+std::vector<RowRole> row_roles(const std::vector<std::string>& files, double held_out_fraction, const PrepOptions& options) {
+  if (files.empty() || (held_out_fraction == 0.0 && options.data_split.empty())) return {};
+  return deepspeed_chat_row_roles(count_rows(files), held_out_fraction, options.data_split,
+                                  static_cast<size_t>(options.data_phase - 1), options.seed);
+}
+
+// Hands every row of `files`, in order, to `take` with its number (counted across the files)
+// and its file; with `progress`, a line on stderr about once a second.
+void read_rows(const std::vector<std::string>& files, bool progress,
+               const std::function<void(int64_t, const std::string&, const JsonRow&)>& take) {
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point last_progress = Clock::now();
+  int64_t row_number = 0;
+  for (size_t file_index = 0; file_index < files.size(); ++file_index) {
+    JsonRowReader reader(files[file_index]);
+    JsonRow row;
+    while (reader.next(row)) {
+      take(row_number++, reader.path(), row);
+      if (progress && Clock::now() - last_progress >= std::chrono::seconds(1)) {
+        last_progress = Clock::now();
+        std::fprintf(stderr, "\rprep: file %zu/%zu, %3.0f%% read, %lld rows   ", file_index + 1, files.size(),
+                     100.0 * static_cast<double>(reader.bytes_done()) / static_cast<double>(std::max<int64_t>(reader.bytes_total(), 1)),
+                     static_cast<long long>(row_number));
+        std::fflush(stderr);
+      }
+    }
+  }
+  if (progress) std::fprintf(stderr, "\r%80s\r", "");
+}
+
+// One split's samples: built row by row, written shard by shard into the staging directory.
+class SplitWriter {
+ public:
+  SplitWriter(const PrepOptions& options, const Tokenizer& tokenizer, ShardAttributes attributes, fs::path staging_dir)
+      : options_(options), tokenizer_(tokenizer), attributes_(std::move(attributes)), staging_dir_(std::move(staging_dir)) {
+    summary_.split = attributes_.split;
+  }
+
+  // A row of `path` becomes a sample, or is counted as skipped (--skip-bad-rows), or stops the run.
+  void add(const std::string& path, const JsonRow& row) {
+    ++summary_.rows_read;
+    const std::string reason = bad_row_reason(row.object, options_);
+    if (!reason.empty()) {
+      ZT_CHECK(options_.skip_bad_rows, path, ":", row.line, ": ", reason, " (the row has columns: ",
+               column_list(row.object), "); choose columns with --prompt-column/--response-column, or count such rows "
+               "as skipped with --skip-bad-rows");
+      ++summary_.skipped[reason];
+      return;
+    }
+    bool truncated = false;
+    TokenSample sample = build_prep_sample(tokenizer_, row.object[options_.prompt_column].get_ref<const std::string&>(),
+                                           row.object[options_.response_column].get_ref<const std::string&>(),
+                                           options_.max_seq_len, options_.loss_on_all, truncated, options_.eot_token);
+    int64_t targets = 0;
+    for (uint8_t target : sample.loss_mask) targets += target;
+    if (targets == 0) {  // the prompt fills max_seq_len: nothing to learn from this row
+      ++summary_.skipped[cat("no target token within --max-seq-len ", options_.max_seq_len, " (prompt too long)")];
+      return;
+    }
+    summary_.truncated += truncated ? 1 : 0;
+    summary_.tokens += static_cast<int64_t>(sample.tokens.size());
+    summary_.target_tokens += targets;
+    lengths_.push_back(static_cast<int64_t>(sample.tokens.size()));
+    pending_.push_back(std::move(sample));
+    if (static_cast<int64_t>(pending_.size()) == options_.shard_samples) flush_shard();
+  }
+
+  // Writes the last shard; the figures, with the staged file names as shard_paths.
+  SplitSummary finish() {
+    flush_shard();
+    ZT_CHECK(!summary_.shard_paths.empty(), "no samples to write for split '", attributes_.split, "': ",
+             summary_.rows_read, " rows read from ", attributes_.source.empty() ? "the inputs" : attributes_.source,
+             summary_.rows_read == 0 ? "" : ", all of them skipped");
+    summary_.samples_written = static_cast<int64_t>(lengths_.size());
+    std::sort(lengths_.begin(), lengths_.end());
+    summary_.length_p50 = percentile(lengths_, 50);
+    summary_.length_p90 = percentile(lengths_, 90);
+    summary_.length_p99 = percentile(lengths_, 99);
+    summary_.length_max = lengths_.back();
+    return summary_;
+  }
+
+  const std::vector<std::string>& staged_names() const { return summary_.shard_paths; }
+
+ private:
+  void flush_shard() {
+    if (pending_.empty()) return;
+    const std::string name = shard_file_name(attributes_.split, static_cast<int64_t>(summary_.shard_paths.size()));
+    write_token_shard((staging_dir_ / name).string(), pending_, attributes_);
+    summary_.shard_paths.push_back(name);
+    pending_.clear();
+  }
+
+  const PrepOptions& options_;
+  const Tokenizer& tokenizer_;
+  const ShardAttributes attributes_;
+  const fs::path staging_dir_;
+  SplitSummary summary_;
+  std::vector<int64_t> lengths_;      // [samples] tokens per sample
+  std::vector<TokenSample> pending_;  // [<= shard_samples] samples of the shard being filled
+};
 
 }  // namespace
 
@@ -175,95 +351,54 @@ PrepSummary run_prep(const PrepOptions& options) {
 
   const fs::path out_dir(options.out_dir);
   ZT_CHECK(!fs::exists(out_dir) || fs::is_directory(out_dir), "--out ", options.out_dir, ": exists and is not a directory");
-  const std::vector<fs::path> old_shards = existing_shards(out_dir, options.split);
-  ZT_CHECK(old_shards.empty() || options.force, "--out ", options.out_dir, ": already holds ", old_shards.size(),
-           " shard(s) of split '", options.split, "' (", old_shards.front().filename().string(),
-           "); use --force to replace them or another --out/--split");
-
-  ShardAttributes attributes;
-  attributes.vocab_size = tokenizer->vocab_size();
-  attributes.bos_id = tokenizer->bos_id();
-  attributes.eos_id = tokenizer->eos_id();
-  attributes.pad_id = tokenizer->pad_id();
-  attributes.tokenizer_sha256 = tokenizer->file_sha256();
-  attributes.max_seq_len = options.max_seq_len;
-  attributes.split = options.split;
-  for (const std::string& input : options.inputs) {  // file names only: the bytes must not depend on the cwd
-    if (!attributes.source.empty()) attributes.source += ",";
-    attributes.source += fs::path(input).filename().string();
+  std::vector<fs::path> old_shards = replaced_shards(out_dir, options.split, options);
+  if (options.writes_eval()) {
+    const std::vector<fs::path> old_eval = replaced_shards(out_dir, options.eval_split, options);
+    old_shards.insert(old_shards.end(), old_eval.begin(), old_eval.end());
   }
+  // --eval-fraction, --data-split: the role of each row (empty: every row kept).
+  const std::vector<RowRole> input_roles = row_roles(options.inputs, options.eval_fraction, options);  // [rows of --input]
+  const std::vector<RowRole> eval_input_roles = row_roles(options.eval_inputs, 0.0, options);     // [rows of --eval-input]
 
   ShardStaging staging(out_dir, options.split);
+  SplitWriter train(options, *tokenizer, shard_attributes(*tokenizer, options, options.split, options.inputs),
+                    staging.staging_dir());
+  std::optional<SplitWriter> eval;
+  if (options.writes_eval())
+    eval.emplace(options, *tokenizer,
+                 shard_attributes(*tokenizer, options, options.eval_split,
+                                  options.eval_inputs.empty() ? options.inputs : options.eval_inputs),
+                 staging.staging_dir());
+  int64_t unused_rows = 0;  // rows of other --data-split portions
+  read_rows(options.inputs, options.progress, [&](int64_t row_number, const std::string& path, const JsonRow& row) {
+    const RowRole role = input_roles.empty() ? RowRole::Kept : input_roles[static_cast<size_t>(row_number)];
+    if (role == RowRole::Unused) ++unused_rows;
+    else (role == RowRole::HeldOut ? *eval : train).add(path, row);
+  });
+  read_rows(options.eval_inputs, options.progress, [&](int64_t row_number, const std::string& path, const JsonRow& row) {
+    if (eval_input_roles.empty() || eval_input_roles[static_cast<size_t>(row_number)] == RowRole::Kept) eval->add(path, row);
+    else ++unused_rows;
+  });
+
   PrepSummary summary;
-  std::vector<int64_t> lengths;        // [samples] tokens per sample
-  std::vector<TokenSample> pending;    // [<= shard_samples] samples of the shard being filled
-  std::vector<std::string> staged_names;
-  auto flush_shard = [&] {
-    if (pending.empty()) return;
-    const std::string name = shard_file_name(options.split, static_cast<int64_t>(staged_names.size()));
-    write_token_shard((staging.staging_dir() / name).string(), pending, attributes);
-    staged_names.push_back(name);
-    pending.clear();
-  };
-
-  using Clock = std::chrono::steady_clock;
-  Clock::time_point last_progress = Clock::now();
-  for (size_t file_index = 0; file_index < options.inputs.size(); ++file_index) {
-    JsonRowReader reader(options.inputs[file_index]);
-    JsonRow row;
-    while (reader.next(row)) {
-      ++summary.rows_read;
-      const std::string reason = bad_row_reason(row.object, options);
-      if (!reason.empty()) {
-        ZT_CHECK(options.skip_bad_rows, reader.path(), ":", row.line, ": ", reason, " (the row has columns: ",
-                 column_list(row.object), "); choose columns with --prompt-column/--response-column, or count such rows "
-                 "as skipped with --skip-bad-rows");
-        ++summary.skipped[reason];
-        continue;
-      }
-      bool truncated = false;
-      TokenSample sample = build_prep_sample(*tokenizer, row.object[options.prompt_column].get_ref<const std::string&>(),
-                                             row.object[options.response_column].get_ref<const std::string&>(),
-                                             options.max_seq_len, options.loss_on_all, truncated, options.eot_token);
-      int64_t targets = 0;
-      for (uint8_t target : sample.loss_mask) targets += target;
-      if (targets == 0) {  // the prompt fills max_seq_len: nothing to learn from this row
-        ++summary.skipped[cat("no target token within --max-seq-len ", options.max_seq_len, " (prompt too long)")];
-        continue;
-      }
-      summary.truncated += truncated ? 1 : 0;
-      summary.tokens += static_cast<int64_t>(sample.tokens.size());
-      summary.target_tokens += targets;
-      lengths.push_back(static_cast<int64_t>(sample.tokens.size()));
-      pending.push_back(std::move(sample));
-      if (static_cast<int64_t>(pending.size()) == options.shard_samples) flush_shard();
-
-      if (options.progress && Clock::now() - last_progress >= std::chrono::seconds(1)) {
-        last_progress = Clock::now();
-        std::fprintf(stderr, "\rprep: file %zu/%zu, %3.0f%% read, %lld rows, %lld samples   ", file_index + 1,
-                     options.inputs.size(), 100.0 * static_cast<double>(reader.bytes_done()) / static_cast<double>(std::max<int64_t>(reader.bytes_total(), 1)),
-                     static_cast<long long>(summary.rows_read), static_cast<long long>(lengths.size()));
-        std::fflush(stderr);
-      }
-    }
+  static_cast<SplitSummary&>(summary) = train.finish();
+  summary.other_phase_rows = unused_rows;
+  std::vector<std::string> staged = train.staged_names();
+  if (eval) {
+    summary.eval = eval->finish();
+    staged.insert(staged.end(), eval->staged_names().begin(), eval->staged_names().end());
   }
-  if (options.progress) std::fprintf(stderr, "\r%80s\r", "");
-  flush_shard();
-  ZT_CHECK(!staged_names.empty(), "no samples to write: ", summary.rows_read, " rows read from ",
-           attributes.source.empty() ? "the inputs" : attributes.source, ", all of them skipped");
-
-  summary.samples_written = static_cast<int64_t>(lengths.size());
-  std::sort(lengths.begin(), lengths.end());
-  summary.length_p50 = percentile(lengths, 50);
-  summary.length_p90 = percentile(lengths, 90);
-  summary.length_p99 = percentile(lengths, 99);
-  summary.length_max = lengths.back();
-  summary.shard_paths = staging.commit(old_shards, staged_names);
+  const std::vector<std::string> final_paths = staging.commit(old_shards, staged);
+  summary.shard_paths.assign(final_paths.begin(), final_paths.begin() + static_cast<std::ptrdiff_t>(summary.shard_paths.size()));
+  if (summary.eval)
+    summary.eval->shard_paths.assign(final_paths.begin() + static_cast<std::ptrdiff_t>(summary.shard_paths.size()), final_paths.end());
   return summary;
 }
 
-std::string format_prep_summary(const PrepSummary& summary, const PrepOptions& options) {
-  std::string text = cat("zerotune prep: split '", options.split, "' written to ", options.out_dir, " (",
+namespace {
+
+std::string format_split_summary(const SplitSummary& summary, const PrepOptions& options) {
+  std::string text = cat("zerotune prep: split '", summary.split, "' written to ", options.out_dir, " (",
                          summary.shard_paths.size(), " shard", summary.shard_paths.size() == 1 ? "" : "s", ")\n");
   text += cat("  rows read         ", summary.rows_read, "\n");
   text += cat("  samples written   ", summary.samples_written, "\n");
@@ -278,6 +413,32 @@ std::string format_prep_summary(const PrepSummary& summary, const PrepOptions& o
   text += cat("  tokens            ", summary.tokens, " (targets ", summary.target_tokens, ", ", percent_text, "%)\n");
   text += cat("  sample length     p50 ", summary.length_p50, ", p90 ", summary.length_p90, ", p99 ", summary.length_p99,
               ", max ", summary.length_max, "\n");
+  return text;
+}
+
+}  // namespace
+
+std::string format_prep_summary(const PrepSummary& summary, const PrepOptions& options) {
+  std::string text = format_split_summary(summary, options);
+  if (!options.data_split.empty()) {
+    std::string weights;
+    for (double weight : options.data_split) weights += cat(weights.empty() ? "" : ",", weight);
+    text += cat("  (--data-split ", weights, ", phase ", options.data_phase, ": this phase's portion of each split's rows, ",
+                "seed ", options.seed, ", as DeepSpeed-Chat's --data_split)\n");
+  }
+  if (!summary.eval) {
+    if (summary.other_phase_rows > 0)
+      text += cat("  rows of other --data-split portions: ", summary.other_phase_rows, " (not written)\n");
+    return text;
+  }
+  text += format_split_summary(*summary.eval, options);
+  if (options.eval_fraction > 0.0)
+    text += cat("  (held out of the --input rows: the last ", options.eval_fraction,
+                " of their permutation by numpy.random.RandomState(", options.seed, "), as DeepSpeed-Chat's train_eval split)\n");
+  if (summary.other_phase_rows > 0)
+    text += cat("  rows of other --data-split portions: ", summary.other_phase_rows, " (not written)\n");
+  text += cat("train on it with: zerotune train --data ", options.out_dir, " --split ", summary.split, " --eval-split ",
+              summary.eval->split, " ...\n");
   return text;
 }
 

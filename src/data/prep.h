@@ -37,9 +37,27 @@
 //   to its longest sample only, and padding is never a target.
 // SentencePiece tokenizers match no special-token strings in text, so for them an --eot-token
 // that names a special token ("</s>") is encoded as plain text; leave the option out for EOS.
+//
+// The evaluation split (DeepSpeed-Chat's eval_dataset, on which step 1 reports perplexity),
+// written as `<eval_split>-00000.h5 ...` next to the training split, built row by row the same way:
+//   --eval-input FILE     the dataset's own evaluation rows (Dahoas/rm-static's "test" split,
+//                         DeepSpeed-Chat's get_eval_data; local/jsonfile's eval.json)
+//   --eval-fraction F     a dataset without one: F of the --input rows held out, chosen as
+//                         DeepSpeed-Chat's "9,1" train_eval split chooses them (F = 0.1): the rows
+//                         permuted by numpy.random.RandomState(--seed), the last F of the
+//                         permutation (data/row_split.h); the training split gets the others
+//   --data-split 2,4,4 --data-phase 1
+//                         DeepSpeed-Chat's --data_split (main.py's default "2,4,4": 20% of the rows
+//                         for step 1, 40% for step 2, 40% for step 3): each split keeps only its
+//                         phase's portion of a seeded permutation of its rows (the training split
+//                         of the training rows, the evaluation split of the evaluation rows)
+// Row numbers count every row read (bad rows too), in file order across the files, as the rows
+// of an HF dataset are numbered; each split's shards keep the chosen rows in file order.
+// data/row_split.h draws DeepSpeed-Chat's permutations: the same --seed picks the same rows.
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,9 +81,20 @@ struct PrepOptions {
   bool skip_bad_rows = false;  // count bad rows as skipped instead of stopping
   bool force = false;          // replace existing shards of this split
   bool progress = false;       // a progress line on stderr about once a second
+  // The evaluation split (see above): from eval_inputs, or eval_fraction of the inputs' rows.
+  std::vector<std::string> eval_inputs;  // --eval-input
+  double eval_fraction = 0.0;            // --eval-fraction, in [0, 1)
+  std::string eval_split = "eval";       // --eval-split: the evaluation shards' prefix
+  uint32_t seed = 1234;                  // --seed of the permutations (DeepSpeed-Chat's default)
+  // --data-split 2,4,4 --data-phase 1: only this phase's portion of each split's rows (see above).
+  std::vector<double> data_split;        // empty: every row
+  int data_phase = 1;                    // 1-based, as DeepSpeed-Chat's train_phase
+  bool writes_eval() const { return !eval_inputs.empty() || eval_fraction > 0.0; }
 };
 
-struct PrepSummary {
+// What was written for one split.
+struct SplitSummary {
+  std::string split;
   int64_t rows_read = 0;
   int64_t samples_written = 0;
   int64_t truncated = 0;                   // samples cut to max_seq_len
@@ -74,6 +103,12 @@ struct PrepSummary {
   int64_t target_tokens = 0;               // tokens with loss_mask 1
   int64_t length_p50 = 0, length_p90 = 0, length_p99 = 0, length_max = 0;  // sample lengths
   std::vector<std::string> shard_paths;    // the shards written, in order
+};
+
+// The training split's figures, and the evaluation split's when one was written.
+struct PrepSummary : SplitSummary {
+  std::optional<SplitSummary> eval;
+  int64_t other_phase_rows = 0;  // rows left out by --data-split (other phases' portions)
 };
 
 // One sample from a prompt and a response; `truncated` says whether it was cut. `eot_token`:

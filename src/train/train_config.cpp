@@ -159,6 +159,7 @@ nlohmann::json TrainConfig::to_json() const {
       {"eval_data_dir", eval_data_dir},
       {"eval_split", eval_split},
       {"eval_every", eval_every},
+      {"eval_at_start", eval_at_start},
       {"dump_final_path", dump_final_path},
       {"comm_timeout_seconds", comm_timeout_seconds},
       {"group_by_length", group_by_length},

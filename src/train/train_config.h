@@ -74,6 +74,7 @@ struct TrainConfig {
   std::string eval_data_dir;       // evaluation split (token shards); empty: no evaluation
   std::string eval_split;          // the split of eval_data_dir to evaluate on (empty: the only one there)
   int64_t eval_every = 0;          // evaluate every N steps (0: only at the end of each epoch)
+  bool eval_at_start = false;      // evaluate before the first step too (DeepSpeed-Chat's "Epoch 0" ppl)
   std::string dump_final_path;     // tests/debug: every trainable parameter after the last step
   double comm_timeout_seconds = 1800.0;  // a collective slower than this aborts the job
   bool group_by_length = false;    // micro-batches of similar lengths within each global batch

@@ -86,6 +86,8 @@ class TrainingLoop {
   }
 
   bool run() {
+    // --eval-at-start: the untrained model's perplexity first, as DeepSpeed-Chat's "Epoch 0".
+    if (config_.eval_at_start && run_.eval_data && run_.state.step == 0) evaluate_now(0, 0.0);
     for (int64_t step = run_.state.step; step < run_.total_steps; ++step) {
       const StepMetrics metrics = train_step(step);
       evaluate_if_due(step, metrics.epoch);
@@ -188,17 +190,26 @@ class TrainingLoop {
     const bool epoch_end = (step + 1) % run_.steps_per_epoch == 0;
     const bool eval_due = config_.eval_every > 0 && (step + 1) % config_.eval_every == 0;
     if (!run_.eval_data || !(epoch_end || eval_due)) return;
-    run_.control().set_context(cat("evaluation after step ", step + 1));
+    evaluate_now(step + 1, epoch);
+  }
+
+  // Evaluation after `steps_done` steps: a metrics.jsonl record and, on the console, the
+  // perplexity the way DeepSpeed-Chat's step 1 prints it ("ppl: P, loss: L").
+  void evaluate_now(int64_t steps_done, double epoch) {
+    run_.control().set_context(steps_done == 0 ? std::string("evaluation before training")
+                                               : cat("evaluation after step ", steps_done));
     const EvalResult eval =
         evaluate(*run_.parts.model, *run_.eval_data, config_.micro_batch_size, *run_.comm, run_.backend());
     if (!run_.leader) return;
-    const nlohmann::json record = {{"step", step + 1}, {"epoch", epoch}, {"eval_loss", eval.loss},
+    const nlohmann::json record = {{"step", steps_done}, {"epoch", epoch}, {"eval_loss", eval.loss},
                                    {"eval_ppl", eval.perplexity}, {"eval_tokens", eval.target_tokens},
                                    {"eval_samples", eval.samples}};
     metrics_writer_->write(record);
     if (monitors_) monitors_->write_eval(record);
-    run_.say(cat("eval at step ", step + 1, " | eval_loss ", eval.loss, " | eval_ppl ", eval.perplexity, " | ",
-                 eval.target_tokens, " target tokens in ", eval.samples, " samples"));
+    char epoch_text[32];
+    std::snprintf(epoch_text, sizeof epoch_text, "%.2f", epoch);
+    run_.say(cat("eval at step ", steps_done, " (epoch ", epoch_text, ") | ppl: ", eval.perplexity, ", loss: ", eval.loss,
+                 " | ", eval.target_tokens, " target tokens in ", eval.samples, " samples"));
   }
 
   // Checkpoints: every save_every steps, at the end, and when the batch system asks us to stop

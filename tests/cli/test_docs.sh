@@ -58,6 +58,7 @@ EXTERNAL = {
     "--oversubscribe": "mpirun", "--bind-to": "mpirun", "--cpu-bind": "srun", "--gpu-bind": "srun", "--mpi": "srun",
     "--cpus-per-task": "sbatch", "--ntasks-per-node": "sbatch", "--export": "sbatch", "--time": "sbatch",
     "--signal": "sbatch", "--requeue": "sbatch", "--open-mode": "sbatch", "--nodes": "sbatch",
+    "--dependency": "sbatch", "--kill-on-invalid-dep": "sbatch",
     "--capture-range": "nsys", "--capture-range-end": "nsys", "--input": "spm_train", "--minloglevel": "spm_train",
     "--test-dir": "ctest", "--output-on-failure": "ctest", "--build": "cmake", "--no-apt": "scripts/setup.sh",
     "--no-build": "scripts/setup.sh", "--cuda-arch": "scripts/offline_bundle.sh", "--style": "make_bpe_tokenizer.py",

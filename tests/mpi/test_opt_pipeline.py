@@ -2,14 +2,16 @@
 # script a user runs (job_scripts/deepspeed-chat/step1_sft.sh): a random OPTForCausalLM saved by
 # transformers (tied head, learned positions, LayerNorm) with its own byte-level BPE tokenizer
 # trained here by `tokenizers` (OPT's layout: vocab.json + merges.txt and tokenizer.json, BOS
-# </s>), `zerotune prep` of data/rm-static-sample.jsonl, `zerotune train` on 2 ranks with ZeRO-2
-# through job_scripts/mpirun/train.sh, and `zerotune export --format hf` of the last checkpoint.
-# Then transformers loads the export, and
+# </s>), `zerotune prep` of data/rm-static-sample.jsonl with 16 of its rows as the evaluation split
+# (ZT_RM_STATIC_TEST, as rm-static's test split), `zerotune train` on 2 ranks with ZeRO-2 through
+# job_scripts/mpirun/train.sh (evaluating before the first step and after the last), and
+# `zerotune export --format hf` of the last checkpoint. Then transformers loads the export, and
 #   - the prep ids of an rm-static row equal transformers' tokenizer of the model directory
 #     (</s> + prompt + chosen + </s>: DeepSpeed-Chat's step-1 layout with OPT's tokenizer);
 #   - the exported model's float64 loss over the evaluation split equals the eval_loss zerotune
 #     logged after the last update (the same weights: the logits agree), and the tied head is
 #     written once (no lm_head.weight in the safetensors, as save_pretrained does);
+#   - the evaluation before training (--eval-at-start, added by the script) logged a higher loss;
 #   - the training loss went down.
 import glob
 import json
@@ -103,9 +105,9 @@ def run(zerotune, work, report):
     pipeline_dir = os.path.join(work, "pipeline")
     env = dict(os.environ, **mc.MPI_ENV, ZT_BIN=zerotune, ZT_MODEL=model_dir,
                ZT_RM_STATIC=os.path.join(REPO, "data", "rm-static-sample.jsonl"), ZT_WORK=pipeline_dir,
-               ZT_DS_CONFIG=ds_config, ZT_MAX_SEQ_LEN="256", ZT_NP="2", ZT_MPIRUN_ARGS="--oversubscribe",
-               ZT_CPU_BIND="none", ZT_OMP_THREADS="1", ZT_PREFLIGHT="0",
-               ZT_ARGS=f"--max-steps {STEPS} --save-every {STEPS} --seed 1 --eval-data {eval_dir} --eval-every {STEPS}")
+               ZT_RM_STATIC_TEST=eval_rows, ZT_DS_CONFIG=ds_config, ZT_MAX_SEQ_LEN="256", ZT_NP="2",
+               ZT_MPIRUN_ARGS="--oversubscribe", ZT_CPU_BIND="none", ZT_OMP_THREADS="1", ZT_PREFLIGHT="0",
+               ZT_ARGS=f"--max-steps {STEPS} --save-every {STEPS} --seed 1 --eval-every {STEPS}")
     result = mc.subprocess.run(["bash", os.path.join(REPO, "job_scripts", "deepspeed-chat", "step1_sft.sh")], env=env,
                                capture_output=True, text=True, timeout=600)
     if result.returncode != 0:
@@ -130,9 +132,12 @@ def run(zerotune, work, report):
                  "the export holds the tied embedding once (no lm_head.weight)")
     report.check(os.path.exists(os.path.join(export_dir, "tokenizer.json")) or os.path.exists(os.path.join(export_dir, "vocab.json")),
                  "the export carries the tokenizer files")
-    if report.check(len(evals) == 1, f"one eval record after the last update ({len(evals)})"):
+    if report.check([r["step"] for r in evals] == [0, STEPS],
+                    f"eval records before the first update and after the last ({[r['step'] for r in evals]})"):
+        report.check(evals[1]["eval_loss"] < evals[0]["eval_loss"],
+                     f"the eval loss went down: {evals[0]['eval_loss']:.4f} -> {evals[1]['eval_loss']:.4f}")
         report.scalar("exported model's float64 loss over the eval split vs zerotune's eval_loss",
-                      export_loss(export_dir, eval_samples), evals[0]["eval_loss"], rel=2e-5)
+                      export_loss(export_dir, eval_samples), evals[1]["eval_loss"], rel=2e-5)
 
 
 def main():

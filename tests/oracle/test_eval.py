@@ -1,4 +1,4 @@
-"""Oracle: zerotune's evaluation (--eval-data, --eval-every, end of epoch) against HF.
+"""Oracle: zerotune's evaluation (--eval-data, --eval-every, --eval-at-start, end of epoch) against HF.
 
 eval_loss must be the token-weighted mean CE over the WHOLE eval split (sum over every target
 token / their count, not a mean of per-batch means), eval_ppl = exp(eval_loss). With lr 0 the
@@ -42,12 +42,14 @@ def run(zerotune, work, report):
 
     common = ["train", "--model", model_dir, "--data", train_dir, "--eval-data", eval_dir, "--lr", "0",
               "--no-shuffle", "--grad-accum", "1"]
-    # micro-batch 2: 4 steps per epoch; eval every 3 steps and at the epoch end (step 4).
+    # micro-batch 2: 4 steps per epoch; eval before the first step (--eval-at-start, DeepSpeed-Chat's
+    # "Epoch 0"), every 3 steps and at the epoch end (step 4).
     out = os.path.join(work, "out-micro2")
-    oc.run_zerotune(zerotune, common + ["--out", out, "--micro-batch-size", "2", "--eval-every", "3", "--epochs", "1"])
+    oc.run_zerotune(zerotune, common + ["--out", out, "--micro-batch-size", "2", "--eval-every", "3", "--epochs", "1",
+                                       "--eval-at-start"])
     records = eval_records(out)
-    report.check([r["step"] for r in records] == [3, 4], f"eval records at steps 3 and 4 (every 3 + epoch end): "
-                 f"{[r['step'] for r in records]}")
+    report.check([r["step"] for r in records] == [0, 3, 4], f"eval records at steps 0, 3 and 4 (start, every 3, "
+                 f"epoch end): {[r['step'] for r in records]}")
     for record in records:
         report.scalar(f"micro-batch 2, step {record['step']} eval_loss", record["eval_loss"], reference, rel=1e-5)
         report.scalar(f"micro-batch 2, step {record['step']} eval_ppl", record["eval_ppl"], math.exp(reference), rel=1e-5)

@@ -713,13 +713,13 @@ BOOST_AUTO_TEST_CASE(to_json_writes_every_field) {
                           "gradient_clipping", "steps_per_print", "compute_dtype", "grad_accum_dtype", "loss_scaler", "optimizer",
                           "scheduler", "zero_optimization", "lora", "activation_checkpointing", "offload_activations", "model_dir", "data_dir",
                           "out_dir", "deepspeed_config_path", "seed", "shuffle", "epochs", "max_steps",
-                          "dump_step0_path", "eval_data_dir", "eval_every", "data_split", "eval_split",
+                          "dump_step0_path", "eval_data_dir", "eval_every", "eval_at_start", "data_split", "eval_split",
                           "save_at_end", "save_hf_at_end", "quantize", "tensorboard", "csv_monitor"})
     BOOST_CHECK_MESSAGE(j.contains(key), key);
   BOOST_CHECK_MESSAGE(j.contains("packing"), "packing");
   BOOST_CHECK_MESSAGE(j.contains("head_chunk_rows"), "head_chunk_rows");
   BOOST_CHECK_MESSAGE(j.contains("quantize"), "quantize");
-  BOOST_CHECK_EQUAL(j.size(), 42u);
+  BOOST_CHECK_EQUAL(j.size(), 43u);
   BOOST_CHECK_EQUAL(j["gradient_accumulation_steps"].get<int64_t>(), 2);
   BOOST_CHECK_EQUAL(j["compute_dtype"].get<std::string>(), "bf16");
   BOOST_CHECK_EQUAL(j["optimizer"]["betas"][1].get<double>(), 0.95);
