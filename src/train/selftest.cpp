@@ -225,7 +225,7 @@ void flops_row(Backend& backend, DType dtype, int64_t size, std::vector<Row>& ro
     const Clock::time_point start = Clock::now();
     for (int i = 0; i < kRepeats; ++i) backend.matmul(cv, av, false, bv, false, 1.0f, 0.0f);
     backend.synchronize();
-    const double flops = 2.0 * static_cast<double>(size) * size * size * kRepeats;
+    const double flops = 2.0 * std::pow(static_cast<double>(size), 3) * kRepeats;
     row.value = cat(fixed(flops / seconds_since(start) / 1e12, 3), " TFLOP/s");
   } catch (const std::exception& error) {
     row.ok = false;
