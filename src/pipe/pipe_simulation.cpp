@@ -19,6 +19,11 @@ bool is_step_level(PipeOp op) {
   return op == PipeOp::ReduceTiedGrads || op == PipeOp::ReduceGrads || op == PipeOp::OptimizerStep;
 }
 
+bool is_message(PipeOp op) {
+  return op == PipeOp::SendActivation || op == PipeOp::SendGrad || op == PipeOp::RecvActivation ||
+         op == PipeOp::RecvGrad;
+}
+
 // (micro-batch, virtual stage)
 using Slot = std::pair<int, int>;
 // (is a gradient, micro-batch, sending virtual stage)
@@ -55,13 +60,26 @@ class Simulator {
   }
 
  private:
+  // A send or receive posted as part of a group (Grouped and Blocking transports).
+  struct PostedOp {
+    bool is_send;
+    std::pair<int, int> channel;  // (from rank, to rank)
+    size_t index;                 // its place among the channel's sends (or receives)
+    MessageKey key;
+    Slot slot;
+  };
   struct RankState {
     size_t next = 0;       // index of the next instruction
     double clock = 0.0;
     int alive = 0;         // forwards whose backward has not run
     std::set<Slot> inputs;     // activations received or micro-batches loaded
     std::set<Slot> gradients;  // output gradients received
+    std::vector<PostedOp> group;  // the group this rank waits at (posted), if any
+    bool group_posted = false;
+    size_t group_end = 0;
+    std::set<size_t> pre_posted;  // Grouped: receives posted (and completed) ahead of their place
   };
+  enum class GroupProgress { Blocked, Posted, Done };
 
   const PipeInstruction* next_of(int rank) const {
     const auto& schedule = schedules_[static_cast<size_t>(rank)];
@@ -74,11 +92,22 @@ class Simulator {
     return true;
   }
 
-  // Runs `rank`'s instructions until it must wait; true when it ran at least one.
+  // Runs `rank`'s instructions until it must wait; true when it ran (or posted) at least one.
   bool advance(int rank) {
     bool moved = false;
     while (const PipeInstruction* instruction = next_of(rank)) {
       if (is_step_level(instruction->op)) break;
+      RankState& state = ranks_[static_cast<size_t>(rank)];
+      if (state.pre_posted.count(state.next)) {  // received with an earlier group
+        ++state.next;
+        continue;
+      }
+      if (costs_.transport != PipeTransport::Buffered && is_message(instruction->op)) {
+        const GroupProgress progress = advance_group(rank);
+        moved = moved || progress != GroupProgress::Blocked;
+        if (progress == GroupProgress::Done) continue;
+        break;
+      }
       check_placement(*instruction, rank);
       if (!execute(*instruction, rank)) break;
       ++ranks_[static_cast<size_t>(rank)].next;
@@ -113,13 +142,11 @@ class Simulator {
         expect(forwards_.count(slot) && slot.second + 1 < stages_, instruction, rank,
                "sends an activation it has not computed, or past the last virtual stage");
         post({false, slot.first, slot.second}, (slot.second + 1) % shape_.ranks, state.clock, instruction, rank);
-        ++result_.activation_messages;
         return true;
       case PipeOp::SendGrad:
         expect(backwards_.count(slot) && slot.second > 0, instruction, rank,
                "sends a gradient it has not computed, or before the first virtual stage");
         post({true, slot.first, slot.second}, (slot.second - 1) % shape_.ranks, state.clock, instruction, rank);
-        ++result_.gradient_messages;
         return true;
       default: return false;
     }
@@ -153,23 +180,102 @@ class Simulator {
     const int from = (std::get<2>(key)) % shape_.ranks;
     Channel& channel = channels_[{from, rank}];
     if (channel.received == channel.sent.size()) return false;
-    const MessageKey& next = channel.sent[channel.received];
+    check_order(channel.sent[channel.received], key, slot, from, rank);
+    const double arrival = channel.sent_time[channel.received++] + costs_.latency;
+    complete_receive(key, into, slot);
+    state.clock = std::max(state.clock, arrival);
+    return true;
+  }
+
+  void check_order(const MessageKey& next, const MessageKey& key, const Slot& slot, int from, int rank) const {
     ZT_CHECK(next == key, "pipeline schedule: rank ", rank, " receives the ", std::get<0>(key) ? "gradient" : "activation",
              " of micro-batch ", slot.first, " for virtual stage ", slot.second, " while the next message from rank ",
              from, " is the ", std::get<0>(next) ? "gradient" : "activation", " of micro-batch ", std::get<1>(next),
              " from virtual stage ", std::get<2>(next), " (messages between two ranks arrive in the order sent)");
-    ++channel.received;
-    const auto sent = sent_.find(key);
-    ZT_CHECK(received_.insert(key).second, "pipeline schedule: a message for micro-batch ", slot.first,
-             ", virtual stage ", slot.second, " is received twice");
-    state.clock = std::max(state.clock, sent->second);
-    into.insert(slot);
-    return true;
   }
 
-  void post(const MessageKey& key, int to_rank, double clock, const PipeInstruction& instruction, int rank) {
-    expect(sent_.emplace(key, clock + costs_.latency).second, instruction, rank, "sends the same message twice");
-    channels_[{rank, to_rank}].sent.push_back(key);
+  void complete_receive(const MessageKey& key, std::set<Slot>& into, const Slot& slot) {
+    ZT_CHECK(received_.insert(key).second, "pipeline schedule: a message for micro-batch ", slot.first,
+             ", virtual stage ", slot.second, " is received twice");
+    into.insert(slot);
+  }
+
+  // Records a send on its channel; returns its index there.
+  size_t post(const MessageKey& key, int to_rank, double clock, const PipeInstruction& instruction, int rank) {
+    expect(sent_.insert(key).second, instruction, rank, "sends the same message twice");
+    ++(std::get<0>(key) ? result_.gradient_messages : result_.activation_messages);
+    Channel& channel = channels_[{rank, to_rank}];
+    channel.sent.push_back(key);
+    channel.sent_time.push_back(clock);
+    return channel.sent.size() - 1;
+  }
+
+  // Grouped and Blocking transports: posts the rank's next group (once), then completes it when
+  // every send in it met its receive and every receive its send.
+  GroupProgress advance_group(int rank) {
+    RankState& state = ranks_[static_cast<size_t>(rank)];
+    GroupProgress progress = GroupProgress::Blocked;
+    if (!state.group_posted) {
+      post_group(rank, state);
+      state.group_posted = true;
+      progress = GroupProgress::Posted;
+    }
+    double done_at = state.clock;
+    for (const PostedOp& op : state.group) {
+      Channel& channel = channels_[op.channel];
+      const std::vector<double>& partner_times = op.is_send ? channel.receive_time : channel.sent_time;
+      if (partner_times.size() <= op.index) return progress;
+      if (!op.is_send) check_order(channel.sent[op.index], op.key, op.slot, op.channel.first, rank);
+      done_at = std::max(done_at, partner_times[op.index]);
+    }
+    for (const PostedOp& op : state.group)
+      if (!op.is_send) complete_receive(op.key, std::get<0>(op.key) ? state.gradients : state.inputs, op.slot);
+    state.clock = done_at + (state.group.empty() ? 0.0 : costs_.latency);
+    state.next = state.group_end;
+    state.group.clear();
+    state.group_posted = false;
+    return GroupProgress::Done;
+  }
+
+  // The group: the run of messages at the rank's next instruction (one message when Blocking);
+  // Grouped also posts the receives that feed the rank's next computation (they follow the run
+  // after a LoadMicroBatch at most), as Megatron-LM's 1F1B posts the next input or gradient with
+  // the send, so that two ranks sending to each other find each other's receive in the group.
+  void post_group(int rank, RankState& state) {
+    const auto& list = schedules_[static_cast<size_t>(rank)];
+    size_t end = state.next + 1;
+    while (costs_.transport == PipeTransport::Grouped && end < list.size() && is_message(list[end].op)) ++end;
+    state.group_end = end;
+    std::vector<size_t> members;
+    for (size_t i = state.next; i < end; ++i)
+      if (!state.pre_posted.count(i)) members.push_back(i);
+    if (costs_.transport == PipeTransport::Grouped)  // the receives that feed the next computation
+      for (size_t i = end; i < list.size() && !is_step_level(list[i].op); ++i) {
+        const PipeOp op = list[i].op;
+        if (op == PipeOp::Forward || op == PipeOp::Backward) break;
+        if ((op == PipeOp::RecvActivation || op == PipeOp::RecvGrad) && state.pre_posted.insert(i).second)
+          members.push_back(i);
+      }
+    for (size_t i : members) {
+      const PipeInstruction& instruction = list[i];
+      check_placement(instruction, rank);
+      const Slot slot{instruction.micro_batch, instruction.virtual_stage};
+      const bool gradient = instruction.op == PipeOp::SendGrad || instruction.op == PipeOp::RecvGrad;
+      if (instruction.op == PipeOp::SendActivation || instruction.op == PipeOp::SendGrad) {
+        expect((gradient ? backwards_ : forwards_).count(slot) == 1 && (gradient ? slot.second > 0 : slot.second + 1 < stages_),
+               instruction, rank, "sends what it has not computed, or past the ends of the pipeline");
+        const int to = (gradient ? slot.second - 1 : slot.second + 1) % shape_.ranks;
+        const MessageKey key{gradient, slot.first, slot.second};
+        state.group.push_back({true, {rank, to}, post(key, to, state.clock, instruction, rank), key, slot});
+      } else {
+        const MessageKey key{gradient, slot.first, gradient ? slot.second + 1 : slot.second - 1};
+        const int from = std::get<2>(key) % shape_.ranks;
+        Channel& channel = channels_[{from, rank}];
+        channel.receives.push_back(key);
+        channel.receive_time.push_back(state.clock);
+        state.group.push_back({false, {from, rank}, channel.receives.size() - 1, key, slot});
+      }
+    }
   }
 
   void expect(bool condition, const PipeInstruction& instruction, int rank, const char* what) const {
@@ -220,11 +326,14 @@ class Simulator {
   int stages_;
   std::vector<RankState> ranks_;
   std::set<Slot> forwards_, backwards_;
-  std::map<MessageKey, double> sent_;  // -> arrival time
+  std::set<MessageKey> sent_;
   std::set<MessageKey> received_;
   struct Channel {
-    std::vector<MessageKey> sent;  // in sending order
-    size_t received = 0;           // how many of them were received
+    std::vector<MessageKey> sent;       // in sending order
+    std::vector<double> sent_time;      // when each was posted
+    size_t received = 0;                // Buffered: how many of them were received
+    std::vector<MessageKey> receives;   // Grouped, Blocking: the receives posted, in order
+    std::vector<double> receive_time;   // when each was posted
   };
   std::map<std::pair<int, int>, Channel> channels_;  // (from rank, to rank)
   PipeSimulation result_;

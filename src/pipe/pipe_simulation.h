@@ -1,7 +1,8 @@
 // Runs the schedules of all pipeline ranks against each other on a model of time, as an engine
 // would run them: a rank executes its instructions in order; a receive waits until the matching
-// send was posted (plus the link's latency); sends never wait (asynchronous, pipe_schedule.h);
-// the step-level instructions (ReduceTiedGrads, ReduceGrads, OptimizerStep) wait for every rank
+// send was posted (plus the link's latency); how long a send waits is the transport's
+// (PipeTransport: MPI's buffered sends never wait; NCCL's wait for the peer's receive unless
+// grouped with it); the step-level instructions (ReduceTiedGrads, ReduceGrads, OptimizerStep) wait for every rank
 // (one loss scale and one gradient norm over all stages). It checks that the schedules are
 // complete and consistent and measures what theory predicts:
 //   - every (micro-batch, virtual stage) has exactly one forward and one backward, on the rank
@@ -23,10 +24,22 @@
 
 namespace zt {
 
+// How sends and receives complete:
+//   Buffered: a send completes when posted (MPI_Isend, then the engine keeps the buffer);
+//   Grouped:  each run of consecutive Send/Recv instructions of a rank is one group (one
+//             send_recv_async: one NCCL group) that completes when every send in it met its
+//             receive and every receive its send; a rank waits at its group;
+//   Blocking: every Send/Recv alone, a send waiting for its receive (NCCL sends issued one by
+//             one, or blocking torch.distributed send/recv): what the engine must not do, since
+//             1F1B's steady state (rank s sends an activation while rank s+1 sends a gradient)
+//             deadlocks under it.
+enum class PipeTransport { Buffered, Grouped, Blocking };
+
 struct PipeCosts {
   double forward = 1.0;   // one chunk's forward of one micro-batch
   double backward = 2.0;  // its backward (about twice the forward: two GEMMs per forward GEMM)
-  double latency = 0.0;   // from a send's posting to its arrival
+  double latency = 0.0;   // from a send's posting (and its receive's) to its arrival
+  PipeTransport transport = PipeTransport::Buffered;
 };
 
 struct PipeSimulation {
