@@ -6,6 +6,9 @@
 //   - order: rank 0 sends two messages to rank 1, which receives them in the order sent;
 //   - split: groups of two consecutive ranks, ranked in reverse by the key: sizes, ranks, an
 //     all-reduce and an exchange inside each group; the parent's counters do not see the group's;
+//   - node groups (comm/node_groups.h): two "nodes" of 2 ranks by a ranks-per-node setting, and
+//     this machine's own layout (one node): group sizes and ranks, and an all-reduce over the
+//     node-local group then the cross-node one equal to the world's;
 //   - refusals: a send to this rank itself or to a rank that does not exist, neither side given;
 //   - (host MPI only) a receive of more bytes than the sender sent names both sizes, and a
 //     receive from a rank that never sends ends after the timeout naming point_to_point.
@@ -27,6 +30,7 @@
 #include "backend/buffer.h"
 #include "backend/make_backend.h"
 #include "comm/mpi/mpi_communicator.h"
+#include "comm/node_groups.h"
 #include "comm/staged_communicator.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -127,6 +131,26 @@ void check_split(zt::Communicator& comm, zt::Backend& backend, const std::string
   expect(comm.stats().total_bytes_sent() == parent_bytes, label + ": the group counts its own traffic");
 }
 
+void check_node_groups(zt::Communicator& comm, zt::Backend& backend, const std::string& label) {
+  const int size = comm.size(), rank = comm.rank();
+  if (size % 2 == 0) {
+    zt::NodeGroups two = zt::split_by_node(comm, 2);
+    expect(two.nodes == size / 2 && two.intra->size() == 2 && two.intra->rank() == rank % 2 &&
+               two.inter->size() == size / 2 && two.inter->rank() == rank / 2,
+           label + ": 2 ranks per node: the node-local and cross-node groups");
+    DeviceFloats sum(backend, std::vector<float>(3, static_cast<float>(rank + 1)));
+    two.intra->all_reduce_sum(sum.tensor);
+    two.inter->all_reduce_sum(sum.tensor);
+    expect(sum.read(backend) == std::vector<float>(3, static_cast<float>(size * (size + 1) / 2)),
+           label + ": node-local then cross-node all-reduce = the world's");
+  } else {
+    expect_error([&] { zt::split_by_node(comm, 2); }, "2 ranks per node do not divide the", label + ": odd world");
+  }
+  zt::NodeGroups machine = zt::split_by_node(comm, 0);
+  expect(machine.nodes == 1 && machine.intra->size() == size && machine.inter->size() == 1,
+         label + ": this machine is one node");
+}
+
 void check_refusals(zt::Communicator& comm, zt::Backend& backend, const std::string& label) {
   DeviceFloats data(backend, values_of(0, 4));
   expect_error([&] { comm.send_async(data.tensor, comm.rank()); }, "cannot send to rank", label + ": send to itself");
@@ -163,6 +187,7 @@ void check_all(zt::Communicator& comm, zt::Backend& backend, const std::string& 
   check_ring(comm, backend, label);
   check_order(comm, backend, label);
   check_split(comm, backend, label);
+  check_node_groups(comm, backend, label);
   check_refusals(comm, backend, label);
   comm.barrier();
 }
