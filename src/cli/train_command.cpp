@@ -79,6 +79,11 @@ po::options_description train_options() {
       ("split", po::value<std::string>(), "the split of --data to train on (train-00000.h5 ...: train), when it holds several")
       ("eval-split", po::value<std::string>(), "the split to evaluate on: of --eval-data, or of --data without --eval-data")
       ("eval-every", po::value<int64_t>(), "evaluate every N steps (default: at the end of each epoch only)")
+      ("sample-prompts", po::value<std::string>(), "greedy completions of these prompts after the last step (and every "
+       "--sample-every steps), printed and appended to OUT/samples.jsonl: one prompt per line, or JSON lines with a "
+       "\"prompt\" (a .jsonl file like prep's input)")
+      ("sample-every", po::value<int64_t>(), "with --sample-prompts: sample every N steps too")
+      ("sample-max-new-tokens", po::value<int64_t>(), "with --sample-prompts: at most this many new tokens per prompt (default 64)")
       ("device", po::value<std::string>(), "auto (default: cuda when this build has CUDA and the rank sees a GPU, "
        "else cpu), cpu, or cuda: the GPU local_rank % visible devices")
       ("comm", po::value<std::string>(), "GPU collectives: auto (NCCL when each rank has its own GPU), nccl, or "
@@ -262,6 +267,10 @@ void take_save_and_eval_flags(const po::variables_map& vm, TrainConfig& config, 
   take(vm, "eval-every", config.eval_every);
   ZT_CHECK(config.eval_every >= 0, "--eval-every must not be negative");
   ZT_CHECK(config.eval_every == 0 || !config.eval_data_dir.empty(), "--eval-every needs --eval-data");
+  take(vm, "sample-prompts", run.samples.prompts_file);
+  take(vm, "sample-every", run.samples.every);
+  take(vm, "sample-max-new-tokens", run.samples.max_new_tokens);
+  check_sample_options(run.samples, vm.count("sample-every") > 0);
 }
 
 }  // namespace

@@ -72,4 +72,13 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir_or_model) {
   fail("unknown tokenizer kind");
 }
 
+std::string decode_continuation(const Tokenizer& tokenizer, const std::vector<int32_t>& context,
+                                const std::vector<int32_t>& ids) {
+  std::vector<int32_t> all = context;
+  all.insert(all.end(), ids.begin(), ids.end());
+  const std::string before = tokenizer.pieces_text(context), whole = tokenizer.pieces_text(all);
+  if (whole.compare(0, before.size(), before) == 0) return whole.substr(before.size());
+  return tokenizer.pieces_text(ids);
+}
+
 }  // namespace zt
