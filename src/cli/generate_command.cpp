@@ -82,7 +82,8 @@ void print_generation(const po::variables_map& vm, const std::vector<int32_t>& p
     nlohmann::json record = {{"prompt_ids", prompt}, {"completion_ids", generation.tokens},
                              {"stop", generation.stopped ? "eos" : "length"}};
     if (tokenizer) record["completion"] = completion;
-    std::printf("%s\n", record.dump().c_str());
+    // Invalid UTF-8 (a character cut by max-new-tokens, random byte tokens) as U+FFFD, as HF's decode.
+    std::printf("%s\n", record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return;
   }
   if (tokenizer) {

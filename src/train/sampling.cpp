@@ -13,6 +13,9 @@ namespace {
 
 using json = nlohmann::json;
 
+// JSON text with invalid UTF-8 (a character cut by the token limit, byte tokens) as U+FFFD, as HF's decode.
+std::string utf8_dump(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 bool blank(const std::string& line) { return line.find_first_not_of(" \t\r") == std::string::npos; }
 
 // The "prompt" of JSON line `number` of `path`.
@@ -109,8 +112,8 @@ void TrainingSamples::run(int64_t steps_done, CausalLM& model, Backend& backend,
     const std::string completion = decode_continuation(*tokenizer_, prompt_ids_[i], generation.tokens);
     const json record = {{"step", steps_done}, {"prompt", prompts_[i]}, {"completion", completion},
                          {"completion_ids", generation.tokens}, {"stop", generation.stopped ? "eos" : "length"}};
-    out << record.dump() << "\n";
-    say(cat("sample at step ", steps_done, " | ", json(prompts_[i]).dump(), " -> ", json(completion).dump()));
+    out << utf8_dump(record) << "\n";
+    say(cat("sample at step ", steps_done, " | ", utf8_dump(prompts_[i]), " -> ", utf8_dump(completion)));
   }
   if (disagreements > 0)
     say(cat("warning: samples at step ", steps_done, ": the ranks chose different tokens ", disagreements,

@@ -90,7 +90,8 @@ def main():
         model, data, prompts, texts = make_tour_inputs(args.zerotune, work)
         runs = {}
         # The same global batch of 8 everywhere: micro-batch 4 x 2 ranks, or x 2 accumulation steps on 1.
-        for label, ranks, stage, extra in (("2 ranks ZeRO-3", 2, 3, []), ("2 ranks ZeRO-1", 2, 1, []),
+        for label, ranks, stage, extra in (("2 ranks ZeRO-3", 2, 3, ["--grad-accum", 1]),
+                                           ("2 ranks ZeRO-1", 2, 1, ["--grad-accum", 1]),
                                            ("1 rank ZeRO-0", 1, 0, ["--grad-accum", 2])):
             out = os.path.join(work, f"run{ranks}-{stage}")
             records, log = train(args.zerotune, ranks, model, data, prompts, out, stage, extra)
@@ -104,7 +105,7 @@ def main():
         check_against_generate(report, "full, ZeRO-3", args.zerotune, model, out, records[PROMPTS:])
         lora_out = os.path.join(work, "lora3")
         lora_records, log = train(args.zerotune, 2, model, data, prompts, lora_out, 3,
-                                  ["--lora-r", 8, "--lora-alpha", 16, "--lora-targets", "all-linear"])
+                                  ["--grad-accum", 1, "--lora-r", 8, "--lora-alpha", 16, "--lora-targets", "all-linear"])
         check_records(report, "LoRA 2 ranks ZeRO-3", lora_records, texts, log)
         check_against_generate(report, "LoRA, ZeRO-3", args.zerotune, model, lora_out, lora_records[PROMPTS:])
     return report.finish()
