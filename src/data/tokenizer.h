@@ -50,7 +50,8 @@ class Tokenizer {
 // bytes straddle the boundary comes out whole and a SentencePiece word's "▁" becomes the space
 // before it (HF's decode drops that space for a completion's first word; the completion is meant to
 // be read after the prompt). When the two texts do not share that prefix (the context ends inside
-// a character), pieces_text(ids) alone.
+// a character), pieces_text(ids) alone. Always valid UTF-8: bytes that form no character become
+// U+FFFD, as in HF's decode.
 std::string decode_continuation(const Tokenizer& tokenizer, const std::vector<int32_t>& context,
                                 const std::vector<int32_t>& ids);
 
