@@ -65,10 +65,10 @@ def write_ds_config(work):
     return path
 
 
-def train(zerotune, ranks, model, data, prompts, out, stage, extra=()):
+def train(zerotune, ranks, model, data, prompts, out, stage, extra=(), device="cpu"):
     result, _ = run_ranks(ranks, [zerotune, "train", "--model", model, "--data", data, "--out", out, "--deepspeed",
                                   os.path.join(os.path.dirname(out), "ds.json"), "--zero-stage", stage,
-                                  "--max-steps", 2, "--seed", 1, "--device", "cpu", "--sample-prompts", prompts,
+                                  "--max-steps", 2, "--seed", 1, "--device", device, "--sample-prompts", prompts,
                                   "--sample-every", 1, "--sample-max-new-tokens", NEW_TOKENS, *extra], timeout_s=300)
     with open(os.path.join(out, "samples.jsonl")) as stream:
         return [json.loads(line) for line in stream if line.strip()], result.stdout + result.stderr
@@ -89,9 +89,9 @@ def check_records(report, label, records, prompts, log):
     report.check("ranks chose different tokens" not in log, f"{label}: every rank chose rank 0's tokens")
 
 
-def generate(zerotune, model, prompt, checkpoint=()):
+def generate(zerotune, model, prompt, checkpoint=(), device="cpu"):
     result = subprocess.run([zerotune, "generate", "--model", model, *checkpoint, "--prompt", prompt, "--max-new-tokens",
-                             str(NEW_TOKENS), "--device", "cpu", "--json"], capture_output=True, text=True, timeout=120)
+                             str(NEW_TOKENS), "--device", device, "--json"], capture_output=True, text=True, timeout=300)
     if result.returncode:
         raise OracleError(f"generate {' '.join(checkpoint)} exited {result.returncode}: {result.stderr[-400:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
