@@ -69,6 +69,27 @@ GemmDims matmul_dims(const Tensor& c, const Tensor& a, bool transpose_a, const T
   return dims;
 }
 
+CachedAttentionDims cached_attention_dims(const char* op, const Tensor& out, const Tensor& q, const Tensor& k,
+                                          const Tensor& v) {
+  ZT_CHECK(q.ndim == 4, op, ": q must be [B, T, H, D], got ", q.describe());
+  ZT_CHECK(k.ndim == 4, op, ": k must be [B, S, Hkv, D] (the cached keys), got ", k.describe());
+  CachedAttentionDims dims;
+  dims.batch = q.dim(0);
+  dims.queries = q.dim(1);
+  dims.heads = q.dim(2);
+  dims.head_dim = q.dim(3);
+  dims.keys = k.dim(1);
+  dims.kv_heads = k.dim(2);
+  ZT_CHECK(dims.kv_heads > 0 && dims.heads % dims.kv_heads == 0, op, ": query heads H = ", dims.heads,
+           " must be a multiple of key/value heads Hkv = ", dims.kv_heads);
+  ZT_CHECK(dims.queries <= dims.keys, op, ": the T = ", dims.queries, " new queries must be among the S = ", dims.keys,
+           " cached keys (T <= S)");
+  expect_shape(op, "k", k, {dims.batch, dims.keys, dims.kv_heads, dims.head_dim});
+  expect_same_shape(op, "v", v, "k", k);
+  expect_same_shape(op, "out", out, "q", q);
+  return dims;
+}
+
 int64_t expect_quant4_view(const char* op, const Quant4View& weight, int64_t n) {
   ZT_CHECK(weight.blocksize > 0, op, ": blocksize ", weight.blocksize, " must be positive");
   const int64_t blocks = (n + weight.blocksize - 1) / weight.blocksize;

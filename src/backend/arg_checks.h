@@ -45,6 +45,15 @@ struct AdalomoShape {
 AdalomoShape adalomo_shape(const char* op, const char* row_arg, const Tensor& row, const char* col_arg,
                            const Tensor& col, const Tensor& grad, int64_t offset);
 
+// The sizes of attention_cached_forward (backend.h): q[B,T,H,D], k,v[B,S,Hkv,D] with T <= S and
+// H a multiple of Hkv, out like q. Throws naming the argument unless they agree (dtypes and
+// devices are each backend's to check).
+struct CachedAttentionDims {
+  int64_t batch = 0, queries = 0, keys = 0, heads = 0, kv_heads = 0, head_dim = 0;  // B, T, S, H, Hkv, D
+};
+CachedAttentionDims cached_attention_dims(const char* op, const Tensor& out, const Tensor& q, const Tensor& k,
+                                          const Tensor& v);
+
 // Throws unless the pieces of `weight` have the dtypes and sizes of a 4-bit tensor of n values
 // (backend.h "dequantize_4bit"); returns its number of blocks.
 int64_t expect_quant4_view(const char* op, const Quant4View& weight, int64_t n);

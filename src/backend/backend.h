@@ -31,7 +31,8 @@
 //     dbias any float.
 //   - rope: x any float; inv_freq fp32; positions int32. swiglu, relu, dropout: all activations one float dtype;
 //     row_ids int64.
-//   - attention: q, k, v, out, dout, dq, dk, dv one float dtype; lse fp32; positions int32.
+//   - attention (and attention_cached_forward): q, k, v, out, dout, dq, dk, dv one float
+//     dtype; lse fp32; positions int32.
 //   - cross_entropy: logits any float (dlogits are written in the logits' dtype); targets int32;
 //     mask uint8.
 //   - dequantize_4bit: out any float; the payload's pieces as Quant4View says.
@@ -240,7 +241,9 @@ class Backend {
   // The CPU backend checks the rule; the CUDA kernels trust it.
 
   // ---- rotary position embedding (HF half-split layout, `rotate_half`) -----------------
-  // In place on x[B,T,H,D]: position of token (b,t) is positions[b*T+t] (see above).
+  // In place on x[B,T,H,D]: position of token (b,t) is positions[b*T+t] (see above), or any
+  // absolute position >= 0: rope reads each position alone (a KV-cached generation step rotates
+  // its tokens at positions P, P+1, ...), so only attention needs the packed-rows rule.
   // inv_freq[D/2] = 1 / theta^(2i/D) (divided by a linear scaling factor where configured);
   // angle = position * inv_freq[i]; (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) for
   // x1 = x[..., i], x2 = x[..., i + D/2].
@@ -270,6 +273,14 @@ class Backend {
   virtual void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q,
                                   Tensor k, Tensor v, Tensor out, Tensor lse, Tensor positions,
                                   float scale) = 0;
+
+  // ---- attention over a key/value cache (generation) ------------------------------------
+  // The T newest queries of each row against all S cached keys and values of that row, which
+  // end with the T new ones: q[B,T,H,D], k,v[B,S,Hkv,D] (T <= S), out[B,T,H,D]. Query t is at
+  // position S - T + t and sees the keys [0, S - T + t]: causal with an offset, one sample per
+  // row, grouped-query heads as attention_forward. No lse: nothing runs backward through a
+  // generation step. (model/kv_cache.h writes the cache and calls this.)
+  virtual void attention_cached_forward(Tensor out, Tensor q, Tensor k, Tensor v, float scale) = 0;
 
   // ---- loss ---------------------------------------------------------------------------
   // Fused softmax + cross-entropy over logits[N,V] for rows with mask[n] = 1 (uint8[N]),

@@ -218,6 +218,7 @@ class Counting final : public CountingBackend {
   void relu_backward(Tensor, Tensor, Tensor) override {}
   void attention_forward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, float) override {}
   void attention_backward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, float) override {}
+  void attention_cached_forward(Tensor, Tensor, Tensor, Tensor, float) override {}
   double cross_entropy(Tensor, Tensor, Tensor, float) override { return 0.0; }
   void cross_entropy_accumulate(Tensor, Tensor, Tensor, float, Tensor) override {}
   void dropout(Tensor, Tensor, float, RngKey, Tensor) override {}

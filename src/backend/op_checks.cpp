@@ -280,6 +280,15 @@ std::vector<OpCheck> op_table() {
          return Outputs{run.read(out), run.read(lse), run.read(dq), run.read(dk), run.read(dv)};
        },
        kAttentionRoundings},
+      // A generation step's attention over a cache: the 2 newest of 5 positions (offset 3).
+      {"attention_cached", kFloats, 1e-4,
+       [](OpRun& run, DType dtype) {
+         constexpr int64_t kNew = 2;
+         Tensor q = run.random(dtype, {B, kNew, H, D}), k = run.random(dtype, {B, T, HKV, D});
+         Tensor v = run.random(dtype, {B, T, HKV, D}), out = run.output(dtype, {B, kNew, H, D});
+         run.backend().attention_cached_forward(out, q, k, v, 1.0f / std::sqrt(static_cast<float>(D)));
+         return Outputs{run.read(out)};
+       }},
       {"cross_entropy", kFloats, 1e-5,
        [](OpRun& run, DType dtype) {
          std::vector<int32_t> targets(N);

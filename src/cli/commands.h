@@ -18,5 +18,6 @@ int command_export(const std::vector<std::string>& args);
 int command_report(const std::vector<std::string>& args);
 int command_selftest(const std::vector<std::string>& args);
 int command_autotune(const std::vector<std::string>& args);
+int command_generate(const std::vector<std::string>& args);
 
 }  // namespace zt

@@ -32,6 +32,7 @@ const std::map<std::string, Command>& commands() {
       {"report", command_report},
       {"selftest", command_selftest},
       {"autotune", command_autotune},
+      {"generate", command_generate},
   };
   return table;
 }
@@ -46,6 +47,8 @@ void print_usage(std::FILE* stream) {
                "  inspect show what a data directory holds (shards, lengths, a decoded sample)\n"
                "  estimate memory per GPU/CPU for each ZeRO stage and offload choice\n"
                "  export  a checkpoint as an HF model directory or a PEFT adapter\n"
+               "  generate continue a prompt with a model, a checkpoint of it or a PEFT adapter (greedy or\n"
+               "          top-p sampling, a key/value cache; a quick look at what training made)\n"
                "  report  write OUT/report.html (curves and summary) from a training run's OUT/metrics.jsonl\n"
                "  selftest preflight on every rank of an allocation: kernels vs the CPU, GEMM plans, collectives,\n"
                "          bandwidths, memory (takes train's options)\n"

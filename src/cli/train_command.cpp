@@ -81,6 +81,11 @@ po::options_description train_options() {
       ("eval-every", po::value<int64_t>(), "evaluate every N steps (default: at the end of each epoch only)")
       ("eval-at-start", po::bool_switch(), "evaluate before the first step too, as DeepSpeed-Chat's step 1 prints "
                                            "its \"Epoch 0\" ppl (not on a resumed run)")
+      ("sample-prompts", po::value<std::string>(), "greedy completions of these prompts after the last step (and every "
+       "--sample-every steps), printed and appended to OUT/samples.jsonl: one prompt per line, or JSON lines with a "
+       "\"prompt\" (a .jsonl file like prep's input)")
+      ("sample-every", po::value<int64_t>(), "with --sample-prompts: sample every N steps too")
+      ("sample-max-new-tokens", po::value<int64_t>(), "with --sample-prompts: at most this many new tokens per prompt (default 64)")
       ("device", po::value<std::string>(), "auto (default: cuda when this build has CUDA and the rank sees a GPU, "
        "else cpu), cpu, or cuda: the GPU local_rank % visible devices")
       ("comm", po::value<std::string>(), "GPU collectives: auto (NCCL when each rank has its own GPU), nccl, or "
@@ -266,6 +271,10 @@ void take_save_and_eval_flags(const po::variables_map& vm, TrainConfig& config, 
   ZT_CHECK(config.eval_every == 0 || !config.eval_data_dir.empty(), "--eval-every needs --eval-data");
   config.eval_at_start = vm["eval-at-start"].as<bool>();
   ZT_CHECK(!config.eval_at_start || !config.eval_data_dir.empty(), "--eval-at-start needs --eval-data or --eval-split");
+  take(vm, "sample-prompts", run.samples.prompts_file);
+  take(vm, "sample-every", run.samples.every);
+  take(vm, "sample-max-new-tokens", run.samples.max_new_tokens);
+  check_sample_options(run.samples, vm.count("sample-every") > 0);
 }
 
 }  // namespace

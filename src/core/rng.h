@@ -23,6 +23,7 @@ enum class RngPurpose : uint32_t {
   Shuffle = 4,
   Test = 5,
   ModelDropout = 6,  // a model's own dropout (OPT's residual dropout), by layer and site
+  Sampling = 7,      // generation's token sampling (--temperature > 0), by prompt and new token
 };
 
 struct RngKey {

@@ -2,6 +2,8 @@
 // decides the implementation.
 #include "data/tokenizer.h"
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
 #include <fstream>
 
@@ -70,6 +72,19 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir_or_model) {
     case TokenizerKind::kGpt2VocabMerges: return load_gpt2_vocab_files(fs::path(files->path).parent_path().string());
   }
   fail("unknown tokenizer kind");
+}
+
+std::string decode_continuation(const Tokenizer& tokenizer, const std::vector<int32_t>& context,
+                                const std::vector<int32_t>& ids) {
+  std::vector<int32_t> all = context;
+  all.insert(all.end(), ids.begin(), ids.end());
+  const std::string before = tokenizer.pieces_text(context), whole = tokenizer.pieces_text(all);
+  const std::string text =
+      whole.compare(0, before.size(), before) == 0 ? whole.substr(before.size()) : tokenizer.pieces_text(ids);
+  // Bytes that are no UTF-8 (a character the token limit cut, a lone byte token) become U+FFFD, as
+  // HF's decode (bytes.decode(errors="replace")) makes them: nlohmann's replacing serializer.
+  return nlohmann::json::parse(nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))
+      .get<std::string>();
 }
 
 }  // namespace zt

@@ -45,6 +45,16 @@ class Tokenizer {
   virtual const std::string& file_sha256() const = 0;  // sha256 of TokenizerFiles::files, lowercase hex
 };
 
+// The text that `ids` add after `context` (HF's decode of the new tokens of a generation):
+// pieces_text(context + ids) less its first pieces_text(context) bytes, so that a character whose
+// bytes straddle the boundary comes out whole and a SentencePiece word's "▁" becomes the space
+// before it (HF's decode drops that space for a completion's first word; the completion is meant to
+// be read after the prompt). When the two texts do not share that prefix (the context ends inside
+// a character), pieces_text(ids) alone. Always valid UTF-8: bytes that form no character become
+// U+FFFD, as in HF's decode.
+std::string decode_continuation(const Tokenizer& tokenizer, const std::vector<int32_t>& context,
+                                const std::vector<int32_t>& ids);
+
 enum class TokenizerKind { kSentencePiece, kTokenizerJson, kGpt2VocabMerges };
 
 // Which files make a tokenizer. `path` is what file_path() reports; `files` are the files whose

@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "model/config.h"
 #include "model/decoder_blocks.h"
+#include "model/kv_cache.h"
 #include "model/linear.h"
 #include "model/param_store.h"
 
@@ -82,6 +83,13 @@ class CausalLM {
   // compute dtype, a buffer of their own: --dump-step0), valid until the next forward.
   virtual Tensor forward(const BatchTensors& batch, const DropoutContext& dropout) = 0;
   void keep_logits(bool keep) { keep_logits_ = keep; }
+  // Generation (model/generation.h): runs the model over `input_ids` (int32 [T] on the model's
+  // device: one sequence's next T tokens, at absolute positions P .. P+T-1, P = cache.length())
+  // with the keys and values of the earlier positions from `cache`, to which the new ones are
+  // appended (cache.length() becomes P + T). Returns the logits [1, V] of the last of them (the
+  // compute dtype, valid until the next call). No dropout; the unit hooks run as in forward
+  // (ZeRO-3 gathers each unit, so every rank must make the same calls).
+  virtual Tensor forward_cached(Tensor input_ids, KvCache& cache) = 0;
   // After forward on the same batch: per chunk of rows, the LM head, the fused
   // softmax-cross-entropy (logits widened to fp32, as HF's logits.float()) and the head's
   // backward; then the full backward.

@@ -78,18 +78,7 @@ class DecoderModel final : public CausalLM {
       hooks().release(block_unit(l));
     }
     hooks().acquire(head_unit(), UnitUse::Forward);
-    Tensor head_input = residual(c_.num_hidden_layers);  // [N, C], then [N, E] after project_out
-    if (c_.final_norm) {
-      Tensor normed = matrix(final_ln_, n, c_.hidden_size);
-      time_module(backend_, timer(), "norm", final_norm_.flops(n), [&] { final_norm_.forward(backend_, normed, head_input, final_saved_); });
-      head_input = normed;
-    }
-    if (c_.projects_embeddings()) {
-      Tensor projected = matrix(projected_, n, c_.embed_dim());
-      time_module(backend_, timer(), "head", linear_flops({&project_out_}, n, false),
-                  [&] { project_out_.forward(backend_, projected, head_input, project_out_saved_, dropout); });
-      head_input = projected;
-    }
+    head_input_forward(dropout);
     Tensor logits;  // only for keep_logits: the head runs in loss() and backward()
     if (keeps_logits()) {
       ensure_buffer(whole_logits_, backend_, n * c_.vocab_size, act_);
@@ -98,6 +87,37 @@ class DecoderModel final : public CausalLM {
         backend_.copy(logits.rows(first, count), chunk_logits);
       });
     }
+    hooks().release(head_unit());
+    return logits;
+  }
+
+  Tensor forward_cached(Tensor input_ids, KvCache& cache) override {
+    const int64_t first = cache.length(), count = input_ids.numel();
+    ZT_CHECK(count > 0, "forward_cached: no new tokens");
+    check_sequence_length(c_, first + count, "the generated sequence");
+    reserve(1, count);
+    BatchTensors batch;
+    batch.batch = 1;
+    batch.seq = count;
+    batch.input_ids = input_ids;
+    batch.positions = absolute_positions(first, count);  // RoPE and learned positions: P .. P+T-1
+    DropoutContext no_dropout;
+    no_dropout.training = false;
+    BlockPass pass = block_pass(batch, no_dropout);
+    pass.cache = &cache;
+    hooks().acquire(kStemUnit, UnitUse::Forward);
+    stem_forward(batch, pass, no_dropout);
+    hooks().release(kStemUnit);
+    for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
+      hooks().acquire(block_unit(l), UnitUse::Forward);
+      blocks_->forward(l, pass, residual(l), saved(l), residual(l + 1));
+      hooks().release(block_unit(l));
+    }
+    cache.advance(count);
+    hooks().acquire(head_unit(), UnitUse::Forward);
+    head_input_forward(no_dropout);
+    Tensor logits = matrix(logits_, 1, c_.vocab_size);  // [1, V]: the last token's
+    head_.forward(backend_, logits, head_input().rows(rows() - 1, 1), head_saved_, no_dropout);
     hooks().release(head_unit());
     return logits;
   }
@@ -256,6 +276,33 @@ class DecoderModel final : public CausalLM {
     return c_.projects_embeddings() ? linear_flops({&project_in_}, rows(), backward) : 0.0;
   }
 
+  // After the blocks (the head unit acquired): the final norm and project_out, where the family
+  // has them, into the buffers head_input() returns.
+  void head_input_forward(const DropoutContext& dropout) {
+    const int64_t n = rows();
+    Tensor input = residual(c_.num_hidden_layers);  // [N, C], then [N, E] after project_out
+    if (c_.final_norm) {
+      Tensor normed = matrix(final_ln_, n, c_.hidden_size);
+      time_module(backend_, timer(), "norm", final_norm_.flops(n), [&] { final_norm_.forward(backend_, normed, input, final_saved_); });
+      input = normed;
+    }
+    if (c_.projects_embeddings()) {
+      Tensor projected = matrix(projected_, n, c_.embed_dim());
+      time_module(backend_, timer(), "head", linear_flops({&project_out_}, n, false),
+                  [&] { project_out_.forward(backend_, projected, input, project_out_saved_, dropout); });
+    }
+  }
+
+  // int32 [count] on the device: first, first + 1, ... (a generation step's absolute positions).
+  Tensor absolute_positions(int64_t first, int64_t count) {
+    std::vector<int32_t> host(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) host[static_cast<size_t>(i)] = static_cast<int32_t>(first + i);
+    ensure_buffer(absolute_positions_, backend_, count, DType::I32);
+    Tensor positions = absolute_positions_.view(DType::I32, {count});
+    backend_.copy(positions, Tensor(host.data(), DType::I32, {count}));
+    return positions;
+  }
+
   // The LM head's input [N, E] after forward: the last block's output, after the final norm and
   // project_out where the family has them.
   Tensor head_input() {
@@ -398,6 +445,7 @@ class DecoderModel final : public CausalLM {
   Buffer embedded_, projected_, grad_projected_;  // [N, E]: token rows before project_in; project_out's output; grads
   Buffer position_embedded_;                      // [N, C]: position rows
   Buffer row_positions_;                          // int32 [N]: t, for batches without positions
+  Buffer absolute_positions_;                     // int32 [T]: a generation step's positions
   LoraSaved project_in_saved_, project_out_saved_, head_saved_;
   Buffer final_ln_;                               // [N, C]
   NormSaved final_saved_;                         // [N]

@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "core/rng.h"
+#include "model/kv_cache.h"
 #include "model/linear.h"
 #include "model/param_store.h"
 
@@ -36,7 +37,9 @@ struct BlockPass {
   const DropoutContext* dropout = nullptr;
   Tensor lora_dz, lora_scratch;        // shared LoRA scratch of LinearLayer::backward
   ModuleTimer* timer = nullptr;        // --profile-step, or null
+  KvCache* cache = nullptr;            // generation: the keys and values of earlier positions (kv_cache.h)
   int64_t rows() const { return batch * seq; }
+  AttentionPass attention() const { return AttentionPass{batch, seq, positions, cache}; }
 };
 
 // What one block's forward keeps for its backward (one per layer, or one shared by all layers

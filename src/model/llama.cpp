@@ -150,9 +150,9 @@ class LlamaBlocks final : public DecoderBlocks {
       block.linear[kV].forward(backend_, v, ln1, a.lora[kV], dropout);
       backend_.rope_forward(q.reshaped({b, t, heads, d}), inv_freq, pass.positions);
       backend_.rope_forward(k.reshaped({b, t, kv_heads, d}), inv_freq, pass.positions);
-      backend_.attention_forward(att.reshaped({b, t, heads, d}), a.lse.view(DType::F32, {b, heads, t}),
-                                 q.reshaped({b, t, heads, d}), k.reshaped({b, t, kv_heads, d}),
-                                 v.reshaped({b, t, kv_heads, d}), pass.positions, attention_scale());
+      block_attention(backend_, pass.attention(), layer, att.reshaped({b, t, heads, d}),
+                      a.lse.view(DType::F32, {b, heads, t}), q.reshaped({b, t, heads, d}),
+                      k.reshaped({b, t, kv_heads, d}), v.reshaped({b, t, kv_heads, d}), attention_scale());
       // V's bias after the attention (model/attention_bias.h); grad_q_ is free until backward.
       const Tensor o_in = with_value_bias(backend_, matrix(grad_q_, n, heads * d), att, block.linear[kV].bias(), heads,
                                           kv_heads, d);

@@ -190,7 +190,7 @@ class OptBlocks final : public DecoderBlocks {
     }
     Tensor attn_sum = c_.pre_norm ? mid : matrix(a.pre1, n, hidden);  // x + branch
     time_module(backend_, pass.timer, "attention", attention_flops(block, pass, false), [&] {
-      attention(block, pass, a, attn_in, attn_sum);
+      attention(layer, block, pass, a, attn_in, attn_sum);
       residual_dropout(attn_sum, block.attn_dropout_stream, dropout);
       backend_.accumulate(attn_sum, x, 1.0f);
     });
@@ -287,16 +287,16 @@ class OptBlocks final : public DecoderBlocks {
   bool dropping(const DropoutContext& dropout) const { return c_.residual_dropout > 0.0 && dropout.training; }
 
   // out[N,C] = out_proj(attention(q_proj(in), k_proj(in), v_proj(in))).
-  void attention(const OptBlock& block, const BlockPass& pass, OptSaved& a, Tensor in, Tensor out) {
+  void attention(int64_t layer, const OptBlock& block, const BlockPass& pass, OptSaved& a, Tensor in, Tensor out) {
     const int64_t n = pass.rows(), hidden = c_.hidden_size;
     const DropoutContext& dropout = *pass.dropout;
     Tensor q = matrix(a.q, n, hidden), k = matrix(a.k, n, hidden), v = matrix(a.v, n, hidden), att = matrix(a.att, n, hidden);
     block.linear[kQ].forward(backend_, q, in, a.lora[kQ], dropout);
     block.linear[kK].forward(backend_, k, in, a.lora[kK], dropout);
     block.linear[kV].forward(backend_, v, in, a.lora[kV], dropout);
-    backend_.attention_forward(heads_view(att, pass), a.lse.view(DType::F32, {pass.batch, c_.num_attention_heads, pass.seq}),
-                               heads_view(q, pass), heads_view(k, pass), heads_view(v, pass), pass.positions,
-                               attention_scale());
+    block_attention(backend_, pass.attention(), layer, heads_view(att, pass),
+                    a.lse.view(DType::F32, {pass.batch, c_.num_attention_heads, pass.seq}), heads_view(q, pass),
+                    heads_view(k, pass), heads_view(v, pass), attention_scale());
     // V's bias after the attention (model/attention_bias.h); grad_q_ is free until backward.
     const int64_t heads = c_.num_attention_heads;
     const Tensor out_in = with_value_bias(backend_, matrix(grad_q_, n, hidden), att, block.linear[kV].bias(), heads,

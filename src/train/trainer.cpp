@@ -151,6 +151,9 @@ void prepare(TrainingRun& run) {
              eval_attrs.vocab_size, ") was tokenized differently from the training data ", config.data_dir,
              " (tokenizer ", data_attrs.tokenizer_sha256, ", vocab_size ", data_attrs.vocab_size, ")");
   }
+  if (run.options.samples.enabled())  // the prompts read and tokenized now: a bad file stops before any work
+    run.samples = std::make_unique<TrainingSamples>(run.options.samples, config.model_dir, run.model_config,
+                                                    config.out_dir, run.leader);
   if (!run.options.adapter_dir.empty()) {
     ZT_CHECK(!config.lora.enabled(), "--adapter takes the LoRA settings from ", run.options.adapter_dir,
              "/adapter_config.json: do not give --lora-r as well");

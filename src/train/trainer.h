@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "train/sampling.h"
 #include "train/train_config.h"
 
 namespace zt {
@@ -21,6 +22,7 @@ struct RunOptions {
   bool overwrite = false;      // --overwrite: start over in an --out that holds another run
   bool allow_data_change = false;  // --allow-data-change: resume a checkpoint made on other data
   bool report_nonfinite = false;   // --report-nonfinite: where inf/NaN first appeared in a skipped step
+  SampleOptions samples;           // --sample-prompts, --sample-every, --sample-max-new-tokens (train/sampling.h)
   std::vector<std::string> notes;  // messages from config translation, printed at start
 };
 

@@ -91,6 +91,7 @@ class TrainingLoop {
     for (int64_t step = run_.state.step; step < run_.total_steps; ++step) {
       const StepMetrics metrics = train_step(step);
       evaluate_if_due(step, metrics.epoch);
+      sample_if_due(step);
       if (save_or_stop(step)) return false;
     }
     return true;
@@ -210,6 +211,14 @@ class TrainingLoop {
     std::snprintf(epoch_text, sizeof epoch_text, "%.2f", epoch);
     run_.say(cat("eval at step ", steps_done, " (epoch ", epoch_text, ") | ppl: ", eval.perplexity, ", loss: ", eval.loss,
                  " | ", eval.target_tokens, " target tokens in ", eval.samples, " samples"));
+  }
+
+  // --sample-prompts: every --sample-every steps and after the last (every rank, in lockstep).
+  void sample_if_due(int64_t step) {
+    if (!run_.samples || !run_.samples->due(step + 1, run_.total_steps)) return;
+    run_.control().set_context(cat("samples after step ", step + 1));
+    run_.samples->run(step + 1, *run_.parts.model, run_.backend(), run_.parts.store->param_dtype(), *run_.comm,
+                      [&](const std::string& line) { run_.say(line); });
   }
 
   // Checkpoints: every save_every steps, at the end, and when the batch system asks us to stop

@@ -17,6 +17,7 @@
 #include "train/memory_model.h"
 #include "train/metrics.h"
 #include "train/run_assembly.h"
+#include "train/sampling.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
 
@@ -34,6 +35,7 @@ struct TrainingRun {
   ModelConfig model_config;
   std::optional<TokenDataset> dataset;
   std::optional<TokenDataset> eval_data;  // --eval-data
+  std::unique_ptr<TrainingSamples> samples;  // --sample-prompts (train/sampling.h)
   // the device:
   RunDevice device;                  // the backend, the device communicator, the control one
   Communicator* comm = nullptr;      // the collectives' (the device's, else host_comm)

@@ -291,10 +291,19 @@ BOOST_AUTO_TEST_CASE(rope_on_packed_rows_equals_each_sample_alone) {
 BOOST_AUTO_TEST_CASE(positions_that_break_the_rule_are_refused) {
   auto backend = make_cpu_backend();
   std::vector<float> x(2 * 3 * 1 * 4), inv_freq = {1.0f, 0.5f}, lse(2 * 3);
+  // rope reads each position alone (absolute positions: a KV-cached generation step starts past 0,
+  // backend.h), so only a negative one is refused there; the packed-rows rule is attention's.
+  std::vector<int32_t> negative = {0, 1, 2, 0, -1, 2};
+  zt::test::check_error_mentions(
+      [&] { backend->rope_forward(view(x, {2, 3, 1, 4}), view(inv_freq, {2}), view(negative, {6})); },
+      {"rope_forward", "positions must be >= 0", "-1"});
   std::vector<int32_t> skips = {0, 2, 3, 0, 1, 2};
   zt::test::check_error_mentions(
-      [&] { backend->rope_forward(view(x, {2, 3, 1, 4}), view(inv_freq, {2}), view(skips, {6})); },
-      {"rope_forward", "positions[0, 1] = 2", "must be 0"});
+      [&] {
+        backend->attention_forward(view(x, {2, 3, 1, 4}), view(lse, {2, 1, 3}), view(x, {2, 3, 1, 4}), view(x, {2, 3, 1, 4}),
+                                   view(x, {2, 3, 1, 4}), view(skips, {6}), 0.5f);
+      },
+      {"attention_forward", "positions[0, 1] = 2", "must be 0"});
   std::vector<int32_t> late_start = {0, 1, 2, 1, 2, 3};
   zt::test::check_error_mentions(
       [&] {

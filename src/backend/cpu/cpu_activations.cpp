@@ -1,6 +1,7 @@
 // The CPU backend's pointwise layers: rotary position embedding (HF rotate_half layout),
 // SwiGLU, ReLU and inverted dropout with counter-based masks; fp32 kernels, 16-bit storage
 // through Fp32Staging.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -26,24 +27,35 @@ void rotate_pairs(const char* op, const Tensor& x, const Tensor& inv_freq, const
   ZT_CHECK(head_dim % 2 == 0, op, ": head dim D must be even, got ", x.describe());
   const int64_t half = head_dim / 2;
   expect_shape(op, "inv_freq", inv_freq, {half});
-  const int32_t* position_of = positions_arg(op, positions, batch, time);  // [B*T] or null
-  // As HF: angle = position * inv_freq in fp32, then cos and sin in fp32. Table [T, D/2].
-  std::vector<float> cos_table(static_cast<size_t>(time * half));
-  std::vector<float> sin_table(static_cast<size_t>(time * half));
-#pragma omp parallel for schedule(static) if (time * half > 4096)
-  for (int64_t t = 0; t < time; ++t) {
+  // Absolute positions >= 0 (backend.h: a cached generation step starts past 0); the table
+  // spans [lowest, last] of them: [0, T) for a training batch, one row for a generation step.
+  const int32_t* position_of = nullptr;  // [B*T] or null (t)
+  int64_t lowest = 0, last = time - 1;
+  if (!positions.empty()) {
+    position_of = i32_arg(op, "positions", positions);
+    expect_numel(op, "positions", positions, batch * time, "B*T");
+    const auto [low, high] = std::minmax_element(position_of, position_of + batch * time);
+    if (batch * time > 0) lowest = *low, last = *high;
+    ZT_CHECK(lowest >= 0, op, ": positions must be >= 0, got ", lowest);
+  }
+  const int64_t span = last - lowest + 1;
+  // As HF: angle = position * inv_freq in fp32, then cos and sin in fp32. Table [span, D/2].
+  std::vector<float> cos_table(static_cast<size_t>(std::max<int64_t>(span, 0) * half));
+  std::vector<float> sin_table(cos_table.size());
+#pragma omp parallel for schedule(static) if (span * half > 4096)
+  for (int64_t row = 0; row < span; ++row) {
     for (int64_t i = 0; i < half; ++i) {
-      const float angle = static_cast<float>(t) * freq[i];
-      cos_table[static_cast<size_t>(t * half + i)] = std::cos(angle);
-      sin_table[static_cast<size_t>(t * half + i)] = direction * std::sin(angle);
+      const float angle = static_cast<float>(lowest + row) * freq[i];
+      cos_table[static_cast<size_t>(row * half + i)] = std::cos(angle);
+      sin_table[static_cast<size_t>(row * half + i)] = direction * std::sin(angle);
     }
   }
   // One (b, t) token per iteration: all its heads share the same cos/sin row.
 #pragma omp parallel for schedule(static) if (x.numel() > kParallelThreshold)
   for (int64_t token = 0; token < batch * time; ++token) {
-    const int64_t t = position_of ? position_of[token] : token % time;  // < T by the positions rule
-    const float* cos_row = cos_table.data() + t * half;  // cos_row[D/2]
-    const float* sin_row = sin_table.data() + t * half;  // sin_row[D/2]
+    const int64_t row = (position_of ? position_of[token] : token % time) - lowest;  // in [0, span)
+    const float* cos_row = cos_table.data() + row * half;  // cos_row[D/2]
+    const float* sin_row = sin_table.data() + row * half;  // sin_row[D/2]
     for (int64_t h = 0; h < heads; ++h) {
       float* first = data + (token * heads + h) * head_dim;  // first[D/2] = x1
       float* second = first + half;                         // second[D/2] = x2

@@ -118,6 +118,7 @@ class CpuBackend final : public Backend {
                          float scale) override;
   void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k,
                           Tensor v, Tensor out, Tensor lse, Tensor positions, float scale) override;
+  void attention_cached_forward(Tensor out, Tensor q, Tensor k, Tensor v, float scale) override;
 
   double cross_entropy(Tensor logits, Tensor targets, Tensor mask, float grad_scale) override;
 

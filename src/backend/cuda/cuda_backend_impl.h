@@ -198,6 +198,7 @@ class CudaBackendImpl final : public CudaBackend {
                          float scale) override;
   void attention_backward(Tensor dq, Tensor dk, Tensor dv, Tensor dout, Tensor q, Tensor k,
                           Tensor v, Tensor out, Tensor lse, Tensor positions, float scale) override;
+  void attention_cached_forward(Tensor out, Tensor q, Tensor k, Tensor v, float scale) override;  // cuda_attention_cached.cu
 
   double cross_entropy(Tensor logits, Tensor targets, Tensor mask, float grad_scale) override;
   // No synchronisation: the sum is added on the device (same bits as cross_entropy's), bad
