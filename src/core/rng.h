@@ -23,6 +23,7 @@ enum class RngPurpose : uint32_t {
   Shuffle = 4,
   Test = 5,
   ModelDropout = 6,  // a model's own dropout (OPT's residual dropout), by layer and site
+  ValueHeadInit = 7,  // the reward objective's fresh value head (train/reward_objective.cpp)
 };
 
 struct RngKey {

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "data/jsonl_reader.h"
+#include "data/prep_records.h"
 
 namespace zt {
 namespace {
@@ -36,19 +37,6 @@ std::vector<fs::path> existing_shards(const fs::path& dir, const std::string& sp
   }
   std::sort(shards.begin(), shards.end());
   return shards;
-}
-
-// Why a row cannot become a sample, as a short fixed reason (skip counts group by it), or ""
-// when it can.
-std::string bad_row_reason(const nlohmann::json& row, const PrepOptions& options) {
-  for (const std::string* column : {&options.prompt_column, &options.response_column}) {
-    const auto found = row.find(*column);
-    if (found == row.end()) return cat("missing column '", *column, "'");
-    if (!found->is_string()) return cat("column '", *column, "' is not a string");
-  }
-  if (row[options.response_column].get_ref<const std::string&>().empty())
-    return cat("empty response (column '", options.response_column, "')");
-  return "";
 }
 
 std::string column_list(const nlohmann::json& row) {
@@ -124,12 +112,63 @@ class ShardStaging {
   bool committed_ = false;
 };
 
+// The step-1 samples (build_prep_sample), one per row.
+class SampleRecords final : public PrepRecords {
+ public:
+  SampleRecords(const Tokenizer& tokenizer, const PrepOptions& options) : tokenizer_(tokenizer), options_(options) {}
+
+  std::string bad_row_reason(const nlohmann::json& row) const override {
+    for (const std::string* column : {&options_.prompt_column, &options_.response_column}) {
+      const auto found = row.find(*column);
+      if (found == row.end()) return cat("missing column '", *column, "'");
+      if (!found->is_string()) return cat("column '", *column, "' is not a string");
+    }
+    if (row[options_.response_column].get_ref<const std::string&>().empty())
+      return cat("empty response (column '", options_.response_column, "')");
+    return "";
+  }
+
+  std::string column_options() const override { return "--prompt-column/--response-column"; }
+
+  std::string add_row(const nlohmann::json& row, PrepSummary& summary, std::vector<int64_t>& lengths) override {
+    bool truncated = false;
+    TokenSample sample = build_prep_sample(tokenizer_, row[options_.prompt_column].get_ref<const std::string&>(),
+                                           row[options_.response_column].get_ref<const std::string&>(),
+                                           options_.max_seq_len, options_.loss_on_all, truncated, options_.eot_token);
+    int64_t targets = 0;
+    for (uint8_t target : sample.loss_mask) targets += target;
+    if (targets == 0)  // the prompt fills max_seq_len: nothing to learn from this row
+      return cat("no target token within --max-seq-len ", options_.max_seq_len, " (prompt too long)");
+    summary.truncated += truncated ? 1 : 0;
+    summary.tokens += static_cast<int64_t>(sample.tokens.size());
+    summary.target_tokens += targets;
+    lengths.push_back(static_cast<int64_t>(sample.tokens.size()));
+    pending_.push_back(std::move(sample));
+    return "";
+  }
+
+  int64_t pending() const override { return static_cast<int64_t>(pending_.size()); }
+
+  void write_shard(const std::string& path, const ShardAttributes& attributes) override {
+    write_token_shard(path, pending_, attributes);
+    pending_.clear();
+  }
+
+ private:
+  const Tokenizer& tokenizer_;
+  const PrepOptions& options_;
+  std::vector<TokenSample> pending_;  // [<= shard_samples] samples of the shard being filled
+};
+
 void check_options(const PrepOptions& options) {
   ZT_CHECK(!options.inputs.empty(), "--input: at least one input file is needed");
   ZT_CHECK(!options.out_dir.empty(), "--out: an output directory is needed");
   ZT_CHECK(options.max_seq_len >= 2, "--max-seq-len ", options.max_seq_len, ": must be at least 2 (BOS and one token)");
   ZT_CHECK(options.shard_samples >= 1, "--shard-samples ", options.shard_samples, ": must be at least 1");
   ZT_CHECK(!options.prompt_column.empty() && !options.response_column.empty(), "--prompt-column/--response-column: must not be empty");
+  ZT_CHECK(!options.pairs || (!options.rejected_column.empty() && options.rejected_column != options.response_column),
+           "--rejected-column '", options.rejected_column, "': must name a column other than --response-column");
+  ZT_CHECK(!options.pairs || !options.loss_on_all, "--loss-on all: pairs (--pairs) have no loss mask to choose; leave it out");
   const bool split_ok = !options.split.empty() && std::all_of(options.split.begin(), options.split.end(), [](char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
   });
@@ -195,15 +234,15 @@ PrepSummary run_prep(const PrepOptions& options) {
 
   ShardStaging staging(out_dir, options.split);
   PrepSummary summary;
-  std::vector<int64_t> lengths;        // [samples] tokens per sample
-  std::vector<TokenSample> pending;    // [<= shard_samples] samples of the shard being filled
+  std::vector<int64_t> lengths;        // [records] tokens per sample (per pair: its longer side)
   std::vector<std::string> staged_names;
+  const std::unique_ptr<PrepRecords> records =
+      options.pairs ? make_pair_records(*tokenizer, options) : std::make_unique<SampleRecords>(*tokenizer, options);
   auto flush_shard = [&] {
-    if (pending.empty()) return;
+    if (records->pending() == 0) return;
     const std::string name = shard_file_name(options.split, static_cast<int64_t>(staged_names.size()));
-    write_token_shard((staging.staging_dir() / name).string(), pending, attributes);
+    records->write_shard((staging.staging_dir() / name).string(), attributes);
     staged_names.push_back(name);
-    pending.clear();
   };
 
   using Clock = std::chrono::steady_clock;
@@ -213,30 +252,20 @@ PrepSummary run_prep(const PrepOptions& options) {
     JsonRow row;
     while (reader.next(row)) {
       ++summary.rows_read;
-      const std::string reason = bad_row_reason(row.object, options);
+      const std::string reason = records->bad_row_reason(row.object);
       if (!reason.empty()) {
         ZT_CHECK(options.skip_bad_rows, reader.path(), ":", row.line, ": ", reason, " (the row has columns: ",
-                 column_list(row.object), "); choose columns with --prompt-column/--response-column, or count such rows "
+                 column_list(row.object), "); choose columns with ", records->column_options(), ", or count such rows "
                  "as skipped with --skip-bad-rows");
         ++summary.skipped[reason];
         continue;
       }
-      bool truncated = false;
-      TokenSample sample = build_prep_sample(*tokenizer, row.object[options.prompt_column].get_ref<const std::string&>(),
-                                             row.object[options.response_column].get_ref<const std::string&>(),
-                                             options.max_seq_len, options.loss_on_all, truncated, options.eot_token);
-      int64_t targets = 0;
-      for (uint8_t target : sample.loss_mask) targets += target;
-      if (targets == 0) {  // the prompt fills max_seq_len: nothing to learn from this row
-        ++summary.skipped[cat("no target token within --max-seq-len ", options.max_seq_len, " (prompt too long)")];
+      const std::string skip = records->add_row(row.object, summary, lengths);
+      if (!skip.empty()) {
+        ++summary.skipped[skip];
         continue;
       }
-      summary.truncated += truncated ? 1 : 0;
-      summary.tokens += static_cast<int64_t>(sample.tokens.size());
-      summary.target_tokens += targets;
-      lengths.push_back(static_cast<int64_t>(sample.tokens.size()));
-      pending.push_back(std::move(sample));
-      if (static_cast<int64_t>(pending.size()) == options.shard_samples) flush_shard();
+      if (records->pending() == options.shard_samples) flush_shard();
 
       if (options.progress && Clock::now() - last_progress >= std::chrono::seconds(1)) {
         last_progress = Clock::now();
@@ -266,7 +295,7 @@ std::string format_prep_summary(const PrepSummary& summary, const PrepOptions& o
   std::string text = cat("zerotune prep: split '", options.split, "' written to ", options.out_dir, " (",
                          summary.shard_paths.size(), " shard", summary.shard_paths.size() == 1 ? "" : "s", ")\n");
   text += cat("  rows read         ", summary.rows_read, "\n");
-  text += cat("  samples written   ", summary.samples_written, "\n");
+  text += cat(options.pairs ? "  pairs written     " : "  samples written   ", summary.samples_written, "\n");
   text += cat("  truncated         ", summary.truncated, " (cut to --max-seq-len ", options.max_seq_len, ")\n");
   int64_t skipped = 0;
   for (const auto& [reason, count] : summary.skipped) skipped += count;

@@ -6,7 +6,6 @@
 #include <filesystem>
 
 #include "data/batch_prefetcher.h"
-#include "train/evaluation.h"
 #include "train/monitors.h"
 #include "train/nonfinite_watch.h"
 #include "train/profiler.h"
@@ -64,7 +63,7 @@ class TrainingLoop {
       : run_(run), config_(run.config),
         prefetcher_([&run](int64_t step) { return run.step_samples->rank_batches(step); }, run.state.step,
                     run.total_steps),
-        runner_(step_config_of(run.config), *run.parts.model, *run.parts.engine, *run.parts.store, run.backend(),
+        runner_(step_config_of(run.config), *run.parts.model, *run.parts.objective, *run.parts.engine, *run.parts.store, run.backend(),
                 *run.comm, run.control(), run.parts.scaler ? &*run.parts.scaler : nullptr,
                 run.model_config.vocab_size),
         last_saved_step_(run.resume_from ? run.state.step : -1) {
@@ -189,16 +188,14 @@ class TrainingLoop {
     const bool eval_due = config_.eval_every > 0 && (step + 1) % config_.eval_every == 0;
     if (!run_.eval_data || !(epoch_end || eval_due)) return;
     run_.control().set_context(cat("evaluation after step ", step + 1));
-    const EvalResult eval =
-        evaluate(*run_.parts.model, *run_.eval_data, config_.micro_batch_size, *run_.comm, run_.backend());
+    const ObjectiveEval eval = run_.parts.objective->evaluate(*run_.parts.model, *run_.eval_data,
+                                                              config_.micro_batch_size, *run_.comm, run_.backend());
     if (!run_.leader) return;
-    const nlohmann::json record = {{"step", step + 1}, {"epoch", epoch}, {"eval_loss", eval.loss},
-                                   {"eval_ppl", eval.perplexity}, {"eval_tokens", eval.target_tokens},
-                                   {"eval_samples", eval.samples}};
+    nlohmann::json record = {{"step", step + 1}, {"epoch", epoch}};
+    record.update(eval.record);  // the objective's eval_* fields (train/objective.h)
     metrics_writer_->write(record);
     if (monitors_) monitors_->write_eval(record);
-    run_.say(cat("eval at step ", step + 1, " | eval_loss ", eval.loss, " | eval_ppl ", eval.perplexity, " | ",
-                 eval.target_tokens, " target tokens in ", eval.samples, " samples"));
+    run_.say(cat("eval at step ", step + 1, " | ", eval.line));
   }
 
   // Checkpoints: every save_every steps, at the end, and when the batch system asks us to stop
