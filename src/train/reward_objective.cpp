@@ -26,6 +26,7 @@
 #include "data/pair_batch.h"
 #include "model/linear.h"
 #include "model/safetensors.h"
+#include "model/value_head.h"
 #include "train/batch_views.h"
 #include "train/objective.h"
 #include "train/train_config.h"
@@ -33,8 +34,6 @@
 namespace zt {
 
 namespace {
-
-constexpr const char* kValueHead = "v_head";
 
 // -log sigmoid(x), without overflow for large |x|.
 double neg_log_sigmoid(double x) { return x >= 0 ? std::log1p(std::exp(-x)) : -x + std::log1p(std::exp(x)); }
@@ -45,7 +44,7 @@ double sigmoid(double x) { return x >= 0 ? 1.0 / (1.0 + std::exp(-x)) : std::exp
 class ValueHead final : public HiddenStateHead {
  public:
   ValueHead(ParamStore& store, Backend& backend)
-      : backend_(backend), act_(store.param_dtype()), head_(store, kValueHead, 0.0f, 0.0f, 0) {}
+      : backend_(backend), act_(store.param_dtype()), head_(store, kValueHeadModule, 0.0f, 0.0f, 0) {}
 
   void forward(Tensor hidden) override {
     const int64_t n = hidden.dim(0);
@@ -132,18 +131,11 @@ class RewardObjective final : public Objective {
   }
 
   std::vector<ParamSpec> added_params(const ModelConfig& config) const override {
-    ParamSpec spec;
-    spec.name = cat(kValueHead, ".weight");
-    spec.shape = {1, config.embed_dim()};
-    spec.role = ParamRole::Linear;
-    spec.module = kValueHead;
-    spec.unit = static_cast<int>(config.num_hidden_layers) + 1;  // the head unit (param_spec.h)
-    spec.owner = name();
-    return {spec};
+    return {value_head_spec(config, name())};
   }
 
   void init_added_params(ParamStore& store, int unit, const std::string& model_dir, uint64_t seed) const override {
-    const std::string name = cat(kValueHead, ".weight");
+    const std::string name = kValueHeadWeight;
     if (store.unit_of(name) != unit) return;
     const std::vector<int64_t> shape = store.entry(name).spec.shape;  // [1, E]
     std::vector<float> weight(static_cast<size_t>(shape[1]));
@@ -151,7 +143,7 @@ class RewardObjective final : public Objective {
     // ...ForSequenceClassification score.weight), else nn.Linear's init: U(-1/sqrt(E), 1/sqrt(E)).
     const ModelWeights weights(model_dir);
     std::string stored = weights.stored_name(name);
-    if (stored.empty()) stored = weights.stored_name("score.weight");
+    if (stored.empty()) stored = weights.stored_name(kSequenceClassificationScore);
     if (!stored.empty()) {
       weights.read_f32(stored, weight.data(), shape);
     } else {

@@ -15,6 +15,7 @@ import numpy
 
 from mpi_common import (REPO, Report, check_weights, load_weights, main_guard, parse_args, read_metrics, run_ranks,
                         temporary_directory, write_ds_config)
+from oracle_common import check_refused  # noqa: E402 (mpi_common puts tests/oracle on the path)
 
 STEPS = 4            # WarmupLR gives updates 1 and 2 a learning rate of 0 (test_zero_equivalence.py)
 PAIRS = 32
@@ -101,6 +102,20 @@ def main():
         report.check("v_head.weight" in trained and all("lora_" in n or n == "v_head.weight" for n in trained),
                      f"LoRA: the adapters and the value head train, nothing else ({len(trained)} tensors)")
         compare(report, train(args.zerotune, workdir, model, data, "lora-w2-s3", 2, 3, lora=True), lora_reference)
+        # A LoRA reward model exports merged as ...ForSequenceClassification, not as a PEFT adapter
+        # (its value head is no part of one); the export's own check is tests/oracle/test_reward_model.py.
+        checkpoint = os.path.join(workdir, "lora-w1-s0", "checkpoints", f"global_step{STEPS}")
+        check_refused(args.zerotune, report, "export a LoRA reward model as --format peft",
+                      ["export", "--checkpoint", checkpoint, "--model", model, "--out", os.path.join(workdir, "peft"),
+                       "--format", "peft"], "is a reward model")
+        merged = os.path.join(workdir, "merged")
+        subprocess.run([args.zerotune, "export", "--checkpoint", checkpoint, "--model", model, "--out", merged,
+                        "--format", "hf", "--merge"], check=True, stdout=subprocess.DEVNULL)
+        exported = load_weights(os.path.join(merged, "model.safetensors"))
+        report.check("score.weight" in exported and "v_head.weight" not in exported and "lm_head.weight" not in exported,
+                     "the merged export names the value head score.weight and has no LM head")
+        report.close("exported score.weight = the trained v_head.weight", exported["score.weight"],
+                     lora_reference["weights"]["v_head.weight"], atol=0.0)
     return report.finish()
 
 

@@ -255,6 +255,38 @@ def check_reward_training(zerotune, report, work, model_dir, data_dir, pairs, v_
                  "the pairs are scored both ways (accuracy strictly between 0 and 1)")
 
 
+def check_export(zerotune, report, work, model_dir, data_dir, pairs):
+    """2 steps at lr 1e-2, evaluated after the last; the checkpoint exported with --format hf must
+    load in transformers as OPTForSequenceClassification (score.weight = v_head) and give the
+    same scores: each side fed alone, up to its last scored token (the EOS after it left out)."""
+    out = os.path.join(work, "trained")
+    oc.run_zerotune(zerotune, ["train", "--objective", "reward", "--model", model_dir, "--data", data_dir,
+                               "--eval-data", data_dir, "--eval-every", 2, "--out", out, "--no-shuffle",
+                               "--max-steps", 2, "--micro-batch-size", MICRO_BATCH, "--lr", 1e-2])
+    evaluation = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))
+                  if "eval_reward_accuracy" in line][-1]
+    exported = os.path.join(work, "exported")
+    oc.run_export(zerotune, os.path.join(out, "checkpoints", "global_step2"), model_dir, exported, "--format", "hf")
+    torch.set_default_dtype(torch.float64)
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(
+        exported, torch_dtype=torch.float64, attn_implementation="eager")
+    report.check(type(model).__name__ == "OPTForSequenceClassification" and model.config.num_labels == 1,
+                 f"transformers loads the export as {type(model).__name__} with num_labels {model.config.num_labels}")
+    chosen, rejected = [], []
+    with torch.no_grad():
+        for _, (c_ids, c_mask), (r_ids, r_mask) in pairs:
+            for ids, mask, scores in ((c_ids, c_mask, chosen), (r_ids, r_mask, rejected)):
+                end = max(i for i, m in enumerate(mask) if m) + 1  # one past the last scored token
+                scores.append(float(model(input_ids=torch.tensor([ids[:end]])).logits[0, 0]))
+    chosen, rejected = torch.tensor(chosen), torch.tensor(rejected)
+    report.close("export: transformers' mean chosen score = zerotune's eval_chosen_score",
+                 evaluation["eval_chosen_score"], float(chosen.mean()), atol=SCORE_ATOL)
+    report.close("export: mean rejected score", evaluation["eval_rejected_score"], float(rejected.mean()),
+                 atol=SCORE_ATOL)
+    report.scalar("export: accuracy", evaluation["eval_reward_accuracy"], float((chosen > rejected).double().mean()),
+                  1e-12)
+
+
 def main():
     args = oc.parse_args(__doc__)
     report = oc.Report("reward model (DeepSpeed-Chat step 2): prep --pairs and --objective reward")
@@ -269,6 +301,7 @@ def main():
             data_pad = int(shard.attrs["pad_id"])  # what zerotune pads its batches with
         oc.run_guarded(report, "training", check_reward_training, args.zerotune, report, work, model_dir, data_dir,
                        pairs, v_head, data_pad)
+        oc.run_guarded(report, "export", check_export, args.zerotune, report, work, model_dir, data_dir, pairs)
     return report.finish()
 
 
