@@ -118,14 +118,7 @@ class SampleRecords final : public PrepRecords {
   SampleRecords(const Tokenizer& tokenizer, const PrepOptions& options) : tokenizer_(tokenizer), options_(options) {}
 
   std::string bad_row_reason(const nlohmann::json& row) const override {
-    for (const std::string* column : {&options_.prompt_column, &options_.response_column}) {
-      const auto found = row.find(*column);
-      if (found == row.end()) return cat("missing column '", *column, "'");
-      if (!found->is_string()) return cat("column '", *column, "' is not a string");
-    }
-    if (row[options_.response_column].get_ref<const std::string&>().empty())
-      return cat("empty response (column '", options_.response_column, "')");
-    return "";
+    return bad_columns_reason(row, {options_.prompt_column, options_.response_column}, {options_.response_column});
   }
 
   std::string column_options() const override { return "--prompt-column/--response-column"; }
@@ -159,6 +152,22 @@ class SampleRecords final : public PrepRecords {
   const PrepOptions& options_;
   std::vector<TokenSample> pending_;  // [<= shard_samples] samples of the shard being filled
 };
+
+}  // namespace
+
+std::string bad_columns_reason(const nlohmann::json& row, const std::vector<std::string>& columns,
+                               const std::vector<std::string>& responses) {
+  for (const std::string& column : columns) {
+    const auto found = row.find(column);
+    if (found == row.end()) return cat("missing column '", column, "'");
+    if (!found->is_string()) return cat("column '", column, "' is not a string");
+  }
+  for (const std::string& column : responses)
+    if (row[column].get_ref<const std::string&>().empty()) return cat("empty response (column '", column, "')");
+  return "";
+}
+
+namespace {
 
 void check_options(const PrepOptions& options) {
   ZT_CHECK(!options.inputs.empty(), "--input: at least one input file is needed");

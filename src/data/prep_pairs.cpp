@@ -32,14 +32,8 @@ class PairRecords final : public PrepRecords {
   PairRecords(const Tokenizer& tokenizer, const PrepOptions& options) : tokenizer_(tokenizer), options_(options) {}
 
   std::string bad_row_reason(const nlohmann::json& row) const override {
-    for (const std::string* column : {&options_.prompt_column, &options_.response_column, &options_.rejected_column}) {
-      const auto found = row.find(*column);
-      if (found == row.end()) return cat("missing column '", *column, "'");
-      if (!found->is_string()) return cat("column '", *column, "' is not a string");
-    }
-    for (const std::string* column : {&options_.response_column, &options_.rejected_column})
-      if (row[*column].get_ref<const std::string&>().empty()) return cat("empty response (column '", *column, "')");
-    return "";
+    return bad_columns_reason(row, {options_.prompt_column, options_.response_column, options_.rejected_column},
+                              {options_.response_column, options_.rejected_column});
   }
 
   std::string column_options() const override { return "--prompt-column/--response-column/--rejected-column"; }

@@ -29,6 +29,11 @@ class PrepRecords {
   virtual void write_shard(const std::string& path, const ShardAttributes& attributes) = 0;
 };
 
+// The reason shared by both kinds (data/prep.cpp): a column of `columns` missing or not a string,
+// or a column of `responses` (a subset) empty; "" when the row has them all.
+std::string bad_columns_reason(const nlohmann::json& row, const std::vector<std::string>& columns,
+                               const std::vector<std::string>& responses);
+
 // --pairs (data/prep_pairs.cpp): per row the prompt, chosen and rejected token ids.
 std::unique_ptr<PrepRecords> make_pair_records(const Tokenizer& tokenizer, const PrepOptions& options);
 

@@ -1,7 +1,7 @@
 """The reward objective (DeepSpeed-Chat step 2, train/reward_objective.cpp) under ZeRO on 2 MPI
 ranks: stage 3 (the value head gathered with the head unit) and stage 2 give the same losses,
 gradient norms and final weights (value head included) as one rank with the same global batch,
-within float reassociation; with LoRA at stage 3 the value head trains (PEFT's modules_to_save)
+within float reassociation, also when stage 3 resumes from a checkpoint after step 2; with LoRA at stage 3 the value head trains (PEFT's modules_to_save)
 and the base stays frozen. Pairs are written straight into a pair shard (format:
 src/data/token_shards.h) for the tiny LLaMA of data/tiny-llama: random prompts, responses that
 share a prefix (the divergence falls inside them), some ending with an unscored EOS.
@@ -61,11 +61,11 @@ def write_pairs(path, seed):
             shard.attrs[key] = numpy.int64(value)
 
 
-def train(zerotune, workdir, model, data, name, ranks, stage, lora=False):
+def train(zerotune, workdir, model, data, name, ranks, stage, lora=False, steps=STEPS, extra=()):
     out = os.path.join(workdir, name)
     ds = write_ds_config(os.path.join(workdir, name + ".json"), 8, 2, {"stage": stage})
     command = [zerotune, "train", "--objective", "reward", "--model", model, "--data", data, "--out", out,
-               "--deepspeed", ds, "--max-steps", STEPS, "--seed", 3, "--dump-final", out + ".safetensors"]
+               "--deepspeed", ds, "--max-steps", steps, "--seed", 3, "--dump-final", out + ".safetensors"] + list(extra)
     if lora:
         command += ["--lora-r", 4, "--lora-alpha", 8, "--lora-targets", "q_proj,v_proj"]
     run_ranks(ranks, command)
@@ -96,6 +96,10 @@ def main():
         report.check(all(r["loss"] > 0.0 for r in reference["metrics"]), "the pair losses are positive")
         for stage in (3, 2):
             compare(report, train(args.zerotune, workdir, model, data, f"full-w2-s{stage}", 2, stage), reference)
+        # Exact resume at stage 3: 2 steps, a checkpoint, then the rest from it (value head included).
+        train(args.zerotune, workdir, model, data, "resumed-w2-s3", 2, 3, steps=2, extra=["--save-every", 2])
+        resumed = train(args.zerotune, workdir, model, data, "resumed-w2-s3", 2, 3, extra=["--resume", "auto"])
+        compare(report, resumed, reference)
 
         lora_reference = train(args.zerotune, workdir, model, data, "lora-w1-s0", 1, 0, lora=True)
         trained = sorted(lora_reference["weights"])
