@@ -268,8 +268,11 @@ def check_export(zerotune, report, work, model_dir, data_dir, pairs):
     exported = os.path.join(work, "exported")
     oc.run_export(zerotune, os.path.join(out, "checkpoints", "global_step2"), model_dir, exported, "--format", "hf")
     torch.set_default_dtype(torch.float64)
-    model = transformers.AutoModelForSequenceClassification.from_pretrained(
-        exported, torch_dtype=torch.float64, attn_implementation="eager")
+    model, loading = transformers.AutoModelForSequenceClassification.from_pretrained(
+        exported, torch_dtype=torch.float64, attn_implementation="eager", output_loading_info=True)
+    report.check(not loading["missing_keys"] and not loading["unexpected_keys"],
+                 f"the export holds exactly the model's weights (missing {loading['missing_keys']}, "
+                 f"unexpected {loading['unexpected_keys']})")
     report.check(type(model).__name__ == "OPTForSequenceClassification" and model.config.num_labels == 1,
                  f"transformers loads the export as {type(model).__name__} with num_labels {model.config.num_labels}")
     chosen, rejected = [], []
