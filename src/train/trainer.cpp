@@ -187,9 +187,10 @@ void open_device(TrainingRun& run) {
 void assemble(TrainingRun& run) {
   const TrainConfig& config = run.config;
   const std::string& adapter_dir = run.options.adapter_dir;
+  const std::unique_ptr<Objective> objective = make_objective(config.objective);  // its added parameters' weights
   const UnitWeights weights = [&](ParamStore& store, int unit) {
     load_base_weights(config.model_dir, store, unit);
-    make_objective(config.objective)->init_added_params(store, unit, config.model_dir, config.seed);
+    objective->init_added_params(store, unit, config.model_dir, config.seed);
     if (!adapter_dir.empty()) load_peft_adapter_weights(adapter_dir, store, unit);
     else if (config.lora.enabled()) init_lora_weights(store, config.seed, unit);
   };
