@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "ckpt/checkpoint.h"
+#include "ckpt/export_reward.h"
 #include "model/lora.h"
 #include "model/parameter_plan.h"
 #include "model/peft_adapter.h"
@@ -124,7 +125,12 @@ std::string export_checkpoint(const ExportOptions& options) {
   const json& run_config = manifest.contains("config") ? manifest.at("config") : json();
   const QuantConfig quant =
       quant_config_from_json(run_config.contains("quantize") ? run_config.at("quantize") : json(), options.checkpoint_dir);
-  const ParameterPlan plan = plan_parameters(model_config, lora, quant);
+  ParameterPlan plan = plan_parameters(model_config, lora, quant);
+  // A reward model (--objective reward): exported as ...ForSequenceClassification (export_reward.h).
+  const bool reward_model = add_checkpoint_value_head(plan, model_config, manifest);
+  ZT_CHECK(!reward_model || options.format == "hf", options.checkpoint_dir, " is a reward model: its value head is no ",
+           "part of a PEFT adapter; export it with --format hf", lora.enabled() ? " --merge" : "",
+           " (a ...ForSequenceClassification)");
   std::unique_ptr<Backend> backend = make_cpu_backend();
   ParamStore store(*backend, plan.specs, plan.trainable, 1, DType::F32, {}, plan.quant);
   load_base_weights(options.model_dir, store);
@@ -140,19 +146,24 @@ std::string export_checkpoint(const ExportOptions& options) {
   DenseWeights dense(store);
   if (lora.enabled()) merge_lora(*backend, store, dense, lora_scaling(lora));
   std::vector<SafetensorsEntry> entries;
-  for (const ParamEntry& entry : store.entries())
-    if (!is_lora_parameter(entry.spec.name))
-      entries.push_back({entry.spec.name, entry.spec.shape, dense.weight(entry.spec.name).data, DType::F32, dtype});
+  for (const ParamEntry& entry : store.entries()) {
+    const std::string name = reward_model ? sequence_classification_name(entry.spec.name) : entry.spec.name;
+    if (!is_lora_parameter(entry.spec.name) && !name.empty())
+      entries.push_back({name, entry.spec.shape, dense.weight(entry.spec.name).data, DType::F32, dtype});
+  }
   const std::vector<std::string> files =
       options.max_shard_bytes > 0 ? write_sharded_safetensors(options.out_dir, entries, options.max_shard_bytes)
                                   : write_sharded_safetensors(options.out_dir, entries);
   write_hf_config(options.model_dir, options.out_dir, dtype);
+  if (reward_model) write_sequence_classification_config(options.out_dir);
   for (const char* name : kCompanionFiles) {
     const fs::path source = fs::path(options.model_dir) / name;
     if (fs::exists(source)) fs::copy_file(source, fs::path(options.out_dir) / name, fs::copy_options::overwrite_existing);
   }
-  return cat("wrote the HF model of ", options.checkpoint_dir, " (step ", manifest.at("step").get<int64_t>(),
-             lora.enabled() ? ", LoRA merged" : "", ") to ", options.out_dir, " in ", files.size(), " weight file(s)", in_dtype);
+  return cat("wrote the HF ", reward_model ? "reward model (...ForSequenceClassification)" : "model", " of ",
+             options.checkpoint_dir, " (step ", manifest.at("step").get<int64_t>(),
+             lora.enabled() ? ", LoRA merged" : "", ") to ", options.out_dir, " in ", files.size(), " weight file(s)",
+             in_dtype);
 }
 
 }  // namespace zt

@@ -1,11 +1,11 @@
 // `zerotune prep --input FILE [--input FILE ...] --tokenizer DIR_OR_MODEL --out DIR
 //                [--split train] [--max-seq-len 512] [--loss-on response|all]
 //                [--shard-samples 10000] [--prompt-column prompt] [--response-column chosen]
-//                [--eot-token TEXT] [--skip-bad-rows] [--force]
+//                [--eot-token TEXT] [--skip-bad-rows] [--force] [--pairs [--rejected-column rejected]]
 //                [--eval-input FILE ... | --eval-fraction F] [--eval-split eval]
 //                [--data-split W,W,W [--data-phase 1]] [--seed 1234]`:
-// tokenizes JSONL/JSON rows into HDF5 token shards (see data/prep.h), the training split and
-// optionally an evaluation split, and prints a summary.
+// tokenizes JSONL/JSON rows into HDF5 token shards (see data/prep.h; --pairs: preference pairs,
+// data/prep_pairs.h), the training split and optionally an evaluation split, and prints a summary.
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -65,6 +65,11 @@ int command_prep(const std::vector<std::string>& args) {
       ("shard-samples", po::value(&options.shard_samples)->default_value(10000), "samples per shard file")
       ("prompt-column", po::value(&options.prompt_column)->default_value("prompt"), "column holding the prompt")
       ("response-column", po::value(&options.response_column)->default_value("chosen"), "column holding the response")
+      ("pairs", po::bool_switch(&options.pairs),
+       "write preference pairs (prompt, chosen = --response-column, rejected = --rejected-column) for "
+       "train --objective reward (DeepSpeed-Chat step 2)")
+      ("rejected-column", po::value(&options.rejected_column)->default_value("rejected"),
+       "column holding the rejected response (with --pairs)")
       ("skip-bad-rows", po::bool_switch(&options.skip_bad_rows), "count rows missing a column or with an empty response as skipped instead of stopping")
       ("eval-input", po::value(&options.eval_inputs)->composing(),
        "the dataset's own evaluation rows (rm-static's test split; repeat for several): written as the --eval-split "
@@ -86,6 +91,7 @@ int command_prep(const std::vector<std::string>& args) {
   if (!parse_command_options(args, description, values, "prep")) return 0;
   ZT_CHECK(loss_on == "response" || loss_on == "all", "--loss-on '", loss_on, "': use response or all");
   options.loss_on_all = loss_on == "all";
+  ZT_CHECK(options.pairs || values["rejected-column"].defaulted(), "--rejected-column: only with --pairs");
   ZT_CHECK(!values.count("eot-token") || !options.eot_token.empty(),
            "--eot-token: must not be empty (leave it out to end each sample with the EOS id)");
   // numpy's RandomState takes 0 .. 2^32 - 1 (a negative seed must not wrap around).

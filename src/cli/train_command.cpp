@@ -65,6 +65,8 @@ po::options_description train_options() {
                                                 "a chunk's logits about one activation's size, at least 256 rows; a large value: whole logits)")
       ("packing", po::bool_switch(), "pack each micro-batch's samples into rows as long as the longest sample, attention "
                                      "and positions confined to each sample (no padding between them)")
+      ("objective", po::value<std::string>(), "what to train: sft (next-token cross-entropy, default) or reward "
+                                              "(DeepSpeed-Chat step 2's reward model, on data from prep --pairs)")
       ("log-every", po::value<int64_t>(), "console line every N steps (default: steps_per_print)")
       ("peak-tflops", po::value<double>(), "per-rank peak TFLOPS for the MFU figure")
       ("profile-step", po::value<int64_t>(), "time each module (embedding, attention, mlp, norm, head, optimizer, "
@@ -214,6 +216,7 @@ void take_run_flags(const po::variables_map& vm, TrainConfig& config, RunOptions
   if (vm["no-shuffle"].as<bool>()) config.shuffle = false;
   if (vm["group-by-length"].as<bool>()) config.group_by_length = true;
   if (vm["packing"].as<bool>()) config.packing = true;
+  take(vm, "objective", config.objective);
   take(vm, "log-every", run.log_every);
   take(vm, "peak-tflops", run.peak_tflops);
   take(vm, "profile-step", run.profile_step);

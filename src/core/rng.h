@@ -24,6 +24,7 @@ enum class RngPurpose : uint32_t {
   Test = 5,
   ModelDropout = 6,  // a model's own dropout (OPT's residual dropout), by layer and site
   Sampling = 7,      // generation's token sampling (--temperature > 0), by prompt and new token
+  ValueHeadInit = 8,  // the reward objective's fresh value head (train/reward_objective.cpp)
 };
 
 struct RngKey {

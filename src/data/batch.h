@@ -28,8 +28,12 @@ struct MicroBatch {
   // [B*T] each token's position within its sample (packed rows only; empty: t, one sample per
   // row). Padding after a packed row's last sample counts from 0 as a sample of its own.
   std::vector<int32_t> positions;
-  int64_t target_tokens = 0;          // sum of loss_mask
+  int64_t target_tokens = 0;          // sum of loss_mask; a pair micro-batch: its pairs
   int64_t real_tokens = 0;            // positions holding a sample token (not padding)
+  // A pair micro-batch (data/pair_batch.h) only: P pairs in B = 2P rows.
+  int64_t pairs = 0;                  // P
+  std::vector<int64_t> score_ends;    // [2P] per row: one past its last scored token
+  std::vector<int64_t> divergences;   // [P] first position where the pair's two rows differ
 };
 
 // Reads the samples and lays them out as above. pad_id must be a valid token id.

@@ -78,6 +78,19 @@ std::string marked_sample(const Json& segments, const Tokenizer* tokenizer) {
   return marked;
 }
 
+// One sample (or one side of a pair) for the report.
+Json sample_json(const TokenSample& sample, int64_t index, const Tokenizer* tokenizer) {
+  int64_t sample_targets = 0;
+  for (size_t t = 1; t < sample.loss_mask.size(); ++t) sample_targets += sample.loss_mask[t];
+  return {{"index", index},
+          {"length", sample.tokens.size()},
+          {"target_tokens", sample_targets},
+          {"decoded_with", tokenizer ? Json(tokenizer->file_path()) : Json(nullptr)},
+          {"token_ids", sample.tokens},
+          {"loss_mask", sample.loss_mask},
+          {"marked", marked_sample(mask_segments(sample), tokenizer)}};
+}
+
 }  // namespace
 
 bool holds_token_shards(const std::string& dir) {
@@ -128,7 +141,8 @@ Json inspect_data_dir(const std::string& dir, const DataInspectOptions& options)
 
   // format and version are what TokenDataset::open accepted (it refuses any other).
   report["attributes"] = {{"format", kTokenShardFormat},
-                          {"version", kTokenShardVersion},
+                          {"version", dataset.holds_pairs() ? kPairShardVersion : kTokenShardVersion},
+                          {"record", dataset.holds_pairs() ? "pair" : "sample"},
                           {"vocab_size", attrs.vocab_size},
                           {"bos_id", attrs.bos_id},
                           {"eos_id", attrs.eos_id},
@@ -159,17 +173,11 @@ Json inspect_data_dir(const std::string& dir, const DataInspectOptions& options)
     tokenizer = load_tokenizer(options.tokenizer);
     check_tokenizer_matches_data(attrs, dir, tokenizer->file_path(), tokenizer->file_sha256());
   }
-  const TokenSample sample = dataset.read_sample(index);
-  const Json segments = mask_segments(sample);
-  int64_t sample_targets = 0;
-  for (size_t t = 1; t < sample.loss_mask.size(); ++t) sample_targets += sample.loss_mask[t];
-  report["sample"] = {{"index", index},
-                      {"length", sample.tokens.size()},
-                      {"target_tokens", sample_targets},
-                      {"decoded_with", tokenizer ? Json(tokenizer->file_path()) : Json(nullptr)},
-                      {"token_ids", sample.tokens},
-                      {"loss_mask", sample.loss_mask},
-                      {"marked", marked_sample(segments, tokenizer.get())}};
+  // A pair (prep --pairs): "sample" is its chosen side, "rejected" its rejected side.
+  const bool pairs = dataset.holds_pairs();
+  const TokenPair pair = pairs ? dataset.read_pair(index) : TokenPair{};
+  report["sample"] = sample_json(pairs ? pair.chosen_sequence() : dataset.read_sample(index), index, tokenizer.get());
+  if (pairs) report["rejected"] = sample_json(pair.rejected_sequence(), index, tokenizer.get());
   return report;
 }
 
@@ -218,12 +226,18 @@ std::string format_data_report(const Json& report) {
     text += line;
   }
 
-  const bool decoded = !sample["decoded_with"].is_null();
-  text += cat("\nsample ", sample["index"].get<int64_t>(), ": ", sample["length"].get<int64_t>(), " tokens, ",
-              sample["target_tokens"].get<int64_t>(), " targets; target tokens inside [[ ]]",
-              decoded ? cat(", decoded with ", sample["decoded_with"].get<std::string>())
-                      : std::string(", as token ids (--tokenizer DIR decodes them)"),
-              "\n", sample["marked"].get<std::string>(), "\n");
+  const bool pair = report.contains("rejected");  // a pair: its chosen side, then its rejected side
+  for (const Json* side : {&sample, pair ? &report["rejected"] : nullptr}) {
+    if (!side) continue;
+    const bool decoded = !(*side)["decoded_with"].is_null();
+    const std::string title = pair ? cat("pair ", (*side)["index"].get<int64_t>(), ", ", side == &sample ? "chosen" : "rejected")
+                                   : cat("sample ", (*side)["index"].get<int64_t>());
+    text += cat("\n", title, ": ", (*side)["length"].get<int64_t>(), " tokens, ", (*side)["target_tokens"].get<int64_t>(),
+                pair ? " scored; scored tokens inside [[ ]]" : " targets; target tokens inside [[ ]]",
+                decoded ? cat(", decoded with ", (*side)["decoded_with"].get<std::string>())
+                        : std::string(", as token ids (--tokenizer DIR decodes them)"),
+                "\n", (*side)["marked"].get<std::string>(), "\n");
+  }
   return text;
 }
 

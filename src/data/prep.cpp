@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "data/jsonl_reader.h"
 #include "data/row_split.h"
+#include "data/prep_records.h"
 
 namespace zt {
 namespace {
@@ -40,19 +41,6 @@ std::vector<fs::path> existing_shards(const fs::path& dir, const std::string& sp
   }
   std::sort(shards.begin(), shards.end());
   return shards;
-}
-
-// Why a row cannot become a sample, as a short fixed reason (skip counts group by it), or ""
-// when it can.
-std::string bad_row_reason(const nlohmann::json& row, const PrepOptions& options) {
-  for (const std::string* column : {&options.prompt_column, &options.response_column}) {
-    const auto found = row.find(*column);
-    if (found == row.end()) return cat("missing column '", *column, "'");
-    if (!found->is_string()) return cat("column '", *column, "' is not a string");
-  }
-  if (row[options.response_column].get_ref<const std::string&>().empty())
-    return cat("empty response (column '", options.response_column, "')");
-  return "";
 }
 
 std::string column_list(const nlohmann::json& row) {
@@ -152,12 +140,72 @@ void check_data_split(const PrepOptions& options) {
            options.data_split.size(), ")");
 }
 
+// The step-1 samples (build_prep_sample), one per row.
+class SampleRecords final : public PrepRecords {
+ public:
+  SampleRecords(const Tokenizer& tokenizer, const PrepOptions& options) : tokenizer_(tokenizer), options_(options) {}
+
+  std::string bad_row_reason(const nlohmann::json& row) const override {
+    return bad_columns_reason(row, {options_.prompt_column, options_.response_column}, {options_.response_column});
+  }
+
+  std::string column_options() const override { return "--prompt-column/--response-column"; }
+
+  std::string add_row(const nlohmann::json& row, SplitSummary& summary, std::vector<int64_t>& lengths) override {
+    bool truncated = false;
+    TokenSample sample = build_prep_sample(tokenizer_, row[options_.prompt_column].get_ref<const std::string&>(),
+                                           row[options_.response_column].get_ref<const std::string&>(),
+                                           options_.max_seq_len, options_.loss_on_all, truncated, options_.eot_token);
+    int64_t targets = 0;
+    for (uint8_t target : sample.loss_mask) targets += target;
+    if (targets == 0)  // the prompt fills max_seq_len: nothing to learn from this row
+      return cat("no target token within --max-seq-len ", options_.max_seq_len, " (prompt too long)");
+    summary.truncated += truncated ? 1 : 0;
+    summary.tokens += static_cast<int64_t>(sample.tokens.size());
+    summary.target_tokens += targets;
+    lengths.push_back(static_cast<int64_t>(sample.tokens.size()));
+    pending_.push_back(std::move(sample));
+    return "";
+  }
+
+  int64_t pending() const override { return static_cast<int64_t>(pending_.size()); }
+
+  void write_shard(const std::string& path, const ShardAttributes& attributes) override {
+    write_token_shard(path, pending_, attributes);
+    pending_.clear();
+  }
+
+ private:
+  const Tokenizer& tokenizer_;
+  const PrepOptions& options_;
+  std::vector<TokenSample> pending_;  // [<= shard_samples] samples of the shard being filled
+};
+
+}  // namespace
+
+std::string bad_columns_reason(const nlohmann::json& row, const std::vector<std::string>& columns,
+                               const std::vector<std::string>& responses) {
+  for (const std::string& column : columns) {
+    const auto found = row.find(column);
+    if (found == row.end()) return cat("missing column '", column, "'");
+    if (!found->is_string()) return cat("column '", column, "' is not a string");
+  }
+  for (const std::string& column : responses)
+    if (row[column].get_ref<const std::string&>().empty()) return cat("empty response (column '", column, "')");
+  return "";
+}
+
+namespace {
+
 void check_options(const PrepOptions& options) {
   ZT_CHECK(!options.inputs.empty(), "--input: at least one input file is needed");
   ZT_CHECK(!options.out_dir.empty(), "--out: an output directory is needed");
   ZT_CHECK(options.max_seq_len >= 2, "--max-seq-len ", options.max_seq_len, ": must be at least 2 (BOS and one token)");
   ZT_CHECK(options.shard_samples >= 1, "--shard-samples ", options.shard_samples, ": must be at least 1");
   ZT_CHECK(!options.prompt_column.empty() && !options.response_column.empty(), "--prompt-column/--response-column: must not be empty");
+  ZT_CHECK(!options.pairs || (!options.rejected_column.empty() && options.rejected_column != options.response_column),
+           "--rejected-column '", options.rejected_column, "': must name a column other than --response-column");
+  ZT_CHECK(!options.pairs || !options.loss_on_all, "--loss-on all: pairs (--pairs) have no loss mask to choose; leave it out");
   check_split_name(options.split, "--split");
   for (const std::string& input : options.inputs)
     ZT_CHECK(fs::is_regular_file(input), "--input ", input, ": no such file");
@@ -243,41 +291,33 @@ void read_rows(const std::vector<std::string>& files, bool progress,
   if (progress) std::fprintf(stderr, "\r%80s\r", "");
 }
 
-// One split's samples: built row by row, written shard by shard into the staging directory.
+// One split's records (samples, or pairs with --pairs): built row by row, written shard by shard
+// into the staging directory.
 class SplitWriter {
  public:
   SplitWriter(const PrepOptions& options, const Tokenizer& tokenizer, ShardAttributes attributes, fs::path staging_dir)
-      : options_(options), tokenizer_(tokenizer), attributes_(std::move(attributes)), staging_dir_(std::move(staging_dir)) {
+      : options_(options), attributes_(std::move(attributes)), staging_dir_(std::move(staging_dir)),
+        records_(options.pairs ? make_pair_records(tokenizer, options) : std::make_unique<SampleRecords>(tokenizer, options)) {
     summary_.split = attributes_.split;
   }
 
-  // A row of `path` becomes a sample, or is counted as skipped (--skip-bad-rows), or stops the run.
+  // A row of `path` becomes a record, or is counted as skipped (--skip-bad-rows), or stops the run.
   void add(const std::string& path, const JsonRow& row) {
     ++summary_.rows_read;
-    const std::string reason = bad_row_reason(row.object, options_);
+    const std::string reason = records_->bad_row_reason(row.object);
     if (!reason.empty()) {
       ZT_CHECK(options_.skip_bad_rows, path, ":", row.line, ": ", reason, " (the row has columns: ",
-               column_list(row.object), "); choose columns with --prompt-column/--response-column, or count such rows "
+               column_list(row.object), "); choose columns with ", records_->column_options(), ", or count such rows "
                "as skipped with --skip-bad-rows");
       ++summary_.skipped[reason];
       return;
     }
-    bool truncated = false;
-    TokenSample sample = build_prep_sample(tokenizer_, row.object[options_.prompt_column].get_ref<const std::string&>(),
-                                           row.object[options_.response_column].get_ref<const std::string&>(),
-                                           options_.max_seq_len, options_.loss_on_all, truncated, options_.eot_token);
-    int64_t targets = 0;
-    for (uint8_t target : sample.loss_mask) targets += target;
-    if (targets == 0) {  // the prompt fills max_seq_len: nothing to learn from this row
-      ++summary_.skipped[cat("no target token within --max-seq-len ", options_.max_seq_len, " (prompt too long)")];
+    const std::string skip = records_->add_row(row.object, summary_, lengths_);
+    if (!skip.empty()) {
+      ++summary_.skipped[skip];
       return;
     }
-    summary_.truncated += truncated ? 1 : 0;
-    summary_.tokens += static_cast<int64_t>(sample.tokens.size());
-    summary_.target_tokens += targets;
-    lengths_.push_back(static_cast<int64_t>(sample.tokens.size()));
-    pending_.push_back(std::move(sample));
-    if (static_cast<int64_t>(pending_.size()) == options_.shard_samples) flush_shard();
+    if (records_->pending() == options_.shard_samples) flush_shard();
   }
 
   // Writes the last shard; the figures, with the staged file names as shard_paths.
@@ -299,20 +339,18 @@ class SplitWriter {
 
  private:
   void flush_shard() {
-    if (pending_.empty()) return;
+    if (records_->pending() == 0) return;
     const std::string name = shard_file_name(attributes_.split, static_cast<int64_t>(summary_.shard_paths.size()));
-    write_token_shard((staging_dir_ / name).string(), pending_, attributes_);
+    records_->write_shard((staging_dir_ / name).string(), attributes_);
     summary_.shard_paths.push_back(name);
-    pending_.clear();
   }
 
   const PrepOptions& options_;
-  const Tokenizer& tokenizer_;
   const ShardAttributes attributes_;
   const fs::path staging_dir_;
+  const std::unique_ptr<PrepRecords> records_;
   SplitSummary summary_;
-  std::vector<int64_t> lengths_;      // [samples] tokens per sample
-  std::vector<TokenSample> pending_;  // [<= shard_samples] samples of the shard being filled
+  std::vector<int64_t> lengths_;  // [records] tokens per sample (per pair: its longer side)
 };
 
 }  // namespace
@@ -401,7 +439,7 @@ std::string format_split_summary(const SplitSummary& summary, const PrepOptions&
   std::string text = cat("zerotune prep: split '", summary.split, "' written to ", options.out_dir, " (",
                          summary.shard_paths.size(), " shard", summary.shard_paths.size() == 1 ? "" : "s", ")\n");
   text += cat("  rows read         ", summary.rows_read, "\n");
-  text += cat("  samples written   ", summary.samples_written, "\n");
+  text += cat(options.pairs ? "  pairs written     " : "  samples written   ", summary.samples_written, "\n");
   text += cat("  truncated         ", summary.truncated, " (cut to --max-seq-len ", options.max_seq_len, ")\n");
   int64_t skipped = 0;
   for (const auto& [reason, count] : summary.skipped) skipped += count;

@@ -78,6 +78,8 @@ struct PrepOptions {
   int64_t shard_samples = 10000;
   std::string prompt_column = "prompt";
   std::string response_column = "chosen";
+  bool pairs = false;                         // --pairs: preference pairs (data/prep_pairs.h)
+  std::string rejected_column = "rejected";   // --rejected-column (with --pairs)
   bool skip_bad_rows = false;  // count bad rows as skipped instead of stopping
   bool force = false;          // replace existing shards of this split
   bool progress = false;       // a progress line on stderr about once a second

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "data/length_grouping.h"
 #include "data/packing.h"
+#include "data/pair_batch.h"
 
 namespace zt {
 
@@ -53,8 +54,11 @@ StepBatches StepSamples::rank_batches(int64_t step) {
   const int32_t pad_id = static_cast<int32_t>(dataset_.attributes().pad_id);
   for (size_t first = 0; first < samples.size(); first += static_cast<size_t>(micro_batch_)) {
     const std::span<const int64_t> micro = samples.subspan(first, static_cast<size_t>(micro_batch_));
-    batches.micro.push_back(packing_capacity_ > 0 ? make_packed_micro_batch(dataset_, micro, pad_id, packing_capacity_)
-                                                  : make_micro_batch(dataset_, micro, pad_id));
+    if (dataset_.holds_pairs())  // a pair is one sample: both sides stay on this rank, in this micro-batch
+      batches.micro.push_back(make_pair_micro_batch(dataset_, micro, pad_id));
+    else
+      batches.micro.push_back(packing_capacity_ > 0 ? make_packed_micro_batch(dataset_, micro, pad_id, packing_capacity_)
+                                                    : make_micro_batch(dataset_, micro, pad_id));
   }
   return batches;
 }

@@ -105,19 +105,35 @@ struct Shard {
   H5Handle tokens;               // int32 [T]
   H5Handle loss_mask;            // uint8 [T]
   std::vector<int64_t> offsets;  // [N+1]
+  std::vector<int64_t> prompt_lengths, chosen_lengths;  // [N] each: pair shards only
   ShardAttributes attrs;
   int64_t num_samples() const { return static_cast<int64_t>(offsets.size()) - 1; }
+  bool holds_pairs() const { return !prompt_lengths.empty(); }
+  int64_t record_length(size_t i) const { return offsets[i + 1] - offsets[i]; }
+  // The longer side's sequence of pair i: prompt + the longer response.
+  int64_t longer_side(size_t i) const {
+    return std::max(prompt_lengths[i] + chosen_lengths[i], record_length(i) - chosen_lengths[i]);
+  }
 };
-
-}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 
-void write_token_shard(const std::string& path, std::span<const TokenSample> samples, const ShardAttributes& attrs) {
+// The per-record datasets of a pair shard (empty vectors for a sample shard).
+struct PairColumns {
+  std::vector<int64_t> prompt_lengths;  // [N]
+  std::vector<int64_t> chosen_lengths;  // [N]
+  bool empty() const { return prompt_lengths.empty(); }
+};
+
+// Writes the records of a sample shard (pairs empty) or a pair shard (records up to
+// 2 * max_seq_len tokens; each side was checked by write_pair_shard).
+void write_shard_file(const std::string& path, std::span<const TokenSample> samples, const ShardAttributes& attrs,
+                      const PairColumns& pairs) {
   const Hdf5Lock lock(hdf5_mutex());
   h5::silence_error_printing();
   check_attribute_values(path, attrs);
   ZT_CHECK(!samples.empty(), path, ": a token shard must hold at least one sample");
+  const int64_t longest_record = pairs.empty() ? attrs.max_seq_len : 2 * attrs.max_seq_len;
 
   // Concatenate the samples, checking each against the attributes.
   std::vector<int64_t> offsets(samples.size() + 1, 0);  // [N+1]
@@ -127,7 +143,7 @@ void write_token_shard(const std::string& path, std::span<const TokenSample> sam
     ZT_CHECK(sample.loss_mask.size() == sample.tokens.size(), path, ": sample ", i, " has ", sample.tokens.size(),
              " tokens but ", sample.loss_mask.size(), " loss_mask values");
     ZT_CHECK(length >= 1, path, ": sample ", i, " is empty");
-    ZT_CHECK(length <= attrs.max_seq_len, path, ": sample ", i, " has ", length, " tokens, more than max_seq_len=",
+    ZT_CHECK(length <= longest_record, path, ": sample ", i, " has ", length, " tokens, more than max_seq_len=",
              attrs.max_seq_len);
     for (size_t t = 0; t < sample.tokens.size(); ++t) {
       ZT_CHECK(sample.tokens[t] >= 0 && sample.tokens[t] < attrs.vocab_size, path, ": sample ", i, " has token id ",
@@ -158,8 +174,15 @@ void write_token_shard(const std::string& path, std::span<const TokenSample> sam
     write_1d_dataset(id, temporary_path, "loss_mask", H5T_STD_U8LE, H5T_NATIVE_UINT8, loss_mask.data(),
                      loss_mask.size());
     write_1d_dataset(id, temporary_path, "offsets", H5T_STD_I64LE, H5T_NATIVE_INT64, offsets.data(), offsets.size());
+    if (!pairs.empty()) {
+      write_1d_dataset(id, temporary_path, "prompt_lengths", H5T_STD_I64LE, H5T_NATIVE_INT64, pairs.prompt_lengths.data(),
+                       pairs.prompt_lengths.size());
+      write_1d_dataset(id, temporary_path, "chosen_lengths", H5T_STD_I64LE, H5T_NATIVE_INT64, pairs.chosen_lengths.data(),
+                       pairs.chosen_lengths.size());
+    }
     write_string_attribute(id, temporary_path, "format", kTokenShardFormat);
-    write_int64_attribute(id, temporary_path, "version", kTokenShardVersion);
+    write_int64_attribute(id, temporary_path, "version", pairs.empty() ? kTokenShardVersion : kPairShardVersion);
+    if (!pairs.empty()) write_string_attribute(id, temporary_path, "record", "pair");
     write_int64_attribute(id, temporary_path, "vocab_size", attrs.vocab_size);
     write_int64_attribute(id, temporary_path, "bos_id", attrs.bos_id);
     write_int64_attribute(id, temporary_path, "eos_id", attrs.eos_id);
@@ -176,6 +199,56 @@ void write_token_shard(const std::string& path, std::span<const TokenSample> sam
     fs::remove(temporary_path, error);
     fail(path, ": cannot rename ", temporary_path, " to it: ", error.message());
   }
+}
+
+// Scored tokens (loss_mask 1) of a response.
+int64_t scored_tokens(const TokenSample& response) {
+  int64_t count = 0;
+  for (uint8_t value : response.loss_mask) count += value;
+  return count;
+}
+
+}  // namespace
+
+void write_token_shard(const std::string& path, std::span<const TokenSample> samples, const ShardAttributes& attrs) {
+  write_shard_file(path, samples, attrs, PairColumns{});
+}
+
+TokenSample TokenPair::chosen_sequence() const {
+  TokenSample sequence{prompt, std::vector<uint8_t>(prompt.size(), 0)};
+  sequence.tokens.insert(sequence.tokens.end(), chosen.tokens.begin(), chosen.tokens.end());
+  sequence.loss_mask.insert(sequence.loss_mask.end(), chosen.loss_mask.begin(), chosen.loss_mask.end());
+  return sequence;
+}
+
+TokenSample TokenPair::rejected_sequence() const {
+  return TokenPair{prompt, rejected, chosen}.chosen_sequence();
+}
+
+void write_pair_shard(const std::string& path, std::span<const TokenPair> pairs, const ShardAttributes& attrs) {
+  std::vector<TokenSample> records;  // [N] prompt | chosen | rejected
+  PairColumns columns;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const TokenPair& pair = pairs[i];
+    const int64_t prompt = static_cast<int64_t>(pair.prompt.size());
+    for (const TokenSample* side : {&pair.chosen, &pair.rejected}) {
+      const char* name = side == &pair.chosen ? "chosen" : "rejected";
+      ZT_CHECK(side->loss_mask.size() == side->tokens.size(), path, ": pair ", i, ": the ", name,
+               " response's loss_mask and tokens differ in length");
+      ZT_CHECK(prompt + static_cast<int64_t>(side->tokens.size()) <= attrs.max_seq_len, path, ": pair ", i, ": the ", name,
+               " sequence has ", prompt + static_cast<int64_t>(side->tokens.size()), " tokens, more than max_seq_len=",
+               attrs.max_seq_len);
+      ZT_CHECK(scored_tokens(*side) > 0, path, ": pair ", i, ": the ", name, " response has no scored token");
+    }
+    TokenSample record = pair.chosen_sequence();
+    record.tokens.insert(record.tokens.end(), pair.rejected.tokens.begin(), pair.rejected.tokens.end());
+    record.loss_mask.insert(record.loss_mask.end(), pair.rejected.loss_mask.begin(), pair.rejected.loss_mask.end());
+    records.push_back(std::move(record));
+    columns.prompt_lengths.push_back(prompt);
+    columns.chosen_lengths.push_back(static_cast<int64_t>(pair.chosen.tokens.size()));
+  }
+  ZT_CHECK(!records.empty(), path, ": a pair shard must hold at least one pair");
+  write_shard_file(path, records, attrs, columns);
 }
 
 std::string shard_split_from_file_name(const std::string& file_name) {
@@ -235,6 +308,28 @@ void check_token_ids(const Shard& shard, hsize_t token_count) {
   }
 }
 
+// A pair shard's prompt_lengths and chosen_lengths, checked against the records: each side
+// prompt + response within max_seq_len, each response non-empty.
+void read_pair_columns(hid_t file_id, Shard& shard) {
+  const std::string& path = shard.path;
+  const hsize_t records = shard.offsets.size() - 1;
+  for (auto [name, column] : {std::pair{"prompt_lengths", &shard.prompt_lengths}, std::pair{"chosen_lengths", &shard.chosen_lengths}}) {
+    hsize_t count = 0;
+    H5Handle dataset = open_1d_dataset(file_id, path, name, {8, true}, count);
+    ZT_CHECK(count == records, path, ": dataset '", name, "' has ", count, " values for ", records, " pairs");
+    column->resize(count);
+    read_1d_range(dataset.get(), path, name, H5T_NATIVE_INT64, 0, count, column->data());
+  }
+  for (size_t i = 0; i < records; ++i) {
+    const int64_t prompt = shard.prompt_lengths[i], chosen = shard.chosen_lengths[i];
+    const int64_t rejected = shard.record_length(i) - prompt - chosen;
+    ZT_CHECK(prompt >= 0 && chosen >= 1 && rejected >= 1, path, ": pair ", i, " has prompt ", prompt, ", chosen ", chosen,
+             " and rejected ", rejected, " tokens (each response needs at least one)");
+    ZT_CHECK(shard.longer_side(i) <= shard.attrs.max_seq_len, path, ": pair ", i, " has a side of ", shard.longer_side(i),
+             " tokens, more than max_seq_len=", shard.attrs.max_seq_len);
+  }
+}
+
 Shard open_shard(const std::string& path) {
   Shard shard;
   shard.path = path;
@@ -261,8 +356,12 @@ Shard open_shard(const std::string& path) {
   ZT_CHECK(format == kTokenShardFormat, path, ": not a zerotune token shard (attribute 'format' is '", format,
            "', expected '", kTokenShardFormat, "')");
   const int64_t version = read_int64_attribute(file_id, path, "version");
-  ZT_CHECK(version == kTokenShardVersion, path, ": token shard version ", version,
-           " is not supported (this zerotune reads version ", kTokenShardVersion, ")");
+  ZT_CHECK(version == kTokenShardVersion || version == kPairShardVersion, path, ": token shard version ", version,
+           " is not supported (this zerotune reads version ", kTokenShardVersion, ", and ", kPairShardVersion,
+           " for pairs)");
+  const bool pairs = version == kPairShardVersion;
+  ZT_CHECK(!pairs || (has_attribute(file_id, path, "record") && read_string_attribute(file_id, path, "record") == "pair"),
+           path, ": a version-", kPairShardVersion, " token shard must have the attribute record=\"pair\"");
 
   ShardAttributes& attrs = shard.attrs;
   attrs.vocab_size = read_int64_attribute(file_id, path, "vocab_size");
@@ -290,11 +389,12 @@ Shard open_shard(const std::string& path) {
     const int64_t length = shard.offsets[i + 1] - shard.offsets[i];
     ZT_CHECK(length > 0, path, ": offsets are not strictly increasing (offsets[", i, "]=", shard.offsets[i],
              ", offsets[", i + 1, "]=", shard.offsets[i + 1], ")");
-    ZT_CHECK(length <= attrs.max_seq_len, path, ": sample ", i, " has ", length, " tokens, more than max_seq_len=",
-             attrs.max_seq_len);
+    ZT_CHECK(length <= (pairs ? 2 : 1) * attrs.max_seq_len, path, ": sample ", i, " has ", length,
+             " tokens, more than max_seq_len=", attrs.max_seq_len);
   }
   ZT_CHECK(shard.offsets.back() == static_cast<int64_t>(token_count), path, ": the last offset is ",
            shard.offsets.back(), " but dataset 'tokens' has ", token_count, " values");
+  if (pairs) read_pair_columns(file_id, shard);
   check_token_ids(shard, token_count);
   return shard;
 }
@@ -378,9 +478,11 @@ TokenDataset TokenDataset::open(const std::string& path, const std::string& spli
       check_shards_agree(first, shard, "bos_id", first.attrs.bos_id, shard.attrs.bos_id);
       check_shards_agree(first, shard, "eos_id", first.attrs.eos_id, shard.attrs.eos_id);
       check_shards_agree(first, shard, "pad_id", first.attrs.pad_id, shard.attrs.pad_id);
+      ZT_CHECK(first.holds_pairs() == shard.holds_pairs(), first.path, " and ", shard.path,
+               " disagree on what they hold (pairs from prep --pairs vs samples): one dataset holds one kind");
     }
     for (size_t i = 0; i + 1 < shard.offsets.size(); ++i) {
-      impl->longest = std::max(impl->longest, shard.offsets[i + 1] - shard.offsets[i]);
+      impl->longest = std::max(impl->longest, shard.holds_pairs() ? shard.longer_side(i) : shard.record_length(i));
     }
     impl->first_sample.push_back(impl->first_sample.back() + shard.num_samples());
     impl->paths.push_back(shard_path);
@@ -404,6 +506,7 @@ TokenDataset::~TokenDataset() {
   impl_.reset();
 }
 
+bool TokenDataset::holds_pairs() const { return impl_->shards.front().holds_pairs(); }
 int64_t TokenDataset::num_samples() const { return impl_->first_sample.back(); }
 int64_t TokenDataset::longest_sample() const { return impl_->longest; }
 const ShardAttributes& TokenDataset::attributes() const { return impl_->attrs; }
@@ -420,7 +523,7 @@ std::vector<ShardInfo> TokenDataset::shard_infos() const {
 
 int64_t TokenDataset::sample_length(int64_t index) const {
   const auto [shard, local] = impl_->locate(index);
-  return shard->offsets[static_cast<size_t>(local) + 1] - shard->offsets[static_cast<size_t>(local)];
+  return shard->holds_pairs() ? shard->longer_side(static_cast<size_t>(local)) : shard->record_length(static_cast<size_t>(local));
 }
 
 std::vector<uint8_t> TokenDataset::read_loss_mask(int64_t index) const {
@@ -438,6 +541,30 @@ std::vector<uint8_t> TokenDataset::read_loss_mask(int64_t index) const {
 }
 
 TokenSample TokenDataset::read_sample(int64_t index) const {
+  ZT_CHECK(!holds_pairs(), impl_->description, ": holds preference pairs (zerotune prep --pairs), not samples: train "
+           "them with --objective reward, or prep the data without --pairs for a language-model objective");
+  return read_record(index);
+}
+
+TokenPair TokenDataset::read_pair(int64_t index) const {
+  ZT_CHECK(holds_pairs(), impl_->description, ": holds samples, not preference pairs: --objective reward needs data "
+           "from zerotune prep --pairs (rows with prompt, chosen and rejected)");
+  const TokenSample record = read_record(index);
+  const auto [shard, local] = impl_->locate(index);
+  const auto prompt = static_cast<std::ptrdiff_t>(shard->prompt_lengths[static_cast<size_t>(local)]);
+  const auto chosen_end = prompt + static_cast<std::ptrdiff_t>(shard->chosen_lengths[static_cast<size_t>(local)]);
+  const auto part = [&](std::ptrdiff_t begin, std::ptrdiff_t end) {
+    return TokenSample{{record.tokens.begin() + begin, record.tokens.begin() + end},
+                       {record.loss_mask.begin() + begin, record.loss_mask.begin() + end}};
+  };
+  TokenPair pair;
+  pair.prompt.assign(record.tokens.begin(), record.tokens.begin() + prompt);
+  pair.chosen = part(prompt, chosen_end);
+  pair.rejected = part(chosen_end, static_cast<std::ptrdiff_t>(record.tokens.size()));
+  return pair;
+}
+
+TokenSample TokenDataset::read_record(int64_t index) const {
   const Hdf5Lock lock(hdf5_mutex());
   const auto [shard, local] = impl_->locate(index);
   const hsize_t begin = static_cast<hsize_t>(shard->offsets[static_cast<size_t>(local)]);

@@ -69,8 +69,25 @@ class UnitHooks {
   virtual void gradients_ready(int unit) { (void)unit; }
 };
 
+// A head over the decoder's last hidden state in place of the LM head and its cross-entropy
+// (an objective's: the reward model's value head, train/reward_objective.cpp). The model calls it
+// inside its head unit, so under ZeRO-3 the head's parameters (in that unit) are gathered.
+class HiddenStateHead {
+ public:
+  virtual ~HiddenStateHead() = default;
+  // In forward: hidden [N, E], the LM head's input (after the final norm and project_out).
+  virtual void forward(Tensor hidden) = 0;
+  // In backward: writes d_hidden [N, E] (compute dtype) and accumulates its own parameters'
+  // gradients, for the batch of the last forward.
+  virtual void backward(Tensor hidden, Tensor d_hidden) = 0;
+};
+
 class CausalLM {
  public:
+  // Replaces the LM head by `head` (not owned; nullptr: the LM head again). With a head set,
+  // forward() runs it and backward() starts from its d_hidden (grad_scale and loss_sum unused:
+  // the head has its own); loss() is not available.
+  void set_hidden_head(HiddenStateHead* head) { hidden_head_ = head; }
   // Times every module from now on (nullptr: off, the default; timing synchronises the device).
   void set_module_timer(ModuleTimer* timer) { timer_ = timer; }
   // The hooks the model calls around each unit (not owned; must outlive the model's use).
@@ -116,8 +133,10 @@ class CausalLM {
   UnitHooks& hooks() { return *hooks_; }
   ModuleTimer* timer() { return timer_; }
   bool keeps_logits() const { return keep_logits_; }
+  HiddenStateHead* hidden_head() const { return hidden_head_; }
 
  private:
+  HiddenStateHead* hidden_head_ = nullptr;
   UnitHooks no_hooks_;
   UnitHooks* hooks_ = &no_hooks_;
   ModuleTimer* timer_ = nullptr;

@@ -80,7 +80,9 @@ class DecoderModel final : public CausalLM {
     hooks().acquire(head_unit(), UnitUse::Forward);
     head_input_forward(dropout);
     Tensor logits;  // only for keep_logits: the head runs in loss() and backward()
-    if (keeps_logits()) {
+    if (hidden_head()) {
+      hidden_head()->forward(head_input);
+    } else if (keeps_logits()) {
       ensure_buffer(whole_logits_, backend_, n * c_.vocab_size, act_);
       logits = matrix(whole_logits_, n, c_.vocab_size);
       for_each_head_chunk(dropout, [&](int64_t first, int64_t count, Tensor chunk_logits, const DropoutContext&) {
@@ -123,6 +125,7 @@ class DecoderModel final : public CausalLM {
   }
 
   double loss(const BatchTensors& batch) override {
+    ZT_CHECK(!hidden_head(), "CausalLM::loss: the model runs another head (its objective computes the loss)");
     hooks().acquire(head_unit(), UnitUse::Forward);
     double sum = 0.0;
     for_each_head_chunk(forward_dropout_, [&](int64_t first, int64_t count, Tensor chunk_logits, const DropoutContext&) {
@@ -153,16 +156,20 @@ class DecoderModel final : public CausalLM {
     Tensor head_input = c_.projects_embeddings() ? matrix(projected_, n, embed) : normed;
     Tensor d_normed = c_.final_norm ? matrix(grad_ln_, n, hidden) : d_residual;     // [N, C]
     Tensor d_head_input = c_.projects_embeddings() ? matrix(grad_projected_, n, embed) : d_normed;
-    // Per chunk of rows: logits, their loss and dlogits (in place), d_head_input's rows
-    // (written) and the head's weight gradients (accumulated).
-    time_module(backend_, timer(), "head", linear_flops({&head_}, n, false) + linear_flops({&head_}, n, true), [&] {
-      for_each_head_chunk(dropout, [&](int64_t first, int64_t count, Tensor dlogits, const DropoutContext& chunk_dropout) {
-        backend_.cross_entropy_accumulate(dlogits, batch.targets.rows(first, count), batch.loss_mask.rows(first, count),
-                                          grad_scale, loss_sum);
-        head_.backward(backend_, d_head_input.rows(first, count), false, dlogits, head_input.rows(first, count),
-                       head_saved_, chunk_dropout, pass.lora_dz, pass.lora_scratch);
+    if (hidden_head()) {  // an objective's head gives d_head_input; the LM head does not run
+      time_module(backend_, timer(), "head", 0.0, [&] { hidden_head()->backward(head_input, d_head_input); });
+    } else {
+      // Per chunk of rows: logits, their loss and dlogits (in place), d_head_input's rows
+      // (written) and the head's weight gradients (accumulated).
+      time_module(backend_, timer(), "head", linear_flops({&head_}, n, false) + linear_flops({&head_}, n, true), [&] {
+        for_each_head_chunk(dropout, [&](int64_t first, int64_t count, Tensor dlogits, const DropoutContext& chunk_dropout) {
+          backend_.cross_entropy_accumulate(dlogits, batch.targets.rows(first, count), batch.loss_mask.rows(first, count),
+                                            grad_scale, loss_sum);
+          head_.backward(backend_, d_head_input.rows(first, count), false, dlogits, head_input.rows(first, count),
+                         head_saved_, chunk_dropout, pass.lora_dz, pass.lora_scratch);
+        });
       });
-    });
+    }
     if (c_.projects_embeddings())
       time_module(backend_, timer(), "head", linear_flops({&project_out_}, n, true), [&] {
         project_out_.backward(backend_, d_normed, false, d_head_input, normed, project_out_saved_, dropout, pass.lora_dz,

@@ -28,6 +28,11 @@ struct ParamSpec {
   std::string tied_to;          // non-empty: this parameter IS that one (a tied head reads the
                                 // token embedding); it has no storage of its own and is neither
                                 // loaded, initialised, checkpointed nor exported
+  std::string owner;            // "" for the model's own; else the objective that adds it (the
+                                // reward model's value head: train/objective.h), which loads or
+                                // initialises it (load_base_weights skips it)
+                                // (after tied_to: the families' specs are aggregate-initialised
+                                // up to tied_to)
 
   int64_t numel() const;
   // DeepSpeed-Chat / HF Trainer: no weight decay on biases and norm weights.

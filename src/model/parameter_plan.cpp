@@ -42,7 +42,8 @@ void load_base_weights(const std::string& model_dir, ParamStore& store, int unit
   ModelWeights weights(model_dir);
   for (const ParamEntry& entry : store.entries()) {
     const std::string& name = entry.spec.name;
-    if (is_lora_parameter(name) || (unit >= 0 && entry.unit != unit)) continue;  // (tied names have no entry)
+    if (is_lora_parameter(name) || !entry.spec.owner.empty() || (unit >= 0 && entry.unit != unit))
+      continue;  // (tied names have no entry; an objective's parameters are its own to fill)
     if (entry.quant.enabled() && has_bnb_4bit(weights, name)) {  // saved 4-bit by bitsandbytes: loaded as it is
       store.write_payload(name, read_bnb_4bit(weights, name, entry.spec.shape, entry.quant).data());
       continue;

@@ -125,15 +125,11 @@ std::map<std::string, int64_t> held_terms(const std::map<std::string, int64_t>& 
   return held;
 }
 
-// A micro-batch of B x T tokens, every one a target (so the step updates), as the trainer's
-// largest: one sample per row, or packed rows with their positions (--packing).
-StepBatches model_batches(const TrainConfig& config, int64_t seq_len) {
+// The trainer's largest micro-batches of B x T tokens (as the objective lays them out), every
+// position a target so the step updates.
+StepBatches model_batches(const TrainConfig& config, const Objective& objective, int64_t seq_len) {
   StepBatches batches;
-  MicroBatch micro = padded_micro_batch(config.micro_batch_size, seq_len, 0);
-  std::fill(micro.loss_mask.begin(), micro.loss_mask.end(), uint8_t{1});
-  micro.target_tokens = micro.real_tokens = micro.batch * micro.seq;
-  if (config.packing) micro.positions.assign(micro.input_ids.size(), 0);
-  batches.micro.assign(static_cast<size_t>(config.gradient_accumulation_steps), micro);
+  batches.micro.assign(static_cast<size_t>(config.gradient_accumulation_steps), objective.largest_micro_batch(config, seq_len));
   return batches;
 }
 
@@ -171,7 +167,7 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
   parts.model->set_unit_hooks(&hooks);
   StepConfig step_config = step_config_of(run);
   step_config.fault_points = false;
-  StepRunner runner(step_config, *parts.model, *parts.engine, *parts.store, *backend, *comm, *comm,
+  StepRunner runner(step_config, *parts.model, *parts.objective, *parts.engine, *parts.store, *backend, *comm, *comm,
                     parts.scaler ? &*parts.scaler : nullptr, model_config.vocab_size);
   backend->synchronize();
   MemoryPrediction prediction;
@@ -188,7 +184,7 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
   const bool grows = grown_from_seq_len > 0 && grown_from_seq_len < seq_len;
   int64_t step = 0;
   for (int64_t step_seq : grows ? std::vector<int64_t>{grown_from_seq_len, seq_len} : std::vector<int64_t>{seq_len}) {
-    StepBatches batches = model_batches(run, step_seq);
+    StepBatches batches = model_batches(run, *parts.objective, step_seq);
     runner.run(step, step, batches, parts.schedule, nullptr);
     ++step;
   }

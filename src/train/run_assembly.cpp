@@ -37,7 +37,13 @@ RunParts assemble_run(const TrainConfig& config, const ModelConfig& model_config
   AssemblyObserver& observe = observer ? *observer : nothing;
   log_allocation_mark(backend, "assemble");
   RunParts parts;
+  parts.objective = make_objective(config.objective);
   parts.plan = plan_parameters(model_config, config.lora, config.quantize);
+  for (ParamSpec& spec : parts.objective->added_params(model_config)) {  // trainable under LoRA too
+    parts.plan.specs.push_back(std::move(spec));
+    parts.plan.trainable.push_back(true);
+    parts.plan.quant.push_back(QuantConfig{});
+  }
   parts.residency = zero_store_residency(config.zero, world_size, *make_optimizer(config.optimizer));
   observe.before_store();
   parts.store = std::make_unique<ParamStore>(backend, parts.plan.specs, parts.plan.trainable, world_size,
@@ -55,6 +61,7 @@ RunParts assemble_run(const TrainConfig& config, const ModelConfig& model_config
   observe.before_model(*parts.store, *parts.engine);
   parts.model = make_causal_lm(model_config, *parts.store, backend, model_options_of(config));
   parts.model->set_unit_hooks(parts.engine.get());
+  parts.objective->attach(*parts.model, *parts.store, backend);
   if (config.compute_dtype == DType::F16) parts.scaler.emplace(config.loss_scaler);  // bf16, fp32: unscaled (DeepSpeed)
   parts.schedule = run_schedule(config, parts.engine->optimizer());
   log_allocation_mark(backend, "assembled");

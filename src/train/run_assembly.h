@@ -18,6 +18,7 @@
 #include "model/param_store.h"
 #include "model/parameter_plan.h"
 #include "optim/loss_scaler.h"
+#include "train/objective.h"
 #include "train/step_runner.h"
 #include "train/step_schedule.h"
 #include "train/train_config.h"
@@ -32,7 +33,8 @@ struct RunParts {
   StoreResidency residency;
   std::unique_ptr<ParamStore> store;
   std::unique_ptr<ZeroEngine> engine;
-  std::unique_ptr<CausalLM> model;           // its unit hooks: the engine
+  std::unique_ptr<Objective> objective;      // config.objective; may add parameters to the plan
+  std::unique_ptr<CausalLM> model;           // its unit hooks: the engine; its head may be the objective's
   std::optional<DynamicLossScaler> scaler;   // fp16 only: DeepSpeed's dynamic loss scaler
   std::vector<StepInstruction> schedule;     // one optimizer step's instructions
 };

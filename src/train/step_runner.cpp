@@ -41,10 +41,10 @@ void write_step0_dump(const std::string& path, const std::vector<float>& logits,
 
 }  // namespace
 
-StepRunner::StepRunner(const StepConfig& config, CausalLM& model, ZeroEngine& engine, ParamStore& store,
-                       Backend& backend, Communicator& comm, Communicator& control, DynamicLossScaler* scaler,
-                       int64_t vocab_size)
-    : config_(config), model_(model), engine_(engine), store_(store), backend_(backend), comm_(comm), control_(control),
+StepRunner::StepRunner(const StepConfig& config, CausalLM& model, Objective& objective, ZeroEngine& engine,
+                       ParamStore& store, Backend& backend, Communicator& comm, Communicator& control,
+                       DynamicLossScaler* scaler, int64_t vocab_size)
+    : config_(config), model_(model), objective_(objective), engine_(engine), store_(store), backend_(backend), comm_(comm), control_(control),
       scaler_(scaler), vocab_size_(vocab_size), step_loss_sum_(backend, sizeof(double)),
       host_(backend.make_host_backend()), host_loss_sum_(*host_, sizeof(double)) {}
 
@@ -136,7 +136,8 @@ void StepRunner::forward(int64_t step, int64_t micro, StepBatches& batches, bool
 void StepRunner::backward(int64_t step, int64_t micro, StepBatches& batches) {
   if (config_.fault_points) fault_point("step", step + 1);
   enter(StepPart::Model);
-  model_.backward(batch_, grad_scale_, dropout_, step_loss_sum_.view(DType::F64, {1}));
+  objective_.backward(model_, batches.micro[static_cast<size_t>(micro)], batch_, grad_scale_, dropout_,
+                      step_loss_sum_.view(DType::F64, {1}));
   enter(StepPart::Engine);
   engine_.end_micro_batch();
   if (reduced_) return;  // a fused optimizer's second pass over the same micro-batch

@@ -11,7 +11,8 @@
 // at min_loss_scale.
 // Loss contract (DESIGN.md): sum of token losses over the global batch / its target tokens, so
 // every micro-batch's backward is scaled by 1 / (target tokens of the whole global batch, all
-// ranks): the count is all-reduced before backward.
+// ranks): the count is all-reduced before backward. The objective (train/objective.h) says what
+// a micro-batch's loss units are (MicroBatch::target_tokens: tokens, or pairs for the reward model).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -24,6 +25,7 @@
 #include "model/causal_lm.h"
 #include "optim/loss_scaler.h"
 #include "train/batch_views.h"
+#include "train/objective.h"
 #include "train/profiler.h"
 #include "train/step_schedule.h"
 #include "optim/schedule_config.h"
@@ -79,8 +81,9 @@ class StepRunner {
  public:
   // `control` keeps the communication statistics (the optimizer row of a profile excludes its
   // waits); `scaler` is fp16's loss scaler (nullptr otherwise); `vocab_size` for --dump-step0.
-  StepRunner(const StepConfig& config, CausalLM& model, ZeroEngine& engine, ParamStore& store, Backend& backend,
-             Communicator& comm, Communicator& control, DynamicLossScaler* scaler, int64_t vocab_size);
+  // `objective` runs each micro-batch's loss and backward (train/objective.h).
+  StepRunner(const StepConfig& config, CausalLM& model, Objective& objective, ZeroEngine& engine, ParamStore& store,
+             Backend& backend, Communicator& comm, Communicator& control, DynamicLossScaler* scaler, int64_t vocab_size);
 
   // Runs `schedule` over `batches` as optimizer step `step` (0-based), of which `updates_done`
   // updates were applied before. `profiler`: time this step's modules and optimizer (or null).
@@ -114,6 +117,7 @@ class StepRunner {
 
   StepConfig config_;
   CausalLM& model_;
+  Objective& objective_;
   ZeroEngine& engine_;
   ParamStore& store_;
   Backend& backend_;

@@ -164,6 +164,7 @@ nlohmann::json TrainConfig::to_json() const {
       {"comm_timeout_seconds", comm_timeout_seconds},
       {"group_by_length", group_by_length},
       {"packing", packing},
+      {"objective", objective},
       {"head_chunk_rows", head_chunk_rows},
       {"save_every", save_every},
       {"save_at_end", save_at_end},

@@ -164,6 +164,10 @@ void prepare(TrainingRun& run) {
   // implement) stops here rather than at the step whose batch holds it.
   check_sequence_length(run.model_config, run.dataset->longest_sample(), config.data_dir);
   if (run.eval_data) check_sequence_length(run.model_config, run.eval_data->longest_sample(), config.eval_data_dir);
+  // The data must be what the objective trains on (pairs for reward), before anything is allocated.
+  const std::unique_ptr<Objective> objective = make_objective(config.objective);
+  objective->check_data(config, *run.dataset, config.data_dir);
+  if (run.eval_data) objective->check_data(config, *run.eval_data, config.eval_data_dir);
 }
 
 // The backend and its communicator, then what this rank will hold, predicted before anything is
@@ -186,8 +190,10 @@ void open_device(TrainingRun& run) {
 void assemble(TrainingRun& run) {
   const TrainConfig& config = run.config;
   const std::string& adapter_dir = run.options.adapter_dir;
+  const std::unique_ptr<Objective> objective = make_objective(config.objective);  // its added parameters' weights
   const UnitWeights weights = [&](ParamStore& store, int unit) {
     load_base_weights(config.model_dir, store, unit);
+    objective->init_added_params(store, unit, config.model_dir, config.seed);
     if (!adapter_dir.empty()) load_peft_adapter_weights(adapter_dir, store, unit);
     else if (config.lora.enabled()) init_lora_weights(store, config.seed, unit);
   };

@@ -6,7 +6,6 @@
 #include <filesystem>
 
 #include "data/batch_prefetcher.h"
-#include "train/evaluation.h"
 #include "train/monitors.h"
 #include "train/nonfinite_watch.h"
 #include "train/profiler.h"
@@ -64,7 +63,7 @@ class TrainingLoop {
       : run_(run), config_(run.config),
         prefetcher_([&run](int64_t step) { return run.step_samples->rank_batches(step); }, run.state.step,
                     run.total_steps),
-        runner_(step_config_of(run.config), *run.parts.model, *run.parts.engine, *run.parts.store, run.backend(),
+        runner_(step_config_of(run.config), *run.parts.model, *run.parts.objective, *run.parts.engine, *run.parts.store, run.backend(),
                 *run.comm, run.control(), run.parts.scaler ? &*run.parts.scaler : nullptr,
                 run.model_config.vocab_size),
         last_saved_step_(run.resume_from ? run.state.step : -1) {
@@ -194,23 +193,21 @@ class TrainingLoop {
     evaluate_now(step + 1, epoch);
   }
 
-  // Evaluation after `steps_done` steps: a metrics.jsonl record and, on the console, the
-  // perplexity the way DeepSpeed-Chat's step 1 prints it ("ppl: P, loss: L").
+  // Evaluation after `steps_done` steps: a metrics.jsonl record with the objective's eval_* fields
+  // and its console line (the SFT objective's: the perplexity as DeepSpeed-Chat's step 1 prints it).
   void evaluate_now(int64_t steps_done, double epoch) {
     run_.control().set_context(steps_done == 0 ? std::string("evaluation before training")
                                                : cat("evaluation after step ", steps_done));
-    const EvalResult eval =
-        evaluate(*run_.parts.model, *run_.eval_data, config_.micro_batch_size, *run_.comm, run_.backend());
+    const ObjectiveEval eval = run_.parts.objective->evaluate(*run_.parts.model, *run_.eval_data,
+                                                              config_.micro_batch_size, *run_.comm, run_.backend());
     if (!run_.leader) return;
-    const nlohmann::json record = {{"step", steps_done}, {"epoch", epoch}, {"eval_loss", eval.loss},
-                                   {"eval_ppl", eval.perplexity}, {"eval_tokens", eval.target_tokens},
-                                   {"eval_samples", eval.samples}};
+    nlohmann::json record = {{"step", steps_done}, {"epoch", epoch}};
+    record.update(eval.record);  // the objective's eval_* fields (train/objective.h)
     metrics_writer_->write(record);
     if (monitors_) monitors_->write_eval(record);
     char epoch_text[32];
     std::snprintf(epoch_text, sizeof epoch_text, "%.2f", epoch);
-    run_.say(cat("eval at step ", steps_done, " (epoch ", epoch_text, ") | ppl: ", eval.perplexity, ", loss: ", eval.loss,
-                 " | ", eval.target_tokens, " target tokens in ", eval.samples, " samples"));
+    run_.say(cat("eval at step ", steps_done, " (epoch ", epoch_text, ") | ", eval.line));
   }
 
   // --sample-prompts: every --sample-every steps and after the last (every rank, in lockstep).

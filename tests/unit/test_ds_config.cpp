@@ -719,7 +719,8 @@ BOOST_AUTO_TEST_CASE(to_json_writes_every_field) {
   BOOST_CHECK_MESSAGE(j.contains("packing"), "packing");
   BOOST_CHECK_MESSAGE(j.contains("head_chunk_rows"), "head_chunk_rows");
   BOOST_CHECK_MESSAGE(j.contains("quantize"), "quantize");
-  BOOST_CHECK_EQUAL(j.size(), 43u);
+  BOOST_CHECK_EQUAL(j["objective"].get<std::string>(), "sft");  // --objective's default
+  BOOST_CHECK_EQUAL(j.size(), 44u);
   BOOST_CHECK_EQUAL(j["gradient_accumulation_steps"].get<int64_t>(), 2);
   BOOST_CHECK_EQUAL(j["compute_dtype"].get<std::string>(), "bf16");
   BOOST_CHECK_EQUAL(j["optimizer"]["betas"][1].get<double>(), 0.95);

@@ -273,8 +273,11 @@ BOOST_AUTO_TEST_CASE(unsupported_version_and_missing_attribute) {
   TempDir dir;
   const std::string path = dir.file("train-00000.h5");
   write_small_shard(path);
-  replace_int_attribute(path, "version", 2);
-  CHECK_MESSAGE_HAS(error_of([&] { TokenDataset::open(path); }), path + ": token shard version 2 is not supported");
+  replace_int_attribute(path, "version", 3);
+  CHECK_MESSAGE_HAS(error_of([&] { TokenDataset::open(path); }), path + ": token shard version 3 is not supported");
+  replace_int_attribute(path, "version", 2);  // version 2 is a pair shard (record="pair"): this one is not
+  CHECK_MESSAGE_HAS(error_of([&] { TokenDataset::open(path); }), path + ": a version-2 token shard must have the "
+                    "attribute record=\"pair\"");
   replace_int_attribute(path, "version", 1);  // an int32 attribute is read as well
   BOOST_TEST(TokenDataset::open(path).num_samples() == 3);
   delete_object(path, "vocab_size", true);

@@ -1,0 +1,40 @@
+// What `zerotune prep` makes of each row and how it writes a shard: the seam between the prep
+// pipeline (data/prep.cpp: reading rows, staging shards, the summary) and the record kinds,
+// samples (data/prep.cpp, the DeepSpeed-Chat step-1 layout) or preference pairs
+// (data/prep_pairs.cpp, `--pairs`, the step-2 layout).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "data/prep.h"
+
+namespace zt {
+
+class PrepRecords {
+ public:
+  virtual ~PrepRecords() = default;
+  // Why the row cannot become a record, as a short fixed reason (skip counts group by it), or "".
+  virtual std::string bad_row_reason(const nlohmann::json& row) const = 0;
+  // The options that choose the columns, for the message about a bad row.
+  virtual std::string column_options() const = 0;
+  // Turns a good row into a pending record: adds to summary's truncated/tokens/target_tokens and
+  // pushes its length (tokens of the longest sequence it makes) onto `lengths`. Returns the skip
+  // reason when the row makes no record (nothing is added then), else "".
+  virtual std::string add_row(const nlohmann::json& row, SplitSummary& summary, std::vector<int64_t>& lengths) = 0;
+  virtual int64_t pending() const = 0;  // records waiting for the next shard
+  // Writes the pending records as one shard at `path` and clears them.
+  virtual void write_shard(const std::string& path, const ShardAttributes& attributes) = 0;
+};
+
+// The reason shared by both kinds (data/prep.cpp): a column of `columns` missing or not a string,
+// or a column of `responses` (a subset) empty; "" when the row has them all.
+std::string bad_columns_reason(const nlohmann::json& row, const std::vector<std::string>& columns,
+                               const std::vector<std::string>& responses);
+
+// --pairs (data/prep_pairs.cpp): per row the prompt, chosen and rejected token ids.
+std::unique_ptr<PrepRecords> make_pair_records(const Tokenizer& tokenizer, const PrepOptions& options);
+
+}  // namespace zt
