@@ -86,6 +86,13 @@ const char* memory_name(Memory memory);  // "device memory", "pageable host memo
 // the kind of memory it points to. bytes == 0 checks the pointer alone.
 void check_device_accessible(const void* pointer, size_t bytes, const std::string& what);
 
+// An operand of a kernel, cuBLASLt, cuDNN or NCCL: check_device_accessible's rule, and pinned
+// host memory only when it was allocated with cudaHostAllocMapped. A GPU under unified
+// addressing would read any pinned memory across the bus; unasked, that is a host buffer passed
+// where a device buffer was meant (slow at every access, and the host may rewrite it meanwhile),
+// so it is a device_fault here. Copies take pinned memory under check_device_accessible's rule.
+void check_kernel_operand(const void* pointer, size_t bytes, const std::string& what);
+
 // The live allocation holding `pointer` (device or pinned): its base and size; false otherwise.
 bool find_allocation(const void* pointer, const void** base, size_t* bytes);
 

@@ -591,8 +591,8 @@ void try_start(Operation& op) {
   if (op.started || op.sequence != comm.started) return;
   if (const std::string problem = mpi_unusable(); !problem.empty()) zt_emu::device_fault("nccl: " + op.what + ": " + problem);
   check_mpi_thread(op.what);
-  if (send_bytes(op) > 0) zt_emu::check_device_accessible(op.send, send_bytes(op), "sendbuff of " + op.what);
-  if (recv_bytes(op) > 0) zt_emu::check_device_accessible(op.recv, recv_bytes(op), "recvbuff of " + op.what);
+  if (send_bytes(op) > 0) zt_emu::check_kernel_operand(op.send, send_bytes(op), "sendbuff of " + op.what);
+  if (recv_bytes(op) > 0) zt_emu::check_kernel_operand(op.recv, recv_bytes(op), "recvbuff of " + op.what);
 
   const size_t ranks = static_cast<size_t>(comm.size);
   ByteCount block = byte_count(op.block_bytes, op.what);
@@ -626,7 +626,8 @@ void try_start(Operation& op) {
       for (int pass = 0; pass < 2 && code == MPI_SUCCESS; ++pass)
         for (PeerTransfer& transfer : op.transfers) {
           if (transfer.send != (pass == 1) || code != MPI_SUCCESS) continue;
-          zt_emu::check_device_accessible(transfer.buffer, transfer.bytes, (transfer.send ? "sendbuff of " : "recvbuff of ") + op.what);
+          zt_emu::check_kernel_operand(transfer.buffer, transfer.bytes,
+                                       (transfer.send ? "sendbuff of " : "recvbuff of ") + op.what);
           ByteCount count = byte_count(transfer.bytes, op.what);
           if (transfer.send) {
             transfer.staging.assign(transfer.buffer, transfer.buffer + transfer.bytes);
@@ -649,7 +650,7 @@ void try_start(Operation& op) {
 void complete(Operation& op) {
   const size_t bytes = recv_bytes(op);
   if (bytes == 0) return;
-  zt_emu::check_device_accessible(op.recv, bytes, "recvbuff of " + op.what);  // not freed meanwhile
+  zt_emu::check_kernel_operand(op.recv, bytes, "recvbuff of " + op.what);  // not freed meanwhile
   const int ranks = op.comm->size;
   switch (op.kind) {
     case Kind::AllReduce:
@@ -665,7 +666,7 @@ void complete(Operation& op) {
 void complete_transfers(Operation& op) {
   for (PeerTransfer& transfer : op.transfers) {
     if (transfer.send) continue;
-    zt_emu::check_device_accessible(transfer.buffer, transfer.bytes, "recvbuff of " + op.what);
+    zt_emu::check_kernel_operand(transfer.buffer, transfer.bytes, "recvbuff of " + op.what);
     std::memcpy(transfer.buffer, transfer.staging.data(), transfer.bytes);
   }
 }
