@@ -32,9 +32,10 @@
 //   with MPI_Init (MPI_THREAD_SINGLE, in practice): that must be MPI's main thread, which is
 //   checked. ncclCommGetAsyncError and ncclCommAbort take no lock and call no MPI function, so a
 //   watchdog thread may call them while another thread waits in a drain.
-// - ncclGroupStart / ncclGroupEnd only count their nesting: the operations between them are
-//   queued as they are called, which is a valid schedule of a group (every operation of a group
-//   is issued on every rank in the same order).
+// - ncclGroupStart / ncclGroupEnd: the operations between them are queued on their streams at
+//   the outermost ncclGroupEnd, collectives in call order, then each communicator's sends and
+//   receives as one operation (NCCL launches a group only at its end: a stream waited for
+//   inside the group has not got the group's work yet).
 // - ncclCommAbort marks the communicator aborted: its queued operations then complete at once
 //   without a CUDA error (a GPU's aborted NCCL kernels return; the stream goes on), their
 //   outputs filled with 0xFF bytes (NaN) so that a result read after an abort shows. The MPI
@@ -790,7 +791,41 @@ std::string collective_problem(const Operation& op) {
   return "";
 }
 
-// Checks a collective and queues it on `stream`.
+thread_local int group_depth = 0;
+
+// The collectives called inside the open group, in call order: queued on their streams at the
+// outermost ncclGroupEnd, as NCCL launches a group's operations only then (a program that reads
+// a result before ending its group finds it unchanged, on a GPU as here).
+struct HeldCollective {
+  cudaStream_t stream = nullptr;
+  zt_emu::Work work;
+  std::string call;
+};
+thread_local std::vector<HeldCollective> held_collectives;
+
+ncclResult_t enqueue_collective(cudaStream_t stream, zt_emu::Work work, const std::string& call) {
+  try {
+    zt_emu::enqueue(stream, std::move(work));
+  } catch (const zt_emu::DeviceFault& fault) {  // an unknown or destroyed stream
+    return fail(ncclUnhandledCudaError, call + ": " + fault.message);
+  }
+  return ncclSuccess;
+}
+
+// At the outermost ncclGroupEnd: the held collectives, in call order.
+ncclResult_t issue_held_collectives() {
+  std::vector<HeldCollective> held = std::move(held_collectives);
+  held_collectives.clear();
+  std::lock_guard<std::recursive_mutex> lock(zt_emu::device_lock());
+  for (HeldCollective& collective : held)
+    if (const ncclResult_t error = enqueue_collective(collective.stream, std::move(collective.work),
+                                                      "ncclGroupEnd (" + collective.call + ")");
+        error != ncclSuccess)
+      return error;
+  return ncclSuccess;
+}
+
+// Checks a collective and queues it on `stream` (inside a group: at the group's end).
 ncclResult_t issue(Operation description, ncclComm_t handle, cudaStream_t stream, bool reduces) {
   std::lock_guard<std::recursive_mutex> lock(zt_emu::device_lock());
   ncclResult_t error = ncclSuccess;
@@ -818,17 +853,15 @@ ncclResult_t issue(Operation description, ncclComm_t handle, cudaStream_t stream
              (reduces ? std::string(" (") + op_name(op->op) + ")" : std::string()) + " on " + comm->describe();
   op->sequence = comm->issued;
   zt_emu::Work work{op->what, [op] { run(op); }, [op] { return done(op); }};
-  try {
-    zt_emu::enqueue(stream, std::move(work));
-  } catch (const zt_emu::DeviceFault& fault) {  // an unknown or destroyed stream
-    return fail(ncclUnhandledCudaError, prefix + fault.message);
+  if (group_depth > 0) {
+    held_collectives.push_back(HeldCollective{stream, std::move(work), op->call});
+  } else if (const ncclResult_t queued = enqueue_collective(stream, std::move(work), op->call); queued != ncclSuccess) {
+    return queued;
   }
   ++comm->issued;
   comm->outstanding.fetch_add(1);
   return ncclSuccess;
 }
-
-thread_local int group_depth = 0;
 
 // The point-to-point calls of the open group (or of one call outside a group), per communicator
 // handle and stream, in call order.
@@ -1068,7 +1101,9 @@ ncclResult_t ncclGroupStart() {
 ncclResult_t ncclGroupEnd() {
   if (group_depth == 0) return fail(ncclInvalidUsage, "ncclGroupEnd: no ncclGroupStart to end");
   --group_depth;
-  return group_depth == 0 ? issue_pending_transfers() : ncclSuccess;
+  if (group_depth > 0) return ncclSuccess;
+  if (const ncclResult_t error = issue_held_collectives(); error != ncclSuccess) return error;
+  return issue_pending_transfers();
 }
 
 ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
