@@ -131,6 +131,8 @@ inline void count_host_wait(const char* call) { count_call("host_waits", call); 
 //   ZT_EMU_DEVICE_MEMORY  device memory of the process (its devices share one arena), e.g. 4GiB
 //   ZT_EMU_DEVICES        devices a process sees (default 8, PCI bus ids 0000:01:00.0 ...)
 //   ZT_EMU_SCHEDULE       in-order | warp-serial | reversed | random[:seed] (default in-order)
+//   ZT_EMU_STREAMS        deferred | random[:seed]: queued work only when waited for, or also
+//                         eagerly/late at a seeded coin (emu_runtime.cpp; read at every queuing)
 //   ZT_EMU_VERBOSE        1: print launch errors and faults as they happen
 size_t env_bytes(const char* name, size_t fallback);  // "4GiB", "512MiB", "65536"
 int env_int(const char* name, int fallback);

@@ -10,8 +10,10 @@
 //     elsewhere, or has exited, is a fault naming the place, as for a shuffle). None of them
 //     orders memory between lanes: a load reads this lane's elements when the lane arrives, so
 //     elements another lane wrote without a __syncwarp before are stale (and a race for
-//     ThreadSanitizer). A store still meets the lanes after writing (its convergence check),
-//     so a read of another lane's stored elements without __syncwarp is not caught here.
+//     ThreadSanitizer). A store meets the lanes first (its convergence check) and then writes
+//     each lane's elements as that lane goes on, so a read of another lane's stored elements
+//     without __syncwarp is stale too; what it cannot show is the other direction: plain reads
+//     of the destination by other lanes before the store have all run when the lanes meet.
 //   - ldm must be a multiple of 8 elements for 16-bit types and of 4 for float, and the pointer
 //     256-bit (32-byte) aligned; anything else is undefined on a GPU and a fault here.
 //   - mma_sync multiplies exactly (a product of two bf16/fp16 values is exact in fp32) and adds

@@ -30,6 +30,8 @@
 //                                 device cudaMemcpy without waiting for it: stale data
 //   wmma_load_without_syncwarp    lanes write a shared tile and load it as a WMMA fragment
 //                                 without __syncwarp: a wrong product (a race for ThreadSanitizer)
+//   wmma_store_without_syncwarp   lanes read another lane's part of a tile just stored with
+//                                 store_matrix_sync, without __syncwarp: stale (poisoned) values
 // Usage: zt_emu_negative CASE. Prints CONTROL FAILED if the correct kernel fails.
 #include "emu/emu_predefine.h"
 
@@ -382,6 +384,40 @@ __global__ void wmma_shared_tile_kernel(float* out, bool with_syncwarp) {
   wmma::store_matrix_sync(out, sum, 16, wmma::mem_row_major);
 }
 
+// The other direction: the warp stores a fragment of 2s to a shared tile and each lane reads an
+// element of the next lane's part. store_matrix_sync implies no __syncwarp after it either.
+struct alignas(32) SharedFloatTile {
+  float element[256];
+};
+
+__global__ void wmma_store_then_read_kernel(float* out, bool with_syncwarp) {
+  namespace wmma = nvcuda::wmma;
+  ZT_SHARED(SharedFloatTile, shared, [1]);
+  float* tile = shared[0].element;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> twos;
+  wmma::fill_fragment(twos, 2.0f);
+  wmma::store_matrix_sync(tile, twos, 16, wmma::mem_row_major);
+  if (with_syncwarp) __syncwarp();
+  out[threadIdx.x] = tile[(threadIdx.x * 8 + 8) % 256];
+}
+
+int wmma_store_without_syncwarp_case() {
+  float* out = device_array<float>(32);
+  for (int with_syncwarp = 1; with_syncwarp >= 0; --with_syncwarp) {
+    launch({1, 32, 0, nullptr}, wmma_store_then_read_kernel, out, with_syncwarp == 1);
+    const std::vector<float> host = download(out, 32);
+    for (int lane = 0; lane < 32; ++lane) {
+      if (host[lane] == 2.0f) continue;
+      if (with_syncwarp) control_failed("a read after store_matrix_sync and __syncwarp");
+      std::printf("wrong result: lane %d read %g, expected 2 (store_matrix_sync had not written the next "
+                  "lane's elements yet)\n", lane, static_cast<double>(host[lane]));
+      return 1;
+    }
+  }
+  std::printf("values right without __syncwarp (only ThreadSanitizer sees this race)\n");
+  return 1;
+}
+
 int wmma_load_without_syncwarp_case() {
   float* out = device_array<float>(256);
   for (int with_syncwarp = 1; with_syncwarp >= 0; --with_syncwarp) {
@@ -517,6 +553,7 @@ int main(int argc, char** argv) {
   if (name == "transfer_ignores_event") return transfer_ignores_event_case();
   if (name == "device_copy_unordered") return device_copy_unordered_case();
   if (name == "wmma_load_without_syncwarp") return wmma_load_without_syncwarp_case();
+  if (name == "wmma_store_without_syncwarp") return wmma_store_without_syncwarp_case();
   if (name == "divergent_barrier" || name == "early_exit" || name == "shuffle_outside_mask" ||
       name == "pageable_argument" || name == "pinned_argument" || name == "wmma_misaligned" || name == "wmma_bad_ldm" ||
       name == "wmma_half_warp") {
