@@ -344,6 +344,7 @@ struct StreamSchedule {
 };
 
 StreamSchedule& stream_schedule() {
+  constexpr const char* kStreamsExpected = "deferred, random or random:SEED";
   static StreamSchedule schedule;
   const char* value = std::getenv("ZT_EMU_STREAMS");
   const std::string text = value == nullptr ? "" : value;
@@ -355,9 +356,9 @@ StreamSchedule& stream_schedule() {
   if (text.rfind("random:", 0) == 0) {
     char* end = nullptr;
     seed = std::strtoull(text.c_str() + 7, &end, 10);
-    if (end == text.c_str() + 7 || *end != '\0') bad_environment("ZT_EMU_STREAMS", value, "deferred, random or random:SEED");
+    if (end == text.c_str() + 7 || *end != '\0') bad_environment("ZT_EMU_STREAMS", value, kStreamsExpected);
   } else if (text != "random") {
-    bad_environment("ZT_EMU_STREAMS", value, "deferred, random or random:SEED");
+    bad_environment("ZT_EMU_STREAMS", value, kStreamsExpected);
   }
   schedule.random = true;
   schedule.coin.seed(seed);
