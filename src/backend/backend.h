@@ -77,10 +77,10 @@ struct DeviceMemory {
   int64_t peak = 0;        // of in_use since construction or reset_memory_peak()
   int64_t store_peak = 0;  // of which: the discardable parameter and gradient buffers (ZeRO's flat store)
   int64_t device_used = 0;  // the device's own count (cudaMemGetInfo: total - free), anyone's
-  int64_t device_free = 0;  // free on the device (within ZT_DEVICE_MEMORY_LIMIT)
+  int64_t device_free = 0;  // free on the device (within --device-memory-limit / ZT_DEVICE_MEMORY_LIMIT)
   // What the memory it gets back and may take depends on: the virtual-memory chunk that discard
   // frees (cuMemGetAllocationGranularity: 2 MiB on current GPUs, ZT_EMU_VMM_GRANULARITY on the
-  // emulated device; 0 without virtual memory management) and ZT_DEVICE_MEMORY_LIMIT (0: none),
+  // emulated device; 0 without virtual memory management) and the device-memory limit (0: none),
   // with the bytes this process holds from the driver now (what the limit counts).
   int64_t discard_granularity = 0;
   int64_t limit = 0;

@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/train_options.h"
 #include "cli/parse_options.h"
+#include "backend/device_memory_limit.h"
 #include "core/error.h"
 #include "model/lora_targets.h"
 #include "train/auto_values.h"
@@ -90,6 +91,9 @@ po::options_description train_options() {
       ("sample-max-new-tokens", po::value<int64_t>(), "with --sample-prompts: at most this many new tokens per prompt (default 64)")
       ("device", po::value<std::string>(), "auto (default: cuda when this build has CUDA and the rank sees a GPU, "
        "else cpu), cpu, or cuda: the GPU local_rank % visible devices")
+      ("device-memory-limit", po::value<std::string>(), "SIZE (24GiB, 512MiB or bytes): make each rank's GPU behave as "
+       "one with that much memory, on a real GPU and on the emulated device alike (what zerotune takes from the driver "
+       "counts; past it an allocation fails as on a full GPU). Default: ZT_DEVICE_MEMORY_LIMIT, else none")
       ("comm", po::value<std::string>(), "GPU collectives: auto (NCCL when each rank has its own GPU), nccl, or "
                                          "mpi (through host memory)")
       ("zero-stage", po::value<int>(), "ZeRO stage 0-3 (zero_optimization.stage)")
@@ -228,6 +232,11 @@ void take_run_flags(const po::variables_map& vm, TrainConfig& config, RunOptions
   take(vm, "device", config.device);
   ZT_CHECK(config.device == "auto" || config.device == "cpu" || config.device == "cuda",
            "--device must be auto, cpu or cuda, not '", config.device, "'");
+  if (vm.count("device-memory-limit")) {
+    ZT_CHECK(config.device != "cpu", "--device-memory-limit limits a GPU's memory: it does not go with --device cpu");
+    set_device_memory_limit(parse_memory_size("--device-memory-limit", vm["device-memory-limit"].as<std::string>()),
+                            "--device-memory-limit");
+  }
   take(vm, "comm", config.comm);
   ZT_CHECK(config.comm == "auto" || config.comm == "nccl" || config.comm == "mpi", "--comm must be auto, nccl or mpi, not '",
            config.comm, "'");

@@ -523,21 +523,21 @@ bool device_pointers(const MatmulDesc& desc) { return desc.pointer_mode == CUBLA
 // Every operand the product will read or write: device-accessible over its span, else a
 // zt_emu::DeviceFault naming it. `beta` decides whether C is read.
 void check_operands(const Operation& op, float beta) {
-  zt_emu::check_device_accessible(op.a_data, span_bytes(op.a), "matrix A of " + op.what);
-  zt_emu::check_device_accessible(op.b_data, span_bytes(op.b), "matrix B of " + op.what);
-  if (beta != 0.0f) zt_emu::check_device_accessible(op.c_data, span_bytes(op.c), "matrix C of " + op.what);
-  zt_emu::check_device_accessible(op.d_data, span_bytes(op.d), "matrix D of " + op.what);
+  zt_emu::check_kernel_operand(op.a_data, span_bytes(op.a), "matrix A of " + op.what);
+  zt_emu::check_kernel_operand(op.b_data, span_bytes(op.b), "matrix B of " + op.what);
+  if (beta != 0.0f) zt_emu::check_kernel_operand(op.c_data, span_bytes(op.c), "matrix C of " + op.what);
+  zt_emu::check_kernel_operand(op.d_data, span_bytes(op.d), "matrix D of " + op.what);
   if (op.desc.epilogue == CUBLASLT_EPILOGUE_BIAS)
-    zt_emu::check_device_accessible(op.desc.bias, op.d.rows * element_size(op.d.type),
-                                    "the bias vector of " + op.what);
+    zt_emu::check_kernel_operand(op.desc.bias, op.d.rows * element_size(op.d.type),
+                                 "the bias vector of " + op.what);
 }
 
 // D = alpha * op(A) op(B) + beta * C (+ bias), as described at the top of the file.
 void run_matmul(const Operation& op) {
   float alpha = op.alpha, beta = op.beta;
   if (device_pointers(op.desc)) {
-    zt_emu::check_device_accessible(op.alpha_device, sizeof(float), "alpha of " + op.what);
-    zt_emu::check_device_accessible(op.beta_device, sizeof(float), "beta of " + op.what);
+    zt_emu::check_kernel_operand(op.alpha_device, sizeof(float), "alpha of " + op.what);
+    zt_emu::check_kernel_operand(op.beta_device, sizeof(float), "beta of " + op.what);
     std::memcpy(&alpha, op.alpha_device, sizeof(float));
     std::memcpy(&beta, op.beta_device, sizeof(float));
   }

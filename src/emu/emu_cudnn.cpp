@@ -402,14 +402,14 @@ cudnnStatus_t get_attribute(const Descriptor& d, int name, cudnnBackendAttribute
 
 // ---- execute -----------------------------------------------------------------------------------
 
-// Throws DeviceFault unless a tensor's memory is live device (or pinned) memory: without ragged
+// Throws DeviceFault unless a tensor's memory is live device (or mapped pinned) memory: without ragged
 // offsets its whole extent, with them one batch's (the offsets are device data the host cannot
 // read before the stream gets there).
 void check_memory(const TensorInfo& tensor, const void* pointer) {
   int64_t last = 0;
   for (size_t i = tensor.ragged ? 1 : 0; i < tensor.dims.size(); ++i) last += (tensor.dims[i] - 1) * tensor.strides[i];
-  check_device_accessible(pointer, static_cast<size_t>(last + 1) * type_size(tensor.type),
-                          "tensor uid " + std::to_string(tensor.uid) + " of the variant pack");
+  check_kernel_operand(pointer, static_cast<size_t>(last + 1) * type_size(tensor.type),
+                       "tensor uid " + std::to_string(tensor.uid) + " of the variant pack");
 }
 
 // The variant pack against the plan's graph: every non-virtual uid with a non-null pointer,

@@ -789,8 +789,8 @@ void run_grid(dim3 grid, dim3 block, size_t dynamic_bytes, LaunchSite site,
               const std::vector<PointerArgument>& pointers, std::function<void()>& thread_body) {
   for (const PointerArgument& argument : pointers) {
     if (argument.pointer == nullptr) continue;  // an optional argument: fine until dereferenced
-    check_device_accessible(argument.pointer, 0,
-                            "argument " + std::to_string(argument.index + 1) + " of " + launch_text(site));
+    check_kernel_operand(argument.pointer, 0,
+                         "argument " + std::to_string(argument.index + 1) + " of " + launch_text(site));
   }
   Block runner(site, grid, block, dynamic_bytes, &thread_body);
   for (const uint3& index : block_order(grid)) runner.run(index);

@@ -86,6 +86,13 @@ const char* memory_name(Memory memory);  // "device memory", "pageable host memo
 // the kind of memory it points to. bytes == 0 checks the pointer alone.
 void check_device_accessible(const void* pointer, size_t bytes, const std::string& what);
 
+// An operand of a kernel, cuBLASLt, cuDNN or NCCL: check_device_accessible's rule, and pinned
+// host memory only when it was allocated with cudaHostAllocMapped. A GPU under unified
+// addressing would read any pinned memory across the bus; unasked, that is a host buffer passed
+// where a device buffer was meant (slow at every access, and the host may rewrite it meanwhile),
+// so it is a device_fault here. Copies take pinned memory under check_device_accessible's rule.
+void check_kernel_operand(const void* pointer, size_t bytes, const std::string& what);
+
 // The live allocation holding `pointer` (device or pinned): its base and size; false otherwise.
 bool find_allocation(const void* pointer, const void** base, size_t* bytes);
 
@@ -124,6 +131,8 @@ inline void count_host_wait(const char* call) { count_call("host_waits", call); 
 //   ZT_EMU_DEVICE_MEMORY  device memory of the process (its devices share one arena), e.g. 4GiB
 //   ZT_EMU_DEVICES        devices a process sees (default 8, PCI bus ids 0000:01:00.0 ...)
 //   ZT_EMU_SCHEDULE       in-order | warp-serial | reversed | random[:seed] (default in-order)
+//   ZT_EMU_STREAMS        deferred | random[:seed]: queued work only when waited for, or also
+//                         eagerly/late at a seeded coin (emu_runtime.cpp; read at every queuing)
 //   ZT_EMU_VERBOSE        1: print launch errors and faults as they happen
 size_t env_bytes(const char* name, size_t fallback);  // "4GiB", "512MiB", "65536"
 int env_int(const char* name, int fallback);

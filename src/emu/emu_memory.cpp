@@ -27,6 +27,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <set>
 #include <mutex>
 #include <string>
 
@@ -282,6 +283,12 @@ std::map<uintptr_t, size_t>& pinned_allocations() {
   return *instance;
 }
 
+// The bases of live pinned allocations made with cudaHostAllocMapped: kernels may read them.
+std::set<uintptr_t>& mapped_pinned_bases() {
+  static auto* const instance = new std::set<uintptr_t>();
+  return *instance;
+}
+
 // The live pinned allocation holding `pointer` (one past the end included); nullptr when none.
 // A pointer that is both one past the end of one allocation and the base of the next belongs
 // to the next (upper_bound finds it first).
@@ -330,7 +337,7 @@ int allocation_device(const void* pointer) {
   return mapped_device(pointer);
 }
 
-void* allocate_pinned(size_t bytes) {
+void* allocate_pinned(size_t bytes, bool mapped) {
   std::lock_guard<std::recursive_mutex> lock(device_lock());
   const size_t rounded = round_up(bytes == 0 ? 1 : bytes, kPageBytes);  // aligned_alloc wants a multiple
   void* pointer = std::aligned_alloc(kPageBytes, rounded);
@@ -339,6 +346,7 @@ void* allocate_pinned(size_t bytes) {
   // The tail up to the page is not the caller's: ASan reports a read or write there.
   asan_poison(static_cast<std::byte*>(pointer) + bytes, rounded - bytes);
   pinned_allocations()[address(pointer)] = bytes;
+  if (mapped) mapped_pinned_bases().insert(address(pointer));
   return pointer;
 }
 
@@ -349,6 +357,7 @@ bool release_pinned(void* pointer) {
   if (found == allocations.end()) return false;
   const size_t rounded = round_up(found->second == 0 ? 1 : found->second, kPageBytes);
   allocations.erase(found);
+  mapped_pinned_bases().erase(address(pointer));
   asan_unpoison(pointer, rounded);  // the heap's own poisoning takes over at free
   std::free(pointer);
   return true;
@@ -438,6 +447,17 @@ const char* memory_name(Memory memory) {
 void check_device_accessible(const void* pointer, size_t bytes, const std::string& what) {
   std::string problem = device_access_problem(pointer, bytes, what);
   if (!problem.empty()) device_fault(std::move(problem));
+}
+
+void check_kernel_operand(const void* pointer, size_t bytes, const std::string& what) {
+  check_device_accessible(pointer, bytes, what);
+  std::lock_guard<std::recursive_mutex> lock(device_lock());
+  const auto* pinned = pointer == nullptr ? nullptr : pinned_allocation(pointer);
+  if (pinned == nullptr || mapped_pinned_bases().count(pinned->first)) return;
+  device_fault(what + " (" + pointer_text(pointer) + ") points to pinned host memory that was not allocated with "
+               "cudaHostAllocMapped: a GPU would read it across the bus at every access, while the host may be "
+               "rewriting it; copy it to device memory first (cudaMemcpyAsync), or allocate it with "
+               "cudaHostAlloc(..., cudaHostAllocMapped) if the device is meant to read host memory");
 }
 
 bool find_allocation(const void* pointer, const void** base, size_t* bytes) {

@@ -32,9 +32,10 @@
 //   with MPI_Init (MPI_THREAD_SINGLE, in practice): that must be MPI's main thread, which is
 //   checked. ncclCommGetAsyncError and ncclCommAbort take no lock and call no MPI function, so a
 //   watchdog thread may call them while another thread waits in a drain.
-// - ncclGroupStart / ncclGroupEnd only count their nesting: the operations between them are
-//   queued as they are called, which is a valid schedule of a group (every operation of a group
-//   is issued on every rank in the same order).
+// - ncclGroupStart / ncclGroupEnd: the operations between them are queued on their streams at
+//   the outermost ncclGroupEnd, collectives in call order, then each communicator's sends and
+//   receives as one operation (NCCL launches a group only at its end: a stream waited for
+//   inside the group has not got the group's work yet).
 // - ncclCommAbort marks the communicator aborted: its queued operations then complete at once
 //   without a CUDA error (a GPU's aborted NCCL kernels return; the stream goes on), their
 //   outputs filled with 0xFF bytes (NaN) so that a result read after an abort shows. The MPI
@@ -591,8 +592,8 @@ void try_start(Operation& op) {
   if (op.started || op.sequence != comm.started) return;
   if (const std::string problem = mpi_unusable(); !problem.empty()) zt_emu::device_fault("nccl: " + op.what + ": " + problem);
   check_mpi_thread(op.what);
-  if (send_bytes(op) > 0) zt_emu::check_device_accessible(op.send, send_bytes(op), "sendbuff of " + op.what);
-  if (recv_bytes(op) > 0) zt_emu::check_device_accessible(op.recv, recv_bytes(op), "recvbuff of " + op.what);
+  if (send_bytes(op) > 0) zt_emu::check_kernel_operand(op.send, send_bytes(op), "sendbuff of " + op.what);
+  if (recv_bytes(op) > 0) zt_emu::check_kernel_operand(op.recv, recv_bytes(op), "recvbuff of " + op.what);
 
   const size_t ranks = static_cast<size_t>(comm.size);
   ByteCount block = byte_count(op.block_bytes, op.what);
@@ -626,7 +627,8 @@ void try_start(Operation& op) {
       for (int pass = 0; pass < 2 && code == MPI_SUCCESS; ++pass)
         for (PeerTransfer& transfer : op.transfers) {
           if (transfer.send != (pass == 1) || code != MPI_SUCCESS) continue;
-          zt_emu::check_device_accessible(transfer.buffer, transfer.bytes, (transfer.send ? "sendbuff of " : "recvbuff of ") + op.what);
+          zt_emu::check_kernel_operand(transfer.buffer, transfer.bytes,
+                                       (transfer.send ? "sendbuff of " : "recvbuff of ") + op.what);
           ByteCount count = byte_count(transfer.bytes, op.what);
           if (transfer.send) {
             transfer.staging.assign(transfer.buffer, transfer.buffer + transfer.bytes);
@@ -649,7 +651,7 @@ void try_start(Operation& op) {
 void complete(Operation& op) {
   const size_t bytes = recv_bytes(op);
   if (bytes == 0) return;
-  zt_emu::check_device_accessible(op.recv, bytes, "recvbuff of " + op.what);  // not freed meanwhile
+  zt_emu::check_kernel_operand(op.recv, bytes, "recvbuff of " + op.what);  // not freed meanwhile
   const int ranks = op.comm->size;
   switch (op.kind) {
     case Kind::AllReduce:
@@ -665,7 +667,7 @@ void complete(Operation& op) {
 void complete_transfers(Operation& op) {
   for (PeerTransfer& transfer : op.transfers) {
     if (transfer.send) continue;
-    zt_emu::check_device_accessible(transfer.buffer, transfer.bytes, "recvbuff of " + op.what);
+    zt_emu::check_kernel_operand(transfer.buffer, transfer.bytes, "recvbuff of " + op.what);
     std::memcpy(transfer.buffer, transfer.staging.data(), transfer.bytes);
   }
 }
@@ -789,7 +791,41 @@ std::string collective_problem(const Operation& op) {
   return "";
 }
 
-// Checks a collective and queues it on `stream`.
+thread_local int group_depth = 0;
+
+// The collectives called inside the open group, in call order: queued on their streams at the
+// outermost ncclGroupEnd, as NCCL launches a group's operations only then (a program that reads
+// a result before ending its group finds it unchanged, on a GPU as here).
+struct HeldCollective {
+  cudaStream_t stream = nullptr;
+  zt_emu::Work work;
+  std::string call;
+};
+thread_local std::vector<HeldCollective> held_collectives;
+
+ncclResult_t enqueue_collective(cudaStream_t stream, zt_emu::Work work, const std::string& call) {
+  try {
+    zt_emu::enqueue(stream, std::move(work));
+  } catch (const zt_emu::DeviceFault& fault) {  // an unknown or destroyed stream
+    return fail(ncclUnhandledCudaError, call + ": " + fault.message);
+  }
+  return ncclSuccess;
+}
+
+// At the outermost ncclGroupEnd: the held collectives, in call order.
+ncclResult_t issue_held_collectives() {
+  std::vector<HeldCollective> held = std::move(held_collectives);
+  held_collectives.clear();
+  std::lock_guard<std::recursive_mutex> lock(zt_emu::device_lock());
+  for (HeldCollective& collective : held)
+    if (const ncclResult_t error = enqueue_collective(collective.stream, std::move(collective.work),
+                                                      "ncclGroupEnd (" + collective.call + ")");
+        error != ncclSuccess)
+      return error;
+  return ncclSuccess;
+}
+
+// Checks a collective and queues it on `stream` (inside a group: at the group's end).
 ncclResult_t issue(Operation description, ncclComm_t handle, cudaStream_t stream, bool reduces) {
   std::lock_guard<std::recursive_mutex> lock(zt_emu::device_lock());
   ncclResult_t error = ncclSuccess;
@@ -817,17 +853,15 @@ ncclResult_t issue(Operation description, ncclComm_t handle, cudaStream_t stream
              (reduces ? std::string(" (") + op_name(op->op) + ")" : std::string()) + " on " + comm->describe();
   op->sequence = comm->issued;
   zt_emu::Work work{op->what, [op] { run(op); }, [op] { return done(op); }};
-  try {
-    zt_emu::enqueue(stream, std::move(work));
-  } catch (const zt_emu::DeviceFault& fault) {  // an unknown or destroyed stream
-    return fail(ncclUnhandledCudaError, prefix + fault.message);
+  if (group_depth > 0) {
+    held_collectives.push_back(HeldCollective{stream, std::move(work), op->call});
+  } else if (const ncclResult_t queued = enqueue_collective(stream, std::move(work), op->call); queued != ncclSuccess) {
+    return queued;
   }
   ++comm->issued;
   comm->outstanding.fetch_add(1);
   return ncclSuccess;
 }
-
-thread_local int group_depth = 0;
 
 // The point-to-point calls of the open group (or of one call outside a group), per communicator
 // handle and stream, in call order.
@@ -1067,7 +1101,9 @@ ncclResult_t ncclGroupStart() {
 ncclResult_t ncclGroupEnd() {
   if (group_depth == 0) return fail(ncclInvalidUsage, "ncclGroupEnd: no ncclGroupStart to end");
   --group_depth;
-  return group_depth == 0 ? issue_pending_transfers() : ncclSuccess;
+  if (group_depth > 0) return ncclSuccess;
+  if (const ncclResult_t error = issue_held_collectives(); error != ncclSuccess) return error;
+  return issue_pending_transfers();
 }
 
 ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -296,6 +297,8 @@ void forget_finished_streams() {
 // before it on blocking streams, and work on a blocking stream waits for all work queued before
 // it on the legacy stream; non-blocking streams are ordered with neither. Returns the position
 // at which the item is complete.
+void run_out_of_order(Stream& pushed);
+
 uint64_t push(Stream& stream, Item item) {
   Streams& state = streams();
   if (stream.legacy()) {
@@ -305,7 +308,9 @@ uint64_t push(Stream& stream, Item item) {
     item.after.push_back({state.legacy, state.legacy->queued});
   }
   stream.queue.push_back(std::move(item));
-  return ++stream.queued;
+  const uint64_t position = ++stream.queued;
+  run_out_of_order(stream);
+  return position;
 }
 
 enum class Mode {
@@ -314,6 +319,72 @@ enum class Mode {
 };
 
 bool advance(Stream& stream, uint64_t target, Mode mode);
+bool step(Stream& stream, Mode mode);
+bool dependencies_met(const Item& item);
+
+// ---- the streams' schedule (ZT_EMU_STREAMS) -----------------------------------------------------
+//
+// deferred (the default): queued work runs only when the host waits for it (the file's first
+// comment). That catches a host that reads too early, but not a stream that forgot to wait for
+// another: when the host finally waits, the other stream's work has usually run already (the
+// host waited for it first), so a transfer that ignores its `after` event still copies the
+// finished data. A GPU gives no such luck: a side stream starts its copy as soon as it is queued.
+// random[:SEED]: after each item is queued, a coin decides whether its stream runs now as far as
+// its dependencies allow (eager, as an idle GPU), and another stream chosen at random runs its
+// next item if that can run (late work catching up, in an order no program may rely on). Work
+// still runs only after what it waits for (stream order, events, the legacy stream's ordering),
+// so a correct program computes the same; one that misses a wait between streams reads data
+// before or after its producer ran, depending on the seed. Collectives are left to the waits
+// (they need the other ranks). Read at every queuing, so a test may set it in-process.
+
+struct StreamSchedule {
+  std::string text;  // the value it was made from
+  bool random = false;
+  std::mt19937_64 coin;
+};
+
+StreamSchedule& stream_schedule() {
+  constexpr const char* kStreamsExpected = "deferred, random or random:SEED";
+  static StreamSchedule schedule;
+  const char* value = std::getenv("ZT_EMU_STREAMS");
+  const std::string text = value == nullptr ? "" : value;
+  if (text == schedule.text) return schedule;
+  schedule.text = text;
+  schedule.random = false;
+  if (text.empty() || text == "deferred") return schedule;
+  uint64_t seed = 1;
+  if (text.rfind("random:", 0) == 0) {
+    char* end = nullptr;
+    seed = std::strtoull(text.c_str() + 7, &end, 10);
+    if (end == text.c_str() + 7 || *end != '\0') bad_environment("ZT_EMU_STREAMS", value, kStreamsExpected);
+  } else if (text != "random") {
+    bad_environment("ZT_EMU_STREAMS", value, kStreamsExpected);
+  }
+  schedule.random = true;
+  schedule.coin.seed(seed);
+  return schedule;
+}
+
+// Runs the head item of `stream` if nothing holds it back (its dependencies have run, it is no
+// collective, nothing runs further up the stack); true when it ran.
+bool run_ready_head(Stream& stream) {
+  if (stream.busy || stream.queue.empty()) return false;
+  const Item& head = stream.queue.front();
+  if (head.work.done || head.started || !dependencies_met(head)) return false;
+  return step(stream, Mode::NoWait);
+}
+
+void run_out_of_order(Stream& pushed) {
+  StreamSchedule& schedule = stream_schedule();
+  if (!schedule.random || sticky_error() != cudaSuccess) return;
+  const std::vector<std::shared_ptr<Stream>> all = streams().all;  // stable while work runs
+  for (const auto& stream : all)
+    if (stream->busy) return;  // queued from inside running work: that work finishes first
+  if (schedule.coin() % 2 == 0)
+    while (run_ready_head(pushed)) {
+    }
+  run_ready_head(*all[schedule.coin() % all.size()]);
+}
 
 // A fault ends the stream: its remaining work is discarded (a GPU's context is lost after an
 // illegal address), so waiters on it go on and return the sticky error.
@@ -545,7 +616,7 @@ struct CopyRequest {
   size_t count;
   cudaMemcpyKind kind;
   cudaStream_t stream;
-  bool blocking;  // cudaMemcpy: the host waits for the copy
+  bool blocking;  // cudaMemcpy: the host waits for the copy (unless device to device)
   const char* call;
 };
 
@@ -612,8 +683,12 @@ cudaError_t copy(const CopyRequest& request) {
                                              : device_copy_work(request, dst_memory, what);
   const uint64_t position = push(*stream, Item{std::move(work), {}, false});
   // Into pageable memory the copy is synchronous, as CUDA documents for cudaMemcpyAsync too:
-  // the host's buffer is written before the call returns.
-  if (request.blocking || dst_memory == Memory::Pageable) {
+  // the host's buffer is written before the call returns. A blocking cudaMemcpy waits, except
+  // between device buffers: "for transfers from device memory to device memory, no host-side
+  // synchronization is performed" (CUDA's API synchronisation rules), so it stays queued on the
+  // legacy stream, and work on a non-blocking stream is not ordered after it.
+  const bool device_to_device = src_memory == Memory::Device && dst_memory == Memory::Device;
+  if ((request.blocking && !device_to_device) || dst_memory == Memory::Pageable) {
     count_host_wait(request.blocking ? request.call : "cudaMemcpyAsync into pageable memory");
     advance(*stream, position, Mode::Wait);
     return after_wait();
@@ -901,7 +976,7 @@ cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
   const unsigned known = cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined;
   if ((flags & ~known) != 0)
     return fail(cudaErrorInvalidValue, "cudaHostAlloc: unknown flags " + std::to_string(flags));
-  void* pointer = allocate_pinned(size);
+  void* pointer = allocate_pinned(size, (flags & cudaHostAllocMapped) != 0);
   if (pointer == nullptr)
     return fail(cudaErrorMemoryAllocation, "cudaHostAlloc: the host cannot allocate " + std::to_string(size) +
                                                " bytes of pinned memory");

@@ -26,9 +26,10 @@ bool release_device(void* pointer);
 int allocation_device(const void* pointer);
 
 // Pinned (page-locked) host memory: a registered 4096-aligned heap block of `bytes` (0 allowed),
-// poisoned with 0xFF bytes; nullptr when the heap refuses. Release: false when `pointer` is not
-// the base of a live pinned allocation.
-void* allocate_pinned(size_t bytes);
+// poisoned with 0xFF bytes; nullptr when the heap refuses. `mapped`: cudaHostAllocMapped was asked
+// for (kernels may take it as an operand, check_kernel_operand). Release: false when `pointer`
+// is not the base of a live pinned allocation.
+void* allocate_pinned(size_t bytes, bool mapped);
 bool release_pinned(void* pointer);
 
 size_t device_capacity();  // ZT_EMU_DEVICE_MEMORY, read once

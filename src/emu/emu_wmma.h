@@ -7,7 +7,13 @@
 //     kernel may only apply the same operation to every element (x[i] *= alpha, x[i] += y[i]
 //     between fragments of one type), which is all the attention kernels do.
 //   - load/store/mma are warp-collective: all 32 lanes must call them together (a lane that is
-//     elsewhere, or has exited, is a fault naming the place, as for a shuffle).
+//     elsewhere, or has exited, is a fault naming the place, as for a shuffle). None of them
+//     orders memory between lanes: a load reads this lane's elements when the lane arrives, so
+//     elements another lane wrote without a __syncwarp before are stale (and a race for
+//     ThreadSanitizer). A store meets the lanes first (its convergence check) and then writes
+//     each lane's elements as that lane goes on, so a read of another lane's stored elements
+//     without __syncwarp is stale too; what it cannot show is the other direction: plain reads
+//     of the destination by other lanes before the store have all run when the lanes meet.
 //   - ldm must be a multiple of 8 elements for 16-bit types and of 4 for float, and the pointer
 //     256-bit (32-byte) aligned; anything else is undefined on a GPU and a fault here.
 //   - mma_sync multiplies exactly (a product of two bf16/fp16 values is exact in fp32) and adds
@@ -83,12 +89,15 @@ template <class T>
 void load(const char* op, T (&x)[kPerLane], const T* pointer, unsigned ldm, bool row_major_layout,
           const char* file, int line) {
   check_ldm_and_alignment<T>(op, pointer, ldm, file, line);
-  zt_emu::sync_warp(file, line);
+  // Read when this lane arrives, before the lanes meet: the load is warp-collective but implies
+  // no __syncwarp, so what another lane wrote without one (it may not have run yet) is not
+  // seen, as on a GPU whose lanes were not converged by the program.
   const int first = lane() * kPerLane;
   for (int i = 0; i < kPerLane; ++i) {
     const int element = first + i;
     x[i] = pointer[offset(row_major_layout, element / kTile, element % kTile, ldm)];
   }
+  zt_emu::sync_warp(file, line);  // the convergence check: every lane calls it together
 }
 
 template <class Layout>

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/buffer.h"
+#include "backend/device_memory_limit.h"
 #include "backend/make_backend.h"
 #include "backend/op_checks.h"
 #include "comm/device_communicator.h"
@@ -316,6 +317,11 @@ void memory_row(Backend& backend, const TrainConfig& config, const ModelConfig& 
     const int64_t free = device_memory ? device_memory->device_free + target.fixed_bytes : host_memory_available();
     const int64_t need = prediction.device_needed() + (device_memory ? 0 : prediction.host_peak);
     row.value = cat(format_bytes(need), " needed, ", format_bytes(free), " free");
+    // The limit a rehearsal sets and the chunk ZeRO-3 frees by: what the free figure and the need depend on.
+    if (const std::optional<DeviceMemoryLimit> limit = device_memory_limit_setting(); limit && device_memory)
+      row.value += cat(" (", limit->source, " ", format_bytes(static_cast<int64_t>(limit->bytes)), ")");
+    if (device_memory && device_memory->discard_granularity > 0)
+      row.value += cat("; discard chunk ", device_memory->discard_granularity / 1024, " KiB");
     if (need > free) {
       row.ok = false;
       const std::vector<std::string> fits = fitting_memory_choices(config, model, world, seq_len, target, free);

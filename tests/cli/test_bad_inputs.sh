@@ -264,6 +264,10 @@ expect_error train-bad-device "--device must be auto, cpu or cuda, not 'tpu'" \
 # No GPU here: a CPU build says it has no CUDA backend, a CUDA build that it sees no device.
 expect_error train-cuda-without-gpu "--device cuda: " \
   -- train --model "$M" --data "$D" --out "$WORK/o-cuda" --device cuda --max-steps 1
+expect_error train-memory-limit-on-cpu "--device-memory-limit limits a GPU's memory: it does not go with --device cpu" \
+  -- train --model "$M" --data "$D" --out "$WORK/o-limit" --device cpu --device-memory-limit 1GiB
+expect_error train-bad-memory-limit "--device-memory-limit='1.5GiB' is not a memory size" \
+  -- train --model "$M" --data "$D" --out "$WORK/o-limit" --device-memory-limit 1.5GiB
 expect_error train-bad-comm "--comm must be auto, nccl or mpi, not 'gloo'" \
   -- train --model "$M" --data "$D" --out "$WORK/o-comm" --comm gloo
 expect_error train-bad-zero-stage "--zero-stage must be 0, 1, 2 or 3, not 4" \

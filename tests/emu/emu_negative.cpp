@@ -17,10 +17,21 @@
 //                                 host reads stale data
 //   divergent_barrier, early_exit, shuffle_outside_mask, pageable_argument: the emulator's own
 //                                 faults, with every thread's file:line
+//   pinned_argument               a kernel writing pinned host memory that was not allocated with
+//                                 cudaHostAllocMapped (a host buffer where a device one was meant)
 //   wmma_misaligned, wmma_bad_ldm, wmma_half_warp: warp matrix functions (emu/emu_wmma.h) on a
 //                                 pointer 16 bytes off, with ldm 12, or called by 16 lanes only
 //   fault_named_by_sync           the CUDA backend's fill on pageable memory with ZT_CUDA_SYNC=1:
 //                                 the error names fill_kernel and its launch site
+//   transfer_ignores_event        CudaBackendImpl::transfer_async without its wait for the compute
+//                                 stream: right data under deferred streams, stale data under
+//                                 ZT_EMU_STREAMS=random (the copy runs before the kernel)
+//   device_copy_unordered         a side stream reading the destination of a blocking device-to-
+//                                 device cudaMemcpy without waiting for it: stale data
+//   wmma_load_without_syncwarp    lanes write a shared tile and load it as a WMMA fragment
+//                                 without __syncwarp: a wrong product (a race for ThreadSanitizer)
+//   wmma_store_without_syncwarp   lanes read another lane's part of a tile just stored with
+//                                 store_matrix_sync, without __syncwarp: stale (poisoned) values
 // Usage: zt_emu_negative CASE. Prints CONTROL FAILED if the correct kernel fails.
 #include "emu/emu_predefine.h"
 
@@ -250,6 +261,180 @@ int host_read_before_sync_case() {
   return 1;
 }
 
+// ---- a side stream that does not wait for the compute stream -----------------------------------
+
+// CudaBackendImpl::transfer_async (cuda_memory.cu): the copy on the transfer stream waits for an
+// event recorded after the compute issued so far. The mutant drops that wait. The host then
+// waits for the compute stream (the step's one wait) and for the transfer, so under the default
+// deferred schedule the compute has always run when the copy does: the mutant passes there.
+// Under ZT_EMU_STREAMS=random a queued copy may run at once, before the kernel it should follow.
+// Returns how many of `rounds` transfers copied the kernel's data.
+int transfers_right(bool wait_for_compute, int rounds) {
+  cudaStream_t compute = nullptr, transfer = nullptr;
+  check(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  check(cudaStreamCreateWithFlags(&transfer, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  cudaEvent_t issued = nullptr;
+  check(cudaEventCreateWithFlags(&issued, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  float* activation = device_array<float>(64);
+  void* pinned = nullptr;
+  check(cudaMallocHost(&pinned, 64 * sizeof(float)), "cudaMallocHost");
+  float* host = static_cast<float*>(pinned);
+  int right = 0;
+  for (int round = 0; round < rounds; ++round) {
+    const float base = 100.0f * static_cast<float>(round + 1);
+    launch({1, 64, 0, compute}, iota_kernel, activation, base);
+    if (wait_for_compute) {
+      check(cudaEventRecord(issued, compute), "cudaEventRecord");
+      check(cudaStreamWaitEvent(transfer, issued, 0), "cudaStreamWaitEvent");
+    }
+    check(cudaMemcpyAsync(host, activation, 64 * sizeof(float), cudaMemcpyDeviceToHost, transfer), "cudaMemcpyAsync");
+    check(cudaStreamSynchronize(compute), "cudaStreamSynchronize");
+    check(cudaStreamSynchronize(transfer), "cudaStreamSynchronize");
+    right += host[63] == base + 63.0f ? 1 : 0;
+  }
+  cudaFreeHost(pinned);
+  cudaFree(activation);
+  cudaEventDestroy(issued);
+  cudaStreamDestroy(transfer);
+  cudaStreamDestroy(compute);
+  return right;
+}
+
+int transfer_ignores_event_case() {
+  constexpr int kRounds = 32;
+  setenv("ZT_EMU_STREAMS", "deferred", 1);
+  if (transfers_right(true, kRounds) != kRounds) control_failed("transfers after the event (deferred streams)");
+  std::printf("deferred streams: %d of %d transfers without the wait copied the right data\n",
+              transfers_right(false, kRounds), kRounds);
+  setenv("ZT_EMU_STREAMS", "random:1", 1);
+  if (transfers_right(true, kRounds) != kRounds) control_failed("transfers after the event (random streams)");
+  const int right = transfers_right(false, kRounds);
+  if (right < kRounds) {
+    std::printf("stale data: %d of %d transfers without the wait copied the activation before the kernel "
+                "that writes it ran (ZT_EMU_STREAMS=random:1)\n", kRounds - right, kRounds);
+  } else {
+    std::printf("not detected: every transfer without the wait copied the right data\n");
+  }
+  return 1;
+}
+
+// A blocking device-to-device cudaMemcpy returns before the copy ran (CUDA's API synchronisation
+// rules): a non-blocking stream that reads the destination must wait for the legacy stream.
+// The mutant reads it at once; the control waits for an event recorded on the legacy stream.
+int device_copy_unordered_case() {
+  cudaStream_t side = nullptr;
+  check(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  cudaEvent_t copied = nullptr;
+  check(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  float* source = device_array<float>(64);
+  float* destination = device_array<float>(64);
+  void* pinned = nullptr;
+  check(cudaMallocHost(&pinned, 64 * sizeof(float)), "cudaMallocHost");
+  float* host = static_cast<float*>(pinned);
+  for (int ordered = 1; ordered >= 0; --ordered) {
+    launch({1, 64, 0, side}, iota_kernel, source, 10.0f * static_cast<float>(ordered + 1));
+    check(cudaMemset(destination, 0, 64 * sizeof(float)), "cudaMemset");
+    check(cudaStreamSynchronize(side), "cudaStreamSynchronize");
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    check(cudaMemcpy(destination, source, 64 * sizeof(float), cudaMemcpyDeviceToDevice), "cudaMemcpy");
+    if (ordered) {
+      check(cudaEventRecord(copied, nullptr), "cudaEventRecord");
+      check(cudaStreamWaitEvent(side, copied, 0), "cudaStreamWaitEvent");
+    }
+    check(cudaMemcpyAsync(host, destination, 64 * sizeof(float), cudaMemcpyDeviceToHost, side), "cudaMemcpyAsync");
+    check(cudaStreamSynchronize(side), "cudaStreamSynchronize");
+    const float expected = 10.0f * static_cast<float>(ordered + 1) + 63.0f;
+    if (ordered && host[63] != expected) control_failed("a device copy the side stream waits for");
+    if (!ordered && host[63] != expected) {
+      std::printf("stale data: the side stream read the destination of a blocking device-to-device cudaMemcpy "
+                  "before the copy ran (got %g, expected %g)\n", static_cast<double>(host[63]),
+                  static_cast<double>(expected));
+      return 1;
+    }
+  }
+  std::printf("not detected: the device-to-device cudaMemcpy had run when the side stream read it\n");
+  return 1;
+}
+
+// ---- a warp matrix load without __syncwarp -------------------------------------------------------
+
+// Lane l writes column l % 16 (rows 8 (l / 16) .. + 7) of a 16x16 bf16 tile of ones in shared
+// memory, then the warp loads it as matrix A and multiplies by a tile of ones: every output is 16.
+// A lane's fragment holds elements other lanes wrote, so the load needs a __syncwarp first;
+// load_matrix_sync does not imply one.
+struct alignas(32) SharedTile {  // load_matrix_sync wants a 32-byte aligned pointer
+  __nv_bfloat16 element[256];
+};
+
+__global__ void wmma_shared_tile_kernel(float* out, bool with_syncwarp) {
+  namespace wmma = nvcuda::wmma;
+  ZT_SHARED(SharedTile, shared, [1]);
+  __nv_bfloat16* tile = shared[0].element;
+  const int lane = static_cast<int>(threadIdx.x);
+  for (int row = 8 * (lane / 16); row < 8 * (lane / 16) + 8; ++row)
+    tile[row * 16 + lane % 16] = __float2bfloat16(1.0f);
+  if (with_syncwarp) __syncwarp();
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a_tile;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b_tile;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> sum;
+  wmma::fill_fragment(sum, 0.0f);
+  wmma::fill_fragment(b_tile, __float2bfloat16(1.0f));
+  wmma::load_matrix_sync(a_tile, tile, 16);
+  wmma::mma_sync(sum, a_tile, b_tile, sum);
+  wmma::store_matrix_sync(out, sum, 16, wmma::mem_row_major);
+}
+
+// The other direction: the warp stores a fragment of 2s to a shared tile and each lane reads an
+// element of the next lane's part. store_matrix_sync implies no __syncwarp after it either.
+struct alignas(32) SharedFloatTile {
+  float element[256];
+};
+
+__global__ void wmma_store_then_read_kernel(float* out, bool with_syncwarp) {
+  namespace wmma = nvcuda::wmma;
+  ZT_SHARED(SharedFloatTile, shared, [1]);
+  float* tile = shared[0].element;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> twos;
+  wmma::fill_fragment(twos, 2.0f);
+  wmma::store_matrix_sync(tile, twos, 16, wmma::mem_row_major);
+  if (with_syncwarp) __syncwarp();
+  out[threadIdx.x] = tile[(threadIdx.x * 8 + 8) % 256];
+}
+
+int wmma_store_without_syncwarp_case() {
+  float* out = device_array<float>(32);
+  for (int with_syncwarp = 1; with_syncwarp >= 0; --with_syncwarp) {
+    launch({1, 32, 0, nullptr}, wmma_store_then_read_kernel, out, with_syncwarp == 1);
+    const std::vector<float> host = download(out, 32);
+    for (int lane = 0; lane < 32; ++lane) {
+      if (host[lane] == 2.0f) continue;
+      if (with_syncwarp) control_failed("a read after store_matrix_sync and __syncwarp");
+      std::printf("wrong result: lane %d read %g, expected 2 (store_matrix_sync had not written the next "
+                  "lane's elements yet)\n", lane, static_cast<double>(host[lane]));
+      return 1;
+    }
+  }
+  std::printf("values right without __syncwarp (only ThreadSanitizer sees this race)\n");
+  return 1;
+}
+
+int wmma_load_without_syncwarp_case() {
+  float* out = device_array<float>(256);
+  for (int with_syncwarp = 1; with_syncwarp >= 0; --with_syncwarp) {
+    launch({1, 32, 0, nullptr}, wmma_shared_tile_kernel, out, with_syncwarp == 1);
+    const std::vector<float> host = download(out, 256);
+    for (int i = 0; i < 256; ++i) {
+      if (host[i] == 16.0f) continue;
+      if (with_syncwarp) control_failed("wmma load after __syncwarp");
+      std::printf("wrong result: element %d of the product is %g, expected 16 (load_matrix_sync read elements "
+                  "other lanes had not written yet)\n", i, static_cast<double>(host[i]));
+      return 1;
+    }
+  }
+  std::printf("values right without __syncwarp (only ThreadSanitizer sees this race)\n");
+  return 1;
+}
+
 // ---- the emulator's own faults -------------------------------------------------------------
 
 __global__ void divergent_barrier_kernel(float* out) {
@@ -311,6 +496,18 @@ int fault_case(const std::string& name) {
     static float pageable[128];
     launch({1, 128, 0, nullptr}, pageable_kernel, pageable);
   }
+  if (name == "pinned_argument") {
+    // The bug: a download that converts dtypes written by the kernel straight into the pinned host
+    // buffer (CudaBackendImpl::copy converts into device staging, then copies): a GPU would run
+    // it across the bus. The control: memory allocated with cudaHostAllocMapped is meant for it.
+    void* mapped = nullptr;
+    check(cudaHostAlloc(&mapped, 128 * sizeof(float), cudaHostAllocMapped), "cudaHostAlloc");
+    launch({1, 128, 0, nullptr}, pageable_kernel, static_cast<float*>(mapped));
+    if (cudaDeviceSynchronize() != cudaSuccess) control_failed("a kernel writing mapped pinned memory");
+    void* pinned = nullptr;
+    check(cudaMallocHost(&pinned, 128 * sizeof(float)), "cudaMallocHost");
+    launch({1, 128, 0, nullptr}, pageable_kernel, static_cast<float*>(pinned));
+  }
   const cudaError_t status = cudaDeviceSynchronize();
   std::printf("cudaDeviceSynchronize: %s: %s\n", cudaGetErrorName(status), cudaGetErrorString(status));
   const cudaError_t again = cudaMemset(out, 0, 4);
@@ -353,8 +550,12 @@ int main(int argc, char** argv) {
   if (name == "too_much_shared") return too_much_shared_case();
   if (name == "host_read_before_sync") return host_read_before_sync_case();
   if (name == "fault_named_by_sync") return fault_named_by_sync_case();
+  if (name == "transfer_ignores_event") return transfer_ignores_event_case();
+  if (name == "device_copy_unordered") return device_copy_unordered_case();
+  if (name == "wmma_load_without_syncwarp") return wmma_load_without_syncwarp_case();
+  if (name == "wmma_store_without_syncwarp") return wmma_store_without_syncwarp_case();
   if (name == "divergent_barrier" || name == "early_exit" || name == "shuffle_outside_mask" ||
-      name == "pageable_argument" || name == "wmma_misaligned" || name == "wmma_bad_ldm" ||
+      name == "pageable_argument" || name == "pinned_argument" || name == "wmma_misaligned" || name == "wmma_bad_ldm" ||
       name == "wmma_half_warp") {
     return fault_case(name);
   }

@@ -714,14 +714,21 @@ BOOST_AUTO_TEST_CASE(operands_a_gpu_cannot_read_are_invalid_values) {
   problem.stream.synchronize();
   BOOST_TEST(problem.d_at(0) == -7.0f);
   BOOST_TEST(cudaGetLastError() == cudaSuccess);
-  // Pinned host memory is device-accessible (UVA), as on a GPU.
+  // Pinned host memory: a GPU would read it across the bus (UVA); the emulator takes it only when
+  // allocated with cudaHostAllocMapped (docs/emulated-device.md), else it is a host buffer
+  // passed where a device one was meant.
   void* pinned = nullptr;
   BOOST_REQUIRE(cudaMallocHost(&pinned, pageable.size() * sizeof(float)) == cudaSuccess);
   std::memcpy(pinned, pageable.data(), pageable.size() * sizeof(float));
-  BOOST_TEST(problem.run(pinned, &alpha, &beta) == CUBLAS_STATUS_SUCCESS);
+  BOOST_TEST(problem.run(pinned, &alpha, &beta) == CUBLAS_STATUS_INVALID_VALUE);
+  cudaFreeHost(pinned);
+  void* mapped = nullptr;
+  BOOST_REQUIRE(cudaHostAlloc(&mapped, pageable.size() * sizeof(float), cudaHostAllocMapped) == cudaSuccess);
+  std::memcpy(mapped, pageable.data(), pageable.size() * sizeof(float));
+  BOOST_TEST(problem.run(mapped, &alpha, &beta) == CUBLAS_STATUS_SUCCESS);
   problem.stream.synchronize();
   BOOST_TEST(problem.d_at(0) == 4.0f);
-  cudaFreeHost(pinned);
+  cudaFreeHost(mapped);
 }
 
 BOOST_AUTO_TEST_CASE(destroyed_handles_are_refused) {

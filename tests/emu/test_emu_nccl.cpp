@@ -378,17 +378,23 @@ BOOST_AUTO_TEST_CASE(destroy_waits_for_queued_collectives_and_ends_the_handle) {
   check_failure(ncclCommDestroy(comm), ncclInvalidUsage, {"destroyed"});
 }
 
-// Operations between ncclGroupStart and ncclGroupEnd are queued as they are called.
+// Operations between ncclGroupStart and ncclGroupEnd are queued at the outermost end, as NCCL
+// launches a group: a program that reads a collective's result before ending its group (the
+// mutant) finds it unchanged after synchronising the stream, as on a GPU.
 BOOST_AUTO_TEST_CASE(groups_nest_and_an_unmatched_end_is_invalid_usage) {
   ncclComm_t comm = one_rank_comm();
   Stream stream;
   const std::vector<std::byte> values = values_of(kTypes[7], kCount);
   DeviceBuffer send(values.size()), recv(values.size());
   upload(send, values);
+  upload(recv, std::vector<std::byte>(values.size(), std::byte{0x11}));
+  const std::vector<std::byte> recv_before = peek(recv);
   BOOST_TEST(ncclGroupStart() == ncclSuccess);
   BOOST_TEST(ncclGroupStart() == ncclSuccess);
   BOOST_TEST(ncclAllReduce(send.data, recv.data, kCount, ncclFloat32, ncclMax, comm, stream.stream) == ncclSuccess);
   BOOST_TEST(ncclGroupEnd() == ncclSuccess);
+  stream.sync();  // inside the outer group: nothing of it is queued yet
+  BOOST_TEST((peek(recv) == recv_before));
   BOOST_TEST(ncclGroupEnd() == ncclSuccess);
   stream.sync();
   BOOST_TEST((download(recv) == values));

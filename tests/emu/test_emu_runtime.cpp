@@ -127,9 +127,13 @@ bool all_bytes(const void* data, size_t bytes, unsigned char value) {
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // The message of check_device_accessible's fault, empty when it passes.
-std::string access_fault(const void* pointer, size_t bytes) {
+std::string access_fault(const void* pointer, size_t bytes, bool kernel_operand = false) {
   try {
-    zt_emu::check_device_accessible(pointer, bytes, "operand X");
+    if (kernel_operand) {
+      zt_emu::check_kernel_operand(pointer, bytes, "operand X");
+    } else {
+      zt_emu::check_device_accessible(pointer, bytes, "operand X");
+    }
   } catch (const zt_emu::DeviceFault& fault) {
     return fault.message;
   }
@@ -311,6 +315,30 @@ BOOST_AUTO_TEST_CASE(device_access_checks_name_the_operand_and_the_memory) {
 }
 
 // ---- copies and deferred execution ------------------------------------------------------------
+
+// A kernel (cuBLASLt, cuDNN, NCCL) operand in pinned host memory: copies take it, a kernel only
+// when it was allocated with cudaHostAllocMapped (a host buffer passed where a device one was
+// meant would run across the bus on a GPU).
+BOOST_AUTO_TEST_CASE(kernel_operands_take_pinned_memory_only_when_mapped) {
+  DeviceBuffer device(64);
+  PinnedBuffer pinned(64);
+  void* mapped = nullptr;
+  BOOST_REQUIRE(cudaHostAlloc(&mapped, 64, cudaHostAllocMapped) == cudaSuccess);
+  BOOST_TEST(access_fault(device.data, 64, true).empty());
+  BOOST_TEST(access_fault(mapped, 64, true).empty());
+  BOOST_TEST(access_fault(static_cast<std::byte*>(mapped) + 32, 32, true).empty());
+  const std::string unmapped = access_fault(pinned.bytes_at() + 8, 8, true);
+  BOOST_TEST(contains(unmapped, "operand X (" + zt_emu::pointer_text(pinned.bytes_at() + 8) +
+                                    ") points to pinned host memory that was not allocated with cudaHostAllocMapped"),
+             unmapped);
+  BOOST_TEST(access_fault(pinned.data, 64).empty());  // a copy's operand
+  BOOST_REQUIRE(cudaFreeHost(mapped) == cudaSuccess);
+  // A new allocation at the freed address is not mapped unless asked for.
+  void* again = nullptr;
+  BOOST_REQUIRE(cudaMallocHost(&again, 64) == cudaSuccess);
+  BOOST_TEST(!access_fault(again, 64, true).empty());
+  BOOST_REQUIRE(cudaFreeHost(again) == cudaSuccess);
+}
 
 BOOST_AUTO_TEST_CASE(a_host_read_of_a_pinned_destination_before_the_sync_sees_the_old_bytes) {
   Stream stream;

@@ -1,5 +1,5 @@
-# `zerotune autotune` on the device (label gpu-emu: the emulated device, whose free memory,
-# ZT_EMU_DEVICE_MEMORY, is the budget): the chosen setting fits and is the fastest measured; a
+# `zerotune autotune` on the device (label gpu-emu on the emulated device, gpu on a GPU; its free
+# memory under --device-memory-limit is the budget): the chosen setting fits and is the fastest measured; a
 # budget nothing fits names the smallest need (tests/mpi/autotune_check.py; issue 20).
 from mpi_common_path import add_mpi_path  # noqa: F401 (puts tests/mpi on sys.path)
 from autotune_check import check_autotune

@@ -8,8 +8,9 @@
 #     the flat store's chunks at their peak plus the reduced gradient partition);
 #   - a run whose predicted peak exceeds the device's free memory stops before its first step,
 #     naming the prediction and the ZeRO choices that fit. The device is made small by
-#     ZT_DEVICE_MEMORY_LIMIT (docs/emulated-device.md and README: honoured on a GPU and on the
-#     emulated device alike), so this runs on an 80 GB GPU too.
+#     --device-memory-limit (README, "GPU memory": honoured on a GPU and on the emulated device
+#     alike), so this runs on an 80 GB GPU too; its environment form ZT_DEVICE_MEMORY_LIMIT and a
+#     flag that is not a size are checked too.
 # The device's set-up figure: what zerotune took from the driver (run.json's
 # device_memory.counted_setup_bytes, on any device); on the emulated device also cudaMemGetInfo,
 # whose arena holds nothing else. On a GPU cudaMemGetInfo also counts the CUDA context and the
@@ -53,12 +54,12 @@ def make_inputs(zerotune, workdir, factor):
     return model, data
 
 
-def train(zerotune, workdir, model, data, mode, ranks, stage, factor, env=None, expect_ok=True, suffix=""):
+def train(zerotune, workdir, model, data, mode, ranks, stage, factor, env=None, expect_ok=True, suffix="", extra=()):
     name = f"{mode}-w{ranks}-s{stage}{suffix}"
     out = os.path.join(workdir, name)
     ds = write_ds_config(os.path.join(workdir, name + ".json"), 8, 2, dict(zero_knobs(factor), stage=stage))
     command = [zerotune, "train", "--model", model, "--data", data, "--out", out, "--deepspeed", ds,
-               "--max-steps", 1, "--seed", 3, "--device", "cuda"]
+               "--max-steps", 1, "--seed", 3, "--device", "cuda"] + list(extra)
     if mode == "lora":
         command += ["--lora-r", 8, "--lora-alpha", 16, "--lora-targets", "all-linear"]
     saved = dict(os.environ)
@@ -118,20 +119,28 @@ def main():
         # Too little device memory: stage 0 stops before its first step and names what fits.
         predicted = runs[("full", 2, 0)][0]["memory_predicted"]["device_peak_bytes"]
         capacity = int(predicted * 0.85)
-        name, out, result = train(args.zerotune, workdir, model, data, "full", 2, 0, factor,
-                                  env={"ZT_DEVICE_MEMORY_LIMIT": str(capacity)}, expect_ok=False, suffix="-small")
-        report.check(result.returncode != 0, f"{name} with ZT_DEVICE_MEMORY_LIMIT={capacity} fails")
+        name, out, result = train(args.zerotune, workdir, model, data, "full", 2, 0, factor, expect_ok=False,
+                                  suffix="-small", extra=["--device-memory-limit", capacity])
+        report.check(result.returncode != 0, f"{name} with --device-memory-limit {capacity} fails")
         report.check("needs about" in result.stderr and "would fit" in result.stderr and "stage 3" in result.stderr,
                      f"{name}: the error names the prediction and the choices that fit: {result.stderr[-600:]!r}")
         report.check(not os.path.exists(os.path.join(out, "metrics.jsonl")), f"{name}: stopped before the first step")
 
         # The limit itself: an allocation past it fails as on a full GPU (1 MiB: the backend's own
-        # buffers at start-up already pass it); a value that is not a size is refused by name.
-        for limit, expected in (("1MiB", "cuda: out of memory"), ("12XB", "ZT_DEVICE_MEMORY_LIMIT='12XB' is not a memory size")):
-            name, out, result = train(args.zerotune, workdir, model, data, "full", 1, 0, factor,
-                                      env={"ZT_DEVICE_MEMORY_LIMIT": limit}, expect_ok=False, suffix=f"-limit-{limit}")
-            report.check(result.returncode != 0 and expected in result.stderr and "ZT_DEVICE_MEMORY_LIMIT" in result.stderr,
-                         f"ZT_DEVICE_MEMORY_LIMIT={limit}: fails with {expected!r}: {result.stderr[-400:]!r}")
+        # buffers at start-up already pass it), naming where the limit came from; the environment
+        # form does the same, the flag wins over it; a value that is not a size is refused by name.
+        for index, (label, env, extra, expected) in enumerate((
+                ("--device-memory-limit 1MiB", {}, ["--device-memory-limit", "1MiB"], "bytes (--device-memory-limit;"),
+                ("ZT_DEVICE_MEMORY_LIMIT=1MiB", {"ZT_DEVICE_MEMORY_LIMIT": "1MiB"}, [], "bytes (ZT_DEVICE_MEMORY_LIMIT;"),
+                ("--device-memory-limit 1MiB over ZT_DEVICE_MEMORY_LIMIT=64GiB", {"ZT_DEVICE_MEMORY_LIMIT": "64GiB"},
+                 ["--device-memory-limit", "1MiB"], "bytes (--device-memory-limit;"),
+                ("--device-memory-limit 12XB", {}, ["--device-memory-limit", "12XB"],
+                 "--device-memory-limit='12XB' is not a memory size"))):
+            name, out, result = train(args.zerotune, workdir, model, data, "full", 1, 0, factor, env=env, extra=extra,
+                                      expect_ok=False, suffix=f"-limit-{index}")
+            oom = "cuda: out of memory" in result.stderr or "is not a memory size" in expected
+            report.check(result.returncode != 0 and oom and expected in result.stderr,
+                         f"{label}: fails with {expected!r}: {result.stderr[-400:]!r}")
     return report.finish()
 
 

@@ -1,8 +1,9 @@
 # `zerotune autotune` with a small memory budget (issue 20), shared by tests/mpi/test_autotune.py
-# (the CPU backend, 2 ranks, --device-memory) and tests/gpu/test_gpu_autotune.py (the emulated
-# device, whose free memory is the budget: ZT_EMU_DEVICE_MEMORY). The budget is put in the
-# widest gap between the memory model's predictions of the search space (`zerotune estimate
-# --device D --json` for micro-batch 1, 2, 4), so that some settings fit and some do not. Checks:
+# (the CPU backend, 2 ranks, --device-memory) and tests/gpu/test_gpu_autotune.py (the device,
+# whose free memory is the budget: --device-memory-limit, on a GPU as on the emulated device).
+# The budget is put in the widest gap between the memory model's predictions of the search
+# space (`zerotune estimate --device D --json` for micro-batch 1, 2, 4), so that some settings
+# fit and some do not. Checks:
 #   - every experiment that ran was predicted within the budget, every pruned one over it, and
 #     at least one was pruned;
 #   - the chosen setting fits (its measured peak is within the budget) and is the fastest of
@@ -71,18 +72,11 @@ def check_autotune(report, zerotune, workdir, device, ranks):
     out = os.path.join(workdir, f"autotune-{device}")
     command = [zerotune, "autotune", "--model", model, "--data", data, "--out", out, "--deepspeed", ds, "--device",
                device, "--stages", "0,3", "--max-micro-batch", 4, "--trial-steps", 2, "--seed", 3]
-    env = None
     if device == "cpu":
         command += ["--device-memory", budget]
-    else:  # the device's free memory is the budget
-        env = {"ZT_EMU_DEVICE_MEMORY": str(budget)}
-    saved = dict(os.environ)
-    os.environ.update(env or {})
-    try:
-        run_ranks(ranks, command, timeout_s=600)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    else:  # the device's free memory is the budget: a GPU made that small (on a real GPU as here)
+        command += ["--device-memory-limit", budget]
+    run_ranks(ranks, command, timeout_s=600)
     results_dir = os.path.join(out, "autotuning_results")
     with open(os.path.join(results_dir, "results.json")) as stream:
         results = json.load(stream)

@@ -102,7 +102,7 @@ void* CachingAllocator::device_malloc(size_t bytes) {
   if (device_memory_limit() && device_memory_counted() + bytes > *device_memory_limit()) {
     empty_cache();  // as for a full device below: the cache may hold the bytes in blocks of the wrong sizes
   }
-  charge_device_memory(bytes, device_, "a buffer");  // throws past ZT_DEVICE_MEMORY_LIMIT
+  charge_device_memory(bytes, device_, "a buffer");  // throws past the device-memory limit
   void* pointer = nullptr;
   cudaError_t status = cudaMalloc(&pointer, bytes);
   if (status == cudaErrorMemoryAllocation && !free_blocks_.empty()) {

@@ -306,7 +306,7 @@ CudaBackendImpl& impl_of(Backend& backend) {
 size_t CudaBackendImpl::device_memory_free() const {
   size_t free = 0, total = 0;
   ZT_CUDA_CHECK(cudaMemGetInfo(&free, &total));
-  // Under ZT_DEVICE_MEMORY_LIMIT the device looks as small as the limit (cuda_memory_limit.h).
+  // Under the device-memory limit the device looks as small as the limit (cuda_memory_limit.h).
   if (const std::optional<size_t> limit = device_memory_limit()) {
     const size_t counted = device_memory_counted();
     free = std::min(free, *limit > counted ? *limit - counted : 0);

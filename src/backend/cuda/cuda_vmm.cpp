@@ -191,10 +191,10 @@ std::pair<uintptr_t, DiscardableMemory::Range*> DiscardableMemory::range_holding
 // ---- physical allocations and mappings -----------------------------------------------------------
 
 // A physical allocation of `bytes` (a multiple of the granularity), counted against
-// ZT_DEVICE_MEMORY_LIMIT and in physical_bytes().
+// the device-memory limit and in physical_bytes().
 unsigned long long DiscardableMemory::create(size_t bytes) {
   const CUmemAllocationProp prop = device_memory(device_);
-  charge_device_memory(bytes, device_, "a virtual-memory extent");  // throws past ZT_DEVICE_MEMORY_LIMIT
+  charge_device_memory(bytes, device_, "a virtual-memory extent");  // throws past the device-memory limit
   CUmemGenericAllocationHandle handle = 0;
   const CUresult created = driver_->create(&handle, bytes, &prop, 0);
   if (created != CUDA_SUCCESS) uncharge_device_memory(bytes);
