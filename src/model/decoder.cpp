@@ -81,7 +81,7 @@ class DecoderModel final : public CausalLM {
     head_input_forward(dropout);
     Tensor logits;  // only for keep_logits: the head runs in loss() and backward()
     if (hidden_head()) {
-      hidden_head()->forward(head_input);
+      hidden_head()->forward(head_input());
     } else if (keeps_logits()) {
       ensure_buffer(whole_logits_, backend_, n * c_.vocab_size, act_);
       logits = matrix(whole_logits_, n, c_.vocab_size);

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/config.h"
@@ -19,9 +20,17 @@ enum class ParamRole {
 };
 
 struct ParamSpec {
+  ParamSpec() = default;
+  // The families list their specs as {name, shape, role, layer, module, unit, tied_to}; an
+  // objective's own parameter names its owner too.
+  ParamSpec(std::string name_, std::vector<int64_t> shape_, ParamRole role_, int layer_ = -1, std::string module_ = "",
+            int unit_ = -1, std::string tied_to_ = "", std::string owner_ = "")
+      : name(std::move(name_)), shape(std::move(shape_)), role(role_), layer(layer_), module(std::move(module_)),
+        unit(unit_), tied_to(std::move(tied_to_)), owner(std::move(owner_)) {}
+
   std::string name;             // HF state-dict key, e.g. "model.layers.0.self_attn.q_proj.weight"
   std::vector<int64_t> shape;
-  ParamRole role;
+  ParamRole role = ParamRole::Linear;
   int layer = -1;               // block index, -1 outside the blocks
   std::string module;           // "q_proj", "gate_proj", ... ("" for non-linear params)
   int unit = -1;                // ZeRO unit: 0 before the blocks, l+1 block l, L+1 after them
@@ -31,8 +40,6 @@ struct ParamSpec {
   std::string owner;            // "" for the model's own; else the objective that adds it (the
                                 // reward model's value head: train/objective.h), which loads or
                                 // initialises it (load_base_weights skips it)
-                                // (after tied_to: the families' specs are aggregate-initialised
-                                // up to tied_to)
 
   int64_t numel() const;
   // DeepSpeed-Chat / HF Trainer: no weight decay on biases and norm weights.

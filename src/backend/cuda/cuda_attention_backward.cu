@@ -557,14 +557,15 @@ void launch_dkdv_then_dq(const CudaBackendImpl& backend, cudaStream_t stream, co
   allow_shared_memory(backend, op, dkdv_kernel, dkdv_bytes, dims.head_dim);
   const dim3 dkdv_grid(tiles_of(dims.time, tile_rows), static_cast<unsigned int>(dims.kv_heads),
                        static_cast<unsigned int>(dims.batch));
-  launch({dkdv_grid, threads, dkdv_bytes, stream}, dkdv_kernel, data_of<Format>(dk), data_of<Format>(dv),
+  const dim3 block(static_cast<unsigned int>(threads));
+  launch({dkdv_grid, block, dkdv_bytes, stream}, dkdv_kernel, data_of<Format>(dk), data_of<Format>(dv),
          data_of<Format>(dout), data_of<Format>(q), data_of<Format>(k), data_of<Format>(v), lse.f32(), delta,
          positions, dims, scale_factor);
   ZT_CUDA_CHECK_LAUNCH("attention_backward_dkdv_kernel");
   allow_shared_memory(backend, op, dq_kernel, dq_bytes, dims.head_dim);
   const dim3 dq_grid(tiles_of(dims.time, tile_rows), static_cast<unsigned int>(dims.heads),
                      static_cast<unsigned int>(dims.batch));
-  launch({dq_grid, threads, dq_bytes, stream}, dq_kernel, data_of<Format>(dq), data_of<Format>(dout),
+  launch({dq_grid, block, dq_bytes, stream}, dq_kernel, data_of<Format>(dq), data_of<Format>(dout),
          data_of<Format>(q), data_of<Format>(k), data_of<Format>(v), lse.f32(), delta, positions, dims,
          scale_factor);
   ZT_CUDA_CHECK_LAUNCH("attention_backward_dq_kernel");
