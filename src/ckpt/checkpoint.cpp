@@ -569,6 +569,18 @@ std::vector<json> listed_files(const json& manifest) {
 
 }  // namespace
 
+LoraConfig checkpoint_lora(const json& manifest) {
+  LoraConfig lora;
+  const json& saved = manifest.at("run").at("lora");
+  if (saved.is_null()) return lora;
+  lora.r = saved.at("r").get<int>();
+  lora.alpha = saved.at("alpha").get<double>();
+  lora.dropout = saved.at("dropout").get<double>();
+  lora.targets = saved.at("targets").get<std::vector<std::string>>();
+  lora.rslora = saved.at("rslora").get<bool>();
+  return lora;
+}
+
 json read_checkpoint_manifest(const std::string& checkpoint_dir, bool verify_files) {
   const fs::path manifest_path = fs::path(checkpoint_dir) / "manifest.json";
   const json manifest = parse_manifest(checkpoint_dir);

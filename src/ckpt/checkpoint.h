@@ -99,6 +99,10 @@ TrainingState load_checkpoint(const std::string& checkpoint_dir, const RunIdenti
 // Reads a checkpoint's manifest (verifying its files' sizes and checksums when `verify_files`).
 nlohmann::json read_checkpoint_manifest(const std::string& checkpoint_dir, bool verify_files);
 
+// The LoRA settings a checkpoint was trained with (its manifest's run.lora; disabled for full
+// fine-tuning): what export and generate rebuild the adapters from.
+LoraConfig checkpoint_lora(const nlohmann::json& manifest);
+
 // Fills the trainable groups of `store` (laid out for ONE partition) with the full fp32 master
 // weights of a checkpoint: for export and for --dump-final-style reads.
 void load_full_master(const std::string& checkpoint_dir, const nlohmann::json& manifest, ParamStore& store);

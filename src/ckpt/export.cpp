@@ -27,18 +27,6 @@ constexpr const char* kCompanionFiles[] = {"tokenizer.model", "tokenizer.json", 
                                            "special_tokens_map.json", "vocab.json", "merges.txt",
                                            "added_tokens.json", "generation_config.json"};
 
-LoraConfig lora_from_manifest(const json& manifest) {
-  LoraConfig lora;
-  const json& saved = manifest.at("run").at("lora");
-  if (saved.is_null()) return lora;
-  lora.r = saved.at("r").get<int>();
-  lora.alpha = saved.at("alpha").get<double>();
-  lora.dropout = saved.at("dropout").get<double>();
-  lora.targets = saved.at("targets").get<std::vector<std::string>>();
-  lora.rslora = saved.at("rslora").get<bool>();
-  return lora;
-}
-
 // The base weights as dense fp32 views: the store's own, or a 4-bit base dequantized into
 // host memory (QLoRA: the merged model is dequantized, as PEFT's merge_and_unload computes it).
 class DenseWeights {
@@ -113,7 +101,7 @@ std::string export_checkpoint(const ExportOptions& options) {
   ZT_CHECK(checksum == manifest.at("run").at("model_checksum").get<std::string>(), "--model ", options.model_dir,
            " is not the model the checkpoint ", options.checkpoint_dir, " was trained from (",
            manifest.at("run").at("model_dir").get<std::string>(), "): their structure checksums differ");
-  const LoraConfig lora = lora_from_manifest(manifest);
+  const LoraConfig lora = checkpoint_lora(manifest);
   ZT_CHECK(options.format != "peft" || lora.enabled(), options.checkpoint_dir,
            " is a full fine-tuning checkpoint: there is no adapter to write as --format peft (use --format hf)");
   ZT_CHECK(options.format != "peft" || !options.merge, "--merge applies to --format hf (PEFT adapters stay separate)");

@@ -13,19 +13,6 @@ namespace {
 
 using json = nlohmann::json;
 
-// The LoRA settings a checkpoint's manifest records (its "run" section), r 0 for full fine-tuning.
-LoraConfig checkpoint_lora(const json& manifest) {
-  LoraConfig lora;
-  const json& saved = manifest.at("run").at("lora");
-  if (saved.is_null()) return lora;
-  lora.r = saved.at("r").get<int>();
-  lora.alpha = saved.at("alpha").get<double>();
-  lora.dropout = saved.at("dropout").get<double>();
-  lora.targets = saved.at("targets").get<std::vector<std::string>>();
-  lora.rslora = saved.at("rslora").get<bool>();
-  return lora;
-}
-
 // The weights in fp32 on the host: the base, then the checkpoint's or the adapter's.
 std::unique_ptr<ParamStore> load_host_weights(const TrainedModelSource& source, TrainedModel& loaded) {
   QuantConfig quant = loaded.config.quantization;  // a bitsandbytes model directory's own 4-bit base
