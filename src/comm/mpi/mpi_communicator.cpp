@@ -47,8 +47,8 @@ class MpiPending final : public PendingCollective {
  public:
   MpiPending(std::vector<MPI_Request> requests, Collective kind, int rank, std::chrono::duration<double> timeout,
              std::string context, double* wait_seconds, bool* failed)
-      : requests_(std::move(requests)), kind_(kind), rank_(rank), timeout_(timeout), context_(std::move(context)),
-        wait_seconds_(wait_seconds), failed_(failed) {}
+      : requests_(std::move(requests)), statuses_(requests_.size()), kind_(kind), rank_(rank), timeout_(timeout),
+        context_(std::move(context)), wait_seconds_(wait_seconds), failed_(failed) {}
   // After completion, the byte count the last request (a receive) must have received.
   void expect_received(int bytes, int peer) {
     expected_bytes_ = bytes;
@@ -87,8 +87,7 @@ class MpiPending final : public PendingCollective {
     auto pause = std::chrono::microseconds(20);
     for (int polls = 0;; ++polls) {
       int complete = 0;
-      std::vector<MPI_Status> statuses(requests_.size());
-      const int code = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &complete, statuses.data());
+      const int code = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &complete, statuses_.data());
       if (code != MPI_SUCCESS) {
         forget();
         *failed_ = true;
@@ -96,7 +95,7 @@ class MpiPending final : public PendingCollective {
       }
       if (complete) {
         *wait_seconds_ += std::chrono::duration<double>(Clock::now() - started).count();
-        check_received(statuses.back());
+        check_received(statuses_.back());
         return;
       }
       if (Clock::now() > deadline) {
@@ -128,6 +127,7 @@ class MpiPending final : public PendingCollective {
              ", expected ", expected_bytes_, context_suffix(), " (the sender's tensor has another size)");
   }
   std::vector<MPI_Request> requests_;
+  std::vector<MPI_Status> statuses_;  // [requests]: filled by MPI_Testall
   int expected_bytes_ = -1;
   int peer_ = -1;
   Collective kind_;
