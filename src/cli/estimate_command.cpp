@@ -1,5 +1,5 @@
 // `zerotune estimate --model DIR | --params N [--largest-layer-params N] [--trainable-params N]
-//                    [--gpus-per-node G] [--nodes K] [--lora-r R --lora-targets ...]
+//                    [--gpus-per-node G] [--nodes K] [--lora-r R --lora-targets ...] [--objective sft|reward]
 //                    [--compute-dtype bf16|fp16|fp32] [bucket sizes] [--deepspeed JSON]
 //                    [--seq-len T | --data DIR] [--micro-batch B] [--activation-checkpointing]
 //                    [--device typical-gpu|cuda|cpu] [--max-seq-len --device-memory 24GiB,...] [--json]`:
@@ -32,6 +32,7 @@
 #include "model/safetensors.h"
 #include "optim/optimizer.h"
 #include "train/ds_config.h"
+#include "train/objective.h"
 #include "train/memory_model.h"
 #include "train/memory_model_choices.h"
 #include "train/metrics.h"
@@ -57,6 +58,7 @@ struct RunShape {
   LoraConfig lora;
   OptimizerConfig optimizer;  // its state buffers; LOMO's gradients in flight
   QuantConfig quantize;  // QLoRA: the frozen base stored 4-bit (--quantize)
+  std::string objective = "sft";  // train --objective: reward steps on 2 rows per pair, with a value head
   int64_t seq_len = 512;
   int64_t micro_batch = 1;
   bool activation_checkpointing = false;
@@ -77,6 +79,7 @@ TrainConfig row_config(const RunShape& shape, const ZeroMemoryInputs& base, cons
   config.lora = shape.lora;
   config.head_chunk_rows = shape.head_chunk_rows;
   config.quantize = shape.quantize;
+  config.objective = shape.objective;
   config.optimizer = shape.optimizer;
   config.zero.reduce_bucket_size = base.reduce_bucket_size;
   config.zero.stage3_max_live_parameters = base.stage3_max_live_parameters;
@@ -157,7 +160,7 @@ nlohmann::ordered_json estimate_report(const ModelSummary& model, const RunShape
   report["stage3_max_live_parameters"] = base.stage3_max_live_parameters;
   report["stage3_prefetch_bucket_size"] = base.stage3_prefetch_bucket_size;
   if (model.config)
-    report["run"] = {{"seq_len", shape.seq_len}, {"micro_batch", shape.micro_batch},
+    report["run"] = {{"seq_len", shape.seq_len}, {"micro_batch", shape.micro_batch}, {"objective", shape.objective},
                      {"quantize", quant_config_json(shape.quantize)},
                      {"activation_checkpointing", shape.activation_checkpointing},
                      {"grown_from_seq_len", shape.grown_from_seq_len}};
@@ -521,6 +524,8 @@ boost::program_options::options_description estimate_options(EstimateFlags& f) {
        "(data_types.grad_accum_dtype): the gradients' dtype; 16-bit needs that compute dtype. The report also shows "
        "the gradient bytes in fp32 and in the compute dtype side by side")
       ("quantize", po::value(&quantize_text), "with --model and --lora-r: QLoRA, the frozen base stored 4-bit (nf4 or fp4)")
+      ("objective", po::value(&shape.objective)->default_value("sft"), "with --model: train's --objective, sft "
+       "(default) or reward (DeepSpeed-Chat step 2: a micro-batch of pairs is twice the rows, plus the value head)")
       ("double-quant", po::bool_switch(&shape.quantize.double_quant), "with --quantize: 8-bit scales (bnb_4bit_use_double_quant)")
       ("optimizer", po::value(&optimizer_text)->default_value("adamw"),
        "adamw, lamb, sgd (with --momentum: one state buffer), lomo (no state, gradients only for the unit in flight) "
@@ -571,6 +576,9 @@ void check_estimate_flags(const EstimateFlags& f, const boost::program_options::
   ZT_CHECK(!shape.quantize.enabled() || (have_model && f.lora_r > 0),
            "--quantize needs --model and --lora-r: a 4-bit base is frozen under LoRA adapters (QLoRA)");
   ZT_CHECK(!shape.quantize.double_quant || shape.quantize.enabled(), "--double-quant needs --quantize nf4|fp4");
+  make_objective(shape.objective);  // an unknown name is an error listing the objectives
+  ZT_CHECK(shape.objective == "sft" || have_model, "--objective ", shape.objective, " needs --model: the memory model "
+           "runs the objective's own micro-batches (--params has only the formulas)");
   ZT_CHECK(shape.seq_len >= 1, "--seq-len = ", shape.seq_len, ": must be >= 1");
   ZT_CHECK(shape.micro_batch >= 1, "--micro-batch = ", shape.micro_batch, ": must be >= 1");
   ZT_CHECK(!shape.offload_activations || shape.activation_checkpointing,

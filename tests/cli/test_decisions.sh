@@ -178,6 +178,29 @@ status=$?
 [[ "$status" -eq 0 ]] && grep -qE '^0 +none +none +\| +26\.[0-9]+ GiB +13\.[0-9]+ GiB +13\.[0-9]+ GiB' "$WORK/est.log"
 check estimate-grad-accum-table $? "$WORK/est.log" "want fp32 vs bf16 gradient bytes side by side (exit $status)"
 
+# --- estimate --objective reward (issue 33 item 5): a micro-batch of pairs is twice the rows, plus
+# the value head (hidden_size fp32 master weights, 2 x that in Adam's state) -----------------------
+for objective in sft reward; do
+  "$ZEROTUNE" estimate --model "$M" --seq-len 64 --micro-batch 4 --objective "$objective" --json \
+    >"$WORK/est-$objective.json" 2>"$WORK/est-$objective.err"
+done
+"$PYTHON" - "$WORK/est-sft.json" "$WORK/est-reward.json" "$M/config.json" >"$WORK/est-objective.log" 2>&1 <<'PY'
+import json, sys
+sft, reward = (json.load(open(path))["rows"][0]["zerotune_run"]["device_peak_terms"] for path in sys.argv[1:3])
+hidden = json.load(open(sys.argv[3]))["hidden_size"]
+ratio = reward["activations"] / sft["activations"]
+assert 1.99 < ratio < 2.01, f"reward's activations are {ratio:.3f} x sft's, not 2x"
+assert reward["master weights"] - sft["master weights"] == 4 * hidden, "the value head's master weights"
+assert reward["optimizer state"] - sft["optimizer state"] == 8 * hidden, "the value head's Adam state"
+assert json.load(open(sys.argv[2]))["run"]["objective"] == "reward"
+print(f"reward activations {ratio:.4f} x sft's; value head {4 * hidden} B of master weights")
+PY
+check estimate-objective-reward $? "$WORK/est-objective.log" "estimate --objective reward: 2x the activations and the value head"
+expect_error estimate-objective-unknown "--objective 'dpo': unknown objective" \
+  -- estimate --model "$M" --objective dpo
+expect_error estimate-objective-needs-model "--objective reward needs --model" \
+  -- estimate --params 7e9 --objective reward
+
 # --- An accelerate YAML where the DeepSpeed JSON belongs: refused, saying how to carry it over --
 cat >"$WORK/accelerate.yaml" <<'YAML'
 compute_environment: LOCAL_MACHINE
