@@ -1,6 +1,7 @@
 // Evaluation over a whole split: forward passes only, sums all-reduced over the ranks.
 #include "train/evaluation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -8,34 +9,45 @@
 
 namespace zt {
 
-EvalResult evaluate(CausalLM& model, const TokenDataset& data, int64_t micro_batch, Communicator& comm,
-                    Backend& backend) {
+void for_each_eval_micro_batch(CausalLM& model, const TokenDataset& data, int64_t micro_batch, Communicator& comm,
+                               Backend& backend, const std::function<MicroBatch(std::span<const int64_t>)>& make,
+                               const std::function<void(const MicroBatch&, const BatchTensors&)>& visit) {
   DeviceBatchStorage device_batch;
   const int rank = comm.rank(), world_size = comm.size();
-  std::vector<int64_t> mine;  // this rank's sample indices
+  std::vector<int64_t> mine;  // this rank's record indices
   for (int64_t index = rank; index < data.num_samples(); index += world_size) mine.push_back(index);
   const int64_t most_per_rank = (data.num_samples() + world_size - 1) / world_size;
   const int64_t rounds = (most_per_rank + micro_batch - 1) / micro_batch;  // the same on every rank
-
-  double sums[3] = {0.0, 0.0, 0.0};  // loss sum, target tokens, samples
   for (int64_t round = 0; round < rounds; ++round) {
     const size_t first = static_cast<size_t>(round * micro_batch);
     const bool counted = first < mine.size();
-    const int64_t filler = 0;  // a rank without samples left runs sample 0 and ignores it
-    std::span<const int64_t> samples =
+    const int64_t filler = 0;  // a rank without records left runs record 0 and ignores it
+    const std::span<const int64_t> records =
         counted ? std::span<const int64_t>(mine.data() + first, std::min(mine.size() - first, static_cast<size_t>(micro_batch)))
                 : std::span<const int64_t>(&filler, 1);
-    MicroBatch micro = make_micro_batch(data, samples, static_cast<int32_t>(data.attributes().pad_id));
+    MicroBatch micro = make(records);  // batch_views may fill in positions
     BatchTensors batch = batch_views(micro, backend, device_batch);
     DropoutContext no_dropout;
     no_dropout.training = false;
     no_dropout.row_ids = batch.row_ids;
     model.forward(batch, no_dropout);
-    if (!counted) continue;
-    sums[0] += model.loss(batch);
-    sums[1] += static_cast<double>(micro.target_tokens);
-    sums[2] += static_cast<double>(micro.batch);
+    if (counted) visit(micro, batch);
   }
+}
+
+EvalResult evaluate(CausalLM& model, const TokenDataset& data, int64_t micro_batch, Communicator& comm,
+                    Backend& backend) {
+  double sums[3] = {0.0, 0.0, 0.0};  // loss sum, target tokens, samples
+  for_each_eval_micro_batch(
+      model, data, micro_batch, comm, backend,
+      [&](std::span<const int64_t> samples) {
+        return make_micro_batch(data, samples, static_cast<int32_t>(data.attributes().pad_id));
+      },
+      [&](const MicroBatch& micro, const BatchTensors& batch) {
+        sums[0] += model.loss(batch);
+        sums[1] += static_cast<double>(micro.target_tokens);
+        sums[2] += static_cast<double>(micro.batch);
+      });
   comm.all_reduce_scalars(sums);
   EvalResult result;
   result.target_tokens = static_cast<int64_t>(sums[1]);

@@ -3,9 +3,12 @@
 // depend on the number of ranks or the micro-batch size (up to float reassociation).
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <span>
 
 #include "comm/communicator.h"
 #include "data/token_shards.h"
+#include "data/batch.h"
 #include "model/causal_lm.h"
 
 namespace zt {
@@ -16,6 +19,15 @@ struct EvalResult {
   int64_t target_tokens = 0;
   int64_t samples = 0;
 };
+
+// The walk every objective's evaluation makes: rank r takes records (samples, or pairs) r, r+W,
+// r+2W, ... in micro-batches of `micro_batch` built by `make` from their indices, and runs the
+// model's forward on each (no dropout); `visit` sees each micro-batch this rank counts after its
+// forward. Every rank runs the same number of forward passes (a rank out of records runs record
+// 0 and does not visit it), because ZeRO-3 gathers parameters collectively inside them.
+void for_each_eval_micro_batch(CausalLM& model, const TokenDataset& data, int64_t micro_batch, Communicator& comm,
+                               Backend& backend, const std::function<MicroBatch(std::span<const int64_t>)>& make,
+                               const std::function<void(const MicroBatch&, const BatchTensors&)>& visit);
 
 // Rank r evaluates samples r, r+W, r+2W, ... in micro-batches of `micro_batch` (no dropout).
 // Every rank runs the same number of forward passes (a rank that has run out of samples runs

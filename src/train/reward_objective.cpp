@@ -28,6 +28,7 @@
 #include "model/safetensors.h"
 #include "model/value_head.h"
 #include "train/batch_views.h"
+#include "train/evaluation.h"
 #include "train/objective.h"
 #include "train/train_config.h"
 
@@ -178,40 +179,25 @@ class RewardObjective final : public Objective {
     return micro;
   }
 
-  // As train/evaluation.cpp: rank r takes pairs r, r+W, ...; every rank runs the same number of
-  // forward passes (ZeRO-3 gathers inside them), a rank out of pairs one it does not count.
+  // The evaluation walk of train/evaluation.h over pairs; the sums all-reduced.
   ObjectiveEval evaluate(CausalLM& model, const TokenDataset& data, int64_t micro_batch, Communicator& comm,
                          Backend& backend) override {
-    DeviceBatchStorage device_batch;
-    const int rank = comm.rank(), world_size = comm.size();
-    std::vector<int64_t> mine;  // this rank's pair indices
-    for (int64_t index = rank; index < data.num_samples(); index += world_size) mine.push_back(index);
-    const int64_t most_per_rank = (data.num_samples() + world_size - 1) / world_size;
-    const int64_t rounds = (most_per_rank + micro_batch - 1) / micro_batch;
     double sums[5] = {0.0, 0.0, 0.0, 0.0, 0.0};  // loss sum, pairs, correct, chosen scores, rejected scores
-    for (int64_t round = 0; round < rounds; ++round) {
-      const size_t first = static_cast<size_t>(round * micro_batch);
-      const bool counted = first < mine.size();
-      const int64_t filler = 0;
-      const std::span<const int64_t> pairs =
-          counted ? std::span<const int64_t>(mine.data() + first, std::min(mine.size() - first, static_cast<size_t>(micro_batch)))
-                  : std::span<const int64_t>(&filler, 1);
-      MicroBatch micro = make_pair_micro_batch(data, pairs, static_cast<int32_t>(data.attributes().pad_id));
-      BatchTensors batch = batch_views(micro, backend, device_batch);
-      DropoutContext no_dropout;
-      no_dropout.training = false;
-      no_dropout.row_ids = batch.row_ids;
-      model.forward(batch, no_dropout);
-      if (!counted) continue;
-      const PairResult result = pair_loss(micro, head_->host_values, 0.0f, nullptr);
-      sums[0] += result.loss_sum;
-      sums[1] += static_cast<double>(micro.pairs);
-      for (size_t p = 0; p < result.chosen_scores.size(); ++p) {
-        sums[2] += result.chosen_scores[p] > result.rejected_scores[p] ? 1.0 : 0.0;
-        sums[3] += result.chosen_scores[p];
-        sums[4] += result.rejected_scores[p];
-      }
-    }
+    for_each_eval_micro_batch(
+        model, data, micro_batch, comm, backend,
+        [&](std::span<const int64_t> pairs) {
+          return make_pair_micro_batch(data, pairs, static_cast<int32_t>(data.attributes().pad_id));
+        },
+        [&](const MicroBatch& micro, const BatchTensors&) {
+          const PairResult result = pair_loss(micro, head_->host_values, 0.0f, nullptr);
+          sums[0] += result.loss_sum;
+          sums[1] += static_cast<double>(micro.pairs);
+          for (size_t p = 0; p < result.chosen_scores.size(); ++p) {
+            sums[2] += result.chosen_scores[p] > result.rejected_scores[p] ? 1.0 : 0.0;
+            sums[3] += result.chosen_scores[p];
+            sums[4] += result.rejected_scores[p];
+          }
+        });
     comm.all_reduce_scalars(sums);
     const double pairs = sums[1];
     const double loss = sums[0] / pairs, accuracy = sums[2] / pairs;
