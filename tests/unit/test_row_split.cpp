@@ -1,7 +1,7 @@
 // Tests of DeepSpeed-Chat's row splits (data/row_split.h): permutations and boundaries recorded
 // from numpy 1.x / Python (numpy.random.RandomState(seed).shuffle(numpy.arange(n, dtype=uint32)),
 // data_utils.get_raw_dataset_split_index's rounding), and the roles of rows under a hold-out and
-// --data-split. tests/cli/test_deepspeed_chat_step1.sh checks whole prep runs against numpy.
+// --data-split. tests/cli/test_deepspeed_chat.sh checks whole prep runs against numpy.
 #include <boost/test/unit_test.hpp>
 
 #include <cstdint>

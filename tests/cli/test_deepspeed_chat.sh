@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/cli/test_deepspeed_chat_step1.sh: DeepSpeed-Chat step 1 end to end without a batch system
+# tests/cli/test_deepspeed_chat.sh: DeepSpeed-Chat steps 1 and 2 end to end without a batch system
 # (the Slurm chain: tests/system/test_deepspeed_chat_slurm.py), on data/rm-static-sample.jsonl
 # with the tour's tiny LLaMA and a SentencePiece tokenizer trained on the sample (spm_train).
 #  1. prep's evaluation split and --data-split pick exactly DeepSpeed-Chat's rows: a transcription
@@ -15,8 +15,12 @@
 #     an fp16 DeepSpeed config: eval records before the first step and at the end of the epoch,
 #     eval_ppl = exp(eval_loss), "ppl: P, loss: L" on the console, the export in fp16 (safetensors
 #     F16, torch_dtype float16); `export --dtype fp32` still writes fp32, and a bf16 LoRA run
-#     exports its merged model and its PEFT adapter in bf16 by default.
-# Usage: test_deepspeed_chat_step1.sh ZEROTUNE_BINARY PYTHON
+#     exports its merged model and its PEFT adapter in bf16 by default;
+#  4. job_scripts/deepspeed-chat/step2_reward.sh (the same chain, dschat_chain.sh) with the same rows:
+#     pair shards for both splits, reward evaluations (accuracy, chosen/rejected scores) before the
+#     first step and at the end, the export a LlamaForSequenceClassification with score.weight and
+#     no LM head; its export formats are refused by name (peft).
+# Usage: test_deepspeed_chat.sh ZEROTUNE_BINARY PYTHON
 set -uo pipefail
 
 ZEROTUNE="$1"
@@ -212,5 +216,49 @@ check export-dtype-fp32-asked $? "$WORK/export-fp32.log" "export --dtype fp32 of
   && "$ZEROTUNE" export --checkpoint "$WORK/bf16-run" --model "$M" --out "$WORK/adapter-bf16" --format peft >>"$WORK/bf16.log" 2>&1 \
   && [[ "$(safetensors_dtype "$WORK/adapter-bf16/adapter_model.safetensors")" == BF16 ]]
 check export-auto-bf16 $? "$WORK/bf16.log" "the bf16 LoRA run's default exports (merged HF model, PEFT adapter) are not bf16"
+
+# --- 4. step2_reward.sh: pairs, the reward evaluation before and after, the classifier export ----
+script_refuses_step2() {
+  local log="$WORK/script-step2-peft.log"
+  env ZT_BIN="$ZEROTUNE" ZT_MODEL="$M" ZT_RM_STATIC="$WORK/train.jsonl" ZT_WORK="$WORK/refused" ZT_EXPORT=peft \
+    bash "$REPO/job_scripts/deepspeed-chat/step2_reward.sh" >"$log" 2>&1
+  local status=$?
+  [[ "$status" -eq 2 ]] && grep -qF "ZT_EXPORT='peft': one of: hf none" "$log" && [[ ! -e "$WORK/refused" ]]
+  check step2-refuses-peft $? "$log" "want exit status 2 (got $status) naming the step's export formats"
+}
+script_refuses_step2
+S2="$WORK/step2"
+ZT_BIN="$ZEROTUNE" ZT_MODEL="$M" ZT_RM_STATIC="$WORK/train.jsonl" ZT_RM_STATIC_TEST="$WORK/test.jsonl" ZT_WORK="$S2" \
+  ZT_DS_CONFIG="$WORK/ds-fp16.json" ZT_MAX_SEQ_LEN=128 ZT_NP=1 ZT_CPU_BIND=none ZT_OMP_THREADS=2 ZT_PREFLIGHT=0 \
+  ZT_ARGS="--epochs 1 --max-steps 3 --eval-every 3 --seed 1" \
+  bash "$REPO/job_scripts/deepspeed-chat/step2_reward.sh" >"$WORK/step2.log" 2>&1
+check step2-script $? "$WORK/step2.log" "step2_reward.sh failed"
+"$PYTHON" - "$S2" "$WORK/step2.log" >"$WORK/step2-check.log" 2>&1 <<'EOF_PY'
+import glob, json, struct, sys
+import h5py
+work, log = sys.argv[1], open(sys.argv[2]).read()
+for split in ("train", "eval"):
+    shards = glob.glob(f"{work}/data/{split}-*.h5")
+    assert len(shards) == 1, (split, shards)
+    with h5py.File(shards[0]) as f:
+        assert f.attrs["record"] in ("pair", b"pair"), f"{split}: record {f.attrs['record']!r}"
+records = [json.loads(line) for line in open(f"{work}/run/metrics.jsonl")]
+steps = [r for r in records if "loss" in r]
+evals = [r for r in records if "eval_reward_accuracy" in r]
+assert len(steps) == 3, f"{len(steps)} training steps"
+assert [r["step"] for r in evals] == [0, 3], f"reward evaluations at steps {[r['step'] for r in evals]}"
+for r in evals:
+    assert 0 <= r["eval_reward_accuracy"] <= 1 and "eval_chosen_score" in r and "eval_rejected_score" in r, r
+assert "--objective reward" in log and "prep --pairs" in log, "the step's flags"
+config = json.load(open(f"{work}/export/config.json"))
+assert config["architectures"] == ["LlamaForSequenceClassification"] and config["num_labels"] == 1, config
+with open(f"{work}/export/model.safetensors", "rb") as stream:
+    header = json.loads(stream.read(struct.unpack("<Q", stream.read(8))[0]))
+assert "score.weight" in header and header["score.weight"]["shape"][0] == 1, sorted(header)[:5]
+assert not any(name.startswith("lm_head") for name in header), "an LM head in the classifier"
+print(f"reward accuracy {evals[0]['eval_reward_accuracy']:.3f} -> {evals[1]['eval_reward_accuracy']:.3f}, "
+      f"export {config['architectures'][0]}")
+EOF_PY
+check step2-evaluations-and-export $? "$WORK/step2-check.log" "the step-2 run's data, evaluation or export is wrong"
 
 finish
