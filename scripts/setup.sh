@@ -22,7 +22,7 @@ CUDA_BIN=/usr/local/cuda/bin
 APT_PACKAGES=(
   build-essential cmake pkg-config git
   libopenmpi-dev openmpi-bin
-  libhdf5-dev
+  libhdf5-dev zlib1g-dev
   libboost-program-options-dev libboost-test-dev libboost-context-dev
   libopenblas-openmp-dev
   libsentencepiece-dev sentencepiece

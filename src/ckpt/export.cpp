@@ -1,4 +1,4 @@
-// Export of a checkpoint to HF safetensors or a PEFT adapter.
+// Export of a checkpoint to HF safetensors, a PEFT adapter or DeepSpeed-Chat's reward-model layout.
 #include "ckpt/export.h"
 
 #include <filesystem>
@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/export_reward.h"
+#include "ckpt/torch_state_dict.h"
 #include "model/lora.h"
 #include "model/parameter_plan.h"
 #include "model/peft_adapter.h"
@@ -87,10 +88,33 @@ DType export_dtype(const ExportOptions& options, const json& manifest, std::stri
   return parse_compute_dtype(config->at("compute_dtype").get<std::string>());
 }
 
+// The format's name of each parameter ("" leaves it out): HF's own names, a reward model's
+// ...ForSequenceClassification names, or DeepSpeed-Chat's RewardModel names.
+std::string exported_name(const std::string& format, bool reward_model, const std::string& name) {
+  if (format == "dschat") return deepspeed_chat_reward_name(name);
+  return reward_model ? sequence_classification_name(name) : name;
+}
+
+// What the format refuses of this checkpoint, before anything is read or written.
+void check_export_format(const ExportOptions& options, const LoraConfig& lora, bool reward_model) {
+  ZT_CHECK(options.format != "peft" || lora.enabled(), options.checkpoint_dir,
+           " is a full fine-tuning checkpoint: there is no adapter to write as --format peft (use --format hf)");
+  ZT_CHECK(options.format != "peft" || !options.merge, "--merge applies to --format hf and dschat (PEFT adapters stay separate)");
+  ZT_CHECK(options.format == "peft" || !lora.enabled() || options.merge, options.checkpoint_dir, " is a LoRA checkpoint: --format ",
+           options.format, " needs --merge (its model files have no adapters)", options.format == "hf" ? ", or use --format peft" : "");
+  ZT_CHECK(!reward_model || options.format != "peft", options.checkpoint_dir, " is a reward model: its value head is no ",
+           "part of a PEFT adapter; export it with --format hf", lora.enabled() ? " --merge" : "",
+           " (a ...ForSequenceClassification) or --format dschat");
+  ZT_CHECK(options.format != "dschat" || reward_model, options.checkpoint_dir, " is not a reward model (train --objective ",
+           "reward): --format dschat writes DeepSpeed-Chat's step-2 layout; its step 3 reads a step-1 model with ",
+           "from_pretrained, which --format hf serves");
+}
+
 }  // namespace
 
 std::string export_checkpoint(const ExportOptions& options) {
-  ZT_CHECK(options.format == "hf" || options.format == "peft", "--format must be hf or peft, not '", options.format, "'");
+  ZT_CHECK(options.format == "hf" || options.format == "peft" || options.format == "dschat",
+           "--format must be hf, peft or dschat, not '", options.format, "'");
   ZT_CHECK(!options.dtype || *options.dtype == DType::F32 || *options.dtype == DType::BF16 || *options.dtype == DType::F16,
            "--dtype must be fp32, bf16, fp16 or auto");
   const json manifest = read_checkpoint_manifest(options.checkpoint_dir, true);
@@ -102,12 +126,6 @@ std::string export_checkpoint(const ExportOptions& options) {
            " is not the model the checkpoint ", options.checkpoint_dir, " was trained from (",
            manifest.at("run").at("model_dir").get<std::string>(), "): their structure checksums differ");
   const LoraConfig lora = checkpoint_lora(manifest);
-  ZT_CHECK(options.format != "peft" || lora.enabled(), options.checkpoint_dir,
-           " is a full fine-tuning checkpoint: there is no adapter to write as --format peft (use --format hf)");
-  ZT_CHECK(options.format != "peft" || !options.merge, "--merge applies to --format hf (PEFT adapters stay separate)");
-  ZT_CHECK(options.format != "hf" || !lora.enabled() || options.merge, options.checkpoint_dir,
-           " is a LoRA checkpoint: --format hf needs --merge (HF model files have no adapters), or use --format peft");
-
   const ModelConfig model_config = load_model_config(options.model_dir);
   // QLoRA: the base stored 4-bit as the run stored it (its bits are what the adapters learned on).
   const json& run_config = manifest.contains("config") ? manifest.at("config") : json();
@@ -116,9 +134,7 @@ std::string export_checkpoint(const ExportOptions& options) {
   ParameterPlan plan = plan_parameters(model_config, lora, quant);
   // A reward model (--objective reward): exported as ...ForSequenceClassification (export_reward.h).
   const bool reward_model = add_checkpoint_value_head(plan, model_config, manifest);
-  ZT_CHECK(!reward_model || options.format == "hf", options.checkpoint_dir, " is a reward model: its value head is no ",
-           "part of a PEFT adapter; export it with --format hf", lora.enabled() ? " --merge" : "",
-           " (a ...ForSequenceClassification)");
+  check_export_format(options, lora, reward_model);
   std::unique_ptr<Backend> backend = make_cpu_backend();
   ParamStore store(*backend, plan.specs, plan.trainable, 1, DType::F32, {}, plan.quant);
   load_base_weights(options.model_dir, store);
@@ -135,21 +151,24 @@ std::string export_checkpoint(const ExportOptions& options) {
   if (lora.enabled()) merge_lora(*backend, store, dense, lora_scaling(lora));
   std::vector<SafetensorsEntry> entries;
   for (const ParamEntry& entry : store.entries()) {
-    const std::string name = reward_model ? sequence_classification_name(entry.spec.name) : entry.spec.name;
+    const std::string name = exported_name(options.format, reward_model, entry.spec.name);
     if (!is_lora_parameter(entry.spec.name) && !name.empty())
       entries.push_back({name, entry.spec.shape, dense.weight(entry.spec.name).data, DType::F32, dtype});
   }
-  const std::vector<std::string> files =
-      options.max_shard_bytes > 0 ? write_sharded_safetensors(options.out_dir, entries, options.max_shard_bytes)
-                                  : write_sharded_safetensors(options.out_dir, entries);
+  std::vector<std::string> files{"pytorch_model.bin"};
+  if (options.format == "dschat") write_torch_state_dict((fs::path(options.out_dir) / files[0]).string(), entries);
+  else if (options.max_shard_bytes > 0) files = write_sharded_safetensors(options.out_dir, entries, options.max_shard_bytes);
+  else files = write_sharded_safetensors(options.out_dir, entries);
   write_hf_config(options.model_dir, options.out_dir, dtype);
-  if (reward_model) write_sequence_classification_config(options.out_dir);
+  if (reward_model && options.format == "hf") write_sequence_classification_config(options.out_dir);
   for (const char* name : kCompanionFiles) {
     const fs::path source = fs::path(options.model_dir) / name;
     if (fs::exists(source)) fs::copy_file(source, fs::path(options.out_dir) / name, fs::copy_options::overwrite_existing);
   }
-  return cat("wrote the HF ", reward_model ? "reward model (...ForSequenceClassification)" : "model", " of ",
-             options.checkpoint_dir, " (step ", manifest.at("step").get<int64_t>(),
+  const char* what = options.format == "dschat" ? "DeepSpeed-Chat reward model (RewardModel state dict)"
+                     : reward_model           ? "HF reward model (...ForSequenceClassification)"
+                                              : "HF model";
+  return cat("wrote the ", what, " of ", options.checkpoint_dir, " (step ", manifest.at("step").get<int64_t>(),
              lora.enabled() ? ", LoRA merged" : "", ") to ", options.out_dir, " in ", files.size(), " weight file(s)",
              in_dtype);
 }

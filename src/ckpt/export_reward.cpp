@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string_view>
 
 #include "core/error.h"
 #include "model/safetensors.h"
@@ -27,6 +28,15 @@ bool add_checkpoint_value_head(ParameterPlan& plan, const ModelConfig& config, c
 std::string sequence_classification_name(const std::string& name) {
   if (name == kValueHeadWeight) return kSequenceClassificationScore;
   return name == "lm_head.weight" ? "" : name;
+}
+
+std::string deepspeed_chat_reward_name(const std::string& name) {
+  if (name == kValueHeadWeight) return name;
+  if (name == "lm_head.weight") return "";
+  constexpr std::string_view kDecoderPrefix = "model.";
+  ZT_CHECK(name.starts_with(kDecoderPrefix), "export --format dschat: parameter '", name,
+           "' is neither the value head, the LM head nor under 'model.': no name for it in DeepSpeed-Chat's layout");
+  return "rwtranformer." + name.substr(kDecoderPrefix.size());
 }
 
 void write_sequence_classification_config(const std::string& out_dir) {

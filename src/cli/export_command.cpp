@@ -22,8 +22,8 @@ int command_export(const std::vector<std::string>& args) {
        "or OUT/checkpoints/latest (the checkpoint `latest` names)")
       ("model", po::value<std::string>(), "the base model directory the run trained from")
       ("out", po::value<std::string>(), "output directory")
-      ("format", po::value<std::string>()->default_value("hf"), "hf (safetensors + config + tokenizer) or peft (adapter)")
-      ("merge", po::bool_switch(), "hf: fold the LoRA adapters into the base weights")
+      ("format", po::value<std::string>()->default_value("hf"), "hf (safetensors + config + tokenizer), peft (adapter) or dschat (a reward model as DeepSpeed-Chat saves it: pytorch_model.bin of its RewardModel, read by its step 3)")
+      ("merge", po::bool_switch(), "hf, dschat: fold the LoRA adapters into the base weights")
       ("dtype", po::value<std::string>()->default_value("auto"), "stored dtype: auto (the run's compute dtype: an fp16 "
        "run exports fp16, as DeepSpeed-Chat saves it; bf16 -> bf16; fp32 -> fp32), fp32, bf16 or fp16")
       ("max-shard-size", po::value<std::string>(), "hf: shard the weights above this size (default 5GB)");

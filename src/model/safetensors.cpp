@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 
 namespace zt {
@@ -373,58 +374,19 @@ void ModelWeights::read(const std::string& name, DType dst_dtype, void* dst,
 // ---------------------------------------------------------------------------------------------
 // writing
 
-namespace {
-
-// A file written to PATH.tmp and renamed over PATH by commit(); removed if never committed.
-class AtomicFile {
- public:
-  explicit AtomicFile(const std::string& path) : path_(path), temp_path_(path + ".tmp") {
-    fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail(temp_path_, ": cannot create: ", std::strerror(errno));
-  }
-  ~AtomicFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(temp_path_.c_str());
-  }
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
-
-  void write(const void* data, size_t bytes) {
-    const auto* cursor = static_cast<const char*>(data);
-    while (bytes > 0) {
-      ssize_t written = ::write(fd_, cursor, std::min<size_t>(bytes, size_t{1} << 30));
-      if (written < 0 && errno == EINTR) continue;
-      if (written <= 0) fail(temp_path_, ": write failed: ", std::strerror(errno));
-      cursor += written;
-      bytes -= static_cast<size_t>(written);
-    }
-  }
-
-  void commit() {
-    if (::fsync(fd_) != 0) fail(temp_path_, ": fsync failed: ", std::strerror(errno));
-    int result = ::close(fd_);
-    fd_ = -1;
-    if (result != 0) fail(temp_path_, ": close failed: ", std::strerror(errno));
-    if (::rename(temp_path_.c_str(), path_.c_str()) != 0)
-      fail(path_, ": cannot rename ", temp_path_, " to it: ", std::strerror(errno));
-    committed_ = true;
-  }
-
- private:
-  std::string path_, temp_path_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
-
 size_t entry_numel(const SafetensorsEntry& entry) {
   size_t count = 1;
   for (int64_t extent : entry.shape) count *= static_cast<size_t>(extent);
   return count;
 }
 
+namespace {
+
 size_t stored_bytes(const SafetensorsEntry& entry) { return entry_numel(entry) * dtype_size(entry.stored_dtype); }
 
-void check_entries(const std::string& path, const std::vector<SafetensorsEntry>& entries) {
+}  // namespace
+
+void check_tensor_entries(const std::string& path, const std::vector<SafetensorsEntry>& entries) {
   std::set<std::string> seen;
   for (const SafetensorsEntry& entry : entries) {
     ZT_CHECK(!entry.name.empty() && entry.name != "__metadata__", path, ": cannot write a tensor named '", entry.name, "'");
@@ -438,11 +400,9 @@ void check_entries(const std::string& path, const std::vector<SafetensorsEntry>&
   }
 }
 
-}  // namespace
-
 void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& entries,
                        const std::map<std::string, std::string>& metadata) {
-  check_entries(path, entries);
+  check_tensor_entries(path, entries);
   // ordered_json keeps __metadata__ first and the tensors in entry (= data) order.
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -515,7 +475,7 @@ int64_t parse_max_shard_size(const std::string& text) { return parse_byte_size(t
 std::vector<std::string> write_sharded_safetensors(const std::string& dir, const std::vector<SafetensorsEntry>& entries,
                                                    int64_t max_shard_bytes) {
   ZT_CHECK(max_shard_bytes > 0, dir, ": max shard size must be positive, got ", max_shard_bytes);
-  check_entries(dir, entries);
+  check_tensor_entries(dir, entries);
   std::error_code error;
   fs::create_directories(dir, error);
   ZT_CHECK(!error, dir, ": cannot create the directory: ", error.message());

@@ -110,6 +110,12 @@ struct SafetensorsEntry {
   DType stored_dtype = DType::F32;
 };
 
+// The elements of an entry's shape.
+size_t entry_numel(const SafetensorsEntry& entry);
+// Refuses entries no weight file can hold (PATH names the file): empty or repeated names,
+// negative extents, missing data, a non-float conversion.
+void check_tensor_entries(const std::string& path, const std::vector<SafetensorsEntry>& entries);
+
 // Writes one .safetensors file: header padded with spaces to a multiple of 8 bytes, data in
 // entry order. Atomic: written to PATH.tmp, flushed, then renamed over PATH.
 void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& entries,

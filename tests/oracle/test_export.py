@@ -78,6 +78,9 @@ def lora_case(args, report, tmp, model_dir, data_dir, samples):
     oc.check_refused(args.zerotune, report, "hf export of a LoRA checkpoint without --merge",
                      ["export", "--checkpoint", checkpoint, "--model", model_dir, "--out", os.path.join(tmp, "y"),
                       "--format", "hf"], "needs --merge")
+    oc.check_refused(args.zerotune, report, "dschat export of a checkpoint that is no reward model",
+                     ["export", "--checkpoint", checkpoint, "--model", model_dir, "--out", os.path.join(tmp, "z"),
+                      "--format", "dschat", "--merge"], "is not a reward model (train --objective reward)")
 
 
 def main():

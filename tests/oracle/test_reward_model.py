@@ -18,10 +18,17 @@ make_bpe_tokenizer.py, no download).
    checked against the model with DeepSpeed-Chat's own padding mask (they are at real tokens).
    Checked: step 1's loss and gradient norm (the backward through value head and decoder), and
    the evaluation's accuracy, mean chosen/rejected scores and loss (lr 0: weights unchanged).
+3. The exports: --format hf loads in transformers as OPTForSequenceClassification with the same
+   scores; --format dschat (DeepSpeed-Chat's layout: pytorch_model.bin of its RewardModel) loads
+   with torch.load(weights_only=True) as an OrderedDict holding exactly v_head.weight and
+   "rwtranformer." + each of AutoModel's names, into a RewardModel built as its step 3 builds the
+   critic (AutoModel.from_config of the exported config.json, strict load), with the same scores;
+   its fp16 and bf16 exports hold the fp32 export's values rounded (torch's own conversion).
 """
 import json
 import os
 import sys
+import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import oracle_common as oc  # noqa: E402
@@ -288,6 +295,69 @@ def check_export(zerotune, report, work, model_dir, data_dir, pairs):
                  atol=SCORE_ATOL)
     report.scalar("export: accuracy", evaluation["eval_reward_accuracy"], float((chosen > rejected).double().mean()),
                   1e-12)
+    checkpoint = os.path.join(out, "checkpoints", "global_step2")
+    check_deepspeed_chat_export(zerotune, report, work, checkpoint, model_dir, pairs, chosen, rejected)
+
+
+class RewardModelWeights(torch.nn.Module):
+    """The parameters of DeepSpeed-Chat's RewardModel: the base AutoModel as `rwtranformer` (its
+    attribute's spelling) and v_head = Linear(hidden, 1, bias=False)."""
+
+    def __init__(self, base, hidden):
+        super().__init__()
+        self.rwtranformer = base
+        self.v_head = torch.nn.Linear(hidden, 1, bias=False)
+
+    def score(self, ids):
+        """The value at the last position of one unpadded sequence."""
+        hidden = self.rwtranformer(input_ids=torch.tensor([ids])).last_hidden_state  # [1, T, E]
+        return float(self.v_head(hidden)[0, -1, 0])
+
+
+def check_deepspeed_chat_export(zerotune, report, work, checkpoint, model_dir, pairs, chosen, rejected):
+    exported = {}
+    for dtype in ("fp32", "fp16", "bf16"):
+        exported[dtype] = os.path.join(work, f"dschat-{dtype}")
+        oc.run_export(zerotune, checkpoint, model_dir, exported[dtype], "--format", "dschat", "--dtype", dtype)
+    state = torch.load(os.path.join(exported["fp32"], "pytorch_model.bin"), map_location="cpu", weights_only=True)
+    config = transformers.AutoConfig.from_pretrained(exported["fp32"])
+    base = transformers.AutoModel.from_config(config, torch_dtype=torch.float64)
+    expected = {"v_head.weight"} | {"rwtranformer." + name for name in base.state_dict()}
+    report.check(type(state).__name__ == "OrderedDict" and set(state) == expected,
+                 f"dschat: pytorch_model.bin is an OrderedDict of v_head.weight and rwtranformer.* (missing "
+                 f"{sorted(expected - set(state))[:4]}, unexpected {sorted(set(state) - expected)[:4]})")
+    report.check(all(t.dtype == torch.float32 for t in state.values()), "dschat --dtype fp32: float32 tensors")
+    with zipfile.ZipFile(os.path.join(exported["fp32"], "pytorch_model.bin")) as archive:
+        bad = archive.testzip()  # every entry's CRC-32
+        names = archive.namelist()
+        starts = {info.filename: info.header_offset for info in archive.infolist()}
+    with open(os.path.join(exported["fp32"], "pytorch_model.bin"), "rb") as stream:
+        raw = stream.read()
+    misaligned = []
+    for name, header in starts.items():  # data = header + 30 + name + the local extra field
+        extra = int.from_bytes(raw[header + 28:header + 30], "little")
+        if (header + 30 + len(name) + extra) % 64:
+            misaligned.append(name)
+    report.check(bad is None and names[0] == "pytorch_model/data.pkl" and not misaligned,
+                 f"dschat: a valid zip (first bad CRC {bad}), torch.save's records ({names[:3]}...), "
+                 f"data 64-byte aligned (misaligned {misaligned})")
+    model = RewardModelWeights(base, config.word_embed_proj_dim).double()
+    model.load_state_dict({name: tensor.double() for name, tensor in state.items()}, strict=True)
+    model.eval()
+    dschat_chosen, dschat_rejected = [], []
+    with torch.no_grad():
+        for _, (c_ids, c_mask), (r_ids, r_mask) in pairs:
+            for ids, mask, scores in ((c_ids, c_mask, dschat_chosen), (r_ids, r_mask, dschat_rejected)):
+                end = max(i for i, m in enumerate(mask) if m) + 1
+                scores.append(model.score(ids[:end]))
+    worst = max(float((torch.tensor(dschat_chosen) - chosen).abs().max()),
+                float((torch.tensor(dschat_rejected) - rejected).abs().max()))
+    report.check(worst <= SCORE_ATOL, f"dschat: RewardModel's scores = the HF export's (worst {worst:.2e})")
+    for dtype, torch_dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
+        narrow = torch.load(os.path.join(exported[dtype], "pytorch_model.bin"), map_location="cpu", weights_only=True)
+        same = set(narrow) == set(state) and all(
+            narrow[k].dtype == torch_dtype and torch.equal(narrow[k], state[k].to(torch_dtype)) for k in state)
+        report.check(same, f"dschat --dtype {dtype}: the fp32 export's tensors rounded to {torch_dtype}")
 
 
 def main():
