@@ -1,8 +1,10 @@
 """The reward objective (DeepSpeed-Chat step 2, train/reward_objective.cpp) under ZeRO on 2 MPI
 ranks: stage 3 (the value head gathered with the head unit) and stage 2 give the same losses,
 gradient norms and final weights (value head included) as one rank with the same global batch,
-within float reassociation, also when stage 3 resumes from a checkpoint after step 2; with LoRA at stage 3 the value head trains (PEFT's modules_to_save)
-and the base stays frozen. Pairs are written straight into a pair shard (format:
+within float reassociation, also when stage 3 resumes from a checkpoint after step 2 and at
+stage 2 with the optimizer offloaded to the CPU; with LoRA at stage 3 the value head trains
+(PEFT's modules_to_save) and the base stays frozen, and QLoRA (an nf4 base) at stage 2 gives its
+one-rank run. Pairs are written straight into a pair shard (format:
 src/data/token_shards.h) for the tiny LLaMA of data/tiny-llama: random prompts, responses that
 share a prefix (the divergence falls inside them), some ending with an unscored EOS.
 """
@@ -61,9 +63,9 @@ def write_pairs(path, seed):
             shard.attrs[key] = numpy.int64(value)
 
 
-def train(zerotune, workdir, model, data, name, ranks, stage, lora=False, steps=STEPS, extra=()):
+def train(zerotune, workdir, model, data, name, ranks, stage, lora=False, steps=STEPS, extra=(), zero=None):
     out = os.path.join(workdir, name)
-    ds = write_ds_config(os.path.join(workdir, name + ".json"), 8, 2, {"stage": stage})
+    ds = write_ds_config(os.path.join(workdir, name + ".json"), 8, 2, dict(zero or {}, stage=stage))
     command = [zerotune, "train", "--objective", "reward", "--model", model, "--data", data, "--out", out,
                "--deepspeed", ds, "--max-steps", steps, "--seed", 3, "--dump-final", out + ".safetensors"] + list(extra)
     if lora:
@@ -96,6 +98,8 @@ def main():
         report.check(all(r["loss"] > 0.0 for r in reference["metrics"]), "the pair losses are positive")
         for stage in (3, 2):
             compare(report, train(args.zerotune, workdir, model, data, f"full-w2-s{stage}", 2, stage), reference)
+        compare(report, train(args.zerotune, workdir, model, data, "offload-w2-s2", 2, 2,
+                              zero={"offload_optimizer": {"device": "cpu"}}), reference)
         # Exact resume at stage 3: 2 steps, a checkpoint, then the rest from it (value head included).
         train(args.zerotune, workdir, model, data, "resumed-w2-s3", 2, 3, steps=2, extra=["--save-every", 2])
         resumed = train(args.zerotune, workdir, model, data, "resumed-w2-s3", 2, 3, extra=["--resume", "auto"])
@@ -106,6 +110,10 @@ def main():
         report.check("v_head.weight" in trained and all("lora_" in n or n == "v_head.weight" for n in trained),
                      f"LoRA: the adapters and the value head train, nothing else ({len(trained)} tensors)")
         compare(report, train(args.zerotune, workdir, model, data, "lora-w2-s3", 2, 3, lora=True), lora_reference)
+        qlora = ["--quantize", "nf4"]
+        qlora_reference = train(args.zerotune, workdir, model, data, "qlora-w1-s0", 1, 0, lora=True, extra=qlora)
+        compare(report, train(args.zerotune, workdir, model, data, "qlora-w2-s2", 2, 2, lora=True, extra=qlora),
+                qlora_reference)
         # A LoRA reward model exports merged as ...ForSequenceClassification, not as a PEFT adapter
         # (its value head is no part of one); the export's own check is tests/oracle/test_reward_model.py.
         checkpoint = os.path.join(workdir, "lora-w1-s0", "checkpoints", f"global_step{STEPS}")
