@@ -196,6 +196,32 @@ assert json.load(open(sys.argv[2]))["run"]["objective"] == "reward"
 print(f"reward activations {ratio:.4f} x sft's; value head {4 * hidden} B of master weights")
 PY
 check estimate-objective-reward $? "$WORK/est-objective.log" "estimate --objective reward: 2x the activations and the value head"
+# autotune --objective reward: the experiments train the reward model on pairs, each predicted as
+# measured (the memory model steps on the objective's micro-batches), and the optimal command
+# keeps the objective.
+"$PYTHON" - "$WORK/pairs/train-00000.h5" "$REPO/tests/mpi" >"$WORK/pairs.log" 2>&1 <<'PY'
+import sys
+sys.path[:0] = [sys.argv[2], sys.argv[2].replace("/mpi", "/oracle")]
+from test_reward_zero import write_pairs
+write_pairs(sys.argv[1], seed=5)
+PY
+"$ZEROTUNE" autotune --objective reward --model "$M" --data "$WORK/pairs" --out "$WORK/autotune-reward" \
+  --max-micro-batch 2 --stages 0,2 --checkpointing off --no-offload >"$WORK/autotune-reward.log" 2>&1 \
+  && "$PYTHON" - "$WORK/autotune-reward" >>"$WORK/autotune-reward.log" 2>&1 <<'PY'
+import json, os, sys
+out = sys.argv[1]
+command = open(os.path.join(out, "autotuning_results", "cmd_optimal.txt")).read()
+assert "--objective reward" in command, command
+ran = [e for e in json.load(open(os.path.join(out, "autotuning_results", "results.json")))["experiments"] if e["ran"]]
+assert len(ran) >= 2, ran
+for e in ran:
+    run = json.load(open(os.path.join(out, "autotuning_exps", e["name"], "run.json")))
+    assert run["objective"] == "reward", e["name"]
+    predicted, measured = e["memory_predicted_bytes"], e["memory_measured_bytes"]
+    assert abs(predicted - measured) <= 0.05 * measured, (e["name"], predicted, measured)
+print(f"{len(ran)} reward experiments, predictions within 5%; {command.strip()}")
+PY
+check autotune-objective-reward $? "$WORK/autotune-reward.log" "autotune --objective reward: reward experiments, predicted as measured"
 expect_error estimate-objective-unknown "--objective 'dpo': unknown objective" \
   -- estimate --model "$M" --objective dpo
 expect_error estimate-objective-needs-model "--objective reward needs --model" \
