@@ -78,6 +78,8 @@ struct PrepOptions {
   int64_t shard_samples = 10000;
   std::string prompt_column = "prompt";
   std::string response_column = "chosen";
+  bool chat = false;          // --format chat: rows of chat `messages` (data/chat_data.h)
+  std::string chat_template;  // --chat-template FILE (with chat): instead of the model's chat_template
   bool pairs = false;                         // --pairs: preference pairs (data/prep_pairs.h)
   std::string rejected_column = "rejected";   // --rejected-column (with --pairs)
   bool skip_bad_rows = false;  // count bad rows as skipped instead of stopping

@@ -1,0 +1,54 @@
+// zerotune's interpreter of HF chat templates (the `chat_template` of a model's
+// tokenizer_config.json): the Jinja subset that the LLaMA-2, LLaMA-3, Mistral and Qwen2/ChatML
+// templates use, rendered as transformers' apply_chat_template renders them (jinja2's
+// ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks, raise_exception(message)).
+//
+// The subset:
+//   text, {{ expr }}, {# comments #}, whitespace control {%- -%} {{- -}} {%+
+//   {% if %}/{% elif %}/{% else %}/{% endif %}, {% for name in expr %}/{% endfor %} with
+//   loop.index0/index/first/last/length/revindex/revindex0, {% set name = expr %} (scoped as in
+//   Jinja: a set inside a loop body is local to that iteration)
+//   literals: 'strings' "with escapes", integers, floats, true/false/none (and True/False/None),
+//   [lists]; variables; x.attr; x['key']; x[i] (negative too); x[a:b:c] on lists
+//   operators: + - * / // % ~ == != < > <= >= in, not in, and, or, not, x if c else y
+//   tests: is [not] defined/undefined/none/string/number/integer/float/boolean/mapping/sequence/
+//   iterable/true/false
+//   filters: trim, length, count, lower, upper, default/d, string, first, last, join
+//   string methods: strip/lstrip/rstrip([chars]), lower(), upper(), startswith(s), endswith(s),
+//   replace(a, b); dict method get(key[, default]); the function raise_exception(message)
+// Anything else (macros, namespace(), tojson, dict literals, loops over dicts, ...) is refused
+// when the template is parsed, naming the construct and its line and column. Values follow
+// Python's rules where the templates rely on them (True == 1, 'a' != false, str() of
+// True/None/numbers, strip's whitespace); an undefined variable prints as nothing and is false,
+// and using it otherwise (undefined.x, undefined + 'a') is an error, as in Jinja.
+#pragma once
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "data/chat_template_syntax.h"
+
+namespace zt {
+
+class ChatTemplate {
+ public:
+  // Parses `source`; a syntax error or an unsupported construct is a zt::Error
+  // "chat template, line L, column C: ..." (prefixed with `origin`, e.g. the file it came from).
+  ChatTemplate(std::string source, const std::string& origin);
+
+  // The template rendered with `variables` (a JSON object: messages, add_generation_prompt,
+  // bos_token, ...). raise_exception(message) in the template is a zt::Error
+  // "the chat template refused the conversation: <message>"; any other runtime error names its
+  // template position.
+  std::string render(const nlohmann::json& variables) const;
+
+  const std::string& source() const { return source_; }
+
+ private:
+  std::string source_;
+  std::vector<TemplateNode> nodes_;
+};
+
+}  // namespace zt
