@@ -197,9 +197,10 @@ Json binary_operation(const std::string& op, const Json& left, const Json& right
     for (const Json& item : right) joined.push_back(item);
     return joined;
   }
-  if (op == "*" && left.is_string() && is_integral(right)) {
+  if (op == "*" && (left.is_string() || right.is_string()) && (is_integral(left) || is_integral(right))) {
+    const Json& text = left.is_string() ? left : right;
     std::string repeated;
-    for (int64_t i = 0; i < as_integer(right); ++i) repeated += left.get_ref<const std::string&>();
+    for (int64_t i = 0; i < as_integer(left.is_string() ? right : left); ++i) repeated += text.get_ref<const std::string&>();
     return repeated;
   }
   if (op == "%" && left.is_string()) value_error("string formatting with % is not supported");

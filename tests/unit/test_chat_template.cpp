@@ -1,0 +1,137 @@
+// Tests of zerotune's chat-template interpreter (data/chat_template.h) and the chat-data helpers
+// (data/chat_data.h) that need no tokenizer. The expected renderings were produced by jinja2
+// 3.1.4 with transformers' environment (ImmutableSandboxedEnvironment(trim_blocks=True,
+// lstrip_blocks=True)) on the same variables; tests/oracle/test_chat_data.py compares whole
+// published templates with transformers itself.
+#include <boost/test/unit_test.hpp>
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "data/chat_data.h"
+#include "data/chat_template.h"
+#include "test_util.h"
+
+namespace {
+
+using Json = nlohmann::json;
+
+Json variables() {
+  return Json::parse(R"({"messages": [{"role": "system", "content": "  sys  "}, {"role": "user", "content": "Hi"},
+                                      {"role": "assistant", "content": "Yo\n"}],
+                         "bos_token": "<s>", "eos_token": "</s>", "add_generation_prompt": true})");
+}
+
+std::string render(const std::string& source) { return zt::ChatTemplate(source, "test").render(variables()); }
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(chat_template)
+
+BOOST_AUTO_TEST_CASE(expressions_follow_python_and_jinja) {
+  BOOST_CHECK_EQUAL(render("{{ 1 + 2 * 3 }}|{{ 7 // 2 }}|{{ -7 // 2 }}|{{ -7 % 3 }}|{{ 7 / 2 }}|{{ 'a' ~ 1 ~ none ~ true }}"),
+                    "7|3|-4|2|3.5|a1NoneTrue");
+  BOOST_CHECK_EQUAL(render("{{ True == 1 }}|{{ 'a' != false }}|{{ none is none }}|{{ x is defined }}|"
+                           "{{ messages is not string }}|{{ 2 > 1 and 'b' >= 'a' }}"),
+                    "True|True|True|False|True|True");
+  BOOST_CHECK_EQUAL(render("{{ messages[1:] | length }}|{{ messages[-1].role }}|{{ messages[::-1][0]['role'] }}|"
+                           "{{ messages[5] is defined }}|{{ (messages | last).content | trim }}"),
+                    "2|assistant|assistant|False|Yo");
+  BOOST_CHECK_EQUAL(render("{{ 'ab' in 'cabd' }}|{{ 'user' in ['user', 'x'] }}|{{ 'role' in messages[0] }}|"
+                           "{{ 'z' not in 'abc' }}|{{ ([1, 2] + [3]) | length }}"),
+                    "True|True|True|True|3");
+  BOOST_CHECK_EQUAL(render("{{ 'y' if add_generation_prompt else 'n' }}|{{ 'y' if not add_generation_prompt }}|"
+                           "{{ undefined_thing | default('d') }}|{{ '' | default('e', true) }}|"
+                           "{{ messages[0].get('role') }}{{ messages[0].get('nope', 'N') }}"),
+                    "y||d|e|systemN");
+}
+
+BOOST_AUTO_TEST_CASE(strings_escapes_filters_and_methods) {
+  BOOST_CHECK_EQUAL(render(R"({{ '  x y \n' | trim }}|{{ ' \t x '.strip() }}|{{ 'xxaxx'.strip('x') }}|{{ ' a '.lstrip() }}.|)"
+                           R"({{ ' a '.rstrip() }}|{{ 'AbC' | lower }}{{ 'abc'.upper() }})"),
+                    "x y|x|a|a .| a|abcABC");
+  BOOST_CHECK_EQUAL(render(R"({{ 'x\ty\u00e9\x41\\n' }}|{{ "q'" }}|{{ 'a' 'b' }}|{{ 1.5 * 2 }}|{{ 3 * 'ab' }}|)"
+                           R"({{ ['a', 'b'] | join('-') }}|{{ 'a-b'.replace('-', '+') }}|{{ 'abc'.startswith('ab') }}{{ 'abc'.endswith('bc') }})"),
+                    "x\ty\xC3\xA9" "A\\n|q'|ab|3.0|ababab|a-b|a+b|TrueTrue");
+  // Python's str.strip() takes Unicode whitespace (no-break space, ideographic space); length counts characters.
+  BOOST_CHECK_EQUAL(render(R"({{ '\u00a0 x \u3000' | trim }}|{{ '\u00e9' | length }})"), "x|1");
+}
+
+BOOST_AUTO_TEST_CASE(statements_loops_and_scopes) {
+  BOOST_CHECK_EQUAL(render("{% for m in messages %}{{ loop.index0 }}{{ loop.index }}{{ loop.first }}{{ loop.last }}"
+                           "{{ loop.length }}{{ loop.revindex }}{{ loop.revindex0 }};{% endfor %}"),
+                    "01TrueFalse332;12FalseFalse321;23FalseTrue310;");
+  // A set inside a loop body is local to the iteration, as in Jinja (hence namespace() there).
+  BOOST_CHECK_EQUAL(render("{% set x = 1 %}{% for m in messages %}{% set x = x + 10 %}{{ x }},{% endfor %}{{ x }}"),
+                    "11,11,11,1");
+  BOOST_CHECK_EQUAL(render("{% if false %}a{% elif 0 %}b{% elif [] %}c{% elif 'z' %}d{% else %}e{% endif %}|"
+                           "{% if '' %}f{% else %}g{% endif %}"),
+                    "d|g");
+}
+
+BOOST_AUTO_TEST_CASE(whitespace_control_trim_and_lstrip_blocks) {
+  BOOST_CHECK_EQUAL(render("A\n  {% if true %}\n    B\n  {% endif %}\nC {{ 'v' }}\n{# comment #}\nD\n    {%+ if true %}E{% endif %}\n"
+                           "{%- if true -%}\n  F  \n{%- endif %}\n G {{- ' H ' -}} I"),
+                    "A\n    B\nC v\nD\n    EF G H I");
+}
+
+BOOST_AUTO_TEST_CASE(raise_exception_and_runtime_errors_name_their_cause) {
+  zt::test::check_error_mentions([] { render("{{ raise_exception('Only user and assistant roles!') }}"); },
+                                 {"the chat template refused the conversation: Only user and assistant roles!"});
+  zt::test::check_error_mentions([] { render("ok\n{{ nothing.role }}"); }, {"line 2, column", "'role' of an undefined value"});
+  zt::test::check_error_mentions([] { render("{{ 'a' + 1 }}"); }, {"line 1, column 8", "unsupported operand types for +: 'str' and 'int'"});
+  zt::test::check_error_mentions([] { render("{{ messages[0] }}"); }, {"printing a dict is not supported"});
+  zt::test::check_error_mentions([] { render("{% for c in 'abc' %}{% endfor %}"); }, {"for loop over a str", "lists only"});
+}
+
+BOOST_AUTO_TEST_CASE(unsupported_constructs_are_refused_with_their_position) {
+  const auto refused = [](const std::string& source, std::vector<std::string> parts) {
+    parts.insert(parts.begin(), "test: chat template, line");
+    zt::test::check_error_mentions([&] { zt::ChatTemplate(source, "test"); }, parts);
+  };
+  refused("Hi\n  {% macro m() %}{% endmacro %}", {"line 2, column 6", "{% macro %} is not supported", "{% for name in ... %}"});
+  refused("{{ messages | tojson }}", {"column 15", "the filter 'tojson' is not supported"});
+  refused("{% set ns = namespace(i=0) %}", {"the function namespace() is not supported"});
+  refused("{% set ns.i = 1 %}", {"setting an attribute"});
+  refused("{{ x is divisibleby(3) }}", {"the test 'is divisibleby' is not supported"});
+  refused("{{ 'a'.split() }}", {"the method split() is not supported"});
+  refused("{% for k, v in x %}{% endfor %}", {"several variables"});
+  refused("{{ {'a': 1} }}", {"dict literals are not supported"});
+  refused("{% if x %}a", {"{% if %} is never closed with {% endif %}"});
+  refused("{{ x", {"a {{ tag is never closed with }}"});
+  refused("{% endfor %}", {"{% endfor %} without its opening tag"});
+  refused("{{ 'abc }}", {"a string literal is never closed"});
+  refused("{{ 1 < 2 < 3 }}", {"chained comparisons"});
+}
+
+BOOST_AUTO_TEST_CASE(conversation_checks) {
+  BOOST_CHECK_EQUAL(zt::bad_conversation_reason(Json::parse(R"([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])")), "");
+  BOOST_CHECK_EQUAL(zt::bad_conversation_reason(Json::parse(R"("text")")), "'messages' is not a list (string)");
+  BOOST_CHECK_EQUAL(zt::bad_conversation_reason(Json::array()), "empty conversation ('messages' is [])");
+  BOOST_CHECK_EQUAL(zt::bad_conversation_reason(Json::parse(R"([{"role": "user"}])")), "a message has no 'content'");
+  BOOST_CHECK_EQUAL(zt::bad_conversation_reason(Json::parse(R"([{"role": "user", "content": null}])")),
+                    "a message's 'content' is not a string");
+  BOOST_CHECK_EQUAL(zt::bad_conversation_reason(Json::parse(R"([{"role": "user", "content": "a"}])")),
+                    "no assistant turn (nothing to learn)");
+}
+
+BOOST_AUTO_TEST_CASE(template_sources) {
+  zt::test::TempDir dir;
+  zt::test::check_error_mentions([&] { zt::load_chat_template(dir.path.string(), ""); }, {"tokenizer_config.json", "no chat_template", "--chat-template FILE"});
+  dir.write("tokenizer_config.json", R"({"eos_token": "</s>"})");
+  zt::test::check_error_mentions([&] { zt::load_chat_template(dir.path.string(), ""); }, {"has no chat_template"});
+  dir.write("tokenizer_config.json", R"({"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D{{ 1 }}"}]})");
+  BOOST_CHECK_EQUAL(zt::load_chat_template(dir.path.string(), "").render(Json::object()), "D1");
+  dir.write("other.json", R"({"chat_template": [{"name": "tool_use", "template": "T"}]})");
+  zt::test::check_error_mentions([&] { zt::load_chat_template(dir.path.string(), dir.file("other.json")); }, {"tool_use", "none named \"default\""});
+  const std::string jinja = dir.write("template.jinja", "J{{ eos_token }}");
+  BOOST_CHECK_EQUAL(zt::load_chat_template(dir.path.string(), jinja).render(Json{{"eos_token", "</s>"}}), "J</s>");
+  zt::test::check_error_mentions([&] { zt::load_chat_template(dir.path.string(), dir.file("missing.jinja")); }, {"--chat-template", "no such file"});
+  const std::string broken = dir.write("broken.jinja", "{% while %}");
+  zt::test::check_error_mentions([&] { zt::load_chat_template(dir.path.string(), broken); }, {"broken.jinja: chat template, line 1, column 4", "{% while %}"});
+}
+
+BOOST_AUTO_TEST_SUITE_END()
