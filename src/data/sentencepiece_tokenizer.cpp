@@ -68,7 +68,11 @@ class SentencePieceTokenizer final : public Tokenizer {
     const auto patched_status = continuation_processor_.LoadFromSerializedProto(patched);
     ZT_CHECK(patched_status.ok(), model_path, ": cannot load it without its dummy prefix: ", patched_status.ToString());
     pad_id_ = find_pad_id(fs::path(model_path).parent_path());
-    find_special_tokens(fs::path(model_path).parent_path());
+    try {  // only chat data needs them: a file this reading refuses must not stop anything else
+      find_special_tokens(fs::path(model_path).parent_path());
+    } catch (const Error& error) {
+      special_tokens_error_ = error.what();
+    }
   }
 
   std::vector<int32_t> encode(std::string_view text) const override { return run(start_processor_, text); }
@@ -76,6 +80,7 @@ class SentencePieceTokenizer final : public Tokenizer {
     return run(continuation_processor_, text);
   }
   std::vector<int32_t> encode_with_special_tokens(std::string_view text) const override {
+    ZT_CHECK(special_tokens_error_.empty(), path_, ": cannot tell the special tokens to match in text: ", special_tokens_error_);
     for (const std::string& token : unknown_special_tokens_)
       ZT_CHECK(text.find(token) == std::string_view::npos, path_, ": the text holds the special token '", token,
                "' that the tokenizer files name, but it is no piece of this SentencePiece model (HF would add it as a "
@@ -193,6 +198,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::string sha256_;
   AddedTokenMatcher special_tokens_;
   std::vector<std::string> unknown_special_tokens_;
+  std::string special_tokens_error_;  // why the HF json files could not be read for them ("" when they could)
   sentencepiece::SentencePieceProcessor start_processor_;         // as the model file says
   sentencepiece::SentencePieceProcessor continuation_processor_;  // add_dummy_prefix = false
   int64_t pad_id_ = 0;

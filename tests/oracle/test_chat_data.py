@@ -170,6 +170,33 @@ def check_template(zerotune, report, work, name, model_dir, tokenizer, end_of_tu
                      + ("" if mask == want else f"\n  zerotune {mask}\n  expected {want}"))
 
 
+def check_options(zerotune, report, work, models):
+    """--loss-on all (every token after the first a target) and --max-seq-len (the beginning kept;
+    a row whose assistant turns all lie beyond the cut skipped and counted) on the llama3 model."""
+    model_dir, tokenizer, _ = models["llama3"]
+    rows = os.path.join(work, "options.jsonl")
+    write_rows(rows, CONVERSATIONS)
+    full = [tokenizer.apply_chat_template(messages, tokenize=True) for messages in CONVERSATIONS]
+    out = os.path.join(work, "data-all")
+    oc.run_zerotune(zerotune, ["prep", "--format", "chat", "--input", rows, "--tokenizer", model_dir, "--out", out,
+                               "--loss-on", "all"])
+    report.check(read_samples(out) == [(ids, [0] + [1] * (len(ids) - 1)) for ids in full],
+                 "--loss-on all: the same ids, every token after the first a target")
+    # Where each row's first answer starts; the cut keeps some rows' answers and none of others'.
+    starts = [len(tokenizer.apply_chat_template(m[:next(k for k, x in enumerate(m) if x["role"] == "assistant")],
+                                                add_generation_prompt=True)) for m in CONVERSATIONS]
+    cut = sorted(starts)[len(starts) // 2]
+    out = os.path.join(work, "data-cut")
+    result = oc.run_zerotune(zerotune, ["prep", "--format", "chat", "--input", rows, "--tokenizer", model_dir, "--out", out,
+                                        "--max-seq-len", cut])
+    kept = [ids[:cut] for ids, start in zip(full, starts) if start < cut]
+    skipped = len(full) - len(kept)
+    report.check(0 < len(kept) < len(full) and [tokens for tokens, _ in read_samples(out)] == kept
+                 and f"    {skipped}  no assistant token within --max-seq-len {cut}" in result.stdout,
+                 f"--max-seq-len {cut}: the first {cut} ids of the {len(kept)} rows with an answer starting before it, "
+                 f"the other {skipped} skipped and counted")
+
+
 def check_refusals(zerotune, report, work, models):
     llama2_dir = models["llama2"][0]
     good = os.path.join(work, "good.jsonl")
@@ -214,6 +241,7 @@ def main():
         qwen2_dir, qwen2_tokenizer, im_end = models["qwen2"]
         oc.run_guarded(report, "whitespace", check_template, args.zerotune, report, work, "whitespace", qwen2_dir,
                        qwen2_tokenizer, im_end, CONVERSATIONS, os.path.join(TEMPLATES, "whitespace.jinja"))
+        oc.run_guarded(report, "options", check_options, args.zerotune, report, work, models)
         oc.run_guarded(report, "refusals", check_refusals, args.zerotune, report, work, models)
     return report.finish()
 
