@@ -9,8 +9,9 @@ their tokenizer_config.json (tests/oracle/chat_templates/*.json, copied verbatim
   qwen2         byte-level BPE with Qwen2's special tokens, Qwen2-7B-Instruct's template (ChatML)
   whitespace    the qwen2 tokenizer with chat_templates/whitespace.jinja (zerotune's own multi-line
                 template: whitespace control, trim_blocks/lstrip_blocks, tests, filters), via --chat-template
-HF side: the slow LlamaTokenizer (legacy, as zerotune's SentencePiece tokenization) and
-AutoTokenizer (PreTrainedTokenizerFast) for the BPE directories.
+HF side: the slow LlamaTokenizer (legacy, as zerotune's SentencePiece tokenization; for llama2
+LlamaTokenizerFast converted from it too) and AutoTokenizer (PreTrainedTokenizerFast) for the
+BPE directories.
 
 For each template, conversations with and without a system turn, single- and multi-turn (one
 ending on a user turn): the shard's token ids must equal apply_chat_template(messages,
@@ -156,6 +157,8 @@ def check_template(zerotune, report, work, name, model_dir, tokenizer, end_of_tu
     extra = ["--chat-template", template_file] if template_file else []
     oc.run_zerotune(zerotune, ["prep", "--format", "chat", "--input", rows, "--tokenizer", model_dir, "--out", out,
                                "--max-seq-len", 4096] + extra)
+    # The fast tokenizer HF users of LLaMA-2 get cuts and prefixes as the slow one does: checked once.
+    fast = transformers.LlamaTokenizerFast.from_pretrained(model_dir, legacy=True, from_slow=True) if name == "llama2" else None
     samples = read_samples(out)
     if not report.check(len(samples) == len(conversations), f"{name}: {len(samples)} samples for {len(conversations)} rows"):
         return
@@ -165,6 +168,9 @@ def check_template(zerotune, report, work, name, model_dir, tokenizer, end_of_tu
         report.check(tokens == ids, f"{label}: ids == apply_chat_template ({len(ids)} tokens)"
                      + ("" if tokens == ids else f"\n  zerotune {tokens}\n  HF       {ids}\n  text "
                         f"{tokenizer.apply_chat_template(messages, tokenize=False, chat_template=template)!r}"))
+        if fast is not None:
+            report.check(fast.apply_chat_template(messages, tokenize=True) == tokens,
+                         f"{label}: LlamaTokenizerFast (converted from the model, legacy) gives the same ids")
         want = expected_mask(report, label, tokenizer, messages, ids, end_of_turn_id, template)
         report.check(mask == want, f"{label}: loss mask on the assistant turns ({sum(want)} targets)"
                      + ("" if mask == want else f"\n  zerotune {mask}\n  expected {want}"))
