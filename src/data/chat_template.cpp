@@ -145,7 +145,7 @@ class Renderer {
 
 }  // namespace
 
-ChatTemplate::ChatTemplate(std::string source, const std::string& origin) : source_(std::move(source)) {
+ChatTemplate::ChatTemplate(std::string source, const std::string& origin) : source_(normalize_template_newlines(source)) {
   try {
     nodes_ = parse_chat_template(source_);
   } catch (const Error& error) {

@@ -6,14 +6,14 @@
 // The subset:
 //   text, {{ expr }}, {# comments #}, whitespace control {%- -%} {{- -}} {%+
 //   {% if %}/{% elif %}/{% else %}/{% endif %}, {% for name in expr %}/{% endfor %} with
-//   loop.index0/index/first/last/length/revindex/revindex0, {% set name = expr %} (scoped as in
+//   loop.index0/index/first/last/length/revindex/revindex0 (other loop attributes are refused), {% set name = expr %} (scoped as in
 //   Jinja: a set inside a loop body is local to that iteration)
 //   literals: 'strings' "with escapes", integers, floats, true/false/none (and True/False/None),
 //   [lists]; variables; x.attr; x['key']; x[i] (negative too); x[a:b:c] on lists
 //   operators: + - * / // % ~ == != < > <= >= in, not in, and, or, not, x if c else y
 //   tests: is [not] defined/undefined/none/string/number/integer/float/boolean/mapping/sequence/
 //   iterable/true/false
-//   filters: trim, length, count, lower, upper, default/d, string, first, last, join
+//   filters: trim([chars]), length, count, lower, upper, default/d, string, first, last, join
 //   string methods: strip/lstrip/rstrip([chars]), lower(), upper(), startswith(s), endswith(s),
 //   replace(a, b); dict method get(key[, default]); the function raise_exception(message)
 // Anything else (macros, namespace(), tojson, dict literals, loops over dicts, ...) is refused
@@ -34,7 +34,7 @@ namespace zt {
 
 class ChatTemplate {
  public:
-  // Parses `source`; a syntax error or an unsupported construct is a zt::Error
+  // Parses `source` (its newlines normalized as Jinja does: data/chat_template_lexer.h); a syntax error or an unsupported construct is a zt::Error
   // "chat template, line L, column C: ..." (prefixed with `origin`, e.g. the file it came from).
   ChatTemplate(std::string source, const std::string& origin);
 

@@ -206,6 +206,20 @@ class Lexer {
 
 }  // namespace
 
+std::string normalize_template_newlines(std::string_view source) {
+  std::string text;
+  for (size_t i = 0; i < source.size(); ++i) {
+    if (source[i] != '\r') {
+      text += source[i];
+      continue;
+    }
+    text += '\n';
+    if (i + 1 < source.size() && source[i + 1] == '\n') ++i;
+  }
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
+}
+
 std::vector<TemplateToken> lex_chat_template(std::string_view source) { return Lexer(source).run(); }
 
 std::string template_position(std::string_view source, size_t offset) {

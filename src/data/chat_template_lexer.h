@@ -38,6 +38,10 @@ struct TemplateToken {
   size_t offset = 0;  // where the token starts in the template source
 };
 
+// The source as Jinja lexes it: "\r\n" and "\r" become "\n", and one newline at the very end
+// is dropped (keep_trailing_newline=False). Parse and report positions on this text.
+std::string normalize_template_newlines(std::string_view source);
+
 std::vector<TemplateToken> lex_chat_template(std::string_view source);
 
 // "line L, column C" of byte `offset` of `source` (1-based).

@@ -24,6 +24,12 @@ ExprPtr make_expr(TemplateExpr::Kind kind, size_t offset, std::string name = {})
   return expr;
 }
 
+bool is_known_loop_attribute(const std::string& name) {
+  for (const char* known : {"index0", "index", "first", "last", "length", "revindex", "revindex0"})
+    if (name == known) return true;
+  return false;
+}
+
 ExprPtr make_binary(std::string op, size_t offset, ExprPtr left, ExprPtr right) {
   ExprPtr expr = make_expr(TemplateExpr::Kind::kBinary, offset, std::move(op));
   expr->children.push_back(std::move(left));
@@ -373,6 +379,10 @@ class Parser {
         if (call && !is_known_method(name))
           template_error(source_, offset, "the method ", name, "() is not supported (zerotune knows strip, lstrip, rstrip, "
                          "lower, upper, startswith, endswith, replace and dict.get)");
+        const bool loop_attribute = expr->kind == TemplateExpr::Kind::kName && expr->name == "loop" && !call;
+        if (loop_attribute && !is_known_loop_attribute(name))
+          template_error(source_, offset, "loop.", name, " is not supported (zerotune knows loop.index0, index, first, "
+                         "last, length, revindex, revindex0)");
         ExprPtr access = make_expr(call ? TemplateExpr::Kind::kMethodCall : TemplateExpr::Kind::kAttribute, offset, std::move(name));
         access->children.push_back(std::move(expr));
         if (call) parse_arguments(*access);

@@ -276,8 +276,11 @@ Json apply_filter(const std::string& name, const Json& value, const std::vector<
     expect_arguments(name, args, 0, 1);
     return join(value, args.empty() ? "" : as_string(args[0], "join's separator"));
   }
+  if (name == "trim") {
+    expect_arguments(name, args, 0, 1);
+    return python_strip(to_text(value), true, true, args.empty() || args[0].is_null() ? nullptr : &args[0]);
+  }
   expect_arguments(name, args, 0, 0);
-  if (name == "trim") return python_strip(to_text(value), true, true);
   if (name == "length" || name == "count") return length_of(value);
   if (name == "lower" || name == "upper") return ascii_case(to_text(value), name == "upper");
   if (name == "string") return to_text(value);

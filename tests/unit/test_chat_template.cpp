@@ -78,6 +78,13 @@ BOOST_AUTO_TEST_CASE(whitespace_control_trim_and_lstrip_blocks) {
                     "A\n    B\nC v\nD\n    EF G H I");
 }
 
+BOOST_AUTO_TEST_CASE(newlines_are_normalized_and_one_trailing_newline_dropped) {
+  // jinja2: "\r\n" and "\r" read as "\n", and keep_trailing_newline=False drops the last one.
+  BOOST_CHECK_EQUAL(render("a\r\nb\rc{{ 'x' }}\n"), "a\nb\ncx");
+  BOOST_CHECK_EQUAL(render("a\n\n"), "a\n");
+  BOOST_CHECK_EQUAL(render("{{ 'xxaxx' | trim('x') }}"), "a");
+}
+
 BOOST_AUTO_TEST_CASE(raise_exception_and_runtime_errors_name_their_cause) {
   zt::test::check_error_mentions([] { render("{{ raise_exception('Only user and assistant roles!') }}"); },
                                  {"the chat template refused the conversation: Only user and assistant roles!"});
@@ -105,6 +112,7 @@ BOOST_AUTO_TEST_CASE(unsupported_constructs_are_refused_with_their_position) {
   refused("{% endfor %}", {"{% endfor %} without its opening tag"});
   refused("{{ 'abc }}", {"a string literal is never closed"});
   refused("{{ 1 < 2 < 3 }}", {"chained comparisons"});
+  refused("{% for m in messages %}{{ loop.previtem }}{% endfor %}", {"column 32", "loop.previtem is not supported"});
 }
 
 BOOST_AUTO_TEST_CASE(conversation_checks) {
