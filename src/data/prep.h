@@ -1,6 +1,7 @@
 // `zerotune prep`: JSONL/JSON rows (prompt + response columns) -> tokenized HDF5 shards in the
 // format of data/token_shards.h, the DeepSpeed-Chat step-1 sample layout with the prompt
-// masked out of the loss.
+// masked out of the loss. (--pairs: preference pairs, data/prep_pairs.h; --format chat: chat
+// `messages` rendered with the model's chat template, data/chat_data.h.)
 //
 // Sample layout (L <= max_seq_len):
 //   tokens     [BOS] + encode(prompt) + encode_continuation(response) + [EOS], cut to max_seq_len
