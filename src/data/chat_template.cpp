@@ -34,7 +34,12 @@ class Renderer {
         }
         return;
       }
-      case NodeKind::kSet: scopes_.back()[node.text] = evaluate(*node.expr); return;
+      case NodeKind::kSet:
+        if (node.names.size() > 1)
+          template_error(source_, node.offset, "setting an attribute ({% set ", node.names[0], ".", node.names[1],
+                         " %}, namespace objects) is not supported");
+        scopes_.back()[node.names[0]] = evaluate(*node.expr);
+        return;
       case NodeKind::kIf:
         for (const TemplateNode::Branch& branch : node.branches)
           if (!branch.condition || truthy(evaluate(*branch.condition))) {
@@ -47,14 +52,10 @@ class Renderer {
   }
 
   void render_loop(const TemplateNode& node, std::string& out) {
-    const Json items = evaluate(*node.expr);
-    if (is_undefined(items)) return;  // Jinja iterates an undefined value as an empty one
-    if (!items.is_array())
-      template_error(source_, node.expr->offset, "a for loop over a ", type_name(items), " is not supported (lists only)");
+    const Json items = loop_items(node);  // [length]
     const int64_t length = static_cast<int64_t>(items.size());
     for (int64_t index = 0; index < length; ++index) {
-      Json scope = Json::object();
-      scope[node.text] = items[static_cast<size_t>(index)];
+      Json scope = bind_loop_variables(node, items[static_cast<size_t>(index)]);
       scope["loop"] = {{"index0", index},          {"index", index + 1},
                        {"first", index == 0},      {"last", index + 1 == length},
                        {"length", length},         {"revindex", length - index},
@@ -63,6 +64,37 @@ class Renderer {
       render(node.body, out);
       scopes_.pop_back();
     }
+  }
+
+  // What the loop iterates: the list, less the items its "if" filter drops.
+  Json loop_items(const TemplateNode& node) {
+    const Json items = evaluate(*node.expr);
+    if (is_undefined(items)) return Json::array();  // Jinja iterates an undefined value as an empty one
+    if (!items.is_array())
+      template_error(source_, node.expr->offset, "a for loop over a ", type_name(items), " is not supported (lists only)");
+    if (!node.condition) return items;
+    Json kept = Json::array();
+    for (const Json& item : items) {
+      scopes_.push_back(bind_loop_variables(node, item));
+      const bool keep = truthy(evaluate(*node.condition));
+      scopes_.pop_back();
+      if (keep) kept.push_back(item);
+    }
+    return kept;
+  }
+
+  // A scope with the loop variable(s) bound to `item` ("for a, b in pairs" unpacks a list item).
+  Json bind_loop_variables(const TemplateNode& node, const Json& item) const {
+    Json scope = Json::object();
+    if (node.names.size() == 1) {
+      scope[node.names[0]] = item;
+      return scope;
+    }
+    if (!item.is_array() || item.size() != node.names.size())
+      template_error(source_, node.offset, "cannot unpack a ", type_name(item), " into the ", node.names.size(),
+                     " loop variables");
+    for (size_t i = 0; i < node.names.size(); ++i) scope[node.names[i]] = item[i];
+    return scope;
   }
 
   Json lookup(const std::string& name) const {
@@ -94,16 +126,23 @@ class Renderer {
     switch (expr.kind) {
       case ExprKind::kLiteral: return expr.literal;
       case ExprKind::kList: return Json(evaluate_children(expr, 0));
+      case ExprKind::kDict: return evaluate_dict(expr);
       case ExprKind::kName: return lookup(expr.name);
       case ExprKind::kAttribute: return attribute(evaluate(*expr.children[0]), expr.name);
       case ExprKind::kSubscript: return subscript(evaluate(*expr.children[0]), evaluate(*expr.children[1]));
       case ExprKind::kSlice:
         return slice(evaluate(*expr.children[0]), evaluate_optional(expr.children[1]), evaluate_optional(expr.children[2]),
                      evaluate_optional(expr.children[3]));
-      case ExprKind::kCall: return raise_exception(evaluate_children(expr, 0));
-      case ExprKind::kMethodCall: return call_method(expr.name, evaluate(*expr.children[0]), evaluate_children(expr, 1));
-      case ExprKind::kFilter: return apply_filter(expr.name, evaluate(*expr.children[0]), evaluate_children(expr, 1));
-      case ExprKind::kTest: return apply_test(expr.name, evaluate(*expr.children[0])) != expr.negated;
+      case ExprKind::kCall: return call_function(expr);
+      case ExprKind::kMethodCall:
+        refuse_keywords(expr);
+        return call_method(expr.name, evaluate(*expr.children[0]), evaluate_children(expr, 1));
+      case ExprKind::kFilter:
+        refuse_keywords(expr);
+        return apply_filter(expr.name, evaluate(*expr.children[0]), evaluate_children(expr, 1));
+      case ExprKind::kTest:
+        refuse_keywords(expr);
+        return apply_test(expr.name, evaluate(*expr.children[0]), evaluate_children(expr, 1)) != expr.negated;
       case ExprKind::kNot: return !truthy(evaluate(*expr.children[0]));
       case ExprKind::kNegate: return binary_operation("-", Json(0), evaluate(*expr.children[0]));
       case ExprKind::kBinary: return evaluate_binary(expr);
@@ -121,8 +160,29 @@ class Renderer {
     return found == object.end() ? undefined_value() : *found;
   }
 
-  [[noreturn]] static Json raise_exception(const std::vector<Json>& args) {
+  static void refuse_keywords(const TemplateExpr& expr) {
+    if (!expr.keywords.empty())
+      throw TemplateValueError(cat("keyword arguments (", expr.name, "(", expr.keywords[0], "=...)) are not supported"));
+  }
+
+  // raise_exception(message): the template refuses the conversation. No other function exists here.
+  Json call_function(const TemplateExpr& expr) {
+    if (expr.name != "raise_exception")
+      throw TemplateValueError(cat("the function ", expr.name, "() is not supported (zerotune's chat templates can call "
+                                   "raise_exception only)"));
+    refuse_keywords(expr);
+    const std::vector<Json> args = evaluate_children(expr, 0);
     fail("the chat template refused the conversation: ", args.empty() ? std::string() : to_text(args[0]));
+  }
+
+  Json evaluate_dict(const TemplateExpr& expr) {
+    Json dict = Json::object();
+    for (size_t i = 0; i + 1 < expr.children.size(); i += 2) {
+      const Json key = evaluate(*expr.children[i]);
+      if (!key.is_string()) throw TemplateValueError(cat("dict keys must be strings here, not ", type_name(key)));
+      dict[key.get<std::string>()] = evaluate(*expr.children[i + 1]);
+    }
+    return dict;
   }
 
   Json evaluate_binary(const TemplateExpr& expr) {

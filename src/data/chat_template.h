@@ -5,22 +5,27 @@
 //
 // The subset:
 //   text, {{ expr }}, {# comments #}, whitespace control {%- -%} {{- -}} {%+
-//   {% if %}/{% elif %}/{% else %}/{% endif %}, {% for name in expr %}/{% endfor %} with
-//   loop.index0/index/first/last/length/revindex/revindex0 (other loop attributes are refused), {% set name = expr %} (scoped as in
-//   Jinja: a set inside a loop body is local to that iteration)
+//   {% if %}/{% elif %}/{% else %}/{% endif %}, {% for a[, b] in expr [if condition] %}/{% endfor %}
+//   with loop.index0/index/first/last/length/revindex/revindex0 (other loop attributes are
+//   refused), {% set name = expr %} (scoped as in Jinja: a set inside a loop body is local to
+//   that iteration)
 //   literals: 'strings' "with escapes", integers, floats, true/false/none (and True/False/None),
-//   [lists]; variables; x.attr; x['key']; x[i] (negative too); x[a:b:c] on lists
+//   [lists], {dicts}; variables; x.attr; x['key']; x[i] (negative too); x[a:b:c] on lists
 //   operators: + - * / // % ~ == != < > <= >= in, not in, and, or, not, x if c else y
 //   tests: is [not] defined/undefined/none/string/number/integer/float/boolean/mapping/sequence/
-//   iterable/true/false
+//   iterable/true/false/even/odd, eq/equalto/ne/in with an argument
 //   filters: trim([chars]), length, count, lower, upper, default/d, string, first, last, join
 //   string methods: strip/lstrip/rstrip([chars]), lower(), upper(), startswith(s), endswith(s),
 //   replace(a, b); dict method get(key[, default]); the function raise_exception(message)
-// Anything else (macros, namespace(), tojson, dict literals, loops over dicts, ...) is refused
-// when the template is parsed, naming the construct and its line and column. Values follow
-// Python's rules where the templates rely on them (True == 1, 'a' != false, str() of
-// True/None/numbers, strip's whitespace); an undefined variable prints as nothing and is false,
-// and using it otherwise (undefined.x, undefined + 'a') is an error, as in Jinja.
+// Statements and syntax outside it (macros, {% set %}...{% endset %}, tuples, ...) are refused
+// when the template is parsed, naming the construct and its line and column. Filters, tests,
+// functions and methods of other names, keyword arguments, namespace attributes and loops over
+// dicts parse, as Jinja parses them, and are an error naming them and their position when a
+// rendering reaches them: the tool-calling branches of Llama-3.1+ and Qwen2.5 templates (tojson,
+// namespace()) do not stop plain conversations. Values follow Python's rules where templates
+// rely on them (True == 1, 'a' != false, str() of True/None/numbers, strip's whitespace); an
+// undefined variable prints as nothing and is false, and using it otherwise (undefined.x,
+// undefined + 'a') is an error, as in Jinja. Newlines are normalized as Jinja's lexer does.
 #pragma once
 #include <string>
 #include <string_view>

@@ -2,8 +2,10 @@
 // Expressions follow Jinja's precedence, lowest first:
 //   x if c else y;  or;  and;  not;  == != < > <= >= in, not in;  + -;  ~;  * / // %;
 //   unary -;  then postfix: .name  [i]  [a:b:c]  (args)  | filter(args)  is [not] test.
-// Anything outside the subset is refused here, before any row is rendered, with the construct
-// and its template position.
+// Statements and syntax outside the subset are refused here, before any row is rendered, with
+// the construct and its template position. Filters, tests, functions and methods of any name
+// parse, as in Jinja; one the interpreter lacks is an error where a rendering reaches it (so a
+// template whose tool-calling branches use tojson still renders plain conversations).
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -19,14 +21,15 @@ struct TemplateExpr {
   enum class Kind {
     kLiteral,      // literal
     kList,         // [a, b, ...]: children
+    kDict,         // {k: v, ...}: children k0, v0, k1, v1, ...
     kName,         // a variable: name
     kAttribute,    // children[0].name
     kSubscript,    // children[0][children[1]]
     kSlice,        // children[0][children[1]:children[2]:children[3]] (absent parts: nullptr)
-    kCall,         // name(children...): a global function (raise_exception)
+    kCall,         // name(children...): a global function (raise_exception; others are runtime errors)
     kMethodCall,   // children[0].name(children[1...])
     kFilter,       // children[0] | name(children[1...])
-    kTest,         // children[0] is [not] name
+    kTest,         // children[0] is [not] name (children[1...]: its arguments)
     kNot,          // not children[0]
     kNegate,       // -children[0]
     kBinary,       // children[0] name children[1]; name: the operator ("and", "or", "in", "not in", "==", "+", ...)
@@ -38,6 +41,7 @@ struct TemplateExpr {
   nlohmann::json literal;
   bool negated = false;  // kTest: "is not"
   std::vector<std::unique_ptr<TemplateExpr>> children;
+  std::vector<std::string> keywords;  // calls, filters, tests: names of the keyword arguments, the last children
 };
 
 struct TemplateNode {
@@ -45,8 +49,8 @@ struct TemplateNode {
     kText,    // text
     kOutput,  // {{ expr }}
     kIf,      // {% if %}{% elif %}{% else %}{% endif %}: branches (condition nullptr for else)
-    kFor,     // {% for name in expr %} body {% endfor %}
-    kSet,     // {% set name = expr %}
+    kFor,     // {% for names in expr [if condition] %} body {% endfor %}
+    kSet,     // {% set names[0][.names[1]] = expr %}
   };
   struct Branch {
     std::unique_ptr<TemplateExpr> condition;
@@ -54,8 +58,10 @@ struct TemplateNode {
   };
   Kind kind = Kind::kText;
   size_t offset = 0;
-  std::string text;  // kText: the text; kFor: the loop variable; kSet: the variable
+  std::string text;                    // kText: the text
+  std::vector<std::string> names;      // kFor: the loop variables; kSet: the variable (and an attribute of it)
   std::unique_ptr<TemplateExpr> expr;  // kOutput: the value; kFor: what is iterated; kSet: the value
+  std::unique_ptr<TemplateExpr> condition;  // kFor: the loop filter (nullptr for none)
   std::vector<Branch> branches;        // kIf
   std::vector<TemplateNode> body;      // kFor
 };

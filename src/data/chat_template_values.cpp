@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <optional>
 
 #include "core/error.h"
@@ -246,25 +247,6 @@ Json slice(const Json& object, const Json& start, const Json& stop, const Json& 
   return result;
 }
 
-bool is_known_filter(std::string_view name) {
-  for (const char* known : {"trim", "length", "count", "lower", "upper", "default", "d", "string", "first", "last", "join"})
-    if (name == known) return true;
-  return false;
-}
-
-bool is_known_test(std::string_view name) {
-  for (const char* known : {"defined", "undefined", "none", "string", "number", "integer", "float", "boolean", "mapping",
-                            "sequence", "iterable", "true", "false"})
-    if (name == known) return true;
-  return false;
-}
-
-bool is_known_method(std::string_view name) {
-  for (const char* known : {"strip", "lstrip", "rstrip", "lower", "upper", "startswith", "endswith", "replace", "get"})
-    if (name == known) return true;
-  return false;
-}
-
 Json apply_filter(const std::string& name, const Json& value, const std::vector<Json>& args) {
   if (name == "default" || name == "d") {
     expect_arguments(name, args, 0, 2);
@@ -288,10 +270,25 @@ Json apply_filter(const std::string& name, const Json& value, const std::vector<
     if (!value.is_array()) value_error(cat(name, " needs a list, not ", type_name(value)));
     return value.empty() ? undefined_value() : (name == "first" ? value.front() : value.back());
   }
-  value_error(cat("unknown filter '", name, "'"));
+  value_error(cat("the filter '", name, "' is not supported (zerotune knows trim, length, count, lower, upper, default, d, "
+                  "string, first, last, join)"));
 }
 
-bool apply_test(const std::string& name, const Json& value) {
+bool apply_test(const std::string& name, const Json& value, const std::vector<Json>& args) {
+  if (name == "eq" || name == "equalto" || name == "==" || name == "ne" || name == "!=") {
+    expect_arguments(name, args, 1, 1);
+    return values_equal(value, args[0]) == (name[0] == 'e' || name[0] == '=');
+  }
+  if (name == "in") {
+    expect_arguments(name, args, 1, 1);
+    return contains(args[0], value);
+  }
+  static const char* const kTests[] = {"defined", "undefined", "none", "string", "number", "integer", "float", "boolean",
+                                       "true", "false", "mapping", "sequence", "iterable", "even", "odd"};
+  if (std::find(std::begin(kTests), std::end(kTests), name) == std::end(kTests))
+    value_error(cat("the test 'is ", name, "' is not supported (zerotune knows defined, undefined, none, string, number, "
+                    "integer, float, boolean, mapping, sequence, iterable, true, false, even, odd, eq/equalto, ne, in)"));
+  expect_arguments(name, args, 0, 0);
   if (name == "defined") return !is_undefined(value);
   if (name == "undefined") return is_undefined(value);
   if (name == "none") return value.is_null();
@@ -301,14 +298,21 @@ bool apply_test(const std::string& name, const Json& value) {
   if (name == "float") return value.is_number_float();
   if (name == "boolean") return value.is_boolean();
   if (name == "true") return value.is_boolean() && value.get<bool>();
-  if (name == "false") return value.is_boolean() && !value.get<bool>();
   if (name == "mapping") return value.is_object();
   if (name == "sequence") return value.is_array() || value.is_string() || value.is_object();
   if (name == "iterable") return value.is_array() || value.is_string() || value.is_object() || is_undefined(value);
-  value_error(cat("unknown test '", name, "'"));
+  if (name == "even" || name == "odd") {
+    if (!is_integral(value)) value_error(cat("'is ", name, "' needs an integer, not ", type_name(value)));
+    return (as_integer(value) % 2 == 0) == (name == "even");
+  }
+  return value.is_boolean() && !value.get<bool>();  // "false"
 }
 
 Json call_method(const std::string& name, const Json& object, const std::vector<Json>& args) {
+  static const char* const kMethods[] = {"strip", "lstrip", "rstrip", "lower", "upper", "startswith", "endswith", "replace", "get"};
+  if (std::find(std::begin(kMethods), std::end(kMethods), name) == std::end(kMethods) || (name == "get") != object.is_object())
+    value_error(cat("the method ", name, "() of a ", type_name(object), " is not supported (zerotune knows the string methods "
+                    "strip, lstrip, rstrip, lower, upper, startswith, endswith, replace, and dict.get)"));
   if (object.is_object() && name == "get") {
     expect_arguments(name, args, 1, 2);
     const Json found = subscript(object, args[0]);
@@ -343,7 +347,7 @@ Json call_method(const std::string& name, const Json& object, const std::vector<
     }
     return result + text.substr(at);
   }
-  value_error(cat("'", type_name(object), "' has no method ", name, "()"));
+  value_error(cat("the method ", name, "() is not supported"));
 }
 
 std::string python_strip(std::string_view text, bool left, bool right, const Json* chars) {

@@ -38,11 +38,10 @@ nlohmann::json subscript(const nlohmann::json& object, const nlohmann::json& key
 nlohmann::json slice(const nlohmann::json& object, const nlohmann::json& start, const nlohmann::json& stop,
                      const nlohmann::json& step);
 
-bool is_known_filter(std::string_view name);
-bool is_known_test(std::string_view name);
-bool is_known_method(std::string_view name);
+// The filters, tests and methods of data/chat_template.h; any other name is a TemplateValueError
+// naming it and listing the ones there are.
 nlohmann::json apply_filter(const std::string& name, const nlohmann::json& value, const std::vector<nlohmann::json>& args);
-bool apply_test(const std::string& name, const nlohmann::json& value);
+bool apply_test(const std::string& name, const nlohmann::json& value, const std::vector<nlohmann::json>& args);
 nlohmann::json call_method(const std::string& name, const nlohmann::json& object, const std::vector<nlohmann::json>& args);
 
 // Python's str.strip/lstrip/rstrip: without `chars`, Unicode whitespace (str.isspace).

@@ -1,12 +1,14 @@
 """Oracle: `zerotune prep --format chat` against transformers 4.40's apply_chat_template.
 
 Tiny tokenizers in the layouts of the real models get the chat templates those models publish in
-their tokenizer_config.json (tests/oracle/chat_templates/*.json, copied verbatim):
+their tokenizer_config.json (tests/oracle/chat_templates/*.json; the source of each is in the file):
   llama2        SentencePiece (spm_train here, LLaMA's layout), meta-llama/Llama-2-7b-chat-hf's template
   mistral-v0.1  the same model, mistralai/Mistral-7B-Instruct-v0.1's template ('</s> ' after each answer)
   mistral-v0.2  the same model, Mixtral-8x7B-Instruct-v0.1's (Mistral v0.2 instruct) template
   llama3        byte-level BPE with Llama-3's special tokens (make_bpe_tokenizer.py), Meta-Llama-3-8B-Instruct's
+  llama3.2      the same tokenizer, Llama-3.2-3B-Instruct's template (tool-calling branches: tojson(indent=4))
   qwen2         byte-level BPE with Qwen2's special tokens, Qwen2-7B-Instruct's template (ChatML)
+  qwen2.5       the same tokenizer, Qwen2.5-7B-Instruct's template (tool-calling branches: tojson)
   whitespace    the qwen2 tokenizer with chat_templates/whitespace.jinja (zerotune's own multi-line
                 template: whitespace control, trim_blocks/lstrip_blocks, tests, filters), via --chat-template
 HF side: the slow LlamaTokenizer (legacy, as zerotune's SentencePiece tokenization; for llama2
@@ -22,7 +24,7 @@ targets must hold its end-of-turn token (EOS / <|eot_id|> / <|im_end|>, the trl#
 decode to its content. Then the refusals: a model without chat_template, a row without messages,
 an empty conversation, a role the template rejects (Mistral's has no system turn: its alternation
 check raises first), also counted
-with --skip-bad-rows.
+with --skip-bad-rows, and a tool call that reaches Qwen2.5's tojson (a filter zerotune lacks).
 """
 import glob
 import json
@@ -96,12 +98,15 @@ def make_models(work):
                    chat_template=read_template(name))
         tokenizer = transformers.LlamaTokenizer.from_pretrained(model_dir, legacy=True)
         models[name] = (model_dir, tokenizer, tokenizer.eos_token_id)
-    for name, end_of_turn in (("llama3", "<|eot_id|>"), ("qwen2", "<|im_end|>")):
-        model_dir = os.path.join(work, name)
-        make_bpe_tokenizer.write_tokenizer(name, model_dir, vocab_size=600)
-        set_config(model_dir, chat_template=read_template(name))
-        tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
-        models[name] = (model_dir, tokenizer, tokenizer.convert_tokens_to_ids(end_of_turn))
+    for style, end_of_turn, names in (("llama3", "<|eot_id|>", ("llama3", "llama3.2")), ("qwen2", "<|im_end|>", ("qwen2", "qwen2.5"))):
+        style_dir = os.path.join(work, f"{style}-tokenizer")
+        make_bpe_tokenizer.write_tokenizer(style, style_dir, vocab_size=600)
+        for name in names:
+            model_dir = os.path.join(work, name)
+            shutil.copytree(style_dir, model_dir)
+            set_config(model_dir, chat_template=read_template(name))
+            tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
+            models[name] = (model_dir, tokenizer, tokenizer.convert_tokens_to_ids(end_of_turn))
     return models
 
 
@@ -230,6 +235,13 @@ def check_refusals(zerotune, report, work, models):
     result = oc.run_zerotune(zerotune, prep + [mistral, "--input", system_rows, "--skip-bad-rows"])
     report.check("samples written   1\n" in result.stdout and "Conversation roles must alternate" in result.stdout,
                  "--skip-bad-rows: the row Mistral's template refuses is counted as skipped, the other written")
+    # Qwen2.5's tool-calling branch needs tojson, which zerotune lacks: an error where a row reaches it.
+    tool_rows = os.path.join(work, "tool.jsonl")
+    write_rows(tool_rows, [CONVERSATIONS[0], [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "weather", "arguments": {"city": "Paris"}}}]}]])
+    oc.check_refused(zerotune, report, "Qwen2.5's template on a tool call", prep + [models["qwen2.5"][0], "--input", tool_rows, "--force"],
+                     "tool.jsonl:2: chat template, line 36, column 39: the filter 'tojson' is not supported")
     oc.check_refused(zerotune, report, "--format chat with --prompt-column",
                      prep + [llama2_dir, "--input", good, "--prompt-column", "x"], "--prompt-column/--response-column")
 

@@ -94,25 +94,46 @@ BOOST_AUTO_TEST_CASE(raise_exception_and_runtime_errors_name_their_cause) {
   zt::test::check_error_mentions([] { render("{% for c in 'abc' %}{% endfor %}"); }, {"for loop over a str", "lists only"});
 }
 
-BOOST_AUTO_TEST_CASE(unsupported_constructs_are_refused_with_their_position) {
+BOOST_AUTO_TEST_CASE(unsupported_statements_and_syntax_are_refused_when_parsed) {
   const auto refused = [](const std::string& source, std::vector<std::string> parts) {
     parts.insert(parts.begin(), "test: chat template, line");
     zt::test::check_error_mentions([&] { zt::ChatTemplate(source, "test"); }, parts);
   };
   refused("Hi\n  {% macro m() %}{% endmacro %}", {"line 2, column 6", "{% macro %} is not supported", "{% for name in ... %}"});
-  refused("{{ messages | tojson }}", {"column 15", "the filter 'tojson' is not supported"});
-  refused("{% set ns = namespace(i=0) %}", {"the function namespace() is not supported"});
-  refused("{% set ns.i = 1 %}", {"setting an attribute"});
-  refused("{{ x is divisibleby(3) }}", {"the test 'is divisibleby' is not supported"});
-  refused("{{ 'a'.split() }}", {"the method split() is not supported"});
-  refused("{% for k, v in x %}{% endfor %}", {"several variables"});
-  refused("{{ {'a': 1} }}", {"dict literals are not supported"});
+  refused("{% set x %}a{% endset %}", {"block assignments"});
   refused("{% if x %}a", {"{% if %} is never closed with {% endif %}"});
   refused("{{ x", {"a {{ tag is never closed with }}"});
   refused("{% endfor %}", {"{% endfor %} without its opening tag"});
   refused("{{ 'abc }}", {"a string literal is never closed"});
   refused("{{ 1 < 2 < 3 }}", {"chained comparisons"});
+  refused("{{ (1, 2) }}", {"tuples are not supported"});
+  refused("{{ f(a=1, 2) }}", {"a positional argument after a keyword argument"});
   refused("{% for m in messages %}{{ loop.previtem }}{% endfor %}", {"column 32", "loop.previtem is not supported"});
+}
+
+// Filters, tests, functions and methods zerotune lacks parse (a template's tool-calling branch may
+// use them) and are an error, with their position, only where a rendering reaches them.
+BOOST_AUTO_TEST_CASE(unsupported_filters_tests_functions_fail_where_reached) {
+  BOOST_CHECK_EQUAL(render("{% if tools is defined %}{{ tools | tojson(indent=4) }}{{ namespace(i=0) }}"
+                           "{% for k, v in tools | items %}{% endfor %}{% set ns.i = 1 %}{% endif %}ok"),
+                    "ok");
+  zt::test::check_error_mentions([] { render("{{ messages | tojson }}"); }, {"column 15", "the filter 'tojson' is not supported"});
+  zt::test::check_error_mentions([] { render("{{ messages | tojson(indent=4) }}"); }, {"keyword arguments (tojson(indent=...))"});
+  zt::test::check_error_mentions([] { render("{% set ns = namespace(i=0) %}"); }, {"the function namespace() is not supported"});
+  zt::test::check_error_mentions([] { render("{% set ns.i = 1 %}"); }, {"setting an attribute ({% set ns.i %}"});
+  zt::test::check_error_mentions([] { render("{{ 3 is divisibleby(3) }}"); }, {"the test 'is divisibleby' is not supported"});
+  zt::test::check_error_mentions([] { render("{{ 'a'.split() }}"); }, {"the method split() of a str is not supported"});
+  zt::test::check_error_mentions([] { render("{{ messages[0].items() }}"); }, {"the method items() of a dict is not supported"});
+  zt::test::check_error_mentions([] { render("{{ {'a': 1} }}"); }, {"printing a dict is not supported"});
+}
+
+BOOST_AUTO_TEST_CASE(loop_filters_unpacking_dicts_and_tests_with_arguments) {
+  BOOST_CHECK_EQUAL(render("{% for m in messages if m.role != 'system' %}{{ loop.index }}{{ m.role }}{{ loop.last }};{% endfor %}"),
+                    "1userFalse;2assistantTrue;");
+  BOOST_CHECK_EQUAL(render("{% for a, b in [['x', 1], ['y', 2]] %}{{ a }}{{ b }}{% endfor %}|{{ {'k': 'v'}['k'] }}|"
+                           "{{ 2 is even }}{{ 3 is odd }}{{ 'a' is equalto 'a' }}{{ 1 is ne 2 }}{{ 'user' is in ['user'] }}"),
+                    "x1y2|v|TrueTrueTrueTrueTrue");
+  zt::test::check_error_mentions([] { render("{% for a, b in messages %}{% endfor %}"); }, {"cannot unpack a dict into the 2 loop variables"});
 }
 
 BOOST_AUTO_TEST_CASE(conversation_checks) {
