@@ -13,6 +13,9 @@ using Json = nlohmann::json;
 using ExprKind = TemplateExpr::Kind;
 using NodeKind = TemplateNode::Kind;
 
+// The key that makes an object a namespace() (no template can name it: it is no identifier).
+constexpr const char* kNamespaceMarker = " namespace";
+
 class Renderer {
  public:
   Renderer(std::string_view source, const Json& variables) : source_(source) { scopes_.push_back(variables); }
@@ -35,10 +38,8 @@ class Renderer {
         return;
       }
       case NodeKind::kSet:
-        if (node.names.size() > 1)
-          template_error(source_, node.offset, "setting an attribute ({% set ", node.names[0], ".", node.names[1],
-                         " %}, namespace objects) is not supported");
-        scopes_.back()[node.names[0]] = evaluate(*node.expr);
+        if (node.names.size() > 1) set_namespace_attribute(node);
+        else scopes_.back()[node.names[0]] = evaluate(*node.expr);
         return;
       case NodeKind::kIf:
         for (const TemplateNode::Branch& branch : node.branches)
@@ -95,6 +96,21 @@ class Renderer {
                      " loop variables");
     for (size_t i = 0; i < node.names.size(); ++i) scope[node.names[i]] = item[i];
     return scope;
+  }
+
+  // {% set ns.attr = value %}: a namespace() object is one object wherever it is read, so the
+  // attribute is set in the scope that holds it (a set inside a loop reaches out of it).
+  void set_namespace_attribute(const TemplateNode& node) {
+    Json value = evaluate(*node.expr);
+    for (auto scope = scopes_.rbegin(); scope != scopes_.rend(); ++scope) {
+      const auto found = scope->find(node.names[0]);
+      if (found == scope->end()) continue;
+      if (!found->is_object() || !found->contains(kNamespaceMarker)) break;
+      (*found)[node.names[1]] = std::move(value);
+      return;
+    }
+    template_error(source_, node.offset, "cannot set ", node.names[0], ".", node.names[1], ": ", node.names[0],
+                   " is no namespace() object");
   }
 
   Json lookup(const std::string& name) const {
@@ -167,12 +183,22 @@ class Renderer {
 
   // raise_exception(message): the template refuses the conversation. No other function exists here.
   Json call_function(const TemplateExpr& expr) {
+    if (expr.name == "namespace") return make_namespace(expr);
     if (expr.name != "raise_exception")
       throw TemplateValueError(cat("the function ", expr.name, "() is not supported (zerotune's chat templates can call "
-                                   "raise_exception only)"));
+                                   "raise_exception and namespace only)"));
     refuse_keywords(expr);
     const std::vector<Json> args = evaluate_children(expr, 0);
     fail("the chat template refused the conversation: ", args.empty() ? std::string() : to_text(args[0]));
+  }
+
+  // namespace(name=value, ...): an object whose attributes {% set ns.name = ... %} can change.
+  Json make_namespace(const TemplateExpr& expr) {
+    if (expr.children.size() != expr.keywords.size())
+      throw TemplateValueError("namespace() takes keyword arguments only here (namespace(name=value, ...))");
+    Json object = {{kNamespaceMarker, true}};
+    for (size_t i = 0; i < expr.keywords.size(); ++i) object[expr.keywords[i]] = evaluate(*expr.children[i]);
+    return object;
   }
 
   Json evaluate_dict(const TemplateExpr& expr) {

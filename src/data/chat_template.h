@@ -16,13 +16,13 @@
 //   iterable/true/false/even/odd, eq/equalto/ne/in with an argument
 //   filters: trim([chars]), length, count, lower, upper, default/d, string, first, last, join
 //   string methods: strip/lstrip/rstrip([chars]), lower(), upper(), startswith(s), endswith(s),
-//   replace(a, b); dict method get(key[, default]); the function raise_exception(message)
+//   replace(a, b); dict method get(key[, default]); the functions raise_exception(message) and
+//   namespace(name=value, ...) with {% set ns.name = expr %}
 // Statements and syntax outside it (macros, {% set %}...{% endset %}, tuples, ...) are refused
 // when the template is parsed, naming the construct and its line and column. Filters, tests,
-// functions and methods of other names, keyword arguments, namespace attributes and loops over
-// dicts parse, as Jinja parses them, and are an error naming them and their position when a
-// rendering reaches them: the tool-calling branches of Llama-3.1+ and Qwen2.5 templates (tojson,
-// namespace()) do not stop plain conversations. Values follow Python's rules where templates
+// functions and methods of other names, keyword arguments and loops over dicts parse, as Jinja parses them, and are an error naming them and their position when a
+// rendering reaches them: the tool-calling branches of Llama-3.1+ and Qwen2.5 templates (tojson)
+// do not stop plain conversations. Values follow Python's rules where templates
 // rely on them (True == 1, 'a' != false, str() of True/None/numbers, strip's whitespace); an
 // undefined variable prints as nothing and is false, and using it otherwise (undefined.x,
 // undefined + 'a') is an error, as in Jinja. Newlines are normalized as Jinja's lexer does.

@@ -114,13 +114,13 @@ BOOST_AUTO_TEST_CASE(unsupported_statements_and_syntax_are_refused_when_parsed) 
 // Filters, tests, functions and methods zerotune lacks parse (a template's tool-calling branch may
 // use them) and are an error, with their position, only where a rendering reaches them.
 BOOST_AUTO_TEST_CASE(unsupported_filters_tests_functions_fail_where_reached) {
-  BOOST_CHECK_EQUAL(render("{% if tools is defined %}{{ tools | tojson(indent=4) }}{{ namespace(i=0) }}"
+  BOOST_CHECK_EQUAL(render("{% if tools is defined %}{{ tools | tojson(indent=4) }}{{ range(2) }}"
                            "{% for k, v in tools | items %}{% endfor %}{% set ns.i = 1 %}{% endif %}ok"),
                     "ok");
   zt::test::check_error_mentions([] { render("{{ messages | tojson }}"); }, {"column 15", "the filter 'tojson' is not supported"});
   zt::test::check_error_mentions([] { render("{{ messages | tojson(indent=4) }}"); }, {"keyword arguments (tojson(indent=...))"});
-  zt::test::check_error_mentions([] { render("{% set ns = namespace(i=0) %}"); }, {"the function namespace() is not supported"});
-  zt::test::check_error_mentions([] { render("{% set ns.i = 1 %}"); }, {"setting an attribute ({% set ns.i %}"});
+  zt::test::check_error_mentions([] { render("{{ range(3) }}"); }, {"the function range() is not supported"});
+  zt::test::check_error_mentions([] { render("{% set ns = {} %}{% set ns.i = 1 %}"); }, {"cannot set ns.i: ns is no namespace() object"});
   zt::test::check_error_mentions([] { render("{{ 3 is divisibleby(3) }}"); }, {"the test 'is divisibleby' is not supported"});
   zt::test::check_error_mentions([] { render("{{ 'a'.split() }}"); }, {"the method split() of a str is not supported"});
   zt::test::check_error_mentions([] { render("{{ messages[0].items() }}"); }, {"the method items() of a dict is not supported"});
@@ -134,6 +134,10 @@ BOOST_AUTO_TEST_CASE(loop_filters_unpacking_dicts_and_tests_with_arguments) {
                            "{{ 2 is even }}{{ 3 is odd }}{{ 'a' is equalto 'a' }}{{ 1 is ne 2 }}{{ 'user' is in ['user'] }}"),
                     "x1y2|v|TrueTrueTrueTrueTrue");
   zt::test::check_error_mentions([] { render("{% for a, b in messages %}{% endfor %}"); }, {"cannot unpack a dict into the 2 loop variables"});
+  // A namespace is one object: a set inside a loop reaches it (a plain set there would not).
+  BOOST_CHECK_EQUAL(render("{% set ns = namespace(count=0, last='') %}{% for m in messages %}{% set ns.count = ns.count + 1 %}"
+                           "{% set ns.last = m.role %}{% endfor %}{{ ns.count }} {{ ns.last }}"),
+                    "3 assistant");
 }
 
 BOOST_AUTO_TEST_CASE(conversation_checks) {
