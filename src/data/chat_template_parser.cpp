@@ -189,7 +189,7 @@ class Parser {
     node.offset = next().offset;  // {%
     ++at_;                        // set
     node.names.push_back(expect_name("a variable name after 'set'"));
-    if (is_op(".")) {  // {% set ns.attr = ... %}: parsed; namespace() objects do not exist here
+    if (is_op(".")) {  // {% set ns.attr = ... %}: an attribute of a namespace() object
       ++at_;
       node.names.push_back(expect_name("an attribute name after '.'"));
     }

@@ -26,7 +26,7 @@ struct TemplateExpr {
     kAttribute,    // children[0].name
     kSubscript,    // children[0][children[1]]
     kSlice,        // children[0][children[1]:children[2]:children[3]] (absent parts: nullptr)
-    kCall,         // name(children...): a global function (raise_exception; others are runtime errors)
+    kCall,         // name(children...): a global function (raise_exception, namespace; others are runtime errors)
     kMethodCall,   // children[0].name(children[1...])
     kFilter,       // children[0] | name(children[1...])
     kTest,         // children[0] is [not] name (children[1...]: its arguments)
