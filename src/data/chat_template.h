@@ -10,7 +10,8 @@
 //   refused), {% set name = expr %} (scoped as in Jinja: a set inside a loop body is local to
 //   that iteration)
 //   literals: 'strings' "with escapes", integers, floats, true/false/none (and True/False/None),
-//   [lists], {dicts}; variables; x.attr; x['key']; x[i] (negative too); x[a:b:c] on lists
+//   [lists], {dicts}; variables; x.attr; x['key']; x[i] on lists and strings (negative too);
+//   x[a:b:c] on lists
 //   operators: + - * / // % ~ == != < > <= >= in, not in, and, or, not, x if c else y
 //   tests: is [not] defined/undefined/none/string/number/integer/float/boolean/mapping/sequence/
 //   iterable/true/false/even/odd, eq/equalto/ne/in with an argument

@@ -221,7 +221,16 @@ Json subscript(const Json& object, const Json& key) {
     if (index < 0) index += static_cast<int64_t>(object.size());
     return index >= 0 && index < static_cast<int64_t>(object.size()) ? object[static_cast<size_t>(index)] : undefined_value();
   }
-  value_error(cat("indexing a ", type_name(object), " is not supported"));
+  if (object.is_string() && is_integral(key)) {  // one character (code point), as Python indexes a str
+    const std::string& text = object.get_ref<const std::string&>();
+    const std::vector<std::pair<size_t, size_t>> spans = characters(text);
+    int64_t index = as_integer(key);
+    if (index < 0) index += static_cast<int64_t>(spans.size());
+    if (index < 0 || index >= static_cast<int64_t>(spans.size())) return undefined_value();
+    const auto [start, length] = spans[static_cast<size_t>(index)];
+    return text.substr(start, length);
+  }
+  value_error(cat("indexing a ", type_name(object), " by a ", type_name(key), " is not supported"));
 }
 
 Json slice(const Json& object, const Json& start, const Json& stop, const Json& step) {

@@ -57,7 +57,8 @@ BOOST_AUTO_TEST_CASE(strings_escapes_filters_and_methods) {
                            R"({{ ['a', 'b'] | join('-') }}|{{ 'a-b'.replace('-', '+') }}|{{ 'abc'.startswith('ab') }}{{ 'abc'.endswith('bc') }})"),
                     "x\ty\xC3\xA9" "A\\n|q'|ab|3.0|ababab|a-b|a+b|TrueTrue");
   // Python's str.strip() takes Unicode whitespace (no-break space, ideographic space); length counts characters.
-  BOOST_CHECK_EQUAL(render(R"({{ '\u00a0 x \u3000' | trim }}|{{ '\u00e9' | length }})"), "x|1");
+  BOOST_CHECK_EQUAL(render(R"({{ '\u00a0 x \u3000' | trim }}|{{ '\u00e9' | length }}|{{ 'h\u00e9!'[1] }}{{ 'ab'[-1] }})"),
+                    "x|1|\xC3\xA9" "b");
 }
 
 BOOST_AUTO_TEST_CASE(statements_loops_and_scopes) {
@@ -165,6 +166,70 @@ BOOST_AUTO_TEST_CASE(template_sources) {
   zt::test::check_error_mentions([&] { zt::load_chat_template(dir.path.string(), dir.file("missing.jinja")); }, {"--chat-template", "no such file"});
   const std::string broken = dir.write("broken.jinja", "{% while %}");
   zt::test::check_error_mentions([&] { zt::load_chat_template(dir.path.string(), broken); }, {"broken.jinja: chat template, line 1, column 4", "{% while %}"});
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+namespace {
+
+// A tokenizer with one token per byte, except the pairs ":h" and "|u", each one token: enough to
+// put a token across the start and the end of an assistant turn.
+class PairTokenizer final : public zt::Tokenizer {
+ public:
+  std::vector<int32_t> encode(std::string_view text) const override {
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < text.size(); ++i) {
+      const std::string_view pair = text.substr(i, 2);
+      if (pair == ":h" || pair == "|u") {
+        ids.push_back(pair == ":h" ? 256 : 257);
+        ++i;
+      } else {
+        ids.push_back(static_cast<unsigned char>(text[i]));
+      }
+    }
+    return ids;
+  }
+  std::vector<int32_t> encode_continuation(std::string_view text) const override { return encode(text); }
+  std::vector<int32_t> encode_with_special_tokens(std::string_view text) const override { return encode(text); }
+  std::string pieces_text(const std::vector<int32_t>&) const override { return ""; }
+  int64_t vocab_size() const override { return 258; }
+  int64_t bos_id() const override { return -1; }
+  int64_t eos_id() const override { return -1; }
+  int64_t pad_id() const override { return 0; }
+  const std::string& file_path() const override { return path_; }
+  const std::string& file_sha256() const override { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(chat_template)
+
+// The masking rule of data/chat_data.h: an assistant turn's targets run from the end of the
+// rendering before it (with the generation prompt) to the end of the rendering through it; a
+// token across the turn's start is a target, one across its end is not.
+BOOST_AUTO_TEST_CASE(assistant_turn_masks_and_straddling_tokens) {
+  const zt::ChatTemplate chat_template(
+      "{% for m in messages %}{{ m.role[0] if m.role != 'assistant' else 'a' }}:{{ m.content }}|{% endfor %}"
+      "{% if add_generation_prompt %}a{% endif %}",
+      "test");
+  const Json messages = Json::parse(R"([{"role": "user", "content": "q"}, {"role": "assistant", "content": "hi"},
+                                        {"role": "user", "content": "r"}, {"role": "assistant", "content": "ok"}])");
+  const PairTokenizer tokenizer;
+  const zt::ChatSample chat = zt::build_chat_sample(chat_template, Json::object(), tokenizer, messages);
+  BOOST_CHECK_EQUAL(chat.text, "u:q|a:hi|u:r|a:ok|");
+  const std::vector<int32_t> want_tokens = {'u', ':', 'q', '|', 'a', 256, 'i', 257, ':', 'r', '|', 'a', ':', 'o', 'k', '|'};
+  BOOST_CHECK(chat.sample.tokens == want_tokens);
+  // Turn 1 is ":hi|" after "u:q|a": ":h" straddles its start (a target), "|u" its end (not one).
+  // Turn 2 is ":ok|", every token inside.
+  const std::vector<uint8_t> want_mask = {0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1, 1, 1, 1};
+  BOOST_CHECK(chat.sample.loss_mask == want_mask);
+  // A template that renders the earlier turns differently once later ones follow is refused.
+  const zt::ChatTemplate unstable("{% for m in messages %}{{ m.content }}{{ '.' if loop.last else ',' }}{% endfor %}", "test");
+  zt::test::check_error_mentions([&] { zt::build_chat_sample(unstable, Json::object(), tokenizer, messages); },
+                                 {"does not render the conversation up to message 2", "as the start of the whole conversation"});
 }
 
 BOOST_AUTO_TEST_SUITE_END()
