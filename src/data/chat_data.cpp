@@ -97,7 +97,8 @@ Json special_token_variables(const std::string& tokenizer_path, const Tokenizer&
   const fs::path dir = model_directory(tokenizer_path);
   const HfTokenizerConfig config = read_hf_tokenizer_config(dir);
   Json variables = Json::object();
-  for (const auto& [key, token] : config.named) variables[key] = token.content;
+  for (const auto& [key, token] : config.named)  // HF's special_tokens_map leaves out empty values
+    if (!token.content.empty()) variables[key] = token.content;
   if (!config.additional_special.empty()) {
     Json list = Json::array();
     for (const AddedToken& token : config.additional_special) list.push_back(token.content);
