@@ -2,10 +2,12 @@
 //                [--split train] [--max-seq-len 512] [--loss-on response|all]
 //                [--shard-samples 10000] [--prompt-column prompt] [--response-column chosen]
 //                [--eot-token TEXT] [--skip-bad-rows] [--force] [--pairs [--rejected-column rejected]]
+//                [--format prompt-response|chat [--chat-template FILE]]
 //                [--eval-input FILE ... | --eval-fraction F] [--eval-split eval]
 //                [--data-split W,W,W [--data-phase 1]] [--seed 1234]`:
 // tokenizes JSONL/JSON rows into HDF5 token shards (see data/prep.h; --pairs: preference pairs,
-// data/prep_pairs.h), the training split and optionally an evaluation split, and prints a summary.
+// data/prep_pairs.h; --format chat: chat messages, data/chat_data.h), the training split and
+// optionally an evaluation split, and prints a summary.
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -47,9 +49,10 @@ int command_prep(const std::vector<std::string>& args) {
   namespace po = boost::program_options;
   PrepOptions options;
   std::string loss_on = "response";
+  std::string format = "prompt-response";
   int64_t seed = 1234;
   po::options_description description(
-      "zerotune prep: tokenize prompt/response rows (JSONL or JSON arrays) into HDF5 token shards\noptions");
+      "zerotune prep: tokenize prompt/response rows or chat messages (JSONL or JSON arrays) into HDF5 token shards\noptions");
   description.add_options()
       ("help,h", "print this help")
       ("input", po::value(&options.inputs)->required()->composing(), "input file, JSONL or a JSON array (repeat for several)")
@@ -65,6 +68,13 @@ int command_prep(const std::vector<std::string>& args) {
       ("shard-samples", po::value(&options.shard_samples)->default_value(10000), "samples per shard file")
       ("prompt-column", po::value(&options.prompt_column)->default_value("prompt"), "column holding the prompt")
       ("response-column", po::value(&options.response_column)->default_value("chosen"), "column holding the response")
+      ("format", po::value(&format)->default_value("prompt-response"),
+       "prompt-response: a prompt and a response column per row; chat: a 'messages' list of {role, content} per row, "
+       "rendered with the model's chat template as transformers' apply_chat_template does, loss on the assistant turns "
+       "(their end-of-turn token included)")
+      ("chat-template", po::value(&options.chat_template),
+       "with --format chat: the chat template to use instead of the model's (a Jinja file, or a JSON file with a "
+       "\"chat_template\" such as a tokenizer_config.json)")
       ("pairs", po::bool_switch(&options.pairs),
        "write preference pairs (prompt, chosen = --response-column, rejected = --rejected-column) for "
        "train --objective reward (DeepSpeed-Chat step 2)")
@@ -91,6 +101,10 @@ int command_prep(const std::vector<std::string>& args) {
   if (!parse_command_options(args, description, values, "prep")) return 0;
   ZT_CHECK(loss_on == "response" || loss_on == "all", "--loss-on '", loss_on, "': use response or all");
   options.loss_on_all = loss_on == "all";
+  ZT_CHECK(format == "prompt-response" || format == "chat", "--format '", format, "': use prompt-response or chat");
+  options.chat = format == "chat";
+  ZT_CHECK(!options.chat || (values["prompt-column"].defaulted() && values["response-column"].defaulted()),
+           "--prompt-column/--response-column: chat data (--format chat) reads each row's 'messages'");
   ZT_CHECK(options.pairs || values["rejected-column"].defaulted(), "--rejected-column: only with --pairs");
   ZT_CHECK(!values.count("eot-token") || !options.eot_token.empty(),
            "--eot-token: must not be empty (leave it out to end each sample with the EOS id)");

@@ -65,6 +65,7 @@ class BpeTokenizer final : public Tokenizer {
 
   std::vector<int32_t> encode(std::string_view text) const override { return run(text, false); }
   std::vector<int32_t> encode_continuation(std::string_view text) const override { return run(text, true); }
+  std::vector<int32_t> encode_with_special_tokens(std::string_view text) const override { return run(text, false); }
   std::string pieces_text(const std::vector<int32_t>& ids) const override;
 
   int64_t vocab_size() const override { return vocab_size_; }

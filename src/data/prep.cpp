@@ -149,23 +149,18 @@ class SampleRecords final : public PrepRecords {
     return bad_columns_reason(row, {options_.prompt_column, options_.response_column}, {options_.response_column});
   }
 
-  std::string column_options() const override { return "--prompt-column/--response-column"; }
+  std::string column_options() const override {
+    return "--prompt-column/--response-column (rows of chat 'messages': --format chat)";
+  }
 
   std::string add_row(const nlohmann::json& row, SplitSummary& summary, std::vector<int64_t>& lengths) override {
     bool truncated = false;
     TokenSample sample = build_prep_sample(tokenizer_, row[options_.prompt_column].get_ref<const std::string&>(),
                                            row[options_.response_column].get_ref<const std::string&>(),
                                            options_.max_seq_len, options_.loss_on_all, truncated, options_.eot_token);
-    int64_t targets = 0;
-    for (uint8_t target : sample.loss_mask) targets += target;
-    if (targets == 0)  // the prompt fills max_seq_len: nothing to learn from this row
-      return cat("no target token within --max-seq-len ", options_.max_seq_len, " (prompt too long)");
-    summary.truncated += truncated ? 1 : 0;
-    summary.tokens += static_cast<int64_t>(sample.tokens.size());
-    summary.target_tokens += targets;
-    lengths.push_back(static_cast<int64_t>(sample.tokens.size()));
-    pending_.push_back(std::move(sample));
-    return "";
+    // The prompt fills max_seq_len: nothing to learn from this row.
+    return queue_sample(std::move(sample), truncated, cat("no target token within --max-seq-len ", options_.max_seq_len, " (prompt too long)"),
+                        summary, lengths, pending_);
   }
 
   int64_t pending() const override { return static_cast<int64_t>(pending_.size()); }
@@ -182,6 +177,19 @@ class SampleRecords final : public PrepRecords {
 };
 
 }  // namespace
+
+std::string queue_sample(TokenSample sample, bool truncated, const std::string& no_target_reason, SplitSummary& summary,
+                         std::vector<int64_t>& lengths, std::vector<TokenSample>& pending) {
+  int64_t targets = 0;
+  for (uint8_t target : sample.loss_mask) targets += target;
+  if (targets == 0) return no_target_reason;
+  summary.truncated += truncated ? 1 : 0;
+  summary.tokens += static_cast<int64_t>(sample.tokens.size());
+  summary.target_tokens += targets;
+  lengths.push_back(static_cast<int64_t>(sample.tokens.size()));
+  pending.push_back(std::move(sample));
+  return "";
+}
 
 std::string bad_columns_reason(const nlohmann::json& row, const std::vector<std::string>& columns,
                                const std::vector<std::string>& responses) {
@@ -206,6 +214,10 @@ void check_options(const PrepOptions& options) {
   ZT_CHECK(!options.pairs || (!options.rejected_column.empty() && options.rejected_column != options.response_column),
            "--rejected-column '", options.rejected_column, "': must name a column other than --response-column");
   ZT_CHECK(!options.pairs || !options.loss_on_all, "--loss-on all: pairs (--pairs) have no loss mask to choose; leave it out");
+  ZT_CHECK(!options.chat || !options.pairs, "--format chat and --pairs: pairs are prompt/chosen/rejected rows, not chat messages");
+  ZT_CHECK(!options.chat || options.eot_token.empty(),
+           "--eot-token: chat data (--format chat) ends each turn as its chat template says; leave it out");
+  ZT_CHECK(options.chat || options.chat_template.empty(), "--chat-template: only with --format chat");
   check_split_name(options.split, "--split");
   for (const std::string& input : options.inputs)
     ZT_CHECK(fs::is_regular_file(input), "--input ", input, ": no such file");
@@ -297,7 +309,9 @@ class SplitWriter {
  public:
   SplitWriter(const PrepOptions& options, const Tokenizer& tokenizer, ShardAttributes attributes, fs::path staging_dir)
       : options_(options), attributes_(std::move(attributes)), staging_dir_(std::move(staging_dir)),
-        records_(options.pairs ? make_pair_records(tokenizer, options) : std::make_unique<SampleRecords>(tokenizer, options)) {
+        records_(options.pairs  ? make_pair_records(tokenizer, options)
+                 : options.chat ? make_chat_records(tokenizer, options)
+                                : std::make_unique<SampleRecords>(tokenizer, options)) {
     summary_.split = attributes_.split;
   }
 
@@ -312,7 +326,12 @@ class SplitWriter {
       ++summary_.skipped[reason];
       return;
     }
-    const std::string skip = records_->add_row(row.object, summary_, lengths_);
+    std::string skip;
+    try {
+      skip = records_->add_row(row.object, summary_, lengths_);
+    } catch (const Error& error) {  // a row the records refuse (chat: the template raised): name it
+      fail(path, ":", row.line, ": ", error.what());
+    }
     if (!skip.empty()) {
       ++summary_.skipped[skip];
       return;

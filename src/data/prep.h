@@ -1,6 +1,7 @@
 // `zerotune prep`: JSONL/JSON rows (prompt + response columns) -> tokenized HDF5 shards in the
 // format of data/token_shards.h, the DeepSpeed-Chat step-1 sample layout with the prompt
-// masked out of the loss.
+// masked out of the loss. (--pairs: preference pairs, data/prep_pairs.h; --format chat: chat
+// `messages` rendered with the model's chat template, data/chat_data.h.)
 //
 // Sample layout (L <= max_seq_len):
 //   tokens     [BOS] + encode(prompt) + encode_continuation(response) + [EOS], cut to max_seq_len
@@ -78,6 +79,8 @@ struct PrepOptions {
   int64_t shard_samples = 10000;
   std::string prompt_column = "prompt";
   std::string response_column = "chosen";
+  bool chat = false;          // --format chat: rows of chat `messages` (data/chat_data.h)
+  std::string chat_template;  // --chat-template FILE (with chat): instead of the model's chat_template
   bool pairs = false;                         // --pairs: preference pairs (data/prep_pairs.h)
   std::string rejected_column = "rejected";   // --rejected-column (with --pairs)
   bool skip_bad_rows = false;  // count bad rows as skipped instead of stopping

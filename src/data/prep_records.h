@@ -34,6 +34,14 @@ class PrepRecords {
 std::string bad_columns_reason(const nlohmann::json& row, const std::vector<std::string>& columns,
                                const std::vector<std::string>& responses);
 
+// Counts a sample into `summary` and `lengths` and queues it on `pending`; returns
+// `no_target_reason` instead (nothing counted) when no token of it is a target.
+std::string queue_sample(TokenSample sample, bool truncated, const std::string& no_target_reason, SplitSummary& summary,
+                         std::vector<int64_t>& lengths, std::vector<TokenSample>& pending);
+
+// --format chat (data/prep_chat.cpp): per row the conversation's tokens, assistant turns as targets.
+std::unique_ptr<PrepRecords> make_chat_records(const Tokenizer& tokenizer, const PrepOptions& options);
+
 // --pairs (data/prep_pairs.cpp): per row the prompt, chosen and rejected token ids.
 std::unique_ptr<PrepRecords> make_pair_records(const Tokenizer& tokenizer, const PrepOptions& options);
 

@@ -14,6 +14,8 @@
 
 #include "core/error.h"
 #include "core/sha256.h"
+#include "data/added_tokens.h"
+#include "data/hf_tokenizer_config.h"
 
 namespace zt {
 namespace {
@@ -66,11 +68,35 @@ class SentencePieceTokenizer final : public Tokenizer {
     const auto patched_status = continuation_processor_.LoadFromSerializedProto(patched);
     ZT_CHECK(patched_status.ok(), model_path, ": cannot load it without its dummy prefix: ", patched_status.ToString());
     pad_id_ = find_pad_id(fs::path(model_path).parent_path());
+    try {  // only chat data needs them: a file this reading refuses must not stop anything else
+      find_special_tokens(fs::path(model_path).parent_path());
+    } catch (const Error& error) {
+      special_tokens_error_ = error.what();
+    }
   }
 
   std::vector<int32_t> encode(std::string_view text) const override { return run(start_processor_, text); }
   std::vector<int32_t> encode_continuation(std::string_view text) const override {
     return run(continuation_processor_, text);
+  }
+  std::vector<int32_t> encode_with_special_tokens(std::string_view text) const override {
+    ZT_CHECK(special_tokens_error_.empty(), path_, ": cannot tell the special tokens to match in text: ", special_tokens_error_);
+    for (const std::string& token : unknown_special_tokens_)
+      ZT_CHECK(text.find(token) == std::string_view::npos, path_, ": the text holds the special token '", token,
+               "' that the tokenizer files name, but it is no piece of this SentencePiece model (HF would add it as a "
+               "new id; zerotune does not grow vocabularies)");
+    std::vector<TextPiece> pieces;
+    special_tokens_.split(text, pieces);
+    std::vector<int32_t> ids;
+    for (const TextPiece& piece : pieces) {
+      if (piece.token_id >= 0) {
+        ids.push_back(piece.token_id);
+        continue;
+      }
+      const std::vector<int32_t> piece_ids = run(start_processor_, piece.text);  // with the dummy prefix (legacy)
+      ids.insert(ids.end(), piece_ids.begin(), piece_ids.end());
+    }
+    return ids;
   }
 
   std::string pieces_text(const std::vector<int32_t>& ids) const override {
@@ -145,8 +171,34 @@ class SentencePieceTokenizer final : public Tokenizer {
     return 0;
   }
 
+  // The special tokens matched in text by encode_with_special_tokens: the model's unk/bos/eos
+  // pieces (HF LlamaTokenizer's defaults) and the HF json files' tokens that are pieces of the
+  // model; the names that are not pieces are kept to refuse a text holding them.
+  void find_special_tokens(const fs::path& dir) {
+    std::vector<AddedToken> tokens;
+    const auto add = [&](AddedToken token) {
+      const int64_t id = piece_id(token.content);
+      if (id < 0) {
+        if (!token.content.empty()) unknown_special_tokens_.push_back(token.content);
+        return;
+      }
+      token.id = static_cast<int32_t>(id);
+      tokens.push_back(std::move(token));
+    };
+    const HfTokenizerConfig config = read_hf_tokenizer_config(dir);
+    for (const AddedToken& token : config.added_tokens_decoder) add(token);
+    for (const auto& [key, token] : config.named) add(token);
+    for (const AddedToken& token : config.additional_special) add(token);
+    for (const int id : {start_processor_.unk_id(), start_processor_.bos_id(), start_processor_.eos_id()})
+      if (id >= 0) add(AddedToken{start_processor_.IdToPiece(id), id, true});
+    special_tokens_ = AddedTokenMatcher(std::move(tokens));
+  }
+
   std::string path_;
   std::string sha256_;
+  AddedTokenMatcher special_tokens_;
+  std::vector<std::string> unknown_special_tokens_;
+  std::string special_tokens_error_;  // why the HF json files could not be read for them ("" when they could)
   sentencepiece::SentencePieceProcessor start_processor_;         // as the model file says
   sentencepiece::SentencePieceProcessor continuation_processor_;  // add_dummy_prefix = false
   int64_t pad_id_ = 0;

@@ -32,6 +32,15 @@ class Tokenizer {
   // and Llama-3's pre-tokenizer regexes cut before " word"), encode(a) + encode_continuation(b)
   // == encode(a + b).
   virtual std::vector<int32_t> encode_continuation(std::string_view text) const = 0;
+  // Token ids of a whole text in which special-token strings ("<s>", "</s>", "<|im_end|>", the
+  // added tokens) stand for their tokens: HF's tokenizer(text, add_special_tokens=False), what
+  // apply_chat_template(tokenize=True) does with a rendered conversation. Byte-level BPE: encode
+  // (it matches added tokens anyway). SentencePiece: the text is cut at the special tokens
+  // (the model's unk/bos/eos pieces and the tokens tokenizer_config.json /
+  // special_tokens_map.json name, with their lstrip/rstrip flags), and each piece between them is
+  // encoded as the start of a text, with the dummy prefix: HF's slow LlamaTokenizer with
+  // legacy=True (the 4.40 default), whose fast conversion cuts and prefixes the same way.
+  virtual std::vector<int32_t> encode_with_special_tokens(std::string_view text) const = 0;
   // The text of `ids` (pieces joined, "▁" as space, byte pieces and byte-level characters as
   // bytes, special tokens as their text), no dummy prefix removed. The bytes of a multi-byte
   // character split over several ids come back whole when all of them are in `ids`.
