@@ -576,7 +576,9 @@ void check_estimate_flags(const EstimateFlags& f, const boost::program_options::
   ZT_CHECK(!shape.quantize.enabled() || (have_model && f.lora_r > 0),
            "--quantize needs --model and --lora-r: a 4-bit base is frozen under LoRA adapters (QLoRA)");
   ZT_CHECK(!shape.quantize.double_quant || shape.quantize.enabled(), "--double-quant needs --quantize nf4|fp4");
-  make_objective(shape.objective);  // an unknown name is an error listing the objectives
+  TrainConfig objective_config;
+  objective_config.objective = shape.objective;
+  make_objective(objective_config);  // an unknown name is an error listing the objectives
   ZT_CHECK(shape.objective == "sft" || have_model, "--objective ", shape.objective, " needs --model: the memory model "
            "runs the objective's own micro-batches (--params has only the formulas)");
   ZT_CHECK(shape.seq_len >= 1, "--seq-len = ", shape.seq_len, ": must be >= 1");
