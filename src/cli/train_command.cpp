@@ -228,6 +228,9 @@ void take_run_flags(const po::variables_map& vm, TrainConfig& config, RunOptions
   take(vm, "objective", config.objective);
   take(vm, "dpo-beta", config.dpo_beta);
   take(vm, "dpo-label-smoothing", config.dpo_label_smoothing);
+  for (const char* flag : {"dpo-beta", "dpo-label-smoothing"})
+    ZT_CHECK(!vm.count(flag) || config.objective == "dpo", "--", flag, " is an option of --objective dpo, not of "
+             "--objective ", config.objective);
   take(vm, "log-every", run.log_every);
   take(vm, "peak-tflops", run.peak_tflops);
   take(vm, "profile-step", run.profile_step);

@@ -18,7 +18,7 @@
 // The reference forward runs first (no dropout, no gradients; its activations are overwritten by
 // the policy's forward that follows), so a step runs three passes over the model: reference
 // forward, policy forward, policy backward. Under ZeRO-3 each forward gathers the base weights
-// once. Full fine-tuning would need a frozen copy of the initial weights: refused (docs/dpo.md).
+// once. --dump-step0 writes the policy's logits (the forward that runs last). Full fine-tuning would need a frozen copy of the initial weights: refused (docs/dpo.md).
 #include <algorithm>
 #include <array>
 #include <span>
@@ -50,8 +50,6 @@ class DpoObjective final : public Objective {
              "does not build yet (docs/dpo.md)");
     ZT_CHECK(!config.packing, "--packing: --objective dpo keeps each pair's sides in rows of their own; leave "
              "--packing out");
-    ZT_CHECK(config.dump_step0_path.empty(), "--dump-step0 writes one forward's logits; --objective dpo runs two "
-             "(reference and policy); leave --dump-step0 out");
     ZT_CHECK(beta_ > 0.0, "--dpo-beta = ", beta_, ": must be > 0");
     ZT_CHECK(label_smoothing_ >= 0.0 && label_smoothing_ < 0.5, "--dpo-label-smoothing = ", label_smoothing_,
              ": must be in [0, 0.5) (the probability that a preference is flipped)");
