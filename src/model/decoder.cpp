@@ -185,13 +185,14 @@ class DecoderModel final : public CausalLM {
     Tensor head_input = c_.projects_embeddings() ? matrix(projected_, n, embed) : normed;
     Tensor d_normed = c_.final_norm ? matrix(grad_ln_, n, hidden) : d_residual;     // [N, C]
     Tensor d_head_input = c_.projects_embeddings() ? matrix(grad_projected_, n, embed) : d_normed;
+    const std::vector<float> row_weights = take_row_weights();  // [B] or empty
     if (hidden_head()) {  // an objective's head gives d_head_input; the LM head does not run
+      ZT_CHECK(row_weights.empty(), "CausalLM::backward: row weights are for the LM head's loss, not another head's");
       time_module(backend_, timer(), "head", 0.0, [&] { hidden_head()->backward(head_input, d_head_input); });
     } else {
       // Per chunk of rows: logits, their loss and dlogits (in place), d_head_input's rows
       // (written) and the head's weight gradients (accumulated).
       time_module(backend_, timer(), "head", linear_flops({&head_}, n, false) + linear_flops({&head_}, n, true), [&] {
-        const std::vector<float> row_weights = take_row_weights();
         for_each_head_chunk(dropout, [&](int64_t first, int64_t count, Tensor dlogits, const DropoutContext& chunk_dropout) {
           if (row_weights.empty())
             backend_.cross_entropy_accumulate(dlogits, batch.targets.rows(first, count),
