@@ -2,8 +2,8 @@
 with the adapters disabled) under ZeRO on 2 MPI ranks: stages 0, 1, 2 and 3 and stage 2 with the
 optimizer offloaded to the CPU give the same losses, gradient norms, DPO figures (rewards/*,
 logps/*) and final adapter weights as one rank with the same global batch, within float
-reassociation; and exact resume: stage 3 on 2 ranks stopped after step 3 (a checkpoint) and resumed
-equals the uninterrupted stage-3 run bit for bit. Pairs: tests/mpi/test_reward_zero.py's writer on
+reassociation; and exact resume: stage 3 on 2 ranks with rank 1 killed in step 5 (ZT_FAULT; the
+last checkpoint after step 3) and resumed equals the uninterrupted stage-3 run bit for bit. Pairs: tests/mpi/test_reward_zero.py's writer on
 the tiny LLaMA of data/tiny-llama.
 """
 import os
@@ -22,13 +22,24 @@ FIGURES = ("rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/
            "logps/rejected")
 
 
-def train(zerotune, workdir, model, data, name, ranks, zero, steps=STEPS, extra=()):
+def train(zerotune, workdir, model, data, name, ranks, zero, extra=(), fault=None):
+    """A run's metrics and final weights; with `fault` (ZT_FAULT), the failed run's exit status."""
     out = os.path.join(workdir, name)
     ds = write_ds_config(os.path.join(workdir, name + ".json"), 8, 2, zero)
-    run_ranks(ranks, [zerotune, "train", "--objective", "dpo", "--model", model, "--data", data, "--out", out,
-                      "--deepspeed", ds, "--max-steps", steps, "--seed", 3, "--dump-final", out + ".safetensors",
-                      "--lora-r", 4, "--lora-alpha", 8, "--lora-targets", "q_proj,v_proj,down_proj"] + list(extra))
-    return {"name": name, "metrics": read_metrics(out), "weights": load_weights(out + ".safetensors")}
+    if fault:
+        os.environ["ZT_FAULT"] = fault
+    try:
+        result, _ = run_ranks(ranks, [zerotune, "train", "--objective", "dpo", "--model", model, "--data", data,
+                                      "--out", out, "--deepspeed", ds, "--max-steps", STEPS, "--seed", 3,
+                                      "--dump-final", out + ".safetensors", "--lora-r", 4, "--lora-alpha", 8,
+                                      "--lora-targets", "q_proj,v_proj,down_proj"] + list(extra),
+                              expect_ok=not fault)
+    finally:
+        os.environ.pop("ZT_FAULT", None)
+    if fault:
+        return result.returncode
+    return {"name": name, "metrics": read_metrics(out), "weights": load_weights(out + ".safetensors"),
+            "stdout": result.stdout}
 
 
 def compare(report, got, ref, exact=False):
@@ -73,11 +84,14 @@ def main():
             got = train(args.zerotune, workdir, model, data, name, 2, zero)
             compare(report, got, reference)
             stage3 = got if name == "w2-s3" else stage3
-        # Exact resume at stage 3: 3 steps and a checkpoint, then the rest from it.
-        train(args.zerotune, workdir, model, data, "resumed-w2-s3", 2, {"stage": 3}, steps=3,
-              extra=["--save-every", 3])
+        # Exact resume at stage 3: rank 1 killed in step 5 (a checkpoint after step 3), then resumed.
+        status = train(args.zerotune, workdir, model, data, "resumed-w2-s3", 2, {"stage": 3},
+                       extra=["--save-every", 3], fault="kill:step:1:5")
+        report.check(status != 0, f"rank 1 killed in step 5: the job failed (exit {status})")
         resumed = train(args.zerotune, workdir, model, data, "resumed-w2-s3", 2, {"stage": 3},
-                        extra=["--resume", "auto"])
+                        extra=["--save-every", 3, "--resume", "auto"])
+        report.check("at step 3" in resumed["stdout"] and "resumed from" in resumed["stdout"],
+                     "the second run resumed from the step-3 checkpoint")
         compare(report, resumed, stage3, exact=True)
     return report.finish()
 
