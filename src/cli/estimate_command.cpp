@@ -1,5 +1,5 @@
 // `zerotune estimate --model DIR | --params N [--largest-layer-params N] [--trainable-params N]
-//                    [--gpus-per-node G] [--nodes K] [--lora-r R --lora-targets ...] [--objective sft|reward]
+//                    [--gpus-per-node G] [--nodes K] [--lora-r R --lora-targets ...] [--objective sft|reward|dpo]
 //                    [--compute-dtype bf16|fp16|fp32] [bucket sizes] [--deepspeed JSON]
 //                    [--seq-len T | --data DIR] [--micro-batch B] [--activation-checkpointing]
 //                    [--device typical-gpu|cuda|cpu] [--max-seq-len --device-memory 24GiB,...] [--json]`:
@@ -58,7 +58,7 @@ struct RunShape {
   LoraConfig lora;
   OptimizerConfig optimizer;  // its state buffers; LOMO's gradients in flight
   QuantConfig quantize;  // QLoRA: the frozen base stored 4-bit (--quantize)
-  std::string objective = "sft";  // train --objective: reward steps on 2 rows per pair, with a value head
+  std::string objective = "sft";  // train --objective: reward and dpo step on 2 rows per pair (reward: + a value head)
   int64_t seq_len = 512;
   int64_t micro_batch = 1;
   bool activation_checkpointing = false;
@@ -525,7 +525,8 @@ boost::program_options::options_description estimate_options(EstimateFlags& f) {
        "the gradient bytes in fp32 and in the compute dtype side by side")
       ("quantize", po::value(&quantize_text), "with --model and --lora-r: QLoRA, the frozen base stored 4-bit (nf4 or fp4)")
       ("objective", po::value(&shape.objective)->default_value("sft"), "with --model: train's --objective, sft "
-       "(default) or reward (DeepSpeed-Chat step 2: a micro-batch of pairs is twice the rows, plus the value head)")
+       "(default), reward (DeepSpeed-Chat step 2: a micro-batch of pairs is twice the rows, plus the value head) or dpo "
+       "(with --lora-r: twice the rows; the reference forward reuses the policy's activation buffers)")
       ("double-quant", po::bool_switch(&shape.quantize.double_quant), "with --quantize: 8-bit scales (bnb_4bit_use_double_quant)")
       ("optimizer", po::value(&optimizer_text)->default_value("adamw"),
        "adamw, lamb, sgd (with --momentum: one state buffer), lomo (no state, gradients only for the unit in flight) "
@@ -576,9 +577,13 @@ void check_estimate_flags(const EstimateFlags& f, const boost::program_options::
   ZT_CHECK(!shape.quantize.enabled() || (have_model && f.lora_r > 0),
            "--quantize needs --model and --lora-r: a 4-bit base is frozen under LoRA adapters (QLoRA)");
   ZT_CHECK(!shape.quantize.double_quant || shape.quantize.enabled(), "--double-quant needs --quantize nf4|fp4");
-  make_objective(shape.objective);  // an unknown name is an error listing the objectives
+  TrainConfig objective_config;
+  objective_config.objective = shape.objective;
+  make_objective(objective_config);  // an unknown name is an error listing the objectives
   ZT_CHECK(shape.objective == "sft" || have_model, "--objective ", shape.objective, " needs --model: the memory model "
            "runs the objective's own micro-batches (--params has only the formulas)");
+  ZT_CHECK(shape.objective != "dpo" || f.lora_r > 0, "--objective dpo needs --lora-r, as train does: its reference "
+           "model is the base with the adapters disabled (no frozen copy for full fine-tuning yet)");
   ZT_CHECK(shape.seq_len >= 1, "--seq-len = ", shape.seq_len, ": must be >= 1");
   ZT_CHECK(shape.micro_batch >= 1, "--micro-batch = ", shape.micro_batch, ": must be >= 1");
   ZT_CHECK(!shape.offload_activations || shape.activation_checkpointing,

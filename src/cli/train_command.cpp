@@ -66,8 +66,13 @@ po::options_description train_options() {
                                                 "a chunk's logits about one activation's size, at least 256 rows; a large value: whole logits)")
       ("packing", po::bool_switch(), "pack each micro-batch's samples into rows as long as the longest sample, attention "
                                      "and positions confined to each sample (no padding between them)")
-      ("objective", po::value<std::string>(), "what to train: sft (next-token cross-entropy, default) or reward "
-                                              "(DeepSpeed-Chat step 2's reward model, on data from prep --pairs)")
+      ("objective", po::value<std::string>(), "what to train: sft (next-token cross-entropy, default), reward "
+                                              "(DeepSpeed-Chat step 2's reward model, on data from prep --pairs) or "
+                                              "dpo (TRL's DPO on those pairs; needs --lora-r: docs/dpo.md)")
+      ("dpo-beta", po::value<double>(), "--objective dpo: beta, the strength of the pull to the reference "
+                                        "(default 0.1, TRL's)")
+      ("dpo-label-smoothing", po::value<double>(), "--objective dpo: the probability that a pair's preference is "
+                                                   "flipped (cDPO, TRL's label_smoothing; default 0)")
       ("log-every", po::value<int64_t>(), "console line every N steps (default: steps_per_print)")
       ("peak-tflops", po::value<double>(), "per-rank peak TFLOPS for the MFU figure")
       ("profile-step", po::value<int64_t>(), "time each module (embedding, attention, mlp, norm, head, optimizer, "
@@ -221,6 +226,11 @@ void take_run_flags(const po::variables_map& vm, TrainConfig& config, RunOptions
   if (vm["group-by-length"].as<bool>()) config.group_by_length = true;
   if (vm["packing"].as<bool>()) config.packing = true;
   take(vm, "objective", config.objective);
+  take(vm, "dpo-beta", config.dpo_beta);
+  take(vm, "dpo-label-smoothing", config.dpo_label_smoothing);
+  for (const char* flag : {"dpo-beta", "dpo-label-smoothing"})
+    ZT_CHECK(!vm.count(flag) || config.objective == "dpo", "--", flag, " is an option of --objective dpo, not of "
+             "--objective ", config.objective);
   take(vm, "log-every", run.log_every);
   take(vm, "peak-tflops", run.peak_tflops);
   take(vm, "profile-step", run.profile_step);

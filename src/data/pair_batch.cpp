@@ -56,9 +56,7 @@ MicroBatch make_pair_micro_batch(const TokenDataset& dataset, std::span<const in
     const int64_t difference = first_difference(rows[static_cast<size_t>(p)], rows[static_cast<size_t>(pairs + p)]);
     batch.divergences.push_back(difference >= 0 ? difference : batch.score_ends[static_cast<size_t>(p)] - 1);
   }
-  std::fill(batch.targets.begin(), batch.targets.end(), pad_id);  // nothing is predicted
-  std::fill(batch.loss_mask.begin(), batch.loss_mask.end(), uint8_t{0});
-  batch.target_tokens = pairs;  // the loss averages over pairs
+  batch.target_tokens = pairs;  // the loss averages over pairs (targets and loss_mask stay: DPO's log-probs)
   return batch;
 }
 

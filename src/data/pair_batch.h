@@ -9,7 +9,9 @@
 //   divergences[p]    the first position where chosen and rejected differ (a sequence that is a
 //                     prefix of the other differs from it at its own end); score_end - 1 of the
 //                     chosen row when the two sequences are identical (the loss is then log 2)
-// loss_mask and targets are all 0 / pad: the reward objective reads none of them.
+// targets and loss_mask are each row's own (place_sample's: the scored response tokens), which
+// the DPO objective sums log-probabilities over (the reward objective reads neither);
+// target_tokens is P, the pairs (the loss averages over pairs).
 #pragma once
 #include <span>
 

@@ -5,6 +5,8 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "backend/backend.h"
 #include "model/config.h"
@@ -118,6 +120,14 @@ class CausalLM {
   virtual double backward(const BatchTensors& batch, float grad_scale, const DropoutContext& dropout) = 0;
   // After forward: the sum of the masked token losses, no gradients (evaluation).
   virtual double loss(const BatchTensors& batch) = 0;
+  // After forward: per row b of the batch, the sum of its masked token losses, no gradients
+  // ([B] fp64, one device synchronisation): -log p(row b's targets), DPO's log-probabilities.
+  virtual std::vector<double> row_losses(const BatchTensors& batch) = 0;
+  // The next backward() weights row b's token losses by row_weights[b] (times grad_scale) in the
+  // LM head's gradient, and adds nothing to loss_sum (the objective adds its own loss): the chain
+  // rule through a loss of the rows' log-probabilities (train/dpo_objective.cpp). One backward
+  // uses them; the one after is unweighted again.
+  void weight_rows_once(std::vector<float> row_weights) { row_weights_ = std::move(row_weights); }
   // After forward: the buffer the head's logits are computed in ([chunk, V], or null before
   // the first forward), so that the memory model names it (train/memory_model.cpp).
   virtual const void* logits_storage() const = 0;
@@ -134,8 +144,11 @@ class CausalLM {
   ModuleTimer* timer() { return timer_; }
   bool keeps_logits() const { return keep_logits_; }
   HiddenStateHead* hidden_head() const { return hidden_head_; }
+  // weight_rows_once's weights for this backward ([B], or empty: unweighted), cleared.
+  std::vector<float> take_row_weights() { return std::exchange(row_weights_, {}); }
 
  private:
+  std::vector<float> row_weights_;
   HiddenStateHead* hidden_head_ = nullptr;
   UnitHooks no_hooks_;
   UnitHooks* hooks_ = &no_hooks_;

@@ -18,6 +18,17 @@ namespace zt {
 
 namespace {
 
+// Calls work(b, begin, count) for each batch row b's part [begin, begin + count) of the token
+// rows [first, first + rows) (row b holds tokens [b * seq, (b + 1) * seq)).
+template <class Work>
+void for_each_row_part(int64_t seq, int64_t first, int64_t rows, Work&& work) {
+  for (int64_t begin = first; begin < first + rows;) {
+    const int64_t b = begin / seq, end = std::min((b + 1) * seq, first + rows);
+    work(b, begin, end - begin);
+    begin = end;
+  }
+}
+
 class DecoderModel final : public CausalLM {
  public:
   DecoderModel(const ModelConfig& config, ParamStore& store, Backend& backend, const ModelOptions& options)
@@ -135,6 +146,24 @@ class DecoderModel final : public CausalLM {
     return sum;
   }
 
+  std::vector<double> row_losses(const BatchTensors& batch) override {
+    ZT_CHECK(!hidden_head(), "CausalLM::row_losses: the model runs another head (its objective computes the loss)");
+    ensure_buffer(row_sums_, backend_, batch.batch, DType::F64);
+    Tensor sums = row_sums_.view(DType::F64, {batch.batch});  // [B] on the device
+    backend_.fill(sums, 0.0f);
+    hooks().acquire(head_unit(), UnitUse::Forward);
+    for_each_head_chunk(forward_dropout_, [&](int64_t first, int64_t count, Tensor chunk_logits, const DropoutContext&) {
+      for_each_row_part(batch.seq, first, count, [&](int64_t b, int64_t begin, int64_t part) {
+        backend_.cross_entropy_accumulate(chunk_logits.rows(begin - first, part), batch.targets.rows(begin, part),
+                                          batch.loss_mask.rows(begin, part), 0.0f, sums.rows(b, 1));
+      });
+    });
+    hooks().release(head_unit());
+    std::vector<double> host(static_cast<size_t>(batch.batch));  // [B]
+    backend_.copy(Tensor(host.data(), DType::F64, {batch.batch}), sums);
+    return host;
+  }
+
   double backward(const BatchTensors& batch, float grad_scale, const DropoutContext& dropout) override {
     if (!loss_sum_.data()) loss_sum_ = Buffer(backend_, sizeof(double));
     double sum = 0.0;  // [1]
@@ -156,15 +185,20 @@ class DecoderModel final : public CausalLM {
     Tensor head_input = c_.projects_embeddings() ? matrix(projected_, n, embed) : normed;
     Tensor d_normed = c_.final_norm ? matrix(grad_ln_, n, hidden) : d_residual;     // [N, C]
     Tensor d_head_input = c_.projects_embeddings() ? matrix(grad_projected_, n, embed) : d_normed;
+    const std::vector<float> row_weights = take_row_weights();  // [B] or empty
     if (hidden_head()) {  // an objective's head gives d_head_input; the LM head does not run
+      ZT_CHECK(row_weights.empty(), "CausalLM::backward: row weights are for the LM head's loss, not another head's");
       time_module(backend_, timer(), "head", 0.0, [&] { hidden_head()->backward(head_input, d_head_input); });
     } else {
       // Per chunk of rows: logits, their loss and dlogits (in place), d_head_input's rows
       // (written) and the head's weight gradients (accumulated).
       time_module(backend_, timer(), "head", linear_flops({&head_}, n, false) + linear_flops({&head_}, n, true), [&] {
         for_each_head_chunk(dropout, [&](int64_t first, int64_t count, Tensor dlogits, const DropoutContext& chunk_dropout) {
-          backend_.cross_entropy_accumulate(dlogits, batch.targets.rows(first, count), batch.loss_mask.rows(first, count),
-                                            grad_scale, loss_sum);
+          if (row_weights.empty())
+            backend_.cross_entropy_accumulate(dlogits, batch.targets.rows(first, count),
+                                              batch.loss_mask.rows(first, count), grad_scale, loss_sum);
+          else
+            weighted_dlogits(batch, row_weights, grad_scale, first, count, dlogits);
           head_.backward(backend_, d_head_input.rows(first, count), false, dlogits, head_input.rows(first, count),
                          head_saved_, chunk_dropout, pass.lora_dz, pass.lora_scratch);
         });
@@ -318,6 +352,26 @@ class DecoderModel final : public CausalLM {
     return c_.final_norm ? matrix(final_ln_, n, c_.hidden_size) : residual(c_.num_hidden_layers);
   }
 
+  // dlogits [count, V] of the token rows [first, first + count): row b's cross-entropy gradient
+  // times grad_scale * row_weights[b] (a row weighted 0 gets zeros: the op reads a 0 scale as
+  // "no gradient" and would leave the logits); its loss goes to a scratch sum, unused.
+  void weighted_dlogits(const BatchTensors& batch, const std::vector<float>& row_weights, float grad_scale,
+                        int64_t first, int64_t count, Tensor dlogits) {
+    ZT_CHECK(static_cast<int64_t>(row_weights.size()) == batch.batch, "CausalLM::backward: ", row_weights.size(),
+             " row weights for a batch of ", batch.batch, " rows");
+    if (!loss_sum_.data()) loss_sum_ = Buffer(backend_, sizeof(double));
+    for_each_row_part(batch.seq, first, count, [&](int64_t b, int64_t begin, int64_t part) {
+      const float scale = grad_scale * row_weights[static_cast<size_t>(b)];
+      Tensor rows = dlogits.rows(begin - first, part);  // [part, V]
+      if (scale == 0.0f) {
+        backend_.fill(rows, 0.0f);
+        return;
+      }
+      backend_.cross_entropy_accumulate(rows, batch.targets.rows(begin, part), batch.loss_mask.rows(begin, part), scale,
+                                        loss_sum_.view(DType::F64, {1}));
+    });
+  }
+
   // Runs the LM head over the rows chunk by chunk (head_chunk_rows_ each, the last one shorter):
   // logits[count, V] = head(head_input rows [first, first + count)) into the chunk buffer, then
   // work(first, count, logits, dropout of those rows). The head unit must be acquired.
@@ -462,7 +516,8 @@ class DecoderModel final : public CausalLM {
   int64_t head_chunk_rows_ = 1;                   // rows per LM-head chunk for the current B x T
   Buffer grad_residual_, grad_ln_, recompute_out_;  // [N, C]
   Buffer lora_dz_, lora_scratch_;                 // [N, r_max], [N, in_max]
-  Buffer loss_sum_;                               // fp64 [1]: backward's returned sum
+  Buffer loss_sum_;                               // fp64 [1]: backward's returned sum; weighted rows' scratch
+  Buffer row_sums_;                               // fp64 [B]: row_losses' sums
   int64_t lora_dz_elements_ = 1, lora_scratch_elements_ = 1;
 };
 

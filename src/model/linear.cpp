@@ -59,7 +59,7 @@ void LinearLayer::ensure_saved(Backend& backend, LoraSaved& saved, int64_t rows)
 void LinearLayer::forward(Backend& backend, Tensor y, Tensor x, LoraSaved& saved, const DropoutContext& dropout) const {
   const int64_t n = x.dim(0);
   backend.matmul_bias(y, x, base_weight(backend), bias_deferred_ ? Tensor() : bias_);  // y[N,out] = x[N,in] W^T + b
-  if (!has_lora()) return;
+  if (!has_lora() || !dropout.adapters) return;
   Tensor adapter_input = x;  // [N, in]
   if (dropout_ > 0.0f && dropout.training) {
     adapter_input = saved.dropped_x.view(dtype(), {n, in_});
@@ -76,6 +76,7 @@ void LinearLayer::backward(Backend& backend, Tensor dx, bool accumulate_dx, Tens
                            Tensor scratch) const {
   const int64_t n = x.dim(0);
   ZT_CHECK(dropout.training || dropout_ == 0.0f, "LinearLayer: backward after an evaluation forward");
+  ZT_CHECK(dropout.adapters || !has_lora(), "LinearLayer: backward after a forward with the adapters disabled");
   if (!weight_grad_.empty()) backend.matmul(weight_grad_, dy, true, x, false, 1.0f, 1.0f);  // dW += dy^T x
   if (!bias_grad_.empty() && !bias_deferred_) backend.bias_backward(bias_grad_, dy);
   backend.matmul(dx, dy, false, base_weight(backend), false, 1.0f, accumulate_dx ? 1.0f : 0.0f);  // dx = dy W

@@ -10,12 +10,16 @@
 
 namespace zt {
 
-// What dropout needs to draw a mask that depends only on (seed, module, step, token position).
+// What a forward pass's layers need beyond their inputs: what dropout needs to draw a mask that
+// depends only on (seed, module, step, token position), and whether the LoRA adapters run.
 struct DropoutContext {
   uint64_t seed = 0;
   uint32_t step = 0;  // optimizer step: a sample sees a fresh mask each epoch
   Tensor row_ids;     // int64 [N] global token positions of the micro-batch
   bool training = true;  // false in evaluation: dropout is the identity
+  // false: every LinearLayer runs its base weight only, as PEFT's `with model.disable_adapter()`
+  // (DPO's reference model under LoRA: train/dpo_objective.cpp). No backward follows such a pass.
+  bool adapters = true;
 };
 
 // Per-call-site tensors a LoRA linear keeps from forward for backward (in the activation dtype,

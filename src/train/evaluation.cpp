@@ -9,9 +9,11 @@
 
 namespace zt {
 
-void for_each_eval_micro_batch(CausalLM& model, const TokenDataset& data, int64_t micro_batch, Communicator& comm,
-                               Backend& backend, const std::function<MicroBatch(std::span<const int64_t>)>& make,
-                               const std::function<void(const MicroBatch&, const BatchTensors&)>& visit) {
+void for_each_eval_micro_batch(
+    CausalLM& model, const TokenDataset& data, int64_t micro_batch, Communicator& comm, Backend& backend,
+    const std::function<MicroBatch(std::span<const int64_t>)>& make,
+    const std::function<void(const MicroBatch&, const BatchTensors&)>& visit,
+    const std::function<void(const MicroBatch&, const BatchTensors&, const DropoutContext&)>& forward) {
   DeviceBatchStorage device_batch;
   const int rank = comm.rank(), world_size = comm.size();
   std::vector<int64_t> mine;  // this rank's record indices
@@ -30,7 +32,8 @@ void for_each_eval_micro_batch(CausalLM& model, const TokenDataset& data, int64_
     DropoutContext no_dropout;
     no_dropout.training = false;
     no_dropout.row_ids = batch.row_ids;
-    model.forward(batch, no_dropout);
+    if (forward) forward(micro, batch, no_dropout);
+    else model.forward(batch, no_dropout);
     if (counted) visit(micro, batch);
   }
 }

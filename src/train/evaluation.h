@@ -25,9 +25,13 @@ struct EvalResult {
 // model's forward on each (no dropout); `visit` sees each micro-batch this rank counts after its
 // forward. Every rank runs the same number of forward passes (a rank out of records runs record
 // 0 and does not visit it), because ZeRO-3 gathers parameters collectively inside them.
-void for_each_eval_micro_batch(CausalLM& model, const TokenDataset& data, int64_t micro_batch, Communicator& comm,
-                               Backend& backend, const std::function<MicroBatch(std::span<const int64_t>)>& make,
-                               const std::function<void(const MicroBatch&, const BatchTensors&)>& visit);
+// `forward`, when given, runs in place of the model's forward (with the no-dropout context; an
+// objective with more than one pass, as DPO's reference and policy), on fillers too.
+void for_each_eval_micro_batch(
+    CausalLM& model, const TokenDataset& data, int64_t micro_batch, Communicator& comm, Backend& backend,
+    const std::function<MicroBatch(std::span<const int64_t>)>& make,
+    const std::function<void(const MicroBatch&, const BatchTensors&)>& visit,
+    const std::function<void(const MicroBatch&, const BatchTensors&, const DropoutContext&)>& forward = nullptr);
 
 // Rank r evaluates samples r, r+W, r+2W, ... in micro-batches of `micro_batch` (no dropout).
 // Every rank runs the same number of forward passes (a rank that has run out of samples runs

@@ -84,6 +84,7 @@ nlohmann::json metrics_json(const StepMetrics& m) {
   if (d.mfu) record["mfu"] = *d.mfu;
   if (m.mem_device) record["mem_device"] = *m.mem_device;
   if (m.mem_device_peak) record["mem_device_peak"] = *m.mem_device_peak;
+  for (const auto& [name, value] : m.objective_figures) record[name] = value;
   return record;
 }
 
@@ -123,7 +124,13 @@ std::string metrics_console_line(const StepMetrics& m) {
                 m.grad_norm, m.loss_scale, static_cast<long long>(m.skipped), d.samples_per_sec, d.tokens_per_sec,
                 d.tflops_per_rank, mfu, device.c_str(), format_bytes(d.host.rss_bytes).c_str(),
                 format_bytes(d.host.peak_rss_bytes).c_str(), format_duration(d.eta_seconds).c_str());
-  return line;
+  std::string text = line;
+  for (const auto& [name, value] : m.objective_figures) {
+    char figure[96];
+    std::snprintf(figure, sizeof(figure), " | %s %.4f", name.c_str(), value);
+    text += figure;
+  }
+  return text;
 }
 
 std::string progress_bar_line(const StepMetrics& m, int bar_width) {

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -39,6 +41,9 @@ struct StepMetrics {
   std::optional<int64_t> mem_device_peak;     // bytes; empty on the CPU backend
   std::optional<int64_t> mem_device;          // bytes in use now; empty on the CPU backend
   std::optional<HostMemory> host_memory;      // empty: read /proc/self/status when formatting
+  // The objective's own figures (Objective::step_figures: DPO's rewards/chosen, ...), after the
+  // others in the record and the console line.
+  std::vector<std::pair<std::string, double>> objective_figures;
 };
 
 // The figures computed from a StepMetrics, shared by the JSON record and the console line.
@@ -68,14 +73,15 @@ class StepTimeAverage {
 // One metrics.jsonl record. Keys: step, total_steps, epoch, loss, lr, grad_norm, loss_scale,
 // skipped, samples, tokens, target_tokens, padding_fraction, step_time, mean_step_time,
 // eta_seconds, samples_per_sec, tokens_per_sec, tflops_per_rank, mfu (null when unknown),
-// mem_device, mem_device_peak (null on CPU), mem_host_rss, mem_host_peak (bytes).
+// mem_device, mem_device_peak (null on CPU), mem_host_rss, mem_host_peak (bytes); then the
+// objective's figures, if any.
 nlohmann::json metrics_json(const StepMetrics& metrics);
 
 // The plain console line, one per steps_per_print steps, e.g.
 // "step 12/100 | epoch 0.24 | loss 2.3456 | lr 3.000e-04 | grad_norm 0.812 | loss_scale 1 |
 //  skipped 0 | 12.3 samples/s | 4567 tokens/s | 1.234 TFLOPS/rank | MFU 45.1% |
 //  device 1.20 GiB (peak 3.40 GiB) | host 512 MiB (peak 600 MiB) | ETA 3m12s"
-// (one line; "MFU -" and "device -" when unknown).
+// (one line; "MFU -" and "device -" when unknown), then " | NAME VALUE" per objective figure.
 std::string metrics_console_line(const StepMetrics& metrics);
 
 // The progress bar a terminal shows under the lines, redrawn every step, e.g.

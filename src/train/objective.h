@@ -3,6 +3,8 @@
 //                                       (DeepSpeed-Chat step 1, the default)
 //   reward  train/reward_objective.cpp  DeepSpeed-Chat step 2's reward model: a value head and
 //                                       the pairwise loss over preference pairs
+//   dpo     train/dpo_objective.cpp     TRL's DPO: the sigmoid loss on the policy's and the
+//                                       reference's log-probabilities of preference pairs
 // An objective may add parameters to the model (the value head): they join the parameter plan
 // like any other (ZeRO partitions them; LoRA leaves them trainable, as PEFT's modules_to_save).
 // The step runner calls backward() after the model's forward on each micro-batch; its loss
@@ -11,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -49,22 +52,46 @@ class Objective {
   }
   // Binds to the built model (an objective with its own head sets it there).
   virtual void attach(CausalLM& model, ParamStore& store, Backend& backend) { (void)model, (void)store, (void)backend; }
-  // After model.forward(batch): the backward of d(loss sum * grad_scale), gradients accumulated
+  // The micro-batch's forward pass (the step runner's; its result as CausalLM::forward's). An
+  // objective that needs more than the model's forward (DPO: the reference's) runs it here.
+  virtual Tensor forward(CausalLM& model, const MicroBatch& micro, const BatchTensors& batch,
+                         const DropoutContext& dropout) {
+    (void)micro;
+    return model.forward(batch, dropout);
+  }
+  // After forward(): the backward of d(loss sum * grad_scale), gradients accumulated
   // into the store; the micro-batch's loss sum added to loss_sum (fp64 [1] on the device).
   virtual void backward(CausalLM& model, const MicroBatch& micro, const BatchTensors& batch, float grad_scale,
                         const DropoutContext& dropout, Tensor loss_sum) = 0;
   // The largest micro-batch of config.micro_batch_size samples of seq_len tokens, laid out as this
   // objective's batches are, every position a target (the memory model steps on it).
   virtual MicroBatch largest_micro_batch(const TrainConfig& config, int64_t seq_len) const = 0;
+  // The objective's own figures of the step just run (DPO's rewards/chosen, ...), all-reduced
+  // over the ranks (every rank calls it after every step), for metrics.jsonl and the console
+  // line; none by default (no collective).
+  virtual std::vector<std::pair<std::string, double>> step_figures(Communicator& comm) {
+    (void)comm;
+    return {};
+  }
   // Evaluation over a whole split, samples divided over the ranks, sums all-reduced.
   virtual ObjectiveEval evaluate(CausalLM& model, const TokenDataset& data, int64_t micro_batch, Communicator& comm,
                                  Backend& backend) = 0;
 };
 
-// The objective of `name` (sft, reward); any other name is an error listing them.
-std::unique_ptr<Objective> make_objective(const std::string& name);
-// The sft objective (train/sft_objective.cpp) and the reward objective (train/reward_objective.cpp).
+// The objective config.objective names (sft, reward, dpo), with its options (--dpo-beta, ...);
+// any other name is an error listing them.
+std::unique_ptr<Objective> make_objective(const TrainConfig& config);
+// The sft objective (train/sft_objective.cpp), the reward objective (train/reward_objective.cpp)
+// and the DPO objective (train/dpo_objective.cpp).
 std::unique_ptr<Objective> make_sft_objective();
 std::unique_ptr<Objective> make_reward_objective();
+std::unique_ptr<Objective> make_dpo_objective(double beta, double label_smoothing);
+
+// Helpers the objectives share:
+// loss_sum (fp64 [1] on the device) += value (one synchronisation).
+void add_to_device_sum(Backend& backend, Tensor loss_sum, double value);
+// -log sigmoid(x) and sigmoid(x), without overflow for large |x|.
+double neg_log_sigmoid(double x);
+double sigmoid(double x);
 
 }  // namespace zt

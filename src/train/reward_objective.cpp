@@ -36,10 +36,6 @@ namespace zt {
 
 namespace {
 
-// -log sigmoid(x), without overflow for large |x|.
-double neg_log_sigmoid(double x) { return x >= 0 ? std::log1p(std::exp(-x)) : -x + std::log1p(std::exp(x)); }
-double sigmoid(double x) { return x >= 0 ? 1.0 / (1.0 + std::exp(-x)) : std::exp(x) / (1.0 + std::exp(x)); }
-
 // The value head as the model's HiddenStateHead: forward keeps the values on the host,
 // backward uploads d(values) and runs the head's backward.
 class ValueHead final : public HiddenStateHead {
@@ -107,15 +103,6 @@ PairResult pair_loss(const MicroBatch& micro, const std::vector<float>& values, 
     result.rejected_scores.push_back(rejected[micro.score_ends[static_cast<size_t>(pairs + p)] - 1]);
   }
   return result;
-}
-
-// loss_sum (fp64 [1] on the device) += value.
-void add_to_device_sum(Backend& backend, Tensor loss_sum, double value) {
-  double total = 0.0;  // [1]
-  Tensor host(&total, DType::F64, {1});
-  backend.copy(host, loss_sum);
-  total += value;
-  backend.copy(loss_sum, host);
 }
 
 class RewardObjective final : public Objective {

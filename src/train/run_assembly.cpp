@@ -37,7 +37,7 @@ RunParts assemble_run(const TrainConfig& config, const ModelConfig& model_config
   AssemblyObserver& observe = observer ? *observer : nothing;
   log_allocation_mark(backend, "assemble");
   RunParts parts;
-  parts.objective = make_objective(config.objective);
+  parts.objective = make_objective(config);
   parts.plan = plan_parameters(model_config, config.lora, config.quantize);
   for (ParamSpec& spec : parts.objective->added_params(model_config)) {  // trainable under LoRA too
     parts.plan.specs.push_back(std::move(spec));

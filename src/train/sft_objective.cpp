@@ -1,9 +1,11 @@
 // The sft objective (train/objective.h): the model's own LM head and fused cross-entropy, the loss
 // averaged over the loss-masked target tokens (DESIGN.md's loss contract), evaluated as eval_loss
-// and eval_ppl (train/evaluation.h). Also the place that names every objective (make_objective).
+// and eval_ppl (train/evaluation.h). Also the place that names every objective (make_objective)
+// and holds the helpers they share.
 #include "train/objective.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "train/evaluation.h"
@@ -20,7 +22,8 @@ class SftObjective final : public Objective {
   void check_data(const TrainConfig& config, const TokenDataset& data, const std::string& path) const override {
     (void)config;
     ZT_CHECK(!data.holds_pairs(), path, ": holds preference pairs (zerotune prep --pairs): train a reward model on "
-             "them with --objective reward, or prep the rows without --pairs for --objective sft");
+             "them with --objective reward or DPO with --objective dpo, or prep the rows without --pairs for "
+             "--objective sft");
   }
 
   void backward(CausalLM& model, const MicroBatch& micro, const BatchTensors& batch, float grad_scale,
@@ -55,11 +58,24 @@ class SftObjective final : public Objective {
 
 std::unique_ptr<Objective> make_sft_objective() { return std::make_unique<SftObjective>(); }
 
-std::unique_ptr<Objective> make_objective(const std::string& name) {
+std::unique_ptr<Objective> make_objective(const TrainConfig& config) {
+  const std::string& name = config.objective;
   if (name == "sft") return make_sft_objective();
   if (name == "reward") return make_reward_objective();
-  fail("--objective '", name, "': unknown objective; use sft (next-token cross-entropy, the default) or reward "
-       "(DeepSpeed-Chat step 2's reward model on pairs from zerotune prep --pairs)");
+  if (name == "dpo") return make_dpo_objective(config.dpo_beta, config.dpo_label_smoothing);
+  fail("--objective '", name, "': unknown objective; use sft (next-token cross-entropy, the default), reward "
+       "(DeepSpeed-Chat step 2's reward model on pairs from zerotune prep --pairs) or dpo (TRL's DPO on those pairs)");
 }
+
+void add_to_device_sum(Backend& backend, Tensor loss_sum, double value) {
+  double total = 0.0;  // [1]
+  Tensor host(&total, DType::F64, {1});
+  backend.copy(host, loss_sum);
+  total += value;
+  backend.copy(loss_sum, host);
+}
+
+double neg_log_sigmoid(double x) { return x >= 0 ? std::log1p(std::exp(-x)) : -x + std::log1p(std::exp(x)); }
+double sigmoid(double x) { return x >= 0 ? 1.0 / (1.0 + std::exp(-x)) : std::exp(x) / (1.0 + std::exp(x)); }
 
 }  // namespace zt

@@ -125,7 +125,7 @@ void StepRunner::forward(int64_t step, int64_t micro, StepBatches& batches, bool
   enter(StepPart::Model);
   const bool dump = step == 0 && micro == 0 && !config_.dump_step0_path.empty();
   model_.keep_logits(dump);  // the whole [B*T, V] logits only for the dump
-  Tensor logits = model_.forward(batch_, dropout_);
+  Tensor logits = objective_.forward(model_, batches.micro[static_cast<size_t>(micro)], batch_, dropout_);
   if (dump) {
     step0_logits_ = host_copy(backend_, logits);
     step0_batch_ = batch_.batch;

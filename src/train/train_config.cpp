@@ -165,6 +165,8 @@ nlohmann::json TrainConfig::to_json() const {
       {"group_by_length", group_by_length},
       {"packing", packing},
       {"objective", objective},
+      {"dpo_beta", dpo_beta},
+      {"dpo_label_smoothing", dpo_label_smoothing},
       {"head_chunk_rows", head_chunk_rows},
       {"save_every", save_every},
       {"save_at_end", save_at_end},

@@ -79,7 +79,9 @@ struct TrainConfig {
   double comm_timeout_seconds = 1800.0;  // a collective slower than this aborts the job
   bool group_by_length = false;    // micro-batches of similar lengths within each global batch
   bool packing = false;            // each micro-batch's samples packed into rows (data/packing.h)
-  std::string objective = "sft";   // --objective: sft | reward (train/objective.h)
+  std::string objective = "sft";   // --objective: sft | reward | dpo (train/objective.h)
+  double dpo_beta = 0.1;           // --dpo-beta: DPO's beta (TRL's default), the reference's pull
+  double dpo_label_smoothing = 0.0;  // --dpo-label-smoothing: cDPO's label noise in [0, 0.5)
   int64_t head_chunk_rows = 0;     // rows per LM-head + cross-entropy chunk; 0: automatic (ModelOptions)
   int64_t save_every = 0;          // checkpoint every N steps (0: never by count)
   bool save_at_end = true;         // checkpoint after the last step

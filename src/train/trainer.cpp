@@ -165,7 +165,7 @@ void prepare(TrainingRun& run) {
   check_sequence_length(run.model_config, run.dataset->longest_sample(), config.data_dir);
   if (run.eval_data) check_sequence_length(run.model_config, run.eval_data->longest_sample(), config.eval_data_dir);
   // The data must be what the objective trains on (pairs for reward), before anything is allocated.
-  const std::unique_ptr<Objective> objective = make_objective(config.objective);
+  const std::unique_ptr<Objective> objective = make_objective(config);
   objective->check_data(config, *run.dataset, config.data_dir);
   if (run.eval_data) objective->check_data(config, *run.eval_data, config.eval_data_dir);
 }
@@ -190,7 +190,7 @@ void open_device(TrainingRun& run) {
 void assemble(TrainingRun& run) {
   const TrainConfig& config = run.config;
   const std::string& adapter_dir = run.options.adapter_dir;
-  const std::unique_ptr<Objective> objective = make_objective(config.objective);  // its added parameters' weights
+  const std::unique_ptr<Objective> objective = make_objective(config);  // its added parameters' weights
   const UnitWeights weights = [&](ParamStore& store, int unit) {
     load_base_weights(config.model_dir, store, unit);
     objective->init_added_params(store, unit, config.model_dir, config.seed);

@@ -123,6 +123,7 @@ class TrainingLoop {
     }
     StepMetrics metrics = step_metrics(outcome, step, run_.total_steps, run_.steps_per_epoch, run_.skipped,
                                        config_.train_batch_size);
+    metrics.objective_figures = run_.parts.objective->step_figures(*run_.comm);  // every rank: a collective
     metrics.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     step_times_.add(metrics.step_seconds);
     metrics.mean_step_seconds = step_times_.mean();

@@ -330,7 +330,7 @@ expect_error autotune-device-memory-negative "--device-memory '-5GiB' is not a s
   -- autotune --model "$M" --data "$D" --out "$WORK/o-at2" --device-memory -5GiB
 
 # Objectives (issue 33): an unknown one, and the reward objective on samples instead of pairs.
-expect_error train-unknown-objective "--objective 'ppo': unknown objective" "sft" "reward" \
+expect_error train-unknown-objective "--objective 'ppo': unknown objective" "sft" "reward" "dpo" \
   -- train --model "$M" --data "$D" --out "$WORK/o-obj" --objective ppo --max-steps 1
 expect_error train-reward-on-samples "holds samples, not preference pairs" "zerotune prep --pairs" \
   -- train --model "$M" --data "$D" --out "$WORK/o-obj2" --objective reward --max-steps 1

@@ -222,10 +222,30 @@ for e in ran:
 print(f"{len(ran)} reward experiments, predictions within 5%; {command.strip()}")
 PY
 check autotune-objective-reward $? "$WORK/autotune-reward.log" "autotune --objective reward: reward experiments, predicted as measured"
-expect_error estimate-objective-unknown "--objective 'dpo': unknown objective" \
-  -- estimate --model "$M" --objective dpo
+expect_error estimate-objective-unknown "--objective 'ppo': unknown objective" \
+  -- estimate --model "$M" --objective ppo
 expect_error estimate-objective-needs-model "--objective reward needs --model" \
   -- estimate --params 7e9 --objective reward
+
+# --- estimate --objective dpo (issue 33 item 5): under LoRA, twice sft's activations (the reference
+# forward reuses the policy's buffers) and no added parameters; refused without --lora-r ---------
+for objective in sft dpo; do
+  "$ZEROTUNE" estimate --model "$M" --seq-len 64 --micro-batch 4 --lora-r 8 --objective "$objective" --json \
+    >"$WORK/est-lora-$objective.json" 2>"$WORK/est-lora-$objective.err"
+done
+"$PYTHON" - "$WORK/est-lora-sft.json" "$WORK/est-lora-dpo.json" >"$WORK/est-dpo.log" 2>&1 <<'PY'
+import json, sys
+sft, dpo = (json.load(open(path))["rows"][0]["zerotune_run"]["device_peak_terms"] for path in sys.argv[1:3])
+ratio = dpo["activations"] / sft["activations"]
+assert 1.99 < ratio < 2.01, f"dpo's activations are {ratio:.3f} x sft's, not 2x"
+assert dpo["master weights"] == sft["master weights"], "dpo adds no parameters"
+assert dpo["optimizer state"] == sft["optimizer state"], "dpo adds no optimizer state"
+assert json.load(open(sys.argv[2]))["run"]["objective"] == "dpo"
+print(f"dpo activations {ratio:.4f} x sft's under LoRA")
+PY
+check estimate-objective-dpo $? "$WORK/est-dpo.log" "estimate --objective dpo: 2x the activations, nothing added"
+expect_error estimate-objective-dpo-needs-lora "--objective dpo needs --lora-r" \
+  -- estimate --model "$M" --objective dpo
 
 # --- An accelerate YAML where the DeepSpeed JSON belongs: refused, saying how to carry it over --
 cat >"$WORK/accelerate.yaml" <<'YAML'

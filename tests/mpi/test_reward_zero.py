@@ -29,16 +29,16 @@ NORM_REL = 2e-5
 WEIGHT_ATOL = 2e-6
 
 
-def write_pairs(path, seed):
-    """One pair shard of PAIRS random pairs."""
+def write_pairs(path, seed, vocab=VOCAB, pairs=PAIRS):
+    """One pair shard of `pairs` random pairs of token ids in [3, vocab)."""
     rng = random.Random(seed)
     tokens, mask, offsets, prompt_lengths, chosen_lengths = [], [], [0], [], []
-    for _ in range(PAIRS):
-        prompt = [BOS] + [rng.randrange(3, VOCAB) for _ in range(rng.randrange(3, 12))]
-        shared = [rng.randrange(3, VOCAB) for _ in range(rng.randrange(0, 6))]
+    for _ in range(pairs):
+        prompt = [BOS] + [rng.randrange(3, vocab) for _ in range(rng.randrange(3, 12))]
+        shared = [rng.randrange(3, vocab) for _ in range(rng.randrange(0, 6))]
         sides = []
         for _ in range(2):
-            response = shared + [rng.randrange(3, VOCAB) for _ in range(rng.randrange(1, 14))]
+            response = shared + [rng.randrange(3, vocab) for _ in range(rng.randrange(1, 14))]
             scored = [1] * len(response)
             if rng.random() < 0.5:  # an end-of-text EOS, not scored
                 response, scored = response + [EOS], scored + [0]
@@ -58,7 +58,7 @@ def write_pairs(path, seed):
         for key, value in dict(format="zerotune-tokens", tokenizer_sha256="test", split="train", source="test",
                                record="pair").items():
             shard.attrs[key] = value
-        for key, value in dict(version=2, vocab_size=VOCAB, bos_id=BOS, eos_id=EOS, pad_id=PAD,
+        for key, value in dict(version=2, vocab_size=vocab, bos_id=BOS, eos_id=EOS, pad_id=PAD,
                                max_seq_len=MAX_SEQ_LEN).items():
             shard.attrs[key] = numpy.int64(value)
 

@@ -720,7 +720,9 @@ BOOST_AUTO_TEST_CASE(to_json_writes_every_field) {
   BOOST_CHECK_MESSAGE(j.contains("head_chunk_rows"), "head_chunk_rows");
   BOOST_CHECK_MESSAGE(j.contains("quantize"), "quantize");
   BOOST_CHECK_EQUAL(j["objective"].get<std::string>(), "sft");  // --objective's default
-  BOOST_CHECK_EQUAL(j.size(), 44u);
+  BOOST_CHECK_EQUAL(j["dpo_beta"].get<double>(), 0.1);           // --dpo-beta's default (TRL's)
+  BOOST_CHECK_EQUAL(j["dpo_label_smoothing"].get<double>(), 0.0);
+  BOOST_CHECK_EQUAL(j.size(), 46u);
   BOOST_CHECK_EQUAL(j["gradient_accumulation_steps"].get<int64_t>(), 2);
   BOOST_CHECK_EQUAL(j["compute_dtype"].get<std::string>(), "bf16");
   BOOST_CHECK_EQUAL(j["optimizer"]["betas"][1].get<double>(), 0.95);

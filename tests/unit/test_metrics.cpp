@@ -137,6 +137,17 @@ BOOST_AUTO_TEST_CASE(console_line_exact_text) {
   BOOST_TEST(line.find('\n') == std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(objective_figures_follow_in_the_record_and_the_line) {
+  zt::StepMetrics m = example_step();
+  m.objective_figures = {{"rewards/chosen", 0.125}, {"rewards/accuracies", 0.75}};  // DPO's (train/dpo_objective.cpp)
+  const nlohmann::json record = zt::metrics_json(m);
+  BOOST_TEST(record["rewards/chosen"].get<double>() == 0.125);
+  BOOST_TEST(record["rewards/accuracies"].get<double>() == 0.75);
+  BOOST_TEST(zt::metrics_console_line(m) == zt::metrics_console_line(example_step()) +
+                                                " | rewards/chosen 0.1250 | rewards/accuracies 0.7500");
+  BOOST_TEST(!zt::metrics_json(example_step()).contains("rewards/chosen"));  // none without an objective's
+}
+
 BOOST_AUTO_TEST_CASE(progress_bar_exact_text) {
   BOOST_TEST(zt::progress_bar_line(example_step(), 20) ==
              "[=====>              ]  25% 25/100 | loss 2.3457 | 2048 tokens/s | ETA 1m53s");

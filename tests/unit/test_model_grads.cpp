@@ -2,9 +2,11 @@
 // against central finite differences of its loss, for full fine-tuning and for LoRA (incl. the
 // frozen base getting no gradient), and activation checkpointing giving identical gradients;
 // OPT (pre-LN and the opt-350m shape) with its residual dropout on, whose masks depend only on
-// (seed, step, token), so the finite differences see the same ones.
+// (seed, step, token), so the finite differences see the same ones; DPO's per-row losses, row
+// weights and adapters-off forward.
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -85,7 +87,8 @@ struct Setup {
   std::unique_ptr<ParamStore> store;
   std::unique_ptr<CausalLM> model;
 
-  Setup(const LoraConfig& lora, bool checkpointing, float dropout = 0.0f, ModelConfig model_config = tiny_llama())
+  Setup(const LoraConfig& lora, bool checkpointing, float dropout = 0.0f, ModelConfig model_config = tiny_llama(),
+        int64_t head_chunk_rows = 0)
       : config(std::move(model_config)) {
     specs = model_param_specs(config);
     trainable.assign(specs.size(), !lora.enabled());
@@ -98,6 +101,7 @@ struct Setup {
     randomise(*store, 7);
     ModelOptions options;
     options.activation_checkpointing = checkpointing;
+    options.head_chunk_rows = head_chunk_rows;
     if (lora.enabled()) {
       options.lora_scaling = lora_scaling(lora);
       options.lora_dropout = dropout;
@@ -226,6 +230,57 @@ BOOST_AUTO_TEST_CASE(activation_checkpointing_gives_identical_gradients) {
         BOOST_REQUIRE_MESSAGE(a.f32()[i] == b.f32()[i], entry.spec.name << "[" << i << "]");
     }
   }
+}
+
+// DPO's model operations (train/dpo_objective.cpp): per-row loss sums, a backward with per-row
+// weights on the token losses, and a forward with the adapters disabled (= the base model). Head
+// chunks of 4 rows straddle the batch rows (T = 6), so a row's losses come from two chunks.
+BOOST_AUTO_TEST_CASE(row_losses_row_weights_and_disabled_adapters) {
+  LoraConfig lora;
+  lora.r = 2;
+  lora.alpha = 4.0;
+  lora.targets = {"q_proj", "v_proj"};
+  Setup setup(lora, false, 0.0f, tiny_llama(), 4);
+  TestBatch data;
+  BatchTensors batch = data.tensors();
+  DropoutContext dropout{11, 3, batch.row_ids};
+  setup.model->forward(batch, dropout);
+  const std::vector<double> rows = setup.model->row_losses(batch);
+  BOOST_REQUIRE(rows.size() == 2u);
+  BOOST_TEST(rows[0] + rows[1] == setup.model->loss(batch), boost::test_tools::tolerance(1e-12));
+  // The gradient of w0 * L0 + w1 * L1 is w0 * grad(L0) + w1 * grad(L1), each from its own backward.
+  const auto gradients = [&](std::vector<float> weights) {
+    setup.store->zero_grads();
+    setup.model->forward(batch, dropout);
+    if (!weights.empty()) setup.model->weight_rows_once(std::move(weights));
+    setup.model->backward(batch, 0.5f, dropout);
+    std::vector<float> all;
+    for (const ParamEntry& entry : setup.store->entries()) {
+      Tensor grad = setup.store->grad(entry.spec.name);
+      if (!grad.empty()) all.insert(all.end(), grad.f32(), grad.f32() + grad.numel());
+    }
+    return all;
+  };
+  const std::vector<float> first = gradients({1.0f, 0.0f}), second = gradients({0.0f, 1.0f});
+  const std::vector<float> weighted = gradients({2.0f, -0.5f}), unweighted = gradients({});
+  BOOST_REQUIRE(weighted.size() == first.size());
+  float largest = 0.0f;
+  for (size_t i = 0; i < weighted.size(); ++i) {
+    largest = std::max(largest, std::fabs(first[i]));
+    BOOST_TEST(weighted[i] == 2.0f * first[i] - 0.5f * second[i], boost::test_tools::tolerance(1e-4f));
+    BOOST_TEST(unweighted[i] == first[i] + second[i], boost::test_tools::tolerance(1e-4f));
+  }
+  BOOST_TEST(largest > 1e-3f);  // the rows' gradients are not all zero
+  BOOST_TEST(gradients({}) == unweighted);  // the weights served one backward only
+  // Adapters off: exactly the base model (the same base weights: randomise draws them first).
+  Setup base(LoraConfig{}, false, 0.0f, tiny_llama(), 4);
+  base.model->forward(batch, dropout);
+  const std::vector<double> base_rows = base.model->row_losses(batch);
+  DropoutContext no_adapters = dropout;
+  no_adapters.adapters = false;
+  setup.model->forward(batch, no_adapters);
+  BOOST_TEST(setup.model->row_losses(batch) == base_rows);
+  BOOST_TEST(std::fabs(rows[0] - base_rows[0]) > 1e-4);  // with the adapters on, another model
 }
 
 BOOST_AUTO_TEST_CASE(lora_target_that_matches_nothing_is_an_error) {

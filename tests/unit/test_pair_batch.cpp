@@ -1,6 +1,7 @@
 // Tests of preference pairs (data/token_shards.h record="pair", data/pair_batch.h): the pair shard
 // round trip, a pair as one sample (lengths, the sampler's count), the pair micro-batch layout
-// (chosen rows then rejected rows, padding, score ends, divergences), the loss span of
+// (chosen rows then rejected rows, padding, score ends, divergences, each row's targets and loss
+// mask), the loss span of
 // DeepSpeed-Chat's RewardModel (first divergence to the longer side's end; an identical pair
 // [end - 1, end)), and the refusals (samples vs pairs, bad pairs).
 #include <boost/test/unit_test.hpp>
@@ -84,6 +85,12 @@ BOOST_AUTO_TEST_CASE(micro_batch_puts_chosen_rows_first_with_score_ends_and_dive
   BOOST_TEST(row1 == (std::vector<int32_t>{1, 10, 20, 21, 2, 0}));
   const std::vector<int32_t> row2(batch.input_ids.begin() + 12, batch.input_ids.begin() + 18);  // pair 1, rejected
   BOOST_TEST(row2 == (std::vector<int32_t>{1, 10, 30, 31, 32, 2}));
+  // Each row's own targets and loss mask (DPO sums log-probs over them): the scored response
+  // tokens as targets of the position before them; the EOS after them is not one.
+  const std::vector<int32_t> targets1(batch.targets.begin() + 6, batch.targets.begin() + 12);
+  BOOST_TEST(targets1 == (std::vector<int32_t>{10, 20, 21, 2, 0, 0}));
+  const std::vector<uint8_t> mask1(batch.loss_mask.begin() + 6, batch.loss_mask.begin() + 12);
+  BOOST_TEST(mask1 == (std::vector<uint8_t>{0, 1, 1, 0, 0, 0}));
   BOOST_TEST(batch.score_ends == (std::vector<int64_t>{3, 4, 5, 4}));
   BOOST_TEST(batch.divergences == (std::vector<int64_t>{3, 3}));
   // Dropout keys: pair i's chosen row is 2i, its rejected row 2i + 1.

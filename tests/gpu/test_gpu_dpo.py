@@ -1,0 +1,79 @@
+"""GPU (label gpu; on the emulated device label gpu-emu): the DPO objective (TRL's sigmoid loss,
+train/dpo_objective.cpp) on `zerotune train --device cuda` against the CPU backend, on the tiny
+LLaMA of data/tiny-llama with LoRA and random pairs (tests/mpi/test_reward_zero.py's writer). The
+new device work is the reference forward with the adapters disabled, the per-row log-prob sums
+(cross_entropy_accumulate into one fp64 slot per row) and the per-row weighted cross-entropy
+gradient: 5 steps of losses, gradient norms and DPO figures within 1e-4 relative (rewards within
+1e-6 absolute), the final adapter weights within 1e-5, and the evaluation's loss and figures; and
+ZeRO-3 on 2 GPUs against 1 GPU (losses, margins, adapter weights).
+Without a GPU every check fails with zerotune's message (this test never skips).
+"""
+import json
+import os
+import subprocess
+
+from mpi_common_path import add_mpi_path  # noqa: F401 (puts tests/mpi on sys.path)
+from mpi_common import (REPO, Report, check_weights, load_weights, main_guard, parse_args, read_metrics, run_ranks,
+                        temporary_directory, write_ds_config)
+from test_reward_zero import write_pairs  # noqa: E402
+
+STEPS = 5  # WarmupLR: updates 1 and 2 at learning rate 0
+REL = 1e-4
+REWARD_ATOL = 1e-6
+WEIGHT_ATOL = 1e-5
+FIGURES = ("rewards/chosen", "rewards/rejected", "rewards/margins")
+
+
+def main():
+    args = parse_args(__doc__)
+    report = Report("DPO objective: GPU vs CPU")
+    with temporary_directory(args, "zt-gpu-dpo-") as workdir:
+        model = os.path.join(workdir, "model")
+        subprocess.run([args.zerotune, "init", "--config", os.path.join(REPO, "data", "tiny-llama", "config.json"),
+                        "--out", model, "--seed", "1"], check=True, stdout=subprocess.DEVNULL)
+        data = os.path.join(workdir, "pairs")
+        write_pairs(os.path.join(data, "train-00000.h5"), seed=9, pairs=16)
+        runs = {}
+        for name, device, ranks, stage in (("cuda", "cuda", 1, 0), ("cpu", "cpu", 1, 0), ("cuda-w2-s3", "cuda", 2, 3)):
+            out = os.path.join(workdir, name)
+            ds = write_ds_config(os.path.join(workdir, name + ".json"), 8, 4 // ranks, {"stage": stage})
+            run_ranks(ranks, [args.zerotune, "train", "--objective", "dpo", "--model", model, "--data", data,
+                          "--eval-data", data, "--eval-every", STEPS, "--out", out, "--deepspeed", ds, "--max-steps",
+                          STEPS, "--seed", 3, "--device", device, "--dump-final", out + ".safetensors", "--lora-r", 4,
+                          "--lora-alpha", 8, "--lora-targets", "q_proj,v_proj,down_proj"])
+            with open(os.path.join(out, "metrics.jsonl")) as stream:
+                evaluation = [json.loads(line) for line in stream if "eval_rewards/accuracies" in line]
+            runs[name] = (read_metrics(out), load_weights(out + ".safetensors"), evaluation)
+        (gpu, gpu_weights, gpu_eval), (cpu, cpu_weights, cpu_eval) = runs["cuda"], runs["cpu"]
+        report.check(len(gpu) == len(cpu) == STEPS, f"{STEPS} steps on each backend")
+        for mine, theirs in zip(gpu, cpu):
+            step = mine["step"]
+            report.scalar(f"step {step} loss", mine["loss"], theirs["loss"], REL)
+            report.scalar(f"step {step} grad_norm", mine["grad_norm"], theirs["grad_norm"], REL)
+            for key in ("logps/chosen", "logps/rejected"):
+                report.scalar(f"step {step} {key}", mine[key], theirs[key], REL)
+            worst = max(abs(mine[key] - theirs[key]) for key in FIGURES)
+            report.check(worst <= REWARD_ATOL, f"step {step}: rewards/* within {REWARD_ATOL:.0e} ({worst:.1e})")
+        report.check(cpu[-1]["loss"] < cpu[0]["loss"] - 1e-4, "the loss falls on the CPU")
+        check_weights(report, "dpo on cuda vs cpu", gpu_weights, cpu_weights, WEIGHT_ATOL, cpu)
+        # ZeRO-3 on 2 emulated GPUs (the reference forward gathers the base once more) = 1 GPU.
+        zero3, zero3_weights, _ = runs["cuda-w2-s3"]
+        report.check(len(zero3) == STEPS, f"{STEPS} steps at stage 3 on 2 GPUs")
+        for mine, theirs in zip(zero3, gpu):
+            report.scalar(f"stage 3 x 2 step {mine['step']} loss", mine["loss"], theirs["loss"], REL)
+            report.check(abs(mine["rewards/margins"] - theirs["rewards/margins"]) <= REWARD_ATOL,
+                         f"stage 3 x 2 step {mine['step']}: rewards/margins within {REWARD_ATOL:.0e}")
+        check_weights(report, "dpo at stage 3 on 2 GPUs vs 1", zero3_weights, gpu_weights, WEIGHT_ATOL, gpu)
+        report.check(len(gpu_eval) == len(cpu_eval) >= 1, "as many evaluations on each backend (each epoch's end, "
+                     f"the last step's): {len(gpu_eval)} and {len(cpu_eval)}")
+        if gpu_eval and cpu_eval:
+            g, c = gpu_eval[-1], cpu_eval[-1]
+            report.scalar("eval_loss", g["eval_loss"], c["eval_loss"], REL)
+            report.scalar("eval_rewards/accuracies", g["eval_rewards/accuracies"], c["eval_rewards/accuracies"], 1e-12)
+            report.check(abs(g["eval_rewards/margins"] - c["eval_rewards/margins"]) <= REWARD_ATOL,
+                         "eval_rewards/margins within 1e-6")
+    return report.finish()
+
+
+if __name__ == "__main__":
+    main_guard(main)
