@@ -284,7 +284,7 @@ expect_error train-resume-missing "--resume $WORK/no-such-checkpoint: not a comp
   -- train --model "$M" --data "$D" --out "$WORK/o-res" --resume "$WORK/no-such-checkpoint"
 expect_error export-not-a-checkpoint "manifest.json: missing (not a complete checkpoint)" \
   -- export --checkpoint "$WORK" --model "$M" --out "$WORK/o-exp"
-expect_error export-bad-format "--format must be hf or peft, not 'onnx'" \
+expect_error export-bad-format "--format must be hf, peft or dschat, not 'onnx'" \
   -- export --checkpoint "$WORK" --model "$M" --out "$WORK/o-exp2" --format onnx
 
 # Red-team findings (issue 35 item 10): each refused at once, naming the flag and its limit.
