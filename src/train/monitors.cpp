@@ -51,6 +51,10 @@ void Monitors::write_step(const nlohmann::json& record) {
   add(values, "Train/Samples/mem_device_peak", record, "mem_device_peak");
   add(values, "Train/Samples/mem_host_rss", record, "mem_host_rss");
   add(values, "Train/Samples/mem_host_peak", record, "mem_host_peak");
+  // The objective's own figures (DPO's rewards/chosen, logps/rejected, ...: the names with a
+  // slash, as TRL logs them) under the same prefix.
+  for (const auto& [key, value] : record.items())
+    if (key.find('/') != std::string::npos) add(values, "Train/Samples/" + key, record, key.c_str());
   write(record.at("step").get<int64_t>(), values);
 }
 
@@ -58,6 +62,11 @@ void Monitors::write_eval(const nlohmann::json& record) {
   Scalars values;
   add(values, "Eval/Samples/eval_loss", record, "eval_loss");
   add(values, "Eval/Samples/eval_ppl", record, "eval_ppl");
+  // The objective's other evaluation figures (the reward model's eval_reward_accuracy, DPO's
+  // eval_rewards/margins, ...); not the counts (eval_samples, eval_tokens, eval_pairs: integers).
+  for (const auto& [key, value] : record.items())
+    if (key.starts_with("eval_") && key != "eval_loss" && key != "eval_ppl" && value.is_number_float())
+      add(values, "Eval/Samples/" + key, record, key.c_str());
   write(record.at("step").get<int64_t>(), values);
 }
 

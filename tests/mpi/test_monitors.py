@@ -11,7 +11,9 @@ here by readers that share nothing with zerotune's writers:
    with one row per step, the re-run step's; a new run with the same job names leaves that run's
    rows alone (each event file starts with a SessionLog START, TensorBoard's restart marker).
 3 steps of the tiny LLaMA on 2 ranks, ZeRO-2, fp16 (so the loss scale is logged, as DeepSpeed
-does only then), evaluating every step. tensorboard and protobuf are PyPI pins of
+does only then), evaluating every step. An objective's own figures go the same way: 2 steps of
+DPO with LoRA on pairs, evaluating every step, log TRL's rewards/* and logps/* under
+Train/Samples/ and their eval_ forms under Eval/Samples/. tensorboard and protobuf are PyPI pins of
 tests/oracle/requirements.txt: missing, the test fails."""
 import csv
 import glob
@@ -30,6 +32,7 @@ from mpi_common import (REPO, Report, main_guard, make_model_and_data, parse_arg
                         temporary_directory, write_ds_config)
 
 TRAIN_BATCH = 8
+FIGURES = ("rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen", "logps/rejected")
 STEPS = 3
 # tag -> metrics.jsonl key, for the step records and the evaluation records
 STEP_TAGS = {"Train/Samples/train_loss": "loss", "Train/Samples/lr": "lr", "Train/Samples/grad_norm": "grad_norm",
@@ -117,6 +120,39 @@ def check_csv(report, label, directory, expected):
                      ("" if got == want else f", got {got}"))
 
 
+def check_objective_figures(report, zerotune, workdir, model, ds, config):
+    """DPO's step and evaluation figures in TensorBoard and the CSV files, as metrics.jsonl has them."""
+    from test_reward_zero import write_pairs
+    pairs = os.path.join(workdir, "pairs")
+    write_pairs(os.path.join(pairs, "train-00000.h5"), seed=5)
+    config = dict(config, tensorboard={"enabled": True, "output_path": "logs/tb", "job_name": "dpo_tensorboard"},
+                  csv_monitor={"enabled": True, "output_path": "logs/csv/", "job_name": "dpo_csv"})
+    config.pop("fp16")
+    dpo_ds = os.path.join(workdir, "dpo.json")
+    with open(dpo_ds, "w") as stream:
+        json.dump(config, stream)
+    out = os.path.join(workdir, "dpo")
+    run_ranks(1, [zerotune, "train", "--objective", "dpo", "--lora-r", 4, "--model", model, "--data", pairs,
+                  "--eval-data", pairs, "--eval-every", 1, "--out", out, "--deepspeed", dpo_ds, "--max-steps", 2,
+                  "--seed", 3])
+    with open(os.path.join(out, "metrics.jsonl")) as stream:
+        records = [json.loads(line) for line in stream if line.strip()]
+    steps = [r for r in records if "loss" in r]
+    evals = [r for r in records if "eval_rewards/accuracies" in r]
+    # Every tag of an sft run but the loss scale (bf16/fp32: none) and the perplexity, plus the figures.
+    step_tags = {tag: key for tag, key in STEP_TAGS.items() if key != "loss_scale"}
+    step_tags.update({"Train/Samples/" + key: key for key in steps[0] if "/" in key})
+    eval_tags = {"Eval/Samples/" + key: key for key, value in evals[0].items()
+                 if key.startswith("eval_") and isinstance(value, float)}  # not the counts
+    expected = {tag: [(r["step"] * TRAIN_BATCH, r[key]) for r in records_of]
+                for tags, records_of in ((step_tags, steps), (eval_tags, evals)) for tag, key in tags.items()}
+    named = {"Train/Samples/" + name for name in FIGURES} | {"Eval/Samples/eval_" + name for name in FIGURES}
+    report.check(named <= set(expected), f"dpo: TRL's figures are logged: {sorted(named - set(expected))} missing")
+    report.check(len(steps) == 2 and len(evals) == 2, f"dpo: 2 steps and 2 evaluations ({len(steps)}, {len(evals)})")
+    check_tensorboard(report, "dpo", os.path.join("logs", "tb", "dpo_tensorboard"), expected, 1)
+    check_csv(report, "dpo", os.path.join("logs", "csv", "dpo_csv"), expected)
+
+
 def main():
     args = parse_args(__doc__)
     args.zerotune = os.path.abspath(args.zerotune)  # the runs start in the work directory
@@ -175,6 +211,7 @@ def main():
                      "new run: 1 step in its metrics.jsonl")
         check_tensorboard(report, "new run", tb_dir, expected, 3)
         check_csv(report, "new run", csv_dir, expected)
+        check_objective_figures(report, args.zerotune, workdir, model, ds, config)
         os.chdir(REPO)
     return report.finish()
 
