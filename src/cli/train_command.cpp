@@ -57,6 +57,12 @@ po::options_description train_options() {
       ("offload-activations", po::bool_switch(),
        "with --activation-checkpointing: keep the saved block inputs in pinned host memory between forward and "
        "backward (copied beside compute, prefetched one block ahead)")
+      ("pipeline-stages", po::value<int64_t>(), "pipeline parallelism: split the ranks into this many stages x "
+       "world / stages data-parallel replicas, each stage holding a contiguous range of the model's units "
+       "(default 1: none; docs/pipeline.md)")
+      ("pipeline-schedule", po::value<std::string>(), "with --pipeline-stages: 1f1b (default) or gpipe")
+      ("partition-method", po::value<std::string>(), "with --pipeline-stages: how the units split over the stages, "
+       "parameters (default: balance the trainable parameters), uniform, or type:REGEX (DeepSpeed's partition_method)")
       ("epochs", po::value<int64_t>(), "epochs over the data (default 1)")
       ("max-steps", po::value<int64_t>(), "stop after this many optimizer steps (overrides --epochs)")
       ("seed", po::value<uint64_t>(), "seed of shuffling, dropout and LoRA init (default 42)")
@@ -213,6 +219,10 @@ void take_run_flags(const po::variables_map& vm, TrainConfig& config, RunOptions
   ZT_CHECK(!config.offload_activations || config.activation_checkpointing,
            "--offload-activations needs --activation-checkpointing: it moves the block inputs that checkpointing "
            "keeps to host memory");
+  take(vm, "pipeline-stages", config.pipeline.stages);
+  take(vm, "pipeline-schedule", config.pipeline.schedule);
+  take(vm, "partition-method", config.pipeline.partition_method);
+  ZT_CHECK(config.pipeline.stages >= 1, "--pipeline-stages must be at least 1, not ", config.pipeline.stages);
   take(vm, "epochs", config.epochs);
   take(vm, "max-steps", config.max_steps);
   take(vm, "head-chunk-rows", config.head_chunk_rows);

@@ -30,7 +30,8 @@ bool is_lora_parameter(const std::string& name);
 void load_base_weights(const std::string& model_dir, ParamStore& store, int unit = -1);
 
 // PEFT's fresh adapter: A kaiming-uniform (RNG keyed by seed and adapter index), B zeros (the
-// store starts zeroed).
-void init_lora_weights(ParamStore& store, uint64_t seed, int unit = -1);
+// store starts zeroed). `first_adapter`: the index of the store's first adapter in the whole
+// model (a pipeline stage's store holds the adapters of its units only).
+void init_lora_weights(ParamStore& store, uint64_t seed, int unit = -1, uint32_t first_adapter = 0);
 
 }  // namespace zt

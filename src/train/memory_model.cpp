@@ -161,6 +161,9 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
   run.quantize = run_quantization(config.quantize, model_config.quantization, config.model_dir);
   run.dump_step0_path.clear();  // a debugging dump writes files; it is not a run to plan for
   run.scheduler = SchedulerConfig();  // the learning rate allocates nothing (and may be unresolved here)
+  // Pipeline stages are not modelled yet (issue 32): the prediction is the whole model's on every
+  // rank, more than any one stage holds.
+  run.pipeline = PipelineConfig();
   TermObserver terms(*backend);
   RunParts parts = assemble_run(run, model_config, *backend, *comm, comm.get(), world_size, UnitWeights(), &terms);
   TermHooks hooks(*parts.engine, *backend);

@@ -4,11 +4,44 @@
 #include "backend/allocation_log.h"
 #include "model/lora.h"
 #include "optim/optimizer.h"
+#include "pipe/stage_partition.h"
 
 namespace zt {
 
-ModelOptions model_options_of(const TrainConfig& config) {
+namespace {
+
+// Stage `stage` of config.pipeline's partition of the plan's units (the whole model without one).
+StageUnits stage_units_of(const TrainConfig& config, const ParameterPlan& plan, int stage) {
+  if (!config.pipeline.enabled()) return {};
+  const PartitionRule rule = parse_partition_method(config.pipeline.partition_method, "--partition-method");
+  const std::vector<int> bounds = partition_units(unit_weights(summarize_units(plan.specs, plan.trainable), rule),
+                                                  static_cast<int>(config.pipeline.stages));
+  StageUnits units{bounds.at(static_cast<size_t>(stage)), bounds.at(static_cast<size_t>(stage) + 1), 0};
+  for (const ParamSpec& spec : plan.specs)
+    if (spec.unit < units.first_unit && spec.name.find(".lora_A.") != std::string::npos) ++units.first_adapter;
+  return units;
+}
+
+// The plan's parameters of the stage's units, renumbered from its first unit (the stage's store).
+void keep_stage_units(ParameterPlan& plan, const StageUnits& stage) {
+  if (stage.end_unit < 0) return;
+  ParameterPlan kept;
+  for (size_t i = 0; i < plan.specs.size(); ++i) {
+    if (plan.specs[i].unit < stage.first_unit || plan.specs[i].unit >= stage.end_unit) continue;
+    kept.specs.push_back(plan.specs[i]);
+    kept.specs.back().unit -= stage.first_unit;
+    kept.trainable.push_back(plan.trainable[i]);
+    kept.quant.push_back(plan.quant[i]);
+  }
+  plan = std::move(kept);
+}
+
+}  // namespace
+
+ModelOptions model_options_of(const TrainConfig& config, const StageUnits& stage) {
   ModelOptions options;
+  options.first_unit = stage.first_unit;
+  options.end_unit = stage.end_unit;
   options.activation_checkpointing = config.activation_checkpointing;
   options.offload_activations = config.offload_activations;
   options.head_chunk_rows = config.head_chunk_rows;
@@ -25,6 +58,7 @@ StepConfig step_config_of(const TrainConfig& config) {
 }
 
 std::vector<StepInstruction> run_schedule(const TrainConfig& config, const Optimizer& optimizer) {
+  if (config.pipeline.enabled()) return {StepInstruction{StepOp::PipelineStage, 0}};  // train/pipe_engine.h
   if (!optimizer.fuses_into_backward()) return gradient_accumulation_schedule(config.gradient_accumulation_steps);
   return fused_update_schedule(config.gradient_accumulation_steps,
                                config.gradient_clipping > 0.0 || config.compute_dtype == DType::F16);
@@ -32,7 +66,7 @@ std::vector<StepInstruction> run_schedule(const TrainConfig& config, const Optim
 
 RunParts assemble_run(const TrainConfig& config, const ModelConfig& model_config, Backend& backend, Communicator& comm,
                       Communicator* host_comm, int world_size, const UnitWeights& weights,
-                      AssemblyObserver* observer) {
+                      AssemblyObserver* observer, int pipeline_stage) {
   AssemblyObserver nothing;
   AssemblyObserver& observe = observer ? *observer : nothing;
   log_allocation_mark(backend, "assemble");
@@ -44,6 +78,8 @@ RunParts assemble_run(const TrainConfig& config, const ModelConfig& model_config
     parts.plan.trainable.push_back(true);
     parts.plan.quant.push_back(QuantConfig{});
   }
+  parts.stage = stage_units_of(config, parts.plan, pipeline_stage);
+  keep_stage_units(parts.plan, parts.stage);
   parts.residency = zero_store_residency(config.zero, world_size, *make_optimizer(config.optimizer));
   observe.before_store();
   parts.store = std::make_unique<ParamStore>(backend, parts.plan.specs, parts.plan.trainable, world_size,
@@ -54,12 +90,12 @@ RunParts assemble_run(const TrainConfig& config, const ModelConfig& model_config
                                               config.compute_dtype, host_comm);
   for (int unit = 0; unit < parts.store->num_units(); ++unit) {
     if (!parts.residency.params) parts.store->commit_unit_params(unit);
-    if (weights) weights(*parts.store, unit);
+    if (weights) weights(*parts.store, unit, parts.stage);
     parts.engine->init_unit_from_store(unit);
   }
   parts.engine->finish_init();
   observe.before_model(*parts.store, *parts.engine);
-  parts.model = make_causal_lm(model_config, *parts.store, backend, model_options_of(config));
+  parts.model = make_causal_lm(model_config, *parts.store, backend, model_options_of(config, parts.stage));
   parts.model->set_unit_hooks(parts.engine.get());
   parts.objective->attach(*parts.model, *parts.store, backend);
   if (config.compute_dtype == DType::F16) parts.scaler.emplace(config.loss_scaler);  // bf16, fp32: unscaled (DeepSpeed)

@@ -26,10 +26,20 @@
 
 namespace zt {
 
+// A pipeline stage's share of the model (issue 32): the model's units [first_unit, end_unit)
+// (all of them without a pipeline: end_unit -1), and how many LoRA adapters come before them
+// (PEFT's fresh adapters draw their initialisation by adapter index over the whole model).
+struct StageUnits {
+  int first_unit = 0;
+  int end_unit = -1;
+  uint32_t first_adapter = 0;
+};
+
 // The parts of a run; members are destroyed in reverse order (the model before the engine
 // before the store), as each holds references to the ones above it.
 struct RunParts {
-  ParameterPlan plan;
+  ParameterPlan plan;                        // the stage's parameters (units numbered from its first)
+  StageUnits stage;
   StoreResidency residency;
   std::unique_ptr<ParamStore> store;
   std::unique_ptr<ZeroEngine> engine;
@@ -51,18 +61,20 @@ class AssemblyObserver {
 
 // Fills a unit's parameters in the store (base weights, LoRA initialisation, a PEFT adapter)
 // after the store committed them and before the engine copies them into its partitions.
-using UnitWeights = std::function<void(ParamStore& store, int unit)>;
+using UnitWeights = std::function<void(ParamStore& store, int unit, const StageUnits& stage)>;
 
-// `comm`: the collectives' communicator (the device's); `host_comm`: MPI on host buffers, for an
-// optimizer that exchanges on MPI (ZeroEngine). `weights` empty: the parameters stay unwritten
+// `comm`: the collectives' communicator (the device's; a pipeline stage's data-parallel group);
+// `host_comm`: MPI on host buffers, for an optimizer that exchanges on MPI (ZeroEngine);
+// `world_size`: the ranks of `comm`; `pipeline_stage`: which stage of config.pipeline this rank
+// builds (its units of the partition, pipe/stage_partition.h). `weights` empty: the parameters stay unwritten
 // (the memory model). The unit-by-unit loading keeps a ZeRO-3 rank from ever holding more than
 // one unit beyond its partition (zero_store_residency).
 RunParts assemble_run(const TrainConfig& config, const ModelConfig& model_config, Backend& backend, Communicator& comm,
                       Communicator* host_comm, int world_size, const UnitWeights& weights,
-                      AssemblyObserver* observer = nullptr);
+                      AssemblyObserver* observer = nullptr, int pipeline_stage = 0);
 
 // What the model's options are for a run (checkpointing, activation offload, head chunks, LoRA).
-ModelOptions model_options_of(const TrainConfig& config);
+ModelOptions model_options_of(const TrainConfig& config, const StageUnits& stage = {});
 // What a step needs of the run's configuration (its scheduler resolved already).
 StepConfig step_config_of(const TrainConfig& config);
 // The step's instructions: gradient accumulation, or an optimizer fused into backward (LOMO),

@@ -64,9 +64,10 @@ class TrainingLoop {
         prefetcher_([&run](int64_t step) { return run.step_samples->rank_batches(step); }, run.state.step,
                     run.total_steps),
         runner_(step_config_of(run.config), *run.parts.model, *run.parts.objective, *run.parts.engine, *run.parts.store, run.backend(),
-                *run.comm, run.control(), run.parts.scaler ? &*run.parts.scaler : nullptr,
+                run.data_comm(), run.control(), run.parts.scaler ? &*run.parts.scaler : nullptr,
                 run.model_config.vocab_size),
         last_saved_step_(run.resume_from ? run.state.step : -1) {
+    runner_.set_pipeline(run.pipe.get());
     if (run.leader) {
       const std::string metrics_path = (fs::path(config_.out_dir) / "metrics.jsonl").string();
       if (run.resume_from) trim_metrics_for_resume(metrics_path, run.state.step);  // later steps run again

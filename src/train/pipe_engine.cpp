@@ -1,0 +1,140 @@
+// The pipeline engine (pipe_engine.h): the refusals, then one step's instructions.
+#include "train/pipe_engine.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace zt {
+
+void check_pipeline_run(const TrainConfig& config, const ModelConfig& model_config, int world_size,
+                        const Optimizer& optimizer) {
+  const PipelineConfig& pipe = config.pipeline;
+  if (!pipe.enabled()) return;
+  const std::string flag = cat("--pipeline-stages ", pipe.stages);
+  PipelineTopology(world_size, static_cast<int>(pipe.stages));  // P divides the world (else its error)
+  ZT_CHECK(pipe.stages <= model_config.num_hidden_layers, flag, ": the model has only ",
+           model_config.num_hidden_layers, " decoder layers; a pipeline has at most one stage per layer");
+  const PipeScheduleKind kind = parse_pipe_schedule(pipe.schedule, "--pipeline-schedule");
+  ZT_CHECK(kind != PipeScheduleKind::Interleaved, flag, ": the interleaved schedule is not run by the engine yet "
+           "(its steady state needs batched sends on NCCL: docs/pipeline.md); use 1f1b or gpipe");
+  ZT_CHECK(config.zero.stage <= 2, flag, ": ZeRO stage 3 partitions each stage's parameters over its replicas and "
+           "gathers them per use, which does not combine with a pipeline (DeepSpeed allows only ZeRO-1 with its "
+           "pipeline; zerotune runs stages 0-2 inside each stage's data-parallel group)");
+  ZT_CHECK(!optimizer.fuses_into_backward(), flag, ": optimizer ", optimizer.name(), " updates inside backward "
+           "(LOMO-style), unit by unit as gradients complete; a pipeline's backward runs micro-batch by micro-batch "
+           "over the stages, and the update needs the norm over all of them first");
+  ZT_CHECK(!model_config.tie_word_embeddings, flag, ": the model ties its LM head to the token embedding "
+           "(tie_word_embeddings), which would live on the first and the last stage with their gradients summed "
+           "each step; that is not implemented yet");
+  ZT_CHECK(config.objective == "sft", flag, ": the ", config.objective, " objective is not run over pipeline stages "
+           "yet (only sft)");
+  ZT_CHECK(!config.offload_activations, flag, ": --offload-activations does not combine with a pipeline (a stage "
+           "keeps only its input per micro-batch in flight and recomputes the rest)");
+  ZT_CHECK(config.eval_data_dir.empty(), flag, ": --eval-data is not evaluated over pipeline stages yet");
+  ZT_CHECK(config.dump_step0_path.empty(), flag, ": --dump-step0 needs the whole model on one rank");
+  ZT_CHECK(config.resume.empty() && config.save_every == 0 && !config.save_at_end, flag,
+           ": checkpoints of a pipeline run are not written yet (each stage holds part of the model): give "
+           "--no-save-at-end and neither --save-every nor --resume (--dump-final writes the final weights)");
+}
+
+PipeEngine::PipeEngine(const TrainConfig& config, const PipelineTopology& topology, int rank, Communicator& world,
+                       Backend& backend, int64_t hidden_size, DType dtype)
+    : topology_(topology), rank_(rank), stage_(topology.stage_of(rank)), replica_(topology.replica_of(rank)),
+      world_(world), backend_(backend), hidden_(hidden_size), dtype_(dtype) {
+  PipeScheduleShape shape;
+  shape.ranks = topology.stages();
+  shape.micro_batches = static_cast<int>(config.gradient_accumulation_steps);
+  schedule_ = make_pipe_schedule(parse_pipe_schedule(config.pipeline.schedule, "--pipeline-schedule"), shape)
+                  .at(static_cast<size_t>(stage_));
+  inputs_.resize(static_cast<size_t>(shape.micro_batches));
+}
+
+// Micro-batch `micro`'s stage input [B*T, C]: grown to its size when it is about to be received.
+Tensor PipeEngine::input_of(StageWork& work, int micro, bool for_receive) {
+  if (stage_ == 0) return Tensor();  // the stem reads the tokens
+  const int64_t rows = work.rows(micro);
+  Buffer& buffer = inputs_.at(static_cast<size_t>(micro));
+  if (for_receive) ensure_buffer(buffer, backend_, rows * hidden_, dtype_);
+  return buffer.view(dtype_, {rows, hidden_});
+}
+
+// One send_recv_async for the group's send and receive, completed before the next computation.
+void PipeEngine::flush(Group& group) {
+  if (group.send_to < 0 && group.recv_from < 0) return;
+  world_.send_recv_async(group.send, group.send_to, group.recv, group.recv_from)->wait();
+  group = Group();
+}
+
+void PipeEngine::run_step(StageWork& work) {
+  ZT_CHECK(work.micro_batches() == static_cast<int64_t>(inputs_.size()), "pipeline: the step has ",
+           work.micro_batches(), " micro-batches, the schedule ", inputs_.size());
+  Group group;
+  Tensor output, input_grad;  // the last forward's output, the last backward's input gradient
+  int forwarded = -1;         // the micro-batch whose activations the model holds (its last forward)
+  for (const PipeInstruction& instruction : schedule_) {
+    const int mb = instruction.micro_batch;
+    switch (instruction.op) {
+      case PipeOp::LoadMicroBatch: break;  // the forward loads the micro-batch's views
+      case PipeOp::RecvActivation:
+        if (group.recv_from >= 0) flush(group);
+        group.recv = input_of(work, mb, true);
+        group.recv_from = topology_.previous_rank(rank_);
+        break;
+      case PipeOp::RecvGrad:
+        if (group.recv_from >= 0) flush(group);
+        ensure_buffer(output_grad_, backend_, work.rows(mb) * hidden_, dtype_);
+        group.recv = output_grad_.view(dtype_, {work.rows(mb), hidden_});
+        group.recv_from = topology_.next_rank(rank_);
+        break;
+      case PipeOp::SendActivation:
+      case PipeOp::SendGrad: {
+        if (group.send_to >= 0) flush(group);
+        const bool activation = instruction.op == PipeOp::SendActivation;
+        group.send = activation ? output : input_grad;
+        group.send_to = activation ? topology_.next_rank(rank_) : topology_.previous_rank(rank_);
+        break;
+      }
+      case PipeOp::Forward:
+        flush(group);
+        output = work.forward(mb, input_of(work, mb, false));
+        forwarded = mb;
+        break;
+      case PipeOp::Backward: {
+        flush(group);
+        if (forwarded != mb) work.forward(mb, input_of(work, mb, false));  // recompute its activations
+        const bool last_stage = stage_ + 1 == topology_.stages();
+        input_grad = work.backward(mb, last_stage ? Tensor() : output_grad_.view(dtype_, {work.rows(mb), hidden_}));
+        forwarded = -1;
+        break;
+      }
+      case PipeOp::ReduceTiedGrads: fail("pipeline: tied embeddings across stages are not implemented");
+      case PipeOp::ReduceGrads:
+        flush(group);
+        work.reduce();
+        break;
+      case PipeOp::OptimizerStep: work.update(); break;
+    }
+  }
+  flush(group);
+}
+
+ZeroEngine::GradientCheck PipeEngine::combine(const ZeroEngine::GradientCheck& stage_check) {
+  // Every rank of a stage holds the stage's figures: replica 0 speaks for it.
+  double values[2] = {replica_ == 0 ? stage_check.norm * stage_check.norm : 0.0, stage_check.overflow ? 1.0 : 0.0};
+  world_.all_reduce_scalars(values);
+  return {std::sqrt(values[0]), values[1] > 0.0};
+}
+
+void PipeEngine::combine_sums(std::span<double> sums) {
+  ZT_CHECK(sums.size() == 4, "PipeEngine::combine_sums: ", sums.size(), " sums, not 4");
+  const bool speaks = replica_ == 0;
+  const bool last_stage = stage_ + 1 == topology_.stages();
+  sums[0] = speaks && last_stage ? sums[0] : 0.0;  // the loss: the head's stage computes it
+  sums[1] = speaks && stage_ == 0 ? sums[1] : 0.0;  // tokens: every stage sees the same micro-batches
+  sums[2] = speaks && stage_ == 0 ? sums[2] : 0.0;
+  sums[3] = speaks ? sums[3] : 0.0;                 // FLOPs: each stage's own units
+  world_.all_reduce_scalars(sums);
+}
+
+}  // namespace zt

@@ -1,0 +1,77 @@
+// The pipeline engine (issue 32, docs/pipeline.md): executes this rank's instruction list of a
+// pipeline schedule (pipe/pipe_schedule.h) in each optimizer step, and nothing else decides the
+// order. Rank r runs stage r / D of replica r % D (pipe/pipeline_topology.h); its model holds
+// only the stage's units (ModelOptions::first_unit, end_unit) and its ZeRO engine reduces over the
+// stage's data-parallel group. The engine:
+//   - sends and receives the activations [B*T, C] and their gradients on the world communicator,
+//     each run of adjacent Send/Recv instructions (at most one send and one receive) as one
+//     send_recv_async, completed before the next computation: the `Grouped` transport of
+//     pipe/pipe_simulation.h, under which GPipe and 1F1B cannot deadlock (blocking sends would
+//     deadlock 1F1B's steady state);
+//   - keeps each micro-batch's stage input until its backward and recomputes the stage's forward
+//     before a backward whose forward was not the stage's last one (GPipe everywhere, 1F1B
+//     before the last stage): the model keeps one micro-batch's activations, the stage the
+//     inputs of the micro-batches in flight (at most M for GPipe, P - stage for 1F1B). Dropout
+//     masks are keyed by the tokens' row ids, so the recomputed forward is the same forward;
+//   - makes one loss scale and one gradient norm over all stages (combine): the squared norms of
+//     the stages summed and the overflow flag maxed over every rank, so an overflow anywhere
+//     skips the step everywhere and clipping uses the global norm; the loss comes from the last
+//     stage, the token counts from the first (combine_sums).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/buffer.h"
+#include "comm/communicator.h"
+#include "model/config.h"
+#include "optim/optimizer.h"
+#include "pipe/pipe_schedule.h"
+#include "pipe/pipeline_topology.h"
+#include "train/step_runner.h"
+#include "train/train_config.h"
+
+namespace zt {
+
+// The refusals of a pipeline run (config.pipeline.enabled()), each naming what does not combine
+// with --pipeline-stages and why; nothing without a pipeline.
+void check_pipeline_run(const TrainConfig& config, const ModelConfig& model_config, int world_size,
+                        const Optimizer& optimizer);
+
+class PipeEngine final : public PipelineStage {
+ public:
+  // `world`: every rank's communicator (the activations' point-to-point traffic and the
+  // cross-stage sums); `hidden_size`: C, the activations' width; `dtype`: their dtype (the
+  // compute dtype).
+  PipeEngine(const TrainConfig& config, const PipelineTopology& topology, int rank, Communicator& world,
+             Backend& backend, int64_t hidden_size, DType dtype);
+
+  void run_step(StageWork& work) override;
+  ZeroEngine::GradientCheck combine(const ZeroEngine::GradientCheck& stage_check) override;
+  void combine_sums(std::span<double> sums) override;
+
+  int stage() const { return stage_; }
+
+ private:
+  // The pending group of point-to-point instructions (one send and one receive at most).
+  struct Group {
+    Tensor send, recv;
+    int send_to = -1, recv_from = -1;
+  };
+  void flush(Group& group);
+  Tensor input_of(StageWork& work, int micro, bool for_receive);  // [B*T, C] of micro-batch `micro`
+
+  const PipelineTopology topology_;
+  int rank_, stage_, replica_;
+  Communicator& world_;
+  Backend& backend_;
+  int64_t hidden_;
+  DType dtype_;
+  std::vector<PipeInstruction> schedule_;  // this rank's instructions of one step
+  std::vector<Buffer> inputs_;             // [M]: each micro-batch's stage input [B*T, C] (not on stage 0)
+  Buffer output_grad_;                     // [B*T, C]: the received gradient of the stage's output
+};
+
+}  // namespace zt
