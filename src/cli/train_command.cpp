@@ -337,6 +337,9 @@ ParsedTrainOptions parse_train_options(const std::vector<std::string>& args, con
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   if (vm.count("deepspeed")) {
     config.deepspeed_config_path = vm["deepspeed"].as<std::string>();
+    // The JSON's batch numbers are checked against the data-parallel size: the flag's stages first
+    // (taken again after the JSON, which they override).
+    take(vm, "pipeline-stages", config.pipeline.stages);
     load_deepspeed_config(config.deepspeed_config_path, world_size, config, run.notes);
   }
   take(vm, "model", config.model_dir);

@@ -16,7 +16,7 @@ StageUnits stage_units_of(const TrainConfig& config, const ParameterPlan& plan, 
   const PartitionRule rule = parse_partition_method(config.pipeline.partition_method, "--partition-method");
   const std::vector<int> bounds = partition_units(unit_weights(summarize_units(plan.specs, plan.trainable), rule),
                                                   static_cast<int>(config.pipeline.stages));
-  StageUnits units{bounds.at(static_cast<size_t>(stage)), bounds.at(static_cast<size_t>(stage) + 1), 0};
+  StageUnits units{bounds.at(static_cast<size_t>(stage)), bounds.at(static_cast<size_t>(stage) + 1), 0, bounds};
   for (const ParamSpec& spec : plan.specs)
     if (spec.unit < units.first_unit && spec.name.find(".lora_A.") != std::string::npos) ++units.first_adapter;
   return units;

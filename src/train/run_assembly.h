@@ -33,6 +33,7 @@ struct StageUnits {
   int first_unit = 0;
   int end_unit = -1;
   uint32_t first_adapter = 0;
+  std::vector<int> bounds;  // every stage's first unit, then the unit count (partition_units); empty: no pipeline
 };
 
 // The parts of a run; members are destroyed in reverse order (the model before the engine
