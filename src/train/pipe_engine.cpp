@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "pipe/stage_partition.h"
 
 namespace zt {
 
@@ -16,6 +17,7 @@ void check_pipeline_run(const TrainConfig& config, const ModelConfig& model_conf
   ZT_CHECK(pipe.stages <= model_config.num_hidden_layers, flag, ": the model has only ",
            model_config.num_hidden_layers, " decoder layers; a pipeline has at most one stage per layer");
   const PipeScheduleKind kind = parse_pipe_schedule(pipe.schedule, "--pipeline-schedule");
+  parse_partition_method(pipe.partition_method, "--partition-method (or the JSON's pipeline.partition)");
   ZT_CHECK(kind != PipeScheduleKind::Interleaved, flag, ": the interleaved schedule is not run by the engine yet "
            "(its steady state needs batched sends on NCCL: docs/pipeline.md); use 1f1b or gpipe");
   ZT_CHECK(config.zero.stage <= 2, flag, ": ZeRO stage 3 partitions each stage's parameters over its replicas and "
@@ -24,9 +26,10 @@ void check_pipeline_run(const TrainConfig& config, const ModelConfig& model_conf
   ZT_CHECK(!optimizer.fuses_into_backward(), flag, ": optimizer ", optimizer.name(), " updates inside backward "
            "(LOMO-style), unit by unit as gradients complete; a pipeline's backward runs micro-batch by micro-batch "
            "over the stages, and the update needs the norm over all of them first");
-  ZT_CHECK(!model_config.tie_word_embeddings, flag, ": the model ties its LM head to the token embedding "
-           "(tie_word_embeddings), which would live on the first and the last stage with their gradients summed "
-           "each step; that is not implemented yet");
+  ZT_CHECK(!model_config.tie_word_embeddings || config.lora.enabled() || config.zero.stage <= 1, flag,
+           ": the model ties its LM head to the token embedding (tie_word_embeddings): the first and the last stage "
+           "sum the table's gradients after backward, before the ZeRO reduction, which ZeRO-2 runs during every "
+           "backward; use ZeRO stage 0 or 1 (or LoRA, which freezes the table)");
   ZT_CHECK(config.objective == "sft", flag, ": the ", config.objective, " objective is not run over pipeline stages "
            "yet (only sft)");
   ZT_CHECK(!config.offload_activations, flag, ": --offload-activations does not combine with a pipeline (a stage "
@@ -39,15 +42,50 @@ void check_pipeline_run(const TrainConfig& config, const ModelConfig& model_conf
 }
 
 PipeEngine::PipeEngine(const TrainConfig& config, const PipelineTopology& topology, int rank, Communicator& world,
-                       Backend& backend, int64_t hidden_size, DType dtype)
+                       Backend& backend, int64_t hidden_size, DType dtype, bool tied_across_stages)
     : topology_(topology), rank_(rank), stage_(topology.stage_of(rank)), replica_(topology.replica_of(rank)),
       world_(world), backend_(backend), hidden_(hidden_size), dtype_(dtype) {
   PipeScheduleShape shape;
   shape.ranks = topology.stages();
   shape.micro_batches = static_cast<int>(config.gradient_accumulation_steps);
+  shape.tied_ends = tied_across_stages;
   schedule_ = make_pipe_schedule(parse_pipe_schedule(config.pipeline.schedule, "--pipeline-schedule"), shape)
                   .at(static_cast<size_t>(stage_));
   inputs_.resize(static_cast<size_t>(shape.micro_batches));
+}
+
+void PipeEngine::attach(ParamStore& store, const StageUnits& stage) {
+  store_ = &store;
+  for (const std::string& name : stage.tied_copies)
+    if (store.trainable(name)) tied_copies_.push_back(name);
+  for (const std::string& name : stage.tied_originals)
+    if (store.trainable(name)) tied_originals_.push_back(name);
+  // Whether any stage has a trainable tie: the first and last stage know; the others ask.
+  tied_ = world_.all_reduce_max(tied_copies_.empty() && tied_originals_.empty() ? 0.0 : 1.0) > 0.0;
+}
+
+void PipeEngine::reduce_tied_grads() {
+  const int last = topology_.stages() - 1;
+  for (const std::string& name : tied_copies_) {  // the last stage: its copy's gradient to the first
+    Tensor grad = store_->grad(name);
+    world_.send_async(grad, topology_.rank_of(0, replica_))->wait();
+    backend_.fill(grad, 0.0f);
+  }
+  for (const std::string& name : tied_originals_) {  // the first stage: adds it to its own
+    Tensor grad = store_->grad(name);
+    ensure_buffer(tied_grad_, backend_, grad.numel(), grad.dtype);
+    Tensor received = tied_grad_.view(grad.dtype, {grad.numel()});
+    world_.recv_async(received, topology_.rank_of(last, replica_))->wait();
+    backend_.accumulate(grad.reshaped({grad.numel()}), received, 1.0f);
+  }
+}
+
+void PipeEngine::share_tied_params() {
+  const int last = topology_.stages() - 1;
+  for (const std::string& name : tied_originals_)
+    world_.send_async(store_->param(name), topology_.rank_of(last, replica_))->wait();
+  for (const std::string& name : tied_copies_)
+    world_.recv_async(store_->param(name), topology_.rank_of(0, replica_))->wait();
 }
 
 // Micro-batch `micro`'s stage input [B*T, C]: grown to its size when it is about to be received.
@@ -104,16 +142,23 @@ void PipeEngine::run_step(StageWork& work) {
         flush(group);
         if (forwarded != mb) work.forward(mb, input_of(work, mb, false));  // recompute its activations
         const bool last_stage = stage_ + 1 == topology_.stages();
-        input_grad = work.backward(mb, last_stage ? Tensor() : output_grad_.view(dtype_, {work.rows(mb), hidden_}));
+        input_grad = work.backward(mb, last_stage ? Tensor() : output_grad_.view(dtype_, {work.rows(mb), hidden_}),
+                                   !tied_);
         forwarded = -1;
         break;
       }
-      case PipeOp::ReduceTiedGrads: fail("pipeline: tied embeddings across stages are not implemented");
+      case PipeOp::ReduceTiedGrads:
+        flush(group);
+        reduce_tied_grads();
+        break;
       case PipeOp::ReduceGrads:
         flush(group);
         work.reduce();
         break;
-      case PipeOp::OptimizerStep: work.update(); break;
+      case PipeOp::OptimizerStep:
+        work.update();
+        share_tied_params();
+        break;
     }
   }
   flush(group);

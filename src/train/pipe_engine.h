@@ -13,6 +13,13 @@
 //     before the last stage): the model keeps one micro-batch's activations, the stage the
 //     inputs of the micro-batches in flight (at most M for GPipe, P - stage for 1F1B). Dropout
 //     masks are keyed by the tokens' row ids, so the recomputed forward is the same forward;
+//   - keeps a tied embedding (OPT's head reads the token table: DeepSpeed's TiedLayerSpec) on the
+//     first stage and a copy on the last (run_assembly.h StageUnits): at ReduceTiedGrads the last
+//     stage sends its copy's gradient to the first, which adds it to its own, and zeroes it (so
+//     the global norm counts the tie once, as DeepSpeed's ds_pipe_replicated); after the
+//     optimizer step the first stage sends the updated table to the last. The ZeRO reduction
+//     then runs after backward (not during the last one), so ZeRO-2, which reduces during every
+//     backward, is refused with a trainable tie;
 //   - makes one loss scale and one gradient norm over all stages (combine): the squared norms of
 //     the stages summed and the overflow flag maxed over every rank, so an overflow anywhere
 //     skips the step everywhere and clipping uses the global norm; the loss comes from the last
@@ -30,6 +37,8 @@
 #include "optim/optimizer.h"
 #include "pipe/pipe_schedule.h"
 #include "pipe/pipeline_topology.h"
+#include "model/param_store.h"
+#include "train/run_assembly.h"
 #include "train/step_runner.h"
 #include "train/train_config.h"
 
@@ -44,9 +53,13 @@ class PipeEngine final : public PipelineStage {
  public:
   // `world`: every rank's communicator (the activations' point-to-point traffic and the
   // cross-stage sums); `hidden_size`: C, the activations' width; `dtype`: their dtype (the
-  // compute dtype).
+  // compute dtype); `tied_across_stages`: the model ties parameters of its first and last units
+  // (its schedule then sums their gradients: ReduceTiedGrads).
   PipeEngine(const TrainConfig& config, const PipelineTopology& topology, int rank, Communicator& world,
-             Backend& backend, int64_t hidden_size, DType dtype);
+             Backend& backend, int64_t hidden_size, DType dtype, bool tied_across_stages);
+
+  // After the assembly: the stage's store and its parameters tied across stages.
+  void attach(ParamStore& store, const StageUnits& stage);
 
   void run_step(StageWork& work) override;
   ZeroEngine::GradientCheck combine(const ZeroEngine::GradientCheck& stage_check) override;
@@ -61,6 +74,8 @@ class PipeEngine final : public PipelineStage {
     int send_to = -1, recv_from = -1;
   };
   void flush(Group& group);
+  void reduce_tied_grads();   // ReduceTiedGrads
+  void share_tied_params();   // after OptimizerStep
   Tensor input_of(StageWork& work, int micro, bool for_receive);  // [B*T, C] of micro-batch `micro`
 
   const PipelineTopology topology_;
@@ -72,6 +87,10 @@ class PipeEngine final : public PipelineStage {
   std::vector<PipeInstruction> schedule_;  // this rank's instructions of one step
   std::vector<Buffer> inputs_;             // [M]: each micro-batch's stage input [B*T, C] (not on stage 0)
   Buffer output_grad_;                     // [B*T, C]: the received gradient of the stage's output
+  ParamStore* store_ = nullptr;
+  std::vector<std::string> tied_copies_, tied_originals_;  // trainable ones only (StageUnits)
+  bool tied_ = false;                      // the model has a trainable tie across stages (on any stage)
+  Buffer tied_grad_;                       // a received tied gradient (the store's grad dtype)
 };
 
 }  // namespace zt

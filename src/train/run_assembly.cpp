@@ -23,15 +23,35 @@ StageUnits stage_units_of(const TrainConfig& config, const ParameterPlan& plan, 
 }
 
 // The plan's parameters of the stage's units, renumbered from its first unit (the stage's store).
-void keep_stage_units(ParameterPlan& plan, const StageUnits& stage) {
+// A tie whose target is on another stage brings a copy of the target into the tie's unit (the
+// copy keeps the target's name, so the weights load and the tie resolves as in the whole model).
+void keep_stage_units(ParameterPlan& plan, StageUnits& stage) {
   if (stage.end_unit < 0) return;
+  const auto inside = [&](const ParamSpec& spec) { return spec.unit >= stage.first_unit && spec.unit < stage.end_unit; };
+  const auto index_of = [&](const std::string& name) {
+    for (size_t i = 0; i < plan.specs.size(); ++i)
+      if (plan.specs[i].name == name) return i;
+    fail("pipeline: parameter ", name, " is tied to but not in the parameter list");
+  };
   ParameterPlan kept;
-  for (size_t i = 0; i < plan.specs.size(); ++i) {
-    if (plan.specs[i].unit < stage.first_unit || plan.specs[i].unit >= stage.end_unit) continue;
+  const auto keep = [&](size_t i, int unit) {
     kept.specs.push_back(plan.specs[i]);
-    kept.specs.back().unit -= stage.first_unit;
+    kept.specs.back().unit = unit - stage.first_unit;
     kept.trainable.push_back(plan.trainable[i]);
     kept.quant.push_back(plan.quant[i]);
+  };
+  for (size_t i = 0; i < plan.specs.size(); ++i) {
+    const ParamSpec& spec = plan.specs[i];
+    const bool tied_elsewhere = spec.tied() && !inside(plan.specs[index_of(spec.tied_to)]);
+    if (!inside(spec)) {
+      if (spec.tied() && inside(plan.specs[index_of(spec.tied_to)])) stage.tied_originals.push_back(spec.tied_to);
+      continue;
+    }
+    if (tied_elsewhere) {
+      keep(index_of(spec.tied_to), spec.unit);
+      stage.tied_copies.push_back(spec.tied_to);
+    }
+    keep(i, spec.unit);
   }
   plan = std::move(kept);
 }

@@ -34,6 +34,10 @@ struct StageUnits {
   int end_unit = -1;
   uint32_t first_adapter = 0;
   std::vector<int> bounds;  // every stage's first unit, then the unit count (partition_units); empty: no pipeline
+  // Tied parameters across stages (a tied head on the last stage reading the first stage's token
+  // embedding, DeepSpeed's TiedLayerSpec): the stored parameters this stage holds a copy of (in the
+  // unit of the tie that reads it), and those of its own that another stage holds a copy of.
+  std::vector<std::string> tied_copies, tied_originals;
 };
 
 // The parts of a run; members are destroyed in reverse order (the model before the engine

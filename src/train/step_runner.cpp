@@ -54,8 +54,8 @@ class StepRunner::StageWorkOfStep final : public StageWork {
     return batch.batch * batch.seq;
   }
   Tensor forward(int64_t micro, Tensor input) override { return runner_.stage_forward(micro, batches_, input); }
-  Tensor backward(int64_t micro, Tensor d_output) override {
-    return runner_.stage_backward(step_, micro, batches_, d_output);
+  Tensor backward(int64_t micro, Tensor d_output, bool overlap_reduction) override {
+    return runner_.stage_backward(step_, micro, batches_, d_output, overlap_reduction);
   }
   void reduce() override { runner_.reduce(step_, outcome_); }
   void update() override { runner_.update(updates_done_, outcome_, profiler_); }
@@ -196,10 +196,11 @@ Tensor StepRunner::stage_forward(int64_t micro, StepBatches& batches, Tensor inp
 
 // The stage's backward of micro-batch `micro`, right after its stage_forward (batch_ holds its
 // views). The schedules run the backwards in micro-batch order, so the last one is the step's last.
-Tensor StepRunner::stage_backward(int64_t step, int64_t micro, StepBatches& batches, Tensor d_output) {
+Tensor StepRunner::stage_backward(int64_t step, int64_t micro, StepBatches& batches, Tensor d_output,
+                                  bool overlap_reduction) {
   if (config_.fault_points) fault_point("step", step + 1);
   enter(StepPart::Engine);
-  engine_.begin_micro_batch(micro + 1 == static_cast<int64_t>(batches.micro.size()));
+  engine_.begin_micro_batch(overlap_reduction && micro + 1 == static_cast<int64_t>(batches.micro.size()));
   enter(StepPart::Model);
   Tensor d_input = model_.backward_stage(batch_, grad_scale_, dropout_, step_loss_sum_.view(DType::F64, {1}), d_output);
   enter(StepPart::Engine);

@@ -84,9 +84,10 @@ class StageWork {
   // CausalLM::forward_stage on the micro-batch's views (its dropout masks): the stage's output.
   virtual Tensor forward(int64_t micro, Tensor input) = 0;
   // After forward(micro): CausalLM::backward_stage within the ZeRO engine's micro-batch calls
-  // (the last micro-batch's backward reduces as units complete), the micro-batch's tokens and
-  // FLOPs counted; the gradient of the stage's input.
-  virtual Tensor backward(int64_t micro, Tensor d_output) = 0;
+  // (with `overlap_reduction`, the last micro-batch's backward reduces stage 0/1 gradients as
+  // units complete; without, reduce() does), the micro-batch's tokens and FLOPs counted; the
+  // gradient of the stage's input.
+  virtual Tensor backward(int64_t micro, Tensor d_output, bool overlap_reduction) = 0;
   virtual void reduce() = 0;  // StepOp::ReduceGradients
   virtual void update() = 0;  // StepOp::Update (its gradient check made global by PipelineStage::combine)
 };
@@ -138,7 +139,7 @@ class StepRunner {
   class StageWorkOfStep;  // StageWork over one step (step_runner.cpp)
   void forward(int64_t step, int64_t micro, StepBatches& batches, bool last);
   Tensor stage_forward(int64_t micro, StepBatches& batches, Tensor input);
-  Tensor stage_backward(int64_t step, int64_t micro, StepBatches& batches, Tensor d_output);
+  Tensor stage_backward(int64_t step, int64_t micro, StepBatches& batches, Tensor d_output, bool overlap_reduction);
   void count_micro_batch(const MicroBatch& micro);
   void backward(int64_t step, int64_t micro, StepBatches& batches);
   void reduce(int64_t step, StepOutcome& outcome);

@@ -72,6 +72,8 @@ void write_final_weights(TrainingRun& run) {
     {
       const SafetensorsFile file(part);
       for (const std::string& name : file.names()) {
+        if (std::any_of(entries.begin(), entries.end(), [&](const SafetensorsEntry& e) { return e.name == name; }))
+          continue;  // a tied table's copy on the last stage (the first stage's is the same)
         const SafetensorsTensorInfo& info = file.info(name);
         host.emplace_back(static_cast<size_t>(info.numel()));
         file.read_as_f32(name, host.back().data());
@@ -215,7 +217,8 @@ void split_pipeline(TrainingRun& run) {
   run.stage_comm = run.comm->split(stage, replica);
   if (run.comm != run.host_comm.get()) run.stage_host_comm = run.host_comm->split(stage, replica);
   run.pipe = std::make_unique<PipeEngine>(config, *run.topology, run.rank, *run.comm, run.backend(),
-                                          run.model_config.hidden_size, config.compute_dtype);
+                                          run.model_config.hidden_size, config.compute_dtype,
+                                          run.model_config.tie_word_embeddings);
 }
 
 // The backend and its communicator, then what this rank will hold, predicted before anything is
@@ -249,6 +252,7 @@ void assemble(TrainingRun& run) {
   const int stage = run.topology ? run.topology->stage_of(run.rank) : 0;
   run.parts = assemble_run(config, run.model_config, run.backend(), run.data_comm(), run.data_host_comm(),
                            run.data_comm().size(), weights, nullptr, stage);
+  if (run.pipe) run.pipe->attach(*run.parts.store, run.parts.stage);
 }
 
 // Batches (data/step_samples.h): the DistributedSampler's order cut into global batches, this
