@@ -15,6 +15,7 @@
 # partition run.json records) and printed the layout. Then the refusals: P not dividing the ranks,
 # ZeRO-3, P above the decoder layers, LOMO, checkpoints, and a trainable tie with ZeRO-2.
 import json
+import math
 import os
 import subprocess
 import time
@@ -29,17 +30,20 @@ WEIGHT_ATOL = 2e-6
 LORA = ["--lora-r", 4, "--lora-alpha", 8, "--lora-targets", "all-linear", "--lora-dropout", 0.1]
 
 
-def train(zerotune, workdir, model, data, name, ranks, stage=0, flags=(), pipeline_section=None, expect_ok=True):
+def train(zerotune, workdir, model, data, name, ranks, stage=0, flags=(), pipeline_section=None, expect_ok=True,
+          device="cpu", sections=None):
+    """`sections`: more top-level sections of the DeepSpeed JSON (fp16)."""
     out = os.path.join(workdir, name)
     ds = write_ds_config(os.path.join(workdir, name + ".json"), 16, 4, {"stage": stage})
-    if pipeline_section:
+    sections = dict(sections or {}, **({"pipeline": pipeline_section} if pipeline_section else {}))
+    if sections:
         with open(ds) as stream:
             config = json.load(stream)
-        config["pipeline"] = pipeline_section
+        config.update(sections)
         with open(ds, "w") as stream:
             json.dump(config, stream)
     command = [zerotune, "train", "--model", model, "--data", data, "--out", out, "--deepspeed", ds, "--max-steps",
-               STEPS, "--seed", 3, "--dump-final", out + ".safetensors", "--device", "cpu", "--no-save-at-end"]
+               STEPS, "--seed", 3, "--dump-final", out + ".safetensors", "--device", device, "--no-save-at-end"]
     result, seconds = run_ranks(ranks, command + list(flags), expect_ok=expect_ok)
     if not expect_ok:
         return result
@@ -47,15 +51,19 @@ def train(zerotune, workdir, model, data, name, ranks, stage=0, flags=(), pipeli
             "run": read_run(out), "stdout": result.stdout, "seconds": seconds}
 
 
-def compare(report, got, ref):
+def compare(report, got, ref, weight_atol=WEIGHT_ATOL):
     label = got["name"]
     report.check(len(got["metrics"]) == STEPS, f"{label}: {len(got['metrics'])} steps recorded")
     for mine, theirs in zip(got["metrics"], ref["metrics"]):
         report.scalar(f"{label} step {mine['step']} loss", mine["loss"], theirs["loss"], LOSS_REL)
-        report.scalar(f"{label} step {mine['step']} grad_norm", mine["grad_norm"], theirs["grad_norm"], NORM_REL)
+        report.check(mine["skipped"] == theirs["skipped"] and mine["loss_scale"] == theirs["loss_scale"],
+                     f"{label} step {mine['step']}: skipped {mine['skipped']}, loss scale {mine['loss_scale']} as one "
+                     "rank's")
+        if theirs["grad_norm"] is not None and math.isfinite(theirs["grad_norm"]):
+            report.scalar(f"{label} step {mine['step']} grad_norm", mine["grad_norm"], theirs["grad_norm"], NORM_REL)
         report.check(mine["target_tokens"] == theirs["target_tokens"] and mine["tokens"] == theirs["tokens"],
                      f"{label} step {mine['step']}: the step's tokens counted once ({mine['tokens']})")
-    check_weights(report, label, got["weights"], ref["weights"], WEIGHT_ATOL, ref["metrics"])
+    check_weights(report, label, got["weights"], ref["weights"], weight_atol, ref["metrics"])
 
 
 def check_stage_zero(report, got, ref, stages, replicas):
@@ -107,16 +115,21 @@ def check_refusals(report, zerotune, workdir, model, data):
     return refused
 
 
-def run_cases(report, zerotune, workdir, model, data, label, cases):
-    """`cases` (name, ranks, ZeRO stage, flags, P, D) of the model against one rank, full and LoRA;
-    returns the seconds the pipeline runs took."""
+def run_cases(report, zerotune, workdir, model, data, label, cases, device="cpu", sections=None,
+              weight_atol=WEIGHT_ATOL):
+    """`cases` (name, ranks, ZeRO stage, flags, P, D) of the model against one rank, per mode
+    (full, lora) that has any, on `device`; returns the seconds the pipeline runs took."""
     seconds = 0.0
     for mode, extra in (("full", []), ("lora", LORA)):
-        ref = train(zerotune, workdir, model, data, f"{label}-{mode}-ref", 1, 0, extra)
+        if not cases.get(mode):
+            continue
+        ref = train(zerotune, workdir, model, data, f"{label}-{mode}-ref", 1, 0, extra, device=device,
+                    sections=sections)
         for name, ranks, stage, flags, stages, replicas in cases[mode]:
-            got = train(zerotune, workdir, model, data, f"{label}-{mode}-{name}", ranks, stage, flags + extra)
+            got = train(zerotune, workdir, model, data, f"{label}-{mode}-{name}", ranks, stage, flags + extra,
+                        device=device, sections=sections)
             seconds += got["seconds"]
-            compare(report, got, ref)
+            compare(report, got, ref, weight_atol)
             check_stage_zero(report, got, ref, stages, replicas)
     return seconds
 
