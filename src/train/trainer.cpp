@@ -135,7 +135,7 @@ void keep_resumed_batch(TrainingRun& run) {
   const bool accumulation_fixed =
       run.options.grad_accum_given || config.deepspeed_keys.given.count("gradient_accumulation_steps") > 0;
   const std::optional<ResumeBatchDecision> decision = keep_checkpoint_batch(
-      config, run.world_size, accumulation_fixed, read_checkpoint_batch(*run.resume_from), *run.resume_from);
+      config, config.data_parallel_size(run.world_size), accumulation_fixed, read_checkpoint_batch(*run.resume_from), *run.resume_from);
   if (!decision) return;
   run.resume_batch = decision->record;
   if (run.leader) std::printf("resume: %s\n", decision->text.c_str());
@@ -287,7 +287,8 @@ void resume(TrainingRun& run) {
     return;
   }
   const std::string& from = *run.resume_from;
-  run.state = load_checkpoint(from, run.identity, *run.parts.engine, *run.parts.store, *run.comm);
+  run.state = load_checkpoint(from, run.identity, *run.parts.engine, *run.parts.store, run.data_comm(),
+                              run.parts.stage.first_unit);
   if (run.parts.scaler) run.parts.scaler->load_state(LossScalerState::from_json(run.state.loss_scaler, from), from);
   ZT_CHECK(run.state.step <= run.total_steps, from, " was saved after step ", run.state.step,
            ", beyond this run's last step ", run.total_steps,

@@ -246,8 +246,10 @@ class TrainingLoop {
       now.loss_scale = run_.parts.scaler->scale();
       now.loss_scaler = run_.parts.scaler->state().to_json();
     }
+    const std::optional<PipelineCheckpoint> pipeline = run_.pipeline_checkpoint();
     const std::string dir = save_checkpoint(config_.out_dir, now, run_.identity, config_.to_json(), *run_.parts.engine,
-                                            *run_.parts.store, *run_.comm, config_.keep_last);
+                                            *run_.parts.store, run_.data_comm(), config_.keep_last,
+                                            pipeline ? &*pipeline : nullptr);
     last_saved_step_ = steps_done;
     run_.say(cat("checkpoint saved: ", dir));
   }

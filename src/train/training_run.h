@@ -66,6 +66,20 @@ struct TrainingRun {
   Communicator& data_comm() { return stage_comm ? *stage_comm : *comm; }
   Communicator* data_host_comm() { return stage_host_comm ? stage_host_comm.get() : host_comm.get(); }
   Communicator& control() { return *device.control; }
+  // A pipeline run's part in a checkpoint (ckpt/checkpoint.h); nullopt without a pipeline.
+  std::optional<PipelineCheckpoint> pipeline_checkpoint() {
+    if (!topology) return std::nullopt;
+    PipelineCheckpoint part;
+    part.world = host_comm.get();
+    part.stage = topology->stage_of(rank);
+    part.stages = topology->stages();
+    part.replicas = topology->replicas();
+    part.replica = topology->replica_of(rank);
+    part.first_unit = parts.stage.first_unit;
+    part.layout = {{"stages", part.stages}, {"replicas", part.replicas}, {"schedule", config.pipeline.schedule},
+                   {"partition_method", config.pipeline.partition_method}, {"stage_first_units", parts.stage.bounds}};
+    return part;
+  }
   // A line on rank 0's console (between its step lines); other ranks say nothing.
   void say(const std::string& line) {
     if (console) console->message(line);
