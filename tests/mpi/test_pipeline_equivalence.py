@@ -12,8 +12,11 @@
 #     first stage's, the table sent back after each update): P = 2, D = 1 1f1b full; P = 2,
 #     D = 2 gpipe ZeRO-1 full; P = 2, D = 2 1f1b ZeRO-2 LoRA (the table frozen).
 # Each run checks that rank 0 built only stage 0's units (run.json's zero_layout against the
-# partition run.json records) and printed the layout. Then the refusals: P not dividing the ranks,
-# ZeRO-3, P above the decoder layers, LOMO, checkpoints, and a trainable tie with ZeRO-2.
+# partition run.json records) and printed the layout. Checkpoints: the P = 2, D = 2 run saves after
+# step 2 (the whole model's checkpoint, its layout in the manifest), which resumes on one rank, on
+# P = 2, D = 1 (gpipe) and on 4 ranks at ZeRO-2 to the same steps 3-4 and final weights. Then the
+# refusals: P not dividing the ranks, ZeRO-3, P above the decoder layers, LOMO, and a trainable tie
+# across stages with ZeRO-2 or with checkpoints.
 import json
 import math
 import os
@@ -109,10 +112,29 @@ def check_refusals(report, zerotune, workdir, model, data):
     lomo = write_ds_config(os.path.join(workdir, "lomo.json"), 16, 16, {"stage": 0},
                            optimizer={"type": "LOMO", "params": {"lr": 1e-3}})
     refused("LOMO (an optimizer fused into backward)", 2, ["--pipeline-stages", 2], "updates inside backward", ds=lomo)
-    # Checkpoints are not written by a pipeline run yet: the default save at the end is refused.
-    save = write_ds_config(os.path.join(workdir, "save.json"), 16, 4, {"stage": 0})
-    refused("a checkpoint", 2, ["--pipeline-stages", 2, "--save-every", 1], "--no-save-at-end", ds=save)
     return refused
+
+
+def check_resume(report, zerotune, workdir, model, data):
+    """The P = 2, D = 2 run's checkpoint after step 2 (the whole model's, whatever the layout)
+    continued on one rank, on P = 2, D = 1 (gpipe) and on 4 ranks at ZeRO-2 without stages: steps 3
+    and 4 and the final weights as the uninterrupted run's."""
+    ref = {"metrics": read_metrics(os.path.join(workdir, "llama-full-ref")),
+           "weights": load_weights(os.path.join(workdir, "llama-full-ref.safetensors"))}
+    checkpoint = os.path.join(workdir, "llama-full-p2-d2-1f1b-zero1", "checkpoints", "global_step2")
+    with open(os.path.join(checkpoint, "manifest.json")) as stream:
+        manifest = json.load(stream)
+    report.check(manifest.get("pipeline", {}).get("stages") == 2 and manifest.get("world_size") == 4
+                 and manifest.get("partitions") == 2 and len(manifest.get("files", [])) == 2,
+                 f"the pipeline checkpoint's manifest records its layout: {manifest.get('pipeline')}, world size "
+                 f"{manifest.get('world_size')}, {manifest.get('partitions')} partition files")
+    for name, ranks, stage, flags in (("resumed-w1", 1, 0, []), ("resumed-p2-gpipe", 2, 0, P2 + GPIPE),
+                                      ("resumed-w4-zero2", 4, 2, [])):
+        got = train(zerotune, workdir, model, data, name, ranks, stage, flags + ["--resume", checkpoint])
+        report.check([m["step"] for m in got["metrics"]] == [3, 4], f"{name}: steps {[m['step'] for m in got['metrics']]}")
+        for mine, theirs in zip(got["metrics"], ref["metrics"][2:]):
+            report.scalar(f"{name} step {mine['step']} loss", mine["loss"], theirs["loss"], LOSS_REL)
+        check_weights(report, name, got["weights"], ref["weights"], WEIGHT_ATOL, ref["metrics"])
 
 
 def run_cases(report, zerotune, workdir, model, data, label, cases, device="cpu", sections=None,
@@ -157,7 +179,8 @@ def check_p4(report, zerotune, workdir, data):
 P2 = ["--pipeline-stages", 2]
 GPIPE = ["--pipeline-schedule", "gpipe"]
 LLAMA_CASES = {
-    "full": [("p2-1f1b", 2, 0, P2, 2, 1), ("p2-d2-1f1b-zero1", 4, 1, P2, 2, 2)],
+    # (with checkpoints after steps 2 and 4: check_resume continues the first on other layouts)
+    "full": [("p2-1f1b", 2, 0, P2, 2, 1), ("p2-d2-1f1b-zero1", 4, 1, P2 + ["--save-every", 2], 2, 2)],
     "lora": [("p2-gpipe-uniform-checkpointing", 2, 0, P2 + GPIPE + ["--partition-method", "uniform",
                                                                   "--activation-checkpointing"], 2, 1),
              ("p2-d2-gpipe-zero2", 4, 2, P2 + GPIPE, 2, 2)],
@@ -182,8 +205,11 @@ def main():
         os.makedirs(opt_dir)
         opt_model, opt_data = make_model_and_data(args.zerotune, opt_dir, model="opt")
         seconds += run_cases(report, args.zerotune, opt_dir, opt_model, opt_data, "opt", OPT_CASES)
+        check_resume(report, args.zerotune, workdir, model, data)
         refused = check_refusals(report, args.zerotune, workdir, model, data)
         refused("a trainable tie across stages with ZeRO-2", 2, P2, "use ZeRO stage 0 or 1", stage=2,
+                model=opt_model, data=opt_data)
+        refused("a checkpoint of a trainable tie across stages", 2, P2 + ["--save-every", 2], "tied token table",
                 model=opt_model, data=opt_data)
     print(f"timing: {seconds:.1f} s in the pipeline runs, {time.monotonic() - start:.1f} s in all")
     return report.finish()
