@@ -57,12 +57,9 @@ po::options_description train_options() {
       ("offload-activations", po::bool_switch(),
        "with --activation-checkpointing: keep the saved block inputs in pinned host memory between forward and "
        "backward (copied beside compute, prefetched one block ahead)")
-      ("pipeline-stages", po::value<int64_t>(), "pipeline parallelism: split the ranks into this many stages x "
-       "world / stages data-parallel replicas, each stage holding a contiguous range of the model's units "
-       "(default 1: none; docs/pipeline.md)")
+      ("pipeline-stages", po::value<int64_t>(), "P: ranks split into P stages x world/P replicas (docs/pipeline.md)")
       ("pipeline-schedule", po::value<std::string>(), "with --pipeline-stages: 1f1b (default) or gpipe")
-      ("partition-method", po::value<std::string>(), "with --pipeline-stages: how the units split over the stages, "
-       "parameters (default: balance the trainable parameters), uniform, or type:REGEX (DeepSpeed's partition_method)")
+      ("partition-method", po::value<std::string>(), "units over stages: parameters (default), uniform, type:REGEX")
       ("epochs", po::value<int64_t>(), "epochs over the data (default 1)")
       ("max-steps", po::value<int64_t>(), "stop after this many optimizer steps (overrides --epochs)")
       ("seed", po::value<uint64_t>(), "seed of shuffling, dropout and LoRA init (default 42)")
