@@ -53,6 +53,9 @@ struct ModelOptions {
   // units' parameters, numbered from 0 (unit u of the model is the store's u - first_unit).
   int first_unit = 0;
   int end_unit = -1;
+  // The store's number of first_unit: 0, or where an interleaved pipeline's later chunk starts in a
+  // store that holds several chunks one after the other.
+  int store_first_unit = 0;
 };
 
 // What a model tells the ZeRO engine as it runs, unit by unit, forward 0..U-1 and backward

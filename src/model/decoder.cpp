@@ -260,8 +260,8 @@ class DecoderModel final : public CausalLM {
   // Units (param_store.h): 0 = the stem, l+1 = block l, L+1 = the head; in the store (and to
   // the hooks) a pipeline stage's are numbered from its first (ModelOptions::first_unit).
   static constexpr int kStemUnit = 0;  // only on the stage that holds it, whose first unit it is
-  int block_unit(int64_t layer) const { return static_cast<int>(layer) + 1 - first_unit_; }
-  int head_unit() const { return static_cast<int>(c_.num_hidden_layers) + 1 - first_unit_; }
+  int block_unit(int64_t layer) const { return static_cast<int>(layer) + 1 - unit_shift_; }
+  int head_unit() const { return static_cast<int>(c_.num_hidden_layers) + 1 - unit_shift_; }
   // The stage's units [first_unit, end_unit) as the parts it holds: the stem, the layers
   // [first_layer_, end_layer_), the head.
   void set_stage_units(const ModelOptions& options) {
@@ -270,6 +270,7 @@ class DecoderModel final : public CausalLM {
     ZT_CHECK(options.first_unit >= 0 && options.first_unit < end_unit && end_unit <= units, "the model's units [",
              options.first_unit, ", ", end_unit, ") are not a range of its ", units, " units");
     first_unit_ = options.first_unit;
+    unit_shift_ = options.first_unit - options.store_first_unit;
     has_stem_ = first_unit_ == 0;
     has_head_ = end_unit == units;
     first_layer_ = std::max(first_unit_ - 1, 0);
@@ -508,6 +509,7 @@ class DecoderModel final : public CausalLM {
   std::unique_ptr<DecoderBlocks> blocks_;
   // The pipeline stage's share (set_stage_units): the whole model unless a stage.
   int first_unit_ = 0;
+  int unit_shift_ = 0;  // the model's unit u is the store's u - unit_shift_
   bool has_stem_ = true, has_head_ = true;
   int64_t first_layer_ = 0, end_layer_ = 0;  // blocks [first_layer_, end_layer_)
 

@@ -183,6 +183,7 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
                                         run.compute_dtype, model_config.tie_word_embeddings);
     pipe->attach(*parts.store, parts.stage);
     runner.set_pipeline(pipe.get());
+    runner.set_more_chunks(parts.more_chunk_models());
   }
   backend->synchronize();
   MemoryPrediction prediction;

@@ -14,12 +14,14 @@ void check_pipeline_run(const TrainConfig& config, const ModelConfig& model_conf
   if (!pipe.enabled()) return;
   const std::string flag = cat("--pipeline-stages ", pipe.stages);
   PipelineTopology(world_size, static_cast<int>(pipe.stages));  // P divides the world (else its error)
-  ZT_CHECK(pipe.stages <= model_config.num_hidden_layers, flag, ": the model has only ",
-           model_config.num_hidden_layers, " decoder layers; a pipeline has at most one stage per layer");
-  const PipeScheduleKind kind = parse_pipe_schedule(pipe.schedule, "--pipeline-schedule");
+  ZT_CHECK(pipe.stages * pipe.chunks <= model_config.num_hidden_layers, flag, pipe.chunks > 1 ?
+           cat(" x --pipeline-chunks ", pipe.chunks) : std::string(), ": the model has only ",
+           model_config.num_hidden_layers, " decoder layers; a pipeline has at most one (virtual) stage per layer");
+  parse_pipe_schedule(pipe.schedule, "--pipeline-schedule");
   parse_partition_method(pipe.partition_method, "--partition-method (or the JSON's pipeline.partition)");
-  ZT_CHECK(kind != PipeScheduleKind::Interleaved, flag, ": the interleaved schedule is not run by the engine yet "
-           "(its steady state needs batched sends on NCCL: docs/pipeline.md); use 1f1b or gpipe");
+  ZT_CHECK(pipe.chunks == 1 || (config.resume.empty() && config.save_every == 0 && !config.save_at_end), flag,
+           ": checkpoints of the interleaved schedule (several unit ranges per rank) are not written or resumed yet: "
+           "give --no-save-at-end and neither --save-every nor --resume");
   ZT_CHECK(config.zero.stage <= 2, flag, ": ZeRO stage 3 partitions each stage's parameters over its replicas and "
            "gathers them per use, which does not combine with a pipeline (DeepSpeed allows only ZeRO-1 with its "
            "pipeline; zerotune runs stages 0-2 inside each stage's data-parallel group)");
@@ -46,14 +48,17 @@ void check_pipeline_run(const TrainConfig& config, const ModelConfig& model_conf
 PipeEngine::PipeEngine(const TrainConfig& config, const PipelineTopology& topology, int rank, Communicator& world,
                        Backend& backend, int64_t hidden_size, DType dtype, bool tied_across_stages)
     : topology_(topology), rank_(rank), stage_(topology.stage_of(rank)), replica_(topology.replica_of(rank)),
-      world_(world), backend_(backend), hidden_(hidden_size), dtype_(dtype) {
+      chunks_(static_cast<int>(config.pipeline.chunks)), world_(world), backend_(backend), hidden_(hidden_size),
+      dtype_(dtype) {
   PipeScheduleShape shape;
   shape.ranks = topology.stages();
+  shape.chunks = chunks_;
   shape.micro_batches = static_cast<int>(config.gradient_accumulation_steps);
   shape.tied_ends = tied_across_stages;
   schedule_ = make_pipe_schedule(parse_pipe_schedule(config.pipeline.schedule, "--pipeline-schedule"), shape)
                   .at(static_cast<size_t>(stage_));
-  inputs_.resize(static_cast<size_t>(shape.micro_batches));
+  micro_batches_ = shape.micro_batches;
+  inputs_.resize(static_cast<size_t>(chunks_ * micro_batches_));
 }
 
 void PipeEngine::attach(ParamStore& store, const StageUnits& stage) {
@@ -90,13 +95,18 @@ void PipeEngine::share_tied_params() {
     world_.recv_async(store_->param(name), topology_.rank_of(0, replica_))->wait();
 }
 
-// Micro-batch `micro`'s stage input [B*T, C]: grown to its size when it is about to be received.
-Tensor PipeEngine::input_of(StageWork& work, int micro, bool for_receive) {
-  if (stage_ == 0) return Tensor();  // the stem reads the tokens
+// Micro-batch `micro`'s input [B*T, C] of model chunk `chunk`: grown to its size when it is about
+// to be received (the first virtual stage reads the tokens instead).
+Tensor PipeEngine::input_of(StageWork& work, int chunk, int micro, bool for_receive) {
+  if (stage_ == 0 && chunk == 0) return Tensor();
   const int64_t rows = work.rows(micro);
-  Buffer& buffer = inputs_.at(static_cast<size_t>(micro));
+  Buffer& buffer = inputs_.at(static_cast<size_t>(chunk * micro_batches_ + micro));
   if (for_receive) ensure_buffer(buffer, backend_, rows * hidden_, dtype_);
   return buffer.view(dtype_, {rows, hidden_});
+}
+
+int PipeEngine::rank_of_virtual(int virtual_stage) const {
+  return topology_.rank_of(virtual_stage % topology_.stages(), replica_);
 }
 
 // One send_recv_async for the group's send and receive, completed before the next computation.
@@ -106,55 +116,92 @@ void PipeEngine::flush(Group& group) {
   group = Group();
 }
 
+// A receive (grouped with a send where the transport groups them; else completed at once).
+void PipeEngine::receive(Group& group, Tensor into, int from) {
+  if (chunks_ > 1) return world_.recv_async(into, from)->wait();
+  if (group.recv_from >= 0) flush(group);
+  group.recv = into;
+  group.recv_from = from;
+}
+
+// A send: grouped with the adjacent receive; under the interleaved schedule posted at once from a
+// copy of its own (MPI's buffered Isend: the schedule's order is deadlock-free only so) and
+// completed before the step's reduction.
+void PipeEngine::send(Group& group, Tensor data, int to) {
+  if (chunks_ == 1) {
+    if (group.send_to >= 0) flush(group);
+    group.send = data;
+    group.send_to = to;
+    return;
+  }
+  while (!in_flight_.empty() && in_flight_.front().pending->done()) {
+    free_.push_back(std::move(in_flight_.front().buffer));
+    in_flight_.pop_front();
+  }
+  Buffer buffer;
+  if (!free_.empty()) {
+    buffer = std::move(free_.back());
+    free_.pop_back();
+  }
+  ensure_buffer(buffer, backend_, data.numel(), dtype_);
+  Tensor copy = buffer.view(dtype_, {data.numel()});
+  backend_.copy(copy, data.reshaped({data.numel()}));
+  Pending pending = world_.send_async(copy, to);
+  in_flight_.push_back({std::move(buffer), std::move(pending)});
+}
+
+void PipeEngine::finish_sends() {
+  for (InFlight& send : in_flight_) {
+    send.pending->wait();
+    free_.push_back(std::move(send.buffer));
+  }
+  in_flight_.clear();
+}
+
 void PipeEngine::run_step(StageWork& work) {
-  ZT_CHECK(work.micro_batches() == static_cast<int64_t>(inputs_.size()), "pipeline: the step has ",
-           work.micro_batches(), " micro-batches, the schedule ", inputs_.size());
+  ZT_CHECK(work.micro_batches() == micro_batches_, "pipeline: the step has ", work.micro_batches(),
+           " micro-batches, the schedule ", micro_batches_);
+  const int stages = topology_.stages(), last_virtual = stages * chunks_ - 1;
   Group group;
-  Tensor output, input_grad;  // the last forward's output, the last backward's input gradient
-  int forwarded = -1;         // the micro-batch whose activations the model holds (its last forward)
+  Tensor output, input_grad;                  // the last forward's output, the last backward's input gradient
+  std::vector<int> forwarded(static_cast<size_t>(chunks_), -1);  // per chunk: the micro-batch its model holds
   for (const PipeInstruction& instruction : schedule_) {
-    const int mb = instruction.micro_batch;
+    const int mb = instruction.micro_batch, virtual_stage = instruction.virtual_stage;
+    const int chunk = virtual_stage < 0 ? 0 : virtual_stage / stages;
     switch (instruction.op) {
       case PipeOp::LoadMicroBatch: break;  // the forward loads the micro-batch's views
       case PipeOp::RecvActivation:
-        if (group.recv_from >= 0) flush(group);
-        group.recv = input_of(work, mb, true);
-        group.recv_from = topology_.previous_rank(rank_);
+        receive(group, input_of(work, chunk, mb, true), rank_of_virtual(virtual_stage - 1));
         break;
       case PipeOp::RecvGrad:
-        if (group.recv_from >= 0) flush(group);
         ensure_buffer(output_grad_, backend_, work.rows(mb) * hidden_, dtype_);
-        group.recv = output_grad_.view(dtype_, {work.rows(mb), hidden_});
-        group.recv_from = topology_.next_rank(rank_);
+        receive(group, output_grad_.view(dtype_, {work.rows(mb), hidden_}), rank_of_virtual(virtual_stage + 1));
         break;
-      case PipeOp::SendActivation:
-      case PipeOp::SendGrad: {
-        if (group.send_to >= 0) flush(group);
-        const bool activation = instruction.op == PipeOp::SendActivation;
-        group.send = activation ? output : input_grad;
-        group.send_to = activation ? topology_.next_rank(rank_) : topology_.previous_rank(rank_);
-        break;
-      }
+      case PipeOp::SendActivation: send(group, output, rank_of_virtual(virtual_stage + 1)); break;
+      case PipeOp::SendGrad: send(group, input_grad, rank_of_virtual(virtual_stage - 1)); break;
       case PipeOp::Forward:
         flush(group);
-        output = work.forward(mb, input_of(work, mb, false));
-        forwarded = mb;
+        output = work.forward(mb, chunk, input_of(work, chunk, mb, false));
+        forwarded[static_cast<size_t>(chunk)] = mb;
         break;
       case PipeOp::Backward: {
         flush(group);
-        if (forwarded != mb) work.forward(mb, input_of(work, mb, false));  // recompute its activations
-        const bool last_stage = stage_ + 1 == topology_.stages();
-        input_grad = work.backward(mb, last_stage ? Tensor() : output_grad_.view(dtype_, {work.rows(mb), hidden_}),
-                                   !tied_);
-        forwarded = -1;
+        if (forwarded[static_cast<size_t>(chunk)] != mb) work.forward(mb, chunk, input_of(work, chunk, mb, false));
+        const Tensor d_output =
+            virtual_stage == last_virtual ? Tensor() : output_grad_.view(dtype_, {work.rows(mb), hidden_});
+        // Interleaved chunks complete a unit's gradient out of micro-batch order: reduce after backward.
+        input_grad = work.backward(mb, chunk, d_output, !tied_ && chunks_ == 1);
+        forwarded[static_cast<size_t>(chunk)] = -1;
         break;
       }
       case PipeOp::ReduceTiedGrads:
         flush(group);
+        finish_sends();
         reduce_tied_grads();
         break;
       case PipeOp::ReduceGrads:
         flush(group);
+        finish_sends();
         work.reduce();
         break;
       case PipeOp::OptimizerStep:
@@ -164,6 +211,7 @@ void PipeEngine::run_step(StageWork& work) {
     }
   }
   flush(group);
+  finish_sends();
 }
 
 ZeroEngine::GradientCheck PipeEngine::combine(const ZeroEngine::GradientCheck& stage_check) {

@@ -26,6 +26,7 @@
 //     stage, the token counts from the first (combine_sums).
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <vector>
@@ -74,18 +75,30 @@ class PipeEngine final : public PipelineStage {
     int send_to = -1, recv_from = -1;
   };
   void flush(Group& group);
+  void receive(Group& group, Tensor into, int from);
+  void send(Group& group, Tensor data, int to);
+  void finish_sends();        // the interleaved schedule's sends in flight
   void reduce_tied_grads();   // ReduceTiedGrads
   void share_tied_params();   // after OptimizerStep
-  Tensor input_of(StageWork& work, int micro, bool for_receive);  // [B*T, C] of micro-batch `micro`
+  Tensor input_of(StageWork& work, int chunk, int micro, bool for_receive);  // [B*T, C]
+  int rank_of_virtual(int virtual_stage) const;  // this replica's rank of a virtual stage
 
   const PipelineTopology topology_;
   int rank_, stage_, replica_;
+  int chunks_ = 1;        // V: model chunks per rank (virtual stage = chunk x P + stage)
+  int micro_batches_ = 1;  // M
   Communicator& world_;
   Backend& backend_;
   int64_t hidden_;
   DType dtype_;
   std::vector<PipeInstruction> schedule_;  // this rank's instructions of one step
-  std::vector<Buffer> inputs_;             // [M]: each micro-batch's stage input [B*T, C] (not on stage 0)
+  std::vector<Buffer> inputs_;             // [V x M]: each chunk's micro-batch inputs [B*T, C] (not the first virtual stage's)
+  struct InFlight {                        // an interleaved send: its own copy until it completed
+    Buffer buffer;
+    Pending pending;
+  };
+  std::deque<InFlight> in_flight_;
+  std::vector<Buffer> free_;               // send copies to reuse
   Buffer output_grad_;                     // [B*T, C]: the received gradient of the stage's output
   ParamStore* store_ = nullptr;
   std::vector<std::string> tied_copies_, tied_originals_;  // trainable ones only (StageUnits)

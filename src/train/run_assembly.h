@@ -8,7 +8,10 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <array>
+#include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -26,14 +29,19 @@
 
 namespace zt {
 
-// A pipeline stage's share of the model (issue 32): the model's units [first_unit, end_unit)
-// (all of them without a pipeline: end_unit -1), and how many LoRA adapters come before them
-// (PEFT's fresh adapters draw their initialisation by adapter index over the whole model).
+// A pipeline rank's share of the model (issue 32): the model's unit ranges it holds, one per model
+// chunk (virtual stages chunk x P + stage; one chunk unless the schedule is interleaved), laid out in
+// its store one after the other from unit 0; and each LoRA adapter's index over the whole model
+// (PEFT's fresh adapters draw their initialisation by that index).
 struct StageUnits {
-  int first_unit = 0;
-  int end_unit = -1;
-  uint32_t first_adapter = 0;
-  std::vector<int> bounds;  // every stage's first unit, then the unit count (partition_units); empty: no pipeline
+  std::vector<std::array<int, 2>> chunks;  // [first, end) of the model's units per chunk; empty: the whole model
+  int first_unit = 0;                      // chunks[0][0] (0 without a pipeline)
+  std::map<std::string, uint32_t> adapter_index;  // lora_A name -> index; empty: the store's own order
+  std::vector<int> bounds;  // every virtual stage's first unit, then the unit count (partition_units); empty: no pipeline
+  // The store's unit number of the model's unit `unit` (in one of the chunks).
+  int store_unit(int unit) const;
+  // The store's first unit of chunk `chunk`.
+  int store_first(int chunk) const;
   // Tied parameters across stages (a tied head on the last stage reading the first stage's token
   // embedding, DeepSpeed's TiedLayerSpec): the stored parameters this stage holds a copy of (in the
   // unit of the tie that reads it), and those of its own that another stage holds a copy of.
@@ -50,6 +58,12 @@ struct RunParts {
   std::unique_ptr<ZeroEngine> engine;
   std::unique_ptr<Objective> objective;      // config.objective; may add parameters to the plan
   std::unique_ptr<CausalLM> model;           // its unit hooks: the engine; its head may be the objective's
+  std::vector<std::unique_ptr<CausalLM>> more_chunks;  // an interleaved pipeline's chunks 1..V-1 (model: chunk 0)
+  std::vector<CausalLM*> more_chunk_models() const {
+    std::vector<CausalLM*> models;
+    for (const std::unique_ptr<CausalLM>& chunk : more_chunks) models.push_back(chunk.get());
+    return models;
+  }
   std::optional<DynamicLossScaler> scaler;   // fp16 only: DeepSpeed's dynamic loss scaler
   std::vector<StepInstruction> schedule;     // one optimizer step's instructions
 };
@@ -79,7 +93,7 @@ RunParts assemble_run(const TrainConfig& config, const ModelConfig& model_config
                       AssemblyObserver* observer = nullptr, int pipeline_stage = 0);
 
 // What the model's options are for a run (checkpointing, activation offload, head chunks, LoRA).
-ModelOptions model_options_of(const TrainConfig& config, const StageUnits& stage = {});
+ModelOptions model_options_of(const TrainConfig& config, const StageUnits& stage = {}, int chunk = 0);
 // What a step needs of the run's configuration (its scheduler resolved already).
 StepConfig step_config_of(const TrainConfig& config);
 // The step's instructions: gradient accumulation, or an optimizer fused into backward (LOMO),

@@ -53,9 +53,11 @@ class StepRunner::StageWorkOfStep final : public StageWork {
     const MicroBatch& batch = batches_.micro.at(static_cast<size_t>(micro));
     return batch.batch * batch.seq;
   }
-  Tensor forward(int64_t micro, Tensor input) override { return runner_.stage_forward(micro, batches_, input); }
-  Tensor backward(int64_t micro, Tensor d_output, bool overlap_reduction) override {
-    return runner_.stage_backward(step_, micro, batches_, d_output, overlap_reduction);
+  Tensor forward(int64_t micro, int chunk, Tensor input) override {
+    return runner_.stage_forward(micro, chunk, batches_, input);
+  }
+  Tensor backward(int64_t micro, int chunk, Tensor d_output, bool overlap_reduction) override {
+    return runner_.stage_backward(step_, micro, chunk, batches_, d_output, overlap_reduction);
   }
   void reduce() override { runner_.reduce(step_, outcome_); }
   void update() override { runner_.update(updates_done_, outcome_, profiler_); }
@@ -174,38 +176,53 @@ void StepRunner::backward(int64_t step, int64_t micro, StepBatches& batches) {
   enter(StepPart::Engine);
   engine_.end_micro_batch();
   if (reduced_) return;  // a fused optimizer's second pass over the same micro-batch
-  count_micro_batch(batches.micro[static_cast<size_t>(micro)]);
+  count_micro_batch(batches.micro[static_cast<size_t>(micro)], model_);
 }
 
 // The metrics' sums of a micro-batch whose backward ran (batch_ holds its views).
-void StepRunner::count_micro_batch(const MicroBatch& micro) {
-  sums_[1] += static_cast<double>(micro.real_tokens);
-  sums_[2] += static_cast<double>(batch_.batch * batch_.seq);
+// Under an interleaved pipeline each chunk's backward counts its chunk's FLOPs; the tokens once.
+void StepRunner::count_micro_batch(const MicroBatch& micro, const CausalLM& model) {
   const int64_t tokens = batch_.batch * batch_.seq;
-  sums_[3] += 2.0 * model_.forward_flops(tokens, batch_.attention_pairs) + model_.trainable_weight_flops(tokens);
+  if (&model == &model_) {
+    sums_[1] += static_cast<double>(micro.real_tokens);
+    sums_[2] += static_cast<double>(tokens);
+  }
+  sums_[3] += 2.0 * model.forward_flops(tokens, batch_.attention_pairs) + model.trainable_weight_flops(tokens);
 }
 
-Tensor StepRunner::stage_forward(int64_t micro, StepBatches& batches, Tensor input) {
+CausalLM& StepRunner::chunk_model(int chunk) {
+  if (chunk == 0) return model_;
+  ZT_CHECK(chunk > 0 && static_cast<size_t>(chunk) <= more_chunks_.size(), "pipeline schedule: model chunk ", chunk,
+           " of ", more_chunks_.size() + 1);
+  return *more_chunks_[static_cast<size_t>(chunk) - 1];
+}
+
+Tensor StepRunner::stage_forward(int64_t micro, int chunk, StepBatches& batches, Tensor input) {
   ZT_CHECK(micro >= 0 && micro < static_cast<int64_t>(batches.micro.size()), "pipeline schedule: micro-batch ", micro,
            " of ", batches.micro.size());
   enter(StepPart::Model);
   batch_ = batch_views(batches.micro[static_cast<size_t>(micro)], backend_, device_batch_);
   dropout_.row_ids = batch_.row_ids;
-  return model_.forward_stage(batch_, dropout_, input);
+  return chunk_model(chunk).forward_stage(batch_, dropout_, input);
 }
 
-// The stage's backward of micro-batch `micro`, right after its stage_forward (batch_ holds its
-// views). The schedules run the backwards in micro-batch order, so the last one is the step's last.
-Tensor StepRunner::stage_backward(int64_t step, int64_t micro, StepBatches& batches, Tensor d_output,
+// The chunk's backward of micro-batch `micro`, after the chunk's forward of it (the views made
+// again: another chunk's forward may have come between). With `overlap_reduction` the schedule
+// runs the backwards in micro-batch order, so the last one is the step's last.
+Tensor StepRunner::stage_backward(int64_t step, int64_t micro, int chunk, StepBatches& batches, Tensor d_output,
                                   bool overlap_reduction) {
   if (config_.fault_points) fault_point("step", step + 1);
+  enter(StepPart::Model);
+  batch_ = batch_views(batches.micro[static_cast<size_t>(micro)], backend_, device_batch_);
+  dropout_.row_ids = batch_.row_ids;
   enter(StepPart::Engine);
   engine_.begin_micro_batch(overlap_reduction && micro + 1 == static_cast<int64_t>(batches.micro.size()));
   enter(StepPart::Model);
-  Tensor d_input = model_.backward_stage(batch_, grad_scale_, dropout_, step_loss_sum_.view(DType::F64, {1}), d_output);
+  Tensor d_input = chunk_model(chunk).backward_stage(batch_, grad_scale_, dropout_, step_loss_sum_.view(DType::F64, {1}),
+                                                     d_output);
   enter(StepPart::Engine);
   engine_.end_micro_batch();
-  count_micro_batch(batches.micro[static_cast<size_t>(micro)]);
+  count_micro_batch(batches.micro[static_cast<size_t>(micro)], chunk_model(chunk));
   return d_input;
 }
 

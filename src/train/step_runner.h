@@ -81,13 +81,14 @@ class StageWork {
   virtual ~StageWork() = default;
   virtual int64_t micro_batches() const = 0;
   virtual int64_t rows(int64_t micro) const = 0;  // B*T of micro-batch `micro`
-  // CausalLM::forward_stage on the micro-batch's views (its dropout masks): the stage's output.
-  virtual Tensor forward(int64_t micro, Tensor input) = 0;
+  // CausalLM::forward_stage of model chunk `chunk` on the micro-batch's views (its dropout masks):
+  // the chunk's output.
+  virtual Tensor forward(int64_t micro, int chunk, Tensor input) = 0;
   // After forward(micro): CausalLM::backward_stage within the ZeRO engine's micro-batch calls
   // (with `overlap_reduction`, the last micro-batch's backward reduces stage 0/1 gradients as
   // units complete; without, reduce() does), the micro-batch's tokens and FLOPs counted; the
   // gradient of the stage's input.
-  virtual Tensor backward(int64_t micro, Tensor d_output, bool overlap_reduction) = 0;
+  virtual Tensor backward(int64_t micro, int chunk, Tensor d_output, bool overlap_reduction) = 0;
   virtual void reduce() = 0;  // StepOp::ReduceGradients
   virtual void update() = 0;  // StepOp::Update (its gradient check made global by PipelineStage::combine)
 };
@@ -126,6 +127,8 @@ class StepRunner {
   // A pipeline stage's run (not owned; null: none): StepOp::PipelineStage runs its instructions,
   // and the gradient check and the step's sums go through it.
   void set_pipeline(PipelineStage* pipeline) { pipeline_ = pipeline; }
+  // An interleaved pipeline's model chunks 1..V-1 (not owned; chunk 0 is the model).
+  void set_more_chunks(std::vector<CausalLM*> chunks) { more_chunks_ = std::move(chunks); }
 
  private:
   void enter(StepPart part) {
@@ -138,9 +141,11 @@ class StepRunner {
   void stop_if_diverged(int64_t step, const StepOutcome& outcome);
   class StageWorkOfStep;  // StageWork over one step (step_runner.cpp)
   void forward(int64_t step, int64_t micro, StepBatches& batches, bool last);
-  Tensor stage_forward(int64_t micro, StepBatches& batches, Tensor input);
-  Tensor stage_backward(int64_t step, int64_t micro, StepBatches& batches, Tensor d_output, bool overlap_reduction);
-  void count_micro_batch(const MicroBatch& micro);
+  CausalLM& chunk_model(int chunk);
+  Tensor stage_forward(int64_t micro, int chunk, StepBatches& batches, Tensor input);
+  Tensor stage_backward(int64_t step, int64_t micro, int chunk, StepBatches& batches, Tensor d_output,
+                        bool overlap_reduction);
+  void count_micro_batch(const MicroBatch& micro, const CausalLM& model);
   void backward(int64_t step, int64_t micro, StepBatches& batches);
   void reduce(int64_t step, StepOutcome& outcome);
   // The step's loss sums over the ranks into `outcome`: reads the loss sum that reduce() queued
@@ -166,6 +171,7 @@ class StepRunner {
   int64_t vocab_size_;
   StepObserver* observer_ = nullptr;
   PipelineStage* pipeline_ = nullptr;
+  std::vector<CausalLM*> more_chunks_;
   Buffer step_loss_sum_;           // fp64 [1]: this rank's loss sum of a step, on the device
   std::unique_ptr<Backend> host_;  // pinned host memory of backend_ (make_host_backend)
   Buffer host_loss_sum_;           // fp64 [1]: its copy on the host, queued by reduce()

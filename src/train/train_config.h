@@ -42,6 +42,7 @@ struct MonitorConfig {
 struct PipelineConfig {
   int64_t stages = 1;                          // P: the ranks split into P stages x world / P replicas
   std::string schedule = "1f1b";               // gpipe | 1f1b | interleaved (pipe/pipe_schedule.h)
+  int64_t chunks = 1;                          // V: model chunks per rank (interleaved: at least 2)
   std::string partition_method = "parameters";  // parameters | uniform | type:REGEX (pipe/stage_partition.h)
   bool enabled() const { return stages > 1; }
 };

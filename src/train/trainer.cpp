@@ -210,6 +210,9 @@ void split_pipeline(TrainingRun& run) {
   const TrainConfig& config = run.config;
   if (!config.pipeline.enabled()) return;
   run.topology.emplace(run.world_size, static_cast<int>(config.pipeline.stages));
+  ZT_CHECK(config.pipeline.chunks == 1 || run.comm == run.host_comm.get(), "--pipeline-schedule interleaved: runs on "
+           "the CPU backend's MPI communicator for now (its sends are posted ahead, which NCCL's in-order streams "
+           "cannot take without Megatron's batched exchanges: docs/pipeline.md)");
   const std::vector<std::string> nodes = run.host_comm->all_gather_strings(this_host());
   if (run.leader)
     for (const std::string& line : describe_topology(*run.topology, nodes)) std::printf("%s\n", line.c_str());
@@ -247,7 +250,7 @@ void assemble(TrainingRun& run) {
     load_base_weights(config.model_dir, store, unit);
     objective->init_added_params(store, unit, config.model_dir, config.seed);
     if (!adapter_dir.empty()) load_peft_adapter_weights(adapter_dir, store, unit);
-    else if (config.lora.enabled()) init_lora_weights(store, config.seed, unit, stage.first_adapter);
+    else if (config.lora.enabled()) init_lora_weights(store, config.seed, unit, stage.adapter_index);
   };
   const int stage = run.topology ? run.topology->stage_of(run.rank) : 0;
   run.parts = assemble_run(config, run.model_config, run.backend(), run.data_comm(), run.data_host_comm(),

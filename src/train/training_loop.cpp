@@ -68,6 +68,7 @@ class TrainingLoop {
                 run.model_config.vocab_size),
         last_saved_step_(run.resume_from ? run.state.step : -1) {
     runner_.set_pipeline(run.pipe.get());
+    runner_.set_more_chunks(run.parts.more_chunk_models());
     if (run.leader) {
       const std::string metrics_path = (fs::path(config_.out_dir) / "metrics.jsonl").string();
       if (run.resume_from) trim_metrics_for_resume(metrics_path, run.state.step);  // later steps run again
