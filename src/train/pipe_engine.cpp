@@ -59,6 +59,7 @@ PipeEngine::PipeEngine(const TrainConfig& config, const PipelineTopology& topolo
                   .at(static_cast<size_t>(stage_));
   micro_batches_ = shape.micro_batches;
   inputs_.resize(static_cast<size_t>(chunks_ * micro_batches_));
+  if (chunks_ > 1) send_copies_.resize(static_cast<size_t>(2 * chunks_ * micro_batches_));
 }
 
 void PipeEngine::attach(ParamStore& store, const StageUnits& stage) {
@@ -125,36 +126,25 @@ void PipeEngine::receive(Group& group, Tensor into, int from) {
 }
 
 // A send: grouped with the adjacent receive; under the interleaved schedule posted at once from a
-// copy of its own (MPI's buffered Isend: the schedule's order is deadlock-free only so) and
-// completed before the step's reduction.
-void PipeEngine::send(Group& group, Tensor data, int to) {
+// copy of its own (MPI's buffered Isend: the schedule's order is deadlock-free only so), one copy
+// buffer per message of the step (`slot`: its kind, chunk and micro-batch, so that what is
+// allocated does not depend on when sends complete), completed before the step's reduction.
+void PipeEngine::send(Group& group, Tensor data, int to, size_t slot) {
   if (chunks_ == 1) {
     if (group.send_to >= 0) flush(group);
     group.send = data;
     group.send_to = to;
     return;
   }
-  while (!in_flight_.empty() && in_flight_.front().pending->done()) {
-    free_.push_back(std::move(in_flight_.front().buffer));
-    in_flight_.pop_front();
-  }
-  Buffer buffer;
-  if (!free_.empty()) {
-    buffer = std::move(free_.back());
-    free_.pop_back();
-  }
+  Buffer& buffer = send_copies_.at(slot);
   ensure_buffer(buffer, backend_, data.numel(), dtype_);
   Tensor copy = buffer.view(dtype_, {data.numel()});
   backend_.copy(copy, data.reshaped({data.numel()}));
-  Pending pending = world_.send_async(copy, to);
-  in_flight_.push_back({std::move(buffer), std::move(pending)});
+  in_flight_.push_back(world_.send_async(copy, to));
 }
 
 void PipeEngine::finish_sends() {
-  for (InFlight& send : in_flight_) {
-    send.pending->wait();
-    free_.push_back(std::move(send.buffer));
-  }
+  for (Pending& send : in_flight_) send->wait();
   in_flight_.clear();
 }
 
@@ -177,8 +167,13 @@ void PipeEngine::run_step(StageWork& work) {
         ensure_buffer(output_grad_, backend_, work.rows(mb) * hidden_, dtype_);
         receive(group, output_grad_.view(dtype_, {work.rows(mb), hidden_}), rank_of_virtual(virtual_stage + 1));
         break;
-      case PipeOp::SendActivation: send(group, output, rank_of_virtual(virtual_stage + 1)); break;
-      case PipeOp::SendGrad: send(group, input_grad, rank_of_virtual(virtual_stage - 1)); break;
+      case PipeOp::SendActivation:
+        send(group, output, rank_of_virtual(virtual_stage + 1), static_cast<size_t>(chunk * micro_batches_ + mb));
+        break;
+      case PipeOp::SendGrad:
+        send(group, input_grad, rank_of_virtual(virtual_stage - 1),
+             static_cast<size_t>((chunks_ + chunk) * micro_batches_ + mb));
+        break;
       case PipeOp::Forward:
         flush(group);
         output = work.forward(mb, chunk, input_of(work, chunk, mb, false));

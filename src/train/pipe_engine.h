@@ -26,7 +26,6 @@
 //     stage, the token counts from the first (combine_sums).
 #pragma once
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <span>
 #include <vector>
@@ -76,7 +75,7 @@ class PipeEngine final : public PipelineStage {
   };
   void flush(Group& group);
   void receive(Group& group, Tensor into, int from);
-  void send(Group& group, Tensor data, int to);
+  void send(Group& group, Tensor data, int to, size_t slot);
   void finish_sends();        // the interleaved schedule's sends in flight
   void reduce_tied_grads();   // ReduceTiedGrads
   void share_tied_params();   // after OptimizerStep
@@ -93,12 +92,8 @@ class PipeEngine final : public PipelineStage {
   DType dtype_;
   std::vector<PipeInstruction> schedule_;  // this rank's instructions of one step
   std::vector<Buffer> inputs_;             // [V x M]: each chunk's micro-batch inputs [B*T, C] (not the first virtual stage's)
-  struct InFlight {                        // an interleaved send: its own copy until it completed
-    Buffer buffer;
-    Pending pending;
-  };
-  std::deque<InFlight> in_flight_;
-  std::vector<Buffer> free_;               // send copies to reuse
+  std::vector<Buffer> send_copies_;        // interleaved: [2 x V x M] each message's copy (activations, then gradients)
+  std::vector<Pending> in_flight_;         // interleaved: the sends posted this step
   Buffer output_grad_;                     // [B*T, C]: the received gradient of the stage's output
   ParamStore* store_ = nullptr;
   std::vector<std::string> tied_copies_, tied_originals_;  // trainable ones only (StageUnits)

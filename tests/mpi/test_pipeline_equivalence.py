@@ -7,7 +7,9 @@
 #     --partition-method uniform and --activation-checkpointing; P = 2, D = 2 (4 ranks) 1f1b
 #     ZeRO-1 full and gpipe ZeRO-2 LoRA (the data-parallel reduction inside each stage's group);
 #   a 4-layer LLaMA: P = 4, D = 1 (4 ranks) 1f1b full, from DeepSpeed's "pipeline" section
-#     ({"stages": 4, "partition": "type:decoder"}) instead of the flags;
+#     ({"stages": 4, "partition": "type:decoder"}) instead of the flags; interleaved 1F1B with
+#     P = 2 x V = 2 chunks per rank, D = 2, ZeRO-1 (its sends posted ahead, the reduction after
+#     backward);
 #   tiny OPT (head tied to the token table: the last stage holds a copy, gradients summed into the
 #     first stage's, the table sent back after each update): P = 2, D = 1 1f1b full; P = 2,
 #     D = 2 gpipe ZeRO-1 full; P = 2, D = 2 1f1b ZeRO-2 LoRA (the table frozen).
@@ -109,6 +111,8 @@ def check_refusals(report, zerotune, workdir, model, data):
     refused("P not dividing the ranks", 1, ["--pipeline-stages", 2], "does not divide the 1 ranks")
     refused("ZeRO-3", 2, ["--pipeline-stages", 2], "ZeRO stage 3", stage=3)
     refused("P above the layers", 4, ["--pipeline-stages", 4], "only 2 decoder layers")
+    refused("P x V above the layers", 2, ["--pipeline-stages", 2, "--pipeline-schedule", "interleaved"],
+            "only 2 decoder layers")
     lomo = write_ds_config(os.path.join(workdir, "lomo.json"), 16, 16, {"stage": 0},
                            optimizer={"type": "LOMO", "params": {"lr": 1e-3}})
     refused("LOMO (an optimizer fused into backward)", 2, ["--pipeline-stages", 2], "updates inside backward", ds=lomo)
@@ -173,7 +177,15 @@ def check_p4(report, zerotune, workdir, data):
     check_stage_zero(report, got, ref, 4, 1)
     report.check("pipeline.stages 4 -> --pipeline-stages 4" in got["stdout"],
                  "p4-1f1b: the JSON's pipeline.stages was read (noted)")
-    return got["seconds"]
+    seconds = got["seconds"]
+    # Interleaved: P = 2 x V = 2 chunks per rank (rank 0: units 0-1 and 3, rank 1: unit 2 and 4-5), D = 2.
+    got = train(zerotune, workdir, model4, data, "p2-v2-d2-interleaved-zero1", 4, 1,
+                P2 + ["--pipeline-schedule", "interleaved", "--pipeline-chunks", 2])
+    compare(report, got, ref)
+    layout = got["run"].get("pipeline_layout", {})
+    report.check(len(layout.get("stage_first_units", [])) == 5,
+                 f"p2-v2-d2-interleaved-zero1: 4 virtual stages in run.json ({layout})")
+    return seconds + got["seconds"]
 
 
 P2 = ["--pipeline-stages", 2]
