@@ -1,13 +1,16 @@
 // The pipeline engine (issue 32, docs/pipeline.md): executes this rank's instruction list of a
 // pipeline schedule (pipe/pipe_schedule.h) in each optimizer step, and nothing else decides the
 // order. Rank r runs stage r / D of replica r % D (pipe/pipeline_topology.h); its model holds
-// only the stage's units (ModelOptions::first_unit, end_unit) and its ZeRO engine reduces over the
-// stage's data-parallel group. The engine:
+// only the stage's units (ModelOptions::first_unit, end_unit; the interleaved schedule: V chunks
+// of units, virtual stages chunk x P + stage, one model per chunk) and its ZeRO engine reduces
+// over the stage's data-parallel group. The engine:
 //   - sends and receives the activations [B*T, C] and their gradients on the world communicator,
 //     each run of adjacent Send/Recv instructions (at most one send and one receive) as one
 //     send_recv_async, completed before the next computation: the `Grouped` transport of
 //     pipe/pipe_simulation.h, under which GPipe and 1F1B cannot deadlock (blocking sends would
-//     deadlock 1F1B's steady state);
+//     deadlock 1F1B's steady state). The interleaved schedule deadlocks so; its sends are posted
+//     ahead from copies of their own and completed before the reduction (the `Buffered`
+//     transport: MPI's Isend; refused on NCCL by the trainer);
 //   - keeps each micro-batch's stage input until its backward and recomputes the stage's forward
 //     before a backward whose forward was not the stage's last one (GPipe everywhere, 1F1B
 //     before the last stage): the model keeps one micro-batch's activations, the stage the
@@ -34,10 +37,10 @@
 #include "backend/buffer.h"
 #include "comm/communicator.h"
 #include "model/config.h"
+#include "model/param_store.h"
 #include "optim/optimizer.h"
 #include "pipe/pipe_schedule.h"
 #include "pipe/pipeline_topology.h"
-#include "model/param_store.h"
 #include "train/run_assembly.h"
 #include "train/step_runner.h"
 #include "train/train_config.h"

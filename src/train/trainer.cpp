@@ -172,6 +172,8 @@ void prepare(TrainingRun& run) {
 
   run.model_config = load_model_config(config.model_dir);
   check_pipeline_run(config, run.model_config, run.world_size, *optimizer);
+  ZT_CHECK(!config.pipeline.enabled() || !run.options.samples.enabled(), "--pipeline-stages ", config.pipeline.stages,
+           ": --sample-prompts generates with the whole model on every rank, which a pipeline stage does not hold");
   // QLoRA: --quantize, or the model's own bitsandbytes quantization_config (run.json records which).
   config.quantize = run_quantization(config.quantize, run.model_config.quantization, config.model_dir);
   run.dataset.emplace(TokenDataset::open(config.data_dir, config.data_split));
