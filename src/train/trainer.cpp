@@ -53,7 +53,8 @@ void write_final_dump(const std::string& path, const ParamStore& store) {
 }
 
 // --dump-final: rank 0 writes every trainable parameter; under a pipeline each stage's replica 0
-// writes its stage's to PATH.stageS first, and rank 0 merges them in stage order (and removes them).
+// writes its stage's to PATH.stageS first, and rank 0 merges them in stage order (and removes them):
+// a test and debugging file, so PATH must be on a file system every rank sees.
 void write_final_weights(TrainingRun& run) {
   const std::string& path = run.config.dump_final_path;
   run.parts.engine->gather_full_params();
@@ -134,8 +135,9 @@ void keep_resumed_batch(TrainingRun& run) {
   TrainConfig& config = run.config;
   const bool accumulation_fixed =
       run.options.grad_accum_given || config.deepspeed_keys.given.count("gradient_accumulation_steps") > 0;
-  const std::optional<ResumeBatchDecision> decision = keep_checkpoint_batch(
-      config, config.data_parallel_size(run.world_size), accumulation_fixed, read_checkpoint_batch(*run.resume_from), *run.resume_from);
+  const std::optional<ResumeBatchDecision> decision =
+      keep_checkpoint_batch(config, config.data_parallel_size(run.world_size), accumulation_fixed,
+                            read_checkpoint_batch(*run.resume_from), *run.resume_from);
   if (!decision) return;
   run.resume_batch = decision->record;
   if (run.leader) std::printf("resume: %s\n", decision->text.c_str());
