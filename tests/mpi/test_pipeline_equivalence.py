@@ -9,7 +9,7 @@
 #   a 4-layer LLaMA: P = 4, D = 1 (4 ranks) 1f1b full, from DeepSpeed's "pipeline" section
 #     ({"stages": 4, "partition": "type:decoder"}) instead of the flags; interleaved 1F1B with
 #     P = 2 x V = 2 chunks per rank, D = 2, ZeRO-1 (its sends posted ahead, the reduction after
-#     backward);
+#     backward), and LoRA at D = 1;
 #   tiny OPT (head tied to the token table: the last stage holds a copy, gradients summed into the
 #     first stage's, the table sent back after each update): P = 2, D = 1 1f1b full; P = 2,
 #     D = 2 gpipe ZeRO-1 full; P = 2, D = 2 1f1b ZeRO-2 LoRA (the table frozen).
@@ -185,6 +185,12 @@ def check_p4(report, zerotune, workdir, data):
     layout = got["run"].get("pipeline_layout", {})
     report.check(len(layout.get("stage_first_units", [])) == 5,
                  f"p2-v2-d2-interleaved-zero1: 4 virtual stages in run.json ({layout})")
+    seconds += got["seconds"]
+    # Interleaved LoRA (adapters initialised by their model-wide index on both chunks), D = 1.
+    ref = train(zerotune, workdir, model4, data, "p4-lora-ref", 1, 0, LORA)
+    got = train(zerotune, workdir, model4, data, "p2-v2-interleaved-lora", 2, 0,
+                P2 + ["--pipeline-schedule", "interleaved"] + LORA)
+    compare(report, got, ref)
     return seconds + got["seconds"]
 
 
