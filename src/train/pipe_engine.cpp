@@ -1,6 +1,7 @@
 // The pipeline engine (pipe_engine.h): the refusals, then one step's instructions.
 #include "train/pipe_engine.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -55,10 +56,14 @@ PipeEngine::PipeEngine(const TrainConfig& config, const PipelineTopology& topolo
   shape.chunks = chunks_;
   shape.micro_batches = static_cast<int>(config.gradient_accumulation_steps);
   shape.tied_ends = tied_across_stages;
-  schedule_ = make_pipe_schedule(parse_pipe_schedule(config.pipeline.schedule, "--pipeline-schedule"), shape)
-                  .at(static_cast<size_t>(stage_));
+  const PipeScheduleKind kind = parse_pipe_schedule(config.pipeline.schedule, "--pipeline-schedule");
+  schedule_ = make_pipe_schedule(kind, shape).at(static_cast<size_t>(stage_));
   micro_batches_ = shape.micro_batches;
-  inputs_.resize(static_cast<size_t>(chunks_ * micro_batches_));
+  // 1F1B: micro-batch k's input is received after micro-batch k - (P - s)'s backward on stage s,
+  // so P - s slots hold every input in flight; GPipe and interleaved keep all of them.
+  input_slots_ = kind == PipeScheduleKind::OneFOneB ? std::min(topology.stages() - stage_, micro_batches_)
+                                                    : micro_batches_;
+  inputs_.resize(static_cast<size_t>(chunks_ * input_slots_));
   if (chunks_ > 1) send_copies_.resize(static_cast<size_t>(2 * chunks_ * micro_batches_));
 }
 
@@ -101,7 +106,7 @@ void PipeEngine::share_tied_params() {
 Tensor PipeEngine::input_of(StageWork& work, int chunk, int micro, bool for_receive) {
   if (stage_ == 0 && chunk == 0) return Tensor();
   const int64_t rows = work.rows(micro);
-  Buffer& buffer = inputs_.at(static_cast<size_t>(chunk * micro_batches_ + micro));
+  Buffer& buffer = inputs_.at(static_cast<size_t>(chunk * input_slots_ + micro % input_slots_));
   if (for_receive) ensure_buffer(buffer, backend_, rows * hidden_, dtype_);
   return buffer.view(dtype_, {rows, hidden_});
 }

@@ -14,7 +14,7 @@
 //   - keeps each micro-batch's stage input until its backward and recomputes the stage's forward
 //     before a backward whose forward was not the stage's last one (GPipe everywhere, 1F1B
 //     before the last stage): the model keeps one micro-batch's activations, the stage the
-//     inputs of the micro-batches in flight (at most M for GPipe, P - stage for 1F1B). Dropout
+//     inputs of the micro-batches in flight (M buffers for GPipe, min(P - stage, M) for 1F1B). Dropout
 //     masks are keyed by the tokens' row ids, so the recomputed forward is the same forward;
 //   - keeps a tied embedding (OPT's head reads the token table: DeepSpeed's TiedLayerSpec) on the
 //     first stage and a copy on the last (run_assembly.h StageUnits): at ReduceTiedGrads the last
@@ -89,12 +89,13 @@ class PipeEngine final : public PipelineStage {
   int rank_, stage_, replica_;
   int chunks_ = 1;        // V: model chunks per rank (virtual stage = chunk x P + stage)
   int micro_batches_ = 1;  // M
+  int input_slots_ = 1;    // stage inputs kept per chunk: min(P - stage, M) for 1F1B, else M
   Communicator& world_;
   Backend& backend_;
   int64_t hidden_;
   DType dtype_;
   std::vector<PipeInstruction> schedule_;  // this rank's instructions of one step
-  std::vector<Buffer> inputs_;             // [V x M]: each chunk's micro-batch inputs [B*T, C] (not the first virtual stage's)
+  std::vector<Buffer> inputs_;             // [V x slots]: micro-batch k's input [B*T, C] in slot k % slots (not the first virtual stage's)
   std::vector<Buffer> send_copies_;        // interleaved: [2 x V x M] each message's copy (activations, then gradients)
   std::vector<Pending> in_flight_;         // interleaved: the sends posted this step
   Buffer output_grad_;                     // [B*T, C]: the received gradient of the stage's output
