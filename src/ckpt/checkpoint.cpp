@@ -112,54 +112,65 @@ std::vector<float> to_host(Backend& backend, Tensor tensor) {
   return host;
 }
 
-// What write_rank_file writes, in bytes (fp32 arrays; the HDF5 overhead is small beside them).
-uint64_t rank_file_bytes(ZeroEngine& engine) {
-  uint64_t elements = 0;
-  for (const ZeroEngine::PartitionViews& views : engine.partition_views()) {
-    elements += static_cast<uint64_t>(views.master.numel());
-    for (const Tensor& state : views.state) elements += static_cast<uint64_t>(state.numel());
+// What one rank file holds, on the host: the partition's arrays per trainable group ("decay",
+// "master"), and on partition 0 the per-tensor state (group: the parameter, name: the state's).
+struct RankFileContent {
+  struct Array {
+    std::string group, name;
+    std::vector<float> values;
+  };
+  std::vector<Array> arrays, tensor_state;
+  uint64_t bytes() const {  // what the file writes (fp32 arrays; the HDF5 overhead is small beside them)
+    uint64_t elements = 0;
+    for (const auto* list : {&arrays, &tensor_state})
+      for (const Array& array : *list) elements += array.values.size();
+    return elements * sizeof(float);
   }
+};
+
+RankFileContent rank_file_content(ZeroEngine& engine) {
+  RankFileContent content;
+  const std::vector<std::string> state_names = engine.optimizer().state_names();
+  for (const ZeroEngine::PartitionViews& views : engine.partition_views())
+    for (size_t a = 0; a <= views.state.size(); ++a)
+      content.arrays.push_back({param_group_name(views.group), a == 0 ? "master" : state_names[a - 1],
+                                to_host(engine.backend(), a == 0 ? views.master : views.state[a - 1])});
   if (engine.partition_index() == 0)
     for (const ZeroEngine::TensorStateViews& views : engine.tensor_state_views())
-      for (const Tensor& state : views.state) elements += static_cast<uint64_t>(state.numel());
-  return elements * sizeof(float);
+      for (size_t k = 0; k < views.state.size(); ++k)
+        content.tensor_state.push_back({views.parameter, views.names[k], to_host(engine.backend(), views.state[k])});
+  return content;
 }
 
-void write_rank_file(const fs::path& path, ZeroEngine& engine, int64_t step) {
+void write_rank_file(const fs::path& path, const RankFileContent& content, int partition, int partitions,
+                     int64_t step) {
   std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
   h5::silence_error_printing();
   const std::string name = path.string();
   h5::Handle file = h5::owned_file(H5Fcreate(name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), name, "create the file");
   h5::write_string_attribute(file.get(), name, "format", kFormat);
   h5::write_int64_attribute(file.get(), name, "version", kVersion);
-  h5::write_int64_attribute(file.get(), name, "partition", engine.partition_index());
-  h5::write_int64_attribute(file.get(), name, "partitions", engine.partition_count());
+  h5::write_int64_attribute(file.get(), name, "partition", partition);
+  h5::write_int64_attribute(file.get(), name, "partitions", partitions);
   h5::write_int64_attribute(file.get(), name, "step", step);
-  for (const ZeroEngine::PartitionViews& views : engine.partition_views()) {
-    const std::string group_name = param_group_name(views.group);
-    h5::Handle group = h5::owned(H5Gcreate2(file.get(), group_name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                                 H5Gclose, name, cat("create group '", group_name, "'"));
-    const std::vector<std::string> state_names = engine.optimizer().state_names();
-    for (size_t a = 0; a <= views.state.size(); ++a) {
-      const std::vector<float> host = to_host(engine.backend(), a == 0 ? views.master : views.state[a - 1]);
-      h5::write_f32_dataset(group.get(), name, a == 0 ? "master" : state_names[a - 1].c_str(), host.data(), host.size());
-    }
+  std::map<std::string, h5::Handle> groups;  // by path: "decay", "tensor_state", "tensor_state/<parameter>"
+  const auto group_at = [&](hid_t parent, const std::string& key, const std::string& group_name) -> hid_t {
+    auto found = groups.find(key);
+    if (found == groups.end())
+      found = groups.emplace(key, h5::owned(H5Gcreate2(parent, group_name.c_str(), H5P_DEFAULT, H5P_DEFAULT,
+                                                       H5P_DEFAULT), H5Gclose, name, cat("create group '", key, "'")))
+                  .first;
+    return found->second.get();
+  };
+  for (const RankFileContent::Array& array : content.arrays)
+    h5::write_f32_dataset(group_at(file.get(), array.group, array.group), name, array.name.c_str(),
+                          array.values.data(), array.values.size());
+  for (const RankFileContent::Array& array : content.tensor_state) {
+    const hid_t all = group_at(file.get(), kTensorStateGroup, kTensorStateGroup);
+    h5::write_f32_dataset(group_at(all, cat(kTensorStateGroup, "/", array.group), array.group), name,
+                          array.name.c_str(), array.values.data(), array.values.size());
   }
-  const std::vector<ZeroEngine::TensorStateViews> tensor_state = engine.tensor_state_views();
-  if (engine.partition_index() == 0 && !tensor_state.empty()) {
-    const auto create_group = [&](hid_t parent, const std::string& group_name) {
-      return h5::owned(H5Gcreate2(parent, group_name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose, name,
-                       cat("create group '", group_name, "'"));
-    };
-    h5::Handle all = create_group(file.get(), kTensorStateGroup);
-    for (const ZeroEngine::TensorStateViews& views : tensor_state) {
-      h5::Handle parameter = create_group(all.get(), views.parameter);
-      for (size_t k = 0; k < views.state.size(); ++k) {
-        const std::vector<float> host = to_host(engine.backend(), views.state[k]);
-        h5::write_f32_dataset(parameter.get(), name, views.names[k].c_str(), host.data(), host.size());
-      }
-    }
-  }
+  groups.clear();
   h5::check_status(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), name, "flush the file");
   ZT_CHECK(file.close(), name, ": HDF5 failed to close (write) the file");
   fsync_path(path);
@@ -247,15 +258,19 @@ class PartitionReader {
   }
 
   // out[new numel / divisor] = partition `index` of `divisor` of the new layout `new_units`.
+  // The new layout's unit u is the checkpoint's unit first_unit + u (a pipeline stage's).
   void read(ParamGroup group, const char* array, const std::vector<UnitRange>& new_units, int divisor, int index,
-            float* out) {
+            float* out, int first_unit = 0, bool whole_model = true) {
     const std::vector<UnitRange> old_units = manifest_units(manifest_, group);
-    ZT_CHECK(old_units.size() == new_units.size(), dir_.string(), ": the checkpoint has ", old_units.size(),
-             " units, this model ", new_units.size());
+    ZT_CHECK(whole_model ? old_units.size() == new_units.size()
+                         : first_unit + new_units.size() <= old_units.size(),
+             dir_.string(), ": the checkpoint has ", old_units.size(), " units, this model ", new_units.size(),
+             whole_model ? "" : cat(" from unit ", first_unit));
     for (size_t u = 0; u < new_units.size(); ++u) {
       const int64_t slice = new_units[u].numel / divisor;
       float* target = out + new_units[u].begin / divisor;
-      const int64_t old_numel = old_units[u].numel, old_slice = old_numel / partitions_;
+      const UnitRange old_unit = old_units[static_cast<size_t>(first_unit) + u];
+      const int64_t old_numel = old_unit.numel, old_slice = old_numel / partitions_;
       for (int64_t k = index * slice, end = (index + 1) * slice; k < end;) {
         if (k >= old_numel) {  // padding the old layout did not have
           std::fill(target + (k - index * slice), target + slice, 0.0f);
@@ -263,7 +278,7 @@ class PartitionReader {
         }
         const int64_t old_partition = k / old_slice;
         const int64_t run = std::min({end, (old_partition + 1) * old_slice, old_numel}) - k;
-        const int64_t at = old_units[u].begin / partitions_ + (k - old_partition * old_slice);
+        const int64_t at = old_unit.begin / partitions_ + (k - old_partition * old_slice);
         read_range(static_cast<int>(old_partition), group, array, at, run, target + (k - index * slice));
         k += run;
       }
@@ -315,7 +330,8 @@ class PartitionReader {
   std::map<int, h5::Handle> files_;
 };
 
-void check_identity(const json& manifest, const RunIdentity& identity, const ParamStore& store, const std::string& dir) {
+void check_identity(const json& manifest, const RunIdentity& identity, const ParamStore& store, const std::string& dir,
+                    int first_unit, bool whole_model) {
   const json& saved = manifest.at("run");
   const auto mismatch = [&](const char* what, const json& then, const json& now) {
     fail(dir, ": the checkpoint was made with ", what, " ", then.dump(), ", this run has ", now.dump(),
@@ -360,17 +376,18 @@ void check_identity(const json& manifest, const RunIdentity& identity, const Par
     ZT_CHECK(found != saved_parameters.end(), dir, ": the checkpoint has no parameter '", entry.spec.name, "'");
     const json& p = *found->second;
     const std::vector<UnitRange> old_units = manifest_units(manifest, entry.group);
+    const int unit = entry.unit + first_unit;  // the model's
     ZT_CHECK(p.at("shape") == json(entry.spec.shape) && p.at("group") == param_group_name(entry.group) &&
-                 p.at("unit") == entry.unit,
+                 p.at("unit") == unit,
              dir, ": parameter '", entry.spec.name, "' is ", p.dump(), " in the checkpoint, not shape ",
-             json(entry.spec.shape).dump(), " in group ", param_group_name(entry.group));
-    const int64_t old_in_unit = p.at("offset").get<int64_t>() - old_units.at(static_cast<size_t>(entry.unit)).begin;
+             json(entry.spec.shape).dump(), " in group ", param_group_name(entry.group), " of unit ", unit);
+    const int64_t old_in_unit = p.at("offset").get<int64_t>() - old_units.at(static_cast<size_t>(unit)).begin;
     const int64_t new_in_unit = entry.offset - store.unit_range(entry.group, entry.unit).begin;
     ZT_CHECK(old_in_unit == new_in_unit, dir, ": parameter '", entry.spec.name, "' sits at offset ", old_in_unit,
              " of its unit in the checkpoint, ", new_in_unit, " here (a different layout version)");
   }
-  ZT_CHECK(trainable == saved_parameters.size(), dir, ": the checkpoint has ", saved_parameters.size(),
-           " trainable parameters, this run ", trainable);
+  ZT_CHECK(!whole_model || trainable == saved_parameters.size(), dir, ": the checkpoint has ",
+           saved_parameters.size(), " trainable parameters, this run ", trainable);
 }
 
 // The optimizer state a checkpoint holds must be the state this run's optimizer reads.
@@ -435,36 +452,119 @@ std::string data_digest(const std::vector<std::string>& shard_paths) {
   return digest_of_files(std::vector<fs::path>(shard_paths.begin(), shard_paths.end()));
 }
 
+namespace {
+
+// A pipeline stage's rank file content sent to the rank that writes the whole model's partition
+// (stage 0 of the same replica), array by array in the order `sizes` lists them.
+json content_sizes(const RankFileContent& content) {
+  json sizes = json::array();
+  for (const auto* list : {&content.arrays, &content.tensor_state})
+    for (const RankFileContent::Array& array : *list)
+      sizes.push_back({{"group", array.group}, {"name", array.name}, {"n", array.values.size()},
+                       {"tensor_state", list == &content.tensor_state}});
+  return sizes;
+}
+
+// Partition r of the whole model is the concatenation of partition r of every stage (a unit's
+// padded range and its slices depend on the unit alone): stage 0's writer appends the others'.
+void gather_stage_contents(RankFileContent& content, const PipelineCheckpoint& pipeline, bool holder) {
+  Communicator& world = *pipeline.world;
+  const std::vector<std::string> all = world.all_gather_strings(holder ? content_sizes(content).dump() : "null");
+  if (pipeline.stage > 0) {  // a holder sends its arrays to its replica's stage-0 rank
+    if (!holder) return;
+    for (const auto* list : {&content.arrays, &content.tensor_state})
+      for (const RankFileContent::Array& array : *list)
+        if (!array.values.empty())
+          world.send_async(f32_view(const_cast<float*>(array.values.data()), {static_cast<int64_t>(array.values.size())}),
+                           pipeline.rank_of(0))->wait();
+    return;
+  }
+  if (!holder) return;
+  for (int stage = 1; stage < pipeline.stages; ++stage) {
+    const json sizes = json::parse(all.at(static_cast<size_t>(pipeline.rank_of(stage))));
+    for (const json& entry : sizes) {
+      std::vector<RankFileContent::Array>& list = entry.at("tensor_state") ? content.tensor_state : content.arrays;
+      const std::string group = entry.at("group"), name = entry.at("name");
+      auto found = std::find_if(list.begin(), list.end(), [&](const auto& x) { return x.group == group && x.name == name; });
+      if (found == list.end() || entry.at("tensor_state")) found = list.insert(list.end(), {group, name, {}});
+      const size_t n = entry.at("n").get<size_t>(), at = found->values.size();
+      found->values.resize(at + n);
+      if (n > 0)
+        world.recv_async(f32_view(found->values.data() + at, {static_cast<int64_t>(n)}), pipeline.rank_of(stage))->wait();
+    }
+  }
+}
+
+// The whole model's layout from every stage's (layout_json of its store, its units from `first_unit`):
+// units and parameters of the stages one after the other in each group.
+json merged_layout(const std::vector<std::string>& stage_layouts) {
+  json merged = {{"groups", json::object()}, {"parameters", json::array()}};
+  for (const std::string& text : stage_layouts) {
+    if (text == "null") continue;
+    const json stage = json::parse(text);
+    const int first_unit = stage.at("first_unit");
+    std::map<std::string, int64_t> base;  // the group's elements before this stage
+    for (auto& [group, layout] : stage.at("layout").at("groups").items()) {
+      json& into = merged["groups"][group];
+      if (into.is_null()) into = {{"numel", 0}, {"units", json::array()}};
+      base[group] = into.at("numel").get<int64_t>();
+      for (const json& unit : layout.at("units")) into["units"].push_back({unit.at(0).get<int64_t>() + base[group], unit.at(1)});
+      into["numel"] = base[group] + layout.at("numel").get<int64_t>();
+    }
+    for (json parameter : stage.at("layout").at("parameters")) {
+      parameter["offset"] = parameter.at("offset").get<int64_t>() + base.at(parameter.at("group"));
+      parameter["unit"] = parameter.at("unit").get<int>() + first_unit;
+      merged["parameters"].push_back(parameter);
+    }
+  }
+  return merged;
+}
+
+}  // namespace
+
 std::string save_checkpoint(const std::string& out_dir, const TrainingState& state, const RunIdentity& identity,
                             const json& run_config, ZeroEngine& engine, const ParamStore& store,
-                            Communicator& comm, int64_t keep_last) {
+                            Communicator& comm, int64_t keep_last, const PipelineCheckpoint* pipeline) {
   const fs::path root = fs::path(out_dir) / "checkpoints";
   const std::string tag = cat("global_step", state.step);
   const fs::path final_dir = root / tag, temporary = root / (tag + ".tmp");
-  const bool leader = comm.rank() == 0;
+  Communicator& world = pipeline ? *pipeline->world : comm;  // every rank
+  const bool leader = world.rank() == 0;
   fault_point("save.begin", state.step);
   // Weights that are NaN or inf would become `latest`, and --resume auto would continue from them.
-  ZT_CHECK(master_weights_finite(engine, comm), "checkpoint ", tag, " not saved: the weights are not finite (NaN or "
+  ZT_CHECK(master_weights_finite(engine, world), "checkpoint ", tag, " not saved: the weights are not finite (NaN or "
            "inf) after step ", state.step, ", the run diverged; `latest` still names the last finite checkpoint. Lower "
            "the learning rate or set gradient_clipping, then --resume auto");
+  ZT_CHECK(!pipeline || engine.exchange_views().empty(), "checkpoint ", tag, ": optimizer ", engine.optimizer().name(),
+           " keeps per-rank exchange buffers, which pipeline checkpoints do not save yet");
   if (leader) {
     fs::create_directories(root);
     fs::remove_all(temporary);  // a crashed earlier attempt
     fs::create_directories(temporary);
   }
-  comm.barrier();
+  world.barrier();
 
-  // Each partition's file, its size and checksum.
+  // Each partition's file, its size and checksum (under a pipeline: the whole model's partition,
+  // written by stage 0's rank of the replica with the other stages' parts appended).
   json file_entry = nullptr;
-  if (engine.partition_index() == comm.rank()) {  // stage 0: rank 0 holds the one partition
+  const bool holder = engine.partition_index() == comm.rank();  // stage 0: rank 0 holds the one partition
+  RankFileContent content;
+  if (holder) content = rank_file_content(engine);
+  if (pipeline) gather_stage_contents(content, *pipeline, holder);
+  if (holder && (!pipeline || pipeline->stage == 0)) {
     const fs::path path = temporary / rank_file_name(engine.partition_index());
-    check_free_space(temporary.string(), rank_file_bytes(engine), path.string());
-    write_rank_file(path, engine, state.step);
+    check_free_space(temporary.string(), content.bytes(), path.string());
+    write_rank_file(path, content, engine.partition_index(), engine.partition_count(), state.step);
     file_entry = {{"name", rank_file_name(engine.partition_index())}, {"bytes", fs::file_size(path)},
                   {"sha256", sha256_file_hex(path.string())}};
   }
   fault_point("save.rank_file_written", state.step);
-  const std::vector<std::string> entries = comm.all_gather_strings(file_entry.dump());
+  const std::vector<std::string> entries = world.all_gather_strings(file_entry.dump());
+  json layout = layout_json(store);
+  if (pipeline) {  // every stage's layout, from its replica 0
+    const json mine = {{"first_unit", pipeline->first_unit}, {"layout", layout}};
+    layout = merged_layout(world.all_gather_strings(comm.rank() == 0 ? mine.dump() : "null"));
+  }
   json exchange = nullptr;  // every rank's error feedback, when the optimizer exchanges momentum
   if (!engine.exchange_views().empty()) {
     const fs::path path = temporary / exchange_file_name(comm.rank());
@@ -484,7 +584,7 @@ std::string save_checkpoint(const std::string& out_dir, const TrainingState& sta
         {"format", kFormat}, {"version", kVersion}, {"tag", tag},
         {"step", state.step}, {"skipped", state.skipped}, {"updates", state.step - state.skipped},
         {"samples_consumed", state.samples_consumed},
-        {"world_size", comm.size()}, {"zero_stage", engine.stage()}, {"partitions", engine.partition_count()},
+        {"world_size", world.size()}, {"zero_stage", engine.stage()}, {"partitions", engine.partition_count()},
         {"compute_dtype", dtype_name(store.param_dtype())},
         {"optimizer", optimizer_json(engine)},
         {"loss_scale", state.loss_scale}, {"loss_scaler", state.loss_scaler},
@@ -497,14 +597,15 @@ std::string save_checkpoint(const std::string& out_dir, const TrainingState& sta
                  {"seed", identity.seed}, {"shuffle", identity.shuffle}, {"lora", lora_json(identity.lora)},
                  {"quantize", quant_config_json(identity.quantize)}}},
         {"config", run_config},
-        {"layout", layout_json(store)},
+        {"layout", layout},
         {"files", files}};
+    if (pipeline) manifest["pipeline"] = pipeline->layout;
     if (!exchange.is_null()) manifest["exchange"] = exchange;
     write_file_atomic((temporary / "manifest.json").string(), manifest.dump(2) + "\n");
     fsync_path(temporary);
   }
   fault_point("save.manifest_written", state.step);
-  comm.barrier();
+  world.barrier();
   if (leader) {
     fs::remove_all(final_dir);  // an older save of the same step (e.g. a rerun)
     fs::rename(temporary, final_dir);
@@ -518,7 +619,7 @@ std::string save_checkpoint(const std::string& out_dir, const TrainingState& sta
         if (tags[i] != tag) fs::remove_all(root / tags[i]);
     }
   }
-  comm.barrier();
+  world.barrier();
   return final_dir.string();
 }
 
@@ -619,10 +720,13 @@ std::string checkpoint_damage(const std::string& checkpoint_dir, Communicator& c
 }
 
 TrainingState load_checkpoint(const std::string& checkpoint_dir, const RunIdentity& identity, ZeroEngine& engine,
-                              const ParamStore& store, Communicator& comm) {
+                              const ParamStore& store, Communicator& comm, int first_unit) {
   // Rank 0 verifies every checksum; the others check sizes. A failure anywhere ends the job.
   const json manifest = read_checkpoint_manifest(checkpoint_dir, comm.rank() == 0);
-  check_identity(manifest, identity, store, checkpoint_dir);
+  // A pipeline stage holds a part of the model's units (its store's unit count is not the model's).
+  const bool whole_model = first_unit == 0 && static_cast<size_t>(store.num_units()) ==
+                                                  manifest_units(manifest, ParamGroup::Decay).size();
+  check_identity(manifest, identity, store, checkpoint_dir, first_unit, whole_model);
   check_optimizer(manifest, engine, checkpoint_dir);
   PartitionReader reader(checkpoint_dir, manifest);
   const std::vector<std::string> state_names = engine.optimizer().state_names();
@@ -631,7 +735,7 @@ TrainingState load_checkpoint(const std::string& checkpoint_dir, const RunIdenti
       const Tensor tensor = a == 0 ? views.master : views.state[a - 1];
       std::vector<float> host(static_cast<size_t>(tensor.numel()));
       reader.read(views.group, a == 0 ? "master" : state_names[a - 1].c_str(), store.group(views.group).units,
-                  engine.partition_count(), engine.partition_index(), host.data());
+                  engine.partition_count(), engine.partition_index(), host.data(), first_unit, whole_model);
       engine.backend().copy(tensor, f32_view(host.data(), {tensor.numel()}));
     }
   }

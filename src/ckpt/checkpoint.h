@@ -63,6 +63,18 @@ std::string model_weights_digest(const std::string& model_dir);
 // Sampled sha256 of the training data's shard files, in order (another dataset of the same size).
 std::string data_digest(const std::vector<std::string>& shard_paths);
 
+// A pipeline stage's part in a checkpoint (issue 32). The checkpoint is the whole model's, as a
+// run without stages writes it: partition r of the model is partition r of every stage one after
+// the other (a unit's padded range and its slices do not depend on the other units), so it resumes
+// on any layout (stages, replicas, world size) and exports as any checkpoint does.
+struct PipelineCheckpoint {
+  Communicator* world = nullptr;  // every rank, on host buffers (MPI): the stages' parts go to stage 0
+  int stage = 0, stages = 1, replicas = 1, replica = 0;
+  int first_unit = 0;             // the stage's first unit of the model's
+  nlohmann::json layout;          // what the manifest records under "pipeline"
+  int rank_of(int of_stage) const { return of_stage * replicas + replica; }  // pipe/pipeline_topology.h
+};
+
 // Saves a checkpoint of the current state as OUT/checkpoints/global_step<step>. Collective: every
 // rank calls it. `run_config` is the resolved configuration (run.json's "config": the manifest
 // keeps a copy, and its scheduler type). keep_last > 0 deletes the oldest complete checkpoints
@@ -70,7 +82,7 @@ std::string data_digest(const std::vector<std::string>& shard_paths);
 // any rank) are refused before anything is written: such a state never becomes `latest`.
 std::string save_checkpoint(const std::string& out_dir, const TrainingState& state, const RunIdentity& identity,
                             const nlohmann::json& run_config, ZeroEngine& engine, const ParamStore& store,
-                            Communicator& comm, int64_t keep_last);
+                            Communicator& comm, int64_t keep_last, const PipelineCheckpoint* pipeline = nullptr);
 
 // --resume auto: the checkpoint `latest` names under OUT/checkpoints (the newest complete one
 // when `latest` is missing or names none), or nothing when there is none yet (a fresh start).
@@ -93,8 +105,10 @@ std::string checkpoint_damage(const std::string& checkpoint_dir, Communicator& c
 // Verifies the checkpoint (manifest, every file's size and sha256), checks it fits this run
 // (same model, parameters, batch size, data, seed), loads this rank's partitions re-sliced for
 // the engine's world size and stage, refreshes the compute parameters and returns the state.
+// `first_unit`: the model's unit the store's unit 0 is (a pipeline stage's store holds units
+// first_unit.. of the model; ParamSpec units renumbered from 0).
 TrainingState load_checkpoint(const std::string& checkpoint_dir, const RunIdentity& identity, ZeroEngine& engine,
-                              const ParamStore& store, Communicator& comm);
+                              const ParamStore& store, Communicator& comm, int first_unit = 0);
 
 // Reads a checkpoint's manifest (verifying its files' sizes and checksums when `verify_files`).
 nlohmann::json read_checkpoint_manifest(const std::string& checkpoint_dir, bool verify_files);

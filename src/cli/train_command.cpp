@@ -50,13 +50,16 @@ po::options_description train_options() {
       ("lora-rslora", po::bool_switch(), "rank-stabilised LoRA: scaling alpha/sqrt(r)")
       ("quantize", po::value<std::string>(), "QLoRA: store the frozen base linear weights 4-bit, nf4 or fp4 "
        "(bitsandbytes' format, blocks of 64; needs --lora-r)")
-      ("double-quant", po::bool_switch(), "with --quantize: quantize the 4-bit scales to 8 bits too "
-       "(bnb_4bit_use_double_quant)")
+      ("double-quant", po::bool_switch(), "with --quantize: the 4-bit scales in 8 bits (bnb_4bit_use_double_quant)")
       ("adapter", po::value<std::string>(), "continue training this PEFT adapter directory")
       ("activation-checkpointing", po::bool_switch(), "recompute each block's forward in backward")
       ("offload-activations", po::bool_switch(),
        "with --activation-checkpointing: keep the saved block inputs in pinned host memory between forward and "
        "backward (copied beside compute, prefetched one block ahead)")
+      ("pipeline-stages", po::value<int64_t>(), "P: ranks split into P stages x world/P replicas (docs/pipeline.md)")
+      ("pipeline-schedule", po::value<std::string>(), "with --pipeline-stages: 1f1b (default), gpipe or interleaved")
+      ("pipeline-chunks", po::value<int64_t>(), "V model chunks per rank for the interleaved schedule (default 2)")
+      ("partition-method", po::value<std::string>(), "units over stages: parameters (default), uniform, type:REGEX")
       ("epochs", po::value<int64_t>(), "epochs over the data (default 1)")
       ("max-steps", po::value<int64_t>(), "stop after this many optimizer steps (overrides --epochs)")
       ("seed", po::value<uint64_t>(), "seed of shuffling, dropout and LoRA init (default 42)")
@@ -218,6 +221,13 @@ void take_run_flags(const po::variables_map& vm, TrainConfig& config, RunOptions
   ZT_CHECK(!config.offload_activations || config.activation_checkpointing,
            "--offload-activations needs --activation-checkpointing: it moves the block inputs that checkpointing "
            "keeps to host memory");
+  take(vm, "pipeline-stages", config.pipeline.stages);
+  take(vm, "pipeline-schedule", config.pipeline.schedule);
+  take(vm, "partition-method", config.pipeline.partition_method);
+  // The interleaved schedule's chunks: 2 unless given (1 is 1f1b).
+  if (config.pipeline.schedule == "interleaved" && !vm.count("pipeline-chunks")) config.pipeline.chunks = 2;
+  take(vm, "pipeline-chunks", config.pipeline.chunks);
+  ZT_CHECK(config.pipeline.stages >= 1, "--pipeline-stages must be at least 1, not ", config.pipeline.stages);
   take(vm, "epochs", config.epochs);
   take(vm, "max-steps", config.max_steps);
   take(vm, "head-chunk-rows", config.head_chunk_rows);
@@ -337,6 +347,9 @@ ParsedTrainOptions parse_train_options(const std::vector<std::string>& args, con
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   if (vm.count("deepspeed")) {
     config.deepspeed_config_path = vm["deepspeed"].as<std::string>();
+    // The JSON's batch numbers are checked against the data-parallel size: the flag's stages first
+    // (taken again after the JSON, which they override).
+    take(vm, "pipeline-stages", config.pipeline.stages);
     load_deepspeed_config(config.deepspeed_config_path, world_size, config, run.notes);
   }
   take(vm, "model", config.model_dir);

@@ -50,6 +50,14 @@ struct ModelOptions {
   int64_t head_chunk_rows = 0;
   float lora_scaling = 0.0f;
   float lora_dropout = 0.0f;
+  // A pipeline stage's units [first_unit, end_unit) of the model's (param_store.h "Units": 0 the
+  // stem, l+1 block l, L+1 the head; end_unit -1: through the head). The store holds only those
+  // units' parameters, numbered from 0 (unit u of the model is the store's u - first_unit).
+  int first_unit = 0;
+  int end_unit = -1;
+  // The store's number of first_unit: 0, or where an interleaved pipeline's later chunk starts in a
+  // store that holds several chunks one after the other.
+  int store_first_unit = 0;
 };
 
 // What a model tells the ZeRO engine as it runs, unit by unit, forward 0..U-1 and backward
@@ -116,6 +124,18 @@ class CausalLM {
   // Adds the sum of the masked token losses to loss_sum (fp64 [1] on the model's device)
   // without synchronising the device (the trainer reads a step's sum once).
   virtual void backward(const BatchTensors& batch, float grad_scale, const DropoutContext& dropout, Tensor loss_sum) = 0;
+  // A pipeline stage's forward and backward (ModelOptions::first_unit, end_unit). forward_stage
+  // runs the stage's units on `input` [B*T, C] (the previous stage's output; empty on the stage
+  // that holds the stem, which reads batch.input_ids) and returns the last block's output
+  // [B*T, C] (compute dtype, valid until the next forward) when the stage has no head; with the
+  // head it returns what forward() does. backward_stage, after forward_stage on the same batch,
+  // starts from `d_output` [B*T, C] (the next stage's gradient of this stage's output; empty on
+  // the head's stage, which starts from the loss as backward() does) and returns the gradient of
+  // `input` [B*T, C] (valid until the next backward; empty on the stem's stage). The whole model
+  // is the one stage whose forward and backward are forward() and backward().
+  virtual Tensor forward_stage(const BatchTensors& batch, const DropoutContext& dropout, Tensor input) = 0;
+  virtual Tensor backward_stage(const BatchTensors& batch, float grad_scale, const DropoutContext& dropout,
+                                Tensor loss_sum, Tensor d_output) = 0;
   // The same, returning the sum (one device synchronisation: tests and benchmarks).
   virtual double backward(const BatchTensors& batch, float grad_scale, const DropoutContext& dropout) = 0;
   // After forward: the sum of the masked token losses, no gradients (evaluation).

@@ -35,9 +35,12 @@ class DecoderModel final : public CausalLM {
       : c_(config), backend_(backend), options_(options), act_(store.param_dtype()) {
     const Architecture& row = architecture(c_.model_type, c_.path);
     const std::string& decoder = row.naming.decoder_prefix;
-    embed_ = store.param(decoder + "embed_tokens.weight");
-    embed_grad_ = store.grad(decoder + "embed_tokens.weight");
-    if (c_.positions == PositionKind::Learned) {
+    set_stage_units(options);
+    if (has_stem_) {
+      embed_ = store.param(decoder + "embed_tokens.weight");
+      embed_grad_ = store.grad(decoder + "embed_tokens.weight");
+    }
+    if (has_stem_ && c_.positions == PositionKind::Learned) {
       positions_ = store.param(decoder + "embed_positions.weight");
       positions_grad_ = store.grad(decoder + "embed_positions.weight");
     }
@@ -45,24 +48,28 @@ class DecoderModel final : public CausalLM {
     const auto stream = [&](uint32_t index) {
       return rng_stream(RngPurpose::LoraDropout, static_cast<uint32_t>(c_.num_hidden_layers * 16 + index));
     };
-    if (c_.projects_embeddings()) {
+    if (has_stem_ && c_.projects_embeddings())
       project_in_ = LinearLayer(store, decoder + "project_in", options.lora_scaling, options.lora_dropout, stream(1));
+    if (has_head_ && c_.projects_embeddings())
       project_out_ = LinearLayer(store, decoder + "project_out", options.lora_scaling, options.lora_dropout, stream(2));
-    }
-    if (c_.final_norm)
+    if (has_head_ && c_.final_norm)
       final_norm_ = NormLayer(store, backend, row.naming.final_norm, c_, c_.hidden_size);
     // A tied head's lm_head.weight is the token table itself (ParamStore resolves the tie), so
     // its gradient accumulates into the embedding's.
-    head_ = LinearLayer(store, "lm_head", options.lora_scaling, options.lora_dropout, 0);
-    blocks_ = row.make_blocks(c_, store, backend, BlockOptions{options.lora_scaling, options.lora_dropout});
-    saved_.resize(options.activation_checkpointing ? 1 : static_cast<size_t>(c_.num_hidden_layers));
+    if (has_head_) head_ = LinearLayer(store, "lm_head", options.lora_scaling, options.lora_dropout, 0);
+    blocks_ = row.make_blocks(c_, store, backend,
+                              BlockOptions{options.lora_scaling, options.lora_dropout, first_layer_, end_layer_});
+    const int64_t layers = end_layer_ - first_layer_;
+    saved_.resize(layers == 0 ? 0 : options.activation_checkpointing ? 1 : static_cast<size_t>(layers));
     for (auto& saved : saved_) saved = blocks_->make_saved();
     ZT_CHECK(!options.offload_activations || options.activation_checkpointing,
              "--offload-activations needs --activation-checkpointing: it moves the block inputs that "
              "checkpointing keeps to host memory");
     // Offloading pays only when some block input would leave the device ring.
     offloading_ = options.offload_activations && c_.num_hidden_layers + 1 > kResidentResiduals;
-    residual_.resize(static_cast<size_t>(offloading_ ? kResidentResiduals : c_.num_hidden_layers + 1));
+    ZT_CHECK(!offloading_ || (has_stem_ && has_head_), "--offload-activations: not with pipeline stages (a stage keeps "
+             "only its input per micro-batch and recomputes the rest)");
+    residual_.resize(static_cast<size_t>(offloading_ ? kResidentResiduals : layers + 1));
     if (offloading_) {
       host_ = backend.make_host_backend();
       host_residual_.resize(static_cast<size_t>(c_.num_hidden_layers + 1));
@@ -71,23 +78,34 @@ class DecoderModel final : public CausalLM {
   }
 
   Tensor forward(const BatchTensors& batch, const DropoutContext& dropout) override {
+    return forward_stage(batch, dropout, Tensor());
+  }
+
+  Tensor forward_stage(const BatchTensors& batch, const DropoutContext& dropout, Tensor input) override {
     check_sequence_length(c_, batch.seq, "the micro-batch");
     reserve(batch.batch, batch.seq);
     const BlockPass pass = block_pass(batch, dropout);
     const int64_t n = rows();
     forward_dropout_ = dropout;
-    hooks().acquire(kStemUnit, UnitUse::Forward);
-    make_room_for(0);
-    time_module(backend_, timer(), "embedding", stem_flops(false), [&] { stem_forward(batch, pass, dropout); });
-    offload(0);
-    hooks().release(kStemUnit);
-    for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
+    if (has_stem_) {
+      hooks().acquire(kStemUnit, UnitUse::Forward);
+      make_room_for(0);
+      time_module(backend_, timer(), "embedding", stem_flops(false), [&] { stem_forward(batch, pass, dropout); });
+      offload(0);
+      hooks().release(kStemUnit);
+    } else {
+      ZT_CHECK(input.numel() == n * c_.hidden_size, "forward_stage: the stage's input has ", input.numel(),
+               " elements, not B*T*C = ", n * c_.hidden_size);
+      backend_.copy(residual(first_layer_), input.reshaped({n, c_.hidden_size}));
+    }
+    for (int64_t l = first_layer_; l < end_layer_; ++l) {
       hooks().acquire(block_unit(l), UnitUse::Forward);
       make_room_for(l + 1);
       blocks_->forward(l, pass, residual(l), saved(l), residual(l + 1));
       offload(l + 1);
       hooks().release(block_unit(l));
     }
+    if (!has_head_) return residual(end_layer_);
     hooks().acquire(head_unit(), UnitUse::Forward);
     head_input_forward(dropout);
     Tensor logits;  // only for keep_logits: the head runs in loss() and backward()
@@ -107,6 +125,7 @@ class DecoderModel final : public CausalLM {
   Tensor forward_cached(Tensor input_ids, KvCache& cache) override {
     const int64_t first = cache.length(), count = input_ids.numel();
     ZT_CHECK(count > 0, "forward_cached: no new tokens");
+    ZT_CHECK(has_stem_ && has_head_, "forward_cached: the whole model is needed (not one pipeline stage)");
     check_sequence_length(c_, first + count, "the generated sequence");
     reserve(1, count);
     BatchTensors batch;
@@ -137,6 +156,7 @@ class DecoderModel final : public CausalLM {
 
   double loss(const BatchTensors& batch) override {
     ZT_CHECK(!hidden_head(), "CausalLM::loss: the model runs another head (its objective computes the loss)");
+    ZT_CHECK(has_head_, "CausalLM::loss: this pipeline stage does not hold the head");
     hooks().acquire(head_unit(), UnitUse::Forward);
     double sum = 0.0;
     for_each_head_chunk(forward_dropout_, [&](int64_t first, int64_t count, Tensor chunk_logits, const DropoutContext&) {
@@ -175,9 +195,46 @@ class DecoderModel final : public CausalLM {
   }
 
   void backward(const BatchTensors& batch, float grad_scale, const DropoutContext& dropout, Tensor loss_sum) override {
+    backward_stage(batch, grad_scale, dropout, loss_sum, Tensor());
+  }
+
+  Tensor backward_stage(const BatchTensors& batch, float grad_scale, const DropoutContext& dropout, Tensor loss_sum,
+                        Tensor d_output) override {
     const BlockPass pass = block_pass(batch, dropout);
-    const int64_t n = rows(), hidden = c_.hidden_size, embed = c_.embed_dim();
+    const int64_t n = rows(), hidden = c_.hidden_size;
     Tensor d_residual = matrix(grad_residual_, n, hidden);  // the residual stream's gradient
+    if (has_head_) {
+      head_backward(batch, grad_scale, dropout, loss_sum, pass, d_residual);
+    } else {
+      ZT_CHECK(d_output.numel() == n * hidden, "backward_stage: the output gradient has ", d_output.numel(),
+               " elements, not B*T*C = ", n * hidden);
+      backend_.copy(d_residual, d_output.reshaped({n, hidden}));
+    }
+    for (int64_t l = end_layer_ - 1; l >= first_layer_; --l) {
+      hooks().acquire(block_unit(l), UnitUse::Backward);
+      bring_back(l);      // this block's input (prefetched during the block above)
+      prefetch(l - 1);    // the next one's, during this block
+      if (options_.activation_checkpointing)  // recompute this block's forward from its saved input
+        blocks_->forward(l, pass, residual(l), saved(l), matrix(recompute_out_, n, hidden));
+      blocks_->backward(l, pass, residual(l), saved(l), d_residual);
+      hooks().gradients_ready(block_unit(l));
+      hooks().release(block_unit(l));
+    }
+    if (!has_stem_) return d_residual;
+    // The token table's backward reads no parameters; project_in's reads its weight.
+    hooks().acquire(kStemUnit, c_.projects_embeddings() ? UnitUse::Backward : UnitUse::GradientOnly);
+    time_module(backend_, timer(), "embedding", stem_flops(true), [&] { stem_backward(batch, dropout, pass, d_residual); });
+    hooks().gradients_ready(kStemUnit);
+    hooks().release(kStemUnit);
+    return Tensor();
+  }
+
+ private:
+  // The head chain backwards, from the loss to d_residual [N, C] (the last block's output gradient):
+  // lm_head (or an objective's head) <- [project_out] <- [final norm].
+  void head_backward(const BatchTensors& batch, float grad_scale, const DropoutContext& dropout, Tensor loss_sum,
+                     const BlockPass& pass, Tensor d_residual) {
+    const int64_t n = rows(), hidden = c_.hidden_size, embed = c_.embed_dim();
     hooks().acquire(head_unit(), UnitUse::Backward);
     // The head chain backwards: lm_head <- [project_out] <- [final norm] <- residual stream.
     Tensor final_out = residual(c_.num_hidden_layers);                              // [N, C]
@@ -214,30 +271,16 @@ class DecoderModel final : public CausalLM {
                   [&] { final_norm_.backward(backend_, d_residual, GradStore::Write, d_normed, final_out, final_saved_); });
     hooks().gradients_ready(head_unit());
     hooks().release(head_unit());
-    for (int64_t l = c_.num_hidden_layers - 1; l >= 0; --l) {
-      hooks().acquire(block_unit(l), UnitUse::Backward);
-      bring_back(l);      // this block's input (prefetched during the block above)
-      prefetch(l - 1);    // the next one's, during this block
-      if (options_.activation_checkpointing)  // recompute this block's forward from its saved input
-        blocks_->forward(l, pass, residual(l), saved(l), matrix(recompute_out_, n, hidden));
-      blocks_->backward(l, pass, residual(l), saved(l), d_residual);
-      hooks().gradients_ready(block_unit(l));
-      hooks().release(block_unit(l));
-    }
-    // The token table's backward reads no parameters; project_in's reads its weight.
-    hooks().acquire(kStemUnit, c_.projects_embeddings() ? UnitUse::Backward : UnitUse::GradientOnly);
-    time_module(backend_, timer(), "embedding", stem_flops(true), [&] { stem_backward(batch, dropout, pass, d_residual); });
-    hooks().gradients_ready(kStemUnit);
-    hooks().release(kStemUnit);
   }
 
+ public:
   const void* logits_storage() const override { return logits_.data(); }
 
   double forward_flops(int64_t tokens, double attention_pairs) const override {
     double macs = 0.0;
     for (const LinearLayer* linear : all_linears()) macs += linear->macs_per_token();
     return 2.0 * static_cast<double>(tokens) * macs +
-           static_cast<double>(c_.num_hidden_layers) *
+           static_cast<double>(end_layer_ - first_layer_) *
                attention_core_flops(attention_pairs, c_.num_attention_heads, c_.head_dim);
   }
 
@@ -248,15 +291,31 @@ class DecoderModel final : public CausalLM {
   }
 
  private:
-  // Units (param_store.h): 0 = the stem, l+1 = block l, L+1 = the head.
-  static constexpr int kStemUnit = 0;
-  static int block_unit(int64_t layer) { return static_cast<int>(layer) + 1; }
-  int head_unit() const { return static_cast<int>(c_.num_hidden_layers) + 1; }
+  // Units (param_store.h): 0 = the stem, l+1 = block l, L+1 = the head; in the store (and to
+  // the hooks) a pipeline stage's are numbered from its first (ModelOptions::first_unit).
+  static constexpr int kStemUnit = 0;  // only on the stage that holds it, whose first unit it is
+  int block_unit(int64_t layer) const { return static_cast<int>(layer) + 1 - unit_shift_; }
+  int head_unit() const { return static_cast<int>(c_.num_hidden_layers) + 1 - unit_shift_; }
+  // The stage's units [first_unit, end_unit) as the parts it holds: the stem, the layers
+  // [first_layer_, end_layer_), the head.
+  void set_stage_units(const ModelOptions& options) {
+    const int units = static_cast<int>(c_.num_hidden_layers) + 2;
+    const int end_unit = options.end_unit < 0 ? units : options.end_unit;
+    ZT_CHECK(options.first_unit >= 0 && options.first_unit < end_unit && end_unit <= units, "the model's units [",
+             options.first_unit, ", ", end_unit, ") are not a range of its ", units, " units");
+    first_unit_ = options.first_unit;
+    unit_shift_ = options.first_unit - options.store_first_unit;
+    has_stem_ = first_unit_ == 0;
+    has_head_ = end_unit == units;
+    first_layer_ = std::max(first_unit_ - 1, 0);
+    end_layer_ = std::max<int64_t>(std::min<int64_t>(end_unit - 1, c_.num_hidden_layers), first_layer_);
+  }
   int64_t rows() const { return batch_ * seq_; }
   // An activation buffer seen as [rows, cols] of the compute dtype.
   Tensor matrix(const Buffer& buffer, int64_t rows, int64_t cols) const { return buffer.view(act_, {rows, cols}); }
   Tensor residual(int64_t index) {
-    return matrix(residual_[static_cast<size_t>(offloading_ ? index % kResidentResiduals : index)], rows(), c_.hidden_size);
+    return matrix(residual_[static_cast<size_t>(offloading_ ? index % kResidentResiduals : index - first_layer_)], rows(),
+                  c_.hidden_size);
   }
 
   // ---- activation offload: residual(i) lives in device slot i % 3 and, when a later one will
@@ -292,7 +351,9 @@ class DecoderModel final : public CausalLM {
     backend_.wait_for(*transfers_[static_cast<size_t>(index)]);
     transfers_[static_cast<size_t>(index)].reset();
   }
-  BlockSaved& saved(int64_t layer) { return *saved_[options_.activation_checkpointing ? 0 : static_cast<size_t>(layer)]; }
+  BlockSaved& saved(int64_t layer) {
+    return *saved_[options_.activation_checkpointing ? 0 : static_cast<size_t>(layer - first_layer_)];
+  }
   BlockPass block_pass(const BatchTensors& batch, const DropoutContext& dropout) {
     BlockPass pass;
     pass.batch = batch_;
@@ -307,14 +368,16 @@ class DecoderModel final : public CausalLM {
     return pass;
   }
   std::vector<const LinearLayer*> all_linears() const {
-    std::vector<const LinearLayer*> all = {&head_};
-    if (c_.projects_embeddings()) all.insert(all.end(), {&project_in_, &project_out_});
-    for (int64_t l = 0; l < c_.num_hidden_layers; ++l)
+    std::vector<const LinearLayer*> all;
+    if (has_head_) all.push_back(&head_);
+    if (has_stem_ && c_.projects_embeddings()) all.push_back(&project_in_);
+    if (has_head_ && c_.projects_embeddings()) all.push_back(&project_out_);
+    for (int64_t l = first_layer_; l < end_layer_; ++l)
       for (const LinearLayer* linear : blocks_->linears(l)) all.push_back(linear);
     return all;
   }
   double stem_flops(bool backward) const {
-    return c_.projects_embeddings() ? linear_flops({&project_in_}, rows(), backward) : 0.0;
+    return has_stem_ && c_.projects_embeddings() ? linear_flops({&project_in_}, rows(), backward) : 0.0;
   }
 
   // After the blocks (the head unit acquired): the final norm and project_out, where the family
@@ -441,17 +504,30 @@ class DecoderModel final : public CausalLM {
     }
     for (auto& saved : saved_) blocks_->reserve(*saved, batch, seq);
     for (Buffer* buffer : {&grad_residual_, &recompute_out_}) ensure_buffer(*buffer, backend_, n * hidden, act_);
-    if (c_.final_norm) {
+    if (has_head_ && c_.final_norm) {
       for (Buffer* buffer : {&final_ln_, &grad_ln_}) ensure_buffer(*buffer, backend_, n * hidden, act_);
       final_norm_.ensure_saved(backend_, final_saved_, n);
     }
     if (c_.projects_embeddings()) {
       for (Buffer* buffer : {&embedded_, &projected_, &grad_projected_}) ensure_buffer(*buffer, backend_, n * embed, act_);
-      project_in_.ensure_saved(backend_, project_in_saved_, n);
-      project_out_.ensure_saved(backend_, project_out_saved_, n);
+      if (has_stem_) project_in_.ensure_saved(backend_, project_in_saved_, n);
+      if (has_head_) project_out_.ensure_saved(backend_, project_out_saved_, n);
     }
     if (c_.positions == PositionKind::Learned) ensure_buffer(position_embedded_, backend_, n * hidden, act_);
     if (new_shape || !row_positions_.data()) upload_row_positions();
+    if (has_head_) reserve_head(n, embed);
+    int64_t max_rank = 0, max_in = 0;
+    for (const LinearLayer* linear : all_linears()) {
+      max_rank = std::max(max_rank, linear->lora_rank());
+      max_in = std::max(max_in, linear->in_features());
+    }
+    lora_dz_elements_ = std::max<int64_t>(1, n * max_rank);
+    lora_scratch_elements_ = options_.lora_dropout > 0.0f ? std::max<int64_t>(1, n * max_in) : 1;
+    ensure_buffer(lora_dz_, backend_, lora_dz_elements_, act_);
+    ensure_buffer(lora_scratch_, backend_, lora_scratch_elements_, act_);
+  }
+  // The head's chunk size and its buffers for N rows.
+  void reserve_head(int64_t n, int64_t embed) {
     const int64_t chunks = (c_.vocab_size + embed - 1) / embed;  // automatic: ceil(V / E) chunks
     // ... of at least kMinHeadChunkRows rows: each chunk adds dlogits^T x into the head's [V, E]
     // weight gradient, a GEMM whose depth is the chunk's rows, so a shallow chunk reads and writes
@@ -461,15 +537,6 @@ class DecoderModel final : public CausalLM {
     head_chunk_rows_ = std::max<int64_t>(1, options_.head_chunk_rows > 0 ? std::min(options_.head_chunk_rows, n) : automatic);
     head_.ensure_saved(backend_, head_saved_, head_chunk_rows_);
     ensure_buffer(logits_, backend_, head_chunk_rows_ * c_.vocab_size, act_);
-    int64_t max_rank = 0, max_in = 0;
-    for (const LinearLayer* linear : all_linears()) {
-      max_rank = std::max(max_rank, linear->lora_rank());
-      max_in = std::max(max_in, linear->in_features());
-    }
-    lora_dz_elements_ = std::max<int64_t>(1, n * max_rank);
-    lora_scratch_elements_ = options_.lora_dropout > 0.0f ? n * max_in : 1;
-    ensure_buffer(lora_dz_, backend_, lora_dz_elements_, act_);
-    ensure_buffer(lora_scratch_, backend_, lora_scratch_elements_, act_);
   }
   // The positions of a batch without its own (one sample per row) [B*T]: t for token (b, t).
   // Batches are right-padded, so a sample's tokens sit at t = 0..len-1 (HF's positions from the
@@ -494,6 +561,11 @@ class DecoderModel final : public CausalLM {
   NormLayer final_norm_;               // [C]
   LinearLayer head_;                   // [V, E] (the token table when tied)
   std::unique_ptr<DecoderBlocks> blocks_;
+  // The pipeline stage's share (set_stage_units): the whole model unless a stage.
+  int first_unit_ = 0;
+  int unit_shift_ = 0;  // the model's unit u is the store's u - unit_shift_
+  bool has_stem_ = true, has_head_ = true;
+  int64_t first_layer_ = 0, end_layer_ = 0;  // blocks [first_layer_, end_layer_)
 
   int64_t batch_ = 0, seq_ = 0;
   std::vector<Buffer> residual_;                 // L+1 x [N, C]: the stem's output, then each block's (3 when offloading)

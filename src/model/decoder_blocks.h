@@ -19,6 +19,10 @@ namespace zt {
 struct BlockOptions {
   float lora_scaling = 0.0f;
   float lora_dropout = 0.0f;
+  // The layers [first_layer, end_layer) the blocks hold (a pipeline stage's: pipe/stage_partition.h);
+  // end_layer -1: through the last. Layers keep their model-wide index in every call.
+  int64_t first_layer = 0;
+  int64_t end_layer = -1;
 };
 
 // Per-module timing for `--profile-step` (the trainer's flops profiler): the model reports each

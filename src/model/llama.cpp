@@ -89,7 +89,9 @@ class LlamaBlocks final : public DecoderBlocks {
  public:
   LlamaBlocks(const ModelConfig& config, const ParamStore& store, Backend& backend, const BlockOptions& options)
       : c_(config), backend_(backend), act_(store.param_dtype()) {
-    for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
+    first_layer_ = options.first_layer;
+    const int64_t end_layer = options.end_layer < 0 ? c_.num_hidden_layers : options.end_layer;
+    for (int64_t l = first_layer_; l < end_layer; ++l) {
       const std::string prefix = cat("model.layers.", l, ".");
       LlamaBlock block;
       block.input_norm = NormLayer(store, backend, prefix + "input_layernorm", c_, c_.hidden_size);
@@ -127,13 +129,13 @@ class LlamaBlocks final : public DecoderBlocks {
 
   std::vector<const LinearLayer*> linears(int64_t layer) const override {
     std::vector<const LinearLayer*> all;
-    for (const LinearLayer& linear : blocks_[static_cast<size_t>(layer)].linear) all.push_back(&linear);
+    for (const LinearLayer& linear : blocks_[static_cast<size_t>(layer - first_layer_)].linear) all.push_back(&linear);
     return all;
   }
 
   void forward(int64_t layer, const BlockPass& pass, Tensor x, BlockSaved& saved, Tensor out) override {
     LlamaSaved& a = static_cast<LlamaSaved&>(saved);
-    const LlamaBlock& block = blocks_[static_cast<size_t>(layer)];
+    const LlamaBlock& block = blocks_[static_cast<size_t>(layer - first_layer_)];
     const DropoutContext& dropout = *pass.dropout;
     const int64_t n = pass.rows(), b = pass.batch, t = pass.seq;
     const int64_t d = c_.head_dim, heads = c_.num_attention_heads, kv_heads = c_.num_key_value_heads;
@@ -173,7 +175,7 @@ class LlamaBlocks final : public DecoderBlocks {
 
   void backward(int64_t layer, const BlockPass& pass, Tensor x, BlockSaved& saved, Tensor d_residual) override {
     LlamaSaved& a = static_cast<LlamaSaved&>(saved);
-    const LlamaBlock& block = blocks_[static_cast<size_t>(layer)];
+    const LlamaBlock& block = blocks_[static_cast<size_t>(layer - first_layer_)];
     const DropoutContext& dropout = *pass.dropout;
     const int64_t n = pass.rows(), b = pass.batch, t = pass.seq, hidden = c_.hidden_size, ffn = c_.intermediate_size;
     const int64_t d = c_.head_dim, heads = c_.num_attention_heads, kv_heads = c_.num_key_value_heads;
@@ -248,7 +250,8 @@ class LlamaBlocks final : public DecoderBlocks {
   ModelConfig c_;
   Backend& backend_;
   DType act_;  // the compute dtype: activations, their gradients and the parameters the blocks read
-  std::vector<LlamaBlock> blocks_;
+  std::vector<LlamaBlock> blocks_;  // layers [first_layer_, first_layer_ + size)
+  int64_t first_layer_ = 0;
   Buffer inv_freq_;                              // fp32 [D/2]
   Buffer grad_ln_;                               // [N, C]   (workspace shared by all blocks)
   Buffer grad_q_, grad_att_, grad_k_, grad_v_;   // [N, H*D], [N, Hkv*D]

@@ -131,7 +131,9 @@ class OptBlocks final : public DecoderBlocks {
  public:
   OptBlocks(const ModelConfig& config, const ParamStore& store, Backend& backend, const BlockOptions& options)
       : c_(config), backend_(backend), act_(store.param_dtype()) {
-    for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
+    first_layer_ = options.first_layer;
+    const int64_t end_layer = options.end_layer < 0 ? c_.num_hidden_layers : options.end_layer;
+    for (int64_t l = first_layer_; l < end_layer; ++l) {
       const std::string prefix = cat("model.decoder.layers.", l, ".");
       OptBlock block;
       block.attn_norm = NormLayer(store, backend, prefix + "self_attn_layer_norm", c_, c_.hidden_size);
@@ -175,7 +177,7 @@ class OptBlocks final : public DecoderBlocks {
 
   std::vector<const LinearLayer*> linears(int64_t layer) const override {
     std::vector<const LinearLayer*> all;
-    for (const LinearLayer& linear : blocks_[static_cast<size_t>(layer)].linear) all.push_back(&linear);
+    for (const LinearLayer& linear : blocks_[static_cast<size_t>(layer - first_layer_)].linear) all.push_back(&linear);
     return all;
   }
 
@@ -276,7 +278,7 @@ class OptBlocks final : public DecoderBlocks {
   BlockViews block_views(int64_t layer, const BlockPass& pass, BlockSaved& saved) const {
     OptSaved& a = static_cast<OptSaved&>(saved);
     const int64_t n = pass.rows();
-    return BlockViews{a, blocks_[static_cast<size_t>(layer)], *pass.dropout, n, matrix(a.mid, n, c_.hidden_size),
+    return BlockViews{a, blocks_[static_cast<size_t>(layer - first_layer_)], *pass.dropout, n, matrix(a.mid, n, c_.hidden_size),
                       matrix(a.h, n, c_.intermediate_size)};
   }
   Tensor matrix(const Buffer& buffer, int64_t rows, int64_t cols) const { return buffer.view(act_, {rows, cols}); }
@@ -357,7 +359,8 @@ class OptBlocks final : public DecoderBlocks {
   ModelConfig c_;
   Backend& backend_;
   DType act_;
-  std::vector<OptBlock> blocks_;
+  std::vector<OptBlock> blocks_;  // layers [first_layer_, first_layer_ + size)
+  int64_t first_layer_ = 0;
   Buffer grad_ln_, grad_drop_;                  // [N, C] (workspace shared by all blocks)
   Buffer grad_att_, grad_q_, grad_k_, grad_v_;  // [N, C]
   Buffer grad_h_;                               // [N, F]

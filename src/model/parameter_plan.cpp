@@ -63,11 +63,11 @@ void load_base_weights(const std::string& model_dir, ParamStore& store, int unit
   fault_point("load", unit);
 }
 
-void init_lora_weights(ParamStore& store, uint64_t seed, int unit) {
-  uint32_t adapter_index = 0;  // over all adapters, so one unit's draws equal a whole load's
+void init_lora_weights(ParamStore& store, uint64_t seed, int unit, const std::map<std::string, uint32_t>& adapter_index) {
+  uint32_t next_index = 0;  // over all adapters, so one unit's draws equal a whole load's
   for (const ParamEntry& entry : store.entries()) {
     if (entry.spec.name.find(".lora_A.") == std::string::npos) continue;
-    const uint32_t index = adapter_index++;
+    const uint32_t index = adapter_index.empty() ? next_index++ : adapter_index.at(entry.spec.name);
     if (unit >= 0 && entry.unit != unit) continue;
     const std::vector<int64_t>& shape = entry.spec.shape;  // [r, in]
     std::vector<float> a(static_cast<size_t>(entry.spec.numel()));

@@ -3,6 +3,7 @@
 // fresh adapter initialisation. Shared by `train` and `export`.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,7 +31,9 @@ bool is_lora_parameter(const std::string& name);
 void load_base_weights(const std::string& model_dir, ParamStore& store, int unit = -1);
 
 // PEFT's fresh adapter: A kaiming-uniform (RNG keyed by seed and adapter index), B zeros (the
-// store starts zeroed).
-void init_lora_weights(ParamStore& store, uint64_t seed, int unit = -1);
+// store starts zeroed). `adapter_index`: each lora_A's index in the whole model, where the store
+// holds only some of them (a pipeline stage's); empty: the store's own order.
+void init_lora_weights(ParamStore& store, uint64_t seed, int unit = -1,
+                       const std::map<std::string, uint32_t>& adapter_index = {});
 
 }  // namespace zt

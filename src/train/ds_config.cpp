@@ -288,7 +288,7 @@ const KeyTable& top_level_keys() {
       {"seq_parallel_comm_data_type", Role::no_effect},
       // features that change what is computed
       {"sparse_attention", Role::unsupported},
-      {"pipeline", Role::unsupported},
+      {"pipeline", Role::translated},  // stages, partition -> --pipeline-stages, --partition-method
       {"compression_training", Role::unsupported},
       {"quantize_training", Role::unsupported},
       {"amp", Role::unsupported_if_enabled},
@@ -991,6 +991,36 @@ void translate_zero(const Section& top, TrainConfig& config) {
   }
 }
 
+// ---- pipeline (DeepSpeed's runtime/config.py get_pipeline_config) ----------------------------
+
+// "pipeline": {"stages": P or "auto", "partition": "best" | "parameters" | "uniform" | "type:REGEX",
+// ...}. DeepSpeed's PipelineModule takes num_stages and partition_method itself; the section's
+// defaults ("auto", "best") leave them to it, here to --pipeline-stages (1) and "parameters"
+// (what "best" means in zerotune: balance the trainable parameters).
+void translate_pipeline(const Section& top, TrainConfig& config) {
+  if (!top.has("pipeline")) return;
+  const Section section = top.child("pipeline");
+  section.check_keys({{"stages", Role::translated},
+                      {"partition", Role::translated},
+                      {"seed_layers", Role::no_effect},
+                      {"activation_checkpoint_interval", Role::translated},
+                      {"pipe_partitioned", Role::no_effect},
+                      {"grad_partitioned", Role::no_effect},
+                      {"use_reentrant", Role::no_effect}});
+  if (section.integer("stages", config.pipeline.stages, 1, kMaxInt, true) == Got::value)
+    section.note(cat("pipeline.stages ", config.pipeline.stages, " -> --pipeline-stages ", config.pipeline.stages));
+  std::string partition;
+  if (section.string("partition", partition) == Got::value) {
+    config.pipeline.partition_method = partition == "best" ? "parameters" : lowercase(partition.substr(0, 5)) == "type:"
+                                                                               ? partition : lowercase(partition);
+    section.note(cat("pipeline.partition \"", partition, "\" -> --partition-method ", config.pipeline.partition_method));
+  }
+  int64_t interval = 0;
+  if (section.integer("activation_checkpoint_interval", interval, 0, kMaxInt, false) == Got::value && interval > 0)
+    section.note("pipeline.activation_checkpoint_interval is ignored: use --activation-checkpointing (every block); "
+                 "a pipeline stage recomputes its forward before each backward anyway");
+}
+
 // ---- activation_checkpointing --------------------------------------------------------------
 
 void translate_activation_checkpointing(const Section& top) {
@@ -1053,6 +1083,7 @@ void apply_deepspeed_config(const json& ds, const std::string& path, int world_s
   translate_precision(top, config);
   translate_zero(top, config);
   translate_activation_checkpointing(top);
+  translate_pipeline(top, config);
   translate_flops_profiler(top, config);
   translate_monitors(top, config);
 

@@ -10,6 +10,7 @@
 #include "optim/optimizer.h"
 #include "train/memory_model_choices.h"
 #include "train/metrics.h"
+#include "train/pipe_engine.h"
 #include "train/run_assembly.h"
 #include "train/step_runner.h"
 
@@ -153,7 +154,12 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
   options.discard_chunk_bytes = target.discard_chunk_bytes;
   options.fixed_bytes = target.fixed_bytes;
   std::unique_ptr<CountingBackend> backend = make_counting_backend(options);
-  std::unique_ptr<Communicator> comm = make_null_communicator(rank, world_size);
+  // Under a pipeline this rank's stage (rank / D) with its data-parallel group of D = world / P
+  // ranks, its instruction list run by the engine on a null world (pipe_engine.h).
+  const int data_parallel = config.data_parallel_size(world_size);
+  const int stage = rank / data_parallel;
+  std::unique_ptr<Communicator> comm = make_null_communicator(rank % data_parallel, data_parallel);
+  std::unique_ptr<Communicator> world = make_null_communicator(rank, world_size);
 
   // The run's own assembly (train/run_assembly.h), without weights: loading writes nothing the
   // counting backend keeps.
@@ -162,13 +168,23 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
   run.dump_step0_path.clear();  // a debugging dump writes files; it is not a run to plan for
   run.scheduler = SchedulerConfig();  // the learning rate allocates nothing (and may be unresolved here)
   TermObserver terms(*backend);
-  RunParts parts = assemble_run(run, model_config, *backend, *comm, comm.get(), world_size, UnitWeights(), &terms);
+  RunParts parts =
+      assemble_run(run, model_config, *backend, *comm, comm.get(), data_parallel, UnitWeights(), &terms, stage);
   TermHooks hooks(*parts.engine, *backend);
   parts.model->set_unit_hooks(&hooks);
   StepConfig step_config = step_config_of(run);
   step_config.fault_points = false;
   StepRunner runner(step_config, *parts.model, *parts.objective, *parts.engine, *parts.store, *backend, *comm, *comm,
                     parts.scaler ? &*parts.scaler : nullptr, model_config.vocab_size);
+  std::unique_ptr<PipeEngine> pipe;
+  if (run.pipeline.enabled()) {
+    const PipelineTopology topology(world_size, static_cast<int>(run.pipeline.stages));
+    pipe = std::make_unique<PipeEngine>(run, topology, rank, *world, *backend, model_config.hidden_size,
+                                        run.compute_dtype, model_config.tie_word_embeddings);
+    pipe->attach(*parts.store, parts.stage);
+    runner.set_pipeline(pipe.get());
+    runner.set_more_chunks(parts.more_chunk_models());
+  }
   backend->synchronize();
   MemoryPrediction prediction;
   prediction.device_setup = backend->counted().device;
@@ -223,6 +239,7 @@ std::vector<std::string> fitting_memory_choices(const TrainConfig& config, const
   };
   std::vector<Fit> fits;
   for (ZeroChoice choice : zero_offload_choices(make_optimizer(config.optimizer)->fuses_into_backward())) {
+    if (config.pipeline.enabled() && choice.stage == 3) continue;  // refused with pipeline stages
     for (bool checkpointing : {false, true}) {
       choice.activation_checkpointing = checkpointing;
       const MemoryPrediction prediction =

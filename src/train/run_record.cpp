@@ -113,7 +113,10 @@ void write_run_record(TrainingRun& run) {
   record["total_steps"] = run.total_steps;
   if (!run.resume_batch.is_null()) record["resume_batch"] = run.resume_batch;
   record["dataset"] = {{"samples", run.dataset->num_samples()}, {"shards", run.dataset->shard_paths().size()}};
-  add_zero_layout(record, *run.parts.engine, store);
+  add_zero_layout(record, *run.parts.engine, store);  // rank 0's: under a pipeline, stage 0's
+  if (run.topology)
+    record["pipeline_layout"] = {{"stages", run.topology->stages()}, {"replicas", run.topology->replicas()},
+                                 {"stage_first_units", run.parts.stage.bounds}};
   record["memory_predicted"] = run.memory_prediction.to_json();
   record["memory_predicted"]["seq_len"] = run.longest_sample;
   record["memory_predicted"]["grown_from_seq_len"] = run.regrowth;

@@ -41,6 +41,35 @@ void write_step0_dump(const std::string& path, const std::vector<float>& logits,
 
 }  // namespace
 
+// A step's StageWork: the runner's work on micro-batches of `batches` for a pipeline stage.
+class StepRunner::StageWorkOfStep final : public StageWork {
+ public:
+  StageWorkOfStep(StepRunner& runner, int64_t step, int64_t updates_done, StepBatches& batches, StepOutcome& outcome,
+                  StepProfiler* profiler)
+      : runner_(runner), step_(step), updates_done_(updates_done), batches_(batches), outcome_(outcome),
+        profiler_(profiler) {}
+  int64_t micro_batches() const override { return static_cast<int64_t>(batches_.micro.size()); }
+  int64_t rows(int64_t micro) const override {
+    const MicroBatch& batch = batches_.micro.at(static_cast<size_t>(micro));
+    return batch.batch * batch.seq;
+  }
+  Tensor forward(int64_t micro, int chunk, Tensor input) override {
+    return runner_.stage_forward(micro, chunk, batches_, input);
+  }
+  Tensor backward(int64_t micro, int chunk, Tensor d_output, bool overlap_reduction) override {
+    return runner_.stage_backward(step_, micro, chunk, batches_, d_output, overlap_reduction);
+  }
+  void reduce() override { runner_.reduce(step_, outcome_); }
+  void update() override { runner_.update(updates_done_, outcome_, profiler_); }
+
+ private:
+  StepRunner& runner_;
+  int64_t step_, updates_done_;
+  StepBatches& batches_;
+  StepOutcome& outcome_;
+  StepProfiler* profiler_;
+};
+
 StepRunner::StepRunner(const StepConfig& config, CausalLM& model, Objective& objective, ZeroEngine& engine,
                        ParamStore& store, Backend& backend, Communicator& comm, Communicator& control,
                        DynamicLossScaler* scaler, int64_t vocab_size)
@@ -108,6 +137,12 @@ StepOutcome StepRunner::run_schedule(int64_t step, int64_t updates_done, StepBat
         }
         break;
       case StepOp::FinishFusedUpdate: finish_fused_update(outcome); break;
+      case StepOp::PipelineStage: {
+        ZT_CHECK(pipeline_, "step schedule: a pipeline stage's instructions without a pipeline engine");
+        StageWorkOfStep work(*this, step, updates_done, batches, outcome, profiler);
+        pipeline_->run_step(work);
+        break;
+      }
     }
   }
   finish_sums(outcome);
@@ -141,10 +176,54 @@ void StepRunner::backward(int64_t step, int64_t micro, StepBatches& batches) {
   enter(StepPart::Engine);
   engine_.end_micro_batch();
   if (reduced_) return;  // a fused optimizer's second pass over the same micro-batch
-  sums_[1] += static_cast<double>(batches.micro[static_cast<size_t>(micro)].real_tokens);
-  sums_[2] += static_cast<double>(batch_.batch * batch_.seq);
+  count_micro_batch(batches.micro[static_cast<size_t>(micro)], model_);
+}
+
+// The metrics' sums of a micro-batch whose backward ran (batch_ holds its views).
+// Under an interleaved pipeline each chunk's backward counts its chunk's FLOPs; the tokens once.
+void StepRunner::count_micro_batch(const MicroBatch& micro, const CausalLM& model) {
   const int64_t tokens = batch_.batch * batch_.seq;
-  sums_[3] += 2.0 * model_.forward_flops(tokens, batch_.attention_pairs) + model_.trainable_weight_flops(tokens);
+  if (&model == &model_) {
+    sums_[1] += static_cast<double>(micro.real_tokens);
+    sums_[2] += static_cast<double>(tokens);
+  }
+  sums_[3] += 2.0 * model.forward_flops(tokens, batch_.attention_pairs) + model.trainable_weight_flops(tokens);
+}
+
+CausalLM& StepRunner::chunk_model(int chunk) {
+  if (chunk == 0) return model_;
+  ZT_CHECK(chunk > 0 && static_cast<size_t>(chunk) <= more_chunks_.size(), "pipeline schedule: model chunk ", chunk,
+           " of ", more_chunks_.size() + 1);
+  return *more_chunks_[static_cast<size_t>(chunk) - 1];
+}
+
+Tensor StepRunner::stage_forward(int64_t micro, int chunk, StepBatches& batches, Tensor input) {
+  ZT_CHECK(micro >= 0 && micro < static_cast<int64_t>(batches.micro.size()), "pipeline schedule: micro-batch ", micro,
+           " of ", batches.micro.size());
+  enter(StepPart::Model);
+  batch_ = batch_views(batches.micro[static_cast<size_t>(micro)], backend_, device_batch_);
+  dropout_.row_ids = batch_.row_ids;
+  return chunk_model(chunk).forward_stage(batch_, dropout_, input);
+}
+
+// The chunk's backward of micro-batch `micro`, after the chunk's forward of it (the views made
+// again: another chunk's forward may have come between). With `overlap_reduction` the schedule
+// runs the backwards in micro-batch order, so the last one is the step's last.
+Tensor StepRunner::stage_backward(int64_t step, int64_t micro, int chunk, StepBatches& batches, Tensor d_output,
+                                  bool overlap_reduction) {
+  if (config_.fault_points) fault_point("step", step + 1);
+  enter(StepPart::Model);
+  batch_ = batch_views(batches.micro[static_cast<size_t>(micro)], backend_, device_batch_);
+  dropout_.row_ids = batch_.row_ids;
+  enter(StepPart::Engine);
+  engine_.begin_micro_batch(overlap_reduction && micro + 1 == static_cast<int64_t>(batches.micro.size()));
+  enter(StepPart::Model);
+  Tensor d_input = chunk_model(chunk).backward_stage(batch_, grad_scale_, dropout_, step_loss_sum_.view(DType::F64, {1}),
+                                                     d_output);
+  enter(StepPart::Engine);
+  engine_.end_micro_batch();
+  count_micro_batch(batches.micro[static_cast<size_t>(micro)], chunk_model(chunk));
+  return d_input;
 }
 
 void StepRunner::reduce(int64_t step, StepOutcome& outcome) {
@@ -168,6 +247,7 @@ void StepRunner::finish_sums(StepOutcome& outcome) {
   // Read through the host backend (a plain copy of host memory; nothing on the counting backend).
   host_->copy(Tensor(&sums_[0], DType::F64, {1}), host_loss_sum_.view(DType::F64, {1}));
   comm_.all_reduce_scalars(sums_);
+  if (pipeline_) pipeline_->combine_sums(sums_);
   outcome.loss = outcome.target_tokens > 0 ? sums_[0] / static_cast<double>(outcome.target_tokens) : 0.0;
   outcome.real_tokens = sums_[1];
   outcome.padded_tokens = sums_[2];
@@ -191,7 +271,8 @@ void StepRunner::update(int64_t updates_done, StepOutcome& outcome, StepProfiler
   // fp16: an overflow anywhere skips the step and lowers the loss scale (DeepSpeed).
   enter(StepPart::Engine);
   outcome.lr = learning_rate_at(config_.scheduler, config_.peak_lr, updates_done);
-  outcome.skipped = skip_reason(outcome, engine_.check_gradients());
+  const ZeroEngine::GradientCheck check = engine_.check_gradients();
+  outcome.skipped = skip_reason(outcome, pipeline_ ? pipeline_->combine(check) : check);
   if (outcome.skipped) return;
   const float clip = clip_coefficient(outcome.grad_norm, config_.gradient_clipping);
   const auto optimizer_start = std::chrono::steady_clock::now();

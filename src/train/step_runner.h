@@ -16,6 +16,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,38 @@ class StepObserver {
   virtual void enter(StepPart part) = 0;
 };
 
+// What a pipeline stage's instructions ask of the step that runs them (the StepRunner's work on
+// the stage's model, ZeRO engine and sums; train/pipe_engine.h executes the instructions).
+class StageWork {
+ public:
+  virtual ~StageWork() = default;
+  virtual int64_t micro_batches() const = 0;
+  virtual int64_t rows(int64_t micro) const = 0;  // B*T of micro-batch `micro`
+  // CausalLM::forward_stage of model chunk `chunk` on the micro-batch's views (its dropout masks):
+  // the chunk's output.
+  virtual Tensor forward(int64_t micro, int chunk, Tensor input) = 0;
+  // After forward(micro): CausalLM::backward_stage within the ZeRO engine's micro-batch calls
+  // (with `overlap_reduction`, the last micro-batch's backward reduces stage 0/1 gradients as
+  // units complete; without, reduce() does), the micro-batch's tokens and FLOPs counted; the
+  // gradient of the stage's input.
+  virtual Tensor backward(int64_t micro, int chunk, Tensor d_output, bool overlap_reduction) = 0;
+  virtual void reduce() = 0;  // StepOp::ReduceGradients
+  virtual void update() = 0;  // StepOp::Update (its gradient check made global by PipelineStage::combine)
+};
+
+// A pipeline stage's part of a step (train/pipe_engine.h), which the StepRunner runs for
+// StepOp::PipelineStage, and what makes the stage's figures the pipeline's.
+class PipelineStage {
+ public:
+  virtual ~PipelineStage() = default;
+  virtual void run_step(StageWork& work) = 0;
+  // The stage's gradient check (over its data-parallel group) -> the check over all stages.
+  virtual ZeroEngine::GradientCheck combine(const ZeroEngine::GradientCheck& stage_check) = 0;
+  // The step's sums [loss, real tokens, padded tokens, FLOPs] of the stage (summed over its
+  // data-parallel group) -> the run's.
+  virtual void combine_sums(std::span<double> sums) = 0;
+};
+
 // Consecutive steps skipped because the gradient is not finite (bf16/fp32, weights still finite)
 // before the run stops: one bad batch is survivable, a run whose every step overflows is not.
 constexpr int64_t kMaxNonFiniteSteps = 3;
@@ -91,6 +124,11 @@ class StepRunner {
   StepOutcome run(int64_t step, int64_t updates_done, StepBatches& batches, const std::vector<StepInstruction>& schedule,
                   StepProfiler* profiler);
   void set_observer(StepObserver* observer) { observer_ = observer; }
+  // A pipeline stage's run (not owned; null: none): StepOp::PipelineStage runs its instructions,
+  // and the gradient check and the step's sums go through it.
+  void set_pipeline(PipelineStage* pipeline) { pipeline_ = pipeline; }
+  // An interleaved pipeline's model chunks 1..V-1 (not owned; chunk 0 is the model).
+  void set_more_chunks(std::vector<CausalLM*> chunks) { more_chunks_ = std::move(chunks); }
 
  private:
   void enter(StepPart part) {
@@ -101,7 +139,13 @@ class StepRunner {
   // After a step: stops the run when it has diverged (non-finite weights, or too many
   // consecutive non-finite gradients).
   void stop_if_diverged(int64_t step, const StepOutcome& outcome);
+  class StageWorkOfStep;  // StageWork over one step (step_runner.cpp)
   void forward(int64_t step, int64_t micro, StepBatches& batches, bool last);
+  CausalLM& chunk_model(int chunk);
+  Tensor stage_forward(int64_t micro, int chunk, StepBatches& batches, Tensor input);
+  Tensor stage_backward(int64_t step, int64_t micro, int chunk, StepBatches& batches, Tensor d_output,
+                        bool overlap_reduction);
+  void count_micro_batch(const MicroBatch& micro, const CausalLM& model);
   void backward(int64_t step, int64_t micro, StepBatches& batches);
   void reduce(int64_t step, StepOutcome& outcome);
   // The step's loss sums over the ranks into `outcome`: reads the loss sum that reduce() queued
@@ -126,6 +170,8 @@ class StepRunner {
   DynamicLossScaler* scaler_;
   int64_t vocab_size_;
   StepObserver* observer_ = nullptr;
+  PipelineStage* pipeline_ = nullptr;
+  std::vector<CausalLM*> more_chunks_;
   Buffer step_loss_sum_;           // fp64 [1]: this rank's loss sum of a step, on the device
   std::unique_ptr<Backend> host_;  // pinned host memory of backend_ (make_host_backend)
   Buffer host_loss_sum_;           // fp64 [1]: its copy on the host, queued by reduce()

@@ -41,6 +41,7 @@ std::string step_op_name(StepOp op) {
     case StepOp::BeginNormPass: return "begin_norm_pass";
     case StepOp::BeginUpdatePass: return "begin_update_pass";
     case StepOp::FinishFusedUpdate: return "finish_fused_update";
+    case StepOp::PipelineStage: return "pipeline_stage";
   }
   return "?";
 }

@@ -19,6 +19,9 @@ enum class StepOp {
   BeginNormPass,    // the next backward only measures the reduced gradients (global norm, overflow)
   BeginUpdatePass,  // the step's scalars from the norm pass (or without one); the next backward updates
   FinishFusedUpdate,  // the update pass's norm and overflow, for the metrics
+  // A pipeline stage (train/pipe_engine.h): the stage's own instruction list of the step, its
+  // forwards, backwards, sends and receives, then ReduceGradients and Update.
+  PipelineStage,
 };
 
 struct StepInstruction {

@@ -36,6 +36,13 @@ int64_t exact_quotient(const TrainConfig& config, int64_t numerator, const std::
 // accumulation 1. Where DeepSpeed would floor-divide and then fail its assertion, the error here
 // shows the arithmetic. Differences: DeepSpeed refuses a config with none of them (or only the
 // accumulation); zerotune then takes its default micro-batch of 1.
+int TrainConfig::data_parallel_size(int world_size) const {
+  if (!pipeline.enabled()) return world_size;
+  ZT_CHECK(pipeline.stages <= world_size && world_size % pipeline.stages == 0, "--pipeline-stages ", pipeline.stages,
+           " does not divide the ", world_size, " ranks (each stage needs the same number of data-parallel replicas)");
+  return static_cast<int>(world_size / pipeline.stages);
+}
+
 void TrainConfig::resolve_batch_sizes(int world_size) {
   ZT_CHECK(world_size >= 1, "resolve_batch_sizes: world size ", world_size, " must be >= 1");
   ZT_CHECK(train_batch_size >= 0, batch_source(*this), ": train_batch_size ", train_batch_size, " must be positive");
@@ -43,7 +50,7 @@ void TrainConfig::resolve_batch_sizes(int world_size) {
            " must be positive");
   ZT_CHECK(gradient_accumulation_steps >= 0, batch_source(*this), ": gradient_accumulation_steps ",
            gradient_accumulation_steps, " must be positive");
-  const int64_t world = world_size;
+  const int64_t world = data_parallel_size(world_size);
   const bool have_total = train_batch_size > 0, have_micro = micro_batch_size > 0,
              have_accum = gradient_accumulation_steps > 0;
 
@@ -82,6 +89,8 @@ nlohmann::json TrainConfig::to_json() const {
       {"train_micro_batch_size_per_gpu", micro_batch_size},
       {"gradient_accumulation_steps", gradient_accumulation_steps},
       {"gradient_clipping", gradient_clipping},
+      {"pipeline", {{"stages", pipeline.stages}, {"schedule", pipeline.schedule}, {"chunks", pipeline.chunks},
+                    {"partition_method", pipeline.partition_method}}},
       {"steps_per_print", steps_per_print},
       {"compute_dtype", dtype_name(compute_dtype)},
       {"grad_accum_dtype", dtype_name(grad_accum_dtype)},
@@ -136,11 +145,7 @@ nlohmann::json TrainConfig::to_json() const {
         {"offload_optimizer", {{"device", zero.offload_optimizer_device}, {"pin_memory", zero.offload_optimizer_pin_memory}}},
         {"offload_param", {{"device", zero.offload_param_device}, {"pin_memory", zero.offload_param_pin_memory}}}}},
       {"lora",
-       {{"r", lora.r},
-        {"alpha", lora.alpha},
-        {"dropout", lora.dropout},
-        {"targets", lora.targets},
-        {"rslora", lora.rslora}}},
+       {{"r", lora.r}, {"alpha", lora.alpha}, {"dropout", lora.dropout}, {"targets", lora.targets}, {"rslora", lora.rslora}}},
       {"quantize", quant_config_json(quantize)},
       {"activation_checkpointing", activation_checkpointing},
       {"offload_activations", offload_activations},

@@ -37,6 +37,16 @@ struct MonitorConfig {
   std::string directory() const;  // output_path/job_name
 };
 
+// Pipeline parallelism (issue 32, docs/pipeline.md): --pipeline-stages and its companions, or
+// DeepSpeed's "pipeline" section.
+struct PipelineConfig {
+  int64_t stages = 1;                          // P: the ranks split into P stages x world / P replicas
+  std::string schedule = "1f1b";               // gpipe | 1f1b | interleaved (pipe/pipe_schedule.h)
+  int64_t chunks = 1;                          // V: model chunks per rank (interleaved: at least 2)
+  std::string partition_method = "parameters";  // parameters | uniform | type:REGEX (pipe/stage_partition.h)
+  bool enabled() const { return stages > 1; }
+};
+
 struct TrainConfig {
   // Batch arithmetic (DeepSpeed): train_batch_size = micro_batch * accumulation * world_size.
   // 0 means "not given, derive it".
@@ -92,9 +102,14 @@ struct TrainConfig {
   std::string device = "auto";     // auto | cpu | cuda (GPU local_rank % visible devices); auto: cuda when built
                                    // with CUDA and a GPU is visible (backend/make_backend.h resolve_device)
   std::string comm = "auto";       // GPU collectives: auto | nccl | mpi (host-staged)
+  PipelineConfig pipeline;
 
-  // Fills the three batch numbers from whichever are given (DeepSpeed's rules) and checks that
-  // they agree; errors show the arithmetic.
+  // The data-parallel ranks of `world_size`: world_size / pipeline.stages (every rank without a pipeline).
+  int data_parallel_size(int world_size) const;
+
+  // Fills the three batch numbers from whichever are given (DeepSpeed's rules, with the
+  // data-parallel size as the world: DeepSpeed's pipeline engine counts replicas, not stages)
+  // and checks that they agree; errors show the arithmetic.
   void resolve_batch_sizes(int world_size);
   nlohmann::json to_json() const;  // the resolved configuration, for run.json
 };

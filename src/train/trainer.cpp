@@ -52,6 +52,40 @@ void write_final_dump(const std::string& path, const ParamStore& store) {
   write_safetensors(path, entries);
 }
 
+// --dump-final: rank 0 writes every trainable parameter; under a pipeline each stage's replica 0
+// writes its stage's to PATH.stageS first, and rank 0 merges them in stage order (and removes them):
+// a test and debugging file, so PATH must be on a file system every rank sees.
+void write_final_weights(TrainingRun& run) {
+  const std::string& path = run.config.dump_final_path;
+  run.parts.engine->gather_full_params();
+  if (!run.topology) {
+    if (run.leader) write_final_dump(path, *run.parts.store);
+    return;
+  }
+  const int stage = run.topology->stage_of(run.rank);
+  if (run.topology->replica_of(run.rank) == 0) write_final_dump(cat(path, ".stage", stage), *run.parts.store);
+  run.host_comm->barrier();
+  if (!run.leader) return;
+  std::vector<std::vector<float>> host;  // moving inner vectors keeps the entries' pointers valid
+  std::vector<SafetensorsEntry> entries;
+  for (int s = 0; s < run.topology->stages(); ++s) {
+    const std::string part = cat(path, ".stage", s);
+    {
+      const SafetensorsFile file(part);
+      for (const std::string& name : file.names()) {
+        if (std::any_of(entries.begin(), entries.end(), [&](const SafetensorsEntry& e) { return e.name == name; }))
+          continue;  // a tied table's copy on the last stage (the first stage's is the same)
+        const SafetensorsTensorInfo& info = file.info(name);
+        host.emplace_back(static_cast<size_t>(info.numel()));
+        file.read_as_f32(name, host.back().data());
+        entries.push_back({name, info.shape, host.back().data(), DType::F32, DType::F32});
+      }
+    }
+    fs::remove(part);
+  }
+  write_safetensors(path, entries);
+}
+
 // A run whose predicted device peak exceeds the device's free memory stops here, before anything
 // is allocated, saying which ZeRO / offload / checkpointing choices would fit.
 void check_device_memory_fits(const Backend& backend, const TrainConfig& config, const ModelConfig& model_config,
@@ -101,8 +135,9 @@ void keep_resumed_batch(TrainingRun& run) {
   TrainConfig& config = run.config;
   const bool accumulation_fixed =
       run.options.grad_accum_given || config.deepspeed_keys.given.count("gradient_accumulation_steps") > 0;
-  const std::optional<ResumeBatchDecision> decision = keep_checkpoint_batch(
-      config, run.world_size, accumulation_fixed, read_checkpoint_batch(*run.resume_from), *run.resume_from);
+  const std::optional<ResumeBatchDecision> decision =
+      keep_checkpoint_batch(config, config.data_parallel_size(run.world_size), accumulation_fixed,
+                            read_checkpoint_batch(*run.resume_from), *run.resume_from);
   if (!decision) return;
   run.resume_batch = decision->record;
   if (run.leader) std::printf("resume: %s\n", decision->text.c_str());
@@ -138,6 +173,9 @@ void prepare(TrainingRun& run) {
     for (const std::string& note : run.options.notes) std::printf("note: %s\n", note.c_str());
 
   run.model_config = load_model_config(config.model_dir);
+  check_pipeline_run(config, run.model_config, run.world_size, *optimizer);
+  ZT_CHECK(!config.pipeline.enabled() || !run.options.samples.enabled(), "--pipeline-stages ", config.pipeline.stages,
+           ": --sample-prompts generates with the whole model on every rank, which a pipeline stage does not hold");
   // QLoRA: --quantize, or the model's own bitsandbytes quantization_config (run.json records which).
   config.quantize = run_quantization(config.quantize, run.model_config.quantization, config.model_dir);
   run.dataset.emplace(TokenDataset::open(config.data_dir, config.data_split));
@@ -170,6 +208,26 @@ void prepare(TrainingRun& run) {
   if (run.eval_data) objective->check_data(config, *run.eval_data, config.eval_data_dir);
 }
 
+// --pipeline-stages: the layout (printed with the nodes each stage runs on), each stage's
+// data-parallel group (collective over every rank), and the engine of this rank's stage.
+void split_pipeline(TrainingRun& run) {
+  const TrainConfig& config = run.config;
+  if (!config.pipeline.enabled()) return;
+  run.topology.emplace(run.world_size, static_cast<int>(config.pipeline.stages));
+  ZT_CHECK(config.pipeline.chunks == 1 || run.comm == run.host_comm.get(), "--pipeline-schedule interleaved: runs on "
+           "the CPU backend's MPI communicator for now (its sends are posted ahead, which NCCL's in-order streams "
+           "cannot take without Megatron's batched exchanges: docs/pipeline.md)");
+  const std::vector<std::string> nodes = run.host_comm->all_gather_strings(this_host());
+  if (run.leader)
+    for (const std::string& line : describe_topology(*run.topology, nodes)) std::printf("%s\n", line.c_str());
+  const int stage = run.topology->stage_of(run.rank), replica = run.topology->replica_of(run.rank);
+  run.stage_comm = run.comm->split(stage, replica);
+  if (run.comm != run.host_comm.get()) run.stage_host_comm = run.host_comm->split(stage, replica);
+  run.pipe = std::make_unique<PipeEngine>(config, *run.topology, run.rank, *run.comm, run.backend(),
+                                          run.model_config.hidden_size, config.compute_dtype,
+                                          run.model_config.tie_word_embeddings);
+}
+
 // The backend and its communicator, then what this rank will hold, predicted before anything is
 // allocated (train/memory_model.h): a run that cannot fit stops here, saying what would.
 void open_device(TrainingRun& run) {
@@ -184,6 +242,7 @@ void open_device(TrainingRun& run) {
       predict_memory(config, run.model_config, run.world_size, run.rank, run.longest_sample, target, run.regrowth);
   check_device_memory_fits(run.backend(), config, run.model_config, run.world_size, run.rank, run.longest_sample,
                            run.regrowth, target, run.memory_prediction);
+  split_pipeline(run);
 }
 
 // The run's parts with the model's weights: the base, then a PEFT adapter or fresh LoRA weights.
@@ -191,14 +250,16 @@ void assemble(TrainingRun& run) {
   const TrainConfig& config = run.config;
   const std::string& adapter_dir = run.options.adapter_dir;
   const std::unique_ptr<Objective> objective = make_objective(config);  // its added parameters' weights
-  const UnitWeights weights = [&](ParamStore& store, int unit) {
+  const UnitWeights weights = [&](ParamStore& store, int unit, const StageUnits& stage) {
     load_base_weights(config.model_dir, store, unit);
     objective->init_added_params(store, unit, config.model_dir, config.seed);
     if (!adapter_dir.empty()) load_peft_adapter_weights(adapter_dir, store, unit);
-    else if (config.lora.enabled()) init_lora_weights(store, config.seed, unit);
+    else if (config.lora.enabled()) init_lora_weights(store, config.seed, unit, stage.adapter_index);
   };
-  run.parts = assemble_run(config, run.model_config, run.backend(), *run.comm, run.host_comm.get(), run.world_size,
-                           weights);
+  const int stage = run.topology ? run.topology->stage_of(run.rank) : 0;
+  run.parts = assemble_run(config, run.model_config, run.backend(), run.data_comm(), run.data_host_comm(),
+                           run.data_comm().size(), weights, nullptr, stage);
+  if (run.pipe) run.pipe->attach(*run.parts.store, run.parts.stage);
 }
 
 // Batches (data/step_samples.h): the DistributedSampler's order cut into global batches, this
@@ -207,7 +268,10 @@ void plan_steps(TrainingRun& run) {
   TrainConfig& config = run.config;
   // --packing: rows as long as the longest sample, so a packed micro-batch never holds more
   // positions than micro_batch x longest, what the memory prediction assumes.
-  run.step_samples = std::make_unique<StepSamples>(*run.dataset, run.world_size, run.rank, config.seed, config.shuffle,
+  // Every stage of a replica reads the replica's samples (the data-parallel rank's).
+  const int data_rank = run.topology ? run.topology->replica_of(run.rank) : run.rank;
+  run.step_samples = std::make_unique<StepSamples>(*run.dataset, run.data_comm().size(), data_rank, config.seed,
+                                                   config.shuffle,
                                                    config.train_batch_size, config.micro_batch_size,
                                                    config.group_by_length, config.packing ? run.longest_sample : 0);
   run.steps_per_epoch = run.step_samples->steps_per_epoch();
@@ -230,7 +294,8 @@ void resume(TrainingRun& run) {
     return;
   }
   const std::string& from = *run.resume_from;
-  run.state = load_checkpoint(from, run.identity, *run.parts.engine, *run.parts.store, *run.comm);
+  run.state = load_checkpoint(from, run.identity, *run.parts.engine, *run.parts.store, run.data_comm(),
+                              run.parts.stage.first_unit);
   if (run.parts.scaler) run.parts.scaler->load_state(LossScalerState::from_json(run.state.loss_scaler, from), from);
   ZT_CHECK(run.state.step <= run.total_steps, from, " was saved after step ", run.state.step,
            ", beyond this run's last step ", run.total_steps,
@@ -257,10 +322,7 @@ void finish(TrainingRun& run) {
     }
     run.comm->barrier();
   }
-  if (!config.dump_final_path.empty()) {
-    run.parts.engine->gather_full_params();
-    if (run.leader) write_final_dump(config.dump_final_path, *run.parts.store);
-  }
+  if (!config.dump_final_path.empty()) write_final_weights(run);
   run.comm->barrier();
   if (run.leader) {
     run.console->finish();

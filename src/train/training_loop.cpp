@@ -64,9 +64,11 @@ class TrainingLoop {
         prefetcher_([&run](int64_t step) { return run.step_samples->rank_batches(step); }, run.state.step,
                     run.total_steps),
         runner_(step_config_of(run.config), *run.parts.model, *run.parts.objective, *run.parts.engine, *run.parts.store, run.backend(),
-                *run.comm, run.control(), run.parts.scaler ? &*run.parts.scaler : nullptr,
+                run.data_comm(), run.control(), run.parts.scaler ? &*run.parts.scaler : nullptr,
                 run.model_config.vocab_size),
         last_saved_step_(run.resume_from ? run.state.step : -1) {
+    runner_.set_pipeline(run.pipe.get());
+    runner_.set_more_chunks(run.parts.more_chunk_models());
     if (run.leader) {
       const std::string metrics_path = (fs::path(config_.out_dir) / "metrics.jsonl").string();
       if (run.resume_from) trim_metrics_for_resume(metrics_path, run.state.step);  // later steps run again
@@ -246,8 +248,10 @@ class TrainingLoop {
       now.loss_scale = run_.parts.scaler->scale();
       now.loss_scaler = run_.parts.scaler->state().to_json();
     }
+    const std::optional<PipelineCheckpoint> pipeline = run_.pipeline_checkpoint();
     const std::string dir = save_checkpoint(config_.out_dir, now, run_.identity, config_.to_json(), *run_.parts.engine,
-                                            *run_.parts.store, *run_.comm, config_.keep_last);
+                                            *run_.parts.store, run_.data_comm(), config_.keep_last,
+                                            pipeline ? &*pipeline : nullptr);
     last_saved_step_ = steps_done;
     run_.say(cat("checkpoint saved: ", dir));
   }

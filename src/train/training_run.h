@@ -16,6 +16,7 @@
 #include "model/config.h"
 #include "train/memory_model.h"
 #include "train/metrics.h"
+#include "train/pipe_engine.h"
 #include "train/run_assembly.h"
 #include "train/sampling.h"
 #include "train/train_config.h"
@@ -39,6 +40,11 @@ struct TrainingRun {
   // the device:
   RunDevice device;                  // the backend, the device communicator, the control one
   Communicator* comm = nullptr;      // the collectives' (the device's, else host_comm)
+  // --pipeline-stages (train/pipe_engine.h): the layout, and this rank's stage's data-parallel
+  // group on `comm` and on host_comm (the ZeRO engine's; the same as comm and host_comm without one).
+  std::optional<PipelineTopology> topology;
+  std::unique_ptr<Communicator> stage_comm, stage_host_comm;
+  std::unique_ptr<PipeEngine> pipe;
   int64_t longest_sample = 0;        // the memory prediction's sequence length
   int64_t regrowth = 0;              // activation_regrowth_from(dataset)
   MemoryPrediction memory_prediction;
@@ -56,7 +62,24 @@ struct TrainingRun {
   std::optional<ConsoleProgress> console;  // rank 0's step lines (a progress bar on a terminal)
 
   Backend& backend() { return *device.backend; }
+  // The ZeRO engine's communicators and ranks: the stage's data-parallel group, or all ranks.
+  Communicator& data_comm() { return stage_comm ? *stage_comm : *comm; }
+  Communicator* data_host_comm() { return stage_host_comm ? stage_host_comm.get() : host_comm.get(); }
   Communicator& control() { return *device.control; }
+  // A pipeline run's part in a checkpoint (ckpt/checkpoint.h); nullopt without a pipeline.
+  std::optional<PipelineCheckpoint> pipeline_checkpoint() {
+    if (!topology) return std::nullopt;
+    PipelineCheckpoint part;
+    part.world = host_comm.get();
+    part.stage = topology->stage_of(rank);
+    part.stages = topology->stages();
+    part.replicas = topology->replicas();
+    part.replica = topology->replica_of(rank);
+    part.first_unit = parts.stage.first_unit;
+    part.layout = {{"stages", part.stages}, {"replicas", part.replicas}, {"schedule", config.pipeline.schedule},
+                   {"partition_method", config.pipeline.partition_method}, {"stage_first_units", parts.stage.bounds}};
+    return part;
+  }
   // A line on rank 0's console (between its step lines); other ranks say nothing.
   void say(const std::string& line) {
     if (console) console->message(line);

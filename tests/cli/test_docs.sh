@@ -65,7 +65,7 @@ EXTERNAL = {
     "--files": "make_bpe_tokenizer.py", "--help": "every command", "--logdir": "tensorboard",
 }
 # Flags the docs name as not implemented: they must stay absent.
-ABSENT = {"--pipeline-stages"}
+ABSENT = set()
 FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)(?![\w])")  # underscores: another tool's (spm_train --bos_id)
 
 def code_of(text):

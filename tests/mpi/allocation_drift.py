@@ -37,7 +37,14 @@ CASES = {
     "s0-lomo-clip": (1, 0, False, False, {"type": "LOMO", "params": {"lr": 0.05}}, []),
     "s3-adalomo-w2": (2, 3, False, False, {"type": "AdaLomo", "params": {"lr": 0.05}}, []),
     "s0-onebit-w2": (2, 0, False, False, {"type": "OneBitAdam", "params": {"lr": 1e-3, "freeze_step": 1}}, []),
+    # Pipeline stages (issue 32): each rank's stage, its engine's stage inputs and received gradients.
+    "s1-pipeline-p2": (2, 1, False, False, None, ["--pipeline-stages", 2]),
+    "s2-pipeline-p2-w4-gpipe": (4, 2, False, False, None, ["--pipeline-stages", 2, "--pipeline-schedule", "gpipe"]),
+    "s1-pipeline-p2-interleaved": (2, 1, False, False, None, ["--pipeline-stages", 2, "--pipeline-schedule",
+                                                                "interleaved"]),
 }
+# The interleaved schedule runs on MPI only (its sends posted ahead).
+CPU_ONLY_CASES = ("s1-pipeline-p2-interleaved",)
 # Only where the device is a GPU (pinned host memory for the block inputs).
 GPU_CASES = {
     "s2-offload-activations": (1, 2, False, False, None, ["--activation-checkpointing", "--offload-activations"]),

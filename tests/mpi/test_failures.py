@@ -7,6 +7,9 @@
 #      parameter gathers in flight): rank 0's next collective times out after --comm-timeout 5 s
 #      and the job ends within one timeout (plus start-up), not one per collective in flight,
 #      with a message naming the collective.
+#   4. the same in a 2-stage pipeline (--pipeline-stages 2, issue 32): rank 1 (stage 1) hangs in step
+#      2's backward, and rank 0 (stage 0), waiting for the gradient of its output, times out naming
+#      the point-to-point exchange.
 import os
 import subprocess
 import time
@@ -71,6 +74,14 @@ def main():
                 names = ("all_reduce", "reduce_scatter", "all_gather", "scalar_all_reduce", "barrier")
                 report.check(any(f"collective {name} " in output for name in names),
                              f"hang, stage {stage}: the collective is named")
+        output = launch(report, "rank 1 hangs in step 2, pipeline stage 1 of 2",
+                        base + ["-np", "2", args.zerotune] + train("out-hang-pipeline") +
+                        ["--data", data, "--comm-timeout", str(timeout), "--pipeline-stages", "2", "--no-save-at-end"],
+                        {"ZT_FAULT": "hang:step:1:2"}, limit_s=timeout + 3.5)
+        if output is not None:
+            report.check("error (rank 0)" in output and f"collective point_to_point did not complete within {timeout} s"
+                         in output and "step 2" in output,
+                         "hang in a pipeline: rank 0 reports the point-to-point exchange that timed out")
     return report.finish()
 
 

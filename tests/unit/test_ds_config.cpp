@@ -454,8 +454,31 @@ BOOST_AUTO_TEST_CASE(adam_flavours) {
                         .optimizer.weight_decay, 0.0);
 }
 
+// DeepSpeed's pipeline section (issue 32): stages and partition are read, the rest noted; the
+// batch numbers are checked against the data-parallel size (world / stages).
+BOOST_AUTO_TEST_CASE(pipeline_section) {
+  std::vector<std::string> notes;
+  const TrainConfig two = translate(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
+      "pipeline": {"stages": 2, "partition": "best", "seed_layers": false, "activation_checkpoint_interval": 1}})",
+                                    notes, 4);
+  BOOST_CHECK_EQUAL(two.pipeline.stages, 2);
+  BOOST_CHECK_EQUAL(two.pipeline.partition_method, "parameters");
+  BOOST_CHECK(has_note(notes, "pipeline.stages 2 -> --pipeline-stages 2"));
+  BOOST_CHECK(has_note(notes, "pipeline.activation_checkpoint_interval is ignored"));
+  BOOST_CHECK_EQUAL(two.data_parallel_size(4), 2);
+  TrainConfig resolved = two;
+  resolved.resolve_batch_sizes(4);  // 8 = micro 2 x accumulation 2 x 2 replicas
+  BOOST_CHECK_EQUAL(resolved.gradient_accumulation_steps, 2);
+  BOOST_CHECK_EQUAL(translate(R"({"pipeline": {"stages": "auto", "partition": "type:DecoderLayer"}})").pipeline.partition_method,
+                    "type:DecoderLayer");
+  BOOST_CHECK_EQUAL(translate(R"({"pipeline": {"stages": "auto", "partition": "Uniform"}})").pipeline.stages, 1);
+  check_translate_error(R"({"pipeline": {"stages": 0}})", "pipeline.stages must be an integer in [1, ");
+  check_translate_error(R"({"pipeline": {"num_stages": 2}})", "num_stages");
+  check_translate_error(R"({"train_batch_size": 8, "pipeline": {"stages": 3}})", "does not divide the 4 ranks", 4);
+}
+
 BOOST_AUTO_TEST_CASE(sections_that_change_the_math_are_refused) {
-  for (const char* key : {"sparse_attention", "pipeline", "compression_training", "quantize_training"})
+  for (const char* key : {"sparse_attention", "compression_training", "quantize_training"})
     check_translate_error(std::string("{\"") + key + "\": {}}",
                           std::string("ds_config.json: ") + key + " is not supported by zerotune (it changes what is computed)");
   check_translate_error(R"({"amp": {"enabled": true, "opt_level": "O1"}})",
@@ -722,7 +745,8 @@ BOOST_AUTO_TEST_CASE(to_json_writes_every_field) {
   BOOST_CHECK_EQUAL(j["objective"].get<std::string>(), "sft");  // --objective's default
   BOOST_CHECK_EQUAL(j["dpo_beta"].get<double>(), 0.1);           // --dpo-beta's default (TRL's)
   BOOST_CHECK_EQUAL(j["dpo_label_smoothing"].get<double>(), 0.0);
-  BOOST_CHECK_EQUAL(j.size(), 46u);
+  BOOST_CHECK_EQUAL(j.size(), 47u);
+  BOOST_CHECK_EQUAL(j["pipeline"]["stages"].get<int64_t>(), 1);  // no pipeline unless asked
   BOOST_CHECK_EQUAL(j["gradient_accumulation_steps"].get<int64_t>(), 2);
   BOOST_CHECK_EQUAL(j["compute_dtype"].get<std::string>(), "bf16");
   BOOST_CHECK_EQUAL(j["optimizer"]["betas"][1].get<double>(), 0.95);

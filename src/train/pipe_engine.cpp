@@ -1,0 +1,235 @@
+// The pipeline engine (pipe_engine.h): the refusals, then one step's instructions.
+#include "train/pipe_engine.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "pipe/stage_partition.h"
+
+namespace zt {
+
+void check_pipeline_run(const TrainConfig& config, const ModelConfig& model_config, int world_size,
+                        const Optimizer& optimizer) {
+  const PipelineConfig& pipe = config.pipeline;
+  if (!pipe.enabled()) return;
+  const std::string flag = cat("--pipeline-stages ", pipe.stages);
+  PipelineTopology(world_size, static_cast<int>(pipe.stages));  // P divides the world (else its error)
+  ZT_CHECK(pipe.stages * pipe.chunks <= model_config.num_hidden_layers, flag, pipe.chunks > 1 ?
+           cat(" x --pipeline-chunks ", pipe.chunks) : std::string(), ": the model has only ",
+           model_config.num_hidden_layers, " decoder layers; a pipeline has at most one (virtual) stage per layer");
+  parse_pipe_schedule(pipe.schedule, "--pipeline-schedule");
+  parse_partition_method(pipe.partition_method, "--partition-method (or the JSON's pipeline.partition)");
+  ZT_CHECK(pipe.chunks == 1 || (config.resume.empty() && config.save_every == 0 && !config.save_at_end), flag,
+           ": checkpoints of the interleaved schedule (several unit ranges per rank) are not written or resumed yet: "
+           "give --no-save-at-end and neither --save-every nor --resume");
+  ZT_CHECK(config.zero.stage <= 2, flag, ": ZeRO stage 3 partitions each stage's parameters over its replicas and "
+           "gathers them per use, which does not combine with a pipeline (DeepSpeed allows only ZeRO-1 with its "
+           "pipeline; zerotune runs stages 0-2 inside each stage's data-parallel group)");
+  ZT_CHECK(!optimizer.fuses_into_backward(), flag, ": optimizer ", optimizer.name(), " updates inside backward "
+           "(LOMO-style), unit by unit as gradients complete; a pipeline's backward runs micro-batch by micro-batch "
+           "over the stages, and the update needs the norm over all of them first");
+  ZT_CHECK(!model_config.tie_word_embeddings || config.lora.enabled() || config.zero.stage <= 1, flag,
+           ": the model ties its LM head to the token embedding (tie_word_embeddings): the first and the last stage "
+           "sum the table's gradients after backward, before the ZeRO reduction, which ZeRO-2 runs during every "
+           "backward; use ZeRO stage 0 or 1 (or LoRA, which freezes the table)");
+  ZT_CHECK(config.objective == "sft", flag, ": the ", config.objective, " objective is not run over pipeline stages "
+           "yet (only sft)");
+  ZT_CHECK(!config.offload_activations, flag, ": --offload-activations does not combine with a pipeline (a stage "
+           "keeps only its input per micro-batch in flight and recomputes the rest)");
+  ZT_CHECK(config.eval_data_dir.empty(), flag, ": --eval-data is not evaluated over pipeline stages yet");
+  ZT_CHECK(config.dump_step0_path.empty(), flag, ": --dump-step0 needs the whole model on one rank");
+  const bool checkpoints = !config.resume.empty() || config.save_every > 0 || config.save_at_end;
+  ZT_CHECK(!checkpoints || !model_config.tie_word_embeddings || config.lora.enabled(), flag,
+           ": checkpoints of a pipeline run whose tied token table trains (it lives on the first and the last stage) "
+           "are not written or resumed yet: give --no-save-at-end and neither --save-every nor --resume, or train "
+           "LoRA adapters (--dump-final writes the final weights)");
+}
+
+PipeEngine::PipeEngine(const TrainConfig& config, const PipelineTopology& topology, int rank, Communicator& world,
+                       Backend& backend, int64_t hidden_size, DType dtype, bool tied_across_stages)
+    : topology_(topology), rank_(rank), stage_(topology.stage_of(rank)), replica_(topology.replica_of(rank)),
+      chunks_(static_cast<int>(config.pipeline.chunks)), world_(world), backend_(backend), hidden_(hidden_size),
+      dtype_(dtype) {
+  PipeScheduleShape shape;
+  shape.ranks = topology.stages();
+  shape.chunks = chunks_;
+  shape.micro_batches = static_cast<int>(config.gradient_accumulation_steps);
+  shape.tied_ends = tied_across_stages;
+  const PipeScheduleKind kind = parse_pipe_schedule(config.pipeline.schedule, "--pipeline-schedule");
+  schedule_ = make_pipe_schedule(kind, shape).at(static_cast<size_t>(stage_));
+  micro_batches_ = shape.micro_batches;
+  // 1F1B: micro-batch k's input is received after micro-batch k - (P - s)'s backward on stage s,
+  // so P - s slots hold every input in flight; GPipe and interleaved keep all of them.
+  input_slots_ = kind == PipeScheduleKind::OneFOneB ? std::min(topology.stages() - stage_, micro_batches_)
+                                                    : micro_batches_;
+  inputs_.resize(static_cast<size_t>(chunks_ * input_slots_));
+  if (chunks_ > 1) send_copies_.resize(static_cast<size_t>(2 * chunks_ * micro_batches_));
+}
+
+void PipeEngine::attach(ParamStore& store, const StageUnits& stage) {
+  store_ = &store;
+  for (const std::string& name : stage.tied_copies)
+    if (store.trainable(name)) tied_copies_.push_back(name);
+  for (const std::string& name : stage.tied_originals)
+    if (store.trainable(name)) tied_originals_.push_back(name);
+  // Whether any stage has a trainable tie: the first and last stage know; the others ask.
+  tied_ = world_.all_reduce_max(tied_copies_.empty() && tied_originals_.empty() ? 0.0 : 1.0) > 0.0;
+}
+
+void PipeEngine::reduce_tied_grads() {
+  const int last = topology_.stages() - 1;
+  for (const std::string& name : tied_copies_) {  // the last stage: its copy's gradient to the first
+    Tensor grad = store_->grad(name);
+    world_.send_async(grad, topology_.rank_of(0, replica_))->wait();
+    backend_.fill(grad, 0.0f);
+  }
+  for (const std::string& name : tied_originals_) {  // the first stage: adds it to its own
+    Tensor grad = store_->grad(name);
+    ensure_buffer(tied_grad_, backend_, grad.numel(), grad.dtype);
+    Tensor received = tied_grad_.view(grad.dtype, {grad.numel()});
+    world_.recv_async(received, topology_.rank_of(last, replica_))->wait();
+    backend_.accumulate(grad.reshaped({grad.numel()}), received, 1.0f);
+  }
+}
+
+void PipeEngine::share_tied_params() {
+  const int last = topology_.stages() - 1;
+  for (const std::string& name : tied_originals_)
+    world_.send_async(store_->param(name), topology_.rank_of(last, replica_))->wait();
+  for (const std::string& name : tied_copies_)
+    world_.recv_async(store_->param(name), topology_.rank_of(0, replica_))->wait();
+}
+
+// Micro-batch `micro`'s input [B*T, C] of model chunk `chunk`: grown to its size when it is about
+// to be received (the first virtual stage reads the tokens instead).
+Tensor PipeEngine::input_of(StageWork& work, int chunk, int micro, bool for_receive) {
+  if (stage_ == 0 && chunk == 0) return Tensor();
+  const int64_t rows = work.rows(micro);
+  Buffer& buffer = inputs_.at(static_cast<size_t>(chunk * input_slots_ + micro % input_slots_));
+  if (for_receive) ensure_buffer(buffer, backend_, rows * hidden_, dtype_);
+  return buffer.view(dtype_, {rows, hidden_});
+}
+
+int PipeEngine::rank_of_virtual(int virtual_stage) const {
+  return topology_.rank_of(virtual_stage % topology_.stages(), replica_);
+}
+
+// One send_recv_async for the group's send and receive, completed before the next computation.
+void PipeEngine::flush(Group& group) {
+  if (group.send_to < 0 && group.recv_from < 0) return;
+  world_.send_recv_async(group.send, group.send_to, group.recv, group.recv_from)->wait();
+  group = Group();
+}
+
+// A receive (grouped with a send where the transport groups them; else completed at once).
+void PipeEngine::receive(Group& group, Tensor into, int from) {
+  if (chunks_ > 1) return world_.recv_async(into, from)->wait();
+  if (group.recv_from >= 0) flush(group);
+  group.recv = into;
+  group.recv_from = from;
+}
+
+// A send: grouped with the adjacent receive; under the interleaved schedule posted at once from a
+// copy of its own (MPI's buffered Isend: the schedule's order is deadlock-free only so), one copy
+// buffer per message of the step (`slot`: its kind, chunk and micro-batch, so that what is
+// allocated does not depend on when sends complete), completed before the step's reduction.
+void PipeEngine::send(Group& group, Tensor data, int to, size_t slot) {
+  if (chunks_ == 1) {
+    if (group.send_to >= 0) flush(group);
+    group.send = data;
+    group.send_to = to;
+    return;
+  }
+  Buffer& buffer = send_copies_.at(slot);
+  ensure_buffer(buffer, backend_, data.numel(), dtype_);
+  Tensor copy = buffer.view(dtype_, {data.numel()});
+  backend_.copy(copy, data.reshaped({data.numel()}));
+  in_flight_.push_back(world_.send_async(copy, to));
+}
+
+void PipeEngine::finish_sends() {
+  for (Pending& send : in_flight_) send->wait();
+  in_flight_.clear();
+}
+
+void PipeEngine::run_step(StageWork& work) {
+  ZT_CHECK(work.micro_batches() == micro_batches_, "pipeline: the step has ", work.micro_batches(),
+           " micro-batches, the schedule ", micro_batches_);
+  const int stages = topology_.stages(), last_virtual = stages * chunks_ - 1;
+  Group group;
+  Tensor output, input_grad;                  // the last forward's output, the last backward's input gradient
+  std::vector<int> forwarded(static_cast<size_t>(chunks_), -1);  // per chunk: the micro-batch its model holds
+  for (const PipeInstruction& instruction : schedule_) {
+    const int mb = instruction.micro_batch, virtual_stage = instruction.virtual_stage;
+    const int chunk = virtual_stage < 0 ? 0 : virtual_stage / stages;
+    switch (instruction.op) {
+      case PipeOp::LoadMicroBatch: break;  // the forward loads the micro-batch's views
+      case PipeOp::RecvActivation:
+        receive(group, input_of(work, chunk, mb, true), rank_of_virtual(virtual_stage - 1));
+        break;
+      case PipeOp::RecvGrad:
+        ensure_buffer(output_grad_, backend_, work.rows(mb) * hidden_, dtype_);
+        receive(group, output_grad_.view(dtype_, {work.rows(mb), hidden_}), rank_of_virtual(virtual_stage + 1));
+        break;
+      case PipeOp::SendActivation:
+        send(group, output, rank_of_virtual(virtual_stage + 1), static_cast<size_t>(chunk * micro_batches_ + mb));
+        break;
+      case PipeOp::SendGrad:
+        send(group, input_grad, rank_of_virtual(virtual_stage - 1),
+             static_cast<size_t>((chunks_ + chunk) * micro_batches_ + mb));
+        break;
+      case PipeOp::Forward:
+        flush(group);
+        output = work.forward(mb, chunk, input_of(work, chunk, mb, false));
+        forwarded[static_cast<size_t>(chunk)] = mb;
+        break;
+      case PipeOp::Backward: {
+        flush(group);
+        if (forwarded[static_cast<size_t>(chunk)] != mb) work.forward(mb, chunk, input_of(work, chunk, mb, false));
+        const Tensor d_output =
+            virtual_stage == last_virtual ? Tensor() : output_grad_.view(dtype_, {work.rows(mb), hidden_});
+        // Interleaved chunks complete a unit's gradient out of micro-batch order: reduce after backward.
+        input_grad = work.backward(mb, chunk, d_output, !tied_ && chunks_ == 1);
+        forwarded[static_cast<size_t>(chunk)] = -1;
+        break;
+      }
+      case PipeOp::ReduceTiedGrads:
+        flush(group);
+        finish_sends();
+        reduce_tied_grads();
+        break;
+      case PipeOp::ReduceGrads:
+        flush(group);
+        finish_sends();
+        work.reduce();
+        break;
+      case PipeOp::OptimizerStep:
+        work.update();
+        share_tied_params();
+        break;
+    }
+  }
+  flush(group);
+  finish_sends();
+}
+
+ZeroEngine::GradientCheck PipeEngine::combine(const ZeroEngine::GradientCheck& stage_check) {
+  // Every rank of a stage holds the stage's figures: replica 0 speaks for it.
+  double values[2] = {replica_ == 0 ? stage_check.norm * stage_check.norm : 0.0, stage_check.overflow ? 1.0 : 0.0};
+  world_.all_reduce_scalars(values);
+  return {std::sqrt(values[0]), values[1] > 0.0};
+}
+
+void PipeEngine::combine_sums(std::span<double> sums) {
+  ZT_CHECK(sums.size() == 4, "PipeEngine::combine_sums: ", sums.size(), " sums, not 4");
+  const bool speaks = replica_ == 0;
+  const bool last_stage = stage_ + 1 == topology_.stages();
+  sums[0] = speaks && last_stage ? sums[0] : 0.0;  // the loss: the head's stage computes it
+  sums[1] = speaks && stage_ == 0 ? sums[1] : 0.0;  // tokens: every stage sees the same micro-batches
+  sums[2] = speaks && stage_ == 0 ? sums[2] : 0.0;
+  sums[3] = speaks ? sums[3] : 0.0;                 // FLOPs: each stage's own units
+  world_.all_reduce_scalars(sums);
+}
+
+}  // namespace zt

@@ -1,0 +1,108 @@
+// The pipeline engine (issue 32, docs/pipeline.md): executes this rank's instruction list of a
+// pipeline schedule (pipe/pipe_schedule.h) in each optimizer step, and nothing else decides the
+// order. Rank r runs stage r / D of replica r % D (pipe/pipeline_topology.h); its model holds
+// only the stage's units (ModelOptions::first_unit, end_unit; the interleaved schedule: V chunks
+// of units, virtual stages chunk x P + stage, one model per chunk) and its ZeRO engine reduces
+// over the stage's data-parallel group. The engine:
+//   - sends and receives the activations [B*T, C] and their gradients on the world communicator,
+//     each run of adjacent Send/Recv instructions (at most one send and one receive) as one
+//     send_recv_async, completed before the next computation: the `Grouped` transport of
+//     pipe/pipe_simulation.h, under which GPipe and 1F1B cannot deadlock (blocking sends would
+//     deadlock 1F1B's steady state). The interleaved schedule deadlocks so; its sends are posted
+//     ahead from copies of their own and completed before the reduction (the `Buffered`
+//     transport: MPI's Isend; refused on NCCL by the trainer);
+//   - keeps each micro-batch's stage input until its backward and recomputes the stage's forward
+//     before a backward whose forward was not the stage's last one (GPipe everywhere, 1F1B
+//     before the last stage): the model keeps one micro-batch's activations, the stage the
+//     inputs of the micro-batches in flight (M buffers for GPipe, min(P - stage, M) for 1F1B). Dropout
+//     masks are keyed by the tokens' row ids, so the recomputed forward is the same forward;
+//   - keeps a tied embedding (OPT's head reads the token table: DeepSpeed's TiedLayerSpec) on the
+//     first stage and a copy on the last (run_assembly.h StageUnits): at ReduceTiedGrads the last
+//     stage sends its copy's gradient to the first, which adds it to its own, and zeroes it (so
+//     the global norm counts the tie once, as DeepSpeed's ds_pipe_replicated); after the
+//     optimizer step the first stage sends the updated table to the last. The ZeRO reduction
+//     then runs after backward (not during the last one), so ZeRO-2, which reduces during every
+//     backward, is refused with a trainable tie;
+//   - makes one loss scale and one gradient norm over all stages (combine): the squared norms of
+//     the stages summed and the overflow flag maxed over every rank, so an overflow anywhere
+//     skips the step everywhere and clipping uses the global norm; the loss comes from the last
+//     stage, the token counts from the first (combine_sums).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/buffer.h"
+#include "comm/communicator.h"
+#include "model/config.h"
+#include "model/param_store.h"
+#include "optim/optimizer.h"
+#include "pipe/pipe_schedule.h"
+#include "pipe/pipeline_topology.h"
+#include "train/run_assembly.h"
+#include "train/step_runner.h"
+#include "train/train_config.h"
+
+namespace zt {
+
+// The refusals of a pipeline run (config.pipeline.enabled()), each naming what does not combine
+// with --pipeline-stages and why; nothing without a pipeline.
+void check_pipeline_run(const TrainConfig& config, const ModelConfig& model_config, int world_size,
+                        const Optimizer& optimizer);
+
+class PipeEngine final : public PipelineStage {
+ public:
+  // `world`: every rank's communicator (the activations' point-to-point traffic and the
+  // cross-stage sums); `hidden_size`: C, the activations' width; `dtype`: their dtype (the
+  // compute dtype); `tied_across_stages`: the model ties parameters of its first and last units
+  // (its schedule then sums their gradients: ReduceTiedGrads).
+  PipeEngine(const TrainConfig& config, const PipelineTopology& topology, int rank, Communicator& world,
+             Backend& backend, int64_t hidden_size, DType dtype, bool tied_across_stages);
+
+  // After the assembly: the stage's store and its parameters tied across stages.
+  void attach(ParamStore& store, const StageUnits& stage);
+
+  void run_step(StageWork& work) override;
+  ZeroEngine::GradientCheck combine(const ZeroEngine::GradientCheck& stage_check) override;
+  void combine_sums(std::span<double> sums) override;
+
+  int stage() const { return stage_; }
+
+ private:
+  // The pending group of point-to-point instructions (one send and one receive at most).
+  struct Group {
+    Tensor send, recv;
+    int send_to = -1, recv_from = -1;
+  };
+  void flush(Group& group);
+  void receive(Group& group, Tensor into, int from);
+  void send(Group& group, Tensor data, int to, size_t slot);
+  void finish_sends();        // the interleaved schedule's sends in flight
+  void reduce_tied_grads();   // ReduceTiedGrads
+  void share_tied_params();   // after OptimizerStep
+  Tensor input_of(StageWork& work, int chunk, int micro, bool for_receive);  // [B*T, C]
+  int rank_of_virtual(int virtual_stage) const;  // this replica's rank of a virtual stage
+
+  const PipelineTopology topology_;
+  int rank_, stage_, replica_;
+  int chunks_ = 1;        // V: model chunks per rank (virtual stage = chunk x P + stage)
+  int micro_batches_ = 1;  // M
+  int input_slots_ = 1;    // stage inputs kept per chunk: min(P - stage, M) for 1F1B, else M
+  Communicator& world_;
+  Backend& backend_;
+  int64_t hidden_;
+  DType dtype_;
+  std::vector<PipeInstruction> schedule_;  // this rank's instructions of one step
+  std::vector<Buffer> inputs_;             // [V x slots]: micro-batch k's input [B*T, C] in slot k % slots (not the first virtual stage's)
+  std::vector<Buffer> send_copies_;        // interleaved: [2 x V x M] each message's copy (activations, then gradients)
+  std::vector<Pending> in_flight_;         // interleaved: the sends posted this step
+  Buffer output_grad_;                     // [B*T, C]: the received gradient of the stage's output
+  ParamStore* store_ = nullptr;
+  std::vector<std::string> tied_copies_, tied_originals_;  // trainable ones only (StageUnits)
+  bool tied_ = false;                      // the model has a trainable tie across stages (on any stage)
+  Buffer tied_grad_;                       // a received tied gradient (the store's grad dtype)
+};
+
+}  // namespace zt

@@ -1,0 +1,237 @@
+# Pipeline parallelism (issue 32): `train --pipeline-stages P` on the CPU backend (MPI) follows
+# the single-rank trajectory: the same losses and gradient norms (within fp32 reassociation), the
+# same token counts and the same final weights after 4 steps (a global batch of 16, micro-batches
+# of 4: 4 micro-batches per step at D = 1, 2 at D = 2), full fine-tuning and LoRA (with LoRA
+# dropout 0.1, so a stage's recomputed forward must draw the same masks):
+#   tiny LLaMA (2 layers): P = 2, D = 1 (2 ranks) 1f1b full; gpipe LoRA with
+#     --partition-method uniform and --activation-checkpointing; P = 2, D = 2 (4 ranks) 1f1b
+#     ZeRO-1 full and gpipe ZeRO-2 LoRA (the data-parallel reduction inside each stage's group);
+#   a 4-layer LLaMA: P = 4, D = 1 (4 ranks) 1f1b full, from DeepSpeed's "pipeline" section
+#     ({"stages": 4, "partition": "type:decoder"}) instead of the flags; interleaved 1F1B with
+#     P = 2 x V = 2 chunks per rank, D = 2, ZeRO-1 (its sends posted ahead, the reduction after
+#     backward), and LoRA at D = 1;
+#   tiny OPT (head tied to the token table: the last stage holds a copy, gradients summed into the
+#     first stage's, the table sent back after each update): P = 2, D = 1 1f1b full; P = 2,
+#     D = 2 gpipe ZeRO-1 full; P = 2, D = 2 1f1b ZeRO-2 LoRA (the table frozen).
+# Each run checks that rank 0 built only stage 0's units (run.json's zero_layout against the
+# partition run.json records) and printed the layout. Checkpoints: the P = 2, D = 2 run saves after
+# step 2 (the whole model's checkpoint, its layout in the manifest), which resumes on one rank, on
+# P = 2, D = 1 (gpipe) and on 4 ranks at ZeRO-2 to the same steps 3-4 and final weights. Then the
+# refusals: P not dividing the ranks, ZeRO-3, P above the decoder layers, LOMO, and a trainable tie
+# across stages with ZeRO-2 or with checkpoints.
+import json
+import math
+import os
+import subprocess
+import time
+
+from mpi_common import (MPI_ENV, REPO, Report, check_weights, load_weights, main_guard, make_model_and_data, parse_args,
+                        read_metrics, read_run, run_ranks, temporary_directory, write_ds_config)
+
+STEPS = 4
+LOSS_REL = 2e-6
+NORM_REL = 2e-5
+WEIGHT_ATOL = 2e-6
+LORA = ["--lora-r", 4, "--lora-alpha", 8, "--lora-targets", "all-linear", "--lora-dropout", 0.1]
+
+
+def train(zerotune, workdir, model, data, name, ranks, stage=0, flags=(), pipeline_section=None, expect_ok=True,
+          device="cpu", sections=None):
+    """`sections`: more top-level sections of the DeepSpeed JSON (fp16)."""
+    out = os.path.join(workdir, name)
+    ds = write_ds_config(os.path.join(workdir, name + ".json"), 16, 4, {"stage": stage})
+    sections = dict(sections or {}, **({"pipeline": pipeline_section} if pipeline_section else {}))
+    if sections:
+        with open(ds) as stream:
+            config = json.load(stream)
+        config.update(sections)
+        with open(ds, "w") as stream:
+            json.dump(config, stream)
+    command = [zerotune, "train", "--model", model, "--data", data, "--out", out, "--deepspeed", ds, "--max-steps",
+               STEPS, "--seed", 3, "--dump-final", out + ".safetensors", "--device", device, "--no-save-at-end"]
+    result, seconds = run_ranks(ranks, command + list(flags), expect_ok=expect_ok)
+    if not expect_ok:
+        return result
+    return {"name": name, "metrics": read_metrics(out), "weights": load_weights(out + ".safetensors"),
+            "run": read_run(out), "stdout": result.stdout, "seconds": seconds}
+
+
+def compare(report, got, ref, weight_atol=WEIGHT_ATOL):
+    label = got["name"]
+    report.check(len(got["metrics"]) == STEPS, f"{label}: {len(got['metrics'])} steps recorded")
+    for mine, theirs in zip(got["metrics"], ref["metrics"]):
+        report.scalar(f"{label} step {mine['step']} loss", mine["loss"], theirs["loss"], LOSS_REL)
+        report.check(mine["skipped"] == theirs["skipped"] and mine["loss_scale"] == theirs["loss_scale"],
+                     f"{label} step {mine['step']}: skipped {mine['skipped']}, loss scale {mine['loss_scale']} as one "
+                     "rank's")
+        if theirs["grad_norm"] is not None and math.isfinite(theirs["grad_norm"]):
+            report.scalar(f"{label} step {mine['step']} grad_norm", mine["grad_norm"], theirs["grad_norm"], NORM_REL)
+        report.check(mine["target_tokens"] == theirs["target_tokens"] and mine["tokens"] == theirs["tokens"],
+                     f"{label} step {mine['step']}: the step's tokens counted once ({mine['tokens']})")
+    check_weights(report, label, got["weights"], ref["weights"], weight_atol, ref["metrics"])
+
+
+def check_stage_zero(report, got, ref, stages, replicas):
+    """Rank 0 holds stage 0's units only: the partition in run.json, its units' sizes among the
+    whole model's, and the layout printed at start."""
+    label, run = got["name"], got["run"]
+    layout = run.get("pipeline_layout", {})
+    bounds = layout.get("stage_first_units", [])
+    units = ref["run"]["zero_layout"]["unit_elements"]
+    report.check(layout.get("stages") == stages and layout.get("replicas") == replicas and len(bounds) == stages + 1
+                 and bounds[0] == 0 and bounds[-1] == len(units) and all(a < b for a, b in zip(bounds, bounds[1:])),
+                 f"{label}: run.json's pipeline layout {layout}")
+    if len(bounds) == stages + 1:
+        # Each unit's groups (frozen, decay, no-decay) are padded to 16 x the ranks they are
+        # partitioned over: the stage's replicas here, the one rank in the reference.
+        mine, theirs = run["zero_layout"]["unit_elements"], units[bounds[0]:bounds[1]]
+        padded = len(mine) == len(theirs) and all(0 <= m - t < 3 * 16 * replicas for m, t in zip(mine, theirs))
+        report.check(padded, f"{label}: rank 0 holds units {bounds[0]}..{bounds[1] - 1} ({mine}) of {units}")
+    report.check(f"pipeline: {stages} stages x {replicas} data-parallel replicas" in got["stdout"],
+                 f"{label}: the layout printed at start")
+
+
+def check_refusals(report, zerotune, workdir, model, data):
+    def refused(label, ranks, flags, text, stage=0, ds=None, model=model, data=data):
+        if ranks == 1:  # a singleton MPI process: no mpiexec (and no 2-second abort path)
+            ds = ds or write_ds_config(os.path.join(workdir, "refused.json"), 16, 4, {"stage": stage})
+            result = subprocess.run([str(c) for c in [zerotune, "train", "--model", model, "--data", data, "--out",
+                                                      os.path.join(workdir, "refused"), "--deepspeed", ds,
+                                                      "--max-steps", 1, "--device", "cpu", "--no-save-at-end"] + flags],
+                                    capture_output=True, text=True, env=dict(os.environ, **MPI_ENV), timeout=120)
+        elif ds:
+            result, _ = run_ranks(ranks, [zerotune, "train", "--model", model, "--data", data, "--out",
+                                          os.path.join(workdir, "refused"), "--deepspeed", ds, "--max-steps", 1,
+                                          "--device", "cpu", "--no-save-at-end"] + flags, expect_ok=False)
+        else:
+            result = train(zerotune, workdir, model, data, "refused", ranks, stage, flags, expect_ok=False)
+        report.check(result.returncode != 0 and text in result.stderr + result.stdout,
+                     f"refused: {label}: exit {result.returncode}, message holds '{text}'")
+
+    refused("P not dividing the ranks", 1, ["--pipeline-stages", 2], "does not divide the 1 ranks")
+    refused("ZeRO-3", 2, ["--pipeline-stages", 2], "ZeRO stage 3", stage=3)
+    refused("P above the layers", 4, ["--pipeline-stages", 4], "only 2 decoder layers")
+    refused("P x V above the layers", 2, ["--pipeline-stages", 2, "--pipeline-schedule", "interleaved"],
+            "only 2 decoder layers")
+    lomo = write_ds_config(os.path.join(workdir, "lomo.json"), 16, 16, {"stage": 0},
+                           optimizer={"type": "LOMO", "params": {"lr": 1e-3}})
+    refused("LOMO (an optimizer fused into backward)", 2, ["--pipeline-stages", 2], "updates inside backward", ds=lomo)
+    return refused
+
+
+def check_resume(report, zerotune, workdir, model, data):
+    """The P = 2, D = 2 run's checkpoint after step 2 (the whole model's, whatever the layout)
+    continued on one rank, on P = 2, D = 1 (gpipe) and on 4 ranks at ZeRO-2 without stages: steps 3
+    and 4 and the final weights as the uninterrupted run's."""
+    ref = {"metrics": read_metrics(os.path.join(workdir, "llama-full-ref")),
+           "weights": load_weights(os.path.join(workdir, "llama-full-ref.safetensors"))}
+    checkpoint = os.path.join(workdir, "llama-full-p2-d2-1f1b-zero1", "checkpoints", "global_step2")
+    with open(os.path.join(checkpoint, "manifest.json")) as stream:
+        manifest = json.load(stream)
+    report.check(manifest.get("pipeline", {}).get("stages") == 2 and manifest.get("world_size") == 4
+                 and manifest.get("partitions") == 2 and len(manifest.get("files", [])) == 2,
+                 f"the pipeline checkpoint's manifest records its layout: {manifest.get('pipeline')}, world size "
+                 f"{manifest.get('world_size')}, {manifest.get('partitions')} partition files")
+    for name, ranks, stage, flags in (("resumed-w1", 1, 0, []), ("resumed-p2-gpipe", 2, 0, P2 + GPIPE),
+                                      ("resumed-w4-zero2", 4, 2, [])):
+        got = train(zerotune, workdir, model, data, name, ranks, stage, flags + ["--resume", checkpoint])
+        report.check([m["step"] for m in got["metrics"]] == [3, 4], f"{name}: steps {[m['step'] for m in got['metrics']]}")
+        for mine, theirs in zip(got["metrics"], ref["metrics"][2:]):
+            report.scalar(f"{name} step {mine['step']} loss", mine["loss"], theirs["loss"], LOSS_REL)
+        check_weights(report, name, got["weights"], ref["weights"], WEIGHT_ATOL, ref["metrics"])
+
+
+def run_cases(report, zerotune, workdir, model, data, label, cases, device="cpu", sections=None,
+              weight_atol=WEIGHT_ATOL):
+    """`cases` (name, ranks, ZeRO stage, flags, P, D) of the model against one rank, per mode
+    (full, lora) that has any, on `device`; returns the seconds the pipeline runs took."""
+    seconds = 0.0
+    for mode, extra in (("full", []), ("lora", LORA)):
+        if not cases.get(mode):
+            continue
+        ref = train(zerotune, workdir, model, data, f"{label}-{mode}-ref", 1, 0, extra, device=device,
+                    sections=sections)
+        for name, ranks, stage, flags, stages, replicas in cases[mode]:
+            got = train(zerotune, workdir, model, data, f"{label}-{mode}-{name}", ranks, stage, flags + extra,
+                        device=device, sections=sections)
+            seconds += got["seconds"]
+            compare(report, got, ref, weight_atol)
+            check_stage_zero(report, got, ref, stages, replicas)
+    return seconds
+
+
+def check_p4(report, zerotune, workdir, data):
+    """P = 4 on a 4-layer LLaMA, from DeepSpeed's pipeline section."""
+    config = os.path.join(workdir, "llama4.json")
+    with open(os.path.join(REPO, "data", "tiny-llama", "config.json")) as stream:
+        llama4 = dict(json.load(stream), num_hidden_layers=4)
+    with open(config, "w") as stream:
+        json.dump(llama4, stream)
+    model4 = os.path.join(workdir, "model4")  # the same vocabulary: the same data
+    subprocess.run([zerotune, "init", "--config", config, "--out", model4, "--seed", "1"], check=True,
+                   stdout=subprocess.DEVNULL)
+    ref = train(zerotune, workdir, model4, data, "p4-ref", 1)
+    got = train(zerotune, workdir, model4, data, "p4-1f1b", 4,
+                pipeline_section={"stages": 4, "partition": "type:decoder", "seed_layers": False})
+    compare(report, got, ref)
+    check_stage_zero(report, got, ref, 4, 1)
+    report.check("pipeline.stages 4 -> --pipeline-stages 4" in got["stdout"],
+                 "p4-1f1b: the JSON's pipeline.stages was read (noted)")
+    seconds = got["seconds"]
+    # Interleaved: P = 2 x V = 2 chunks per rank (rank 0: units 0-1 and 3, rank 1: unit 2 and 4-5), D = 2.
+    got = train(zerotune, workdir, model4, data, "p2-v2-d2-interleaved-zero1", 4, 1,
+                P2 + ["--pipeline-schedule", "interleaved", "--pipeline-chunks", 2])
+    compare(report, got, ref)
+    layout = got["run"].get("pipeline_layout", {})
+    report.check(len(layout.get("stage_first_units", [])) == 5,
+                 f"p2-v2-d2-interleaved-zero1: 4 virtual stages in run.json ({layout})")
+    seconds += got["seconds"]
+    # Interleaved LoRA (adapters initialised by their model-wide index on both chunks), D = 1.
+    ref = train(zerotune, workdir, model4, data, "p4-lora-ref", 1, 0, LORA)
+    got = train(zerotune, workdir, model4, data, "p2-v2-interleaved-lora", 2, 0,
+                P2 + ["--pipeline-schedule", "interleaved"] + LORA)
+    compare(report, got, ref)
+    return seconds + got["seconds"]
+
+
+P2 = ["--pipeline-stages", 2]
+GPIPE = ["--pipeline-schedule", "gpipe"]
+LLAMA_CASES = {
+    # (with checkpoints after steps 2 and 4: check_resume continues the first on other layouts)
+    "full": [("p2-1f1b", 2, 0, P2, 2, 1), ("p2-d2-1f1b-zero1", 4, 1, P2 + ["--save-every", 2], 2, 2)],
+    "lora": [("p2-gpipe-uniform-checkpointing", 2, 0, P2 + GPIPE + ["--partition-method", "uniform",
+                                                                  "--activation-checkpointing"], 2, 1),
+             ("p2-d2-gpipe-zero2", 4, 2, P2 + GPIPE, 2, 2)],
+}
+# OPT: the head tied to the token table (first stage) reads a copy on the last stage.
+OPT_CASES = {
+    "full": [("p2-1f1b", 2, 0, P2, 2, 1), ("p2-d2-gpipe-zero1", 4, 1, P2 + GPIPE, 2, 2)],
+    "lora": [("p2-d2-1f1b-zero2", 4, 2, P2, 2, 2)],
+}
+
+
+def main():
+    args = parse_args(__doc__)
+    report = Report("Pipeline stages (1F1B, GPipe; D = 1, 2; P = 2, 4; LLaMA, tied OPT): same losses and weights as "
+                    "one rank")
+    start = time.monotonic()
+    with temporary_directory(args, "zt-pipe-") as workdir:
+        model, data = make_model_and_data(args.zerotune, workdir)
+        seconds = run_cases(report, args.zerotune, workdir, model, data, "llama", LLAMA_CASES)
+        seconds += check_p4(report, args.zerotune, workdir, data)
+        opt_dir = os.path.join(workdir, "opt")
+        os.makedirs(opt_dir)
+        opt_model, opt_data = make_model_and_data(args.zerotune, opt_dir, model="opt")
+        seconds += run_cases(report, args.zerotune, opt_dir, opt_model, opt_data, "opt", OPT_CASES)
+        check_resume(report, args.zerotune, workdir, model, data)
+        refused = check_refusals(report, args.zerotune, workdir, model, data)
+        refused("a trainable tie across stages with ZeRO-2", 2, P2, "use ZeRO stage 0 or 1", stage=2,
+                model=opt_model, data=opt_data)
+        refused("a checkpoint of a trainable tie across stages", 2, P2 + ["--save-every", 2], "tied token table",
+                model=opt_model, data=opt_data)
+    print(f"timing: {seconds:.1f} s in the pipeline runs, {time.monotonic() - start:.1f} s in all")
+    return report.finish()
+
+
+if __name__ == "__main__":
+    main_guard(main)
