@@ -526,7 +526,8 @@ boost::program_options::options_description estimate_options(EstimateFlags& f) {
       ("quantize", po::value(&quantize_text), "with --model and --lora-r: QLoRA, the frozen base stored 4-bit (nf4 or fp4)")
       ("objective", po::value(&shape.objective)->default_value("sft"), "with --model: train's --objective, sft "
        "(default), reward (DeepSpeed-Chat step 2: a micro-batch of pairs is twice the rows, plus the value head) or dpo "
-       "(with --lora-r: twice the rows; the reference forward reuses the policy's activation buffers)")
+       "(twice the rows; with --lora-r the reference forward reuses the policy's activation buffers, without it a "
+       "frozen copy of the weights adds its parameters under the same ZeRO stage and a forward-only pass)")
       ("double-quant", po::bool_switch(&shape.quantize.double_quant), "with --quantize: 8-bit scales (bnb_4bit_use_double_quant)")
       ("optimizer", po::value(&optimizer_text)->default_value("adamw"),
        "adamw, lamb, sgd (with --momentum: one state buffer), lomo (no state, gradients only for the unit in flight) "
@@ -582,8 +583,6 @@ void check_estimate_flags(const EstimateFlags& f, const boost::program_options::
   make_objective(objective_config);  // an unknown name is an error listing the objectives
   ZT_CHECK(shape.objective == "sft" || have_model, "--objective ", shape.objective, " needs --model: the memory model "
            "runs the objective's own micro-batches (--params has only the formulas)");
-  ZT_CHECK(shape.objective != "dpo" || f.lora_r > 0, "--objective dpo needs --lora-r, as train does: its reference "
-           "model is the base with the adapters disabled (no frozen copy for full fine-tuning yet)");
   ZT_CHECK(shape.seq_len >= 1, "--seq-len = ", shape.seq_len, ": must be >= 1");
   ZT_CHECK(shape.micro_batch >= 1, "--micro-batch = ", shape.micro_batch, ": must be >= 1");
   ZT_CHECK(!shape.offload_activations || shape.activation_checkpointing,

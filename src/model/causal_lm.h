@@ -50,6 +50,10 @@ struct ModelOptions {
   int64_t head_chunk_rows = 0;
   float lora_scaling = 0.0f;
   float lora_dropout = 0.0f;
+  // A model that only runs forward passes (DPO's frozen reference: train/frozen_reference.h): no
+  // buffer for backward, and the residual stream in two buffers that the blocks write in turn, so
+  // nothing of a pass outlives it but the head's input. backward() is an error.
+  bool forward_only = false;
 };
 
 // What a model tells the ZeRO engine as it runs, unit by unit, forward 0..U-1 and backward

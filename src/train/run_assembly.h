@@ -18,6 +18,7 @@
 #include "model/param_store.h"
 #include "model/parameter_plan.h"
 #include "optim/loss_scaler.h"
+#include "train/frozen_reference.h"
 #include "train/objective.h"
 #include "train/step_runner.h"
 #include "train/step_schedule.h"
@@ -35,6 +36,7 @@ struct RunParts {
   std::unique_ptr<ZeroEngine> engine;
   std::unique_ptr<Objective> objective;      // config.objective; may add parameters to the plan
   std::unique_ptr<CausalLM> model;           // its unit hooks: the engine; its head may be the objective's
+  std::unique_ptr<FrozenReference> reference;  // the objective's frozen copy of the initial weights, or null
   std::optional<DynamicLossScaler> scaler;   // fp16 only: DeepSpeed's dynamic loss scaler
   std::vector<StepInstruction> schedule;     // one optimizer step's instructions
 };
@@ -47,12 +49,17 @@ class AssemblyObserver {
   virtual void before_store() {}
   virtual void before_engine() {}
   virtual void before_model(ParamStore& store, ZeroEngine& engine) { (void)store, (void)engine; }  // both set up
+  // Around a frozen reference (train/frozen_reference.h): before it, and once its store is set up.
+  virtual void before_reference() {}
+  virtual void before_reference_model(ParamStore& store, ZeroEngine& engine) { (void)store, (void)engine; }
 };
 
 // Fills a unit's parameters in the store (base weights, LoRA initialisation, a PEFT adapter)
 // after the store committed them and before the engine copies them into its partitions.
 using UnitWeights = std::function<void(ParamStore& store, int unit)>;
 
+// An objective that needs_frozen_reference gets one built after the model, loaded with `weights`
+// again (the initial weights, also on --resume).
 // `comm`: the collectives' communicator (the device's); `host_comm`: MPI on host buffers, for an
 // optimizer that exchanges on MPI (ZeroEngine). `weights` empty: the parameters stay unwritten
 // (the memory model). The unit-by-unit loading keeps a ZeRO-3 rank from ever holding more than
