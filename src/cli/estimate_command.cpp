@@ -224,7 +224,7 @@ std::string format_breakdown(const nlohmann::ordered_json& report) {
     std::snprintf(
         row, sizeof row, "%-5d %-9s %-7s | %10s %10s %10s %10s %10s %10s | %10s %10s %10s | %10s %10s | %10s\n",
         entry["stage"].get<int>(), entry["offload_optimizer"].get<std::string>().c_str(),
-        entry["offload_param"].get<std::string>().c_str(), bytes_text(term(terms, {kTermParameters})).c_str(),
+        entry["offload_param"].get<std::string>().c_str(), bytes_text(term(terms, {kTermParameters, kTermReference})).c_str(),
         bytes_text(term(terms, {kTermGathered})).c_str(), bytes_text(term(terms, {kTermGradients})).c_str(),
         bytes_text(term(terms, {kTermMaster, kTermOptimizerState})).c_str(),
         bytes_text(term(terms, {kTermZeroBuffers})).c_str(),
@@ -238,7 +238,8 @@ std::string format_breakdown(const nlohmann::ordered_json& report) {
   text += "The terms are what held memory when the step's peak was reached (a term can be smaller there than at its own\n"
           "  maximum); they add up to the peak. activations: the model's saved tensors and workspaces and the batch;\n"
           "  gathered: stage 3's units gathered and prefetched in the step (offload_param: their uploads); buckets: the\n"
-          "  engine's reduce buckets and staging; slack: the caching allocator's size classes; workspace: cuBLASLt's.\n";
+          "  engine's reduce buckets and staging; slack: the caching allocator's size classes; workspace: cuBLASLt's;\n"
+          "  params: with --objective dpo without --lora-r, the reference model's frozen copy too.\n";
   return text;
 }
 

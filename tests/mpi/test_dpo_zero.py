@@ -8,7 +8,10 @@ Full fine-tuning (the reference = a frozen copy of the initial weights, train/fr
 partitioned like the policy's at stage 3): stages 0, 2 and 3 on 2 ranks equal one rank (every
 weight), and the same kill and resume at stage 3 equals the uninterrupted run bit for bit (the
 resumed run rebuilds its reference from the model directory: had it taken the checkpoint's
-weights, steps 4 and 5 would differ), its manifest naming the reference. Pairs:
+weights, steps 4 and 5 would differ), its manifest naming the reference; stage 3 runs with
+stage3_param_persistence_threshold 0, so every unit of both models is gathered and released per
+use. And the memory model's prediction for the full-fine-tuning runs at stages 0 (1 rank) and 3 (2
+ranks) is within 5% of the measured peak (the CPU backend's count). Pairs:
 tests/mpi/test_reward_zero.py's writer on the tiny LLaMA of data/tiny-llama.
 """
 import json
@@ -17,6 +20,7 @@ import subprocess
 
 from mpi_common import (REPO, Report, check_weights, load_weights, main_guard, parse_args, read_metrics, run_ranks,
                         temporary_directory, write_ds_config)
+from memory_grid import predicted_peak
 from test_reward_zero import write_pairs
 
 STEPS = 5            # WarmupLR gives updates 1 and 2 a learning rate of 0 (test_zero_equivalence.py)
@@ -24,6 +28,8 @@ LOSS_REL = 2e-6
 NORM_REL = 2e-5
 FIGURE_ATOL = 1e-6   # rewards: beta x O(50) log-probs summed in another order
 WEIGHT_ATOL = 2e-6
+MEMORY_REL = 0.05
+STAGE3 = {"stage": 3, "stage3_param_persistence_threshold": 0}  # no unit stays gathered: each one per use
 FIGURES = ("rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen",
            "logps/rejected")
 
@@ -109,7 +115,8 @@ def main():
 def check_full_fine_tuning(report, zerotune, workdir, model, data):
     """The frozen-copy reference: 2 ranks vs 1 at stages 0, 2, 3; exact resume at stage 3."""
     def full(name, ranks, stage, **keywords):
-        return train(zerotune, workdir, model, data, "full-" + name, ranks, {"stage": stage}, lora=False, **keywords)
+        zero = STAGE3 if stage == 3 else {"stage": stage}
+        return train(zerotune, workdir, model, data, "full-" + name, ranks, zero, lora=False, **keywords)
     reference = full("w1-s0", 1, 0)
     report.check(any(name.endswith("embed_tokens.weight") for name in reference["weights"]) and
                  not any("lora_" in name for name in reference["weights"]),
@@ -130,9 +137,24 @@ def check_full_fine_tuning(report, zerotune, workdir, model, data):
     manifest_path = os.path.join(workdir, "full-resumed-w2-s3", "checkpoints", "global_step3", "manifest.json")
     with open(manifest_path) as stream:
         recorded = json.load(stream).get("reference_model", {})
+    for name, ranks, got in (("full-w1-s0", 1, reference), ("full-w2-s3", 2, stage3)):
+        check_memory(report, zerotune, workdir, model, data, name, ranks, got)
     report.check(recorded.get("model_dir") == model and len(recorded.get("model_weights_digest", "")) == 64,
                  f"the checkpoint's manifest names the reference: the model directory and its digest ({recorded})")
 
 
+def check_memory(report, zerotune, workdir, model, data, name, ranks, got):
+    """The estimate of a full-fine-tuning DPO run (its frozen reference counted) against rank 0's
+    measured peak (mem_cpu_backend_peak: the CPU backend's count of its buffers)."""
+    measured = max(record["mem_cpu_backend_peak"] for record in got["metrics"])
+    stage = json.load(open(os.path.join(workdir, name + ".json")))["zero_optimization"]["stage"]
+    predicted, run = predicted_peak(zerotune, "cpu", model, data, os.path.join(workdir, name + ".json"),
+                                    (ranks, stage, False, False, False, 2, (0, 0), False), ["--objective", "dpo"])
+    report.scalar(f"{name}: measured peak vs the estimate", measured, predicted, MEMORY_REL)
+    report.check(run["host_peak_terms"].get("reference model", 0) > 0,
+                 f"{name}: the estimate counts the reference model ({run['host_peak_terms']})")
+
+
 if __name__ == "__main__":
     main_guard(main)
+
