@@ -5,8 +5,8 @@ logps/*) and final adapter weights as one rank with the same global batch, withi
 reassociation; and exact resume: stage 3 on 2 ranks with rank 1 killed in step 5 (ZT_FAULT; the
 last checkpoint after step 3) and resumed equals the uninterrupted stage-3 run bit for bit.
 Full fine-tuning (the reference = a frozen copy of the initial weights, train/frozen_reference.h,
-partitioned like the policy's at stage 3): stages 0, 2 and 3 on 2 ranks equal one rank (every
-weight), and the same kill and resume at stage 3 equals the uninterrupted run bit for bit (the
+partitioned like the policy's at stage 3): stages 0, 2 and 3, and stage 3 with offload_param and
+offload_optimizer on the CPU, on 2 ranks equal one rank (every weight), and the same kill and resume at stage 3 equals the uninterrupted run bit for bit (the
 resumed run rebuilds its reference from the model directory: had it taken the checkpoint's
 weights, steps 4 and 5 would differ), its manifest naming the reference; stage 3 runs with
 stage3_param_persistence_threshold 0, so every unit of both models is gathered and released per
@@ -114,8 +114,8 @@ def main():
 
 def check_full_fine_tuning(report, zerotune, workdir, model, data):
     """The frozen-copy reference: 2 ranks vs 1 at stages 0, 2, 3; exact resume at stage 3."""
-    def full(name, ranks, stage, **keywords):
-        zero = STAGE3 if stage == 3 else {"stage": stage}
+    def full(name, ranks, stage, zero=None, **keywords):
+        zero = zero or (STAGE3 if stage == 3 else {"stage": stage})
         return train(zerotune, workdir, model, data, "full-" + name, ranks, zero, lora=False, **keywords)
     reference = full("w1-s0", 1, 0)
     report.check(any(name.endswith("embed_tokens.weight") for name in reference["weights"]) and
@@ -129,6 +129,9 @@ def check_full_fine_tuning(report, zerotune, workdir, model, data):
         got = full(f"w2-s{stage}", 2, stage)
         compare(report, got, reference)
         stage3 = got if stage == 3 else stage3
+    # Both offloads: the reference's partition in host memory, uploaded per gathered unit.
+    offloaded = dict(STAGE3, offload_param={"device": "cpu"}, offload_optimizer={"device": "cpu"})
+    compare(report, full("w2-s3-offload", 2, 3, zero=offloaded), reference)
     status = full("resumed-w2-s3", 2, 3, extra=["--save-every", 3], fault="kill:step:1:5")
     report.check(status != 0, f"full fine-tuning: rank 1 killed in step 5: the job failed (exit {status})")
     resumed = full("resumed-w2-s3", 2, 3, extra=["--save-every", 3, "--resume", "auto"])
