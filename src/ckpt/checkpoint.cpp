@@ -360,6 +360,13 @@ void check_identity(const json& manifest, const RunIdentity& identity, const Par
          " (sampled digest ", saved.at("model_weights_digest").get<std::string>(), "); this run's --model ",
          identity.model_dir, " has other weights of the same shape (digest ", identity.model_weights_digest,
          "): resume on the same base model");
+  // A frozen reference (DPO under full fine-tuning) is rebuilt from --model: the initial weights.
+  if (identity.reference_from_model_dir && saved.contains("model_weights_digest") &&
+      saved.at("model_weights_digest") != identity.model_weights_digest)
+    fail(dir, ": the run's reference model is a frozen copy of the initial weights of ",
+         saved.at("model_dir").get<std::string>(), " (sampled digest ", saved.at("model_weights_digest").get<std::string>(),
+         "); this run's --model ", identity.model_dir, " has other weights of the same shape (digest ",
+         identity.model_weights_digest, "): resume on the same model, which the reference is rebuilt from");
   if (saved.contains("data_digest") && saved.at("data_digest") != identity.data_digest && !identity.allow_data_change)
     fail(dir, ": the checkpoint was trained on other data (shards' sampled digest ", saved.at("data_digest").get<std::string>(),
          ", this run's ", identity.data_digest, ") with the same number of samples: resume with the same --data, or "
@@ -601,6 +608,9 @@ std::string save_checkpoint(const std::string& out_dir, const TrainingState& sta
         {"files", files}};
     if (pipeline) manifest["pipeline"] = pipeline->layout;
     if (!exchange.is_null()) manifest["exchange"] = exchange;
+    if (identity.reference_from_model_dir)
+      manifest["reference_model"] = {{"model_dir", identity.model_dir},
+                                     {"model_weights_digest", identity.model_weights_digest}};
     write_file_atomic((temporary / "manifest.json").string(), manifest.dump(2) + "\n");
     fsync_path(temporary);
   }

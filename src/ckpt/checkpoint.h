@@ -52,6 +52,10 @@ struct RunIdentity {
   bool shuffle = true;
   LoraConfig lora;
   QuantConfig quantize;  // QLoRA: the 4-bit storage of the frozen base (adapters learned on its bits)
+  // A frozen reference model built from model_dir (DPO under full fine-tuning): the manifest
+  // records it ("reference_model": model_dir and its weights digest), and a resume rebuilds it
+  // from model_dir, which must still hold the same weights.
+  bool reference_from_model_dir = false;
 };
 
 // sha256 over config.json and each weight file's name, size and safetensors header: equal for

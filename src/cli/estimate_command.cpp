@@ -224,7 +224,7 @@ std::string format_breakdown(const nlohmann::ordered_json& report) {
     std::snprintf(
         row, sizeof row, "%-5d %-9s %-7s | %10s %10s %10s %10s %10s %10s | %10s %10s %10s | %10s %10s | %10s\n",
         entry["stage"].get<int>(), entry["offload_optimizer"].get<std::string>().c_str(),
-        entry["offload_param"].get<std::string>().c_str(), bytes_text(term(terms, {kTermParameters})).c_str(),
+        entry["offload_param"].get<std::string>().c_str(), bytes_text(term(terms, {kTermParameters, kTermReference})).c_str(),
         bytes_text(term(terms, {kTermGathered})).c_str(), bytes_text(term(terms, {kTermGradients})).c_str(),
         bytes_text(term(terms, {kTermMaster, kTermOptimizerState})).c_str(),
         bytes_text(term(terms, {kTermZeroBuffers})).c_str(),
@@ -238,7 +238,8 @@ std::string format_breakdown(const nlohmann::ordered_json& report) {
   text += "The terms are what held memory when the step's peak was reached (a term can be smaller there than at its own\n"
           "  maximum); they add up to the peak. activations: the model's saved tensors and workspaces and the batch;\n"
           "  gathered: stage 3's units gathered and prefetched in the step (offload_param: their uploads); buckets: the\n"
-          "  engine's reduce buckets and staging; slack: the caching allocator's size classes; workspace: cuBLASLt's.\n";
+          "  engine's reduce buckets and staging; slack: the caching allocator's size classes; workspace: cuBLASLt's;\n"
+          "  params: with --objective dpo without --lora-r, the reference model's frozen copy too.\n";
   return text;
 }
 
@@ -526,7 +527,8 @@ boost::program_options::options_description estimate_options(EstimateFlags& f) {
       ("quantize", po::value(&quantize_text), "with --model and --lora-r: QLoRA, the frozen base stored 4-bit (nf4 or fp4)")
       ("objective", po::value(&shape.objective)->default_value("sft"), "with --model: train's --objective, sft "
        "(default), reward (DeepSpeed-Chat step 2: a micro-batch of pairs is twice the rows, plus the value head) or dpo "
-       "(with --lora-r: twice the rows; the reference forward reuses the policy's activation buffers)")
+       "(twice the rows; with --lora-r the reference forward reuses the policy's activation buffers, without it a "
+       "frozen copy of the weights adds its parameters under the same ZeRO stage and a forward-only pass)")
       ("double-quant", po::bool_switch(&shape.quantize.double_quant), "with --quantize: 8-bit scales (bnb_4bit_use_double_quant)")
       ("optimizer", po::value(&optimizer_text)->default_value("adamw"),
        "adamw, lamb, sgd (with --momentum: one state buffer), lomo (no state, gradients only for the unit in flight) "
@@ -582,8 +584,6 @@ void check_estimate_flags(const EstimateFlags& f, const boost::program_options::
   make_objective(objective_config);  // an unknown name is an error listing the objectives
   ZT_CHECK(shape.objective == "sft" || have_model, "--objective ", shape.objective, " needs --model: the memory model "
            "runs the objective's own micro-batches (--params has only the formulas)");
-  ZT_CHECK(shape.objective != "dpo" || f.lora_r > 0, "--objective dpo needs --lora-r, as train does: its reference "
-           "model is the base with the adapters disabled (no frozen copy for full fine-tuning yet)");
   ZT_CHECK(shape.seq_len >= 1, "--seq-len = ", shape.seq_len, ": must be >= 1");
   ZT_CHECK(shape.micro_batch >= 1, "--micro-batch = ", shape.micro_batch, ": must be >= 1");
   ZT_CHECK(!shape.offload_activations || shape.activation_checkpointing,

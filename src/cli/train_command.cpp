@@ -71,7 +71,7 @@ po::options_description train_options() {
                                      "and positions confined to each sample (no padding between them)")
       ("objective", po::value<std::string>(), "what to train: sft (next-token cross-entropy, default), reward "
                                               "(DeepSpeed-Chat step 2's reward model, on data from prep --pairs) or "
-                                              "dpo (TRL's DPO on those pairs; needs --lora-r: docs/dpo.md)")
+                                              "dpo (TRL's DPO on those pairs; its reference: docs/dpo.md)")
       ("dpo-beta", po::value<double>(), "--objective dpo: beta, the strength of the pull to the reference "
                                         "(default 0.1, TRL's)")
       ("dpo-label-smoothing", po::value<double>(), "--objective dpo: the probability that a pair's preference is "

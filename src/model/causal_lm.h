@@ -58,6 +58,10 @@ struct ModelOptions {
   // The store's number of first_unit: 0, or where an interleaved pipeline's later chunk starts in a
   // store that holds several chunks one after the other.
   int store_first_unit = 0;
+  // A model that only runs forward passes (DPO's frozen reference: train/frozen_reference.h): no
+  // buffer for backward, and the residual stream in two buffers that the blocks write in turn, so
+  // nothing of a pass outlives it but the head's input. backward() is an error.
+  bool forward_only = false;
 };
 
 // What a model tells the ZeRO engine as it runs, unit by unit, forward 0..U-1 and backward

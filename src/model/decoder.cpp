@@ -60,16 +60,18 @@ class DecoderModel final : public CausalLM {
     blocks_ = row.make_blocks(c_, store, backend,
                               BlockOptions{options.lora_scaling, options.lora_dropout, first_layer_, end_layer_});
     const int64_t layers = end_layer_ - first_layer_;
-    saved_.resize(layers == 0 ? 0 : options.activation_checkpointing ? 1 : static_cast<size_t>(layers));
+    saved_.resize(layers == 0 ? 0 : shares_saved() ? 1 : static_cast<size_t>(layers));
     for (auto& saved : saved_) saved = blocks_->make_saved();
     ZT_CHECK(!options.offload_activations || options.activation_checkpointing,
              "--offload-activations needs --activation-checkpointing: it moves the block inputs that "
              "checkpointing keeps to host memory");
     // Offloading pays only when some block input would leave the device ring.
-    offloading_ = options.offload_activations && c_.num_hidden_layers + 1 > kResidentResiduals;
+    offloading_ = options.offload_activations && !options.forward_only && c_.num_hidden_layers + 1 > kResidentResiduals;
     ZT_CHECK(!offloading_ || (has_stem_ && has_head_), "--offload-activations: not with pipeline stages (a stage keeps "
              "only its input per micro-batch and recomputes the rest)");
-    residual_.resize(static_cast<size_t>(offloading_ ? kResidentResiduals : layers + 1));
+    residual_.resize(static_cast<size_t>(offloading_            ? kResidentResiduals
+                                         : options.forward_only ? kForwardOnlyResiduals
+                                                                : layers + 1));
     if (offloading_) {
       host_ = backend.make_host_backend();
       host_residual_.resize(static_cast<size_t>(c_.num_hidden_layers + 1));
@@ -200,6 +202,7 @@ class DecoderModel final : public CausalLM {
 
   Tensor backward_stage(const BatchTensors& batch, float grad_scale, const DropoutContext& dropout, Tensor loss_sum,
                         Tensor d_output) override {
+    ZT_CHECK(!options_.forward_only, "CausalLM::backward: the model was built forward-only (a frozen reference)");
     const BlockPass pass = block_pass(batch, dropout);
     const int64_t n = rows(), hidden = c_.hidden_size;
     Tensor d_residual = matrix(grad_residual_, n, hidden);  // the residual stream's gradient
@@ -314,9 +317,13 @@ class DecoderModel final : public CausalLM {
   // An activation buffer seen as [rows, cols] of the compute dtype.
   Tensor matrix(const Buffer& buffer, int64_t rows, int64_t cols) const { return buffer.view(act_, {rows, cols}); }
   Tensor residual(int64_t index) {
-    return matrix(residual_[static_cast<size_t>(offloading_ ? index % kResidentResiduals : index - first_layer_)], rows(),
-                  c_.hidden_size);
+    const int64_t slot = offloading_            ? index % kResidentResiduals
+                         : options_.forward_only ? index % kForwardOnlyResiduals
+                                                 : index - first_layer_;
+    return matrix(residual_[static_cast<size_t>(slot)], rows(), c_.hidden_size);
   }
+  // One BlockSaved for every block: recomputed before each backward, or never read (forward-only).
+  bool shares_saved() const { return options_.activation_checkpointing || options_.forward_only; }
 
   // ---- activation offload: residual(i) lives in device slot i % 3 and, when a later one will
   // take that slot, also in host_residual_[i] (pinned). Copies run on the transfer queue;
@@ -352,7 +359,7 @@ class DecoderModel final : public CausalLM {
     transfers_[static_cast<size_t>(index)].reset();
   }
   BlockSaved& saved(int64_t layer) {
-    return *saved_[options_.activation_checkpointing ? 0 : static_cast<size_t>(layer - first_layer_)];
+    return *saved_[shares_saved() ? 0 : static_cast<size_t>(layer - first_layer_)];
   }
   BlockPass block_pass(const BatchTensors& batch, const DropoutContext& dropout) {
     BlockPass pass;
@@ -503,13 +510,17 @@ class DecoderModel final : public CausalLM {
         if (evicted(i)) ensure_buffer(host_residual_[static_cast<size_t>(i)], *host_, n * hidden, act_);
     }
     for (auto& saved : saved_) blocks_->reserve(*saved, batch, seq);
-    for (Buffer* buffer : {&grad_residual_, &recompute_out_}) ensure_buffer(*buffer, backend_, n * hidden, act_);
+    const bool backward = !options_.forward_only;  // the gradients' buffers
+    if (backward)
+      for (Buffer* buffer : {&grad_residual_, &recompute_out_}) ensure_buffer(*buffer, backend_, n * hidden, act_);
     if (has_head_ && c_.final_norm) {
-      for (Buffer* buffer : {&final_ln_, &grad_ln_}) ensure_buffer(*buffer, backend_, n * hidden, act_);
+      ensure_buffer(final_ln_, backend_, n * hidden, act_);
+      if (backward) ensure_buffer(grad_ln_, backend_, n * hidden, act_);
       final_norm_.ensure_saved(backend_, final_saved_, n);
     }
     if (c_.projects_embeddings()) {
-      for (Buffer* buffer : {&embedded_, &projected_, &grad_projected_}) ensure_buffer(*buffer, backend_, n * embed, act_);
+      for (Buffer* buffer : {&embedded_, &projected_}) ensure_buffer(*buffer, backend_, n * embed, act_);
+      if (backward) ensure_buffer(grad_projected_, backend_, n * embed, act_);
       if (has_stem_) project_in_.ensure_saved(backend_, project_in_saved_, n);
       if (has_head_) project_out_.ensure_saved(backend_, project_out_saved_, n);
     }
@@ -568,8 +579,10 @@ class DecoderModel final : public CausalLM {
   int64_t first_layer_ = 0, end_layer_ = 0;  // blocks [first_layer_, end_layer_)
 
   int64_t batch_ = 0, seq_ = 0;
-  std::vector<Buffer> residual_;                 // L+1 x [N, C]: the stem's output, then each block's (3 when offloading)
+  std::vector<Buffer> residual_;                 // L+1 x [N, C]: the stem's output, then each block's (3 when offloading,
+                                                 // 2 forward-only)
   static constexpr int64_t kResidentResiduals = 3;  // device slots when offloading: in, out, and one in flight
+  static constexpr int64_t kForwardOnlyResiduals = 2;  // forward-only: a block's input and its output
   bool offloading_ = false;
   std::unique_ptr<Backend> host_;                 // pinned host memory of the backend
   std::vector<Buffer> host_residual_;             // L+1 x [N, C] on the host (the evicted ones only)

@@ -3,8 +3,10 @@
 // chosen, [P, 2P) rejected, one forward for both sides as TRL's concatenated_forward).
 //   log-probs   logp(row) = sum over the row's loss-masked targets (its response tokens) of
 //               log p(target | tokens before it) = -CausalLM::row_losses, for the policy and for
-//               the reference (the same base with the LoRA adapters disabled: PEFT's
-//               disable_adapter(), TRL's null_ref_context; no second copy of the weights)
+//               the reference: under LoRA the same base with the adapters disabled (PEFT's
+//               disable_adapter(), TRL's null_ref_context; no second copy of the weights); under
+//               full fine-tuning a frozen copy of the initial weights (TRL's ref_model, a copy of
+//               the policy at the start: train/frozen_reference.h), partitioned like the policy's
 //   per pair    z = beta * ((logp_c - ref_c) - (logp_r - ref_r))
 //               loss_p = -(1 - ls) * log sigmoid(z) - ls * log sigmoid(-z)   (ls: label smoothing)
 //   loss        sum over pairs of loss_p / pairs of the global batch
@@ -15,10 +17,10 @@
 //               rewards/accuracies = the fraction with chosen reward > rejected reward,
 //               rewards/margins = their mean difference, logps/chosen, logps/rejected the means
 //               (TRL's names; eval_ before each in evaluation)
-// The reference forward runs first (no dropout, no gradients; its activations are overwritten by
-// the policy's forward that follows), so a step runs three passes over the model: reference
-// forward, policy forward, policy backward. Under ZeRO-3 each forward gathers the base weights
-// once. --dump-step0 writes the policy's logits (the forward that runs last). Full fine-tuning would need a frozen copy of the initial weights: refused (docs/dpo.md).
+// The reference forward runs first (no dropout, no gradients; under LoRA its activations are
+// overwritten by the policy's forward that follows, a frozen copy's model is forward-only), so a
+// step runs three passes: reference forward, policy forward, policy backward. Under ZeRO-3 each
+// forward gathers its weights once. --dump-step0 writes the policy's logits (the last forward).
 #include <algorithm>
 #include <array>
 #include <span>
@@ -45,9 +47,6 @@ class DpoObjective final : public Objective {
   void check_data(const TrainConfig& config, const TokenDataset& data, const std::string& path) const override {
     ZT_CHECK(data.holds_pairs(), path, ": holds samples, not preference pairs: --objective dpo trains on pairs; make "
              "them with zerotune prep --pairs (rows with prompt, chosen and rejected)");
-    ZT_CHECK(config.lora.enabled(), "--objective dpo needs --lora-r: its reference model is the base with the "
-             "adapters disabled; full fine-tuning would need a frozen copy of the initial weights, which zerotune "
-             "does not build yet (docs/dpo.md)");
     ZT_CHECK(!config.packing, "--packing: --objective dpo keeps each pair's sides in rows of their own; leave "
              "--packing out");
     ZT_CHECK(beta_ > 0.0, "--dpo-beta = ", beta_, ": must be > 0");
@@ -55,16 +54,21 @@ class DpoObjective final : public Objective {
              ": must be in [0, 0.5) (the probability that a preference is flipped)");
   }
 
+  // Full fine-tuning: the reference is a frozen copy of the initial weights (LoRA: none, the base).
+  bool needs_frozen_reference(const TrainConfig& config) const override { return !config.lora.enabled(); }
+  void attach_reference(CausalLM& reference) override { frozen_reference_ = &reference; }
+
   // The reference's log-probabilities, then the policy's forward (kept for backward) and its.
   Tensor forward(CausalLM& model, const MicroBatch& micro, const BatchTensors& batch,
                  const DropoutContext& dropout) override {
     ZT_CHECK(micro.pairs > 0 && batch.batch == 2 * micro.pairs,
              "--objective dpo: the micro-batch holds no pairs (data from zerotune prep --pairs is needed)");
-    DropoutContext reference = dropout;
-    reference.training = false;
-    reference.adapters = false;
-    model.forward(batch, reference);
-    reference_logps_ = log_probs(model.row_losses(batch));
+    DropoutContext no_dropout = dropout;
+    no_dropout.training = false;
+    no_dropout.adapters = false;  // the base alone (LoRA); a frozen copy has no adapters
+    CausalLM& reference = frozen_reference_ ? *frozen_reference_ : model;
+    reference.forward(batch, no_dropout);
+    reference_logps_ = log_probs(reference.row_losses(batch));
     Tensor logits = model.forward(batch, dropout);
     policy_logps_ = log_probs(model.row_losses(batch));
     return logits;
@@ -185,6 +189,7 @@ class DpoObjective final : public Objective {
   double beta_ = 0.1;
   double label_smoothing_ = 0.0;
   Backend* backend_ = nullptr;
+  CausalLM* frozen_reference_ = nullptr;  // full fine-tuning's reference model (not owned), or null: the base
   std::vector<double> policy_logps_, reference_logps_;  // [2P] of the last forward: chosen rows, then rejected
   std::array<double, kDpoSums> step_sums_{};            // this step's figures' sums (this rank)
 };

@@ -2,6 +2,7 @@
 #include "train/memory_model.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "backend/counting_backend.h"
 #include "backend/gpu_memory_rules.h"
@@ -39,7 +40,7 @@ MemoryTarget typical_gpu_target() {  // the same in every build (backend/gpu_mem
 const std::vector<std::string>& memory_terms() {
   static const std::vector<std::string> terms = {
       kTermParameters, kTermGathered,   kTermGradients,  kTermMaster,          kTermOptimizerState, kTermZeroBuffers,
-      kTermActivations, kTermLogits,    kTermModelOther, kTermAllocatorSlack, kTermBackendFixed};
+      kTermReference,   kTermActivations, kTermLogits,    kTermModelOther, kTermAllocatorSlack, kTermBackendFixed};
   return terms;
 }
 
@@ -98,6 +99,15 @@ class TermObserver final : public AssemblyObserver {
       if (const Tensor grads = store.group_grads(group); grads.numel())
         backend_.move_to_term(grads.data, kTermGradients);
     }
+    backend_.set_term(kTermModelOther);
+  }
+  // A frozen reference (train/frozen_reference.h): its store and engine as the reference model (its
+  // stage-3 store buffer's later units as gathered), its model's small buffers as other.
+  void before_reference() override { backend_.set_term(kTermReference); }
+  void before_reference_model(ParamStore& store, ZeroEngine& engine) override {
+    for (const void* address : engine.buffer_addresses().parameters) backend_.move_to_term(address, kTermReference);
+    if (const Tensor params = store.group_params(ParamGroup::Frozen); params.numel())
+      backend_.move_to_term(params.data, kTermReference, kTermGathered);
     backend_.set_term(kTermModelOther);
   }
 
@@ -172,6 +182,8 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
       assemble_run(run, model_config, *backend, *comm, comm.get(), data_parallel, UnitWeights(), &terms, stage);
   TermHooks hooks(*parts.engine, *backend);
   parts.model->set_unit_hooks(&hooks);
+  std::optional<TermHooks> reference_hooks;  // a frozen reference's gathers, named as the policy's
+  if (parts.reference) parts.reference->model->set_unit_hooks(&reference_hooks.emplace(*parts.reference->engine, *backend));
   StepConfig step_config = step_config_of(run);
   step_config.fault_points = false;
   StepRunner runner(step_config, *parts.model, *parts.objective, *parts.engine, *parts.store, *backend, *comm, *comm,

@@ -58,6 +58,8 @@ inline constexpr const char* kTermMaster = "master weights";         // fp32 par
 inline constexpr const char* kTermOptimizerState = "optimizer state";
 inline constexpr const char* kTermZeroBuffers = "communication buckets";  // the engine's other buffers: reduce
                                                                           // bucket, staging, host gradient copy
+inline constexpr const char* kTermReference = "reference model";  // a frozen copy's parameters (DPO under full
+                                                                   // fine-tuning; stage 3: its partition)
 inline constexpr const char* kTermActivations = "activations";  // the model's saved tensors and workspaces
 inline constexpr const char* kTermLogits = "logits";            // [B*T, V] in the compute dtype
 inline constexpr const char* kTermModelOther = "other";         // anything else (the model's small buffers)

@@ -50,6 +50,14 @@ class Objective {
   virtual void init_added_params(ParamStore& store, int unit, const std::string& model_dir, uint64_t seed) const {
     (void)store, (void)unit, (void)model_dir, (void)seed;
   }
+  // Whether the run needs a frozen copy of the model's initial weights (DPO under full fine-tuning:
+  // its reference model, train/frozen_reference.h); the assembly then builds one and gives its
+  // model to attach_reference.
+  virtual bool needs_frozen_reference(const TrainConfig& config) const {
+    (void)config;
+    return false;
+  }
+  virtual void attach_reference(CausalLM& reference) { (void)reference; }
   // Binds to the built model (an objective with its own head sets it there).
   virtual void attach(CausalLM& model, ParamStore& store, Backend& backend) { (void)model, (void)store, (void)backend; }
   // The micro-batch's forward pass (the step runner's; its result as CausalLM::forward's). An

@@ -151,6 +151,13 @@ RunParts assemble_run(const TrainConfig& config, const ModelConfig& model_config
     parts.more_chunks.back()->set_unit_hooks(parts.engine.get());
   }
   parts.objective->attach(*parts.model, *parts.store, backend);
+  if (parts.objective->needs_frozen_reference(config)) {
+    observe.before_reference();
+    parts.reference = std::make_unique<FrozenReference>(build_frozen_reference(
+        config, model_config, parts.plan, backend, comm, world_size, weights,
+        [&](ParamStore& store, ZeroEngine& engine) { observe.before_reference_model(store, engine); }));
+    parts.objective->attach_reference(*parts.reference->model);
+  }
   if (config.compute_dtype == DType::F16) parts.scaler.emplace(config.loss_scaler);  // bf16, fp32: unscaled (DeepSpeed)
   parts.schedule = run_schedule(config, parts.engine->optimizer());
   log_allocation_mark(backend, "assembled");

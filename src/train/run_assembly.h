@@ -21,6 +21,7 @@
 #include "model/param_store.h"
 #include "model/parameter_plan.h"
 #include "optim/loss_scaler.h"
+#include "train/frozen_reference.h"
 #include "train/objective.h"
 #include "train/step_runner.h"
 #include "train/step_schedule.h"
@@ -64,6 +65,7 @@ struct RunParts {
     for (const std::unique_ptr<CausalLM>& chunk : more_chunks) models.push_back(chunk.get());
     return models;
   }
+  std::unique_ptr<FrozenReference> reference;  // the objective's frozen copy of the initial weights, or null
   std::optional<DynamicLossScaler> scaler;   // fp16 only: DeepSpeed's dynamic loss scaler
   std::vector<StepInstruction> schedule;     // one optimizer step's instructions
 };
@@ -76,12 +78,17 @@ class AssemblyObserver {
   virtual void before_store() {}
   virtual void before_engine() {}
   virtual void before_model(ParamStore& store, ZeroEngine& engine) { (void)store, (void)engine; }  // both set up
+  // Around a frozen reference (train/frozen_reference.h): before it, and once its store is set up.
+  virtual void before_reference() {}
+  virtual void before_reference_model(ParamStore& store, ZeroEngine& engine) { (void)store, (void)engine; }
 };
 
 // Fills a unit's parameters in the store (base weights, LoRA initialisation, a PEFT adapter)
 // after the store committed them and before the engine copies them into its partitions.
 using UnitWeights = std::function<void(ParamStore& store, int unit, const StageUnits& stage)>;
 
+// An objective that needs_frozen_reference gets one built after the model, loaded with `weights`
+// again (the initial weights, also on --resume).
 // `comm`: the collectives' communicator (the device's; a pipeline stage's data-parallel group);
 // `host_comm`: MPI on host buffers, for an optimizer that exchanges on MPI (ZeroEngine);
 // `world_size`: the ranks of `comm`; `pipeline_stage`: which stage of config.pipeline this rank

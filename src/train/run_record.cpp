@@ -85,6 +85,9 @@ void print_banner(TrainingRun& run, const std::optional<DeviceMemory>& device) {
   std::printf("%s\n", rank_threads().describe().c_str());
   print_zero_banner(*run.parts.engine, config.zero, run.world_size, run.comm->nodes(),
                     config.gradient_accumulation_steps, precision_text(config.compute_dtype), store.grad_dtype());
+  if (run.parts.reference)  // DPO under full fine-tuning (train/frozen_reference.h)
+    std::printf("zero: reference model (a frozen copy of the initial weights): parameters %s per rank, no gradients, "
+                "master or optimizer state\n", mib(run.parts.reference->engine->memory().compute_params).c_str());
   std::printf("%s\n", memory_banner_line(run.memory_prediction,
                                          device ? std::optional<int64_t>(device->device_used) : std::nullopt,
                                          config.micro_batch_size, run.longest_sample)

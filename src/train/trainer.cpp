@@ -122,6 +122,7 @@ RunIdentity run_identity(const TrainConfig& config, const TokenDataset& dataset,
   identity.lora = config.lora;
   identity.quantize = config.quantize;
   identity.model_weights_digest = model_weights_digest(config.model_dir);
+  identity.reference_from_model_dir = make_objective(config)->needs_frozen_reference(config);
   identity.data_digest = data_digest(dataset.shard_paths());
   identity.allow_data_change = allow_data_change;
   return identity;

@@ -228,7 +228,8 @@ expect_error estimate-objective-needs-model "--objective reward needs --model" \
   -- estimate --params 7e9 --objective reward
 
 # --- estimate --objective dpo (issue 33 item 5): under LoRA, twice sft's activations (the reference
-# forward reuses the policy's buffers) and no added parameters; refused without --lora-r ---------
+# forward reuses the policy's buffers) and no added parameters; under full fine-tuning the reference
+# model (a frozen copy) is a term of its own and adds no master weights or optimizer state ------
 for objective in sft dpo; do
   "$ZEROTUNE" estimate --model "$M" --seq-len 64 --micro-batch 4 --lora-r 8 --objective "$objective" --json \
     >"$WORK/est-lora-$objective.json" 2>"$WORK/est-lora-$objective.err"
@@ -244,8 +245,20 @@ assert json.load(open(sys.argv[2]))["run"]["objective"] == "dpo"
 print(f"dpo activations {ratio:.4f} x sft's under LoRA")
 PY
 check estimate-objective-dpo $? "$WORK/est-dpo.log" "estimate --objective dpo: 2x the activations, nothing added"
-expect_error estimate-objective-dpo-needs-lora "--objective dpo needs --lora-r" \
-  -- estimate --model "$M" --objective dpo
+for objective in sft dpo; do
+  "$ZEROTUNE" estimate --model "$M" --seq-len 64 --micro-batch 4 --objective "$objective" --json \
+    >"$WORK/est-full-$objective.json" 2>"$WORK/est-full-$objective.err"
+done
+"$PYTHON" - "$WORK/est-full-sft.json" "$WORK/est-full-dpo.json" >"$WORK/est-dpo-full.log" 2>&1 <<'PY'
+import json, sys
+sft, dpo = (json.load(open(path))["rows"][0]["zerotune_run"]["device_peak_terms"] for path in sys.argv[1:3])
+assert "reference model" not in sft, sft
+assert 0 < dpo["reference model"] <= dpo["parameters"], f"the frozen copy: {dpo}"
+assert dpo["master weights"] == sft["master weights"], "the reference adds no master weights"
+assert dpo["optimizer state"] == sft["optimizer state"], "the reference adds no optimizer state"
+print(f"full fine-tuning dpo: reference model {dpo['reference model']} B beside parameters {dpo['parameters']} B")
+PY
+check estimate-objective-dpo-full $? "$WORK/est-dpo-full.log" "estimate --objective dpo without --lora-r: the reference model counted"
 
 # --- An accelerate YAML where the DeepSpeed JSON belongs: refused, saying how to carry it over --
 cat >"$WORK/accelerate.yaml" <<'YAML'

@@ -3,6 +3,8 @@
 # model at the end of training.
 #  - A LoRA checkpoint resumed on another base model of the same shape (same config, other
 #    weights): refused, naming both models (the manifest records a sampled digest of the weights).
+#  - A full-fine-tuning DPO checkpoint resumed on another model of the same shape: refused (its
+#    reference, a frozen copy of the initial weights, is rebuilt from --model).
 #  - A checkpoint resumed on other data with the same number of samples: refused, naming
 #    --allow-data-change, which then lets it continue.
 #  - --save-hf-at-end: OUT/hf holds the model `zerotune export --format hf --merge` writes from the
@@ -27,6 +29,21 @@ expect_error lora-other-base "trained on the base weights of $M" "$WORK/model-b"
 "$ZEROTUNE" train --model "$M" --data "$D" --out "$L" --deepspeed "$WORK/ds.json" --max-steps 3 --lora-r 4 \
   --resume auto >"$WORK/lora-same.log" 2>&1
 check lora-same-base-resumes $? "$WORK/lora-same.log" "the same base resumes"
+
+# --- another model under a full-fine-tuning DPO checkpoint: its reference is rebuilt from --model --
+"$PYTHON" - "$WORK/pairs/train-00000.h5" "$REPO/tests/mpi" >"$WORK/pairs.log" 2>&1 <<'PY' || fatal "writing pairs failed"
+import sys
+sys.path[:0] = [sys.argv[2], sys.argv[2].replace("/mpi", "/oracle")]
+from test_reward_zero import write_pairs
+write_pairs(sys.argv[1], seed=5)
+PY
+P="$WORK/dpo-full"
+"$ZEROTUNE" train --objective dpo --model "$M" --data "$WORK/pairs" --out "$P" --max-steps 1 --micro-batch-size 4 \
+  >"$WORK/dpo-full.log" 2>&1 || { cat "$WORK/dpo-full.log"; fatal "the full-fine-tuning DPO run failed"; }
+expect_error dpo-reference-other-model "reference model is a frozen copy of the initial weights of $M" \
+  "resume on the same model, which the reference is rebuilt from" \
+  -- train --objective dpo --model "$WORK/model-b" --data "$WORK/pairs" --out "$P" --max-steps 2 --micro-batch-size 4 \
+  --resume auto
 
 # --- other data of the same size -----------------------------------------------------------------
 "$PYTHON" "$MAKE_SHARD" --out "$WORK/data-b" --samples 16 --vocab 256 --min-len 8 --max-len 24 --seed 7 >/dev/null \

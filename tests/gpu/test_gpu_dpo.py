@@ -5,7 +5,9 @@ new device work is the reference forward with the adapters disabled, the per-row
 (cross_entropy_accumulate into one fp64 slot per row) and the per-row weighted cross-entropy
 gradient: 5 steps of losses, gradient norms and DPO figures within 1e-4 relative (rewards within
 1e-6 absolute), the final adapter weights within 1e-5, and the evaluation's loss and figures; and
-ZeRO-3 on 2 GPUs against 1 GPU (losses, margins, adapter weights).
+ZeRO-3 on 2 GPUs against 1 GPU (losses, margins, adapter weights). Full fine-tuning (the reference a
+frozen copy of the initial weights, train/frozen_reference.h): ZeRO-3 on 2 GPUs, every unit of
+both models gathered per use, against one CPU rank at stage 0 (losses, margins, every weight).
 Without a GPU every check fails with zerotune's message (this test never skips).
 """
 import json
@@ -34,13 +36,16 @@ def main():
         data = os.path.join(workdir, "pairs")
         write_pairs(os.path.join(data, "train-00000.h5"), seed=9, pairs=16)
         runs = {}
-        for name, device, ranks, stage in (("cuda", "cuda", 1, 0), ("cpu", "cpu", 1, 0), ("cuda-w2-s3", "cuda", 2, 3)):
+        lora = ["--lora-r", 4, "--lora-alpha", 8, "--lora-targets", "q_proj,v_proj,down_proj"]
+        for name, device, ranks, stage, flags in (("cuda", "cuda", 1, 0, lora), ("cpu", "cpu", 1, 0, lora),
+                                                  ("cuda-w2-s3", "cuda", 2, 3, lora), ("full-cpu", "cpu", 1, 0, []),
+                                                  ("full-cuda-w2-s3", "cuda", 2, 3, [])):
             out = os.path.join(workdir, name)
-            ds = write_ds_config(os.path.join(workdir, name + ".json"), 8, 4 // ranks, {"stage": stage})
+            zero = {"stage": stage, "stage3_param_persistence_threshold": 0} if stage == 3 else {"stage": stage}
+            ds = write_ds_config(os.path.join(workdir, name + ".json"), 8, 4 // ranks, zero)
             run_ranks(ranks, [args.zerotune, "train", "--objective", "dpo", "--model", model, "--data", data,
                           "--eval-data", data, "--eval-every", STEPS, "--out", out, "--deepspeed", ds, "--max-steps",
-                          STEPS, "--seed", 3, "--device", device, "--dump-final", out + ".safetensors", "--lora-r", 4,
-                          "--lora-alpha", 8, "--lora-targets", "q_proj,v_proj,down_proj"])
+                          STEPS, "--seed", 3, "--device", device, "--dump-final", out + ".safetensors"] + flags)
             with open(os.path.join(out, "metrics.jsonl")) as stream:
                 evaluation = [json.loads(line) for line in stream if "eval_rewards/accuracies" in line]
             runs[name] = (read_metrics(out), load_weights(out + ".safetensors"), evaluation)
@@ -64,6 +69,17 @@ def main():
             report.check(abs(mine["rewards/margins"] - theirs["rewards/margins"]) <= REWARD_ATOL,
                          f"stage 3 x 2 step {mine['step']}: rewards/margins within {REWARD_ATOL:.0e}")
         check_weights(report, "dpo at stage 3 on 2 GPUs vs 1", zero3_weights, gpu_weights, WEIGHT_ATOL, gpu)
+        # Full fine-tuning: the frozen copy partitioned at stage 3 on 2 GPUs = the CPU at stage 0.
+        (full_gpu, full_gpu_weights, _), (full_cpu, full_cpu_weights, _) = runs["full-cuda-w2-s3"], runs["full-cpu"]
+        report.check(len(full_gpu) == len(full_cpu) == STEPS and full_cpu[-1]["loss"] < full_cpu[0]["loss"] - 1e-4,
+                     f"full fine-tuning: {STEPS} steps on each backend, the loss falls on the CPU")
+        for mine, theirs in zip(full_gpu, full_cpu):
+            report.scalar(f"full fine-tuning stage 3 x 2 GPUs step {mine['step']} loss", mine["loss"], theirs["loss"],
+                          REL)
+            report.check(abs(mine["rewards/margins"] - theirs["rewards/margins"]) <= REWARD_ATOL,
+                         f"full fine-tuning step {mine['step']}: rewards/margins within {REWARD_ATOL:.0e}")
+        check_weights(report, "full-fine-tuning dpo at stage 3 on 2 GPUs vs the CPU", full_gpu_weights,
+                      full_cpu_weights, WEIGHT_ATOL, full_cpu)
         report.check(len(gpu_eval) == len(cpu_eval) >= 1, "as many evaluations on each backend (each epoch's end, "
                      f"the last step's): {len(gpu_eval)} and {len(cpu_eval)}")
         if gpu_eval and cpu_eval:

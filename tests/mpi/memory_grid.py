@@ -63,10 +63,11 @@ def zero_section(stage, offload_optimizer, offload_param):
     return zero
 
 
-def predicted_peak(zerotune, device, model, data, ds, setting):
+def predicted_peak(zerotune, device, model, data, ds, setting, extra=()):
+    """The estimate's peak for rank 0 of `setting` (extra: more estimate flags, e.g. --objective)."""
     ranks, stage, offload_optimizer, offload_param, checkpointing, micro, tokens, lora = setting
     command = [zerotune, "estimate", "--model", model, "--deepspeed", ds, "--gpus-per-node", str(ranks),
-               "--micro-batch", str(micro), "--device", device, "--compute-dtype", "fp32", "--json"]
+               "--micro-batch", str(micro), "--device", device, "--compute-dtype", "fp32", "--json"] + list(extra)
     # Varied lengths: the data says the longest and the growth; else every sample is `tokens` long.
     command += ["--data", data] if isinstance(tokens, tuple) else ["--seq-len", str(tokens)]
     if lora:

@@ -10,9 +10,15 @@ averaged over the global batch's pairs, with beta 0.2 and label smoothing 0.1 (n
 both flags are exercised). Checked: step 1's loss, logits and the gradient of every LoRA tensor
 (--dump-step0, 2 micro-batches of 4 pairs accumulated), that the dump has no gradient for a frozen
 weight, and the evaluation's eval_loss and TRL's figures (rewards/chosen, rewards/rejected,
-rewards/accuracies, rewards/margins, logps/chosen, logps/rejected) over every pair at lr 0; also
-that full fine-tuning and sample data are refused by name.
+rewards/accuracies, rewards/margins, logps/chosen, logps/rejected) over every pair at lr 0.
+
+Full fine-tuning: the reference is a frozen copy of the initial weights (TRL's ref_model, here
+copy.deepcopy of the policy before training; train/frozen_reference.h). Two SGD steps (lr 2): step
+1's loss (log 2: the policy is its copy), logits and the gradient of every weight; then, after the
+update, the evaluation's figures and step 2's loss, where the policy has moved and the reference
+must not have. Also that sample data and a bad label smoothing are refused by name.
 """
+import copy
 import json
 import os
 import sys
@@ -71,11 +77,16 @@ def dpo_loss(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps,
     return losses, chosen_rewards, rejected_rewards
 
 
-def pair_terms(model, pairs):
-    """The policy's and the reference's log-probs of the pairs and TRL's loss terms."""
+def pair_terms(model, pairs, ref_model=None):
+    """The policy's and the reference's log-probs of the pairs and TRL's loss terms; the reference
+    is `ref_model`, or without one the PEFT model with its adapters disabled."""
     logps, logits, lengths = concatenated_logps(model, pairs)
-    with torch.no_grad(), model.disable_adapter():
-        ref_logps, _, _ = concatenated_logps(model, pairs)
+    with torch.no_grad():
+        if ref_model is not None:
+            ref_logps, _, _ = concatenated_logps(ref_model, pairs)
+        else:
+            with model.disable_adapter():
+                ref_logps, _, _ = concatenated_logps(model, pairs)
     count = len(pairs)
     losses, chosen_rewards, rejected_rewards = dpo_loss(logps[:count], logps[count:], ref_logps[:count],
                                                         ref_logps[count:], BETA, LABEL_SMOOTHING)
@@ -114,29 +125,88 @@ def check_step(report, zerotune, work, model_dir, adapter_dir, data_dir, pairs):
     # The evaluation over every pair (lr 0: the weights are the adapter's), TRL's figures.
     with torch.no_grad():
         terms = [pair_terms(model, pairs[first:first + MICRO_BATCH]) for first in range(0, len(pairs), MICRO_BATCH)]
+    check_eval_figures(report, evaluation, terms, pairs, "")
+    for name in ("rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins"):
+        report.check(name in step, f"metrics.jsonl's step record has {name}")
+
+
+def check_eval_figures(report, evaluation, terms, pairs, what):
+    """An evaluation record against TRL's figures of `terms` (pair_terms per micro-batch)."""
     losses = torch.cat([t[0] for t in terms])
     chosen, rejected = torch.cat([t[1] for t in terms]), torch.cat([t[2] for t in terms])
     chosen_logps = torch.cat([t[3][:len(t[0])] for t in terms])
     rejected_logps = torch.cat([t[3][len(t[0]):] for t in terms])
-    report.check(evaluation["eval_pairs"] == len(pairs), f"eval_pairs = {len(pairs)}")
-    report.scalar("eval_loss", evaluation["eval_loss"], float(losses.mean()), oc.LOSS_REL)
+    report.check(evaluation["eval_pairs"] == len(pairs), f"{what}eval_pairs = {len(pairs)}")
+    report.scalar(f"{what}eval_loss", evaluation["eval_loss"], float(losses.mean()), oc.LOSS_REL)
     expected = {"rewards/chosen": chosen.mean(), "rewards/rejected": rejected.mean(),
                 "rewards/accuracies": (chosen > rejected).double().mean(),
                 "rewards/margins": (chosen - rejected).mean()}
     for name, value in expected.items():
-        report.close(f"eval_{name}", evaluation["eval_" + name], float(value), atol=FIGURE_ATOL)
-    report.scalar("eval_logps/chosen", evaluation["eval_logps/chosen"], float(chosen_logps.mean()), LOGPS_REL)
-    report.scalar("eval_logps/rejected", evaluation["eval_logps/rejected"], float(rejected_logps.mean()), LOGPS_REL)
+        report.close(f"{what}eval_{name}", evaluation["eval_" + name], float(value), atol=FIGURE_ATOL)
+    report.scalar(f"{what}eval_logps/chosen", evaluation["eval_logps/chosen"], float(chosen_logps.mean()), LOGPS_REL)
+    report.scalar(f"{what}eval_logps/rejected", evaluation["eval_logps/rejected"], float(rejected_logps.mean()),
+                  LOGPS_REL)
     report.check(0.0 < float(expected["rewards/accuracies"]) < 1.0,
-                 "the pairs are ranked both ways (accuracy strictly between 0 and 1)")
-    for name in expected:
-        report.check(name in step, f"metrics.jsonl's step record has {name}")
+                 f"{what}the pairs are ranked both ways (accuracy strictly between 0 and 1)")
+
+
+FULL_LR = 2.0  # SGD: large enough that step 2's loss is far from log 2
+
+
+def global_batch_loss(model, ref_model, pairs):
+    """TRL's loss over the global batch (ACCUMULATION micro-batches of MICRO_BATCH pairs), its
+    backward into model's .grad, and micro-batch 0's (logits, lengths)."""
+    losses, first = [], None
+    for begin in range(0, MICRO_BATCH * ACCUMULATION, MICRO_BATCH):
+        part_losses, _, _, _, logits, lengths = pair_terms(model, pairs[begin:begin + MICRO_BATCH], ref_model)
+        losses.append(part_losses)
+        first = first or (logits.detach(), lengths)
+    loss = torch.cat(losses).mean()
+    loss.backward()
+    return float(loss), first
+
+
+def check_full_fine_tuning(report, zerotune, work, model_dir, data_dir, pairs):
+    """The reference a frozen copy of the initial weights: two SGD steps against TRL with a
+    deep-copied ref_model."""
+    run_dir = os.path.join(work, "full")
+    dump_path = os.path.join(work, "full-dump.safetensors")
+    ds_path = os.path.join(work, "full-sgd.json")
+    with open(ds_path, "w") as stream:
+        json.dump({"train_micro_batch_size_per_gpu": MICRO_BATCH, "gradient_accumulation_steps": ACCUMULATION,
+                   "optimizer": {"type": "SGD", "params": {"lr": FULL_LR}}}, stream)
+    oc.run_zerotune(zerotune, ["train", "--objective", "dpo", "--dpo-beta", BETA, "--dpo-label-smoothing",
+                               LABEL_SMOOTHING, "--model", model_dir, "--data", data_dir, "--eval-data", data_dir,
+                               "--eval-every", 1, "--out", run_dir, "--no-shuffle", "--max-steps", 2,
+                               "--deepspeed", ds_path, "--dump-step0", dump_path])
+    dump = oc.load_dump(dump_path)
+    records = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl")) if line.strip()]
+    steps = [r for r in records if "loss" in r]
+    evaluation = [r for r in records if "eval_rewards/accuracies" in r and r.get("step") == 1][0]
+
+    model = oc.load_reference_llama(model_dir)
+    ref_model = copy.deepcopy(model).requires_grad_(False)  # TRL: ref_model = a copy of the policy at the start
+    loss, (logits0, lengths0) = global_batch_loss(model, ref_model, pairs)
+    report.scalar("full fine-tuning step 1 loss is log 2 (the policy is its reference)", loss, 0.6931471805599453,
+                  1e-12)
+    oc.compare_dump_logits(report, dump, logits0, lengths0, "full fine-tuning step 1 policy", atol=oc.LOGITS_ATOL)
+    oc.compare_dump_loss(report, dump, loss, "full fine-tuning step 1", rel=oc.LOSS_REL)
+    oc.compare_dump_grads(report, dump, {name: p.grad for name, p in model.named_parameters()},
+                          "full fine-tuning step 1", rel_of_max=oc.GRAD_REL_OF_MAX)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter -= FULL_LR * parameter.grad
+    model.zero_grad(set_to_none=True)
+    with torch.no_grad():  # after step 1: the policy moved, the reference did not
+        terms = [pair_terms(model, pairs[first:first + MICRO_BATCH], ref_model)
+                 for first in range(0, len(pairs), MICRO_BATCH)]
+    check_eval_figures(report, evaluation, terms, pairs, "full fine-tuning after step 1: ")
+    loss2, _ = global_batch_loss(model, ref_model, pairs)
+    report.check(abs(loss2 - 0.6931471805599453) > 1e-2, f"full fine-tuning: step 2's loss {loss2:.6f} is not log 2")
+    report.scalar("full fine-tuning metrics.jsonl step 2 loss", steps[1]["loss"], loss2, oc.LOSS_REL)
 
 
 def check_refusals(report, zerotune, work, model_dir, data_dir):
-    oc.check_refused(zerotune, report, "--objective dpo without LoRA (no reference copy)",
-                     ["train", "--objective", "dpo", "--model", model_dir, "--data", data_dir, "--out",
-                      os.path.join(work, "full"), "--max-steps", 1], "needs --lora-r")
     samples_dir = os.path.join(work, "samples")
     oc.write_data(samples_dir, oc.make_samples(3, [8, 12], oc.TINY_LLAMA["vocab_size"]), oc.TINY_LLAMA["vocab_size"])
     oc.check_refused(zerotune, report, "--objective dpo on samples",
@@ -153,7 +223,7 @@ def check_refusals(report, zerotune, work, model_dir, data_dir):
 
 def main():
     args = oc.parse_args(__doc__)
-    report = oc.Report("DPO (TRL's sigmoid loss, LoRA reference = adapters disabled)")
+    report = oc.Report("DPO (TRL's sigmoid loss; reference: adapters disabled (LoRA), a frozen copy (full))")
     with oc.temporary_directory(args, "zt-dpo-") as work:
         model_dir = os.path.join(work, "model")
         adapter_dir = os.path.join(work, "adapter")
@@ -163,6 +233,8 @@ def main():
         write_pairs(os.path.join(data_dir, "train-00000.h5"), seed=7, vocab=oc.TINY_LLAMA["vocab_size"], pairs=PAIRS)
         pairs = read_pairs(os.path.join(data_dir, "train-00000.h5"))
         oc.run_guarded(report, "step and evaluation", check_step, report, args.zerotune, work, model_dir, adapter_dir,
+                       data_dir, pairs)
+        oc.run_guarded(report, "full fine-tuning", check_full_fine_tuning, report, args.zerotune, work, model_dir,
                        data_dir, pairs)
         oc.run_guarded(report, "refusals", check_refusals, report, args.zerotune, work, model_dir, data_dir)
     return report.finish()

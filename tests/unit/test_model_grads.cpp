@@ -283,6 +283,29 @@ BOOST_AUTO_TEST_CASE(row_losses_row_weights_and_disabled_adapters) {
   BOOST_TEST(std::fabs(rows[0] - base_rows[0]) > 1e-4);  // with the adapters on, another model
 }
 
+// DPO's frozen reference under full fine-tuning (train/frozen_reference.h) runs a forward-only
+// model: the same per-row losses as the trained model over the same weights, with two residual
+// buffers (head chunks straddling rows as above); its backward is an error.
+BOOST_AUTO_TEST_CASE(forward_only_model_gives_the_same_row_losses) {
+  Setup setup(LoraConfig{}, false, 0.0f, tiny_llama(), 4);
+  ModelOptions options;
+  options.head_chunk_rows = 4;
+  options.forward_only = true;
+  std::unique_ptr<CausalLM> forward_only = make_causal_lm(setup.config, *setup.store, *setup.backend, options);
+  TestBatch data;
+  BatchTensors batch = data.tensors();
+  DropoutContext dropout{11, 3, batch.row_ids};
+  dropout.training = false;
+  setup.model->forward(batch, dropout);
+  const std::vector<double> rows = setup.model->row_losses(batch);
+  forward_only->forward(batch, dropout);
+  BOOST_TEST(forward_only->row_losses(batch) == rows);
+  BOOST_TEST(rows[0] > 0.0);
+  BOOST_CHECK_EXCEPTION(forward_only->backward(batch, 1.0f, dropout), Error, [](const Error& error) {
+    return std::string(error.what()).find("forward-only") != std::string::npos;
+  });
+}
+
 BOOST_AUTO_TEST_CASE(lora_target_that_matches_nothing_is_an_error) {
   LoraConfig lora;
   lora.r = 2;
