@@ -153,8 +153,11 @@ RunParts assemble_run(const TrainConfig& config, const ModelConfig& model_config
   parts.objective->attach(*parts.model, *parts.store, backend);
   if (parts.objective->needs_frozen_reference(config)) {
     observe.before_reference();
+    // The whole model's weights (the pipeline refuses objectives other than sft: parts.stage is all units).
+    std::function<void(ParamStore&, int)> load_reference;
+    if (weights) load_reference = [&](ParamStore& store, int unit) { weights(store, unit, parts.stage); };
     parts.reference = std::make_unique<FrozenReference>(build_frozen_reference(
-        config, model_config, parts.plan, backend, comm, world_size, weights,
+        config, model_config, parts.plan, backend, comm, world_size, load_reference,
         [&](ParamStore& store, ZeroEngine& engine) { observe.before_reference_model(store, engine); }));
     parts.objective->attach_reference(*parts.reference->model);
   }
