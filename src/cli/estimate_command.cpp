@@ -711,6 +711,7 @@ ZeroMemoryInputs zero_memory_inputs(const EstimateFlags& f, const ModelSummary& 
   inputs.reduce_bucket_size = parse_param_count(f.reduce_bucket_text, "--reduce-bucket-size");
   inputs.stage3_max_live_parameters = parse_param_count(f.max_live_text, "--stage3-max-live-parameters");
   inputs.stage3_prefetch_bucket_size = parse_param_count(f.prefetch_text, "--stage3-prefetch-bucket-size");
+  inputs.hpz_partition_size = f.shape.base.zero.zero_hpz_partition_size;  // --deepspeed's ZeRO++ hpZ
   return inputs;
 }
 

@@ -17,6 +17,12 @@ TrainConfig with_choice(TrainConfig config, const ZeroChoice& choice) {
   config.zero.offload_optimizer_device = choice.offload_optimizer ? "cpu" : "none";
   config.zero.offload_param_device = choice.offload_params ? "cpu" : "none";
   config.activation_checkpointing = choice.activation_checkpointing;
+  // ZeRO++ (--deepspeed's zero_quantized_weights, zero_hpz_partition_size, zero_quantized_gradients)
+  // is stage 3's: the rows of the other stages run without it.
+  if (choice.stage < 3) {
+    config.zero.zero_quantized_weights = config.zero.zero_quantized_gradients = false;
+    config.zero.zero_hpz_partition_size = 1;
+  }
   return config;
 }
 

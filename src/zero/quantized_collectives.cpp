@@ -1,6 +1,7 @@
 // ZeRO++'s quantized collectives (see quantized_collectives.h).
 #include "zero/quantized_collectives.h"
 
+#include <functional>
 #include <vector>
 
 #include "backend/buffer.h"
@@ -81,23 +82,24 @@ class QuantizedGather final : public PendingCollective {
   bool finished_ = false;
 };
 
-// One hop of qgZ over `comm` (P ranks): send [P * n] (any float; part p for rank p) ->
-// sum [n] fp32 = this rank's own part at full precision + every other rank's part for it,
-// dequantized from int4.
-void all_to_all_reduce_hop(Backend& backend, Communicator& comm, Tensor sum, Tensor send) {
-  const int parts = comm.size(), me = comm.rank();
-  const int64_t n = sum.numel();
-  QuantizedParts outgoing(backend, parts, n, 4, kQuantizedGradientBlock);
-  QuantizedParts incoming(backend, parts, n, 4, kQuantizedGradientBlock);
-  for (int part = 0; part < parts; ++part)
-    if (part != me) outgoing.quantize(backend, part, send.rows(part * n, n));
+// One hop of qgZ over `comm` (P ranks): every rank sends rank p its k slices of S values,
+// slice(p, j) (any float); sum [k S] fp32 = this rank's own slices at full precision + every other
+// rank's slices for it, dequantized from int4 (each slice's blocks start with it).
+void all_to_all_reduce_hop(Backend& backend, Communicator& comm, Tensor sum, int k,
+                           const std::function<Tensor(int rank, int j)>& slice) {
+  const int ranks = comm.size(), me = comm.rank();
+  const int64_t S = sum.numel() / k;
+  QuantizedParts outgoing(backend, ranks * k, S, 4, kQuantizedGradientBlock);
+  QuantizedParts incoming(backend, ranks * k, S, 4, kQuantizedGradientBlock);
+  for (int rank = 0; rank < ranks; ++rank)
+    for (int j = 0; j < k && rank != me; ++j) outgoing.quantize(backend, rank * k + j, slice(rank, j));
   Pending codes = comm.all_to_all_async(incoming.codes, outgoing.codes);
   Pending scales = comm.all_to_all_async(incoming.scales, outgoing.scales);
-  backend.copy(sum, send.rows(me * n, n));
+  for (int j = 0; j < k; ++j) backend.copy(sum.rows(j * S, S), slice(me, j));
   codes->wait();
   scales->wait();
-  for (int part = 0; part < parts; ++part)
-    if (part != me) incoming.dequantize(backend, part, sum, true);
+  for (int rank = 0; rank < ranks; ++rank)
+    for (int j = 0; j < k && rank != me; ++j) incoming.dequantize(backend, rank * k + j, sum.rows(j * S, S), true);
 }
 
 }  // namespace
@@ -106,26 +108,21 @@ Pending quantized_all_gather_async(Backend& backend, Communicator& comm, Tensor 
   return std::make_unique<QuantizedGather>(backend, comm, out, in);
 }
 
-// World rank r = node m * R + local l. The input's slice r is for rank r. Hop 1 (intra, R ranks):
-// local rank l' gets from every rank of its node the slices of ranks {m R + l' : every m} and sums
-// them: the node's partial sums [N * S] for its place l' on every node. Hop 2 (inter, N ranks: the
+// World rank r = node m * R + local l; the input's slice r is for rank r. Hop 1 (intra, R ranks):
+// local rank l' gets from every rank of its node the slices of ranks {m R + l' : every node m} and
+// sums them: its node's partial sums [N][S] for place l' on every node. Hop 2 (inter, N ranks: the
 // ranks with local index l, ranked by node): node m's rank gets every node's partial for it.
 Pending hierarchical_quantized_reduce_scatter(Backend& backend, NodeGroups& nodes, Tensor out, Tensor in) {
   const int R = nodes.ranks_per_node, N = nodes.nodes;
   const int64_t S = out.numel();
   ZT_CHECK(in.numel() == S * R * N, "quantized reduce-scatter: in has ", in.numel(), " elements, not ", R * N, " x ", S);
-  // [R][N][S]: for each local place l', the slices of ranks m R + l' in node order.
-  Buffer by_place_buffer(backend, static_cast<size_t>(in.numel()) * dtype_size(in.dtype));
-  Tensor by_place = flat_view(by_place_buffer, in.dtype, in.numel());
-  for (int place = 0; place < R; ++place)
-    for (int node = 0; node < N; ++node)
-      backend.copy(by_place.rows((place * N + node) * S, S), in.rows((node * R + place) * S, S));
   Buffer partial_buffer(backend, static_cast<size_t>(N * S) * sizeof(float));
   Tensor partial = flat_f32(partial_buffer, N * S);  // fp32 [N][S]: this node's sums for my place
-  all_to_all_reduce_hop(backend, *nodes.intra, partial, by_place);
+  all_to_all_reduce_hop(backend, *nodes.intra, partial, N,
+                        [&](int place, int node) { return in.rows((node * R + place) * S, S); });
   Buffer total_buffer(backend, static_cast<size_t>(S) * sizeof(float));
   Tensor total = flat_f32(total_buffer, S);
-  all_to_all_reduce_hop(backend, *nodes.inter, total, partial);
+  all_to_all_reduce_hop(backend, *nodes.inter, total, 1, [&](int node, int) { return partial.rows(node * S, S); });
   backend.copy(out, total);
   return completed_collective();
 }

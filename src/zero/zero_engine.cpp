@@ -294,11 +294,12 @@ void ZeroEngine::gather_unit(int unit, bool async) {
 // One group's range of a unit: out [range] <- every rank's in [range / W]. hpZ with a current
 // secondary partition: within the node from it; else over all ranks, as int8 blocks with qwZ.
 Pending ZeroEngine::gather_range(UnitState& u, int group_index, Tensor out, Tensor in) {
-  if (hpz_ && u.secondary_current) {
+  if (hpz_ && u.secondary_current && !exact_gathers_) {
     const Buffer& share = u.secondary[static_cast<size_t>(group_index)];
     return nodes_->intra->all_gather_async(out, share.view(compute_dtype_, {out.numel() / nodes_->ranks_per_node}));
   }
-  if (zero_.zero_quantized_weights && world_ > 1) return quantized_all_gather_async(backend_, comm_, out, in);
+  if (zero_.zero_quantized_weights && world_ > 1 && !exact_gathers_)
+    return quantized_all_gather_async(backend_, comm_, out, in);
   return all_gather_async(out, in);  // one rank: a copy, host -> device when offloaded
 }
 
@@ -319,7 +320,7 @@ void ZeroEngine::check_zeropp() const {
   ZT_CHECK(stage_ == 3, "zero_optimization: ZeRO++ (zero_quantized_weights, zero_hpz_partition_size, "
            "zero_quantized_gradients) needs stage 3, as in DeepSpeed; the config has stage ", stage_);
   const int hpz = zero_.zero_hpz_partition_size;
-  ZT_CHECK(hpz == 1 || world_ % hpz == 0, "zero_optimization.zero_hpz_partition_size ", hpz,
+  ZT_CHECK(hpz == 1 || world_ == 1 || world_ % hpz == 0, "zero_optimization.zero_hpz_partition_size ", hpz,
            " must divide the ", world_, " ranks (it is the ranks per node)");
   ZT_CHECK(hpz == 1 || zero_.ranks_per_node == 0 || zero_.ranks_per_node == hpz,
            "zero_optimization.zero_hpz_partition_size ", hpz, " differs from --ranks-per-node ", zero_.ranks_per_node,
@@ -757,11 +758,21 @@ void ZeroEngine::refresh_params_from_master() {
   sync_params_after_update();
 }
 
+// Exact values, not qwZ's int8 nor hpZ's copy of them: what is written out. A unit gathered
+// through qwZ is gathered again.
 void ZeroEngine::gather_full_params() {
   if (stage_ != 3) return;
-  for (int unit = 0; unit < store_.num_units(); ++unit)
-    if (!units_[static_cast<size_t>(unit)].gathered) gather_unit(unit, false);
-    else finish_prefetch(unit);
+  exact_gathers_ = true;
+  for (int unit = 0; unit < store_.num_units(); ++unit) {
+    UnitState& u = units_[static_cast<size_t>(unit)];
+    finish_prefetch(unit);
+    if (u.gathered && zero_.zero_quantized_weights && world_ > 1) {
+      discard_unit_params(unit);
+      u.gathered = false;
+    }
+    if (!u.gathered) gather_unit(unit, false);
+  }
+  exact_gathers_ = false;
 }
 
 // ---- fused optimizers (LOMO, AdaLomo) --------------------------------------------------------------
@@ -1032,15 +1043,15 @@ void ZeroEngine::stage3_comm_plan(ZeroCommPlan& plan, double micro, double grad_
     plan.reduce_scatter = micro * share * grad_bytes;
     return;
   }
-  // qgZ: per bucket of a group's units (B elements = W S), hop 1 sends R - 1 parts of N S values to
-  // the node's other ranks, hop 2 N - 1 parts of S values to the other nodes, each int4 + scales.
+  // qgZ: per bucket of a group's units (W S elements), hop 1 sends each of the node's R - 1 other
+  // ranks N slices of S values, hop 2 each of the N - 1 other nodes one; int4 + scales per slice.
   const int nodes = nodes_->nodes;
   for (ParamGroup group : kTrainableGroups) {
     if (!store_.group(group).numel) continue;
     for (const std::vector<UnitRange>& bucket : reduce_buckets(group)) {
       const int64_t slice = slice_numel(bucket, world_);
-      plan.node_all_to_all += micro * (per_node - 1) *
-                              static_cast<double>(quantized_wire_bytes(nodes * slice, 4, kQuantizedGradientBlock));
+      plan.node_all_to_all += micro * (per_node - 1) * nodes *
+                              static_cast<double>(quantized_wire_bytes(slice, 4, kQuantizedGradientBlock));
       plan.cross_all_to_all += micro * (nodes - 1) *
                                static_cast<double>(quantized_wire_bytes(slice, 4, kQuantizedGradientBlock));
     }

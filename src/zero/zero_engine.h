@@ -303,6 +303,7 @@ class ZeroEngine final : public UnitHooks {
   bool grads_in_flight_ = false;  // no resident gradient buffer: units' ranges committed as backward writes them
   std::unique_ptr<NodeGroups> nodes_;  // ZeRO++'s node groups (hpZ, qgZ); declared before the strategy using them
   bool hpz_ = false;                   // a secondary partition within each node
+  bool exact_gathers_ = false;         // gather_full_params: neither qwZ nor hpZ
   std::unique_ptr<GradientReduction> reduction_;  // the gradient-reduction strategy (gradient_reduction.h)
   enum class FusedPass { None, Norm, Update };
   FusedPass fused_pass_ = FusedPass::None;

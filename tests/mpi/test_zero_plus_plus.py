@@ -66,8 +66,8 @@ def expected_bytes(case, layout, accumulation):
     if zero.get("zero_quantized_gradients"):
         slice_ = trainable / RANKS
         expected[("world", "reduce_scatter")] = 0.0
-        expected[("intra", "all_to_all")] = accumulation * (PER_NODE - 1) * quantized_bytes(NODES * slice_, 4,
-                                                                                          GRADIENT_BLOCK)
+        expected[("intra", "all_to_all")] = accumulation * (PER_NODE - 1) * NODES * quantized_bytes(slice_, 4,
+                                                                                                  GRADIENT_BLOCK)
         expected[("inter", "all_to_all")] = accumulation * (NODES - 1) * quantized_bytes(slice_, 4, GRADIENT_BLOCK)
     else:
         expected[("world", "reduce_scatter")] = accumulation * share * 4 * trainable
