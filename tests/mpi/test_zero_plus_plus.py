@@ -23,8 +23,8 @@ NODES = RANKS // PER_NODE
 MICRO, BATCH = 2, 16   # accumulation 2 on 4 ranks
 BYTES_REL = 0.05       # the issue's bound on counted bytes against the formula
 # Relative loss difference against plain ZeRO-3 over 6 steps (the tiny LLaMA, loss ~5.5). Measured
-# 2026-11-27: qwZ 2.4e-5, hpZ 0 (exact), qgZ 2.0e-3, all three 2.0e-3.
-LOSS_REL = 1e-2
+# 2026-11-27: qwZ 3.6e-5, hpZ 0 (exact: it moves the same values), qgZ 2.3e-4, all three 2.4e-4.
+LOSS_REL = 2e-3
 EXACT_REL = 2e-6       # a resume replays its steps up to float reassociation
 WEIGHT_BLOCK, GRADIENT_BLOCK = 2048, 512  # qwZ's and qgZ's values per fp32 scale
 
@@ -100,15 +100,18 @@ def check_bytes(report, case, out):
 
 
 def losses(out):
-    return [record["loss"] for record in read_metrics(out)]
+    """{step: loss} of a run (a resumed one has only the steps after its checkpoint)."""
+    return {record["step"]: record["loss"] for record in read_metrics(out)}
 
 
 def check_losses(report, label, got, ref, rel, first_step=1):
-    report.check(len(got) == len(ref), f"{label}: {len(got)} steps (reference {len(ref)})")
-    worst = max(abs(a - b) / abs(b) for a, b in zip(got[first_step - 1:], ref[first_step - 1:]))
-    report.check(worst <= rel, f"{label}: steps {first_step}-{len(ref)} losses within {rel:g} relative "
-                 f"(worst {worst:.2e}; {['%.6f' % x for x in got]})")
-    return worst
+    steps = list(range(first_step, STEPS + 1))
+    report.check(sorted(got) == steps, f"{label}: steps {sorted(got)} recorded (want {steps})")
+    if sorted(got) != steps:
+        return
+    worst = max(abs(got[step] - ref[step]) / abs(ref[step]) for step in steps)
+    report.check(worst <= rel, f"{label}: steps {first_step}-{STEPS} losses within {rel:g} relative "
+                 f"(worst {worst:.2e}; {['%.6f' % got[step] for step in steps]})")
 
 
 def main():
