@@ -87,6 +87,8 @@ TrainConfig row_config(const RunShape& shape, const ZeroMemoryInputs& base, cons
   Choice with_checkpointing = choice;
   with_checkpointing.activation_checkpointing = activation_checkpointing;
   config = with_choice(config, with_checkpointing);
+  // ZeRO++'s node groups (qgZ's two hops, hpZ's secondary partition): the estimate's nodes.
+  if (config.zero.zero_hpz_partition_size == 1) config.zero.ranks_per_node = base.gpus_per_node;
   config.offload_activations = activation_checkpointing && shape.offload_activations;
   return config;
 }

@@ -5,6 +5,7 @@ backend, the tiny LLaMA, ZeRO-3 with nothing persistent and every unit released 
   collective (all ranks; the node groups' intra-node and inter-node communicators) within 5% of
   docs/zero-plus-plus.md's formulas computed here from run.json's layout (and equal to the engine's
   plan); the total against plain ZeRO-3's, intra- and inter-node, printed (the paper's 3M -> 0.75M);
+- memory: hpZ's secondary partition (every unit / R) in each rank's parameter bytes;
 - losses: every step within LOSS_REL of plain ZeRO-3 (int8 weights, int4 gradients: measured below);
 - checkpoints: the ZeRO++ run's step-3 checkpoint resumed with ZeRO++ replays its steps 4-6 exactly
   (within float reassociation), resumed without ZeRO++ runs steps 4-6 within LOSS_REL of the ZeRO++
@@ -135,6 +136,11 @@ def main():
         reference = losses(outs["plain"])
         for case in ("qwz", "hpz", "qgz", "all"):
             check_losses(report, f"{case} against ZeRO-3", losses(outs[case]), reference, LOSS_REL)
+        # hpZ's secondary partition: every unit's 1/R in fp32 (nothing persistent), counted as parameters.
+        memory = {case: read_run(outs[case])["zero_memory_per_rank"]["parameters"] for case in ("plain", "hpz")}
+        layout = read_run(outs["plain"])["zero_layout"]
+        report.scalar("hpZ: parameter bytes per rank = ZeRO-3's + every unit / R", memory["hpz"] - memory["plain"],
+                      4 * layout["all_elements"] / PER_NODE, 1e-12)
         plain, every = plans["plain"], plans["all"]
         print(f"bytes/step/rank: ZeRO-3 {plain['inter_node']:.0f} (all across nodes in this accounting); ZeRO++ "
               f"{every['intra_node'] + every['inter_node']:.0f} = {every['intra_node']:.0f} intra-node + "
