@@ -10,7 +10,8 @@ backend, the tiny LLaMA, ZeRO-3 with nothing persistent and every unit released 
 - checkpoints: the ZeRO++ run's step-3 checkpoint resumed with ZeRO++ replays its steps 4-6 exactly
   (within float reassociation), resumed without ZeRO++ runs steps 4-6 within LOSS_REL of the ZeRO++
   run, and plain ZeRO-3's checkpoint resumed with ZeRO++ within LOSS_REL of plain ZeRO-3.
-Eight 4-rank runs of 6 steps (about 3-4 s each on 2 cores)."""
+- refusals: ZeRO++ below stage 3, and hpZ over another size than the node's.
+Eight 4-rank runs of 6 steps and two refused starts (about 1.5 s each on 2 cores)."""
 import math
 import os
 
@@ -148,6 +149,18 @@ def main():
               f"inter-node bytes)", flush=True)
         report.check(every["inter_node"] < 0.25 * plain["inter_node"],
                      f"ZeRO++ sends {every['inter_node'] / plain['inter_node']:.3f} of ZeRO-3's inter-node bytes (< 0.25)")
+
+        # Refused with a message naming the problem: ZeRO++ below stage 3; hpZ over a size that is not the node's.
+        for label, zero, extra, needle in (
+                ("stage 2", {"stage": 2, "zero_quantized_weights": True}, [], "needs stage 3"),
+                ("hpZ 4 on nodes of 2", dict(ZERO3, zero_hpz_partition_size=4), ["--ranks-per-node", PER_NODE],
+                 "zero_hpz_partition_size 4 differs from --ranks-per-node 2")):
+            ds = write_ds_config(os.path.join(workdir, "refused.json"), BATCH, MICRO, zero)
+            result, _ = run_ranks(RANKS, [args.zerotune, "train", "--model", model, "--data", data, "--out",
+                                          os.path.join(workdir, "refused"), "--deepspeed", ds, "--max-steps", 1,
+                                          "--device", "cpu", "--overwrite"] + extra, expect_ok=False)
+            report.check(result.returncode != 0 and needle in result.stderr,
+                         f"{label}: refused naming it ({needle!r}): exit {result.returncode} {result.stderr[-300:]!r}")
 
         step = os.path.join("checkpoints", f"global_step{SAVE_AT}")
         resumed = train("all-resumed", "all", "--resume", os.path.join(outs["all"], step))
