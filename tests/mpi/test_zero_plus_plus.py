@@ -116,22 +116,26 @@ def check_losses(report, label, got, ref, rel, first_step=1):
                  f"(worst {worst:.2e}; {['%.6f' % got[step] for step in steps]})")
 
 
+def trainer(zerotune, workdir, model, data, device):
+    """train(name, case, *extra): a 4-rank run of CASES[case] into workdir/name; returns its OUT."""
+    def train(name, case, *extra):
+        ds = write_ds_config(os.path.join(workdir, name + ".json"), BATCH, MICRO, dict(ZERO3, **CASES[case]))
+        out = os.path.join(workdir, name)
+        command = [zerotune, "train", "--model", model, "--data", data, "--out", out, "--deepspeed", ds,
+                   "--max-steps", STEPS, "--seed", 3, "--ranks-per-node", PER_NODE, "--save-every", SAVE_AT,
+                   "--device", device] + list(extra)
+        _, seconds = run_ranks(RANKS, command)
+        print(f"{name}: {seconds:.1f} s", flush=True)
+        return out
+    return train
+
+
 def main():
     args = parse_args(__doc__)
     report = Report("ZeRO++ on 4 ranks as 2 nodes: bytes per component, losses against ZeRO-3, checkpoints both ways")
     with temporary_directory(args, "zt-zeropp-") as workdir:
         model, data = make_model_and_data(args.zerotune, workdir, samples=48)
-
-        def train(name, case, *extra, steps=STEPS):
-            ds = write_ds_config(os.path.join(workdir, name + ".json"), BATCH, MICRO, dict(ZERO3, **CASES[case]))
-            out = os.path.join(workdir, name)
-            command = [args.zerotune, "train", "--model", model, "--data", data, "--out", out, "--deepspeed", ds,
-                       "--max-steps", steps, "--seed", 3, "--ranks-per-node", PER_NODE, "--save-every", SAVE_AT,
-                       "--device", "cpu"] + list(extra)
-            _, seconds = run_ranks(RANKS, command)
-            print(f"{name}: {seconds:.1f} s", flush=True)
-            return out
-
+        train = trainer(args.zerotune, workdir, model, data, "cpu")
         outs = {case: train(case, case) for case in CASES}
         plans = {case: check_bytes(report, case, outs[case]) for case in CASES}
         reference = losses(outs["plain"])
