@@ -10,13 +10,15 @@ backend, the tiny LLaMA, ZeRO-3 with nothing persistent and every unit released 
 - checkpoints: the ZeRO++ run's step-3 checkpoint resumed with ZeRO++ replays its steps 4-6 exactly
   (within float reassociation), resumed without ZeRO++ runs steps 4-6 within LOSS_REL of the ZeRO++
   run, and plain ZeRO-3's checkpoint resumed with ZeRO++ within LOSS_REL of plain ZeRO-3.
+- --dump-final under ZeRO++ gathers exactly: the same bits as the final checkpoint's export;
 - refusals: ZeRO++ below stage 3, and hpZ over another size than the node's.
 Eight 4-rank runs of 6 steps and two refused starts (about 1.5 s each on 2 cores)."""
 import math
 import os
+import subprocess
 
-from mpi_common import (Report, main_guard, make_model_and_data, parse_args, read_metrics, read_run, run_ranks,
-                        temporary_directory, write_ds_config)
+from mpi_common import (Report, load_weights, main_guard, make_model_and_data, parse_args, read_metrics, read_run,
+                        run_ranks, temporary_directory, write_ds_config)
 
 STEPS = 6
 SAVE_AT = 3
@@ -130,6 +132,23 @@ def trainer(zerotune, workdir, model, data, device):
     return train
 
 
+def check_final_weights(report, zerotune, model, out, final):
+    """--dump-final of a qwZ + hpZ run writes the master weights gathered exactly (not their int8
+    codes): bit for bit what its final checkpoint exports."""
+    hf = os.path.join(os.path.dirname(out), "all-final-hf")
+    subprocess.run([zerotune, "export", "--checkpoint", out, "--model", model, "--out", hf, "--format", "hf"],
+                   check=True, stdout=subprocess.DEVNULL)
+    dumped = load_weights(final)
+    exported = {}
+    for name in os.listdir(hf):
+        if name.endswith(".safetensors"):
+            exported.update(load_weights(os.path.join(hf, name)))
+    differing = [name for name, tensor in dumped.items() if not (exported[name] == tensor).all()]
+    report.check(len(dumped) > 0 and not differing and set(dumped) <= set(exported),
+                 f"--dump-final under ZeRO++ = the exported final checkpoint, bit for bit ({len(dumped)} tensors; "
+                 f"differing: {differing[:3]})")
+
+
 def main():
     args = parse_args(__doc__)
     report = Report("ZeRO++ on 4 ranks as 2 nodes: bytes per component, losses against ZeRO-3, checkpoints both ways")
@@ -167,9 +186,11 @@ def main():
                          f"{label}: refused naming it ({needle!r}): exit {result.returncode} {result.stderr[-300:]!r}")
 
         step = os.path.join("checkpoints", f"global_step{SAVE_AT}")
-        resumed = train("all-resumed", "all", "--resume", os.path.join(outs["all"], step))
+        final = os.path.join(workdir, "all-final.safetensors")
+        resumed = train("all-resumed", "all", "--resume", os.path.join(outs["all"], step), "--dump-final", final)
         check_losses(report, "ZeRO++ resumed with ZeRO++ replays steps 4-6", losses(resumed), losses(outs["all"]),
                      EXACT_REL, SAVE_AT + 1)
+        check_final_weights(report, args.zerotune, model, resumed, final)
         without = train("all-to-plain", "plain", "--resume", os.path.join(outs["all"], step))
         check_losses(report, "ZeRO++ checkpoint resumed without ZeRO++", losses(without), losses(outs["all"]),
                      LOSS_REL, SAVE_AT + 1)
