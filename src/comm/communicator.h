@@ -125,6 +125,9 @@ class Communicator {
   }
 
   const CommStats& stats() const { return stats_; }
+  // The counters of this communicator's traffic wherever they are kept: its own, or (host staging,
+  // keeps_control false) those of the host communicator it sends through.
+  virtual const CommStats& traffic() const { return stats_; }
   void reset_stats() { stats_ = CommStats(); }
   // How long a collective may take before the job is aborted (DESIGN.md: no hang forever).
   void set_timeout(std::chrono::duration<double> timeout) { timeout_ = timeout; }

@@ -57,7 +57,7 @@ struct NodeTraffic {
 };
 NodeTraffic node_traffic(const ZeroEngine& engine) {
   const NodeGroups* groups = engine.node_groups();
-  return groups ? NodeTraffic{groups->intra->stats(), groups->inter->stats()} : NodeTraffic{};
+  return groups ? NodeTraffic{groups->intra->traffic(), groups->inter->traffic()} : NodeTraffic{};
 }
 
 // With node groups: the step's bytes within the node (the node groups' intra communicator) and
