@@ -6,8 +6,9 @@
 //        of a node, then among the ranks with the same place on every node, each hop summing
 //        what arrived (dequantize-reduce) before sending on; each rank adds its own share at
 //        full precision.
-// Block sizes: DeepSpeed's qwZ quantizes weights in groups of 2048; qgZ's int4 groups are smaller
-// (512 here) because 15 levels per block lose more than 255 do.
+// Block sizes (zerotune's choice): 2048 weights per scale (DeepSpeed's CUDAQuantizer sizes its qwZ
+// groups per tensor, at most 8000 values); gradients 512 per scale, smaller because int4's 15
+// levels per block lose more than int8's 255.
 #pragma once
 #include <cstdint>
 
