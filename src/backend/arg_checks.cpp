@@ -1,6 +1,8 @@
 // Shared backend argument checks (see arg_checks.h).
 #include "backend/arg_checks.h"
 
+#include "core/block_quant.h"
+
 namespace zt {
 
 void expect_shape(const char* op, const char* arg, const Tensor& tensor, std::initializer_list<int64_t> shape) {
@@ -107,6 +109,17 @@ int64_t expect_quant4_view(const char* op, const Quant4View& weight, int64_t n) 
   expect("nested_absmax", weight.nested_absmax, DType::F32, (blocks + 255) / 256, "ceil(blocks / 256)");
   expect("nested_code", weight.nested_code, DType::F32, 256, "the 256 entries of the 8-bit table");
   expect("nested_offset", weight.nested_offset, DType::F32, 1, "one offset");
+  return blocks;
+}
+
+int64_t expect_block_quant(const char* op, const Tensor& q, const Tensor& scales, int64_t n, int bits, int64_t block) {
+  ZT_CHECK(bits == 8 || bits == 4, op, ": bits ", bits, " must be 8 or 4");
+  ZT_CHECK(block > 0 && block % 2 == 0, op, ": block ", block, " must be positive and even (int4 packs pairs)");
+  ZT_CHECK(q.dtype == DType::U8, op, ": q must be uint8, got ", q.describe());
+  ZT_CHECK(scales.dtype == DType::F32, op, ": scales must be fp32, got ", scales.describe());
+  expect_numel(op, "q", q, block_quant_bytes(n, bits), bits == 8 ? "the values (one byte each)" : "ceil(values / 2)");
+  const int64_t blocks = block_quant_blocks(n, block);
+  expect_numel(op, "scales", scales, blocks, "ceil(values / block)");
   return blocks;
 }
 

@@ -58,6 +58,10 @@ CachedAttentionDims cached_attention_dims(const char* op, const Tensor& out, con
 // (backend.h "dequantize_4bit"); returns its number of blocks.
 int64_t expect_quant4_view(const char* op, const Quant4View& weight, int64_t n);
 
+// Throws unless q (uint8) and scales (fp32) hold n values quantized to `bits` (8 or 4) in blocks
+// of `block` (backend.h "quantize_blocks"); returns the number of blocks.
+int64_t expect_block_quant(const char* op, const Tensor& q, const Tensor& scales, int64_t n, int bits, int64_t block);
+
 // The integer a fill() value stands for in an integer tensor (masks, ids): a whole number in
 // the type's range, else an error naming the tensor.
 template <class Integer>

@@ -36,6 +36,7 @@
 //   - cross_entropy: logits any float (dlogits are written in the logits' dtype); targets int32;
 //     mask uint8.
 //   - dequantize_4bit: out any float; the payload's pieces as Quant4View says.
+//   - quantize_blocks: in any float; dequantize_blocks: out any float; q uint8, scales fp32.
 //   - the optimizer kernels (optimizer_kernels(), backend/optimizer_kernels.h): all buffers fp32
 //     (master weights and optimizer state are always fp32).
 //   Anything else is a zt::Error naming the op and the argument.
@@ -312,6 +313,15 @@ class Backend {
   // and rounded to out's dtype; with double quantization absmax[b] = nested_code[absmax_q[b]] *
   // nested_absmax[b / 256] + offset (two fp32 roundings). Bit for bit on every backend.
   virtual void dequantize_4bit(Tensor out, const Quant4View& weight) = 0;
+
+  // ---- block-quantized communication (ZeRO++: docs/zero-plus-plus.md) --------------------
+  // Symmetric block quantization of in[n] (any float) to `bits` = 8 or 4 per value, one fp32
+  // scale per block of `block` (even) consecutive values, by core/block_quant.h's rules:
+  // q uint8 [n] (int8) or [ceil(n / 2)] (int4, two per byte), scales fp32 [ceil(n / block)].
+  virtual void quantize_blocks(Tensor q, Tensor scales, Tensor in, int bits, int64_t block) = 0;
+  // out[n] (any float) = q * scale in fp32, rounded to out's dtype; `accumulate`: out += it (one
+  // fp32 add, one rounding). Both bit for bit on every backend.
+  virtual void dequantize_blocks(Tensor out, Tensor q, Tensor scales, int bits, int64_t block, bool accumulate) = 0;
 };
 
 // Where a CPU backend's memory comes from: both set, or both empty for aligned_alloc/free.

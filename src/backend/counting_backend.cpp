@@ -223,6 +223,8 @@ class Counting final : public CountingBackend {
   void cross_entropy_accumulate(Tensor, Tensor, Tensor, float, Tensor) override {}
   void dropout(Tensor, Tensor, float, RngKey, Tensor) override {}
   void dequantize_4bit(Tensor, const Quant4View&) override {}
+  void quantize_blocks(Tensor, Tensor, Tensor, int, int64_t) override {}
+  void dequantize_blocks(Tensor, Tensor, Tensor, int, int64_t, bool) override {}
   OptimizerKernels& optimizer_kernels() override { return optimizer_kernels_; }
 
  private:

@@ -418,6 +418,40 @@ std::vector<OpCheck> op_table() {
          }
          return outputs;
        }},
+      // ZeRO++'s block quantization (int8 weights, int4 gradients) of a length that leaves the last
+      // block short and the last int4 byte half used; one block all zeros, one with an outlier;
+      // bit for bit. Outputs: the codes, the scales, and the dequantized values written and added.
+      {"quantize_blocks", kFloats, 0.0,
+       [](OpRun& run, DType dtype) {
+         Outputs outputs;
+         const int64_t n = N * C - 3, block = 32;
+         for (const int bits : {8, 4}) {
+           Tensor in = run.random(dtype, {n}, 2.0f);
+           run.backend().fill(in.rows(block, block), 0.0f);
+           run.backend().fill(in.rows(3 * block + 5, 1), 40.0f);
+           Tensor q = run.bytes(bits == 8 ? n : (n + 1) / 2), scales = run.output(DType::F32, {(n + block - 1) / block});
+           run.backend().quantize_blocks(q, scales, in, bits, block);
+           outputs.push_back(run.read_bytes(q));
+           outputs.push_back(run.read(scales));
+         }
+         return outputs;
+       }},
+      {"dequantize_blocks", kFloats, 0.0,
+       [](OpRun& run, DType dtype) {
+         Outputs outputs;
+         const int64_t n = N * C - 3, block = 32;
+         for (const int bits : {8, 4}) {
+           Tensor in = run.random(DType::F32, {n}, 2.0f);
+           Tensor q = run.bytes(bits == 8 ? n : (n + 1) / 2), scales = run.output(DType::F32, {(n + block - 1) / block});
+           run.backend().quantize_blocks(q, scales, in, bits, block);
+           Tensor written = run.output(dtype, {n}), added = run.random(dtype, {n});
+           run.backend().dequantize_blocks(written, q, scales, bits, block, false);
+           run.backend().dequantize_blocks(added, q, scales, bits, block, true);
+           outputs.push_back(run.read(written));
+           outputs.push_back(run.read(added));
+         }
+         return outputs;
+       }},
       // AdaLomo on a slice of a [N, C] matrix that cuts its first and last rows, and of a vector.
       {"adalomo_square_sums", {DType::F32}, 1e-5,
        [](OpRun& run, DType) {

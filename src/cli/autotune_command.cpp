@@ -71,6 +71,10 @@ nlohmann::ordered_json experiment_ds_config(const std::string& user_path, const 
   zero["stage"] = experiment.choice.stage;
   zero["offload_optimizer"]["device"] = experiment.choice.offload_optimizer ? "cpu" : "none";
   zero["offload_param"]["device"] = experiment.choice.offload_params ? "cpu" : "none";
+  if (experiment.choice.zeropp_ranks_per_node > 0) {  // ZeRO++ in DeepSpeed's keys
+    zero["zero_quantized_weights"] = zero["zero_quantized_gradients"] = true;
+    zero["zero_hpz_partition_size"] = experiment.choice.zeropp_ranks_per_node;
+  }
   return ds;
 }
 
@@ -174,9 +178,9 @@ std::optional<int64_t> memory_budget(const TrainConfig& base, Communicator& comm
 }
 
 // The ZeRO stage x offload x checkpointing settings the search walks (--stages, --no-offload,
-// --checkpointing).
+// --checkpointing); on several nodes (of ranks_per_node ranks each) every stage-3 one with ZeRO++ too.
 std::vector<ZeroChoice> search_branches(const TrainConfig& base, const po::variables_map& vm,
-                                        const std::string& checkpointing) {
+                                        const std::string& checkpointing, int nodes, int ranks_per_node) {
   std::vector<ZeroChoice> branches;
   const std::vector<int> stages = parse_stages(vm["stages"].as<std::string>());
   for (ZeroChoice choice : zero_offload_choices(make_optimizer(base.optimizer)->fuses_into_backward())) {
@@ -186,6 +190,11 @@ std::vector<ZeroChoice> search_branches(const TrainConfig& base, const po::varia
       if ((on && checkpointing == "off") || (!on && checkpointing == "on")) continue;
       choice.activation_checkpointing = on;
       branches.push_back(choice);
+      if (choice.stage == 3 && nodes > 1 && ranks_per_node > 1) {
+        ZeroChoice zeropp = choice;
+        zeropp.zeropp_ranks_per_node = ranks_per_node;
+        branches.push_back(zeropp);
+      }
     }
   }
   return branches;
@@ -318,7 +327,7 @@ int command_autotune(const std::vector<std::string>& args) {
                                     dataset.num_samples() / (static_cast<int64_t>(world_size) * accumulation));
   ZT_CHECK(search.max_micro_batch >= 1, base.data_dir, ": ", dataset.num_samples(),
            " samples do not fill one global batch of micro-batch 1 x ", accumulation, " x ", world_size, " ranks");
-  search.branches = search_branches(base, vm, checkpointing);
+  search.branches = search_branches(base, vm, checkpointing, comm->nodes(), comm->local_size());
 
   const fs::path out(base.out_dir), exps = out / "autotuning_exps", results_dir = out / "autotuning_results";
   if (leader) {

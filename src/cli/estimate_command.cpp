@@ -87,6 +87,8 @@ TrainConfig row_config(const RunShape& shape, const ZeroMemoryInputs& base, cons
   Choice with_checkpointing = choice;
   with_checkpointing.activation_checkpointing = activation_checkpointing;
   config = with_choice(config, with_checkpointing);
+  // ZeRO++'s node groups (qgZ's two hops, hpZ's secondary partition): the estimate's nodes.
+  if (config.zero.zero_hpz_partition_size == 1) config.zero.ranks_per_node = base.gpus_per_node;
   config.offload_activations = activation_checkpointing && shape.offload_activations;
   return config;
 }
@@ -716,6 +718,7 @@ ZeroMemoryInputs zero_memory_inputs(const EstimateFlags& f, const ModelSummary& 
   inputs.reduce_bucket_size = parse_param_count(f.reduce_bucket_text, "--reduce-bucket-size");
   inputs.stage3_max_live_parameters = parse_param_count(f.max_live_text, "--stage3-max-live-parameters");
   inputs.stage3_prefetch_bucket_size = parse_param_count(f.prefetch_text, "--stage3-prefetch-bucket-size");
+  inputs.hpz_partition_size = f.shape.base.zero.zero_hpz_partition_size;  // --deepspeed's ZeRO++ hpZ
   return inputs;
 }
 

@@ -25,6 +25,23 @@ namespace po = boost::program_options;
 
 namespace {
 
+// ZeRO++ (docs/zero-plus-plus.md): DeepSpeed's zero_optimization keys as flags, and the node layout.
+po::options_description zero_plus_plus_options() {
+  po::options_description options("ZeRO++ options (stage 3, several nodes)");
+  options.add_options()
+      ("zero-quantized-weights", po::bool_switch(), "ZeRO++ qwZ (stage 3): gather weights as int8 blocks with fp32 "
+                                                    "scales (zero_optimization.zero_quantized_weights)")
+      ("zero-hpz-partition-size", po::value<int>(), "ZeRO++ hpZ (stage 3): keep a secondary partition over this many "
+                                                    "ranks, the ranks per node, so backward gathers stay in the node "
+                                                    "(zero_optimization.zero_hpz_partition_size; 1: off)")
+      ("zero-quantized-gradients", po::bool_switch(), "ZeRO++ qgZ (stage 3): reduce gradients by an intra-node then an "
+                                                      "inter-node all-to-all of int4 blocks "
+                                                      "(zero_optimization.zero_quantized_gradients)")
+      ("ranks-per-node", po::value<int>(), "ranks per node for ZeRO++'s node groups (default: from the hosts the ranks "
+                                           "run on); e.g. 2 runs 4 ranks on one machine as two \"nodes\"");
+  return options;
+}
+
 po::options_description train_options() {
   po::options_description options("zerotune train options");
   options.add_options()
@@ -128,6 +145,7 @@ po::options_description train_options() {
       ("comm-timeout", po::value<double>(), "seconds a collective may take before the job aborts (default 1800)")
       ("dump-step0", po::value<std::string>(), "write logits, loss and gradients of step 0 to this safetensors file")
       ("dump-final", po::value<std::string>(), "write every trainable parameter after the last step to this safetensors file");
+  options.add(zero_plus_plus_options());
   return options;
 }
 
@@ -265,6 +283,14 @@ void take_run_flags(const po::variables_map& vm, TrainConfig& config, RunOptions
   take(vm, "offload-optimizer", config.zero.offload_optimizer_device);
   ZT_CHECK(config.zero.offload_optimizer_device == "none" || config.zero.offload_optimizer_device == "cpu",
            "--offload-optimizer must be none or cpu, not '", config.zero.offload_optimizer_device, "'");
+  if (vm["zero-quantized-weights"].as<bool>()) config.zero.zero_quantized_weights = true;
+  if (vm["zero-quantized-gradients"].as<bool>()) config.zero.zero_quantized_gradients = true;
+  take(vm, "zero-hpz-partition-size", config.zero.zero_hpz_partition_size);
+  ZT_CHECK(config.zero.zero_hpz_partition_size >= 1, "--zero-hpz-partition-size must be at least 1, not ",
+           config.zero.zero_hpz_partition_size);
+  take(vm, "ranks-per-node", config.zero.ranks_per_node);
+  ZT_CHECK(config.zero.ranks_per_node >= 1 || !vm.count("ranks-per-node"), "--ranks-per-node must be at least 1, not ",
+           config.zero.ranks_per_node);
   if (vm.count("grad-accum-dtype")) {
     const std::string name = vm["grad-accum-dtype"].as<std::string>();
     const std::optional<DType> dtype = parse_deepspeed_dtype(name);

@@ -107,6 +107,13 @@ class Communicator {
   // node's ranks. Collective: every rank of this communicator calls it. The result keeps this
   // one's timeout and context, counts its own traffic, and must not outlive this one.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  // split() where the caller knows that every group has `group_size` ranks and that `key` is this
+  // rank's place in its group (node_groups.h): the null communicator, which cannot learn the other
+  // ranks' colors, makes its group from that; the others split.
+  virtual std::unique_ptr<Communicator> split_uniform(int color, int key, int group_size) {
+    (void)group_size;
+    return split(color, key);
+  }
 
   void all_reduce_sum(Tensor data) { all_reduce_sum_async(data)->wait(); }
   void reduce_scatter_sum(Tensor out, Tensor in) { reduce_scatter_sum_async(out, in)->wait(); }
@@ -118,6 +125,9 @@ class Communicator {
   }
 
   const CommStats& stats() const { return stats_; }
+  // The counters of this communicator's traffic wherever they are kept: its own, or (host staging,
+  // keeps_control false) those of the host communicator it sends through.
+  virtual const CommStats& traffic() const { return stats_; }
   void reset_stats() { stats_ = CommStats(); }
   // How long a collective may take before the job is aborted (DESIGN.md: no hang forever).
   void set_timeout(std::chrono::duration<double> timeout) { timeout_ = timeout; }

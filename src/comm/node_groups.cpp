@@ -40,8 +40,8 @@ NodeGroups split_by_node(Communicator& world, int ranks_per_node) {
   }
   groups.nodes = world.size() / groups.ranks_per_node;
   const int node = world.rank() / groups.ranks_per_node, local = world.rank() % groups.ranks_per_node;
-  groups.intra = world.split(node, local);
-  groups.inter = world.split(local, node);
+  groups.intra = world.split_uniform(node, local, groups.ranks_per_node);
+  groups.inter = world.split_uniform(local, node, groups.nodes);
   return groups;
 }
 

@@ -1,6 +1,8 @@
 // The null communicator (see null_communicator.h).
 #include "comm/null_communicator.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace zt {
@@ -36,6 +38,9 @@ class NullCommunicator final : public Communicator {
     return completed_collective();
   }
   // The other ranks' colors are unknown here: a group's null communicator is made with its size.
+  std::unique_ptr<Communicator> split_uniform(int, int key, int group_size) override {
+    return std::make_unique<NullCommunicator>(key, group_size, std::min(local_size_, group_size), 1);
+  }
   std::unique_ptr<Communicator> split(int, int) override {
     fail("split: the null communicator (rank ", rank_, " of ", size_, ", the memory model's) does not know the other "
          "ranks' colors; make the group's null communicator with the group's size instead");

@@ -22,6 +22,7 @@ class StagedCommunicator final : public Communicator {
   int nodes() const override { return host_.nodes(); }
   std::string name() const override { return host_.name() + "+host-staging"; }
   bool keeps_control() const override { return false; }
+  const CommStats& traffic() const override { return host_.traffic(); }
 
   Pending all_reduce_sum_async(Tensor data) override {
     if (data.device == Device::CPU) return host_.all_reduce_sum_async(data);

@@ -14,6 +14,7 @@ nlohmann::ordered_json AutotuneExperiment::to_json() const {
                                  {"offload_optimizer", choice.offload_optimizer ? "cpu" : "none"},
                                  {"offload_param", choice.offload_params ? "cpu" : "none"},
                                  {"activation_checkpointing", choice.activation_checkpointing},
+                                 {"zeropp", choice.zeropp_ranks_per_node > 0},
                                  {"train_micro_batch_size_per_gpu", micro_batch},
                                  {"gradient_accumulation_steps", accumulation},
                                  {"memory_predicted_bytes", predicted_bytes},

@@ -888,7 +888,7 @@ const KeyTable& zero_keys() {
       {"elastic_checkpoint", Role::no_effect},
       {"ignore_unused_parameters", Role::no_effect},
       {"legacy_stage1", Role::no_effect},
-      {"zero_hpz_partition_size", Role::no_effect},
+      {"zero_hpz_partition_size", Role::translated},
       {"mics_shard_size", Role::no_effect},
       {"mics_hierarchical_params_gather", Role::no_effect},
       {"memory_efficient_linear", Role::no_effect},
@@ -962,9 +962,13 @@ void translate_zero(const Section& top, TrainConfig& config) {
   section.boolean("reduce_scatter", zero.reduce_scatter, false);
   section.boolean("allgather_partitions", zero.allgather_partitions, false);
   section.boolean("round_robin_gradients", zero.round_robin_gradients, false);
-  section.require("zero_quantized_weights", false, "zerotune communicates weights unquantized");
-  section.require("zero_quantized_nontrainable_weights", false, "zerotune keeps frozen weights unquantized");
-  section.require("zero_quantized_gradients", false, "zerotune communicates gradients unquantized");
+  // ZeRO++ (docs/zero-plus-plus.md); the engine checks that they go with stage 3.
+  section.boolean("zero_quantized_weights", zero.zero_quantized_weights, false);
+  section.require("zero_quantized_nontrainable_weights", false,
+                  "zerotune gathers frozen weights as the trainable ones (int8 with zero_quantized_weights) but keeps "
+                  "them unquantized in memory");
+  section.boolean("zero_quantized_gradients", zero.zero_quantized_gradients, false);
+  section.integer("zero_hpz_partition_size", zero.zero_hpz_partition_size, 1, 1 << 20, false);
 
   // Offload, in the current form or DeepSpeed's deprecated booleans (not both, as in DeepSpeed).
   ZT_CHECK(!(section.has("cpu_offload") && section.has("offload_optimizer")), top.file(),

@@ -17,6 +17,15 @@ TrainConfig with_choice(TrainConfig config, const ZeroChoice& choice) {
   config.zero.offload_optimizer_device = choice.offload_optimizer ? "cpu" : "none";
   config.zero.offload_param_device = choice.offload_params ? "cpu" : "none";
   config.activation_checkpointing = choice.activation_checkpointing;
+  // ZeRO++ (--deepspeed's zero_quantized_weights, zero_hpz_partition_size, zero_quantized_gradients)
+  // is stage 3's: the rows of the other stages run without it.
+  if (choice.stage < 3) {
+    config.zero.zero_quantized_weights = config.zero.zero_quantized_gradients = false;
+    config.zero.zero_hpz_partition_size = 1;
+  } else if (choice.zeropp_ranks_per_node > 0) {
+    config.zero.zero_quantized_weights = config.zero.zero_quantized_gradients = true;
+    config.zero.zero_hpz_partition_size = config.zero.ranks_per_node = choice.zeropp_ranks_per_node;
+  }
   return config;
 }
 
@@ -25,13 +34,14 @@ std::string choice_text(const ZeroChoice& choice) {
   if (choice.offload_optimizer) text += " + offload_optimizer cpu";
   if (choice.offload_params) text += " + offload_param cpu";
   if (choice.activation_checkpointing) text += " + --activation-checkpointing";
+  if (choice.zeropp_ranks_per_node > 0) text += cat(" + ZeRO++ (hpZ over ", choice.zeropp_ranks_per_node, " ranks)");
   return text;
 }
 
 std::string choice_experiment_name(const ZeroChoice& choice, int64_t accumulation, int64_t micro_batch) {
   return cat("z", choice.stage, "_oo", choice.offload_optimizer ? "cpu" : "none", "_op",
              choice.offload_params ? "cpu" : "none", "_ac", choice.activation_checkpointing ? "T" : "F", "_gas",
-             accumulation, "_tmbspg", micro_batch);
+             accumulation, "_tmbspg", micro_batch, choice.zeropp_ranks_per_node > 0 ? "_zpp" : "");
 }
 
 nlohmann::ordered_json terms_json(const std::map<std::string, int64_t>& terms) {

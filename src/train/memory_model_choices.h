@@ -19,6 +19,9 @@ struct ZeroChoice {
   bool offload_optimizer = false;  // zero_optimization.offload_optimizer.device cpu
   bool offload_params = false;     // zero_optimization.offload_param.device cpu (stage 3)
   bool activation_checkpointing = false;
+  // > 0: ZeRO++ at stage 3 (qwZ + hpZ over this many ranks, the ranks per node + qgZ), which
+  // autotune tries where the job spans several nodes.
+  int zeropp_ranks_per_node = 0;
 };
 
 // Every stage and offload DeepSpeed offers, in this order: stage 0; 1 and 2 without and with
@@ -27,7 +30,8 @@ struct ZeroChoice {
 // and it has no offload_optimizer rows. Activation checkpointing off in all.
 std::vector<ZeroChoice> zero_offload_choices(bool fused_optimizer);
 
-// `config` with the choice's stage, offload devices and activation checkpointing.
+// `config` with the choice's stage, offload devices, activation checkpointing and ZeRO++ (a stage
+// below 3 drops ZeRO++, which is stage 3's).
 TrainConfig with_choice(TrainConfig config, const ZeroChoice& choice);
 // "zero_optimization.stage 3 + offload_optimizer cpu + offload_param cpu + --activation-checkpointing"
 std::string choice_text(const ZeroChoice& choice);

@@ -134,7 +134,12 @@ void write_run_record(TrainingRun& run) {
   const ZeroCommPlan comm_plan = run.parts.engine->comm_plan(config.gradient_accumulation_steps);
   record["zero_comm_plan_bytes_per_step"] = {{"all_reduce", comm_plan.all_reduce},
                                              {"reduce_scatter", comm_plan.reduce_scatter},
-                                             {"all_gather", comm_plan.all_gather}};
+                                             {"all_gather", comm_plan.all_gather},
+                                             {"node_all_gather", comm_plan.node_all_gather},
+                                             {"node_all_to_all", comm_plan.node_all_to_all},
+                                             {"cross_all_to_all", comm_plan.cross_all_to_all},
+                                             {"intra_node", comm_plan.intra_node()},
+                                             {"inter_node", comm_plan.inter_node()}};
   write_text_file((fs::path(config.out_dir) / "run.json").string(), record.dump(2) + "\n");
   print_banner(run, device);
 }

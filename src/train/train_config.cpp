@@ -82,6 +82,31 @@ void TrainConfig::resolve_batch_sizes(int world_size) {
 
 std::string MonitorConfig::directory() const { return (std::filesystem::path(output_path) / job_name).string(); }
 
+// DeepSpeed's zero_optimization as resolved, with ZeRO++'s keys (docs/zero-plus-plus.md).
+static nlohmann::json zero_json(const ZeroConfig& zero) {
+  return {{"stage", zero.stage},
+          {"reduce_bucket_size", zero.reduce_bucket_size},
+          {"allgather_bucket_size", zero.allgather_bucket_size},
+          {"overlap_comm", zero.overlap_comm},
+          {"contiguous_gradients", zero.contiguous_gradients},
+          {"reduce_scatter", zero.reduce_scatter},
+          {"allgather_partitions", zero.allgather_partitions},
+          {"round_robin_gradients", zero.round_robin_gradients},
+          {"sub_group_size", zero.sub_group_size},
+          {"stage3_param_persistence_threshold", zero.stage3_param_persistence_threshold},
+          {"stage3_max_live_parameters", zero.stage3_max_live_parameters},
+          {"stage3_prefetch_bucket_size", zero.stage3_prefetch_bucket_size},
+          {"stage3_max_reuse_distance", zero.stage3_max_reuse_distance},
+          {"stage3_model_persistence_threshold", zero.stage3_model_persistence_threshold},
+          {"stage3_gather_16bit_weights_on_model_save", zero.stage3_gather_16bit_weights_on_model_save},
+          {"offload_optimizer", {{"device", zero.offload_optimizer_device}, {"pin_memory", zero.offload_optimizer_pin_memory}}},
+          {"offload_param", {{"device", zero.offload_param_device}, {"pin_memory", zero.offload_param_pin_memory}}},
+          {"zero_quantized_weights", zero.zero_quantized_weights},
+          {"zero_hpz_partition_size", zero.zero_hpz_partition_size},
+          {"zero_quantized_gradients", zero.zero_quantized_gradients},
+          {"ranks_per_node", zero.ranks_per_node}};
+}
+
 nlohmann::json TrainConfig::to_json() const {
   const double resolved_warmup_max_lr = scheduler.warmup_max_lr_auto ? optimizer.lr : scheduler.warmup_max_lr;
   return {
@@ -126,24 +151,7 @@ nlohmann::json TrainConfig::to_json() const {
         {"warmup_min_ratio", scheduler.warmup_min_ratio},
         {"cos_min_ratio", scheduler.cos_min_ratio},
         {"warmup_steps", scheduler.warmup_steps}}},
-      {"zero_optimization",
-       {{"stage", zero.stage},
-        {"reduce_bucket_size", zero.reduce_bucket_size},
-        {"allgather_bucket_size", zero.allgather_bucket_size},
-        {"overlap_comm", zero.overlap_comm},
-        {"contiguous_gradients", zero.contiguous_gradients},
-        {"reduce_scatter", zero.reduce_scatter},
-        {"allgather_partitions", zero.allgather_partitions},
-        {"round_robin_gradients", zero.round_robin_gradients},
-        {"sub_group_size", zero.sub_group_size},
-        {"stage3_param_persistence_threshold", zero.stage3_param_persistence_threshold},
-        {"stage3_max_live_parameters", zero.stage3_max_live_parameters},
-        {"stage3_prefetch_bucket_size", zero.stage3_prefetch_bucket_size},
-        {"stage3_max_reuse_distance", zero.stage3_max_reuse_distance},
-        {"stage3_model_persistence_threshold", zero.stage3_model_persistence_threshold},
-        {"stage3_gather_16bit_weights_on_model_save", zero.stage3_gather_16bit_weights_on_model_save},
-        {"offload_optimizer", {{"device", zero.offload_optimizer_device}, {"pin_memory", zero.offload_optimizer_pin_memory}}},
-        {"offload_param", {{"device", zero.offload_param_device}, {"pin_memory", zero.offload_param_pin_memory}}}}},
+      {"zero_optimization", zero_json(zero)},
       {"lora",
        {{"r", lora.r}, {"alpha", lora.alpha}, {"dropout", lora.dropout}, {"targets", lora.targets}, {"rslora", lora.rslora}}},
       {"quantize", quant_config_json(quantize)},

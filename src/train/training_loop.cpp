@@ -42,6 +42,39 @@ StepMetrics step_metrics(const StepOutcome& outcome, int64_t step, int64_t total
 
 // Rank 0's metrics.jsonl record of a step: `metrics`, the memory figures the memory model is
 // checked against, and the bytes sent in the step by collective (`before` and `after` it).
+// Bytes by collective sent between two counter readings.
+nlohmann::json bytes_by_collective(const CommStats& before, const CommStats& after) {
+  nlohmann::json sent;
+  for (int kind = 0; kind < kCollectiveKinds; ++kind)
+    sent[collective_name(static_cast<Collective>(kind))] =
+        after.bytes_sent[static_cast<size_t>(kind)] - before.bytes_sent[static_cast<size_t>(kind)];
+  return sent;
+}
+
+// ZeRO++'s node groups count their own traffic (a node's ranks, and the ranks with one place on every node).
+struct NodeTraffic {
+  CommStats intra, inter;
+};
+NodeTraffic node_traffic(const ZeroEngine& engine) {
+  const NodeGroups* groups = engine.node_groups();
+  return groups ? NodeTraffic{groups->intra->traffic(), groups->inter->traffic()} : NodeTraffic{};
+}
+
+// With node groups: the step's bytes within the node (the node groups' intra communicator) and
+// across nodes (the inter one, plus the ZeRO collectives over all ranks, whose rings cross nodes).
+void add_node_traffic(nlohmann::json& record, const NodeTraffic& before, const NodeTraffic& after) {
+  const nlohmann::json intra = bytes_by_collective(before.intra, after.intra);
+  const nlohmann::json inter = bytes_by_collective(before.inter, after.inter);
+  double intra_total = 0.0, inter_total = 0.0;
+  for (const auto& [kind, bytes] : intra.items()) intra_total += bytes.get<double>();
+  for (const auto& [kind, bytes] : inter.items()) inter_total += bytes.get<double>();
+  for (const char* kind : {"all_reduce", "reduce_scatter", "all_gather", "all_to_all"})
+    inter_total += record["comm_bytes_sent"][kind].get<double>();
+  record["comm_bytes_sent_node_groups"] = {{"intra", intra}, {"inter", inter}};
+  record["comm_bytes_intra_node"] = intra_total;
+  record["comm_bytes_inter_node"] = inter_total;
+}
+
 nlohmann::json metrics_record(const StepMetrics& metrics, const Backend& backend, const CommStats& before,
                               const CommStats& after) {
   nlohmann::json record = metrics_json(metrics);
@@ -49,11 +82,7 @@ nlohmann::json metrics_record(const StepMetrics& metrics, const Backend& backend
     record["mem_device_store_peak"] = memory->store_peak;  // ZeRO's flat parameter + gradient buffers
   if (backend.device() == Device::CPU)  // the CPU backend's buffers: what the memory model's host peak predicts
     record["mem_cpu_backend_peak"] = cpu_backend_memory().peak;
-  nlohmann::json sent;
-  for (int kind = 0; kind < kCollectiveKinds; ++kind)
-    sent[collective_name(static_cast<Collective>(kind))] =
-        after.bytes_sent[static_cast<size_t>(kind)] - before.bytes_sent[static_cast<size_t>(kind)];
-  record["comm_bytes_sent"] = sent;
+  record["comm_bytes_sent"] = bytes_by_collective(before, after);
   return record;
 }
 
@@ -107,6 +136,7 @@ class TrainingLoop {
     const auto start = std::chrono::steady_clock::now();
     control.set_context(cat("step ", step + 1));
     const CommStats comm_before = control.stats();
+    const NodeTraffic nodes_before = node_traffic(*run_.parts.engine);
     const bool profiling = options.profile_step == step + 1;
     // --cuda-profiler-steps: from its first step (or the first step of a resumed run inside it).
     if (options.profiler_first > 0 && step + 1 == std::max(options.profiler_first, run_.state.step + 1) &&
@@ -138,7 +168,8 @@ class TrainingLoop {
       metrics.mem_device_peak = memory->peak;
     }
     if (run_.leader) {
-      const nlohmann::json record = metrics_record(metrics, backend, comm_before, control.stats());
+      nlohmann::json record = metrics_record(metrics, backend, comm_before, control.stats());
+      if (run_.parts.engine->node_groups()) add_node_traffic(record, nodes_before, node_traffic(*run_.parts.engine));
       metrics_writer_->write(record);
       if (monitors_) monitors_->write_step(record);
       run_.console->step(metrics, (step + 1) % log_every_ == 0 || step + 1 == run_.total_steps);

@@ -26,6 +26,7 @@ std::unique_ptr<GradientReduction> make_gradient_reduction(const ReductionContex
   else if (context.stage == 0) exact = make_allreduce_reduction(context);
   // A compressed exchange needs each rank's whole local gradient: stage 2 then reduces like
   // stage 1 in the steps that reduce (a worker compresses its whole vector).
+  else if (context.zero.zero_quantized_gradients) exact = make_quantized_reduction(context, !optimizer.fuses_into_backward());
   else exact = make_reduce_scatter_reduction(context, context.stage >= 2 && !exchanges, !optimizer.fuses_into_backward());
   if (!exchanges) return exact;
   return std::make_unique<CompressedReduction>(context, std::move(exact), optimizer, config.comm_backend_name, host_comm);

@@ -9,6 +9,8 @@
 //   reduce-scatter (reduce_scatter_reduction.cpp, stages 1-3): buckets reduce-scattered; each
 //     rank keeps its partition's sums (stages 2/3: every micro-batch, and the full-size gradients
 //     given back as soon as reduced).
+//   quantized (quantized_reduction.cpp, ZeRO++'s qgZ at stage 3): the reduce-scatter strategy with
+//     each bucket reduced by two all-to-alls of int4 blocks, within the node then across nodes.
 //   one rank (one_rank_reduction.cpp): nothing to reduce.
 //   compressed (compressed_reduction.cpp: 1-bit Adam, 0/1 Adam): in the steps where the optimizer
 //     exchanges its momentum or takes local steps, each rank keeps its local gradient and the
@@ -24,6 +26,7 @@
 
 #include "backend/buffer.h"
 #include "comm/communicator.h"
+#include "comm/node_groups.h"
 #include "model/param_store.h"
 #include "optim/optimizer.h"
 #include "optim/optimizer_config.h"
@@ -40,6 +43,7 @@ struct ReductionContext {
   ParamStore* store = nullptr;
   ZeroConfig zero;
   int stage = 0, world = 1, rank = 0;
+  NodeGroups* nodes = nullptr;       // ZeRO++'s node groups, when it has them (qgZ's two hops)
   DType compute_dtype = DType::F32;  // fp32 reduced gradients are rounded to it (fp16 overflow becomes inf);
                                      // 16-bit ones (store->grad_dtype()) are in it already
   // In the step's last micro-batch: this rank's final reduced slices [begin, begin + n) of a
@@ -115,8 +119,12 @@ std::unique_ptr<GradientReduction> make_gradient_reduction(const ReductionContex
 
 // The strategies (one file each).
 std::unique_ptr<GradientReduction> make_allreduce_reduction(const ReductionContext& context);
+// The reduce-scatter of one bucket: out [S] <- the sum over ranks of their in's slice [W*S] (rank-major).
+using ReduceScatterFn = std::function<Pending(Tensor out, Tensor in)>;
+// `reduce_scatter` empty: the communicator's.
 std::unique_ptr<GradientReduction> make_reduce_scatter_reduction(const ReductionContext& context, bool per_micro_batch,
-                                                                 bool partitions);
+                                                                 bool partitions, ReduceScatterFn reduce_scatter = {});
+std::unique_ptr<GradientReduction> make_quantized_reduction(const ReductionContext& context, bool partitions);
 std::unique_ptr<GradientReduction> make_one_rank_reduction(const ReductionContext& context);
 
 // The bucket queue of the all-reduce and reduce-scatter strategies: units join a bucket as

@@ -63,6 +63,7 @@ nlohmann::json ZeroMemoryPlan::to_json() const {
           {"gathered_params", gathered_params},
           {"master_aliases_params", master_aliases_params},
           {"device_param_bytes", device_param_bytes},
+          {"device_secondary_param_bytes", device_secondary_param_bytes},
           {"device_grad_bytes", device_grad_bytes},
           {"device_grad_bucket_bytes", device_grad_bucket_bytes},
           {"device_master_bytes", device_master_bytes},
@@ -99,6 +100,7 @@ ZeroMemoryPlan zero_memory_plan(const ZeroMemoryInputs& in) {
     else
       plan.device_param_bytes = partition_bytes;
     plan.device_param_bytes += plan.gathered_params * c;
+    if (in.hpz_partition_size > 1 && world > 1) plan.device_secondary_param_bytes = plan.padded_params / in.hpz_partition_size * c;
   }
 
   // Gradients (g bytes each: fp32, or 16-bit with data_types.grad_accum_dtype): whole for stages
@@ -128,8 +130,8 @@ ZeroMemoryPlan zero_memory_plan(const ZeroMemoryInputs& in) {
     plan.device_optimizer_bytes = optimizer_elements * 4 * in.optimizer_state_floats + in.tensor_state_floats * 4;
   }
 
-  plan.device_total_bytes = plan.device_param_bytes + plan.device_grad_bytes + plan.device_grad_bucket_bytes +
-                            plan.device_master_bytes + plan.device_optimizer_bytes;
+  plan.device_total_bytes = plan.device_param_bytes + plan.device_secondary_param_bytes + plan.device_grad_bytes +
+                            plan.device_grad_bucket_bytes + plan.device_master_bytes + plan.device_optimizer_bytes;
   plan.host_total_bytes = plan.host_master_bytes + plan.host_optimizer_bytes + plan.host_grad_bytes +
                           plan.host_param_bytes;
   plan.host_total_bytes_per_node = plan.host_total_bytes * in.gpus_per_node;

@@ -43,6 +43,7 @@ struct ZeroMemoryInputs {
   int64_t reduce_bucket_size = 500000000;
   int64_t stage3_max_live_parameters = 1000000000;
   int64_t stage3_prefetch_bucket_size = 50000000;
+  int hpz_partition_size = 1;      // ZeRO++ hpZ (stage 3, several ranks): a secondary partition over this many ranks
 };
 
 // Per-rank bytes of zerotune's model-state buffers. With W = world_size, P = total_params
@@ -72,6 +73,8 @@ struct ZeroMemoryPlan {
   int64_t device_optimizer_bytes = 0;  // optimizer state, s = optimizer_state_floats: 4 s T
                                        // (stage 0) or 4 s T/W (AdamW: 8), + 4 tensor_state_floats
                                        // (whole on every rank); 0 when offloaded
+  int64_t device_secondary_param_bytes = 0;  // ZeRO++ hpZ, stage 3: (P/R) c, R = hpz_partition_size (persistent
+                                             // units have none: an upper bound)
   int64_t device_total_bytes = 0;    // the sum of the device_* bytes above
   // host (CPU) bytes per rank (all 0 without offload)
   int64_t host_master_bytes = 0;     // offload_optimizer: (T/W) 4

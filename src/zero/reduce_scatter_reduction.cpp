@@ -15,8 +15,14 @@ namespace {
 
 class ReduceScatterReduction final : public BucketedReduction {
  public:
-  ReduceScatterReduction(const ReductionContext& context, bool per_micro_batch, bool partitions)
-      : BucketedReduction(context), per_micro_batch_(per_micro_batch), dtype_(context.store->grad_dtype()) {
+  ReduceScatterReduction(const ReductionContext& context, bool per_micro_batch, bool partitions,
+                         ReduceScatterFn reduce_scatter)
+      : BucketedReduction(context), per_micro_batch_(per_micro_batch), dtype_(context.store->grad_dtype()),
+        reduce_scatter_(std::move(reduce_scatter)) {
+    if (!reduce_scatter_) {
+      Communicator* comm = context.comm;
+      reduce_scatter_ = [comm](Tensor out, Tensor in) { return comm->reduce_scatter_sum_async(out, in); };
+    }
     for (ParamGroup group : kTrainableGroups) {
       Group& g = groups_[static_cast<size_t>(group)];
       g.partition_numel = context.store->group(group).numel / context.world;
@@ -64,7 +70,7 @@ class ReduceScatterReduction final : public BucketedReduction {
     return context_.comm->all_reduce_max(context_.backend->has_inf_or_nan_in(held()) ? 1.0 : 0.0) > 0.0;
   }
   Tensor reduce_unit(Tensor grads, Tensor scratch) override {
-    context_.comm->reduce_scatter_sum_async(scratch, grads)->wait();
+    reduce_scatter_(scratch, grads)->wait();
     return scratch;
   }
   bool reduces_per_micro_batch() const override { return per_micro_batch_; }
@@ -106,7 +112,7 @@ class ReduceScatterReduction final : public BucketedReduction {
     }
     ensure_buffer(g.staging_out, *context_.backend, per_rank, dtype_);
     peak_staging_ = std::max<int64_t>(peak_staging_, static_cast<int64_t>(g.staging_in.bytes() + g.staging_out.bytes()));
-    part.pending = context_.comm->reduce_scatter_sum_async(flat_view(g.staging_out, dtype_, per_rank), in);
+    part.pending = reduce_scatter_(flat_view(g.staging_out, dtype_, per_rank), in);
   }
 
   // The bucket's slices join this rank's partition; in the step's last micro-batch they hold
@@ -135,14 +141,15 @@ class ReduceScatterReduction final : public BucketedReduction {
 
   bool per_micro_batch_;
   DType dtype_;  // the gradients' (the store's grad dtype)
+  ReduceScatterFn reduce_scatter_;
   Group groups_[kParamGroups];
 };
 
 }  // namespace
 
 std::unique_ptr<GradientReduction> make_reduce_scatter_reduction(const ReductionContext& context, bool per_micro_batch,
-                                                                 bool partitions) {
-  return std::make_unique<ReduceScatterReduction>(context, per_micro_batch, partitions);
+                                                                 bool partitions, ReduceScatterFn reduce_scatter) {
+  return std::make_unique<ReduceScatterReduction>(context, per_micro_batch, partitions, std::move(reduce_scatter));
 }
 
 }  // namespace zt

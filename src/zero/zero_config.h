@@ -25,6 +25,12 @@ struct ZeroConfig {  // DeepSpeed "zero_optimization"; the ZeRO issue gives thes
   bool offload_optimizer_pin_memory = false;
   std::string offload_param_device = "none";     // none | cpu (stage 3 only)
   bool offload_param_pin_memory = false;
+  // ZeRO++ (stage 3; docs/zero-plus-plus.md):
+  bool zero_quantized_weights = false;    // qwZ: stage 3's gathers send int8 blocks + fp32 scales
+  int zero_hpz_partition_size = 1;        // hpZ: > 1 keeps a secondary partition over this many ranks (a node's)
+  bool zero_quantized_gradients = false;  // qgZ: gradients reduced by two all-to-alls of int4 blocks
+  int ranks_per_node = 0;                 // --ranks-per-node: the node layout (0: from the hosts the ranks run on)
+  bool zeropp() const { return zero_quantized_weights || zero_hpz_partition_size > 1 || zero_quantized_gradients; }
 };
 
 }  // namespace zt

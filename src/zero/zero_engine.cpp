@@ -8,6 +8,7 @@
 #include <exception>
 
 #include "zero/compressed_reduction.h"
+#include "zero/quantized_collectives.h"
 #include "zero/rank_major.h"
 
 namespace zt {
@@ -122,6 +123,13 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
     }
   }
   units_.resize(static_cast<size_t>(store.num_units()));
+  check_zeropp();
+  if (world_ > 1 && (zero.zero_hpz_partition_size > 1 || zero.zero_quantized_gradients)) {
+    const int per_node = zero.zero_hpz_partition_size > 1 ? zero.zero_hpz_partition_size : zero.ranks_per_node;
+    nodes_ = std::make_unique<NodeGroups>(split_by_node(comm_, per_node));
+    hpz_ = zero.zero_hpz_partition_size > 1;
+    if (hpz_) make_secondary_partition();
+  }
   ReductionContext context;
   context.backend = &backend_;
   context.comm = &comm_;
@@ -131,6 +139,7 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
   context.world = world_;
   context.rank = rank_;
   context.compute_dtype = compute_dtype_;
+  context.nodes = nodes_.get();
   context.slices_final = [this](ParamGroup group, int64_t begin, Tensor slices) { slices_final(group, begin, slices); };
   context.released = [this](int unit) { units_[static_cast<size_t>(unit)].grads_live = false; };
   reduction_ = make_gradient_reduction(context, *optimizer_, optimizer, host_comm);
@@ -273,12 +282,25 @@ void ZeroEngine::gather_unit(int unit, bool async) {
       backend_.copy_async(uploaded, in);  // the gather after it is ordered on the device
       in = uploaded;
     }
-    u.inflight.push_back(all_gather_async(out, in));  // one rank: a copy, host -> device when offloaded
+    u.inflight.push_back(gather_range(u, static_cast<int>(group), out, in));
   }
+  u.capture_secondary = hpz_ && !u.secondary.empty() && !u.secondary_current;
   u.gathered = true;
   live_gathered_ += store_.unit_numel(unit);
   peak_gathered_ = std::max(peak_gathered_, live_gathered_);
   if (!async) finish_prefetch(unit);
+}
+
+// One group's range of a unit: out [range] <- every rank's in [range / W]. hpZ with a current
+// secondary partition: within the node from it; else over all ranks, as int8 blocks with qwZ.
+Pending ZeroEngine::gather_range(UnitState& u, int group_index, Tensor out, Tensor in) {
+  if (hpz_ && u.secondary_current && !exact_gathers_) {
+    const Buffer& share = u.secondary[static_cast<size_t>(group_index)];
+    return nodes_->intra->all_gather_async(out, share.view(compute_dtype_, {out.numel() / nodes_->ranks_per_node}));
+  }
+  if (zero_.zero_quantized_weights && world_ > 1 && !exact_gathers_)
+    return quantized_all_gather_async(backend_, comm_, out, in);
+  return all_gather_async(out, in);  // one rank: a copy, host -> device when offloaded
 }
 
 void ZeroEngine::finish_prefetch(int unit) {
@@ -286,6 +308,64 @@ void ZeroEngine::finish_prefetch(int unit) {
   for (Pending& pending : u.inflight) pending->wait();
   u.inflight.clear();
   u.uploads.clear();
+  if (u.capture_secondary) capture_secondary(unit);
+}
+
+// ---- ZeRO++ --------------------------------------------------------------------------------------
+
+// ZeRO++ is stage 3's (as in DeepSpeed); qgZ replaces the exact reduce-scatter, so not where another
+// reduction runs (an optimizer fused into backward, a compressed momentum exchange).
+void ZeroEngine::check_zeropp() const {
+  if (!zero_.zeropp()) return;
+  ZT_CHECK(stage_ == 3, "zero_optimization: ZeRO++ (zero_quantized_weights, zero_hpz_partition_size, "
+           "zero_quantized_gradients) needs stage 3, as in DeepSpeed; the config has stage ", stage_);
+  const int hpz = zero_.zero_hpz_partition_size;
+  ZT_CHECK(hpz == 1 || world_ == 1 || world_ % hpz == 0, "zero_optimization.zero_hpz_partition_size ", hpz,
+           " must divide the ", world_, " ranks (it is the ranks per node)");
+  ZT_CHECK(hpz == 1 || zero_.ranks_per_node == 0 || zero_.ranks_per_node == hpz,
+           "zero_optimization.zero_hpz_partition_size ", hpz, " differs from --ranks-per-node ", zero_.ranks_per_node,
+           ": hpZ's secondary partition spans the ranks of a node");
+  if (zero_.zero_quantized_gradients) {
+    ZT_CHECK(!fused_, "zero_optimization.zero_quantized_gradients with optimizer ", optimizer_->name(),
+             ": it reduces each unit inside backward, not through qgZ's all-to-alls");
+    ZT_CHECK(!optimizer_->exchanges_momentum(), "zero_optimization.zero_quantized_gradients with optimizer ",
+             optimizer_->name(), ": its compressed momentum exchange replaces the gradient reduction");
+  }
+}
+
+// hpZ: each non-persistent unit's share [range / R] per group, on the device (what the memory
+// model counts as parameters beside the partitions).
+void ZeroEngine::make_secondary_partition() {
+  const int64_t per_node = nodes_->ranks_per_node;
+  for (int unit = 0; unit < store_.num_units(); ++unit) {
+    if (store_.unit_numel(unit) < zero_.stage3_param_persistence_threshold) continue;  // persistent: never gathered again
+    UnitState& u = units_[static_cast<size_t>(unit)];
+    for (ParamGroup group : kAllGroups) {
+      const int64_t numel = store_.unit_range(group, unit).numel / per_node;
+      u.secondary.emplace_back(backend_, static_cast<size_t>(numel) * dtype_size(compute_dtype_));
+    }
+  }
+}
+
+void ZeroEngine::capture_secondary(int unit) {
+  UnitState& u = units_[static_cast<size_t>(unit)];
+  const int per_node = nodes_->ranks_per_node, place = nodes_->intra->rank();
+  for (ParamGroup group : kAllGroups) {
+    const UnitRange range = store_.unit_range(group, unit);
+    if (!range.numel) continue;
+    const int64_t share = range.numel / per_node;
+    const Buffer& secondary = u.secondary[static_cast<size_t>(group)];
+    backend_.copy(secondary.view(compute_dtype_, {share}), store_.group_params(group).rows(range.begin + place * share, share));
+  }
+  u.secondary_current = true;
+  u.capture_secondary = false;
+}
+
+// After an update: the secondary partition is stale (a gather still in flight completes first, so
+// that its capture cannot make it current again).
+void ZeroEngine::invalidate_secondary(int unit) {
+  finish_prefetch(unit);
+  units_[static_cast<size_t>(unit)].secondary_current = false;
 }
 
 void ZeroEngine::discard_unit_params(int unit) {
@@ -610,6 +690,7 @@ void ZeroEngine::sync_params_after_update() {
   }
   if (stage_ == 3) {  // gathered copies are stale: refresh the persistent ones, drop the others
     for (int unit = 0; unit < store_.num_units(); ++unit) {
+      invalidate_secondary(unit);
       UnitState& u = units_[static_cast<size_t>(unit)];
       if (!u.gathered) continue;
       finish_prefetch(unit);
@@ -677,11 +758,21 @@ void ZeroEngine::refresh_params_from_master() {
   sync_params_after_update();
 }
 
+// Exact values, not qwZ's int8 nor hpZ's copy of them: what is written out. A unit gathered
+// through qwZ is gathered again.
 void ZeroEngine::gather_full_params() {
   if (stage_ != 3) return;
-  for (int unit = 0; unit < store_.num_units(); ++unit)
-    if (!units_[static_cast<size_t>(unit)].gathered) gather_unit(unit, false);
-    else finish_prefetch(unit);
+  exact_gathers_ = true;
+  for (int unit = 0; unit < store_.num_units(); ++unit) {
+    UnitState& u = units_[static_cast<size_t>(unit)];
+    finish_prefetch(unit);
+    if (u.gathered && zero_.zero_quantized_weights && world_ > 1) {
+      discard_unit_params(unit);
+      u.gathered = false;
+    }
+    if (!u.gathered) gather_unit(unit, false);
+  }
+  exact_gathers_ = false;
 }
 
 // ---- fused optimizers (LOMO, AdaLomo) --------------------------------------------------------------
@@ -754,6 +845,7 @@ void ZeroEngine::fused_unit_ready(int unit) {
 // 1/2 all-gather the unit, stage 3 drops a stale gathered copy (a persistent unit is gathered again).
 void ZeroEngine::refresh_unit_params(int unit) {
   if (stage_ == 3) {
+    invalidate_secondary(unit);
     UnitState& u = units_[static_cast<size_t>(unit)];
     if (!u.gathered) return;
     finish_prefetch(unit);
@@ -781,6 +873,9 @@ ZeroEngine::BufferAddresses ZeroEngine::buffer_addresses() const {
       if (buffer->data()) addresses.parameters.push_back(buffer->data());
     if (s->host_grad.data()) addresses.gradients.push_back(s->host_grad.data());
   }
+  for (const UnitState& u : units_)  // hpZ's secondary partition
+    for (const Buffer& share : u.secondary)
+      if (share.data()) addresses.parameters.push_back(share.data());
   // The reduced gradients the strategy keeps (stages 1-3: its partition buffers).
   for (const void* buffer : reduction_->gradient_buffers()) addresses.gradients.push_back(buffer);
   if (wide_grad_.data()) addresses.gradients.push_back(wide_grad_.data());  // 16-bit ones widened for the update
@@ -821,6 +916,8 @@ ZeroMemory ZeroEngine::memory() const {
     const int64_t partitions = (frozen_partition + (compute_copy ? trainable_partition : 0)) * p;
     m.compute_params = std::max(peak_gathered_, planned) * p + (offload_param_ ? 0 : partitions);
     if (offload_param_) m.host_bytes += partitions;
+    for (const UnitState& u : units_)  // hpZ's secondary partition: every non-persistent unit / R, on the device
+      for (const Buffer& share : u.secondary) m.compute_params += static_cast<int64_t>(share.bytes());
   }
   if (fused_) {
     // One unit's gradients in flight, plus every tie's target unit, which the tying unit commits
@@ -881,27 +978,84 @@ ZeroCommPlan ZeroEngine::comm_plan(int64_t accumulation) const {
       plan.reduce_scatter = micro * share * grad_bytes;
       plan.all_gather = share * param_bytes;
       break;
-    default: {
-      plan.reduce_scatter = micro * share * grad_bytes;
-      // Bytes gathered per micro-batch (each unit's reads, in forward and in each backward that
-      // reads parameters: an embedding's backward does not) / after each update (persistent units).
-      double gathered = 0.0, persistent = 0.0;
-      for (int unit = 0; unit < store_.num_units(); ++unit) {
-        const double bytes = static_cast<double>(store_.unit_numel(unit)) * param_size;
-        if (store_.unit_numel(unit) < zero_.stage3_param_persistence_threshold) {
-          persistent += bytes;
-          continue;
-        }
-        for (int user = 0; user < store_.num_units(); ++user) {
-          const std::vector<int>& reads = store_.unit_reads(user);
-          if (std::find(reads.begin(), reads.end(), unit) == reads.end()) continue;
-          gathered += bytes * (store_.unit_backward_reads_params(user) ? 2.0 : 1.0);
-        }
-      }
-      plan.all_gather = share * (micro * gathered + persistent);
-    }
+    default: stage3_comm_plan(plan, micro, grad_bytes);
   }
   return plan;
+}
+
+std::vector<std::vector<UnitRange>> ZeroEngine::reduce_buckets(ParamGroup group) const {
+  std::vector<std::vector<UnitRange>> buckets;
+  std::vector<UnitRange> bucket;
+  int64_t pending = 0;
+  auto emit = [&] {
+    std::sort(bucket.begin(), bucket.end(), [](const UnitRange& a, const UnitRange& b) { return a.begin < b.begin; });
+    if (!bucket.empty()) buckets.push_back(std::move(bucket));
+    bucket.clear();
+    pending = 0;
+  };
+  for (int unit = store_.num_units() - 1; unit >= 0; --unit) {
+    if (const UnitRange range = store_.unit_range(group, unit); range.numel) bucket.push_back(range);
+    for (ParamGroup other : kTrainableGroups) pending += store_.unit_range(other, unit).numel;
+    if (pending >= zero_.reduce_bucket_size) emit();
+  }
+  emit();
+  return buckets;
+}
+
+// Stage 3 (ZeroCommPlan): each non-persistent unit is gathered for every use (every user's forward,
+// and its backward when that reads parameters: an embedding's does not) in every micro-batch;
+// persistent units once after each update. ZeRO++ changes the bytes as docs/zero-plus-plus.md says.
+void ZeroEngine::stage3_comm_plan(ZeroCommPlan& plan, double micro, double grad_bytes) const {
+  const double share = static_cast<double>(world_ - 1) / static_cast<double>(world_);
+  const double param_size = static_cast<double>(dtype_size(compute_dtype_));
+  const bool several = world_ > 1;
+  // One gather of a range of n elements over all ranks: W slices of n / W, each in the compute dtype
+  // or (qwZ) as int8 codes and a scale per block of the slice.
+  auto world_gather = [&](int64_t n) {
+    if (!zero_.zero_quantized_weights || !several) return share * static_cast<double>(n) * param_size;
+    return share * static_cast<double>(world_) *
+           static_cast<double>(quantized_wire_bytes(n / world_, 8, kQuantizedWeightBlock));
+  };
+  const int per_node = nodes_ ? nodes_->ranks_per_node : 1;
+  const double node_share = static_cast<double>(per_node - 1) / static_cast<double>(per_node);
+  for (int unit = 0; unit < store_.num_units(); ++unit) {
+    int64_t uses = 0;  // gathers per micro-batch
+    for (int user = 0; user < store_.num_units(); ++user) {
+      const std::vector<int>& reads = store_.unit_reads(user);
+      if (std::find(reads.begin(), reads.end(), unit) != reads.end())
+        uses += store_.unit_backward_reads_params(user) ? 2 : 1;
+    }
+    for (ParamGroup group : kAllGroups) {
+      const int64_t n = store_.unit_range(group, unit).numel;
+      if (!n) continue;
+      if (store_.unit_numel(unit) < zero_.stage3_param_persistence_threshold) {
+        plan.all_gather += world_gather(n);  // persistent: once per update
+      } else if (!units_[static_cast<size_t>(unit)].secondary.empty()) {
+        // hpZ: the first gather of the step over all ranks, the others within the node.
+        plan.all_gather += world_gather(n);
+        plan.node_all_gather += (micro * static_cast<double>(uses) - 1.0) * node_share * static_cast<double>(n) * param_size;
+      } else {
+        plan.all_gather += micro * static_cast<double>(uses) * world_gather(n);
+      }
+    }
+  }
+  if (!zero_.zero_quantized_gradients || !several) {
+    plan.reduce_scatter = micro * share * grad_bytes;
+    return;
+  }
+  // qgZ: per bucket of a group's units (W S elements), hop 1 sends each of the node's R - 1 other
+  // ranks N slices of S values, hop 2 each of the N - 1 other nodes one; int4 + scales per slice.
+  const int nodes = nodes_->nodes;
+  for (ParamGroup group : kTrainableGroups) {
+    if (!store_.group(group).numel) continue;
+    for (const std::vector<UnitRange>& bucket : reduce_buckets(group)) {
+      const int64_t slice = slice_numel(bucket, world_);
+      plan.node_all_to_all += micro * (per_node - 1) * nodes *
+                              static_cast<double>(quantized_wire_bytes(slice, 4, kQuantizedGradientBlock));
+      plan.cross_all_to_all += micro * (nodes - 1) *
+                               static_cast<double>(quantized_wire_bytes(slice, 4, kQuantizedGradientBlock));
+    }
+  }
 }
 
 }  // namespace zt

@@ -44,6 +44,7 @@
 
 #include "backend/buffer.h"
 #include "comm/communicator.h"
+#include "comm/node_groups.h"
 #include "model/causal_lm.h"
 #include "model/param_store.h"
 #include "optim/optimizer.h"
@@ -71,9 +72,16 @@ struct ZeroMemory {
 
 // Bytes each rank sends per optimizer step by collective, from the ZeRO formulas for this
 // layout (ring algorithm: see communicator.h); the tests compare it with the counters.
+// ZeRO++ (docs/zero-plus-plus.md) adds the collectives of its node groups: hpZ's gathers within a
+// node (node_all_gather), qgZ's intra-node and inter-node all-to-alls; qwZ and qgZ count the bytes
+// of their int8/int4 codes and fp32 scales. Collectives over all ranks cross nodes (on more than one).
 struct ZeroCommPlan {
-  double all_reduce = 0, reduce_scatter = 0, all_gather = 0;
-  double total() const { return all_reduce + reduce_scatter + all_gather; }
+  double all_reduce = 0, reduce_scatter = 0, all_gather = 0;  // over all ranks
+  double node_all_gather = 0, node_all_to_all = 0;            // over a node's ranks
+  double cross_all_to_all = 0;                                // over the ranks with one place on every node
+  double total() const { return all_reduce + reduce_scatter + all_gather + intra_node(); }
+  double intra_node() const { return node_all_gather + node_all_to_all; }
+  double inter_node() const { return all_reduce + reduce_scatter + all_gather + cross_all_to_all; }
 };
 
 // data_types.grad_accum_dtype (the store's gradient dtype) against the rest of the run; throws
@@ -211,6 +219,9 @@ class ZeroEngine final : public UnitHooks {
   // Expected bytes sent per step for `accumulation` micro-batches (stage 3: with every
   // non-persistent unit gathered twice per micro-batch, i.e. stage3_max_reuse_distance 0).
   ZeroCommPlan comm_plan(int64_t accumulation) const;
+  // ZeRO++'s node groups (hpZ, qgZ on several ranks), whose communicators count their own
+  // traffic; nullptr without them.
+  const NodeGroups* node_groups() const { return nodes_.get(); }
 
  private:
   struct GroupState;
@@ -220,6 +231,12 @@ class ZeroEngine final : public UnitHooks {
     UnitUse last_use = UnitUse::Forward;
     std::vector<Pending> inflight;  // stage 3: all-gathers started ahead of use (a prefetch)
     std::vector<Buffer> uploads;    // offload_param: this rank's slices copied to the device for them
+    // hpZ: per group (kAllGroups order), compute dtype [range / R]: this rank's place in its node
+    // of the unit's parameters, kept from the first gather after an update, so that later gathers
+    // run within the node. Empty for persistent units.
+    std::vector<Buffer> secondary;
+    bool secondary_current = false;  // holds the parameters of the last update
+    bool capture_secondary = false;  // the gather in flight is over all ranks: keep its share when done
   };
 
   GroupState& state(ParamGroup group);
@@ -228,6 +245,15 @@ class ZeroEngine final : public UnitHooks {
   size_t param_bytes(const GroupState& s) const;  // a compute-dtype partition's bytes
   Tensor compute_partition_view(const GroupState& s) const;  // compute dtype [P]
   void gather_unit(int unit, bool async);
+  Pending gather_range(UnitState& u, int group_index, Tensor out, Tensor in);  // one group's range of a unit
+  void capture_secondary(int unit);  // hpZ: the node share of a unit just gathered over all ranks
+  void check_zeropp() const;
+  void stage3_comm_plan(ZeroCommPlan& plan, double micro, double grad_bytes) const;
+  // The buckets a micro-batch's gradients of `group` are reduced in (BucketedReduction's queue:
+  // units as backward completes them, last first, cut at reduce_bucket_size over the groups).
+  std::vector<std::vector<UnitRange>> reduce_buckets(ParamGroup group) const;
+  void make_secondary_partition();
+  void invalidate_secondary(int unit);
   void finish_prefetch(int unit);
   void prefetch_next(int unit, UnitUse use);
   void discard_unit_params(int unit);
@@ -275,6 +301,9 @@ class ZeroEngine final : public UnitHooks {
   bool offload_param_ = false;  // offload_param cpu (stage 3): compute partitions in host memory
   bool fused_ = false;          // the optimizer updates inside backward (LOMO)
   bool grads_in_flight_ = false;  // no resident gradient buffer: units' ranges committed as backward writes them
+  std::unique_ptr<NodeGroups> nodes_;  // ZeRO++'s node groups (hpZ, qgZ); declared before the strategy using them
+  bool hpz_ = false;                   // a secondary partition within each node
+  bool exact_gathers_ = false;         // gather_full_params: neither qwZ nor hpZ
   std::unique_ptr<GradientReduction> reduction_;  // the gradient-reduction strategy (gradient_reduction.h)
   enum class FusedPass { None, Norm, Update };
   FusedPass fused_pass_ = FusedPass::None;

@@ -9,6 +9,10 @@
 //   - node groups (comm/node_groups.h): two "nodes" of 2 ranks by a ranks-per-node setting, and
 //     this machine's own layout (one node): group sizes and ranks, and an all-reduce over the
 //     node-local group then the cross-node one equal to the world's;
+//   - ZeRO++'s quantized collectives (zero/quantized_collectives.h) over those node groups: the int8
+//     all-gather (this rank's slice exact, the others' within half a step of their block's scale)
+//     and the two-hop int4 reduce-scatter (within the bound of its quantizations of the exact sum),
+//     the bytes each sends (codes + scales) as docs/zero-plus-plus.md says;
 //   - refusals: a send to this rank itself or to a rank that does not exist, neither side given;
 //   - (host MPI only) a receive of more bytes than the sender sent names both sizes, and a
 //     receive from a rank that never sends ends after the timeout naming point_to_point.
@@ -19,6 +23,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -32,8 +37,10 @@
 #include "comm/mpi/mpi_communicator.h"
 #include "comm/node_groups.h"
 #include "comm/staged_communicator.h"
+#include "core/block_quant.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "zero/quantized_collectives.h"
 #if ZT_WITH_NCCL
 #include "comm/nccl/nccl_communicator.h"
 #endif
@@ -151,6 +158,62 @@ void check_node_groups(zt::Communicator& comm, zt::Backend& backend, const std::
          label + ": this machine is one node");
 }
 
+// Values in (-1, 1) that differ by rank and element, the same on every rank for a given rank.
+std::vector<float> wave(int rank, int64_t n) {
+  std::vector<float> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = std::sin(0.37f * static_cast<float>(i) + 1.3f * static_cast<float>(rank));
+  return values;
+}
+
+void check_quantized_collectives(zt::Communicator& comm, zt::Backend& backend, const std::string& label) {
+  const int size = comm.size(), rank = comm.rank();
+  if (size != 4) return;  // two nodes of 2: the bound below
+  zt::NodeGroups nodes = zt::split_by_node(comm, 2);
+  // qwZ: slices of 3000 values (a full block of 2048 and a short one).
+  const int64_t n = 3000;
+  DeviceFloats slice(backend, wave(rank, n)), gathered(backend, std::vector<float>(static_cast<size_t>(n * size), 0.0f));
+  const double gather_bytes = comm.traffic().total_bytes_sent();
+  zt::quantized_all_gather_async(backend, comm, gathered.tensor, slice.tensor)->wait();
+  const std::vector<float> got = gathered.read(backend);
+  bool own_exact = true, within = true;
+  for (int r = 0; r < size; ++r) {
+    const std::vector<float> truth = wave(r, n);
+    for (int64_t i = 0; i < n; ++i) {
+      const float value = got[static_cast<size_t>(r * n + i)], want = truth[static_cast<size_t>(i)];
+      if (r == rank) own_exact = own_exact && value == want;
+      else within = within && std::fabs(value - want) <= 0.5f / 127.0f * 1.0001f;  // |values| < 1: scale < 1/127
+    }
+  }
+  expect(own_exact, label + ": qwZ keeps this rank's slice exact");
+  expect(within, label + ": qwZ's other slices within half an int8 step");
+  // Bytes: wherever the communicator's traffic is counted (host staging: by the host communicator).
+  expect(comm.traffic().total_bytes_sent() - gather_bytes ==
+             static_cast<double>((size - 1) * zt::quantized_wire_bytes(n, 8, zt::kQuantizedWeightBlock)),
+         label + ": qwZ sends (W-1) x (codes + scales) of its slice");
+  // qgZ: every rank's [W x S] rank-major input; this rank gets the sum of every rank's slice `rank`.
+  const int64_t S = 1000;
+  DeviceFloats input(backend, wave(rank, S * size)), reduced(backend, std::vector<float>(static_cast<size_t>(S), 0.0f));
+  const double intra_bytes = nodes.intra->traffic().total_bytes_sent(), inter_bytes = nodes.inter->traffic().total_bytes_sent();
+  zt::hierarchical_quantized_reduce_scatter(backend, nodes, reduced.tensor, input.tensor)->wait();
+  const std::vector<float> sum = reduced.read(backend);
+  // Hop 1: the node partner's slice within half a step of 1/7 (|values| < 1), on this node and on
+  // the other; hop 2: the other node's partial (|.| < 2 + that) within half a step of its absmax / 7.
+  const float bound = 2.0f * 0.5f / 7.0f + 0.5f * (2.0f + 0.5f / 7.0f) / 7.0f + 1e-5f;
+  float worst = 0.0f;
+  for (int64_t i = 0; i < S; ++i) {
+    double exact = 0.0;
+    for (int r = 0; r < size; ++r) exact += wave(r, S * size)[static_cast<size_t>(rank * S + i)];
+    worst = std::max(worst, std::fabs(sum[static_cast<size_t>(i)] - static_cast<float>(exact)));
+  }
+  expect(worst <= bound, label + ": qgZ's sum within " + std::to_string(bound) + " of the exact one (worst " +
+                             std::to_string(worst) + ")");
+  expect(worst > 0.0f, label + ": qgZ's sum is not exact (the gradients travelled as int4)");
+  const int64_t wire = zt::quantized_wire_bytes(S, 4, zt::kQuantizedGradientBlock);
+  expect(nodes.intra->traffic().total_bytes_sent() - intra_bytes == static_cast<double>(1 * nodes.nodes * wire) &&
+             nodes.inter->traffic().total_bytes_sent() - inter_bytes == static_cast<double>((nodes.nodes - 1) * wire),
+         label + ": qgZ sends (R-1) N slices within the node and N-1 across, each int4 + scales");
+}
+
 void check_refusals(zt::Communicator& comm, zt::Backend& backend, const std::string& label) {
   DeviceFloats data(backend, values_of(0, 4));
   expect_error([&] { comm.send_async(data.tensor, comm.rank()); }, "cannot send to rank", label + ": send to itself");
@@ -188,6 +251,7 @@ void check_all(zt::Communicator& comm, zt::Backend& backend, const std::string& 
   check_order(comm, backend, label);
   check_split(comm, backend, label);
   check_node_groups(comm, backend, label);
+  check_quantized_collectives(comm, backend, label);
   check_refusals(comm, backend, label);
   comm.barrier();
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "train/autotune.h"
+#include "train/memory_model_choices.h"
 
 namespace {
 
@@ -94,6 +95,22 @@ BOOST_AUTO_TEST_CASE(nothing_fits_names_the_smallest_need) {
   BOOST_TEST(message.find("(60 bytes: zero_optimization.stage 3 + offload_optimizer cpu + offload_param cpu + "
                           "--activation-checkpointing, micro-batch 1)") != std::string::npos,
              message);
+}
+
+// ZeRO++ as a search branch (several nodes): DeepSpeed's three keys at stage 3, hpZ over the node's
+// ranks, named apart; below stage 3 a --deepspeed's ZeRO++ is dropped (it is stage 3's).
+BOOST_AUTO_TEST_CASE(a_zeropp_branch_sets_the_three_keys) {
+  zt::ZeroChoice choice{3, false, false, false};
+  choice.zeropp_ranks_per_node = 8;
+  const zt::TrainConfig config = zt::with_choice(zt::TrainConfig(), choice);
+  BOOST_TEST((config.zero.zero_quantized_weights && config.zero.zero_quantized_gradients));
+  BOOST_TEST((config.zero.zero_hpz_partition_size == 8 && config.zero.ranks_per_node == 8));
+  BOOST_TEST(zt::choice_experiment_name(choice, 1, 2) == "z3_oonone_opnone_acF_gas1_tmbspg2_zpp");
+  BOOST_TEST(zt::choice_text(choice) == "zero_optimization.stage 3 + ZeRO++ (hpZ over 8 ranks)");
+  zt::TrainConfig zeropp = config;
+  const zt::TrainConfig stage2 = zt::with_choice(zeropp, {2, false, false, false});
+  BOOST_TEST((!stage2.zero.zero_quantized_weights && !stage2.zero.zero_quantized_gradients &&
+              stage2.zero.zero_hpz_partition_size == 1));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -495,13 +495,26 @@ BOOST_AUTO_TEST_CASE(sections_that_change_the_math_are_refused) {
   BOOST_CHECK_NO_THROW(translate(R"({"gradient_predivide_factor": 1, "prescale_gradients": false})"));
   check_translate_error(R"({"sparse_gradients": true})", "sparse_gradients true is not supported");
   check_translate_error(R"({"fp16": {"enabled": true, "auto_cast": true}})", "fp16.auto_cast true is not supported");
-  check_translate_error(R"({"zero_optimization": {"stage": 3, "zero_quantized_weights": true}})",
-                        "zero_optimization.zero_quantized_weights true is not supported");
+  check_translate_error(R"({"zero_optimization": {"stage": 3, "zero_quantized_nontrainable_weights": true}})",
+                        "zero_optimization.zero_quantized_nontrainable_weights true is not supported");
+  check_translate_error(R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 0}})",
+                        "zero_optimization.zero_hpz_partition_size");
   check_translate_error(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}}})",
                         "zero_optimization.offload_optimizer.device \"nvme\" is not supported (yet)");
   check_translate_error(R"({"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}})",
                         "offload_optimizer.device \"cpu\" needs ZeRO stage 1, 2 or 3 (stage is 0)");
   check_translate_error(R"({"zero_optimization": {"stage": 4}})", "zero_optimization.stage must be an integer in [0, 3]");
+}
+
+// ZeRO++'s keys (docs/zero-plus-plus.md): DeepSpeed's spelling, off by default.
+BOOST_AUTO_TEST_CASE(zero_plus_plus_keys_translate) {
+  const zt::ZeroConfig off = translate(R"({"zero_optimization": {"stage": 3}})").zero;
+  BOOST_TEST((!off.zero_quantized_weights && off.zero_hpz_partition_size == 1 && !off.zero_quantized_gradients));
+  BOOST_TEST(!off.zeropp());
+  const zt::ZeroConfig on = translate(R"({"zero_optimization": {"stage": 3, "zero_quantized_weights": true,
+      "zero_hpz_partition_size": 8, "zero_quantized_gradients": true}})").zero;
+  BOOST_TEST((on.zero_quantized_weights && on.zero_hpz_partition_size == 8 && on.zero_quantized_gradients));
+  BOOST_TEST(on.zeropp());
 }
 
 BOOST_AUTO_TEST_CASE(fp16_and_bf16_together_are_refused) {
@@ -754,7 +767,7 @@ BOOST_AUTO_TEST_CASE(to_json_writes_every_field) {
   BOOST_CHECK_EQUAL(j["scheduler"].size(), 10u);
   BOOST_CHECK_EQUAL(j["zero_optimization"]["offload_optimizer"]["device"].get<std::string>(), "cpu");
   BOOST_CHECK_EQUAL(j["zero_optimization"]["stage3_max_live_parameters"].get<int64_t>(), 30000000);
-  BOOST_CHECK_EQUAL(j["zero_optimization"].size(), 17u);
+  BOOST_CHECK_EQUAL(j["zero_optimization"].size(), 21u);  // 17 + ZeRO++'s 3 keys and ranks_per_node
   BOOST_CHECK_EQUAL(j["loss_scaler"].size(), 5u);
   BOOST_CHECK_EQUAL(j["lora"]["targets"][1].get<std::string>(), "v_proj");
   BOOST_CHECK_EQUAL(j["model_dir"].get<std::string>(), "models/tiny");

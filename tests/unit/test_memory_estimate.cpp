@@ -179,6 +179,25 @@ BOOST_AUTO_TEST_CASE(plan_partitions_buckets_and_offload) {
   BOOST_TEST(plan.device_total_bytes == 1200 + 251 * 4 + 400);
 }
 
+// ZeRO++'s hpZ: stage 3 holds a secondary partition of P / R parameters beside its own 1/W.
+BOOST_AUTO_TEST_CASE(plan_counts_the_hpz_secondary_partition) {
+  zt::ZeroMemoryInputs in;
+  in.total_params = in.trainable_params = 1001;  // pads to 1004 on 4 ranks
+  in.largest_layer_params = in.gather_unit_params = 100;
+  in.world_size = 4;
+  in.gpus_per_node = 2;
+  in.compute_dtype_bytes = 2;
+  in.stage = 3;
+  const zt::ZeroMemoryPlan without = zt::zero_memory_plan(in);
+  BOOST_TEST(without.device_secondary_param_bytes == 0);
+  in.hpz_partition_size = 2;
+  const zt::ZeroMemoryPlan with = zt::zero_memory_plan(in);
+  BOOST_TEST(with.device_secondary_param_bytes == 1004 / 2 * 2);
+  BOOST_TEST(with.device_total_bytes == without.device_total_bytes + 1004);
+  in.stage = 2;  // ZeRO++ is stage 3's
+  BOOST_TEST(zt::zero_memory_plan(in).device_secondary_param_bytes == 0);
+}
+
 BOOST_AUTO_TEST_CASE(plan_lora_fp32_aliasing_and_bucket_cap) {
   zt::ZeroMemoryInputs in;
   in.total_params = 1000;

@@ -209,6 +209,8 @@ class CudaBackendImpl final : public CudaBackend {
   void dropout(Tensor out, Tensor in, float p, RngKey key, Tensor row_ids) override;
 
   void dequantize_4bit(Tensor out, const Quant4View& weight) override;
+  void quantize_blocks(Tensor q, Tensor scales, Tensor in, int bits, int64_t block) override;
+  void dequantize_blocks(Tensor out, Tensor q, Tensor scales, int bits, int64_t block, bool accumulate) override;
 
   // Its optimizer kernels run on this backend's stream (cuda_optimizer_kernels.h).
   OptimizerKernels& optimizer_kernels() override { return optimizer_kernels_; }
