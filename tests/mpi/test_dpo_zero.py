@@ -2,13 +2,14 @@
 with the adapters disabled) under ZeRO on 2 MPI ranks: stages 0, 1, 2 and 3 and stage 2 with the
 optimizer offloaded to the CPU give the same losses, gradient norms, DPO figures (rewards/*,
 logps/*) and final adapter weights as one rank with the same global batch, within float
-reassociation; and exact resume: stage 3 on 2 ranks with rank 1 killed in step 5 (ZT_FAULT; the
+reassociation; and exact resume: stage 3 on 2 ranks with rank 1 killed in step 4 (ZT_FAULT; the
 last checkpoint after step 3) and resumed equals the uninterrupted stage-3 run bit for bit.
 Full fine-tuning (the reference = a frozen copy of the initial weights, train/frozen_reference.h,
 partitioned like the policy's at stage 3): stages 0, 2 and 3, and stage 3 with offload_param and
-offload_optimizer on the CPU, on 2 ranks equal one rank (every weight), and the same kill and resume at stage 3 equals the uninterrupted run bit for bit (the
-resumed run rebuilds its reference from the model directory: had it taken the checkpoint's
-weights, steps 4 and 5 would differ), its manifest naming the reference; stage 3 runs with
+offload_optimizer on the CPU, on 2 ranks, and stage 3 on 4 ranks equal one rank (every weight),
+and the same kill and resume at stage 3 equals the uninterrupted run bit for bit (the resumed run
+rebuilds its reference from the model directory: had it taken the checkpoint's weights, step 4
+would differ), its manifest naming the reference; stage 3 runs with
 stage3_param_persistence_threshold 0, so every unit of both models is gathered and released per
 use. And the memory model's prediction for the full-fine-tuning runs at stages 0 (1 rank) and 3 (2
 ranks) is within 5% of the measured peak (the CPU backend's count). Pairs:
@@ -23,7 +24,7 @@ from mpi_common import (REPO, Report, check_weights, load_weights, main_guard, p
 from memory_grid import predicted_peak
 from test_reward_zero import write_pairs
 
-STEPS = 5            # WarmupLR gives updates 1 and 2 a learning rate of 0 (test_zero_equivalence.py)
+STEPS = 4            # WarmupLR gives updates 1 and 2 a learning rate of 0 (test_zero_equivalence.py)
 LOSS_REL = 2e-6
 NORM_REL = 2e-5
 FIGURE_ATOL = 1e-6   # rewards: beta x O(50) log-probs summed in another order
@@ -77,7 +78,7 @@ def compare(report, got, ref, exact=False):
 
 def main():
     args = parse_args(__doc__)
-    report = Report("DPO objective under ZeRO (2 ranks vs 1) and exact resume")
+    report = Report("DPO objective under ZeRO (2 and 4 ranks vs 1) and exact resume")
     with temporary_directory(args, "zt-dpo-zero-") as workdir:
         model = os.path.join(workdir, "model")
         subprocess.run([args.zerotune, "init", "--config", os.path.join(REPO, "data", "tiny-llama", "config.json"),
@@ -90,7 +91,9 @@ def main():
         report.check(trained and all("lora_" in name for name in trained),
                      f"only the adapters train ({len(trained)} tensors)")
         losses = [r["loss"] for r in reference["metrics"]]
-        report.check(abs(losses[0] - 0.6931471805599453) < 1e-6 and losses[-1] < losses[0] - 1e-4,
+        # Step 4's loss follows one update at a learning rate above 0 (update 3), and LoRA's first move
+        # is small (lora_B starts at 0: only B moves, by ~lr): the fall is ~9e-5, above float noise.
+        report.check(abs(losses[0] - 0.6931471805599453) < 1e-6 and losses[-1] < losses[0] - 1e-5,
                      f"step 1's loss is log 2 (policy = reference: lora_B starts at 0) and it falls ({losses})")
         runs = {f"w2-s{stage}": {"stage": stage} for stage in (0, 1, 2, 3)}
         runs["w2-s2-offload"] = {"stage": 2, "offload_optimizer": {"device": "cpu"}}
@@ -99,10 +102,10 @@ def main():
             got = train(args.zerotune, workdir, model, data, name, 2, zero)
             compare(report, got, reference)
             stage3 = got if name == "w2-s3" else stage3
-        # Exact resume at stage 3: rank 1 killed in step 5 (a checkpoint after step 3), then resumed.
+        # Exact resume at stage 3: rank 1 killed in step 4 (a checkpoint after step 3), then resumed.
         status = train(args.zerotune, workdir, model, data, "resumed-w2-s3", 2, {"stage": 3},
-                       extra=["--save-every", 3], fault="kill:step:1:5")
-        report.check(status != 0, f"rank 1 killed in step 5: the job failed (exit {status})")
+                       extra=["--save-every", 3], fault="kill:step:1:4")
+        report.check(status != 0, f"rank 1 killed in step 4: the job failed (exit {status})")
         resumed = train(args.zerotune, workdir, model, data, "resumed-w2-s3", 2, {"stage": 3},
                         extra=["--save-every", 3, "--resume", "auto"])
         report.check("at step 3" in resumed["stdout"] and "resumed from" in resumed["stdout"],
@@ -113,7 +116,8 @@ def main():
 
 
 def check_full_fine_tuning(report, zerotune, workdir, model, data):
-    """The frozen-copy reference: 2 ranks vs 1 at stages 0, 2, 3; exact resume at stage 3."""
+    """The frozen-copy reference: 2 ranks vs 1 at stages 0, 2, 3, 4 ranks vs 1 at stage 3; exact resume
+    at stage 3."""
     def full(name, ranks, stage, zero=None, **keywords):
         zero = zero or (STAGE3 if stage == 3 else {"stage": stage})
         return train(zerotune, workdir, model, data, "full-" + name, ranks, zero, lora=False, **keywords)
@@ -129,11 +133,13 @@ def check_full_fine_tuning(report, zerotune, workdir, model, data):
         got = full(f"w2-s{stage}", 2, stage)
         compare(report, got, reference)
         stage3 = got if stage == 3 else stage3
+    # 4 ranks (oversubscribed on 2 cores): a quarter of each unit of both models per rank.
+    compare(report, full("w4-s3", 4, 3), reference)
     # Both offloads: the reference's partition in host memory, uploaded per gathered unit.
     offloaded = dict(STAGE3, offload_param={"device": "cpu"}, offload_optimizer={"device": "cpu"})
     compare(report, full("w2-s3-offload", 2, 3, zero=offloaded), reference)
-    status = full("resumed-w2-s3", 2, 3, extra=["--save-every", 3], fault="kill:step:1:5")
-    report.check(status != 0, f"full fine-tuning: rank 1 killed in step 5: the job failed (exit {status})")
+    status = full("resumed-w2-s3", 2, 3, extra=["--save-every", 3], fault="kill:step:1:4")
+    report.check(status != 0, f"full fine-tuning: rank 1 killed in step 4: the job failed (exit {status})")
     resumed = full("resumed-w2-s3", 2, 3, extra=["--save-every", 3, "--resume", "auto"])
     report.check("at step 3" in resumed["stdout"], "full fine-tuning: the second run resumed from the step-3 checkpoint")
     compare(report, resumed, stage3, exact=True)
