@@ -8,9 +8,9 @@ gradient: 5 steps of losses, gradient norms and DPO figures within 1e-4 relative
 ZeRO-3 on 4 GPUs against 1 GPU (losses, margins, adapter weights). Full fine-tuning (the reference a
 frozen copy of the initial weights, train/frozen_reference.h): ZeRO-3 on 2 GPUs, every unit of
 both models gathered per use, against one CPU rank at stage 0 (losses, margins, every weight);
-and exact resume: that run stopped after step 3 with a checkpoint and resumed from it (the
-reference rebuilt from the model directory) equals the uninterrupted one bit for bit (losses,
-gradient norms, DPO figures, every weight).
+and exact resume: a new run started from that run's step-3 checkpoint (the reference rebuilt from
+the model directory) gives its steps 4 and 5 bit for bit (losses, gradient norms, DPO figures,
+every weight).
 Without a GPU every check fails with zerotune's message (this test never skips).
 """
 import json
@@ -57,12 +57,12 @@ def main():
         runs = {}
         for name, device, ranks, flags in (("cuda", "cuda", 1, lora), ("cpu", "cpu", 1, lora),
                                            ("cuda-w4-s3", "cuda", 4, lora), ("full-cpu", "cpu", 1, []),
-                                           ("full-cuda-w2-s3", "cuda", 2, [])):
+                                           ("full-cuda-w2-s3", "cuda", 2, ["--save-every", 3])):
             runs[name] = train(args.zerotune, workdir, model, data, name, device, ranks, flags)
-        # Stopped after step 3 with a checkpoint, then resumed from it (its reference rebuilt from --model).
-        train(args.zerotune, workdir, model, data, "full-resumed-w2-s3", "cuda", 2, ["--save-every", 3], steps=3)
+        # A new run from the step-3 checkpoint of the last (its reference rebuilt from --model).
+        checkpoint = os.path.join(workdir, "full-cuda-w2-s3", "checkpoints", "global_step3")
         runs["full-resumed-w2-s3"] = train(args.zerotune, workdir, model, data, "full-resumed-w2-s3", "cuda", 2,
-                                           ["--save-every", 3, "--resume", "auto"])
+                                           ["--resume", checkpoint])
         (gpu, gpu_weights, gpu_eval, _), (cpu, cpu_weights, cpu_eval, _) = runs["cuda"], runs["cpu"]
         report.check(len(gpu) == len(cpu) == STEPS, f"{STEPS} steps on each backend")
         for mine, theirs in zip(gpu, cpu):
@@ -95,14 +95,14 @@ def main():
                          f"full fine-tuning step {mine['step']}: rewards/margins within {REWARD_ATOL:.0e}")
         check_weights(report, "full-fine-tuning dpo at stage 3 on 2 GPUs vs the CPU", full_gpu_weights,
                       full_cpu_weights, WEIGHT_ATOL, full_cpu)
-        # Exact resume: the run stopped after step 3 and resumed = the uninterrupted one, bit for bit.
+        # Exact resume: the run from the step-3 checkpoint = the uninterrupted one's steps 4 and 5, bit for bit.
         resumed, resumed_weights, _, stdout = runs["full-resumed-w2-s3"]
         report.check("resumed from" in stdout and "at step 3" in stdout,
-                     "full fine-tuning: the second run resumed from the step-3 checkpoint")
+                     "full fine-tuning: the new run resumed from the step-3 checkpoint")
         keys = ("step", "loss", "grad_norm") + FIGURES + ("logps/chosen", "logps/rejected")
-        report.check([[r[key] for key in keys] for r in resumed] == [[r[key] for key in keys] for r in full_gpu],
-                     "full fine-tuning resumed after step 3 at stage 3 on 2 GPUs: every step's loss, grad_norm and "
-                     "DPO figures identical to the uninterrupted run's")
+        report.check([[r[key] for key in keys] for r in resumed] == [[r[key] for key in keys] for r in full_gpu[3:]],
+                     "full fine-tuning resumed after step 3 at stage 3 on 2 GPUs: steps 4 and 5's loss, grad_norm "
+                     "and DPO figures identical to the uninterrupted run's")
         check_weights(report, "full fine-tuning resumed at stage 3 on 2 GPUs", resumed_weights, full_gpu_weights, 0.0,
                       full_gpu)
         report.check(len(gpu_eval) == len(cpu_eval) >= 1, "as many evaluations on each backend (each epoch's end, "
