@@ -125,9 +125,13 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
   units_.resize(static_cast<size_t>(store.num_units()));
   check_zeropp();
   if (world_ > 1 && (zero.zero_hpz_partition_size > 1 || zero.zero_quantized_gradients)) {
-    const int per_node = zero.zero_hpz_partition_size > 1 ? zero.zero_hpz_partition_size : zero.ranks_per_node;
-    nodes_ = std::make_unique<NodeGroups>(split_by_node(comm_, per_node));
+    // --ranks-per-node, else the machines' own layout (MPI's shared-memory groups).
+    nodes_ = std::make_unique<NodeGroups>(split_by_node(comm_, zero.ranks_per_node));
     hpz_ = zero.zero_hpz_partition_size > 1;
+    ZT_CHECK(!hpz_ || nodes_->ranks_per_node == zero.zero_hpz_partition_size, "zero_optimization.zero_hpz_partition_size ",
+             zero.zero_hpz_partition_size, " differs from the ", nodes_->ranks_per_node, " ranks per node of this job "
+             "(the ranks that share a machine's memory): hpZ's secondary partition spans the ranks of a node, so "
+             "set it to ", nodes_->ranks_per_node, " (or lay the nodes out with --ranks-per-node)");
     if (hpz_) make_secondary_partition();
   }
   ReductionContext context;

@@ -173,11 +173,14 @@ def main():
         report.check(every["inter_node"] < 0.25 * plain["inter_node"],
                      f"ZeRO++ sends {every['inter_node'] / plain['inter_node']:.3f} of ZeRO-3's inter-node bytes (< 0.25)")
 
-        # Refused with a message naming the problem: ZeRO++ below stage 3; hpZ over a size that is not the node's.
+        # Refused with a message naming the problem: ZeRO++ below stage 3; hpZ over a size that is not the node's
+        # (by --ranks-per-node, or by the machine's own layout: one node of 4 ranks here).
         for label, zero, extra, needle in (
                 ("stage 2", {"stage": 2, "zero_quantized_weights": True}, [], "needs stage 3"),
                 ("hpZ 4 on nodes of 2", dict(ZERO3, zero_hpz_partition_size=4), ["--ranks-per-node", PER_NODE],
-                 "zero_hpz_partition_size 4 differs from --ranks-per-node 2")):
+                 "zero_hpz_partition_size 4 differs from --ranks-per-node 2"),
+                ("hpZ 2 on this machine's 4 ranks", dict(ZERO3, zero_hpz_partition_size=PER_NODE), [],
+                 "zero_hpz_partition_size 2 differs from the 4 ranks per node of this job")):
             ds = write_ds_config(os.path.join(workdir, "refused.json"), BATCH, MICRO, zero)
             result, _ = run_ranks(RANKS, [args.zerotune, "train", "--model", model, "--data", data, "--out",
                                           os.path.join(workdir, "refused"), "--deepspeed", ds, "--max-steps", 1,
@@ -196,7 +199,7 @@ def main():
                      LOSS_REL, SAVE_AT + 1)
         into = train("plain-to-all", "all", "--resume", os.path.join(outs["plain"], step))
         check_losses(report, "ZeRO-3 checkpoint resumed with ZeRO++", losses(into), reference, LOSS_REL, SAVE_AT + 1)
-    report.finish()
+    return report.finish()
 
 
 if __name__ == "__main__":
