@@ -47,6 +47,14 @@ def quantized_bytes(n, bits, block):
     return (n if bits == 8 else math.ceil(n / 2)) + 4 * math.ceil(n / block)
 
 
+def gather_bytes(zero, n, ranks):
+    """One gather of n fp32 elements over `ranks` ranks: their slices in fp32, or (qwZ) as int8
+    codes + scales, over all ranks and (hpZ + qwZ) within the node alike."""
+    if zero.get("zero_quantized_weights"):
+        return (ranks - 1) * quantized_bytes(n / ranks, 8, WEIGHT_BLOCK)
+    return (ranks - 1) / ranks * 4 * n
+
+
 def expected_bytes(case, layout, accumulation):
     """Per step and rank, by (communicator, collective): docs/zero-plus-plus.md's table for fp32
     compute and gradients. Units: the untied LLaMA's embedding unit is gathered in forward only, the
@@ -58,11 +66,10 @@ def expected_bytes(case, layout, accumulation):
     uses = [1] + [2] * (len(units) - 1)
     gather = {"all_gather": 0.0, "node_all_gather": 0.0}
     for n, use in zip(units, uses):
-        world = (share * RANKS * quantized_bytes(n / RANKS, 8, WEIGHT_BLOCK) if zero.get("zero_quantized_weights")
-                 else share * 4 * n)
+        world = gather_bytes(zero, n, RANKS)
         if zero.get("zero_hpz_partition_size"):
             gather["all_gather"] += world
-            gather["node_all_gather"] += (accumulation * use - 1) * (PER_NODE - 1) / PER_NODE * 4 * n
+            gather["node_all_gather"] += (accumulation * use - 1) * gather_bytes(zero, n, PER_NODE)
         else:
             gather["all_gather"] += accumulation * use * world
     trainable = layout["trainable_elements"]
