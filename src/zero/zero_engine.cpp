@@ -124,16 +124,7 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
   }
   units_.resize(static_cast<size_t>(store.num_units()));
   check_zeropp();
-  if (world_ > 1 && (zero.zero_hpz_partition_size > 1 || zero.zero_quantized_gradients)) {
-    // --ranks-per-node, else the machines' own layout (MPI's shared-memory groups).
-    nodes_ = std::make_unique<NodeGroups>(split_by_node(comm_, zero.ranks_per_node));
-    hpz_ = zero.zero_hpz_partition_size > 1;
-    ZT_CHECK(!hpz_ || nodes_->ranks_per_node == zero.zero_hpz_partition_size, "zero_optimization.zero_hpz_partition_size ",
-             zero.zero_hpz_partition_size, " differs from the ", nodes_->ranks_per_node, " ranks per node of this job "
-             "(the ranks that share a machine's memory): hpZ's secondary partition spans the ranks of a node, so "
-             "set it to ", nodes_->ranks_per_node, " (or lay the nodes out with --ranks-per-node)");
-    if (hpz_) make_secondary_partition();
-  }
+  if (world_ > 1 && (zero.zero_hpz_partition_size > 1 || zero.zero_quantized_gradients)) open_node_groups();
   ReductionContext context;
   context.backend = &backend_;
   context.comm = &comm_;
@@ -338,6 +329,18 @@ void ZeroEngine::check_zeropp() const {
     ZT_CHECK(!optimizer_->exchanges_momentum(), "zero_optimization.zero_quantized_gradients with optimizer ",
              optimizer_->name(), ": its compressed momentum exchange replaces the gradient reduction");
   }
+}
+
+// hpZ's and qgZ's node groups: --ranks-per-node's layout, else the machines' own (MPI's
+// shared-memory groups, comm/node_groups.h); hpZ's secondary partition over the node's ranks.
+void ZeroEngine::open_node_groups() {
+  nodes_ = std::make_unique<NodeGroups>(split_by_node(comm_, zero_.ranks_per_node));
+  hpz_ = zero_.zero_hpz_partition_size > 1;
+  ZT_CHECK(!hpz_ || nodes_->ranks_per_node == zero_.zero_hpz_partition_size, "zero_optimization.zero_hpz_partition_size ",
+           zero_.zero_hpz_partition_size, " differs from the ", nodes_->ranks_per_node, " ranks per node of this job "
+           "(the ranks that share a machine's memory): hpZ's secondary partition spans the ranks of a node, so "
+           "set it to ", nodes_->ranks_per_node, " (or lay the nodes out with --ranks-per-node)");
+  if (hpz_) make_secondary_partition();
 }
 
 // hpZ: each non-persistent unit's share [range / R] per group, on the device (what the memory
