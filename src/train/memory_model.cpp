@@ -175,6 +175,10 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
   // counting backend keeps.
   TrainConfig run = config;
   run.quantize = run_quantization(config.quantize, model_config.quantization, config.model_dir);
+  // A null communicator knows no machines: ZeRO++'s node groups get the layout the run will have
+  // (hpZ's partition size, which the run checks against its machines; else one node).
+  if (run.zero.zeropp() && run.zero.ranks_per_node == 0)
+    run.zero.ranks_per_node = run.zero.zero_hpz_partition_size > 1 ? run.zero.zero_hpz_partition_size : data_parallel;
   run.dump_step0_path.clear();  // a debugging dump writes files; it is not a run to plan for
   run.scheduler = SchedulerConfig();  // the learning rate allocates nothing (and may be unresolved here)
   TermObserver terms(*backend);

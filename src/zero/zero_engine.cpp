@@ -124,12 +124,7 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
   }
   units_.resize(static_cast<size_t>(store.num_units()));
   check_zeropp();
-  if (world_ > 1 && (zero.zero_hpz_partition_size > 1 || zero.zero_quantized_gradients)) {
-    const int per_node = zero.zero_hpz_partition_size > 1 ? zero.zero_hpz_partition_size : zero.ranks_per_node;
-    nodes_ = std::make_unique<NodeGroups>(split_by_node(comm_, per_node));
-    hpz_ = zero.zero_hpz_partition_size > 1;
-    if (hpz_) make_secondary_partition();
-  }
+  if (world_ > 1 && (zero.zero_hpz_partition_size > 1 || zero.zero_quantized_gradients)) open_node_groups();
   ReductionContext context;
   context.backend = &backend_;
   context.comm = &comm_;
@@ -292,14 +287,17 @@ void ZeroEngine::gather_unit(int unit, bool async) {
 }
 
 // One group's range of a unit: out [range] <- every rank's in [range / W]. hpZ with a current
-// secondary partition: within the node from it; else over all ranks, as int8 blocks with qwZ.
+// secondary partition: within the node from it; else over all ranks. With qwZ both as int8 blocks
+// (DeepSpeed's hpZ + qwZ quantizes the node's gathers too).
 Pending ZeroEngine::gather_range(UnitState& u, int group_index, Tensor out, Tensor in) {
+  const bool quantized = zero_.zero_quantized_weights && !exact_gathers_;
   if (hpz_ && u.secondary_current && !exact_gathers_) {
-    const Buffer& share = u.secondary[static_cast<size_t>(group_index)];
-    return nodes_->intra->all_gather_async(out, share.view(compute_dtype_, {out.numel() / nodes_->ranks_per_node}));
+    const Buffer& secondary = u.secondary[static_cast<size_t>(group_index)];
+    const Tensor share = secondary.view(compute_dtype_, {out.numel() / nodes_->ranks_per_node});  // [range / R]
+    if (quantized && nodes_->ranks_per_node > 1) return quantized_all_gather_async(backend_, *nodes_->intra, out, share);
+    return nodes_->intra->all_gather_async(out, share);
   }
-  if (zero_.zero_quantized_weights && world_ > 1 && !exact_gathers_)
-    return quantized_all_gather_async(backend_, comm_, out, in);
+  if (quantized && world_ > 1) return quantized_all_gather_async(backend_, comm_, out, in);
   return all_gather_async(out, in);  // one rank: a copy, host -> device when offloaded
 }
 
@@ -331,6 +329,18 @@ void ZeroEngine::check_zeropp() const {
     ZT_CHECK(!optimizer_->exchanges_momentum(), "zero_optimization.zero_quantized_gradients with optimizer ",
              optimizer_->name(), ": its compressed momentum exchange replaces the gradient reduction");
   }
+}
+
+// hpZ's and qgZ's node groups: --ranks-per-node's layout, else the machines' own (MPI's
+// shared-memory groups, comm/node_groups.h); hpZ's secondary partition over the node's ranks.
+void ZeroEngine::open_node_groups() {
+  nodes_ = std::make_unique<NodeGroups>(split_by_node(comm_, zero_.ranks_per_node));
+  hpz_ = zero_.zero_hpz_partition_size > 1;
+  ZT_CHECK(!hpz_ || nodes_->ranks_per_node == zero_.zero_hpz_partition_size, "zero_optimization.zero_hpz_partition_size ",
+           zero_.zero_hpz_partition_size, " differs from the ", nodes_->ranks_per_node, " ranks per node of this job "
+           "(the ranks that share a machine's memory): hpZ's secondary partition spans the ranks of a node, so "
+           "set it to ", nodes_->ranks_per_node, " (or lay the nodes out with --ranks-per-node)");
+  if (hpz_) make_secondary_partition();
 }
 
 // hpZ: each non-persistent unit's share [range / R] per group, on the device (what the memory
@@ -1009,15 +1019,15 @@ void ZeroEngine::stage3_comm_plan(ZeroCommPlan& plan, double micro, double grad_
   const double share = static_cast<double>(world_ - 1) / static_cast<double>(world_);
   const double param_size = static_cast<double>(dtype_size(compute_dtype_));
   const bool several = world_ > 1;
-  // One gather of a range of n elements over all ranks: W slices of n / W, each in the compute dtype
-  // or (qwZ) as int8 codes and a scale per block of the slice.
-  auto world_gather = [&](int64_t n) {
-    if (!zero_.zero_quantized_weights || !several) return share * static_cast<double>(n) * param_size;
-    return share * static_cast<double>(world_) *
-           static_cast<double>(quantized_wire_bytes(n / world_, 8, kQuantizedWeightBlock));
+  // One gather of a range of n elements over `ranks` ranks (all, or hpZ's node): `ranks` slices of
+  // n / ranks, each in the compute dtype or (qwZ) as int8 codes and a scale per block of the slice.
+  auto gather_bytes = [&](int64_t n, int ranks) {
+    const double part = static_cast<double>(ranks - 1) / static_cast<double>(ranks);
+    if (!zero_.zero_quantized_weights || ranks == 1) return part * static_cast<double>(n) * param_size;
+    return part * static_cast<double>(ranks) * static_cast<double>(quantized_wire_bytes(n / ranks, 8, kQuantizedWeightBlock));
   };
+  auto world_gather = [&](int64_t n) { return gather_bytes(n, world_); };
   const int per_node = nodes_ ? nodes_->ranks_per_node : 1;
-  const double node_share = static_cast<double>(per_node - 1) / static_cast<double>(per_node);
   for (int unit = 0; unit < store_.num_units(); ++unit) {
     int64_t uses = 0;  // gathers per micro-batch
     for (int user = 0; user < store_.num_units(); ++user) {
@@ -1033,7 +1043,7 @@ void ZeroEngine::stage3_comm_plan(ZeroCommPlan& plan, double micro, double grad_
       } else if (!units_[static_cast<size_t>(unit)].secondary.empty()) {
         // hpZ: the first gather of the step over all ranks, the others within the node.
         plan.all_gather += world_gather(n);
-        plan.node_all_gather += (micro * static_cast<double>(uses) - 1.0) * node_share * static_cast<double>(n) * param_size;
+        plan.node_all_gather += (micro * static_cast<double>(uses) - 1.0) * gather_bytes(n, per_node);
       } else {
         plan.all_gather += micro * static_cast<double>(uses) * world_gather(n);
       }

@@ -252,6 +252,7 @@ class ZeroEngine final : public UnitHooks {
   // The buckets a micro-batch's gradients of `group` are reduced in (BucketedReduction's queue:
   // units as backward completes them, last first, cut at reduce_bucket_size over the groups).
   std::vector<std::vector<UnitRange>> reduce_buckets(ParamGroup group) const;
+  void open_node_groups();
   void make_secondary_partition();
   void invalidate_secondary(int unit);
   void finish_prefetch(int unit);

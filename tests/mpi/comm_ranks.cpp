@@ -7,8 +7,9 @@
 //   - split: groups of two consecutive ranks, ranked in reverse by the key: sizes, ranks, an
 //     all-reduce and an exchange inside each group; the parent's counters do not see the group's;
 //   - node groups (comm/node_groups.h): two "nodes" of 2 ranks by a ranks-per-node setting, and
-//     this machine's own layout (one node): group sizes and ranks, and an all-reduce over the
-//     node-local group then the cross-node one equal to the world's;
+//     this machine's own layout (one node, from MPI_Comm_split_type's shared-memory group): group
+//     sizes and ranks, and an all-reduce over the node-local group then the cross-node one equal
+//     to the world's;
 //   - ZeRO++'s quantized collectives (zero/quantized_collectives.h) over those node groups: the int8
 //     all-gather (this rank's slice exact, the others' within half a step of their block's scale)
 //     and the two-hop int4 reduce-scatter (within the bound of its quantizations of the exact sum),
@@ -153,9 +154,15 @@ void check_node_groups(zt::Communicator& comm, zt::Backend& backend, const std::
   } else {
     expect_error([&] { zt::split_by_node(comm, 2); }, "2 ranks per node do not divide the", label + ": odd world");
   }
+  // The machine's own layout: the ranks that share memory (MPI_Comm_split_type), here all of them.
   zt::NodeGroups machine = zt::split_by_node(comm, 0);
-  expect(machine.nodes == 1 && machine.intra->size() == size && machine.inter->size() == 1,
-         label + ": this machine is one node");
+  expect(machine.nodes == 1 && machine.nodes == comm.nodes() && machine.intra->size() == comm.local_size() &&
+             machine.intra->size() == size && machine.intra->rank() == comm.local_rank() && machine.inter->size() == 1,
+         label + ": this machine is one node, its shared-memory group");
+  DeviceFloats node_sum(backend, std::vector<float>(3, static_cast<float>(rank + 1)));
+  machine.intra->all_reduce_sum(node_sum.tensor);
+  expect(node_sum.read(backend) == std::vector<float>(3, static_cast<float>(size * (size + 1) / 2)),
+         label + ": the shared-memory group's all-reduce");
 }
 
 // Values in (-1, 1) that differ by rank and element, the same on every rank for a given rank.

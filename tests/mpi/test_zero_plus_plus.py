@@ -47,6 +47,14 @@ def quantized_bytes(n, bits, block):
     return (n if bits == 8 else math.ceil(n / 2)) + 4 * math.ceil(n / block)
 
 
+def gather_bytes(zero, n, ranks):
+    """One gather of n fp32 elements over `ranks` ranks: their slices in fp32, or (qwZ) as int8
+    codes + scales, over all ranks and (hpZ + qwZ) within the node alike."""
+    if zero.get("zero_quantized_weights"):
+        return (ranks - 1) * quantized_bytes(n / ranks, 8, WEIGHT_BLOCK)
+    return (ranks - 1) / ranks * 4 * n
+
+
 def expected_bytes(case, layout, accumulation):
     """Per step and rank, by (communicator, collective): docs/zero-plus-plus.md's table for fp32
     compute and gradients. Units: the untied LLaMA's embedding unit is gathered in forward only, the
@@ -58,11 +66,10 @@ def expected_bytes(case, layout, accumulation):
     uses = [1] + [2] * (len(units) - 1)
     gather = {"all_gather": 0.0, "node_all_gather": 0.0}
     for n, use in zip(units, uses):
-        world = (share * RANKS * quantized_bytes(n / RANKS, 8, WEIGHT_BLOCK) if zero.get("zero_quantized_weights")
-                 else share * 4 * n)
+        world = gather_bytes(zero, n, RANKS)
         if zero.get("zero_hpz_partition_size"):
             gather["all_gather"] += world
-            gather["node_all_gather"] += (accumulation * use - 1) * (PER_NODE - 1) / PER_NODE * 4 * n
+            gather["node_all_gather"] += (accumulation * use - 1) * gather_bytes(zero, n, PER_NODE)
         else:
             gather["all_gather"] += accumulation * use * world
     trainable = layout["trainable_elements"]
@@ -173,11 +180,14 @@ def main():
         report.check(every["inter_node"] < 0.25 * plain["inter_node"],
                      f"ZeRO++ sends {every['inter_node'] / plain['inter_node']:.3f} of ZeRO-3's inter-node bytes (< 0.25)")
 
-        # Refused with a message naming the problem: ZeRO++ below stage 3; hpZ over a size that is not the node's.
+        # Refused with a message naming the problem: ZeRO++ below stage 3; hpZ over a size that is not the node's
+        # (by --ranks-per-node, or by the machine's own layout: one node of 4 ranks here).
         for label, zero, extra, needle in (
                 ("stage 2", {"stage": 2, "zero_quantized_weights": True}, [], "needs stage 3"),
                 ("hpZ 4 on nodes of 2", dict(ZERO3, zero_hpz_partition_size=4), ["--ranks-per-node", PER_NODE],
-                 "zero_hpz_partition_size 4 differs from --ranks-per-node 2")):
+                 "zero_hpz_partition_size 4 differs from --ranks-per-node 2"),
+                ("hpZ 2 on this machine's 4 ranks", dict(ZERO3, zero_hpz_partition_size=PER_NODE), [],
+                 "zero_hpz_partition_size 2 differs from the 4 ranks per node of this job")):
             ds = write_ds_config(os.path.join(workdir, "refused.json"), BATCH, MICRO, zero)
             result, _ = run_ranks(RANKS, [args.zerotune, "train", "--model", model, "--data", data, "--out",
                                           os.path.join(workdir, "refused"), "--deepspeed", ds, "--max-steps", 1,
@@ -196,7 +206,7 @@ def main():
                      LOSS_REL, SAVE_AT + 1)
         into = train("plain-to-all", "all", "--resume", os.path.join(outs["plain"], step))
         check_losses(report, "ZeRO-3 checkpoint resumed with ZeRO++", losses(into), reference, LOSS_REL, SAVE_AT + 1)
-    report.finish()
+    return report.finish()
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -515,6 +516,17 @@ BOOST_AUTO_TEST_CASE(zero_plus_plus_keys_translate) {
       "zero_hpz_partition_size": 8, "zero_quantized_gradients": true}})").zero;
   BOOST_TEST((on.zero_quantized_weights && on.zero_hpz_partition_size == 8 && on.zero_quantized_gradients));
   BOOST_TEST(on.zeropp());
+}
+
+// The 2-node ZeRO++ example of docs/cluster.md (job_scripts/slurm/train.sbatch, 8 ranks per node):
+// all three, hpZ over the 8 ranks of a node, on stage 3, on the 16 ranks of two nodes.
+BOOST_AUTO_TEST_CASE(two_node_zero_plus_plus_example_translates) {
+  std::ifstream stream(std::string(ZT_SOURCE_DIR) + "/job_scripts/slurm/ds_config_zeropp_2node.json");
+  BOOST_REQUIRE(stream.good());
+  const std::string text((std::istreambuf_iterator<char>(stream)), std::istreambuf_iterator<char>());
+  const zt::ZeroConfig zero = translate(text, 16).zero;
+  BOOST_TEST((zero.stage == 3 && zero.zero_quantized_weights && zero.zero_hpz_partition_size == 8 &&
+              zero.zero_quantized_gradients));
 }
 
 BOOST_AUTO_TEST_CASE(fp16_and_bf16_together_are_refused) {
