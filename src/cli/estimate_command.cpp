@@ -641,6 +641,9 @@ void check_estimate_flags(const EstimateFlags& f, const boost::program_options::
   ZT_CHECK(shape.pipeline.stages >= 1, "--pipeline-stages = ", shape.pipeline.stages, ": must be >= 1");
   ZT_CHECK(!shape.pipeline.enabled() || (have_model && !f.max_seq_len_mode), "--pipeline-stages needs --model (the "
            "memory model steps each stage's units) and does not go with --max-seq-len");
+  ZT_CHECK((f.gpus_per_node * f.nodes) % shape.pipeline.stages == 0, "--pipeline-stages ", shape.pipeline.stages,
+           " does not divide the ", f.gpus_per_node * f.nodes, " ranks of --gpus-per-node x --nodes (each stage needs "
+           "the same number of data-parallel replicas)");
   for (const char* flag : {"pipeline-schedule", "pipeline-chunks", "partition-method"})
     ZT_CHECK(values[flag].empty() || values[flag].defaulted() || shape.pipeline.enabled(), "--", flag,
              " goes with --pipeline-stages P (P > 1)");
