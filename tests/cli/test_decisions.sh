@@ -313,6 +313,27 @@ for e in piped:
 print(f"{len(piped)} P = 2 experiments predicted within 5%")
 PY
 check autotune-pipeline-stages $? "$WORK/autotune-pipe.log" "autotune --try-pipeline-stages 1,2: P = 2 tried, predicted as measured"
+# ZT_PIPE_TRACE (issue 32 item 8, bench/pipe_engine.sh): each rank's engine timeline per step. Under
+# 1F1B on 2 stages, M forwards and backwards per rank, stage 0 recomputes each forward before its
+# backward and stage 1 none; stage 0's activation bytes equal stage 1's gradient bytes, rows x C x 4.
+ZT_PIPE_TRACE="$WORK/trace" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
+  mpirun -np 2 --oversubscribe "$ZEROTUNE" train --model "$M" --data "$D" --out "$WORK/trace-run" --device cpu \
+  --pipeline-stages 2 --micro-batch-size 1 --grad-accum 4 --max-steps 2 --no-save-at-end >"$WORK/trace.log" 2>&1 \
+  && "$PYTHON" - "$WORK/trace" "$M/config.json" >>"$WORK/trace.log" 2>&1 <<'PY'
+import json, sys
+hidden = json.load(open(sys.argv[2]))["hidden_size"]
+ranks = [[json.loads(line) for line in open(f"{sys.argv[1]}/rank{rank}.jsonl")] for rank in (0, 1)]
+assert [len(steps) for steps in ranks] == [2, 2], "one line per step and rank"
+for first, last in zip(*ranks):
+    for line, recomputes in ((first, 4), (last, 0)):
+        ops = [event["op"] for event in line["events"]]
+        assert ops.count("forward") == 4 and ops.count("backward") == 4, ops
+        assert ops.count("recompute") == recomputes, (line["stage"], ops)
+        assert line["compute_seconds"] + line["wait_seconds"] <= line["step_seconds"] + 1e-6, line
+    assert first["bytes_sent"] == last["bytes_sent"] > 0 and first["bytes_sent"] % (hidden * 4) == 0, (first, last)
+print("trace: 2 steps x 2 ranks, bytes", [line["bytes_sent"] for line in ranks[0]])
+PY
+check pipeline-trace $? "$WORK/trace.log" "ZT_PIPE_TRACE: the engine's timeline per rank and step"
 
 # --- An accelerate YAML where the DeepSpeed JSON belongs: refused, saying how to carry it over --
 cat >"$WORK/accelerate.yaml" <<'YAML'
