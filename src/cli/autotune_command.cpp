@@ -250,6 +250,16 @@ std::vector<ZeroChoice> search_branches(const TrainConfig& base, const po::varia
   return branches;
 }
 
+// An experiment's need per rank: the device peak (on the CPU backend the host peak: its buffers);
+// under a pipeline the heaviest stage's, the job's (the trainer records the heaviest rank's peak).
+int64_t predicted_need(const TrainConfig& config, const ModelConfig& model, int world_size, int64_t seq_len,
+                       const MemoryTarget& target, int64_t regrowth) {
+  const bool on_cpu = target.device == Device::CPU;
+  const std::vector<MemoryPrediction> stages = predict_stage_memory(config, model, world_size, seq_len, target, regrowth);
+  const MemoryPrediction& prediction = stages[heaviest_stage(stages, on_cpu)];
+  return on_cpu ? prediction.host_peak : prediction.device_needed();
+}
+
 // One experiment's run: `trial_steps` steps into its own OUT, nothing saved, evaluated or dumped.
 TrainConfig trial_config(const TrainConfig& base, const AutotuneExperiment& experiment, int world_size,
                          const std::string& out_dir, int64_t trial_steps) {
@@ -396,11 +406,7 @@ int command_autotune(const std::vector<std::string>& args) {
 
   const bool on_cpu = target.device == Device::CPU;
   const auto predict = [&](const AutotuneExperiment& experiment) {
-    // Under a pipeline the heaviest stage's need is the job's (the trainer records its peak likewise).
-    const std::vector<MemoryPrediction> stages =
-        predict_stage_memory(experiment_config(base, experiment, world_size), model, world_size, seq_len, target, regrowth);
-    const MemoryPrediction& prediction = stages[heaviest_stage(stages, on_cpu)];
-    return on_cpu ? prediction.host_peak : prediction.device_needed();
+    return predicted_need(experiment_config(base, experiment, world_size), model, world_size, seq_len, target, regrowth);
   };
   const auto run = [&](AutotuneExperiment& experiment) {
     const TrainConfig config = trial_config(base, experiment, world_size, (exps / experiment.name).string(), trial_steps);

@@ -274,8 +274,10 @@ std::vector<std::string> fitting_memory_choices(const TrainConfig& config, const
     if (config.pipeline.enabled() && choice.stage == 3) continue;  // refused with pipeline stages
     for (bool checkpointing : {false, true}) {
       choice.activation_checkpointing = checkpointing;
-      const MemoryPrediction prediction =
-          predict_memory(with_choice(config, choice), model, world_size, 0, seq_len, target, grown_from_seq_len);
+      // Under a pipeline the heaviest stage's need (the rank that would not fit).
+      const std::vector<MemoryPrediction> stages =
+          predict_stage_memory(with_choice(config, choice), model, world_size, seq_len, target, grown_from_seq_len);
+      const MemoryPrediction& prediction = stages[heaviest_stage(stages, false)];
       if (prediction.device_needed() > free_bytes) continue;
       fits.push_back({prediction.device_needed(), cat(choice_text(choice), ": ", format_bytes(prediction.device_needed()))});
     }

@@ -108,8 +108,8 @@ int64_t longest_fitting_sequence(const TrainConfig& config, const ModelConfig& m
                                  const MemoryTarget& target, int64_t device_bytes, int64_t max_seq_len);
 
 // The ZeRO stage / offload / activation-checkpointing variants of `config` whose predicted
-// device peak fits `free_bytes`, as DeepSpeed JSON/flag text ("stage 3 + offload_optimizer cpu
-// + --activation-checkpointing: 5.2 GiB"), smallest first.
+// device peak (under a pipeline: the heaviest stage's) fits `free_bytes`, as DeepSpeed JSON/flag
+// text ("stage 3 + offload_optimizer cpu + --activation-checkpointing: 5.2 GiB"), smallest first.
 std::vector<std::string> fitting_memory_choices(const TrainConfig& config, const ModelConfig& model, int world_size,
                                                 int64_t seq_len, const MemoryTarget& target, int64_t free_bytes,
                                                 int64_t grown_from_seq_len = 0);
