@@ -603,7 +603,7 @@ boost::program_options::options_description estimate_options(EstimateFlags& f) {
        "(gradient_accumulation_steps; under a pipeline the micro-batches in flight: GPipe keeps all of them)")
       ("pipeline-stages", po::value(&shape.pipeline.stages)->default_value(1), "with --model: P pipeline stages of "
        "world/P ranks each (docs/pipeline.md): the memory model steps every stage; the run columns are the heaviest "
-       "stage's (its index in the column 'pp'), --json gives every stage's; ZeRO-3 rows are left out (refused)")
+       "stage's (the column 'heaviest stage' names it), --json gives every stage's; ZeRO-3 rows are left out (refused)")
       ("pipeline-schedule", po::value(&shape.pipeline.schedule)->default_value("1f1b"), "with --pipeline-stages: "
        "1f1b, gpipe or interleaved")
       ("pipeline-chunks", po::value(&shape.pipeline.chunks), "with --pipeline-schedule interleaved: V model chunks per "
