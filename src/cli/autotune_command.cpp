@@ -1,6 +1,6 @@
 // `zerotune autotune --model DIR --data DIR --out OUT [train's options] [--device-memory 24GiB]
 //                    [--max-micro-batch N] [--trial-steps N] [--no-fast] [--stages 0,1,2,3]
-//                    [--checkpointing both|off|on] [--no-offload]`:
+//                    [--checkpointing both|off|on] [--no-offload] [--try-pipeline-stages 1,2]`:
 // DeepSpeed's autotuner's job (which ZeRO stage and micro-batch is fastest), with offload and
 // activation checkpointing tuned too and every experiment's memory predicted first
 // (train/autotune.h). Every rank runs the same experiments, each a short `train` in
@@ -34,6 +34,7 @@
 #include "train/memory_model.h"
 #include "train/memory_model_choices.h"
 #include "train/metrics.h"
+#include "train/pipe_engine.h"
 #include "train/report_html.h"
 #include "train/run_directory.h"
 #include "train/trainer.h"
@@ -45,19 +46,20 @@ namespace po = boost::program_options;
 
 namespace {
 
-// The trainer's configuration of one experiment.
+// The trainer's configuration of one experiment (under a pipeline the batch counts the D = world / P
+// data-parallel replicas, as DeepSpeed's pipeline engine does).
 TrainConfig experiment_config(const TrainConfig& base, const AutotuneExperiment& experiment, int world_size) {
   TrainConfig config = with_choice(base, experiment.choice);
   config.micro_batch_size = experiment.micro_batch;
   config.gradient_accumulation_steps = experiment.accumulation;
-  config.train_batch_size = experiment.micro_batch * experiment.accumulation * world_size;
+  config.train_batch_size = experiment.micro_batch * experiment.accumulation * config.data_parallel_size(world_size);
   return config;
 }
 
 // The DeepSpeed JSON of a setting: the user's (comments allowed, as DeepSpeed reads it) or an
 // empty one, with the tuned keys set.
 nlohmann::ordered_json experiment_ds_config(const std::string& user_path, const AutotuneExperiment& experiment,
-                                            int world_size) {
+                                            const TrainConfig& config, int world_size) {
   nlohmann::ordered_json ds = nlohmann::ordered_json::object();
   if (!user_path.empty()) {
     std::ifstream in(user_path);
@@ -66,7 +68,8 @@ nlohmann::ordered_json experiment_ds_config(const std::string& user_path, const 
   }
   ds["train_micro_batch_size_per_gpu"] = experiment.micro_batch;
   ds["gradient_accumulation_steps"] = experiment.accumulation;
-  ds["train_batch_size"] = experiment.micro_batch * experiment.accumulation * world_size;
+  ds["train_batch_size"] = experiment.micro_batch * experiment.accumulation * config.data_parallel_size(world_size);
+  if (config.pipeline.enabled() || ds.contains("pipeline")) ds["pipeline"]["stages"] = config.pipeline.stages;
   nlohmann::ordered_json& zero = ds["zero_optimization"];
   zero["stage"] = experiment.choice.stage;
   zero["offload_optimizer"]["device"] = experiment.choice.offload_optimizer ? "cpu" : "none";
@@ -124,7 +127,8 @@ std::string optimal_command(const std::vector<std::string>& args, const fs::path
   const std::set<std::string> dropped_with_value = {"--deepspeed",     "--out",          "--zero-stage",
                                                     "--offload-optimizer", "--micro-batch-size", "--grad-accum",
                                                     "--device-memory", "--max-micro-batch", "--trial-steps",
-                                                    "--stages",        "--checkpointing", "--max-steps"};
+                                                    "--stages",        "--checkpointing", "--max-steps",
+                                                    "--pipeline-stages", "--try-pipeline-stages"};
   const std::set<std::string> dropped_switches = {"--activation-checkpointing", "--no-fast", "--no-offload",
                                                   "--overwrite"};
   std::string command = "zerotune train";
@@ -177,27 +181,83 @@ std::optional<int64_t> memory_budget(const TrainConfig& base, Communicator& comm
   return budget;
 }
 
+// --try-pipeline-stages "1,2": the pipeline stages P to try, each dividing the world (none given:
+// the run's own P, --pipeline-stages or the JSON's, 1 by default).
+std::vector<int> parse_pipeline_stages(const po::variables_map& vm, const TrainConfig& base, int world_size) {
+  if (!vm.count("try-pipeline-stages")) return {static_cast<int>(base.pipeline.stages)};
+  ZT_CHECK(!vm.count("pipeline-stages"), "give either --pipeline-stages P (every experiment) or --try-pipeline-stages "
+           "(a list to search), not both");
+  const std::string text = vm["try-pipeline-stages"].as<std::string>();
+  std::vector<int> stages;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    ZT_CHECK(!item.empty() && item.find_first_not_of("0123456789") == std::string::npos && std::stoi(item) >= 1,
+             "--try-pipeline-stages '", text, "': a comma-separated list of pipeline stage counts >= 1");
+    const int stage_count = std::stoi(item);
+    ZT_CHECK(world_size % stage_count == 0, "--try-pipeline-stages '", text, "': ", stage_count,
+             " stages do not divide the ", world_size, " ranks (each stage needs the same number of replicas)");
+    stages.push_back(stage_count);
+  }
+  ZT_CHECK(!stages.empty(), "--try-pipeline-stages is empty");
+  return stages;
+}
+
+// A branch a pipeline refuses (ZeRO-3, ZeRO-2 with a trainable tie, ...: check_pipeline_run) is
+// left out of the search, as a setting the trainer would not start; nothing is left out without one.
+bool pipeline_refuses(const TrainConfig& base, const ZeroChoice& choice, const ModelConfig& model, int world_size) {
+  TrainConfig config = with_choice(base, choice);
+  if (!config.pipeline.enabled()) return false;
+  config.save_at_end = false;  // as the trials run (trial_config)
+  config.save_every = 0;
+  try {
+    check_pipeline_run(config, model, world_size, *make_optimizer(config.optimizer));
+  } catch (const Error&) {
+    return true;
+  }
+  return false;
+}
+
 // The ZeRO stage x offload x checkpointing settings the search walks (--stages, --no-offload,
-// --checkpointing); on several nodes (of ranks_per_node ranks each) every stage-3 one with ZeRO++ too.
+// --checkpointing), for each pipeline stage count P (--try-pipeline-stages); on several nodes (of
+// ranks_per_node ranks each) every stage-3 one with ZeRO++ too.
 std::vector<ZeroChoice> search_branches(const TrainConfig& base, const po::variables_map& vm,
-                                        const std::string& checkpointing, int nodes, int ranks_per_node) {
+                                        const std::string& checkpointing, const ModelConfig& model, int world_size,
+                                        int nodes, int ranks_per_node) {
   std::vector<ZeroChoice> branches;
   const std::vector<int> stages = parse_stages(vm["stages"].as<std::string>());
-  for (ZeroChoice choice : zero_offload_choices(make_optimizer(base.optimizer)->fuses_into_backward())) {
-    if (std::find(stages.begin(), stages.end(), choice.stage) == stages.end()) continue;
-    if (vm["no-offload"].as<bool>() && (choice.offload_optimizer || choice.offload_params)) continue;
-    for (bool on : {false, true}) {
-      if ((on && checkpointing == "off") || (!on && checkpointing == "on")) continue;
-      choice.activation_checkpointing = on;
-      branches.push_back(choice);
-      if (choice.stage == 3 && nodes > 1 && ranks_per_node > 1) {
-        ZeroChoice zeropp = choice;
-        zeropp.zeropp_ranks_per_node = ranks_per_node;
-        branches.push_back(zeropp);
+  const bool searching_pipelines = vm.count("try-pipeline-stages") > 0;
+  for (int pipeline_stages : parse_pipeline_stages(vm, base, world_size)) {
+    for (ZeroChoice choice : zero_offload_choices(make_optimizer(base.optimizer)->fuses_into_backward())) {
+      if (std::find(stages.begin(), stages.end(), choice.stage) == stages.end()) continue;
+      if (vm["no-offload"].as<bool>() && (choice.offload_optimizer || choice.offload_params)) continue;
+      choice.pipeline_stages = searching_pipelines ? pipeline_stages : 0;
+      for (bool on : {false, true}) {
+        if ((on && checkpointing == "off") || (!on && checkpointing == "on")) continue;
+        choice.activation_checkpointing = on;
+        if (pipeline_refuses(base, choice, model, world_size)) continue;
+        branches.push_back(choice);
+        if (choice.stage == 3 && nodes > 1 && ranks_per_node > 1) {
+          ZeroChoice zeropp = choice;
+          zeropp.zeropp_ranks_per_node = ranks_per_node;
+          branches.push_back(zeropp);
+        }
       }
     }
   }
+  ZT_CHECK(!branches.empty(), "autotune: no setting to try: every ZeRO stage x offload x checkpointing choice of "
+           "--stages is refused with the pipeline stages asked for (docs/pipeline.md: ZeRO-3, LOMO, objectives)");
   return branches;
+}
+
+// An experiment's need per rank: the device peak (on the CPU backend the host peak: its buffers);
+// under a pipeline the heaviest stage's, the job's (the trainer records the heaviest rank's peak).
+int64_t predicted_need(const TrainConfig& config, const ModelConfig& model, int world_size, int64_t seq_len,
+                       const MemoryTarget& target, int64_t regrowth) {
+  const bool on_cpu = target.device == Device::CPU;
+  const std::vector<MemoryPrediction> stages = predict_stage_memory(config, model, world_size, seq_len, target, regrowth);
+  const MemoryPrediction& prediction = stages[heaviest_stage(stages, on_cpu)];
+  return on_cpu ? prediction.host_peak : prediction.device_needed();
 }
 
 // One experiment's run: `trial_steps` steps into its own OUT, nothing saved, evaluated or dumped.
@@ -249,7 +309,7 @@ void write_autotune_results(const std::vector<std::string>& args, const Autotune
                                     {"experiments", nlohmann::ordered_json::array()}};
   for (const AutotuneExperiment& experiment : experiments) results["experiments"].push_back(experiment.to_json());
   const fs::path ds_path = results_dir / "ds_config_optimal.json";
-  write_file(ds_path, experiment_ds_config(base.deepspeed_config_path, best, world_size).dump(2) + "\n");
+  write_file(ds_path, experiment_ds_config(base.deepspeed_config_path, best, experiment_config(base, best, world_size), world_size).dump(2) + "\n");
   write_file(results_dir / "cmd_optimal.txt", optimal_command(args, ds_path, out / "optimal", best) + "\n");
   // What a job script adds to `train` besides the JSON (activation checkpointing is a flag).
   write_file(results_dir / "flags_optimal.txt", best.choice.activation_checkpointing ? "--activation-checkpointing\n" : "\n");
@@ -289,7 +349,10 @@ int command_autotune(const std::vector<std::string>& args) {
        "falls or gains less than 5%, DeepSpeed's fast mode)")
       ("stages", po::value<std::string>()->default_value("0,1,2,3"), "ZeRO stages to try")
       ("checkpointing", po::value<std::string>()->default_value("both"), "activation checkpointing: both, off or on")
-      ("no-offload", po::bool_switch(), "do not try optimizer or parameter offload");
+      ("no-offload", po::bool_switch(), "do not try optimizer or parameter offload")
+      ("try-pipeline-stages", po::value<std::string>(), "pipeline stage counts P to try, e.g. 1,2 (each divides the "
+       "ranks; default: only the run's own --pipeline-stages, 1 unless given); settings a pipeline refuses (ZeRO-3) "
+       "are left out, each P's experiments are predicted by their heaviest stage");
   po::variables_map vm;
   ParsedTrainOptions parsed = parse_train_options(args, "autotune", extra, {"model", "data", "out"}, vm);
   if (parsed.help) return 0;
@@ -327,13 +390,13 @@ int command_autotune(const std::vector<std::string>& args) {
                                     dataset.num_samples() / (static_cast<int64_t>(world_size) * accumulation));
   ZT_CHECK(search.max_micro_batch >= 1, base.data_dir, ": ", dataset.num_samples(),
            " samples do not fill one global batch of micro-batch 1 x ", accumulation, " x ", world_size, " ranks");
-  search.branches = search_branches(base, vm, checkpointing, comm->nodes(), comm->local_size());
+  search.branches = search_branches(base, vm, checkpointing, model, world_size, comm->nodes(), comm->local_size());
 
   const fs::path out(base.out_dir), exps = out / "autotuning_exps", results_dir = out / "autotuning_results";
   if (leader) {
     fs::create_directories(exps);
     fs::create_directories(results_dir);
-    std::printf("zerotune autotune: %zu settings (ZeRO stage x offload x activation checkpointing), micro-batch 1..%lld, "
+    std::printf("zerotune autotune: %zu settings (ZeRO stage x offload x activation checkpointing x pipeline stages), micro-batch 1..%lld, "
                 "%lld tokens per sample, budget %s per rank%s\n",
                 search.branches.size(), static_cast<long long>(search.max_micro_batch), static_cast<long long>(seq_len),
                 budget ? format_bytes(*budget).c_str() : "none", search.fast ? ", fast mode" : "");
@@ -343,9 +406,7 @@ int command_autotune(const std::vector<std::string>& args) {
 
   const bool on_cpu = target.device == Device::CPU;
   const auto predict = [&](const AutotuneExperiment& experiment) {
-    const MemoryPrediction prediction =
-        predict_memory(experiment_config(base, experiment, world_size), model, world_size, 0, seq_len, target, regrowth);
-    return on_cpu ? prediction.host_peak : prediction.device_needed();
+    return predicted_need(experiment_config(base, experiment, world_size), model, world_size, seq_len, target, regrowth);
   };
   const auto run = [&](AutotuneExperiment& experiment) {
     const TrainConfig config = trial_config(base, experiment, world_size, (exps / experiment.name).string(), trial_steps);
@@ -354,7 +415,7 @@ int command_autotune(const std::vector<std::string>& args) {
     options.profile_step = 0;
     if (leader) {
       write_file(exps / (experiment.name + ".json"),
-                 experiment_ds_config(base.deepspeed_config_path, experiment, world_size).dump(2) + "\n");
+                 experiment_ds_config(base.deepspeed_config_path, experiment, config, world_size).dump(2) + "\n");
       std::printf("autotune: %s (%s, micro-batch %lld): predicted %s\n", experiment.name.c_str(),
                   choice_text(experiment.choice).c_str(), static_cast<long long>(experiment.micro_batch),
                   format_bytes(experiment.predicted_bytes).c_str());

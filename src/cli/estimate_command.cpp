@@ -33,6 +33,7 @@
 #include "optim/optimizer.h"
 #include "train/ds_config.h"
 #include "train/objective.h"
+#include "train/pipe_engine.h"
 #include "train/memory_model.h"
 #include "train/memory_model_choices.h"
 #include "train/metrics.h"
@@ -67,6 +68,8 @@ struct RunShape {
   MemoryTarget target = typical_gpu_target();  // --device: the allocator the memory model counts for
   int64_t grown_from_seq_len = 0;  // --data with samples of varied lengths (memory_model.h)
   int64_t head_chunk_rows = 0;  // the LM head + cross-entropy chunk (0: automatic)
+  int64_t accumulation = 1;     // micro-batches per step (gradient_accumulation_steps): GPipe keeps all in flight
+  PipelineConfig pipeline;      // --pipeline-stages P: the memory model steps every stage, the heaviest is the need
 };
 
 // The run the memory model sets up and steps for one row.
@@ -74,7 +77,8 @@ TrainConfig row_config(const RunShape& shape, const ZeroMemoryInputs& base, cons
                        bool activation_checkpointing) {
   TrainConfig config = shape.base;
   config.micro_batch_size = shape.micro_batch;
-  config.gradient_accumulation_steps = 1;
+  config.gradient_accumulation_steps = shape.accumulation;
+  config.pipeline = shape.pipeline;
   config.compute_dtype = compute_dtype;
   config.lora = shape.lora;
   config.head_chunk_rows = shape.head_chunk_rows;
@@ -137,12 +141,21 @@ nlohmann::ordered_json prediction_json(const MemoryPrediction& prediction, int g
   return row;
 }
 
+// The job's need: the heaviest stage's prediction (without a pipeline the one stage), with
+// "pipeline_stage" naming it and, under a pipeline, "stages": every stage's prediction in order.
 nlohmann::ordered_json predicted_run(const ModelSummary& model, const RunShape& shape, const ZeroMemoryInputs& base,
                                      const Choice& choice, DType compute_dtype, bool activation_checkpointing) {
-  const MemoryPrediction prediction =
-      predict_memory(row_config(shape, base, choice, compute_dtype, activation_checkpointing), *model.config,
-                     base.world_size, 0, shape.seq_len, shape.target, shape.grown_from_seq_len);
-  return prediction_json(prediction, base.gpus_per_node);
+  const std::vector<MemoryPrediction> stages =
+      predict_stage_memory(row_config(shape, base, choice, compute_dtype, activation_checkpointing), *model.config,
+                           base.world_size, shape.seq_len, shape.target, shape.grown_from_seq_len);
+  const size_t heaviest = heaviest_stage(stages, shape.target.device == Device::CPU);
+  nlohmann::ordered_json row = prediction_json(stages[heaviest], base.gpus_per_node);
+  row["pipeline_stage"] = heaviest;
+  if (stages.size() > 1) {
+    row["stages"] = nlohmann::ordered_json::array();
+    for (const MemoryPrediction& stage : stages) row["stages"].push_back(prediction_json(stage, base.gpus_per_node));
+  }
+  return row;
 }
 
 nlohmann::ordered_json estimate_report(const ModelSummary& model, const RunShape& shape, const ZeroMemoryInputs& base,
@@ -165,11 +178,16 @@ nlohmann::ordered_json estimate_report(const ModelSummary& model, const RunShape
     report["run"] = {{"seq_len", shape.seq_len}, {"micro_batch", shape.micro_batch}, {"objective", shape.objective},
                      {"quantize", quant_config_json(shape.quantize)},
                      {"activation_checkpointing", shape.activation_checkpointing},
-                     {"grown_from_seq_len", shape.grown_from_seq_len}};
+                     {"grown_from_seq_len", shape.grown_from_seq_len},
+                     {"gradient_accumulation_steps", shape.accumulation},
+                     {"pipeline_stages", shape.pipeline.stages},
+                     {"pipeline_schedule", shape.pipeline.schedule},
+                     {"pipeline_chunks", shape.pipeline.chunks}};
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   report["optimizer"] = shape.optimizer.type;
   for (const Choice& choice : zero_offload_choices(base.fused_optimizer)) {
     if (choice.offload_params && !choice.offload_optimizer) continue;  // DeepSpeed's estimators have no such row
+    if (shape.pipeline.enabled() && choice.stage == 3) continue;  // ZeRO-3 is refused with pipeline stages
     ZeroMemoryInputs inputs = base;
     inputs.stage = choice.stage;
     inputs.offload_optimizer = choice.offload_optimizer;
@@ -243,6 +261,15 @@ std::string format_breakdown(const nlohmann::ordered_json& report) {
           "  engine's reduce buckets and staging; slack: the caching allocator's size classes; workspace: cuBLASLt's;\n"
           "  params: with --objective dpo without --lora-r, the reference model's frozen copy too.\n";
   return text;
+}
+
+// ", pipeline 2 stages (1f1b), 4 micro-batches per step" under a pipeline, else "".
+std::string pipeline_note(const nlohmann::ordered_json& run) {
+  if (!run.contains("pipeline_stages") || run["pipeline_stages"].get<int64_t>() <= 1) return "";
+  const int64_t chunks = run["pipeline_chunks"];
+  return cat(", pipeline ", run["pipeline_stages"].get<int64_t>(), " stages (", run["pipeline_schedule"].get<std::string>(),
+             chunks > 1 ? cat(", ", chunks, " chunks per rank") : std::string(), "), ",
+             run["gradient_accumulation_steps"].get<int64_t>(), " micro-batches per step");
 }
 
 // ", 4-bit base nf4 (...)" for a QLoRA run, else "".
@@ -329,20 +356,21 @@ std::string format_report(const nlohmann::ordered_json& report) {
            report["stage3_max_live_parameters"].get<int64_t>(), ", stage3_prefetch_bucket_size ",
            report["stage3_prefetch_bucket_size"].get<int64_t>()));
   const bool run = report.contains("run");
+  const bool pipeline = run && report["run"]["pipeline_stages"].get<int64_t>() > 1;
   if (run)
     line(cat("run: micro-batch ", report["run"]["micro_batch"].get<int64_t>(), " x ", report["run"]["seq_len"].get<int64_t>(),
              " tokens", report["run"]["activation_checkpointing"].get<bool>() ? ", activation checkpointing" : "",
-             run_quantization_note(report["run"])));
+             run_quantization_note(report["run"]), pipeline_note(report["run"])));
   line("");
   char row[320];
   std::snprintf(row, sizeof row, "%-5s %-9s %-7s | %12s %12s %12s | %12s %12s%s", "", "offload", "offload",
                 "DeepSpeed", "DeepSpeed", "DeepSpeed", "zerotune", "zerotune",
                 run ? " | zerotune run  zerotune run     zerotune" : "");
-  line(row);
+  line(std::string(row) + (pipeline ? "  heaviest" : ""));
   std::snprintf(row, sizeof row, "%-5s %-9s %-7s | %12s %12s %12s | %12s %12s%s", "stage", "optimizer", "param",
                 "per GPU", "CPU/node", "(no z_init)", "per GPU", "CPU/node",
                 run ? " | GPU set-up     GPU peak       CPU/node" : "");
-  line(row);
+  line(std::string(row) + (pipeline ? "  stage" : ""));
   for (const auto& entry : report["rows"]) {
     const auto& deepspeed = entry["deepspeed"];
     const auto& plan = entry["zerotune"];
@@ -359,6 +387,7 @@ std::string format_report(const nlohmann::ordered_json& report) {
                     bytes_text(predicted["device_peak_bytes"]).c_str(),
                     bytes_text(predicted["host_peak_bytes_per_node"]).c_str());
       text_row += row;
+      if (pipeline) text_row += cat("  ", predicted["pipeline_stage"].get<int64_t>());
     }
     line(text_row);
   }
@@ -378,6 +407,12 @@ std::string format_report(const nlohmann::ordered_json& report) {
     line("zerotune run (with --model): the memory model of `train` (the trainer's own set-up and one step on a counting");
     line("  backend: every buffer, activations and the 32 MiB cuBLASLt workspace included, in the caching allocator's");
     line("  size classes and 2 MiB virtual-memory chunks); `train` checks the same figure against the free device memory.");
+  }
+  if (pipeline) {
+    line("Pipeline: the run columns and the breakdown are the heaviest stage's (its ranks' need is the job's); each stage");
+    line("  holds its units' parameters, gradients and optimizer state and the inputs of its micro-batches in flight");
+    line("  (1F1B: min(P - stage, M), GPipe: M). `--json` gives every stage (zerotune_run.stages). The DeepSpeed and");
+    line("  zerotune formula columns are the whole model without a pipeline; ZeRO-3 rows are left out (refused).");
   }
   line("Offloading the optimizer needs ZeRO stage >= 1 and offloading parameters stage 3, as in DeepSpeed.");
   if (report.contains("gradients")) text += format_gradient_comparison(report["gradients"]);
@@ -564,6 +599,17 @@ boost::program_options::options_description estimate_options(EstimateFlags& f) {
       ("head-chunk-rows", po::value(&shape.head_chunk_rows)->default_value(0),
        "with --model: rows per chunk of the LM head + cross-entropy, as train's (0: automatic; micro-batch x "
        "seq-len or more: the whole [tokens, vocab] logits at once)")
+      ("grad-accum", po::value(&shape.accumulation)->default_value(1), "with --model: micro-batches per step "
+       "(gradient_accumulation_steps; under a pipeline the micro-batches in flight: GPipe keeps all of them)")
+      ("pipeline-stages", po::value(&shape.pipeline.stages)->default_value(1), "with --model: P pipeline stages of "
+       "world/P ranks each (docs/pipeline.md): the memory model steps every stage; the run columns are the heaviest "
+       "stage's (the column 'heaviest stage' names it), --json gives every stage's; ZeRO-3 rows are left out (refused)")
+      ("pipeline-schedule", po::value(&shape.pipeline.schedule)->default_value("1f1b"), "with --pipeline-stages: "
+       "1f1b, gpipe or interleaved")
+      ("pipeline-chunks", po::value(&shape.pipeline.chunks), "with --pipeline-schedule interleaved: V model chunks per "
+       "rank (default 2)")
+      ("partition-method", po::value(&shape.pipeline.partition_method)->default_value("parameters"),
+       "with --pipeline-stages: units over stages, parameters, uniform or type:REGEX")
       ("json", po::bool_switch(&as_json), "print the report as JSON");
   return description;
 }
@@ -591,6 +637,16 @@ void check_estimate_flags(const EstimateFlags& f, const boost::program_options::
   ZT_CHECK(!shape.offload_activations || shape.activation_checkpointing,
            "--offload-activations needs --activation-checkpointing: it moves the block inputs that checkpointing "
            "keeps to host memory");
+  ZT_CHECK(shape.accumulation >= 1, "--grad-accum = ", shape.accumulation, ": must be >= 1");
+  ZT_CHECK(shape.pipeline.stages >= 1, "--pipeline-stages = ", shape.pipeline.stages, ": must be >= 1");
+  ZT_CHECK(!shape.pipeline.enabled() || (have_model && !f.max_seq_len_mode), "--pipeline-stages needs --model (the "
+           "memory model steps each stage's units) and does not go with --max-seq-len");
+  ZT_CHECK((f.gpus_per_node * f.nodes) % shape.pipeline.stages == 0, "--pipeline-stages ", shape.pipeline.stages,
+           " does not divide the ", f.gpus_per_node * f.nodes, " ranks of --gpus-per-node x --nodes (each stage needs "
+           "the same number of data-parallel replicas)");
+  for (const char* flag : {"pipeline-schedule", "pipeline-chunks", "partition-method"})
+    ZT_CHECK(values[flag].empty() || values[flag].defaulted() || shape.pipeline.enabled(), "--", flag,
+             " goes with --pipeline-stages P (P > 1)");
   ZT_CHECK(shape.head_chunk_rows >= 0, "--head-chunk-rows = ", shape.head_chunk_rows, ": must be >= 0 (0: automatic)");
   ZT_CHECK(have_model || (values["seq-len"].defaulted() && values["micro-batch"].defaulted() &&
                           !shape.activation_checkpointing),
@@ -613,6 +669,7 @@ void apply_deepspeed_config(EstimateFlags& f, const boost::program_options::vari
     shape.optimizer = shape.base.optimizer;
     f.optimizer_text = shape.optimizer.type;
   }
+  if (values["pipeline-stages"].defaulted() && shape.base.pipeline.enabled()) shape.pipeline = shape.base.pipeline;
   if (values["compute-dtype"].defaulted()) f.dtype_text = dtype_name(shape.base.compute_dtype);
   if (values["grad-accum-dtype"].defaulted()) f.grad_dtype_text = dtype_name(shape.base.grad_accum_dtype);
   if (values["reduce-bucket-size"].defaulted()) f.reduce_bucket_text = cat(shape.base.zero.reduce_bucket_size);
@@ -758,6 +815,8 @@ int command_estimate(const std::vector<std::string>& args) {
   if (values.count("quantize")) shape.quantize.type = parse_quant4_type(flags.quantize_text, "--quantize");
   check_estimate_flags(flags, values);
   if (values.count("deepspeed")) apply_deepspeed_config(flags, values);  // its settings, under the flags given
+  // The interleaved schedule's chunks: 2 unless given (1 is 1f1b), as train's.
+  if (shape.pipeline.schedule == "interleaved" && !values.count("pipeline-chunks")) shape.pipeline.chunks = 2;
   if (values.count("data")) {
     ZT_CHECK(values.count("model") && values["seq-len"].defaulted(), "--data goes with --model and instead of --seq-len");
     const TokenDataset dataset = TokenDataset::open(flags.data_dir);
@@ -788,6 +847,11 @@ int command_estimate(const std::vector<std::string>& args) {
                                  : summarize_param_count(flags, values, *optimizer, tensor_state_floats);
   const ZeroMemoryInputs inputs =
       zero_memory_inputs(flags, model, compute_dtype, *grad_dtype, *optimizer, tensor_state_floats);
+  if (shape.pipeline.enabled()) {  // what train would refuse of the pipeline, before the rows are stepped
+    TrainConfig config = row_config(shape, inputs, Choice{}, compute_dtype, shape.activation_checkpointing);
+    config.save_at_end = false;  // estimate plans no checkpoints
+    check_pipeline_run(config, *model.config, inputs.world_size, *optimizer);
+  }
   if (process_rank() != 0) return 0;  // one report per job
   print_estimate(flags, model, inputs, compute_dtype, *grad_dtype, *optimizer);
   return 0;

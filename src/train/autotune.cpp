@@ -15,6 +15,7 @@ nlohmann::ordered_json AutotuneExperiment::to_json() const {
                                  {"offload_param", choice.offload_params ? "cpu" : "none"},
                                  {"activation_checkpointing", choice.activation_checkpointing},
                                  {"zeropp", choice.zeropp_ranks_per_node > 0},
+                                 {"pipeline_stages", choice.pipeline_stages > 0 ? choice.pipeline_stages : 1},
                                  {"train_micro_batch_size_per_gpu", micro_batch},
                                  {"gradient_accumulation_steps", accumulation},
                                  {"memory_predicted_bytes", predicted_bytes},

@@ -230,6 +230,26 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
   return prediction;
 }
 
+std::vector<MemoryPrediction> predict_stage_memory(const TrainConfig& config, const ModelConfig& model, int world_size,
+                                                   int64_t seq_len, const MemoryTarget& target,
+                                                   int64_t grown_from_seq_len) {
+  const int data_parallel = config.data_parallel_size(world_size);  // refuses a P that does not divide the world
+  const int stages = config.pipeline.enabled() ? static_cast<int>(config.pipeline.stages) : 1;
+  std::vector<MemoryPrediction> predictions;
+  for (int stage = 0; stage < stages; ++stage)
+    predictions.push_back(
+        predict_memory(config, model, world_size, stage * data_parallel, seq_len, target, grown_from_seq_len));
+  return predictions;
+}
+
+size_t heaviest_stage(const std::vector<MemoryPrediction>& stages, bool on_host) {
+  const auto need = [on_host](const MemoryPrediction& p) { return on_host ? p.host_peak : p.device_needed(); };
+  size_t heaviest = 0;
+  for (size_t stage = 1; stage < stages.size(); ++stage)
+    if (need(stages[stage]) > need(stages[heaviest])) heaviest = stage;
+  return heaviest;
+}
+
 int64_t longest_fitting_sequence(const TrainConfig& config, const ModelConfig& model, int world_size,
                                  const MemoryTarget& target, int64_t device_bytes, int64_t max_seq_len) {
   ZT_CHECK(max_seq_len >= 1, "longest fitting sequence: the longest sequence to try (", max_seq_len, ") must be >= 1");
@@ -258,8 +278,10 @@ std::vector<std::string> fitting_memory_choices(const TrainConfig& config, const
     if (config.pipeline.enabled() && choice.stage == 3) continue;  // refused with pipeline stages
     for (bool checkpointing : {false, true}) {
       choice.activation_checkpointing = checkpointing;
-      const MemoryPrediction prediction =
-          predict_memory(with_choice(config, choice), model, world_size, 0, seq_len, target, grown_from_seq_len);
+      // Under a pipeline the heaviest stage's need (the rank that would not fit).
+      const std::vector<MemoryPrediction> stages =
+          predict_stage_memory(with_choice(config, choice), model, world_size, seq_len, target, grown_from_seq_len);
+      const MemoryPrediction& prediction = stages[heaviest_stage(stages, false)];
       if (prediction.device_needed() > free_bytes) continue;
       fits.push_back({prediction.device_needed(), cat(choice_text(choice), ": ", format_bytes(prediction.device_needed()))});
     }

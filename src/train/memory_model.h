@@ -86,6 +86,17 @@ struct MemoryPrediction {
 MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& model, int world_size, int rank,
                                 int64_t seq_len, const MemoryTarget& target, int64_t grown_from_seq_len = 0);
 
+// The job's figures under a pipeline (config.pipeline.stages = P > 1): predict_memory of every
+// stage's first rank (s x D; the D ranks of a stage hold the same), in stage order; without a
+// pipeline, rank 0's alone. A stage holds its units' parameters, gradients and optimizer state
+// and the stage inputs of its micro-batches in flight (pipe_engine.h), so the stages differ.
+std::vector<MemoryPrediction> predict_stage_memory(const TrainConfig& config, const ModelConfig& model, int world_size,
+                                                   int64_t seq_len, const MemoryTarget& target,
+                                                   int64_t grown_from_seq_len = 0);
+// The stage whose need is the job's: the largest device_needed() (on_host: the largest host_peak,
+// the CPU backend's buffers), the first of equals.
+size_t heaviest_stage(const std::vector<MemoryPrediction>& stages, bool on_host);
+
 // What predict_memory's grown_from_seq_len is for training on `dataset`: its longest sample - 1
 // when some sample is shorter (a micro-batch may be shorter than a later one), else 0.
 int64_t activation_regrowth_from(const TokenDataset& dataset);
@@ -97,8 +108,8 @@ int64_t longest_fitting_sequence(const TrainConfig& config, const ModelConfig& m
                                  const MemoryTarget& target, int64_t device_bytes, int64_t max_seq_len);
 
 // The ZeRO stage / offload / activation-checkpointing variants of `config` whose predicted
-// device peak fits `free_bytes`, as DeepSpeed JSON/flag text ("stage 3 + offload_optimizer cpu
-// + --activation-checkpointing: 5.2 GiB"), smallest first.
+// device peak (under a pipeline: the heaviest stage's) fits `free_bytes`, as DeepSpeed JSON/flag
+// text ("stage 3 + offload_optimizer cpu + --activation-checkpointing: 5.2 GiB"), smallest first.
 std::vector<std::string> fitting_memory_choices(const TrainConfig& config, const ModelConfig& model, int world_size,
                                                 int64_t seq_len, const MemoryTarget& target, int64_t free_bytes,
                                                 int64_t grown_from_seq_len = 0);

@@ -17,6 +17,7 @@ TrainConfig with_choice(TrainConfig config, const ZeroChoice& choice) {
   config.zero.offload_optimizer_device = choice.offload_optimizer ? "cpu" : "none";
   config.zero.offload_param_device = choice.offload_params ? "cpu" : "none";
   config.activation_checkpointing = choice.activation_checkpointing;
+  if (choice.pipeline_stages > 0) config.pipeline.stages = choice.pipeline_stages;
   // ZeRO++ (--deepspeed's zero_quantized_weights, zero_hpz_partition_size, zero_quantized_gradients)
   // is stage 3's: the rows of the other stages run without it.
   if (choice.stage < 3) {
@@ -35,13 +36,15 @@ std::string choice_text(const ZeroChoice& choice) {
   if (choice.offload_params) text += " + offload_param cpu";
   if (choice.activation_checkpointing) text += " + --activation-checkpointing";
   if (choice.zeropp_ranks_per_node > 0) text += cat(" + ZeRO++ (hpZ over ", choice.zeropp_ranks_per_node, " ranks)");
+  if (choice.pipeline_stages > 1) text += cat(" + --pipeline-stages ", choice.pipeline_stages);
   return text;
 }
 
 std::string choice_experiment_name(const ZeroChoice& choice, int64_t accumulation, int64_t micro_batch) {
   return cat("z", choice.stage, "_oo", choice.offload_optimizer ? "cpu" : "none", "_op",
              choice.offload_params ? "cpu" : "none", "_ac", choice.activation_checkpointing ? "T" : "F", "_gas",
-             accumulation, "_tmbspg", micro_batch, choice.zeropp_ranks_per_node > 0 ? "_zpp" : "");
+             accumulation, "_tmbspg", micro_batch, choice.zeropp_ranks_per_node > 0 ? "_zpp" : "",
+             choice.pipeline_stages > 1 ? cat("_pp", choice.pipeline_stages) : std::string());
 }
 
 nlohmann::ordered_json terms_json(const std::map<std::string, int64_t>& terms) {

@@ -22,6 +22,8 @@ struct ZeroChoice {
   // > 0: ZeRO++ at stage 3 (qwZ + hpZ over this many ranks, the ranks per node + qgZ), which
   // autotune tries where the job spans several nodes.
   int zeropp_ranks_per_node = 0;
+  // > 0: --pipeline-stages P (autotune's search over P); 0: the configuration's own.
+  int pipeline_stages = 0;
 };
 
 // Every stage and offload DeepSpeed offers, in this order: stage 0; 1 and 2 without and with

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "core/error.h"
 #include "pipe/stage_partition.h"
@@ -118,7 +119,9 @@ int PipeEngine::rank_of_virtual(int virtual_stage) const {
 // One send_recv_async for the group's send and receive, completed before the next computation.
 void PipeEngine::flush(Group& group) {
   if (group.send_to < 0 && group.recv_from < 0) return;
+  const double start = trace_ ? trace_->now() : 0.0;
   world_.send_recv_async(group.send, group.send_to, group.recv, group.recv_from)->wait();
+  if (trace_) trace_->record("wait", -1, start, group.send_to >= 0 ? static_cast<int64_t>(group.send.bytes()) : 0);
   group = Group();
 }
 
@@ -146,6 +149,7 @@ void PipeEngine::send(Group& group, Tensor data, int to, size_t slot) {
   Tensor copy = buffer.view(dtype_, {data.numel()});
   backend_.copy(copy, data.reshaped({data.numel()}));
   in_flight_.push_back(world_.send_async(copy, to));
+  if (trace_) trace_->record("wait", -1, trace_->now(), static_cast<int64_t>(copy.bytes()));  // posted: its bytes
 }
 
 void PipeEngine::finish_sends() {
@@ -160,6 +164,7 @@ void PipeEngine::run_step(StageWork& work) {
   Group group;
   Tensor output, input_grad;                  // the last forward's output, the last backward's input gradient
   std::vector<int> forwarded(static_cast<size_t>(chunks_), -1);  // per chunk: the micro-batch its model holds
+  if (trace_) trace_->begin_step();
   for (const PipeInstruction& instruction : schedule_) {
     const int mb = instruction.micro_batch, virtual_stage = instruction.virtual_stage;
     const int chunk = virtual_stage < 0 ? 0 : virtual_stage / stages;
@@ -179,18 +184,26 @@ void PipeEngine::run_step(StageWork& work) {
         send(group, input_grad, rank_of_virtual(virtual_stage - 1),
              static_cast<size_t>((chunks_ + chunk) * micro_batches_ + mb));
         break;
-      case PipeOp::Forward:
+      case PipeOp::Forward: {
         flush(group);
+        const double start = trace_ ? trace_->now() : 0.0;
         output = work.forward(mb, chunk, input_of(work, chunk, mb, false));
+        if (trace_) trace_->record("forward", mb, start);
         forwarded[static_cast<size_t>(chunk)] = mb;
         break;
+      }
       case PipeOp::Backward: {
         flush(group);
-        if (forwarded[static_cast<size_t>(chunk)] != mb) work.forward(mb, chunk, input_of(work, chunk, mb, false));
+        double start = trace_ ? trace_->now() : 0.0;
+        if (forwarded[static_cast<size_t>(chunk)] != mb) {
+          work.forward(mb, chunk, input_of(work, chunk, mb, false));
+          if (trace_) trace_->record("recompute", mb, std::exchange(start, trace_->now()));
+        }
         const Tensor d_output =
             virtual_stage == last_virtual ? Tensor() : output_grad_.view(dtype_, {work.rows(mb), hidden_});
         // Interleaved chunks complete a unit's gradient out of micro-batch order: reduce after backward.
         input_grad = work.backward(mb, chunk, d_output, !tied_ && chunks_ == 1);
+        if (trace_) trace_->record("backward", mb, start);
         forwarded[static_cast<size_t>(chunk)] = -1;
         break;
       }
@@ -212,6 +225,7 @@ void PipeEngine::run_step(StageWork& work) {
   }
   flush(group);
   finish_sends();
+  if (trace_) trace_->end_step();
 }
 
 ZeroEngine::GradientCheck PipeEngine::combine(const ZeroEngine::GradientCheck& stage_check) {

@@ -41,6 +41,7 @@
 #include "optim/optimizer.h"
 #include "pipe/pipe_schedule.h"
 #include "pipe/pipeline_topology.h"
+#include "train/pipe_trace.h"
 #include "train/run_assembly.h"
 #include "train/step_runner.h"
 #include "train/train_config.h"
@@ -69,6 +70,8 @@ class PipeEngine final : public PipelineStage {
   void combine_sums(std::span<double> sums) override;
 
   int stage() const { return stage_; }
+  // The instruction timeline of every step (pipe_trace.h); nullptr: none (the memory model's engine).
+  void set_trace(std::unique_ptr<PipeTrace> trace) { trace_ = std::move(trace); }
 
  private:
   // The pending group of point-to-point instructions (one send and one receive at most).
@@ -103,6 +106,7 @@ class PipeEngine final : public PipelineStage {
   std::vector<std::string> tied_copies_, tied_originals_;  // trainable ones only (StageUnits)
   bool tied_ = false;                      // the model has a trainable tie across stages (on any stage)
   Buffer tied_grad_;                       // a received tied gradient (the store's grad dtype)
+  std::unique_ptr<PipeTrace> trace_;       // ZT_PIPE_TRACE's timeline, or nullptr
 };
 
 }  // namespace zt

@@ -227,6 +227,7 @@ void split_pipeline(TrainingRun& run) {
   run.pipe = std::make_unique<PipeEngine>(config, *run.topology, run.rank, *run.comm, run.backend(),
                                           run.model_config.hidden_size, config.compute_dtype,
                                           run.model_config.tie_word_embeddings);
+  run.pipe->set_trace(PipeTrace::from_environment(run.rank, stage));  // ZT_PIPE_TRACE: the timeline (bench)
 }
 
 // The backend and its communicator, then what this rank will hold, predicted before anything is

@@ -76,12 +76,12 @@ void add_node_traffic(nlohmann::json& record, const NodeTraffic& before, const N
 }
 
 nlohmann::json metrics_record(const StepMetrics& metrics, const Backend& backend, const CommStats& before,
-                              const CommStats& after) {
+                              const CommStats& after, int64_t cpu_backend_peak) {
   nlohmann::json record = metrics_json(metrics);
   if (const std::optional<DeviceMemory> memory = backend.memory())
     record["mem_device_store_peak"] = memory->store_peak;  // ZeRO's flat parameter + gradient buffers
   if (backend.device() == Device::CPU)  // the CPU backend's buffers: what the memory model's host peak predicts
-    record["mem_cpu_backend_peak"] = cpu_backend_memory().peak;
+    record["mem_cpu_backend_peak"] = cpu_backend_peak;
   record["comm_bytes_sent"] = bytes_by_collective(before, after);
   return record;
 }
@@ -167,8 +167,10 @@ class TrainingLoop {
       metrics.mem_device = memory->in_use;
       metrics.mem_device_peak = memory->peak;
     }
+    int64_t cpu_backend_peak = backend.device() == Device::CPU ? cpu_backend_memory().peak : 0;
+    if (config_.pipeline.enabled()) heaviest_stage_peaks(metrics, cpu_backend_peak);
     if (run_.leader) {
-      nlohmann::json record = metrics_record(metrics, backend, comm_before, control.stats());
+      nlohmann::json record = metrics_record(metrics, backend, comm_before, control.stats(), cpu_backend_peak);
       if (run_.parts.engine->node_groups()) add_node_traffic(record, nodes_before, node_traffic(*run_.parts.engine));
       metrics_writer_->write(record);
       if (monitors_) monitors_->write_step(record);
@@ -176,6 +178,15 @@ class TrainingLoop {
     }
     if (step + 1 == options.profiler_last) backend.profiler_range(false);
     return metrics;
+  }
+
+  // Under a pipeline the stages hold different units and in-flight inputs: the peaks recorded are
+  // the heaviest rank's (every rank's call), the job's need as `zerotune estimate` predicts it.
+  void heaviest_stage_peaks(StepMetrics& metrics, int64_t& cpu_backend_peak) {
+    Communicator& world = *run_.host_comm;
+    cpu_backend_peak = static_cast<int64_t>(world.all_reduce_max(static_cast<double>(cpu_backend_peak)));
+    const double device_peak = world.all_reduce_max(static_cast<double>(metrics.mem_device_peak.value_or(0)));
+    if (metrics.mem_device_peak) metrics.mem_device_peak = static_cast<int64_t>(device_peak);
   }
 
   // --report-nonfinite: every rank's first non-finite gradient of the skipped step (all ranks

@@ -260,6 +260,81 @@ print(f"full fine-tuning dpo: reference model {dpo['reference model']} B beside 
 PY
 check estimate-objective-dpo-full $? "$WORK/est-dpo-full.log" "estimate --objective dpo without --lora-r: the reference model counted"
 
+# --- estimate --pipeline-stages (issue 32 item 7): the memory model steps every stage; the heaviest
+# holds about half the parameters of P = 1; a stage s > 0 keeps the inputs [B*T, C] of its micro-
+# batches in flight, min(P - s, M) under 1F1B and M under GPipe (the first stage re-embeds its tokens) --
+est_pipe() { "$ZEROTUNE" estimate --model "$M" --gpus-per-node 2 --grad-accum 4 --seq-len 64 --micro-batch 2 --device cpu --json "$@"; }
+est_pipe >"$WORK/est-p1.json" 2>"$WORK/est-pipe.err" \
+  && est_pipe --pipeline-stages 2 >"$WORK/est-p2.json" 2>>"$WORK/est-pipe.err" \
+  && est_pipe --pipeline-stages 2 --pipeline-schedule gpipe >"$WORK/est-p2g.json" 2>>"$WORK/est-pipe.err" \
+  && "$PYTHON" - "$WORK/est-p1.json" "$WORK/est-p2.json" "$WORK/est-p2g.json" "$M/config.json" >"$WORK/est-pipe.log" 2>&1 <<'PY'
+import json, sys
+p1, p2, gpipe = (json.load(open(path)) for path in sys.argv[1:4])
+hidden = json.load(open(sys.argv[4]))["hidden_size"]
+whole = p1["rows"][0]["zerotune_run"]
+run, run_gpipe = p2["rows"][0]["zerotune_run"], gpipe["rows"][0]["zerotune_run"]
+assert p2["run"]["pipeline_stages"] == 2 and len(run["stages"]) == 2, run.keys()
+assert all(row["stage"] < 3 for row in p2["rows"]), "ZeRO-3 rows are left out under a pipeline"
+heaviest = run["stages"][run["pipeline_stage"]]
+assert heaviest["host_peak_bytes"] == max(s["host_peak_bytes"] for s in run["stages"]) == run["host_peak_bytes"]
+share = heaviest["host_peak_terms"]["parameters"] / whole["host_peak_terms"]["parameters"]
+assert 0.4 < share < 0.6, f"the heaviest stage holds {share:.3f} of the parameters, not about half"
+total = sum(s["host_peak_terms"]["parameters"] for s in run["stages"])
+assert abs(total - whole["host_peak_terms"]["parameters"]) <= 256, (total, whole["host_peak_terms"])
+B, T, M, P = 2, 64, 4, 2
+first = [s["host_peak_bytes"] for s in (run["stages"][0], run_gpipe["stages"][0])]
+assert first[0] == first[1], f"the first stage keeps no inputs under either schedule: {first}"
+extra = run_gpipe["stages"][1]["host_peak_bytes"] - run["stages"][1]["host_peak_bytes"]
+want = (M - min(P - 1, M)) * B * T * hidden * 2  # bf16 inputs
+assert extra == want, f"GPipe's last stage holds {extra} B more than 1F1B's, the formula says {want}"
+print(f"heaviest stage {run['pipeline_stage']}: {share:.3f} of the parameters; GPipe - 1F1B = {extra} B")
+PY
+check estimate-pipeline-stages $? "$WORK/est-pipe.log" "estimate --pipeline-stages 2: half the parameters, in-flight inputs by schedule"
+expect_error estimate-pipeline-divides "--pipeline-stages 2 does not divide the 1 ranks of --gpus-per-node x --nodes" \
+  -- estimate --model "$M" --pipeline-stages 2
+# autotune --try-pipeline-stages 1,2 on 2 ranks: P = 2 experiments run, each predicted (its heaviest
+# stage) within 5% of the measured peak (the trainer records the heaviest rank's under a pipeline).
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 mpirun -np 2 --oversubscribe \
+  "$ZEROTUNE" autotune --model "$M" --data "$D" --out "$WORK/autotune-pipe" --device cpu --max-micro-batch 2 \
+  --stages 0 --checkpointing off --no-offload --try-pipeline-stages 1,2 --grad-accum 2 --trial-steps 2 \
+  >"$WORK/autotune-pipe.log" 2>&1 \
+  && "$PYTHON" - "$WORK/autotune-pipe" >>"$WORK/autotune-pipe.log" 2>&1 <<'PY'
+import json, os, sys
+out = sys.argv[1]
+experiments = json.load(open(os.path.join(out, "autotuning_results", "results.json")))["experiments"]
+piped = [e for e in experiments if e["pipeline_stages"] == 2 and e["ran"]]
+assert piped and all(e["name"].endswith("_pp2") for e in piped), experiments
+assert any(e["pipeline_stages"] == 1 and e["ran"] for e in experiments), "P = 1 is tried too"
+for e in piped:
+    run = json.load(open(os.path.join(out, "autotuning_exps", e["name"], "run.json")))
+    assert run["pipeline"]["stages"] == 2, run["pipeline"]
+    predicted, measured = e["memory_predicted_bytes"], e["memory_measured_bytes"]
+    assert abs(predicted - measured) <= 0.05 * measured, (e["name"], predicted, measured)
+print(f"{len(piped)} P = 2 experiments predicted within 5%")
+PY
+check autotune-pipeline-stages $? "$WORK/autotune-pipe.log" "autotune --try-pipeline-stages 1,2: P = 2 tried, predicted as measured"
+# ZT_PIPE_TRACE (issue 32 item 8, bench/pipe_engine.sh): each rank's engine timeline per step. Under
+# 1F1B on 2 stages, M forwards and backwards per rank, stage 0 recomputes each forward before its
+# backward and stage 1 none; stage 0's activation bytes equal stage 1's gradient bytes, rows x C x 4.
+ZT_PIPE_TRACE="$WORK/trace" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 \
+  mpirun -np 2 --oversubscribe "$ZEROTUNE" train --model "$M" --data "$D" --out "$WORK/trace-run" --device cpu \
+  --pipeline-stages 2 --micro-batch-size 1 --grad-accum 4 --max-steps 2 --no-save-at-end >"$WORK/trace.log" 2>&1 \
+  && "$PYTHON" - "$WORK/trace" "$M/config.json" >>"$WORK/trace.log" 2>&1 <<'PY'
+import json, sys
+hidden = json.load(open(sys.argv[2]))["hidden_size"]
+ranks = [[json.loads(line) for line in open(f"{sys.argv[1]}/rank{rank}.jsonl")] for rank in (0, 1)]
+assert [len(steps) for steps in ranks] == [2, 2], "one line per step and rank"
+for first, last in zip(*ranks):
+    for line, recomputes in ((first, 4), (last, 0)):
+        ops = [event["op"] for event in line["events"]]
+        assert ops.count("forward") == 4 and ops.count("backward") == 4, ops
+        assert ops.count("recompute") == recomputes, (line["stage"], ops)
+        assert line["compute_seconds"] + line["wait_seconds"] <= line["step_seconds"] + 1e-6, line
+    assert first["bytes_sent"] == last["bytes_sent"] > 0 and first["bytes_sent"] % (hidden * 4) == 0, (first, last)
+print("trace: 2 steps x 2 ranks, bytes", [line["bytes_sent"] for line in ranks[0]])
+PY
+check pipeline-trace $? "$WORK/trace.log" "ZT_PIPE_TRACE: the engine's timeline per rank and step"
+
 # --- An accelerate YAML where the DeepSpeed JSON belongs: refused, saying how to carry it over --
 cat >"$WORK/accelerate.yaml" <<'YAML'
 compute_environment: LOCAL_MACHINE
