@@ -527,6 +527,53 @@ json merged_layout(const std::vector<std::string>& stage_layouts) {
   return merged;
 }
 
+// Every rank's error-feedback file when the optimizer exchanges momentum (1-bit/0-1 Adam): the
+// manifest's "exchange" entry (every rank's file), or null for other optimizers.
+json write_exchange_files(const fs::path& temporary, ZeroEngine& engine, Communicator& comm, int64_t step) {
+  if (engine.exchange_views().empty()) return nullptr;
+  const fs::path path = temporary / exchange_file_name(comm.rank());
+  check_free_space(temporary.string(), exchange_file_bytes(engine), path.string());
+  write_exchange_file(path, engine, comm.rank(), comm.size(), step);
+  const json mine = {{"name", exchange_file_name(comm.rank())}, {"bytes", fs::file_size(path)},
+                     {"sha256", sha256_file_hex(path.string())}};
+  json exchange = {{"world_size", comm.size()}, {"files", json::array()}};
+  for (const std::string& entry : comm.all_gather_strings(mine.dump())) exchange["files"].push_back(json::parse(entry));
+  return exchange;
+}
+
+// The checkpoint's manifest.json: what was saved (files, layout), where the run stood (step,
+// scaler, scheduler, RNG) and what it was (the run's identity and config).
+json checkpoint_manifest(const std::string& tag, const TrainingState& state, const RunIdentity& identity,
+                         const json& run_config, ZeroEngine& engine, const ParamStore& store, int world_size,
+                         const json& files, const json& layout, const json& exchange,
+                         const PipelineCheckpoint* pipeline) {
+  json manifest = {
+      {"format", kFormat}, {"version", kVersion}, {"tag", tag},
+      {"step", state.step}, {"skipped", state.skipped}, {"updates", state.step - state.skipped},
+      {"samples_consumed", state.samples_consumed},
+      {"world_size", world_size}, {"zero_stage", engine.stage()}, {"partitions", engine.partition_count()},
+      {"compute_dtype", dtype_name(store.param_dtype())},
+      {"optimizer", optimizer_json(engine)},
+      {"loss_scale", state.loss_scale}, {"loss_scaler", state.loss_scaler},
+      {"lr_scheduler", {{"type", run_config.at("scheduler").at("type")}, {"updates", state.step - state.skipped}}},
+      {"rng", {{"seed", identity.seed}, {"generator", "philox4x32-10 keyed by (seed, purpose, step, position)"},
+               {"next_step", state.step}}},
+      {"run", {{"model_dir", identity.model_dir}, {"model_checksum", identity.model_checksum},
+               {"model_weights_digest", identity.model_weights_digest}, {"data_digest", identity.data_digest},
+               {"train_batch_size", identity.train_batch_size}, {"dataset_samples", identity.dataset_samples},
+               {"seed", identity.seed}, {"shuffle", identity.shuffle}, {"lora", lora_json(identity.lora)},
+               {"quantize", quant_config_json(identity.quantize)}}},
+      {"config", run_config},
+      {"layout", layout},
+      {"files", files}};
+  if (pipeline) manifest["pipeline"] = pipeline->layout;
+  if (!exchange.is_null()) manifest["exchange"] = exchange;
+  if (identity.reference_from_model_dir)
+    manifest["reference_model"] = {{"model_dir", identity.model_dir},
+                                   {"model_weights_digest", identity.model_weights_digest}};
+  return manifest;
+}
+
 }  // namespace
 
 std::string save_checkpoint(const std::string& out_dir, const TrainingState& state, const RunIdentity& identity,
@@ -572,45 +619,14 @@ std::string save_checkpoint(const std::string& out_dir, const TrainingState& sta
     const json mine = {{"first_unit", pipeline->first_unit}, {"layout", layout}};
     layout = merged_layout(world.all_gather_strings(comm.rank() == 0 ? mine.dump() : "null"));
   }
-  json exchange = nullptr;  // every rank's error feedback, when the optimizer exchanges momentum
-  if (!engine.exchange_views().empty()) {
-    const fs::path path = temporary / exchange_file_name(comm.rank());
-    check_free_space(temporary.string(), exchange_file_bytes(engine), path.string());
-    write_exchange_file(path, engine, comm.rank(), comm.size(), state.step);
-    const json mine = {{"name", exchange_file_name(comm.rank())}, {"bytes", fs::file_size(path)},
-                       {"sha256", sha256_file_hex(path.string())}};
-    exchange = {{"world_size", comm.size()}, {"files", json::array()}};
-    for (const std::string& entry : comm.all_gather_strings(mine.dump())) exchange["files"].push_back(json::parse(entry));
-  }
+  const json exchange = write_exchange_files(temporary, engine, comm, state.step);
 
   if (leader) {
     json files = json::array();
     for (const std::string& entry : entries)
       if (entry != "null") files.push_back(json::parse(entry));
-    json manifest = {
-        {"format", kFormat}, {"version", kVersion}, {"tag", tag},
-        {"step", state.step}, {"skipped", state.skipped}, {"updates", state.step - state.skipped},
-        {"samples_consumed", state.samples_consumed},
-        {"world_size", world.size()}, {"zero_stage", engine.stage()}, {"partitions", engine.partition_count()},
-        {"compute_dtype", dtype_name(store.param_dtype())},
-        {"optimizer", optimizer_json(engine)},
-        {"loss_scale", state.loss_scale}, {"loss_scaler", state.loss_scaler},
-        {"lr_scheduler", {{"type", run_config.at("scheduler").at("type")}, {"updates", state.step - state.skipped}}},
-        {"rng", {{"seed", identity.seed}, {"generator", "philox4x32-10 keyed by (seed, purpose, step, position)"},
-                 {"next_step", state.step}}},
-        {"run", {{"model_dir", identity.model_dir}, {"model_checksum", identity.model_checksum},
-                 {"model_weights_digest", identity.model_weights_digest}, {"data_digest", identity.data_digest},
-                 {"train_batch_size", identity.train_batch_size}, {"dataset_samples", identity.dataset_samples},
-                 {"seed", identity.seed}, {"shuffle", identity.shuffle}, {"lora", lora_json(identity.lora)},
-                 {"quantize", quant_config_json(identity.quantize)}}},
-        {"config", run_config},
-        {"layout", layout},
-        {"files", files}};
-    if (pipeline) manifest["pipeline"] = pipeline->layout;
-    if (!exchange.is_null()) manifest["exchange"] = exchange;
-    if (identity.reference_from_model_dir)
-      manifest["reference_model"] = {{"model_dir", identity.model_dir},
-                                     {"model_weights_digest", identity.model_weights_digest}};
+    const json manifest = checkpoint_manifest(tag, state, identity, run_config, engine, store, world.size(), files,
+                                              layout, exchange, pipeline);
     write_file_atomic((temporary / "manifest.json").string(), manifest.dump(2) + "\n");
     fsync_path(temporary);
   }
