@@ -42,6 +42,31 @@ po::options_description zero_plus_plus_options() {
   return options;
 }
 
+// Pipeline parallelism's flags (docs/pipeline.md).
+po::options_description pipeline_options() {
+  po::options_description options("pipeline parallelism");
+  options.add_options()
+      ("pipeline-stages", po::value<int64_t>(), "P: ranks split into P stages x world/P replicas (docs/pipeline.md)")
+      ("pipeline-schedule", po::value<std::string>(), "with --pipeline-stages: 1f1b (default), gpipe or interleaved")
+      ("pipeline-chunks", po::value<int64_t>(), "V model chunks per rank for the interleaved schedule (default 2)")
+      ("partition-method", po::value<std::string>(), "units over stages: parameters (default), uniform, type:REGEX");
+  return options;
+}
+
+// What the run trains the model to do (train/objective.h).
+po::options_description objective_options() {
+  po::options_description options("objective");
+  options.add_options()
+      ("objective", po::value<std::string>(), "what to train: sft (next-token cross-entropy, default), reward "
+                                              "(DeepSpeed-Chat step 2's reward model, on data from prep --pairs) or "
+                                              "dpo (TRL's DPO on those pairs; its reference: docs/dpo.md)")
+      ("dpo-beta", po::value<double>(), "--objective dpo: beta, the strength of the pull to the reference "
+                                        "(default 0.1, TRL's)")
+      ("dpo-label-smoothing", po::value<double>(), "--objective dpo: the probability that a pair's preference is "
+                                                   "flipped (cDPO, TRL's label_smoothing; default 0)");
+  return options;
+}
+
 po::options_description train_options() {
   po::options_description options("zerotune train options");
   options.add_options()
@@ -73,10 +98,6 @@ po::options_description train_options() {
       ("offload-activations", po::bool_switch(),
        "with --activation-checkpointing: keep the saved block inputs in pinned host memory between forward and "
        "backward (copied beside compute, prefetched one block ahead)")
-      ("pipeline-stages", po::value<int64_t>(), "P: ranks split into P stages x world/P replicas (docs/pipeline.md)")
-      ("pipeline-schedule", po::value<std::string>(), "with --pipeline-stages: 1f1b (default), gpipe or interleaved")
-      ("pipeline-chunks", po::value<int64_t>(), "V model chunks per rank for the interleaved schedule (default 2)")
-      ("partition-method", po::value<std::string>(), "units over stages: parameters (default), uniform, type:REGEX")
       ("epochs", po::value<int64_t>(), "epochs over the data (default 1)")
       ("max-steps", po::value<int64_t>(), "stop after this many optimizer steps (overrides --epochs)")
       ("seed", po::value<uint64_t>(), "seed of shuffling, dropout and LoRA init (default 42)")
@@ -86,13 +107,6 @@ po::options_description train_options() {
                                                 "a chunk's logits about one activation's size, at least 256 rows; a large value: whole logits)")
       ("packing", po::bool_switch(), "pack each micro-batch's samples into rows as long as the longest sample, attention "
                                      "and positions confined to each sample (no padding between them)")
-      ("objective", po::value<std::string>(), "what to train: sft (next-token cross-entropy, default), reward "
-                                              "(DeepSpeed-Chat step 2's reward model, on data from prep --pairs) or "
-                                              "dpo (TRL's DPO on those pairs; its reference: docs/dpo.md)")
-      ("dpo-beta", po::value<double>(), "--objective dpo: beta, the strength of the pull to the reference "
-                                        "(default 0.1, TRL's)")
-      ("dpo-label-smoothing", po::value<double>(), "--objective dpo: the probability that a pair's preference is "
-                                                   "flipped (cDPO, TRL's label_smoothing; default 0)")
       ("log-every", po::value<int64_t>(), "console line every N steps (default: steps_per_print)")
       ("peak-tflops", po::value<double>(), "per-rank peak TFLOPS for the MFU figure")
       ("profile-step", po::value<int64_t>(), "time each module (embedding, attention, mlp, norm, head, optimizer, "
@@ -145,6 +159,8 @@ po::options_description train_options() {
       ("comm-timeout", po::value<double>(), "seconds a collective may take before the job aborts (default 1800)")
       ("dump-step0", po::value<std::string>(), "write logits, loss and gradients of step 0 to this safetensors file")
       ("dump-final", po::value<std::string>(), "write every trainable parameter after the last step to this safetensors file");
+  options.add(pipeline_options());
+  options.add(objective_options());
   options.add(zero_plus_plus_options());
   return options;
 }
