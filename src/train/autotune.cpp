@@ -1,6 +1,7 @@
 // The autotuner's search (autotune.h).
 #include "train/autotune.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "core/error.h"
@@ -81,6 +82,10 @@ std::string nothing_fits_message(const std::vector<AutotuneExperiment>& experime
 }
 
 namespace {
+std::string pad_right(const std::string& text, size_t width) {
+  return text.size() >= width ? text : text + std::string(width - text.size(), ' ');
+}
+
 std::string fixed_text(double value, int digits) {
   char text[48];
   std::snprintf(text, sizeof text, "%.*f", digits, value);
@@ -90,22 +95,32 @@ std::string fixed_text(double value, int digits) {
 
 std::string format_autotune_table(const std::vector<AutotuneExperiment>& experiments) {
   const AutotuneExperiment* best = fastest_experiment(experiments);
-  std::string text;
-  char line[400];
-  std::snprintf(line, sizeof line, "%-2s %-36s %-56s %12s %12s %12s %10s\n", "", "experiment", "setting",
-                "predicted", "measured", "samples/s", "TFLOPS");
-  text += line;
+  struct Row {
+    std::string mark, name, setting, predicted, measured, samples_per_sec, tflops;
+  };
+  std::vector<Row> rows = {{"", "experiment", "setting", "predicted", "measured", "samples/s", "TFLOPS"}};
   for (const AutotuneExperiment& experiment : experiments) {
-    const std::string setting = cat(choice_text(experiment.choice), ", micro-batch ", experiment.micro_batch);
     const bool measured = experiment.ran && experiment.error.empty();
-    std::snprintf(line, sizeof line, "%-2s %-36s %-56s %12s %12s %12s %10s\n", &experiment == best ? "*" : "",
-                  experiment.name.c_str(), setting.c_str(), format_bytes(experiment.predicted_bytes).c_str(),
-                  measured ? format_bytes(experiment.measured_bytes).c_str()
-                  : experiment.pruned ? "over budget"
-                                      : "failed",
-                  measured ? fixed_text(experiment.samples_per_sec, 2).c_str() : "-",
-                  measured ? fixed_text(experiment.tflops_per_rank, 4).c_str() : "-");
-    text += line;
+    rows.push_back({&experiment == best ? "*" : "", experiment.name,
+                    cat(choice_text(experiment.choice), ", micro-batch ", experiment.micro_batch),
+                    format_bytes(experiment.predicted_bytes),
+                    measured ? format_bytes(experiment.measured_bytes) : experiment.pruned ? "over budget" : "failed",
+                    measured ? fixed_text(experiment.samples_per_sec, 2) : "-",
+                    measured ? fixed_text(experiment.tflops_per_rank, 4) : "-"});
+  }
+  // Columns as wide as their widest cell (a pipeline experiment's name and setting are longer).
+  size_t name_width = 0, setting_width = 0;
+  for (const Row& row : rows) {
+    name_width = std::max(name_width, row.name.size());
+    setting_width = std::max(setting_width, row.setting.size());
+  }
+  std::string text;
+  for (const Row& row : rows) {
+    char line[160];
+    std::snprintf(line, sizeof line, " %12s %12s %12s %10s\n", row.predicted.c_str(), row.measured.c_str(),
+                  row.samples_per_sec.c_str(), row.tflops.c_str());
+    text += cat(pad_right(row.mark, 2), " ", pad_right(row.name, name_width), " ", pad_right(row.setting, setting_width),
+                line);
   }
   if (best) text += cat("* fastest: ", best->name, " (", fixed_text(best->samples_per_sec, 2), " samples/s)\n");
   return text;

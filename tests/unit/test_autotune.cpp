@@ -62,6 +62,25 @@ BOOST_AUTO_TEST_CASE(prunes_by_budget_and_stops_in_fast_mode) {
   BOOST_TEST(table.find("* fastest: z3_oocpu_opnone_acT_gas1_tmbspg4") != std::string::npos, table);
 }
 
+BOOST_AUTO_TEST_CASE(table_columns_stay_aligned_for_long_names) {
+  // A pipeline experiment's name and setting are longer than the others (e.g. "..._pp2"): every row
+  // of the table is as long as the header, so the figures stand in their columns.
+  std::vector<zt::AutotuneExperiment> experiments(2);
+  experiments[0].name = "z1_oonone_opnone_acF_gas1_tmbspg1";
+  experiments[1].name = "z1_oocpu_opnone_acT_gas16_tmbspg128_pp2_a_longer_name_than_the_column";
+  for (auto& e : experiments) {
+    e.ran = true;
+    e.samples_per_sec = 1.5;
+    e.predicted_bytes = e.measured_bytes = 123456789;
+  }
+  const std::string table = zt::format_autotune_table(experiments);
+  std::vector<size_t> lengths;
+  for (size_t start = 0, end; (end = table.find('\n', start)) != std::string::npos; start = end + 1)
+    if (table.compare(start, 9, "* fastest") != 0) lengths.push_back(end - start);
+  BOOST_REQUIRE(lengths.size() == 3u);
+  BOOST_TEST((lengths[1] == lengths[0] && lengths[2] == lengths[0]), table);
+}
+
 BOOST_AUTO_TEST_CASE(small_gains_end_a_branch_and_no_fast_tries_all) {
   zt::AutotuneSearch search;
   search.branches = {{2, false, false, false}};
