@@ -177,13 +177,14 @@ def export_hf(zerotune, model, out, step):
     return exported
 
 
-def check_export(report, zerotune, model, got, ref_out, ref):
-    """The final checkpoint of the pipeline run `got` exports as the one-rank run's (`ref_out`,
-    `ref`) does: the same tensors (a tied head written once) within WEIGHT_ATOL, its trainable ones
-    bit for bit the run's --dump-final (its final weights)."""
+def check_export(report, zerotune, model, workdir, got, ref):
+    """The final checkpoint of the pipeline run `got` (full fine-tuning: every stored tensor trains)
+    exports as the one-rank run's would: the one-rank run's final weights (`ref`, what its own
+    export holds), each tensor once (a tied head written once: no lm_head.weight) within
+    WEIGHT_ATOL, and bit for bit the pipeline run's own final weights (--dump-final)."""
     label = got["name"] + " export"
-    exported = export_hf(zerotune, model, os.path.join(os.path.dirname(ref_out), got["name"]), STEPS)
-    check_weights(report, label, exported, export_hf(zerotune, model, ref_out, STEPS), WEIGHT_ATOL, ref["metrics"])
+    exported = export_hf(zerotune, model, os.path.join(workdir, got["name"]), STEPS)
+    check_weights(report, label, exported, ref["weights"], WEIGHT_ATOL, ref["metrics"])
     differing = [name for name, tensor in got["weights"].items()
                  if name not in exported or not (exported[name] == tensor).all()]
     report.check(len(got["weights"]) > 0 and not differing,
@@ -269,7 +270,7 @@ def check_interleaved_checkpoints(report, zerotune, workdir, model4, data, got, 
                             ("interleaved-resumed-p2-1f1b", 2, 0, P2)))
     seconds += resume_cases(report, zerotune, workdir, model4, data, os.path.join(ref_out, "checkpoints", "global_step2"),
                             ref, (("w1-resumed-interleaved", 2, 0, INTERLEAVED),))
-    check_export(report, zerotune, model4, got, ref_out, ref)
+    check_export(report, zerotune, model4, workdir, got, ref)
     return seconds
 
 
@@ -312,7 +313,7 @@ def check_tied_checkpoints(report, zerotune, opt_dir, model, data):
     seconds += resume_cases(report, zerotune, opt_dir, model, data, os.path.join(ref_out, "checkpoints", "global_step2"),
                             ref, (("opt-w1-resumed-p2", 2, 0, P2),))
     got = {"name": "opt-full-p2-1f1b", "weights": load_weights(out + ".safetensors")}
-    check_export(report, zerotune, model, got, ref_out, ref)
+    check_export(report, zerotune, model, opt_dir, got, ref)
     return seconds
 
 
