@@ -7,18 +7,22 @@
 #     --partition-method uniform and --activation-checkpointing; P = 2, D = 2 (4 ranks) 1f1b
 #     ZeRO-1 full and gpipe ZeRO-2 LoRA (the data-parallel reduction inside each stage's group);
 #   a 4-layer LLaMA: P = 4, D = 1 (4 ranks) 1f1b full, from DeepSpeed's "pipeline" section
-#     ({"stages": 4, "partition": "type:decoder"}) instead of the flags; interleaved 1F1B with
-#     P = 2 x V = 2 chunks per rank, D = 2, ZeRO-1 (its sends posted ahead, the reduction after
-#     backward), and LoRA at D = 1;
+#     ({"stages": 4, "partition": "type:decoder"}) instead of the flags; P = 4 x D = 2 (8 ranks)
+#     ZeRO-2; interleaved 1F1B with P = 2 x V = 2 chunks per rank, D = 2, ZeRO-1 (its sends
+#     posted ahead, the reduction after backward), and LoRA at D = 1;
 #   tiny OPT (head tied to the token table: the last stage holds a copy, gradients summed into the
 #     first stage's, the table sent back after each update): P = 2, D = 1 1f1b full; P = 2,
 #     D = 2 gpipe ZeRO-1 full; P = 2, D = 2 1f1b ZeRO-2 LoRA (the table frozen).
 # Each run checks that rank 0 built only stage 0's units (run.json's zero_layout against the
 # partition run.json records) and printed the layout. Checkpoints: the P = 2, D = 2 run saves after
 # step 2 (the whole model's checkpoint, its layout in the manifest), which resumes on one rank, on
-# P = 2, D = 1 (gpipe) and on 4 ranks at ZeRO-2 to the same steps 3-4 and final weights. Then the
-# refusals: P not dividing the ranks, ZeRO-3, P above the decoder layers, LOMO, and a trainable tie
-# across stages with ZeRO-2 or with checkpoints.
+# P = 2, D = 1 (gpipe) and on 4 ranks at ZeRO-2 to the same steps 3-4 and final weights; so do
+# the interleaved run's checkpoint (on its own layout, one rank, P = 2 1F1B; and the one-rank
+# checkpoint on the interleaved layout) and the tied OPT's P = 2 one (the table saved once: on one
+# rank, on P = 2, D = 2; and the one-rank checkpoint on P = 2), whose final checkpoints export as
+# the one-rank run's (check_interleaved_checkpoints, check_tied_checkpoints). Then the refusals: P
+# not dividing the ranks, ZeRO-3, P above the decoder layers, LOMO, and a trainable tie across
+# stages with ZeRO-2.
 import json
 import math
 import os
