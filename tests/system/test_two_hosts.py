@@ -99,7 +99,7 @@ def pipeline_run(report, env, workdir, reference_out):
         json.dump(config, stream)
     out = os.path.join(workdir, "two-hosts-pipeline")
     status, output = run_script(["bash", os.path.join(JOB_SCRIPTS, "mpirun", "train.sh")],
-                                dict(env, ZT_OUT=out, ZT_DS_CONFIG=ds_config), workdir)
+                                dict(env, ZT_OUT=out, ZT_DS_CONFIG=ds_config, ZT_PREFLIGHT="0"), workdir)  # checked above
     report.check(status == 0, f"mpirun/train.sh, 2 pipeline stages over two hosts, exits 0 (got {status})")
     report.check("pipeline.stages 2 -> --pipeline-stages 2" in output, "the JSON's pipeline section was read")
     layout = read_run(out).get("pipeline_layout", {})
