@@ -15,6 +15,7 @@
 
 #include "ckpt/checkpoint_checks.h"
 #include "ckpt/checkpoint_location.h"
+#include "ckpt/pipeline_checkpoint.h"
 #include "core/fault_injection.h"
 #include "core/hdf5_util.h"
 #include "core/sha256.h"
@@ -81,22 +82,6 @@ json lora_json(const LoraConfig& lora) {
           {"rslora", lora.rslora}};
 }
 
-json layout_json(const ParamStore& store) {
-  json groups = json::object();
-  for (ParamGroup group : kTrainableGroups) {
-    json units = json::array();
-    for (const UnitRange& unit : store.group(group).units) units.push_back({unit.begin, unit.numel});
-    groups[param_group_name(group)] = {{"numel", store.group(group).numel}, {"units", units}};
-  }
-  json parameters = json::array();
-  for (const ParamEntry& entry : store.entries()) {
-    if (entry.group == ParamGroup::Frozen) continue;
-    parameters.push_back({{"name", entry.spec.name}, {"shape", entry.spec.shape}, {"group", param_group_name(entry.group)},
-                          {"offset", entry.offset}, {"unit", entry.unit}});
-  }
-  return {{"groups", groups}, {"parameters", parameters}};
-}
-
 // The old layout's unit ranges of one group.
 std::vector<UnitRange> manifest_units(const json& manifest, ParamGroup group) {
   std::vector<UnitRange> units;
@@ -111,22 +96,6 @@ std::vector<float> to_host(Backend& backend, Tensor tensor) {
   if (!host.empty()) backend.copy(f32_view(host.data(), {tensor.numel()}), tensor);
   return host;
 }
-
-// What one rank file holds, on the host: the partition's arrays per trainable group ("decay",
-// "master"), and on partition 0 the per-tensor state (group: the parameter, name: the state's).
-struct RankFileContent {
-  struct Array {
-    std::string group, name;
-    std::vector<float> values;
-  };
-  std::vector<Array> arrays, tensor_state;
-  uint64_t bytes() const {  // what the file writes (fp32 arrays; the HDF5 overhead is small beside them)
-    uint64_t elements = 0;
-    for (const auto* list : {&arrays, &tensor_state})
-      for (const Array& array : *list) elements += array.values.size();
-    return elements * sizeof(float);
-  }
-};
 
 RankFileContent rank_file_content(ZeroEngine& engine) {
   RankFileContent content;
@@ -258,31 +227,67 @@ class PartitionReader {
   }
 
   // out[new numel / divisor] = partition `index` of `divisor` of the new layout `new_units`.
-  // The new layout's unit u is the checkpoint's unit first_unit + u (a pipeline stage's).
+  // The new layout's unit u is the checkpoint's unit model_units[u] (a pipeline rank's), or u when
+  // model_units is empty (the whole model); a unit of -1 (tied copies: read_copies) is left as it is.
   void read(ParamGroup group, const char* array, const std::vector<UnitRange>& new_units, int divisor, int index,
-            float* out, int first_unit = 0, bool whole_model = true) {
+            float* out, const std::vector<int>& model_units = {}) {
     const std::vector<UnitRange> old_units = manifest_units(manifest_, group);
-    ZT_CHECK(whole_model ? old_units.size() == new_units.size()
-                         : first_unit + new_units.size() <= old_units.size(),
-             dir_.string(), ": the checkpoint has ", old_units.size(), " units, this model ", new_units.size(),
-             whole_model ? "" : cat(" from unit ", first_unit));
+    ZT_CHECK(!model_units.empty() || old_units.size() == new_units.size(), dir_.string(), ": the checkpoint has ",
+             old_units.size(), " units, this model ", new_units.size());
     for (size_t u = 0; u < new_units.size(); ++u) {
+      const int model_unit = model_units.empty() ? static_cast<int>(u) : model_units.at(u);
+      if (model_unit < 0) continue;
+      ZT_CHECK(static_cast<size_t>(model_unit) < old_units.size(), dir_.string(), ": the checkpoint has ",
+               old_units.size(), " units, this model's stage holds unit ", model_unit);
       const int64_t slice = new_units[u].numel / divisor;
-      float* target = out + new_units[u].begin / divisor;
-      const UnitRange old_unit = old_units[static_cast<size_t>(first_unit) + u];
-      const int64_t old_numel = old_unit.numel, old_slice = old_numel / partitions_;
-      for (int64_t k = index * slice, end = (index + 1) * slice; k < end;) {
-        if (k >= old_numel) {  // padding the old layout did not have
-          std::fill(target + (k - index * slice), target + slice, 0.0f);
-          break;
-        }
-        const int64_t old_partition = k / old_slice;
-        const int64_t run = std::min({end, (old_partition + 1) * old_slice, old_numel}) - k;
-        const int64_t at = old_unit.begin / partitions_ + (k - old_partition * old_slice);
-        read_range(static_cast<int>(old_partition), group, array, at, run, target + (k - index * slice));
-        k += run;
-      }
+      read_unit(group, array, old_units[static_cast<size_t>(model_unit)], index * slice, slice,
+                out + new_units[u].begin / divisor);
     }
+  }
+
+  // The slice `index` of `divisor` of the store's unit `unit` of `group`, which holds copies of
+  // parameters the checkpoint holds elsewhere (a pipeline's tied copies, pipeline_checkpoint.h):
+  // each copy's elements read from its original's place, the unit's padding zero.
+  void read_copies(ParamGroup group, const char* array, const ParamStore& store, int unit, int divisor, int index,
+                   float* out) {
+    const UnitRange range = store.unit_range(group, unit);
+    const int64_t slice = range.numel / divisor, first = index * slice;  // the slice's elements of the unit
+    float* target = out + range.begin / divisor;
+    std::fill(target, target + slice, 0.0f);
+    const std::vector<UnitRange> old_units = manifest_units(manifest_, group);
+    for (const ParamEntry& entry : store.entries()) {
+      if (entry.unit != unit || entry.group != group) continue;
+      const json& saved = saved_parameter(entry.spec.name);
+      const UnitRange old_unit = old_units.at(saved.at("unit").get<size_t>());
+      const int64_t in_unit = entry.offset - range.begin, saved_in_unit = saved.at("offset").get<int64_t>() - old_unit.begin;
+      const int64_t begin = std::max(first, in_unit), end = std::min(first + slice, in_unit + entry.spec.numel());
+      if (begin < end)
+        read_unit(group, array, old_unit, saved_in_unit + (begin - in_unit), end - begin, target + (begin - first));
+    }
+  }
+
+ private:
+  // out[count] = elements [from, from + count) of the checkpoint's unit `old_unit` (0 past its end:
+  // padding the old layout did not have), from the partitions that hold them.
+  void read_unit(ParamGroup group, const char* array, UnitRange old_unit, int64_t from, int64_t count, float* out) {
+    const int64_t old_numel = old_unit.numel, old_slice = old_numel / partitions_;
+    for (int64_t k = from, end = from + count; k < end;) {
+      if (k >= old_numel) {
+        std::fill(out + (k - from), out + count, 0.0f);
+        break;
+      }
+      const int64_t old_partition = k / old_slice;
+      const int64_t run = std::min({end, (old_partition + 1) * old_slice, old_numel}) - k;
+      const int64_t at = old_unit.begin / partitions_ + (k - old_partition * old_slice);
+      read_range(static_cast<int>(old_partition), group, array, at, run, out + (k - from));
+      k += run;
+    }
+  }
+
+  const json& saved_parameter(const std::string& name) const {
+    for (const json& parameter : manifest_.at("layout").at("parameters"))
+      if (parameter.at("name") == name) return parameter;
+    fail(dir_.string(), ": the checkpoint has no parameter '", name, "'");
   }
 
  private:
@@ -331,7 +336,7 @@ class PartitionReader {
 };
 
 void check_identity(const json& manifest, const RunIdentity& identity, const ParamStore& store, const std::string& dir,
-                    int first_unit, bool whole_model) {
+                    const std::vector<int>& model_units) {
   const json& saved = manifest.at("run");
   const auto mismatch = [&](const char* what, const json& then, const json& now) {
     fail(dir, ": the checkpoint was made with ", what, " ", then.dump(), ", this run has ", now.dump(),
@@ -371,29 +376,33 @@ void check_identity(const json& manifest, const RunIdentity& identity, const Par
     fail(dir, ": the checkpoint was trained on other data (shards' sampled digest ", saved.at("data_digest").get<std::string>(),
          ", this run's ", identity.data_digest, ") with the same number of samples: resume with the same --data, or "
          "pass --allow-data-change to continue on this data");
-  // Every trainable parameter with the same shape, group and offset inside its unit.
+  // Every trainable parameter with the same shape, group and offset inside its unit (a tied copy:
+  // its original's shape and group, wherever that is).
   std::map<std::string, const json*> saved_parameters;
   for (const json& parameter : manifest.at("layout").at("parameters"))
     saved_parameters[parameter.at("name").get<std::string>()] = &parameter;
   size_t trainable = 0;
   for (const ParamEntry& entry : store.entries()) {
     if (entry.group == ParamGroup::Frozen) continue;
-    ++trainable;
     auto found = saved_parameters.find(entry.spec.name);
     ZT_CHECK(found != saved_parameters.end(), dir, ": the checkpoint has no parameter '", entry.spec.name, "'");
     const json& p = *found->second;
     const std::vector<UnitRange> old_units = manifest_units(manifest, entry.group);
-    const int unit = entry.unit + first_unit;  // the model's
+    const int unit = model_units.empty() ? entry.unit : model_units.at(static_cast<size_t>(entry.unit));  // the model's
+    const bool copy = unit < 0;
+    trainable += copy ? 0 : 1;
     ZT_CHECK(p.at("shape") == json(entry.spec.shape) && p.at("group") == param_group_name(entry.group) &&
-                 p.at("unit") == unit,
+                 (copy || p.at("unit") == unit),
              dir, ": parameter '", entry.spec.name, "' is ", p.dump(), " in the checkpoint, not shape ",
-             json(entry.spec.shape).dump(), " in group ", param_group_name(entry.group), " of unit ", unit);
+             json(entry.spec.shape).dump(), " in group ", param_group_name(entry.group),
+             copy ? std::string(" (a tied copy)") : cat(" of unit ", unit));
+    if (copy) continue;
     const int64_t old_in_unit = p.at("offset").get<int64_t>() - old_units.at(static_cast<size_t>(unit)).begin;
     const int64_t new_in_unit = entry.offset - store.unit_range(entry.group, entry.unit).begin;
     ZT_CHECK(old_in_unit == new_in_unit, dir, ": parameter '", entry.spec.name, "' sits at offset ", old_in_unit,
              " of its unit in the checkpoint, ", new_in_unit, " here (a different layout version)");
   }
-  ZT_CHECK(!whole_model || trainable == saved_parameters.size(), dir, ": the checkpoint has ",
+  ZT_CHECK(!model_units.empty() || trainable == saved_parameters.size(), dir, ": the checkpoint has ",
            saved_parameters.size(), " trainable parameters, this run ", trainable);
 }
 
@@ -460,72 +469,6 @@ std::string data_digest(const std::vector<std::string>& shard_paths) {
 }
 
 namespace {
-
-// A pipeline stage's rank file content sent to the rank that writes the whole model's partition
-// (stage 0 of the same replica), array by array in the order `sizes` lists them.
-json content_sizes(const RankFileContent& content) {
-  json sizes = json::array();
-  for (const auto* list : {&content.arrays, &content.tensor_state})
-    for (const RankFileContent::Array& array : *list)
-      sizes.push_back({{"group", array.group}, {"name", array.name}, {"n", array.values.size()},
-                       {"tensor_state", list == &content.tensor_state}});
-  return sizes;
-}
-
-// Partition r of the whole model is the concatenation of partition r of every stage (a unit's
-// padded range and its slices depend on the unit alone): stage 0's writer appends the others'.
-void gather_stage_contents(RankFileContent& content, const PipelineCheckpoint& pipeline, bool holder) {
-  Communicator& world = *pipeline.world;
-  const std::vector<std::string> all = world.all_gather_strings(holder ? content_sizes(content).dump() : "null");
-  if (pipeline.stage > 0) {  // a holder sends its arrays to its replica's stage-0 rank
-    if (!holder) return;
-    for (const auto* list : {&content.arrays, &content.tensor_state})
-      for (const RankFileContent::Array& array : *list)
-        if (!array.values.empty())
-          world.send_async(f32_view(const_cast<float*>(array.values.data()), {static_cast<int64_t>(array.values.size())}),
-                           pipeline.rank_of(0))->wait();
-    return;
-  }
-  if (!holder) return;
-  for (int stage = 1; stage < pipeline.stages; ++stage) {
-    const json sizes = json::parse(all.at(static_cast<size_t>(pipeline.rank_of(stage))));
-    for (const json& entry : sizes) {
-      std::vector<RankFileContent::Array>& list = entry.at("tensor_state") ? content.tensor_state : content.arrays;
-      const std::string group = entry.at("group"), name = entry.at("name");
-      auto found = std::find_if(list.begin(), list.end(), [&](const auto& x) { return x.group == group && x.name == name; });
-      if (found == list.end() || entry.at("tensor_state")) found = list.insert(list.end(), {group, name, {}});
-      const size_t n = entry.at("n").get<size_t>(), at = found->values.size();
-      found->values.resize(at + n);
-      if (n > 0)
-        world.recv_async(f32_view(found->values.data() + at, {static_cast<int64_t>(n)}), pipeline.rank_of(stage))->wait();
-    }
-  }
-}
-
-// The whole model's layout from every stage's (layout_json of its store, its units from `first_unit`):
-// units and parameters of the stages one after the other in each group.
-json merged_layout(const std::vector<std::string>& stage_layouts) {
-  json merged = {{"groups", json::object()}, {"parameters", json::array()}};
-  for (const std::string& text : stage_layouts) {
-    if (text == "null") continue;
-    const json stage = json::parse(text);
-    const int first_unit = stage.at("first_unit");
-    std::map<std::string, int64_t> base;  // the group's elements before this stage
-    for (auto& [group, layout] : stage.at("layout").at("groups").items()) {
-      json& into = merged["groups"][group];
-      if (into.is_null()) into = {{"numel", 0}, {"units", json::array()}};
-      base[group] = into.at("numel").get<int64_t>();
-      for (const json& unit : layout.at("units")) into["units"].push_back({unit.at(0).get<int64_t>() + base[group], unit.at(1)});
-      into["numel"] = base[group] + layout.at("numel").get<int64_t>();
-    }
-    for (json parameter : stage.at("layout").at("parameters")) {
-      parameter["offset"] = parameter.at("offset").get<int64_t>() + base.at(parameter.at("group"));
-      parameter["unit"] = parameter.at("unit").get<int>() + first_unit;
-      merged["parameters"].push_back(parameter);
-    }
-  }
-  return merged;
-}
 
 // Every rank's error-feedback file when the optimizer exchanges momentum (1-bit/0-1 Adam): the
 // manifest's "exchange" entry (every rank's file), or null for other optimizers.
@@ -604,7 +547,7 @@ std::string save_checkpoint(const std::string& out_dir, const TrainingState& sta
   const bool holder = engine.partition_index() == comm.rank();  // stage 0: rank 0 holds the one partition
   RankFileContent content;
   if (holder) content = rank_file_content(engine);
-  if (pipeline) gather_stage_contents(content, *pipeline, holder);
+  if (pipeline) gather_pipeline_partition(content, store, engine.partition_count(), *pipeline, holder);
   if (holder && (!pipeline || pipeline->stage == 0)) {
     const fs::path path = temporary / rank_file_name(engine.partition_index());
     check_free_space(temporary.string(), content.bytes(), path.string());
@@ -614,11 +557,8 @@ std::string save_checkpoint(const std::string& out_dir, const TrainingState& sta
   }
   fault_point("save.rank_file_written", state.step);
   const std::vector<std::string> entries = world.all_gather_strings(file_entry.dump());
-  json layout = layout_json(store);
-  if (pipeline) {  // every stage's layout, from its replica 0
-    const json mine = {{"first_unit", pipeline->first_unit}, {"layout", layout}};
-    layout = merged_layout(world.all_gather_strings(comm.rank() == 0 ? mine.dump() : "null"));
-  }
+  // Under a pipeline: every stage's chunks' layouts, from its replica 0.
+  const json layout = pipeline ? gather_pipeline_layout(store, *pipeline, comm.rank() == 0) : store_layout_json(store);
   const json exchange = write_exchange_files(temporary, engine, comm, state.step);
 
   if (leader) {
@@ -746,13 +686,12 @@ std::string checkpoint_damage(const std::string& checkpoint_dir, Communicator& c
 }
 
 TrainingState load_checkpoint(const std::string& checkpoint_dir, const RunIdentity& identity, ZeroEngine& engine,
-                              const ParamStore& store, Communicator& comm, int first_unit) {
+                              const ParamStore& store, Communicator& comm, const std::vector<int>& model_units) {
   // Rank 0 verifies every checksum; the others check sizes. A failure anywhere ends the job.
   const json manifest = read_checkpoint_manifest(checkpoint_dir, comm.rank() == 0);
-  // A pipeline stage holds a part of the model's units (its store's unit count is not the model's).
-  const bool whole_model = first_unit == 0 && static_cast<size_t>(store.num_units()) ==
-                                                  manifest_units(manifest, ParamGroup::Decay).size();
-  check_identity(manifest, identity, store, checkpoint_dir, first_unit, whole_model);
+  ZT_CHECK(model_units.empty() || model_units.size() == static_cast<size_t>(store.num_units()),
+           "load_checkpoint: ", model_units.size(), " model units for a store of ", store.num_units());
+  check_identity(manifest, identity, store, checkpoint_dir, model_units);
   check_optimizer(manifest, engine, checkpoint_dir);
   PartitionReader reader(checkpoint_dir, manifest);
   const std::vector<std::string> state_names = engine.optimizer().state_names();
@@ -760,8 +699,13 @@ TrainingState load_checkpoint(const std::string& checkpoint_dir, const RunIdenti
     for (size_t a = 0; a <= views.state.size(); ++a) {
       const Tensor tensor = a == 0 ? views.master : views.state[a - 1];
       std::vector<float> host(static_cast<size_t>(tensor.numel()));
-      reader.read(views.group, a == 0 ? "master" : state_names[a - 1].c_str(), store.group(views.group).units,
-                  engine.partition_count(), engine.partition_index(), host.data(), first_unit, whole_model);
+      const char* array = a == 0 ? "master" : state_names[a - 1].c_str();
+      reader.read(views.group, array, store.group(views.group).units, engine.partition_count(),
+                  engine.partition_index(), host.data(), model_units);
+      for (size_t unit = 0; unit < model_units.size(); ++unit)
+        if (model_units[unit] < 0)
+          reader.read_copies(views.group, array, store, static_cast<int>(unit), engine.partition_count(),
+                             engine.partition_index(), host.data());
       engine.backend().copy(tensor, f32_view(host.data(), {tensor.numel()}));
     }
   }

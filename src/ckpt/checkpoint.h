@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/pipeline_checkpoint.h"
 #include "comm/communicator.h"
 #include "core/quant4bit.h"
 #include "model/lora_config.h"
@@ -67,18 +68,6 @@ std::string model_weights_digest(const std::string& model_dir);
 // Sampled sha256 of the training data's shard files, in order (another dataset of the same size).
 std::string data_digest(const std::vector<std::string>& shard_paths);
 
-// A pipeline stage's part in a checkpoint (issue 32). The checkpoint is the whole model's, as a
-// run without stages writes it: partition r of the model is partition r of every stage one after
-// the other (a unit's padded range and its slices do not depend on the other units), so it resumes
-// on any layout (stages, replicas, world size) and exports as any checkpoint does.
-struct PipelineCheckpoint {
-  Communicator* world = nullptr;  // every rank, on host buffers (MPI): the stages' parts go to stage 0
-  int stage = 0, stages = 1, replicas = 1, replica = 0;
-  int first_unit = 0;             // the stage's first unit of the model's
-  nlohmann::json layout;          // what the manifest records under "pipeline"
-  int rank_of(int of_stage) const { return of_stage * replicas + replica; }  // pipe/pipeline_topology.h
-};
-
 // Saves a checkpoint of the current state as OUT/checkpoints/global_step<step>. Collective: every
 // rank calls it. `run_config` is the resolved configuration (run.json's "config": the manifest
 // keeps a copy, and its scheduler type). keep_last > 0 deletes the oldest complete checkpoints
@@ -109,10 +98,12 @@ std::string checkpoint_damage(const std::string& checkpoint_dir, Communicator& c
 // Verifies the checkpoint (manifest, every file's size and sha256), checks it fits this run
 // (same model, parameters, batch size, data, seed), loads this rank's partitions re-sliced for
 // the engine's world size and stage, refreshes the compute parameters and returns the state.
-// `first_unit`: the model's unit the store's unit 0 is (a pipeline stage's store holds units
-// first_unit.. of the model; ParamSpec units renumbered from 0).
+// `model_units`: the model's unit of each store unit (a pipeline rank's store holds some of the
+// model's units, renumbered from 0: pipeline_checkpoint.h), -1 for a unit of tied copies, each
+// copy loaded (master and optimizer state) from its original's place; empty: the store is the
+// whole model.
 TrainingState load_checkpoint(const std::string& checkpoint_dir, const RunIdentity& identity, ZeroEngine& engine,
-                              const ParamStore& store, Communicator& comm, int first_unit = 0);
+                              const ParamStore& store, Communicator& comm, const std::vector<int>& model_units = {});
 
 // Reads a checkpoint's manifest (verifying its files' sizes and checksums when `verify_files`).
 nlohmann::json read_checkpoint_manifest(const std::string& checkpoint_dir, bool verify_files);

@@ -21,9 +21,6 @@ void check_pipeline_run(const TrainConfig& config, const ModelConfig& model_conf
            model_config.num_hidden_layers, " decoder layers; a pipeline has at most one (virtual) stage per layer");
   parse_pipe_schedule(pipe.schedule, "--pipeline-schedule");
   parse_partition_method(pipe.partition_method, "--partition-method (or the JSON's pipeline.partition)");
-  ZT_CHECK(pipe.chunks == 1 || (config.resume.empty() && config.save_every == 0 && !config.save_at_end), flag,
-           ": checkpoints of the interleaved schedule (several unit ranges per rank) are not written or resumed yet: "
-           "give --no-save-at-end and neither --save-every nor --resume");
   ZT_CHECK(config.zero.stage <= 2, flag, ": ZeRO stage 3 partitions each stage's parameters over its replicas and "
            "gathers them per use, which does not combine with a pipeline (DeepSpeed allows only ZeRO-1 with its "
            "pipeline; zerotune runs stages 0-2 inside each stage's data-parallel group)");
@@ -40,11 +37,6 @@ void check_pipeline_run(const TrainConfig& config, const ModelConfig& model_conf
            "keeps only its input per micro-batch in flight and recomputes the rest)");
   ZT_CHECK(config.eval_data_dir.empty(), flag, ": --eval-data is not evaluated over pipeline stages yet");
   ZT_CHECK(config.dump_step0_path.empty(), flag, ": --dump-step0 needs the whole model on one rank");
-  const bool checkpoints = !config.resume.empty() || config.save_every > 0 || config.save_at_end;
-  ZT_CHECK(!checkpoints || !model_config.tie_word_embeddings || config.lora.enabled(), flag,
-           ": checkpoints of a pipeline run whose tied token table trains (it lives on the first and the last stage) "
-           "are not written or resumed yet: give --no-save-at-end and neither --save-every nor --resume, or train "
-           "LoRA adapters (--dump-final writes the final weights)");
 }
 
 PipeEngine::PipeEngine(const TrainConfig& config, const PipelineTopology& topology, int rank, Communicator& world,

@@ -32,8 +32,11 @@ StageUnits stage_units_of(const TrainConfig& config, const ParameterPlan& plan, 
 }
 
 // The plan's parameters of the rank's chunks, renumbered as the store lays them out. A tie whose
-// target is on another rank brings a copy of the target into the tie's unit (the copy keeps the
-// target's name, so the weights load and the tie resolves as in the whole model).
+// target is on another rank brings a copy of the target into a store unit of its own after the
+// chunks' units (the copy keeps the target's name, so the weights load and the tie resolves as in
+// the whole model; the tie's unit reads the copies' unit as the whole model's reads the target's).
+// Every unit of the model thus has the whole model's layout in the store, which is what lets a
+// checkpoint be the chunks' units one after the other, the copies left out (ckpt/checkpoint.h).
 void keep_stage_units(ParameterPlan& plan, StageUnits& stage) {
   if (stage.chunks.empty()) return;
   const auto inside = [&](const ParamSpec& spec) {
@@ -46,12 +49,13 @@ void keep_stage_units(ParameterPlan& plan, StageUnits& stage) {
     fail("pipeline: parameter ", name, " is tied to but not in the parameter list");
   };
   ParameterPlan kept;
-  const auto keep = [&](size_t i, int unit) {
+  const auto keep = [&](size_t i, int store_unit) {
     kept.specs.push_back(plan.specs[i]);
-    kept.specs.back().unit = stage.store_unit(unit);
+    kept.specs.back().unit = store_unit;
     kept.trainable.push_back(plan.trainable[i]);
     kept.quant.push_back(plan.quant[i]);
   };
+  const int copies_unit = stage.store_first(static_cast<int>(stage.chunks.size()));  // after the chunks' units
   for (size_t i = 0; i < plan.specs.size(); ++i) {
     const ParamSpec& spec = plan.specs[i];
     const bool tied_elsewhere = spec.tied() && !inside(plan.specs[index_of(spec.tied_to)]);
@@ -60,10 +64,10 @@ void keep_stage_units(ParameterPlan& plan, StageUnits& stage) {
       continue;
     }
     if (tied_elsewhere) {
-      keep(index_of(spec.tied_to), spec.unit);
+      keep(index_of(spec.tied_to), copies_unit);
       stage.tied_copies.push_back(spec.tied_to);
     }
-    keep(i, spec.unit);
+    keep(i, stage.store_unit(spec.unit));
   }
   plan = std::move(kept);
 }
@@ -81,6 +85,15 @@ int StageUnits::store_unit(int unit) const {
     if (unit >= chunks[c][0] && unit < chunks[c][1]) return store_first(static_cast<int>(c)) + unit - chunks[c][0];
   if (chunks.empty()) return unit;
   fail("pipeline: unit ", unit, " is on no chunk of this rank");
+}
+
+std::vector<int> StageUnits::model_units() const {
+  std::vector<int> units;
+  if (chunks.empty()) return units;
+  for (const std::array<int, 2>& chunk : chunks)
+    for (int unit = chunk[0]; unit < chunk[1]; ++unit) units.push_back(unit);
+  if (!tied_copies.empty()) units.push_back(-1);  // the copies' unit (keep_stage_units)
+  return units;
 }
 
 ModelOptions model_options_of(const TrainConfig& config, const StageUnits& stage, int chunk) {

@@ -41,11 +41,15 @@ struct StageUnits {
   std::vector<int> bounds;  // every virtual stage's first unit, then the unit count (partition_units); empty: no pipeline
   // The store's unit number of the model's unit `unit` (in one of the chunks).
   int store_unit(int unit) const;
-  // The store's first unit of chunk `chunk`.
+  // The store's first unit of chunk `chunk` (chunks.size(): the unit after the chunks').
   int store_first(int chunk) const;
+  // The model's unit of every store unit (a checkpoint's load, ckpt/checkpoint.h): the chunks' units
+  // in order, then -1 for the unit of tied copies when there is one; empty without a pipeline.
+  std::vector<int> model_units() const;
   // Tied parameters across stages (a tied head on the last stage reading the first stage's token
-  // embedding, DeepSpeed's TiedLayerSpec): the stored parameters this stage holds a copy of (in the
-  // unit of the tie that reads it), and those of its own that another stage holds a copy of.
+  // embedding, DeepSpeed's TiedLayerSpec): the stored parameters this stage holds a copy of (in a
+  // store unit of their own after the chunks' units, which the tie's unit reads), and those of its
+  // own that another stage holds a copy of.
   std::vector<std::string> tied_copies, tied_originals;
 };
 

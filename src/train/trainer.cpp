@@ -297,7 +297,7 @@ void resume(TrainingRun& run) {
   }
   const std::string& from = *run.resume_from;
   run.state = load_checkpoint(from, run.identity, *run.parts.engine, *run.parts.store, run.data_comm(),
-                              run.parts.stage.first_unit);
+                              run.parts.stage.model_units());
   if (run.parts.scaler) run.parts.scaler->load_state(LossScalerState::from_json(run.state.loss_scaler, from), from);
   ZT_CHECK(run.state.step <= run.total_steps, from, " was saved after step ", run.state.step,
            ", beyond this run's last step ", run.total_steps,

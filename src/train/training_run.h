@@ -75,9 +75,10 @@ struct TrainingRun {
     part.stages = topology->stages();
     part.replicas = topology->replicas();
     part.replica = topology->replica_of(rank);
-    part.first_unit = parts.stage.first_unit;
+    part.chunks = parts.stage.chunks;
     part.layout = {{"stages", part.stages}, {"replicas", part.replicas}, {"schedule", config.pipeline.schedule},
-                   {"partition_method", config.pipeline.partition_method}, {"stage_first_units", parts.stage.bounds}};
+                   {"chunks", config.pipeline.chunks}, {"partition_method", config.pipeline.partition_method},
+                   {"stage_first_units", parts.stage.bounds}};
     return part;
   }
   // A line on rank 0's console (between its step lines); other ranks say nothing.

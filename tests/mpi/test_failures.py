@@ -9,7 +9,9 @@
 #      with a message naming the collective.
 #   4. the same in a 2-stage pipeline (--pipeline-stages 2, issue 32): rank 1 (stage 1) hangs in step
 #      2's backward, and rank 0 (stage 0), waiting for the gradient of its output, times out naming
-#      the point-to-point exchange.
+#      the point-to-point exchange; and rank 1 (stage 1) killed in step 2's backward (ZT_FAULT=kill:
+#      SIGKILL, as the OOM killer or a lost node): the job ends within the comm timeout, the launcher
+#      naming the killed rank.
 import os
 import subprocess
 import time
@@ -82,6 +84,13 @@ def main():
             report.check("error (rank 0)" in output and f"collective point_to_point did not complete within {timeout} s"
                          in output and "step 2" in output,
                          "hang in a pipeline: rank 0 reports the point-to-point exchange that timed out")
+        output = launch(report, "rank 1 killed in step 2, pipeline stage 1 of 2",
+                        base + ["-np", "2", args.zerotune] + train("out-kill-pipeline") +
+                        ["--data", data, "--comm-timeout", str(timeout), "--pipeline-stages", "2", "--no-save-at-end"],
+                        {"ZT_FAULT": "kill:step:1:2"}, limit_s=timeout + 3.5)
+        if output is not None:
+            report.check("rank 1" in output and "signal 9" in output,
+                         "killed in a pipeline: the launcher names rank 1 and its signal")
     return report.finish()
 
 

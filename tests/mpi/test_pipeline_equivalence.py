@@ -7,18 +7,22 @@
 #     --partition-method uniform and --activation-checkpointing; P = 2, D = 2 (4 ranks) 1f1b
 #     ZeRO-1 full and gpipe ZeRO-2 LoRA (the data-parallel reduction inside each stage's group);
 #   a 4-layer LLaMA: P = 4, D = 1 (4 ranks) 1f1b full, from DeepSpeed's "pipeline" section
-#     ({"stages": 4, "partition": "type:decoder"}) instead of the flags; interleaved 1F1B with
-#     P = 2 x V = 2 chunks per rank, D = 2, ZeRO-1 (its sends posted ahead, the reduction after
-#     backward), and LoRA at D = 1;
+#     ({"stages": 4, "partition": "type:decoder"}) instead of the flags; P = 4 x D = 2 (8 ranks)
+#     ZeRO-2; interleaved 1F1B with P = 2 x V = 2 chunks per rank, D = 2, ZeRO-1 (its sends
+#     posted ahead, the reduction after backward), and LoRA at D = 1;
 #   tiny OPT (head tied to the token table: the last stage holds a copy, gradients summed into the
 #     first stage's, the table sent back after each update): P = 2, D = 1 1f1b full; P = 2,
 #     D = 2 gpipe ZeRO-1 full; P = 2, D = 2 1f1b ZeRO-2 LoRA (the table frozen).
 # Each run checks that rank 0 built only stage 0's units (run.json's zero_layout against the
 # partition run.json records) and printed the layout. Checkpoints: the P = 2, D = 2 run saves after
 # step 2 (the whole model's checkpoint, its layout in the manifest), which resumes on one rank, on
-# P = 2, D = 1 (gpipe) and on 4 ranks at ZeRO-2 to the same steps 3-4 and final weights. Then the
-# refusals: P not dividing the ranks, ZeRO-3, P above the decoder layers, LOMO, and a trainable tie
-# across stages with ZeRO-2 or with checkpoints.
+# P = 2, D = 1 (gpipe) and on 4 ranks at ZeRO-2 to the same steps 3-4 and final weights; so do
+# the interleaved run's checkpoint (on its own layout, one rank, P = 2 1F1B; and the one-rank
+# checkpoint on the interleaved layout) and the tied OPT's P = 2 one (the table saved once: on one
+# rank, on P = 2, D = 2; and the one-rank checkpoint on P = 2), whose final checkpoints export as
+# the one-rank run's (check_interleaved_checkpoints, check_tied_checkpoints). Then the refusals: P
+# not dividing the ranks, ZeRO-3, P above the decoder layers, LOMO, and a trainable tie across
+# stages with ZeRO-2.
 import json
 import math
 import os
@@ -132,25 +136,76 @@ def check_resume(report, zerotune, workdir, model, data):
                  and manifest.get("partitions") == 2 and len(manifest.get("files", [])) == 2,
                  f"the pipeline checkpoint's manifest records its layout: {manifest.get('pipeline')}, world size "
                  f"{manifest.get('world_size')}, {manifest.get('partitions')} partition files")
-    for name, ranks, stage, flags in (("resumed-w1", 1, 0, []), ("resumed-p2-gpipe", 2, 0, P2 + GPIPE),
-                                      ("resumed-w4-zero2", 4, 2, [])):
+    return resume_cases(report, zerotune, workdir, model, data, checkpoint, ref,
+                        (("resumed-w1", 1, 0, []), ("resumed-p2-gpipe", 2, 0, P2 + GPIPE),
+                         ("resumed-w4-zero2", 4, 2, [])))
+
+
+def resume_cases(report, zerotune, workdir, model, data, checkpoint, ref, cases):
+    """`checkpoint` (saved after step 2) continued on each of `cases` (name, ranks, ZeRO stage,
+    flags): steps 3 and 4 and the final weights as the uninterrupted `ref`'s (its metrics and
+    weights). Returns the seconds the runs took."""
+    seconds = 0.0
+    for name, ranks, stage, flags in cases:
         got = train(zerotune, workdir, model, data, name, ranks, stage, flags + ["--resume", checkpoint])
+        seconds += got["seconds"]
         report.check([m["step"] for m in got["metrics"]] == [3, 4], f"{name}: steps {[m['step'] for m in got['metrics']]}")
         for mine, theirs in zip(got["metrics"], ref["metrics"][2:]):
             report.scalar(f"{name} step {mine['step']} loss", mine["loss"], theirs["loss"], LOSS_REL)
         check_weights(report, name, got["weights"], ref["weights"], WEIGHT_ATOL, ref["metrics"])
+    return seconds
+
+
+def read_manifest(out, step):
+    with open(os.path.join(out, "checkpoints", f"global_step{step}", "manifest.json")) as stream:
+        return json.load(stream)
+
+
+def parameter_units(manifest):
+    """The manifest layout's trainable parameters: name -> (group, unit, offset inside its unit)."""
+    layout = manifest["layout"]
+    units = {group: entry["units"] for group, entry in layout["groups"].items()}
+    return {p["name"]: (p["group"], p["unit"], p["offset"] - units[p["group"]][p["unit"]][0])
+            for p in layout["parameters"]}
+
+
+def export_hf(zerotune, model, out, step):
+    """`zerotune export --format hf` of the run's checkpoint after `step`: name -> tensor."""
+    hf = f"{out}-hf{step}"
+    subprocess.run([zerotune, "export", "--checkpoint", os.path.join(out, "checkpoints", f"global_step{step}"),
+                    "--model", model, "--out", hf, "--format", "hf"], check=True, stdout=subprocess.DEVNULL)
+    exported = {}
+    for name in os.listdir(hf):
+        if name.endswith(".safetensors"):
+            exported.update(load_weights(os.path.join(hf, name)))
+    return exported
+
+
+def check_export(report, zerotune, model, workdir, got, ref):
+    """The final checkpoint of the pipeline run `got` (full fine-tuning: every stored tensor trains)
+    exports as the one-rank run's would: the one-rank run's final weights (`ref`, what its own
+    export holds), each tensor once (a tied head written once: no lm_head.weight) within
+    WEIGHT_ATOL, and bit for bit the pipeline run's own final weights (--dump-final)."""
+    label = got["name"] + " export"
+    exported = export_hf(zerotune, model, os.path.join(workdir, got["name"]), STEPS)
+    check_weights(report, label, exported, ref["weights"], WEIGHT_ATOL, ref["metrics"])
+    differing = [name for name, tensor in got["weights"].items()
+                 if name not in exported or not (exported[name] == tensor).all()]
+    report.check(len(got["weights"]) > 0 and not differing,
+                 f"{label}: = the run's final weights bit for bit (differing: {differing[:3]})")
 
 
 def run_cases(report, zerotune, workdir, model, data, label, cases, device="cpu", sections=None,
-              weight_atol=WEIGHT_ATOL):
-    """`cases` (name, ranks, ZeRO stage, flags, P, D) of the model against one rank, per mode
-    (full, lora) that has any, on `device`; returns the seconds the pipeline runs took."""
+              weight_atol=WEIGHT_ATOL, ref_flags=()):
+    """`cases` (name, ranks, ZeRO stage, flags, P, D) of the model against one rank (with
+    `ref_flags`), per mode (full, lora) that has any, on `device`; returns the seconds the pipeline
+    runs took."""
     seconds = 0.0
     for mode, extra in (("full", []), ("lora", LORA)):
         if not cases.get(mode):
             continue
-        ref = train(zerotune, workdir, model, data, f"{label}-{mode}-ref", 1, 0, extra, device=device,
-                    sections=sections)
+        ref = train(zerotune, workdir, model, data, f"{label}-{mode}-ref", 1, 0, extra + list(ref_flags),
+                    device=device, sections=sections)
         for name, ranks, stage, flags, stages, replicas in cases[mode]:
             got = train(zerotune, workdir, model, data, f"{label}-{mode}-{name}", ranks, stage, flags + extra,
                         device=device, sections=sections)
@@ -170,7 +225,7 @@ def check_p4(report, zerotune, workdir, data):
     model4 = os.path.join(workdir, "model4")  # the same vocabulary: the same data
     subprocess.run([zerotune, "init", "--config", config, "--out", model4, "--seed", "1"], check=True,
                    stdout=subprocess.DEVNULL)
-    ref = train(zerotune, workdir, model4, data, "p4-ref", 1)
+    ref = train(zerotune, workdir, model4, data, "p4-ref", 1, 0, SAVE_EVERY_2)
     got = train(zerotune, workdir, model4, data, "p4-1f1b", 4,
                 pipeline_section={"stages": 4, "partition": "type:decoder", "seed_layers": False})
     compare(report, got, ref)
@@ -178,24 +233,55 @@ def check_p4(report, zerotune, workdir, data):
     report.check("pipeline.stages 4 -> --pipeline-stages 4" in got["stdout"],
                  "p4-1f1b: the JSON's pipeline.stages was read (noted)")
     seconds = got["seconds"]
-    # Interleaved: P = 2 x V = 2 chunks per rank (rank 0: units 0-1 and 3, rank 1: unit 2 and 4-5), D = 2.
-    got = train(zerotune, workdir, model4, data, "p2-v2-d2-interleaved-zero1", 4, 1,
-                P2 + ["--pipeline-schedule", "interleaved", "--pipeline-chunks", 2])
+    # P = 4 x D = 2 (8 ranks), ZeRO-2 inside each stage's pair of replicas.
+    got = train(zerotune, workdir, model4, data, "p4-d2-1f1b-zero2", 8, 2, ["--pipeline-stages", 4])
+    compare(report, got, ref)
+    check_stage_zero(report, got, ref, 4, 2)
+    print(f"timing: p4-d2-1f1b-zero2 (8 ranks) {got['seconds']:.1f} s")
+    seconds += got["seconds"]
+    # Interleaved: P = 2 x V = 2 chunks per rank (rank 0: units 0-1 and 3, rank 1: unit 2 and 4-5), D = 2,
+    # with checkpoints after steps 2 and 4 (check_interleaved_checkpoints).
+    got = train(zerotune, workdir, model4, data, "p2-v2-d2-interleaved-zero1", 4, 1, INTERLEAVED + SAVE_EVERY_2)
     compare(report, got, ref)
     layout = got["run"].get("pipeline_layout", {})
     report.check(len(layout.get("stage_first_units", [])) == 5,
                  f"p2-v2-d2-interleaved-zero1: 4 virtual stages in run.json ({layout})")
-    seconds += got["seconds"]
+    seconds += got["seconds"] + check_interleaved_checkpoints(report, zerotune, workdir, model4, data, got, ref)
     # Interleaved LoRA (adapters initialised by their model-wide index on both chunks), D = 1.
     ref = train(zerotune, workdir, model4, data, "p4-lora-ref", 1, 0, LORA)
-    got = train(zerotune, workdir, model4, data, "p2-v2-interleaved-lora", 2, 0,
-                P2 + ["--pipeline-schedule", "interleaved"] + LORA)
+    got = train(zerotune, workdir, model4, data, "p2-v2-interleaved-lora", 2, 0, INTERLEAVED + LORA)
     compare(report, got, ref)
     return seconds + got["seconds"]
 
 
+def check_interleaved_checkpoints(report, zerotune, workdir, model4, data, got, ref):
+    """The interleaved run's checkpoints (a rank's chunks hold units far apart) in the format of a
+    run without stages: the one-rank checkpoint's parameters in the same units at the same places.
+    After step 2 it resumes on its own layout, on one rank and on P = 2 1F1B; the one-rank
+    checkpoint resumes interleaved; the final one exports as the one-rank run's."""
+    out, ref_out = os.path.join(workdir, got["name"]), os.path.join(workdir, ref["name"])
+    manifest, ref_manifest = read_manifest(out, 2), read_manifest(ref_out, 2)
+    report.check(manifest.get("pipeline", {}).get("chunks") == 2 and manifest.get("world_size") == 4
+                 and manifest.get("partitions") == 2 and len(manifest.get("layout", {}).get("parameters", [])) ==
+                 len(ref_manifest["layout"]["parameters"]),
+                 f"interleaved checkpoint: manifest records {manifest.get('pipeline')}, 2 partition files, the "
+                 "one-rank checkpoint's parameters")
+    report.check(parameter_units(manifest) == parameter_units(ref_manifest),
+                 "interleaved checkpoint: every parameter in the one-rank checkpoint's unit, group and place")
+    checkpoint = os.path.join(out, "checkpoints", "global_step2")
+    seconds = resume_cases(report, zerotune, workdir, model4, data, checkpoint, ref,
+                           (("interleaved-resumed-same", 4, 1, INTERLEAVED), ("interleaved-resumed-w1", 1, 0, []),
+                            ("interleaved-resumed-p2-1f1b", 2, 0, P2)))
+    seconds += resume_cases(report, zerotune, workdir, model4, data, os.path.join(ref_out, "checkpoints", "global_step2"),
+                            ref, (("w1-resumed-interleaved", 2, 0, INTERLEAVED),))
+    check_export(report, zerotune, model4, workdir, got, ref)
+    return seconds
+
+
 P2 = ["--pipeline-stages", 2]
 GPIPE = ["--pipeline-schedule", "gpipe"]
+INTERLEAVED = P2 + ["--pipeline-schedule", "interleaved", "--pipeline-chunks", 2]
+SAVE_EVERY_2 = ["--save-every", 2]
 LLAMA_CASES = {
     # (with checkpoints after steps 2 and 4: check_resume continues the first on other layouts)
     "full": [("p2-1f1b", 2, 0, P2, 2, 1), ("p2-d2-1f1b-zero1", 4, 1, P2 + ["--save-every", 2], 2, 2)],
@@ -203,11 +289,36 @@ LLAMA_CASES = {
                                                                   "--activation-checkpointing"], 2, 1),
              ("p2-d2-gpipe-zero2", 4, 2, P2 + GPIPE, 2, 2)],
 }
-# OPT: the head tied to the token table (first stage) reads a copy on the last stage.
+# OPT: the head tied to the token table (first stage) reads a copy on the last stage (with
+# checkpoints after steps 2 and 4: check_tied_checkpoints).
 OPT_CASES = {
-    "full": [("p2-1f1b", 2, 0, P2, 2, 1), ("p2-d2-gpipe-zero1", 4, 1, P2 + GPIPE, 2, 2)],
+    "full": [("p2-1f1b", 2, 0, P2 + SAVE_EVERY_2, 2, 1), ("p2-d2-gpipe-zero1", 4, 1, P2 + GPIPE, 2, 2)],
     "lora": [("p2-d2-1f1b-zero2", 4, 2, P2, 2, 2)],
 }
+
+
+def check_tied_checkpoints(report, zerotune, opt_dir, model, data):
+    """The tied OPT's P = 2 checkpoint (the last stage's copy of the token table is not saved: the
+    first stage's table is the one copy, its master and optimizer state) is the one-rank run's
+    checkpoint layout exactly (D = 1 both: the same padding). After step 2 it resumes on one rank and
+    on P = 2, D = 2 GPipe ZeRO-1 (the copy loaded from the table's place in the checkpoint, sliced
+    for 2 replicas); the one-rank checkpoint resumes on P = 2; the final one exports as the one-rank
+    run's (the tied head written once)."""
+    out, ref_out = os.path.join(opt_dir, "opt-full-p2-1f1b"), os.path.join(opt_dir, "opt-full-ref")
+    ref = {"name": "opt-full-ref", "metrics": read_metrics(ref_out), "weights": load_weights(ref_out + ".safetensors")}
+    manifest, ref_manifest = read_manifest(out, 2), read_manifest(ref_out, 2)
+    names = [p["name"] for p in manifest["layout"]["parameters"]]
+    by_name = lambda layout: sorted(layout["parameters"], key=lambda p: p["name"])  # noqa: E731
+    report.check(len(names) == len(set(names)) and manifest["layout"]["groups"] == ref_manifest["layout"]["groups"]
+                 and by_name(manifest["layout"]) == by_name(ref_manifest["layout"]),
+                 f"tied checkpoint: each parameter saved once ({len(names)}), the one-rank checkpoint's layout exactly")
+    seconds = resume_cases(report, zerotune, opt_dir, model, data, os.path.join(out, "checkpoints", "global_step2"), ref,
+                           (("opt-resumed-w1", 1, 0, []), ("opt-resumed-p2-d2-gpipe-zero1", 4, 1, P2 + GPIPE)))
+    seconds += resume_cases(report, zerotune, opt_dir, model, data, os.path.join(ref_out, "checkpoints", "global_step2"),
+                            ref, (("opt-w1-resumed-p2", 2, 0, P2),))
+    got = {"name": "opt-full-p2-1f1b", "weights": load_weights(out + ".safetensors")}
+    check_export(report, zerotune, model, opt_dir, got, ref)
+    return seconds
 
 
 def main():
@@ -222,12 +333,12 @@ def main():
         opt_dir = os.path.join(workdir, "opt")
         os.makedirs(opt_dir)
         opt_model, opt_data = make_model_and_data(args.zerotune, opt_dir, model="opt")
-        seconds += run_cases(report, args.zerotune, opt_dir, opt_model, opt_data, "opt", OPT_CASES)
-        check_resume(report, args.zerotune, workdir, model, data)
+        seconds += run_cases(report, args.zerotune, opt_dir, opt_model, opt_data, "opt", OPT_CASES,
+                             ref_flags=SAVE_EVERY_2)
+        seconds += check_tied_checkpoints(report, args.zerotune, opt_dir, opt_model, opt_data)
+        seconds += check_resume(report, args.zerotune, workdir, model, data)
         refused = check_refusals(report, args.zerotune, workdir, model, data)
         refused("a trainable tie across stages with ZeRO-2", 2, P2, "use ZeRO stage 0 or 1", stage=2,
-                model=opt_model, data=opt_data)
-        refused("a checkpoint of a trainable tie across stages", 2, P2 + ["--save-every", 2], "tied token table",
                 model=opt_model, data=opt_data)
     print(f"timing: {seconds:.1f} s in the pipeline runs, {time.monotonic() - start:.1f} s in all")
     return report.finish()

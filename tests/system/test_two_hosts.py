@@ -5,6 +5,11 @@
 # ssh. The run must give the same losses and gradient norms as one rank with the same global
 # batch (train_batch_size 16, micro-batch 4: accumulation 4 on one rank, 1 on four).
 #
+# Then the same launch as a 2-node pipeline (issue 32): DeepSpeed's "pipeline" section with 2
+# stages (ZeRO-1 in each stage's 2 replicas), so each "host" runs one stage (its 2 slots) and the
+# activations cross between them: the same losses as one rank again, run.json's layout 2 stages x
+# 2 replicas. (The layout printed at start names one node: both "hosts" have this machine's name.)
+#
 # ssh gets its settings (port, key, no host-key prompt) from a config file in the test's
 # temporary directory, through OMPI_MCA_plm_rsh_agent="ssh -F FILE": nothing in ~/.ssh changes.
 # The two "hosts" are one machine with one host name: Open MPI's shared-memory transport would
@@ -14,6 +19,7 @@
 # (OMPI_MCA_rtc_hwloc_vmhole=none): Open MPI 4.1 maps that segment at the end of the biggest hole
 # in the address space, next to the stack, and an orted crashed there once in CI (SIGSEGV in
 # hwloc_shmem_topology_write) before any rank started. Nothing of zerotune's runs in that code.
+import json
 import os
 import pwd
 import subprocess
@@ -82,6 +88,27 @@ def stop_sshd(pid_file):
         time.sleep(0.05)
 
 
+def pipeline_run(report, env, workdir, reference_out):
+    """mpirun/train.sh over the two hosts with 2 pipeline stages from the DeepSpeed JSON."""
+    with open(env["ZT_DS_CONFIG"]) as stream:
+        config = json.load(stream)
+    config["zero_optimization"] = {"stage": 1}
+    config["pipeline"] = {"stages": 2, "partition": "parameters"}
+    ds_config = os.path.join(workdir, "ds-pipeline.json")
+    with open(ds_config, "w") as stream:
+        json.dump(config, stream)
+    out = os.path.join(workdir, "two-hosts-pipeline")
+    status, output = run_script(["bash", os.path.join(JOB_SCRIPTS, "mpirun", "train.sh")],
+                                dict(env, ZT_OUT=out, ZT_DS_CONFIG=ds_config, ZT_PREFLIGHT="0"), workdir)  # checked above
+    report.check(status == 0, f"mpirun/train.sh, 2 pipeline stages over two hosts, exits 0 (got {status})")
+    report.check("pipeline.stages 2 -> --pipeline-stages 2" in output, "the JSON's pipeline section was read")
+    layout = read_run(out).get("pipeline_layout", {})
+    report.check(layout.get("stages") == 2 and layout.get("replicas") == 2,
+                 f"run.json: 2 stages x 2 replicas ({layout})")
+    compare_losses(report, "2 pipeline stages on 2 hosts vs 1 rank", read_metrics(out), read_metrics(reference_out),
+                   STEPS)
+
+
 def main():
     args = parse_args(__doc__)
     report = Report("two hosts over ssh: mpirun/train.sh with a 127.0.0.2 + 127.0.0.3 hostfile, 4 ranks = 1 rank")
@@ -122,6 +149,7 @@ def main():
             report.check(run.get("world_size") == 4, f"run.json world_size {run.get('world_size')} == 4")
             report.check(run.get("nodes") == 2, f"run.json nodes {run.get('nodes')} == 2 (ranks see two hosts)")
             compare_losses(report, "4 ranks on 2 hosts vs 1 rank", read_metrics(out), read_metrics(reference_out), STEPS)
+            pipeline_run(report, env, workdir, reference_out)
         finally:
             stop_sshd(pid_file)
     return report.finish()

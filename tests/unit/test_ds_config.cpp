@@ -529,6 +529,23 @@ BOOST_AUTO_TEST_CASE(two_node_zero_plus_plus_example_translates) {
               zero.zero_quantized_gradients));
 }
 
+// The 2-node pipeline example of docs/cluster.md (job_scripts/slurm/train.sbatch, 8 ranks per
+// node): DeepSpeed's pipeline section read (2 stages, partition by parameters: one stage per node),
+// ZeRO-1 inside each stage's 8 replicas, 8 micro-batches per step.
+BOOST_AUTO_TEST_CASE(two_node_pipeline_example_translates) {
+  std::ifstream stream(std::string(ZT_SOURCE_DIR) + "/job_scripts/slurm/ds_config_pipeline_2node.json");
+  BOOST_REQUIRE(stream.good());
+  const std::string text((std::istreambuf_iterator<char>(stream)), std::istreambuf_iterator<char>());
+  std::vector<std::string> notes;
+  const TrainConfig config = translate(text, notes, 16);
+  BOOST_CHECK_EQUAL(config.pipeline.stages, 2);
+  BOOST_CHECK_EQUAL(config.pipeline.partition_method, "parameters");
+  BOOST_CHECK(has_note(notes, "pipeline.stages 2 -> --pipeline-stages 2"));
+  BOOST_CHECK_EQUAL(config.zero.stage, 1);
+  BOOST_CHECK_EQUAL(config.gradient_accumulation_steps, 8);
+  BOOST_CHECK(config.compute_dtype == zt::DType::BF16);
+}
+
 BOOST_AUTO_TEST_CASE(fp16_and_bf16_together_are_refused) {
   check_translate_error(R"({"fp16": {"enabled": true}, "bf16": {"enabled": true}})",
                         "ds_config.json: fp16.enabled and bf16.enabled are both true");
