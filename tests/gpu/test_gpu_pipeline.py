@@ -16,6 +16,7 @@
 # message (this test never skips).
 import json
 import os
+import time
 
 from mpi_common_path import add_mpi_path  # noqa: F401 (puts tests/mpi on sys.path)
 from mpi_common import REPO, Report, main_guard, make_model_and_data, parse_args, read_metrics, temporary_directory
@@ -58,6 +59,7 @@ def check_p4_and_interleaved(report, zerotune, workdir, four):
 def main():
     args = parse_args(__doc__)
     report = Report("Pipeline stages on the CUDA backend: same losses and weights as one rank")
+    begun = time.monotonic()
     four = 4 in [int(size) for size in os.environ.get("ZT_GPU_TEST_WORLD_SIZES", "1,2").split(",")]
     with temporary_directory(args, "zt-gpu-pipe-") as workdir:
         model, data = make_model_and_data(args.zerotune, workdir)
@@ -75,7 +77,10 @@ def main():
         opt_model, opt_data = make_model_and_data(args.zerotune, opt_dir, model="opt")
         opt = {"full": [("p2-d2-1f1b-zero1", 4, 1, P2, 2, 2) if four else ("p2-1f1b", 2, 0, P2, 2, 1)]}
         run_cases(report, args.zerotune, opt_dir, opt_model, opt_data, "opt", opt, device="cuda")
+        started = time.monotonic()
         check_p4_and_interleaved(report, args.zerotune, workdir, four)
+        print(f"timing: {time.monotonic() - started:.1f} s in the P = 4 and interleaved cases, "
+              f"{time.monotonic() - begun:.1f} s in all")
     return report.finish()
 
 
