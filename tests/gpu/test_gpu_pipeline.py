@@ -10,7 +10,8 @@
 # P = 4 and the interleaved schedule (Megatron's batched exchanges, one NCCL group each): an
 # 8-layer LLaMA at P = 4 1f1b (full) and P = 4 x V = 2 chunks (full and LoRA), and P = 2 x V = 2
 # at D = 2 (LoRA, ZeRO-2); a 4-layer tied OPT at P = 2 x V = 2 (full, ZeRO-1: the tie between
-# rank 0's chunk 0 and rank 1's chunk 1) and P = 4 1f1b (full). The D = 2 and P = 4 cases need
+# rank 0's chunk 0 and rank 1's chunk 1) and P = 4 1f1b (full); and P = 2 x V = 2 on two ranks
+# that share one GPU (CUDA_VISIBLE_DEVICES=0: MPI through host staging). The D = 2 and P = 4 cases need
 # 4 ranks: they run when ZT_GPU_TEST_WORLD_SIZES (default "1,2") lists 4 (the emulated device's
 # run: 2,4); else P = 2 x V = 2 runs at D = 1. Without a GPU every run fails with zerotune's
 # message (this test never skips).
@@ -19,8 +20,9 @@ import os
 import time
 
 from mpi_common_path import add_mpi_path  # noqa: F401 (puts tests/mpi on sys.path)
-from mpi_common import REPO, Report, main_guard, make_model_and_data, parse_args, read_metrics, temporary_directory
-from test_pipeline_equivalence import GPIPE, P2, run_cases
+from mpi_common import (REPO, Report, load_weights, main_guard, make_model_and_data, parse_args, read_metrics,
+                        temporary_directory)
+from test_pipeline_equivalence import GPIPE, P2, compare, run_cases, train
 
 FP16_OVERFLOW = {"fp16": {"enabled": True, "initial_scale_power": 20, "loss_scale_window": 2, "hysteresis": 1}}
 FP16_WEIGHT_ATOL = 1e-5  # the fp16 gradients rounded after reductions in another order
@@ -29,6 +31,26 @@ FP16_WEIGHT_ATOL = 1e-5  # the fp16 gradients rounded after reductions in anothe
 NEW_STEPS = 3  # the P = 4 and interleaved cases: two updates (WarmupLR's first is at learning rate 0)
 P4 = ["--pipeline-stages", 4]
 INTERLEAVED = ["--pipeline-schedule", "interleaved", "--pipeline-chunks", 2]
+
+
+def check_host_staging(report, zerotune, workdir, model, data):
+    """Two ranks that see one GPU (CUDA_VISIBLE_DEVICES=0) exchange through MPI's host staging: the
+    interleaved schedule's batched exchanges there, against the 8-layer LLaMA's reference."""
+    ref = {"metrics": read_metrics(os.path.join(workdir, "llama8-full-ref")),
+           "weights": load_weights(os.path.join(workdir, "llama8-full-ref.safetensors"))}
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = (visible or "0").split(",")[0]  # the ranks inherit it through mpiexec
+    try:
+        got = train(zerotune, workdir, model, data, "llama8-full-p2-v2-interleaved-staged", 2, 0, P2 + INTERLEAVED,
+                    device="cuda", steps=NEW_STEPS)
+    finally:
+        if visible is None:
+            del os.environ["CUDA_VISIBLE_DEVICES"]
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible
+    report.check("communicator: mpi+host-staging" in got["stdout"],
+                 "llama8-full-p2-v2-interleaved-staged: two ranks on one GPU exchange through host staging")
+    compare(report, got, ref)
 
 
 def check_p4_and_interleaved(report, zerotune, workdir, four):
@@ -48,6 +70,7 @@ def check_p4_and_interleaved(report, zerotune, workdir, four):
         llama = {"full": [("p2-v2-interleaved", 2, 0, P2 + INTERLEAVED, None, 1)],
                  "lora": [("p2-v2-interleaved", 2, 0, P2 + INTERLEAVED, None, 1)]}
     run_cases(report, zerotune, workdir, model, data, "llama8", llama, device="cuda", steps=NEW_STEPS)
+    check_host_staging(report, zerotune, workdir, model, data)
     opt_dir = os.path.join(workdir, "opt4")
     os.makedirs(opt_dir)
     opt_model, opt_data = make_model_and_data(zerotune, opt_dir, model="opt", overrides={"num_hidden_layers": 4})
