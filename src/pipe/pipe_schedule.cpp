@@ -65,7 +65,8 @@ Work interleaved_backward(int k, int ranks, int chunks) {
 // every exchange waits only for its neighbours' exchanges of the same tick, which they reach
 // once all earlier ticks completed: by induction on the tick, none waits forever. Exchanges
 // with nothing between them (around an empty slot) are one run of instructions, which the
-// engine sends as one group: ticks merged on one rank still meet their partners, posted at once.
+// engine sends as one group of ticks t..t': still no deadlock, since the stopped group with the
+// smallest last tick could only wait for a rank stopped at a group whose last tick is smaller.
 std::vector<PipeInstruction> interleaved_schedule(int rank, int ranks, int chunks, int micro_batches) {
   const int total = micro_batches * chunks, last_stage = ranks * chunks - 1;
   const int warmup = 2 * (ranks - rank - 1) + (chunks - 1) * ranks;
