@@ -147,6 +147,17 @@ BOOST_AUTO_TEST_CASE(interleaved_batched_exchanges_run_grouped) {
   zt::test::check_error([&] {
     zt::simulate_pipe_schedule(zt::make_pipe_schedule(PipeScheduleKind::Interleaved, interleaved), interleaved, blocking);
   }, "deadlocks");
+  // At P = 2 both sends of a batched exchange go to the other rank, which receives the activation
+  // first: rank 0 listing its gradient first would pair the wrong messages.
+  Schedules swapped = zt::make_pipe_schedule(PipeScheduleKind::Interleaved, interleaved);
+  auto& first = swapped[0];
+  const auto pair = std::adjacent_find(first.begin(), first.end(), [](const PipeInstruction& a, const PipeInstruction& b) {
+    return a.op == PipeOp::SendActivation && b.op == PipeOp::SendGrad;
+  });
+  BOOST_REQUIRE(pair != first.end());
+  std::iter_swap(pair, std::next(pair));
+  zt::test::check_error([&] { zt::simulate_pipe_schedule(swapped, interleaved, grouped); },
+                        "(messages between two ranks arrive in the order sent)");
 }
 
 BOOST_AUTO_TEST_CASE(tied_ends_reduce_on_every_rank_before_the_step) {
