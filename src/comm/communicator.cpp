@@ -41,15 +41,29 @@ double CommStats::total_wait_seconds() const {
   return total;
 }
 
-void Communicator::check_point_to_point(const Tensor& send, int send_to, const Tensor& recv, int recv_from) const {
-  ZT_CHECK(!send.empty() || !recv.empty(), "send_recv: neither a tensor to send nor one to receive into");
-  auto check_peer = [&](const Tensor& tensor, int peer, const char* side) {
-    if (tensor.empty()) return;
-    ZT_CHECK(peer >= 0 && peer < size() && peer != rank(), "send_recv: rank ", rank(), " cannot ", side, " rank ", peer,
-             " (the peer must be another of the ", size(), " ranks)", context_.empty() ? "" : cat(" (", context_, ")"));
-  };
-  check_peer(send, send_to, "send to");
-  check_peer(recv, recv_from, "receive from");
+Pending Communicator::send_recv_async(Tensor send, int send_to, Tensor recv, int recv_from) {
+  std::vector<Transfer> transfers;
+  if (!send.empty()) transfers.push_back({send, send_to, true});
+  if (!recv.empty()) transfers.push_back({recv, recv_from, false});
+  return exchange_async(transfers);
+}
+
+void Communicator::check_point_to_point(std::span<const Transfer> transfers) const {
+  ZT_CHECK(!transfers.empty(), "send_recv: neither a tensor to send nor one to receive into");
+  for (const Transfer& transfer : transfers) {
+    const char* side = transfer.send ? "send to" : "receive from";
+    ZT_CHECK(!transfer.tensor.empty(), "send_recv: rank ", rank(), " has no tensor to ", side, " rank ", transfer.peer);
+    ZT_CHECK(transfer.peer >= 0 && transfer.peer < size() && transfer.peer != rank(), "send_recv: rank ", rank(),
+             " cannot ", side, " rank ", transfer.peer, " (the peer must be another of the ", size(), " ranks)",
+             context_.empty() ? "" : cat(" (", context_, ")"));
+  }
+}
+
+double Communicator::bytes_sent(std::span<const Transfer> transfers) {
+  double bytes = 0.0;
+  for (const Transfer& transfer : transfers)
+    if (transfer.send) bytes += static_cast<double>(transfer.tensor.bytes());
+  return bytes;
 }
 
 void Communicator::count(Collective kind, double bytes_sent) {

@@ -55,6 +55,14 @@ using Pending = std::unique_ptr<PendingCollective>;
 // A collective that completed when it was issued (synchronous paths, one-rank shortcuts).
 Pending completed_collective();
 
+// One message of a point-to-point exchange (Communicator::exchange_async): `tensor` sent to
+// (send) or received from (!send) rank `peer`.
+struct Transfer {
+  Tensor tensor;
+  int peer = -1;
+  bool send = false;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -92,13 +100,19 @@ class Communicator {
   // Every rank's string, in rank order (checkpoint file checksums for rank 0's manifest).
   virtual std::vector<std::string> all_gather_strings(const std::string& mine) = 0;
 
-  // Point-to-point (pipeline parallelism, docs/pipeline.md): `send` to rank `send_to` and/or
-  // `recv` from rank `recv_from` (an empty tensor and -1 for the side not used), started
-  // together and completed together. On NCCL they are one group, so that two ranks that send to
-  // each other (1F1B's steady state) cannot deadlock; on MPI an Isend and an Irecv. Messages
-  // from one rank to another match in the order they were issued (no tags), and the receiver's
-  // tensor must have the sender's size and dtype (any dtype). Not to this rank itself.
-  virtual Pending send_recv_async(Tensor send, int send_to, Tensor recv, int recv_from) = 0;
+  // Point-to-point (pipeline parallelism, docs/pipeline.md): every transfer of `transfers` (each a
+  // tensor sent to or received from another rank) started together and completed together. On
+  // NCCL they are one group, so that ranks that send to each other in one exchange (1F1B's steady
+  // state, the interleaved schedule's batched exchanges) cannot deadlock; on MPI Isends and
+  // Irecvs. Messages from one rank to another match in the order they were issued (no tags; within
+  // one exchange, in list order), and the receiver's tensor must have the sender's size and dtype
+  // (any dtype). Not to this rank itself; at least one transfer.
+  virtual Pending exchange_async(std::span<const Transfer> transfers) = 0;
+  // `send` to rank `send_to` and/or `recv` from rank `recv_from` (an empty tensor and -1 for the
+  // side not used) as one exchange.
+  Pending send_recv_async(Tensor send, int send_to, Tensor recv, int recv_from);
+  // The bytes an exchange sends (its traffic).
+  static double bytes_sent(std::span<const Transfer> transfers);
   Pending send_async(Tensor data, int peer) { return send_recv_async(data, peer, Tensor(), -1); }
   Pending recv_async(Tensor data, int peer) { return send_recv_async(Tensor(), -1, data, peer); }
 
@@ -138,9 +152,9 @@ class Communicator {
 
  protected:
   void count(Collective kind, double bytes_sent);
-  // The checks every send_recv_async makes before it starts: a side is used when its tensor
-  // is; its peer is another rank of this communicator.
-  void check_point_to_point(const Tensor& send, int send_to, const Tensor& recv, int recv_from) const;
+  // The checks every exchange_async makes before it starts: at least one transfer, each with a
+  // tensor and another rank of this communicator as its peer.
+  void check_point_to_point(std::span<const Transfer> transfers) const;
   CommStats stats_;
   std::chrono::duration<double> timeout_ = std::chrono::minutes(30);  // torch.distributed's default
   std::string context_;

@@ -33,8 +33,8 @@ class NullCommunicator final : public Communicator {
     return std::vector<std::string>(static_cast<size_t>(size_), mine);
   }
   // The peers exist only as a count: what is received keeps its contents.
-  Pending send_recv_async(Tensor send, int send_to, Tensor recv, int recv_from) override {
-    check_point_to_point(send, send_to, recv, recv_from);
+  Pending exchange_async(std::span<const Transfer> transfers) override {
+    check_point_to_point(transfers);
     return completed_collective();
   }
   // The other ranks' colors are unknown here: a group's null communicator is made with its size.

@@ -2,6 +2,7 @@
 #include "comm/staged_communicator.h"
 
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 namespace zt {
@@ -52,15 +53,21 @@ class StagedCommunicator final : public Communicator {
 
   // Device tensors through staging buffers of their own (several exchanges may be in flight):
   // the sent bytes copied to the host now, the received ones copied to the device by wait().
-  Pending send_recv_async(Tensor send, int send_to, Tensor recv, int recv_from) override {
-    const bool on_host = (send.empty() || send.device == Device::CPU) && (recv.empty() || recv.device == Device::CPU);
-    if (on_host) return host_.send_recv_async(send, send_to, recv, recv_from);
-    auto staged = std::make_unique<StagedExchange>(device_, recv);
-    Tensor host_send, host_recv;
-    if (!send.empty()) host_send = stage_in(send, staged->send_bytes);
-    if (!recv.empty()) host_recv = host_view(staged->recv_bytes, recv.numel(), recv.dtype);
-    staged->inner = host_.send_recv_async(host_send, send_to, host_recv, recv_from);
-    staged->host_recv = host_recv;
+  Pending exchange_async(std::span<const Transfer> transfers) override {
+    auto staged = std::make_unique<StagedExchange>(device_);
+    staged->staging.resize(transfers.size());
+    std::vector<Transfer> on_host(transfers.begin(), transfers.end());
+    for (size_t k = 0; k < transfers.size(); ++k) {
+      const Tensor& tensor = transfers[k].tensor;
+      if (tensor.empty() || tensor.device == Device::CPU) continue;
+      if (transfers[k].send) {
+        on_host[k].tensor = stage_in(tensor, staged->staging[k]);
+      } else {
+        on_host[k].tensor = host_view(staged->staging[k], tensor.numel(), tensor.dtype);
+        staged->received.push_back({tensor, on_host[k].tensor});
+      }
+    }
+    staged->inner = host_.exchange_async(on_host);
     return staged;
   }
 
@@ -93,19 +100,19 @@ class StagedCommunicator final : public Communicator {
     return done();
   }
 
-  // An exchange in flight: its staging buffers, the host exchange, the device tensor to fill.
+  // An exchange in flight: its staging buffers, the host exchange, the device tensors to fill.
   struct StagedExchange final : PendingCollective {
-    StagedExchange(Backend& device_, Tensor recv_) : device(device_), recv(recv_) {}
+    explicit StagedExchange(Backend& device_) : device(device_) {}
     void wait() override {
       if (finished) return;
       finished = true;
       inner->wait();
-      if (!recv.empty()) device.copy(recv.reshaped({recv.numel()}), host_recv);
+      for (const auto& [on_device, on_host] : received) device.copy(on_device.reshaped({on_device.numel()}), on_host);
     }
     bool done() const override { return finished; }
     Backend& device;
-    Tensor recv, host_recv;
-    std::vector<std::byte> send_bytes, recv_bytes;
+    std::vector<std::pair<Tensor, Tensor>> received;  // (device tensor, its host staging view)
+    std::vector<std::vector<std::byte>> staging;      // [transfers]
     Pending inner;
     bool finished = false;
   };

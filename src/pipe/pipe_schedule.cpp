@@ -42,23 +42,72 @@ std::vector<Work> one_f_one_b_order(int rank, int ranks, int micro_batches) {
 // Interleaved 1F1B (Megatron-LM's order): the k-th forward of a rank takes micro-batch
 // (k / (P V)) P + k % P through chunk (k / P) % V, so P micro-batches go through chunk 0, then
 // the same P through chunk 1, ...; the k-th backward takes the same micro-batch through the
-// chunks in reverse. Warm-up: 2 (P - rank - 1) + (V - 1) P forwards (every chunk of the rank
-// fed before its first backward arrives), at most all M V.
-std::vector<Work> interleaved_order(int rank, int ranks, int chunks, int micro_batches) {
-  const int total = micro_batches * chunks;
-  const int group = ranks * chunks;
-  auto micro_batch_of = [&](int k) { return k / group * ranks + k % ranks; };
-  auto forward = [&](int k) { return Work{true, micro_batch_of(k), k / ranks % chunks}; };
-  auto backward = [&](int k) { return Work{false, micro_batch_of(k), chunks - 1 - k / ranks % chunks}; };
-  const int warmup = std::min(2 * (ranks - rank - 1) + (chunks - 1) * ranks, total);
-  std::vector<Work> order;
-  for (int k = 0; k < warmup; ++k) order.push_back(forward(k));
-  for (int i = 0; i + warmup < total; ++i) {
-    order.push_back(forward(warmup + i));
-    order.push_back(backward(i));
+// chunks in reverse.
+Work interleaved_forward(int k, int ranks, int chunks) {
+  return {true, k / (ranks * chunks) * ranks + k % ranks, k / ranks % chunks};
+}
+Work interleaved_backward(int k, int ranks, int chunks) {
+  return {false, k / (ranks * chunks) * ranks + k % ranks, chunks - 1 - k / ranks % chunks};
+}
+
+// The interleaved schedule as Megatron-LM runs it on NCCL: a rank's work goes in slots, slot j
+// holding its forward j (j < M V) and then its backward j - W (0 <= j - W < M V), W = 2 (P - rank
+// - 1) + (V - 1) P its warm-up (every chunk fed before the first backward arrives; a slot past the
+// forwards and before the backwards is empty, where Megatron's warm-up is cut at M V). After each
+// slot, and before the first, one batched exchange: the slot's two sends (its forward's
+// activation, its backward's gradient) and the next slot's two receives (its forward's input, its
+// backward's output gradient), as Megatron's send_forward_backward_recv_forward_backward.
+// Deadlock-free by construction: give rank r's exchange after slot j the tick j + r. A message
+// is sent and received at the same tick (forward k runs in slot k on every rank: its activation
+// leaves rank r at tick k + r and enters rank r + 1 before its slot k, at tick k - 1 + r + 1, or
+// rank 0 before slot k + P when it wraps to the next chunk; backward i runs in slot W_r + i and
+// W_{r-1} = W_r + 2, which gives the gradients the same), and each rank's ticks increase. So
+// every exchange waits only for its neighbours' exchanges of the same tick, which they reach
+// once all earlier ticks completed: by induction on the tick, none waits forever. Exchanges
+// with nothing between them (around an empty slot) are one run of instructions, which the
+// engine sends as one group of ticks t..t': still no deadlock, since the stopped group with the
+// smallest last tick could only wait for a rank stopped at a group whose last tick is smaller.
+std::vector<PipeInstruction> interleaved_schedule(int rank, int ranks, int chunks, int micro_batches) {
+  const int total = micro_batches * chunks, last_stage = ranks * chunks - 1;
+  const int warmup = 2 * (ranks - rank - 1) + (chunks - 1) * ranks;
+  auto stage_of = [&](const Work& work) { return work.chunk * ranks + rank; };
+  auto forward_in = [&](int slot) { return slot >= 0 && slot < total; };
+  auto backward_in = [&](int slot) { return slot - warmup >= 0 && slot - warmup < total; };
+  std::vector<PipeInstruction> out;
+  // The exchange after slot `slot` (-1: before the first): its sends, then the next slot's receives.
+  auto exchange = [&](int slot) {
+    if (forward_in(slot)) {
+      const Work f = interleaved_forward(slot, ranks, chunks);
+      if (stage_of(f) < last_stage) out.push_back({PipeOp::SendActivation, f.micro_batch, stage_of(f)});
+    }
+    if (backward_in(slot)) {
+      const Work b = interleaved_backward(slot - warmup, ranks, chunks);
+      if (stage_of(b) > 0) out.push_back({PipeOp::SendGrad, b.micro_batch, stage_of(b)});
+    }
+    const Work next_forward = interleaved_forward(slot + 1, ranks, chunks);
+    const bool feeds_forward = forward_in(slot + 1);
+    if (feeds_forward && stage_of(next_forward) > 0)
+      out.push_back({PipeOp::RecvActivation, next_forward.micro_batch, stage_of(next_forward)});
+    if (backward_in(slot + 1)) {
+      const Work b = interleaved_backward(slot + 1 - warmup, ranks, chunks);
+      if (stage_of(b) < last_stage) out.push_back({PipeOp::RecvGrad, b.micro_batch, stage_of(b)});
+    }
+    if (feeds_forward && stage_of(next_forward) == 0)  // after the run of messages: it is not one
+      out.push_back({PipeOp::LoadMicroBatch, next_forward.micro_batch, 0});
+  };
+  exchange(-1);
+  for (int slot = 0; slot < warmup + total; ++slot) {
+    if (forward_in(slot)) {
+      const Work f = interleaved_forward(slot, ranks, chunks);
+      out.push_back({PipeOp::Forward, f.micro_batch, stage_of(f)});
+    }
+    if (backward_in(slot)) {
+      const Work b = interleaved_backward(slot - warmup, ranks, chunks);
+      out.push_back({PipeOp::Backward, b.micro_batch, stage_of(b)});
+    }
+    exchange(slot);
   }
-  for (int k = total - warmup; k < total; ++k) order.push_back(backward(k));
-  return order;
+  return out;
 }
 
 // A work item's instructions on `rank`: what feeds it, the compute, what it passes on.
@@ -116,16 +165,15 @@ std::vector<std::vector<PipeInstruction>> make_pipe_schedule(PipeScheduleKind ki
   const int virtual_stages = shape.ranks * shape.chunks;
   std::vector<std::vector<PipeInstruction>> schedules(static_cast<size_t>(shape.ranks));
   for (int rank = 0; rank < shape.ranks; ++rank) {
-    std::vector<Work> order;
-    switch (kind) {
-      case PipeScheduleKind::GPipe: order = gpipe_order(shape.micro_batches); break;
-      case PipeScheduleKind::OneFOneB: order = one_f_one_b_order(rank, shape.ranks, shape.micro_batches); break;
-      case PipeScheduleKind::Interleaved:
-        order = interleaved_order(rank, shape.ranks, shape.chunks, shape.micro_batches);
-        break;
-    }
     std::vector<PipeInstruction>& out = schedules[static_cast<size_t>(rank)];
-    for (const Work& work : order) expand(work, rank, shape.ranks, virtual_stages, out);
+    if (kind == PipeScheduleKind::Interleaved) {
+      out = interleaved_schedule(rank, shape.ranks, shape.chunks, shape.micro_batches);
+    } else {
+      const std::vector<Work> order = kind == PipeScheduleKind::GPipe
+                                          ? gpipe_order(shape.micro_batches)
+                                          : one_f_one_b_order(rank, shape.ranks, shape.micro_batches);
+      for (const Work& work : order) expand(work, rank, shape.ranks, virtual_stages, out);
+    }
     if (shape.tied_ends) out.push_back({PipeOp::ReduceTiedGrads});
     out.push_back({PipeOp::ReduceGrads});
     out.push_back({PipeOp::OptimizerStep});

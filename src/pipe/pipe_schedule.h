@@ -8,7 +8,10 @@
 //     micro-batches' activations are alive on stage s instead of all M.
 //   Interleaved 1F1B (Megatron-LM, Narayanan et al. 2021): each rank holds V model chunks
 //     (virtual stages chunk * P + rank); forwards go through the chunks in groups of P
-//     micro-batches, which divides the bubble by V at the price of V times the messages.
+//     micro-batches, which divides the bubble by V at the price of V times the messages. Its
+//     lists are Megatron's batched exchanges (a forward-backward slot's two sends, then the next
+//     slot's two receives, adjacent: one NCCL group), deadlock-free by construction
+//     (pipe_schedule.cpp).
 // Terms: P pipeline ranks (stages of the physical pipeline), V chunks per rank (1 unless
 // interleaved), S = P * V virtual stages, M micro-batches per step (DeepSpeed's
 // gradient_accumulation_steps). Virtual stage v runs on rank v % P as its chunk v / P.

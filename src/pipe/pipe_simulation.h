@@ -27,7 +27,7 @@ namespace zt {
 // How sends and receives complete:
 //   Buffered: a send completes when posted (MPI_Isend, then the engine keeps the buffer);
 //   Grouped:  each run of consecutive Send/Recv instructions of a rank is one group (one
-//             send_recv_async: one NCCL group) that completes when every send in it met its
+//             exchange_async: one NCCL group) that completes when every send in it met its
 //             receive and every receive its send; a rank waits at its group;
 //   Blocking: every Send/Recv alone, a send waiting for its receive (NCCL sends issued one by
 //             one, or blocking torch.distributed send/recv): what the engine must not do, since

@@ -57,7 +57,6 @@ PipeEngine::PipeEngine(const TrainConfig& config, const PipelineTopology& topolo
   input_slots_ = kind == PipeScheduleKind::OneFOneB ? std::min(topology.stages() - stage_, micro_batches_)
                                                     : micro_batches_;
   inputs_.resize(static_cast<size_t>(chunks_ * input_slots_));
-  if (chunks_ > 1) send_copies_.resize(static_cast<size_t>(2 * chunks_ * micro_batches_));
 }
 
 void PipeEngine::attach(ParamStore& store, const StageUnits& stage) {
@@ -108,45 +107,23 @@ int PipeEngine::rank_of_virtual(int virtual_stage) const {
   return topology_.rank_of(virtual_stage % topology_.stages(), replica_);
 }
 
-// One send_recv_async for the group's send and receive, completed before the next computation.
+// One exchange_async for the group's sends and receives, completed before the next computation.
 void PipeEngine::flush(Group& group) {
-  if (group.send_to < 0 && group.recv_from < 0) return;
+  if (group.transfers.empty()) return;
   const double start = trace_ ? trace_->now() : 0.0;
-  world_.send_recv_async(group.send, group.send_to, group.recv, group.recv_from)->wait();
-  if (trace_) trace_->record("wait", -1, start, group.send_to >= 0 ? static_cast<int64_t>(group.send.bytes()) : 0);
-  group = Group();
+  world_.exchange_async(group.transfers)->wait();
+  if (trace_) trace_->record("wait", -1, start, static_cast<int64_t>(Communicator::bytes_sent(group.transfers)));
+  group.transfers.clear();
 }
 
-// A receive (grouped with a send where the transport groups them; else completed at once).
-void PipeEngine::receive(Group& group, Tensor into, int from) {
-  if (chunks_ > 1) return world_.recv_async(into, from)->wait();
-  if (group.recv_from >= 0) flush(group);
-  group.recv = into;
-  group.recv_from = from;
-}
-
-// A send: grouped with the adjacent receive; under the interleaved schedule posted at once from a
-// copy of its own (MPI's buffered Isend: the schedule's order is deadlock-free only so), one copy
-// buffer per message of the step (`slot`: its kind, chunk and micro-batch, so that what is
-// allocated does not depend on when sends complete), completed before the step's reduction.
-void PipeEngine::send(Group& group, Tensor data, int to, size_t slot) {
-  if (chunks_ == 1) {
-    if (group.send_to >= 0) flush(group);
-    group.send = data;
-    group.send_to = to;
-    return;
-  }
-  Buffer& buffer = send_copies_.at(slot);
-  ensure_buffer(buffer, backend_, data.numel(), dtype_);
-  Tensor copy = buffer.view(dtype_, {data.numel()});
-  backend_.copy(copy, data.reshaped({data.numel()}));
-  in_flight_.push_back(world_.send_async(copy, to));
-  if (trace_) trace_->record("wait", -1, trace_->now(), static_cast<int64_t>(copy.bytes()));  // posted: its bytes
-}
-
-void PipeEngine::finish_sends() {
-  for (Pending& send : in_flight_) send->wait();
-  in_flight_.clear();
+// Before a backward: a forward's output not sent yet (the interleaved schedule sends it with the
+// backward's gradient, after the backward) is copied aside, since the backward's recomputed
+// forward may overwrite the chunk's activations.
+Tensor PipeEngine::hold_output(Tensor output) {
+  ensure_buffer(held_output_, backend_, output.numel(), dtype_);
+  Tensor held = held_output_.view(dtype_, {output.numel() / hidden_, hidden_});
+  backend_.copy(held, output.reshaped({output.numel() / hidden_, hidden_}));
+  return held;
 }
 
 void PipeEngine::run_step(StageWork& work) {
@@ -157,35 +134,37 @@ void PipeEngine::run_step(StageWork& work) {
   Tensor output, input_grad;                  // the last forward's output, the last backward's input gradient
   std::vector<int> forwarded(static_cast<size_t>(chunks_), -1);  // per chunk: the micro-batch its model holds
   if (trace_) trace_->begin_step();
+  bool output_unsent = false;  // the last forward's output waits for its SendActivation
   for (const PipeInstruction& instruction : schedule_) {
     const int mb = instruction.micro_batch, virtual_stage = instruction.virtual_stage;
     const int chunk = virtual_stage < 0 ? 0 : virtual_stage / stages;
     switch (instruction.op) {
       case PipeOp::LoadMicroBatch: break;  // the forward loads the micro-batch's views
       case PipeOp::RecvActivation:
-        receive(group, input_of(work, chunk, mb, true), rank_of_virtual(virtual_stage - 1));
+        group.transfers.push_back({input_of(work, chunk, mb, true), rank_of_virtual(virtual_stage - 1), false});
         break;
       case PipeOp::RecvGrad:
         ensure_buffer(output_grad_, backend_, work.rows(mb) * hidden_, dtype_);
-        receive(group, output_grad_.view(dtype_, {work.rows(mb), hidden_}), rank_of_virtual(virtual_stage + 1));
+        group.transfers.push_back(
+            {output_grad_.view(dtype_, {work.rows(mb), hidden_}), rank_of_virtual(virtual_stage + 1), false});
         break;
       case PipeOp::SendActivation:
-        send(group, output, rank_of_virtual(virtual_stage + 1), static_cast<size_t>(chunk * micro_batches_ + mb));
+        group.transfers.push_back({output, rank_of_virtual(virtual_stage + 1), true});
+        output_unsent = false;
         break;
-      case PipeOp::SendGrad:
-        send(group, input_grad, rank_of_virtual(virtual_stage - 1),
-             static_cast<size_t>((chunks_ + chunk) * micro_batches_ + mb));
-        break;
+      case PipeOp::SendGrad: group.transfers.push_back({input_grad, rank_of_virtual(virtual_stage - 1), true}); break;
       case PipeOp::Forward: {
         flush(group);
         const double start = trace_ ? trace_->now() : 0.0;
         output = work.forward(mb, chunk, input_of(work, chunk, mb, false));
         if (trace_) trace_->record("forward", mb, start);
         forwarded[static_cast<size_t>(chunk)] = mb;
+        output_unsent = virtual_stage < last_virtual;
         break;
       }
       case PipeOp::Backward: {
         flush(group);
+        if (output_unsent) output = hold_output(output);
         double start = trace_ ? trace_->now() : 0.0;
         if (forwarded[static_cast<size_t>(chunk)] != mb) {
           work.forward(mb, chunk, input_of(work, chunk, mb, false));
@@ -201,12 +180,10 @@ void PipeEngine::run_step(StageWork& work) {
       }
       case PipeOp::ReduceTiedGrads:
         flush(group);
-        finish_sends();
         reduce_tied_grads();
         break;
       case PipeOp::ReduceGrads:
         flush(group);
-        finish_sends();
         work.reduce();
         break;
       case PipeOp::OptimizerStep:
@@ -216,7 +193,6 @@ void PipeEngine::run_step(StageWork& work) {
     }
   }
   flush(group);
-  finish_sends();
   if (trace_) trace_->end_step();
 }
 

@@ -5,12 +5,13 @@
 // of units, virtual stages chunk x P + stage, one model per chunk) and its ZeRO engine reduces
 // over the stage's data-parallel group. The engine:
 //   - sends and receives the activations [B*T, C] and their gradients on the world communicator,
-//     each run of adjacent Send/Recv instructions (at most one send and one receive) as one
-//     send_recv_async, completed before the next computation: the `Grouped` transport of
-//     pipe/pipe_simulation.h, under which GPipe and 1F1B cannot deadlock (blocking sends would
-//     deadlock 1F1B's steady state). The interleaved schedule deadlocks so; its sends are posted
-//     ahead from copies of their own and completed before the reduction (the `Buffered`
-//     transport: MPI's Isend; refused on NCCL by the trainer);
+//     each run of adjacent Send/Recv instructions as one exchange_async (one NCCL group; MPI
+//     Isends and Irecvs), completed before the next computation: the `Grouped` transport of
+//     pipe/pipe_simulation.h, under which the three schedules cannot deadlock (blocking sends would
+//     deadlock 1F1B's steady state; the interleaved schedule's runs are Megatron-LM's batched
+//     exchanges, two sends and two receives, deadlock-free by construction: pipe_schedule.cpp).
+//     A forward's output that the schedule sends after a backward (interleaved) is copied aside
+//     before that backward, whose recomputed forward may overwrite it;
 //   - keeps each micro-batch's stage input until its backward and recomputes the stage's forward
 //     before a backward whose forward was not the stage's last one (GPipe everywhere, 1F1B
 //     before the last stage): the model keeps one micro-batch's activations, the stage the
@@ -74,15 +75,12 @@ class PipeEngine final : public PipelineStage {
   void set_trace(std::unique_ptr<PipeTrace> trace) { trace_ = std::move(trace); }
 
  private:
-  // The pending group of point-to-point instructions (one send and one receive at most).
+  // The pending group: a run of adjacent Send/Recv instructions of the schedule, one exchange.
   struct Group {
-    Tensor send, recv;
-    int send_to = -1, recv_from = -1;
+    std::vector<Transfer> transfers;
   };
   void flush(Group& group);
-  void receive(Group& group, Tensor into, int from);
-  void send(Group& group, Tensor data, int to, size_t slot);
-  void finish_sends();        // the interleaved schedule's sends in flight
+  Tensor hold_output(Tensor output);  // a copy of a forward's output [B*T, C] in held_output_
   void reduce_tied_grads();   // ReduceTiedGrads
   void share_tied_params();   // after OptimizerStep
   Tensor input_of(StageWork& work, int chunk, int micro, bool for_receive);  // [B*T, C]
@@ -99,8 +97,7 @@ class PipeEngine final : public PipelineStage {
   DType dtype_;
   std::vector<PipeInstruction> schedule_;  // this rank's instructions of one step
   std::vector<Buffer> inputs_;             // [V x slots]: micro-batch k's input [B*T, C] in slot k % slots (not the first virtual stage's)
-  std::vector<Buffer> send_copies_;        // interleaved: [2 x V x M] each message's copy (activations, then gradients)
-  std::vector<Pending> in_flight_;         // interleaved: the sends posted this step
+  Buffer held_output_;                     // [B*T, C]: a forward's output kept across a backward until sent
   Buffer output_grad_;                     // [B*T, C]: the received gradient of the stage's output
   ParamStore* store_ = nullptr;
   std::vector<std::string> tied_copies_, tied_originals_;  // trainable ones only (StageUnits)

@@ -215,9 +215,6 @@ void split_pipeline(TrainingRun& run) {
   const TrainConfig& config = run.config;
   if (!config.pipeline.enabled()) return;
   run.topology.emplace(run.world_size, static_cast<int>(config.pipeline.stages));
-  ZT_CHECK(config.pipeline.chunks == 1 || run.comm == run.host_comm.get(), "--pipeline-schedule interleaved: runs on "
-           "the CPU backend's MPI communicator for now (its sends are posted ahead, which NCCL's in-order streams "
-           "cannot take without Megatron's batched exchanges: docs/pipeline.md)");
   const std::vector<std::string> nodes = run.host_comm->all_gather_strings(this_host());
   if (run.leader)
     for (const std::string& line : describe_topology(*run.topology, nodes)) std::printf("%s\n", line.c_str());

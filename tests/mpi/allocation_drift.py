@@ -43,8 +43,6 @@ CASES = {
     "s1-pipeline-p2-interleaved": (2, 1, False, False, None, ["--pipeline-stages", 2, "--pipeline-schedule",
                                                                 "interleaved"]),
 }
-# The interleaved schedule runs on MPI only (its sends posted ahead).
-CPU_ONLY_CASES = ("s1-pipeline-p2-interleaved",)
 # Only where the device is a GPU (pinned host memory for the block inputs).
 GPU_CASES = {
     "s2-offload-activations": (1, 2, False, False, None, ["--activation-checkpointing", "--offload-activations"]),

@@ -1,9 +1,11 @@
 // An MPI program that checks the communicators' point-to-point exchange and split
-// (comm/communicator.h send_recv_async, split), the pipeline's and ZeRO++'s primitives, on every
+// (comm/communicator.h send_recv_async, exchange_async, split), the pipeline's and ZeRO++'s primitives, on every
 // rank against values computed here:
 //   - a ring: each rank sends its fp32 values to the next rank and receives the previous one's
 //     in one send_recv_async; bf16 and byte tensors the same way;
 //   - order: rank 0 sends two messages to rank 1, which receives them in the order sent;
+//   - batched: one exchange_async of two sends and two receives with both neighbours (on the
+//     groups of two: both to the same peer, in list order);
 //   - split: groups of two consecutive ranks, ranked in reverse by the key: sizes, ranks, an
 //     all-reduce and an exchange inside each group; the parent's counters do not see the group's;
 //   - node groups (comm/node_groups.h): two "nodes" of 2 ranks by a ranks-per-node setting, and
@@ -124,6 +126,21 @@ void check_order(zt::Communicator& comm, zt::Backend& backend, const std::string
   }
 }
 
+// The interleaved pipeline's batched exchange (one NCCL group): each rank sends 12 values to the
+// next rank and 7 to the previous one and receives both neighbours' in the same call. On 2 ranks
+// both messages go to the same peer, matched in list order (the 12 first, then the 7).
+void check_batched(zt::Communicator& comm, zt::Backend& backend, const std::string& label) {
+  const int size = comm.size(), rank = comm.rank();
+  const int next = (rank + 1) % size, previous = (rank + size - 1) % size;
+  DeviceFloats forward(backend, values_of(rank, 12)), backward(backend, values_of(rank, 7, 0.5f));
+  DeviceFloats from_previous(backend, std::vector<float>(12, -1.0f)), from_next(backend, std::vector<float>(7, -1.0f));
+  const std::vector<zt::Transfer> transfers = {{forward.tensor, next, true}, {backward.tensor, previous, true},
+                                               {from_previous.tensor, previous, false}, {from_next.tensor, next, false}};
+  comm.exchange_async(transfers)->wait();
+  expect(from_previous.read(backend) == values_of(previous, 12) && from_next.read(backend) == values_of(next, 7, 0.5f),
+         label + ": one exchange of two sends and two receives with both neighbours");
+}
+
 void check_split(zt::Communicator& comm, zt::Backend& backend, const std::string& label) {
   const double parent_bytes = comm.stats().total_bytes_sent();
   std::unique_ptr<zt::Communicator> group = comm.split(comm.rank() / 2, -comm.rank());
@@ -136,6 +153,7 @@ void check_split(zt::Communicator& comm, zt::Backend& backend, const std::string
   const float expected = members == 2 ? static_cast<float>(2 * low + 3) : static_cast<float>(low + 1);
   expect(sum.read(backend) == std::vector<float>(5, expected), label + ": the group's all-reduce");
   if (members == 2) check_ring(*group, backend, label + " (group)");
+  if (members == 2) check_batched(*group, backend, label + " (group)");
   expect(comm.stats().total_bytes_sent() == parent_bytes, label + ": the group counts its own traffic");
 }
 
@@ -256,6 +274,7 @@ void check_failures(zt::Communicator& world, zt::Backend& backend) {
 void check_all(zt::Communicator& comm, zt::Backend& backend, const std::string& label) {
   check_ring(comm, backend, label);
   check_order(comm, backend, label);
+  check_batched(comm, backend, label);
   check_split(comm, backend, label);
   check_node_groups(comm, backend, label);
   check_quantized_collectives(comm, backend, label);

@@ -66,16 +66,16 @@ def run_ranks(ranks, command, timeout_s=300, expect_ok=True):
 FAMILY_MODELS = ("opt", "llama_tied", "opt_350m_shape")
 
 
-def make_family_model(label, model_dir, seed=11):
-    """Writes the family case `label` (a tiny random HF model in fp32) to model_dir and returns
-    its transformers config."""
-    return oracle_common.make_family_model(model_dir, seed, *oracle_common.family_case(label))
+def make_family_model(label, model_dir, seed=11, **overrides):
+    """Writes the family case `label` (a tiny random HF model in fp32; `overrides` of its config,
+    e.g. num_hidden_layers) to model_dir and returns its transformers config."""
+    return oracle_common.make_family_model(model_dir, seed, *oracle_common.family_case(label, **overrides))
 
 
-def make_model_and_data(zerotune, workdir, samples=64, seed=0, model="llama", config=None, tag=""):
+def make_model_and_data(zerotune, workdir, samples=64, seed=0, model="llama", config=None, tag="", overrides=None):
     """A tiny random model (`model`: "llama" or one of FAMILY_MODELS) in workdir/model{tag} and a
     token-shard split for its vocabulary in workdir/data{tag}. `config`: another LLaMA config.json
-    than tiny-llama's (vocabulary 256)."""
+    than tiny-llama's (vocabulary 256); `overrides`: of a family model's config."""
     model_dir = os.path.join(workdir, "model" + tag)
     data = os.path.join(workdir, "data" + tag)
     if model == "llama":
@@ -84,7 +84,7 @@ def make_model_and_data(zerotune, workdir, samples=64, seed=0, model="llama", co
                        stdout=subprocess.DEVNULL)
         vocab = 256
     else:
-        vocab = make_family_model(model, model_dir).vocab_size
+        vocab = make_family_model(model, model_dir, **(overrides or {})).vocab_size
     subprocess.run([sys.executable, os.path.join(REPO, "tests", "oracle", "make_token_shard.py"), "--out", data,
                     "--samples", str(samples), "--vocab", str(vocab), "--min-len", "16", "--max-len", "48", "--seed",
                     str(seed)], check=True, stdout=subprocess.DEVNULL)

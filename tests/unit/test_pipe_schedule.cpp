@@ -5,8 +5,8 @@
 // 1F1B's; bad shapes are refused; and the simulator catches the
 // mutants an engine would hang or compute garbage on (a missing send, a backward before its
 // forward, a forward run twice, a rank running another rank's stage, messages between two ranks
-// sent out of the order they are received in); and under NCCL's grouped transport GPipe and 1F1B
-// run while blocking sends deadlock 1F1B.
+// sent out of the order they are received in); and under NCCL's grouped transport GPipe, 1F1B and
+// the interleaved schedule's batched exchanges run while blocking sends deadlock 1F1B and interleaved.
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -96,9 +96,9 @@ BOOST_AUTO_TEST_CASE(interleaved_completes_and_shrinks_the_bubble) {
 // NCCL's transport: GPipe's and 1F1B's adjacent sends and receives as one group each run without
 // deadlock and with the same bubble; sent one by one, blocking, 1F1B deadlocks in its steady state
 // (rank s sends an activation while rank s+1 sends a gradient), which is why the engine groups them.
-// The interleaved lists need more than adjacency (Megatron-LM batches both sends of a forward and
-// backward pair with both next receives): grouped as they are, they deadlock, and the engine must
-// not run them on NCCL before that is built (docs/pipeline.md).
+// The interleaved lists batch each slot's two sends with the next slot's two receives (Megatron-LM's
+// send_forward_backward_recv_forward_backward): grouped so, they run without deadlock and with the
+// theoretical bubble (the test below).
 BOOST_AUTO_TEST_CASE(grouped_sends_and_receives_run_where_blocking_ones_deadlock) {
   zt::PipeCosts grouped;
   grouped.transport = zt::PipeTransport::Grouped;
@@ -121,10 +121,43 @@ BOOST_AUTO_TEST_CASE(grouped_sends_and_receives_run_where_blocking_ones_deadlock
   BOOST_TEST(zt::simulate_pipe_schedule(zt::make_pipe_schedule(PipeScheduleKind::GPipe, shape), shape, blocking)
                  .bubble_fraction == zt::theoretical_bubble_fraction(PipeScheduleKind::GPipe, shape),
              boost::test_tools::tolerance(1e-12));
+}
+
+// The interleaved schedule on NCCL: each run of its messages (a slot's sends and the next slot's
+// receives) is one group; every rank's groups meet their neighbours' (pipe_schedule.cpp: a
+// message is sent and received at the same tick), so it completes, with the theoretical bubble,
+// for P up to 8, V = 2, 3 and M = P, 2P, 4P (M = P: Megatron's all-warm-up case, empty slots).
+// Issued one by one, blocking, the same lists deadlock: the batching is what makes them run.
+BOOST_AUTO_TEST_CASE(interleaved_batched_exchanges_run_grouped) {
+  zt::PipeCosts grouped;
+  grouped.transport = zt::PipeTransport::Grouped;
+  for (int ranks : {2, 3, 4, 8})
+    for (int chunks : {2, 3})
+      for (int groups : {1, 2, 4}) {
+        const PipeScheduleShape shape = shape_of(ranks, ranks * groups, chunks);
+        const std::string what = zt::cat("interleaved P=", ranks, " V=", chunks, " M=", shape.micro_batches, " grouped");
+        const zt::PipeSimulation sim =
+            zt::simulate_pipe_schedule(zt::make_pipe_schedule(PipeScheduleKind::Interleaved, shape), shape, grouped);
+        BOOST_TEST(sim.bubble_fraction == zt::theoretical_bubble_fraction(PipeScheduleKind::Interleaved, shape),
+                   what << ": bubble " << sim.bubble_fraction << boost::test_tools::tolerance(1e-12));
+      }
+  zt::PipeCosts blocking;
+  blocking.transport = zt::PipeTransport::Blocking;
   const PipeScheduleShape interleaved = shape_of(2, 4, 2);
   zt::test::check_error([&] {
-    zt::simulate_pipe_schedule(zt::make_pipe_schedule(PipeScheduleKind::Interleaved, interleaved), interleaved, grouped);
+    zt::simulate_pipe_schedule(zt::make_pipe_schedule(PipeScheduleKind::Interleaved, interleaved), interleaved, blocking);
   }, "deadlocks");
+  // At P = 2 both sends of a batched exchange go to the other rank, which receives the activation
+  // first: rank 0 listing its gradient first would pair the wrong messages.
+  Schedules swapped = zt::make_pipe_schedule(PipeScheduleKind::Interleaved, interleaved);
+  auto& first = swapped[0];
+  const auto pair = std::adjacent_find(first.begin(), first.end(), [](const PipeInstruction& a, const PipeInstruction& b) {
+    return a.op == PipeOp::SendActivation && b.op == PipeOp::SendGrad;
+  });
+  BOOST_REQUIRE(pair != first.end());
+  std::iter_swap(pair, std::next(pair));
+  zt::test::check_error([&] { zt::simulate_pipe_schedule(swapped, interleaved, grouped); },
+                        "(messages between two ranks arrive in the order sent)");
 }
 
 BOOST_AUTO_TEST_CASE(tied_ends_reduce_on_every_rank_before_the_step) {

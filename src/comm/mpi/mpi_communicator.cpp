@@ -49,11 +49,8 @@ class MpiPending final : public PendingCollective {
              std::string context, double* wait_seconds, bool* failed)
       : requests_(std::move(requests)), statuses_(requests_.size()), kind_(kind), rank_(rank), timeout_(timeout),
         context_(std::move(context)), wait_seconds_(wait_seconds), failed_(failed) {}
-  // After completion, the byte count the last request (a receive) must have received.
-  void expect_received(int bytes, int peer) {
-    expected_bytes_ = bytes;
-    peer_ = peer;
-  }
+  // After completion, the byte count each request (a receive; -1: not checked) must have received.
+  void expect_received(std::vector<int> bytes) { expected_bytes_ = std::move(bytes); }
   // A request still pending when its owner goes away is waited for, unless the owner goes away
   // because of an error (unwinding) or a collective of this rank already failed: then the job
   // is about to end (the top-level handler calls MPI_Abort), and waiting would only add a fresh
@@ -95,7 +92,7 @@ class MpiPending final : public PendingCollective {
       }
       if (complete) {
         *wait_seconds_ += std::chrono::duration<double>(Clock::now() - started).count();
-        check_received(statuses_.back());
+        for (size_t k = 0; k < expected_bytes_.size(); ++k) check_received(statuses_[k], expected_bytes_[k]);
         return;
       }
       if (Clock::now() > deadline) {
@@ -119,17 +116,16 @@ class MpiPending final : public PendingCollective {
   void forget() {
     for (MPI_Request& request : requests_) request = MPI_REQUEST_NULL;
   }
-  void check_received(const MPI_Status& status) const {
-    if (expected_bytes_ < 0) return;
+  void check_received(const MPI_Status& status, int expected) const {
+    if (expected < 0) return;
     int received = 0;
     MPI_Get_count(&status, MPI_BYTE, &received);
-    ZT_CHECK(received == expected_bytes_, "send_recv: rank ", rank_, " received ", received, " bytes from rank ", peer_,
-             ", expected ", expected_bytes_, context_suffix(), " (the sender's tensor has another size)");
+    ZT_CHECK(received == expected, "send_recv: rank ", rank_, " received ", received, " bytes from rank ",
+             status.MPI_SOURCE, ", expected ", expected, context_suffix(), " (the sender's tensor has another size)");
   }
   std::vector<MPI_Request> requests_;
   std::vector<MPI_Status> statuses_;  // [requests]: filled by MPI_Testall
-  int expected_bytes_ = -1;
-  int peer_ = -1;
+  std::vector<int> expected_bytes_;  // [requests]: what each receive must get (-1: a send)
   Collective kind_;
   int rank_;
   std::chrono::duration<double> timeout_;
@@ -261,27 +257,24 @@ class MpiCommunicator final : public Communicator {
   }
 
   // Bytes, tag 0: MPI's non-overtaking rule matches the messages between two ranks in order.
-  Pending send_recv_async(Tensor send, int send_to, Tensor recv, int recv_from) override {
-    check_point_to_point(send, send_to, recv, recv_from);
+  Pending exchange_async(std::span<const Transfer> transfers) override {
+    check_point_to_point(transfers);
+    count(Collective::PointToPoint, bytes_sent(transfers));
     std::vector<MPI_Request> requests;
-    if (!send.empty()) {
-      const int bytes = byte_count(send, "send");
-      count(Collective::PointToPoint, static_cast<double>(bytes));
+    std::vector<int> receive_bytes;  // per request: the bytes a receive must get (-1: a send)
+    for (const Transfer& transfer : transfers) {
+      const int bytes = byte_count(transfer.tensor, transfer.send ? "send" : "recv");
       requests.push_back(MPI_REQUEST_NULL);
-      check(MPI_Isend(send.data, bytes, MPI_BYTE, send_to, 0, comm_, &requests.back()), "MPI_Isend");
-    } else {
-      count(Collective::PointToPoint, 0.0);
-    }
-    int receive_bytes = -1;
-    if (!recv.empty()) {
-      receive_bytes = byte_count(recv, "recv");
-      requests.push_back(MPI_REQUEST_NULL);
-      check(MPI_Irecv(recv.data, receive_bytes, MPI_BYTE, recv_from, 0, comm_, &requests.back()), "MPI_Irecv");
+      receive_bytes.push_back(transfer.send ? -1 : bytes);
+      if (transfer.send)
+        check(MPI_Isend(transfer.tensor.data, bytes, MPI_BYTE, transfer.peer, 0, comm_, &requests.back()), "MPI_Isend");
+      else
+        check(MPI_Irecv(transfer.tensor.data, bytes, MPI_BYTE, transfer.peer, 0, comm_, &requests.back()), "MPI_Irecv");
     }
     auto waiting = std::make_unique<MpiPending>(std::move(requests), Collective::PointToPoint, rank_, timeout_, context_,
                                                 &stats_.wait_seconds[static_cast<size_t>(Collective::PointToPoint)],
                                                 &failed_);
-    if (receive_bytes >= 0) waiting->expect_received(receive_bytes, recv_from);
+    waiting->expect_received(std::move(receive_bytes));
     return waiting;
   }
 

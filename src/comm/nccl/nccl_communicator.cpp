@@ -241,24 +241,26 @@ class NcclCommunicator final : public Communicator {
     })->wait();
   }
 
-  // One NCCL group (a send and a receive between two ranks that exchange cannot deadlock), on
-  // main_ after the compute stream's queued work. NCCL does not check sizes: the peers' tensors
-  // must agree (the MPI path checks that).
-  Pending send_recv_async(Tensor send, int send_to, Tensor recv, int recv_from) override {
-    const bool send_on_host = send.empty() || send.device == Device::CPU;
-    const bool recv_on_host = recv.empty() || recv.device == Device::CPU;
-    if (send_on_host && recv_on_host)
-      return delegate([&] { return bootstrap_.send_recv_async(send, send_to, recv, recv_from); });
-    check_point_to_point(send, send_to, recv, recv_from);
-    if (!send.empty()) cuda::expect_device("send_recv", "send", send);
-    if (!recv.empty()) cuda::expect_device("send_recv", "recv", recv);
-    count(Collective::PointToPoint, static_cast<double>(send.empty() ? 0 : send.bytes()));
+  // One NCCL group (ranks that send to each other in it cannot deadlock), on main_ after the
+  // compute stream's queued work. NCCL does not check sizes: the peers' tensors must agree (the
+  // MPI path checks that).
+  Pending exchange_async(std::span<const Transfer> transfers) override {
+    bool on_host = true;
+    for (const Transfer& transfer : transfers) on_host = on_host && transfer.tensor.device == Device::CPU;
+    if (on_host && !transfers.empty()) return delegate([&] { return bootstrap_.exchange_async(transfers); });
+    check_point_to_point(transfers);
+    for (const Transfer& transfer : transfers)
+      cuda::expect_device("send_recv", transfer.send ? "send" : "recv", transfer.tensor);
+    count(Collective::PointToPoint, bytes_sent(transfers));
     auto going = [](ncclResult_t result) { return result == ncclSuccess || result == ncclInProgress; };
     return issue(Collective::PointToPoint, "ncclSend/ncclRecv", [&](ncclComm_t comm, cudaStream_t stream) {
       ncclResult_t result = ncclGroupStart();
-      if (going(result) && !send.empty()) result = ncclSend(send.data, send.bytes(), ncclUint8, send_to, comm, stream);
-      if (going(result) && !recv.empty())
-        result = ncclRecv(recv.data, recv.bytes(), ncclUint8, recv_from, comm, stream);
+      for (const Transfer& transfer : transfers) {
+        if (!going(result)) break;
+        const Tensor& tensor = transfer.tensor;
+        result = transfer.send ? ncclSend(tensor.data, tensor.bytes(), ncclUint8, transfer.peer, comm, stream)
+                               : ncclRecv(tensor.data, tensor.bytes(), ncclUint8, transfer.peer, comm, stream);
+      }
       const ncclResult_t ended = ncclGroupEnd();
       return going(result) ? ended : result;
     });
