@@ -433,6 +433,7 @@ void CpuBackend::embedding_forward(Tensor out, Tensor table, Tensor ids) {
   expect_same_dtype(op, "table", table, "out", out);
   const EmbeddingDims dims = embedding_dims(op, "out", out, "table", table, ids);
   check_ids(op, id_data, dims.rows, dims.vocab);
+  if (dims.cols == 0) return;  // rows of no channels: nothing to copy
   const int64_t rows = dims.rows;
   const size_t row_bytes = static_cast<size_t>(dims.cols) * dtype_size(out.dtype);
   char* out_bytes = static_cast<char*>(out.data);
