@@ -71,10 +71,24 @@ GemmDims matmul_dims(const Tensor& c, const Tensor& a, bool transpose_a, const T
   return dims;
 }
 
-CachedAttentionDims cached_attention_dims(const char* op, const Tensor& out, const Tensor& q, const Tensor& k,
-                                          const Tensor& v) {
+EmbeddingDims embedding_dims(const char* op, const char* rows_arg, const Tensor& rows, const char* table_arg,
+                             const Tensor& table, const Tensor& ids) {
+  EmbeddingDims dims;
+  int64_t table_cols = 0;
+  matrix_dims(op, rows_arg, rows, dims.rows, dims.cols);
+  matrix_dims(op, table_arg, table, dims.vocab, table_cols);
+  ZT_CHECK(table_cols == dims.cols, op, ": ", rows_arg, " ", rows.describe(), " and ", table_arg, " ",
+           table.describe(), " must have the same number of channels");
+  expect_numel(op, "ids", ids, dims.rows, cat("one id per row of ", rows_arg));
+  return dims;
+}
+
+namespace {
+// q[B,T,H,D] and k[B,S,Hkv,D] (`k_layout`: k's layout as the message names it) with H a multiple
+// of Hkv: their sizes (keys: S).
+CachedAttentionDims query_key_dims(const char* op, const Tensor& q, const Tensor& k, const char* k_layout) {
   ZT_CHECK(q.ndim == 4, op, ": q must be [B, T, H, D], got ", q.describe());
-  ZT_CHECK(k.ndim == 4, op, ": k must be [B, S, Hkv, D] (the cached keys), got ", k.describe());
+  ZT_CHECK(k.ndim == 4, op, ": k must be ", k_layout, ", got ", k.describe());
   CachedAttentionDims dims;
   dims.batch = q.dim(0);
   dims.queries = q.dim(1);
@@ -84,6 +98,25 @@ CachedAttentionDims cached_attention_dims(const char* op, const Tensor& out, con
   dims.kv_heads = k.dim(2);
   ZT_CHECK(dims.kv_heads > 0 && dims.heads % dims.kv_heads == 0, op, ": query heads H = ", dims.heads,
            " must be a multiple of key/value heads Hkv = ", dims.kv_heads);
+  return dims;
+}
+}  // namespace
+
+AttentionShape attention_shape(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                               const char* out_arg, const Tensor& lse) {
+  const CachedAttentionDims dims = query_key_dims(op, q, k, "[B, T, Hkv, D]");
+  const AttentionShape shape{dims.batch, dims.queries, dims.heads, dims.kv_heads, dims.head_dim};
+  ZT_CHECK(shape.head_dim > 0, op, ": head dim D must be positive, got ", q.describe());
+  expect_shape(op, "k", k, {shape.batch, shape.time, shape.kv_heads, shape.head_dim});
+  expect_same_shape(op, "v", v, "k", k);
+  expect_same_shape(op, out_arg, out, "q", q);
+  expect_shape(op, "lse", lse, {shape.batch, shape.heads, shape.time});
+  return shape;
+}
+
+CachedAttentionDims cached_attention_dims(const char* op, const Tensor& out, const Tensor& q, const Tensor& k,
+                                          const Tensor& v) {
+  const CachedAttentionDims dims = query_key_dims(op, q, k, "[B, S, Hkv, D] (the cached keys)");
   ZT_CHECK(dims.queries <= dims.keys, op, ": the T = ", dims.queries, " new queries must be among the S = ", dims.keys,
            " cached keys (T <= S)");
   expect_shape(op, "k", k, {dims.batch, dims.keys, dims.kv_heads, dims.head_dim});

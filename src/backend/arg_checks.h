@@ -45,6 +45,25 @@ struct AdalomoShape {
 AdalomoShape adalomo_shape(const char* op, const char* row_arg, const Tensor& row, const char* col_arg,
                            const Tensor& col, const Tensor& grad, int64_t offset);
 
+// The sizes of embedding_forward/backward (backend.h): `rows_arg` (out, or dout) [N, C] and
+// `table_arg` (table, or dtable) [V, C], each seen as a matrix of its last dimension's columns
+// and its leading dimensions' rows, and ids with one id per row. Throws naming the arguments
+// unless they agree (dtypes, devices and the ids' values are each backend's to check).
+struct EmbeddingDims {
+  int64_t rows = 0, cols = 0, vocab = 0;  // N, C, V
+};
+EmbeddingDims embedding_dims(const char* op, const char* rows_arg, const Tensor& rows, const char* table_arg,
+                             const Tensor& table, const Tensor& ids);
+
+// The sizes of attention_forward/backward (backend.h): q[B,T,H,D], k,v[B,T,Hkv,D] with H a
+// multiple of Hkv and D > 0, `out_arg` (out, or dout) like q, lse[B,H,T]. Throws naming the
+// argument unless they agree (dtypes and devices are each backend's to check).
+struct AttentionShape {
+  int64_t batch = 0, time = 0, heads = 0, kv_heads = 0, head_dim = 0;  // B, T, H, Hkv, D
+};
+AttentionShape attention_shape(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                               const char* out_arg, const Tensor& lse);
+
 // The sizes of attention_cached_forward (backend.h): q[B,T,H,D], k,v[B,S,Hkv,D] with T <= S and
 // H a multiple of Hkv, out like q. Throws naming the argument unless they agree (dtypes and
 // devices are each backend's to check).

@@ -141,7 +141,7 @@ void check_data_split(const PrepOptions& options) {
 }
 
 // The step-1 samples (build_prep_sample), one per row.
-class SampleRecords final : public PrepRecords {
+class SampleRecords final : public QueuedSamples {
  public:
   SampleRecords(const Tokenizer& tokenizer, const PrepOptions& options) : tokenizer_(tokenizer), options_(options) {}
 
@@ -163,17 +163,9 @@ class SampleRecords final : public PrepRecords {
                         summary, lengths, pending_);
   }
 
-  int64_t pending() const override { return static_cast<int64_t>(pending_.size()); }
-
-  void write_shard(const std::string& path, const ShardAttributes& attributes) override {
-    write_token_shard(path, pending_, attributes);
-    pending_.clear();
-  }
-
  private:
   const Tokenizer& tokenizer_;
   const PrepOptions& options_;
-  std::vector<TokenSample> pending_;  // [<= shard_samples] samples of the shard being filled
 };
 
 }  // namespace

@@ -9,7 +9,7 @@
 namespace zt {
 namespace {
 
-class ChatRecords final : public PrepRecords {
+class ChatRecords final : public QueuedSamples {
  public:
   ChatRecords(const Tokenizer& tokenizer, const PrepOptions& options)
       : tokenizer_(tokenizer), options_(options), template_(load_chat_template(options.tokenizer, options.chat_template)),
@@ -45,19 +45,11 @@ class ChatRecords final : public PrepRecords {
                         cat("no assistant token within --max-seq-len ", options_.max_seq_len), summary, lengths, pending_);
   }
 
-  int64_t pending() const override { return static_cast<int64_t>(pending_.size()); }
-
-  void write_shard(const std::string& path, const ShardAttributes& attributes) override {
-    write_token_shard(path, pending_, attributes);
-    pending_.clear();
-  }
-
  private:
   const Tokenizer& tokenizer_;
   const PrepOptions& options_;
   const ChatTemplate template_;
   const nlohmann::json special_tokens_;
-  std::vector<TokenSample> pending_;  // [<= shard_samples] samples of the shard being filled
 };
 
 }  // namespace

@@ -27,7 +27,7 @@ bool has_scored_token(const TokenSample& side) {
   return std::find(side.loss_mask.begin(), side.loss_mask.end(), uint8_t{1}) != side.loss_mask.end();
 }
 
-class PairRecords final : public PrepRecords {
+class PairRecords final : public QueuedRecords<TokenPair, write_pair_shard> {
  public:
   PairRecords(const Tokenizer& tokenizer, const PrepOptions& options) : tokenizer_(tokenizer), options_(options) {}
 
@@ -55,17 +55,9 @@ class PairRecords final : public PrepRecords {
     return "";
   }
 
-  int64_t pending() const override { return static_cast<int64_t>(pending_.size()); }
-
-  void write_shard(const std::string& path, const ShardAttributes& attributes) override {
-    write_pair_shard(path, pending_, attributes);
-    pending_.clear();
-  }
-
  private:
   const Tokenizer& tokenizer_;
   const PrepOptions& options_;
-  std::vector<TokenPair> pending_;  // [<= shard_samples]
 };
 
 }  // namespace

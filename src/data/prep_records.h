@@ -4,6 +4,7 @@
 // (data/prep_pairs.cpp, `--pairs`, the step-2 layout).
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,25 @@ class PrepRecords {
   // Writes the pending records as one shard at `path` and clears them.
   virtual void write_shard(const std::string& path, const ShardAttributes& attributes) = 0;
 };
+
+// The records waiting for the next shard, and writing them as one: what every kind shares.
+// `write` is the kind's shard writer (data/token_shards.h: write_token_shard, write_pair_shard).
+template <class Record, void (*write)(const std::string&, std::span<const Record>, const ShardAttributes&)>
+class QueuedRecords : public PrepRecords {
+ public:
+  int64_t pending() const final { return static_cast<int64_t>(pending_.size()); }
+
+  void write_shard(const std::string& path, const ShardAttributes& attributes) final {
+    write(path, pending_, attributes);
+    pending_.clear();
+  }
+
+ protected:
+  std::vector<Record> pending_;  // [<= shard_samples] records of the shard being filled
+};
+
+// The kinds whose records are samples (prompt/response, chat).
+using QueuedSamples = QueuedRecords<TokenSample, write_token_shard>;
 
 // The reason shared by both kinds (data/prep.cpp): a column of `columns` missing or not a string,
 // or a column of `responses` (a subset) empty; "" when the row has them all.

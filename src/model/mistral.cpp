@@ -10,11 +10,9 @@ namespace zt {
 namespace {
 
 void parse_mistral(const ConfigReader& reader, ModelConfig& config) {
-  LlamaFamilyDefaults defaults;  // transformers.MistralConfig
-  defaults.intermediate_size = 14336;
-  defaults.num_key_value_heads = 8;
-  defaults.max_position_embeddings = 4096 * 32;
-  parse_llama_family(reader, config, defaults);
+  // transformers.MistralConfig's defaults, where they are not LlamaConfig's.
+  parse_llama_family(reader, config,
+                     {.intermediate_size = 14336, .num_key_value_heads = 8, .max_position_embeddings = 4096 * 32});
   // Mistral's projections have no biases (attention_bias / mlp_bias are not MistralConfig keys).
   // Missing: MistralConfig's 4096; null: no window (Mistral v0.2 and later).
   config.sliding_window = reader.optional_positive_integer("sliding_window").value_or(reader.present("sliding_window") ? 0 : 4096);

@@ -10,13 +10,11 @@ namespace zt {
 namespace {
 
 void parse_qwen2(const ConfigReader& reader, ModelConfig& config) {
-  LlamaFamilyDefaults defaults;  // transformers.Qwen2Config
-  defaults.vocab_size = 151936;
-  defaults.intermediate_size = 22016;
-  defaults.max_position_embeddings = 32768;
-  defaults.bos_token_id = std::nullopt;  // Qwen2Config sets none (PretrainedConfig's None)
-  defaults.eos_token_id = std::nullopt;
-  parse_llama_family(reader, config, defaults);
+  // transformers.Qwen2Config's defaults, where they are not LlamaConfig's; it sets no token ids
+  // (PretrainedConfig's None).
+  parse_llama_family(reader, config,
+                     {.vocab_size = 151936, .intermediate_size = 22016, .max_position_embeddings = 32768,
+                      .bos_token_id = std::nullopt, .eos_token_id = std::nullopt});
   config.qkv_bias = true;
   if (reader.boolean("use_sliding_window", false))
     config.sliding_window = reader.optional_positive_integer("sliding_window").value_or(4096);

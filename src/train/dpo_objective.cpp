@@ -45,10 +45,7 @@ class DpoObjective final : public Objective {
   std::string name() const override { return "dpo"; }
 
   void check_data(const TrainConfig& config, const TokenDataset& data, const std::string& path) const override {
-    ZT_CHECK(data.holds_pairs(), path, ": holds samples, not preference pairs: --objective dpo trains on pairs; make "
-             "them with zerotune prep --pairs (rows with prompt, chosen and rejected)");
-    ZT_CHECK(!config.packing, "--packing: --objective dpo keeps each pair's sides in rows of their own; leave "
-             "--packing out");
+    check_pair_data(name(), config, data, path);
     ZT_CHECK(beta_ > 0.0, "--dpo-beta = ", beta_, ": must be > 0");
     ZT_CHECK(label_smoothing_ >= 0.0 && label_smoothing_ < 0.5, "--dpo-label-smoothing = ", label_smoothing_,
              ": must be in [0, 0.5) (the probability that a preference is flipped)");

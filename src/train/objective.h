@@ -96,6 +96,10 @@ std::unique_ptr<Objective> make_reward_objective();
 std::unique_ptr<Objective> make_dpo_objective(double beta, double label_smoothing);
 
 // Helpers the objectives share:
+// The pair objectives' (reward, dpo) check_data: `data` holds preference pairs and --packing is
+// off (each pair's sides keep rows of their own).
+void check_pair_data(const std::string& objective, const TrainConfig& config, const TokenDataset& data,
+                     const std::string& path);
 // loss_sum (fp64 [1] on the device) += value (one synchronisation).
 void add_to_device_sum(Backend& backend, Tensor loss_sum, double value);
 // -log sigmoid(x) and sigmoid(x), without overflow for large |x|.

@@ -110,10 +110,7 @@ class RewardObjective final : public Objective {
   std::string name() const override { return "reward"; }
 
   void check_data(const TrainConfig& config, const TokenDataset& data, const std::string& path) const override {
-    ZT_CHECK(data.holds_pairs(), path, ": holds samples, not preference pairs: --objective reward trains on pairs; "
-             "make them with zerotune prep --pairs (rows with prompt, chosen and rejected)");
-    ZT_CHECK(!config.packing, "--packing: --objective reward keeps each pair's sides in rows of their own; leave "
-             "--packing out");
+    check_pair_data(name(), config, data, path);
     ZT_CHECK(config.dump_step0_path.empty(), "--dump-step0 writes the LM head's logits, which --objective reward does "
              "not compute (its value head replaces the LM head); leave --dump-step0 out");
   }

@@ -67,6 +67,14 @@ std::unique_ptr<Objective> make_objective(const TrainConfig& config) {
        "(DeepSpeed-Chat step 2's reward model on pairs from zerotune prep --pairs) or dpo (TRL's DPO on those pairs)");
 }
 
+void check_pair_data(const std::string& objective, const TrainConfig& config, const TokenDataset& data,
+                     const std::string& path) {
+  ZT_CHECK(data.holds_pairs(), path, ": holds samples, not preference pairs: --objective ", objective, " trains on "
+           "pairs; make them with zerotune prep --pairs (rows with prompt, chosen and rejected)");
+  ZT_CHECK(!config.packing, "--packing: --objective ", objective, " keeps each pair's sides in rows of their own; "
+           "leave --packing out");
+}
+
 void add_to_device_sum(Backend& backend, Tensor loss_sum, double value) {
   double total = 0.0;  // [1]
   Tensor host(&total, DType::F64, {1});

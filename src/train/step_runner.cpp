@@ -149,18 +149,24 @@ StepOutcome StepRunner::run_schedule(int64_t step, int64_t updates_done, StepBat
   return outcome;
 }
 
-void StepRunner::forward(int64_t step, int64_t micro, StepBatches& batches, bool last) {
-  ZT_CHECK(micro >= 0 && micro < static_cast<int64_t>(batches.micro.size()), "step schedule: micro-batch ", micro,
+MicroBatch& StepRunner::view_micro_batch(const char* schedule, int64_t micro, StepBatches& batches) {
+  ZT_CHECK(micro >= 0 && micro < static_cast<int64_t>(batches.micro.size()), schedule, ": micro-batch ", micro,
            " of ", batches.micro.size());
   enter(StepPart::Model);
-  batch_ = batch_views(batches.micro[static_cast<size_t>(micro)], backend_, device_batch_);
+  MicroBatch& batch = batches.micro[static_cast<size_t>(micro)];
+  batch_ = batch_views(batch, backend_, device_batch_);
   dropout_.row_ids = batch_.row_ids;
+  return batch;
+}
+
+void StepRunner::forward(int64_t step, int64_t micro, StepBatches& batches, bool last) {
+  const MicroBatch& batch = view_micro_batch("step schedule", micro, batches);
   enter(StepPart::Engine);
   engine_.begin_micro_batch(last);
   enter(StepPart::Model);
   const bool dump = step == 0 && micro == 0 && !config_.dump_step0_path.empty();
   model_.keep_logits(dump);  // the whole [B*T, V] logits only for the dump
-  Tensor logits = objective_.forward(model_, batches.micro[static_cast<size_t>(micro)], batch_, dropout_);
+  Tensor logits = objective_.forward(model_, batch, batch_, dropout_);
   if (dump) {
     step0_logits_ = host_copy(backend_, logits);
     step0_batch_ = batch_.batch;
@@ -198,11 +204,7 @@ CausalLM& StepRunner::chunk_model(int chunk) {
 }
 
 Tensor StepRunner::stage_forward(int64_t micro, int chunk, StepBatches& batches, Tensor input) {
-  ZT_CHECK(micro >= 0 && micro < static_cast<int64_t>(batches.micro.size()), "pipeline schedule: micro-batch ", micro,
-           " of ", batches.micro.size());
-  enter(StepPart::Model);
-  batch_ = batch_views(batches.micro[static_cast<size_t>(micro)], backend_, device_batch_);
-  dropout_.row_ids = batch_.row_ids;
+  view_micro_batch("pipeline schedule", micro, batches);
   return chunk_model(chunk).forward_stage(batch_, dropout_, input);
 }
 
@@ -212,9 +214,7 @@ Tensor StepRunner::stage_forward(int64_t micro, int chunk, StepBatches& batches,
 Tensor StepRunner::stage_backward(int64_t step, int64_t micro, int chunk, StepBatches& batches, Tensor d_output,
                                   bool overlap_reduction) {
   if (config_.fault_points) fault_point("step", step + 1);
-  enter(StepPart::Model);
-  batch_ = batch_views(batches.micro[static_cast<size_t>(micro)], backend_, device_batch_);
-  dropout_.row_ids = batch_.row_ids;
+  const MicroBatch& batch = view_micro_batch("pipeline schedule", micro, batches);
   enter(StepPart::Engine);
   engine_.begin_micro_batch(overlap_reduction && micro + 1 == static_cast<int64_t>(batches.micro.size()));
   enter(StepPart::Model);
@@ -222,7 +222,7 @@ Tensor StepRunner::stage_backward(int64_t step, int64_t micro, int chunk, StepBa
                                                      d_output);
   enter(StepPart::Engine);
   engine_.end_micro_batch();
-  count_micro_batch(batches.micro[static_cast<size_t>(micro)], chunk_model(chunk));
+  count_micro_batch(batch, chunk_model(chunk));
   return d_input;
 }
 

@@ -140,6 +140,9 @@ class StepRunner {
   // consecutive non-finite gradients).
   void stop_if_diverged(int64_t step, const StepOutcome& outcome);
   class StageWorkOfStep;  // StageWork over one step (step_runner.cpp)
+  // Enters the model part and makes batch_ (and the dropout masks' row ids) the device views of
+  // micro-batch `micro`, after checking that the step has it (`schedule` names the caller).
+  MicroBatch& view_micro_batch(const char* schedule, int64_t micro, StepBatches& batches);
   void forward(int64_t step, int64_t micro, StepBatches& batches, bool last);
   CausalLM& chunk_model(int chunk);
   Tensor stage_forward(int64_t micro, int chunk, StepBatches& batches, Tensor input);

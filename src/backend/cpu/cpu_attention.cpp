@@ -24,8 +24,8 @@ namespace {
 
 constexpr int64_t kQueryBlock = 64;  // query rows per work item
 
-struct AttentionShapes {
-  int64_t batch = 0, time = 0, heads = 0, kv_heads = 0, head_dim = 0;
+// The shared sizes (backend/arg_checks.h) and the work split over them.
+struct AttentionShapes : AttentionShape {
   int64_t group() const { return heads / kv_heads; }  // query heads per kv head
   int64_t blocks() const { return (time + kQueryBlock - 1) / kQueryBlock; }
 };
@@ -38,21 +38,7 @@ AttentionShapes check_attention(const char* op, const Tensor& q, const Tensor& k
   expect_same_dtype(op, "v", v, "q", q);
   expect_same_dtype(op, out_arg, out, "q", q);
   f32_arg(op, "lse", lse);
-  ZT_CHECK(q.ndim == 4, op, ": q must be [B, T, H, D], got ", q.describe());
-  AttentionShapes shapes;
-  shapes.batch = q.dim(0);
-  shapes.time = q.dim(1);
-  shapes.heads = q.dim(2);
-  shapes.head_dim = q.dim(3);
-  ZT_CHECK(k.ndim == 4, op, ": k must be [B, T, Hkv, D], got ", k.describe());
-  shapes.kv_heads = k.dim(2);
-  ZT_CHECK(shapes.kv_heads > 0 && shapes.heads % shapes.kv_heads == 0, op, ": query heads H = ",
-           shapes.heads, " must be a multiple of key/value heads Hkv = ", shapes.kv_heads);
-  ZT_CHECK(shapes.head_dim > 0, op, ": head dim D must be positive, got ", q.describe());
-  expect_shape(op, "k", k, {shapes.batch, shapes.time, shapes.kv_heads, shapes.head_dim});
-  expect_same_shape(op, "v", v, "k", k);
-  expect_same_shape(op, out_arg, out, "q", q);
-  expect_shape(op, "lse", lse, {shapes.batch, shapes.heads, shapes.time});
+  const AttentionShapes shapes{attention_shape(op, q, k, v, out, out_arg, lse)};
   const int64_t blas_limit = std::numeric_limits<int>::max();
   ZT_CHECK(shapes.time * shapes.heads * shapes.head_dim <= blas_limit, op, ": q ", q.describe(),
            " exceeds the BLAS int range");

@@ -425,22 +425,17 @@ void check_ids(const char* op, const int32_t* ids, int64_t count, int64_t vocab)
 
 void CpuBackend::embedding_forward(Tensor out, Tensor table, Tensor ids) {
   const char* op = "embedding_forward";
+  const int32_t* id_data = i32_arg(op, "ids", ids);
   // A gather of whole rows: out and table share one dtype, so the rows are copied as stored
   // (what widening, copying and rounding back would give, without widening the whole table).
   expect_host_float(op, "out", out);
   expect_host_float(op, "table", table);
   expect_same_dtype(op, "table", table, "out", out);
-  ZT_CHECK(out.ndim >= 1 && table.ndim >= 1, op, ": out ", out.describe(), " and table ", table.describe(),
-           " must have at least one dimension");
-  const int32_t* id_data = i32_arg(op, "ids", ids);
-  const int64_t cols = out.dim(-1);
-  const int64_t rows = cols == 0 ? 0 : out.numel() / cols;
-  const int64_t vocab = table.dim(-1) == 0 ? 0 : table.numel() / table.dim(-1);
-  ZT_CHECK(table.dim(-1) == cols, op, ": out ", out.describe(), " and table ", table.describe(),
-           " must have the same number of channels");
-  expect_numel(op, "ids", ids, rows, "one id per row of out");
-  check_ids(op, id_data, rows, vocab);
-  const size_t row_bytes = static_cast<size_t>(cols) * dtype_size(out.dtype);
+  const EmbeddingDims dims = embedding_dims(op, "out", out, "table", table, ids);
+  check_ids(op, id_data, dims.rows, dims.vocab);
+  if (dims.cols == 0) return;  // rows of no channels: nothing to copy
+  const int64_t rows = dims.rows;
+  const size_t row_bytes = static_cast<size_t>(dims.cols) * dtype_size(out.dtype);
   char* out_bytes = static_cast<char*>(out.data);
   const char* table_bytes = static_cast<const char*>(table.data);
 #pragma omp parallel for schedule(static) if (out.numel() > kParallelThreshold)
@@ -456,10 +451,8 @@ void CpuBackend::embedding_backward(Tensor dtable, Tensor dout, Tensor ids) {
   const Matrix grad_out = f32_matrix("embedding_backward", "dout", stage.read("dout", dout));
   const Matrix grad_table = f32_matrix("embedding_backward", "dtable", stage.update("dtable", dtable));
   const int32_t* id_data = i32_arg("embedding_backward", "ids", ids);
-  ZT_CHECK(grad_table.cols == grad_out.cols, "embedding_backward: dtable ", dtable.describe(),
-           " and dout ", dout.describe(), " must have the same number of channels");
-  expect_numel("embedding_backward", "ids", ids, grad_out.rows, "one id per row of dout");
-  check_ids("embedding_backward", id_data, grad_out.rows, grad_table.rows);
+  const EmbeddingDims dims = embedding_dims("embedding_backward", "dout", dout, "dtable", dtable, ids);
+  check_ids("embedding_backward", id_data, dims.rows, dims.vocab);
   // Parallel over blocks of channels, rows in order inside: repeated ids add up in the same
   // order whatever the number of threads (deterministic), and no two threads share an element.
   const int64_t cols = grad_out.cols;

@@ -439,17 +439,7 @@ inline AttentionDims check_attention(const char* op, const Tensor& q, const Tens
   expect_same_dtype(op, "k", k, "q", q);
   expect_same_dtype(op, "v", v, "q", q);
   expect_same_dtype(op, out_arg, out, "q", q);
-  ZT_CHECK(q.ndim == 4, op, ": q must be [B, T, H, D], got ", q.describe());
-  ZT_CHECK(k.ndim == 4, op, ": k must be [B, T, Hkv, D], got ", k.describe());
-  const int64_t batch = q.dim(0), time = q.dim(1), heads = q.dim(2), head_dim = q.dim(3);
-  const int64_t kv_heads = k.dim(2);
-  ZT_CHECK(kv_heads > 0 && heads % kv_heads == 0, op, ": query heads H = ", heads,
-           " must be a multiple of key/value heads Hkv = ", kv_heads);
-  ZT_CHECK(head_dim > 0, op, ": head dim D must be positive, got ", q.describe());
-  expect_shape(op, "k", k, {batch, time, kv_heads, head_dim});
-  expect_same_shape(op, "v", v, "k", k);
-  expect_same_shape(op, out_arg, out, "q", q);
-  expect_shape(op, "lse", lse, {batch, heads, time});
+  const auto [batch, time, heads, kv_heads, head_dim] = attention_shape(op, q, k, v, out, out_arg, lse);
   constexpr int64_t kGridLimit = 65535;
   ZT_CHECK(batch <= kGridLimit && heads <= kGridLimit && time < (int64_t{1} << 30), op,
            ": q ", q.describe(), " exceeds the kernel's grid limits");

@@ -110,18 +110,14 @@ void CudaBackendImpl::embedding_forward(Tensor out, Tensor table, Tensor ids) {
   expect_device(op, "table", table);
   expect_same_dtype(op, "table", table, "out", out);
   expect_device(op, "ids", ids, DType::I32);
-  const MatrixShape output = matrix_shape(op, "out", out);
-  const MatrixShape weights = matrix_shape(op, "table", table);
-  ZT_CHECK(weights.cols == output.cols, op, ": out ", out.describe(), " and table ",
-           table.describe(), " must have the same number of channels");
-  expect_numel(op, "ids", ids, output.rows, "one id per row of out");
-  if (output.rows == 0 || output.cols == 0) return;
+  const EmbeddingDims dims = embedding_dims(op, "out", out, "table", table, ids);
+  if (dims.rows == 0 || dims.cols == 0) return;
   dispatch_float(out.dtype, op, "out", [&](auto format) {
     using Format = decltype(format);
-    launch({row_grid(output.rows), kThreads, 0, stream_}, embedding_forward_kernel<Format>,
+    launch({row_grid(dims.rows), kThreads, 0, stream_}, embedding_forward_kernel<Format>,
         static_cast<typename Format::Storage*>(out.data),
         static_cast<const typename Format::Storage*>(table.data),
-        static_cast<const int32_t*>(ids.data), output.rows, output.cols, weights.rows,
+        static_cast<const int32_t*>(ids.data), dims.rows, dims.cols, dims.vocab,
         device_status());
     ZT_CUDA_CHECK_LAUNCH("embedding_forward_kernel");
   });
@@ -133,26 +129,22 @@ void CudaBackendImpl::embedding_backward(Tensor dtable, Tensor dout, Tensor ids)
   expect_device_float(op, "dtable", dtable);
   expect_device_float(op, "dout", dout);
   expect_device(op, "ids", ids, DType::I32);
-  const MatrixShape grad_table = matrix_shape(op, "dtable", dtable);
-  const MatrixShape grad_out = matrix_shape(op, "dout", dout);
-  ZT_CHECK(grad_table.cols == grad_out.cols, op, ": dtable ", dtable.describe(), " and dout ",
-           dout.describe(), " must have the same number of channels");
-  expect_numel(op, "ids", ids, grad_out.rows, "one id per row of dout");
-  ZT_CHECK(grad_out.rows < kNoPosition, op, ": ", grad_out.rows, " rows exceed the int32 positions");
-  if (grad_out.rows == 0 || grad_out.cols == 0) return;
-  const int64_t vocab = grad_table.rows;
+  const EmbeddingDims dims = embedding_dims(op, "dout", dout, "dtable", dtable, ids);
+  ZT_CHECK(dims.rows < kNoPosition, op, ": ", dims.rows, " rows exceed the int32 positions");
+  if (dims.rows == 0 || dims.cols == 0) return;
+  const int64_t vocab = dims.vocab;
   Buffer first_position = scratch(static_cast<size_t>(vocab) * sizeof(int32_t));  // [V]
   ZT_CUDA_CHECK(cudaMemsetAsync(first_position.data(), 0x7F, first_position.bytes(), stream_));
   const int32_t* id_data = static_cast<const int32_t*>(ids.data);
-  launch({grid_for(grad_out.rows), kThreads, 0, stream_}, first_position_kernel,
-      static_cast<int32_t*>(first_position.data()), id_data, grad_out.rows, vocab,
+  launch({grid_for(dims.rows), kThreads, 0, stream_}, first_position_kernel,
+      static_cast<int32_t*>(first_position.data()), id_data, dims.rows, vocab,
       device_status());
   ZT_CUDA_CHECK_LAUNCH("first_position_kernel");
   dispatch_float(dout.dtype, op, "dout", [&](auto format) {
     using Format = decltype(format);
-    launch({row_grid(grad_out.rows), kThreads, 0, stream_}, embedding_backward_kernel<Format>,
+    launch({row_grid(dims.rows), kThreads, 0, stream_}, embedding_backward_kernel<Format>,
         float_arg(dtable), static_cast<const typename Format::Storage*>(dout.data), id_data,
-        static_cast<const int32_t*>(first_position.data()), grad_out.rows, grad_out.cols, vocab);
+        static_cast<const int32_t*>(first_position.data()), dims.rows, dims.cols, vocab);
     ZT_CUDA_CHECK_LAUNCH("embedding_backward_kernel");
   });
 }

@@ -22,6 +22,18 @@ namespace {
 // names it), or a DeferredError bit (the next synchronisation throws).
 enum class BadRowReport : int { kFirstBadRow, kDeferred };
 
+// Runs body(first, values) for each 8-element vector of the row x[vocab] that this thread of the
+// row's block handles (vectors threadIdx.x, threadIdx.x + blockDim.x, ...), its values loaded
+// as fp32 (past the row's end: unspecified).
+template <class Format, class Body>
+__device__ inline void for_each_loaded_vector(const typename Format::Storage* x, int64_t vocab, Body body) {
+  for (int64_t first = threadIdx.x * int64_t{kVector}; first < vocab; first += int64_t{blockDim.x} * kVector) {
+    float values[kVector];
+    load8<Format>(x, first, vocab, values);
+    body(first, values);
+  }
+}
+
 template <class Format>
 __global__ void cross_entropy_kernel(typename Format::Storage* logits, const int32_t* targets,
                                      const uint8_t* mask, double* row_loss, int64_t rows,
@@ -62,10 +74,7 @@ __global__ void cross_entropy_kernel(typename Format::Storage* logits, const int
     // Running max and sum of e^(x - max) of this thread's elements. A NaN logit makes the sum
     // (hence the loss) NaN, as on the CPU backend; -inf logits add nothing.
     float thread_max = -INFINITY, thread_sum = 0.0f;
-    for (int64_t first = threadIdx.x * int64_t{kVector}; first < vocab;
-         first += int64_t{blockDim.x} * kVector) {
-      float values[kVector];
-      load8<Format>(x, first, vocab, values);
+    for_each_loaded_vector<Format>(x, vocab, [&](int64_t first, float (&values)[kVector]) {
 #pragma unroll
       for (int k = 0; k < kVector; ++k) {
         if (first + k >= vocab) break;
@@ -77,7 +86,7 @@ __global__ void cross_entropy_kernel(typename Format::Storage* logits, const int
           thread_sum += expf(value - thread_max);
         }
       }
-    }
+    });
     const float row_max = block_max(thread_max, scratch);
     // A thread that saw only -inf (sum 0) or NaN (sum NaN) keeps its sum times 0.
     const float rescaled =
@@ -90,17 +99,14 @@ __global__ void cross_entropy_kernel(typename Format::Storage* logits, const int
     if (write_grad) {
       // dlogits = (softmax - onehot) * grad_scale
       const float probability_scale = grad_scale / sum;
-      for (int64_t first = threadIdx.x * int64_t{kVector}; first < vocab;
-           first += int64_t{blockDim.x} * kVector) {
-        float values[kVector];
-        load8<Format>(x, first, vocab, values);
+      for_each_loaded_vector<Format>(x, vocab, [&](int64_t first, float (&values)[kVector]) {
 #pragma unroll
         for (int k = 0; k < kVector; ++k) {
           values[k] = __fmul_rn(expf(values[k] - row_max), probability_scale);
           if (first + k == target) values[k] = __fsub_rn(values[k], grad_scale);
         }
         store8<Format>(x, first, vocab, values);
-      }
+      });
     }
   }
 }

@@ -18,14 +18,22 @@ namespace zt::cuda {
 
 namespace {
 
+// Loads the 8-element vector at `first` of an Adam-style step's fp32 arrays of n elements: the
+// parameter, its gradient and the two moments (AdamW's and LAMB's passes).
+__device__ inline void load_adam_vectors(const float* param, const float* grad, const float* exp_avg,
+                                         const float* exp_avg_sq, int64_t first, int64_t n, float (&p)[kVector],
+                                         float (&g)[kVector], float (&m)[kVector], float (&v)[kVector]) {
+  load8<Fp32Format>(param, first, n, p);
+  load8<Fp32Format>(grad, first, n, g);
+  load8<Fp32Format>(exp_avg, first, n, m);
+  load8<Fp32Format>(exp_avg_sq, first, n, v);
+}
+
 __global__ void adamw_kernel(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
                              int64_t n, AdamWConstants s) {
   for_each_vector(n, [&](int64_t first) {
     float p[kVector], g[kVector], m[kVector], v[kVector];
-    load8<Fp32Format>(param, first, n, p);
-    load8<Fp32Format>(grad, first, n, g);
-    load8<Fp32Format>(exp_avg, first, n, m);
-    load8<Fp32Format>(exp_avg_sq, first, n, v);
+    load_adam_vectors(param, grad, exp_avg, exp_avg_sq, first, n, p, g, m, v);
 #pragma unroll
     for (int k = 0; k < kVector; ++k) {
       const float decayed = __fmul_rn(p[k], s.decay_factor);  // param.mul_(1 - lr * wd)
@@ -103,10 +111,7 @@ __global__ void lamb_direction_kernel(float* update, const float* param, const f
                                       float* exp_avg_sq, int64_t n, LambScalars s) {
   for_each_vector(n, [&](int64_t first) {
     float p[kVector], g[kVector], m[kVector], v[kVector], u[kVector];
-    load8<Fp32Format>(param, first, n, p);
-    load8<Fp32Format>(grad, first, n, g);
-    load8<Fp32Format>(exp_avg, first, n, m);
-    load8<Fp32Format>(exp_avg_sq, first, n, v);
+    load_adam_vectors(param, grad, exp_avg, exp_avg_sq, first, n, p, g, m, v);
 #pragma unroll
     for (int k = 0; k < kVector; ++k) {
       m[k] = __fadd_rn(__fmul_rn(s.beta1, m[k]), __fmul_rn(s.one_minus_beta1, g[k]));
