@@ -34,7 +34,8 @@ int64_t cudnn_sdpa_frontend_workspace_bytes(const SdpaGraphShape& shape, bool ba
   if (!backward) return 0;
   const int64_t rows = shape.batch * shape.heads * shape.time;         // [B, H, S]
   const int64_t softmax_sum = rows * int64_t{sizeof(float)};          // fp32 [B, H, S, 1]
-  const int64_t dq_accumulator = deterministic ? 0 : rows * shape.head_dim * int64_t{sizeof(float)};  // fp32 [B, H, S, D]
+  // fp32 [B, H, S, D], where the frontend lets the engine accumulate dQ atomically
+  const int64_t dq_accumulator = deterministic ? 0 : rows * shape.head_dim * int64_t{sizeof(float)};
   return softmax_sum + dq_accumulator;
 }
 

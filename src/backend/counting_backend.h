@@ -28,7 +28,8 @@ struct CountingOptions {
   int64_t discard_chunk_bytes = 0;
   int64_t fixed_bytes = 0;  // held from the start (the real backend's workspace, status words)
   // The scratch the counted backend's attention_forward/backward take (the CUDA backend's:
-  // cuda_attention_scratch); null: none. Counted under kTermAttentionWorkspace, and listed as scratch by ZT_ALLOCATION_LOG.
+  // cuda_attention_scratch); null: none. Counted under kTermAttentionWorkspace, and listed as
+  // scratch by ZT_ALLOCATION_LOG.
   AttentionScratch (*attention_scratch)(const AttentionCallShape& call, bool backward) = nullptr;
 };
 

@@ -248,7 +248,8 @@ std::string format_breakdown(const nlohmann::ordered_json& report) {
         bytes_text(term(terms, {kTermGathered})).c_str(), bytes_text(term(terms, {kTermGradients})).c_str(),
         bytes_text(term(terms, {kTermMaster, kTermOptimizerState})).c_str(),
         bytes_text(term(terms, {kTermZeroBuffers})).c_str(),
-        bytes_text(term(terms, {kTermAllocatorSlack, kTermBackendFixed, kTermAttentionWorkspace, kTermModelOther})).c_str(),
+        bytes_text(term(terms, {kTermAllocatorSlack, kTermBackendFixed, kTermAttentionWorkspace, kTermModelOther}))
+            .c_str(),
         bytes_text(term(terms, {kTermActivations})).c_str(),
         bytes_text(term(on["device_peak_terms"], {kTermActivations})).c_str(),
         bytes_text(term(terms, {kTermLogits})).c_str(), bytes_text(off["device_peak_bytes"]).c_str(),

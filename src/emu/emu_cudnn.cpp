@@ -473,7 +473,8 @@ cudnnStatus_t check_pack(const Graph& graph, const Descriptor& pack, std::unorde
   size_t bytes = 0;
   if (workspace.empty() || !workspace[0] || !find_allocation(workspace[0], &base, &bytes) ||
       static_cast<const char*>(base) + bytes - static_cast<const char*>(workspace[0]) < plan_workspace(graph))
-    return refuse(CUDNN_STATUS_BAD_PARAM, "the variant pack's workspace is not " + std::to_string(plan_workspace(graph)) +
+    return refuse(CUDNN_STATUS_BAD_PARAM, "the variant pack's workspace is not " +
+                                              std::to_string(plan_workspace(graph)) +
                                               " bytes of device memory (the plan's workspace size)");
   return CUDNN_STATUS_SUCCESS;
 }

@@ -44,7 +44,8 @@ MemoryTarget typical_gpu_target() {  // the same in every build (backend/gpu_mem
 const std::vector<std::string>& memory_terms() {
   static const std::vector<std::string> terms = {
       kTermParameters, kTermGathered,   kTermGradients,  kTermMaster,          kTermOptimizerState, kTermZeroBuffers,
-      kTermReference,   kTermActivations, kTermLogits,    kTermModelOther, kTermAttentionWorkspace, kTermAllocatorSlack, kTermBackendFixed};
+      kTermReference,   kTermActivations, kTermLogits,    kTermModelOther, kTermAttentionWorkspace, kTermAllocatorSlack,
+      kTermBackendFixed};
   return terms;
 }
 

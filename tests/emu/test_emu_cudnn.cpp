@@ -295,10 +295,11 @@ BOOST_AUTO_TEST_CASE(backward_workspace_is_the_memory_models_rule) {
     auto q = tensor("q", 1, h), k = tensor("k", 2, h_kv), v = tensor("v", 3, h_kv);
     auto o = tensor("o", 4, h), d_o = tensor("dO", 5, h);
     auto stats = graph->tensor(fe::graph::Tensor_attributes().set_name("stats").set_uid(6)
-                                   .set_data_type(fe::DataType_t::FLOAT).set_dim({b, h, s, 1}).set_stride({h * s, s, 1, 1}));
-    auto [dq, dk, dv] = graph->sdpa_backward(q, k, v, o, d_o, stats,
-                                             fe::graph::SDPA_backward_attributes().set_name("backward").set_causal_mask(true)
-                                                 .set_attn_scale(0.25f).set_deterministic_algorithm(deterministic));
+                                   .set_data_type(fe::DataType_t::FLOAT).set_dim({b, h, s, 1})
+                                   .set_stride({h * s, s, 1, 1}));
+    auto options = fe::graph::SDPA_backward_attributes().set_name("backward").set_causal_mask(true)
+                       .set_attn_scale(0.25f).set_deterministic_algorithm(deterministic);
+    auto [dq, dk, dv] = graph->sdpa_backward(q, k, v, o, d_o, stats, options);
     dq->set_output(true).set_uid(7).set_dim({b, h, s, d}).set_stride({s * h * d, d, h * d, 1});
     dk->set_output(true).set_uid(8).set_dim({b, h_kv, s, d}).set_stride({s * h_kv * d, d, h_kv * d, 1});
     dv->set_output(true).set_uid(9).set_dim({b, h_kv, s, d}).set_stride({s * h_kv * d, d, h_kv * d, 1});

@@ -372,7 +372,8 @@ BOOST_AUTO_TEST_CASE(cudnn_workspace_counted) {
   const Tensor out = tensor(DType::BF16, q_shape, 5), lse = tensor(DType::F32, lse_shape, 6);
   const Tensor dq = tensor(DType::BF16, q_shape, 7), dk = tensor(DType::BF16, kv_shape, 8);
   const Tensor dv = tensor(DType::BF16, kv_shape, 9);
-  std::vector<int32_t> one_sample_per_row = packed_positions(batch, time, {{static_cast<int>(time)}, {static_cast<int>(time)}});
+  const int row = static_cast<int>(time);
+  std::vector<int32_t> one_sample_per_row = packed_positions(batch, time, {{row}, {row}});
   buffers.emplace_back(*backend, one_sample_per_row.size() * sizeof(int32_t));
   const Tensor packed(buffers.back().data(), DType::I32, {batch * time}, Device::CUDA);
   backend->copy(packed, view(one_sample_per_row, {batch * time}));
@@ -418,7 +419,9 @@ BOOST_AUTO_TEST_CASE(cudnn_workspace_counted) {
   const int64_t workspace = cudnn_sdpa_frontend_workspace_bytes(graph, true, true) +
                             cudnn_sdpa_plan_workspace_bytes(graph, true, true);
   BOOST_TEST(workspace == batch * heads * time * 4 + kCudnnPlanWorkspaceAllowance + batch * heads * 256 * 256 * 2);
-  const auto dense_backward = [&](Backend& on) { on.attention_backward(dq, dk, dv, dout, q, k, v, out, lse, Tensor(), 0.125f); };
+  const auto dense_backward = [&](Backend& on) {
+    on.attention_backward(dq, dk, dv, dout, q, k, v, out, lse, Tensor(), 0.125f);
+  };
   BOOST_TEST(measured(dense_backward) == cuda_allocation_size(workspace));
 }
 
