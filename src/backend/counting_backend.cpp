@@ -216,8 +216,13 @@ class Counting final : public CountingBackend {
   void swiglu_backward(Tensor, Tensor, Tensor, Tensor, Tensor) override {}
   void relu_forward(Tensor, Tensor) override {}
   void relu_backward(Tensor, Tensor, Tensor) override {}
-  void attention_forward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, float) override {}
-  void attention_backward(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, float) override {}
+  void attention_forward(Tensor, Tensor, Tensor q, Tensor k, Tensor, Tensor positions, float) override {
+    hold_attention_scratch(q, k, positions, /*backward=*/false);
+  }
+  void attention_backward(Tensor, Tensor, Tensor, Tensor, Tensor q, Tensor k, Tensor, Tensor, Tensor,
+                          Tensor positions, float) override {
+    hold_attention_scratch(q, k, positions, /*backward=*/true);
+  }
   void attention_cached_forward(Tensor, Tensor, Tensor, Tensor, float) override {}
   double cross_entropy(Tensor, Tensor, Tensor, float) override { return 0.0; }
   void cross_entropy_accumulate(Tensor, Tensor, Tensor, float, Tensor) override {}
@@ -228,7 +233,34 @@ class Counting final : public CountingBackend {
   OptimizerKernels& optimizer_kernels() override { return optimizer_kernels_; }
 
  private:
-  void* take(size_t bytes, int64_t size, std::unique_ptr<ChunkResidency> residency) {
+  // The attention's scratch as the counted backend takes it (CountingOptions::attention_scratch):
+  // q [B, T, H, D], k [B, T, Hkv, D]; positions given: packed rows. Its buffers are held for the
+  // op and given back; the index arrays stay, replaced only by larger ones (as the CUDA backend's).
+  void hold_attention_scratch(const Tensor& q, const Tensor& k, const Tensor& positions, bool backward) {
+    if (!options_.attention_scratch || q.ndim != 4 || k.ndim != 4) return;
+    const AttentionCallShape call{q.dtype,    q.shape[0], q.shape[1], q.shape[2],
+                                  k.shape[2], q.shape[3], !positions.empty()};
+    const AttentionScratch scratch = options_.attention_scratch(call, backward);
+    const std::string term = ledger_->term;
+    ledger_->term = kTermAttentionWorkspace;
+    if (scratch.index_bytes > attention_index_bytes_) {
+      void* grown = take_scratch(scratch.index_bytes);
+      if (attention_index_) release(attention_index_);
+      attention_index_ = grown;
+      attention_index_bytes_ = scratch.index_bytes;
+    }
+    std::vector<void*> held;
+    for (int64_t bytes : scratch.buffers)
+      if (bytes > 0) held.push_back(take_scratch(bytes));  // as Buffer: nothing for 0 bytes
+    for (auto buffer = held.rbegin(); buffer != held.rend(); ++buffer) release(*buffer);
+    ledger_->term = term;
+  }
+  void* take_scratch(int64_t bytes) {
+    const int64_t size = options_.allocation_size ? options_.allocation_size(bytes) : bytes;
+    return take(static_cast<size_t>(bytes), size, nullptr, /*scratch=*/true);
+  }
+
+  void* take(size_t bytes, int64_t size, std::unique_ptr<ChunkResidency> residency, bool scratch = false) {
     const uintptr_t address = ledger_->next_address;
     const uintptr_t span = std::max<uintptr_t>(bytes, 1);
     const uintptr_t align = residency ? residency->chunk_bytes() : 64;
@@ -250,7 +282,7 @@ class Counting final : public CountingBackend {
     // (slack first: a peak reached by this allocation shows both).
     ledger_->add(options_.device, kTermAllocatorSlack, held(allocation) - held_requested(allocation));
     ledger_->add(options_.device, allocation.term, held_requested(allocation), discardable);
-    log_allocation("counting", bytes, reinterpret_cast<void*>(address));
+    log_allocation("counting", bytes, reinterpret_cast<void*>(address), scratch);
     return reinterpret_cast<void*>(address);
   }
 
@@ -294,6 +326,8 @@ class Counting final : public CountingBackend {
   CountingOptimizerKernels optimizer_kernels_{pool_};  // declared after pool_, which it uses
   std::map<const ChunkResidency*, const Allocation*> owners_;
   uintptr_t base_ = 0;  // of the allocation discardable() found last
+  void* attention_index_ = nullptr;  // the attention's kept index arrays (hold_attention_scratch)
+  int64_t attention_index_bytes_ = 0;
 };
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/attention_scratch_rules.h"
 
 namespace zt {
 
@@ -26,6 +27,10 @@ struct CountingOptions {
   // granularity); 0: they are plain allocations whose discard gives nothing back.
   int64_t discard_chunk_bytes = 0;
   int64_t fixed_bytes = 0;  // held from the start (the real backend's workspace, status words)
+  // The scratch the counted backend's attention_forward/backward take (the CUDA backend's:
+  // cuda_attention_scratch); null: none. Counted under kTermAttentionWorkspace, and listed as
+  // scratch by ZT_ALLOCATION_LOG.
+  AttentionScratch (*attention_scratch)(const AttentionCallShape& call, bool backward) = nullptr;
 };
 
 // Bytes held now and at most, on the counted device and in the host memory its host backend
@@ -43,6 +48,7 @@ struct CountedBytes {
 // Terms every counting backend uses by itself.
 inline constexpr const char* kTermAllocatorSlack = "allocator slack";  // size class - bytes asked for
 inline constexpr const char* kTermBackendFixed = "backend workspace";  // CountingOptions::fixed_bytes
+inline constexpr const char* kTermAttentionWorkspace = "attention workspace";  // CountingOptions::attention_scratch
 
 class CountingBackend : public Backend {
  public:

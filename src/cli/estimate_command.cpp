@@ -248,7 +248,8 @@ std::string format_breakdown(const nlohmann::ordered_json& report) {
         bytes_text(term(terms, {kTermGathered})).c_str(), bytes_text(term(terms, {kTermGradients})).c_str(),
         bytes_text(term(terms, {kTermMaster, kTermOptimizerState})).c_str(),
         bytes_text(term(terms, {kTermZeroBuffers})).c_str(),
-        bytes_text(term(terms, {kTermAllocatorSlack, kTermBackendFixed, kTermModelOther})).c_str(),
+        bytes_text(term(terms, {kTermAllocatorSlack, kTermBackendFixed, kTermAttentionWorkspace, kTermModelOther}))
+            .c_str(),
         bytes_text(term(terms, {kTermActivations})).c_str(),
         bytes_text(term(on["device_peak_terms"], {kTermActivations})).c_str(),
         bytes_text(term(terms, {kTermLogits})).c_str(), bytes_text(off["device_peak_bytes"]).c_str(),
@@ -258,7 +259,8 @@ std::string format_breakdown(const nlohmann::ordered_json& report) {
   text += "The terms are what held memory when the step's peak was reached (a term can be smaller there than at its own\n"
           "  maximum); they add up to the peak. activations: the model's saved tensors and workspaces and the batch;\n"
           "  gathered: stage 3's units gathered and prefetched in the step (offload_param: their uploads); buckets: the\n"
-          "  engine's reduce buckets and staging; slack: the caching allocator's size classes; workspace: cuBLASLt's;\n"
+          "  engine's reduce buckets and staging; slack: the caching allocator's size classes; workspace: cuBLASLt's\n"
+          "  and attention's (cuDNN's graph workspace);\n"
           "  params: with --objective dpo without --lora-r, the reference model's frozen copy too.\n";
   return text;
 }

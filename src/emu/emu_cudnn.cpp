@@ -6,8 +6,8 @@
 // descriptor into an immutable value (a TensorInfo, an Op, a Graph; see emu_cudnn.h), refusing
 // what the interpreter (emu_cudnn_graph.cpp) does not implement with CUDNN_STATUS_NOT_SUPPORTED
 // and a message for cudnnGetLastErrorString. The one engine: global index 0, no knobs, no
-// notes; heuristics return it for every supported graph; its plan's workspace is kWorkspace
-// bytes. Execute checks the variant pack, then queues the interpretation on the handle's stream
+// notes; heuristics return it for every supported graph; its plan's workspace is
+// plan_workspace(graph) bytes. Execute checks the variant pack, then queues the interpretation on the handle's stream
 // (deferred like a kernel: outputs change only when the host waits for the stream).
 #include <cudnn.h>
 
@@ -33,8 +33,6 @@ namespace {
 using Guard = std::lock_guard<std::recursive_mutex>;
 
 constexpr size_t kVersion = 91900;         // the headers' cuDNN 9.19.0
-constexpr int64_t kWorkspace = 64 << 10;   // the plan's workspace: fixed and small (at the tests' shapes the H100's
-                                            // kept the device peak within the memory model's 5%; 1 MiB did not)
 
 thread_local std::string last_error;
 std::atomic<uint64_t> executions{0};  // plans run (not just queued): tests see the path taken
@@ -42,6 +40,35 @@ std::atomic<uint64_t> executions{0};  // plans run (not just queued): tests see 
 cudnnStatus_t refuse(cudnnStatus_t status, std::string message) {
   last_error = "emulated cuDNN: " + std::move(message);
   return status;
+}
+
+// The plan's workspace: what zerotune's memory model allows a real engine, the same rule
+// restated (backend/attention_scratch_rules.h, cudnn_sdpa_plan_workspace_bytes: src/emu includes only
+// emu/ headers; gpu-emu.cuda_attention's cudnn_workspace_counted case fails if the two differ).
+// Every plan: kPlanAllowance (no NVIDIA document gives the forward's or the atomic backward's
+// engine workspace). The deterministic SDPA backward, which cudnn-frontend spells without its
+// fp32 dQ accumulator (the dP-workspace decomposition: the engine keeps dS for a separate dQ
+// product), also dS in the I/O type: B x H x ceil64(S_q) x ceil128(S_kv) x 2 bytes, the
+// frontend's own estimate (required_dp_workspace_bytes_sm90 in
+// cudnn_frontend/node/scaled_dot_product_flash_attention.h).
+constexpr int64_t kPlanAllowance = int64_t{1} << 20;
+
+int64_t plan_workspace(const Graph& graph) {
+  const Op* scores = nullptr;  // the first matmul: S = Q K^T [B, H, S_q, S_kv]
+  const Op* last = nullptr;    // the backward's last: dQ = dS K
+  bool backward = false;       // only the backward transposes (reshapes) P and dS
+  for (const Op& op : graph.ops) {
+    if (op.kind == OpKind::Matmul) {
+      if (!scores) scores = &op;
+      last = &op;
+    }
+    backward = backward || op.kind == OpKind::Reshape;
+  }
+  if (!backward || !scores || scores->y->dims.size() != 4) return kPlanAllowance;
+  if (last->y->is_virtual || last->y->type == CUDNN_DATA_FLOAT) return kPlanAllowance;  // dQ accumulated in fp32
+  const std::vector<int64_t>& dims = scores->y->dims;
+  const auto round_up = [](int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; };
+  return kPlanAllowance + dims[0] * dims[1] * round_up(dims[2], 64) * round_up(dims[3], 128) * 2;
 }
 
 struct Attribute {
@@ -378,7 +405,7 @@ cudnnStatus_t get_attribute(const Descriptor& d, int name, cudnnBackendAttribute
     case CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT: return answer({1}, type, requested, count, out);
     case CUDNN_ATTR_ENGINE_GLOBAL_INDEX: return answer({0}, type, requested, count, out);
     case CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE: case CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE:
-      return answer({kWorkspace}, type, requested, count, out);
+      return answer({d.graph ? plan_workspace(*d.graph) : kPlanAllowance}, type, requested, count, out);
     case CUDNN_ATTR_ENGINECFG_SHARED_MEMORY_USED: return answer({0}, type, requested, count, out);
     // No knobs, no numerical or behaviour notes: nothing for the frontend to filter on.
     case CUDNN_ATTR_ENGINE_KNOB_INFO: case CUDNN_ATTR_ENGINECFG_KNOB_CHOICES: case CUDNN_ATTR_ENGINE_NUMERICAL_NOTE:
@@ -445,8 +472,9 @@ cudnnStatus_t check_pack(const Graph& graph, const Descriptor& pack, std::unorde
   const void* base = nullptr;
   size_t bytes = 0;
   if (workspace.empty() || !workspace[0] || !find_allocation(workspace[0], &base, &bytes) ||
-      static_cast<const char*>(base) + bytes - static_cast<const char*>(workspace[0]) < kWorkspace)
-    return refuse(CUDNN_STATUS_BAD_PARAM, "the variant pack's workspace is not " + std::to_string(kWorkspace) +
+      static_cast<const char*>(base) + bytes - static_cast<const char*>(workspace[0]) < plan_workspace(graph))
+    return refuse(CUDNN_STATUS_BAD_PARAM, "the variant pack's workspace is not " +
+                                              std::to_string(plan_workspace(graph)) +
                                               " bytes of device memory (the plan's workspace size)");
   return CUDNN_STATUS_SUCCESS;
 }

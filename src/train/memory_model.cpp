@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "backend/counting_backend.h"
+#include "backend/attention_scratch_rules.h"
 #include "backend/gpu_memory_rules.h"
 #include "comm/null_communicator.h"
 #include "data/batch.h"
@@ -25,6 +26,8 @@ MemoryTarget memory_target_of(const Backend& backend) {
   if (traits.allocation_size) target.allocation_size = traits.allocation_size;
   target.discard_chunk_bytes = traits.discard_chunk_bytes;
   target.fixed_bytes = traits.fixed_bytes;  // its own buffers, before the run's
+  // The CUDA backend's attention scratch (cuDNN's workspace) by its rule, the same in every build.
+  if (target.device == Device::CUDA) target.attention_scratch = cuda_attention_scratch;
   return target;
 }
 
@@ -34,13 +37,15 @@ MemoryTarget typical_gpu_target() {  // the same in every build (backend/gpu_mem
   target.allocation_size = cuda_allocation_size;
   target.discard_chunk_bytes = kTypicalDiscardChunkBytes;
   target.fixed_bytes = cuda_allocation_size(kCudaWorkspaceBytes);
+  target.attention_scratch = cuda_attention_scratch;
   return target;
 }
 
 const std::vector<std::string>& memory_terms() {
   static const std::vector<std::string> terms = {
       kTermParameters, kTermGathered,   kTermGradients,  kTermMaster,          kTermOptimizerState, kTermZeroBuffers,
-      kTermReference,   kTermActivations, kTermLogits,    kTermModelOther, kTermAllocatorSlack, kTermBackendFixed};
+      kTermReference,   kTermActivations, kTermLogits,    kTermModelOther, kTermAttentionWorkspace, kTermAllocatorSlack,
+      kTermBackendFixed};
   return terms;
 }
 
@@ -163,6 +168,7 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
   options.allocation_size = target.allocation_size;
   options.discard_chunk_bytes = target.discard_chunk_bytes;
   options.fixed_bytes = target.fixed_bytes;
+  options.attention_scratch = target.attention_scratch;
   std::unique_ptr<CountingBackend> backend = make_counting_backend(options);
   // Under a pipeline this rank's stage (rank / D) with its data-parallel group of D = world / P
   // ranks, its instruction list run by the engine on a null world (pipe_engine.h).

@@ -10,9 +10,12 @@
 // `zerotune autotune` prunes with it. Each byte is counted under a term (what it is: below), so
 // the prediction comes broken down the same way whoever prints it.
 //
+// The CUDA backend's attention scratch (cuDNN's workspace, our kernels' delta) is counted, by
+// the rule backend/attention_scratch_rules.h gives it (cuda_attention_scratch; README.md, "How much
+// memory a rank holds").
 // Not counted: what communication libraries allocate on their own (NCCL's buffers), the CUDA
-// backend's op scratch (CudaBackendImpl::scratch: partial sums, cuDNN's workspace, freed within
-// the op) and memory other processes hold on the device.
+// backend's other op scratch (CudaBackendImpl::scratch: partial sums, conversion staging, a few
+// bytes to a few KiB, freed within the op) and memory other processes hold on the device.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -36,12 +39,17 @@ struct MemoryTarget {
   std::function<int64_t(int64_t bytes)> allocation_size;  // empty: exact
   int64_t discard_chunk_bytes = 0;  // virtual-memory granularity (0: discard frees nothing)
   int64_t fixed_bytes = 0;          // the backend's own buffers (cuBLASLt workspace, status words)
+  // What its attention takes for the op (cuDNN's workspace: backend/attention_scratch_rules.h);
+  // null: nothing.
+  AttentionScratch (*attention_scratch)(const AttentionCallShape& call, bool backward) = nullptr;
 };
 // The target of a live backend: the CUDA backend's rounding, granularity and fixed buffers
-// (what it holds right after construction); the CPU backend's exact bytes.
+// (what it holds right after construction) and its attention's scratch; the CPU backend's exact
+// bytes.
 MemoryTarget memory_target_of(const Backend& backend);
 // A GPU like the ones zerotune runs on when there is none to ask (estimate): the caching
-// allocator's size classes, 2 MiB chunks, the 32 MiB cuBLASLt workspace.
+// allocator's size classes, 2 MiB chunks, the 32 MiB cuBLASLt workspace, the attention's scratch
+// (cuDNN's workspace) as the CUDA backend takes it.
 MemoryTarget typical_gpu_target();
 
 // The terms a prediction's bytes are broken down into (MemoryPrediction::device_terms), each

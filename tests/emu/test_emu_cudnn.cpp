@@ -17,6 +17,8 @@
 #define CUDNN_FRONTEND_SKIP_JSON_LIB 1
 #include <cudnn_frontend.h>
 
+#include "backend/attention_scratch_rules.h"
+
 namespace zt_emu {
 uint64_t cudnn_executions();  // emu/emu_cudnn.cpp: execution plans run so far
 }  // namespace zt_emu
@@ -272,6 +274,44 @@ BOOST_AUTO_TEST_CASE(unimplemented_pointwise_modes_are_refused_at_finalize) {
   graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, std::vector<void*>{op.handle});
   BOOST_TEST(graph.finalize() == CUDNN_STATUS_NOT_SUPPORTED);
   BOOST_TEST(last_error().find("not implemented by the emulated cuDNN") != std::string::npos);
+}
+
+// The workspace of the backward graph cuda_attention_cudnn.cpp builds (causal, GQA, the
+// backend's strides), deterministic or not, as the real frontend sizes it with the emulated
+// plan's: the memory model's rule (backend/attention_scratch_rules.h) to the byte. The frontend's part
+// (the fp32 softmax sum; without determinism the fp32 dQ accumulator) comes from the headers.
+BOOST_AUTO_TEST_CASE(backward_workspace_is_the_memory_models_rule) {
+  constexpr int64_t b = 2, h = 4, h_kv = 2, s = 100, d = 16;
+  Handle handle;
+  for (bool deterministic : {true, false}) {
+    auto graph = std::make_shared<fe::graph::Graph>();
+    graph->set_io_data_type(fe::DataType_t::BFLOAT16)
+        .set_intermediate_data_type(fe::DataType_t::FLOAT)
+        .set_compute_data_type(fe::DataType_t::FLOAT);
+    auto tensor = [&](const char* name, int64_t uid, int64_t heads) {
+      return graph->tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid)
+                               .set_dim({b, heads, s, d}).set_stride({s * heads * d, d, heads * d, 1}));
+    };
+    auto q = tensor("q", 1, h), k = tensor("k", 2, h_kv), v = tensor("v", 3, h_kv);
+    auto o = tensor("o", 4, h), d_o = tensor("dO", 5, h);
+    auto stats = graph->tensor(fe::graph::Tensor_attributes().set_name("stats").set_uid(6)
+                                   .set_data_type(fe::DataType_t::FLOAT).set_dim({b, h, s, 1})
+                                   .set_stride({h * s, s, 1, 1}));
+    auto options = fe::graph::SDPA_backward_attributes().set_name("backward").set_causal_mask(true)
+                       .set_attn_scale(0.25f).set_deterministic_algorithm(deterministic);
+    auto [dq, dk, dv] = graph->sdpa_backward(q, k, v, o, d_o, stats, options);
+    dq->set_output(true).set_uid(7).set_dim({b, h, s, d}).set_stride({s * h * d, d, h * d, 1});
+    dk->set_output(true).set_uid(8).set_dim({b, h_kv, s, d}).set_stride({s * h_kv * d, d, h_kv * d, 1});
+    dv->set_output(true).set_uid(9).set_dim({b, h_kv, s, d}).set_stride({s * h_kv * d, d, h_kv * d, 1});
+    BOOST_REQUIRE(build(*graph, handle.handle) == "");
+    int64_t workspace_bytes = 0;
+    BOOST_REQUIRE(graph->get_workspace_size(workspace_bytes).is_good());
+    const zt::SdpaGraphShape shape{b, h, h_kv, s, d, false};
+    const int64_t frontend = b * h * s * 4 + (deterministic ? 0 : b * h * s * d * 4);
+    BOOST_TEST(zt::cudnn_sdpa_frontend_workspace_bytes(shape, true, deterministic) == frontend);
+    BOOST_TEST(workspace_bytes == frontend + zt::cudnn_sdpa_plan_workspace_bytes(shape, true, deterministic),
+               (deterministic ? "deterministic" : "atomic") << " backward's workspace");
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -23,6 +23,9 @@
 #include <optional>
 #include <string>
 
+#include "backend/attention_scratch_rules.h"
+#include "backend/counting_backend.h"
+#include "backend/gpu_memory_rules.h"
 #include "gpu_test_util.h"
 #include "test_util.h"
 
@@ -337,6 +340,89 @@ BOOST_AUTO_TEST_CASE(cudnn_packed_positions_overwritten_on_the_device) {
   }
   check_identical(results[1][0], results[0][0], "out with positions overwritten on the device");
   check_identical(results[1][1], results[0][1], "lse with positions overwritten on the device");
+}
+
+// cuDNN's workspace comes from the backend's caching allocator and is what the memory model
+// counts (backend/attention_scratch_rules.h, cuda_attention_scratch, through the counting backend): the
+// device peak each call adds to what is held, by the backend's own counters, equals the counting
+// backend's to the byte, dense and packed (one sample per row, as the model counts them), at a
+// length where the backward's workspace is most of it (the fp32 softmax sum and the
+// deterministic engine's dS [B, H, 256, 256] in bf16: the frontend's part computed by the real
+// cudnn-frontend headers, the plan's by the emulated cuDNN). On a GPU the plan's part is the
+// engine's own and may differ (the check then says by how much). A fresh backend: the packed
+// index arrays it keeps are then allocated by these calls, as in a fresh counting backend.
+BOOST_AUTO_TEST_CASE(cudnn_workspace_counted) {
+  const ScopedAttentionVariant variant("cudnn");
+  const int64_t batch = 2, time = 200, heads = 4, kv_heads = 2, head_dim = 64;
+  const std::initializer_list<int64_t> q_shape = {batch, time, heads, head_dim};
+  const std::initializer_list<int64_t> kv_shape = {batch, time, kv_heads, head_dim};
+  const std::initializer_list<int64_t> lse_shape = {batch, heads, time};
+  std::unique_ptr<CudaBackend> backend = make_cuda_backend(0);
+  std::vector<Buffer> buffers;
+  auto tensor = [&](DType dtype, std::initializer_list<int64_t> shape, uint32_t seed) {
+    const Tensor probe(nullptr, dtype, shape, Device::CUDA);
+    buffers.emplace_back(*backend, probe.bytes());
+    const Tensor result(buffers.back().data(), dtype, shape, Device::CUDA);
+    std::vector<float> values = random_floats(probe.numel(), seed);
+    backend->copy(result, view(values, shape));
+    return result;
+  };
+  const Tensor q = tensor(DType::BF16, q_shape, 1), k = tensor(DType::BF16, kv_shape, 2);
+  const Tensor v = tensor(DType::BF16, kv_shape, 3), dout = tensor(DType::BF16, q_shape, 4);
+  const Tensor out = tensor(DType::BF16, q_shape, 5), lse = tensor(DType::F32, lse_shape, 6);
+  const Tensor dq = tensor(DType::BF16, q_shape, 7), dk = tensor(DType::BF16, kv_shape, 8);
+  const Tensor dv = tensor(DType::BF16, kv_shape, 9);
+  const int row = static_cast<int>(time);
+  std::vector<int32_t> one_sample_per_row = packed_positions(batch, time, {{row}, {row}});
+  buffers.emplace_back(*backend, one_sample_per_row.size() * sizeof(int32_t));
+  const Tensor packed(buffers.back().data(), DType::I32, {batch * time}, Device::CUDA);
+  backend->copy(packed, view(one_sample_per_row, {batch * time}));
+
+  CountingOptions options;  // as the memory model makes it for this backend (train/memory_model.cpp)
+  options.allocation_size = backend->memory_traits().allocation_size;
+  options.attention_scratch = cuda_attention_scratch;
+  std::unique_ptr<CountingBackend> counting = make_counting_backend(options);
+  // The peak `call` adds to what `on` holds: the CUDA backend's counters (its caching allocator's
+  // blocks in use), or the counting backend's.
+  auto measured = [&](auto call) {
+    backend->synchronize();
+    backend->reset_memory_peak();
+    const int64_t before = backend->memory()->in_use;
+    call(static_cast<Backend&>(*backend));
+    backend->synchronize();
+    return backend->memory()->peak - before;
+  };
+  auto predicted = [&](auto call) {
+    counting->reset_peaks();
+    const int64_t before = counting->counted().device;
+    call(static_cast<Backend&>(*counting));
+    return counting->counted().device_peak - before;
+  };
+  for (const Tensor& positions : {Tensor(), packed}) {
+    const std::string what = positions.empty() ? "dense" : "packed";
+    auto forward = [&](Backend& on) { on.attention_forward(out, lse, q, k, v, positions, 0.125f); };
+    auto backward = [&](Backend& on) { on.attention_backward(dq, dk, dv, dout, q, k, v, out, lse, positions, 0.125f); };
+#if defined(ZT_EMULATED_DEVICE)
+    const uint64_t before = zt_emu::cudnn_executions();
+#endif
+    const int64_t forward_measured = measured(forward), backward_measured = measured(backward);
+#if defined(ZT_EMULATED_DEVICE)
+    BOOST_TEST(zt_emu::cudnn_executions() == before + 2, what << ": cuDNN ran both");
+#endif
+    BOOST_TEST(forward_measured == predicted(forward), what << " forward: device peak added vs the memory model's");
+    BOOST_TEST(backward_measured == predicted(backward), what << " backward: device peak added vs the memory model's");
+    BOOST_TEST(counting->counted().device_terms_at_peak.at(kTermAttentionWorkspace) > 0);
+  }
+  // The dense backward's whole addition is the graph's workspace, one block of the allocator:
+  // the frontend's fp32 softmax sum [B, H, T] and the deterministic plan's dS, 1 MiB here.
+  const SdpaGraphShape graph{batch, heads, kv_heads, time, head_dim, false};
+  const int64_t workspace = cudnn_sdpa_frontend_workspace_bytes(graph, true, true) +
+                            cudnn_sdpa_plan_workspace_bytes(graph, true, true);
+  BOOST_TEST(workspace == batch * heads * time * 4 + kCudnnPlanWorkspaceAllowance + batch * heads * 256 * 256 * 2);
+  const auto dense_backward = [&](Backend& on) {
+    on.attention_backward(dq, dk, dv, dout, q, k, v, out, lse, Tensor(), 0.125f);
+  };
+  BOOST_TEST(measured(dense_backward) == cuda_allocation_size(workspace));
 }
 
 BOOST_AUTO_TEST_CASE(argument_errors) {

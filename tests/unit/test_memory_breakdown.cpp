@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/attention_scratch_rules.h"
 #include "cli/commands.h"
 #include "model/config.h"
 #include "test_util.h"
@@ -122,6 +123,25 @@ BOOST_AUTO_TEST_CASE(estimate_max_seq_len_input_errors) {
               "--device must be typical-gpu, cuda or cpu, not 'tpu'");
   check_error([&] { zt::command_estimate(Args{"--model", model, "--deepspeed", "/nonexistent/ds.json"}); },
               "/nonexistent/ds.json");
+}
+
+// The typical GPU counts the CUDA attention's scratch (backend/attention_scratch_rules.h) in every
+// build: with bf16 (cuDNN) the step's peak is the backward attention's, which holds the ragged
+// index arrays the backend keeps (the model's rows always carry positions: one sample per row),
+// the THD stats and the graph's workspace (cudnn-frontend's fp32 softmax sum, the plan's
+// allowance and the deterministic engine's dS, B x H x 128 x 128 x 2 here); with fp32 our
+// kernels' delta [B, H, T] at most.
+BOOST_AUTO_TEST_CASE(attention_workspace_is_counted_on_a_typical_gpu) {
+  const zt::ModelConfig model = tiny();
+  const int64_t seq = 128, batch = 2, heads = model.num_attention_heads;
+  zt::TrainConfig c = config(0, false, false, false);
+  const zt::MemoryPrediction cudnn = zt::predict_memory(c, model, 1, 0, seq, zt::typical_gpu_target());
+  const int64_t rows = batch * heads * seq * 4;  // fp32 [B, H, T]
+  const int64_t workspace = rows + zt::kCudnnPlanWorkspaceAllowance + batch * heads * seq * seq * 2;
+  BOOST_TEST(term(cudnn, zt::kTermAttentionWorkspace) == (4 * batch + 3) * 4 + rows + workspace);
+  c.compute_dtype = zt::DType::F32;
+  const zt::MemoryPrediction kernels = zt::predict_memory(c, model, 1, 0, seq, zt::typical_gpu_target());
+  BOOST_TEST(term(kernels, zt::kTermAttentionWorkspace) <= rows);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -8,15 +8,14 @@
 // insists (an error where cuDNN cannot run the case), so a benchmark or test knows what ran.
 // Also here: the lse <-> THD stats transpose of cuDNN's packed graphs.
 #include <cstdio>
-#include <cstdlib>
 #include <mutex>
 #include <set>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "backend/cuda/cuda_attention.cuh"
 #include "backend/cuda/cuda_attention_cudnn.h"
+#include "backend/attention_scratch_rules.h"
 
 namespace zt::cuda {
 
@@ -24,17 +23,9 @@ namespace {
 
 using namespace attention;
 
-enum class AttentionVariant { Auto, Cudnn, TensorCores, CudaCores };
-
-AttentionVariant requested_variant() {
-  const char* value = std::getenv("ZT_CUDA_ATTENTION");
-  const std::string_view choice = value ? value : "";
-  if (choice.empty() || choice == "auto") return AttentionVariant::Auto;
-  if (choice == "cudnn") return AttentionVariant::Cudnn;
-  if (choice == "tensor-cores") return AttentionVariant::TensorCores;
-  if (choice == "cuda-cores") return AttentionVariant::CudaCores;
-  fail("ZT_CUDA_ATTENTION must be auto, cudnn, tensor-cores or cuda-cores, got '", choice, "'");
-}
+// ZT_CUDA_ATTENTION's variants, read at every call (backend/attention_scratch_rules.h: the
+// memory model reads the same choice to count the variant's scratch).
+using AttentionVariant = CudaAttentionVariant;
 
 // Prints once per process and case why cuDNN did not take it.
 void note_fallback(const AttentionCall& call, const std::string& reason, bool tensor_cores) {
@@ -72,7 +63,7 @@ std::vector<int64_t> sample_starts(CudaBackendImpl& backend, const Tensor& posit
 // The variant for this call: true when cuDNN runs it (call prepared), else `tensor_cores` says
 // which of our kernels.
 bool use_cudnn(CudaBackendImpl& backend, const AttentionCall& call, bool& tensor_cores) {
-  const AttentionVariant variant = requested_variant();
+  const AttentionVariant variant = requested_cuda_attention_variant();
   tensor_cores = variant != AttentionVariant::CudaCores && tensor_cores_fit(call.dtype, call.head_dim);
   if (variant == AttentionVariant::TensorCores || variant == AttentionVariant::CudaCores) return false;
   const std::string reason = backend.cudnn_attention().prepare(call);
