@@ -14,7 +14,7 @@ CASES = (
 
 
 def main():
-    args = parse_args(__doc__)
+    args = parse_args("ZeRO-Offload's delayed parameter update on the CPU backend")
     report = Report("ZeRO-Offload's one-step delayed parameter update (CPU backend)")
     with temporary_directory(args, "zt-offload-dpu-") as workdir:
         run_checks(report, args.zerotune, workdir, CASES, [])
