@@ -283,7 +283,8 @@ class ZeroEngine final : public UnitHooks {
   // this touches host memory alone, so the delayed update runs it on its own thread).
   Tensor piece_gradient(ParamGroup group, int64_t begin, int64_t numel);
   void optimize_piece(ParamGroup group, const std::vector<UnitRange>& units, Tensor grad, const OptimizerStep& step,
-                      float grad_divisor);
+                      float grad_divisor, Tensor rounded);
+  Tensor rounding_target(ParamGroup group, int64_t begin, int64_t numel, bool compute_too);
   int64_t piece_begin(const std::vector<UnitRange>& units) const;  // the piece's first element in the partition
   // DPU (apply_update): whether this update is delayed; starting it; the refusals of the constructor.
   bool delays(const OptimizerStep& step) const;

@@ -98,8 +98,31 @@ void ZeroEngine::update_piece(ParamGroup group, const std::vector<UnitRange>& un
                               float grad_divisor) {
   const int64_t begin = piece_begin(units), numel = piece_numel(units);
   if (!numel) return;
-  optimize_piece(group, units, piece_gradient(group, begin, numel), step, grad_divisor);
-  update_compute_partition(group, begin, numel);
+  const Tensor rounded = rounding_target(group, begin, numel, true);
+  optimize_piece(group, units, piece_gradient(group, begin, numel), step, grad_divisor, rounded);
+  if (!rounded.data) return update_compute_partition(group, begin, numel);
+  GroupState& s = state(group);
+  if (s.host_compute.data())  // the staging copy the update rounded into: upload it
+    backend_.copy_async(compute_partition_view(s).rows(begin, numel), rounded);  // overlaps the next piece's update
+}
+
+// Where the update of a piece may write its parameters rounded to the 16-bit compute dtype itself
+// (bf16/fp16 [numel], host memory), or empty: the host staging copy that is uploaded after it
+// (offload to a GPU), or, when `compute_too`, the compute partition itself where that is host
+// memory (the CPU backend, offload_param). Writing the staging copy waits for the last uploads
+// that read it.
+Tensor ZeroEngine::rounding_target(ParamGroup group, int64_t begin, int64_t numel, bool compute_too) {
+  GroupState& s = state(group);
+  if (!offload_ || !rounds_ || !s.compute_partition.data()) return {};
+  if (s.host_compute.data()) {
+    if (uploads_done_) {
+      uploads_done_->wait();
+      uploads_done_.reset();
+    }
+    return s.host_compute.view(compute_dtype_, {s.partition_numel}).rows(begin, numel);
+  }
+  const Tensor compute = compute_partition_view(s).rows(begin, numel);
+  return compute_too && compute.device == Device::CPU ? compute : Tensor{};
 }
 
 Tensor ZeroEngine::piece_gradient(ParamGroup group, int64_t begin, int64_t numel) {
@@ -115,22 +138,31 @@ Tensor ZeroEngine::piece_gradient(ParamGroup group, int64_t begin, int64_t numel
   return host_grad;
 }
 
-// grad: grad dtype [numel] on the state backend (piece_gradient's). Scratch: it is widened and
-// divided in place (or in wide_grad_).
+// grad: grad dtype [numel] on the state backend (piece_gradient's), not yet divided; rounded:
+// empty or compute dtype [numel] (rounding_target), which receives the updated parameters rounded.
+// With offload, an optimizer that fuses_offload_passes (AdamW on the CPU) does all of it in one
+// pass; otherwise the gradient is widened (into wide_grad_) and divided in place first, and the
+// parameters rounded after: the same bits.
 void ZeroEngine::optimize_piece(ParamGroup group, const std::vector<UnitRange>& units, Tensor grad,
-                                const OptimizerStep& step, float grad_divisor) {
+                                const OptimizerStep& step, float grad_divisor, Tensor rounded) {
   GroupState& s = state(group);
   Backend& state_backend = offload_ ? *host_ : backend_;
   const int64_t begin = piece_begin(units), numel = grad.numel();
-  grad = fp32_gradient(state_backend, grad);  // fp32 [numel]
-  if (grad_divisor != 1.0f) state_backend.scale(grad, 1.0f / grad_divisor);
   OptimizerPiece piece;
   piece.decay = group == ParamGroup::Decay;
   piece.param = flat_f32(s.master, s.partition_numel).rows(begin, numel);
-  piece.grad = grad;
   for (const Buffer& buffer : s.state) piece.state.push_back(flat_f32(buffer, s.partition_numel).rows(begin, numel));
   if (optimizer_->needs_tensor_slices()) add_tensor_slices(piece, group, units, stage_ >= 1 && world_ > 1);
+  if (offload_ && optimizer_->fuses_offload_passes(state_backend)) {
+    piece.grad = grad;
+    piece.grad_scale = 1.0f / grad_divisor;  // as scale() below multiplies (x 1 is exact)
+    piece.param_out = rounded;
+    return optimizer_->update(state_backend, piece, step);
+  }
+  piece.grad = fp32_gradient(state_backend, grad);  // fp32 [numel]
+  if (grad_divisor != 1.0f) state_backend.scale(piece.grad, 1.0f / grad_divisor);
   optimizer_->update(state_backend, piece, step);
+  if (rounded.data) state_backend.copy(rounded, piece.param);  // fp32 -> compute dtype (RNE)
 }
 
 // ---- delayed parameter update (DPU) ---------------------------------------------------------------
@@ -162,7 +194,8 @@ void ZeroEngine::start_delayed_update(const OptimizerStep& step, float grad_divi
   struct Piece {
     ParamGroup group;
     std::vector<UnitRange> units;
-    Tensor grad;  // grad dtype [numel], host
+    Tensor grad;     // grad dtype [numel], host
+    Tensor rounded;  // empty or compute dtype [numel], host: rounding_target's
   };
   std::vector<Piece> pieces;
   for (ParamGroup group : kTrainableGroups) {
@@ -172,19 +205,12 @@ void ZeroEngine::start_delayed_update(const OptimizerStep& step, float grad_divi
         if (const int64_t numel = piece_numel(units))
           pieces.push_back({group, units, piece_gradient(group, piece_begin(units), numel)});
   }
-  if (uploads_done_) {  // the last uploads read host_compute, which the background rounds into
-    uploads_done_->wait();
-    uploads_done_.reset();
-  }
+  // Only the host staging copy is rounded into in the background: the compute partitions are
+  // what the next step's forward reads.
+  for (Piece& piece : pieces)
+    piece.rounded = rounding_target(piece.group, piece_begin(piece.units), piece.grad.numel(), false);
   delayed_update_ = std::async(std::launch::async, [this, pieces = std::move(pieces), step, grad_divisor] {
-    for (const Piece& piece : pieces) {
-      optimize_piece(piece.group, piece.units, piece.grad, step, grad_divisor);
-      GroupState& s = state(piece.group);
-      if (!s.host_compute.data()) continue;
-      const int64_t begin = piece_begin(piece.units), numel = piece.grad.numel();
-      host_->copy(s.host_compute.view(compute_dtype_, {s.partition_numel}).rows(begin, numel),
-                  flat_f32(s.master, s.partition_numel).rows(begin, numel));  // fp32 -> compute dtype (RNE)
-    }
+    for (const Piece& piece : pieces) optimize_piece(piece.group, piece.units, piece.grad, step, grad_divisor, piece.rounded);
   });
 }
 
@@ -214,16 +240,11 @@ void ZeroEngine::update_compute_partition(ParamGroup group, int64_t begin, int64
   if (!s.compute_partition.data() || !numel) return;
   Tensor master = flat_f32(s.master, s.partition_numel).rows(begin, numel);  // fp32
   Tensor compute = compute_partition_view(s).rows(begin, numel);                    // compute dtype
-  if (s.host_compute.data()) {  // offloaded 16-bit compute: round on the CPU, upload half the bytes
-    if (uploads_done_) {  // the previous update's uploads read host_compute: let them finish first
-      uploads_done_->wait();
-      uploads_done_.reset();
-    }
-    Tensor rounded = s.host_compute.view(compute_dtype_, {s.partition_numel}).rows(begin, numel);
-    host_->copy(rounded, master);
-    backend_.copy_async(compute, rounded);  // overlaps the CPU Adam of the next bucket
+  if (const Tensor rounded = rounding_target(group, begin, numel, true); rounded.data) {
+    host_->copy(rounded, master);  // offloaded 16-bit compute: round on the CPU
+    if (s.host_compute.data()) backend_.copy_async(compute, rounded);  // and upload half the bytes
   } else if (offload_ && compute.device == Device::CPU) {
-    host_->copy(compute, master);  // both in host memory (offload_param too): the CPU converts
+    host_->copy(compute, master);  // both in host memory (offload_param too)
   } else {
     backend_.copy(compute, master);  // fp32 -> compute dtype (RNE), across devices when offloaded
   }
