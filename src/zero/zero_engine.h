@@ -281,7 +281,7 @@ class ZeroEngine final : public UnitHooks {
   // update_piece's parts: the piece's gradient where the optimizer state is (grad dtype [numel];
   // with offload copied to the host), then the optimizer on it (state backend only: with offload
   // this touches host memory alone, so the delayed update runs it on its own thread).
-  Tensor piece_gradient(ParamGroup group, int64_t begin, int64_t numel);
+  Tensor piece_gradient(ParamGroup group, int64_t begin, int64_t numel, bool queued = false);  // queued: copy_async
   void optimize_piece(ParamGroup group, const std::vector<UnitRange>& units, Tensor grad, const OptimizerStep& step,
                       float grad_divisor, Tensor rounded);
   Tensor rounding_target(ParamGroup group, int64_t begin, int64_t numel, bool compute_too);

@@ -125,7 +125,7 @@ Tensor ZeroEngine::rounding_target(ParamGroup group, int64_t begin, int64_t nume
   return compute_too && compute.device == Device::CPU ? compute : Tensor{};
 }
 
-Tensor ZeroEngine::piece_gradient(ParamGroup group, int64_t begin, int64_t numel) {
+Tensor ZeroEngine::piece_gradient(ParamGroup group, int64_t begin, int64_t numel, bool queued) {
   Tensor grad = reduction_->reduced(group).rows(begin, numel);  // grad dtype [numel]
   if (!offload_) return grad;
   // The gradient goes to the host, where the optimizer state lives.
@@ -134,7 +134,11 @@ Tensor ZeroEngine::piece_gradient(ParamGroup group, int64_t begin, int64_t numel
     host_grads_ready_->wait();
     host_grads_ready_.reset();
   }
-  if (!gradients_finished_ || !copies_gradients_during_backward()) backend_.copy(host_grad, grad);
+  if (gradients_finished_ && copies_gradients_during_backward()) return host_grad;
+  if (queued)
+    backend_.copy_async(host_grad, grad);  // the caller waits for an event after it
+  else
+    backend_.copy(host_grad, grad);
   return host_grad;
 }
 
@@ -203,8 +207,12 @@ void ZeroEngine::start_delayed_update(const OptimizerStep& step, float grad_divi
     for (const std::vector<UnitRange>& bucket : gather_pieces(group))
       for (const std::vector<UnitRange>& units : update_pieces(bucket))
         if (const int64_t numel = piece_numel(units))
-          pieces.push_back({group, units, piece_gradient(group, piece_begin(units), numel)});
+          pieces.push_back({group, units, piece_gradient(group, piece_begin(units), numel, true)});
   }
+  // One host wait for the downloads just queued and the last uploads of host_compute (which the
+  // background rounds into): the event follows everything issued so far.
+  backend_.record_event()->wait();
+  uploads_done_.reset();
   // Only the host staging copy is rounded into in the background: the compute partitions are
   // what the next step's forward reads.
   for (Piece& piece : pieces)
