@@ -70,12 +70,16 @@ struct AdamWArrays {
 // kLerpFromStart picks torch's lerp form at compile time so the loop has no branch:
 // exp_avg.lerp_(grad, w) is m + w (g - m) for w < 0.5, else g - (g - m)(1 - w) (the form that is
 // exact at the nearer end). Always inlined into each ISA's entry point below: that is what
-// vectorises this one body once per ISA.
-template <bool kLerpFromStart>
+// vectorises this one body once per ISA. kBf16Gradient: a bf16 gradient is widened and scaled
+// inside the loop (ZeRO-Offload's usual 16-bit case, no staging through L1); the others through
+// gradient_chunk.
+template <bool kLerpFromStart, bool kBf16Gradient>
 [[gnu::always_inline]] inline void adamw_chunk(const AdamWArrays& a, int64_t begin, int64_t count,
                                                const AdamWConstants& c) {
-  alignas(64) float widened[kChunk];  // the chunk's gradient in fp32, when it is not the array itself
-  const float* __restrict g = gradient_chunk(a.grad, begin, count, widened);
+  alignas(64) float widened[kBf16Gradient ? 1 : kChunk];  // the chunk's fp32 gradient, when it is not the array
+  const float* __restrict g = kBf16Gradient ? nullptr : gradient_chunk(a.grad, begin, count, widened);
+  const uint16_t* __restrict g_bf16 = kBf16Gradient ? static_cast<const uint16_t*>(a.grad.data) + begin : nullptr;
+  const float grad_scale = a.grad.scale;
   float* __restrict p = a.param + begin;
   float* __restrict m = a.exp_avg + begin;
   float* __restrict v = a.exp_avg_sq + begin;
@@ -84,7 +88,7 @@ template <bool kLerpFromStart>
   const float bias_correction2_sqrt = c.bias_correction2_sqrt, eps = c.eps;
 #pragma omp simd
   for (int64_t i = 0; i < count; ++i) {
-    const float gi = g[i];
+    const float gi = kBf16Gradient ? bf16_to_float(g_bf16[i]) * grad_scale : g[i];
     const float pi = p[i] * decay_factor;                 // param.mul_(1 - lr * wd)
     const float mi = kLerpFromStart ? m[i] + lerp_weight * (gi - m[i])  // exp_avg.lerp_(g, 1 - beta1)
                                     : gi - (gi - m[i]) * lerp_complement;
@@ -102,33 +106,38 @@ template <bool kLerpFromStart>
 // otherwise prefer 256-bit vectors).
 using ChunkFunction = void (*)(const AdamWArrays&, int64_t, int64_t, const AdamWConstants&);
 
-template <bool kLerpFromStart>
+template <bool kLerpFromStart, bool kBf16Gradient>
 void chunk_generic(const AdamWArrays& a, int64_t begin, int64_t count, const AdamWConstants& c) {
-  adamw_chunk<kLerpFromStart>(a, begin, count, c);
+  adamw_chunk<kLerpFromStart, kBf16Gradient>(a, begin, count, c);
 }
 
 #if defined(__x86_64__)
-template <bool kLerpFromStart>
+template <bool kLerpFromStart, bool kBf16Gradient>
 [[gnu::target("avx2")]] void chunk_avx2(const AdamWArrays& a, int64_t begin, int64_t count,
                                         const AdamWConstants& c) {
-  adamw_chunk<kLerpFromStart>(a, begin, count, c);
+  adamw_chunk<kLerpFromStart, kBf16Gradient>(a, begin, count, c);
 }
 
-template <bool kLerpFromStart>
+template <bool kLerpFromStart, bool kBf16Gradient>
 [[gnu::target("avx512f,avx512vl,avx512bw,avx512dq,prefer-vector-width=512")]] void chunk_avx512(
     const AdamWArrays& a, int64_t begin, int64_t count, const AdamWConstants& c) {
-  adamw_chunk<kLerpFromStart>(a, begin, count, c);
+  adamw_chunk<kLerpFromStart, kBf16Gradient>(a, begin, count, c);
 }
 #endif
 
-template <bool kLerpFromStart>
+template <bool kLerpFromStart, bool kBf16Gradient>
 ChunkFunction chunk_function(CpuIsa isa) {
 #if defined(__x86_64__)
-  if (isa == CpuIsa::avx512) return chunk_avx512<kLerpFromStart>;
-  if (isa == CpuIsa::avx2) return chunk_avx2<kLerpFromStart>;
+  if (isa == CpuIsa::avx512) return chunk_avx512<kLerpFromStart, kBf16Gradient>;
+  if (isa == CpuIsa::avx2) return chunk_avx2<kLerpFromStart, kBf16Gradient>;
 #endif
   ZT_CHECK(isa == CpuIsa::generic, "cpu_adamw: no ", cpu_isa_name(isa), " path in this build (not x86-64)");
-  return chunk_generic<kLerpFromStart>;
+  return chunk_generic<kLerpFromStart, kBf16Gradient>;
+}
+
+ChunkFunction chunk_function(CpuIsa isa, bool lerp_from_start, bool bf16_gradient) {
+  if (lerp_from_start) return bf16_gradient ? chunk_function<true, true>(isa) : chunk_function<true, false>(isa);
+  return bf16_gradient ? chunk_function<false, true>(isa) : chunk_function<false, false>(isa);
 }
 
 void run_chunks(ChunkFunction chunk, const AdamWArrays& a, int64_t n, const AdamWConstants& c) {
@@ -157,7 +166,7 @@ void cpu_adamw_offload_on(CpuIsa isa, float* param, AdamWGradient grad, float* e
   if (n == 0) return;
   ZT_CHECK(param && grad.data && exp_avg && exp_avg_sq, "cpu_adamw: a null array for ", n, " elements");
   const AdamWConstants c = adamw_constants(params);
-  const ChunkFunction chunk = c.lerp_from_start ? chunk_function<true>(isa) : chunk_function<false>(isa);
+  const ChunkFunction chunk = chunk_function(isa, c.lerp_from_start, grad.dtype == DType::BF16);
   run_chunks(chunk, {param, grad, exp_avg, exp_avg_sq, out}, n, c);
 }
 
