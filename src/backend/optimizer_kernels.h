@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace zt {
@@ -55,6 +56,17 @@ class OptimizerKernels {
   // its fp32 constants come from backend/adamw_constants.h on every backend).
   virtual void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
                      const AdamWParams& params) = 0;
+  // The same with ZeRO-Offload's extra passes fused in (the CPU kernels: one pass over memory,
+  // backend/cpu/cpu_adam.h): grad fp32, bf16 or fp16 [n], read as float(grad) * grad_scale;
+  // param_out empty or bf16/fp16 [n], which also receives the updated param rounded (RNE). The
+  // bits are those of widening, scaling, adamw and rounding one after the other. Only where
+  // fuses_adamw_passes() (the CPU kernels, which run the offloaded update); elsewhere an error.
+  virtual bool fuses_adamw_passes() const { return false; }
+  virtual void adamw_fused(Tensor param, Tensor grad, float grad_scale, Tensor exp_avg, Tensor exp_avg_sq,
+                           const AdamWParams& params, Tensor param_out) {
+    (void)param, (void)grad, (void)grad_scale, (void)exp_avg, (void)exp_avg_sq, (void)params, (void)param_out;
+    fail("adamw_fused: these optimizer kernels do not fuse AdamW's offload passes (fuses_adamw_passes() is false)");
+  }
   // SGD on param, grad [n] with momentum_buffer [n] (empty when params.momentum is 0), as
   // torch.optim.SGD: d = g + wd p; buf = first_step ? d : momentum buf + (1 - dampening) d;
   // d = nesterov ? d + momentum buf : buf; p -= lr d.

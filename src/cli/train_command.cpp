@@ -137,6 +137,9 @@ po::options_description train_options() {
                                          "mpi (through host memory)")
       ("zero-stage", po::value<int>(), "ZeRO stage 0-3 (zero_optimization.stage)")
       ("offload-optimizer", po::value<std::string>(), "none | cpu (zero_optimization.offload_optimizer.device)")
+      ("delayed-param-update", po::value<int64_t>(), "N: with offload_optimizer cpu, after N ordinary updates run "
+       "each step's CPU optimizer in the background while the next step's forward and backward use the parameters "
+       "before it (ZeRO-Offload's one-step delayed parameter update; off by default; docs/zero-offload.md)")
       ("bf16", po::bool_switch(), "train in bf16 with fp32 master weights (HF TrainingArguments' --bf16): "
                                   "resolves the DeepSpeed JSON's \"bf16\": {\"enabled\": \"auto\"}; an explicit "
                                   "\"enabled\" it contradicts is an error")
@@ -299,6 +302,13 @@ void take_run_flags(const po::variables_map& vm, TrainConfig& config, RunOptions
   take(vm, "offload-optimizer", config.zero.offload_optimizer_device);
   ZT_CHECK(config.zero.offload_optimizer_device == "none" || config.zero.offload_optimizer_device == "cpu",
            "--offload-optimizer must be none or cpu, not '", config.zero.offload_optimizer_device, "'");
+  take(vm, "delayed-param-update", config.zero.delayed_update_after);
+  ZT_CHECK(config.zero.delayed_update_after >= 0 || !vm.count("delayed-param-update"),
+           "--delayed-param-update must be at least 0 (the ordinary updates before the delayed ones), not ",
+           config.zero.delayed_update_after);
+  ZT_CHECK(config.zero.delayed_update_after < 0 || config.pipeline.stages <= 1,
+           "--delayed-param-update does not go with --pipeline-stages: a pipeline stage's engine updates between "
+           "the schedule's micro-batches, not beside the next step");
   if (vm["zero-quantized-weights"].as<bool>()) config.zero.zero_quantized_weights = true;
   if (vm["zero-quantized-gradients"].as<bool>()) config.zero.zero_quantized_gradients = true;
   take(vm, "zero-hpz-partition-size", config.zero.zero_hpz_partition_size);

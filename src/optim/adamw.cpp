@@ -28,7 +28,16 @@ class AdamW final : public Optimizer {
     params.eps = config_.eps;
     params.weight_decay = piece.decay ? config_.weight_decay : 0.0;
     params.step = step.update_number;
-    backend.optimizer_kernels().adamw(piece.param, piece.grad, piece.state[0], piece.state[1], params);
+    OptimizerKernels& kernels = backend.optimizer_kernels();
+    if (kernels.fuses_adamw_passes())
+      kernels.adamw_fused(piece.param, piece.grad, piece.grad_scale, piece.state[0], piece.state[1], params,
+                          piece.param_out);
+    else
+      kernels.adamw(piece.param, piece.grad, piece.state[0], piece.state[1], params);
+  }
+
+  bool fuses_offload_passes(Backend& backend) const override {
+    return backend.optimizer_kernels().fuses_adamw_passes();
   }
 
  private:

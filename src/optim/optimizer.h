@@ -61,6 +61,12 @@ struct OptimizerPiece {
   Tensor grad;                 // fp32 [n] reduced gradients, already divided by grad_divisor; the
                                // optimizer may overwrite them (scratch)
   std::vector<Tensor> state;   // fp32 [n] each, in state_names() order
+  // Only for fuses_offload_passes(backend): then grad may be bf16/fp16 [n] and is not yet divided:
+  // the update reads float(grad) * grad_scale; and param_out, when it has data (bf16/fp16 [n]),
+  // receives the updated param rounded (RNE) in the same pass. Otherwise grad_scale is 1 and
+  // param_out without data.
+  float grad_scale = 1.0f;
+  Tensor param_out;
   // Only for needs_tensor_slices(): the parameter tensors of the piece (every tensor of the
   // piece's units, also those with no element on this rank), and collectives that sum per-tensor
   // partial values over the ranks holding slices of the same tensors (every rank calls update on
@@ -137,6 +143,13 @@ class Optimizer {
   }
   virtual void synchronise(Backend& backend, OptimizerPiece& piece, Tensor average, const OptimizerStep& step) const {
     (void)backend, (void)piece, (void)average, (void)step;
+  }
+  // Whether update() on `backend` takes the piece's gradient in its stored dtype with grad_scale
+  // and writes param_out itself (OptimizerPiece): ZeRO-Offload's widen, divide and round passes
+  // fused into the update's one pass over memory. Otherwise the engine runs them around it.
+  virtual bool fuses_offload_passes(Backend& backend) const {
+    (void)backend;
+    return false;
   }
   // About how many FLOPs the update does per element (the profiler's optimizer row).
   virtual double flops_per_element() const = 0;

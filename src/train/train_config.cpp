@@ -104,7 +104,8 @@ static nlohmann::json zero_json(const ZeroConfig& zero) {
           {"zero_quantized_weights", zero.zero_quantized_weights},
           {"zero_hpz_partition_size", zero.zero_hpz_partition_size},
           {"zero_quantized_gradients", zero.zero_quantized_gradients},
-          {"ranks_per_node", zero.ranks_per_node}};
+          {"ranks_per_node", zero.ranks_per_node},
+          {"delayed_param_update", zero.delayed_update_after}};
 }
 
 nlohmann::json TrainConfig::to_json() const {

@@ -290,6 +290,9 @@ class TrainingLoop {
       now.loss_scale = run_.parts.scaler->scale();
       now.loss_scaler = run_.parts.scaler->state().to_json();
     }
+    // DPU: the update in flight completes first, so the run continues from the state it saves
+    // (exactly as a run resumed from it does).
+    run_.parts.engine->finish_delayed_update();
     const std::optional<PipelineCheckpoint> pipeline = run_.pipeline_checkpoint();
     const std::string dir = save_checkpoint(config_.out_dir, now, run_.identity, config_.to_json(), *run_.parts.engine,
                                             *run_.parts.store, run_.data_comm(), config_.keep_last,

@@ -29,6 +29,9 @@ struct ZeroConfig {  // DeepSpeed "zero_optimization"; the ZeRO issue gives thes
   bool zero_quantized_weights = false;    // qwZ: stage 3's gathers send int8 blocks + fp32 scales
   int zero_hpz_partition_size = 1;        // hpZ: > 1 keeps a secondary partition over this many ranks (a node's)
   bool zero_quantized_gradients = false;  // qgZ: gradients reduced by two all-to-alls of int4 blocks
+  // --delayed-param-update N (zerotune's; DeepSpeed's JSON has no key for it): ZeRO-Offload's one-step
+  // delayed parameter update after N ordinary updates; -1: off (docs/zero-offload.md).
+  int64_t delayed_update_after = -1;
   int ranks_per_node = 0;                 // --ranks-per-node: the node layout (0: from the hosts the ranks run on)
   bool zeropp() const { return zero_quantized_weights || zero_hpz_partition_size > 1 || zero_quantized_gradients; }
 };

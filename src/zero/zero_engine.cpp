@@ -8,6 +8,7 @@
 #include <exception>
 
 #include "zero/compressed_reduction.h"
+#include "zero/group_state.h"
 #include "zero/quantized_collectives.h"
 #include "zero/rank_major.h"
 
@@ -44,20 +45,6 @@ void check_gradient_dtype(DType grad_dtype, DType compute_dtype, const Optimizer
   const std::string refusal = gradient_dtype_refusal(grad_dtype, compute_dtype, optimizer);
   ZT_CHECK(refusal.empty(), refusal);
 }
-
-// One parameter group's share on this rank. P = group numel / W for stage >= 1, the whole
-// group for stage 0.
-struct ZeroEngine::GroupState {
-  ParamGroup group = ParamGroup::Frozen;
-  int64_t partition_numel = 0;  // P
-  Buffer master;                // fp32 [P] trainable groups (host when offloaded)
-  std::vector<Buffer> state;    // fp32 [P] each: the optimizer's state_names() (host when offloaded)
-  Buffer host_grad;             // grad dtype [P] offload: the gradient partition copied to the host
-  Buffer host_compute;          // param dtype [P] offload to a GPU with 16-bit compute: the updated
-                                // master rounded on the host, then uploaded (half of fp32's bytes)
-  Buffer compute_partition;     // param dtype [P] device: the master in the compute dtype (what stages 1-3
-                                // all-gather from), or stage 3's frozen slices
-};
 
 ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, const ZeroConfig& zero,
                        const OptimizerConfig& optimizer, DType compute_dtype, Communicator* host_comm)
@@ -138,6 +125,7 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
   context.slices_final = [this](ParamGroup group, int64_t begin, Tensor slices) { slices_final(group, begin, slices); };
   context.released = [this](int unit) { units_[static_cast<size_t>(unit)].grads_live = false; };
   reduction_ = make_gradient_reduction(context, *optimizer_, optimizer, host_comm);
+  check_delayed_update();
   grads_in_flight_ = fused_ || reduction_->reduces_per_micro_batch();
   // 16-bit gradients are widened piece by piece for the optimizer, which reads fp32.
   if (store.grad_dtype() != DType::F32) {
@@ -159,6 +147,7 @@ ZeroEngine::~ZeroEngine() {
   // Complete what is in flight before the buffers it writes go away; unless the engine dies of
   // an error: then the job is ending (the top-level handler aborts it), and a collective whose
   // peer failed or hangs would hold this rank for a whole --comm-timeout per bucket in flight.
+  if (delayed_update_.valid()) delayed_update_.wait();  // DPU: it writes the host buffers (never throws)
   if (std::uncaught_exceptions() > 0) return;
   try {
     for (UnitState& unit : units_)
@@ -467,42 +456,14 @@ void ZeroEngine::gradients_ready(int unit) {
 }
 
 void ZeroEngine::slices_final(ParamGroup group, int64_t begin, Tensor slices) {
-  if (offload_) backend_.copy_async(host_grad_view(state(group)).rows(begin, slices.numel()), slices);
+  if (copies_gradients_during_backward())  // (not under DPU: the update in flight reads the host copy)
+    backend_.copy_async(host_grad_view(state(group)).rows(begin, slices.numel()), slices);
 }
 
 size_t ZeroEngine::grad_bytes() const { return dtype_size(store_.grad_dtype()); }
 
 Tensor ZeroEngine::host_grad_view(const GroupState& s) const {
   return s.host_grad.view(store_.grad_dtype(), {s.partition_numel});
-}
-
-// Stages 1/2 update bucket by bucket (allgather_bucket_size) and start each bucket's all-gather as
-// soon as its partition is updated, so the gathers overlap the (CPU) update of the next buckets;
-// the other stages update the whole partition as one piece.
-std::vector<std::vector<UnitRange>> ZeroEngine::gather_pieces(ParamGroup group) const {
-  const std::vector<UnitRange>& units = store_.group(group).units;
-  if (stage_ == 1 || stage_ == 2) return plan_buckets(units, zero_.allgather_bucket_size);
-  return {units};
-}
-
-// fp32 gradients: the optimizer takes a gather piece at once. 16-bit ones: unit by unit, so that
-// the fp32 copy the optimizer reads (wide_grad_) is one unit's slice, not a bucket's or the whole
-// gradient's (which would eat the saving).
-std::vector<std::vector<UnitRange>> ZeroEngine::update_pieces(const std::vector<UnitRange>& bucket) const {
-  if (store_.grad_dtype() == DType::F32) return {bucket};
-  return plan_buckets(bucket, 1);  // each unit with elements a piece of its own
-}
-
-// Elements of this rank's partition a piece of consecutive units covers (stage 0: all of them).
-int64_t ZeroEngine::piece_numel(const std::vector<UnitRange>& units) const {
-  return slice_numel(units, stage_ == 0 ? 1 : world_);
-}
-
-Tensor ZeroEngine::fp32_gradient(Backend& on, Tensor grad) {
-  if (grad.dtype == DType::F32) return grad;
-  Tensor wide = wide_grad_.view(DType::F32, {grad.numel()});
-  on.copy(wide, grad);  // exact: every 16-bit value is an fp32 value
-  return wide;
 }
 
 void ZeroEngine::end_micro_batch() { reduction_->end_micro_batch(); }
@@ -515,7 +476,7 @@ void ZeroEngine::reduce_gradients() {
   }
   // True when every slice was rounded (and offloaded) as its bucket completed in the last backward.
   gradients_finished_ = reduction_->finish();
-  if (gradients_finished_ && offload_) host_grads_ready_ = backend_.record_event();
+  if (gradients_finished_ && copies_gradients_during_backward()) host_grads_ready_ = backend_.record_event();
 }
 
 bool ZeroEngine::gradients_overflow() {
@@ -535,70 +496,6 @@ ZeroEngine::GradientCheck ZeroEngine::check_gradients() {
 double ZeroEngine::gradient_norm() {
   if (fused_) return std::sqrt(stage_ >= 1 ? comm_.all_reduce_sum(fused_squares_) : fused_squares_);
   return reduction_->gradient_norm();
-}
-
-// ---- update ------------------------------------------------------------------------------------
-
-void ZeroEngine::apply_update(const OptimizerStep& step) {
-  ZT_CHECK(!fused_, "ZeRO: optimizer ", optimizer_->name(), " updates inside backward (begin_update_pass), not after it");
-  for (int unit = 0; unit < store_.num_units(); ++unit) finish_prefetch(unit);  // before the host partitions change
-  std::vector<GroupPartitions> partitions;
-  for (ParamGroup group : kTrainableGroups) {
-    GroupState& s = state(group);
-    if (!s.partition_numel) continue;
-    GroupPartitions views{group, flat_f32(s.master, s.partition_numel), {}, store_.group_params(group)};
-    for (const Buffer& buffer : s.state) views.state.push_back(flat_f32(buffer, s.partition_numel));
-    partitions.push_back(std::move(views));
-  }
-  const UpdateSource source = reduction_->prepare_update(step, partitions);
-  if (source == UpdateSource::Done) {  // local steps: the compute parameters are the strategy's replica
-    update_compute_partitions();
-    return;
-  }
-  // An exchanged average stands where the reduced gradients would, already divided.
-  const float grad_divisor = source == UpdateSource::Exchanged ? 1.0f : step.grad_divisor;
-  std::deque<BucketGather> gathers;
-  for (ParamGroup group : kTrainableGroups) {
-    if (!state(group).partition_numel) continue;
-    for (const std::vector<UnitRange>& bucket : gather_pieces(group)) {
-      for (const std::vector<UnitRange>& units : update_pieces(bucket)) update_piece(group, units, step, grad_divisor);
-      if (stage_ == 1 || stage_ == 2) start_bounded_gather(gathers, group, bucket);
-    }
-  }
-  if (offload_) uploads_done_ = backend_.record_event();
-  for (BucketGather& gather : gathers) finish_bucket_gather(gather);
-  if (stage_ == 0 || stage_ == 3) sync_params_after_update();
-}
-
-// The optimizer on this rank's partition of `units` of `group` (consecutive), from the reduced
-// gradient divided by grad_divisor; then the piece's compute parameters.
-void ZeroEngine::update_piece(ParamGroup group, const std::vector<UnitRange>& units, const OptimizerStep& step,
-                              float grad_divisor) {
-  GroupState& s = state(group);
-  Backend& state_backend = offload_ ? *host_ : backend_;
-  const int64_t begin = units.front().begin / (stage_ == 0 ? 1 : world_);
-  const int64_t numel = piece_numel(units);
-  if (!numel) return;
-  Tensor grad = reduction_->reduced(group).rows(begin, numel);  // grad dtype [numel]
-  if (offload_) {  // the gradient goes to the host, where the optimizer state lives
-    Tensor host_grad = host_grad_view(s).rows(begin, numel);
-    if (host_grads_ready_) {  // copied bucket by bucket during backward
-      host_grads_ready_->wait();
-      host_grads_ready_.reset();
-    }
-    if (!gradients_finished_) backend_.copy(host_grad, grad);
-    grad = host_grad;
-  }
-  grad = fp32_gradient(state_backend, grad);  // fp32 [numel]
-  if (grad_divisor != 1.0f) state_backend.scale(grad, 1.0f / grad_divisor);
-  OptimizerPiece piece;
-  piece.decay = group == ParamGroup::Decay;
-  piece.param = flat_f32(s.master, s.partition_numel).rows(begin, numel);
-  piece.grad = grad;
-  for (const Buffer& buffer : s.state) piece.state.push_back(flat_f32(buffer, s.partition_numel).rows(begin, numel));
-  if (optimizer_->needs_tensor_slices()) add_tensor_slices(piece, group, units, stage_ >= 1 && world_ > 1);
-  optimizer_->update(state_backend, piece, step);
-  update_compute_partition(group, begin, numel);
 }
 
 // ---- the compressed strategy's checkpoint buffers (1-bit Adam, 0/1 Adam) -------------------------
@@ -625,96 +522,6 @@ void ZeroEngine::exchange_loaded(const ExchangeScalars& scalars) {
   if (scalars.replica)
     for (ParamGroup group : kTrainableGroups)
       if (state(group).partition_numel) compressed->replica_to_params(group, store_.group_params(group));
-}
-
-void ZeroEngine::update_compute_partitions() {
-  for (ParamGroup group : kTrainableGroups) update_compute_partition(group, 0, state(group).partition_numel);
-  if (offload_) uploads_done_ = backend_.record_event();
-}
-
-void ZeroEngine::update_compute_partition(ParamGroup group, int64_t begin, int64_t numel) {
-  GroupState& s = state(group);
-  if (!s.compute_partition.data() || !numel) return;
-  Tensor master = flat_f32(s.master, s.partition_numel).rows(begin, numel);  // fp32
-  Tensor compute = compute_partition_view(s).rows(begin, numel);                    // compute dtype
-  if (s.host_compute.data()) {  // offloaded 16-bit compute: round on the CPU, upload half the bytes
-    if (uploads_done_) {  // the previous update's uploads read host_compute: let them finish first
-      uploads_done_->wait();
-      uploads_done_.reset();
-    }
-    Tensor rounded = s.host_compute.view(compute_dtype_, {s.partition_numel}).rows(begin, numel);
-    host_->copy(rounded, master);
-    backend_.copy_async(compute, rounded);  // overlaps the CPU Adam of the next bucket
-  } else if (offload_ && compute.device == Device::CPU) {
-    host_->copy(compute, master);  // both in host memory (offload_param too): the CPU converts
-  } else {
-    backend_.copy(compute, master);  // fp32 -> compute dtype (RNE), across devices when offloaded
-  }
-}
-
-// Stage 1/2: all-gather one bucket of consecutive units of a group from the compute partition
-// into the full parameters (one unit: straight into place; several: through a rank-major staging
-// buffer, unpacked when the gather completes).
-ZeroEngine::BucketGather ZeroEngine::start_bucket_gather(ParamGroup group, const std::vector<UnitRange>& bucket) {
-  BucketGather gather;
-  gather.group = group;
-  gather.units = bucket;
-  const int64_t per_rank = slice_numel(bucket, world_);
-  Tensor in = gather_source(group).rows(bucket.front().begin / world_, per_rank);
-  if (bucket.size() == 1) {
-    gather.pending = all_gather_async(store_.group_params(group).rows(bucket.front().begin, bucket.front().numel), in);
-  } else {
-    gather.staging = Buffer(backend_, static_cast<size_t>(per_rank * world_) * dtype_size(in.dtype));
-    gather.pending = all_gather_async(gather.staging.view(in.dtype, {per_rank * world_}), in);
-  }
-  return gather;
-}
-
-// At most kGathersInFlight bucket gathers (and their staging buffers) at a time: enough to
-// overlap a gather with the next bucket's update, without a staging copy of every bucket alive.
-void ZeroEngine::start_bounded_gather(std::deque<BucketGather>& gathers, ParamGroup group,
-                                      const std::vector<UnitRange>& bucket) {
-  constexpr size_t kGathersInFlight = 2;
-  if (gathers.size() >= kGathersInFlight) {
-    finish_bucket_gather(gathers.front());
-    gathers.pop_front();
-  }
-  gathers.push_back(start_bucket_gather(group, bucket));
-}
-
-void ZeroEngine::finish_bucket_gather(BucketGather& gather) {
-  gather.pending->wait();
-  if (gather.units.size() > 1) {
-    const int64_t per_rank = slice_numel(gather.units, world_);
-    unpack_rank_major(backend_, store_.group_params(gather.group),
-                      gather.staging.view(store_.param_dtype(), {per_rank * world_}), gather.units, world_);
-  }
-}
-
-void ZeroEngine::sync_params_after_update() {
-  if (stage_ == 0) {
-    for (ParamGroup group : kTrainableGroups)
-      if (state(group).partition_numel)  // fp32 -> compute dtype (RNE)
-        backend_.copy(store_.group_params(group), flat_f32(state(group).master, state(group).partition_numel));
-    return;
-  }
-  if (stage_ == 3) {  // gathered copies are stale: refresh the persistent ones, drop the others
-    for (int unit = 0; unit < store_.num_units(); ++unit) {
-      invalidate_secondary(unit);
-      UnitState& u = units_[static_cast<size_t>(unit)];
-      if (!u.gathered) continue;
-      finish_prefetch(unit);
-      discard_unit_params(unit);
-      u.gathered = false;
-      if (store_.unit_numel(unit) < zero_.stage3_param_persistence_threshold) gather_unit(unit, false);
-    }
-    return;
-  }
-  std::deque<BucketGather> gathers;  // stage 1/2: all-gather the updated partitions
-  for (ParamGroup group : kTrainableGroups)
-    for (const std::vector<UnitRange>& bucket : plan_buckets(store_.group(group).units, zero_.allgather_bucket_size))
-      start_bounded_gather(gathers, group, bucket);
-  for (BucketGather& gather : gathers) finish_bucket_gather(gather);
 }
 
 std::vector<ZeroEngine::PartitionViews> ZeroEngine::partition_views() {
@@ -763,14 +570,10 @@ void ZeroEngine::add_tensor_slices(OptimizerPiece& piece, ParamGroup group, std:
   };
 }
 
-void ZeroEngine::refresh_params_from_master() {
-  update_compute_partitions();
-  sync_params_after_update();
-}
-
 // Exact values, not qwZ's int8 nor hpZ's copy of them: what is written out. A unit gathered
 // through qwZ is gathered again.
 void ZeroEngine::gather_full_params() {
+  finish_delayed_update();
   if (stage_ != 3) return;
   exact_gathers_ = true;
   for (int unit = 0; unit < store_.num_units(); ++unit) {

@@ -36,6 +36,7 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <future>
 #include <memory>
 #include <optional>
 #include <span>
@@ -149,7 +150,16 @@ class ZeroEngine final : public UnitHooks {
   // Divides the gradients by step.grad_divisor (loss scale x clip coefficient), runs the
   // optimizer on this rank's partitions and makes the compute parameters current (all-gather for
   // stages 1/2, invalidation for 3).
+  // With --delayed-param-update N (ZeroConfig::delayed_update_after, docs/zero-offload.md), from
+  // update N + 1 on: the gradients go to the host and the optimizer runs on them in a background
+  // thread, while the next step's forward and backward run on the parameters before this update
+  // (ZeRO-Offload's one-step delayed parameter update); the next apply_update (or
+  // finish_delayed_update) waits for it and makes its parameters current.
   void apply_update(const OptimizerStep& step);
+  // DPU: completes the update in flight, if any, and makes the compute parameters current. A
+  // checkpoint is saved after it (so a resumed run starts where the saving run continues), and
+  // gather_full_params calls it. Without one in flight: nothing.
+  void finish_delayed_update();
   const Optimizer& optimizer() const { return *optimizer_; }
 
   // A fused optimizer's backward passes (between begin_step and reduce_gradients): a norm pass
@@ -268,6 +278,19 @@ class ZeroEngine final : public UnitHooks {
   std::vector<std::vector<UnitRange>> update_pieces(const std::vector<UnitRange>& bucket) const;
   int64_t piece_numel(const std::vector<UnitRange>& units) const;
   void update_piece(ParamGroup group, const std::vector<UnitRange>& units, const OptimizerStep& step, float grad_divisor);
+  // update_piece's parts: the piece's gradient where the optimizer state is (grad dtype [numel];
+  // with offload copied to the host), then the optimizer on it (state backend only: with offload
+  // this touches host memory alone, so the delayed update runs it on its own thread).
+  Tensor piece_gradient(ParamGroup group, int64_t begin, int64_t numel, bool queued = false);  // queued: copy_async
+  void optimize_piece(ParamGroup group, const std::vector<UnitRange>& units, Tensor grad, const OptimizerStep& step,
+                      float grad_divisor, Tensor rounded);
+  Tensor rounding_target(ParamGroup group, int64_t begin, int64_t numel, bool compute_too);
+  int64_t piece_begin(const std::vector<UnitRange>& units) const;  // the piece's first element in the partition
+  // DPU (apply_update): whether this update is delayed; starting it; the refusals of the constructor.
+  bool delays(const OptimizerStep& step) const;
+  void start_delayed_update(const OptimizerStep& step, float grad_divisor);
+  void check_delayed_update() const;
+  bool copies_gradients_during_backward() const;  // offload without DPU: slices_final copies to the host
   // fp32 [n] the optimizer reads: `grad` itself, or a 16-bit one widened into wide_grad_ on `on`.
   Tensor fp32_gradient(Backend& on, Tensor grad);
   void update_compute_partitions();  // compute_partition = master (rounded to the compute dtype)
@@ -327,6 +350,8 @@ class ZeroEngine final : public UnitHooks {
   std::unique_ptr<BackendEvent> host_grads_ready_;   // offload: after the last gradient download
   std::unique_ptr<BackendEvent> uploads_done_;       // offload: after the last parameter upload
   int64_t live_gathered_ = 0, peak_gathered_ = 0;    // stage 3: gathered elements now / at most
+  std::future<void> delayed_update_;                 // DPU: the optimizer running in the background (host
+                                                     // memory only); valid until finish_delayed_update
 };
 
 }  // namespace zt

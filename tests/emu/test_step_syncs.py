@@ -13,7 +13,9 @@
 # staging; ordering-only events carry no status copy. LOMO (the update fused into backward) reads
 # the sum of squares of each unit's parameter groups (decay, no decay) as the unit completes, once
 # per pass (its rule: a gradient that is not finite leaves its parameters unchanged, decided on
-# the host): at most one wait per unit, group and pass.
+# the host): at most one wait per unit, group and pass. The delayed parameter update
+# (--delayed-param-update, docs/zero-offload.md) adds one: the gradients' download, queued after
+# backward (the update in flight still reads the host copy during it), read with the last uploads.
 import glob
 import json
 import os
@@ -37,6 +39,8 @@ CASES = (
     ("stage 3 bf16 + offload_optimizer + offload_param, 2 ranks", 2,
      {"stage": 3, "stage3_param_persistence_threshold": 0, "offload_optimizer": PINNED_CPU,
       "offload_param": PINNED_CPU}, "bf16", None, ()),
+    ("stage 2 bf16 + offload_optimizer, delayed parameter update", 1, {"stage": 2, "offload_optimizer": PINNED_CPU},
+     "bf16", None, ("--delayed-param-update", "1")),
     ("stage 2 bf16 LOMO (fused update, norm pass)", 1, {"stage": 2}, "bf16", {"type": "LOMO", "params": {"lr": 1e-3}},
      ()),
 )
@@ -90,6 +94,8 @@ def main():
             budget = WAITS_PER_STEP
             if optimizer:  # LOMO with clipping: a norm pass and an update pass, one read per unit and group
                 budget = 2 * 2 * len(read_run(out)["zero_layout"]["unit_elements"])
+            if "--delayed-param-update" in extra:  # + the gradients' download before the background update
+                budget = WAITS_PER_STEP + 1
             for rank, (captured, ranges, everything) in enumerate(ranks_counts):
                 # The counter is live (set-up and tear-down wait) and the capture range happened once.
                 report.check(ranges == 1 and everything > 0,

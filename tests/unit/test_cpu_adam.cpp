@@ -2,7 +2,8 @@
 // torch.optim.AdamW's operation order, close to a double-precision AdamW over several steps,
 // for odd sizes, n = 0, both forms of torch's lerp, weight decay on and off; the bf16 copy of
 // the updated parameter equals float_to_bf16 of it; the CPU backend's adamw op is the same code;
-// every ISA path this CPU runs (cpu_isa.h) gives the generic path's bits; a forced path the CPU
+// every ISA path this CPU runs (cpu_isa.h) gives the generic path's bits; ZeRO-Offload's fused form
+// (16-bit or scaled gradient in, 16-bit parameters out) gives the separate passes' bits; a forced path the CPU
 // cannot run, or an unknown one, is an error. This file is compiled without multiply-add
 // contraction (tests/CMakeLists.txt), as cpu_adam.cpp is, so the scalar loop rounds as it does.
 #include <boost/test/unit_test.hpp>
@@ -261,6 +262,54 @@ BOOST_AUTO_TEST_CASE(every_isa_path_matches_the_generic_path_bitwise) {
           BOOST_REQUIRE(same_bits(m, m_ref, "exp_avg, " + when));
           BOOST_REQUIRE(same_bits(v, v_ref, "exp_avg_sq, " + when));
           BOOST_REQUIRE_MESSAGE(out == out_ref, "bf16 output, " << when);
+        }
+      }
+    }
+  }
+}
+
+// ZeRO-Offload's one pass (cpu_adamw_offload): a bf16/fp16/fp32 gradient times a scale, the
+// parameters rounded to bf16/fp16 in the same pass, on every path this CPU runs, bit for bit
+// against the separate passes the engine ran before: widen (exact), g * scale, cpu_adamw, round.
+BOOST_AUTO_TEST_CASE(offload_passes_fused_match_the_separate_passes_bitwise) {
+  const zt::CpuFeatures features = zt::cpu_features();
+  const int64_t n = 9001;  // three chunks and an odd tail
+  const size_t size = static_cast<size_t>(n);
+  for (zt::CpuIsa isa : {zt::CpuIsa::generic, zt::CpuIsa::avx2, zt::CpuIsa::avx512}) {
+    if (!zt::cpu_supports(isa, features)) continue;
+    for (zt::DType grad_dtype : {zt::DType::F32, zt::DType::BF16, zt::DType::F16}) {
+      for (zt::DType out_dtype : {zt::DType::BF16, zt::DType::F16}) {
+        for (float scale : {1.0f, 1.0f / 3072.0f}) {  // no division; an fp16 loss scale x clip coefficient
+          zt::AdamWParams params;
+          params.lr = 1e-2;
+          params.weight_decay = 0.05;
+          std::vector<float> p = random_floats(size, 51u, -3.0f, 3.0f), m(size, 0.0f), v(size, 0.0f);
+          std::vector<float> p_ref = p, m_ref = m, v_ref = v;
+          std::vector<uint16_t> out(size, 0xFFFF);
+          for (int64_t step = 1; step <= 2; ++step) {
+            params.step = step;
+            std::vector<float> g = random_floats(size, 500u + static_cast<uint32_t>(step), -3000.0f, 3000.0f);
+            std::vector<uint16_t> g16(size);
+            for (size_t i = 0; i < size; ++i) {  // the stored 16-bit gradient and its exact widening
+              if (grad_dtype == zt::DType::F32) continue;
+              g16[i] = grad_dtype == zt::DType::BF16 ? zt::float_to_bf16(g[i]) : zt::float_to_fp16(g[i]);
+              g[i] = grad_dtype == zt::DType::BF16 ? zt::bf16_to_float(g16[i]) : zt::fp16_to_float(g16[i]);
+            }
+            const void* stored = grad_dtype == zt::DType::F32 ? static_cast<const void*>(g.data()) : g16.data();
+            zt::cpu_adamw_offload_on(isa, p.data(), {stored, grad_dtype, scale}, m.data(), v.data(), n, params,
+                                     {out.data(), out_dtype});
+            for (float& value : g) value *= scale;  // the engine's scale pass
+            zt::cpu_adamw_on(zt::CpuIsa::generic, p_ref.data(), g.data(), m_ref.data(), v_ref.data(), n, params);
+          }
+          const std::string when = std::string(zt::cpu_isa_name(isa)) + " grad " + zt::dtype_name(grad_dtype) +
+                                   " out " + zt::dtype_name(out_dtype) + " scale " + std::to_string(scale);
+          BOOST_REQUIRE(same_bits(p, p_ref, "param, " + when));
+          BOOST_REQUIRE(same_bits(m, m_ref, "exp_avg, " + when));
+          BOOST_REQUIRE(same_bits(v, v_ref, "exp_avg_sq, " + when));
+          for (size_t i = 0; i < size; ++i) {
+            const uint16_t expected = out_dtype == zt::DType::BF16 ? zt::float_to_bf16(p[i]) : zt::float_to_fp16(p[i]);
+            BOOST_REQUIRE_MESSAGE(out[i] == expected, "rounded output [" << i << "], " << when);
+          }
         }
       }
     }

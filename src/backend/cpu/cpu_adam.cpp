@@ -16,25 +16,71 @@ namespace zt {
 
 namespace {
 
-// The arrays of one update (cpu_adam.h); param_bf16 may be null.
+// Elements per task: 16 KiB of each fp32 array, so the chunk's updated parameters are still in
+// L1/L2 when its 16-bit copy is written, and a 16-bit or scaled gradient's fp32 form fits L1 (the
+// extra passes cost no second trip to memory).
+constexpr int64_t kChunk = 4096;
+
+// The arrays of one update (cpu_adam.h): the gradient in its dtype with its scale, the rounded
+// output in its dtype or null.
 struct AdamWArrays {
   float* param;
-  const float* grad;
+  AdamWGradient grad;
   float* exp_avg;
   float* exp_avg_sq;
-  uint16_t* param_bf16;
+  AdamWRoundedOut out;
 };
 
-// The update of elements [begin, begin + count), then their bf16 copy while the chunk's
-// parameters are still in L1/L2. kLerpFromStart picks torch's lerp form at compile time so the
-// loop has no branch: exp_avg.lerp_(grad, w) is m + w (g - m) for w < 0.5, else
-// g - (g - m)(1 - w) (the form that is exact at the nearer end). Always inlined into each ISA's
-// entry point below: that is what vectorises this one body once per ISA.
-template <bool kLerpFromStart>
+// The chunk's fp32 gradient: the array itself when it is fp32 and unscaled, else
+// float(grad) * scale written into `widened` [count] (exact widening, then one rounding, as the
+// engine's separate widen and scale passes round).
+[[gnu::always_inline]] inline const float* gradient_chunk(const AdamWGradient& grad, int64_t begin, int64_t count,
+                                                          float* __restrict widened) {
+  const float scale = grad.scale;
+  if (grad.dtype == DType::F32) {
+    const float* __restrict g = static_cast<const float*>(grad.data) + begin;
+    if (scale == 1.0f) return g;
+#pragma omp simd
+    for (int64_t i = 0; i < count; ++i) widened[i] = g[i] * scale;
+  } else if (grad.dtype == DType::BF16) {
+    const uint16_t* __restrict g = static_cast<const uint16_t*>(grad.data) + begin;
+#pragma omp simd
+    for (int64_t i = 0; i < count; ++i) widened[i] = bf16_to_float(g[i]) * scale;
+  } else {
+    const uint16_t* __restrict g = static_cast<const uint16_t*>(grad.data) + begin;
+    for (int64_t i = 0; i < count; ++i) widened[i] = fp16_to_float(g[i]) * scale;
+  }
+  return widened;
+}
+
+// The chunk's updated parameters rounded to the output's dtype (RNE), while they are in L1/L2.
+[[gnu::always_inline]] inline void round_chunk(const AdamWRoundedOut& out, const float* __restrict p, int64_t begin,
+                                               int64_t count) {
+  if (out.data == nullptr) return;
+  uint16_t* __restrict o = out.data + begin;
+  if (out.dtype == DType::BF16) {
+#pragma omp simd
+    for (int64_t i = 0; i < count; ++i) o[i] = float_to_bf16(p[i]);
+  } else {
+    for (int64_t i = 0; i < count; ++i) o[i] = float_to_fp16(p[i]);
+  }
+}
+
+// The update of elements [begin, begin + count) (count <= kChunk), then their rounded copy.
+// kLerpFromStart picks torch's lerp form at compile time so the loop has no branch:
+// exp_avg.lerp_(grad, w) is m + w (g - m) for w < 0.5, else g - (g - m)(1 - w) (the form that is
+// exact at the nearer end). Always inlined into each ISA's entry point below: that is what
+// vectorises this one body once per ISA. kBf16Gradient: a bf16 gradient is widened and scaled
+// inside the loop (ZeRO-Offload's usual 16-bit case, no staging through L1); the others through
+// gradient_chunk.
+template <bool kLerpFromStart, bool kBf16Gradient>
 [[gnu::always_inline]] inline void adamw_chunk(const AdamWArrays& a, int64_t begin, int64_t count,
                                                const AdamWConstants& c) {
+  alignas(64) float widened[kBf16Gradient ? 1 : kChunk];  // the chunk's fp32 gradient, when it is not the array
+  const float* __restrict g = kBf16Gradient ? nullptr : gradient_chunk(a.grad, begin, count, widened);
+  const uint16_t* __restrict g_bf16 = kBf16Gradient ? static_cast<const uint16_t*>(a.grad.data) + begin : nullptr;
+  const float grad_scale = a.grad.scale;
   float* __restrict p = a.param + begin;
-  const float* __restrict g = a.grad + begin;
   float* __restrict m = a.exp_avg + begin;
   float* __restrict v = a.exp_avg_sq + begin;
   const float decay_factor = c.decay_factor, lerp_weight = c.lerp_weight, lerp_complement = c.lerp_complement;
@@ -42,7 +88,7 @@ template <bool kLerpFromStart>
   const float bias_correction2_sqrt = c.bias_correction2_sqrt, eps = c.eps;
 #pragma omp simd
   for (int64_t i = 0; i < count; ++i) {
-    const float gi = g[i];
+    const float gi = kBf16Gradient ? bf16_to_float(g_bf16[i]) * grad_scale : g[i];
     const float pi = p[i] * decay_factor;                 // param.mul_(1 - lr * wd)
     const float mi = kLerpFromStart ? m[i] + lerp_weight * (gi - m[i])  // exp_avg.lerp_(g, 1 - beta1)
                                     : gi - (gi - m[i]) * lerp_complement;
@@ -52,10 +98,7 @@ template <bool kLerpFromStart>
     v[i] = vi;
     p[i] = pi + negative_step_size * mi / denom;          // param.addcdiv_(m, denom, -step_size)
   }
-  if (a.param_bf16 == nullptr) return;
-  uint16_t* __restrict out = a.param_bf16 + begin;
-#pragma omp simd
-  for (int64_t i = 0; i < count; ++i) out[i] = float_to_bf16(p[i]);
+  round_chunk(a.out, p, begin, count);
 }
 
 // One entry point per ISA path, each the body above compiled for its ISA. AVX2 without FMA
@@ -63,38 +106,39 @@ template <bool kLerpFromStart>
 // otherwise prefer 256-bit vectors).
 using ChunkFunction = void (*)(const AdamWArrays&, int64_t, int64_t, const AdamWConstants&);
 
-template <bool kLerpFromStart>
+template <bool kLerpFromStart, bool kBf16Gradient>
 void chunk_generic(const AdamWArrays& a, int64_t begin, int64_t count, const AdamWConstants& c) {
-  adamw_chunk<kLerpFromStart>(a, begin, count, c);
+  adamw_chunk<kLerpFromStart, kBf16Gradient>(a, begin, count, c);
 }
 
 #if defined(__x86_64__)
-template <bool kLerpFromStart>
+template <bool kLerpFromStart, bool kBf16Gradient>
 [[gnu::target("avx2")]] void chunk_avx2(const AdamWArrays& a, int64_t begin, int64_t count,
                                         const AdamWConstants& c) {
-  adamw_chunk<kLerpFromStart>(a, begin, count, c);
+  adamw_chunk<kLerpFromStart, kBf16Gradient>(a, begin, count, c);
 }
 
-template <bool kLerpFromStart>
+template <bool kLerpFromStart, bool kBf16Gradient>
 [[gnu::target("avx512f,avx512vl,avx512bw,avx512dq,prefer-vector-width=512")]] void chunk_avx512(
     const AdamWArrays& a, int64_t begin, int64_t count, const AdamWConstants& c) {
-  adamw_chunk<kLerpFromStart>(a, begin, count, c);
+  adamw_chunk<kLerpFromStart, kBf16Gradient>(a, begin, count, c);
 }
 #endif
 
-template <bool kLerpFromStart>
+template <bool kLerpFromStart, bool kBf16Gradient>
 ChunkFunction chunk_function(CpuIsa isa) {
 #if defined(__x86_64__)
-  if (isa == CpuIsa::avx512) return chunk_avx512<kLerpFromStart>;
-  if (isa == CpuIsa::avx2) return chunk_avx2<kLerpFromStart>;
+  if (isa == CpuIsa::avx512) return chunk_avx512<kLerpFromStart, kBf16Gradient>;
+  if (isa == CpuIsa::avx2) return chunk_avx2<kLerpFromStart, kBf16Gradient>;
 #endif
   ZT_CHECK(isa == CpuIsa::generic, "cpu_adamw: no ", cpu_isa_name(isa), " path in this build (not x86-64)");
-  return chunk_generic<kLerpFromStart>;
+  return chunk_generic<kLerpFromStart, kBf16Gradient>;
 }
 
-// Elements per task: 16 KiB of each fp32 array, so the chunk's updated parameters are still in
-// L1/L2 when its bf16 copy is written (the bf16 output costs no second trip to memory).
-constexpr int64_t kChunk = 4096;
+ChunkFunction chunk_function(CpuIsa isa, bool lerp_from_start, bool bf16_gradient) {
+  if (lerp_from_start) return bf16_gradient ? chunk_function<true, true>(isa) : chunk_function<true, false>(isa);
+  return bf16_gradient ? chunk_function<false, true>(isa) : chunk_function<false, false>(isa);
+}
 
 void run_chunks(ChunkFunction chunk, const AdamWArrays& a, int64_t n, const AdamWConstants& c) {
   const int64_t chunks = (n + kChunk - 1) / kChunk;
@@ -110,16 +154,31 @@ void run_chunks(ChunkFunction chunk, const AdamWArrays& a, int64_t n, const Adam
 
 }  // namespace
 
-void cpu_adamw_on(CpuIsa isa, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
-                  const AdamWParams& params, uint16_t* param_bf16_out) {
+void cpu_adamw_offload_on(CpuIsa isa, float* param, AdamWGradient grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                          const AdamWParams& params, AdamWRoundedOut out) {
   ZT_CHECK(n >= 0, "cpu_adamw: n = ", n, " elements (must be >= 0)");
   ZT_CHECK(params.step >= 1, "cpu_adamw: step = ", params.step, " (steps count from 1)");
   ZT_CHECK(cpu_supports(isa, cpu_features()), "cpu_adamw: this CPU cannot run the ", cpu_isa_name(isa), " path");
+  ZT_CHECK(grad.dtype == DType::F32 || grad.dtype == DType::BF16 || grad.dtype == DType::F16,
+           "cpu_adamw: the gradient is ", dtype_name(grad.dtype), ", not fp32, bf16 or fp16");
+  ZT_CHECK(out.data == nullptr || out.dtype == DType::BF16 || out.dtype == DType::F16,
+           "cpu_adamw: the rounded output is ", dtype_name(out.dtype), ", not bf16 or fp16");
   if (n == 0) return;
-  ZT_CHECK(param && grad && exp_avg && exp_avg_sq, "cpu_adamw: a null array for ", n, " elements");
+  ZT_CHECK(param && grad.data && exp_avg && exp_avg_sq, "cpu_adamw: a null array for ", n, " elements");
   const AdamWConstants c = adamw_constants(params);
-  const ChunkFunction chunk = c.lerp_from_start ? chunk_function<true>(isa) : chunk_function<false>(isa);
-  run_chunks(chunk, {param, grad, exp_avg, exp_avg_sq, param_bf16_out}, n, c);
+  const ChunkFunction chunk = chunk_function(isa, c.lerp_from_start, grad.dtype == DType::BF16);
+  run_chunks(chunk, {param, grad, exp_avg, exp_avg_sq, out}, n, c);
+}
+
+void cpu_adamw_offload(float* param, AdamWGradient grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                       const AdamWParams& params, AdamWRoundedOut out) {
+  cpu_adamw_offload_on(cpu_isa(), param, grad, exp_avg, exp_avg_sq, n, params, out);
+}
+
+void cpu_adamw_on(CpuIsa isa, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                  const AdamWParams& params, uint16_t* param_bf16_out) {
+  cpu_adamw_offload_on(isa, param, {grad, DType::F32, 1.0f}, exp_avg, exp_avg_sq, n, params,
+                       {param_bf16_out, DType::BF16});
 }
 
 void cpu_adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,

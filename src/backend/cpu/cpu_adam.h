@@ -13,6 +13,7 @@
 
 #include "backend/optimizer_kernels.h"  // AdamWParams
 #include "backend/cpu/cpu_isa.h"
+#include "core/dtype.h"
 
 namespace zt {
 
@@ -32,5 +33,24 @@ void cpu_adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_s
 // The same on a given path (tests and benchmarks compare them); an error if this CPU cannot run it.
 void cpu_adamw_on(CpuIsa isa, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                   const AdamWParams& params, uint16_t* param_bf16_out = nullptr);
+
+// ZeRO-Offload's host update in one pass (ZeroEngine's offload step): the gradient in its
+// stored dtype, multiplied by `scale` (the engine's 1 / (loss scale x clip coefficient)), and the
+// updated parameter rounded to the compute dtype in the same pass. The bits are those of the
+// separate passes: widen (exact), g * scale in fp32, cpu_adamw, round (RNE, as float_to_bf16 /
+// float_to_fp16).
+struct AdamWGradient {
+  const void* data = nullptr;  // [n] of dtype
+  DType dtype = DType::F32;    // fp32, bf16 or fp16
+  float scale = 1.0f;
+};
+struct AdamWRoundedOut {
+  uint16_t* data = nullptr;    // [n] or nullptr: no rounded copy
+  DType dtype = DType::BF16;   // bf16 or fp16
+};
+void cpu_adamw_offload(float* param, AdamWGradient grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                       const AdamWParams& params, AdamWRoundedOut out);
+void cpu_adamw_offload_on(CpuIsa isa, float* param, AdamWGradient grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                          const AdamWParams& params, AdamWRoundedOut out);
 
 }  // namespace zt

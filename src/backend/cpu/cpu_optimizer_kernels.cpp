@@ -25,6 +25,23 @@ void CpuOptimizerKernels::adamw(Tensor param, Tensor grad, Tensor exp_avg, Tenso
   cpu_adamw(p, g, m, v, n, params);
 }
 
+void CpuOptimizerKernels::adamw_fused(Tensor param, Tensor grad, float grad_scale, Tensor exp_avg, Tensor exp_avg_sq,
+                                      const AdamWParams& params, Tensor param_out) {
+  const char* op = "adamw_fused";
+  float* p = f32_arg(op, "param", param);
+  float* m = f32_arg(op, "exp_avg", exp_avg);
+  float* v = f32_arg(op, "exp_avg_sq", exp_avg_sq);
+  const int64_t n = expect_numel_of_param(op, param, {{"exp_avg", exp_avg}, {"exp_avg_sq", exp_avg_sq}});
+  ZT_CHECK(grad.device == Device::CPU && grad.numel() == n && (grad.data || n == 0), op, ": grad ", grad.describe(),
+           " must be host memory with the ", n, " elements of param");
+  ZT_CHECK(param_out.data == nullptr || (param_out.device == Device::CPU && param_out.numel() == n && param_out.data),
+           op, ": param_out ", param_out.describe(), " must be empty or host memory with the ", n, " elements of param");
+  ZT_CHECK(params.step >= 1, op, ": step = ", params.step, " (steps count from 1)");
+  AdamWRoundedOut out;
+  if (param_out.data) out = {static_cast<uint16_t*>(param_out.data), param_out.dtype};
+  cpu_adamw_offload(p, {grad.data, grad.dtype, grad_scale}, m, v, n, params, out);
+}
+
 }  // namespace zt::cpu
 
 namespace zt::cpu {

@@ -11,6 +11,9 @@ namespace zt::cpu {
 class CpuOptimizerKernels final : public OptimizerKernels {
  public:
   void adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, const AdamWParams& params) override;
+  bool fuses_adamw_passes() const override { return true; }
+  void adamw_fused(Tensor param, Tensor grad, float grad_scale, Tensor exp_avg, Tensor exp_avg_sq,
+                   const AdamWParams& params, Tensor param_out) override;
   void sgd(Tensor param, Tensor grad, Tensor momentum_buffer, const SgdParams& params) override;
   void lamb_direction(Tensor update, Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq,
                       const LambParams& params) override;

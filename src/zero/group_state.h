@@ -1,0 +1,26 @@
+// ZeroEngine::GroupState: one parameter group's buffers on this rank, shared by the engine's
+// source files (zero_engine.cpp: partitions, gathers, gradients; zero_update.cpp: the update).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "backend/buffer.h"
+#include "zero/zero_engine.h"
+
+namespace zt {
+
+// One parameter group's share on this rank. P = group numel / W for stage >= 1, the whole
+// group for stage 0.
+struct ZeroEngine::GroupState {
+  ParamGroup group = ParamGroup::Frozen;
+  int64_t partition_numel = 0;  // P
+  Buffer master;                // fp32 [P] trainable groups (host when offloaded)
+  std::vector<Buffer> state;    // fp32 [P] each: the optimizer's state_names() (host when offloaded)
+  Buffer host_grad;             // grad dtype [P] offload: the gradient partition copied to the host
+  Buffer host_compute;          // param dtype [P] offload to a GPU with 16-bit compute: the updated
+                                // master rounded on the host, then uploaded (half of fp32's bytes)
+  Buffer compute_partition;     // param dtype [P] device: the master in the compute dtype (what stages 1-3
+                                // all-gather from), or stage 3's frozen slices
+};
+
+}  // namespace zt

@@ -1,0 +1,333 @@
+// ZeroEngine's update (zero_engine.h): this rank's partition updated piece by piece by the
+// optimizer (on the host with offload), the compute parameters made current from it (uploads,
+// all-gathers, stage 3's invalidation), and ZeRO-Offload's one-step delayed parameter update.
+//
+// Delayed parameter update (DPU, --delayed-param-update N; docs/zero-offload.md). Updates 1..N
+// run as usual. From update N + 1 on, apply_update for step t copies the step's gradients to the
+// host and starts the optimizer on them in a background thread; step t + 1's forward and
+// backward run meanwhile on the device, with the parameters before update t (those of update
+// t - 1); step t + 1's apply_update waits for update t, makes its parameters current and starts
+// update t + 1. In symbols, with p_k the fp32 master after k updates and g_t the gradient
+// step t computes:  g_t = grad(p_{t-2}) (p_{t-1} for the first delayed step), p_t = opt(p_{t-1}, g_t).
+// The background thread touches host memory only (master, optimizer state, the host gradient
+// copy and its fp32 widening, the 16-bit staging copy it rounds into); everything on the device,
+// the collectives included, stays on the calling thread. So the gradients are not copied to the
+// host during backward (the update in flight reads that copy): apply_update copies them.
+// A checkpoint is saved after finish_delayed_update: the saved state is p_t with nothing in
+// flight, and the saving run continues from it exactly as a run resumed from it does.
+#include "zero/zero_engine.h"
+
+#include <deque>
+
+#include "zero/group_state.h"
+#include "zero/rank_major.h"
+
+namespace zt {
+
+// Stages 1/2 update bucket by bucket (allgather_bucket_size) and start each bucket's all-gather as
+// soon as its partition is updated, so the gathers overlap the (CPU) update of the next buckets;
+// the other stages update the whole partition as one piece.
+std::vector<std::vector<UnitRange>> ZeroEngine::gather_pieces(ParamGroup group) const {
+  const std::vector<UnitRange>& units = store_.group(group).units;
+  if (stage_ == 1 || stage_ == 2) return plan_buckets(units, zero_.allgather_bucket_size);
+  return {units};
+}
+
+// fp32 gradients: the optimizer takes a gather piece at once. 16-bit ones: unit by unit, so that
+// the fp32 copy the optimizer reads (wide_grad_) is one unit's slice, not a bucket's or the whole
+// gradient's (which would eat the saving).
+std::vector<std::vector<UnitRange>> ZeroEngine::update_pieces(const std::vector<UnitRange>& bucket) const {
+  if (store_.grad_dtype() == DType::F32) return {bucket};
+  return plan_buckets(bucket, 1);  // each unit with elements a piece of its own
+}
+
+// Elements of this rank's partition a piece of consecutive units covers (stage 0: all of them).
+int64_t ZeroEngine::piece_numel(const std::vector<UnitRange>& units) const {
+  return slice_numel(units, stage_ == 0 ? 1 : world_);
+}
+
+Tensor ZeroEngine::fp32_gradient(Backend& on, Tensor grad) {
+  if (grad.dtype == DType::F32) return grad;
+  Tensor wide = wide_grad_.view(DType::F32, {grad.numel()});
+  on.copy(wide, grad);  // exact: every 16-bit value is an fp32 value
+  return wide;
+}
+
+// ---- update ------------------------------------------------------------------------------------
+
+void ZeroEngine::apply_update(const OptimizerStep& step) {
+  ZT_CHECK(!fused_, "ZeRO: optimizer ", optimizer_->name(), " updates inside backward (begin_update_pass), not after it");
+  for (int unit = 0; unit < store_.num_units(); ++unit) finish_prefetch(unit);  // before the host partitions change
+  finish_delayed_update();
+  std::vector<GroupPartitions> partitions;
+  for (ParamGroup group : kTrainableGroups) {
+    GroupState& s = state(group);
+    if (!s.partition_numel) continue;
+    GroupPartitions views{group, flat_f32(s.master, s.partition_numel), {}, store_.group_params(group)};
+    for (const Buffer& buffer : s.state) views.state.push_back(flat_f32(buffer, s.partition_numel));
+    partitions.push_back(std::move(views));
+  }
+  const UpdateSource source = reduction_->prepare_update(step, partitions);
+  if (source == UpdateSource::Done) {  // local steps: the compute parameters are the strategy's replica
+    update_compute_partitions();
+    return;
+  }
+  // An exchanged average stands where the reduced gradients would, already divided.
+  const float grad_divisor = source == UpdateSource::Exchanged ? 1.0f : step.grad_divisor;
+  if (delays(step)) return start_delayed_update(step, grad_divisor);
+  std::deque<BucketGather> gathers;
+  for (ParamGroup group : kTrainableGroups) {
+    if (!state(group).partition_numel) continue;
+    for (const std::vector<UnitRange>& bucket : gather_pieces(group)) {
+      for (const std::vector<UnitRange>& units : update_pieces(bucket)) update_piece(group, units, step, grad_divisor);
+      if (stage_ == 1 || stage_ == 2) start_bounded_gather(gathers, group, bucket);
+    }
+  }
+  if (offload_) uploads_done_ = backend_.record_event();
+  for (BucketGather& gather : gathers) finish_bucket_gather(gather);
+  if (stage_ == 0 || stage_ == 3) sync_params_after_update();
+}
+
+int64_t ZeroEngine::piece_begin(const std::vector<UnitRange>& units) const {
+  return units.front().begin / (stage_ == 0 ? 1 : world_);
+}
+
+// The optimizer on this rank's partition of `units` of `group` (consecutive), from the reduced
+// gradient divided by grad_divisor; then the piece's compute parameters.
+void ZeroEngine::update_piece(ParamGroup group, const std::vector<UnitRange>& units, const OptimizerStep& step,
+                              float grad_divisor) {
+  const int64_t begin = piece_begin(units), numel = piece_numel(units);
+  if (!numel) return;
+  const Tensor rounded = rounding_target(group, begin, numel, true);
+  optimize_piece(group, units, piece_gradient(group, begin, numel), step, grad_divisor, rounded);
+  if (!rounded.data) return update_compute_partition(group, begin, numel);
+  GroupState& s = state(group);
+  if (s.host_compute.data())  // the staging copy the update rounded into: upload it
+    backend_.copy_async(compute_partition_view(s).rows(begin, numel), rounded);  // overlaps the next piece's update
+}
+
+// Where the update of a piece may write its parameters rounded to the 16-bit compute dtype itself
+// (bf16/fp16 [numel], host memory), or empty: the host staging copy that is uploaded after it
+// (offload to a GPU), or, when `compute_too`, the compute partition itself where that is host
+// memory (the CPU backend, offload_param). Writing the staging copy waits for the last uploads
+// that read it.
+Tensor ZeroEngine::rounding_target(ParamGroup group, int64_t begin, int64_t numel, bool compute_too) {
+  GroupState& s = state(group);
+  if (!offload_ || !rounds_ || !s.compute_partition.data()) return {};
+  if (s.host_compute.data()) {
+    if (uploads_done_) {
+      uploads_done_->wait();
+      uploads_done_.reset();
+    }
+    return s.host_compute.view(compute_dtype_, {s.partition_numel}).rows(begin, numel);
+  }
+  const Tensor compute = compute_partition_view(s).rows(begin, numel);
+  return compute_too && compute.device == Device::CPU ? compute : Tensor{};
+}
+
+Tensor ZeroEngine::piece_gradient(ParamGroup group, int64_t begin, int64_t numel, bool queued) {
+  Tensor grad = reduction_->reduced(group).rows(begin, numel);  // grad dtype [numel]
+  if (!offload_) return grad;
+  // The gradient goes to the host, where the optimizer state lives.
+  Tensor host_grad = host_grad_view(state(group)).rows(begin, numel);
+  if (host_grads_ready_) {  // copied bucket by bucket during backward
+    host_grads_ready_->wait();
+    host_grads_ready_.reset();
+  }
+  if (gradients_finished_ && copies_gradients_during_backward()) return host_grad;
+  if (queued)
+    backend_.copy_async(host_grad, grad);  // the caller waits for an event after it
+  else
+    backend_.copy(host_grad, grad);
+  return host_grad;
+}
+
+// grad: grad dtype [numel] on the state backend (piece_gradient's), not yet divided; rounded:
+// empty or compute dtype [numel] (rounding_target), which receives the updated parameters rounded.
+// With offload, an optimizer that fuses_offload_passes (AdamW on the CPU) does all of it in one
+// pass; otherwise the gradient is widened (into wide_grad_) and divided in place first, and the
+// parameters rounded after: the same bits.
+void ZeroEngine::optimize_piece(ParamGroup group, const std::vector<UnitRange>& units, Tensor grad,
+                                const OptimizerStep& step, float grad_divisor, Tensor rounded) {
+  GroupState& s = state(group);
+  Backend& state_backend = offload_ ? *host_ : backend_;
+  const int64_t begin = piece_begin(units), numel = grad.numel();
+  OptimizerPiece piece;
+  piece.decay = group == ParamGroup::Decay;
+  piece.param = flat_f32(s.master, s.partition_numel).rows(begin, numel);
+  for (const Buffer& buffer : s.state) piece.state.push_back(flat_f32(buffer, s.partition_numel).rows(begin, numel));
+  if (optimizer_->needs_tensor_slices()) add_tensor_slices(piece, group, units, stage_ >= 1 && world_ > 1);
+  if (offload_ && optimizer_->fuses_offload_passes(state_backend)) {
+    piece.grad = grad;
+    piece.grad_scale = 1.0f / grad_divisor;  // as scale() below multiplies (x 1 is exact)
+    piece.param_out = rounded;
+    return optimizer_->update(state_backend, piece, step);
+  }
+  piece.grad = fp32_gradient(state_backend, grad);  // fp32 [numel]
+  if (grad_divisor != 1.0f) state_backend.scale(piece.grad, 1.0f / grad_divisor);
+  optimizer_->update(state_backend, piece, step);
+  if (rounded.data) state_backend.copy(rounded, piece.param);  // fp32 -> compute dtype (RNE)
+}
+
+// ---- delayed parameter update (DPU) ---------------------------------------------------------------
+
+bool ZeroEngine::delays(const OptimizerStep& step) const {
+  return zero_.delayed_update_after >= 0 && step.update_number > zero_.delayed_update_after;
+}
+
+bool ZeroEngine::copies_gradients_during_backward() const { return offload_ && zero_.delayed_update_after < 0; }
+
+// The refusals: DPU runs the optimizer on the host beside the device's work, piece by piece
+// with nothing but host memory.
+void ZeroEngine::check_delayed_update() const {
+  if (zero_.delayed_update_after < 0) return;
+  const char* flag = "--delayed-param-update";
+  ZT_CHECK(offload_, flag, " delays the CPU optimizer of ZeRO-Offload behind the next step: it needs "
+           "zero_optimization.offload_optimizer.device \"cpu\" (the config has \"", zero_.offload_optimizer_device, "\")");
+  ZT_CHECK(!fused_, flag, " with optimizer ", optimizer_->name(), ": it updates inside backward, not after it");
+  ZT_CHECK(!optimizer_->needs_tensor_slices(), flag, " with optimizer ", optimizer_->name(), ": its per-tensor "
+           "sums run collectives inside the update, which the background thread cannot (use adamw or sgd)");
+  ZT_CHECK(!reduction_->compressed(), flag, " with optimizer ", optimizer_->name(), ": its compressed momentum "
+           "exchange runs inside the update (use adamw or sgd)");
+}
+
+// This step's gradients to the host (on this thread: device copies), then the optimizer over
+// them in the background. The pieces and their order are the synchronous update's, so each
+// piece's bits are the same as there.
+void ZeroEngine::start_delayed_update(const OptimizerStep& step, float grad_divisor) {
+  struct Piece {
+    ParamGroup group;
+    std::vector<UnitRange> units;
+    Tensor grad;     // grad dtype [numel], host
+    Tensor rounded;  // empty or compute dtype [numel], host: rounding_target's
+  };
+  std::vector<Piece> pieces;
+  for (ParamGroup group : kTrainableGroups) {
+    if (!state(group).partition_numel) continue;
+    for (const std::vector<UnitRange>& bucket : gather_pieces(group))
+      for (const std::vector<UnitRange>& units : update_pieces(bucket))
+        if (const int64_t numel = piece_numel(units))
+          pieces.push_back({group, units, piece_gradient(group, piece_begin(units), numel, true)});
+  }
+  // One host wait for the downloads just queued and the last uploads of host_compute (which the
+  // background rounds into): the event follows everything issued so far.
+  backend_.record_event()->wait();
+  uploads_done_.reset();
+  // Only the host staging copy is rounded into in the background: the compute partitions are
+  // what the next step's forward reads.
+  for (Piece& piece : pieces)
+    piece.rounded = rounding_target(piece.group, piece_begin(piece.units), piece.grad.numel(), false);
+  delayed_update_ = std::async(std::launch::async, [this, pieces = std::move(pieces), step, grad_divisor] {
+    for (const Piece& piece : pieces) optimize_piece(piece.group, piece.units, piece.grad, step, grad_divisor, piece.rounded);
+  });
+}
+
+void ZeroEngine::finish_delayed_update() {
+  if (!delayed_update_.valid()) return;
+  for (int unit = 0; unit < store_.num_units(); ++unit) finish_prefetch(unit);  // they read the partitions
+  delayed_update_.get();  // rethrows the background's error, if any
+  for (ParamGroup group : kTrainableGroups) {
+    GroupState& s = state(group);
+    if (!s.compute_partition.data() || !s.partition_numel) continue;
+    if (s.host_compute.data())  // rounded by the background: upload
+      backend_.copy_async(compute_partition_view(s), s.host_compute.view(compute_dtype_, {s.partition_numel}));
+    else
+      update_compute_partition(group, 0, s.partition_numel);
+  }
+  if (offload_) uploads_done_ = backend_.record_event();
+  sync_params_after_update();
+}
+
+void ZeroEngine::update_compute_partitions() {
+  for (ParamGroup group : kTrainableGroups) update_compute_partition(group, 0, state(group).partition_numel);
+  if (offload_) uploads_done_ = backend_.record_event();
+}
+
+void ZeroEngine::update_compute_partition(ParamGroup group, int64_t begin, int64_t numel) {
+  GroupState& s = state(group);
+  if (!s.compute_partition.data() || !numel) return;
+  Tensor master = flat_f32(s.master, s.partition_numel).rows(begin, numel);  // fp32
+  Tensor compute = compute_partition_view(s).rows(begin, numel);                    // compute dtype
+  if (const Tensor rounded = rounding_target(group, begin, numel, true); rounded.data) {
+    host_->copy(rounded, master);  // offloaded 16-bit compute: round on the CPU
+    if (s.host_compute.data()) backend_.copy_async(compute, rounded);  // and upload half the bytes
+  } else if (offload_ && compute.device == Device::CPU) {
+    host_->copy(compute, master);  // both in host memory (offload_param too)
+  } else {
+    backend_.copy(compute, master);  // fp32 -> compute dtype (RNE), across devices when offloaded
+  }
+}
+
+// Stage 1/2: all-gather one bucket of consecutive units of a group from the compute partition
+// into the full parameters (one unit: straight into place; several: through a rank-major staging
+// buffer, unpacked when the gather completes).
+ZeroEngine::BucketGather ZeroEngine::start_bucket_gather(ParamGroup group, const std::vector<UnitRange>& bucket) {
+  BucketGather gather;
+  gather.group = group;
+  gather.units = bucket;
+  const int64_t per_rank = slice_numel(bucket, world_);
+  Tensor in = gather_source(group).rows(bucket.front().begin / world_, per_rank);
+  if (bucket.size() == 1) {
+    gather.pending = all_gather_async(store_.group_params(group).rows(bucket.front().begin, bucket.front().numel), in);
+  } else {
+    gather.staging = Buffer(backend_, static_cast<size_t>(per_rank * world_) * dtype_size(in.dtype));
+    gather.pending = all_gather_async(gather.staging.view(in.dtype, {per_rank * world_}), in);
+  }
+  return gather;
+}
+
+// At most kGathersInFlight bucket gathers (and their staging buffers) at a time: enough to
+// overlap a gather with the next bucket's update, without a staging copy of every bucket alive.
+void ZeroEngine::start_bounded_gather(std::deque<BucketGather>& gathers, ParamGroup group,
+                                      const std::vector<UnitRange>& bucket) {
+  constexpr size_t kGathersInFlight = 2;
+  if (gathers.size() >= kGathersInFlight) {
+    finish_bucket_gather(gathers.front());
+    gathers.pop_front();
+  }
+  gathers.push_back(start_bucket_gather(group, bucket));
+}
+
+void ZeroEngine::finish_bucket_gather(BucketGather& gather) {
+  gather.pending->wait();
+  if (gather.units.size() > 1) {
+    const int64_t per_rank = slice_numel(gather.units, world_);
+    unpack_rank_major(backend_, store_.group_params(gather.group),
+                      gather.staging.view(store_.param_dtype(), {per_rank * world_}), gather.units, world_);
+  }
+}
+
+void ZeroEngine::sync_params_after_update() {
+  if (stage_ == 0) {
+    for (ParamGroup group : kTrainableGroups)
+      if (state(group).partition_numel)  // fp32 -> compute dtype (RNE)
+        backend_.copy(store_.group_params(group), flat_f32(state(group).master, state(group).partition_numel));
+    return;
+  }
+  if (stage_ == 3) {  // gathered copies are stale: refresh the persistent ones, drop the others
+    for (int unit = 0; unit < store_.num_units(); ++unit) {
+      invalidate_secondary(unit);
+      UnitState& u = units_[static_cast<size_t>(unit)];
+      if (!u.gathered) continue;
+      finish_prefetch(unit);
+      discard_unit_params(unit);
+      u.gathered = false;
+      if (store_.unit_numel(unit) < zero_.stage3_param_persistence_threshold) gather_unit(unit, false);
+    }
+    return;
+  }
+  std::deque<BucketGather> gathers;  // stage 1/2: all-gather the updated partitions
+  for (ParamGroup group : kTrainableGroups)
+    for (const std::vector<UnitRange>& bucket : plan_buckets(store_.group(group).units, zero_.allgather_bucket_size))
+      start_bounded_gather(gathers, group, bucket);
+  for (BucketGather& gather : gathers) finish_bucket_gather(gather);
+}
+
+
+void ZeroEngine::refresh_params_from_master() {
+  finish_delayed_update();  // (none in flight after a load; a caller between steps gets the current parameters)
+  update_compute_partitions();
+  sync_params_after_update();
+}
+
+}  // namespace zt
