@@ -207,7 +207,7 @@ void ZeroEngine::start_delayed_update(const OptimizerStep& step, float grad_divi
     for (const std::vector<UnitRange>& bucket : gather_pieces(group))
       for (const std::vector<UnitRange>& units : update_pieces(bucket))
         if (const int64_t numel = piece_numel(units))
-          pieces.push_back({group, units, piece_gradient(group, piece_begin(units), numel, true)});
+          pieces.push_back({group, units, piece_gradient(group, piece_begin(units), numel, true), Tensor()});
   }
   // One host wait for the downloads just queued and the last uploads of host_compute (which the
   // background rounds into): the event follows everything issued so far.
