@@ -351,6 +351,20 @@ BOOST_AUTO_TEST_CASE(cudnn_packed_positions_overwritten_on_the_device) {
 // cudnn-frontend headers, the plan's by the emulated cuDNN). On a GPU the plan's part is the
 // engine's own and may differ (the check then says by how much). A fresh backend: the packed
 // index arrays it keeps are then allocated by these calls, as in a fresh counting backend.
+// The emulated cuDNN's plan workspace is the memory model's allowance, so there the device's
+// figure equals the model's to the byte. A real engine's own workspace is unknown beforehand: on a
+// GPU the model must not count less than the device holds (it is the check before the first step),
+// and the message gives both figures.
+static void check_counted(int64_t measured, int64_t predicted, const std::string& what) {
+#if defined(ZT_EMULATED_DEVICE)
+  BOOST_TEST(measured == predicted, what << ": device peak added " << measured << " B vs the memory model's "
+                                         << predicted << " B");
+#else
+  BOOST_TEST(measured <= predicted, what << ": device peak added " << measured << " B, more than the memory model's "
+                                         << predicted << " B (cuDNN's plan workspace exceeds kCudnnPlanWorkspaceAllowance)");
+#endif
+}
+
 BOOST_AUTO_TEST_CASE(cudnn_workspace_counted) {
   const ScopedAttentionVariant variant("cudnn");
   const int64_t batch = 2, time = 200, heads = 4, kv_heads = 2, head_dim = 64;
@@ -409,8 +423,8 @@ BOOST_AUTO_TEST_CASE(cudnn_workspace_counted) {
 #if defined(ZT_EMULATED_DEVICE)
     BOOST_TEST(zt_emu::cudnn_executions() == before + 2, what << ": cuDNN ran both");
 #endif
-    BOOST_TEST(forward_measured == predicted(forward), what << " forward: device peak added vs the memory model's");
-    BOOST_TEST(backward_measured == predicted(backward), what << " backward: device peak added vs the memory model's");
+    check_counted(forward_measured, predicted(forward), what + " forward");
+    check_counted(backward_measured, predicted(backward), what + " backward");
     BOOST_TEST(counting->counted().device_terms_at_peak.at(kTermAttentionWorkspace) > 0);
   }
   // The dense backward's whole addition is the graph's workspace, one block of the allocator:
@@ -422,7 +436,7 @@ BOOST_AUTO_TEST_CASE(cudnn_workspace_counted) {
   const auto dense_backward = [&](Backend& on) {
     on.attention_backward(dq, dk, dv, dout, q, k, v, out, lse, Tensor(), 0.125f);
   };
-  BOOST_TEST(measured(dense_backward) == cuda_allocation_size(workspace));
+  check_counted(measured(dense_backward), cuda_allocation_size(workspace), "dense backward's workspace block");
 }
 
 BOOST_AUTO_TEST_CASE(argument_errors) {
