@@ -273,7 +273,12 @@ void StepRunner::update(int64_t updates_done, StepOutcome& outcome, StepProfiler
   outcome.lr = learning_rate_at(config_.scheduler, config_.peak_lr, updates_done);
   const ZeroEngine::GradientCheck check = engine_.check_gradients();
   outcome.skipped = skip_reason(outcome, pipeline_ ? pipeline_->combine(check) : check);
-  if (outcome.skipped) return;
+  if (outcome.skipped) {
+    // A delayed update in flight (--delayed-param-update) lands now, so the next step's forward uses
+    // the newest parameters (one update behind, as always) rather than falling two behind.
+    engine_.finish_delayed_update();
+    return;
+  }
   const float clip = clip_coefficient(outcome.grad_norm, config_.gradient_clipping);
   const auto optimizer_start = std::chrono::steady_clock::now();
   const double waited_before = control_.stats().total_wait_seconds();

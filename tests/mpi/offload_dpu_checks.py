@@ -15,7 +15,11 @@
 #  3. exact resume: killed in step 5 (ZT_FAULT) and resumed from the checkpoint of step 3, the run
 #     ends bit-identical (losses, final weights) to the uninterrupted one with the same --save-every
 #     (a checkpoint completes the update in flight; the saving run continues from there as well);
-# and once: the refusal without optimizer offload.
+# and once: the refusal without optimizer offload, and (check_skips, fp16 on the CPU backend) a
+# skipped step lands the update in flight: with a loss scale that doubles after every good step
+# (loss_scale_window 1), overflows skip steps now and then; where step s is skipped while the
+# update of step s - 1 is in flight, step s + 1's forward uses that update's parameters, so its loss
+# differs from step s's (were the update left in flight, both forwards would use the same p).
 import json
 import os
 import subprocess
@@ -108,6 +112,25 @@ def check_case(report, label, runs):
     same_run(report, f"{label}: killed in step 5, resumed from step 3, vs uninterrupted", out, uninterrupted)
 
 
+def check_skips(report, zerotune, workdir, model, data):
+    runs = DpuRuns(zerotune, workdir, model, data, 1, {"stage": 2, "offload_optimizer": {"device": "cpu"}}, [])
+    with open(runs.ds) as stream:
+        config = json.load(stream)
+    config["fp16"] = {"enabled": True, "initial_scale_power": 14, "loss_scale_window": 1, "hysteresis": 1}
+    with open(runs.ds, "w") as stream:
+        json.dump(config, stream)
+    records = read_metrics(runs.train("fp16-skips", ["--delayed-param-update", 1]))
+    skipped = [record["skipped"] - (records[i - 1]["skipped"] if i else 0) for i, record in enumerate(records)]
+    # Steps (1-based) s skipped right after a delayed update was started (step s - 1 >= 3 not skipped).
+    landed = [i + 1 for i in range(3, len(records) - 1) if skipped[i] and not skipped[i - 1]]
+    report.check(bool(landed), f"fp16 with DPU: a step skipped while an update was in flight (skips per step "
+                               f"{skipped})")
+    for s in landed:
+        report.check(records[s]["loss"] != records[s - 1]["loss"],
+                     f"fp16 with DPU: step {s} skipped; step {s + 1}'s forward used the update that was in flight "
+                     f"(loss {records[s]['loss']!r} vs step {s}'s {records[s - 1]['loss']!r})")
+
+
 def check_refusal(report, zerotune, workdir, model, data, extra):
     ds = write_ds_config(os.path.join(workdir, "ds-refused.json"), 4, 2, {"stage": 2})
     result, _ = run_ranks(1, [zerotune, "train", "--model", model, "--data", data, "--out",
@@ -124,6 +147,9 @@ def run_checks(report, zerotune, workdir, cases, extra):
     model, _ = make_model_and_data(zerotune, workdir, samples=8)
     data = repeated_sample_data(os.path.join(workdir, "repeated"))
     check_refusal(report, zerotune, workdir, model, data, extra)
+    if not extra:  # the CPU backend (the emulated device's runs pass --device cuda)
+        os.makedirs(os.path.join(workdir, "skips"))
+        check_skips(report, zerotune, os.path.join(workdir, "skips"), model, data)
     for index, (label, ranks, zero, precision) in enumerate(cases):
         case_dir = os.path.join(workdir, f"case{index}")
         os.makedirs(case_dir)
