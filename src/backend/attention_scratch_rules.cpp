@@ -1,6 +1,8 @@
 // The CUDA backend's attention scratch rules (see attention_scratch_rules.h).
 #include "backend/attention_scratch_rules.h"
 
+#include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <string_view>
 
@@ -22,13 +24,49 @@ namespace {
 
 int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
-// The ragged (THD) graphs of packed rows: bucketed as cuda_attention_cudnn.cpp does, for one
-// sample per row (B sequences of T tokens: B' = B, S' = T).
+int64_t power_of_two_at_least(int64_t value) {
+  return static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(value, 1))));
+}
+
+// The graph of the call: packed rows' ragged (THD) graph bucketed as cuda_attention_cudnn.cpp
+// buckets it, for the worst sequences call.packed_rows allows.
 SdpaGraphShape graph_shape(const AttentionCallShape& call) {
-  return {call.batch, call.heads, call.kv_heads, call.time, call.head_dim, call.packed};
+  SdpaGraphShape shape{call.batch, call.heads, call.kv_heads, call.time, call.head_dim, call.packed};
+  if (call.packed && call.packed_rows.samples > 0) {
+    shape.batch = worst_ragged_batch(call.packed_rows, call.batch);
+    shape.time = cudnn_ragged_time(call.time, call.time);  // a sample may fill its row
+  }
+  return shape;
 }
 
 }  // namespace
+
+int64_t cudnn_ragged_batch(int64_t sequences, int64_t rows) {
+  return rows * power_of_two_at_least((sequences + rows - 1) / rows);
+}
+
+int64_t cudnn_ragged_time(int64_t longest, int64_t time) {
+  return std::min(time, std::max<int64_t>(64, power_of_two_at_least(longest)));
+}
+
+PackedRows packed_rows_bound(int64_t micro_batch, int64_t shortest_sample, int64_t longest_sample) {
+  ZT_CHECK(micro_batch > 0 && shortest_sample > 0 && shortest_sample <= longest_sample,
+           "packed rows: micro-batch ", micro_batch, " of samples of ", shortest_sample, " to ", longest_sample,
+           " tokens");
+  return {micro_batch, std::min(micro_batch, longest_sample / shortest_sample), shortest_sample < longest_sample};
+}
+
+int64_t worst_ragged_batch(const PackedRows& packed, int64_t rows) {
+  if (packed.samples == 0) return rows;
+  const int64_t per_row = std::max<int64_t>(packed.samples_per_row, 1);
+  const int64_t fewest_rows = (packed.samples + per_row - 1) / per_row;
+  int64_t worst = 0;
+  for (int64_t r = std::min(fewest_rows, rows); r <= std::min(rows, packed.samples); ++r) {
+    const int64_t padding_runs = packed.padded ? r - 1 : 0;  // every row but the fullest
+    worst = std::max(worst, cudnn_ragged_batch(packed.samples + padding_runs, r));
+  }
+  return worst;
+}
 
 int64_t cudnn_sdpa_frontend_workspace_bytes(const SdpaGraphShape& shape, bool backward, bool deterministic) {
   if (!backward) return 0;

@@ -3,7 +3,9 @@
 // it through the counting backend (CountingOptions::attention_scratch) for a CUDA device, live or
 // typical, and the CUDA backend reads the same ZT_CUDA_ATTENTION choice here
 // (cuda_attention.cu). The emulated cuDNN's plans ask for cudnn_sdpa_plan_workspace_bytes
-// (src/emu/emu_cudnn.cpp restates it: the emulator includes only emu/ headers).
+// (src/emu/emu_cudnn.cpp restates it: the emulator includes only emu/ headers). Also here: the
+// bucketing of packed rows' ragged graphs (cudnn_ragged_batch, cudnn_ragged_time), which the
+// backend builds its graphs with and the memory model counts with, one function for both.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -48,12 +50,42 @@ int64_t cudnn_sdpa_frontend_workspace_bytes(const SdpaGraphShape& shape, bool ba
 constexpr int64_t kCudnnPlanWorkspaceAllowance = int64_t{1} << 20;
 int64_t cudnn_sdpa_plan_workspace_bytes(const SdpaGraphShape& shape, bool backward, bool deterministic);
 
+// The buckets of packed rows' ragged graphs (cuda_attention_cudnn.cpp builds its graphs with
+// these, so that a few graphs serve every batch; the memory model counts with them): a call of
+// `rows` rows x `time` tokens holding `sequences` sequences (every run of tokens whose position
+// restarts at 0: samples, and the padding after a row's last sample), the longest `longest`
+// tokens, gets a graph of
+//   B' = rows x the power of two >= ceil(sequences / rows)  sequences, and
+//   S' = the power of two >= longest, at least 64, at most time  tokens.
+int64_t cudnn_ragged_batch(int64_t sequences, int64_t rows);
+int64_t cudnn_ragged_time(int64_t longest, int64_t time);
+
+// What the rows of a run's packed micro-batches (train --packing, data/packing.h) can hold: the
+// micro-batch's samples packed first-fit decreasing into rows as long as the data's longest
+// sample, each row padded to the fullest's length, the padding a sequence of its own (its
+// positions restart at 0). samples == 0: rows of one sample each, the padding continuing it
+// (every run without --packing): B' = B, S' = T.
+struct PackedRows {
+  int64_t samples = 0;          // samples per micro-batch (train_micro_batch_size_per_gpu)
+  int64_t samples_per_row = 0;  // the most one row holds: longest / shortest sample (<= samples)
+  bool padded = false;          // samples differ in length: all rows but the fullest may end in padding
+};
+// The data's bound: micro_batch samples between shortest and longest tokens long (1: any data).
+PackedRows packed_rows_bound(int64_t micro_batch, int64_t shortest_sample, int64_t longest_sample);
+// The most sequences B' a ragged graph gets for a call of at most `rows` rows of such samples:
+// the worst over r = 1 .. rows rows (fewer when samples_per_row forces more) of
+// cudnn_ragged_batch(samples + r - 1 padding runs, r) (samples alone for one row: it is the
+// fullest). Exact for a call whose rows are the worst r; e.g. 4 samples of varied length give
+// B' = 8 (2 rows: 5 sequences -> 2 x 4; 4 rows: 7 -> 4 x 2), twice the rows the model counts.
+int64_t worst_ragged_batch(const PackedRows& packed, int64_t rows);
+
 // One attention call of the CUDA backend: q [batch, time, heads, head_dim], k and v with
-// kv_heads; packed: positions given (packed rows, backend.h).
+// kv_heads; packed: positions given (packed rows, backend.h), which hold packed_rows' samples.
 struct AttentionCallShape {
   DType dtype = DType::BF16;
   int64_t batch = 0, time = 0, heads = 0, kv_heads = 0, head_dim = 0;
   bool packed = false;
+  PackedRows packed_rows;
 };
 
 // The device memory the CUDA backend's attention takes during one call, from its caching
@@ -62,8 +94,8 @@ struct AttentionCallShape {
 //     workspace (frontend + plan, deterministic backward: the backend's first choice);
 //     packed rows also keep the ragged index arrays (4 B' + 3 int32) from call to call;
 //   - our kernels: the backward's delta [B, H, T] fp32.
-// Packed rows are counted as one sample per row (B' = B sequences of T): more samples per row
-// make cuDNN's bucketed graph B' x S' instead of B x T, which the model does not see.
+// Packed rows' graph is the worst call.packed_rows can give: B' = worst_ragged_batch sequences
+// of S' = T tokens (a sample as long as the row); one sample per row: B x T.
 // Assumes cuDNN runs every bf16/fp16 case; where a GPU's cuDNN refuses one, our kernels' scratch
 // (delta, the size of the softmax sum alone) is less than what is counted.
 struct AttentionScratch {

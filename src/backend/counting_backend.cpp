@@ -239,7 +239,7 @@ class Counting final : public CountingBackend {
   void hold_attention_scratch(const Tensor& q, const Tensor& k, const Tensor& positions, bool backward) {
     if (!options_.attention_scratch || q.ndim != 4 || k.ndim != 4) return;
     const AttentionCallShape call{q.dtype,    q.shape[0], q.shape[1], q.shape[2],
-                                  k.shape[2], q.shape[3], !positions.empty()};
+                                  k.shape[2], q.shape[3], !positions.empty(), options_.packed_rows};
     const AttentionScratch scratch = options_.attention_scratch(call, backward);
     const std::string term = ledger_->term;
     ledger_->term = kTermAttentionWorkspace;

@@ -31,6 +31,9 @@ struct CountingOptions {
   // cuda_attention_scratch); null: none. Counted under kTermAttentionWorkspace, and listed as
   // scratch by ZT_ALLOCATION_LOG.
   AttentionScratch (*attention_scratch)(const AttentionCallShape& call, bool backward) = nullptr;
+  // What the rows of packed calls (positions given) hold, handed to attention_scratch with each
+  // call (the positions' values are never read here); default: one sample per row.
+  PackedRows packed_rows;
 };
 
 // Bytes held now and at most, on the counted device and in the host memory its host backend

@@ -253,9 +253,9 @@ std::vector<ZeroChoice> search_branches(const TrainConfig& base, const po::varia
 // An experiment's need per rank: the device peak (on the CPU backend the host peak: its buffers);
 // under a pipeline the heaviest stage's, the job's (the trainer records the heaviest rank's peak).
 int64_t predicted_need(const TrainConfig& config, const ModelConfig& model, int world_size, int64_t seq_len,
-                       const MemoryTarget& target, int64_t regrowth) {
+                       const MemoryTarget& target, const DataLengths& data) {
   const bool on_cpu = target.device == Device::CPU;
-  const std::vector<MemoryPrediction> stages = predict_stage_memory(config, model, world_size, seq_len, target, regrowth);
+  const std::vector<MemoryPrediction> stages = predict_stage_memory(config, model, world_size, seq_len, target, data);
   const MemoryPrediction& prediction = stages[heaviest_stage(stages, on_cpu)];
   return on_cpu ? prediction.host_peak : prediction.device_needed();
 }
@@ -375,7 +375,7 @@ int command_autotune(const std::vector<std::string>& args) {
   base.lora = lora_with_default_targets(base.lora, model);
   const TokenDataset dataset = TokenDataset::open(base.data_dir, base.data_split);
   const int64_t seq_len = dataset.longest_sample();
-  const int64_t regrowth = activation_regrowth_from(dataset);  // as `train` predicts it
+  const DataLengths data = data_lengths_of(dataset);  // as `train` predicts it
   const int64_t accumulation = base.gradient_accumulation_steps > 0 ? base.gradient_accumulation_steps : 1;
 
   MemoryTarget target;
@@ -406,7 +406,7 @@ int command_autotune(const std::vector<std::string>& args) {
 
   const bool on_cpu = target.device == Device::CPU;
   const auto predict = [&](const AutotuneExperiment& experiment) {
-    return predicted_need(experiment_config(base, experiment, world_size), model, world_size, seq_len, target, regrowth);
+    return predicted_need(experiment_config(base, experiment, world_size), model, world_size, seq_len, target, data);
   };
   const auto run = [&](AutotuneExperiment& experiment) {
     const TrainConfig config = trial_config(base, experiment, world_size, (exps / experiment.name).string(), trial_steps);

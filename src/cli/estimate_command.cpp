@@ -1,7 +1,7 @@
 // `zerotune estimate --model DIR | --params N [--largest-layer-params N] [--trainable-params N]
 //                    [--gpus-per-node G] [--nodes K] [--lora-r R --lora-targets ...] [--objective sft|reward|dpo]
 //                    [--compute-dtype bf16|fp16|fp32] [bucket sizes] [--deepspeed JSON]
-//                    [--seq-len T | --data DIR] [--micro-batch B] [--activation-checkpointing]
+//                    [--seq-len T | --data DIR] [--micro-batch B] [--packing] [--activation-checkpointing]
 //                    [--device typical-gpu|cuda|cpu] [--max-seq-len --device-memory 24GiB,...] [--json]`:
 // memory for model states per GPU and per CPU (node) for every ZeRO stage and offload choice:
 // DeepSpeed's estimator formulas and zerotune's own buffer plan side by side
@@ -66,7 +66,8 @@ struct RunShape {
   bool offload_activations = false;  // with checkpointing: the block inputs in host memory
   TrainConfig base;  // --deepspeed's settings (else the defaults), which the fields above override
   MemoryTarget target = typical_gpu_target();  // --device: the allocator the memory model counts for
-  int64_t grown_from_seq_len = 0;  // --data with samples of varied lengths (memory_model.h)
+  DataLengths data;  // --data: growth when samples differ in length, packing's shortest sample (memory_model.h)
+  bool packing = false;  // train --packing: the micro-batch's samples packed into rows
   int64_t head_chunk_rows = 0;  // the LM head + cross-entropy chunk (0: automatic)
   int64_t accumulation = 1;     // micro-batches per step (gradient_accumulation_steps): GPipe keeps all in flight
   PipelineConfig pipeline;      // --pipeline-stages P: the memory model steps every stage, the heaviest is the need
@@ -84,6 +85,7 @@ TrainConfig row_config(const RunShape& shape, const ZeroMemoryInputs& base, cons
   config.head_chunk_rows = shape.head_chunk_rows;
   config.quantize = shape.quantize;
   config.objective = shape.objective;
+  config.packing = shape.packing;
   config.optimizer = shape.optimizer;
   config.zero.reduce_bucket_size = base.reduce_bucket_size;
   config.zero.stage3_max_live_parameters = base.stage3_max_live_parameters;
@@ -147,7 +149,7 @@ nlohmann::ordered_json predicted_run(const ModelSummary& model, const RunShape& 
                                      const Choice& choice, DType compute_dtype, bool activation_checkpointing) {
   const std::vector<MemoryPrediction> stages =
       predict_stage_memory(row_config(shape, base, choice, compute_dtype, activation_checkpointing), *model.config,
-                           base.world_size, shape.seq_len, shape.target, shape.grown_from_seq_len);
+                           base.world_size, shape.seq_len, shape.target, shape.data);
   const size_t heaviest = heaviest_stage(stages, shape.target.device == Device::CPU);
   nlohmann::ordered_json row = prediction_json(stages[heaviest], base.gpus_per_node);
   row["pipeline_stage"] = heaviest;
@@ -156,6 +158,12 @@ nlohmann::ordered_json predicted_run(const ModelSummary& model, const RunShape& 
     for (const MemoryPrediction& stage : stages) row["stages"].push_back(prediction_json(stage, base.gpus_per_node));
   }
   return row;
+}
+
+// --packing: what the run columns count for the packed attention, in words (null without it).
+nlohmann::ordered_json packing_json(const RunShape& shape, const ZeroMemoryInputs& base, DType compute_dtype) {
+  if (!shape.packing) return nullptr;
+  return packed_rows_text(row_config(shape, base, Choice{}, compute_dtype, false), shape.seq_len, shape.data);
 }
 
 nlohmann::ordered_json estimate_report(const ModelSummary& model, const RunShape& shape, const ZeroMemoryInputs& base,
@@ -178,7 +186,8 @@ nlohmann::ordered_json estimate_report(const ModelSummary& model, const RunShape
     report["run"] = {{"seq_len", shape.seq_len}, {"micro_batch", shape.micro_batch}, {"objective", shape.objective},
                      {"quantize", quant_config_json(shape.quantize)},
                      {"activation_checkpointing", shape.activation_checkpointing},
-                     {"grown_from_seq_len", shape.grown_from_seq_len},
+                     {"grown_from_seq_len", shape.data.grown_from_seq_len},
+                     {"packing", packing_json(shape, base, compute_dtype)},
                      {"gradient_accumulation_steps", shape.accumulation},
                      {"pipeline_stages", shape.pipeline.stages},
                      {"pipeline_schedule", shape.pipeline.schedule},
@@ -363,6 +372,7 @@ std::string format_report(const nlohmann::ordered_json& report) {
     line(cat("run: micro-batch ", report["run"]["micro_batch"].get<int64_t>(), " x ", report["run"]["seq_len"].get<int64_t>(),
              " tokens", report["run"]["activation_checkpointing"].get<bool>() ? ", activation checkpointing" : "",
              run_quantization_note(report["run"]), pipeline_note(report["run"])));
+  if (run && report["run"]["packing"].is_string()) line(cat("packing: ", report["run"]["packing"].get<std::string>()));
   line("");
   char row[320];
   std::snprintf(row, sizeof row, "%-5s %-9s %-7s | %12s %12s %12s | %12s %12s%s", "", "offload", "offload",
@@ -598,6 +608,9 @@ boost::program_options::options_description estimate_options(EstimateFlags& f) {
        "machine's GPU 0, as `train` checks it) or cpu (the CPU backend: exact bytes, all of them host memory)")
       ("data", po::value(&data_dir), "with --model, instead of --seq-len: the token shards to train on (their longest "
        "sample, and the activation buffers' growth when samples differ in length, as `train` predicts it)")
+      ("packing", po::bool_switch(&shape.packing), "with --model: train --packing (each micro-batch's samples packed "
+       "into rows): the attention workspace counts cuDNN's packed graph for the worst micro-batch, bounded by the "
+       "shortest sample of --data (without --data: samples of 1 token, said in the report)")
       ("head-chunk-rows", po::value(&shape.head_chunk_rows)->default_value(0),
        "with --model: rows per chunk of the LM head + cross-entropy, as train's (0: automatic; micro-batch x "
        "seq-len or more: the whole [tokens, vocab] logits at once)")
@@ -649,6 +662,8 @@ void check_estimate_flags(const EstimateFlags& f, const boost::program_options::
   for (const char* flag : {"pipeline-schedule", "pipeline-chunks", "partition-method"})
     ZT_CHECK(values[flag].empty() || values[flag].defaulted() || shape.pipeline.enabled(), "--", flag,
              " goes with --pipeline-stages P (P > 1)");
+  ZT_CHECK(!shape.packing || (have_model && shape.objective == "sft"), "--packing needs --model and --objective sft "
+           "(train refuses it with reward and dpo: each pair's sides keep rows of their own)");
   ZT_CHECK(shape.head_chunk_rows >= 0, "--head-chunk-rows = ", shape.head_chunk_rows, ": must be >= 0 (0: automatic)");
   ZT_CHECK(have_model || (values["seq-len"].defaulted() && values["micro-batch"].defaulted() &&
                           !shape.activation_checkpointing),
@@ -823,7 +838,7 @@ int command_estimate(const std::vector<std::string>& args) {
     ZT_CHECK(values.count("model") && values["seq-len"].defaulted(), "--data goes with --model and instead of --seq-len");
     const TokenDataset dataset = TokenDataset::open(flags.data_dir);
     shape.seq_len = dataset.longest_sample();
-    shape.grown_from_seq_len = activation_regrowth_from(dataset);
+    shape.data = data_lengths_of(dataset);
   }
   std::unique_ptr<Backend> live_backend;  // --device cuda: the GPU whose allocator the model counts for
   choose_memory_target(flags, shape, live_backend);

@@ -158,8 +158,42 @@ int64_t activation_regrowth_from(const TokenDataset& dataset) {
   return 0;
 }
 
+DataLengths data_lengths_of(const TokenDataset& dataset) {
+  DataLengths data;
+  data.grown_from_seq_len = activation_regrowth_from(dataset);
+  data.shortest_sample = dataset.longest_sample();
+  for (int64_t index = 0; index < dataset.num_samples(); ++index)
+    data.shortest_sample = std::min(data.shortest_sample, dataset.sample_length(index));
+  return data;
+}
+
+PackedRows packed_rows_of(const TrainConfig& config, int64_t seq_len, const DataLengths& data) {
+  if (!config.packing) return {};
+  const int64_t shortest = data.shortest_sample > 0 ? std::min(data.shortest_sample, seq_len) : 1;
+  return packed_rows_bound(config.micro_batch_size, shortest, seq_len);
+}
+
+std::string packed_rows_text(const TrainConfig& config, int64_t seq_len, const DataLengths& data) {
+  if (!config.packing) return "";
+  const PackedRows rows = packed_rows_of(config, seq_len, data);
+  const std::string shortest =
+      data.shortest_sample > 0 ? cat(std::min(data.shortest_sample, seq_len)) : std::string("1 (assumed: no data given)");
+  return cat("cuDNN's packed attention graph counted at up to ", worst_ragged_batch(rows, config.micro_batch_size),
+             " sequences x ", cudnn_ragged_time(seq_len, seq_len), " tokens per micro-batch (", config.micro_batch_size,
+             " samples of ", shortest, " to ", seq_len, " tokens packed into rows, the padding after a row's last "
+             "sample a sequence of its own; one sample per row: ", config.micro_batch_size, " sequences)");
+}
+
+std::string packed_attention_note(const TrainConfig& config, int64_t seq_len, const DataLengths& data,
+                                  const MemoryPrediction& prediction) {
+  const auto workspace = prediction.device_terms.find(kTermAttentionWorkspace);
+  if (!config.packing || workspace == prediction.device_terms.end()) return "";
+  return cat("--packing: ", format_bytes(workspace->second), " of it is the attention workspace, ",
+             packed_rows_text(config, seq_len, data), ". ");
+}
+
 MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& model_config, int world_size, int rank,
-                                int64_t seq_len, const MemoryTarget& target, int64_t grown_from_seq_len) {
+                                int64_t seq_len, const MemoryTarget& target, const DataLengths& data) {
   ZT_CHECK(seq_len > 0 && config.micro_batch_size > 0 && config.gradient_accumulation_steps > 0,
            "memory model: sequence length ", seq_len, ", micro-batch ", config.micro_batch_size, " and accumulation ",
            config.gradient_accumulation_steps, " must be positive");
@@ -169,6 +203,7 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
   options.discard_chunk_bytes = target.discard_chunk_bytes;
   options.fixed_bytes = target.fixed_bytes;
   options.attention_scratch = target.attention_scratch;
+  options.packed_rows = packed_rows_of(config, seq_len, data);  // the worst packed micro-batch's rows
   std::unique_ptr<CountingBackend> backend = make_counting_backend(options);
   // Under a pipeline this rank's stage (rank / D) with its data-parallel group of D = world / P
   // ranks, its instruction list run by the engine on a null world (pipe_engine.h).
@@ -219,9 +254,10 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
   backend->reset_peaks();
   StepTerms step_terms(*backend);
   runner.set_observer(&step_terms);
-  const bool grows = grown_from_seq_len > 0 && grown_from_seq_len < seq_len;
+  const int64_t grown_from = data.grown_from_seq_len;
+  const bool grows = grown_from > 0 && grown_from < seq_len;
   int64_t step = 0;
-  for (int64_t step_seq : grows ? std::vector<int64_t>{grown_from_seq_len, seq_len} : std::vector<int64_t>{seq_len}) {
+  for (int64_t step_seq : grows ? std::vector<int64_t>{grown_from, seq_len} : std::vector<int64_t>{seq_len}) {
     StepBatches batches = model_batches(run, *parts.objective, step_seq);
     runner.run(step, step, batches, parts.schedule, nullptr);
     ++step;
@@ -238,13 +274,13 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
 
 std::vector<MemoryPrediction> predict_stage_memory(const TrainConfig& config, const ModelConfig& model, int world_size,
                                                    int64_t seq_len, const MemoryTarget& target,
-                                                   int64_t grown_from_seq_len) {
+                                                   const DataLengths& data) {
   const int data_parallel = config.data_parallel_size(world_size);  // refuses a P that does not divide the world
   const int stages = config.pipeline.enabled() ? static_cast<int>(config.pipeline.stages) : 1;
   std::vector<MemoryPrediction> predictions;
   for (int stage = 0; stage < stages; ++stage)
     predictions.push_back(
-        predict_memory(config, model, world_size, stage * data_parallel, seq_len, target, grown_from_seq_len));
+        predict_memory(config, model, world_size, stage * data_parallel, seq_len, target, data));
   return predictions;
 }
 
@@ -274,7 +310,7 @@ int64_t longest_fitting_sequence(const TrainConfig& config, const ModelConfig& m
 
 std::vector<std::string> fitting_memory_choices(const TrainConfig& config, const ModelConfig& model, int world_size,
                                                 int64_t seq_len, const MemoryTarget& target, int64_t free_bytes,
-                                                int64_t grown_from_seq_len) {
+                                                const DataLengths& data) {
   struct Fit {
     int64_t peak;
     std::string text;
@@ -286,7 +322,7 @@ std::vector<std::string> fitting_memory_choices(const TrainConfig& config, const
       choice.activation_checkpointing = checkpointing;
       // Under a pipeline the heaviest stage's need (the rank that would not fit).
       const std::vector<MemoryPrediction> stages =
-          predict_stage_memory(with_choice(config, choice), model, world_size, seq_len, target, grown_from_seq_len);
+          predict_stage_memory(with_choice(config, choice), model, world_size, seq_len, target, data);
       const MemoryPrediction& prediction = stages[heaviest_stage(stages, false)];
       if (prediction.device_needed() > free_bytes) continue;
       fits.push_back({prediction.device_needed(), cat(choice_text(choice), ": ", format_bytes(prediction.device_needed()))});

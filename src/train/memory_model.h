@@ -86,13 +86,38 @@ struct MemoryPrediction {
   nlohmann::json to_json() const;
 };
 
+// What the data a run reads tells the memory model beyond its longest sample (the seq_len the
+// model is asked about); data_lengths_of(dataset) for a run on it.
+struct DataLengths {
+  // A step of micro-batches that long runs first (0: none), so that the step at seq_len grows
+  // the model's activation buffers, holding each old buffer beside its new one for a moment, as
+  // the trainer does when a longer micro-batch comes (for data of varied lengths: seq_len - 1,
+  // the worst case; activation_regrowth_from).
+  int64_t grown_from_seq_len = 0;
+  // --packing: the shortest sample, which bounds how many samples share a row and so how many
+  // sequences cuDNN's ragged graph gets (packed_rows_bound, backend/attention_scratch_rules.h).
+  // 0: unknown (no data given): any data, down to samples of one token.
+  int64_t shortest_sample = 0;
+};
+DataLengths data_lengths_of(const TokenDataset& dataset);
+
+// What --packing's rows of `config` can hold on data of `data` and longest sample `seq_len`
+// (packed_rows_bound; unknown data: samples of 1 to seq_len tokens); without --packing one sample per row.
+PackedRows packed_rows_of(const TrainConfig& config, int64_t seq_len, const DataLengths& data);
+
+// What the model counts under --packing, in words (estimate prints it): cuDNN's packed graph of
+// up to B' sequences x S' tokens and the samples that bound it, saying when their shortest is
+// assumed (no data); "" without --packing.
+std::string packed_rows_text(const TrainConfig& config, int64_t seq_len, const DataLengths& data);
+// --packing's share of a prediction for the start-of-run refusal: the attention workspace term
+// and packed_rows_text ("" without --packing or without that term).
+std::string packed_attention_note(const TrainConfig& config, int64_t seq_len, const DataLengths& data,
+                                  const MemoryPrediction& prediction);
+
 // One rank (`rank` of `world_size`) of the run `config` on `model`, with micro-batches of
-// config.micro_batch_size x seq_len tokens. grown_from_seq_len (0: none): a step of micro-batches
-// that long runs first, so that the step at seq_len grows the model's activation buffers, holding
-// each old buffer beside its new one for a moment, as the trainer does when a longer micro-batch
-// comes (for data of varied lengths: seq_len - 1, the worst case; activation_regrowth_from).
+// config.micro_batch_size x seq_len tokens, on data of `data` (above).
 MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& model, int world_size, int rank,
-                                int64_t seq_len, const MemoryTarget& target, int64_t grown_from_seq_len = 0);
+                                int64_t seq_len, const MemoryTarget& target, const DataLengths& data = {});
 
 // The job's figures under a pipeline (config.pipeline.stages = P > 1): predict_memory of every
 // stage's first rank (s x D; the D ranks of a stage hold the same), in stage order; without a
@@ -100,12 +125,12 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
 // and the stage inputs of its micro-batches in flight (pipe_engine.h), so the stages differ.
 std::vector<MemoryPrediction> predict_stage_memory(const TrainConfig& config, const ModelConfig& model, int world_size,
                                                    int64_t seq_len, const MemoryTarget& target,
-                                                   int64_t grown_from_seq_len = 0);
+                                                   const DataLengths& data = {});
 // The stage whose need is the job's: the largest device_needed() (on_host: the largest host_peak,
 // the CPU backend's buffers), the first of equals.
 size_t heaviest_stage(const std::vector<MemoryPrediction>& stages, bool on_host);
 
-// What predict_memory's grown_from_seq_len is for training on `dataset`: its longest sample - 1
+// What DataLengths::grown_from_seq_len is for training on `dataset`: its longest sample - 1
 // when some sample is shorter (a micro-batch may be shorter than a later one), else 0.
 int64_t activation_regrowth_from(const TokenDataset& dataset);
 
@@ -120,6 +145,6 @@ int64_t longest_fitting_sequence(const TrainConfig& config, const ModelConfig& m
 // text ("stage 3 + offload_optimizer cpu + --activation-checkpointing: 5.2 GiB"), smallest first.
 std::vector<std::string> fitting_memory_choices(const TrainConfig& config, const ModelConfig& model, int world_size,
                                                 int64_t seq_len, const MemoryTarget& target, int64_t free_bytes,
-                                                int64_t grown_from_seq_len = 0);
+                                                const DataLengths& data = {});
 
 }  // namespace zt

@@ -122,7 +122,7 @@ void write_run_record(TrainingRun& run) {
                                  {"stage_first_units", run.parts.stage.bounds}};
   record["memory_predicted"] = run.memory_prediction.to_json();
   record["memory_predicted"]["seq_len"] = run.longest_sample;
-  record["memory_predicted"]["grown_from_seq_len"] = run.regrowth;
+  record["memory_predicted"]["grown_from_seq_len"] = run.data_lengths.grown_from_seq_len;
   run.backend().synchronize();  // discarded chunks given back: the device's figures are settled
   const std::optional<DeviceMemory> device = run.backend().memory();
   if (device) {

@@ -89,21 +89,21 @@ void write_final_weights(TrainingRun& run) {
 // A run whose predicted device peak exceeds the device's free memory stops here, before anything
 // is allocated, saying which ZeRO / offload / checkpointing choices would fit.
 void check_device_memory_fits(const Backend& backend, const TrainConfig& config, const ModelConfig& model_config,
-                              int world_size, int rank, int64_t longest_sample, int64_t regrowth,
+                              int world_size, int rank, int64_t longest_sample, const DataLengths& data,
                               const MemoryTarget& memory_target, const MemoryPrediction& memory_prediction) {
   if (const std::optional<DeviceMemory> device = backend.memory()) {
     const int64_t free = device->device_free;
     const int64_t needed = memory_prediction.device_needed() - memory_target.fixed_bytes;  // the fixed part is held
     if (needed > free) {
       const std::vector<std::string> fits = fitting_memory_choices(
-          config, model_config, world_size, longest_sample, memory_target, free + memory_target.fixed_bytes, regrowth);
+          config, model_config, world_size, longest_sample, memory_target, free + memory_target.fixed_bytes, data);
       std::string choices;
       for (const std::string& fit : fits) choices += "\n  " + fit;
       fail("rank ", rank, " (", backend.name(), "): this run needs about ", format_bytes(memory_prediction.device_needed()),
            " of device memory at its peak (", format_bytes(memory_prediction.device_setup), " after set-up; micro-batch ",
            config.micro_batch_size, " x ", longest_sample, " tokens, the longest sample), but only ",
            format_bytes(free + memory_target.fixed_bytes), " are free. ",
-           fits.empty() ? std::string("No ZeRO stage, offload or activation checkpointing choice fits: lower "
+           packed_attention_note(config, longest_sample, data, memory_prediction), fits.empty() ? std::string("No ZeRO stage, offload or activation checkpointing choice fits: lower "
                                       "train_micro_batch_size_per_gpu or the data's max_seq_len, use LoRA, or use more GPUs.")
                         : cat("These choices would fit (predicted peak):", choices));
     }
@@ -235,12 +235,12 @@ void open_device(TrainingRun& run) {
   if (run.device.comm) run.comm = run.device.comm.get();
   run.control().set_timeout(std::chrono::duration<double>(config.comm_timeout_seconds));
   run.longest_sample = run.dataset->longest_sample();
-  run.regrowth = activation_regrowth_from(*run.dataset);  // shorter samples: buffers grow later
+  run.data_lengths = data_lengths_of(*run.dataset);  // shorter samples: buffers grow later, rows pack more
   const MemoryTarget target = memory_target_of(run.backend());
-  run.memory_prediction =
-      predict_memory(config, run.model_config, run.world_size, run.rank, run.longest_sample, target, run.regrowth);
+  run.memory_prediction = predict_memory(config, run.model_config, run.world_size, run.rank, run.longest_sample,
+                                         target, run.data_lengths);
   check_device_memory_fits(run.backend(), config, run.model_config, run.world_size, run.rank, run.longest_sample,
-                           run.regrowth, target, run.memory_prediction);
+                           run.data_lengths, target, run.memory_prediction);
   split_pipeline(run);
 }
 

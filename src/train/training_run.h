@@ -46,7 +46,7 @@ struct TrainingRun {
   std::unique_ptr<Communicator> stage_comm, stage_host_comm;
   std::unique_ptr<PipeEngine> pipe;
   int64_t longest_sample = 0;        // the memory prediction's sequence length
-  int64_t regrowth = 0;              // activation_regrowth_from(dataset)
+  DataLengths data_lengths;          // data_lengths_of(dataset): the prediction's data
   MemoryPrediction memory_prediction;
   // assembled:
   RunParts parts;

@@ -26,6 +26,7 @@
 #include "backend/attention_scratch_rules.h"
 #include "backend/counting_backend.h"
 #include "backend/gpu_memory_rules.h"
+#include "data/packing.h"
 #include "gpu_test_util.h"
 #include "test_util.h"
 
@@ -345,7 +346,8 @@ BOOST_AUTO_TEST_CASE(cudnn_packed_positions_overwritten_on_the_device) {
 // cuDNN's workspace comes from the backend's caching allocator and is what the memory model
 // counts (backend/attention_scratch_rules.h, cuda_attention_scratch, through the counting backend): the
 // device peak each call adds to what is held, by the backend's own counters, equals the counting
-// backend's to the byte, dense and packed (one sample per row, as the model counts them), at a
+// backend's to the byte, dense and packed (one sample per row; and many short samples beside a
+// long one, whose bucketed graph the model counts from the data's bound), at a
 // length where the backward's workspace is most of it (the fp32 softmax sum and the
 // deterministic engine's dS [B, H, 256, 256] in bf16: the frontend's part computed by the real
 // cudnn-frontend headers, the plan's by the emulated cuDNN). On a GPU the plan's part is the
@@ -365,12 +367,21 @@ static void check_counted(int64_t measured, int64_t predicted, const std::string
 #endif
 }
 
-BOOST_AUTO_TEST_CASE(cudnn_workspace_counted) {
-  const ScopedAttentionVariant variant("cudnn");
-  const int64_t batch = 2, time = 200, heads = 4, kv_heads = 2, head_dim = 64;
-  const std::initializer_list<int64_t> q_shape = {batch, time, heads, head_dim};
-  const std::initializer_list<int64_t> kv_shape = {batch, time, kv_heads, head_dim};
-  const std::initializer_list<int64_t> lse_shape = {batch, heads, time};
+// One case of cudnn_workspace_counted on a fresh CUDA backend and a fresh counting backend (as
+// the memory model makes it for that backend, train/memory_model.cpp, with `packed_rows`): the
+// peak the forward and the backward each add, measured against predicted. `positions` empty:
+// dense. Returns the backward's measured peak.
+struct WorkspaceCase {
+  std::string what;
+  std::vector<int32_t> positions;  // [B*T] or empty
+  PackedRows packed_rows;          // what the counting backend is told packed rows hold
+};
+constexpr int64_t kWsBatch = 2, kWsTime = 200, kWsHeads = 4, kWsKvHeads = 2, kWsHeadDim = 64;
+
+int64_t check_workspace_case(const WorkspaceCase& c) {
+  const std::initializer_list<int64_t> q_shape = {kWsBatch, kWsTime, kWsHeads, kWsHeadDim};
+  const std::initializer_list<int64_t> kv_shape = {kWsBatch, kWsTime, kWsKvHeads, kWsHeadDim};
+  const std::initializer_list<int64_t> lse_shape = {kWsBatch, kWsHeads, kWsTime};
   std::unique_ptr<CudaBackend> backend = make_cuda_backend(0);
   std::vector<Buffer> buffers;
   auto tensor = [&](DType dtype, std::initializer_list<int64_t> shape, uint32_t seed) {
@@ -386,16 +397,21 @@ BOOST_AUTO_TEST_CASE(cudnn_workspace_counted) {
   const Tensor out = tensor(DType::BF16, q_shape, 5), lse = tensor(DType::F32, lse_shape, 6);
   const Tensor dq = tensor(DType::BF16, q_shape, 7), dk = tensor(DType::BF16, kv_shape, 8);
   const Tensor dv = tensor(DType::BF16, kv_shape, 9);
-  const int row = static_cast<int>(time);
-  std::vector<int32_t> one_sample_per_row = packed_positions(batch, time, {{row}, {row}});
-  buffers.emplace_back(*backend, one_sample_per_row.size() * sizeof(int32_t));
-  const Tensor packed(buffers.back().data(), DType::I32, {batch * time}, Device::CUDA);
-  backend->copy(packed, view(one_sample_per_row, {batch * time}));
-
-  CountingOptions options;  // as the memory model makes it for this backend (train/memory_model.cpp)
-  options.allocation_size = backend->memory_traits().allocation_size;
-  options.attention_scratch = cuda_attention_scratch;
-  std::unique_ptr<CountingBackend> counting = make_counting_backend(options);
+  Tensor positions;
+  if (!c.positions.empty()) {
+    std::vector<int32_t> values = c.positions;  // [B*T]
+    buffers.emplace_back(*backend, values.size() * sizeof(int32_t));
+    positions = Tensor(buffers.back().data(), DType::I32, {kWsBatch * kWsTime}, Device::CUDA);
+    backend->copy(positions, view(values, {kWsBatch * kWsTime}));
+  }
+  auto counting_backend = [&](PackedRows packed_rows) {
+    CountingOptions options;
+    options.allocation_size = backend->memory_traits().allocation_size;
+    options.attention_scratch = cuda_attention_scratch;
+    options.packed_rows = packed_rows;
+    return make_counting_backend(options);
+  };
+  std::unique_ptr<CountingBackend> counting = counting_backend(c.packed_rows);
   // The peak `call` adds to what `on` holds: the CUDA backend's counters (its caching allocator's
   // blocks in use), or the counting backend's.
   auto measured = [&](auto call) {
@@ -406,37 +422,59 @@ BOOST_AUTO_TEST_CASE(cudnn_workspace_counted) {
     backend->synchronize();
     return backend->memory()->peak - before;
   };
-  auto predicted = [&](auto call) {
-    counting->reset_peaks();
-    const int64_t before = counting->counted().device;
-    call(static_cast<Backend&>(*counting));
-    return counting->counted().device_peak - before;
+  auto predicted = [&](CountingBackend& on, auto call) {
+    on.reset_peaks();
+    const int64_t before = on.counted().device;
+    call(static_cast<Backend&>(on));
+    return on.counted().device_peak - before;
   };
-  for (const Tensor& positions : {Tensor(), packed}) {
-    const std::string what = positions.empty() ? "dense" : "packed";
-    auto forward = [&](Backend& on) { on.attention_forward(out, lse, q, k, v, positions, 0.125f); };
-    auto backward = [&](Backend& on) { on.attention_backward(dq, dk, dv, dout, q, k, v, out, lse, positions, 0.125f); };
+  auto forward = [&](Backend& on) { on.attention_forward(out, lse, q, k, v, positions, 0.125f); };
+  auto backward = [&](Backend& on) { on.attention_backward(dq, dk, dv, dout, q, k, v, out, lse, positions, 0.125f); };
 #if defined(ZT_EMULATED_DEVICE)
-    const uint64_t before = zt_emu::cudnn_executions();
+  const uint64_t before = zt_emu::cudnn_executions();
 #endif
-    const int64_t forward_measured = measured(forward), backward_measured = measured(backward);
+  const int64_t forward_measured = measured(forward), backward_measured = measured(backward);
 #if defined(ZT_EMULATED_DEVICE)
-    BOOST_TEST(zt_emu::cudnn_executions() == before + 2, what << ": cuDNN ran both");
+  BOOST_TEST(zt_emu::cudnn_executions() == before + 2, c.what << ": cuDNN ran both");
 #endif
-    check_counted(forward_measured, predicted(forward), what + " forward");
-    check_counted(backward_measured, predicted(backward), what + " backward");
-    BOOST_TEST(counting->counted().device_terms_at_peak.at(kTermAttentionWorkspace) > 0);
+  check_counted(forward_measured, predicted(*counting, forward), c.what + " forward");
+  check_counted(backward_measured, predicted(*counting, backward), c.what + " backward");
+  BOOST_TEST(counting->counted().device_terms_at_peak.at(kTermAttentionWorkspace) > 0);
+  if (c.packed_rows.samples > 0) {  // one sample per row (what the model counted before): short by dS
+    std::unique_ptr<CountingBackend> one_per_row = counting_backend({});
+    predicted(*one_per_row, forward);  // its index arrays, as the counted backend's
+    BOOST_TEST(predicted(*one_per_row, backward) < backward_measured, c.what << ": one sample per row undercounts");
   }
+  return backward_measured;
+}
+
+BOOST_AUTO_TEST_CASE(cudnn_workspace_counted) {
+  const ScopedAttentionVariant variant("cudnn");
+  const int row = static_cast<int>(kWsTime);
+  // Many short samples beside one as long as the row (--packing's rows, data/packing.h): 8 samples
+  // of 20..200 tokens pack into 2 rows, [200] and [20 x 7 + 60 padding], so cuDNN's ragged graph
+  // has 9 sequences, bucketed to B' = 2 x 8 = 16 of S' = 200: eight times the one-sample-per-row
+  // count. The memory model knows only the data's bound (packed_rows_bound), which must give it.
+  const std::vector<int64_t> lengths = {20, 20, 20, 200, 20, 20, 20, 20};  // [8] one micro-batch's samples
+  std::vector<std::vector<int>> rows;
+  for (const std::vector<size_t>& packed_row : pack_first_fit_decreasing(lengths, kWsTime)) {
+    rows.emplace_back();
+    for (size_t sample : packed_row) rows.back().push_back(static_cast<int>(lengths[sample]));
+  }
+  BOOST_TEST_REQUIRE(rows.size() == size_t{kWsBatch});
+  const PackedRows data_bound = packed_rows_bound(static_cast<int64_t>(lengths.size()), 20, kWsTime);
+  BOOST_TEST(worst_ragged_batch(data_bound, kWsBatch) == 16);
+  const int64_t dense_backward = check_workspace_case({"dense", {}, {}});
+  check_workspace_case({"packed", packed_positions(kWsBatch, kWsTime, {{row}, {row}}), {}});
+  check_workspace_case({"packed, 7 short samples + 1 long", packed_positions(kWsBatch, kWsTime, rows), data_bound});
   // The dense backward's whole addition is the graph's workspace, one block of the allocator:
   // the frontend's fp32 softmax sum [B, H, T] and the deterministic plan's dS, 1 MiB here.
-  const SdpaGraphShape graph{batch, heads, kv_heads, time, head_dim, false};
+  const SdpaGraphShape graph{kWsBatch, kWsHeads, kWsKvHeads, kWsTime, kWsHeadDim, false};
   const int64_t workspace = cudnn_sdpa_frontend_workspace_bytes(graph, true, true) +
                             cudnn_sdpa_plan_workspace_bytes(graph, true, true);
-  BOOST_TEST(workspace == batch * heads * time * 4 + kCudnnPlanWorkspaceAllowance + batch * heads * 256 * 256 * 2);
-  const auto dense_backward = [&](Backend& on) {
-    on.attention_backward(dq, dk, dv, dout, q, k, v, out, lse, Tensor(), 0.125f);
-  };
-  check_counted(measured(dense_backward), cuda_allocation_size(workspace), "dense backward's workspace block");
+  BOOST_TEST(workspace == kWsBatch * kWsHeads * kWsTime * 4 + kCudnnPlanWorkspaceAllowance +
+                              kWsBatch * kWsHeads * 256 * 256 * 2);
+  check_counted(dense_backward, cuda_allocation_size(workspace), "dense backward's workspace block");
 }
 
 BOOST_AUTO_TEST_CASE(argument_errors) {

@@ -12,10 +12,12 @@
 
 #include "backend/attention_scratch_rules.h"
 #include "cli/commands.h"
+#include "data/packing.h"
 #include "model/config.h"
 #include "test_util.h"
 #include "train/memory_model.h"
 #include "train/memory_model_choices.h"
+#include "train/metrics.h"
 
 namespace {
 
@@ -142,6 +144,61 @@ BOOST_AUTO_TEST_CASE(attention_workspace_is_counted_on_a_typical_gpu) {
   c.compute_dtype = zt::DType::F32;
   const zt::MemoryPrediction kernels = zt::predict_memory(c, model, 1, 0, seq, zt::typical_gpu_target());
   BOOST_TEST(term(kernels, zt::kTermAttentionWorkspace) <= rows);
+}
+
+// --packing (issue 29): cuDNN buckets a packed call's graph to B' = rows x a power of two of
+// sequences (the padding after a row's samples is one) and S' = a power of two of tokens
+// (cuda_attention_cudnn.cpp calls the same cudnn_ragged_* functions); the model counts the worst
+// micro-batch the data's bound allows, not one sample per row.
+BOOST_AUTO_TEST_CASE(packed_rows_bucket_as_cudnn_does) {
+  BOOST_TEST(zt::cudnn_ragged_batch(9, 2) == 16);   // ceil(9/2) = 5 -> 8 per row
+  BOOST_TEST(zt::cudnn_ragged_batch(4, 4) == 4);
+  BOOST_TEST(zt::cudnn_ragged_time(1000, 2048) == 1024);
+  BOOST_TEST(zt::cudnn_ragged_time(1025, 2048) == 2048);
+  BOOST_TEST(zt::cudnn_ragged_time(20, 2048) == 64);
+  BOOST_TEST(zt::cudnn_ragged_time(60, 40) == 40);
+  // 4 samples of varied length: 2 rows of 5 sequences or 4 of 7 give 8; one row of 4 gives 4.
+  BOOST_TEST(zt::worst_ragged_batch(zt::packed_rows_bound(4, 20, 200), 4) == 8);
+  BOOST_TEST(zt::worst_ragged_batch(zt::packed_rows_bound(4, 20, 200), 1) == 4);
+  // 9 samples in 7 rows, 6 of them padded, 15 sequences -> 7 x 4 = 28, more than 9 rows' 18 (first-fit
+  // decreasing packs 100 | 95 | 94 | 93 | 92 | 91 | 60 20 10 so).
+  BOOST_TEST(zt::worst_ragged_batch(zt::packed_rows_bound(9, 10, 100), 9) == 28);
+  BOOST_TEST(zt::pack_first_fit_decreasing(std::vector<int64_t>{100, 95, 94, 93, 92, 91, 60, 20, 10}, 100).size() == 7);
+  // Samples all as long as the row: one per row, no padding: B' = B. No --packing: B.
+  BOOST_TEST(zt::worst_ragged_batch(zt::packed_rows_bound(4, 200, 200), 4) == 4);
+  BOOST_TEST(zt::worst_ragged_batch(zt::PackedRows{}, 4) == 4);
+  check_error([] { zt::packed_rows_bound(4, 0, 200); }, "packed rows: micro-batch 4 of samples of 0 to 200 tokens");
+}
+
+BOOST_AUTO_TEST_CASE(packed_attention_workspace_is_the_worst_micro_batch) {
+  const zt::ModelConfig model = tiny();
+  const int64_t seq = 128, batch = 4, heads = model.num_attention_heads;
+  zt::TrainConfig c = config(0, false, false, false);
+  c.micro_batch_size = batch;
+  c.packing = true;
+  // The backward's scratch with B' sequences of 128 tokens: index arrays, THD stats [B*T, H],
+  // the softmax sum [B', H, T], the plan's allowance and dS [B', H, 128, 128] bf16.
+  const auto workspace = [&](int64_t sequences) {
+    return (4 * sequences + 3) * 4 + batch * seq * heads * 4 + sequences * heads * seq * 4 +
+           zt::kCudnnPlanWorkspaceAllowance + sequences * heads * seq * seq * 2;
+  };
+  const auto predicted = [&](const zt::DataLengths& data) {
+    return term(zt::predict_memory(c, model, 1, 0, seq, zt::typical_gpu_target(), data), zt::kTermAttentionWorkspace);
+  };
+  BOOST_TEST(predicted({0, 8}) == workspace(8));    // short samples beside a long one: twice the rows
+  BOOST_TEST(predicted({}) == workspace(8));        // no data: samples of 1 token assumed
+  BOOST_TEST(predicted({0, seq}) == workspace(4));  // every sample fills its row
+  c.packing = false;
+  BOOST_TEST(predicted({0, 8}) == workspace(4));    // one sample per row
+  c.packing = true;
+  // The refusal at the start of a run names packing and the figure (trainer.cpp).
+  const zt::MemoryPrediction p = zt::predict_memory(c, model, 1, 0, seq, zt::typical_gpu_target(), {0, 8});
+  const std::string note = zt::packed_attention_note(c, seq, {0, 8}, p);
+  BOOST_TEST(note.find("--packing: " + zt::format_bytes(workspace(8)) + " of it is the attention workspace") !=
+                 std::string::npos, note);
+  BOOST_TEST(note.find("up to 8 sequences x 128 tokens per micro-batch (4 samples of 8 to 128 tokens") !=
+                 std::string::npos, note);
+  BOOST_TEST(zt::packed_rows_text(c, seq, {}).find("1 (assumed: no data given)") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -5,7 +5,6 @@
 #include <cudnn.h>
 
 #include <algorithm>
-#include <bit>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -41,6 +40,7 @@
 #pragma pop_macro("warpSize")
 #endif
 
+#include "backend/attention_scratch_rules.h"
 #include "backend/buffer.h"
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
@@ -91,15 +91,6 @@ struct GraphKey {
   auto tie() const { return std::tie(dtype, batch, time, heads, kv_heads, head_dim, scale, packed); }
   bool operator<(const GraphKey& other) const { return tie() < other.tie(); }
 };
-
-// Rounds the packed geometry up to buckets: sequences to B times a power of two, the longest
-// sequence to a power of two of at least 64 (at most T): log-many graphs per run.
-int bucket_sequences(int sequences, int batch) {
-  return batch * static_cast<int>(std::bit_ceil(static_cast<unsigned>((sequences + batch - 1) / batch)));
-}
-int bucket_length(int longest, int time) {
-  return std::min(time, std::max(64, static_cast<int>(std::bit_ceil(static_cast<unsigned>(longest)))));
-}
 
 // q-like [B,H,S,D] over the rows' [.., T, H, D] memory (k-like with Hkv heads). Packed: the
 // batch stride is replaced by the ragged offsets.
@@ -254,8 +245,11 @@ struct CudnnAttention::Impl {
                  call.scale, !call.sample_starts.empty()};
     if (key.packed) {
       const auto [sequences, longest] = geometry(call);
-      key.batch = bucket_sequences(sequences, call.batch);
-      key.time = bucket_length(longest, call.time);
+      // Rounded up to buckets (sequences to B times a power of two, the longest to a power of
+      // two of at least 64, at most T): log-many graphs per run. The memory model counts the
+      // workspace with the same functions (backend/attention_scratch_rules.h).
+      key.batch = static_cast<int>(cudnn_ragged_batch(sequences, call.batch));
+      key.time = static_cast<int>(cudnn_ragged_time(longest, call.time));
     }
     return key;
   }
