@@ -12,7 +12,8 @@
 //
 // The CUDA backend's attention scratch (cuDNN's workspace, our kernels' delta) is counted, by
 // the rule backend/attention_scratch_rules.h gives it (cuda_attention_scratch; README.md, "How much
-// memory a rank holds").
+// memory a rank holds"); under --packing for the worst packed micro-batch the data allows
+// (DataLengths below: cuDNN's bucketed graph of B' sequences, not one per row).
 // Not counted: what communication libraries allocate on their own (NCCL's buffers), the CUDA
 // backend's other op scratch (CudaBackendImpl::scratch: partial sums, conversion staging, a few
 // bytes to a few KiB, freed within the op) and memory other processes hold on the device.

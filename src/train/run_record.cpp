@@ -123,6 +123,8 @@ void write_run_record(TrainingRun& run) {
   record["memory_predicted"] = run.memory_prediction.to_json();
   record["memory_predicted"]["seq_len"] = run.longest_sample;
   record["memory_predicted"]["grown_from_seq_len"] = run.data_lengths.grown_from_seq_len;
+  if (run.config.packing)  // the packed attention's bound the prediction counted (memory_model.h)
+    record["memory_predicted"]["packing"] = packed_rows_text(run.config, run.longest_sample, run.data_lengths);
   run.backend().synchronize();  // discarded chunks given back: the device's figures are settled
   const std::optional<DeviceMemory> device = run.backend().memory();
   if (device) {

@@ -373,15 +373,17 @@ static void check_counted(int64_t measured, int64_t predicted, const std::string
 // dense. Returns the backward's measured peak.
 struct WorkspaceCase {
   std::string what;
+  int64_t time = 0;                // T of the rows
   std::vector<int32_t> positions;  // [B*T] or empty
   PackedRows packed_rows;          // what the counting backend is told packed rows hold
 };
-constexpr int64_t kWsBatch = 2, kWsTime = 200, kWsHeads = 4, kWsKvHeads = 2, kWsHeadDim = 64;
+constexpr int64_t kWsBatch = 2, kWsHeads = 4, kWsKvHeads = 2, kWsHeadDim = 64;
 
 int64_t check_workspace_case(const WorkspaceCase& c) {
-  const std::initializer_list<int64_t> q_shape = {kWsBatch, kWsTime, kWsHeads, kWsHeadDim};
-  const std::initializer_list<int64_t> kv_shape = {kWsBatch, kWsTime, kWsKvHeads, kWsHeadDim};
-  const std::initializer_list<int64_t> lse_shape = {kWsBatch, kWsHeads, kWsTime};
+  const int64_t time = c.time;
+  const std::initializer_list<int64_t> q_shape = {kWsBatch, time, kWsHeads, kWsHeadDim};
+  const std::initializer_list<int64_t> kv_shape = {kWsBatch, time, kWsKvHeads, kWsHeadDim};
+  const std::initializer_list<int64_t> lse_shape = {kWsBatch, kWsHeads, time};
   std::unique_ptr<CudaBackend> backend = make_cuda_backend(0);
   std::vector<Buffer> buffers;
   auto tensor = [&](DType dtype, std::initializer_list<int64_t> shape, uint32_t seed) {
@@ -401,8 +403,8 @@ int64_t check_workspace_case(const WorkspaceCase& c) {
   if (!c.positions.empty()) {
     std::vector<int32_t> values = c.positions;  // [B*T]
     buffers.emplace_back(*backend, values.size() * sizeof(int32_t));
-    positions = Tensor(buffers.back().data(), DType::I32, {kWsBatch * kWsTime}, Device::CUDA);
-    backend->copy(positions, view(values, {kWsBatch * kWsTime}));
+    positions = Tensor(buffers.back().data(), DType::I32, {kWsBatch * time}, Device::CUDA);
+    backend->copy(positions, view(values, {kWsBatch * time}));
   }
   auto counting_backend = [&](PackedRows packed_rows) {
     CountingOptions options;
@@ -450,29 +452,33 @@ int64_t check_workspace_case(const WorkspaceCase& c) {
 
 BOOST_AUTO_TEST_CASE(cudnn_workspace_counted) {
   const ScopedAttentionVariant variant("cudnn");
-  const int row = static_cast<int>(kWsTime);
+  const int64_t time = 200;
+  const int row = static_cast<int>(time);
   // Many short samples beside one as long as the row (--packing's rows, data/packing.h): 8 samples
-  // of 20..200 tokens pack into 2 rows, [200] and [20 x 7 + 60 padding], so cuDNN's ragged graph
-  // has 9 sequences, bucketed to B' = 2 x 8 = 16 of S' = 200: eight times the one-sample-per-row
-  // count. The memory model knows only the data's bound (packed_rows_bound), which must give it.
-  const std::vector<int64_t> lengths = {20, 20, 20, 200, 20, 20, 20, 20};  // [8] one micro-batch's samples
+  // of 10..100 tokens pack into 2 rows, [100] and [10 x 7 + 30 padding], so cuDNN's ragged graph
+  // has 9 sequences, bucketed to B' = 2 x 8 = 16 of S' = 100: eight times the one-sample-per-row
+  // count (dS [16, H, 128, 128] bf16, twice the plan's allowance). The memory model knows only the
+  // data's bound (packed_rows_bound), which must give it.
+  const int64_t short_time = 100;
+  const std::vector<int64_t> lengths = {10, 10, 10, 100, 10, 10, 10, 10};  // [8] one micro-batch's samples
   std::vector<std::vector<int>> rows;
-  for (const std::vector<size_t>& packed_row : pack_first_fit_decreasing(lengths, kWsTime)) {
+  for (const std::vector<size_t>& packed_row : pack_first_fit_decreasing(lengths, short_time)) {
     rows.emplace_back();
     for (size_t sample : packed_row) rows.back().push_back(static_cast<int>(lengths[sample]));
   }
   BOOST_TEST_REQUIRE(rows.size() == size_t{kWsBatch});
-  const PackedRows data_bound = packed_rows_bound(static_cast<int64_t>(lengths.size()), 20, kWsTime);
+  const PackedRows data_bound = packed_rows_bound(static_cast<int64_t>(lengths.size()), 10, short_time);
   BOOST_TEST(worst_ragged_batch(data_bound, kWsBatch) == 16);
-  const int64_t dense_backward = check_workspace_case({"dense", {}, {}});
-  check_workspace_case({"packed", packed_positions(kWsBatch, kWsTime, {{row}, {row}}), {}});
-  check_workspace_case({"packed, 7 short samples + 1 long", packed_positions(kWsBatch, kWsTime, rows), data_bound});
+  const int64_t dense_backward = check_workspace_case({"dense", time, {}, {}});
+  check_workspace_case({"packed", time, packed_positions(kWsBatch, time, {{row}, {row}}), {}});
+  check_workspace_case({"packed, 7 short samples + 1 long", short_time,
+                        packed_positions(kWsBatch, short_time, rows), data_bound});
   // The dense backward's whole addition is the graph's workspace, one block of the allocator:
   // the frontend's fp32 softmax sum [B, H, T] and the deterministic plan's dS, 1 MiB here.
-  const SdpaGraphShape graph{kWsBatch, kWsHeads, kWsKvHeads, kWsTime, kWsHeadDim, false};
+  const SdpaGraphShape graph{kWsBatch, kWsHeads, kWsKvHeads, time, kWsHeadDim, false};
   const int64_t workspace = cudnn_sdpa_frontend_workspace_bytes(graph, true, true) +
                             cudnn_sdpa_plan_workspace_bytes(graph, true, true);
-  BOOST_TEST(workspace == kWsBatch * kWsHeads * kWsTime * 4 + kCudnnPlanWorkspaceAllowance +
+  BOOST_TEST(workspace == kWsBatch * kWsHeads * time * 4 + kCudnnPlanWorkspaceAllowance +
                               kWsBatch * kWsHeads * 256 * 256 * 2);
   check_counted(dense_backward, cuda_allocation_size(workspace), "dense backward's workspace block");
 }

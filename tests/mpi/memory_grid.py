@@ -11,7 +11,7 @@
 #     virtual-memory chunks hold), against device_peak_bytes.
 # Both must agree within 10%. One setting trains on samples of 16 to 64 tokens (`estimate --data`):
 # a longer micro-batch after a shorter one grows the activation buffers, old and new held for a
-# moment, which the memory model counts (predict_memory's grown_from_seq_len). The model is data/mid-llama (16 blocks of 111k parameters: its units
+# moment, which the memory model counts (DataLengths::grown_from_seq_len). The model is data/mid-llama (16 blocks of 111k parameters: its units
 # span many of the emulator's 64 KiB chunks), the ZeRO knobs scaled to it as in test_gpu_memory.py.
 import json
 import os

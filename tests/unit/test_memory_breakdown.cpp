@@ -199,6 +199,7 @@ BOOST_AUTO_TEST_CASE(packed_attention_workspace_is_the_worst_micro_batch) {
   BOOST_TEST(note.find("up to 8 sequences x 128 tokens per micro-batch (4 samples of 8 to 128 tokens") !=
                  std::string::npos, note);
   BOOST_TEST(zt::packed_rows_text(c, seq, {}).find("1 (assumed: no data given)") != std::string::npos);
+  check_error([] { zt::command_estimate(Args{"--params", "7e9", "--packing"}); }, "--packing needs --model");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -11,8 +11,10 @@
 // Packed rows (positions not empty): each sample becomes one sequence of cuDNN's ragged
 // (THD) layout: ragged offsets into the rows, per-sample sequence lengths with the padding mask,
 // causal within the sample. The sample boundaries are read from the host copy of the positions
-// that CudaBackendImpl::copy() kept (PackedRows), so nothing waits on the GPU; the number of
-// sequences and the longest are rounded up to buckets so that a few graphs serve every batch.
+// that CudaBackendImpl::copy() kept (UploadMirror), so nothing waits on the GPU; the number of
+// sequences and the longest are rounded up to buckets so that a few graphs serve every batch
+// (cudnn_ragged_batch / cudnn_ragged_time, backend/attention_scratch_rules.h: the memory model
+// counts the workspace with the same functions).
 #pragma once
 #include <cuda_runtime.h>
 
