@@ -160,9 +160,10 @@ nlohmann::ordered_json predicted_run(const ModelSummary& model, const RunShape& 
   return row;
 }
 
-// --packing: what the run columns count for the packed attention, in words (null without it).
+// --packing: what the run columns count for the packed attention, in words (null without it, or
+// for a device whose attention takes no scratch: --device cpu).
 nlohmann::ordered_json packing_json(const RunShape& shape, const ZeroMemoryInputs& base, DType compute_dtype) {
-  if (!shape.packing) return nullptr;
+  if (!shape.packing || !shape.target.attention_scratch) return nullptr;
   return packed_rows_text(row_config(shape, base, Choice{}, compute_dtype, false), shape.seq_len, shape.data);
 }
 
