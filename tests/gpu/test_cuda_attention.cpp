@@ -442,11 +442,13 @@ int64_t check_workspace_case(const WorkspaceCase& c) {
   check_counted(forward_measured, predicted(*counting, forward), c.what + " forward");
   check_counted(backward_measured, predicted(*counting, backward), c.what + " backward");
   BOOST_TEST(counting->counted().device_terms_at_peak.at(kTermAttentionWorkspace) > 0);
+#if defined(ZT_EMULATED_DEVICE)  // a real engine's dS is its own (a GPU bounds the prediction, check_counted)
   if (c.packed_rows.samples > 0) {  // one sample per row (what the model counted before): short by dS
     std::unique_ptr<CountingBackend> one_per_row = counting_backend({});
     predicted(*one_per_row, forward);  // its index arrays, as the counted backend's
     BOOST_TEST(predicted(*one_per_row, backward) < backward_measured, c.what << ": one sample per row undercounts");
   }
+#endif
   return backward_measured;
 }
 

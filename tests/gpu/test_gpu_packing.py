@@ -9,10 +9,11 @@
 # The memory of --packing under cuDNN (issue 29, check_packed_memory): 4 samples of 70..128
 # tokens, each its own row, three ending in padding, make cuDNN's ragged graph 7 sequences,
 # bucketed to B' = 8: twice the rows counted one sample per row (estimate without --packing, what
-# the model counted before), which the step's measured peak exceeds; run.json's prediction holds it
-# (on the emulated device within 0.1%: the unpacked run's own residual, not the attention's; on a
-# GPU not less than measured); and a device limit between the two counts stops the packed run
-# before its first step, naming --packing and the attention workspace.
+# the model counted before), which the step's measured peak exceeds (on the emulated device; a
+# real engine's dS is its own); run.json's prediction holds it (on the emulated device within
+# 0.1%: the unpacked run's own residual, not the attention's; on a GPU not less than measured);
+# and a device limit between the two counts stops the packed run before its first step, naming
+# --packing and the attention workspace.
 import json
 import os
 import subprocess
@@ -65,8 +66,10 @@ def check_packed_memory(report, zerotune, workdir):
         predicted = json.load(stream)["memory_predicted"]["device_peak_bytes"]
     with open(os.path.join(out, "metrics.jsonl")) as stream:
         measured = json.loads(stream.readline())["mem_device_peak"]
-    report.check(measured > one_per_row, f"packed step's peak {measured} B exceeds the one-sample-per-row count "
-                 f"{one_per_row} B")
+    # The emulated cuDNN's dS is the frontend's own estimate; a real engine's is its own (issue 31: hold on a GPU).
+    if EMULATED:
+        report.check(measured > one_per_row, f"packed step's peak {measured} B exceeds the one-sample-per-row count "
+                     f"{one_per_row} B")
     close = abs(predicted - measured) <= 0.001 * measured if EMULATED else predicted >= measured
     report.check(close, f"packed step's peak {measured} B vs predicted {predicted} B")
     limit = (one_per_row + predicted) // 2
