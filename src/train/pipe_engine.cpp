@@ -125,8 +125,9 @@ void PipeEngine::post(const PipeInstruction& instruction, Transfer transfer, Gro
     return;
   }
   const std::span<const Transfer> one(&transfer, 1);
-  posted_.emplace(std::tuple{instruction.op, instruction.micro_batch, instruction.virtual_stage},
-                  Posted{world_.exchange_async(one), Communicator::bytes_sent(one)});
+  const bool fresh = posted_.emplace(std::tuple{instruction.op, instruction.micro_batch, instruction.virtual_stage},
+                                     Posted{world_.exchange_async(one), Communicator::bytes_sent(one)}).second;
+  ZT_CHECK(fresh, "pipeline: ", describe(instruction), " posted while the same message is still in flight");
 }
 
 void PipeEngine::complete(const PipeInstruction& wait) {
