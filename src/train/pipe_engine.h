@@ -24,8 +24,9 @@
 //   - keeps each micro-batch's stage input until its backward and recomputes the stage's forward
 //     before a backward whose forward was not the stage's last one (GPipe everywhere, 1F1B
 //     before the last stage): the model keeps one micro-batch's activations, the stage the
-//     inputs of the micro-batches in flight (M buffers for GPipe, min(P - stage, M) for 1F1B). Dropout
-//     masks are keyed by the tokens' row ids, so the recomputed forward is the same forward;
+//     inputs of the micro-batches in flight (M buffers for GPipe, min(P - stage, M) for 1F1B, one
+//     more posted ahead). Dropout masks are keyed by the tokens' row ids, so the recomputed
+//     forward is the same forward;
 //   - keeps a tied embedding (OPT's head reads the token table: DeepSpeed's TiedLayerSpec) on the
 //     first stage and a copy on the last (run_assembly.h StageUnits): at ReduceTiedGrads the last
 //     stage sends its copy's gradient to the first, which adds it to its own, and zeroes it (so
