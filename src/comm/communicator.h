@@ -108,6 +108,11 @@ class Communicator {
   // one exchange, in list order), and the receiver's tensor must have the sender's size and dtype
   // (any dtype). Not to this rank itself; at least one transfer.
   virtual Pending exchange_async(std::span<const Transfer> transfers) = 0;
+  // Whether the transfers of separate exchanges complete independently of each other (MPI: each
+  // its own request), so that a receive posted ahead waits only for its own send; false where
+  // exchanges run one after the other (NCCL: one stream), where receives posted ahead of the
+  // rank's sends can deadlock (docs/pipeline.md). The pipeline posts its messages ahead where true.
+  virtual bool exchanges_independent() const { return true; }
   // `send` to rank `send_to` and/or `recv` from rank `recv_from` (an empty tensor and -1 for the
   // side not used) as one exchange.
   Pending send_recv_async(Tensor send, int send_to, Tensor recv, int recv_from);

@@ -51,6 +51,8 @@ class StagedCommunicator final : public Communicator {
   double all_reduce_max(double value) override { return host_.all_reduce_max(value); }
   std::vector<std::string> all_gather_strings(const std::string& mine) override { return host_.all_gather_strings(mine); }
 
+  bool exchanges_independent() const override { return host_.exchanges_independent(); }
+
   // Device tensors through staging buffers of their own (several exchanges may be in flight):
   // the sent bytes copied to the host now, the received ones copied to the device by wait().
   Pending exchange_async(std::span<const Transfer> transfers) override {

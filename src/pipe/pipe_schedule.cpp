@@ -3,6 +3,7 @@
 #include "pipe/pipe_schedule.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "core/error.h"
 
@@ -125,6 +126,58 @@ void expand(const Work& work, int rank, int ranks, int virtual_stages, std::vect
   }
 }
 
+// The posted-ahead form of a rank's list (pipe_schedule.h): the same computations in the same
+// order, each message posted as early as its buffers allow and completed by a Wait as late as
+// they allow. Computation j's receive is posted right after computation j - 2 (before j - 1 runs)
+// and waited for right before j. Its send is posted right after it, from the rank's send buffer
+// of its kind (the engine copies the chunk's output or input gradient there, since the chunk's
+// next computation overwrites them), and waited for right before the next send of its kind,
+// which reuses that buffer, or at the end. The messages between two ranks keep the order of the
+// grouped form (each rank's sends and receives in computation order).
+std::vector<PipeInstruction> posted_ahead(const std::vector<PipeInstruction>& grouped, int last_stage) {
+  std::vector<PipeInstruction> computations;
+  for (const PipeInstruction& instruction : grouped)
+    if (instruction.op == PipeOp::Forward || instruction.op == PipeOp::Backward) computations.push_back(instruction);
+  // The message a computation receives (its input or output gradient) and the one it sends.
+  auto received_by = [&](const PipeInstruction& c) -> std::optional<PipeInstruction> {
+    const bool forward = c.op == PipeOp::Forward;
+    if (forward ? c.virtual_stage == 0 : c.virtual_stage == last_stage) return std::nullopt;
+    return PipeInstruction{forward ? PipeOp::RecvActivation : PipeOp::RecvGrad, c.micro_batch, c.virtual_stage};
+  };
+  auto sent_by = [&](const PipeInstruction& c) -> std::optional<PipeInstruction> {
+    const bool forward = c.op == PipeOp::Forward;
+    if (forward ? c.virtual_stage == last_stage : c.virtual_stage == 0) return std::nullopt;
+    return PipeInstruction{forward ? PipeOp::SendActivation : PipeOp::SendGrad, c.micro_batch, c.virtual_stage};
+  };
+  auto wait_for = [](const PipeInstruction& message) {
+    return PipeInstruction{PipeOp::Wait, message.micro_batch, message.virtual_stage, message.op};
+  };
+  std::vector<PipeInstruction> out;
+  std::optional<PipeInstruction> unfinished[2];  // the last send of each kind (activation, gradient)
+  auto post_receive_of = [&](size_t j) {
+    if (j >= computations.size()) return;
+    if (const auto receive = received_by(computations[j])) out.push_back(*receive);
+  };
+  post_receive_of(0);
+  post_receive_of(1);
+  for (size_t j = 0; j < computations.size(); ++j) {
+    const PipeInstruction& c = computations[j];
+    if (const auto receive = received_by(c)) out.push_back(wait_for(*receive));
+    if (c.op == PipeOp::Forward && c.virtual_stage == 0) out.push_back({PipeOp::LoadMicroBatch, c.micro_batch, 0});
+    out.push_back(c);
+    if (const auto send = sent_by(c)) {
+      std::optional<PipeInstruction>& previous = unfinished[send->op == PipeOp::SendGrad];
+      if (previous) out.push_back(wait_for(*previous));
+      out.push_back(*send);
+      previous = send;
+    }
+    post_receive_of(j + 2);
+  }
+  for (const auto& send : unfinished)
+    if (send) out.push_back(wait_for(*send));
+  return out;
+}
+
 void check_shape(PipeScheduleKind kind, const PipeScheduleShape& shape) {
   const std::string name = pipe_schedule_name(kind);
   ZT_CHECK(shape.ranks >= 1, "pipeline: ", shape.ranks, " stages (--pipeline-stages must be at least 1)");
@@ -174,6 +227,7 @@ std::vector<std::vector<PipeInstruction>> make_pipe_schedule(PipeScheduleKind ki
                                           : one_f_one_b_order(rank, shape.ranks, shape.micro_batches);
       for (const Work& work : order) expand(work, rank, shape.ranks, virtual_stages, out);
     }
+    if (shape.post_ahead) out = posted_ahead(out, virtual_stages - 1);
     if (shape.tied_ends) out.push_back({PipeOp::ReduceTiedGrads});
     out.push_back({PipeOp::ReduceGrads});
     out.push_back({PipeOp::OptimizerStep});
@@ -183,10 +237,12 @@ std::vector<std::vector<PipeInstruction>> make_pipe_schedule(PipeScheduleKind ki
 
 std::string describe(const PipeInstruction& instruction) {
   static const char* const names[] = {"LoadMicroBatch", "RecvActivation", "Forward", "SendActivation", "RecvGrad",
-                                      "Backward", "SendGrad", "ReduceTiedGrads", "ReduceGrads", "OptimizerStep"};
+                                      "Backward", "SendGrad", "Wait", "ReduceTiedGrads", "ReduceGrads",
+                                      "OptimizerStep"};
   const std::string name = names[static_cast<int>(instruction.op)];
   if (instruction.micro_batch < 0) return name;
-  return cat(name, "(mb ", instruction.micro_batch, ", vs ", instruction.virtual_stage, ")");
+  const std::string waited = instruction.op == PipeOp::Wait ? cat(names[static_cast<int>(instruction.waited)], " ") : "";
+  return cat(name, "(", waited, "mb ", instruction.micro_batch, ", vs ", instruction.virtual_stage, ")");
 }
 
 }  // namespace zt

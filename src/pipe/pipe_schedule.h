@@ -15,9 +15,19 @@
 // Terms: P pipeline ranks (stages of the physical pipeline), V chunks per rank (1 unless
 // interleaved), S = P * V virtual stages, M micro-batches per step (DeepSpeed's
 // gradient_accumulation_steps). Virtual stage v runs on rank v % P as its chunk v / P.
-// Sends are asynchronous (posted when reached, completed before their buffer is reused) and
-// receives block until the matching send arrived: simulate_schedule (pipe_simulation.h) checks
-// a schedule under exactly these rules.
+// Two forms of every schedule, the same computations in the same order (so the same numbers):
+//   grouped (NCCL, whose exchanges run one after the other on one stream): each run of adjacent
+//     Send/Recv instructions is one exchange, completed before the next computation;
+//   posted ahead (PipeScheduleShape::post_ahead; MPI, whose messages complete independently):
+//     every Send/Recv only posts its message, and a Wait completes it: the receives a computation
+//     needs are posted before the computation before it runs (one computation ahead) and waited
+//     for just before it; a send is posted right after the computation that produced it, from a
+//     send buffer of its kind (activation or gradient: the engine copies the chunk's output or
+//     input gradient there, which the chunk's next computation overwrites), and waited for just
+//     before the next send of its kind reuses that buffer, or at the step's end. Megatron-LM's
+//     overlap_p2p_comm, one step further.
+// On one serial stream the posted-ahead order deadlocks (docs/pipeline.md); simulate_schedule
+// (pipe_simulation.h) checks each form under its transport.
 #pragma once
 #include <string>
 #include <vector>
@@ -32,6 +42,7 @@ enum class PipeOp {
   RecvGrad,        // from virtual stage `virtual_stage + 1`: the gradient of this chunk's output
   Backward,        // the chunk's backward (on the last virtual stage: from the loss)
   SendGrad,        // to virtual stage `virtual_stage - 1`: the gradient of this chunk's input
+  Wait,            // posted ahead: completes the posted `waited` (Send/Recv) of the same micro-batch and stage
   ReduceTiedGrads, // sum the tied embedding's gradient between the first and the last stage
   ReduceGrads,     // the data-parallel reduction of this rank's gradients (ZeRO's strategy)
   OptimizerStep,   // the update (after the global norm and overflow check over all stages)
@@ -41,6 +52,7 @@ struct PipeInstruction {
   PipeOp op;
   int micro_batch = -1;    // -1 for the step-level instructions
   int virtual_stage = -1;  // the chunk's virtual stage; -1 for the step-level instructions
+  PipeOp waited = PipeOp::Wait;  // Wait only: which message it completes (Wait: none)
 
   bool operator==(const PipeInstruction&) const = default;
 };
@@ -54,6 +66,9 @@ struct PipeScheduleShape {
   // Whether the first and last virtual stages share tied parameters (OPT's, Qwen2's tied
   // embedding): every rank then runs ReduceTiedGrads (a no-op on the ranks that hold neither end).
   bool tied_ends = false;
+  // The posted-ahead form (above): for transports whose messages complete independently (MPI);
+  // false: the grouped form, which NCCL needs.
+  bool post_ahead = false;
 };
 
 // "gpipe", "1f1b", "interleaved" -> the kind; anything else is an error naming `where`.
@@ -65,7 +80,7 @@ std::string pipe_schedule_name(PipeScheduleKind kind);
 // forward order takes the micro-batches P at a time).
 std::vector<std::vector<PipeInstruction>> make_pipe_schedule(PipeScheduleKind kind, const PipeScheduleShape& shape);
 
-// "Forward(mb 3, vs 1)", for messages and tests.
+// "Forward(mb 3, vs 1)", "Wait(RecvGrad mb 3, vs 1)", for messages and tests.
 std::string describe(const PipeInstruction& instruction);
 
 }  // namespace zt

@@ -78,6 +78,7 @@ class Simulator {
     bool group_posted = false;
     size_t group_end = 0;
     std::set<size_t> pre_posted;  // Grouped: receives posted (and completed) ahead of their place
+    std::map<std::tuple<PipeOp, int, int>, PostedOp> posted;  // Posted: (op, mb, vs) -> not waited for yet
   };
   enum class GroupProgress { Blocked, Posted, Done };
 
@@ -99,6 +100,21 @@ class Simulator {
       if (is_step_level(instruction->op)) break;
       RankState& state = ranks_[static_cast<size_t>(rank)];
       if (state.pre_posted.count(state.next)) {  // received with an earlier group
+        ++state.next;
+        continue;
+      }
+      if (costs_.transport == PipeTransport::Posted && (is_message(instruction->op) || instruction->op == PipeOp::Wait)) {
+        check_placement(*instruction, rank);
+        if (instruction->op == PipeOp::Wait) {
+          if (!wait_posted(*instruction, rank)) break;
+        } else {
+          post_message(*instruction, rank);
+        }
+        ++state.next;
+        moved = true;
+        continue;
+      }
+      if (instruction->op == PipeOp::Wait) {  // the other transports complete messages themselves
         ++state.next;
         continue;
       }
@@ -171,6 +187,56 @@ class Simulator {
     state.clock += costs_.backward;
     result_.busy[static_cast<size_t>(rank)] += costs_.backward;
     --state.alive;
+  }
+
+  // Posted: a Send/Recv posts its message on its channel and never waits. A send goes from the
+  // rank's send buffer of its kind (activation or gradient), which the previous send of that kind
+  // must have left (been waited for).
+  void post_message(const PipeInstruction& instruction, int rank) {
+    RankState& state = ranks_[static_cast<size_t>(rank)];
+    const Slot slot{instruction.micro_batch, instruction.virtual_stage};
+    const bool gradient = instruction.op == PipeOp::SendGrad || instruction.op == PipeOp::RecvGrad;
+    PostedOp op;
+    if (instruction.op == PipeOp::SendActivation || instruction.op == PipeOp::SendGrad) {
+      expect((gradient ? backwards_ : forwards_).count(slot) == 1 && (gradient ? slot.second > 0 : slot.second + 1 < stages_),
+             instruction, rank, "sends what it has not computed, or past the ends of the pipeline");
+      for (const auto& [what, earlier] : state.posted)
+        if (std::get<0>(what) == instruction.op)
+          fail("pipeline schedule: rank ", rank, "'s ", describe(instruction), " reuses the send buffer of ",
+               describe({std::get<0>(what), std::get<1>(what), std::get<2>(what)}), ", which is not waited for");
+      const int to = (gradient ? slot.second - 1 : slot.second + 1) % shape_.ranks;
+      const MessageKey key{gradient, slot.first, slot.second};
+      op = {true, {rank, to}, post(key, to, state.clock, instruction, rank), key, slot};
+    } else {
+      const MessageKey key{gradient, slot.first, gradient ? slot.second + 1 : slot.second - 1};
+      const int from = std::get<2>(key) % shape_.ranks;
+      Channel& channel = channels_[{from, rank}];
+      channel.receives.push_back(key);
+      channel.receive_time.push_back(state.clock);
+      op = {false, {from, rank}, channel.receives.size() - 1, key, slot};
+    }
+    expect(state.posted.emplace(std::tuple{instruction.op, slot.first, slot.second}, op).second, instruction, rank,
+           "is posted twice");
+  }
+
+  // Posted: a Wait completes its message once both sides posted it (false: not yet), at the later
+  // posting plus the latency (a send's buffer is free once its bytes are over).
+  bool wait_posted(const PipeInstruction& instruction, int rank) {
+    RankState& state = ranks_[static_cast<size_t>(rank)];
+    const auto found = state.posted.find({instruction.waited, instruction.micro_batch, instruction.virtual_stage});
+    expect(found != state.posted.end(), instruction, rank, "waits for a message it has not posted (or waited for)");
+    const PostedOp& op = found->second;
+    Channel& channel = channels_[op.channel];
+    const std::vector<double>& partner_times = op.is_send ? channel.receive_time : channel.sent_time;
+    if (partner_times.size() <= op.index) return false;
+    const double posted = op.is_send ? channel.sent_time[op.index] : channel.receive_time[op.index];
+    if (!op.is_send) {
+      check_order(channel.sent[op.index], op.key, op.slot, op.channel.first, rank);
+      complete_receive(op.key, std::get<0>(op.key) ? state.gradients : state.inputs, op.slot);
+    }
+    state.clock = std::max(state.clock, std::max(posted, partner_times[op.index]) + costs_.latency);
+    state.posted.erase(found);
+    return true;
   }
 
   // Messages between two ranks match in the order they were sent (NCCL's rule: no tags), so the
@@ -287,6 +353,12 @@ class Simulator {
     for (int rank = 0; rank < shape_.ranks; ++rank) {
       const PipeInstruction* instruction = next_of(rank);
       if (!instruction || !is_step_level(instruction->op) || instruction->op != first->op) return false;
+    }
+    for (int rank = 0; rank < shape_.ranks; ++rank) {
+      const auto& posted = ranks_[static_cast<size_t>(rank)].posted;
+      ZT_CHECK(posted.empty(), "pipeline schedule: rank ", rank, " reaches ", describe(*next_of(rank)), " with ",
+               describe({std::get<0>(posted.begin()->first), std::get<1>(posted.begin()->first),
+                         std::get<2>(posted.begin()->first)}), " posted and never waited for");
     }
     return true;
   }

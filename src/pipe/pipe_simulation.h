@@ -32,8 +32,18 @@ namespace zt {
 //   Blocking: every Send/Recv alone, a send waiting for its receive (NCCL sends issued one by
 //             one, or blocking torch.distributed send/recv): what the engine must not do, since
 //             1F1B's steady state (rank s sends an activation while rank s+1 sends a gradient)
-//             deadlocks under it.
-enum class PipeTransport { Buffered, Grouped, Blocking };
+//             deadlocks under it;
+//   Posted:   the posted-ahead lists (PipeScheduleShape::post_ahead) on MPI: a Send/Recv posts its
+//             message (MPI_Isend / MPI_Irecv) and never waits; its Wait waits until the message
+//             arrived: the later of its send's and its receive's posting, plus the latency (for
+//             the send as for the receive: the sender's buffer is free once the bytes are over).
+//             A send goes from the rank's send buffer of its kind (the engine copies the output or
+//             gradient there): posting one while the previous send of its kind is not waited for,
+//             a Wait for a message not posted and a message still not waited for at the
+//             step-level instructions are errors (the engine would overwrite a buffer in flight
+//             or leave a request behind).
+// Wait instructions are no-ops under the other transports (which complete messages themselves).
+enum class PipeTransport { Buffered, Grouped, Blocking, Posted };
 
 struct PipeCosts {
   double forward = 1.0;   // one chunk's forward of one micro-batch

@@ -28,6 +28,7 @@ MemoryTarget memory_target_of(const Backend& backend) {
   target.fixed_bytes = traits.fixed_bytes;  // its own buffers, before the run's
   // The CUDA backend's attention scratch (cuDNN's workspace) by its rule, the same in every build.
   if (target.device == Device::CUDA) target.attention_scratch = cuda_attention_scratch;
+  target.pipeline_posts_ahead = target.device == Device::CPU;  // MPI; a GPU's NCCL (the run says which)
   return target;
 }
 
@@ -237,7 +238,7 @@ MemoryPrediction predict_memory(const TrainConfig& config, const ModelConfig& mo
   if (run.pipeline.enabled()) {
     const PipelineTopology topology(world_size, static_cast<int>(run.pipeline.stages));
     pipe = std::make_unique<PipeEngine>(run, topology, rank, *world, *backend, model_config.hidden_size,
-                                        run.compute_dtype, model_config.tie_word_embeddings);
+                                        run.compute_dtype, model_config.tie_word_embeddings, target.pipeline_posts_ahead);
     pipe->attach(*parts.store, parts.stage);
     runner.set_pipeline(pipe.get());
     runner.set_more_chunks(parts.more_chunk_models());

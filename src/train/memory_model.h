@@ -43,6 +43,10 @@ struct MemoryTarget {
   // What its attention takes for the op (cuDNN's workspace: backend/attention_scratch_rules.h);
   // null: nothing.
   AttentionScratch (*attention_scratch)(const AttentionCallShape& call, bool backward) = nullptr;
+  // Whether a pipeline run posts its messages ahead (Communicator::exchanges_independent: MPI,
+  // host-staged MPI), which holds a stage input, a received gradient and the sent activation and
+  // gradient more (train/pipe_engine.h); false: NCCL's grouped exchanges.
+  bool pipeline_posts_ahead = false;
 };
 // The target of a live backend: the CUDA backend's rounding, granularity and fixed buffers
 // (what it holds right after construction) and its attention's scratch; the CPU backend's exact

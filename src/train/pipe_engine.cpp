@@ -40,22 +40,25 @@ void check_pipeline_run(const TrainConfig& config, const ModelConfig& model_conf
 }
 
 PipeEngine::PipeEngine(const TrainConfig& config, const PipelineTopology& topology, int rank, Communicator& world,
-                       Backend& backend, int64_t hidden_size, DType dtype, bool tied_across_stages)
+                       Backend& backend, int64_t hidden_size, DType dtype, bool tied_across_stages, bool post_ahead)
     : topology_(topology), rank_(rank), stage_(topology.stage_of(rank)), replica_(topology.replica_of(rank)),
-      chunks_(static_cast<int>(config.pipeline.chunks)), world_(world), backend_(backend), hidden_(hidden_size),
-      dtype_(dtype) {
+      chunks_(static_cast<int>(config.pipeline.chunks)), post_ahead_(post_ahead), world_(world), backend_(backend),
+      hidden_(hidden_size), dtype_(dtype) {
   PipeScheduleShape shape;
   shape.ranks = topology.stages();
   shape.chunks = chunks_;
   shape.micro_batches = static_cast<int>(config.gradient_accumulation_steps);
   shape.tied_ends = tied_across_stages;
+  shape.post_ahead = post_ahead;
   const PipeScheduleKind kind = parse_pipe_schedule(config.pipeline.schedule, "--pipeline-schedule");
   schedule_ = make_pipe_schedule(kind, shape).at(static_cast<size_t>(stage_));
   micro_batches_ = shape.micro_batches;
   // 1F1B: micro-batch k's input is received after micro-batch k - (P - s)'s backward on stage s,
-  // so P - s slots hold every input in flight; GPipe and interleaved keep all of them.
-  input_slots_ = kind == PipeScheduleKind::OneFOneB ? std::min(topology.stages() - stage_, micro_batches_)
-                                                    : micro_batches_;
+  // so P - s slots hold every input in flight; posted ahead, it is posted before that backward,
+  // which still reads its own input: one slot more. GPipe and interleaved keep all of them.
+  input_slots_ = kind == PipeScheduleKind::OneFOneB
+                     ? std::min(topology.stages() - stage_ + (post_ahead ? 1 : 0), micro_batches_)
+                     : micro_batches_;
   inputs_.resize(static_cast<size_t>(chunks_ * input_slots_));
 }
 
@@ -116,6 +119,49 @@ void PipeEngine::flush(Group& group) {
   group.transfers.clear();
 }
 
+void PipeEngine::post(const PipeInstruction& instruction, Transfer transfer, Group& group) {
+  if (!post_ahead_) {
+    group.transfers.push_back(transfer);
+    return;
+  }
+  const std::span<const Transfer> one(&transfer, 1);
+  const bool fresh = posted_.emplace(std::tuple{instruction.op, instruction.micro_batch, instruction.virtual_stage},
+                                     Posted{world_.exchange_async(one), Communicator::bytes_sent(one)}).second;
+  ZT_CHECK(fresh, "pipeline: ", describe(instruction), " posted while the same message is still in flight");
+}
+
+void PipeEngine::complete(const PipeInstruction& wait) {
+  const auto found = posted_.find({wait.waited, wait.micro_batch, wait.virtual_stage});
+  ZT_CHECK(found != posted_.end(), "pipeline: ", describe(wait), " waits for a message not posted");
+  const double start = trace_ ? trace_->now() : 0.0;
+  found->second.exchange->wait();
+  if (trace_) trace_->record("wait", -1, start, static_cast<int64_t>(found->second.bytes_sent));
+  posted_.erase(found);
+}
+
+// Posted ahead: the chunk's next computation overwrites its output and input gradient while the
+// send may still read them, so the send reads a copy in the send buffer of its kind, which the
+// schedule's Wait frees before the next send of that kind.
+Tensor PipeEngine::to_send(Tensor tensor, int kind) {
+  if (!post_ahead_) return tensor;
+  Buffer& buffer = send_buffers_[kind];
+  ensure_buffer(buffer, backend_, tensor.numel(), dtype_);
+  Tensor copy = buffer.view(dtype_, {tensor.numel() / hidden_, hidden_});
+  backend_.copy(copy, tensor.reshaped({tensor.numel() / hidden_, hidden_}));
+  return copy;
+}
+
+// The buffer micro-batch `micro`'s output gradient [B*T, C] is received into (grown to its size).
+// Posted ahead, the next backward's gradient arrives while the running backward reads its own:
+// received gradients alternate between two buffers.
+Tensor PipeEngine::receive_grad_into(StageWork& work, int micro, int virtual_stage) {
+  Buffer& buffer = output_grads_[post_ahead_ ? grads_received_++ % 2 : 0];
+  ensure_buffer(buffer, backend_, work.rows(micro) * hidden_, dtype_);
+  Tensor grad = buffer.view(dtype_, {work.rows(micro), hidden_});
+  received_grads_[{micro, virtual_stage}] = grad;
+  return grad;
+}
+
 // Before a backward: a forward's output not sent yet (the interleaved schedule sends it with the
 // backward's gradient, after the backward) is copied aside, since the backward's recomputed
 // forward may overwrite the chunk's activations.
@@ -141,18 +187,17 @@ void PipeEngine::run_step(StageWork& work) {
     switch (instruction.op) {
       case PipeOp::LoadMicroBatch: break;  // the forward loads the micro-batch's views
       case PipeOp::RecvActivation:
-        group.transfers.push_back({input_of(work, chunk, mb, true), rank_of_virtual(virtual_stage - 1), false});
+        post(instruction, {input_of(work, chunk, mb, true), rank_of_virtual(virtual_stage - 1), false}, group);
         break;
       case PipeOp::RecvGrad:
-        ensure_buffer(output_grad_, backend_, work.rows(mb) * hidden_, dtype_);
-        group.transfers.push_back(
-            {output_grad_.view(dtype_, {work.rows(mb), hidden_}), rank_of_virtual(virtual_stage + 1), false});
+        post(instruction, {receive_grad_into(work, mb, virtual_stage), rank_of_virtual(virtual_stage + 1), false}, group);
         break;
       case PipeOp::SendActivation:
-        group.transfers.push_back({output, rank_of_virtual(virtual_stage + 1), true});
+        post(instruction, {to_send(output, 0), rank_of_virtual(virtual_stage + 1), true}, group);
         output_unsent = false;
         break;
-      case PipeOp::SendGrad: group.transfers.push_back({input_grad, rank_of_virtual(virtual_stage - 1), true}); break;
+      case PipeOp::SendGrad: post(instruction, {to_send(input_grad, 1), rank_of_virtual(virtual_stage - 1), true}, group); break;
+      case PipeOp::Wait: complete(instruction); break;
       case PipeOp::Forward: {
         flush(group);
         const double start = trace_ ? trace_->now() : 0.0;
@@ -170,8 +215,8 @@ void PipeEngine::run_step(StageWork& work) {
           work.forward(mb, chunk, input_of(work, chunk, mb, false));
           if (trace_) trace_->record("recompute", mb, std::exchange(start, trace_->now()));
         }
-        const Tensor d_output =
-            virtual_stage == last_virtual ? Tensor() : output_grad_.view(dtype_, {work.rows(mb), hidden_});
+        const Tensor d_output = virtual_stage == last_virtual ? Tensor() : received_grads_.at({mb, virtual_stage});
+        received_grads_.erase({mb, virtual_stage});
         // Interleaved chunks complete a unit's gradient out of micro-batch order: reduce after backward.
         input_grad = work.backward(mb, chunk, d_output, !tied_ && chunks_ == 1);
         if (trace_) trace_->record("backward", mb, start);
@@ -193,6 +238,9 @@ void PipeEngine::run_step(StageWork& work) {
     }
   }
   flush(group);
+  ZT_CHECK(posted_.empty(), "pipeline: ", posted_.size(), " messages posted and not waited for at the step's end");
+  received_grads_.clear();
+  grads_received_ = 0;
   if (trace_) trace_->end_step();
 }
 

@@ -5,18 +5,28 @@
 // of units, virtual stages chunk x P + stage, one model per chunk) and its ZeRO engine reduces
 // over the stage's data-parallel group. The engine:
 //   - sends and receives the activations [B*T, C] and their gradients on the world communicator,
-//     each run of adjacent Send/Recv instructions as one exchange_async (one NCCL group; MPI
-//     Isends and Irecvs), completed before the next computation: the `Grouped` transport of
-//     pipe/pipe_simulation.h, under which the three schedules cannot deadlock (blocking sends would
-//     deadlock 1F1B's steady state; the interleaved schedule's runs are Megatron-LM's batched
-//     exchanges, two sends and two receives, deadlock-free by construction: pipe_schedule.cpp).
-//     A forward's output that the schedule sends after a backward (interleaved) is copied aside
-//     before that backward, whose recomputed forward may overwrite it;
+//     in one of the schedule's two forms (pipe_schedule.h), by what the communicator can do
+//     (Communicator::exchanges_independent):
+//       posted ahead (MPI, host-staged MPI): each Send/Recv one exchange_async of its own, posted
+//       where the list says and completed at its Wait: a computation's receive is posted before
+//       the computation before it runs, into a buffer that computation does not use (1F1B keeps
+//       one stage input more, min(P - stage + 1, M), and received gradients alternate between two
+//       buffers); a send is copied into the send buffer of its kind (activation, gradient) and
+//       completed only before the next send of its kind reuses it: the `Posted` transport of
+//       pipe/pipe_simulation.h;
+//       grouped (NCCL, whose exchanges run one after the other on one stream, where receives
+//       posted ahead deadlock): each run of adjacent Send/Recv instructions one exchange_async
+//       (one NCCL group), completed before the next computation: the `Grouped` transport, under
+//       which the three schedules cannot deadlock (the interleaved schedule's runs are Megatron-
+//       LM's batched exchanges, deadlock-free by construction: pipe_schedule.cpp). A forward's
+//       output that the schedule sends after a backward (interleaved) is copied aside before that
+//       backward, whose recomputed forward may overwrite it;
 //   - keeps each micro-batch's stage input until its backward and recomputes the stage's forward
 //     before a backward whose forward was not the stage's last one (GPipe everywhere, 1F1B
 //     before the last stage): the model keeps one micro-batch's activations, the stage the
-//     inputs of the micro-batches in flight (M buffers for GPipe, min(P - stage, M) for 1F1B). Dropout
-//     masks are keyed by the tokens' row ids, so the recomputed forward is the same forward;
+//     inputs of the micro-batches in flight (M buffers for GPipe, min(P - stage, M) for 1F1B, one
+//     more posted ahead). Dropout masks are keyed by the tokens' row ids, so the recomputed
+//     forward is the same forward;
 //   - keeps a tied embedding (OPT's head reads the token table: DeepSpeed's TiedLayerSpec) on the
 //     first stage and a copy on the last (run_assembly.h StageUnits): at ReduceTiedGrads the last
 //     stage sends its copy's gradient to the first, which adds it to its own, and zeroes it (so
@@ -30,6 +40,9 @@
 //     stage, the token counts from the first (combine_sums).
 #pragma once
 #include <cstdint>
+#include <map>
+#include <tuple>
+#include <utility>
 #include <memory>
 #include <span>
 #include <vector>
@@ -59,9 +72,10 @@ class PipeEngine final : public PipelineStage {
   // `world`: every rank's communicator (the activations' point-to-point traffic and the
   // cross-stage sums); `hidden_size`: C, the activations' width; `dtype`: their dtype (the
   // compute dtype); `tied_across_stages`: the model ties parameters of its first and last units
-  // (its schedule then sums their gradients: ReduceTiedGrads).
+  // (its schedule then sums their gradients: ReduceTiedGrads); `post_ahead`: run the posted-ahead
+  // form (above; world.exchanges_independent() in a run, the run's value in the memory model).
   PipeEngine(const TrainConfig& config, const PipelineTopology& topology, int rank, Communicator& world,
-             Backend& backend, int64_t hidden_size, DType dtype, bool tied_across_stages);
+             Backend& backend, int64_t hidden_size, DType dtype, bool tied_across_stages, bool post_ahead);
 
   // After the assembly: the stage's store and its parameters tied across stages.
   void attach(ParamStore& store, const StageUnits& stage);
@@ -80,6 +94,12 @@ class PipeEngine final : public PipelineStage {
     std::vector<Transfer> transfers;
   };
   void flush(Group& group);
+  // A Send/Recv instruction's transfer: into the pending group (grouped), or posted now as an
+  // exchange of its own that its Wait completes (posted ahead).
+  void post(const PipeInstruction& instruction, Transfer transfer, Group& group);
+  void complete(const PipeInstruction& wait);  // Wait: the posted exchange of its message
+  Tensor to_send(Tensor tensor, int kind);     // posted ahead: a copy in send_buffers_[kind]
+  Tensor receive_grad_into(StageWork& work, int micro, int virtual_stage);  // RecvGrad's buffer
   Tensor hold_output(Tensor output);  // a copy of a forward's output [B*T, C] in held_output_
   void reduce_tied_grads();   // ReduceTiedGrads
   void share_tied_params();   // after OptimizerStep
@@ -90,7 +110,8 @@ class PipeEngine final : public PipelineStage {
   int rank_, stage_, replica_;
   int chunks_ = 1;        // V: model chunks per rank (virtual stage = chunk x P + stage)
   int micro_batches_ = 1;  // M
-  int input_slots_ = 1;    // stage inputs kept per chunk: min(P - stage, M) for 1F1B, else M
+  int input_slots_ = 1;    // stage inputs kept per chunk: min(P - stage (+ 1 posted ahead), M) for 1F1B, else M
+  bool post_ahead_ = false;  // the schedule's posted-ahead form (MPI), else grouped (NCCL)
   Communicator& world_;
   Backend& backend_;
   int64_t hidden_;
@@ -98,7 +119,15 @@ class PipeEngine final : public PipelineStage {
   std::vector<PipeInstruction> schedule_;  // this rank's instructions of one step
   std::vector<Buffer> inputs_;             // [V x slots]: micro-batch k's input [B*T, C] in slot k % slots (not the first virtual stage's)
   Buffer held_output_;                     // [B*T, C]: a forward's output kept across a backward until sent
-  Buffer output_grad_;                     // [B*T, C]: the received gradient of the stage's output
+  Buffer output_grads_[2];                 // [B*T, C] each: received gradients of the output (grouped: the first only)
+  int grads_received_ = 0;                 // RecvGrads this step: posted ahead, the i-th goes to output_grads_[i % 2]
+  std::map<std::pair<int, int>, Tensor> received_grads_;  // (micro-batch, virtual stage) -> its gradient's view
+  Buffer send_buffers_[2];                 // posted ahead: [B*T, C] each, the activation and the gradient sent last
+  struct Posted {
+    Pending exchange;
+    double bytes_sent = 0.0;  // for the trace
+  };
+  std::map<std::tuple<PipeOp, int, int>, Posted> posted_;  // posted ahead: (op, mb, vs) -> its exchange
   ParamStore* store_ = nullptr;
   std::vector<std::string> tied_copies_, tied_originals_;  // trainable ones only (StageUnits)
   bool tied_ = false;                      // the model has a trainable tie across stages (on any stage)

@@ -223,7 +223,7 @@ void split_pipeline(TrainingRun& run) {
   if (run.comm != run.host_comm.get()) run.stage_host_comm = run.host_comm->split(stage, replica);
   run.pipe = std::make_unique<PipeEngine>(config, *run.topology, run.rank, *run.comm, run.backend(),
                                           run.model_config.hidden_size, config.compute_dtype,
-                                          run.model_config.tie_word_embeddings);
+                                          run.model_config.tie_word_embeddings, run.comm->exchanges_independent());
   run.pipe->set_trace(PipeTrace::from_environment(run.rank, stage));  // ZT_PIPE_TRACE: the timeline (bench)
 }
 
@@ -236,7 +236,8 @@ void open_device(TrainingRun& run) {
   run.control().set_timeout(std::chrono::duration<double>(config.comm_timeout_seconds));
   run.longest_sample = run.dataset->longest_sample();
   run.data_lengths = data_lengths_of(*run.dataset);  // shorter samples: buffers grow later, rows pack more
-  const MemoryTarget target = memory_target_of(run.backend());
+  MemoryTarget target = memory_target_of(run.backend());
+  target.pipeline_posts_ahead = run.comm->exchanges_independent();  // as split_pipeline's engine
   run.memory_prediction = predict_memory(config, run.model_config, run.world_size, run.rank, run.longest_sample,
                                          target, run.data_lengths);
   check_device_memory_fits(run.backend(), config, run.model_config, run.world_size, run.rank, run.longest_sample,

@@ -6,6 +6,10 @@
 //   - order: rank 0 sends two messages to rank 1, which receives them in the order sent;
 //   - batched: one exchange_async of two sends and two receives with both neighbours (on the
 //     groups of two: both to the same peer, in list order);
+//   - posted ahead (the pipeline's MPI form): ranks 0 and 1 each post a receive from the other,
+//     then a send to it, as two exchanges, and wait for the send first: separate exchanges complete
+//     independently (Communicator::exchanges_independent: MPI and host staging; on NCCL, whose
+//     exchanges run one after the other on one stream, that order would deadlock: it says false);
 //   - split: groups of two consecutive ranks, ranked in reverse by the key: sizes, ranks, an
 //     all-reduce and an exchange inside each group; the parent's counters do not see the group's;
 //   - node groups (comm/node_groups.h): two "nodes" of 2 ranks by a ranks-per-node setting, and
@@ -139,6 +143,22 @@ void check_batched(zt::Communicator& comm, zt::Backend& backend, const std::stri
   comm.exchange_async(transfers)->wait();
   expect(from_previous.read(backend) == values_of(previous, 12) && from_next.read(backend) == values_of(next, 7, 0.5f),
          label + ": one exchange of two sends and two receives with both neighbours");
+}
+
+// The pipeline's posted-ahead messages (pipe/pipe_schedule.h): each rank's receive is posted
+// before its send, in an exchange of its own, and the send is waited for first.
+void check_posted_ahead(zt::Communicator& comm, zt::Backend& backend, const std::string& label) {
+  expect(comm.exchanges_independent() == (label != "nccl"),
+         label + ": exchanges_independent is " + (comm.exchanges_independent() ? "true" : "false"));
+  if (!comm.exchanges_independent() || comm.rank() > 1) return;
+  const int peer = 1 - comm.rank();
+  DeviceFloats mine(backend, values_of(comm.rank(), 9, 0.75f)), theirs(backend, std::vector<float>(9, -1.0f));
+  zt::Pending receive = comm.recv_async(theirs.tensor, peer);
+  zt::Pending send = comm.send_async(mine.tensor, peer);
+  send->wait();
+  receive->wait();
+  expect(theirs.read(backend) == values_of(peer, 9, 0.75f),
+         label + ": a receive posted ahead of the rank's send, completed after it");
 }
 
 void check_split(zt::Communicator& comm, zt::Backend& backend, const std::string& label) {
@@ -275,6 +295,7 @@ void check_all(zt::Communicator& comm, zt::Backend& backend, const std::string& 
   check_ring(comm, backend, label);
   check_order(comm, backend, label);
   check_batched(comm, backend, label);
+  check_posted_ahead(comm, backend, label);
   check_split(comm, backend, label);
   check_node_groups(comm, backend, label);
   check_quantized_collectives(comm, backend, label);

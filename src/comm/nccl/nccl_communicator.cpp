@@ -241,6 +241,9 @@ class NcclCommunicator final : public Communicator {
     })->wait();
   }
 
+  // Exchanges of device tensors run on main_ one after the other (host tensors go through MPI).
+  bool exchanges_independent() const override { return false; }
+
   // One NCCL group (ranks that send to each other in it cannot deadlock), on main_ after the
   // compute stream's queued work. NCCL does not check sizes: the peers' tensors must agree (the
   // MPI path checks that).
