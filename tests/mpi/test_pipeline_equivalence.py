@@ -151,15 +151,17 @@ def check_resume(report, zerotune, workdir, model, data):
                         (("resumed-p2-gpipe", 2, 0, P2 + GPIPE), ("resumed-w4-zero2", 4, 2, [])))
 
 
-def resume_cases(report, zerotune, workdir, model, data, checkpoint, ref, cases):
+def resume_cases(report, zerotune, workdir, model, data, checkpoint, ref, cases, device="cpu"):
     """`checkpoint` (saved after step 2) continued on each of `cases` (name, ranks, ZeRO stage,
-    flags): steps 3 and 4 and the final weights as the uninterrupted `ref`'s (its metrics and
-    weights). Returns the seconds the runs took."""
-    seconds = 0.0
+    flags) on `device`: steps 3 to the last and the final weights as the uninterrupted `ref`'s (its
+    metrics and weights). Returns the seconds the runs took."""
+    seconds, steps = 0.0, len(ref["metrics"])
     for name, ranks, stage, flags in cases:
-        got = train(zerotune, workdir, model, data, name, ranks, stage, flags + ["--resume", checkpoint])
+        got = train(zerotune, workdir, model, data, name, ranks, stage, flags + ["--resume", checkpoint], device=device,
+                    steps=steps)
         seconds += got["seconds"]
-        report.check([m["step"] for m in got["metrics"]] == [3, 4], f"{name}: steps {[m['step'] for m in got['metrics']]}")
+        report.check([m["step"] for m in got["metrics"]] == list(range(3, steps + 1)),
+                     f"{name}: steps {[m['step'] for m in got['metrics']]}")
         for mine, theirs in zip(got["metrics"], ref["metrics"][2:]):
             report.scalar(f"{name} step {mine['step']} loss", mine["loss"], theirs["loss"], LOSS_REL)
         check_weights(report, name, got["weights"], ref["weights"], WEIGHT_ATOL, ref["metrics"])
