@@ -7,29 +7,28 @@
 # (P = 4 and P = 2 x V = 2 chunks need one per stage):
 #   a 4-layer LLaMA, full: P = 4, D = 1 1f1b from DeepSpeed's "pipeline" section
 #     ({"stages": 4, "partition": "type:decoder"}) instead of the flags; P = 4 x D = 2 (8 ranks)
-#     1f1b ZeRO-2; P = 2 x D = 2 1f1b ZeRO-1 (the data-parallel reduction inside each stage's
-#     group); interleaved 1F1B with P = 2 x V = 2 chunks per rank, D = 2, ZeRO-1 (Megatron's
-#     batched exchanges, the reduction after backward). LoRA: P = 2 gpipe with --partition-method
-#     uniform and --activation-checkpointing; P = 2 x D = 2 gpipe ZeRO-2; P = 4 gpipe; interleaved
-#     P = 2 x V = 2 (adapters initialised by their model-wide index on both chunks);
+#     1f1b ZeRO-2 (the data-parallel reduction inside each stage's group); interleaved 1F1B with
+#     P = 2 x V = 2 chunks per rank, D = 2, ZeRO-1 (Megatron's batched exchanges, the reduction
+#     after backward). LoRA: P = 4 gpipe with --partition-method uniform and
+#     --activation-checkpointing; P = 2 x D = 2 gpipe ZeRO-2; interleaved P = 2 x V = 2 (adapters
+#     initialised by their model-wide index on both chunks);
 #   a 4-layer tiny OPT (head tied to the token table: the last stage holds a copy, gradients summed
-#     into the first stage's, the table sent back after each update), full: P = 2 1f1b; P = 2 x
-#     D = 2 gpipe ZeRO-1; P = 4 1f1b (the tie joins stages 0 and 3, which exchange nothing else);
-#     interleaved P = 2 x V = 2 (the tie joins rank 0's chunk 0 and rank 1's chunk 1). LoRA: P = 2 x
-#     D = 2 1f1b ZeRO-2 (the table frozen).
+#     into the first stage's, the table sent back after each update), full: P = 4 1f1b (the tie
+#     joins stages 0 and 3, which exchange nothing else); P = 2 x D = 2 gpipe ZeRO-1; interleaved
+#     P = 2 x V = 2 (the tie joins rank 0's chunk 0 and rank 1's chunk 1). LoRA: P = 2 x D = 2 1f1b
+#     ZeRO-2 (the table frozen).
 # Each run checks that rank 0 built only stage 0's units (run.json's zero_layout against the
 # partition run.json records) and printed the layout; an interleaved run, its P x V virtual stages.
 # Checkpoints (saved after steps 2 and 4; a resumed run continues steps 3-4 to the uninterrupted
-# run's losses and final weights): the LLaMA P = 2 x D = 2 one (the whole model's checkpoint, its
-# layout in the manifest) resumes on P = 2, D = 1 (gpipe) and on 4 ranks at ZeRO-2 without stages
-# (check_resume); the LLaMA interleaved one (its parameters in the one-rank checkpoint's units and
-# places) on its own layout and on one rank, and the one-rank one on the interleaved layout
-# (check_interleaved_checkpoints); the tied OPT's P = 2 1f1b and interleaved ones are the one-rank
-# checkpoint's layout exactly (the table saved once): the first resumes on one rank, the
-# interleaved one on P = 2 x D = 2 gpipe ZeRO-1, and the one-rank one on the interleaved layout
-# (check_tied_checkpoints). The final interleaved and tied checkpoints export as the one-rank
-# run's. Then the refusals (on the 2-layer tiny LLaMA): P not dividing the ranks, ZeRO-3, P above
-# the decoder layers, LOMO, and a trainable tie across stages with ZeRO-2.
+# run's losses and final weights): the LLaMA interleaved one (the whole model's checkpoint, its
+# layout in the manifest, its parameters in the one-rank checkpoint's units and places) resumes on
+# one rank, on P = 2 gpipe and on 4 ranks at ZeRO-2 without stages, and the one-rank one on the
+# interleaved layout (check_interleaved_checkpoints); the tied OPT's P = 4 1f1b and interleaved
+# ones are the one-rank checkpoint's layout exactly (the table saved once): the first resumes on
+# one rank, the interleaved one on P = 2 x D = 2 gpipe ZeRO-1, and the one-rank one on the
+# interleaved layout (check_tied_checkpoints). The final interleaved and tied checkpoints export as
+# the one-rank run's. Then the refusals (on the 2-layer tiny LLaMA): P not dividing the ranks,
+# ZeRO-3, P above the decoder layers, LOMO, and a trainable tie across stages with ZeRO-2.
 import json
 import math
 import os
@@ -136,21 +135,6 @@ def finished(workdir, name):
     return {"name": name, "metrics": read_metrics(out), "weights": load_weights(out + ".safetensors")}
 
 
-def check_resume(report, zerotune, workdir, model, data):
-    """The LLaMA P = 2, D = 2 run's checkpoint after step 2 (the whole model's, whatever the
-    layout) continued on P = 2, D = 1 (gpipe) and on 4 ranks at ZeRO-2 without stages: steps 3 and
-    4 and the final weights as the uninterrupted run's."""
-    checkpoint = os.path.join(workdir, "llama-full-p2-d2-1f1b-zero1", "checkpoints", "global_step2")
-    with open(os.path.join(checkpoint, "manifest.json")) as stream:
-        manifest = json.load(stream)
-    report.check(manifest.get("pipeline", {}).get("stages") == 2 and manifest.get("world_size") == 4
-                 and manifest.get("partitions") == 2 and len(manifest.get("files", [])) == 2,
-                 f"the pipeline checkpoint's manifest records its layout: {manifest.get('pipeline')}, world size "
-                 f"{manifest.get('world_size')}, {manifest.get('partitions')} partition files")
-    return resume_cases(report, zerotune, workdir, model, data, checkpoint, finished(workdir, "llama-full-ref"),
-                        (("resumed-p2-gpipe", 2, 0, P2 + GPIPE), ("resumed-w4-zero2", 4, 2, [])))
-
-
 def resume_cases(report, zerotune, workdir, model, data, checkpoint, ref, cases, device="cpu"):
     """`checkpoint` (saved after step 2) continued on each of `cases` (name, ranks, ZeRO stage,
     flags) on `device`: steps 3 to the last and the final weights as the uninterrupted `ref`'s (its
@@ -252,22 +236,26 @@ def check_p4_section(report, zerotune, workdir, model4, data):
 
 
 def check_interleaved_checkpoints(report, zerotune, workdir, model4, data):
-    """The LLaMA interleaved run's checkpoints (a rank's chunks hold units far apart) in the format of
-    a run without stages: the one-rank checkpoint's parameters in the same units at the same places.
-    After step 2 it resumes on its own layout and on one rank; the one-rank checkpoint resumes
-    interleaved; the final one exports as the one-rank run's."""
+    """The LLaMA interleaved P = 2 x D = 2 run's checkpoints (the whole model's, whatever the layout;
+    a rank's chunks hold units far apart) in the format of a run without stages: the manifest
+    records the layout, the one-rank checkpoint's parameters in the same units at the same places.
+    After step 2 it resumes on one rank, on P = 2 gpipe and on 4 ranks at ZeRO-2 without stages; the
+    one-rank checkpoint resumes interleaved; the final one exports as the one-rank run's."""
     got, ref = finished(workdir, "llama-full-p2-v2-d2-interleaved-zero1"), finished(workdir, "llama-full-ref")
     out, ref_out = os.path.join(workdir, got["name"]), os.path.join(workdir, ref["name"])
     manifest, ref_manifest = read_manifest(out, 2), read_manifest(ref_out, 2)
-    report.check(manifest.get("pipeline", {}).get("chunks") == 2 and manifest.get("world_size") == 4
-                 and manifest.get("partitions") == 2 and len(manifest.get("layout", {}).get("parameters", [])) ==
-                 len(ref_manifest["layout"]["parameters"]),
-                 f"interleaved checkpoint: manifest records {manifest.get('pipeline')}, 2 partition files, the "
-                 "one-rank checkpoint's parameters")
+    report.check(manifest.get("pipeline", {}).get("stages") == 2 and manifest.get("pipeline", {}).get("chunks") == 2
+                 and manifest.get("world_size") == 4 and manifest.get("partitions") == 2
+                 and len(manifest.get("files", [])) == 2
+                 and len(manifest.get("layout", {}).get("parameters", [])) == len(ref_manifest["layout"]["parameters"]),
+                 f"interleaved checkpoint: manifest records {manifest.get('pipeline')}, world size "
+                 f"{manifest.get('world_size')}, {manifest.get('partitions')} partition files, the one-rank "
+                 "checkpoint's parameters")
     report.check(parameter_units(manifest) == parameter_units(ref_manifest),
                  "interleaved checkpoint: every parameter in the one-rank checkpoint's unit, group and place")
     seconds = resume_cases(report, zerotune, workdir, model4, data, os.path.join(out, "checkpoints", "global_step2"),
-                           ref, (("interleaved-resumed-same", 4, 1, INTERLEAVED), ("interleaved-resumed-w1", 1, 0, [])))
+                           ref, (("interleaved-resumed-w1", 1, 0, []), ("interleaved-resumed-p2-gpipe", 2, 0, P2 + GPIPE),
+                                 ("interleaved-resumed-w4-zero2", 4, 2, [])))
     seconds += resume_cases(report, zerotune, workdir, model4, data, os.path.join(ref_out, "checkpoints", "global_step2"),
                             ref, (("w1-resumed-interleaved", 2, 0, INTERLEAVED),))
     check_export(report, zerotune, model4, workdir, got, ref)
@@ -279,21 +267,20 @@ P4 = ["--pipeline-stages", 4]
 GPIPE = ["--pipeline-schedule", "gpipe"]
 INTERLEAVED = P2 + ["--pipeline-schedule", "interleaved", "--pipeline-chunks", 2]
 SAVE_EVERY_2 = ["--save-every", 2]
-# The 4-layer LLaMA (references with checkpoints after steps 2 and 4: check_resume continues the
-# P = 2 x D = 2 run's, check_interleaved_checkpoints the interleaved one's and the reference's).
+# The 4-layer LLaMA (references with checkpoints after steps 2 and 4: check_interleaved_checkpoints
+# continues the interleaved run's and the full reference's).
 LLAMA_CASES = {
-    "full": [("p4-d2-1f1b-zero2", 8, 2, P4, 4, 2), ("p2-d2-1f1b-zero1", 4, 1, P2 + SAVE_EVERY_2, 2, 2),
+    "full": [("p4-d2-1f1b-zero2", 8, 2, P4, 4, 2),
              ("p2-v2-d2-interleaved-zero1", 4, 1, INTERLEAVED + SAVE_EVERY_2, None, 2)],
-    "lora": [("p2-gpipe-uniform-checkpointing", 2, 0, P2 + GPIPE + ["--partition-method", "uniform",
-                                                                  "--activation-checkpointing"], 2, 1),
-             ("p2-d2-gpipe-zero2", 4, 2, P2 + GPIPE, 2, 2), ("p4-gpipe", 4, 0, P4 + GPIPE, 4, 1),
-             ("p2-v2-interleaved", 2, 0, INTERLEAVED, None, 1)],
+    "lora": [("p4-gpipe-uniform-checkpointing", 4, 0, P4 + GPIPE + ["--partition-method", "uniform",
+                                                                  "--activation-checkpointing"], 4, 1),
+             ("p2-d2-gpipe-zero2", 4, 2, P2 + GPIPE, 2, 2), ("p2-v2-interleaved", 2, 0, INTERLEAVED, None, 1)],
 }
 # The 4-layer OPT: the head tied to the token table (first stage) reads a copy on the last stage
-# (P = 2 and interleaved with checkpoints after steps 2 and 4: check_tied_checkpoints).
+# (P = 4 and interleaved with checkpoints after steps 2 and 4: check_tied_checkpoints).
 OPT_CASES = {
-    "full": [("p2-1f1b", 2, 0, P2 + SAVE_EVERY_2, 2, 1), ("p2-d2-gpipe-zero1", 4, 1, P2 + GPIPE, 2, 2),
-             ("p4-1f1b", 4, 0, P4, 4, 1), ("p2-v2-interleaved", 2, 0, INTERLEAVED + SAVE_EVERY_2, None, 1)],
+    "full": [("p4-1f1b", 4, 0, P4 + SAVE_EVERY_2, 4, 1), ("p2-d2-gpipe-zero1", 4, 1, P2 + GPIPE, 2, 2),
+             ("p2-v2-interleaved", 2, 0, INTERLEAVED + SAVE_EVERY_2, None, 1)],
     "lora": [("p2-d2-1f1b-zero2", 4, 2, P2, 2, 2)],
 }
 
@@ -310,7 +297,7 @@ def check_tied_layout(report, label, manifest, ref_manifest):
 
 
 def check_tied_checkpoints(report, zerotune, opt_dir, model, data):
-    """The tied OPT's P = 2 1f1b and interleaved checkpoints have the one-rank layout (check_tied_layout).
+    """The tied OPT's P = 4 1f1b and interleaved checkpoints have the one-rank layout (check_tied_layout).
     After step 2 the 1f1b one resumes on one rank, the interleaved one on P = 2, D = 2 GPipe ZeRO-1
     (the copy loaded from the table's place in the checkpoint, sliced for 2 replicas); the one-rank
     checkpoint resumes on the interleaved layout (the copy on rank 1's second chunk); the final
@@ -319,7 +306,7 @@ def check_tied_checkpoints(report, zerotune, opt_dir, model, data):
     ref_out = os.path.join(opt_dir, ref["name"])
     ref_manifest = read_manifest(ref_out, 2)
     seconds = 0.0
-    for name, resumed in (("opt-full-p2-1f1b", ("opt-resumed-w1", 1, 0, [])),
+    for name, resumed in (("opt-full-p4-1f1b", ("opt-resumed-w1", 1, 0, [])),
                           ("opt-full-p2-v2-interleaved", ("opt-interleaved-resumed-p2-d2-gpipe-zero1", 4, 1,
                                                           P2 + GPIPE))):
         out = os.path.join(opt_dir, name)
@@ -352,7 +339,6 @@ def main():
                        stdout=subprocess.DEVNULL)
         seconds = run_cases(report, args.zerotune, workdir, model4, data, "llama", LLAMA_CASES, ref_flags=SAVE_EVERY_2)
         seconds += check_p4_section(report, args.zerotune, workdir, model4, data)
-        seconds += check_resume(report, args.zerotune, workdir, model4, data)
         seconds += check_interleaved_checkpoints(report, args.zerotune, workdir, model4, data)
         opt_dir = os.path.join(workdir, "opt")
         os.makedirs(opt_dir)
