@@ -5,13 +5,13 @@
 # dropout 0.1, so a stage's recomputed forward must draw the same masks). Every run of a model
 # compares with one single-rank run per mode (full, LoRA), so the models have 4 decoder layers
 # (P = 4 and P = 2 x V = 2 chunks need one per stage):
-#   a 4-layer LLaMA, full: P = 4, D = 1 1f1b from DeepSpeed's "pipeline" section
-#     ({"stages": 4, "partition": "type:decoder"}) instead of the flags; P = 4 x D = 2 (8 ranks)
-#     1f1b ZeRO-2 (the data-parallel reduction inside each stage's group); interleaved 1F1B with
-#     P = 2 x V = 2 chunks per rank, D = 2, ZeRO-1 (Megatron's batched exchanges, the reduction
-#     after backward). LoRA: P = 4 gpipe with --partition-method uniform and
-#     --activation-checkpointing; P = 2 x D = 2 gpipe ZeRO-2; interleaved P = 2 x V = 2 (adapters
-#     initialised by their model-wide index on both chunks);
+#   a 4-layer LLaMA, full: P = 4 x D = 2 (8 ranks) 1f1b ZeRO-2 (the data-parallel reduction inside
+#     each stage's group) from DeepSpeed's "pipeline" section ({"stages": 4, "partition":
+#     "type:decoder"}) instead of the flags; interleaved 1F1B with P = 2 x V = 2 chunks per rank,
+#     D = 2, ZeRO-1 (Megatron's batched exchanges, the reduction after backward). LoRA: P = 4
+#     gpipe with --partition-method uniform and --activation-checkpointing; P = 2 x D = 2 gpipe
+#     ZeRO-2; interleaved P = 2 x V = 2 (adapters initialised by their model-wide index on both
+#     chunks);
 #   a 4-layer tiny OPT (head tied to the token table: the last stage holds a copy, gradients summed
 #     into the first stage's, the table sent back after each update), full: P = 4 1f1b (the tie
 #     joins stages 0 and 3, which exchange nothing else); P = 2 x D = 2 gpipe ZeRO-1; interleaved
@@ -22,12 +22,12 @@
 # Checkpoints (saved after steps 2 and 4; a resumed run continues steps 3-4 to the uninterrupted
 # run's losses and final weights): the LLaMA interleaved one (the whole model's checkpoint, its
 # layout in the manifest, its parameters in the one-rank checkpoint's units and places) resumes on
-# one rank, on P = 2 gpipe and on 4 ranks at ZeRO-2 without stages, and the one-rank one on the
-# interleaved layout (check_interleaved_checkpoints); the tied OPT's P = 4 1f1b and interleaved
-# ones are the one-rank checkpoint's layout exactly (the table saved once): the first resumes on
-# one rank, the interleaved one on P = 2 x D = 2 gpipe ZeRO-1, and the one-rank one on the
-# interleaved layout (check_tied_checkpoints). The final interleaved and tied checkpoints export as
-# the one-rank run's. Then the refusals (on the 2-layer tiny LLaMA): P not dividing the ranks,
+# one rank and on P = 2 gpipe, and the one-rank one on the interleaved layout
+# (check_interleaved_checkpoints); the tied OPT's P = 4 1f1b and interleaved ones are the one-rank
+# checkpoint's layout exactly (the table saved once): the first resumes on one rank, the
+# interleaved one on P = 2 x D = 2 gpipe ZeRO-1, and the one-rank one on the interleaved layout
+# (check_tied_checkpoints). The final interleaved checkpoints (LLaMA, tied OPT) export as the
+# one-rank run's. Then the refusals (on the 2-layer tiny LLaMA): P not dividing the ranks,
 # ZeRO-3, P above the decoder layers, LOMO, and a trainable tie across stages with ZeRO-2.
 import json
 import math
@@ -224,14 +224,15 @@ def run_cases(report, zerotune, workdir, model, data, label, cases, device="cpu"
 
 
 def check_p4_section(report, zerotune, workdir, model4, data):
-    """P = 4 on the 4-layer LLaMA from DeepSpeed's pipeline section instead of the flags."""
+    """P = 4 x D = 2 (8 ranks, ZeRO-2 inside each stage's pair of replicas) on the 4-layer LLaMA,
+    from DeepSpeed's pipeline section instead of the flags."""
     ref = dict(finished(workdir, "llama-full-ref"), run=read_run(os.path.join(workdir, "llama-full-ref")))
-    got = train(zerotune, workdir, model4, data, "llama-full-p4-1f1b-section", 4,
+    got = train(zerotune, workdir, model4, data, "llama-full-p4-d2-1f1b-zero2-section", 8, 2,
                 pipeline_section={"stages": 4, "partition": "type:decoder", "seed_layers": False})
     compare(report, got, ref)
-    check_stage_zero(report, got, ref, 4, 1)
+    check_stage_zero(report, got, ref, 4, 2)
     report.check("pipeline.stages 4 -> --pipeline-stages 4" in got["stdout"],
-                 "llama-full-p4-1f1b-section: the JSON's pipeline.stages was read (noted)")
+                 "llama-full-p4-d2-1f1b-zero2-section: the JSON's pipeline.stages was read (noted)")
     return got["seconds"]
 
 
@@ -239,7 +240,7 @@ def check_interleaved_checkpoints(report, zerotune, workdir, model4, data):
     """The LLaMA interleaved P = 2 x D = 2 run's checkpoints (the whole model's, whatever the layout;
     a rank's chunks hold units far apart) in the format of a run without stages: the manifest
     records the layout, the one-rank checkpoint's parameters in the same units at the same places.
-    After step 2 it resumes on one rank, on P = 2 gpipe and on 4 ranks at ZeRO-2 without stages; the
+    After step 2 it resumes on one rank and on P = 2 gpipe (D = 1: the state of 2 replicas joined); the
     one-rank checkpoint resumes interleaved; the final one exports as the one-rank run's."""
     got, ref = finished(workdir, "llama-full-p2-v2-d2-interleaved-zero1"), finished(workdir, "llama-full-ref")
     out, ref_out = os.path.join(workdir, got["name"]), os.path.join(workdir, ref["name"])
@@ -254,10 +255,11 @@ def check_interleaved_checkpoints(report, zerotune, workdir, model4, data):
     report.check(parameter_units(manifest) == parameter_units(ref_manifest),
                  "interleaved checkpoint: every parameter in the one-rank checkpoint's unit, group and place")
     seconds = resume_cases(report, zerotune, workdir, model4, data, os.path.join(out, "checkpoints", "global_step2"),
-                           ref, (("interleaved-resumed-w1", 1, 0, []), ("interleaved-resumed-p2-gpipe", 2, 0, P2 + GPIPE),
-                                 ("interleaved-resumed-w4-zero2", 4, 2, [])))
-    seconds += resume_cases(report, zerotune, workdir, model4, data, os.path.join(ref_out, "checkpoints", "global_step2"),
-                            ref, (("w1-resumed-interleaved", 2, 0, INTERLEAVED),))
+                           ref, (("interleaved-resumed-w1", 1, 0, []),
+                                 ("interleaved-resumed-p2-gpipe", 2, 0, P2 + GPIPE)))
+    seconds += resume_cases(report, zerotune, workdir, model4, data,
+                            os.path.join(ref_out, "checkpoints", "global_step2"), ref,
+                            (("w1-resumed-interleaved", 2, 0, INTERLEAVED),))
     check_export(report, zerotune, model4, workdir, got, ref)
     return seconds
 
@@ -270,8 +272,7 @@ SAVE_EVERY_2 = ["--save-every", 2]
 # The 4-layer LLaMA (references with checkpoints after steps 2 and 4: check_interleaved_checkpoints
 # continues the interleaved run's and the full reference's).
 LLAMA_CASES = {
-    "full": [("p4-d2-1f1b-zero2", 8, 2, P4, 4, 2),
-             ("p2-v2-d2-interleaved-zero1", 4, 1, INTERLEAVED + SAVE_EVERY_2, None, 2)],
+    "full": [("p2-v2-d2-interleaved-zero1", 4, 1, INTERLEAVED + SAVE_EVERY_2, None, 2)],  # + check_p4_section
     "lora": [("p4-gpipe-uniform-checkpointing", 4, 0, P4 + GPIPE + ["--partition-method", "uniform",
                                                                   "--activation-checkpointing"], 4, 1),
              ("p2-d2-gpipe-zero2", 4, 2, P2 + GPIPE, 2, 2), ("p2-v2-interleaved", 2, 0, INTERLEAVED, None, 1)],
@@ -301,7 +302,7 @@ def check_tied_checkpoints(report, zerotune, opt_dir, model, data):
     After step 2 the 1f1b one resumes on one rank, the interleaved one on P = 2, D = 2 GPipe ZeRO-1
     (the copy loaded from the table's place in the checkpoint, sliced for 2 replicas); the one-rank
     checkpoint resumes on the interleaved layout (the copy on rank 1's second chunk); the final
-    ones export as the one-rank run's (the tied head written once)."""
+    interleaved one exports as the one-rank run's (the tied head written once)."""
     ref = finished(opt_dir, "opt-full-ref")
     ref_out = os.path.join(opt_dir, ref["name"])
     ref_manifest = read_manifest(ref_out, 2)
@@ -312,13 +313,14 @@ def check_tied_checkpoints(report, zerotune, opt_dir, model, data):
         out = os.path.join(opt_dir, name)
         manifest = read_manifest(out, 2)
         check_tied_layout(report, f"{name} checkpoint", manifest, ref_manifest)
-        seconds += resume_cases(report, zerotune, opt_dir, model, data, os.path.join(out, "checkpoints", "global_step2"),
-                                ref, (resumed,))
-        check_export(report, zerotune, model, opt_dir, finished(opt_dir, name), ref)
+        seconds += resume_cases(report, zerotune, opt_dir, model, data,
+                                os.path.join(out, "checkpoints", "global_step2"), ref, (resumed,))
     report.check(read_manifest(os.path.join(opt_dir, "opt-full-p2-v2-interleaved"), 2).get("pipeline", {}).get("chunks")
                  == 2, "opt-full-p2-v2-interleaved checkpoint: the manifest records 2 chunks")
-    seconds += resume_cases(report, zerotune, opt_dir, model, data, os.path.join(ref_out, "checkpoints", "global_step2"),
-                            ref, (("opt-w1-resumed-interleaved", 2, 0, INTERLEAVED),))
+    seconds += resume_cases(report, zerotune, opt_dir, model, data,
+                            os.path.join(ref_out, "checkpoints", "global_step2"), ref,
+                            (("opt-w1-resumed-interleaved", 2, 0, INTERLEAVED),))
+    check_export(report, zerotune, model, opt_dir, finished(opt_dir, "opt-full-p2-v2-interleaved"), ref)
     return seconds
 
 
