@@ -14,8 +14,9 @@
 #  - a 4-layer tied OPT (hidden size 32) at P = 4 x D = 2 1f1b (8 ranks, ZeRO-1: the tie joins
 #    stages 0 and 3, summed over both replicas) and interleaved P = 2 x V = 2 (ZeRO-1: the tie joins
 #    rank 0's chunk 0 and rank 1's chunk 1), whose checkpoint after step 2 resumes on one rank to
-#    the same step 3 and final weights (tests/mpi/test_pipeline_equivalence.py exports such
-#    checkpoints and resumes them on other pipeline layouts; the format is the backend's).
+#    the same step 3 and final weights (the checkpoint format is the same on both backends:
+#    tests/mpi/test_pipeline_equivalence.py checks its layout, exports it and resumes it on other
+#    pipeline layouts).
 # ZT_GPU_TEST_WORLD_SIZES (default "1,2") lists the world sizes the machine runs: the D = 2 and
 # P = 4 cases need 4 ranks, P = 4 x D = 2 needs 8 (the emulated device's run: 2,4,8; each rank its
 # own emulated GPU, ZT_EMU_DEVICES=8). Without 4 the fp16 case runs at P = 2, D = 1, the LLaMA at
