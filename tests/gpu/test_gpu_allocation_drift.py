@@ -1,7 +1,8 @@
 # The memory model and the run allocate the same buffers, allocation by allocation, through
 # set-up and the first step, on the device (the emulated one, or a real GPU), for every ZeRO
 # stage, offload, optimizer family, LoRA/QLoRA, packing (the device's packed positions),
-# checkpointing, activation offload and accumulation, pipeline stages (1F1B, GPipe, interleaved)
+# checkpointing, activation offload and accumulation, pipeline stages (1F1B, GPipe, interleaved;
+# a tied OPT's)
 # (tests/mpi/allocation_drift.py; issues 34, 32).
 from mpi_common_path import add_mpi_path  # noqa: F401 (puts tests/mpi on sys.path)
 from allocation_drift import CASES, GPU_CASES, check_drift

@@ -7,16 +7,16 @@
 # release the same ones: any set-up or step code that allocates in one and not the other (the
 # drift issue 34 found: packed positions, LOMO's norm pass) fails here with its place in the
 # sequence. Op scratch of the CUDA backend (partial sums, cuDNN's workspace, "scratch" lines) is
-# the backend's own, outside what the model assembles, and left out of the comparison.
+# the backend's own, outside what the model assembles, and left out of the comparison. The cases
+# run on an untied LLaMA (data/mid-llama) and, for tied heads under a pipeline, a 4-layer tiny OPT.
 # Shared by tests/mpi/test_allocation_drift.py (the CPU backend) and
 # tests/gpu/test_gpu_allocation_drift.py (the emulated device, or a real GPU).
 import glob
-import json
 import os
 import subprocess
 import sys
 
-from mpi_common import REPO, run_ranks, write_ds_config
+from mpi_common import REPO, make_family_model, run_ranks, write_ds_config
 
 ZERO_KNOBS = {"reduce_bucket_size": 20000, "allgather_bucket_size": 20000, "stage3_max_reuse_distance": 0,
               "stage3_prefetch_bucket_size": 30000}
@@ -37,11 +37,20 @@ CASES = {
     "s0-lomo-clip": (1, 0, False, False, {"type": "LOMO", "params": {"lr": 0.05}}, []),
     "s3-adalomo-w2": (2, 3, False, False, {"type": "AdaLomo", "params": {"lr": 0.05}}, []),
     "s0-onebit-w2": (2, 0, False, False, {"type": "OneBitAdam", "params": {"lr": 1e-3, "freeze_step": 1}}, []),
-    # Pipeline stages (issue 32): each rank's stage, its engine's stage inputs and received gradients.
-    "s1-pipeline-p2": (2, 1, False, False, None, ["--pipeline-stages", 2]),
+    # Pipeline stages (issue 32): each rank's stage, its engine's stage inputs and received gradients
+    # (1f1b: TIED_CASES).
     "s2-pipeline-p2-w4-gpipe": (4, 2, False, False, None, ["--pipeline-stages", 2, "--pipeline-schedule", "gpipe"]),
     "s1-pipeline-p2-interleaved": (2, 1, False, False, None, ["--pipeline-stages", 2, "--pipeline-schedule",
                                                                 "interleaved"]),
+}
+# The same on the 4-layer tiny OPT, whose head is tied to the token table: under a pipeline the last
+# stage holds a copy of the table, and the gradient the tie sums between the first and last stage
+# where the table trains (full fine-tuning; LoRA freezes it).
+TIED_CASES = {
+    "s1-pipeline-p2-tied": (2, 1, False, False, None, ["--pipeline-stages", 2]),
+    "s0-pipeline-p2-interleaved-tied-lora": (2, 0, False, False, None, ["--pipeline-stages", 2, "--pipeline-schedule",
+                                                                          "interleaved", "--lora-r", 4,
+                                                                          "--lora-targets", "all-linear"]),
 }
 # Only where the device is a GPU (pinned host memory for the block inputs).
 GPU_CASES = {
@@ -103,40 +112,63 @@ def first_difference(model, run):
     return None
 
 
-def check_drift(report, zerotune, workdir, device, cases):
-    model = os.path.join(workdir, "model")
-    subprocess.run([zerotune, "init", "--config", os.path.join(REPO, "data", "mid-llama", "config.json"), "--out",
-                    model, "--seed", "1"], check=True, stdout=subprocess.DEVNULL)
-    data = os.path.join(workdir, "data")
+def make_model_and_data(zerotune, workdir, label):
+    """The model `label` ("mid-llama": data/mid-llama, untied; "opt4": the tiny OPT of the family
+    cases with 4 decoder layers and hidden size 32, tied) in workdir/label and 16 samples of SEQ tokens for its
+    vocabulary in workdir/label-data."""
+    model = os.path.join(workdir, label)
+    if label == "mid-llama":
+        subprocess.run([zerotune, "init", "--config", os.path.join(REPO, "data", "mid-llama", "config.json"), "--out",
+                        model, "--seed", "1"], check=True, stdout=subprocess.DEVNULL)
+        vocab = 256
+    else:
+        # Half the family case's width: the emulated device's time (the sizes change no allocation).
+        vocab = make_family_model("opt", model, num_hidden_layers=4, hidden_size=32, ffn_dim=48,
+                                  num_attention_heads=2).vocab_size
+    data = model + "-data"
     subprocess.run([sys.executable, os.path.join(REPO, "tests", "oracle", "make_token_shard.py"), "--out", data,
-                    "--samples", "16", "--vocab", "256", "--min-len", str(SEQ), "--max-len", str(SEQ), "--seed", "0"],
-                   check=True, stdout=subprocess.DEVNULL)
-    for name, (ranks, stage, offload_optimizer, offload_param, optimizer, flags) in cases.items():
-        zero = dict(ZERO_KNOBS, stage=stage)
-        if offload_optimizer:
-            zero["offload_optimizer"] = {"device": "cpu"}
-        if offload_param:
-            zero["offload_param"] = {"device": "cpu"}
-        ds = write_ds_config(os.path.join(workdir, name + ".json"), 2 * ranks * (2 if "--grad-accum" in flags else 1),
-                             2, zero, optimizer)
-        out = os.path.join(workdir, f"{device}-{name}")
-        log_prefix = os.path.join(workdir, f"log-{device}-{name}")
-        os.environ["ZT_ALLOCATION_LOG"] = log_prefix
-        try:
-            run_ranks(ranks, [zerotune, "train", "--model", model, "--data", data, "--out", out, "--deepspeed", ds,
-                              "--max-steps", 1, "--device", device, "--no-save-at-end"] + flags)
-        finally:
-            del os.environ["ZT_ALLOCATION_LOG"]
-        logs = sorted(glob.glob(log_prefix + ".*"))
-        report.check(len(logs) == ranks, f"{device} {name}: one allocation log per rank ({len(logs)} of {ranks})")
-        for path in logs:
-            streams = read_log(path)
-            model_events, run_events = comparable(streams["model"]), comparable(streams["run"])
-            allocations = sum(1 for event in run_events if event[0] == "alloc")
-            stepped = ("mark", "stepped") in model_events and ("mark", "stepped") in run_events
-            difference = first_difference(model_events, run_events)
-            report.check(stepped and allocations > 0 and difference is None,
-                         f"{device} {name} ({os.path.basename(path)}): memory model and run allocate the same "
-                         f"{allocations} buffers through set-up and step 1"
-                         + ("" if difference is None else
-                            f"; first difference at event {difference[0]}: model {difference[1]}, run {difference[2]}"))
+                    "--samples", "16", "--vocab", str(vocab), "--min-len", str(SEQ), "--max-len", str(SEQ), "--seed",
+                    "0"], check=True, stdout=subprocess.DEVNULL)
+    return model, data
+
+
+def check_drift(report, zerotune, workdir, device, cases, tied_cases=TIED_CASES):
+    """`cases` on mid-llama and `tied_cases` on the tied 4-layer OPT, on `device`."""
+    for label, model_cases in (("mid-llama", cases), ("opt4", tied_cases)):
+        model, data = make_model_and_data(zerotune, workdir, label)
+        for name, case in model_cases.items():
+            check_case(report, zerotune, workdir, device, name, case, model, data)
+
+
+def check_case(report, zerotune, workdir, device, name, case, model, data):
+    """One case (ranks, stage, offload optimizer, offload param, optimizer, flags) for 1 step: the
+    memory model's allocations and the run's, rank by rank."""
+    ranks, stage, offload_optimizer, offload_param, optimizer, flags = case
+    zero = dict(ZERO_KNOBS, stage=stage)
+    if offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu"}
+    if offload_param:
+        zero["offload_param"] = {"device": "cpu"}
+    ds = write_ds_config(os.path.join(workdir, name + ".json"), 2 * ranks * (2 if "--grad-accum" in flags else 1),
+                         2, zero, optimizer)
+    out = os.path.join(workdir, f"{device}-{name}")
+    log_prefix = os.path.join(workdir, f"log-{device}-{name}")
+    os.environ["ZT_ALLOCATION_LOG"] = log_prefix
+    try:
+        run_ranks(ranks, [zerotune, "train", "--model", model, "--data", data, "--out", out, "--deepspeed", ds,
+                          "--max-steps", 1, "--device", device, "--no-save-at-end"] + flags)
+    finally:
+        del os.environ["ZT_ALLOCATION_LOG"]
+    logs = sorted(glob.glob(log_prefix + ".*"))
+    report.check(len(logs) == ranks, f"{device} {name}: one allocation log per rank ({len(logs)} of {ranks})")
+    for path in logs:
+        streams = read_log(path)
+        model_events, run_events = comparable(streams["model"]), comparable(streams["run"])
+        allocations = sum(1 for event in run_events if event[0] == "alloc")
+        stepped = ("mark", "stepped") in model_events and ("mark", "stepped") in run_events
+        difference = first_difference(model_events, run_events)
+        report.check(stepped and allocations > 0 and difference is None,
+                     f"{device} {name} ({os.path.basename(path)}): memory model and run allocate the same "
+                     f"{allocations} buffers through set-up and step 1"
+                     + ("" if difference is None else
+                        f"; first difference at event {difference[0]}: model {difference[1]}, run {difference[2]}"))

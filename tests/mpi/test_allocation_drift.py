@@ -1,6 +1,7 @@
 # The memory model and the run allocate the same buffers, allocation by allocation, through
 # set-up and the first step, on the CPU backend, for every ZeRO stage, offload, optimizer family,
-# LoRA/QLoRA, packing, checkpointing and accumulation (allocation_drift.py; issue 34).
+# LoRA/QLoRA, packing, checkpointing and accumulation, pipeline stages (1F1B, GPipe, interleaved;
+# a tied OPT's) (allocation_drift.py; issues 34, 32).
 from allocation_drift import CASES, check_drift
 from mpi_common import Report, main_guard, parse_args, temporary_directory
 

@@ -2,27 +2,33 @@
 # the single-rank trajectory: the same losses and gradient norms (within fp32 reassociation), the
 # same token counts and the same final weights after 4 steps (a global batch of 16, micro-batches
 # of 4: 4 micro-batches per step at D = 1, 2 at D = 2), full fine-tuning and LoRA (with LoRA
-# dropout 0.1, so a stage's recomputed forward must draw the same masks):
-#   tiny LLaMA (2 layers): P = 2, D = 1 (2 ranks) 1f1b full; gpipe LoRA with
-#     --partition-method uniform and --activation-checkpointing; P = 2, D = 2 (4 ranks) 1f1b
-#     ZeRO-1 full and gpipe ZeRO-2 LoRA (the data-parallel reduction inside each stage's group);
-#   a 4-layer LLaMA: P = 4, D = 1 (4 ranks) 1f1b full, from DeepSpeed's "pipeline" section
-#     ({"stages": 4, "partition": "type:decoder"}) instead of the flags; P = 4 x D = 2 (8 ranks)
-#     ZeRO-2; interleaved 1F1B with P = 2 x V = 2 chunks per rank, D = 2, ZeRO-1 (Megatron's
-#     batched exchanges, the reduction after backward), and LoRA at D = 1;
-#   tiny OPT (head tied to the token table: the last stage holds a copy, gradients summed into the
-#     first stage's, the table sent back after each update): P = 2, D = 1 1f1b full; P = 2,
-#     D = 2 gpipe ZeRO-1 full; P = 2, D = 2 1f1b ZeRO-2 LoRA (the table frozen).
+# dropout 0.1, so a stage's recomputed forward must draw the same masks). Every run of a model
+# compares with one single-rank run per mode (full, LoRA), so the models have 4 decoder layers
+# (P = 4 and P = 2 x V = 2 chunks need one per stage):
+#   a 4-layer LLaMA, full: P = 4 x D = 2 (8 ranks) 1f1b ZeRO-2 (the data-parallel reduction inside
+#     each stage's group) from DeepSpeed's "pipeline" section ({"stages": 4, "partition":
+#     "type:decoder"}) instead of the flags; interleaved 1F1B with P = 2 x V = 2 chunks per rank,
+#     D = 2, ZeRO-1 (Megatron's batched exchanges, the reduction after backward). LoRA: P = 4
+#     gpipe with --partition-method uniform and --activation-checkpointing; P = 2 x D = 2 gpipe
+#     ZeRO-2; interleaved P = 2 x V = 2 (adapters initialised by their model-wide index on both
+#     chunks);
+#   a 4-layer tiny OPT (head tied to the token table: the last stage holds a copy, gradients summed
+#     into the first stage's, the table sent back after each update), full: P = 4 1f1b (the tie
+#     joins stages 0 and 3, which exchange nothing else); P = 2 x D = 2 gpipe ZeRO-1; interleaved
+#     P = 2 x V = 2 (the tie joins rank 0's chunk 0 and rank 1's chunk 1). LoRA: P = 2 x D = 2 1f1b
+#     ZeRO-2 (the table frozen).
 # Each run checks that rank 0 built only stage 0's units (run.json's zero_layout against the
-# partition run.json records) and printed the layout. Checkpoints: the P = 2, D = 2 run saves after
-# step 2 (the whole model's checkpoint, its layout in the manifest), which resumes on one rank, on
-# P = 2, D = 1 (gpipe) and on 4 ranks at ZeRO-2 to the same steps 3-4 and final weights; so do
-# the interleaved run's checkpoint (on its own layout, one rank, P = 2 1F1B; and the one-rank
-# checkpoint on the interleaved layout) and the tied OPT's P = 2 one (the table saved once: on one
-# rank, on P = 2, D = 2; and the one-rank checkpoint on P = 2), whose final checkpoints export as
-# the one-rank run's (check_interleaved_checkpoints, check_tied_checkpoints). Then the refusals: P
-# not dividing the ranks, ZeRO-3, P above the decoder layers, LOMO, and a trainable tie across
-# stages with ZeRO-2.
+# partition run.json records) and printed the layout; an interleaved run, its P x V virtual stages.
+# Checkpoints (saved after steps 2 and 4; a resumed run continues steps 3-4 to the uninterrupted
+# run's losses and final weights): the LLaMA interleaved one (the whole model's checkpoint, its
+# layout in the manifest, its parameters in the one-rank checkpoint's units and places) resumes on
+# one rank and on P = 2 gpipe, and the one-rank one on the interleaved layout
+# (check_interleaved_checkpoints); the tied OPT's P = 4 1f1b and interleaved ones are the one-rank
+# checkpoint's layout exactly (the table saved once): the first resumes on one rank, the
+# interleaved one on P = 2 x D = 2 gpipe ZeRO-1, and the one-rank one on the interleaved layout
+# (check_tied_checkpoints). The final interleaved checkpoints (LLaMA, tied OPT) export as the
+# one-rank run's. Then the refusals (on the 2-layer tiny LLaMA): P not dividing the ranks,
+# ZeRO-3, P above the decoder layers, LOMO, and a trainable tie across stages with ZeRO-2.
 import json
 import math
 import os
@@ -123,33 +129,23 @@ def check_refusals(report, zerotune, workdir, model, data):
     return refused
 
 
-def check_resume(report, zerotune, workdir, model, data):
-    """The P = 2, D = 2 run's checkpoint after step 2 (the whole model's, whatever the layout)
-    continued on one rank, on P = 2, D = 1 (gpipe) and on 4 ranks at ZeRO-2 without stages: steps 3
-    and 4 and the final weights as the uninterrupted run's."""
-    ref = {"metrics": read_metrics(os.path.join(workdir, "llama-full-ref")),
-           "weights": load_weights(os.path.join(workdir, "llama-full-ref.safetensors"))}
-    checkpoint = os.path.join(workdir, "llama-full-p2-d2-1f1b-zero1", "checkpoints", "global_step2")
-    with open(os.path.join(checkpoint, "manifest.json")) as stream:
-        manifest = json.load(stream)
-    report.check(manifest.get("pipeline", {}).get("stages") == 2 and manifest.get("world_size") == 4
-                 and manifest.get("partitions") == 2 and len(manifest.get("files", [])) == 2,
-                 f"the pipeline checkpoint's manifest records its layout: {manifest.get('pipeline')}, world size "
-                 f"{manifest.get('world_size')}, {manifest.get('partitions')} partition files")
-    return resume_cases(report, zerotune, workdir, model, data, checkpoint, ref,
-                        (("resumed-w1", 1, 0, []), ("resumed-p2-gpipe", 2, 0, P2 + GPIPE),
-                         ("resumed-w4-zero2", 4, 2, [])))
+def finished(workdir, name):
+    """A finished run's name, metrics and final weights, read back from its output."""
+    out = os.path.join(workdir, name)
+    return {"name": name, "metrics": read_metrics(out), "weights": load_weights(out + ".safetensors")}
 
 
-def resume_cases(report, zerotune, workdir, model, data, checkpoint, ref, cases):
+def resume_cases(report, zerotune, workdir, model, data, checkpoint, ref, cases, device="cpu"):
     """`checkpoint` (saved after step 2) continued on each of `cases` (name, ranks, ZeRO stage,
-    flags): steps 3 and 4 and the final weights as the uninterrupted `ref`'s (its metrics and
-    weights). Returns the seconds the runs took."""
-    seconds = 0.0
+    flags) on `device`: steps 3 to the last and the final weights as the uninterrupted `ref`'s (its
+    metrics and weights). Returns the seconds the runs took."""
+    seconds, steps = 0.0, len(ref["metrics"])
     for name, ranks, stage, flags in cases:
-        got = train(zerotune, workdir, model, data, name, ranks, stage, flags + ["--resume", checkpoint])
+        got = train(zerotune, workdir, model, data, name, ranks, stage, flags + ["--resume", checkpoint], device=device,
+                    steps=steps)
         seconds += got["seconds"]
-        report.check([m["step"] for m in got["metrics"]] == [3, 4], f"{name}: steps {[m['step'] for m in got['metrics']]}")
+        report.check([m["step"] for m in got["metrics"]] == list(range(3, steps + 1)),
+                     f"{name}: steps {[m['step'] for m in got['metrics']]}")
         for mine, theirs in zip(got["metrics"], ref["metrics"][2:]):
             report.scalar(f"{name} step {mine['step']} loss", mine["loss"], theirs["loss"], LOSS_REL)
         check_weights(report, name, got["weights"], ref["weights"], WEIGHT_ATOL, ref["metrics"])
@@ -195,11 +191,20 @@ def check_export(report, zerotune, model, workdir, got, ref):
                  f"{label}: = the run's final weights bit for bit (differing: {differing[:3]})")
 
 
+def check_virtual_stages(report, got, flags):
+    """An interleaved run (`flags`: its P and V) records P x V virtual stages in run.json."""
+    flags = [str(flag) for flag in flags]
+    virtual = int(flags[flags.index("--pipeline-stages") + 1]) * int(flags[flags.index("--pipeline-chunks") + 1])
+    layout = got["run"].get("pipeline_layout", {})
+    report.check(len(layout.get("stage_first_units", [])) == virtual + 1,
+                 f"{got['name']}: {virtual} virtual stages in run.json ({layout})")
+
+
 def run_cases(report, zerotune, workdir, model, data, label, cases, device="cpu", sections=None,
               weight_atol=WEIGHT_ATOL, ref_flags=(), steps=STEPS):
     """`cases` (name, ranks, ZeRO stage, flags, P or None, D) of the model against one rank (with
     `ref_flags`), per mode (full, lora) that has any, on `device`, `steps` steps; returns the seconds
-    the pipeline runs took."""
+    the pipeline runs took. The runs are named LABEL-MODE-NAME, the references LABEL-MODE-ref."""
     seconds = 0.0
     for mode, extra in (("full", []), ("lora", LORA)):
         if not cases.get(mode):
@@ -211,133 +216,139 @@ def run_cases(report, zerotune, workdir, model, data, label, cases, device="cpu"
                         device=device, sections=sections, steps=steps)
             seconds += got["seconds"]
             compare(report, got, ref, weight_atol)
-            if stages is not None:  # None: interleaved (several unit ranges per rank)
+            if stages is None:  # interleaved (several unit ranges per rank)
+                check_virtual_stages(report, got, flags)
+            else:
                 check_stage_zero(report, got, ref, stages, replicas)
     return seconds
 
 
-def check_p4(report, zerotune, workdir, data):
-    """P = 4 on a 4-layer LLaMA, from DeepSpeed's pipeline section."""
-    config = os.path.join(workdir, "llama4.json")
-    with open(os.path.join(REPO, "data", "tiny-llama", "config.json")) as stream:
-        llama4 = dict(json.load(stream), num_hidden_layers=4)
-    with open(config, "w") as stream:
-        json.dump(llama4, stream)
-    model4 = os.path.join(workdir, "model4")  # the same vocabulary: the same data
-    subprocess.run([zerotune, "init", "--config", config, "--out", model4, "--seed", "1"], check=True,
-                   stdout=subprocess.DEVNULL)
-    ref = train(zerotune, workdir, model4, data, "p4-ref", 1, 0, SAVE_EVERY_2)
-    got = train(zerotune, workdir, model4, data, "p4-1f1b", 4,
+def check_p4_section(report, zerotune, workdir, model4, data):
+    """P = 4 x D = 2 (8 ranks, ZeRO-2 inside each stage's pair of replicas) on the 4-layer LLaMA,
+    from DeepSpeed's pipeline section instead of the flags."""
+    ref = dict(finished(workdir, "llama-full-ref"), run=read_run(os.path.join(workdir, "llama-full-ref")))
+    got = train(zerotune, workdir, model4, data, "llama-full-p4-d2-1f1b-zero2-section", 8, 2,
                 pipeline_section={"stages": 4, "partition": "type:decoder", "seed_layers": False})
     compare(report, got, ref)
-    check_stage_zero(report, got, ref, 4, 1)
-    report.check("pipeline.stages 4 -> --pipeline-stages 4" in got["stdout"],
-                 "p4-1f1b: the JSON's pipeline.stages was read (noted)")
-    seconds = got["seconds"]
-    # P = 4 x D = 2 (8 ranks), ZeRO-2 inside each stage's pair of replicas.
-    got = train(zerotune, workdir, model4, data, "p4-d2-1f1b-zero2", 8, 2, ["--pipeline-stages", 4])
-    compare(report, got, ref)
     check_stage_zero(report, got, ref, 4, 2)
-    print(f"timing: p4-d2-1f1b-zero2 (8 ranks) {got['seconds']:.1f} s")
-    seconds += got["seconds"]
-    # Interleaved: P = 2 x V = 2 chunks per rank (rank 0: units 0-1 and 3, rank 1: unit 2 and 4-5), D = 2,
-    # with checkpoints after steps 2 and 4 (check_interleaved_checkpoints).
-    got = train(zerotune, workdir, model4, data, "p2-v2-d2-interleaved-zero1", 4, 1, INTERLEAVED + SAVE_EVERY_2)
-    compare(report, got, ref)
-    layout = got["run"].get("pipeline_layout", {})
-    report.check(len(layout.get("stage_first_units", [])) == 5,
-                 f"p2-v2-d2-interleaved-zero1: 4 virtual stages in run.json ({layout})")
-    seconds += got["seconds"] + check_interleaved_checkpoints(report, zerotune, workdir, model4, data, got, ref)
-    # Interleaved LoRA (adapters initialised by their model-wide index on both chunks), D = 1.
-    ref = train(zerotune, workdir, model4, data, "p4-lora-ref", 1, 0, LORA)
-    got = train(zerotune, workdir, model4, data, "p2-v2-interleaved-lora", 2, 0, INTERLEAVED + LORA)
-    compare(report, got, ref)
-    return seconds + got["seconds"]
+    report.check("pipeline.stages 4 -> --pipeline-stages 4" in got["stdout"],
+                 "llama-full-p4-d2-1f1b-zero2-section: the JSON's pipeline.stages was read (noted)")
+    return got["seconds"]
 
 
-def check_interleaved_checkpoints(report, zerotune, workdir, model4, data, got, ref):
-    """The interleaved run's checkpoints (a rank's chunks hold units far apart) in the format of a
-    run without stages: the one-rank checkpoint's parameters in the same units at the same places.
-    After step 2 it resumes on its own layout, on one rank and on P = 2 1F1B; the one-rank
-    checkpoint resumes interleaved; the final one exports as the one-rank run's."""
+def check_interleaved_checkpoints(report, zerotune, workdir, model4, data):
+    """The LLaMA interleaved P = 2 x D = 2 run's checkpoints (the whole model's, whatever the layout;
+    a rank's chunks hold units far apart) in the format of a run without stages: the manifest
+    records the layout, the one-rank checkpoint's parameters in the same units at the same places.
+    After step 2 it resumes on one rank and on P = 2 gpipe (D = 1: the state of 2 replicas joined); the
+    one-rank checkpoint resumes interleaved; the final one exports as the one-rank run's."""
+    got, ref = finished(workdir, "llama-full-p2-v2-d2-interleaved-zero1"), finished(workdir, "llama-full-ref")
     out, ref_out = os.path.join(workdir, got["name"]), os.path.join(workdir, ref["name"])
     manifest, ref_manifest = read_manifest(out, 2), read_manifest(ref_out, 2)
-    report.check(manifest.get("pipeline", {}).get("chunks") == 2 and manifest.get("world_size") == 4
-                 and manifest.get("partitions") == 2 and len(manifest.get("layout", {}).get("parameters", [])) ==
-                 len(ref_manifest["layout"]["parameters"]),
-                 f"interleaved checkpoint: manifest records {manifest.get('pipeline')}, 2 partition files, the "
-                 "one-rank checkpoint's parameters")
+    report.check(manifest.get("pipeline", {}).get("stages") == 2 and manifest.get("pipeline", {}).get("chunks") == 2
+                 and manifest.get("world_size") == 4 and manifest.get("partitions") == 2
+                 and len(manifest.get("files", [])) == 2
+                 and len(manifest.get("layout", {}).get("parameters", [])) == len(ref_manifest["layout"]["parameters"]),
+                 f"interleaved checkpoint: manifest records {manifest.get('pipeline')}, world size "
+                 f"{manifest.get('world_size')}, {manifest.get('partitions')} partition files, the one-rank "
+                 "checkpoint's parameters")
     report.check(parameter_units(manifest) == parameter_units(ref_manifest),
                  "interleaved checkpoint: every parameter in the one-rank checkpoint's unit, group and place")
-    checkpoint = os.path.join(out, "checkpoints", "global_step2")
-    seconds = resume_cases(report, zerotune, workdir, model4, data, checkpoint, ref,
-                           (("interleaved-resumed-same", 4, 1, INTERLEAVED), ("interleaved-resumed-w1", 1, 0, []),
-                            ("interleaved-resumed-p2-1f1b", 2, 0, P2)))
-    seconds += resume_cases(report, zerotune, workdir, model4, data, os.path.join(ref_out, "checkpoints", "global_step2"),
-                            ref, (("w1-resumed-interleaved", 2, 0, INTERLEAVED),))
+    seconds = resume_cases(report, zerotune, workdir, model4, data, os.path.join(out, "checkpoints", "global_step2"),
+                           ref, (("interleaved-resumed-w1", 1, 0, []),
+                                 ("interleaved-resumed-p2-gpipe", 2, 0, P2 + GPIPE)))
+    seconds += resume_cases(report, zerotune, workdir, model4, data,
+                            os.path.join(ref_out, "checkpoints", "global_step2"), ref,
+                            (("w1-resumed-interleaved", 2, 0, INTERLEAVED),))
     check_export(report, zerotune, model4, workdir, got, ref)
     return seconds
 
 
 P2 = ["--pipeline-stages", 2]
+P4 = ["--pipeline-stages", 4]
 GPIPE = ["--pipeline-schedule", "gpipe"]
 INTERLEAVED = P2 + ["--pipeline-schedule", "interleaved", "--pipeline-chunks", 2]
 SAVE_EVERY_2 = ["--save-every", 2]
+# The 4-layer LLaMA (references with checkpoints after steps 2 and 4: check_interleaved_checkpoints
+# continues the interleaved run's and the full reference's).
 LLAMA_CASES = {
-    # (with checkpoints after steps 2 and 4: check_resume continues the first on other layouts)
-    "full": [("p2-1f1b", 2, 0, P2, 2, 1), ("p2-d2-1f1b-zero1", 4, 1, P2 + ["--save-every", 2], 2, 2)],
-    "lora": [("p2-gpipe-uniform-checkpointing", 2, 0, P2 + GPIPE + ["--partition-method", "uniform",
-                                                                  "--activation-checkpointing"], 2, 1),
-             ("p2-d2-gpipe-zero2", 4, 2, P2 + GPIPE, 2, 2)],
+    "full": [("p2-v2-d2-interleaved-zero1", 4, 1, INTERLEAVED + SAVE_EVERY_2, None, 2)],  # + check_p4_section
+    "lora": [("p4-gpipe-uniform-checkpointing", 4, 0, P4 + GPIPE + ["--partition-method", "uniform",
+                                                                  "--activation-checkpointing"], 4, 1),
+             ("p2-d2-gpipe-zero2", 4, 2, P2 + GPIPE, 2, 2), ("p2-v2-interleaved", 2, 0, INTERLEAVED, None, 1)],
 }
-# OPT: the head tied to the token table (first stage) reads a copy on the last stage (with
-# checkpoints after steps 2 and 4: check_tied_checkpoints).
+# The 4-layer OPT: the head tied to the token table (first stage) reads a copy on the last stage
+# (P = 4 and interleaved with checkpoints after steps 2 and 4: check_tied_checkpoints).
 OPT_CASES = {
-    "full": [("p2-1f1b", 2, 0, P2 + SAVE_EVERY_2, 2, 1), ("p2-d2-gpipe-zero1", 4, 1, P2 + GPIPE, 2, 2)],
+    "full": [("p4-1f1b", 4, 0, P4 + SAVE_EVERY_2, 4, 1), ("p2-d2-gpipe-zero1", 4, 1, P2 + GPIPE, 2, 2),
+             ("p2-v2-interleaved", 2, 0, INTERLEAVED + SAVE_EVERY_2, None, 1)],
     "lora": [("p2-d2-1f1b-zero2", 4, 2, P2, 2, 2)],
 }
 
 
-def check_tied_checkpoints(report, zerotune, opt_dir, model, data):
-    """The tied OPT's P = 2 checkpoint (the last stage's copy of the token table is not saved: the
-    first stage's table is the one copy, its master and optimizer state) is the one-rank run's
-    checkpoint layout exactly (D = 1 both: the same padding). After step 2 it resumes on one rank and
-    on P = 2, D = 2 GPipe ZeRO-1 (the copy loaded from the table's place in the checkpoint, sliced
-    for 2 replicas); the one-rank checkpoint resumes on P = 2; the final one exports as the one-rank
-    run's (the tied head written once)."""
-    out, ref_out = os.path.join(opt_dir, "opt-full-p2-1f1b"), os.path.join(opt_dir, "opt-full-ref")
-    ref = {"name": "opt-full-ref", "metrics": read_metrics(ref_out), "weights": load_weights(ref_out + ".safetensors")}
-    manifest, ref_manifest = read_manifest(out, 2), read_manifest(ref_out, 2)
+def check_tied_layout(report, label, manifest, ref_manifest):
+    """A tied model's pipeline checkpoint (the last stage's copy of the token table is not saved:
+    the first stage's table is the one copy, its master and optimizer state) is the one-rank run's
+    checkpoint layout exactly (D = 1 both: the same padding)."""
     names = [p["name"] for p in manifest["layout"]["parameters"]]
     by_name = lambda layout: sorted(layout["parameters"], key=lambda p: p["name"])  # noqa: E731
     report.check(len(names) == len(set(names)) and manifest["layout"]["groups"] == ref_manifest["layout"]["groups"]
                  and by_name(manifest["layout"]) == by_name(ref_manifest["layout"]),
-                 f"tied checkpoint: each parameter saved once ({len(names)}), the one-rank checkpoint's layout exactly")
-    seconds = resume_cases(report, zerotune, opt_dir, model, data, os.path.join(out, "checkpoints", "global_step2"), ref,
-                           (("opt-resumed-w1", 1, 0, []), ("opt-resumed-p2-d2-gpipe-zero1", 4, 1, P2 + GPIPE)))
-    seconds += resume_cases(report, zerotune, opt_dir, model, data, os.path.join(ref_out, "checkpoints", "global_step2"),
-                            ref, (("opt-w1-resumed-p2", 2, 0, P2),))
-    got = {"name": "opt-full-p2-1f1b", "weights": load_weights(out + ".safetensors")}
-    check_export(report, zerotune, model, opt_dir, got, ref)
+                 f"{label}: each parameter saved once ({len(names)}), the one-rank checkpoint's layout exactly")
+
+
+def check_tied_checkpoints(report, zerotune, opt_dir, model, data):
+    """The tied OPT's P = 4 1f1b and interleaved checkpoints have the one-rank layout (check_tied_layout).
+    After step 2 the 1f1b one resumes on one rank, the interleaved one on P = 2, D = 2 GPipe ZeRO-1
+    (the copy loaded from the table's place in the checkpoint, sliced for 2 replicas); the one-rank
+    checkpoint resumes on the interleaved layout (the copy on rank 1's second chunk); the final
+    interleaved one exports as the one-rank run's (the tied head written once)."""
+    ref = finished(opt_dir, "opt-full-ref")
+    ref_out = os.path.join(opt_dir, ref["name"])
+    ref_manifest = read_manifest(ref_out, 2)
+    seconds = 0.0
+    for name, resumed in (("opt-full-p4-1f1b", ("opt-resumed-w1", 1, 0, [])),
+                          ("opt-full-p2-v2-interleaved", ("opt-interleaved-resumed-p2-d2-gpipe-zero1", 4, 1,
+                                                          P2 + GPIPE))):
+        out = os.path.join(opt_dir, name)
+        manifest = read_manifest(out, 2)
+        check_tied_layout(report, f"{name} checkpoint", manifest, ref_manifest)
+        seconds += resume_cases(report, zerotune, opt_dir, model, data,
+                                os.path.join(out, "checkpoints", "global_step2"), ref, (resumed,))
+    report.check(read_manifest(os.path.join(opt_dir, "opt-full-p2-v2-interleaved"), 2).get("pipeline", {}).get("chunks")
+                 == 2, "opt-full-p2-v2-interleaved checkpoint: the manifest records 2 chunks")
+    seconds += resume_cases(report, zerotune, opt_dir, model, data,
+                            os.path.join(ref_out, "checkpoints", "global_step2"), ref,
+                            (("opt-w1-resumed-interleaved", 2, 0, INTERLEAVED),))
+    check_export(report, zerotune, model, opt_dir, finished(opt_dir, "opt-full-p2-v2-interleaved"), ref)
     return seconds
 
 
 def main():
     args = parse_args(__doc__)
-    report = Report("Pipeline stages (1F1B, GPipe; D = 1, 2; P = 2, 4; LLaMA, tied OPT): same losses and weights as "
-                    "one rank")
+    report = Report("Pipeline stages (1F1B, GPipe, interleaved; D = 1, 2; P = 2, 4; LLaMA, tied OPT): same losses "
+                    "and weights as one rank")
     start = time.monotonic()
     with temporary_directory(args, "zt-pipe-") as workdir:
-        model, data = make_model_and_data(args.zerotune, workdir)
-        seconds = run_cases(report, args.zerotune, workdir, model, data, "llama", LLAMA_CASES)
-        seconds += check_p4(report, args.zerotune, workdir, data)
+        model, data = make_model_and_data(args.zerotune, workdir)  # the 2-layer tiny LLaMA: the refusals
+        with open(os.path.join(REPO, "data", "tiny-llama", "config.json")) as stream:
+            llama4 = dict(json.load(stream), num_hidden_layers=4)
+        config = os.path.join(workdir, "llama4.json")
+        with open(config, "w") as stream:
+            json.dump(llama4, stream)
+        model4 = os.path.join(workdir, "model4")  # the same vocabulary: the same data
+        subprocess.run([args.zerotune, "init", "--config", config, "--out", model4, "--seed", "1"], check=True,
+                       stdout=subprocess.DEVNULL)
+        seconds = run_cases(report, args.zerotune, workdir, model4, data, "llama", LLAMA_CASES, ref_flags=SAVE_EVERY_2)
+        seconds += check_p4_section(report, args.zerotune, workdir, model4, data)
+        seconds += check_interleaved_checkpoints(report, args.zerotune, workdir, model4, data)
         opt_dir = os.path.join(workdir, "opt")
         os.makedirs(opt_dir)
-        opt_model, opt_data = make_model_and_data(args.zerotune, opt_dir, model="opt")
+        opt_model, opt_data = make_model_and_data(args.zerotune, opt_dir, model="opt",
+                                                  overrides={"num_hidden_layers": 4})
         seconds += run_cases(report, args.zerotune, opt_dir, opt_model, opt_data, "opt", OPT_CASES,
                              ref_flags=SAVE_EVERY_2)
         seconds += check_tied_checkpoints(report, args.zerotune, opt_dir, opt_model, opt_data)
-        seconds += check_resume(report, args.zerotune, workdir, model, data)
         refused = check_refusals(report, args.zerotune, workdir, model, data)
         refused("a trainable tie across stages with ZeRO-2", 2, P2, "use ZeRO stage 0 or 1", stage=2,
                 model=opt_model, data=opt_data)
