@@ -15,12 +15,12 @@ import os
 from mpi_common_path import add_mpi_path  # noqa: F401 (puts tests/mpi on sys.path)
 from device_sizing import widened_config, width_factor
 from mpi_common import REPO, Report, main_guard, make_model_and_data, parse_args, read_metrics, read_run, temporary_directory
-from test_lomo_zero import CLIP, STEPS, check_lomo, train
+from test_lomo_zero import CLIP, check_lomo, train
 
 CASES = ((2, 2, "none"), (2, 3, "none"))
 SGD = {"type": "SGD", "params": {"lr": 0.05}}
 WIDE_LAYERS = 8  # blocks of the model widened for a device with large chunks
-MEMORY_STEPS = 2  # steps of its memory runs
+MEMORY_STEPS = 2  # steps of the SGD run and of the wide model's LOMO run
 
 
 def main():
@@ -30,7 +30,6 @@ def main():
         model, data = make_model_and_data(args.zerotune, workdir)
         check_lomo(report, args.zerotune, workdir, model, data, CASES, "cuda", clippings=(CLIP,))
         lomo = f"{workdir}/lomo-clip{CLIP}-w1-s0-none-cuda"
-        memory_steps = STEPS  # the SGD run matches the LOMO run it is compared with
         factor = width_factor(read_run(lomo)["device_memory"]["discard_granularity_bytes"])
         if factor > 1:  # tiny-llama is too small for the device's chunks: measure on a wider model
             config = widened_config(os.path.join(REPO, "data", "tiny-llama", "config.json"), factor,
@@ -40,9 +39,11 @@ def main():
             # Two steps: the store's peak is reached in the first (and the emulator is slow at this size).
             lomo, _ = train(args.zerotune, workdir, model, data, 1, 0, "none", CLIP, "cuda", name="lomo-w1-wide-cuda",
                             steps=MEMORY_STEPS)
-            memory_steps = MEMORY_STEPS
+        # SGD's store peak (its resident gradient buffer) is reached in its first step: MEMORY_STEPS
+        # of it, against the peak of all the LOMO run's steps (test_lomo_zero.STEPS on tiny-llama),
+        # is no laxer than as many SGD steps as LOMO's (a peak over fewer steps is no higher).
         sgd, _ = train(args.zerotune, workdir, model, data, 1, 0, "none", CLIP, "cuda", name="sgd-w1-cuda", optimizer=SGD,
-                       steps=memory_steps)
+                       steps=MEMORY_STEPS)
         lomo_peak = max(record["mem_device_store_peak"] for record in read_metrics(lomo))
         sgd_peak = max(record["mem_device_store_peak"] for record in read_metrics(sgd))
         trainable_bytes = 4 * read_run(lomo)["zero_layout"]["trainable_elements"]

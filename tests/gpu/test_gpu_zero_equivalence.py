@@ -11,12 +11,15 @@
 # A tied head (OPT: the head's unit reads the embedding's, whose gradient it accumulates into)
 # runs at stages 2 and 3 on 2 ranks too: on the CUDA backend released gradient and parameter
 # ranges are unmapped, so a unit read or gradient commit missing for the tie faults there.
+# 2 steps, not the CPU matrix's 4 (an emulated step costs about as much as a run's start-up): a
+# schedule whose first update moves the weights (test_zero_equivalence.EARLY_UPDATE_SCHEDULER), so
+# step 2's forward and the final weights test the updates as steps 3 and 4 do there.
 # Without a GPU every run fails with zerotune's message (this test never skips).
 import os
 
 from mpi_common_path import add_mpi_path  # noqa: F401 (puts tests/mpi on sys.path)
 from mpi_common import Report, main_guard, parse_args, temporary_directory
-from test_zero_equivalence import STEPS, check_cases, check_matrix
+from test_zero_equivalence import EARLY_UPDATE_SCHEDULER, EARLY_UPDATE_STEPS, check_cases, check_matrix
 
 
 def main():
@@ -25,9 +28,10 @@ def main():
     with temporary_directory(args, "zt-gpu-zero-") as workdir:
         world_sizes = tuple(int(size) for size in os.environ.get("ZT_GPU_TEST_WORLD_SIZES", "1,2").split(","))
         # The whole stage x offload product at the smallest world size, every stage at the larger.
-        check_matrix(report, args.zerotune, workdir, "cuda", world_sizes, sparse_world_sizes=world_sizes[1:])
-        check_cases(report, args.zerotune, workdir, "cuda", "opt", STEPS, [(2, 2, "none"), (2, 3, "none"), (2, 3, "cpu+param")],
-                    modes=("full",))
+        check_matrix(report, args.zerotune, workdir, "cuda", world_sizes, steps=EARLY_UPDATE_STEPS,
+                     sparse_world_sizes=world_sizes[1:], scheduler=EARLY_UPDATE_SCHEDULER)
+        check_cases(report, args.zerotune, workdir, "cuda", "opt", EARLY_UPDATE_STEPS,
+                    [(2, 2, "none"), (2, 3, "none"), (2, 3, "cpu+param")], modes=("full",), scheduler=EARLY_UPDATE_SCHEDULER)
     return report.finish()
 
 

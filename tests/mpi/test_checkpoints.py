@@ -28,6 +28,7 @@ STEPS = 8
 class Runs:
     def __init__(self, zerotune, workdir, model, data):
         self.zerotune, self.workdir, self.model, self.data = zerotune, workdir, model, data
+        self.references = {}
 
     def command(self, out, stage, offload="none", lora=False, steps=STEPS, extra=(), seed=5):
         ds = write_ds_config(os.path.join(self.workdir, f"ds-{stage}-{offload}.json"), 16, 4,
@@ -38,6 +39,14 @@ class Runs:
         if lora:
             command += ["--lora-r", 4, "--lora-alpha", 8, "--lora-targets", "all-linear", "--lora-dropout", 0.1]
         return command
+
+    def uninterrupted(self, ranks, stage, offload="none", lora=False):
+        """The output folder of an uninterrupted STEPS-step run, trained once and shared by the checks
+        that compare with it (exact_resume, reshard and save_faults all use W=2 stage 2)."""
+        name = f"ref-w{ranks}-s{stage}-{offload}" + ("-lora" if lora else "")
+        if name not in self.references:
+            self.references[name], _ = self.train(ranks, name, stage, offload, lora)
+        return self.references[name]
 
     def train(self, ranks, name, stage, offload="none", lora=False, steps=STEPS, extra=(), expect_ok=True, env=None,
               seed=5):
@@ -84,7 +93,7 @@ def latest(out):
 def exact_resume(report, runs):
     for label, ranks, stage, offload, lora in (("full stage 2", 2, 2, "none", False),
                                                ("LoRA stage 3 + offload", 2, 3, "cpu", True)):
-        reference, _ = runs.train(ranks, f"ref-{stage}", stage, offload, lora)
+        reference = runs.uninterrupted(ranks, stage, offload, lora)
         name = f"killed-{stage}"
         out, result = runs.train(ranks, name, stage, offload, lora, extra=["--save-every", 3],
                                  env={"ZT_FAULT": "kill:step:1:5"})
@@ -125,7 +134,7 @@ def reshard(report, runs):
     cases = (("W=2 stage 2 -> W=1 stage 0", 2, 2, 1, 0), ("W=1 stage 0 -> W=4 stage 1", 1, 0, 4, 1),
              ("W=2 stage 3 -> W=2 stage 1", 2, 3, 2, 1))
     for label, ranks, stage, new_ranks, new_stage in cases:
-        reference, _ = runs.train(ranks, f"reshard-ref-{ranks}-{stage}", stage)
+        reference = runs.uninterrupted(ranks, stage)
         name = f"reshard-{ranks}-{stage}-{new_ranks}-{new_stage}"
         out, _ = runs.train(ranks, name, stage, steps=4)
         out, _ = runs.train(new_ranks, name, new_stage, extra=["--resume", "auto"])
@@ -159,7 +168,7 @@ def reshard_tied(report, zerotune, workdir):
 
 
 def save_faults(report, runs):
-    reference, _ = runs.train(2, "fault-ref", 2)
+    reference = runs.uninterrupted(2, 2)
     for point, rank in (("save.begin", 1), ("save.rank_file_written", 1), ("save.manifest_written", 0),
                         ("save.renamed", 0)):
         name = f"fault-{point}"

@@ -22,6 +22,7 @@
 # (W-1)/W, and the per-rank master/optimizer state is 1/W of the total for stage >= 1. With a tied
 # head, stage 3 gathers unit 0 for the head too (in forward and backward), and unit 0's own backward
 # gathers nothing unless it reads parameters (project_in).
+import json
 import os
 import time
 
@@ -48,8 +49,17 @@ ZERO_KNOBS = {
 # final norm, 64 or 128 elements) persistent, the embedding unit it reads (8k or 12k) not.
 PERSISTENCE_W4 = {"llama": 30000, "opt": 1000, "llama_tied": 1000}
 
+# A shorter run where steps are costly (the emulated GPU's matrix, tests/gpu/test_gpu_zero_equivalence.py):
+# WarmupLR from 6e-4 instead of 0, so update 1 already moves the weights. 2 steps then test what
+# STEPS' steps 3 and 4 do: step 2's forward reads updated (at stage 3: re-gathered) parameters,
+# and the final weights hold two updates of lr 6e-4 (STEPS: 6e-4 and 1.2e-3).
+EARLY_UPDATE_STEPS = 2
+EARLY_UPDATE_SCHEDULER = {"type": "WarmupLR", "params": {"warmup_min_lr": 6e-4, "warmup_max_lr": 1.2e-3,
+                                                         "warmup_num_steps": 5, "warmup_type": "linear"}}
 
-def train(zerotune, workdir, model, data, mode, ranks, stage, offload, device, steps=STEPS, model_name="llama"):
+
+def train(zerotune, workdir, model, data, mode, ranks, stage, offload, device, steps=STEPS, model_name="llama",
+          scheduler=None):
     name = f"{mode}-w{ranks}-s{stage}-{offload}-{device}"
     out = os.path.join(workdir, name)
     zero = dict(ZERO_KNOBS[ranks], stage=stage, offload_optimizer={"device": "none" if offload == "none" else "cpu"})
@@ -58,6 +68,12 @@ def train(zerotune, workdir, model, data, mode, ranks, stage, offload, device, s
     if offload == "cpu+param":
         zero["offload_param"] = {"device": "cpu"}
     ds = write_ds_config(os.path.join(workdir, name + ".json"), 16, 4, zero)
+    if scheduler:
+        with open(ds) as stream:
+            config = json.load(stream)
+        config["scheduler"] = scheduler
+        with open(ds, "w") as stream:
+            json.dump(config, stream, indent=1)
     command = [zerotune, "train", "--model", model, "--data", data, "--out", out, "--deepspeed", ds,
                "--max-steps", steps, "--seed", 3, "--dump-final", out + ".safetensors", "--device", device]
     if mode == "lora":
@@ -145,9 +161,10 @@ def check_accounting(report, got, reads):
                   memory["gradients"], 4.0 * grad_elements, 1e-12)
 
 
-def check_cases(report, zerotune, workdir, device, model_name, steps, cases, modes=("full", "lora")):
+def check_cases(report, zerotune, workdir, device, model_name, steps, cases, modes=("full", "lora"), scheduler=None):
     """(ranks, stage, offload) `cases` of `model_name` against one rank at stage 0, for each mode;
-    returns the seconds each run took."""
+    returns the seconds each run took. `scheduler`: the DeepSpeed scheduler of every run (default
+    the tour's)."""
     if model_name != "llama":
         workdir = os.path.join(workdir, model_name)
         os.makedirs(workdir)
@@ -155,12 +172,12 @@ def check_cases(report, zerotune, workdir, device, model_name, steps, cases, mod
     reads = UnitReads(model)
     seconds = []
     for mode in modes:
-        reference = train(zerotune, workdir, model, data, mode, 1, 0, "none", device, steps, model_name)
+        reference = train(zerotune, workdir, model, data, mode, 1, 0, "none", device, steps, model_name, scheduler)
         seconds.append(reference["seconds"])
         if mode == "full" and reads.tied:  # the tied embedding trains, through the head as well
             check_tied_embedding(report, reference, model)
         for ranks, stage, offload in cases:
-            got = train(zerotune, workdir, model, data, mode, ranks, stage, offload, device, steps, model_name)
+            got = train(zerotune, workdir, model, data, mode, ranks, stage, offload, device, steps, model_name, scheduler)
             seconds.append(got["seconds"])
             compare(report, got, reference)
             check_accounting(report, got, reads)
@@ -205,10 +222,11 @@ def matrix_cases(world_sizes, sparse_world_sizes=()):
     return cases
 
 
-def check_matrix(report, zerotune, workdir, device, world_sizes, model_name="llama", steps=STEPS, sparse_world_sizes=()):
+def check_matrix(report, zerotune, workdir, device, world_sizes, model_name="llama", steps=STEPS, sparse_world_sizes=(),
+                 scheduler=None):
     """Every stage x offload x world size against one rank at stage 0, full and LoRA, on `device`."""
     return check_cases(report, zerotune, workdir, device, model_name, steps,
-                       matrix_cases(world_sizes, sparse_world_sizes))
+                       matrix_cases(world_sizes, sparse_world_sizes), scheduler=scheduler)
 
 
 def main():
