@@ -89,11 +89,15 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
         state->state.emplace_back(state_backend, bytes);
         state_backend.fill(flat_f32(state->state.back(), state->partition_numel), 0.0f);
       }
+      const bool delayed = offload_ && zero.delayed_update_after >= 0;  // DPU: twins of the host buffers
       if (offload_) state->host_grad = Buffer(*host_, static_cast<size_t>(state->partition_numel) * grad_bytes());
+      if (delayed) state->host_grad_spare = Buffer(*host_, state->host_grad.bytes());
       if (stage_ >= 1 && (offload_ || rounds_ || offload_param_))
         state->compute_partition = Buffer(partition_backend, param_bytes(*state));
-      if (offload_ && rounds_ && !offload_param_ && backend_.device() != Device::CPU)
+      if (offload_ && rounds_ && !offload_param_ && backend_.device() != Device::CPU) {
         state->host_compute = Buffer(*host_, param_bytes(*state));
+        if (delayed) state->host_compute_spare = Buffer(*host_, param_bytes(*state));
+      }
     }
     if (group == ParamGroup::Frozen && stage_ == 3 && bytes)
       state->compute_partition = Buffer(partition_backend, param_bytes(*state));
@@ -153,7 +157,7 @@ ZeroEngine::~ZeroEngine() {
     for (UnitState& unit : units_)
       for (Pending& pending : unit.inflight) pending->wait();
     // Asynchronous host copies must not outlive the (pinned) host buffers they read or write.
-    for (std::unique_ptr<BackendEvent>* event : {&host_grads_ready_, &uploads_done_})
+    for (std::unique_ptr<BackendEvent>* event : {&host_grads_ready_, &uploads_done_, &spare_uploads_done_})
       if (*event) (*event)->wait();
   } catch (...) {  // unwinding from another error: that one is reported
   }
@@ -455,9 +459,9 @@ void ZeroEngine::gradients_ready(int unit) {
   reduction_->unit_ready(unit);
 }
 
+// (Under DPU too: the update in flight reads the other host copy, host_grad_spare.)
 void ZeroEngine::slices_final(ParamGroup group, int64_t begin, Tensor slices) {
-  if (copies_gradients_during_backward())  // (not under DPU: the update in flight reads the host copy)
-    backend_.copy_async(host_grad_view(state(group)).rows(begin, slices.numel()), slices);
+  if (offload_) backend_.copy_async(host_grad_view(state(group)).rows(begin, slices.numel()), slices);
 }
 
 size_t ZeroEngine::grad_bytes() const { return dtype_size(store_.grad_dtype()); }
@@ -476,7 +480,7 @@ void ZeroEngine::reduce_gradients() {
   }
   // True when every slice was rounded (and offloaded) as its bucket completed in the last backward.
   gradients_finished_ = reduction_->finish();
-  if (gradients_finished_ && copies_gradients_during_backward()) host_grads_ready_ = backend_.record_event();
+  if (gradients_finished_ && offload_) host_grads_ready_ = backend_.record_event();
 }
 
 bool ZeroEngine::gradients_overflow() {
@@ -682,9 +686,10 @@ ZeroEngine::BufferAddresses ZeroEngine::buffer_addresses() const {
   BufferAddresses addresses;
   for (const auto& s : groups_) {
     if (!s) continue;
-    for (const Buffer* buffer : {&s->compute_partition, &s->host_compute})
+    for (const Buffer* buffer : {&s->compute_partition, &s->host_compute, &s->host_compute_spare})
       if (buffer->data()) addresses.parameters.push_back(buffer->data());
-    if (s->host_grad.data()) addresses.gradients.push_back(s->host_grad.data());
+    for (const Buffer* buffer : {&s->host_grad, &s->host_grad_spare})
+      if (buffer->data()) addresses.gradients.push_back(buffer->data());
   }
   for (const UnitState& u : units_)  // hpZ's secondary partition
     for (const Buffer& share : u.secondary)
@@ -767,6 +772,9 @@ ZeroMemory ZeroEngine::memory() const {
   if (offload_)
     m.host_bytes += m.master_params + m.optimizer_state + trainable_partition * static_cast<int64_t>(grad_bytes()) +
                     m.gradient_widening;
+  for (const auto& s : groups_)  // DPU's twins of the host gradient copy and staging copy
+    for (const Buffer* spare : {&s->host_grad_spare, &s->host_compute_spare})
+      m.host_bytes += static_cast<int64_t>(spare->bytes());
   m.staging = reduction_->staging_bytes();
   return m;
 }

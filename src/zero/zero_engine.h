@@ -290,7 +290,8 @@ class ZeroEngine final : public UnitHooks {
   bool delays(const OptimizerStep& step) const;
   void start_delayed_update(const OptimizerStep& step, float grad_divisor);
   void check_delayed_update() const;
-  bool copies_gradients_during_backward() const;  // offload without DPU: slices_final copies to the host
+  void swap_delayed_buffers();     // DPU: the host buffers' twins (GroupState::host_grad_spare, ...)
+  static int background_threads();  // DPU: the background update's OpenMP threads
   // fp32 [n] the optimizer reads: `grad` itself, or a 16-bit one widened into wide_grad_ on `on`.
   Tensor fp32_gradient(Backend& on, Tensor grad);
   void update_compute_partitions();  // compute_partition = master (rounded to the compute dtype)
@@ -349,6 +350,7 @@ class ZeroEngine final : public UnitHooks {
   bool gradients_finished_ = false;                  // this step's partitions were rounded/offloaded per bucket
   std::unique_ptr<BackendEvent> host_grads_ready_;   // offload: after the last gradient download
   std::unique_ptr<BackendEvent> uploads_done_;       // offload: after the last parameter upload
+  std::unique_ptr<BackendEvent> spare_uploads_done_; // DPU: after the last upload from host_compute_spare
   int64_t live_gathered_ = 0, peak_gathered_ = 0;    // stage 3: gathered elements now / at most
   std::future<void> delayed_update_;                 // DPU: the optimizer running in the background (host
                                                      // memory only); valid until finish_delayed_update

@@ -11,13 +11,19 @@
 // step t computes:  g_t = grad(p_{t-2}) (p_{t-1} for the first delayed step), p_t = opt(p_{t-1}, g_t).
 // The background thread touches host memory only (master, optimizer state, the host gradient
 // copy and its fp32 widening, the 16-bit staging copy it rounds into); everything on the device,
-// the collectives included, stays on the calling thread. So the gradients are not copied to the
-// host during backward (the update in flight reads that copy): apply_update copies them.
+// the collectives included, stays on the calling thread. The two host buffers it reads and writes
+// have twins (GroupState::host_grad_spare, host_compute_spare) that it does not touch, so that
+// the next step runs as an ordinary one: its backward copies each bucket's gradients to the host
+// as it completes, and the update's start waits for nothing on the device.
 // A checkpoint is saved after finish_delayed_update: the saved state is p_t with nothing in
 // flight, and the saving run continues from it exactly as a run resumed from it does.
 #include "zero/zero_engine.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <deque>
+#include <utility>
 
 #include "zero/group_state.h"
 #include "zero/rank_major.h"
@@ -134,7 +140,7 @@ Tensor ZeroEngine::piece_gradient(ParamGroup group, int64_t begin, int64_t numel
     host_grads_ready_->wait();
     host_grads_ready_.reset();
   }
-  if (gradients_finished_ && copies_gradients_during_backward()) return host_grad;
+  if (gradients_finished_) return host_grad;
   if (queued)
     backend_.copy_async(host_grad, grad);  // the caller waits for an event after it
   else
@@ -175,8 +181,6 @@ bool ZeroEngine::delays(const OptimizerStep& step) const {
   return zero_.delayed_update_after >= 0 && step.update_number > zero_.delayed_update_after;
 }
 
-bool ZeroEngine::copies_gradients_during_backward() const { return offload_ && zero_.delayed_update_after < 0; }
-
 // The refusals: DPU runs the optimizer on the host beside the device's work, piece by piece
 // with nothing but host memory.
 void ZeroEngine::check_delayed_update() const {
@@ -191,9 +195,9 @@ void ZeroEngine::check_delayed_update() const {
            "exchange runs inside the update (use adamw or sgd)");
 }
 
-// This step's gradients to the host (on this thread: device copies), then the optimizer over
-// them in the background. The pieces and their order are the synchronous update's, so each
-// piece's bits are the same as there.
+// This step's gradients on the host (copied bucket by bucket during backward, else now), then the
+// optimizer over them in the background. The pieces and their order are the synchronous update's,
+// so each piece's bits are the same as there.
 void ZeroEngine::start_delayed_update(const OptimizerStep& step, float grad_divisor) {
   struct Piece {
     ParamGroup group;
@@ -209,18 +213,41 @@ void ZeroEngine::start_delayed_update(const OptimizerStep& step, float grad_divi
         if (const int64_t numel = piece_numel(units))
           pieces.push_back({group, units, piece_gradient(group, piece_begin(units), numel, true), Tensor()});
   }
-  // One host wait for the downloads just queued and the last uploads of host_compute (which the
-  // background rounds into): the event follows everything issued so far.
-  backend_.record_event()->wait();
-  uploads_done_.reset();
-  // Only the host staging copy is rounded into in the background: the compute partitions are
-  // what the next step's forward reads.
+  // Copied during backward: complete since the gradient check read the device. Else (a last
+  // micro-batch the schedule did not mark) piece_gradient just queued the copies: wait for them.
+  if (!gradients_finished_) backend_.record_event()->wait();
+  swap_delayed_buffers();
+  // Only the host staging copy is rounded into in the background (the twin whose last upload, of
+  // the update before the one just made current, completed before this step's gradient check):
+  // the compute partitions are what the next step's forward reads.
   for (Piece& piece : pieces)
     piece.rounded = rounding_target(piece.group, piece_begin(piece.units), piece.grad.numel(), false);
-  delayed_update_ = std::async(std::launch::async, [this, pieces = std::move(pieces), step, grad_divisor] {
+  const int threads = background_threads();
+  delayed_update_ = std::async(std::launch::async, [this, pieces = std::move(pieces), step, grad_divisor, threads] {
+    omp_set_num_threads(threads);  // this thread's own OpenMP team (background_threads)
     for (const Piece& piece : pieces) optimize_piece(piece.group, piece.units, piece.grad, step, grad_divisor, piece.rounded);
   });
 }
+
+// The update starting in the background rounds into the staging twin that is not being uploaded
+// (its event moves with it), and the next backward copies its gradients into the gradient twin
+// that the update does not read (the views of the pieces were taken before: they keep theirs).
+void ZeroEngine::swap_delayed_buffers() {
+  for (ParamGroup group : kTrainableGroups) {
+    GroupState& s = state(group);
+    std::swap(s.host_grad, s.host_grad_spare);
+    std::swap(s.host_compute, s.host_compute_spare);
+  }
+  std::swap(uploads_done_, spare_uploads_done_);
+}
+
+// The background update's OpenMP team: the rank's threads (rank_threads.h: its share of the
+// node's cores, or OMP_NUM_THREADS) less one, the core of the calling thread, which keeps issuing
+// the next step's device work meanwhile. A new thread would otherwise start OpenMP's default team,
+// a thread per CPU of the process, beside the rank's own: oversubscribed cores on a node of
+// several ranks. (On the CPU backend the calling thread's team computes the next step on the
+// same cores: there DPU is for testing, not speed.)
+int ZeroEngine::background_threads() { return std::max(1, omp_get_max_threads() - 1); }
 
 void ZeroEngine::finish_delayed_update() {
   if (!delayed_update_.valid()) return;

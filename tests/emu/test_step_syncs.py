@@ -14,8 +14,9 @@
 # the sum of squares of each unit's parameter groups (decay, no decay) as the unit completes, once
 # per pass (its rule: a gradient that is not finite leaves its parameters unchanged, decided on
 # the host): at most one wait per unit, group and pass. The delayed parameter update
-# (--delayed-param-update, docs/zero-offload.md) adds one: the gradients' download, queued after
-# backward (the update in flight still reads the host copy during it), read with the last uploads.
+# (--delayed-param-update, docs/zero-offload.md) adds none: its host gradient copy and 16-bit
+# staging copy have twins, so the backward copies each bucket out as it completes while the update
+# in flight reads the other copy, and the update starts without waiting for the uploads.
 import glob
 import json
 import os
@@ -94,8 +95,6 @@ def main():
             budget = WAITS_PER_STEP
             if optimizer:  # LOMO with clipping: a norm pass and an update pass, one read per unit and group
                 budget = 2 * 2 * len(read_run(out)["zero_layout"]["unit_elements"])
-            if "--delayed-param-update" in extra:  # + the gradients' download before the background update
-                budget = WAITS_PER_STEP + 1
             for rank, (captured, ranges, everything) in enumerate(ranks_counts):
                 # The counter is live (set-up and tear-down wait) and the capture range happened once.
                 report.check(ranges == 1 and everything > 0,
