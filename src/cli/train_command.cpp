@@ -140,6 +140,10 @@ po::options_description train_options() {
       ("delayed-param-update", po::value<int64_t>(), "N: with offload_optimizer cpu, after N ordinary updates run "
        "each step's CPU optimizer in the background while the next step's forward and backward use the parameters "
        "before it (ZeRO-Offload's one-step delayed parameter update; off by default; docs/zero-offload.md)")
+      ("update-per-bucket", po::bool_switch(), "with offload_optimizer cpu: the CPU optimizer updates each gradient "
+       "bucket as the step's last backward reduces it, overlapping the backward (same bits as after it; a piece whose "
+       "gradient is not finite is left unchanged). Needs adamw or sgd, gradient_clipping 0 and no fp16; off by "
+       "default; docs/zero-offload.md")
       ("bf16", po::bool_switch(), "train in bf16 with fp32 master weights (HF TrainingArguments' --bf16): "
                                   "resolves the DeepSpeed JSON's \"bf16\": {\"enabled\": \"auto\"}; an explicit "
                                   "\"enabled\" it contradicts is an error")
@@ -309,6 +313,10 @@ void take_run_flags(const po::variables_map& vm, TrainConfig& config, RunOptions
   ZT_CHECK(config.zero.delayed_update_after < 0 || config.pipeline.stages <= 1,
            "--delayed-param-update does not go with --pipeline-stages: a pipeline stage's engine updates between "
            "the schedule's micro-batches, not beside the next step");
+  if (vm["update-per-bucket"].as<bool>()) config.zero.update_per_bucket = true;
+  ZT_CHECK(!config.zero.update_per_bucket || config.pipeline.stages <= 1,
+           "--update-per-bucket does not go with --pipeline-stages: a pipeline stage's last backward does not reduce "
+           "its gradients bucket by bucket");
   if (vm["zero-quantized-weights"].as<bool>()) config.zero.zero_quantized_weights = true;
   if (vm["zero-quantized-gradients"].as<bool>()) config.zero.zero_quantized_gradients = true;
   take(vm, "zero-hpz-partition-size", config.zero.zero_hpz_partition_size);

@@ -9,6 +9,7 @@
 
 #include "zero/compressed_reduction.h"
 #include "zero/group_state.h"
+#include "zero/host_worker.h"
 #include "zero/quantized_collectives.h"
 #include "zero/rank_major.h"
 
@@ -130,6 +131,8 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
   context.released = [this](int unit) { units_[static_cast<size_t>(unit)].grads_live = false; };
   reduction_ = make_gradient_reduction(context, *optimizer_, optimizer, host_comm);
   check_delayed_update();
+  check_bucket_update();
+  if (offload_ && (zero.delayed_update_after >= 0 || zero.update_per_bucket)) worker_ = std::make_unique<HostWorker>();
   grads_in_flight_ = fused_ || reduction_->reduces_per_micro_batch();
   // 16-bit gradients are widened piece by piece for the optimizer, which reads fp32.
   if (store.grad_dtype() != DType::F32) {
@@ -151,7 +154,7 @@ ZeroEngine::~ZeroEngine() {
   // Complete what is in flight before the buffers it writes go away; unless the engine dies of
   // an error: then the job is ending (the top-level handler aborts it), and a collective whose
   // peer failed or hangs would hold this rank for a whole --comm-timeout per bucket in flight.
-  if (delayed_update_.valid()) delayed_update_.wait();  // DPU: it writes the host buffers (never throws)
+  worker_.reset();  // runs what was posted (host memory only) before the buffers it writes go away
   if (std::uncaught_exceptions() > 0) return;
   try {
     for (UnitState& unit : units_)
@@ -456,12 +459,16 @@ void ZeroEngine::begin_micro_batch(bool last) {
 // The reduction strategy decides what a completed unit's gradients go through (gradient_reduction.h).
 void ZeroEngine::gradients_ready(int unit) {
   if (fused_) return fused_unit_ready(unit);
+  if (!copied_buckets_.empty()) post_copied_buckets();  // the per-bucket update: copied before this unit's backward
   reduction_->unit_ready(unit);
 }
 
-// (Under DPU too: the update in flight reads the other host copy, host_grad_spare.)
+// (Under DPU too: the update in flight reads the other host copy, host_grad_spare.) With the
+// per-bucket update armed, the worker updates these slices once the copy is done (offload_overlap.cpp).
 void ZeroEngine::slices_final(ParamGroup group, int64_t begin, Tensor slices) {
-  if (offload_) backend_.copy_async(host_grad_view(state(group)).rows(begin, slices.numel()), slices);
+  if (!offload_) return;
+  backend_.copy_async(host_grad_view(state(group)).rows(begin, slices.numel()), slices);
+  if (bucket_step_) copied_buckets_.push_back({backend_.record_event(), group, begin, slices.numel()});
 }
 
 size_t ZeroEngine::grad_bytes() const { return dtype_size(store_.grad_dtype()); }

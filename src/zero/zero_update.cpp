@@ -1,29 +1,10 @@
 // ZeroEngine's update (zero_engine.h): this rank's partition updated piece by piece by the
 // optimizer (on the host with offload), the compute parameters made current from it (uploads,
-// all-gathers, stage 3's invalidation), and ZeRO-Offload's one-step delayed parameter update.
-//
-// Delayed parameter update (DPU, --delayed-param-update N; docs/zero-offload.md). Updates 1..N
-// run as usual. From update N + 1 on, apply_update for step t copies the step's gradients to the
-// host and starts the optimizer on them in a background thread; step t + 1's forward and
-// backward run meanwhile on the device, with the parameters before update t (those of update
-// t - 1); step t + 1's apply_update waits for update t, makes its parameters current and starts
-// update t + 1. In symbols, with p_k the fp32 master after k updates and g_t the gradient
-// step t computes:  g_t = grad(p_{t-2}) (p_{t-1} for the first delayed step), p_t = opt(p_{t-1}, g_t).
-// The background thread touches host memory only (master, optimizer state, the host gradient
-// copy and its fp32 widening, the 16-bit staging copy it rounds into); everything on the device,
-// the collectives included, stays on the calling thread. The two host buffers it reads and writes
-// have twins (GroupState::host_grad_spare, host_compute_spare) that it does not touch, so that
-// the next step runs as an ordinary one: its backward copies each bucket's gradients to the host
-// as it completes, and the update's start waits for nothing on the device.
-// A checkpoint is saved after finish_delayed_update: the saved state is p_t with nothing in
-// flight, and the saving run continues from it exactly as a run resumed from it does.
+// all-gathers, stage 3's invalidation). ZeRO-Offload's host update beside the device (the delayed
+// parameter update, the per-bucket update) is offload_overlap.cpp.
 #include "zero/zero_engine.h"
 
-#include <omp.h>
-
-#include <algorithm>
 #include <deque>
-#include <utility>
 
 #include "zero/group_state.h"
 #include "zero/rank_major.h"
@@ -64,6 +45,8 @@ Tensor ZeroEngine::fp32_gradient(Backend& on, Tensor grad) {
 void ZeroEngine::apply_update(const OptimizerStep& step) {
   ZT_CHECK(!fused_, "ZeRO: optimizer ", optimizer_->name(), " updates inside backward (begin_update_pass), not after it");
   for (int unit = 0; unit < store_.num_units(); ++unit) finish_prefetch(unit);  // before the host partitions change
+  if (bucket_step_ && gradients_finished_) return finish_bucket_update(step);  // ran during the last backward
+  bucket_step_.reset();  // (armed, but the last backward finished no bucket: the ordinary update)
   finish_delayed_update();
   std::vector<GroupPartitions> partitions;
   for (ParamGroup group : kTrainableGroups) {
@@ -173,96 +156,6 @@ void ZeroEngine::optimize_piece(ParamGroup group, const std::vector<UnitRange>& 
   if (grad_divisor != 1.0f) state_backend.scale(piece.grad, 1.0f / grad_divisor);
   optimizer_->update(state_backend, piece, step);
   if (rounded.data) state_backend.copy(rounded, piece.param);  // fp32 -> compute dtype (RNE)
-}
-
-// ---- delayed parameter update (DPU) ---------------------------------------------------------------
-
-bool ZeroEngine::delays(const OptimizerStep& step) const {
-  return zero_.delayed_update_after >= 0 && step.update_number > zero_.delayed_update_after;
-}
-
-// The refusals: DPU runs the optimizer on the host beside the device's work, piece by piece
-// with nothing but host memory.
-void ZeroEngine::check_delayed_update() const {
-  if (zero_.delayed_update_after < 0) return;
-  const char* flag = "--delayed-param-update";
-  ZT_CHECK(offload_, flag, " delays the CPU optimizer of ZeRO-Offload behind the next step: it needs "
-           "zero_optimization.offload_optimizer.device \"cpu\" (the config has \"", zero_.offload_optimizer_device, "\")");
-  ZT_CHECK(!fused_, flag, " with optimizer ", optimizer_->name(), ": it updates inside backward, not after it");
-  ZT_CHECK(!optimizer_->needs_tensor_slices(), flag, " with optimizer ", optimizer_->name(), ": its per-tensor "
-           "sums run collectives inside the update, which the background thread cannot (use adamw or sgd)");
-  ZT_CHECK(!reduction_->compressed(), flag, " with optimizer ", optimizer_->name(), ": its compressed momentum "
-           "exchange runs inside the update (use adamw or sgd)");
-}
-
-// This step's gradients on the host (copied bucket by bucket during backward, else now), then the
-// optimizer over them in the background. The pieces and their order are the synchronous update's,
-// so each piece's bits are the same as there.
-void ZeroEngine::start_delayed_update(const OptimizerStep& step, float grad_divisor) {
-  struct Piece {
-    ParamGroup group;
-    std::vector<UnitRange> units;
-    Tensor grad;     // grad dtype [numel], host
-    Tensor rounded;  // empty or compute dtype [numel], host: rounding_target's
-  };
-  std::vector<Piece> pieces;
-  for (ParamGroup group : kTrainableGroups) {
-    if (!state(group).partition_numel) continue;
-    for (const std::vector<UnitRange>& bucket : gather_pieces(group))
-      for (const std::vector<UnitRange>& units : update_pieces(bucket))
-        if (const int64_t numel = piece_numel(units))
-          pieces.push_back({group, units, piece_gradient(group, piece_begin(units), numel, true), Tensor()});
-  }
-  // Copied during backward: complete since the gradient check read the device. Else (a last
-  // micro-batch the schedule did not mark) piece_gradient just queued the copies: wait for them.
-  if (!gradients_finished_) backend_.record_event()->wait();
-  swap_delayed_buffers();
-  // Only the host staging copy is rounded into in the background (the twin whose last upload, of
-  // the update before the one just made current, completed before this step's gradient check):
-  // the compute partitions are what the next step's forward reads.
-  for (Piece& piece : pieces)
-    piece.rounded = rounding_target(piece.group, piece_begin(piece.units), piece.grad.numel(), false);
-  const int threads = background_threads();
-  delayed_update_ = std::async(std::launch::async, [this, pieces = std::move(pieces), step, grad_divisor, threads] {
-    omp_set_num_threads(threads);  // this thread's own OpenMP team (background_threads)
-    for (const Piece& piece : pieces) optimize_piece(piece.group, piece.units, piece.grad, step, grad_divisor, piece.rounded);
-  });
-}
-
-// The update starting in the background rounds into the staging twin that is not being uploaded
-// (its event moves with it), and the next backward copies its gradients into the gradient twin
-// that the update does not read (the views of the pieces were taken before: they keep theirs).
-void ZeroEngine::swap_delayed_buffers() {
-  for (ParamGroup group : kTrainableGroups) {
-    GroupState& s = state(group);
-    std::swap(s.host_grad, s.host_grad_spare);
-    std::swap(s.host_compute, s.host_compute_spare);
-  }
-  std::swap(uploads_done_, spare_uploads_done_);
-}
-
-// The background update's OpenMP team: the rank's threads (rank_threads.h: its share of the
-// node's cores, or OMP_NUM_THREADS) less one, the core of the calling thread, which keeps issuing
-// the next step's device work meanwhile. A new thread would otherwise start OpenMP's default team,
-// a thread per CPU of the process, beside the rank's own: oversubscribed cores on a node of
-// several ranks. (On the CPU backend the calling thread's team computes the next step on the
-// same cores: there DPU is for testing, not speed.)
-int ZeroEngine::background_threads() { return std::max(1, omp_get_max_threads() - 1); }
-
-void ZeroEngine::finish_delayed_update() {
-  if (!delayed_update_.valid()) return;
-  for (int unit = 0; unit < store_.num_units(); ++unit) finish_prefetch(unit);  // they read the partitions
-  delayed_update_.get();  // rethrows the background's error, if any
-  for (ParamGroup group : kTrainableGroups) {
-    GroupState& s = state(group);
-    if (!s.compute_partition.data() || !s.partition_numel) continue;
-    if (s.host_compute.data())  // rounded by the background: upload
-      backend_.copy_async(compute_partition_view(s), s.host_compute.view(compute_dtype_, {s.partition_numel}));
-    else
-      update_compute_partition(group, 0, s.partition_numel);
-  }
-  if (offload_) uploads_done_ = backend_.record_event();
-  sync_params_after_update();
 }
 
 void ZeroEngine::update_compute_partitions() {
