@@ -21,8 +21,9 @@
 // slices are copied to the host as the bucket completes (slices_final); once the backward of the
 // next unit is issued (gradients_ready), the calling thread waits for that copy, which the device
 // finished while that backward stays queued, and posts the bucket's units to the worker, which
-// updates them while the backward goes on. A unit slice whose gradient is not finite is left
-// unchanged (and the step is reported skipped, as the gradient check finds it). Exact only where
+// updates them while the backward goes on. A piece (a unit's slice of a parameter group) whose
+// gradient is not finite is left unchanged (and the step is reported skipped, as the gradient check
+// finds it: StepRunner). Exact only where
 // each element's update is known before the backward ends: an element-wise optimizer, no
 // clipping by the global norm, no fp16 loss scale (the refusals: check_bucket_update, StepRunner).
 #include "zero/zero_engine.h"
@@ -153,10 +154,11 @@ void ZeroEngine::arm_bucket_update(const OptimizerStep& step) {
 }
 
 // After backward issued the next unit: the buckets copied before it are complete on the device
-// (or will be, ahead of that unit's backward): their units go to the worker.
+// (or will be, ahead of that unit's backward): their units go to the worker. One wait, for the
+// last copy's event, which follows every copy before it.
 void ZeroEngine::post_copied_buckets() {
+  copied_buckets_.back().copied->wait();
   for (CopiedBucket& bucket : copied_buckets_) {
-    bucket.copied->wait();
     const GroupState& s = state(bucket.group);
     std::vector<HostPiece> pieces;
     for (const UnitRange& unit : store_.group(bucket.group).units) {

@@ -134,8 +134,13 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
   check_bucket_update();
   if (offload_ && (zero.delayed_update_after >= 0 || zero.update_per_bucket)) worker_ = std::make_unique<HostWorker>();
   grads_in_flight_ = fused_ || reduction_->reduces_per_micro_batch();
-  // 16-bit gradients are widened piece by piece for the optimizer, which reads fp32.
-  if (store.grad_dtype() != DType::F32) {
+  allocate_update_scratch(state_backend);
+}
+
+// The update's scratch: 16-bit gradients are widened piece by piece for the optimizer, which
+// reads fp32 (wide_grad_); a fused optimizer's reduce-scatter output of one unit (fused_scratch_).
+void ZeroEngine::allocate_update_scratch(Backend& state_backend) {
+  if (store_.grad_dtype() != DType::F32) {
     int64_t largest = 0;
     for (ParamGroup group : kTrainableGroups)
       for (const std::vector<UnitRange>& bucket : gather_pieces(group))
@@ -144,8 +149,8 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
   }
   if (fused_ && stage_ >= 1 && world_ > 1) {  // one unit's slice of the largest group range
     int64_t largest = 0;
-    for (int unit = 0; unit < store.num_units(); ++unit)
-      for (ParamGroup group : kTrainableGroups) largest = std::max(largest, store.unit_range(group, unit).numel / world_);
+    for (int unit = 0; unit < store_.num_units(); ++unit)
+      for (ParamGroup group : kTrainableGroups) largest = std::max(largest, store_.unit_range(group, unit).numel / world_);
     if (largest) fused_scratch_ = Buffer(backend_, static_cast<size_t>(largest) * sizeof(float));
   }
 }

@@ -297,6 +297,7 @@ class ZeroEngine final : public UnitHooks {
   bool delays(const OptimizerStep& step) const;
   void start_delayed_update(const OptimizerStep& step, float grad_divisor);
   void check_delayed_update() const;
+  void allocate_update_scratch(Backend& state_backend);  // wide_grad_, fused_scratch_ (the constructor's)
   void swap_delayed_buffers();     // DPU: the host buffers' twins (GroupState::host_grad_spare, ...)
   // The host update on worker_ (offload_overlap.cpp): a piece of it, posting pieces, and the
   // per-bucket update's refusals, posting of copied buckets and completion.
