@@ -35,11 +35,6 @@ void HostWorker::wait() {
   if (std::exception_ptr error = std::exchange(error_, nullptr)) std::rethrow_exception(error);
 }
 
-bool HostWorker::idle() {
-  std::lock_guard lock(mutex_);
-  return tasks_.empty() && !running_ && !error_;
-}
-
 void HostWorker::run(int threads) {
   omp_set_num_threads(threads);  // this thread's own team (host_worker.h)
   std::unique_lock lock(mutex_);

@@ -30,7 +30,6 @@ class HostWorker {
   // Until every task posted so far has run; rethrows the first error of those (the tasks after a
   // failed one are dropped).
   void wait();
-  bool idle();  // nothing posted since the last wait
 
   static int team_threads();  // the worker's OpenMP threads (see above)
 

@@ -372,8 +372,7 @@ class ZeroEngine final : public UnitHooks {
   std::unique_ptr<BackendEvent> uploads_done_;       // offload: after the last parameter upload
   std::unique_ptr<BackendEvent> spare_uploads_done_; // DPU: after the last upload from host_compute_spare
   int64_t live_gathered_ = 0, peak_gathered_ = 0;    // stage 3: gathered elements now / at most
-  // DPU, the per-bucket update: the host optimizer's thread; last, so that it ends (running what
-  // was posted) before the buffers it touches go away.
+  // DPU, the per-bucket update (offload_overlap.cpp):
   bool host_update_in_flight_ = false;               // posted to worker_, not made current yet
   std::optional<OptimizerStep> bucket_step_;         // the per-bucket update armed for this step
   struct CopiedBucket {                              // slices copied to the host, not posted yet
@@ -382,6 +381,8 @@ class ZeroEngine final : public UnitHooks {
     int64_t begin = 0, numel = 0;                    // in the group's partition
   };
   std::vector<CopiedBucket> copied_buckets_;
+  // The host optimizer's thread (host_worker.h); declared last, so that it ends (running what was
+  // posted) before the buffers it touches go away (the destructor ends it first anyway).
   std::unique_ptr<HostWorker> worker_;
 };
 
