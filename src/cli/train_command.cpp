@@ -25,6 +25,21 @@ namespace po = boost::program_options;
 
 namespace {
 
+// ZeRO-Offload (docs/zero-offload.md): where the optimizer runs, and when its CPU update runs.
+po::options_description offload_options() {
+  po::options_description options("ZeRO-Offload options");
+  options.add_options()
+      ("offload-optimizer", po::value<std::string>(), "none | cpu (zero_optimization.offload_optimizer.device)")
+      ("delayed-param-update", po::value<int64_t>(), "N: with offload_optimizer cpu, after N ordinary updates run "
+       "each step's CPU optimizer in the background while the next step's forward and backward use the parameters "
+       "before it (ZeRO-Offload's one-step delayed parameter update; off by default; docs/zero-offload.md)")
+      ("update-per-bucket", po::bool_switch(), "with offload_optimizer cpu: the CPU optimizer updates each gradient "
+       "bucket as the step's last backward reduces it, overlapping the backward (same bits as after it; a piece whose "
+       "gradient is not finite is left unchanged). Needs adamw or sgd, gradient_clipping 0 and no fp16; off by "
+       "default; docs/zero-offload.md");
+  return options;
+}
+
 // ZeRO++ (docs/zero-plus-plus.md): DeepSpeed's zero_optimization keys as flags, and the node layout.
 po::options_description zero_plus_plus_options() {
   po::options_description options("ZeRO++ options (stage 3, several nodes)");
@@ -136,10 +151,6 @@ po::options_description train_options() {
       ("comm", po::value<std::string>(), "GPU collectives: auto (NCCL when each rank has its own GPU), nccl, or "
                                          "mpi (through host memory)")
       ("zero-stage", po::value<int>(), "ZeRO stage 0-3 (zero_optimization.stage)")
-      ("offload-optimizer", po::value<std::string>(), "none | cpu (zero_optimization.offload_optimizer.device)")
-      ("delayed-param-update", po::value<int64_t>(), "N: with offload_optimizer cpu, after N ordinary updates run "
-       "each step's CPU optimizer in the background while the next step's forward and backward use the parameters "
-       "before it (ZeRO-Offload's one-step delayed parameter update; off by default; docs/zero-offload.md)")
       ("bf16", po::bool_switch(), "train in bf16 with fp32 master weights (HF TrainingArguments' --bf16): "
                                   "resolves the DeepSpeed JSON's \"bf16\": {\"enabled\": \"auto\"}; an explicit "
                                   "\"enabled\" it contradicts is an error")
@@ -164,6 +175,7 @@ po::options_description train_options() {
       ("dump-final", po::value<std::string>(), "write every trainable parameter after the last step to this safetensors file");
   options.add(pipeline_options());
   options.add(objective_options());
+  options.add(offload_options());
   options.add(zero_plus_plus_options());
   return options;
 }
@@ -309,6 +321,10 @@ void take_run_flags(const po::variables_map& vm, TrainConfig& config, RunOptions
   ZT_CHECK(config.zero.delayed_update_after < 0 || config.pipeline.stages <= 1,
            "--delayed-param-update does not go with --pipeline-stages: a pipeline stage's engine updates between "
            "the schedule's micro-batches, not beside the next step");
+  if (vm["update-per-bucket"].as<bool>()) config.zero.update_per_bucket = true;
+  ZT_CHECK(!config.zero.update_per_bucket || config.pipeline.stages <= 1,
+           "--update-per-bucket does not go with --pipeline-stages: a pipeline stage's last backward does not reduce "
+           "its gradients bucket by bucket");
   if (vm["zero-quantized-weights"].as<bool>()) config.zero.zero_quantized_weights = true;
   if (vm["zero-quantized-gradients"].as<bool>()) config.zero.zero_quantized_gradients = true;
   take(vm, "zero-hpz-partition-size", config.zero.zero_hpz_partition_size);

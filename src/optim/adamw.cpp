@@ -19,6 +19,7 @@ class AdamW final : public Optimizer {
   std::string name() const override { return "adamw"; }
   std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
   double flops_per_element() const override { return 14.0; }
+  bool updates_elementwise() const override { return true; }
 
   void update(Backend& backend, OptimizerPiece& piece, const OptimizerStep& step) const override {
     AdamWParams params;

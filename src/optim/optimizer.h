@@ -151,6 +151,11 @@ class Optimizer {
     (void)backend;
     return false;
   }
+  // Whether each element's update reads nothing but that element's parameter, gradient and state
+  // and the step's scalars, so that any split of a partition into pieces gives the same bits
+  // (ZeRO-Offload's per-bucket update, docs/zero-offload.md). AdamW and SGD; not Lamb (per-tensor
+  // norms), nor the fused or compressed ones.
+  virtual bool updates_elementwise() const { return false; }
   // About how many FLOPs the update does per element (the profiler's optimizer row).
   virtual double flops_per_element() const = 0;
   // One update of `piece` on `backend` (where its buffers live).

@@ -23,6 +23,7 @@ class Sgd final : public Optimizer {
     return {"momentum_buffer"};
   }
   double flops_per_element() const override { return config_.momentum == 0.0 ? 3.0 : 7.0; }
+  bool updates_elementwise() const override { return true; }
 
   void update(Backend& backend, OptimizerPiece& piece, const OptimizerStep& step) const override {
     SgdParams params;

@@ -75,7 +75,12 @@ StepRunner::StepRunner(const StepConfig& config, CausalLM& model, Objective& obj
                        DynamicLossScaler* scaler, int64_t vocab_size)
     : config_(config), model_(model), objective_(objective), engine_(engine), store_(store), backend_(backend), comm_(comm), control_(control),
       scaler_(scaler), vocab_size_(vocab_size), step_loss_sum_(backend, sizeof(double)),
-      host_(backend.make_host_backend()), host_loss_sum_(*host_, sizeof(double)) {}
+      host_(backend.make_host_backend()), host_loss_sum_(*host_, sizeof(double)) {
+  // The per-bucket update fixes the step's scalars before the backward (docs/zero-offload.md).
+  ZT_CHECK(!engine.updates_per_bucket() || config.gradient_clipping <= 0.0, "--update-per-bucket with "
+           "gradient_clipping ", config.gradient_clipping, ": clipping scales every gradient by the global norm, which "
+           "is known only after the whole backward (set gradient_clipping 0, or leave out --update-per-bucket)");
+}
 
 StepOutcome StepRunner::run(int64_t step, int64_t updates_done, StepBatches& batches,
                             const std::vector<StepInstruction>& schedule, StepProfiler* profiler) {
@@ -122,6 +127,11 @@ StepOutcome StepRunner::run_schedule(int64_t step, int64_t updates_done, StepBat
   backend_.fill(step_loss_sum_.view(DType::F64, {1}), 0.0f);  // on the device: no upload
   enter(StepPart::Engine);
   engine_.begin_step(updates_done + 1);
+  // --update-per-bucket: the update's scalars are known now (no clipping, no fp16 scale, checked at
+  // start); a global batch without target tokens is skipped as usual, so nothing runs per bucket.
+  if (engine_.updates_per_bucket() && outcome.target_tokens > 0)
+    engine_.arm_bucket_update(OptimizerStep{learning_rate_at(config_.scheduler, config_.peak_lr, updates_done),
+                                            outcome.loss_scale, updates_done + 1, 1.0f});
   const int64_t last_micro = static_cast<int64_t>(batches.micro.size()) - 1;
   for (const StepInstruction& instruction : schedule) {
     switch (instruction.op) {
@@ -275,7 +285,12 @@ void StepRunner::update(int64_t updates_done, StepOutcome& outcome, StepProfiler
   outcome.skipped = skip_reason(outcome, pipeline_ ? pipeline_->combine(check) : check);
   if (outcome.skipped) {
     // A delayed update in flight (--delayed-param-update) lands now, so the next step's forward uses
-    // the newest parameters (one update behind, as always) rather than falling two behind.
+    // the newest parameters (one update behind, as always) rather than falling two behind; the
+    // per-bucket update of this step (--update-per-bucket) ran already on the pieces whose
+    // gradients are finite: it is made current too.
+    if (engine_.updates_per_bucket() && outcome.target_tokens > 0)
+      outcome.skipped = cat(*outcome.skipped, ": --update-per-bucket updated the pieces whose gradients are finite "
+                                              "during the backward and left the others unchanged");
     engine_.finish_delayed_update();
     return;
   }

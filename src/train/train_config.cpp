@@ -105,7 +105,8 @@ static nlohmann::json zero_json(const ZeroConfig& zero) {
           {"zero_hpz_partition_size", zero.zero_hpz_partition_size},
           {"zero_quantized_gradients", zero.zero_quantized_gradients},
           {"ranks_per_node", zero.ranks_per_node},
-          {"delayed_param_update", zero.delayed_update_after}};
+          {"delayed_param_update", zero.delayed_update_after},
+          {"update_per_bucket", zero.update_per_bucket}};
 }
 
 nlohmann::json TrainConfig::to_json() const {

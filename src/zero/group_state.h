@@ -19,6 +19,13 @@ struct ZeroEngine::GroupState {
   Buffer host_grad;             // grad dtype [P] offload: the gradient partition copied to the host
   Buffer host_compute;          // param dtype [P] offload to a GPU with 16-bit compute: the updated
                                 // master rounded on the host, then uploaded (half of fp32's bytes)
+  // DPU (--delayed-param-update): the second copy of each of the two host buffers the background
+  // update touches, so that the next step never waits for it: the backward copies its gradients
+  // into host_grad bucket by bucket while the update in flight reads the other copy, and the update
+  // rounds into host_compute while the previous update's values are uploaded from the other one.
+  // Swapped with their twins when an update is delayed (zero_update.cpp); empty without DPU.
+  Buffer host_grad_spare;       // grad dtype [P]
+  Buffer host_compute_spare;    // param dtype [P], where host_compute is
   Buffer compute_partition;     // param dtype [P] device: the master in the compute dtype (what stages 1-3
                                 // all-gather from), or stage 3's frozen slices
 };

@@ -32,6 +32,9 @@ struct ZeroConfig {  // DeepSpeed "zero_optimization"; the ZeRO issue gives thes
   // --delayed-param-update N (zerotune's; DeepSpeed's JSON has no key for it): ZeRO-Offload's one-step
   // delayed parameter update after N ordinary updates; -1: off (docs/zero-offload.md).
   int64_t delayed_update_after = -1;
+  // --update-per-bucket (zerotune's): ZeRO-Offload's CPU optimizer updates each gradient bucket as the
+  // step's last backward completes it, not after the backward (docs/zero-offload.md).
+  bool update_per_bucket = false;
   int ranks_per_node = 0;                 // --ranks-per-node: the node layout (0: from the hosts the ranks run on)
   bool zeropp() const { return zero_quantized_weights || zero_hpz_partition_size > 1 || zero_quantized_gradients; }
 };

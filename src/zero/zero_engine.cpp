@@ -9,6 +9,7 @@
 
 #include "zero/compressed_reduction.h"
 #include "zero/group_state.h"
+#include "zero/host_worker.h"
 #include "zero/quantized_collectives.h"
 #include "zero/rank_major.h"
 
@@ -89,11 +90,15 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
         state->state.emplace_back(state_backend, bytes);
         state_backend.fill(flat_f32(state->state.back(), state->partition_numel), 0.0f);
       }
+      const bool delayed = offload_ && zero.delayed_update_after >= 0;  // DPU: twins of the host buffers
       if (offload_) state->host_grad = Buffer(*host_, static_cast<size_t>(state->partition_numel) * grad_bytes());
+      if (delayed) state->host_grad_spare = Buffer(*host_, state->host_grad.bytes());
       if (stage_ >= 1 && (offload_ || rounds_ || offload_param_))
         state->compute_partition = Buffer(partition_backend, param_bytes(*state));
-      if (offload_ && rounds_ && !offload_param_ && backend_.device() != Device::CPU)
+      if (offload_ && rounds_ && !offload_param_ && backend_.device() != Device::CPU) {
         state->host_compute = Buffer(*host_, param_bytes(*state));
+        if (delayed) state->host_compute_spare = Buffer(*host_, param_bytes(*state));
+      }
     }
     if (group == ParamGroup::Frozen && stage_ == 3 && bytes)
       state->compute_partition = Buffer(partition_backend, param_bytes(*state));
@@ -126,9 +131,16 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
   context.released = [this](int unit) { units_[static_cast<size_t>(unit)].grads_live = false; };
   reduction_ = make_gradient_reduction(context, *optimizer_, optimizer, host_comm);
   check_delayed_update();
+  check_bucket_update();
+  if (offload_ && (zero.delayed_update_after >= 0 || zero.update_per_bucket)) worker_ = std::make_unique<HostWorker>();
   grads_in_flight_ = fused_ || reduction_->reduces_per_micro_batch();
-  // 16-bit gradients are widened piece by piece for the optimizer, which reads fp32.
-  if (store.grad_dtype() != DType::F32) {
+  allocate_update_scratch(state_backend);
+}
+
+// The update's scratch: 16-bit gradients are widened piece by piece for the optimizer, which
+// reads fp32 (wide_grad_); a fused optimizer's reduce-scatter output of one unit (fused_scratch_).
+void ZeroEngine::allocate_update_scratch(Backend& state_backend) {
+  if (store_.grad_dtype() != DType::F32) {
     int64_t largest = 0;
     for (ParamGroup group : kTrainableGroups)
       for (const std::vector<UnitRange>& bucket : gather_pieces(group))
@@ -137,8 +149,8 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
   }
   if (fused_ && stage_ >= 1 && world_ > 1) {  // one unit's slice of the largest group range
     int64_t largest = 0;
-    for (int unit = 0; unit < store.num_units(); ++unit)
-      for (ParamGroup group : kTrainableGroups) largest = std::max(largest, store.unit_range(group, unit).numel / world_);
+    for (int unit = 0; unit < store_.num_units(); ++unit)
+      for (ParamGroup group : kTrainableGroups) largest = std::max(largest, store_.unit_range(group, unit).numel / world_);
     if (largest) fused_scratch_ = Buffer(backend_, static_cast<size_t>(largest) * sizeof(float));
   }
 }
@@ -147,13 +159,13 @@ ZeroEngine::~ZeroEngine() {
   // Complete what is in flight before the buffers it writes go away; unless the engine dies of
   // an error: then the job is ending (the top-level handler aborts it), and a collective whose
   // peer failed or hangs would hold this rank for a whole --comm-timeout per bucket in flight.
-  if (delayed_update_.valid()) delayed_update_.wait();  // DPU: it writes the host buffers (never throws)
+  worker_.reset();  // runs what was posted (host memory only) before the buffers it writes go away
   if (std::uncaught_exceptions() > 0) return;
   try {
     for (UnitState& unit : units_)
       for (Pending& pending : unit.inflight) pending->wait();
     // Asynchronous host copies must not outlive the (pinned) host buffers they read or write.
-    for (std::unique_ptr<BackendEvent>* event : {&host_grads_ready_, &uploads_done_})
+    for (std::unique_ptr<BackendEvent>* event : {&host_grads_ready_, &uploads_done_, &spare_uploads_done_})
       if (*event) (*event)->wait();
   } catch (...) {  // unwinding from another error: that one is reported
   }
@@ -452,12 +464,16 @@ void ZeroEngine::begin_micro_batch(bool last) {
 // The reduction strategy decides what a completed unit's gradients go through (gradient_reduction.h).
 void ZeroEngine::gradients_ready(int unit) {
   if (fused_) return fused_unit_ready(unit);
+  if (!copied_buckets_.empty()) post_copied_buckets();  // the per-bucket update: copied before this unit's backward
   reduction_->unit_ready(unit);
 }
 
+// (Under DPU too: the update in flight reads the other host copy, host_grad_spare.) With the
+// per-bucket update armed, the worker updates these slices once the copy is done (offload_overlap.cpp).
 void ZeroEngine::slices_final(ParamGroup group, int64_t begin, Tensor slices) {
-  if (copies_gradients_during_backward())  // (not under DPU: the update in flight reads the host copy)
-    backend_.copy_async(host_grad_view(state(group)).rows(begin, slices.numel()), slices);
+  if (!offload_) return;
+  backend_.copy_async(host_grad_view(state(group)).rows(begin, slices.numel()), slices);
+  if (bucket_step_) copied_buckets_.push_back({backend_.record_event(), group, begin, slices.numel()});
 }
 
 size_t ZeroEngine::grad_bytes() const { return dtype_size(store_.grad_dtype()); }
@@ -476,7 +492,7 @@ void ZeroEngine::reduce_gradients() {
   }
   // True when every slice was rounded (and offloaded) as its bucket completed in the last backward.
   gradients_finished_ = reduction_->finish();
-  if (gradients_finished_ && copies_gradients_during_backward()) host_grads_ready_ = backend_.record_event();
+  if (gradients_finished_ && offload_) host_grads_ready_ = backend_.record_event();
 }
 
 bool ZeroEngine::gradients_overflow() {
@@ -682,9 +698,10 @@ ZeroEngine::BufferAddresses ZeroEngine::buffer_addresses() const {
   BufferAddresses addresses;
   for (const auto& s : groups_) {
     if (!s) continue;
-    for (const Buffer* buffer : {&s->compute_partition, &s->host_compute})
+    for (const Buffer* buffer : {&s->compute_partition, &s->host_compute, &s->host_compute_spare})
       if (buffer->data()) addresses.parameters.push_back(buffer->data());
-    if (s->host_grad.data()) addresses.gradients.push_back(s->host_grad.data());
+    for (const Buffer* buffer : {&s->host_grad, &s->host_grad_spare})
+      if (buffer->data()) addresses.gradients.push_back(buffer->data());
   }
   for (const UnitState& u : units_)  // hpZ's secondary partition
     for (const Buffer& share : u.secondary)
@@ -767,6 +784,9 @@ ZeroMemory ZeroEngine::memory() const {
   if (offload_)
     m.host_bytes += m.master_params + m.optimizer_state + trainable_partition * static_cast<int64_t>(grad_bytes()) +
                     m.gradient_widening;
+  for (const auto& s : groups_)  // DPU's twins of the host gradient copy and staging copy
+    for (const Buffer* spare : {&s->host_grad_spare, &s->host_compute_spare})
+      m.host_bytes += static_cast<int64_t>(spare->bytes());
   m.staging = reduction_->staging_bytes();
   return m;
 }

@@ -36,7 +36,6 @@
 #include <array>
 #include <cstdint>
 #include <deque>
-#include <future>
 #include <memory>
 #include <optional>
 #include <span>
@@ -54,6 +53,8 @@
 #include "zero/zero_config.h"
 
 namespace zt {
+
+class HostWorker;
 
 // Bytes held per rank, by what they are and where (rank 0 prints this at start).
 struct ZeroMemory {
@@ -156,10 +157,16 @@ class ZeroEngine final : public UnitHooks {
   // (ZeRO-Offload's one-step delayed parameter update); the next apply_update (or
   // finish_delayed_update) waits for it and makes its parameters current.
   void apply_update(const OptimizerStep& step);
-  // DPU: completes the update in flight, if any, and makes the compute parameters current. A
-  // checkpoint is saved after it (so a resumed run starts where the saving run continues), and
-  // gather_full_params calls it. Without one in flight: nothing.
+  // Completes the host update in flight, if any (DPU's, or this step's per-bucket one), and makes
+  // the compute parameters current. A checkpoint is saved after it (so a resumed run starts where
+  // the saving run continues), a skipped step calls it, and gather_full_params. Else: nothing.
   void finish_delayed_update();
+  // --update-per-bucket (ZeroConfig::update_per_bucket, docs/zero-offload.md): whether it is on, and,
+  // before the step's backward, the step's update (its scalars known then: no clipping, no fp16)
+  // that the CPU optimizer applies to each bucket as the last backward reduces it; apply_update
+  // then only waits for it. A piece whose gradient is not finite is left unchanged.
+  bool updates_per_bucket() const { return zero_.update_per_bucket; }
+  void arm_bucket_update(const OptimizerStep& step);
   const Optimizer& optimizer() const { return *optimizer_; }
 
   // A fused optimizer's backward passes (between begin_step and reduce_gradients): a norm pass
@@ -290,7 +297,21 @@ class ZeroEngine final : public UnitHooks {
   bool delays(const OptimizerStep& step) const;
   void start_delayed_update(const OptimizerStep& step, float grad_divisor);
   void check_delayed_update() const;
-  bool copies_gradients_during_backward() const;  // offload without DPU: slices_final copies to the host
+  void allocate_update_scratch(Backend& state_backend);  // wide_grad_, fused_scratch_ (the constructor's)
+  void swap_delayed_buffers();     // DPU: the host buffers' twins (GroupState::host_grad_spare, ...)
+  // The host update on worker_ (offload_overlap.cpp): a piece of it, posting pieces, and the
+  // per-bucket update's refusals, posting of copied buckets and completion.
+  struct HostPiece {
+    ParamGroup group = ParamGroup::Decay;
+    std::vector<UnitRange> units;
+    Tensor grad;     // grad dtype [numel], host
+    Tensor rounded;  // empty or compute dtype [numel], host: rounding_target's
+  };
+  void post_host_pieces(std::vector<HostPiece> pieces, const OptimizerStep& step, float grad_divisor,
+                        bool skip_non_finite);
+  void check_bucket_update() const;
+  void post_copied_buckets();
+  void finish_bucket_update(const OptimizerStep& step);
   // fp32 [n] the optimizer reads: `grad` itself, or a 16-bit one widened into wide_grad_ on `on`.
   Tensor fp32_gradient(Backend& on, Tensor grad);
   void update_compute_partitions();  // compute_partition = master (rounded to the compute dtype)
@@ -349,9 +370,20 @@ class ZeroEngine final : public UnitHooks {
   bool gradients_finished_ = false;                  // this step's partitions were rounded/offloaded per bucket
   std::unique_ptr<BackendEvent> host_grads_ready_;   // offload: after the last gradient download
   std::unique_ptr<BackendEvent> uploads_done_;       // offload: after the last parameter upload
+  std::unique_ptr<BackendEvent> spare_uploads_done_; // DPU: after the last upload from host_compute_spare
   int64_t live_gathered_ = 0, peak_gathered_ = 0;    // stage 3: gathered elements now / at most
-  std::future<void> delayed_update_;                 // DPU: the optimizer running in the background (host
-                                                     // memory only); valid until finish_delayed_update
+  // DPU, the per-bucket update (offload_overlap.cpp):
+  bool host_update_in_flight_ = false;               // posted to worker_, not made current yet
+  std::optional<OptimizerStep> bucket_step_;         // the per-bucket update armed for this step
+  struct CopiedBucket {                              // slices copied to the host, not posted yet
+    std::unique_ptr<BackendEvent> copied;            // after the copy
+    ParamGroup group = ParamGroup::Decay;
+    int64_t begin = 0, numel = 0;                    // in the group's partition
+  };
+  std::vector<CopiedBucket> copied_buckets_;
+  // The host optimizer's thread (host_worker.h); declared last, so that it ends (running what was
+  // posted) before the buffers it touches go away (the destructor ends it first anyway).
+  std::unique_ptr<HostWorker> worker_;
 };
 
 }  // namespace zt

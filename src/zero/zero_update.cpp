@@ -1,20 +1,7 @@
 // ZeroEngine's update (zero_engine.h): this rank's partition updated piece by piece by the
 // optimizer (on the host with offload), the compute parameters made current from it (uploads,
-// all-gathers, stage 3's invalidation), and ZeRO-Offload's one-step delayed parameter update.
-//
-// Delayed parameter update (DPU, --delayed-param-update N; docs/zero-offload.md). Updates 1..N
-// run as usual. From update N + 1 on, apply_update for step t copies the step's gradients to the
-// host and starts the optimizer on them in a background thread; step t + 1's forward and
-// backward run meanwhile on the device, with the parameters before update t (those of update
-// t - 1); step t + 1's apply_update waits for update t, makes its parameters current and starts
-// update t + 1. In symbols, with p_k the fp32 master after k updates and g_t the gradient
-// step t computes:  g_t = grad(p_{t-2}) (p_{t-1} for the first delayed step), p_t = opt(p_{t-1}, g_t).
-// The background thread touches host memory only (master, optimizer state, the host gradient
-// copy and its fp32 widening, the 16-bit staging copy it rounds into); everything on the device,
-// the collectives included, stays on the calling thread. So the gradients are not copied to the
-// host during backward (the update in flight reads that copy): apply_update copies them.
-// A checkpoint is saved after finish_delayed_update: the saved state is p_t with nothing in
-// flight, and the saving run continues from it exactly as a run resumed from it does.
+// all-gathers, stage 3's invalidation). ZeRO-Offload's host update beside the device (the delayed
+// parameter update, the per-bucket update) is offload_overlap.cpp.
 #include "zero/zero_engine.h"
 
 #include <deque>
@@ -58,6 +45,8 @@ Tensor ZeroEngine::fp32_gradient(Backend& on, Tensor grad) {
 void ZeroEngine::apply_update(const OptimizerStep& step) {
   ZT_CHECK(!fused_, "ZeRO: optimizer ", optimizer_->name(), " updates inside backward (begin_update_pass), not after it");
   for (int unit = 0; unit < store_.num_units(); ++unit) finish_prefetch(unit);  // before the host partitions change
+  if (bucket_step_ && gradients_finished_) return finish_bucket_update(step);  // ran during the last backward
+  bucket_step_.reset();  // (armed, but the last backward finished no bucket: the ordinary update)
   finish_delayed_update();
   std::vector<GroupPartitions> partitions;
   for (ParamGroup group : kTrainableGroups) {
@@ -134,7 +123,7 @@ Tensor ZeroEngine::piece_gradient(ParamGroup group, int64_t begin, int64_t numel
     host_grads_ready_->wait();
     host_grads_ready_.reset();
   }
-  if (gradients_finished_ && copies_gradients_during_backward()) return host_grad;
+  if (gradients_finished_) return host_grad;
   if (queued)
     backend_.copy_async(host_grad, grad);  // the caller waits for an event after it
   else
@@ -167,75 +156,6 @@ void ZeroEngine::optimize_piece(ParamGroup group, const std::vector<UnitRange>& 
   if (grad_divisor != 1.0f) state_backend.scale(piece.grad, 1.0f / grad_divisor);
   optimizer_->update(state_backend, piece, step);
   if (rounded.data) state_backend.copy(rounded, piece.param);  // fp32 -> compute dtype (RNE)
-}
-
-// ---- delayed parameter update (DPU) ---------------------------------------------------------------
-
-bool ZeroEngine::delays(const OptimizerStep& step) const {
-  return zero_.delayed_update_after >= 0 && step.update_number > zero_.delayed_update_after;
-}
-
-bool ZeroEngine::copies_gradients_during_backward() const { return offload_ && zero_.delayed_update_after < 0; }
-
-// The refusals: DPU runs the optimizer on the host beside the device's work, piece by piece
-// with nothing but host memory.
-void ZeroEngine::check_delayed_update() const {
-  if (zero_.delayed_update_after < 0) return;
-  const char* flag = "--delayed-param-update";
-  ZT_CHECK(offload_, flag, " delays the CPU optimizer of ZeRO-Offload behind the next step: it needs "
-           "zero_optimization.offload_optimizer.device \"cpu\" (the config has \"", zero_.offload_optimizer_device, "\")");
-  ZT_CHECK(!fused_, flag, " with optimizer ", optimizer_->name(), ": it updates inside backward, not after it");
-  ZT_CHECK(!optimizer_->needs_tensor_slices(), flag, " with optimizer ", optimizer_->name(), ": its per-tensor "
-           "sums run collectives inside the update, which the background thread cannot (use adamw or sgd)");
-  ZT_CHECK(!reduction_->compressed(), flag, " with optimizer ", optimizer_->name(), ": its compressed momentum "
-           "exchange runs inside the update (use adamw or sgd)");
-}
-
-// This step's gradients to the host (on this thread: device copies), then the optimizer over
-// them in the background. The pieces and their order are the synchronous update's, so each
-// piece's bits are the same as there.
-void ZeroEngine::start_delayed_update(const OptimizerStep& step, float grad_divisor) {
-  struct Piece {
-    ParamGroup group;
-    std::vector<UnitRange> units;
-    Tensor grad;     // grad dtype [numel], host
-    Tensor rounded;  // empty or compute dtype [numel], host: rounding_target's
-  };
-  std::vector<Piece> pieces;
-  for (ParamGroup group : kTrainableGroups) {
-    if (!state(group).partition_numel) continue;
-    for (const std::vector<UnitRange>& bucket : gather_pieces(group))
-      for (const std::vector<UnitRange>& units : update_pieces(bucket))
-        if (const int64_t numel = piece_numel(units))
-          pieces.push_back({group, units, piece_gradient(group, piece_begin(units), numel, true), Tensor()});
-  }
-  // One host wait for the downloads just queued and the last uploads of host_compute (which the
-  // background rounds into): the event follows everything issued so far.
-  backend_.record_event()->wait();
-  uploads_done_.reset();
-  // Only the host staging copy is rounded into in the background: the compute partitions are
-  // what the next step's forward reads.
-  for (Piece& piece : pieces)
-    piece.rounded = rounding_target(piece.group, piece_begin(piece.units), piece.grad.numel(), false);
-  delayed_update_ = std::async(std::launch::async, [this, pieces = std::move(pieces), step, grad_divisor] {
-    for (const Piece& piece : pieces) optimize_piece(piece.group, piece.units, piece.grad, step, grad_divisor, piece.rounded);
-  });
-}
-
-void ZeroEngine::finish_delayed_update() {
-  if (!delayed_update_.valid()) return;
-  for (int unit = 0; unit < store_.num_units(); ++unit) finish_prefetch(unit);  // they read the partitions
-  delayed_update_.get();  // rethrows the background's error, if any
-  for (ParamGroup group : kTrainableGroups) {
-    GroupState& s = state(group);
-    if (!s.compute_partition.data() || !s.partition_numel) continue;
-    if (s.host_compute.data())  // rounded by the background: upload
-      backend_.copy_async(compute_partition_view(s), s.host_compute.view(compute_dtype_, {s.partition_numel}));
-    else
-      update_compute_partition(group, 0, s.partition_numel);
-  }
-  if (offload_) uploads_done_ = backend_.record_event();
-  sync_params_after_update();
 }
 
 void ZeroEngine::update_compute_partitions() {

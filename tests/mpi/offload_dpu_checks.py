@@ -15,6 +15,9 @@
 #  3. exact resume: killed in step 5 (ZT_FAULT) and resumed from the checkpoint of step 3, the run
 #     ends bit-identical (losses, final weights) to the uninterrupted one with the same --save-every
 #     (a checkpoint completes the update in flight; the saving run continues from there as well);
+#  4. --update-per-bucket (the CPU update of each bucket during the last backward; no clipping, which
+#     it refuses, and reduce buckets of a few units so that buckets are updated while backward goes
+#     on): losses and final weights bit-identical to the ordinary update after backward;
 # and once: the refusal without optimizer offload, and (check_skips, fp16 on the CPU backend) a
 # skipped step lands the update in flight: with a loss scale that doubles after every good step
 # (loss_scale_window 1), overflows skip steps now and then; where step s is skipped while the
@@ -48,13 +51,15 @@ class DpuRuns:
     """`zerotune train` runs of one case: `ranks` ranks, zero_optimization `zero`, `extra` flags
     (the device, the precision)."""
 
-    def __init__(self, zerotune, workdir, model, data, ranks, zero, extra, precision=None):
+    def __init__(self, zerotune, workdir, model, data, ranks, zero, extra, precision=None, clipping=True):
         self.zerotune, self.workdir, self.model, self.data = zerotune, workdir, model, data
         self.ranks, self.extra = ranks, list(extra)
         self.ds = write_ds_config(os.path.join(workdir, "ds.json"), 4 * ranks, 2, zero)
         with open(self.ds) as stream:
             config = json.load(stream)
         config.pop("scheduler")  # a constant lr: the tour's warm-up starts at lr 0
+        if not clipping:
+            config.pop("gradient_clipping")
         if precision:
             config[precision] = {"enabled": True}
         with open(self.ds, "w") as stream:
@@ -112,6 +117,24 @@ def check_case(report, label, runs):
     same_run(report, f"{label}: killed in step 5, resumed from step 3, vs uninterrupted", out, uninterrupted)
 
 
+def check_per_bucket(report, label, runs):
+    ordinary = runs.train("unclipped")
+    per_bucket = runs.train("per-bucket", ["--update-per-bucket"])
+    same_run(report, f"{label}: --update-per-bucket vs the update after backward (no clipping)", per_bucket, ordinary)
+
+
+def check_per_bucket_refusals(report, zerotune, workdir, model, data, extra):
+    """--update-per-bucket where a bucket's update is not known before the backward ends."""
+    runs = DpuRuns(zerotune, workdir, model, data, 1, {"stage": 2, "offload_optimizer": {"device": "cpu"}}, extra)
+    for flags, words in ((["--update-per-bucket"], "gradient_clipping"),
+                         (["--update-per-bucket", "--delayed-param-update", 1], "--delayed-param-update")):
+        result, _ = run_ranks(1, runs.command(os.path.join(workdir, "refused"), flags), expect_ok=False)
+        text = result.stdout + result.stderr
+        lines = [line for line in text.splitlines() if "--update-per-bucket" in line][:1]
+        report.check(result.returncode != 0 and bool(lines) and words in lines[0],
+                     f"--update-per-bucket refused naming {words} (status {result.returncode}): {lines}")
+
+
 def check_skips(report, zerotune, workdir, model, data):
     runs = DpuRuns(zerotune, workdir, model, data, 1, {"stage": 2, "offload_optimizer": {"device": "cpu"}}, [])
     with open(runs.ds) as stream:
@@ -142,15 +165,23 @@ def check_refusal(report, zerotune, workdir, model, data, extra):
                  f"(status {result.returncode}): {[line for line in text.splitlines() if 'delayed-param' in line][:1]}")
 
 
-def run_checks(report, zerotune, workdir, cases, extra):
-    """cases: (label, ranks, zero_optimization, precision or None)."""
+def run_checks(report, zerotune, workdir, cases, extra, per_bucket_cases=None):
+    """cases: (label, ranks, zero_optimization, precision or None); per_bucket_cases: the indices of
+    those that check --update-per-bucket too (default: all)."""
     model, _ = make_model_and_data(zerotune, workdir, samples=8)
     data = repeated_sample_data(os.path.join(workdir, "repeated"))
     check_refusal(report, zerotune, workdir, model, data, extra)
     if not extra:  # the CPU backend (the emulated device's runs pass --device cuda)
+        os.makedirs(os.path.join(workdir, "per-bucket-refusals"))  # (checked at start, before any device work)
+        check_per_bucket_refusals(report, zerotune, os.path.join(workdir, "per-bucket-refusals"), model, data, extra)
         os.makedirs(os.path.join(workdir, "skips"))
         check_skips(report, zerotune, os.path.join(workdir, "skips"), model, data)
     for index, (label, ranks, zero, precision) in enumerate(cases):
         case_dir = os.path.join(workdir, f"case{index}")
         os.makedirs(case_dir)
         check_case(report, label, DpuRuns(zerotune, case_dir, model, data, ranks, zero, extra, precision))
+        if per_bucket_cases is not None and index not in per_bucket_cases:
+            continue
+        os.makedirs(os.path.join(case_dir, "per-bucket"))
+        check_per_bucket(report, label, DpuRuns(zerotune, os.path.join(case_dir, "per-bucket"), model, data, ranks,
+                                                dict(zero, reduce_bucket_size=20000), extra, precision, clipping=False))

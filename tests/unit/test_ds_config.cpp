@@ -797,7 +797,9 @@ BOOST_AUTO_TEST_CASE(to_json_writes_every_field) {
   BOOST_CHECK_EQUAL(j["zero_optimization"]["offload_optimizer"]["device"].get<std::string>(), "cpu");
   BOOST_CHECK_EQUAL(j["zero_optimization"]["stage3_max_live_parameters"].get<int64_t>(), 30000000);
   BOOST_CHECK_EQUAL(j["zero_optimization"]["delayed_param_update"].get<int64_t>(), -1);  // off unless asked
-  BOOST_CHECK_EQUAL(j["zero_optimization"].size(), 22u);  // 17 + ZeRO++'s 3 keys, ranks_per_node, delayed_param_update
+  BOOST_CHECK_EQUAL(j["zero_optimization"]["update_per_bucket"].get<bool>(), false);
+  BOOST_CHECK_EQUAL(j["zero_optimization"].size(), 23u);  // 17 + ZeRO++'s 3 keys, ranks_per_node, delayed_param_update,
+                                                          // update_per_bucket
   BOOST_CHECK_EQUAL(j["loss_scaler"].size(), 5u);
   BOOST_CHECK_EQUAL(j["lora"]["targets"][1].get<std::string>(), "v_proj");
   BOOST_CHECK_EQUAL(j["model_dir"].get<std::string>(), "models/tiny");
