@@ -17,7 +17,8 @@
 #     (a checkpoint completes the update in flight; the saving run continues from there as well);
 #  4. --update-per-bucket (the CPU update of each bucket during the last backward; no clipping, which
 #     it refuses, and reduce buckets of a few units so that buckets are updated while backward goes
-#     on): losses and final weights bit-identical to the ordinary update after backward;
+#     on): losses and final weights bit-identical to the ordinary update after backward, and exact
+#     resume (killed in step 5, resumed from step 3);
 # and once: the refusal without optimizer offload, and (check_skips, fp16 on the CPU backend) a
 # skipped step lands the update in flight: with a loss scale that doubles after every good step
 # (loss_scale_window 1), overflows skip steps now and then; where step s is skipped while the
@@ -119,8 +120,14 @@ def check_case(report, label, runs):
 
 def check_per_bucket(report, label, runs):
     ordinary = runs.train("unclipped")
-    per_bucket = runs.train("per-bucket", ["--update-per-bucket"])
+    flags = ["--update-per-bucket", "--save-every", 3]  # (saves change nothing: no update is in flight between steps)
+    per_bucket = runs.train("per-bucket", flags)
     same_run(report, f"{label}: --update-per-bucket vs the update after backward (no clipping)", per_bucket, ordinary)
+    out, result = runs.train("per-bucket-killed", flags, env={"ZT_FAULT": f"kill:step:{runs.ranks - 1}:5"})
+    report.check(result.returncode != 0, f"{label}: the per-bucket run killed in step 5 failed (status {result.returncode})")
+    runs.train("per-bucket-killed", flags + ["--resume", "auto"])
+    same_run(report, f"{label}: --update-per-bucket killed in step 5, resumed from step 3, vs uninterrupted", out,
+             per_bucket)
 
 
 def check_per_bucket_refusals(report, zerotune, workdir, model, data, extra):
