@@ -8,7 +8,9 @@
 // sent out of the order they are received in); and under NCCL's grouped transport GPipe, 1F1B and
 // the interleaved schedule's batched exchanges run while blocking sends deadlock 1F1B and interleaved;
 // the posted-ahead lists (MPI) run with the theoretical bubble, overlap their messages with the
-// computations, and deadlock on one serial stream (why NCCL keeps the grouped lists); the engine
+// computations, and deadlock on one serial stream (why NCCL keeps 1F1B and GPipe grouped); the
+// overlapped interleaved lists (NCCL) run on one serial stream (the Stream transport) for every
+// shape with theory's bubble, below the grouped lists' with latency; the engine
 // (train/pipe_engine.h) on a recording communicator posts and waits where the lists say, sends
 // copies, and receives into buffers the running computation does not use.
 #include <boost/test/unit_test.hpp>
