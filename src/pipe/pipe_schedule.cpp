@@ -111,6 +111,95 @@ std::vector<PipeInstruction> interleaved_schedule(int rank, int ranks, int chunk
   return out;
 }
 
+// The overlapped form of the interleaved schedule (pipe_schedule.h: Megatron-LM's
+// overlap_p2p_comm): the exchange after slot j of interleaved_schedule split into a forward group,
+// posted right after forward j (send its activation, receive forward j + 1's input), and a
+// backward group, posted right after backward j - W (send its input gradient, receive backward
+// j - W + 1's output gradient). The first backward's output gradient, which the grouped form
+// receives after slot W - 1, is a group of its own posted at the start of slot W. A group is
+// waited for just before the computation that needs its receive, and always before the next
+// group of its kind (which reuses its send buffer), or at the end; so a Wait or a computation
+// separates any two groups, and each run of messages is one group.
+// Deadlock-free on one stream (NCCL runs a rank's groups one after the other): label each message
+// (tick, kind), its tick the one the grouped form exchanges it at (interleaved_schedule: the
+// same at both ends) and its kind F (activation) or B (gradient). Forward j's group holds labels
+// (j + r, F) only, backward i's (W + i + r, B) only (the exchange after slot W + i receives the
+// next slot's gradient), the first gradient's group (W - 1 + r, B): every group one label, both
+// ends of a message in groups of the same label, and each rank posts its groups in increasing
+// label order, (t, F) < (t, B) < (t + 1, F) (slot W's first-gradient group follows forward
+// W - 1's or, with fewer forwards than W, the last forward's, and precedes forward W's). Take
+// the group of smallest label that never completes: it is posted (else its rank stopped earlier,
+// at a Wait for a group of smaller label), it runs (else one of smaller label before it on its
+// stream never completes), and so does each partner group of the same label for the same
+// reasons, so it completes: a contradiction.
+std::vector<PipeInstruction> interleaved_overlapped(int rank, int ranks, int chunks, int micro_batches) {
+  const int total = micro_batches * chunks, last_stage = ranks * chunks - 1;
+  const int warmup = 2 * (ranks - rank - 1) + (chunks - 1) * ranks;
+  auto stage_of = [&](const Work& work) { return work.chunk * ranks + rank; };
+  auto forward_in = [&](int slot) { return slot >= 0 && slot < total; };
+  auto backward_in = [&](int slot) { return slot - warmup >= 0 && slot - warmup < total; };
+  using Message = std::optional<PipeInstruction>;
+  // Slot `slot`'s forward's received input and sent activation, its backward's received output
+  // gradient and sent input gradient (none past the ends of the pipeline or outside the slots).
+  auto input_of = [&](int slot) -> Message {
+    const Work f = interleaved_forward(slot, ranks, chunks);
+    if (!forward_in(slot) || stage_of(f) == 0) return std::nullopt;
+    return PipeInstruction{PipeOp::RecvActivation, f.micro_batch, stage_of(f)};
+  };
+  auto activation_of = [&](int slot) -> Message {
+    const Work f = interleaved_forward(slot, ranks, chunks);
+    if (stage_of(f) == last_stage) return std::nullopt;
+    return PipeInstruction{PipeOp::SendActivation, f.micro_batch, stage_of(f)};
+  };
+  auto output_grad_of = [&](int slot) -> Message {
+    const Work b = interleaved_backward(slot - warmup, ranks, chunks);
+    if (!backward_in(slot) || stage_of(b) == last_stage) return std::nullopt;
+    return PipeInstruction{PipeOp::RecvGrad, b.micro_batch, stage_of(b)};
+  };
+  auto input_grad_of = [&](int slot) -> Message {
+    const Work b = interleaved_backward(slot - warmup, ranks, chunks);
+    if (stage_of(b) == 0) return std::nullopt;
+    return PipeInstruction{PipeOp::SendGrad, b.micro_batch, stage_of(b)};
+  };
+  std::vector<PipeInstruction> out;
+  Message forward_group, backward_group;  // the group of each kind posted and not waited for: its first message
+  auto wait_for = [&](Message& group) {
+    if (group) out.push_back({PipeOp::Wait, group->micro_batch, group->virtual_stage, group->op});
+    group.reset();
+  };
+  auto post = [&](Message& group, const Message& send, const Message& receive) {
+    wait_for(group);
+    for (const Message& message : {send, receive})
+      if (message) {
+        out.push_back(*message);
+        if (!group) group = message;
+      }
+  };
+  post(forward_group, std::nullopt, input_of(0));
+  for (int slot = 0; slot < warmup + total; ++slot) {
+    if (slot == warmup) {  // the first backward's output gradient, after every forward group of smaller tick
+      wait_for(forward_group);
+      post(backward_group, std::nullopt, output_grad_of(slot));
+    }
+    if (forward_in(slot)) {
+      wait_for(forward_group);
+      const Work f = interleaved_forward(slot, ranks, chunks);
+      if (stage_of(f) == 0) out.push_back({PipeOp::LoadMicroBatch, f.micro_batch, 0});
+      out.push_back({PipeOp::Forward, f.micro_batch, stage_of(f)});
+      post(forward_group, activation_of(slot), input_of(slot + 1));
+    }
+    if (backward_in(slot)) {
+      wait_for(backward_group);
+      const Work b = interleaved_backward(slot - warmup, ranks, chunks);
+      out.push_back({PipeOp::Backward, b.micro_batch, stage_of(b)});
+      post(backward_group, input_grad_of(slot), output_grad_of(slot + 1));
+    }
+  }
+  wait_for(forward_group);
+  wait_for(backward_group);
+  return out;
+}
+
 // A work item's instructions on `rank`: what feeds it, the compute, what it passes on.
 void expand(const Work& work, int rank, int ranks, int virtual_stages, std::vector<PipeInstruction>& out) {
   const int stage = work.chunk * ranks + rank;
@@ -184,6 +273,9 @@ void check_shape(PipeScheduleKind kind, const PipeScheduleShape& shape) {
   ZT_CHECK(shape.micro_batches >= 1, "pipeline: ", shape.micro_batches,
            " micro-batches per step (gradient_accumulation_steps must be at least 1)");
   if (kind != PipeScheduleKind::Interleaved) {
+    ZT_CHECK(shape.form != PipeExchangeForm::Overlapped, "pipeline: the ", name, " schedule has no overlapped form "
+             "(its receives feed the next computation of their kind; posted earlier they deadlock on NCCL's one "
+             "stream: docs/pipeline.md)");
     ZT_CHECK(shape.chunks == 1, "pipeline: the ", name, " schedule runs one model chunk per rank, not ", shape.chunks,
              " (virtual stages need the interleaved schedule)");
     return;
@@ -213,6 +305,11 @@ std::string pipe_schedule_name(PipeScheduleKind kind) {
   return "?";
 }
 
+PipeExchangeForm pipe_exchange_form(PipeScheduleKind kind, bool exchanges_independent) {
+  if (exchanges_independent) return PipeExchangeForm::PostedAhead;
+  return kind == PipeScheduleKind::Interleaved ? PipeExchangeForm::Overlapped : PipeExchangeForm::Grouped;
+}
+
 std::vector<std::vector<PipeInstruction>> make_pipe_schedule(PipeScheduleKind kind, const PipeScheduleShape& shape) {
   check_shape(kind, shape);
   const int virtual_stages = shape.ranks * shape.chunks;
@@ -220,14 +317,16 @@ std::vector<std::vector<PipeInstruction>> make_pipe_schedule(PipeScheduleKind ki
   for (int rank = 0; rank < shape.ranks; ++rank) {
     std::vector<PipeInstruction>& out = schedules[static_cast<size_t>(rank)];
     if (kind == PipeScheduleKind::Interleaved) {
-      out = interleaved_schedule(rank, shape.ranks, shape.chunks, shape.micro_batches);
+      out = shape.form == PipeExchangeForm::Overlapped
+                ? interleaved_overlapped(rank, shape.ranks, shape.chunks, shape.micro_batches)
+                : interleaved_schedule(rank, shape.ranks, shape.chunks, shape.micro_batches);
     } else {
       const std::vector<Work> order = kind == PipeScheduleKind::GPipe
                                           ? gpipe_order(shape.micro_batches)
                                           : one_f_one_b_order(rank, shape.ranks, shape.micro_batches);
       for (const Work& work : order) expand(work, rank, shape.ranks, virtual_stages, out);
     }
-    if (shape.post_ahead) out = posted_ahead(out, virtual_stages - 1);
+    if (shape.form == PipeExchangeForm::PostedAhead) out = posted_ahead(out, virtual_stages - 1);
     if (shape.tied_ends) out.push_back({PipeOp::ReduceTiedGrads});
     out.push_back({PipeOp::ReduceGrads});
     out.push_back({PipeOp::OptimizerStep});

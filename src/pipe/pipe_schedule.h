@@ -15,17 +15,29 @@
 // Terms: P pipeline ranks (stages of the physical pipeline), V chunks per rank (1 unless
 // interleaved), S = P * V virtual stages, M micro-batches per step (DeepSpeed's
 // gradient_accumulation_steps). Virtual stage v runs on rank v % P as its chunk v / P.
-// Two forms of every schedule, the same computations in the same order (so the same numbers):
+// The forms of a schedule (PipeExchangeForm), the same computations in the same order (so the
+// same numbers):
 //   grouped (NCCL, whose exchanges run one after the other on one stream): each run of adjacent
 //     Send/Recv instructions is one exchange, completed before the next computation;
-//   posted ahead (PipeScheduleShape::post_ahead; MPI, whose messages complete independently):
-//     every Send/Recv only posts its message, and a Wait completes it: the receives a computation
-//     needs are posted before the computation before it runs (one computation ahead) and waited
-//     for just before it; a send is posted right after the computation that produced it, from a
-//     send buffer of its kind (activation or gradient: the engine copies the chunk's output or
-//     input gradient there, which the chunk's next computation overwrites), and waited for just
-//     before the next send of its kind reuses that buffer, or at the step's end. Megatron-LM's
-//     overlap_p2p_comm, one step further.
+//   posted ahead (MPI, whose messages complete independently): every Send/Recv only posts its
+//     message, and a Wait completes it: the receives a computation needs are posted before the
+//     computation before it runs (one computation ahead) and waited for just before it; a send is
+//     posted right after the computation that produced it, from a send buffer of its kind
+//     (activation or gradient: the engine copies the chunk's output or input gradient there,
+//     which the chunk's next computation overwrites), and waited for just before the next send of
+//     its kind reuses that buffer, or at the step's end. Megatron-LM's overlap_p2p_comm, one step
+//     further;
+//   overlapped (NCCL, interleaved only): Megatron-LM's overlap_p2p_comm for its interleaved
+//     schedule. The grouped form's batched exchange after a slot is split in two groups: after
+//     forward j, {send j's activation, receive forward j + 1's input}; after backward i, {send
+//     i's input gradient, receive backward i + 1's output gradient}. Each run of adjacent Send/Recv
+//     instructions is one exchange, posted without waiting; a Wait completes the exchange that
+//     holds its message, just before the computation that needs the exchange's receive (the
+//     forward group's transfer runs on NCCL's stream while the slot's backward computes, the
+//     backward group's while the next forward does). Sends go from the send buffers of the
+//     posted-ahead form. Deadlock-free on one stream by construction (pipe_schedule.cpp); 1F1B
+//     and GPipe have no such form (docs/pipeline.md: their receives feed the very next
+//     computation of their kind, or posting them earlier deadlocks on one stream).
 // On one serial stream the posted-ahead order deadlocks (docs/pipeline.md); simulate_schedule
 // (pipe_simulation.h) checks each form under its transport.
 #pragma once
@@ -42,7 +54,8 @@ enum class PipeOp {
   RecvGrad,        // from virtual stage `virtual_stage + 1`: the gradient of this chunk's output
   Backward,        // the chunk's backward (on the last virtual stage: from the loss)
   SendGrad,        // to virtual stage `virtual_stage - 1`: the gradient of this chunk's input
-  Wait,            // posted ahead: completes the posted `waited` (Send/Recv) of the same micro-batch and stage
+  Wait,            // posted ahead, overlapped: completes the posted `waited` (Send/Recv) of the same micro-batch
+                   // and stage (overlapped: the whole exchange that holds it)
   ReduceTiedGrads, // sum the tied embedding's gradient between the first and the last stage
   ReduceGrads,     // the data-parallel reduction of this rank's gradients (ZeRO's strategy)
   OptimizerStep,   // the update (after the global norm and overflow check over all stages)
@@ -59,6 +72,9 @@ struct PipeInstruction {
 
 enum class PipeScheduleKind { GPipe, OneFOneB, Interleaved };
 
+// How a schedule's messages are posted and completed (above).
+enum class PipeExchangeForm { Grouped, PostedAhead, Overlapped };
+
 struct PipeScheduleShape {
   int ranks = 1;          // P
   int chunks = 1;         // V (model chunks per rank): > 1 only for the interleaved schedule
@@ -66,18 +82,23 @@ struct PipeScheduleShape {
   // Whether the first and last virtual stages share tied parameters (OPT's, Qwen2's tied
   // embedding): every rank then runs ReduceTiedGrads (a no-op on the ranks that hold neither end).
   bool tied_ends = false;
-  // The posted-ahead form (above): for transports whose messages complete independently (MPI);
-  // false: the grouped form, which NCCL needs.
-  bool post_ahead = false;
+  // The form of its messages (above): posted ahead for transports whose messages complete
+  // independently (MPI); grouped or (interleaved) overlapped on NCCL's one stream.
+  PipeExchangeForm form = PipeExchangeForm::Grouped;
 };
 
 // "gpipe", "1f1b", "interleaved" -> the kind; anything else is an error naming `where`.
 PipeScheduleKind parse_pipe_schedule(const std::string& name, const std::string& where);
 std::string pipe_schedule_name(PipeScheduleKind kind);
 
+// The form an engine runs `kind` in: posted ahead where the communicator's exchanges complete
+// independently (Communicator::exchanges_independent: MPI), else (NCCL) overlapped for the
+// interleaved schedule and grouped for the others.
+PipeExchangeForm pipe_exchange_form(PipeScheduleKind kind, bool exchanges_independent);
+
 // The schedule of every rank (index = rank), after checking the shape: P >= 1, M >= 1, V == 1
 // unless interleaved, V >= 2 and M a multiple of P when interleaved (Megatron's condition: its
-// forward order takes the micro-batches P at a time).
+// forward order takes the micro-batches P at a time), the overlapped form only interleaved.
 std::vector<std::vector<PipeInstruction>> make_pipe_schedule(PipeScheduleKind kind, const PipeScheduleShape& shape);
 
 // "Forward(mb 3, vs 1)", "Wait(RecvGrad mb 3, vs 1)", for messages and tests.

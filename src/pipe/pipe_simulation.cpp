@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -44,7 +45,7 @@ class Simulator {
   PipeSimulation run() {
     bool first_barrier = true;
     while (!finished()) {
-      bool moved = false;
+      bool moved = progress_streams();
       for (int rank = 0; rank < shape_.ranks; ++rank) moved = advance(rank) || moved;
       if (moved) continue;
       if (!all_at_same_step_level_instruction()) fail_deadlock();
@@ -68,6 +69,12 @@ class Simulator {
     MessageKey key;
     Slot slot;
   };
+  // Stream: one group on a rank's stream.
+  struct StreamGroup {
+    std::vector<PostedOp> ops;
+    double posted_at = 0.0;
+    double done = -1.0;  // when it completed (-1: not yet)
+  };
   struct RankState {
     size_t next = 0;       // index of the next instruction
     double clock = 0.0;
@@ -79,6 +86,9 @@ class Simulator {
     size_t group_end = 0;
     std::set<size_t> pre_posted;  // Grouped: receives posted (and completed) ahead of their place
     std::map<std::tuple<PipeOp, int, int>, PostedOp> posted;  // Posted: (op, mb, vs) -> not waited for yet
+    std::vector<StreamGroup> stream;  // Stream: the groups posted, in posting (= running) order
+    size_t stream_head = 0;           // Stream: the first of them not completed
+    std::map<std::tuple<PipeOp, int, int>, size_t> in_stream;  // Stream: (op, mb, vs) -> its group, until waited for
   };
   enum class GroupProgress { Blocked, Posted, Done };
 
@@ -101,6 +111,17 @@ class Simulator {
       RankState& state = ranks_[static_cast<size_t>(rank)];
       if (state.pre_posted.count(state.next)) {  // received with an earlier group
         ++state.next;
+        continue;
+      }
+      if (costs_.transport == PipeTransport::Stream && (is_message(instruction->op) || instruction->op == PipeOp::Wait)) {
+        if (instruction->op == PipeOp::Wait) {
+          check_placement(*instruction, rank);
+          if (!wait_stream(*instruction, rank)) break;
+          ++state.next;
+        } else {
+          post_stream_group(rank);
+        }
+        moved = true;
         continue;
       }
       if (costs_.transport == PipeTransport::Posted && (is_message(instruction->op) || instruction->op == PipeOp::Wait)) {
@@ -189,34 +210,120 @@ class Simulator {
     --state.alive;
   }
 
-  // Posted: a Send/Recv posts its message on its channel and never waits. A send goes from the
-  // rank's send buffer of its kind (activation or gradient), which the previous send of that kind
-  // must have left (been waited for).
-  void post_message(const PipeInstruction& instruction, int rank) {
-    RankState& state = ranks_[static_cast<size_t>(rank)];
+  // Posts a Send/Recv on its channel (a send: what was computed, within the pipeline), as part of
+  // the rank's stream group `group` (Stream; 0 elsewhere).
+  PostedOp post_op(const PipeInstruction& instruction, int rank, size_t group = 0) {
+    const double clock = ranks_[static_cast<size_t>(rank)].clock;
     const Slot slot{instruction.micro_batch, instruction.virtual_stage};
     const bool gradient = instruction.op == PipeOp::SendGrad || instruction.op == PipeOp::RecvGrad;
-    PostedOp op;
     if (instruction.op == PipeOp::SendActivation || instruction.op == PipeOp::SendGrad) {
       expect((gradient ? backwards_ : forwards_).count(slot) == 1 && (gradient ? slot.second > 0 : slot.second + 1 < stages_),
              instruction, rank, "sends what it has not computed, or past the ends of the pipeline");
-      for (const auto& [what, earlier] : state.posted)
-        if (std::get<0>(what) == instruction.op)
-          fail("pipeline schedule: rank ", rank, "'s ", describe(instruction), " reuses the send buffer of ",
-               describe({std::get<0>(what), std::get<1>(what), std::get<2>(what)}), ", which is not waited for");
       const int to = (gradient ? slot.second - 1 : slot.second + 1) % shape_.ranks;
       const MessageKey key{gradient, slot.first, slot.second};
-      op = {true, {rank, to}, post(key, to, state.clock, instruction, rank), key, slot};
-    } else {
-      const MessageKey key{gradient, slot.first, gradient ? slot.second + 1 : slot.second - 1};
-      const int from = std::get<2>(key) % shape_.ranks;
-      Channel& channel = channels_[{from, rank}];
-      channel.receives.push_back(key);
-      channel.receive_time.push_back(state.clock);
-      op = {false, {from, rank}, channel.receives.size() - 1, key, slot};
+      const size_t index = post(key, to, clock, instruction, rank);
+      channels_[{rank, to}].send_group.push_back(group);
+      return {true, {rank, to}, index, key, slot};
     }
-    expect(state.posted.emplace(std::tuple{instruction.op, slot.first, slot.second}, op).second, instruction, rank,
-           "is posted twice");
+    const MessageKey key{gradient, slot.first, gradient ? slot.second + 1 : slot.second - 1};
+    const int from = std::get<2>(key) % shape_.ranks;
+    Channel& channel = channels_[{from, rank}];
+    channel.receives.push_back(key);
+    channel.receive_time.push_back(clock);
+    channel.receive_group.push_back(group);
+    return {false, {from, rank}, channel.receives.size() - 1, key, slot};
+  }
+
+  // A send goes from the rank's send buffer of its kind (activation or gradient), which the
+  // previous send of that kind must have left (been waited for): `unwaited` are the messages
+  // posted and not waited for.
+  template <class Unwaited>
+  void check_send_buffer_free(const PipeInstruction& instruction, int rank, const Unwaited& unwaited) const {
+    if (instruction.op != PipeOp::SendActivation && instruction.op != PipeOp::SendGrad) return;
+    for (const auto& [what, earlier] : unwaited)
+      if (std::get<0>(what) == instruction.op)
+        fail("pipeline schedule: rank ", rank, "'s ", describe(instruction), " reuses the send buffer of ",
+             describe({std::get<0>(what), std::get<1>(what), std::get<2>(what)}), ", which is not waited for");
+  }
+
+  // Posted: a Send/Recv posts its message on its channel and never waits.
+  void post_message(const PipeInstruction& instruction, int rank) {
+    RankState& state = ranks_[static_cast<size_t>(rank)];
+    check_send_buffer_free(instruction, rank, state.posted);
+    const PostedOp op = post_op(instruction, rank);
+    expect(state.posted.emplace(std::tuple{instruction.op, op.slot.first, op.slot.second}, op).second, instruction,
+           rank, "is posted twice");
+  }
+
+  // Stream: the run of Send/Recv instructions at the rank's next one, posted as one group on its stream.
+  void post_stream_group(int rank) {
+    RankState& state = ranks_[static_cast<size_t>(rank)];
+    const auto& list = schedules_[static_cast<size_t>(rank)];
+    StreamGroup group;
+    group.posted_at = state.clock;
+    const size_t index = state.stream.size();
+    for (; state.next < list.size() && is_message(list[state.next].op); ++state.next) {
+      const PipeInstruction& instruction = list[state.next];
+      check_placement(instruction, rank);
+      check_send_buffer_free(instruction, rank, state.in_stream);
+      group.ops.push_back(post_op(instruction, rank, index));
+      expect(state.in_stream.emplace(std::tuple{instruction.op, instruction.micro_batch, instruction.virtual_stage},
+                                     index).second, instruction, rank, "is posted twice");
+    }
+    state.stream.push_back(std::move(group));
+  }
+
+  // Stream: when group `group` of `rank` starts (its rank's previous group completed), if known.
+  std::optional<double> stream_start(int rank, size_t group) const {
+    const std::vector<StreamGroup>& stream = ranks_[static_cast<size_t>(rank)].stream;
+    if (group >= stream.size() || (group > 0 && stream[group - 1].done < 0.0)) return std::nullopt;
+    return std::max(stream[group].posted_at, group > 0 ? stream[group - 1].done : 0.0);
+  }
+
+  // Stream: completes every group whose partners all started; true when one did.
+  bool progress_streams() {
+    bool moved = false, progressed = true;
+    while (progressed) {
+      progressed = false;
+      for (int rank = 0; rank < shape_.ranks; ++rank) {
+        RankState& state = ranks_[static_cast<size_t>(rank)];
+        while (state.stream_head < state.stream.size()) {
+          std::optional<double> done = stream_start(rank, state.stream_head);
+          for (const PostedOp& op : state.stream[state.stream_head].ops) {
+            if (!done) break;
+            const Channel& channel = channels_[op.channel];
+            const std::vector<size_t>& partner_groups = op.is_send ? channel.receive_group : channel.send_group;
+            const int partner = op.is_send ? op.channel.second : op.channel.first;
+            const std::optional<double> partner_start =
+                partner_groups.size() > op.index ? stream_start(partner, partner_groups[op.index]) : std::nullopt;
+            done = partner_start ? std::optional<double>(std::max(*done, *partner_start)) : std::nullopt;
+          }
+          if (!done) break;
+          state.stream[state.stream_head++].done = *done + costs_.latency;
+          progressed = moved = true;
+        }
+      }
+    }
+    return moved;
+  }
+
+  // Stream: a Wait completes the group holding its message once that group completed (false: not
+  // yet); its receives are usable from then on, and its send buffers free.
+  bool wait_stream(const PipeInstruction& instruction, int rank) {
+    RankState& state = ranks_[static_cast<size_t>(rank)];
+    const auto found = state.in_stream.find({instruction.waited, instruction.micro_batch, instruction.virtual_stage});
+    expect(found != state.in_stream.end(), instruction, rank, "waits for a message it has not posted (or waited for)");
+    const size_t index = found->second;
+    const StreamGroup& group = state.stream[index];
+    if (group.done < 0.0) return false;
+    for (const PostedOp& op : group.ops)
+      if (!op.is_send) {
+        check_order(channels_[op.channel].sent[op.index], op.key, op.slot, op.channel.first, rank);
+        complete_receive(op.key, std::get<0>(op.key) ? state.gradients : state.inputs, op.slot);
+      }
+    state.clock = std::max(state.clock, group.done);
+    std::erase_if(state.in_stream, [&](const auto& entry) { return entry.second == index; });
+    return true;
   }
 
   // Posted: a Wait completes its message once both sides posted it (false: not yet), at the later
@@ -323,24 +430,8 @@ class Simulator {
           members.push_back(i);
       }
     for (size_t i : members) {
-      const PipeInstruction& instruction = list[i];
-      check_placement(instruction, rank);
-      const Slot slot{instruction.micro_batch, instruction.virtual_stage};
-      const bool gradient = instruction.op == PipeOp::SendGrad || instruction.op == PipeOp::RecvGrad;
-      if (instruction.op == PipeOp::SendActivation || instruction.op == PipeOp::SendGrad) {
-        expect((gradient ? backwards_ : forwards_).count(slot) == 1 && (gradient ? slot.second > 0 : slot.second + 1 < stages_),
-               instruction, rank, "sends what it has not computed, or past the ends of the pipeline");
-        const int to = (gradient ? slot.second - 1 : slot.second + 1) % shape_.ranks;
-        const MessageKey key{gradient, slot.first, slot.second};
-        state.group.push_back({true, {rank, to}, post(key, to, state.clock, instruction, rank), key, slot});
-      } else {
-        const MessageKey key{gradient, slot.first, gradient ? slot.second + 1 : slot.second - 1};
-        const int from = std::get<2>(key) % shape_.ranks;
-        Channel& channel = channels_[{from, rank}];
-        channel.receives.push_back(key);
-        channel.receive_time.push_back(state.clock);
-        state.group.push_back({false, {from, rank}, channel.receives.size() - 1, key, slot});
-      }
+      check_placement(list[i], rank);
+      state.group.push_back(post_op(list[i], rank));
     }
   }
 
@@ -355,6 +446,10 @@ class Simulator {
       if (!instruction || !is_step_level(instruction->op) || instruction->op != first->op) return false;
     }
     for (int rank = 0; rank < shape_.ranks; ++rank) {
+      const auto& in_stream = ranks_[static_cast<size_t>(rank)].in_stream;
+      ZT_CHECK(in_stream.empty(), "pipeline schedule: rank ", rank, " reaches ", describe(*next_of(rank)), " with ",
+               describe({std::get<0>(in_stream.begin()->first), std::get<1>(in_stream.begin()->first),
+                         std::get<2>(in_stream.begin()->first)}), " posted and never waited for");
       const auto& posted = ranks_[static_cast<size_t>(rank)].posted;
       ZT_CHECK(posted.empty(), "pipeline schedule: rank ", rank, " reaches ", describe(*next_of(rank)), " with ",
                describe({std::get<0>(posted.begin()->first), std::get<1>(posted.begin()->first),
@@ -406,6 +501,7 @@ class Simulator {
     size_t received = 0;                // Buffered: how many of them were received
     std::vector<MessageKey> receives;   // Grouped, Blocking: the receives posted, in order
     std::vector<double> receive_time;   // when each was posted
+    std::vector<size_t> send_group, receive_group;  // Stream: each send's (receive's) group on its rank's stream
   };
   std::map<std::pair<int, int>, Channel> channels_;  // (from rank, to rank)
   PipeSimulation result_;

@@ -33,7 +33,7 @@ namespace zt {
 //             one, or blocking torch.distributed send/recv): what the engine must not do, since
 //             1F1B's steady state (rank s sends an activation while rank s+1 sends a gradient)
 //             deadlocks under it;
-//   Posted:   the posted-ahead lists (PipeScheduleShape::post_ahead) on MPI: a Send/Recv posts its
+//   Posted:   the posted-ahead lists (PipeExchangeForm::PostedAhead) on MPI: a Send/Recv posts its
 //             message (MPI_Isend / MPI_Irecv) and never waits; its Wait waits until the message
 //             arrived: the later of its send's and its receive's posting, plus the latency (for
 //             the send as for the receive: the sender's buffer is free once the bytes are over).
@@ -42,8 +42,15 @@ namespace zt {
 //             a Wait for a message not posted and a message still not waited for at the
 //             step-level instructions are errors (the engine would overwrite a buffer in flight
 //             or leave a request behind).
-// Wait instructions are no-ops under the other transports (which complete messages themselves).
-enum class PipeTransport { Buffered, Grouped, Blocking, Posted };
+//   Stream:   the overlapped lists (PipeExchangeForm::Overlapped) on NCCL: each run of consecutive
+//             Send/Recv instructions is one group, posted without waiting on the rank's one
+//             stream, where it starts once the rank's previous group completed (and not before
+//             its posting); it completes once every partner group (the one holding the other end
+//             of each of its messages) started, plus the latency; a Wait waits until the group
+//             holding its message completed, and is where that group's receives become usable.
+//             The send-buffer rules of Posted hold (a Wait frees its group's send buffers).
+// Wait instructions are no-ops under Buffered, Grouped and Blocking (which complete messages themselves).
+enum class PipeTransport { Buffered, Grouped, Blocking, Posted, Stream };
 
 struct PipeCosts {
   double forward = 1.0;   // one chunk's forward of one micro-batch

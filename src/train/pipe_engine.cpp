@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <utility>
 
 #include "core/error.h"
@@ -40,24 +41,25 @@ void check_pipeline_run(const TrainConfig& config, const ModelConfig& model_conf
 }
 
 PipeEngine::PipeEngine(const TrainConfig& config, const PipelineTopology& topology, int rank, Communicator& world,
-                       Backend& backend, int64_t hidden_size, DType dtype, bool tied_across_stages, bool post_ahead)
+                       Backend& backend, int64_t hidden_size, DType dtype, bool tied_across_stages,
+                       bool exchanges_independent)
     : topology_(topology), rank_(rank), stage_(topology.stage_of(rank)), replica_(topology.replica_of(rank)),
-      chunks_(static_cast<int>(config.pipeline.chunks)), post_ahead_(post_ahead), world_(world), backend_(backend),
-      hidden_(hidden_size), dtype_(dtype) {
+      chunks_(static_cast<int>(config.pipeline.chunks)), world_(world), backend_(backend), hidden_(hidden_size),
+      dtype_(dtype) {
   PipeScheduleShape shape;
   shape.ranks = topology.stages();
   shape.chunks = chunks_;
   shape.micro_batches = static_cast<int>(config.gradient_accumulation_steps);
   shape.tied_ends = tied_across_stages;
-  shape.post_ahead = post_ahead;
   const PipeScheduleKind kind = parse_pipe_schedule(config.pipeline.schedule, "--pipeline-schedule");
+  form_ = shape.form = pipe_exchange_form(kind, exchanges_independent);
   schedule_ = make_pipe_schedule(kind, shape).at(static_cast<size_t>(stage_));
   micro_batches_ = shape.micro_batches;
   // 1F1B: micro-batch k's input is received after micro-batch k - (P - s)'s backward on stage s,
   // so P - s slots hold every input in flight; posted ahead, it is posted before that backward,
   // which still reads its own input: one slot more. GPipe and interleaved keep all of them.
   input_slots_ = kind == PipeScheduleKind::OneFOneB
-                     ? std::min(topology.stages() - stage_ + (post_ahead ? 1 : 0), micro_batches_)
+                     ? std::min(topology.stages() - stage_ + (form_ == PipeExchangeForm::PostedAhead ? 1 : 0), micro_batches_)
                      : micro_batches_;
   inputs_.resize(static_cast<size_t>(chunks_ * input_slots_));
 }
@@ -120,30 +122,40 @@ void PipeEngine::flush(Group& group) {
 }
 
 void PipeEngine::post(const PipeInstruction& instruction, Transfer transfer, Group& group) {
-  if (!post_ahead_) {
-    group.transfers.push_back(transfer);
-    return;
+  group.transfers.push_back(transfer);
+  group.messages.push_back({instruction.op, instruction.micro_batch, instruction.virtual_stage});
+  if (form_ == PipeExchangeForm::PostedAhead) post_group(group);  // each message an exchange of its own
+}
+
+// Posted ahead, overlapped: the group's exchange started, and left to the Wait for one of its messages.
+void PipeEngine::post_group(Group& group) {
+  if (group.transfers.empty()) return;
+  const auto posted = std::make_shared<Posted>(
+      Posted{world_.exchange_async(group.transfers), Communicator::bytes_sent(group.transfers)});
+  for (const auto& message : group.messages) {
+    const bool fresh = posted_.emplace(message, posted).second;
+    ZT_CHECK(fresh, "pipeline: ", describe({std::get<0>(message), std::get<1>(message), std::get<2>(message)}),
+             " posted while the same message is still in flight");
   }
-  const std::span<const Transfer> one(&transfer, 1);
-  const bool fresh = posted_.emplace(std::tuple{instruction.op, instruction.micro_batch, instruction.virtual_stage},
-                                     Posted{world_.exchange_async(one), Communicator::bytes_sent(one)}).second;
-  ZT_CHECK(fresh, "pipeline: ", describe(instruction), " posted while the same message is still in flight");
+  group.transfers.clear();
+  group.messages.clear();
 }
 
 void PipeEngine::complete(const PipeInstruction& wait) {
   const auto found = posted_.find({wait.waited, wait.micro_batch, wait.virtual_stage});
   ZT_CHECK(found != posted_.end(), "pipeline: ", describe(wait), " waits for a message not posted");
+  const std::shared_ptr<Posted> posted = found->second;
   const double start = trace_ ? trace_->now() : 0.0;
-  found->second.exchange->wait();
-  if (trace_) trace_->record("wait", -1, start, static_cast<int64_t>(found->second.bytes_sent));
-  posted_.erase(found);
+  posted->exchange->wait();
+  if (trace_) trace_->record("wait", -1, start, static_cast<int64_t>(posted->bytes_sent));
+  std::erase_if(posted_, [&](const auto& entry) { return entry.second == posted; });  // the group's every message
 }
 
-// Posted ahead: the chunk's next computation overwrites its output and input gradient while the
-// send may still read them, so the send reads a copy in the send buffer of its kind, which the
-// schedule's Wait frees before the next send of that kind.
+// Posted ahead and overlapped: the chunk's next computation overwrites its output and input
+// gradient while the send may still read them, so the send reads a copy in the send buffer of its
+// kind, which the schedule's Wait frees before the next send of that kind.
 Tensor PipeEngine::to_send(Tensor tensor, int kind) {
-  if (!post_ahead_) return tensor;
+  if (form_ == PipeExchangeForm::Grouped) return tensor;
   Buffer& buffer = send_buffers_[kind];
   ensure_buffer(buffer, backend_, tensor.numel(), dtype_);
   Tensor copy = buffer.view(dtype_, {tensor.numel() / hidden_, hidden_});
@@ -153,23 +165,14 @@ Tensor PipeEngine::to_send(Tensor tensor, int kind) {
 
 // The buffer micro-batch `micro`'s output gradient [B*T, C] is received into (grown to its size).
 // Posted ahead, the next backward's gradient arrives while the running backward reads its own:
-// received gradients alternate between two buffers.
+// received gradients alternate between two buffers. Overlapped, it is posted after that backward
+// (the exchange runs after the computations queued before it): one buffer.
 Tensor PipeEngine::receive_grad_into(StageWork& work, int micro, int virtual_stage) {
-  Buffer& buffer = output_grads_[post_ahead_ ? grads_received_++ % 2 : 0];
+  Buffer& buffer = output_grads_[form_ == PipeExchangeForm::PostedAhead ? grads_received_++ % 2 : 0];
   ensure_buffer(buffer, backend_, work.rows(micro) * hidden_, dtype_);
   Tensor grad = buffer.view(dtype_, {work.rows(micro), hidden_});
   received_grads_[{micro, virtual_stage}] = grad;
   return grad;
-}
-
-// Before a backward: a forward's output not sent yet (the interleaved schedule sends it with the
-// backward's gradient, after the backward) is copied aside, since the backward's recomputed
-// forward may overwrite the chunk's activations.
-Tensor PipeEngine::hold_output(Tensor output) {
-  ensure_buffer(held_output_, backend_, output.numel(), dtype_);
-  Tensor held = held_output_.view(dtype_, {output.numel() / hidden_, hidden_});
-  backend_.copy(held, output.reshaped({output.numel() / hidden_, hidden_}));
-  return held;
 }
 
 void PipeEngine::run_step(StageWork& work) {
@@ -184,6 +187,9 @@ void PipeEngine::run_step(StageWork& work) {
   for (const PipeInstruction& instruction : schedule_) {
     const int mb = instruction.micro_batch, virtual_stage = instruction.virtual_stage;
     const int chunk = virtual_stage < 0 ? 0 : virtual_stage / stages;
+    const bool message = instruction.op == PipeOp::RecvActivation || instruction.op == PipeOp::RecvGrad ||
+                         instruction.op == PipeOp::SendActivation || instruction.op == PipeOp::SendGrad;
+    if (form_ == PipeExchangeForm::Overlapped && !message) post_group(group);  // the run of messages before it
     switch (instruction.op) {
       case PipeOp::LoadMicroBatch: break;  // the forward loads the micro-batch's views
       case PipeOp::RecvActivation:
@@ -209,7 +215,8 @@ void PipeEngine::run_step(StageWork& work) {
       }
       case PipeOp::Backward: {
         flush(group);
-        if (output_unsent) output = hold_output(output);
+        ZT_CHECK(!output_unsent, "pipeline: ", describe(instruction), " before the last forward's output was sent "
+                 "(its recomputed forward may overwrite it)");
         double start = trace_ ? trace_->now() : 0.0;
         if (forwarded[static_cast<size_t>(chunk)] != mb) {
           work.forward(mb, chunk, input_of(work, chunk, mb, false));
@@ -237,6 +244,7 @@ void PipeEngine::run_step(StageWork& work) {
         break;
     }
   }
+  post_group(group);
   flush(group);
   ZT_CHECK(posted_.empty(), "pipeline: ", posted_.size(), " messages posted and not waited for at the step's end");
   received_grads_.clear();

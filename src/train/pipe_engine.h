@@ -5,8 +5,8 @@
 // of units, virtual stages chunk x P + stage, one model per chunk) and its ZeRO engine reduces
 // over the stage's data-parallel group. The engine:
 //   - sends and receives the activations [B*T, C] and their gradients on the world communicator,
-//     in one of the schedule's two forms (pipe_schedule.h), by what the communicator can do
-//     (Communicator::exchanges_independent):
+//     in one of the schedule's forms (pipe_schedule.h), by what the communicator can do
+//     (Communicator::exchanges_independent, pipe_exchange_form):
 //       posted ahead (MPI, host-staged MPI): each Send/Recv one exchange_async of its own, posted
 //       where the list says and completed at its Wait: a computation's receive is posted before
 //       the computation before it runs, into a buffer that computation does not use (1F1B keeps
@@ -14,13 +14,19 @@
 //       buffers); a send is copied into the send buffer of its kind (activation, gradient) and
 //       completed only before the next send of its kind reuses it: the `Posted` transport of
 //       pipe/pipe_simulation.h;
-//       grouped (NCCL, whose exchanges run one after the other on one stream, where receives
-//       posted ahead deadlock): each run of adjacent Send/Recv instructions one exchange_async
+//       overlapped (NCCL, the interleaved schedule): each run of adjacent Send/Recv instructions
+//       (a forward's or a backward's group: Megatron-LM's overlap_p2p_comm) one exchange_async,
+//       posted at the next instruction that is no message and completed at the Wait for one of
+//       its messages, just before the computation that needs its receive: the `Stream` transport
+//       of pipe/pipe_simulation.h (NCCL's one stream). Sends go from the send buffers; received
+//       gradients need one buffer (the next is posted after the backward that reads the last);
+//       grouped (NCCL, 1F1B and GPipe, whose exchanges run one after the other on one stream,
+//       where receives posted ahead deadlock): each run of adjacent Send/Recv instructions one exchange_async
 //       (one NCCL group), completed before the next computation: the `Grouped` transport, under
 //       which the three schedules cannot deadlock (the interleaved schedule's runs are Megatron-
-//       LM's batched exchanges, deadlock-free by construction: pipe_schedule.cpp). A forward's
-//       output that the schedule sends after a backward (interleaved) is copied aside before that
-//       backward, whose recomputed forward may overwrite it;
+//       LM's batched exchanges, deadlock-free by construction: pipe_schedule.cpp, and the
+//       simulator's baseline for the overlapped form). Every form sends a forward's output before
+//       the next computation, which may overwrite it;
 //   - keeps each micro-batch's stage input until its backward and recomputes the stage's forward
 //     before a backward whose forward was not the stage's last one (GPipe everywhere, 1F1B
 //     before the last stage): the model keeps one micro-batch's activations, the stage the
@@ -72,10 +78,11 @@ class PipeEngine final : public PipelineStage {
   // `world`: every rank's communicator (the activations' point-to-point traffic and the
   // cross-stage sums); `hidden_size`: C, the activations' width; `dtype`: their dtype (the
   // compute dtype); `tied_across_stages`: the model ties parameters of its first and last units
-  // (its schedule then sums their gradients: ReduceTiedGrads); `post_ahead`: run the posted-ahead
-  // form (above; world.exchanges_independent() in a run, the run's value in the memory model).
+  // (its schedule then sums their gradients: ReduceTiedGrads); `exchanges_independent`: the
+  // communicator's (world.exchanges_independent() in a run, the run's value in the memory model),
+  // which picks the schedule's form (pipe_exchange_form: above).
   PipeEngine(const TrainConfig& config, const PipelineTopology& topology, int rank, Communicator& world,
-             Backend& backend, int64_t hidden_size, DType dtype, bool tied_across_stages, bool post_ahead);
+             Backend& backend, int64_t hidden_size, DType dtype, bool tied_across_stages, bool exchanges_independent);
 
   // After the assembly: the stage's store and its parameters tied across stages.
   void attach(ParamStore& store, const StageUnits& stage);
@@ -92,15 +99,17 @@ class PipeEngine final : public PipelineStage {
   // The pending group: a run of adjacent Send/Recv instructions of the schedule, one exchange.
   struct Group {
     std::vector<Transfer> transfers;
+    std::vector<std::tuple<PipeOp, int, int>> messages;  // (op, mb, vs) of each transfer
   };
-  void flush(Group& group);
-  // A Send/Recv instruction's transfer: into the pending group (grouped), or posted now as an
-  // exchange of its own that its Wait completes (posted ahead).
+  void flush(Group& group);       // grouped: the group's exchange, waited for at once
+  void post_group(Group& group);  // posted ahead, overlapped: the group's exchange, left to a Wait
+  // A Send/Recv instruction's transfer: into the pending group (grouped, overlapped: sent at the
+  // next computation, or at the next instruction that is no message), or posted now as an exchange
+  // of its own that its Wait completes (posted ahead).
   void post(const PipeInstruction& instruction, Transfer transfer, Group& group);
-  void complete(const PipeInstruction& wait);  // Wait: the posted exchange of its message
-  Tensor to_send(Tensor tensor, int kind);     // posted ahead: a copy in send_buffers_[kind]
+  void complete(const PipeInstruction& wait);  // Wait: the posted exchange of its message (and its group's)
+  Tensor to_send(Tensor tensor, int kind);     // posted ahead, overlapped: a copy in send_buffers_[kind]
   Tensor receive_grad_into(StageWork& work, int micro, int virtual_stage);  // RecvGrad's buffer
-  Tensor hold_output(Tensor output);  // a copy of a forward's output [B*T, C] in held_output_
   void reduce_tied_grads();   // ReduceTiedGrads
   void share_tied_params();   // after OptimizerStep
   Tensor input_of(StageWork& work, int chunk, int micro, bool for_receive);  // [B*T, C]
@@ -111,23 +120,23 @@ class PipeEngine final : public PipelineStage {
   int chunks_ = 1;        // V: model chunks per rank (virtual stage = chunk x P + stage)
   int micro_batches_ = 1;  // M
   int input_slots_ = 1;    // stage inputs kept per chunk: min(P - stage (+ 1 posted ahead), M) for 1F1B, else M
-  bool post_ahead_ = false;  // the schedule's posted-ahead form (MPI), else grouped (NCCL)
+  PipeExchangeForm form_ = PipeExchangeForm::Grouped;  // the schedule's form: posted ahead (MPI), grouped or overlapped (NCCL)
   Communicator& world_;
   Backend& backend_;
   int64_t hidden_;
   DType dtype_;
   std::vector<PipeInstruction> schedule_;  // this rank's instructions of one step
   std::vector<Buffer> inputs_;             // [V x slots]: micro-batch k's input [B*T, C] in slot k % slots (not the first virtual stage's)
-  Buffer held_output_;                     // [B*T, C]: a forward's output kept across a backward until sent
   Buffer output_grads_[2];                 // [B*T, C] each: received gradients of the output (grouped: the first only)
   int grads_received_ = 0;                 // RecvGrads this step: posted ahead, the i-th goes to output_grads_[i % 2]
   std::map<std::pair<int, int>, Tensor> received_grads_;  // (micro-batch, virtual stage) -> its gradient's view
-  Buffer send_buffers_[2];                 // posted ahead: [B*T, C] each, the activation and the gradient sent last
+  Buffer send_buffers_[2];                 // posted ahead, overlapped: [B*T, C] each, the activation and the gradient sent last
   struct Posted {
     Pending exchange;
     double bytes_sent = 0.0;  // for the trace
   };
-  std::map<std::tuple<PipeOp, int, int>, Posted> posted_;  // posted ahead: (op, mb, vs) -> its exchange
+  // Posted ahead, overlapped: (op, mb, vs) -> its exchange (shared by the messages of one group).
+  std::map<std::tuple<PipeOp, int, int>, std::shared_ptr<Posted>> posted_;
   ParamStore* store_ = nullptr;
   std::vector<std::string> tied_copies_, tied_originals_;  // trainable ones only (StageUnits)
   bool tied_ = false;                      // the model has a trainable tie across stages (on any stage)

@@ -8,7 +8,9 @@
 // sent out of the order they are received in); and under NCCL's grouped transport GPipe, 1F1B and
 // the interleaved schedule's batched exchanges run while blocking sends deadlock 1F1B and interleaved;
 // the posted-ahead lists (MPI) run with the theoretical bubble, overlap their messages with the
-// computations, and deadlock on one serial stream (why NCCL keeps the grouped lists); the engine
+// computations, and deadlock on one serial stream (why NCCL keeps 1F1B and GPipe grouped); the
+// overlapped interleaved lists (NCCL) run on one serial stream (the Stream transport) for every
+// shape with theory's bubble, below the grouped lists' with latency; the engine
 // (train/pipe_engine.h) on a recording communicator posts and waits where the lists say, sends
 // copies, and receives into buffers the running computation does not use.
 #include <boost/test/unit_test.hpp>
@@ -41,6 +43,16 @@ PipeScheduleShape shape_of(int ranks, int micro_batches, int chunks = 1) {
   shape.micro_batches = micro_batches;
   shape.chunks = chunks;
   return shape;
+}
+
+std::string joined(const std::vector<std::string>& events) {
+  std::string out;
+  for (const std::string& event : events) out += event + " ";
+  return out;
+}
+
+bool is_message(PipeOp op) {
+  return op == PipeOp::SendActivation || op == PipeOp::SendGrad || op == PipeOp::RecvActivation || op == PipeOp::RecvGrad;
 }
 
 // Removes the last instruction of `rank` that is `op` (a mutant schedule).
@@ -130,10 +142,14 @@ class RecordingWork final : public zt::StageWork {
   EngineLog& log_;
 };
 
-// Stage `rank` of a 2-stage 1F1B pipeline of 4 micro-batches, one step, posted ahead or grouped.
-EngineLog run_engine(int rank, bool post_ahead) {
+// Stage `rank` of a 2-stage pipeline of 4 micro-batches (1F1B, or interleaved with 2 chunks), one
+// step, on a communicator whose exchanges are independent (MPI: posted ahead) or not (NCCL:
+// grouped 1F1B, overlapped interleaved).
+EngineLog run_engine(int rank, bool post_ahead, const char* schedule = "1f1b") {
   zt::TrainConfig config;
   config.pipeline.stages = 2;
+  config.pipeline.schedule = schedule;
+  config.pipeline.chunks = std::string(schedule) == "interleaved" ? 2 : 1;
   config.gradient_accumulation_steps = 4;
   EngineLog log;
   RecordingCommunicator world(rank, log);
@@ -143,7 +159,7 @@ EngineLog run_engine(int rank, bool post_ahead) {
   engine.run_step(work);
   for (size_t k = 0; k < log.sent.size(); ++k)  // what was sent is a copy, not the buffer the next computation overwrites
     for (const zt::Transfer& transfer : log.exchanges[k])
-      if (transfer.send && post_ahead)
+      if (transfer.send && (post_ahead || std::string(schedule) == "interleaved"))
         BOOST_TEST((transfer.tensor.data != work.output_.data() && transfer.tensor.data != work.grad_.data()));
   return log;
 }
@@ -291,7 +307,7 @@ BOOST_AUTO_TEST_CASE(posted_ahead_lists_overlap_messages_with_computation_on_mpi
         for (PipeScheduleKind kind : chunks == 1 ? std::vector{PipeScheduleKind::GPipe, PipeScheduleKind::OneFOneB}
                                                  : std::vector{PipeScheduleKind::Interleaved}) {
           PipeScheduleShape shape = shape_of(ranks, ranks * groups, chunks);
-          shape.post_ahead = true;
+          shape.form = zt::PipeExchangeForm::PostedAhead;
           const std::string what = zt::cat(zt::pipe_schedule_name(kind), " P=", ranks, " V=", chunks, " M=",
                                            shape.micro_batches, " posted ahead");
           const Schedules schedules = zt::make_pipe_schedule(kind, shape);
@@ -326,7 +342,7 @@ BOOST_AUTO_TEST_CASE(posted_ahead_lists_overlap_messages_with_computation_on_mpi
     const zt::PipeCosts grouped{1.0 / chunks, 2.0 / chunks, 0.1, zt::PipeTransport::Grouped};
     const double nccl = zt::simulate_pipe_schedule(zt::make_pipe_schedule(PipeScheduleKind::Interleaved, shape), shape,
                                                    grouped).bubble_fraction;
-    shape.post_ahead = true;
+    shape.form = zt::PipeExchangeForm::PostedAhead;
     const zt::PipeCosts mpi{1.0 / chunks, 2.0 / chunks, 0.1, zt::PipeTransport::Posted};
     const double bubble = zt::simulate_pipe_schedule(zt::make_pipe_schedule(PipeScheduleKind::Interleaved, shape), shape,
                                                      mpi).bubble_fraction;
@@ -334,7 +350,7 @@ BOOST_AUTO_TEST_CASE(posted_ahead_lists_overlap_messages_with_computation_on_mpi
     BOOST_TEST(bubble < nccl - 0.04, "V=" << chunks << ": " << bubble << " vs grouped " << nccl);
   }
   PipeScheduleShape shape = shape_of(2, 4);
-  shape.post_ahead = true;
+  shape.form = zt::PipeExchangeForm::PostedAhead;
   zt::PipeCosts grouped;
   grouped.transport = zt::PipeTransport::Grouped;
   zt::test::check_error(
@@ -348,7 +364,7 @@ BOOST_AUTO_TEST_CASE(posted_ahead_lists_overlap_messages_with_computation_on_mpi
 BOOST_AUTO_TEST_CASE(the_simulator_catches_broken_posted_ahead_lists) {
   using zt::test::check_error;
   PipeScheduleShape shape = shape_of(2, 4);
-  shape.post_ahead = true;
+  shape.form = zt::PipeExchangeForm::PostedAhead;
   zt::PipeCosts posted;
   posted.transport = zt::PipeTransport::Posted;
   const Schedules good = zt::make_pipe_schedule(PipeScheduleKind::OneFOneB, shape);
@@ -417,6 +433,156 @@ BOOST_AUTO_TEST_CASE(the_engine_posts_messages_ahead_or_groups_them) {
   }
 }
 
+// The overlapped interleaved lists (NCCL: Megatron-LM's overlap_p2p_comm, a forward's and a
+// backward's group posted after their computation on the rank's one stream): for P = 2, 3, 4, 8,
+// V = 2, 3 and M = P, 2P, 4P they run without deadlock under the Stream transport (NCCL's serial
+// stream) with the theoretical bubble, each group is one forward's or one backward's (at most a
+// send and a receive of one kind), waited for just before the computation that needs its receive,
+// and most groups have a computation between their posting and their Wait; with a latency of 0.1
+// their bubble is below the grouped lists' (0.124, V = 2; 0.162, V = 4 at P = 2, M = 8).
+BOOST_AUTO_TEST_CASE(overlapped_interleaved_lists_run_on_one_nccl_stream) {
+  zt::PipeCosts stream;
+  stream.transport = zt::PipeTransport::Stream;
+  for (int ranks : {2, 3, 4, 8})
+    for (int chunks : {2, 3})
+      for (int groups : {1, 2, 4}) {
+        PipeScheduleShape shape = shape_of(ranks, ranks * groups, chunks);
+        shape.form = zt::PipeExchangeForm::Overlapped;
+        const std::string what = zt::cat("interleaved P=", ranks, " V=", chunks, " M=", shape.micro_batches, " overlapped");
+        const Schedules schedules = zt::make_pipe_schedule(PipeScheduleKind::Interleaved, shape);
+        const zt::PipeSimulation sim = zt::simulate_pipe_schedule(schedules, shape, stream);
+        BOOST_TEST(sim.bubble_fraction == zt::theoretical_bubble_fraction(PipeScheduleKind::Interleaved, shape),
+                   what << ": bubble " << sim.bubble_fraction << boost::test_tools::tolerance(1e-12));
+        BOOST_TEST(sim.activation_messages == shape.micro_batches * (ranks * chunks - 1), what);
+        int overlapped = 0, posted = 0;
+        for (const auto& list : schedules)
+          for (size_t i = 0; i < list.size(); ++i) {
+            if (!is_message(list[i].op) || (i > 0 && is_message(list[i - 1].op))) continue;
+            ++posted;  // a group: [send] [receive], of one kind
+            size_t end = i;
+            while (end < list.size() && is_message(list[end].op)) ++end;
+            const bool sends = list[i].op == PipeOp::SendActivation || list[i].op == PipeOp::SendGrad;
+            const PipeInstruction* receive = sends ? (end - i == 2 ? &list[i + 1] : nullptr) : &list[i];
+            BOOST_TEST((end - i <= 2 && (!receive || receive->op == (sends ? (list[i].op == PipeOp::SendGrad
+                ? PipeOp::RecvGrad : PipeOp::RecvActivation) : receive->op))), what << ": " << zt::describe(list[i]));
+            if (sends)  // right after the computation that produced it
+              BOOST_TEST((i > 0 && list[i - 1].op == (list[i].op == PipeOp::SendGrad ? PipeOp::Backward : PipeOp::Forward) &&
+                          list[i - 1].micro_batch == list[i].micro_batch), what << ": " << zt::describe(list[i]));
+            const auto waited = std::find(list.begin() + static_cast<long>(end), list.end(),
+                                          PipeInstruction{PipeOp::Wait, list[i].micro_batch, list[i].virtual_stage, list[i].op});
+            BOOST_REQUIRE_MESSAGE(waited != list.end(), what << ": " << zt::describe(list[i]) << " never waited for");
+            auto computation = [](const PipeInstruction& c) { return c.op == PipeOp::Forward || c.op == PipeOp::Backward; };
+            if (receive) {  // waited for just before the computation it feeds
+              const auto consumer = std::find_if(waited, list.end(), computation);
+              BOOST_REQUIRE(consumer != list.end());
+              BOOST_TEST((consumer->op == (receive->op == PipeOp::RecvGrad ? PipeOp::Backward : PipeOp::Forward) &&
+                          consumer->micro_batch == receive->micro_batch &&
+                          consumer->virtual_stage == receive->virtual_stage &&
+                          std::none_of(waited + 1, consumer, [](const PipeInstruction& c) { return c.op == PipeOp::Wait; })),
+                         what << ": " << zt::describe(*receive) << " feeds " << zt::describe(*consumer));
+            }
+            overlapped += std::any_of(list.begin() + static_cast<long>(end), waited, computation);
+          }
+        // M = P: the warm-up and the drain, which nothing overlaps, are most of the step.
+        BOOST_TEST((groups == 1 ? overlapped >= ranks : 2 * overlapped > posted),
+                   what << ": " << overlapped << " of " << posted << " groups overlap a computation");
+      }
+  const std::pair<int, double> grouped_bubbles[] = {{2, 0.1241}, {4, 0.1623}};  // BENCHMARKS.md, latency 0.1
+  for (const auto& [chunks, grouped_bubble] : grouped_bubbles) {
+    PipeScheduleShape shape = shape_of(2, 8, chunks);
+    const zt::PipeCosts grouped{1.0 / chunks, 2.0 / chunks, 0.1, zt::PipeTransport::Grouped};
+    const double before = zt::simulate_pipe_schedule(zt::make_pipe_schedule(PipeScheduleKind::Interleaved, shape),
+                                                     shape, grouped).bubble_fraction;
+    shape.form = zt::PipeExchangeForm::Overlapped;
+    const zt::PipeCosts nccl{1.0 / chunks, 2.0 / chunks, 0.1, zt::PipeTransport::Stream};
+    const double bubble = zt::simulate_pipe_schedule(zt::make_pipe_schedule(PipeScheduleKind::Interleaved, shape),
+                                                     shape, nccl).bubble_fraction;
+    BOOST_TEST(before == grouped_bubble, "V=" << chunks << boost::test_tools::tolerance(0.0005));
+    BOOST_TEST(bubble < before - 0.02, "V=" << chunks << ": " << bubble << " vs grouped " << before);
+  }
+}
+
+// The Stream transport is NCCL's serial stream: the posted-ahead 1F1B list (each message a group
+// of its own, receives one computation ahead) deadlocks on it (docs/pipeline.md's example), a
+// Wait gone lets a computation run on what has not arrived, and the overlapped interleaved list
+// with rank 0's first gradient group posted one forward early (out of its label order) deadlocks.
+BOOST_AUTO_TEST_CASE(the_stream_transport_is_one_serial_stream) {
+  using zt::test::check_error;
+  zt::PipeCosts stream;
+  stream.transport = zt::PipeTransport::Stream;
+  PipeScheduleShape ahead = shape_of(2, 4);
+  ahead.form = zt::PipeExchangeForm::PostedAhead;
+  check_error([&] { zt::simulate_pipe_schedule(zt::make_pipe_schedule(PipeScheduleKind::OneFOneB, ahead), ahead, stream); },
+              "deadlocks");
+  PipeScheduleShape shape = shape_of(2, 4, 2);
+  shape.form = zt::PipeExchangeForm::Overlapped;
+  const Schedules good = zt::make_pipe_schedule(PipeScheduleKind::Interleaved, shape);
+  Schedules no_wait = good;
+  auto& first = no_wait[1];
+  first.erase(std::find_if(first.begin(), first.end(), [](const PipeInstruction& i) { return i.op == PipeOp::Wait; }));
+  check_error([&] { zt::simulate_pipe_schedule(no_wait, shape, stream); }, "runs before its input was loaded or received");
+  Schedules early = good;  // rank 0's first gradient receive, label (3, B), before forward 3's group, label (3, F)
+  auto& list = early[0];
+  const auto receive = std::find_if(list.begin(), list.end(), [](const PipeInstruction& i) { return i.op == PipeOp::RecvGrad; });
+  const PipeInstruction moved = *receive;
+  list.erase(receive);
+  list.insert(std::find(list.begin(), list.end(), PipeInstruction{PipeOp::Forward, 1, 2}), moved);
+  check_error([&] { zt::simulate_pipe_schedule(early, shape, stream); }, "deadlocks");
+}
+
+// The engine runs the overlapped list on NCCL (a communicator whose exchanges are not
+// independent): each run of messages is one exchange, posted at the next instruction and waited
+// for at the list's Wait (so exactly the list's events), its sends are copies of the forward's
+// output and the backward's input gradient as computed, and forward groups are waited for after
+// the slot's backward.
+BOOST_AUTO_TEST_CASE(the_engine_overlaps_the_interleaved_groups_on_nccl) {
+  PipeScheduleShape shape = shape_of(2, 4, 2);
+  shape.form = zt::PipeExchangeForm::Overlapped;
+  const Schedules lists = zt::make_pipe_schedule(PipeScheduleKind::Interleaved, shape);
+  for (int rank : {0, 1}) {
+    const EngineLog log = run_engine(rank, false, "interleaved");
+    std::vector<std::string> expected;
+    std::vector<std::vector<PipeInstruction>> groups;  // the list's runs of messages
+    const auto& list = lists[static_cast<size_t>(rank)];
+    for (size_t i = 0; i < list.size(); ++i) {
+      const PipeInstruction& c = list[i];
+      const bool message = is_message(c.op);
+      if (message && (i == 0 || !is_message(list[i - 1].op))) {
+        groups.emplace_back();
+        expected.push_back(zt::cat("post ", groups.size() - 1));
+      }
+      if (message) groups.back().push_back(c);
+      if (c.op == PipeOp::Forward || c.op == PipeOp::Backward) expected.push_back(zt::cat(c.op == PipeOp::Forward ? "F" : "B", c.micro_batch));
+      if (c.op == PipeOp::Wait)
+        for (size_t g = 0; g < groups.size(); ++g)
+          if (std::find(groups[g].begin(), groups[g].end(), PipeInstruction{c.waited, c.micro_batch, c.virtual_stage}) !=
+              groups[g].end())
+            expected.push_back(zt::cat("wait ", g));
+    }
+    std::vector<std::string> events;  // without the forwards recomputed right before their backward
+    for (size_t k = 0; k < log.events.size(); ++k)
+      if (!(log.events[k][0] == 'F' && k + 1 < log.events.size() && log.events[k + 1] == "B" + log.events[k].substr(1)))
+        events.push_back(log.events[k]);
+    BOOST_TEST(events == expected, "rank " << rank << ": " << joined(events) << " vs " << joined(expected));
+    BOOST_REQUIRE(log.exchanges.size() == groups.size());
+    for (size_t g = 0; g < groups.size(); ++g) {
+      BOOST_TEST(log.exchanges[g].size() == groups[g].size());
+      const PipeInstruction& first = groups[g].front();
+      if (first.op == PipeOp::SendActivation || first.op == PipeOp::SendGrad)  // as computed
+        BOOST_TEST((log.sent[g] == std::vector<float>(32, (first.op == PipeOp::SendGrad ? 2000.0f : 1000.0f) +
+                                                              static_cast<float>(first.micro_batch))),
+                   "rank " << rank << " exchange " << g);
+    }
+  }
+  const EngineLog first = run_engine(0, false, "interleaved");
+  int overlapped = 0;  // exchanges with a computation between their posting and their wait
+  for (size_t k = 0; k < first.exchanges.size(); ++k)
+    overlapped += std::any_of(first.events.begin() + static_cast<long>(index_of(first.events, zt::cat("post ", k))),
+                              first.events.begin() + static_cast<long>(index_of(first.events, zt::cat("wait ", k))),
+                              [](const std::string& e) { return e[0] == 'F' || e[0] == 'B'; });
+  BOOST_TEST(overlapped >= 4, overlapped << " of " << first.exchanges.size() << " exchanges overlap a computation");
+}
+
 BOOST_AUTO_TEST_CASE(tied_ends_reduce_on_every_rank_before_the_step) {
   PipeScheduleShape shape = shape_of(3, 4);
   shape.tied_ends = true;
@@ -449,6 +615,13 @@ BOOST_AUTO_TEST_CASE(bad_shapes_are_refused) {
   check_error([] { zt::make_pipe_schedule(PipeScheduleKind::OneFOneB, shape_of(2, 4, 2)); },
               "virtual stages need the interleaved schedule");
   check_error([] { zt::make_pipe_schedule(PipeScheduleKind::GPipe, shape_of(0, 4)); }, "at least 1");
+  PipeScheduleShape overlapped = shape_of(2, 4);
+  overlapped.form = zt::PipeExchangeForm::Overlapped;
+  check_error([&] { zt::make_pipe_schedule(PipeScheduleKind::OneFOneB, overlapped); },
+              "the 1f1b schedule has no overlapped form");
+  BOOST_TEST((zt::pipe_exchange_form(PipeScheduleKind::Interleaved, false) == zt::PipeExchangeForm::Overlapped));
+  BOOST_TEST((zt::pipe_exchange_form(PipeScheduleKind::OneFOneB, false) == zt::PipeExchangeForm::Grouped));
+  BOOST_TEST((zt::pipe_exchange_form(PipeScheduleKind::Interleaved, true) == zt::PipeExchangeForm::PostedAhead));
   check_error([] { zt::make_pipe_schedule(PipeScheduleKind::GPipe, shape_of(2, 0)); }, "gradient_accumulation_steps");
   check_error([] { zt::parse_pipe_schedule("zb-h1", "--pipeline-schedule"); },
               "--pipeline-schedule: unknown pipeline schedule 'zb-h1' (gpipe, 1f1b or interleaved)");
