@@ -33,8 +33,8 @@ void row(zt::PipeScheduleKind kind, int ranks, int chunks, int micro_batches, do
   };
   const zt::PipeSimulation grouped = bubble(zt::PipeExchangeForm::Grouped, zt::PipeTransport::Grouped);
   const zt::PipeSimulation mpi = bubble(zt::PipeExchangeForm::PostedAhead, zt::PipeTransport::Posted);
-  char overlapped[32] = "(grouped)";  // 1F1B and GPipe run grouped on NCCL (docs/pipeline.md)
-  if (kind == zt::PipeScheduleKind::Interleaved)
+  char overlapped[32] = "(grouped)";  // 1F1B runs grouped on NCCL (docs/pipeline.md)
+  if (kind != zt::PipeScheduleKind::OneFOneB)
     std::snprintf(overlapped, sizeof overlapped, "%.4f",
                   bubble(zt::PipeExchangeForm::Overlapped, zt::PipeTransport::Stream).bubble_fraction);
   std::printf("| %s | %d | %d | %d | %.4f | %.4f | %s | %.4f | %.2f | %d |\n", zt::pipe_schedule_name(kind).c_str(),

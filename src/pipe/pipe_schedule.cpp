@@ -200,6 +200,58 @@ std::vector<PipeInstruction> interleaved_overlapped(int rank, int ranks, int chu
   return out;
 }
 
+// The overlapped form of GPipe (pipe_schedule.h): each phase (the forwards, then the backwards)
+// moves its messages one way along the chain (forwards from stage 0, backwards from the last
+// stage), so a rank posts the receive of its next computation of the phase right before the
+// running one (after waiting for that one's own), and its send right after the computation that
+// produced it (from the send buffer of its kind, waited for before the next send reuses it). A
+// phase ends by waiting for its last send: its first computation of the next phase needs a
+// receive the next stage sends only after that send (posted before it, the receive would sit on
+// the stream in front of the send that the next stage waits for: a deadlock). Every message is a
+// group of its own (a Wait or a computation separates any two), in stream order
+// [recv j + 1] [send j] [recv j + 2] [send j + 1] ...
+// Deadlock-free on one stream: label forward j's activation from rank r by the tick j + r and
+// backward i's gradient from rank r by T + i + (P - 1 - r), T = M + P (above every forward
+// tick): a message has one tick at both ends, each rank posts its messages in non-decreasing
+// tick order, and within a tick its receive before its send (forward: receive j + 1 has tick
+// (j + 1) + (r - 1), send j tick j + r; backward the same from the last rank). A message of tick
+// t from rank r waits, on its two streams and at the Waits before its posting, only for messages
+// of smaller ticks and for the receive of tick t on its sender's stream, the message of tick t
+// one rank nearer the phase's source (which has no receive): induction on (tick, distance from
+// the source) shows every message completes.
+std::vector<PipeInstruction> gpipe_overlapped(int rank, int ranks, int micro_batches) {
+  std::vector<PipeInstruction> out;
+  using Message = std::optional<PipeInstruction>;
+  auto wait_for = [&](const Message& message) {
+    if (message) out.push_back({PipeOp::Wait, message->micro_batch, message->virtual_stage, message->op});
+  };
+  auto push = [&](const Message& message) {
+    if (message) out.push_back(*message);
+  };
+  for (const bool forward : {true, false}) {
+    // Micro-batch mb's received input (forward) or output gradient, and its sent output or input gradient.
+    auto received = [&](int mb) -> Message {
+      if (mb >= micro_batches || (forward ? rank == 0 : rank == ranks - 1)) return std::nullopt;
+      return PipeInstruction{forward ? PipeOp::RecvActivation : PipeOp::RecvGrad, mb, rank};
+    };
+    auto sent = [&](int mb) -> Message {
+      if (mb < 0 || (forward ? rank == ranks - 1 : rank == 0)) return std::nullopt;
+      return PipeInstruction{forward ? PipeOp::SendActivation : PipeOp::SendGrad, mb, rank};
+    };
+    push(received(0));
+    for (int mb = 0; mb < micro_batches; ++mb) {
+      wait_for(received(mb));
+      push(received(mb + 1));
+      if (forward && rank == 0) out.push_back({PipeOp::LoadMicroBatch, mb, 0});
+      out.push_back({forward ? PipeOp::Forward : PipeOp::Backward, mb, rank});
+      wait_for(sent(mb - 1));
+      push(sent(mb));
+    }
+    wait_for(sent(micro_batches - 1));  // before the next phase's first receive
+  }
+  return out;
+}
+
 // A work item's instructions on `rank`: what feeds it, the compute, what it passes on.
 void expand(const Work& work, int rank, int ranks, int virtual_stages, std::vector<PipeInstruction>& out) {
   const int stage = work.chunk * ranks + rank;
@@ -273,9 +325,9 @@ void check_shape(PipeScheduleKind kind, const PipeScheduleShape& shape) {
   ZT_CHECK(shape.micro_batches >= 1, "pipeline: ", shape.micro_batches,
            " micro-batches per step (gradient_accumulation_steps must be at least 1)");
   if (kind != PipeScheduleKind::Interleaved) {
-    ZT_CHECK(shape.form != PipeExchangeForm::Overlapped, "pipeline: the ", name, " schedule has no overlapped form "
-             "(its receives feed the next computation of their kind; posted earlier they deadlock on NCCL's one "
-             "stream: docs/pipeline.md)");
+    ZT_CHECK(kind != PipeScheduleKind::OneFOneB || shape.form != PipeExchangeForm::Overlapped, "pipeline: the ", name,
+             " schedule has no overlapped form (its receives feed the very next computation; posted earlier they "
+             "deadlock on NCCL's one stream: docs/pipeline.md)");
     ZT_CHECK(shape.chunks == 1, "pipeline: the ", name, " schedule runs one model chunk per rank, not ", shape.chunks,
              " (virtual stages need the interleaved schedule)");
     return;
@@ -307,7 +359,7 @@ std::string pipe_schedule_name(PipeScheduleKind kind) {
 
 PipeExchangeForm pipe_exchange_form(PipeScheduleKind kind, bool exchanges_independent) {
   if (exchanges_independent) return PipeExchangeForm::PostedAhead;
-  return kind == PipeScheduleKind::Interleaved ? PipeExchangeForm::Overlapped : PipeExchangeForm::Grouped;
+  return kind == PipeScheduleKind::OneFOneB ? PipeExchangeForm::Grouped : PipeExchangeForm::Overlapped;
 }
 
 std::vector<std::vector<PipeInstruction>> make_pipe_schedule(PipeScheduleKind kind, const PipeScheduleShape& shape) {
@@ -320,6 +372,8 @@ std::vector<std::vector<PipeInstruction>> make_pipe_schedule(PipeScheduleKind ki
       out = shape.form == PipeExchangeForm::Overlapped
                 ? interleaved_overlapped(rank, shape.ranks, shape.chunks, shape.micro_batches)
                 : interleaved_schedule(rank, shape.ranks, shape.chunks, shape.micro_batches);
+    } else if (kind == PipeScheduleKind::GPipe && shape.form == PipeExchangeForm::Overlapped) {
+      out = gpipe_overlapped(rank, shape.ranks, shape.micro_batches);
     } else {
       const std::vector<Work> order = kind == PipeScheduleKind::GPipe
                                           ? gpipe_order(shape.micro_batches)

@@ -27,17 +27,22 @@
 //     which the chunk's next computation overwrites), and waited for just before the next send of
 //     its kind reuses that buffer, or at the step's end. Megatron-LM's overlap_p2p_comm, one step
 //     further;
-//   overlapped (NCCL, interleaved only): Megatron-LM's overlap_p2p_comm for its interleaved
-//     schedule. The grouped form's batched exchange after a slot is split in two groups: after
+//   overlapped (NCCL, interleaved and GPipe): for the interleaved schedule Megatron-LM's
+//     overlap_p2p_comm. The grouped form's batched exchange after a slot is split in two groups: after
 //     forward j, {send j's activation, receive forward j + 1's input}; after backward i, {send
 //     i's input gradient, receive backward i + 1's output gradient}. Each run of adjacent Send/Recv
 //     instructions is one exchange, posted without waiting; a Wait completes the exchange that
 //     holds its message, just before the computation that needs the exchange's receive (the
 //     forward group's transfer runs on NCCL's stream while the slot's backward computes, the
 //     backward group's while the next forward does). Sends go from the send buffers of the
-//     posted-ahead form. Deadlock-free on one stream by construction (pipe_schedule.cpp); 1F1B
-//     and GPipe have no such form (docs/pipeline.md: their receives feed the very next
-//     computation of their kind, or posting them earlier deadlocks on one stream).
+//     posted-ahead form. For GPipe, whose phases each move their messages one way along the
+//     chain: every message a group of its own, the receive of a phase's next computation posted
+//     right before the running one (after waiting for that one's own), the send right after the
+//     computation that produced it (from the send buffers, waited for before the next send of its
+//     kind), each phase's last send waited for before the next phase's first receive is posted.
+//     Both deadlock-free on one stream by construction (pipe_schedule.cpp); 1F1B has no such form
+//     (docs/pipeline.md: its receives feed the very next computation, and posting them earlier
+//     deadlocks on one stream).
 // On one serial stream the posted-ahead order deadlocks (docs/pipeline.md); simulate_schedule
 // (pipe_simulation.h) checks each form under its transport.
 #pragma once
@@ -83,7 +88,7 @@ struct PipeScheduleShape {
   // embedding): every rank then runs ReduceTiedGrads (a no-op on the ranks that hold neither end).
   bool tied_ends = false;
   // The form of its messages (above): posted ahead for transports whose messages complete
-  // independently (MPI); grouped or (interleaved) overlapped on NCCL's one stream.
+  // independently (MPI); grouped (1F1B) or overlapped (interleaved, GPipe) on NCCL's one stream.
   PipeExchangeForm form = PipeExchangeForm::Grouped;
 };
 
@@ -93,12 +98,12 @@ std::string pipe_schedule_name(PipeScheduleKind kind);
 
 // The form an engine runs `kind` in: posted ahead where the communicator's exchanges complete
 // independently (Communicator::exchanges_independent: MPI), else (NCCL) overlapped for the
-// interleaved schedule and grouped for the others.
+// interleaved schedule and GPipe, grouped for 1F1B.
 PipeExchangeForm pipe_exchange_form(PipeScheduleKind kind, bool exchanges_independent);
 
 // The schedule of every rank (index = rank), after checking the shape: P >= 1, M >= 1, V == 1
 // unless interleaved, V >= 2 and M a multiple of P when interleaved (Megatron's condition: its
-// forward order takes the micro-batches P at a time), the overlapped form only interleaved.
+// forward order takes the micro-batches P at a time), the overlapped form not for 1F1B.
 std::vector<std::vector<PipeInstruction>> make_pipe_schedule(PipeScheduleKind kind, const PipeScheduleShape& shape);
 
 // "Forward(mb 3, vs 1)", "Wait(RecvGrad mb 3, vs 1)", for messages and tests.

@@ -46,8 +46,9 @@ struct MemoryTarget {
   // Whether a pipeline run posts its messages ahead (Communicator::exchanges_independent: MPI,
   // host-staged MPI), which holds a stage input, a received gradient and the sent activation and
   // gradient more (train/pipe_engine.h); false: NCCL, whose engine runs the interleaved schedule
-  // overlapped (the sent activation and gradient in send buffers) and GPipe and 1F1B grouped
-  // (pipe/pipe_schedule.h pipe_exchange_form picks the form from this flag and the schedule).
+  // and GPipe overlapped (the sent activation and gradient in send buffers; GPipe two received
+  // gradients) and 1F1B grouped (pipe/pipe_schedule.h pipe_exchange_form picks the form from this
+  // flag and the schedule).
   bool pipeline_posts_ahead = false;
 };
 // The target of a live backend: the CUDA backend's rounding, granularity and fixed buffers

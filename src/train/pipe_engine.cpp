@@ -61,6 +61,10 @@ PipeEngine::PipeEngine(const TrainConfig& config, const PipelineTopology& topolo
   input_slots_ = kind == PipeScheduleKind::OneFOneB
                      ? std::min(topology.stages() - stage_ + (form_ == PipeExchangeForm::PostedAhead ? 1 : 0), micro_batches_)
                      : micro_batches_;
+  // Posted ahead and GPipe overlapped, the next backward's gradient is received while the running
+  // backward reads its own: two buffers. Interleaved overlapped, it is posted after that backward.
+  grad_buffers_ = form_ == PipeExchangeForm::PostedAhead ||
+                          (form_ == PipeExchangeForm::Overlapped && kind == PipeScheduleKind::GPipe) ? 2 : 1;
   inputs_.resize(static_cast<size_t>(chunks_ * input_slots_));
 }
 
@@ -164,11 +168,12 @@ Tensor PipeEngine::to_send(Tensor tensor, int kind) {
 }
 
 // The buffer micro-batch `micro`'s output gradient [B*T, C] is received into (grown to its size).
-// Posted ahead, the next backward's gradient arrives while the running backward reads its own:
-// received gradients alternate between two buffers. Overlapped, it is posted after that backward
-// (the exchange runs after the computations queued before it): one buffer.
+// Where the next backward's gradient arrives while the running backward reads its own (posted
+// ahead, GPipe overlapped), received gradients alternate between two buffers; interleaved
+// overlapped, it is posted after that backward (the exchange runs after the computations queued
+// before it), and grouped after it completed: one buffer.
 Tensor PipeEngine::receive_grad_into(StageWork& work, int micro, int virtual_stage) {
-  Buffer& buffer = output_grads_[form_ == PipeExchangeForm::PostedAhead ? grads_received_++ % 2 : 0];
+  Buffer& buffer = output_grads_[grads_received_++ % grad_buffers_];
   ensure_buffer(buffer, backend_, work.rows(micro) * hidden_, dtype_);
   Tensor grad = buffer.view(dtype_, {work.rows(micro), hidden_});
   received_grads_[{micro, virtual_stage}] = grad;

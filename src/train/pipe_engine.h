@@ -14,14 +14,16 @@
 //       buffers); a send is copied into the send buffer of its kind (activation, gradient) and
 //       completed only before the next send of its kind reuses it: the `Posted` transport of
 //       pipe/pipe_simulation.h;
-//       overlapped (NCCL, the interleaved schedule): each run of adjacent Send/Recv instructions
-//       (a forward's or a backward's group: Megatron-LM's overlap_p2p_comm) one exchange_async,
-//       posted at the next instruction that is no message and completed at the Wait for one of
-//       its messages, just before the computation that needs its receive: the `Stream` transport
-//       of pipe/pipe_simulation.h (NCCL's one stream). Sends go from the send buffers; received
-//       gradients need one buffer (the next is posted after the backward that reads the last);
-//       grouped (NCCL, 1F1B and GPipe, whose exchanges run one after the other on one stream,
-//       where receives posted ahead deadlock): each run of adjacent Send/Recv instructions one exchange_async
+//       overlapped (NCCL, the interleaved schedule and GPipe): each run of adjacent Send/Recv
+//       instructions (interleaved: a forward's or a backward's group, Megatron-LM's
+//       overlap_p2p_comm; GPipe: one message) one exchange_async, posted at the next instruction
+//       that is no message and completed at the Wait for one of its messages, just before the
+//       computation that needs its receive: the `Stream` transport of pipe/pipe_simulation.h
+//       (NCCL's one stream). Sends go from the send buffers; received gradients need one buffer
+//       interleaved (the next is posted after the backward that reads the last), two for GPipe
+//       (posted before it);
+//       grouped (NCCL, 1F1B, whose exchanges run one after the other on one stream, where
+//       receives posted ahead deadlock): each run of adjacent Send/Recv instructions one exchange_async
 //       (one NCCL group), completed before the next computation: the `Grouped` transport, under
 //       which the three schedules cannot deadlock (the interleaved schedule's runs are Megatron-
 //       LM's batched exchanges, deadlock-free by construction: pipe_schedule.cpp, and the
@@ -127,8 +129,9 @@ class PipeEngine final : public PipelineStage {
   DType dtype_;
   std::vector<PipeInstruction> schedule_;  // this rank's instructions of one step
   std::vector<Buffer> inputs_;             // [V x slots]: micro-batch k's input [B*T, C] in slot k % slots (not the first virtual stage's)
-  Buffer output_grads_[2];                 // [B*T, C] each: received gradients of the output (grouped: the first only)
-  int grads_received_ = 0;                 // RecvGrads this step: posted ahead, the i-th goes to output_grads_[i % 2]
+  Buffer output_grads_[2];                 // [B*T, C] each: received gradients of the output (the first grad_buffers_)
+  int grad_buffers_ = 1;                   // 2 posted ahead and GPipe overlapped (receive_grad_into), else 1
+  int grads_received_ = 0;                 // RecvGrads this step: the i-th goes to output_grads_[i % grad_buffers_]
   std::map<std::pair<int, int>, Tensor> received_grads_;  // (micro-batch, virtual stage) -> its gradient's view
   Buffer send_buffers_[2];                 // posted ahead, overlapped: [B*T, C] each, the activation and the gradient sent last
   struct Posted {

@@ -1,9 +1,10 @@
 # GPU (label gpu; needs an NVIDIA GPU and a CUDA build) and the emulated device (label gpu-emu):
 # the pipeline equivalence of tests/mpi/test_pipeline_equivalence.py on the CUDA backend (issue
-# 32), whose activations and their gradients go point to point through NCCL's grouped
-# send/recv (each rank its own emulated GPU; on one real GPU, ranks sharing it go through MPI's
-# host staging) and whose stage groups are NCCL communicators over split MPI ones. Against one
-# rank on the same device (one reference per model and mode):
+# 32), whose activations and their gradients go point to point through NCCL's send/recv (1F1B
+# grouped, GPipe and interleaved overlapped: docs/pipeline.md; each rank its own emulated GPU; on
+# one real GPU, ranks sharing it go through MPI's host staging) and whose stage groups are NCCL
+# communicators over split MPI ones. Against one rank on the same device (one reference per model
+# and mode):
 #  - the tiny LLaMA in fp16 whose dynamic loss scale starts at 2^20, so that step 3 overflows, at
 #    P = 2, D = 2 (1f1b, ZeRO-1), 4 steps: every layout skips the same step (the overflow flag
 #    all-reduced over the stages) and halves the same scale;

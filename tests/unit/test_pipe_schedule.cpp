@@ -8,8 +8,8 @@
 // sent out of the order they are received in); and under NCCL's grouped transport GPipe, 1F1B and
 // the interleaved schedule's batched exchanges run while blocking sends deadlock 1F1B and interleaved;
 // the posted-ahead lists (MPI) run with the theoretical bubble, overlap their messages with the
-// computations, and deadlock on one serial stream (why NCCL keeps 1F1B and GPipe grouped); the
-// overlapped interleaved lists (NCCL) run on one serial stream (the Stream transport) for every
+// computations, and deadlock on one serial stream (why NCCL keeps 1F1B grouped); the overlapped
+// interleaved and GPipe lists (NCCL) run on one serial stream (the Stream transport) for every
 // shape with theory's bubble, below the grouped lists' with latency; the engine
 // (train/pipe_engine.h) on a recording communicator posts and waits where the lists say, sends
 // copies, and receives into buffers the running computation does not use.
@@ -142,9 +142,9 @@ class RecordingWork final : public zt::StageWork {
   EngineLog& log_;
 };
 
-// Stage `rank` of a 2-stage pipeline of 4 micro-batches (1F1B, or interleaved with 2 chunks), one
-// step, on a communicator whose exchanges are independent (MPI: posted ahead) or not (NCCL:
-// grouped 1F1B, overlapped interleaved).
+// Stage `rank` of a 2-stage pipeline of 4 micro-batches (1F1B, GPipe, or interleaved with 2
+// chunks), one step, on a communicator whose exchanges are independent (MPI: posted ahead) or not
+// (NCCL: grouped 1F1B, overlapped GPipe and interleaved).
 EngineLog run_engine(int rank, bool post_ahead, const char* schedule = "1f1b") {
   zt::TrainConfig config;
   config.pipeline.stages = 2;
@@ -159,7 +159,7 @@ EngineLog run_engine(int rank, bool post_ahead, const char* schedule = "1f1b") {
   engine.run_step(work);
   for (size_t k = 0; k < log.sent.size(); ++k)  // what was sent is a copy, not the buffer the next computation overwrites
     for (const zt::Transfer& transfer : log.exchanges[k])
-      if (transfer.send && (post_ahead || std::string(schedule) == "interleaved"))
+      if (transfer.send && (post_ahead || std::string(schedule) != "1f1b"))
         BOOST_TEST((transfer.tensor.data != work.output_.data() && transfer.tensor.data != work.grad_.data()));
   return log;
 }
@@ -530,17 +530,16 @@ BOOST_AUTO_TEST_CASE(the_stream_transport_is_one_serial_stream) {
   check_error([&] { zt::simulate_pipe_schedule(early, shape, stream); }, "deadlocks");
 }
 
-// The engine runs the overlapped list on NCCL (a communicator whose exchanges are not
-// independent): each run of messages is one exchange, posted at the next instruction and waited
-// for at the list's Wait (so exactly the list's events), its sends are copies of the forward's
-// output and the backward's input gradient as computed, and forward groups are waited for after
-// the slot's backward.
-BOOST_AUTO_TEST_CASE(the_engine_overlaps_the_interleaved_groups_on_nccl) {
-  PipeScheduleShape shape = shape_of(2, 4, 2);
-  shape.form = zt::PipeExchangeForm::Overlapped;
-  const Schedules lists = zt::make_pipe_schedule(PipeScheduleKind::Interleaved, shape);
+namespace {
+
+// The engine runs `kind`'s overlapped list (P = 2, M = 4) on NCCL (a communicator whose exchanges
+// are not independent): each run of messages is one exchange, posted at the next instruction and
+// waited for at the list's Wait (so exactly the list's events), and its sends are copies of the
+// forward's output and the backward's input gradient as computed.
+void check_engine_runs_the_overlapped_list(PipeScheduleKind kind, const PipeScheduleShape& shape) {
+  const Schedules lists = zt::make_pipe_schedule(kind, shape);
   for (int rank : {0, 1}) {
-    const EngineLog log = run_engine(rank, false, "interleaved");
+    const EngineLog log = run_engine(rank, false, zt::pipe_schedule_name(kind).c_str());
     std::vector<std::string> expected;
     std::vector<std::vector<PipeInstruction>> groups;  // the list's runs of messages
     const auto& list = lists[static_cast<size_t>(rank)];
@@ -574,6 +573,19 @@ BOOST_AUTO_TEST_CASE(the_engine_overlaps_the_interleaved_groups_on_nccl) {
                    "rank " << rank << " exchange " << g);
     }
   }
+}
+
+}  // namespace
+
+// The engine runs the overlapped list on NCCL (a communicator whose exchanges are not
+// independent): each run of messages is one exchange, posted at the next instruction and waited
+// for at the list's Wait (so exactly the list's events), its sends are copies of the forward's
+// output and the backward's input gradient as computed, and forward groups are waited for after
+// the slot's backward.
+BOOST_AUTO_TEST_CASE(the_engine_overlaps_the_interleaved_groups_on_nccl) {
+  PipeScheduleShape shape = shape_of(2, 4, 2);
+  shape.form = zt::PipeExchangeForm::Overlapped;
+  check_engine_runs_the_overlapped_list(PipeScheduleKind::Interleaved, shape);
   const EngineLog first = run_engine(0, false, "interleaved");
   int overlapped = 0;  // exchanges with a computation between their posting and their wait
   for (size_t k = 0; k < first.exchanges.size(); ++k)
@@ -581,6 +593,113 @@ BOOST_AUTO_TEST_CASE(the_engine_overlaps_the_interleaved_groups_on_nccl) {
                               first.events.begin() + static_cast<long>(index_of(first.events, zt::cat("wait ", k))),
                               [](const std::string& e) { return e[0] == 'F' || e[0] == 'B'; });
   BOOST_TEST(overlapped >= 4, overlapped << " of " << first.exchanges.size() << " exchanges overlap a computation");
+}
+
+// The overlapped GPipe lists (NCCL): each phase moves its messages one way along the chain, so
+// every message is a group of its own, a receive is posted before the computation that precedes
+// its consumer and waited for just before the consumer, and a send right after its computation
+// (with at most the Wait for the previous send between). For P = 2, 3, 4, 8 and M = P, 2P, 4P
+// they run without deadlock under the Stream transport (NCCL's serial stream) with theory's
+// bubble; with a latency of 0.1 their bubble is the posted-ahead lists' (MPI) and well below the
+// grouped lists' (P = 2, M = 32: 0.032 against 0.089). Posting the first backward's gradient
+// receive before the last forward's send (one computation early) deadlocks: rank 1 needs that
+// activation to produce the gradient, and the send waits on rank 0's stream behind the receive.
+BOOST_AUTO_TEST_CASE(overlapped_gpipe_lists_run_on_one_nccl_stream) {
+  zt::PipeCosts stream;
+  stream.transport = zt::PipeTransport::Stream;
+  for (int ranks : {2, 3, 4, 8})
+    for (int groups : {1, 2, 4}) {
+      PipeScheduleShape shape = shape_of(ranks, ranks * groups);
+      shape.form = zt::PipeExchangeForm::Overlapped;
+      const std::string what = zt::cat("gpipe P=", ranks, " M=", shape.micro_batches, " overlapped");
+      const Schedules schedules = zt::make_pipe_schedule(PipeScheduleKind::GPipe, shape);
+      const zt::PipeSimulation sim = zt::simulate_pipe_schedule(schedules, shape, stream);
+      BOOST_TEST(sim.bubble_fraction == zt::theoretical_bubble_fraction(PipeScheduleKind::GPipe, shape),
+                 what << ": bubble " << sim.bubble_fraction << boost::test_tools::tolerance(1e-12));
+      BOOST_TEST(sim.activation_messages == shape.micro_batches * (ranks - 1), what);
+      BOOST_TEST(sim.gradient_messages == shape.micro_batches * (ranks - 1), what);
+      for (const auto& list : schedules)
+        for (size_t i = 0; i < list.size(); ++i) {
+          if (!is_message(list[i].op)) continue;
+          const std::string message = zt::cat(what, ": ", zt::describe(list[i]));
+          BOOST_TEST(!is_message(list[i + 1].op), message << " shares a group");
+          const bool forward = list[i].op == PipeOp::RecvActivation || list[i].op == PipeOp::SendActivation;
+          const auto computation = std::find(list.begin(), list.end(), PipeInstruction{forward ? PipeOp::Forward
+              : PipeOp::Backward, list[i].micro_batch, list[i].virtual_stage});
+          BOOST_REQUIRE(computation != list.end());
+          const auto at = static_cast<size_t>(computation - list.begin());
+          if (list[i].op == PipeOp::SendActivation || list[i].op == PipeOp::SendGrad) {
+            BOOST_TEST((i == at + 1 || (i == at + 2 && list[i - 1].op == PipeOp::Wait)), message);
+            continue;
+          }
+          const auto waited = std::find(list.begin(), list.end(),
+                                        PipeInstruction{PipeOp::Wait, list[i].micro_batch, list[i].virtual_stage, list[i].op});
+          BOOST_REQUIRE(waited != list.end());
+          const auto wait_at = static_cast<size_t>(waited - list.begin());
+          // Waited for just before its consumer (at most the micro-batch's load between)...
+          BOOST_TEST((wait_at < at && std::none_of(waited + 1, computation, [](const PipeInstruction& c) {
+                        return c.op == PipeOp::Wait || c.op == PipeOp::Forward || c.op == PipeOp::Backward; })),
+                     message);
+          // ... and, but for a phase's first, posted before the computation before it.
+          const bool first = list[i].micro_batch == 0;
+          BOOST_TEST((first || std::any_of(list.begin() + static_cast<long>(i), waited, [&](const PipeInstruction& c) {
+                        return c.op == (forward ? PipeOp::Forward : PipeOp::Backward); })),
+                     message);
+        }
+    }
+  for (const auto& [ranks, micro_batches] : {std::pair{2, 32}, {2, 8}, {4, 8}}) {
+    PipeScheduleShape shape = shape_of(ranks, micro_batches);
+    const zt::PipeCosts grouped{1.0, 2.0, 0.1, zt::PipeTransport::Grouped};
+    const double before = zt::simulate_pipe_schedule(zt::make_pipe_schedule(PipeScheduleKind::GPipe, shape), shape,
+                                                     grouped).bubble_fraction;
+    shape.form = zt::PipeExchangeForm::PostedAhead;
+    const zt::PipeCosts mpi{1.0, 2.0, 0.1, zt::PipeTransport::Posted};
+    const double posted = zt::simulate_pipe_schedule(zt::make_pipe_schedule(PipeScheduleKind::GPipe, shape), shape,
+                                                     mpi).bubble_fraction;
+    shape.form = zt::PipeExchangeForm::Overlapped;
+    const zt::PipeCosts nccl{1.0, 2.0, 0.1, zt::PipeTransport::Stream};
+    const double bubble = zt::simulate_pipe_schedule(zt::make_pipe_schedule(PipeScheduleKind::GPipe, shape), shape,
+                                                     nccl).bubble_fraction;
+    const std::string what = zt::cat("P=", ranks, " M=", micro_batches, ": ", bubble, " vs grouped ", before,
+                                     ", posted ahead ", posted);
+    BOOST_TEST(bubble < before - 0.025, what);
+    BOOST_TEST(bubble <= posted + 1e-9, what);
+    if (ranks == 2 && micro_batches == 32) BOOST_TEST(before == 0.0892, what << boost::test_tools::tolerance(0.001));
+  }
+  PipeScheduleShape shape = shape_of(2, 4);
+  shape.form = zt::PipeExchangeForm::Overlapped;
+  Schedules early = zt::make_pipe_schedule(PipeScheduleKind::GPipe, shape);
+  auto& list = early[0];  // rank 0's first gradient receive, posted before its last forward
+  const auto receive = std::find_if(list.begin(), list.end(), [](const PipeInstruction& i) { return i.op == PipeOp::RecvGrad; });
+  const PipeInstruction moved = *receive;
+  list.erase(receive);
+  list.insert(std::find(list.begin(), list.end(), PipeInstruction{PipeOp::Forward, 3, 0}), moved);
+  zt::test::check_error([&] { zt::simulate_pipe_schedule(early, shape, stream); }, "deadlocks");
+}
+
+// The engine runs the overlapped GPipe list on NCCL as listed (check_engine_runs_the_overlapped_list);
+// on stage 0 each gradient's receive is posted before the backward before its own and lands in
+// another buffer than the previous gradient's, on stage 1 each input's before the forward before
+// its own.
+BOOST_AUTO_TEST_CASE(the_engine_overlaps_gpipe_on_nccl) {
+  PipeScheduleShape shape = shape_of(2, 4);
+  shape.form = zt::PipeExchangeForm::Overlapped;
+  check_engine_runs_the_overlapped_list(PipeScheduleKind::GPipe, shape);
+  for (int rank : {0, 1}) {
+    const EngineLog log = run_engine(rank, false, "gpipe");
+    std::vector<const void*> buffers;  // of the receives, in order
+    for (size_t k = 0; k < log.exchanges.size(); ++k) {
+      if (log.exchanges[k][0].send) continue;
+      const int mb = static_cast<int>(buffers.size());
+      buffers.push_back(log.exchanges[k][0].tensor.data);
+      const char* computed = rank == 0 ? "B" : "F";
+      if (mb > 0)
+        BOOST_TEST(index_of(log.events, zt::cat("post ", k)) < index_of(log.events, zt::cat(computed, mb - 1)),
+                   "rank " << rank << " receive " << mb);
+      if (mb > 0) BOOST_TEST(buffers[static_cast<size_t>(mb)] != buffers[static_cast<size_t>(mb - 1)], "rank " << rank << " receive " << mb);
+    }
+    BOOST_TEST(buffers.size() == 4u);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(tied_ends_reduce_on_every_rank_before_the_step) {
@@ -621,6 +740,8 @@ BOOST_AUTO_TEST_CASE(bad_shapes_are_refused) {
               "the 1f1b schedule has no overlapped form");
   BOOST_TEST((zt::pipe_exchange_form(PipeScheduleKind::Interleaved, false) == zt::PipeExchangeForm::Overlapped));
   BOOST_TEST((zt::pipe_exchange_form(PipeScheduleKind::OneFOneB, false) == zt::PipeExchangeForm::Grouped));
+  BOOST_TEST((zt::pipe_exchange_form(PipeScheduleKind::GPipe, false) == zt::PipeExchangeForm::Overlapped));
+  BOOST_TEST((zt::pipe_exchange_form(PipeScheduleKind::GPipe, true) == zt::PipeExchangeForm::PostedAhead));
   BOOST_TEST((zt::pipe_exchange_form(PipeScheduleKind::Interleaved, true) == zt::PipeExchangeForm::PostedAhead));
   check_error([] { zt::make_pipe_schedule(PipeScheduleKind::GPipe, shape_of(2, 0)); }, "gradient_accumulation_steps");
   check_error([] { zt::parse_pipe_schedule("zb-h1", "--pipeline-schedule"); },
