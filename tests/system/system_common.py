@@ -4,6 +4,7 @@
 # a missing program (slurmctld, sshd, mpirun) is a failure that says to run scripts/setup.sh,
 # never a skip.
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -40,10 +41,20 @@ def require_root(why):
 
 
 def free_port():
-    """A TCP port nothing listens on now (the kernel picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    """A TCP port nothing listens on now, below the kernel's ephemeral range: a port the kernel picks
+    (bind to 0) comes from that range, which every outgoing connection draws its source port from
+    too, so one of the MPI runs of a test beside this one could take it before the daemon that was
+    given it binds (slurmctld's "Address already in use")."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as stream:
+        ephemeral_low = int(stream.read().split()[0])
+    for port in random.sample(range(10000, max(10200, min(ephemeral_low, 32768))), 200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise OracleError(f"no free TCP port between 10000 and {ephemeral_low} after 200 tries")
 
 
 def job_env(zerotune, model, data, out, ds_config, train_args, **extra):
