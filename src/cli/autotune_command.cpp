@@ -166,6 +166,7 @@ std::optional<int64_t> memory_budget(const TrainConfig& base, Communicator& comm
                                      MemoryTarget& target) {
   target = MemoryTarget{};
   target.device = Device::CPU;
+  target.pipeline_posts_ahead = true;  // the CPU backend's stages exchange over MPI
   std::optional<int64_t> budget;
   if (resolve_device(base.device, comm.local_rank()).device == "cuda") {
     std::unique_ptr<Backend> backend = make_backend("cuda", comm.local_rank());

@@ -701,6 +701,7 @@ void choose_memory_target(const EstimateFlags& f, RunShape& shape, std::unique_p
   if (f.device_text == "cpu") {
     shape.target = MemoryTarget{};
     shape.target.device = Device::CPU;
+    shape.target.pipeline_posts_ahead = true;  // the CPU backend's stages exchange over MPI
   } else if (f.device_text == "cuda") {
     live_backend = make_backend("cuda", 0);
     shape.target = memory_target_of(*live_backend);

@@ -262,7 +262,9 @@ check estimate-objective-dpo-full $? "$WORK/est-dpo-full.log" "estimate --object
 
 # --- estimate --pipeline-stages (issue 32 item 7): the memory model steps every stage; the heaviest
 # holds about half the parameters of P = 1; a stage s > 0 keeps the inputs [B*T, C] of its micro-
-# batches in flight, min(P - s, M) under 1F1B and M under GPipe (the first stage re-embeds its tokens) --
+# batches in flight, min(P - s, M) under 1F1B and M under GPipe (the first stage re-embeds its
+# tokens); --device cpu counts the CPU backend's MPI exchanges, posted ahead (docs/pipeline.md), where
+# 1F1B holds one input more, min(P - s + 1, M), and both schedules the same send and gradient buffers --
 est_pipe() { "$ZEROTUNE" estimate --model "$M" --gpus-per-node 2 --grad-accum 4 --seq-len 64 --micro-batch 2 --device cpu --json "$@"; }
 est_pipe >"$WORK/est-p1.json" 2>"$WORK/est-pipe.err" \
   && est_pipe --pipeline-stages 2 >"$WORK/est-p2.json" 2>>"$WORK/est-pipe.err" \
@@ -285,7 +287,8 @@ B, T, M, P = 2, 64, 4, 2
 first = [s["host_peak_bytes"] for s in (run["stages"][0], run_gpipe["stages"][0])]
 assert first[0] == first[1], f"the first stage keeps no inputs under either schedule: {first}"
 extra = run_gpipe["stages"][1]["host_peak_bytes"] - run["stages"][1]["host_peak_bytes"]
-want = (M - min(P - 1, M)) * B * T * hidden * 2  # bf16 inputs
+last = P - 1
+want = (M - min(P - last + 1, M)) * B * T * hidden * 2  # bf16 inputs; 1F1B's posted ahead (MPI)
 assert extra == want, f"GPipe's last stage holds {extra} B more than 1F1B's, the formula says {want}"
 print(f"heaviest stage {run['pipeline_stage']}: {share:.3f} of the parameters; GPipe - 1F1B = {extra} B")
 PY
