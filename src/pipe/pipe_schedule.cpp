@@ -51,6 +51,26 @@ Work interleaved_backward(int k, int ranks, int chunks) {
   return {false, k / (ranks * chunks) * ranks + k % ranks, chunks - 1 - k / ranks % chunks};
 }
 
+// The slots of rank `rank` under Megatron-LM's interleaved schedule, which both list builders
+// below (grouped, overlapped) walk: slot j runs forward j (interleaved_forward) and backward
+// j - warmup (interleaved_backward), each if in range; virtual stage = chunk x ranks + rank.
+struct InterleavedSlots {
+  InterleavedSlots(int this_rank, int rank_count, int chunk_count, int micro_batches)
+      : rank(this_rank), ranks(rank_count), chunks(chunk_count), total(micro_batches * chunk_count),
+        last_stage(rank_count * chunk_count - 1),
+        warmup(2 * (rank_count - this_rank - 1) + (chunk_count - 1) * rank_count) {}
+  int stage_of(const Work& work) const { return work.chunk * ranks + rank; }
+  bool forward_in(int slot) const { return slot >= 0 && slot < total; }
+  bool backward_in(int slot) const { return slot - warmup >= 0 && slot - warmup < total; }
+  Work forward(int slot) const { return interleaved_forward(slot, ranks, chunks); }
+  Work backward(int slot) const { return interleaved_backward(slot - warmup, ranks, chunks); }
+
+  int rank, ranks, chunks;
+  int total;       // forwards (and backwards) of the rank: M x V
+  int last_stage;  // P x V - 1
+  int warmup;      // forwards before the first backward: 2 (P - rank - 1) + (V - 1) P
+};
+
 // The interleaved schedule as Megatron-LM runs it on NCCL: a rank's work goes in slots, slot j
 // holding its forward j (j < M V) and then its backward j - W (0 <= j - W < M V), W = 2 (P - rank
 // - 1) + (V - 1) P its warm-up (every chunk fed before the first backward arrives; a slot past the
@@ -69,42 +89,40 @@ Work interleaved_backward(int k, int ranks, int chunks) {
 // engine sends as one group of ticks t..t': still no deadlock, since the stopped group with the
 // smallest last tick could only wait for a rank stopped at a group whose last tick is smaller.
 std::vector<PipeInstruction> interleaved_schedule(int rank, int ranks, int chunks, int micro_batches) {
-  const int total = micro_batches * chunks, last_stage = ranks * chunks - 1;
-  const int warmup = 2 * (ranks - rank - 1) + (chunks - 1) * ranks;
-  auto stage_of = [&](const Work& work) { return work.chunk * ranks + rank; };
-  auto forward_in = [&](int slot) { return slot >= 0 && slot < total; };
-  auto backward_in = [&](int slot) { return slot - warmup >= 0 && slot - warmup < total; };
+  const InterleavedSlots slots(rank, ranks, chunks, micro_batches);
   std::vector<PipeInstruction> out;
   // The exchange after slot `slot` (-1: before the first): its sends, then the next slot's receives.
   auto exchange = [&](int slot) {
-    if (forward_in(slot)) {
-      const Work f = interleaved_forward(slot, ranks, chunks);
-      if (stage_of(f) < last_stage) out.push_back({PipeOp::SendActivation, f.micro_batch, stage_of(f)});
+    if (slots.forward_in(slot)) {
+      const Work f = slots.forward(slot);
+      if (slots.stage_of(f) < slots.last_stage)
+        out.push_back({PipeOp::SendActivation, f.micro_batch, slots.stage_of(f)});
     }
-    if (backward_in(slot)) {
-      const Work b = interleaved_backward(slot - warmup, ranks, chunks);
-      if (stage_of(b) > 0) out.push_back({PipeOp::SendGrad, b.micro_batch, stage_of(b)});
+    if (slots.backward_in(slot)) {
+      const Work b = slots.backward(slot);
+      if (slots.stage_of(b) > 0) out.push_back({PipeOp::SendGrad, b.micro_batch, slots.stage_of(b)});
     }
-    const Work next_forward = interleaved_forward(slot + 1, ranks, chunks);
-    const bool feeds_forward = forward_in(slot + 1);
-    if (feeds_forward && stage_of(next_forward) > 0)
-      out.push_back({PipeOp::RecvActivation, next_forward.micro_batch, stage_of(next_forward)});
-    if (backward_in(slot + 1)) {
-      const Work b = interleaved_backward(slot + 1 - warmup, ranks, chunks);
-      if (stage_of(b) < last_stage) out.push_back({PipeOp::RecvGrad, b.micro_batch, stage_of(b)});
+    const Work next_forward = slots.forward(slot + 1);
+    const bool feeds_forward = slots.forward_in(slot + 1);
+    if (feeds_forward && slots.stage_of(next_forward) > 0)
+      out.push_back({PipeOp::RecvActivation, next_forward.micro_batch, slots.stage_of(next_forward)});
+    if (slots.backward_in(slot + 1)) {
+      const Work b = slots.backward(slot + 1);
+      if (slots.stage_of(b) < slots.last_stage)
+        out.push_back({PipeOp::RecvGrad, b.micro_batch, slots.stage_of(b)});
     }
-    if (feeds_forward && stage_of(next_forward) == 0)  // after the run of messages: it is not one
+    if (feeds_forward && slots.stage_of(next_forward) == 0)  // after the run of messages: it is not one
       out.push_back({PipeOp::LoadMicroBatch, next_forward.micro_batch, 0});
   };
   exchange(-1);
-  for (int slot = 0; slot < warmup + total; ++slot) {
-    if (forward_in(slot)) {
-      const Work f = interleaved_forward(slot, ranks, chunks);
-      out.push_back({PipeOp::Forward, f.micro_batch, stage_of(f)});
+  for (int slot = 0; slot < slots.warmup + slots.total; ++slot) {
+    if (slots.forward_in(slot)) {
+      const Work f = slots.forward(slot);
+      out.push_back({PipeOp::Forward, f.micro_batch, slots.stage_of(f)});
     }
-    if (backward_in(slot)) {
-      const Work b = interleaved_backward(slot - warmup, ranks, chunks);
-      out.push_back({PipeOp::Backward, b.micro_batch, stage_of(b)});
+    if (slots.backward_in(slot)) {
+      const Work b = slots.backward(slot);
+      out.push_back({PipeOp::Backward, b.micro_batch, slots.stage_of(b)});
     }
     exchange(slot);
   }
@@ -133,33 +151,29 @@ std::vector<PipeInstruction> interleaved_schedule(int rank, int ranks, int chunk
 // stream never completes), and so does each partner group of the same label for the same
 // reasons, so it completes: a contradiction.
 std::vector<PipeInstruction> interleaved_overlapped(int rank, int ranks, int chunks, int micro_batches) {
-  const int total = micro_batches * chunks, last_stage = ranks * chunks - 1;
-  const int warmup = 2 * (ranks - rank - 1) + (chunks - 1) * ranks;
-  auto stage_of = [&](const Work& work) { return work.chunk * ranks + rank; };
-  auto forward_in = [&](int slot) { return slot >= 0 && slot < total; };
-  auto backward_in = [&](int slot) { return slot - warmup >= 0 && slot - warmup < total; };
+  const InterleavedSlots slots(rank, ranks, chunks, micro_batches);
   using Message = std::optional<PipeInstruction>;
   // Slot `slot`'s forward's received input and sent activation, its backward's received output
   // gradient and sent input gradient (none past the ends of the pipeline or outside the slots).
   auto input_of = [&](int slot) -> Message {
-    const Work f = interleaved_forward(slot, ranks, chunks);
-    if (!forward_in(slot) || stage_of(f) == 0) return std::nullopt;
-    return PipeInstruction{PipeOp::RecvActivation, f.micro_batch, stage_of(f)};
+    const Work f = slots.forward(slot);
+    if (!slots.forward_in(slot) || slots.stage_of(f) == 0) return std::nullopt;
+    return PipeInstruction{PipeOp::RecvActivation, f.micro_batch, slots.stage_of(f)};
   };
   auto activation_of = [&](int slot) -> Message {
-    const Work f = interleaved_forward(slot, ranks, chunks);
-    if (stage_of(f) == last_stage) return std::nullopt;
-    return PipeInstruction{PipeOp::SendActivation, f.micro_batch, stage_of(f)};
+    const Work f = slots.forward(slot);
+    if (slots.stage_of(f) == slots.last_stage) return std::nullopt;
+    return PipeInstruction{PipeOp::SendActivation, f.micro_batch, slots.stage_of(f)};
   };
   auto output_grad_of = [&](int slot) -> Message {
-    const Work b = interleaved_backward(slot - warmup, ranks, chunks);
-    if (!backward_in(slot) || stage_of(b) == last_stage) return std::nullopt;
-    return PipeInstruction{PipeOp::RecvGrad, b.micro_batch, stage_of(b)};
+    const Work b = slots.backward(slot);
+    if (!slots.backward_in(slot) || slots.stage_of(b) == slots.last_stage) return std::nullopt;
+    return PipeInstruction{PipeOp::RecvGrad, b.micro_batch, slots.stage_of(b)};
   };
   auto input_grad_of = [&](int slot) -> Message {
-    const Work b = interleaved_backward(slot - warmup, ranks, chunks);
-    if (stage_of(b) == 0) return std::nullopt;
-    return PipeInstruction{PipeOp::SendGrad, b.micro_batch, stage_of(b)};
+    const Work b = slots.backward(slot);
+    if (slots.stage_of(b) == 0) return std::nullopt;
+    return PipeInstruction{PipeOp::SendGrad, b.micro_batch, slots.stage_of(b)};
   };
   std::vector<PipeInstruction> out;
   Message forward_group, backward_group;  // the group of each kind posted and not waited for: its first message
@@ -176,22 +190,22 @@ std::vector<PipeInstruction> interleaved_overlapped(int rank, int ranks, int chu
       }
   };
   post(forward_group, std::nullopt, input_of(0));
-  for (int slot = 0; slot < warmup + total; ++slot) {
-    if (slot == warmup) {  // the first backward's output gradient, after every forward group of smaller tick
+  for (int slot = 0; slot < slots.warmup + slots.total; ++slot) {
+    if (slot == slots.warmup) {  // the first backward's output gradient, after every forward group of smaller tick
       wait_for(forward_group);
       post(backward_group, std::nullopt, output_grad_of(slot));
     }
-    if (forward_in(slot)) {
+    if (slots.forward_in(slot)) {
       wait_for(forward_group);
-      const Work f = interleaved_forward(slot, ranks, chunks);
-      if (stage_of(f) == 0) out.push_back({PipeOp::LoadMicroBatch, f.micro_batch, 0});
-      out.push_back({PipeOp::Forward, f.micro_batch, stage_of(f)});
+      const Work f = slots.forward(slot);
+      if (slots.stage_of(f) == 0) out.push_back({PipeOp::LoadMicroBatch, f.micro_batch, 0});
+      out.push_back({PipeOp::Forward, f.micro_batch, slots.stage_of(f)});
       post(forward_group, activation_of(slot), input_of(slot + 1));
     }
-    if (backward_in(slot)) {
+    if (slots.backward_in(slot)) {
       wait_for(backward_group);
-      const Work b = interleaved_backward(slot - warmup, ranks, chunks);
-      out.push_back({PipeOp::Backward, b.micro_batch, stage_of(b)});
+      const Work b = slots.backward(slot);
+      out.push_back({PipeOp::Backward, b.micro_batch, slots.stage_of(b)});
       post(backward_group, input_grad_of(slot), output_grad_of(slot + 1));
     }
   }
