@@ -16,20 +16,23 @@
 #   Parts (default: all but prof, in this order): env (unpack, find the CUDA libraries, every
 #   binary resolves its libraries), cpu (a 2-step CPU training run: the bundle works), tests
 #   (zt_gpu_tests: kernel and backend suites), selftest, pytests (tests/gpu/test_gpu_*.py against
-#   the CPU backend), sanitize (compute-sanitizer memcheck and racecheck on the kernel suites),
+#   the CPU backend; ZT_PYTESTS, a grep -E pattern of file names, picks which, ZT_PYTESTS_JOBS how
+#   many at once), sanitize (compute-sanitizer memcheck and racecheck on the kernel suites),
 #   bench7b (llama-7B shape: GEMM peak, kernels, LoRA vs HF+PEFT), opt13 (opt-1.3b fp16 at
-#   ZeRO-0/3/3+offload), prof (where a LoRA step's time goes). Each part is time-boxed; everything
-#   goes to RESULTS (default ./gpu-results): log.txt, one file per part, summary.md (a table: part,
-#   pass/fail, key figures, seconds), printed at the end. Exit status: 0 when every part passed.
+#   ZeRO-0/3/3+offload, and offload with --delayed-param-update), adam (the CPU AdamW against the
+#   node's memory bandwidth, every core), prof (where a LoRA step's time goes). Each part is
+#   time-boxed; everything goes to RESULTS (default ./gpu-results): log.txt, one file per part,
+#   summary.md (a table: part, pass/fail, key figures, seconds), printed at the end. Exit status:
+#   0 when every part passed.
 #   About 25 minutes for all parts on an H100.
 set -uo pipefail
 
 script_path="$(readlink -f "${BASH_SOURCE[0]}")"
 die() { echo "gpu_check.sh: $*" >&2; exit 2; }
-usage() { sed -n '2,29p' "$script_path" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,27p' "$script_path" | sed 's/^# \{0,1\}//'; exit 2; }
 
 KERNEL_SUITES=cuda_attention,cuda_gemm,cuda_loss,cuda_memory,cuda_norms,cuda_optim,cuda_pointwise
-BINARIES=(zerotune zt_gpu_tests bench_gemm_peak bench_kernels make_bench_data)
+BINARIES=(zerotune zt_gpu_tests bench_gemm_peak bench_kernels make_bench_data bench_cpu_adam)
 
 # ---- pack ---------------------------------------------------------------------------------
 
@@ -211,10 +214,12 @@ part_selftest() {
 part_pytests() {
   begin "the GPU python tests (vs the CPU backend), 8 at a time"
   local f rc=0 passed failed not_run
-  # Left out: the long multi-rank grids (zero_equivalence, memory_grid), autotune's search, and
-  # selftest (the selftest part runs it).
-  (cd "$P/tests/gpu" && printf '%s\n' test_gpu_*.py | grep -v -E 'zero_equivalence|memory_grid|autotune|selftest' |
-    xargs -P 8 -I{} sh -c 'timeout 240 env -u LD_LIBRARY_PATH PATH='"$W"'/wrap:$PATH python3 {} --zerotune '"$W"'/wrap/zerotune >'"$W"'/{}.log 2>&1; echo "{} rc=$?"') \
+  # Left out by default: the long multi-rank grids (zero_equivalence, memory_grid), autotune's
+  # search, and selftest (the selftest part runs it). ZT_PYTESTS (a grep -E pattern of file names)
+  # picks others, ZT_PYTESTS_JOBS how many run at once (8).
+  (cd "$P/tests/gpu" && printf '%s\n' test_gpu_*.py |
+    if [[ -n "${ZT_PYTESTS:-}" ]]; then grep -E "$ZT_PYTESTS"; else grep -v -E 'zero_equivalence|memory_grid|autotune|selftest'; fi |
+    xargs -P "${ZT_PYTESTS_JOBS:-8}" -I{} sh -c 'timeout 240 env -u LD_LIBRARY_PATH PATH='"$W"'/wrap:$PATH python3 {} --zerotune '"$W"'/wrap/zerotune >'"$W"'/{}.log 2>&1; echo "{} rc=$?"') \
     >"$W/pytests-rc.txt"
   for f in "$W"/test_gpu_*.log; do echo "--- $(basename "$f")"; grep -E "FAIL|====" "$f" | tail -12; done >"$OUT/pytests.txt"
   cat "$W/pytests-rc.txt" >>"$OUT/pytests.txt"
@@ -284,25 +289,42 @@ part_bench7b() {
 }
 
 part_opt13() {
-  begin "opt-1.3b shape, full fine-tuning, fp16, micro-batch 8, seq 512, 16 steps, ZeRO-0, 3, 3 + offload"
+  begin "opt-1.3b shape, full fine-tuning, fp16, micro-batch 8, seq 512, 16 steps, ZeRO-0, 3, 3 + offload (+ DPU)"
   have_binaries opt13 zerotune make_bench_data || return 1
-  local z off rc=0 figures=""
+  local z off extra rc=0 figures=""
   timeout 120 "$B/zerotune" init --config "$P/job_scripts/deepspeed-chat/models/opt-1.3b/config.json" --out "$W/opt" --seed 1 \
     --dtype fp16 >/dev/null 2>&1 || rc=1
   timeout 60 "$B/make_bench_data" "$W/dopt" --seq 512 --samples 256 --vocab 50272 >/dev/null || rc=1
   # DeepSpeed-Chat's fp16 section: loss_scale_window makes the scale start at 2^16 (hysteresis 2).
   # With "enabled" alone it would start at 2^32 and skip the first ~10 steps (README, fp16), so the
   # step times would be those of skipped steps (no optimizer update).
-  for z in 0 3 3o; do
-    off=""
-    [[ $z == 3o ]] && off=',"offload_optimizer":{"device":"cpu","pin_memory":true},"offload_param":{"device":"cpu","pin_memory":true}'
+  # 3o-dpu: the same offload run with the one-step delayed update from update 3 on
+  # (docs/zero-offload.md): the CPU update of step t beside step t + 1's device work.
+  for z in 0 3 3o 3o-dpu; do
+    off="" extra=()
+    [[ $z == 3o* ]] && off=',"offload_optimizer":{"device":"cpu","pin_memory":true},"offload_param":{"device":"cpu","pin_memory":true}'
+    [[ $z == 3o-dpu ]] && extra=(--delayed-param-update 2)
     printf '{"train_micro_batch_size_per_gpu":8,"gradient_accumulation_steps":1,"fp16":{"enabled":true,"loss_scale_window":100},"gradient_clipping":1.0,"optimizer":{"type":"AdamW","params":{"lr":1e-5}},"zero_optimization":{"stage":%s%s}}' \
-      "${z%o}" "$off" >"$W/f$z.json"
+      "${z:0:1}" "$off" >"$W/f$z.json"
     timeout 150 "$B/zerotune" train --model "$W/opt" --data "$W/dopt" --out "$W/f$z" --deepspeed "$W/f$z.json" --max-steps 16 \
-      --device cuda --seed 1 --log-every 1 --no-save-at-end >"$W/f$z.log" 2>&1 || rc=1
+      --device cuda --seed 1 --log-every 1 --no-save-at-end "${extra[@]}" >"$W/f$z.log" 2>&1 || rc=1
+    cp "$W/f$z.log" "$OUT/opt13-$z.log" 2>/dev/null
     figures+="z$z: $(summarize_run "$W/f$z" "opt-1.3b fp16 z$z" | grep -o '"s_per_step[^,]*\|"tokens_per_s[^,]*' | head -n 1); "
   done
   if [[ $rc == 0 ]]; then record opt13 pass "$figures"; else record opt13 fail "$figures (see bench.json)"; fi
+}
+
+# The CPU AdamW of ZeRO-Offload against the node's memory bandwidth measured in the same run
+# (bench/bench_cpu_adam.cpp: copy, triad and AdamW's own traffic without arithmetic), every core.
+# ZT_ADAM_ARGS replaces its arguments (the CI test runs a small --n).
+part_adam() {
+  begin "the CPU AdamW (cpu_adamw) against this node's memory bandwidth, $(nproc) threads"
+  have_binaries adam bench_cpu_adam || return 1
+  OMP_NUM_THREADS=$(nproc) OMP_PROC_BIND=spread OMP_PLACES=cores timeout 240 "$B/bench_cpu_adam" ${ZT_ADAM_ARGS:---repeats 8} >"$OUT/adam.txt" 2>&1
+  local rc=$?
+  tail -n 25 "$OUT/adam.txt"
+  if [[ $rc == 0 ]]; then record adam pass "$(grep -E '^ +(adamw avx|offload step, 1 pass|in place)' "$OUT/adam.txt" | tr -s ' \n' ' ' | cut -c1-300)"
+  else record adam fail "rc=$rc (see adam.txt)"; fi
 }
 
 part_prof() {
@@ -322,7 +344,7 @@ part_prof() {
 # ---- run ----------------------------------------------------------------------------------
 
 run() {
-  local parts="env cpu tests selftest pytests sanitize bench7b opt13" part
+  local parts="env cpu tests selftest pytests sanitize bench7b opt13 adam" part
   OUT=$PWD/gpu-results; W=/tmp/zt-gpu-check
   while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -335,7 +357,7 @@ run() {
   D="$(dirname "$script_path")"
   [[ -f "$D/bin.tar.gz" && -d "$D/bundle" ]] || die "run: $D has no bin.tar.gz and bundle/ (run it as PACKDIR/gpu_check.sh, after pack)"
   for part in $parts; do
-    declare -F "part_$part" >/dev/null || die "run: unknown part '$part' (env cpu tests selftest pytests sanitize kernels bench7b opt13 prof)"
+    declare -F "part_$part" >/dev/null || die "run: unknown part '$part' (env cpu tests selftest pytests sanitize kernels bench7b opt13 adam prof)"
   done
   [[ " $parts " == *" env "* ]] || parts="env $parts"  # every other part needs the unpacked environment
   mkdir -p "$OUT" "$W" || die "run: cannot create $OUT or $W"

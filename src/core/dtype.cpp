@@ -47,44 +47,6 @@ bool is_float(DType dtype) {
 }
 
 
-uint16_t float_to_fp16(float value) {
-  uint32_t bits = std::bit_cast<uint32_t>(value);
-  uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
-  uint32_t abs_bits = bits & 0x7FFFFFFFu;
-  if (abs_bits > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u);  // NaN
-  if (abs_bits >= 0x47800000u) return static_cast<uint16_t>(sign | 0x7C00u); // >= 65536: inf
-  int exponent = static_cast<int>(abs_bits >> 23) - 127;  // unbiased fp32 exponent
-  uint32_t mantissa = (abs_bits & 0x7FFFFFu) | 0x800000u;  // with the implicit 1 (24 bits)
-  if (exponent >= -14) {
-    // Normal fp16: keep 11 significant bits, drop 13, round to nearest even.
-    uint32_t half_bits = static_cast<uint32_t>(exponent + 15) << 10 | ((mantissa >> 13) & 0x3FFu);
-    uint32_t dropped = mantissa & 0x1FFFu;
-    if (dropped > 0x1000u || (dropped == 0x1000u && (half_bits & 1u))) half_bits += 1;  // may carry into inf
-    return static_cast<uint16_t>(sign | half_bits);
-  }
-  if (exponent < -25) return sign;  // below half the smallest subnormal: rounds to zero
-  if (abs_bits == 0) return sign;
-  // Subnormal fp16: value = m * 2^-24 with m in [0, 1023].
-  int shift = -exponent - 14 + 13;  // how many of the 24 mantissa bits fall off
-  uint32_t half_bits = mantissa >> shift;
-  uint32_t dropped = mantissa & ((1u << shift) - 1u);
-  uint32_t halfway = 1u << (shift - 1);
-  if (dropped > halfway || (dropped == halfway && (half_bits & 1u))) half_bits += 1;
-  return static_cast<uint16_t>(sign | half_bits);
-}
-
-float fp16_to_float(uint16_t bits) {
-  uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
-  uint32_t exponent = (bits >> 10) & 0x1Fu;
-  uint32_t mantissa = bits & 0x3FFu;
-  if (exponent == 0x1F) return std::bit_cast<float>(sign | 0x7F800000u | (mantissa << 13));
-  if (exponent == 0) {
-    float magnitude = std::ldexp(static_cast<float>(mantissa), -24);  // subnormal or zero
-    return sign ? -magnitude : magnitude;
-  }
-  return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
-}
-
 float round_to(DType dtype, float value) {
   switch (dtype) {
     case DType::F32: return value;

@@ -2,11 +2,11 @@
 # tests/cli/test_gpu_check.sh: scripts/gpu_check.sh up to the point a GPU is needed (issue 31).
 # pack with --binary-dir (this build's binaries, not an nvcc build: CI has no GPU and no time for
 # one) into a temporary folder: the runtime .debs (scripts/offline_bundle.sh, apt-get download:
-# needs the Debian mirror), the binaries, the source; then `run --parts "env cpu"` from the pack:
-# unpacked into a prefix, every binary resolves its libraries under the bundle's env.sh, a 2-step
-# CPU training run passes, the summary table lists both parts as pass; a part that needs a GPU
-# binary this build lacks fails in the table (never passes silently); bad arguments are refused
-# with a message naming them.
+# needs the Debian mirror), the binaries, the source; then `run --parts "env cpu adam"` from the
+# pack: unpacked into a prefix, every binary resolves its libraries under the bundle's env.sh, a
+# 2-step CPU training run passes, the CPU AdamW benchmark runs (a small n), the summary table lists
+# the parts as pass; a part that needs a GPU binary this build lacks fails in the table (never
+# passes silently); bad arguments are refused with a message naming them.
 # Usage: test_gpu_check.sh ZEROTUNE_BINARY PYTHON
 set -uo pipefail
 ZEROTUNE="$1"
@@ -30,11 +30,13 @@ echo "     pack took $(( $(date +%s) - start )) s, $debs .debs"
 
 # --- run the CPU parts from the pack -----------------------------------------------------------
 start=$(date +%s)
-bash "$PACK/gpu_check.sh" run --out "$WORK/results" --work "$WORK/w" --parts "env cpu" >"$WORK/run.log" 2>&1
+ZT_ADAM_ARGS="--n 1000000 --repeats 1" bash "$PACK/gpu_check.sh" run --out "$WORK/results" --work "$WORK/w" \
+  --parts "env cpu adam" >"$WORK/run.log" 2>&1
 status=$?
-check run-cpu-parts "$status" "$WORK/run.log" "gpu_check.sh run --parts 'env cpu' exited with $status"
-grep -q '^| env | pass |' "$WORK/results/summary.md" && grep -q '^| cpu | pass | 2 steps, loss [0-9.]*' "$WORK/results/summary.md"
-check summary-table $? "$WORK/results/summary.md" "the summary does not list env and cpu as pass"
+check run-cpu-parts "$status" "$WORK/run.log" "gpu_check.sh run --parts 'env cpu adam' exited with $status"
+grep -q '^| env | pass |' "$WORK/results/summary.md" && grep -q '^| cpu | pass | 2 steps, loss [0-9.]*' "$WORK/results/summary.md" &&
+  grep -q '^| adam | pass | .*in place 4 r + 3 w .* GB/s.*offload step, 1 pass' "$WORK/results/summary.md"
+check summary-table $? "$WORK/results/summary.md" "the summary does not list env, cpu and adam (with its GB/s) as pass"
 # Every unpacked binary resolves its libraries with the bundle's environment alone (no build tree).
 missing=$(bash -c "source '$WORK/w/zt/env.sh' && ldd '$WORK/w/bin/'*" 2>&1 | grep -c 'not found')
 check ldd-resolves "$([[ $missing == 0 ]]; echo $?)" "" "$missing libraries not found under the bundle's env.sh"

@@ -48,6 +48,7 @@ struct AdamWArrays {
     for (int64_t i = 0; i < count; ++i) widened[i] = bf16_to_float(g[i]) * scale;
   } else {
     const uint16_t* __restrict g = static_cast<const uint16_t*>(grad.data) + begin;
+#pragma omp simd
     for (int64_t i = 0; i < count; ++i) widened[i] = fp16_to_float(g[i]) * scale;
   }
   return widened;
@@ -62,6 +63,7 @@ struct AdamWArrays {
 #pragma omp simd
     for (int64_t i = 0; i < count; ++i) o[i] = float_to_bf16(p[i]);
   } else {
+#pragma omp simd
     for (int64_t i = 0; i < count; ++i) o[i] = float_to_fp16(p[i]);
   }
 }
