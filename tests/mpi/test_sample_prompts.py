@@ -15,6 +15,8 @@ import os
 import subprocess
 import sys
 
+import sentencepiece
+
 from mpi_common import OracleError, REPO, Report, main_guard, parse_args, run_ranks, temporary_directory
 
 PROMPTS = 2
@@ -40,11 +42,12 @@ def make_tour_inputs(zerotune, work):
     with open(corpus, "w") as out:
         for row in rows:
             out.write(row["prompt"] + row.get("chosen", row.get("response", "")) + "\n")
-    subprocess.run(["spm_train", f"--input={corpus}", f"--model_prefix={model}/tokenizer", "--vocab_size=1000",
-                    "--model_type=bpe", "--byte_fallback=true", "--split_digits=true",
-                    "--normalization_rule_name=identity", "--remove_extra_whitespaces=false",
-                    "--allow_whitespace_only_pieces=true", "--unk_id=0", "--bos_id=1", "--eos_id=2", "--pad_id=3",
-                    "--minloglevel=2"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # SentencePiece's Python module, not its spm_train program: GPU nodes have the module (with
+    # torch and transformers) but seldom the program (gpu_check.sh runs test_gpu_generate there).
+    sentencepiece.SentencePieceTrainer.train(
+        input=corpus, model_prefix=f"{model}/tokenizer", vocab_size=1000, model_type="bpe", byte_fallback=True,
+        split_digits=True, normalization_rule_name="identity", remove_extra_whitespaces=False,
+        allow_whitespace_only_pieces=True, unk_id=0, bos_id=1, eos_id=2, pad_id=3, minloglevel=2)
     subprocess.run([zerotune, "prep", "--input", os.path.join(REPO, "data", "rm-static-sample.jsonl"), "--tokenizer", model,
                     "--out", data, "--max-seq-len", "128"], check=True, stdout=subprocess.DEVNULL)
     prompts = os.path.join(work, "prompts.jsonl")
