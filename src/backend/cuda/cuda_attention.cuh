@@ -268,11 +268,9 @@ __device__ inline void warp_mma(Accumulator (&acc)[kCols], const T* a, int lda, 
 // rounded) keeps about 16 bits, where one rounding would leave a bias in sums that cancel (see
 // the kernels). Each B fragment is loaded once and used for both parts, so the second product
 // costs tensor-core time but no B traffic.
-// The low part's products go into low_acc, which may be acc itself (fp16's dQ keeps them apart:
-// its low part is stored scaled, see cuda_attention_backward.cu).
 template <int kDepth, int kCols, class T>
-__device__ inline void warp_mma_split_apart(Accumulator (&acc)[kCols], Accumulator (&low_acc)[kCols],
-                                            const T* a_high, const T* a_low, int lda, const T* b, int ldb) {
+__device__ inline void warp_mma_split(Accumulator (&acc)[kCols], const T* a_high, const T* a_low,
+                                      int lda, const T* b, int ldb) {
 #pragma unroll
   for (int k = 0; k < kDepth; k += 16) {
     OperandA<T> high, low;
@@ -283,15 +281,9 @@ __device__ inline void warp_mma_split_apart(Accumulator (&acc)[kCols], Accumulat
       OperandB<T, wmma::row_major> b_tile;
       wmma::load_matrix_sync(b_tile, b + k * ldb + c * 16, ldb);
       wmma::mma_sync(acc[c], high, b_tile, acc[c]);
-      wmma::mma_sync(low_acc[c], low, b_tile, low_acc[c]);
+      wmma::mma_sync(acc[c], low, b_tile, acc[c]);
     }
   }
-}
-
-template <int kDepth, int kCols, class T>
-__device__ inline void warp_mma_split(Accumulator (&acc)[kCols], const T* a_high, const T* a_low,
-                                      int lda, const T* b, int ldb) {
-  warp_mma_split_apart<kDepth, kCols>(acc, acc, a_high, a_low, lda, b, ldb);
 }
 
 template <int kCount>

@@ -431,22 +431,8 @@ attention_backward_dkdv_tc_kernel(Storage<Format>* dk, Storage<Format>* dv,
   store_warp_rows<Format, kD, kCols>(dv + warp_rows, kv_stride, dv_acc, scores, warp_valid);
 }
 
-// The factor dS's low part is stored with in the dQ kernel (a power of two: exact both ways). In
-// fp16 the low part of a dS of 1e-3 is about 5e-7, under fp16's smallest normal (6.1e-5), so it
-// would keep 3 or 4 bits; on an H100 and an H200 that left 16 of 6144 dQ elements of the
-// common-key-component test outside its bound (the emulated device passed). Scaled by 2^12 it is
-// a normal fp16 and goes into its own accumulator, which is scaled back once at the end. (The
-// low part is at most half an ulp of the high part, 2^-11 of it: scaled, at most twice dS, so it
-// overflows only where the high part nearly does.) bf16 has fp32's exponent range: factor 1,
-// one accumulator.
-template <class Format>
-__host__ __device__ constexpr float low_part_scale() {
-  return std::is_same_v<Format, Fp16Format> ? 4096.0f : 1.0f;
-}
-
 // dS [16 queries, 32 keys] of a warp in the dQ kernel from its S, dP scratch, as high and low
-// 16-bit parts (the low part times low_part_scale): lane 2r + h takes row r's columns
-// [16 h, 16 h + 16).
+// 16-bit parts: lane 2r + h takes row r's columns [16 h, 16 h + 16).
 template <class Format, int kScoreLd, int kOpLd>
 __device__ inline void row_gradients(const float* scores, const float* dprobs, uint16_t* ds_high,
                                      uint16_t* ds_low, int row, int half, int query, bool valid,
@@ -459,7 +445,7 @@ __device__ inline void row_gradients(const float* scores, const float* dprobs, u
     const float ds = p * (dprobs[row * kScoreLd + c] - delta);
     const uint16_t high = Format::from_float(ds);
     ds_high[row * kOpLd + c] = high;
-    ds_low[row * kOpLd + c] = Format::from_float((ds - Format::to_float(high)) * low_part_scale<Format>());
+    ds_low[row * kOpLd + c] = Format::from_float(ds - Format::to_float(high));
   }
 }
 
@@ -495,12 +481,8 @@ attention_backward_dq_tc_kernel(Storage<Format>* dq, const Storage<Format>* dout
                 threadIdx.x, kTcThreads);
   const T* q_warp = reinterpret_cast<const T*>(shared.own[0]) + warp * kWarpRows * kLd;   // [16, kLd]
   const T* do_warp = reinterpret_cast<const T*>(shared.own[1]) + warp * kWarpRows * kLd;  // [16, kLd]
-  constexpr bool kScaledLow = low_part_scale<Format>() != 1.0f;
-  Accumulator dq_acc[kF];      // [16, kD]
-  Accumulator dq_low_acc[kF];  // [16, kD]: dS_low K times low_part_scale (fp16; bf16 leaves it unused)
+  Accumulator dq_acc[kF];  // [16, kD]
   zero_fragments(dq_acc);
-  zero_fragments(dq_low_acc);
-  Accumulator(&dq_low_target)[kF] = kScaledLow ? dq_low_acc : dq_acc;
 
   // Lane 2r + h: row r of the warp's 16 (its lse, delta and sample start in registers).
   const int row = lane / 2, half = lane % 2, query = warp_query + row;
@@ -548,18 +530,14 @@ attention_backward_dq_tc_kernel(Storage<Format>* dq, const Storage<Format>* dout
                                                            row_start, first_key, scale);
     __syncwarp();
     // dQ_w += (dS_high + dS_low) [16, kCols] K [kCols, kD] (scaled at the end)
-    warp_mma_split_apart<kCols, kF>(dq_acc, dq_low_target, reinterpret_cast<const T*>(ds_high),
-                                    reinterpret_cast<const T*>(ds_low), Shared::kOpLd, k_tile, kLd);
+    warp_mma_split<kCols, kF>(dq_acc, reinterpret_cast<const T*>(ds_high),
+                              reinterpret_cast<const T*>(ds_low), Shared::kOpLd, k_tile, kLd);
     if (has_next) stage.commit(shared.streamed(buffer ^ 1, 1), kLd);
     __syncthreads();  // the next tile is in place; every warp is done with this one
   }
-  constexpr float kUnscaleLow = 1.0f / low_part_scale<Format>();
 #pragma unroll
   for (int f = 0; f < kF; ++f) {
-    for (int i = 0; i < Accumulator::num_elements; ++i) {
-      const float low = kScaledLow ? dq_low_acc[f].x[i] * kUnscaleLow : 0.0f;
-      dq_acc[f].x[i] = (dq_acc[f].x[i] + low) * scale;
-    }
+    for (int i = 0; i < Accumulator::num_elements; ++i) dq_acc[f].x[i] *= scale;
   }
   const int warp_valid = max(0, min(kWarpRows, dims.time - warp_query));
   store_warp_rows<Format, kD, kCols>(dq + dims.q_offset(b, head) + warp_query * q_stride,
