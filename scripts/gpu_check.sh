@@ -5,12 +5,15 @@
 #
 #   On the build machine (Debian 12, apt, network), from the project root:
 #     scripts/gpu_check.sh pack [--out DIR] [--cuda-arch 90] [--binary-dir BUILD]
-#       -> DIR (default .gpu/): bin.tar.gz (zerotune, zt_gpu_tests, bench tools: an nvcc build for
-#          --cuda-arch with -DZT_NATIVE=OFF, so the node's CPU needs no AVX-512), bundle/ (the
+#       -> DIR (default .gpu/): bin.tar.xz (zerotune, zt_gpu_tests, bench tools: an nvcc build for
+#          --cuda-arch with -DZT_NATIVE=OFF, so the node's CPU needs no AVX-512; xz: half gzip's
+#          size, and a lent GPU machine takes 64 MiB a call), bundle/ (the
 #          runtime .debs of scripts/offline_bundle.sh pack --no-build-deps, about 38 MB, and the
 #          source tree), gpu_check.sh. The CUDA libraries (cudart, cuBLASLt, NCCL, cuDNN) are not
 #          packed: the node's own are used. --binary-dir packs the binaries of an existing build
-#          instead of building (the CI test packs its CPU or emulated build this way).
+#          instead of building (the CI test packs its CPU or emulated build this way); when that
+#          build is -march=native (ZT_NATIVE=ON), cpu_flags.txt lists this CPU's instruction-set
+#          flags, and run's env part fails, naming them, on a node whose CPU lacks any.
 #   Copy DIR to the node, then there:
 #     bash DIR/gpu_check.sh run [--out RESULTS] [--work WORKDIR] [--parts "env tests ..."]
 #   Parts (default: all but prof, in this order): env (unpack, find the CUDA libraries, every
@@ -29,12 +32,20 @@ set -uo pipefail
 
 script_path="$(readlink -f "${BASH_SOURCE[0]}")"
 die() { echo "gpu_check.sh: $*" >&2; exit 2; }
-usage() { sed -n '2,27p' "$script_path" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,30p' "$script_path" | sed 's/^# \{0,1\}//'; exit 2; }
 
 KERNEL_SUITES=cuda_attention,cuda_gemm,cuda_loss,cuda_memory,cuda_norms,cuda_optim,cuda_pointwise
 BINARIES=(zerotune zt_gpu_tests bench_gemm_peak bench_kernels make_bench_data bench_cpu_adam)
 
 # ---- pack ---------------------------------------------------------------------------------
+
+# This CPU's instruction-set flags that a compiler's -march=native may use (from /proc/cpuinfo;
+# AMD's sse4a, which GCC never emits unasked, left out), one line, sorted.
+isa_flags() {
+  grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' |
+    grep -E -x 'avx|avx2|fma|f16c|bmi1|bmi2|abm|popcnt|movbe|adx|sse4_1|sse4_2|ssse3|sha_ni|gfni|vaes|vpclmulqdq|avx_vnni|avx512[a-z0-9_]*|amx[a-z0-9_]*' |
+    sort | tr '\n' ' '
+}
 
 pack() {
   local out=.gpu arch=90 binary_dir="" build
@@ -68,7 +79,7 @@ pack() {
     die "pack: offline_bundle.sh pack failed"
   # The node's own CUDA libraries are used (the driver's version decides which work there).
   rm -rf "$out/bundle/extra-libs" && mkdir -p "$out/bundle/extra-libs"
-  # The binary travels once, in bin.tar.gz (run copies it into the bundle): the pack stays under
+  # The binary travels once, in bin.tar.xz (run copies it into the bundle): the pack stays under
   # the 64 MiB a carried folder may hold on the lent GPU machines.
   rm -f "$out/bundle/bin/zerotune"
   local name path found=()
@@ -78,7 +89,9 @@ pack() {
   done
   [[ -n "$binary_dir" || ${#found[@]} == "${#BINARIES[@]}" ]] || die "pack: built only ${found[*]}"
   strip "$out"/b/* 2>/dev/null
-  tar -C "$out" -czf "$out/bin.tar.gz" b && rm -rf "$out/b"
+  tar -C "$out" -cf - b | xz -T0 -6 >"$out/bin.tar.xz" && rm -rf "$out/b" || die "pack: could not write bin.tar.xz"
+  rm -f "$out/cpu_flags.txt"
+  if grep -q '^ZT_NATIVE:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then isa_flags >"$out/cpu_flags.txt"; fi
   cp "$script_path" "$out/gpu_check.sh"
   echo "pack: $out ($(du -sh "$out" | cut -f1)): binaries ${found[*]}; on the node: bash $out/gpu_check.sh run"
 }
@@ -135,8 +148,8 @@ missing_cudnn_parts() {
 setup_environment() {
   B=$W/bin; P=$W/proj
   mkdir -p "$B" "$P" "$W/wrap"
-  tar -C "$W" -xzf "$D/bin.tar.gz" && cp "$W"/b/* "$B/" && tar -C "$P" -xzf "$D/bundle/zerotune-src.tar.gz" ||
-    return 1
+  if [[ -f "$D/bin.tar.xz" ]]; then tar -C "$W" -xJf "$D/bin.tar.xz"; else tar -C "$W" -xzf "$D/bin.tar.gz"; fi &&
+    cp "$W"/b/* "$B/" && tar -C "$P" -xzf "$D/bundle/zerotune-src.tar.gz" || return 1
   cp "$B/zerotune" "$D/bundle/bin/zerotune"
   bash "$D/bundle/offline_bundle.sh" unpack "$D/bundle" "$W/zt" >"$OUT/unpack.txt" 2>&1 || return 1
   # shellcheck disable=SC1091
@@ -161,6 +174,14 @@ py() { env -u LD_LIBRARY_PATH PATH="$W/wrap:$PATH" python3 "$@"; }
 
 part_env() {
   begin "environment: unpack, the node's CUDA libraries, every binary resolves its libraries"
+  local flag lacking=""
+  if [[ -f "$D/cpu_flags.txt" ]]; then  # a -march=native build: this CPU must have each flag
+    for flag in $(cat "$D/cpu_flags.txt"); do [[ " $(isa_flags) " == *" $flag "* ]] || lacking+=" $flag"; done
+    if [[ -n "$lacking" ]]; then
+      record env fail "the binaries are a -march=native build; this node's CPU lacks:$lacking"
+      return 1
+    fi
+  fi
   if ! setup_environment; then record env fail "unpack failed (see $OUT/unpack.txt)"; return 1; fi
   local gpu missing="" b cudnn
   gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -n 1)
@@ -357,7 +378,8 @@ run() {
     esac
   done
   D="$(dirname "$script_path")"
-  [[ -f "$D/bin.tar.gz" && -d "$D/bundle" ]] || die "run: $D has no bin.tar.gz and bundle/ (run it as PACKDIR/gpu_check.sh, after pack)"
+  [[ ( -f "$D/bin.tar.xz" || -f "$D/bin.tar.gz" ) && -d "$D/bundle" ]] ||
+    die "run: $D has no bin.tar.xz and bundle/ (run it as PACKDIR/gpu_check.sh, after pack)"
   for part in $parts; do
     declare -F "part_$part" >/dev/null || die "run: unknown part '$part' (env cpu tests selftest pytests sanitize kernels bench7b opt13 adam prof)"
   done

@@ -6,7 +6,8 @@
 # pack: unpacked into a prefix, every binary resolves its libraries under the bundle's env.sh, a
 # 2-step CPU training run passes, the CPU AdamW benchmark runs (a small n), the summary table lists
 # the parts as pass; a part that needs a GPU binary this build lacks fails in the table (never
-# passes silently); bad arguments are refused with a message naming them.
+# passes silently); a -march=native pack names its CPU flags and a node lacking one fails env by
+# name; bad arguments are refused with a message naming them.
 # Usage: test_gpu_check.sh ZEROTUNE_BINARY PYTHON
 set -uo pipefail
 ZEROTUNE="$1"
@@ -22,10 +23,18 @@ bash scripts/gpu_check.sh pack --out "$PACK" --binary-dir "$BUILD" >"$WORK/pack.
 status=$?
 check pack "$status" "$WORK/pack.log" "gpu_check.sh pack exited with $status"
 debs=$(ls "$PACK"/bundle/debs/*.deb 2>/dev/null | wc -l)
-[[ -f "$PACK/bin.tar.gz" && -f "$PACK/gpu_check.sh" && -f "$PACK/bundle/MANIFEST" && "$debs" -gt 10 ]]
-check pack-contents $? "$WORK/pack.log" "the pack lacks bin.tar.gz, gpu_check.sh, bundle/MANIFEST or the .debs ($debs)"
-tar -tzf "$PACK/bin.tar.gz" | grep -qx 'b/zerotune'
-check pack-binaries $? "" "bin.tar.gz has no b/zerotune: $(tar -tzf "$PACK/bin.tar.gz" | tr '\n' ' ')"
+[[ -f "$PACK/bin.tar.xz" && -f "$PACK/gpu_check.sh" && -f "$PACK/bundle/MANIFEST" && "$debs" -gt 10 ]]
+check pack-contents $? "$WORK/pack.log" "the pack lacks bin.tar.xz, gpu_check.sh, bundle/MANIFEST or the .debs ($debs)"
+tar -tJf "$PACK/bin.tar.xz" | grep -qx 'b/zerotune'
+check pack-binaries $? "" "bin.tar.xz has no b/zerotune: $(tar -tJf "$PACK/bin.tar.xz" | tr '\n' ' ')"
+# A -march=native build (ZT_NATIVE=ON) names this CPU's instruction-set flags for the node to check.
+if grep -q '^ZT_NATIVE:BOOL=ON' "$BUILD/CMakeCache.txt"; then
+  grep -q 'avx2' "$PACK/cpu_flags.txt" 2>/dev/null
+  check native-flags $? "" "a -march=native build's pack has no cpu_flags.txt naming avx2: $(cat "$PACK/cpu_flags.txt" 2>&1)"
+else
+  [[ ! -e "$PACK/cpu_flags.txt" ]]
+  check native-flags $? "" "a portable build's pack has a cpu_flags.txt"
+fi
 echo "     pack took $(( $(date +%s) - start )) s, $debs .debs"
 
 # --- run the CPU parts from the pack -----------------------------------------------------------
@@ -47,13 +56,21 @@ echo "     run took $(( $(date +%s) - start )) s"
 # --- a GPU part without its binary fails in the table; bad arguments ---------------------------
 # A copy of the pack whose binaries lack zt_gpu_tests (a CPU build's pack; this build may have it).
 PACK2="$WORK/pack-without-gpu-tests"
-mkdir -p "$PACK2/x" && cp -r "$PACK/bundle" "$PACK/gpu_check.sh" "$PACK2/" && tar -C "$PACK2/x" -xzf "$PACK/bin.tar.gz" &&
-  rm -f "$PACK2/x/b/zt_gpu_tests" && tar -C "$PACK2/x" -czf "$PACK2/bin.tar.gz" b && rm -rf "$PACK2/x"
+mkdir -p "$PACK2/x" && cp -r "$PACK/bundle" "$PACK/gpu_check.sh" "$PACK2/" && tar -C "$PACK2/x" -xJf "$PACK/bin.tar.xz" &&
+  rm -f "$PACK2/x/b/zt_gpu_tests" && tar -C "$PACK2/x" -czf "$PACK2/bin.tar.gz" b && rm -rf "$PACK2/x"  # (gzip: an older pack's form)
 check pack-copy $? "" "could not copy the pack without zt_gpu_tests"
 bash "$PACK2/gpu_check.sh" run --out "$WORK/results2" --work "$WORK/w2" --parts tests >"$WORK/run2.log" 2>&1
 status=$?
 [[ $status != 0 ]] && grep -q '^| tests | fail | not in the pack: zt_gpu_tests |' "$WORK/results2/summary.md"
 check gpu-part-fails $? "$WORK/run2.log" "the tests part passed or was left out without zt_gpu_tests (status $status)"
+# A node whose CPU lacks a flag the (-march=native) binaries may use: env fails naming it, nothing runs.
+PACK3="$WORK/pack-foreign-cpu"
+cp -r "$PACK" "$PACK3" && echo "avx2 avx512_imaginary" >"$PACK3/cpu_flags.txt"
+bash "$PACK3/gpu_check.sh" run --out "$WORK/results3" --work "$WORK/w3" --parts "env cpu" >"$WORK/run3.log" 2>&1
+status=$?
+[[ $status != 0 ]] && grep -q '^| env | fail | .*lacks: avx512_imaginary |' "$WORK/results3/summary.md" &&
+  ! grep -q '^| cpu |' "$WORK/results3/summary.md"
+check foreign-cpu $? "$WORK/run3.log" "a node lacking a flag of cpu_flags.txt was not refused by name (status $status)"
 bash "$PACK/gpu_check.sh" run --parts "env bogus" >"$WORK/bad1.log" 2>&1
 [[ $? == 2 ]] && grep -q "unknown part 'bogus'" "$WORK/bad1.log"
 check unknown-part $? "$WORK/bad1.log" "an unknown part is not refused by name"
