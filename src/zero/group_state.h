@@ -18,7 +18,10 @@ struct ZeroEngine::GroupState {
   std::vector<Buffer> state;    // fp32 [P] each: the optimizer's state_names() (host when offloaded)
   Buffer host_grad;             // grad dtype [P] offload: the gradient partition copied to the host
   Buffer host_compute;          // param dtype [P] offload to a GPU with 16-bit compute: the updated
-                                // master rounded on the host, then uploaded (half of fp32's bytes)
+                                // master rounded on the host, then uploaded (half of fp32's bytes);
+                                // with offload_param (the compute partition is host memory) only
+                                // under DPU: the partition's twin, which the background update
+                                // rounds into and which then becomes the partition (swapped)
   // DPU (--delayed-param-update): the second copy of each of the two host buffers the background
   // update touches, so that the next step never waits for it: the backward copies its gradients
   // into host_grad bucket by bucket while the update in flight reads the other copy, and the update

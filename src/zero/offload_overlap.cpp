@@ -66,7 +66,9 @@ void ZeroEngine::finish_delayed_update() {
   for (ParamGroup group : kTrainableGroups) {
     GroupState& s = state(group);
     if (!s.compute_partition.data() || !s.partition_numel) continue;
-    if (s.host_compute.data())  // rounded by the worker: upload
+    if (s.host_compute.data() && compute_partition_view(s).device == Device::CPU)
+      std::swap(s.compute_partition, s.host_compute);  // offload_param: the worker's twin becomes the partition
+    else if (s.host_compute.data())  // rounded by the worker: upload
       backend_.copy_async(compute_partition_view(s), s.host_compute.view(compute_dtype_, {s.partition_numel}));
     else
       update_compute_partition(group, 0, s.partition_numel);
@@ -126,7 +128,7 @@ void ZeroEngine::swap_delayed_buffers() {
   for (ParamGroup group : kTrainableGroups) {
     GroupState& s = state(group);
     std::swap(s.host_grad, s.host_grad_spare);
-    std::swap(s.host_compute, s.host_compute_spare);
+    if (s.host_compute_spare.data()) std::swap(s.host_compute, s.host_compute_spare);  // (offload_param: no spare)
   }
   std::swap(uploads_done_, spare_uploads_done_);
 }

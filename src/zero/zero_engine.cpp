@@ -98,6 +98,11 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
       if (offload_ && rounds_ && !offload_param_ && backend_.device() != Device::CPU) {
         state->host_compute = Buffer(*host_, param_bytes(*state));
         if (delayed) state->host_compute_spare = Buffer(*host_, param_bytes(*state));
+      } else if (offload_ && rounds_ && offload_param_ && delayed && backend_.device() != Device::CPU &&
+                 state->compute_partition.data()) {
+        // The host compute partition's twin: the delayed update rounds into it beside the next
+        // step, whose gathers read the partition; then the two are swapped (no serial pass).
+        state->host_compute = Buffer(partition_backend, param_bytes(*state));
       }
     }
     if (group == ParamGroup::Frozen && stage_ == 3 && bytes)
@@ -784,9 +789,11 @@ ZeroMemory ZeroEngine::memory() const {
   if (offload_)
     m.host_bytes += m.master_params + m.optimizer_state + trainable_partition * static_cast<int64_t>(grad_bytes()) +
                     m.gradient_widening;
-  for (const auto& s : groups_)  // DPU's twins of the host gradient copy and staging copy
+  for (const auto& s : groups_) {  // DPU's twins of the host gradient copy and staging copy
     for (const Buffer* spare : {&s->host_grad_spare, &s->host_compute_spare})
       m.host_bytes += static_cast<int64_t>(spare->bytes());
+    if (offload_param_) m.host_bytes += static_cast<int64_t>(s->host_compute.bytes());  // the partition's twin
+  }
   m.staging = reduction_->staging_bytes();
   return m;
 }

@@ -91,18 +91,22 @@ void ZeroEngine::update_piece(ParamGroup group, const std::vector<UnitRange>& un
   optimize_piece(group, units, piece_gradient(group, begin, numel), step, grad_divisor, rounded);
   if (!rounded.data) return update_compute_partition(group, begin, numel);
   GroupState& s = state(group);
-  if (s.host_compute.data())  // the staging copy the update rounded into: upload it
-    backend_.copy_async(compute_partition_view(s).rows(begin, numel), rounded);  // overlaps the next piece's update
+  const Tensor compute = compute_partition_view(s).rows(begin, numel);
+  if (rounded.data != compute.data)  // the staging copy the update rounded into: upload it
+    backend_.copy_async(compute, rounded);  // overlaps the next piece's update
 }
 
 // Where the update of a piece may write its parameters rounded to the 16-bit compute dtype itself
 // (bf16/fp16 [numel], host memory), or empty: the host staging copy that is uploaded after it
 // (offload to a GPU), or, when `compute_too`, the compute partition itself where that is host
-// memory (the CPU backend, offload_param). Writing the staging copy waits for the last uploads
-// that read it.
+// memory (the CPU backend, offload_param); the delayed update (not `compute_too`) with
+// offload_param on a GPU rounds into the partition's twin (finish_delayed_update swaps them).
+// Writing the staging copy waits for the last uploads that read it.
 Tensor ZeroEngine::rounding_target(ParamGroup group, int64_t begin, int64_t numel, bool compute_too) {
   GroupState& s = state(group);
   if (!offload_ || !rounds_ || !s.compute_partition.data()) return {};
+  const Tensor compute = compute_partition_view(s).rows(begin, numel);
+  if (compute_too && compute.device == Device::CPU) return compute;
   if (s.host_compute.data()) {
     if (uploads_done_) {
       uploads_done_->wait();
@@ -110,8 +114,7 @@ Tensor ZeroEngine::rounding_target(ParamGroup group, int64_t begin, int64_t nume
     }
     return s.host_compute.view(compute_dtype_, {s.partition_numel}).rows(begin, numel);
   }
-  const Tensor compute = compute_partition_view(s).rows(begin, numel);
-  return compute_too && compute.device == Device::CPU ? compute : Tensor{};
+  return {};
 }
 
 Tensor ZeroEngine::piece_gradient(ParamGroup group, int64_t begin, int64_t numel, bool queued) {
@@ -170,7 +173,7 @@ void ZeroEngine::update_compute_partition(ParamGroup group, int64_t begin, int64
   Tensor compute = compute_partition_view(s).rows(begin, numel);                    // compute dtype
   if (const Tensor rounded = rounding_target(group, begin, numel, true); rounded.data) {
     host_->copy(rounded, master);  // offloaded 16-bit compute: round on the CPU
-    if (s.host_compute.data()) backend_.copy_async(compute, rounded);  // and upload half the bytes
+    if (rounded.data != compute.data) backend_.copy_async(compute, rounded);  // and upload half the bytes
   } else if (offload_ && compute.device == Device::CPU) {
     host_->copy(compute, master);  // both in host memory (offload_param too)
   } else {
