@@ -1,9 +1,7 @@
-// fp32 <-> bf16/fp16 bit conversions. Written from the IEEE 754 binary16 and bfloat16 layouts:
-// bf16 is the top 16 bits of fp32; fp16 has 5 exponent bits (bias 15) and 10 mantissa bits.
+// Element types: sizes, names, parsing, round trips. (The fp32 <-> bf16/fp16 conversions are
+// inline in dtype.h, written from the IEEE 754 binary16 and bfloat16 layouts: bf16 is the top 16
+// bits of fp32; fp16 has 5 exponent bits (bias 15) and 10 mantissa bits.)
 #include "core/dtype.h"
-
-#include <bit>
-#include <cmath>
 
 #include "core/error.h"
 
@@ -45,7 +43,6 @@ DType parse_compute_dtype(const std::string& name) {
 bool is_float(DType dtype) {
   return dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16;
 }
-
 
 float round_to(DType dtype, float value) {
   switch (dtype) {

@@ -59,7 +59,7 @@ template <DType kGradient>
 // exact at the nearer end). Always inlined into each ISA's entry point below: that is what
 // vectorises this one body once per ISA. kGradient: the gradient's dtype, widened and scaled
 // inside the loop (no staging of an fp32 copy through L1: the fp16 step with its loss scale ran at
-// 0.77 of the bandwidth bound that way, the bf16 one, inline, at 0.91).
+// 0.76 of the bandwidth bound that way, 0.85 inline; BENCHMARKS.md).
 template <bool kLerpFromStart, DType kGradient>
 [[gnu::always_inline]] inline void adamw_chunk(const AdamWArrays& a, int64_t begin, int64_t count,
                                                const AdamWConstants& c) {
