@@ -77,13 +77,7 @@ class DpoObjective final : public Objective {
     const double loss = pair_losses(micro.pairs, step_sums_, &row_weights);
     model.weight_rows_once(std::move(row_weights));
     model.backward(batch, grad_scale, dropout, loss_sum);
-    ZT_CHECK(backend_, "--objective dpo: backward before attach");
-    add_to_device_sum(*backend_, loss_sum, loss);
-  }
-
-  void attach(CausalLM& model, ParamStore& store, Backend& backend) override {
-    (void)model, (void)store;
-    backend_ = &backend;
+    host_loss_sum_ += loss;
   }
 
   // Two rows (chosen, rejected) of seq_len tokens per pair, every position a target.
@@ -185,7 +179,6 @@ class DpoObjective final : public Objective {
 
   double beta_ = 0.1;
   double label_smoothing_ = 0.0;
-  Backend* backend_ = nullptr;
   CausalLM* frozen_reference_ = nullptr;  // full fine-tuning's reference model (not owned), or null: the base
   std::vector<double> policy_logps_, reference_logps_;  // [2P] of the last forward: chosen rows, then rejected
   std::array<double, kDpoSums> step_sums_{};            // this step's figures' sums (this rank)

@@ -68,7 +68,8 @@ class Objective {
     return model.forward(batch, dropout);
   }
   // After forward(): the backward of d(loss sum * grad_scale), gradients accumulated
-  // into the store; the micro-batch's loss sum added to loss_sum (fp64 [1] on the device).
+  // into the store; the micro-batch's loss sum added to loss_sum (fp64 [1] on the device), or, for
+  // a loss computed on the host (reward, DPO), to host_loss_sum_.
   virtual void backward(CausalLM& model, const MicroBatch& micro, const BatchTensors& batch, float grad_scale,
                         const DropoutContext& dropout, Tensor loss_sum) = 0;
   // The largest micro-batch of config.micro_batch_size samples of seq_len tokens, laid out as this
@@ -84,6 +85,18 @@ class Objective {
   // Evaluation over a whole split, samples divided over the ranks, sums all-reduced.
   virtual ObjectiveEval evaluate(CausalLM& model, const TokenDataset& data, int64_t micro_batch, Communicator& comm,
                                  Backend& backend) = 0;
+
+  // The step's loss computed on the host so far, handed over (and reset) when the step runner
+  // reads the device's sum, once per step: adding it to the device's sum per micro-batch would
+  // wait for that micro-batch's backward (issue 30, a step that never waits).
+  double take_host_loss_sum() {
+    const double sum = host_loss_sum_;
+    host_loss_sum_ = 0.0;
+    return sum;
+  }
+
+ protected:
+  double host_loss_sum_ = 0.0;
 };
 
 // The objective config.objective names (sft, reward, dpo), with its options (--dpo-beta, ...);
@@ -100,8 +113,6 @@ std::unique_ptr<Objective> make_dpo_objective(double beta, double label_smoothin
 // off (each pair's sides keep rows of their own).
 void check_pair_data(const std::string& objective, const TrainConfig& config, const TokenDataset& data,
                      const std::string& path);
-// loss_sum (fp64 [1] on the device) += value (one synchronisation).
-void add_to_device_sum(Backend& backend, Tensor loss_sum, double value);
 // -log sigmoid(x) and sigmoid(x), without overflow for large |x|.
 double neg_log_sigmoid(double x);
 double sigmoid(double x);

@@ -141,7 +141,6 @@ class RewardObjective final : public Objective {
 
   void attach(CausalLM& model, ParamStore& store, Backend& backend) override {
     head_ = std::make_unique<ValueHead>(store, backend);
-    backend_ = &backend;
     model.set_hidden_head(head_.get());
   }
 
@@ -149,7 +148,7 @@ class RewardObjective final : public Objective {
                 const DropoutContext& dropout, Tensor loss_sum) override {
     const PairResult result = pair_loss(micro, head_->host_values, grad_scale, &head_->host_d_values);
     model.backward(batch, grad_scale, dropout, loss_sum);
-    add_to_device_sum(*backend_, loss_sum, result.loss_sum);
+    host_loss_sum_ += result.loss_sum;
   }
 
   // Two rows (chosen, rejected) of seq_len tokens per pair.
@@ -197,7 +196,6 @@ class RewardObjective final : public Objective {
 
  private:
   std::unique_ptr<ValueHead> head_;
-  Backend* backend_ = nullptr;
 };
 
 }  // namespace

@@ -75,14 +75,6 @@ void check_pair_data(const std::string& objective, const TrainConfig& config, co
            "leave --packing out");
 }
 
-void add_to_device_sum(Backend& backend, Tensor loss_sum, double value) {
-  double total = 0.0;  // [1]
-  Tensor host(&total, DType::F64, {1});
-  backend.copy(host, loss_sum);
-  total += value;
-  backend.copy(loss_sum, host);
-}
-
 double neg_log_sigmoid(double x) { return x >= 0 ? std::log1p(std::exp(-x)) : -x + std::log1p(std::exp(x)); }
 double sigmoid(double x) { return x >= 0 ? 1.0 / (1.0 + std::exp(-x)) : std::exp(x) / (1.0 + std::exp(x)); }
 

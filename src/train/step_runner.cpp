@@ -123,6 +123,7 @@ StepOutcome StepRunner::run_schedule(int64_t step, int64_t updates_done, StepBat
   grad_scale_ = outcome.target_tokens > 0 ? outcome.loss_scale / static_cast<float>(outcome.target_tokens) : 0.0f;
   dropout_ = DropoutContext{config_.seed, static_cast<uint32_t>(step), Tensor()};
   for (double& sum : sums_) sum = 0.0;
+  objective_.take_host_loss_sum();  // (a step that read no sum leaves none behind)
   reduced_ = norm_measured_ = false;
   backend_.fill(step_loss_sum_.view(DType::F64, {1}), 0.0f);  // on the device: no upload
   enter(StepPart::Engine);
@@ -256,6 +257,7 @@ void StepRunner::finish_sums(StepOutcome& outcome) {
   loss_copied_.reset();
   // Read through the host backend (a plain copy of host memory; nothing on the counting backend).
   host_->copy(Tensor(&sums_[0], DType::F64, {1}), host_loss_sum_.view(DType::F64, {1}));
+  sums_[0] += objective_.take_host_loss_sum();  // reward's and DPO's losses, computed on the host
   comm_.all_reduce_scalars(sums_);
   if (pipeline_) pipeline_->combine_sums(sums_);
   outcome.loss = outcome.target_tokens > 0 ? sums_[0] / static_cast<double>(outcome.target_tokens) : 0.0;

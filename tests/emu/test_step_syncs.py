@@ -20,6 +20,10 @@
 # per-bucket update (--update-per-bucket, no clipping) waits, once the backward of the next unit is
 # queued, for the copies of the buckets completed before it, and hands them to the host worker: at
 # most one more wait per unit, and at least one (else nothing was updated during the backward).
+# The pair objectives compute their loss on the host from what each micro-batch's forward leaves
+# there: the reward model's values (one wait per micro-batch), DPO's reference and policy
+# log-probabilities (two); the loss itself joins the step's sum when that is read, not per
+# micro-batch (before: one more wait each, for the whole backward).
 import glob
 import json
 import os
@@ -28,6 +32,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mpi"))
 from mpi_common import (Report, main_guard, make_model_and_data, parse_args, read_run, run_ranks,  # noqa: E402
                         temporary_directory)
+from test_reward_zero import write_pairs  # noqa: E402
 
 WAITS_PER_STEP = 1
 CAPTURED_STEPS = (3, 4)
@@ -49,7 +54,11 @@ CASES = (
      "bf16", None, ("--update-per-bucket",)),
     ("stage 2 bf16 LOMO (fused update, norm pass)", 1, {"stage": 2}, "bf16", {"type": "LOMO", "params": {"lr": 1e-3}},
      ()),
+    ("stage 2 bf16, reward objective", 1, {"stage": 2}, "bf16", None, ("--objective", "reward")),
+    ("stage 2 bf16, DPO objective, LoRA", 1, {"stage": 2}, "bf16", None, ("--objective", "dpo", "--lora-r", "4")),
 )
+# Host waits per micro-batch of the objectives whose loss is computed on the host.
+OBJECTIVE_WAITS_PER_MICRO_BATCH = {"reward": 1, "dpo": 2}
 
 
 def write_config(path, ranks, zero, precision, optimizer, extra):
@@ -88,12 +97,17 @@ def main():
     report = Report(f"host waits per training step on the emulated device: at most {WAITS_PER_STEP} (LOMO: per unit)")
     with temporary_directory(args, "zt-step-syncs-") as workdir:
         model, data = make_model_and_data(args.zerotune, workdir)
+        pairs = os.path.join(workdir, "pairs")
+        os.makedirs(pairs)
+        write_pairs(os.path.join(pairs, "train-00000.h5"), seed=9, pairs=32)
         for index, (label, ranks, zero, precision, optimizer, extra) in enumerate(CASES):
+            objective = extra[extra.index("--objective") + 1] if "--objective" in extra else None
             out = os.path.join(workdir, f"run{index}")
             prefix = os.path.join(workdir, f"calls{index}")
             ds = write_config(out + ".json", ranks, zero, precision, optimizer, extra)
             os.environ["ZT_EMU_CALL_REPORT"] = prefix
-            run_ranks(ranks, [args.zerotune, "train", "--model", model, "--data", data, "--out", out, "--deepspeed", ds,
+            run_ranks(ranks, [args.zerotune, "train", "--model", model, "--data", pairs if objective else data, "--out", out,
+                              "--deepspeed", ds,
                               "--max-steps", STEPS, "--seed", 3, "--device", "cuda", "--cuda-profiler-steps",
                               f"{CAPTURED_STEPS[0]}:{CAPTURED_STEPS[1]}"] + list(extra))
             ranks_counts = captured_waits(prefix)
@@ -104,6 +118,8 @@ def main():
                 budget = 2 * 2 * len(read_run(out)["zero_layout"]["unit_elements"])
             if "--update-per-bucket" in extra:  # + at most one per unit (one rank: a bucket per unit)
                 budget, least = WAITS_PER_STEP + len(read_run(out)["zero_layout"]["unit_elements"]), WAITS_PER_STEP + 1
+            if objective:  # + the values the host's loss reads, per micro-batch (2 per step)
+                budget = WAITS_PER_STEP + 2 * OBJECTIVE_WAITS_PER_MICRO_BATCH[objective]
             for rank, (captured, ranges, everything) in enumerate(ranks_counts):
                 # The counter is live (set-up and tear-down wait) and the capture range happened once.
                 report.check(ranges == 1 and everything > 0,
