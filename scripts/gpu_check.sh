@@ -6,8 +6,8 @@
 #   On the build machine (Debian 12, apt, network), from the project root:
 #     scripts/gpu_check.sh pack [--out DIR] [--cuda-arch 90] [--binary-dir BUILD]
 #       -> DIR (default .gpu/): bin.tar.xz (zerotune, zt_gpu_tests, bench tools: an nvcc build for
-#          --cuda-arch with -DZT_NATIVE=OFF, so the node's CPU needs no AVX-512; xz: half gzip's
-#          size, and a lent GPU machine takes 64 MiB a call), bundle/ (the
+#          --cuda-arch with -DZT_NATIVE=OFF, so the node's CPU needs no AVX-512; xz, since a lent
+#          GPU machine takes 64 MiB a call: ZT_PACK_XZ_LEVEL=-6 for the smallest), bundle/ (the
 #          runtime .debs of scripts/offline_bundle.sh pack --no-build-deps, about 38 MB, and the
 #          source tree), gpu_check.sh. The CUDA libraries (cudart, cuBLASLt, NCCL, cuDNN) are not
 #          packed: the node's own are used. --binary-dir packs the binaries of an existing build
@@ -89,7 +89,10 @@ pack() {
   done
   [[ -n "$binary_dir" || ${#found[@]} == "${#BINARIES[@]}" ]] || die "pack: built only ${found[*]}"
   strip "$out"/b/* 2>/dev/null
-  tar -C "$out" -cf - b | xz -T0 -6 >"$out/bin.tar.xz" && rm -rf "$out/b" || die "pack: could not write bin.tar.xz"
+  # xz -1: a quarter smaller than gzip in about the same time; ZT_PACK_XZ_LEVEL=-6 halves gzip's
+  # size at seven times the time (a pack near the 64 MiB a lent machine's call carries).
+  tar -C "$out" -cf - b | xz -T0 "${ZT_PACK_XZ_LEVEL:--1}" >"$out/bin.tar.xz" && rm -rf "$out/b" ||
+    die "pack: could not write bin.tar.xz"
   rm -f "$out/cpu_flags.txt"
   if grep -q '^ZT_NATIVE:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then isa_flags >"$out/cpu_flags.txt"; fi
   cp "$script_path" "$out/gpu_check.sh"
