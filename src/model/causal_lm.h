@@ -145,8 +145,28 @@ class CausalLM {
   // After forward: the sum of the masked token losses, no gradients (evaluation).
   virtual double loss(const BatchTensors& batch) = 0;
   // After forward: per row b of the batch, the sum of its masked token losses, no gradients
-  // ([B] fp64, one device synchronisation): -log p(row b's targets), DPO's log-probabilities.
-  virtual std::vector<double> row_losses(const BatchTensors& batch) = 0;
+  // ([B] fp64): -log p(row b's targets), DPO's log-probabilities. Queued behind the forward and
+  // copied to host memory; read() waits for the copy (one device synchronisation, or none where a
+  // later read waited already: DPO queues the reference's, runs the policy's forward, reads the
+  // policy's, then the reference's). At most two queued at a time per model (two host slots):
+  // read() names a result a third queue_row_losses overwrote.
+  class QueuedRowLosses {
+   public:
+    QueuedRowLosses(Backend& host, Tensor sums, std::unique_ptr<BackendEvent> copied, const uint64_t* slot_generation,
+                    uint64_t generation)
+        : host_(&host), sums_(sums), copied_(std::move(copied)), slot_generation_(slot_generation),
+          generation_(generation) {}
+    std::vector<double> read();
+
+   private:
+    Backend* host_;
+    Tensor sums_;  // fp64 [B], host memory
+    std::unique_ptr<BackendEvent> copied_;
+    const uint64_t* slot_generation_;  // the slot's current generation (the model's)
+    uint64_t generation_;              // this result's
+  };
+  virtual QueuedRowLosses queue_row_losses(const BatchTensors& batch) = 0;
+  std::vector<double> row_losses(const BatchTensors& batch) { return queue_row_losses(batch).read(); }
   // The next backward() weights row b's token losses by row_weights[b] (times grad_scale) in the
   // LM head's gradient, and adds nothing to loss_sum (the objective adds its own loss): the chain
   // rule through a loss of the rows' log-probabilities (train/dpo_objective.cpp). One backward

@@ -16,6 +16,15 @@
 
 namespace zt {
 
+std::vector<double> CausalLM::QueuedRowLosses::read() {
+  ZT_CHECK(*slot_generation_ == generation_, "CausalLM::queue_row_losses: a result read after two more were queued "
+           "(its host slot was written again)");
+  copied_->wait();
+  std::vector<double> values(static_cast<size_t>(sums_.numel()));  // [B]
+  host_->copy(Tensor(values.data(), DType::F64, {sums_.numel()}), sums_);
+  return values;
+}
+
 namespace {
 
 // Calls work(b, begin, count) for each batch row b's part [begin, begin + count) of the token
@@ -168,7 +177,7 @@ class DecoderModel final : public CausalLM {
     return sum;
   }
 
-  std::vector<double> row_losses(const BatchTensors& batch) override {
+  QueuedRowLosses queue_row_losses(const BatchTensors& batch) override {
     ZT_CHECK(!hidden_head(), "CausalLM::row_losses: the model runs another head (its objective computes the loss)");
     ensure_buffer(row_sums_, backend_, batch.batch, DType::F64);
     Tensor sums = row_sums_.view(DType::F64, {batch.batch});  // [B] on the device
@@ -181,9 +190,15 @@ class DecoderModel final : public CausalLM {
       });
     });
     hooks().release(head_unit());
-    std::vector<double> host(static_cast<size_t>(batch.batch));  // [B]
-    backend_.copy(Tensor(host.data(), DType::F64, {batch.batch}), sums);
-    return host;
+    // Into the next of two host slots (pinned where the backend has it), behind the forward: the
+    // device's sums buffer is reused by the next queue, in stream order after this copy.
+    if (!row_host_) row_host_ = backend_.make_host_backend();
+    const int slot = static_cast<int>(row_queued_++ % 2);
+    ensure_buffer(row_sums_host_[slot], *row_host_, batch.batch, DType::F64);
+    const Tensor host = row_sums_host_[slot].view(DType::F64, {batch.batch});  // [B], host memory
+    backend_.copy_async(host, sums);
+    const uint64_t generation = ++row_slot_generation_[slot];
+    return QueuedRowLosses(*row_host_, host, backend_.record_event(), &row_slot_generation_[slot], generation);
   }
 
   double backward(const BatchTensors& batch, float grad_scale, const DropoutContext& dropout) override {
@@ -603,6 +618,10 @@ class DecoderModel final : public CausalLM {
   Buffer lora_dz_, lora_scratch_;                 // [N, r_max], [N, in_max]
   Buffer loss_sum_;                               // fp64 [1]: backward's returned sum; weighted rows' scratch
   Buffer row_sums_;                               // fp64 [B]: row_losses' sums
+  std::unique_ptr<Backend> row_host_;             // host memory for the queued row sums
+  Buffer row_sums_host_[2];                       // fp64 [B] each: two queued results at a time
+  uint64_t row_slot_generation_[2] = {0, 0};      // bumped when a slot is written again
+  uint64_t row_queued_ = 0;
   int64_t lora_dz_elements_ = 1, lora_scratch_elements_ = 1;
 };
 

@@ -65,9 +65,12 @@ class DpoObjective final : public Objective {
     no_dropout.adapters = false;  // the base alone (LoRA); a frozen copy has no adapters
     CausalLM& reference = frozen_reference_ ? *frozen_reference_ : model;
     reference.forward(batch, no_dropout);
-    reference_logps_ = log_probs(reference.row_losses(batch));
+    // Queued, read after the policy's: the host issues the policy's forward without waiting for
+    // the reference's (one host wait per micro-batch, not two).
+    CausalLM::QueuedRowLosses reference_rows = reference.queue_row_losses(batch);
     Tensor logits = model.forward(batch, dropout);
     policy_logps_ = log_probs(model.row_losses(batch));
+    reference_logps_ = log_probs(reference_rows.read());
     return logits;
   }
 

@@ -21,9 +21,10 @@
 # queued, for the copies of the buckets completed before it, and hands them to the host worker: at
 # most one more wait per unit, and at least one (else nothing was updated during the backward).
 # The pair objectives compute their loss on the host from what each micro-batch's forward leaves
-# there: the reward model's values (one wait per micro-batch), DPO's reference and policy
-# log-probabilities (two); the loss itself joins the step's sum when that is read, not per
-# micro-batch (before: one more wait each, for the whole backward).
+# there: the reward model's values, DPO's reference and policy log-probabilities (the reference's
+# queued and read after the policy's, so one wait for both): one wait per micro-batch; the loss
+# itself joins the step's sum when that is read, not per micro-batch (before: one more wait each,
+# for the whole backward, and DPO's reference another).
 import glob
 import json
 import os
@@ -58,7 +59,7 @@ CASES = (
     ("stage 2 bf16, DPO objective, LoRA", 1, {"stage": 2}, "bf16", None, ("--objective", "dpo", "--lora-r", "4")),
 )
 # Host waits per micro-batch of the objectives whose loss is computed on the host.
-OBJECTIVE_WAITS_PER_MICRO_BATCH = {"reward": 1, "dpo": 2}
+OBJECTIVE_WAITS_PER_MICRO_BATCH = {"reward": 1, "dpo": 1}
 
 
 def write_config(path, ranks, zero, precision, optimizer, extra):
