@@ -285,7 +285,10 @@ BOOST_AUTO_TEST_CASE(row_losses_row_weights_and_disabled_adapters) {
 
 // DPO's frozen reference under full fine-tuning (train/frozen_reference.h) runs a forward-only
 // model: the same per-row losses as the trained model over the same weights, with two residual
-// buffers (head chunks straddling rows as above); its backward is an error.
+// buffers (head chunks straddling rows as above); its backward is an error. DPO queues the
+// reference's row losses, runs the policy's forward, then reads both: a queued result reads what
+// row_losses gives, two can be in flight, and one read after two more were queued (its host slot
+// written again) is an error naming why.
 BOOST_AUTO_TEST_CASE(forward_only_model_gives_the_same_row_losses) {
   Setup setup(LoraConfig{}, false, 0.0f, tiny_llama(), 4);
   ModelOptions options;
@@ -304,26 +307,14 @@ BOOST_AUTO_TEST_CASE(forward_only_model_gives_the_same_row_losses) {
   BOOST_CHECK_EXCEPTION(forward_only->backward(batch, 1.0f, dropout), Error, [](const Error& error) {
     return std::string(error.what()).find("forward-only") != std::string::npos;
   });
-}
 
-// DPO queues the reference's row losses, runs the policy's forward, then reads both: a queued
-// result reads what row_losses gives at that point, two can be in flight, and one read after two
-// more were queued (its host slot written again) is an error naming why.
-BOOST_AUTO_TEST_CASE(queued_row_losses_read_later) {
-  Setup setup(LoraConfig{}, false, 0.0f, tiny_llama(), 4);
-  TestBatch data;
-  BatchTensors batch = data.tensors();
-  DropoutContext dropout{11, 3, batch.row_ids};
-  dropout.training = false;
-  setup.model->forward(batch, dropout);
-  const std::vector<double> rows = setup.model->row_losses(batch);
-  CausalLM::QueuedRowLosses first = setup.model->queue_row_losses(batch);
-  CausalLM::QueuedRowLosses second = setup.model->queue_row_losses(batch);
+  CausalLM::QueuedRowLosses first = forward_only->queue_row_losses(batch);
+  CausalLM::QueuedRowLosses second = forward_only->queue_row_losses(batch);
   BOOST_TEST(second.read() == rows);
   BOOST_TEST(first.read() == rows);
-  CausalLM::QueuedRowLosses stale = setup.model->queue_row_losses(batch);
-  (void)setup.model->queue_row_losses(batch);
-  (void)setup.model->queue_row_losses(batch);  // stale's slot again
+  CausalLM::QueuedRowLosses stale = forward_only->queue_row_losses(batch);
+  (void)forward_only->queue_row_losses(batch);
+  (void)forward_only->queue_row_losses(batch);  // stale's slot again
   BOOST_CHECK_EXCEPTION(stale.read(), Error, [](const Error& error) {
     return std::string(error.what()).find("read after two more were queued") != std::string::npos;
   });
