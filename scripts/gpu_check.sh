@@ -313,7 +313,7 @@ part_bench7b() {
 }
 
 part_opt13() {
-  begin "opt-1.3b shape, full fine-tuning, fp16, micro-batch 8, seq 512, 16 steps, ZeRO-0, 3, 3 + offload (+ DPU)"
+  begin "opt-1.3b shape, full fine-tuning, fp16, micro-batch 8, seq 512, 16 steps, ZeRO-0, 3, 3 + offload (+ DPU, ratio 0.3)"
   have_binaries opt13 zerotune make_bench_data || return 1
   local z off extra rc=0 figures=""
   timeout 120 "$B/zerotune" init --config "$P/job_scripts/deepspeed-chat/models/opt-1.3b/config.json" --out "$W/opt" --seed 1 \
@@ -323,10 +323,14 @@ part_opt13() {
   # With "enabled" alone it would start at 2^32 and skip the first ~10 steps (README, fp16), so the
   # step times would be those of skipped steps (no optimizer update).
   # 3o-dpu: the same offload run with the one-step delayed update from update 3 on
-  # (docs/zero-offload.md): the CPU update of step t beside step t + 1's device work.
-  for z in 0 3 3o 3o-dpu; do
+  # (docs/zero-offload.md): the CPU update of step t beside step t + 1's device work; 3o-r30: the
+  # same offload run with offload_optimizer.ratio 0.3 (ZeRO-Offload++: 70% of the optimizer states
+  # stay on the GPU and are updated there, beside the CPU's 30%).
+  for z in 0 3 3o 3o-dpu 3o-r30; do
     off="" extra=()
-    [[ $z == 3o* ]] && off=',"offload_optimizer":{"device":"cpu","pin_memory":true},"offload_param":{"device":"cpu","pin_memory":true}'
+    local ratio=""
+    [[ $z == 3o-r30 ]] && ratio=',"ratio":0.3'
+    [[ $z == 3o* ]] && off=',"offload_optimizer":{"device":"cpu","pin_memory":true'"$ratio"'},"offload_param":{"device":"cpu","pin_memory":true}'
     [[ $z == 3o-dpu ]] && extra=(--delayed-param-update 2)
     printf '{"train_micro_batch_size_per_gpu":8,"gradient_accumulation_steps":1,"fp16":{"enabled":true,"loss_scale_window":100},"gradient_clipping":1.0,"optimizer":{"type":"AdamW","params":{"lr":1e-5}},"zero_optimization":{"stage":%s%s}}' \
       "${z:0:1}" "$off" >"$W/f$z.json"

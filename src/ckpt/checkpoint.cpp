@@ -101,9 +101,14 @@ RankFileContent rank_file_content(ZeroEngine& engine) {
   RankFileContent content;
   const std::vector<std::string> state_names = engine.optimizer().state_names();
   for (const ZeroEngine::PartitionViews& views : engine.partition_views())
-    for (size_t a = 0; a <= views.state.size(); ++a)
-      content.arrays.push_back({param_group_name(views.group), a == 0 ? "master" : state_names[a - 1],
-                                to_host(engine.backend(), a == 0 ? views.master : views.state[a - 1])});
+    for (size_t a = 0; a <= state_names.size(); ++a) {  // the parts one after the other: the partition as saved
+      std::vector<float> whole;
+      for (const ZeroEngine::PartitionViews::Part& part : views.parts) {
+        const std::vector<float> values = to_host(engine.backend(), a == 0 ? part.master : part.state[a - 1]);
+        whole.insert(whole.end(), values.begin(), values.end());
+      }
+      content.arrays.push_back({param_group_name(views.group), a == 0 ? "master" : state_names[a - 1], std::move(whole)});
+    }
   if (engine.partition_index() == 0)
     for (const ZeroEngine::TensorStateViews& views : engine.tensor_state_views())
       for (size_t k = 0; k < views.state.size(); ++k)
@@ -696,9 +701,8 @@ TrainingState load_checkpoint(const std::string& checkpoint_dir, const RunIdenti
   PartitionReader reader(checkpoint_dir, manifest);
   const std::vector<std::string> state_names = engine.optimizer().state_names();
   for (const ZeroEngine::PartitionViews& views : engine.partition_views()) {
-    for (size_t a = 0; a <= views.state.size(); ++a) {
-      const Tensor tensor = a == 0 ? views.master : views.state[a - 1];
-      std::vector<float> host(static_cast<size_t>(tensor.numel()));
+    for (size_t a = 0; a <= state_names.size(); ++a) {
+      std::vector<float> host(static_cast<size_t>(views.numel()));
       const char* array = a == 0 ? "master" : state_names[a - 1].c_str();
       reader.read(views.group, array, store.group(views.group).units, engine.partition_count(),
                   engine.partition_index(), host.data(), model_units);
@@ -706,7 +710,10 @@ TrainingState load_checkpoint(const std::string& checkpoint_dir, const RunIdenti
         if (model_units[unit] < 0)
           reader.read_copies(views.group, array, store, static_cast<int>(unit), engine.partition_count(),
                              engine.partition_index(), host.data());
-      engine.backend().copy(tensor, f32_view(host.data(), {tensor.numel()}));
+      for (const ZeroEngine::PartitionViews::Part& part : views.parts) {  // into the part that holds each element
+        const Tensor tensor = a == 0 ? part.master : part.state[a - 1];
+        engine.backend().copy(tensor, f32_view(host.data() + part.begin, {tensor.numel()}));
+      }
     }
   }
   for (const ZeroEngine::TensorStateViews& views : engine.tensor_state_views()) {

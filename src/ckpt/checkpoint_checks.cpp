@@ -60,12 +60,15 @@ void check_rank_file_attributes(const std::string& path, int64_t partition, int6
 bool master_weights_finite(ZeroEngine& engine, Communicator& comm) {
   bool finite = true;
   for (const ZeroEngine::PartitionViews& views : engine.partition_views()) {
-    const Tensor& master = views.master;
-    if (master.device == Device::CPU) {  // host memory (the CPU backend, optimizer offload): read in place
-      const float* values = master.f32();
-      for (int64_t i = 0; i < master.numel() && finite; ++i) finite = std::isfinite(values[i]);
-    } else {
-      finite = !engine.backend().has_inf_or_nan(master);
+    for (const ZeroEngine::PartitionViews::Part& part : views.parts) {
+      const Tensor& master = part.master;
+      if (master.device == Device::CPU) {  // host memory (the CPU backend, optimizer offload): read in place
+        const float* values = master.f32();
+        for (int64_t i = 0; i < master.numel() && finite; ++i) finite = std::isfinite(values[i]);
+      } else {
+        finite = !engine.backend().has_inf_or_nan(master);
+      }
+      if (!finite) break;
     }
     if (!finite) break;
   }

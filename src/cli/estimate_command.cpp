@@ -225,6 +225,8 @@ nlohmann::ordered_json estimate_report(const ModelSummary& model, const RunShape
     }
   }
   report["rows"] = rows;
+  // --deepspeed's offload_optimizer.ratio: its partial offload is in the stage-3 offload rows' runs.
+  if (shape.base.zero.offload_optimizer_ratio < 1.0) report["offload_optimizer_ratio"] = shape.base.zero.offload_optimizer_ratio;
   return report;
 }
 
@@ -374,6 +376,9 @@ std::string format_report(const nlohmann::ordered_json& report) {
              " tokens", report["run"]["activation_checkpointing"].get<bool>() ? ", activation checkpointing" : "",
              run_quantization_note(report["run"]), pipeline_note(report["run"])));
   if (run && report["run"]["packing"].is_string()) line(cat("packing: ", report["run"]["packing"].get<std::string>()));
+  if (run && report.contains("offload_optimizer_ratio"))
+    line(cat("offload_optimizer.ratio ", report["offload_optimizer_ratio"].get<double>(), " (partial offload): in the "
+             "zerotune run columns of the stage-3 rows with offload_optimizer cpu"));
   line("");
   char row[320];
   std::snprintf(row, sizeof row, "%-5s %-9s %-7s | %12s %12s %12s | %12s %12s%s", "", "offload", "offload",
@@ -473,6 +478,8 @@ nlohmann::ordered_json max_seq_len_report(const ModelSummary& model, const RunSh
     }
   }
   report["rows"] = rows;
+  // --deepspeed's offload_optimizer.ratio: its partial offload is in the stage-3 offload rows' runs.
+  if (shape.base.zero.offload_optimizer_ratio < 1.0) report["offload_optimizer_ratio"] = shape.base.zero.offload_optimizer_ratio;
   return report;
 }
 

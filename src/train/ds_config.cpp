@@ -900,7 +900,9 @@ const KeyTable& zero_keys() {
 
 // offload_optimizer / offload_param: device none|cpu (nvme is refused), pin_memory; the NVMe
 // buffer settings are noted as ignored.
-void translate_offload(const Section& zero, const std::string& key, std::string& device, bool& pin_memory) {
+// offload_optimizer.ratio (DeepSpeed's partial offload, ZeRO-Offload++) goes to `ratio`.
+void translate_offload(const Section& zero, const std::string& key, std::string& device, bool& pin_memory,
+                       double* ratio = nullptr) {
   const Section offload = zero.child(key);
   KeyTable keys = {{"device", Role::translated},  {"pin_memory", Role::translated},
                    {"nvme_path", Role::no_effect}, {"buffer_count", Role::no_effect}};
@@ -917,12 +919,8 @@ void translate_offload(const Section& zero, const std::string& key, std::string&
     fail(zero.file(), ": ", offload.key_path("device"), " \"nvme\" is not supported (yet): use \"cpu\" or \"none\"");
   offload.text("device", device, {"none", "cpu"});
   offload.boolean("pin_memory", pin_memory, false);
-  double ratio = 1.0;
-  if (offload.number("ratio", ratio, 0.0, false) == Got::value) {
-    if (ratio > 1.0) offload.fail_value("ratio", ratio, "a number in [0, 1]");
-    if (ratio < 1.0)
-      offload.note(cat(offload.key_path("ratio"), " ", ratio, " is ignored: zerotune offloads all optimizer states"));
-  }
+  if (ratio && offload.number("ratio", *ratio, 0.0, false) == Got::value && *ratio > 1.0)
+    offload.fail_value("ratio", *ratio, "a number in [0, 1]: the share of the optimizer states offloaded to the CPU");
 }
 
 void translate_zero(const Section& top, TrainConfig& config) {
@@ -975,7 +973,8 @@ void translate_zero(const Section& top, TrainConfig& config) {
            ": give only one of zero_optimization.cpu_offload (deprecated) and zero_optimization.offload_optimizer");
   ZT_CHECK(!(section.has("cpu_offload_param") && section.has("offload_param")), top.file(),
            ": give only one of zero_optimization.cpu_offload_param (deprecated) and zero_optimization.offload_param");
-  translate_offload(section, "offload_optimizer", zero.offload_optimizer_device, zero.offload_optimizer_pin_memory);
+  translate_offload(section, "offload_optimizer", zero.offload_optimizer_device, zero.offload_optimizer_pin_memory,
+                    &zero.offload_optimizer_ratio);
   translate_offload(section, "offload_param", zero.offload_param_device, zero.offload_param_pin_memory);
   bool deprecated_flag = false;
   if (section.boolean("cpu_offload", deprecated_flag, false) == Got::value && deprecated_flag)
@@ -987,6 +986,16 @@ void translate_zero(const Section& top, TrainConfig& config) {
 
   ZT_CHECK(zero.offload_optimizer_device == "none" || zero.stage >= 1, top.file(),
            ": zero_optimization.offload_optimizer.device \"cpu\" needs ZeRO stage 1, 2 or 3 (stage is ", zero.stage, ")");
+  if (zero.offload_optimizer_ratio < 1.0) {
+    // DeepSpeed's partial offload is stage 3's (stage3.py); the other stages offload everything.
+    ZT_CHECK(zero.offload_optimizer_device == "none" || zero.stage == 3, top.file(),
+             ": zero_optimization.offload_optimizer.ratio ", zero.offload_optimizer_ratio, " (partial offload, "
+             "ZeRO-Offload++) needs ZeRO stage 3, as in DeepSpeed (stage is ", zero.stage, "); remove it to offload "
+             "all optimizer states");
+    if (zero.offload_optimizer_device == "none")
+      top.note(cat("zero_optimization.offload_optimizer.ratio ", zero.offload_optimizer_ratio,
+                   " has no effect: offload_optimizer.device is \"none\""));
+  }
   if (zero.offload_param_device != "none" && zero.stage < 3) {
     // DeepSpeed-Chat writes offload_param for every stage; DeepSpeed uses it only in stage 3.
     section.note(cat("zero_optimization.offload_param is ignored below stage 3 (as in DeepSpeed; stage is ",

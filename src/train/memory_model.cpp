@@ -90,10 +90,11 @@ class TermObserver final : public AssemblyObserver {
   void before_store() override { backend_.set_term(kTermParameters); }
   void before_engine() override { backend_.set_term(kTermZeroBuffers); }
   void before_model(ParamStore& store, ZeroEngine& engine) override {
-    for (const ZeroEngine::PartitionViews& views : engine.partition_views()) {
-      backend_.move_to_term(views.master.data, kTermMaster);
-      for (const Tensor& state : views.state) backend_.move_to_term(state.data, kTermOptimizerState);
-    }
+    for (const ZeroEngine::PartitionViews& views : engine.partition_views())
+      for (const ZeroEngine::PartitionViews::Part& part : views.parts) {
+        backend_.move_to_term(part.master.data, kTermMaster);
+        for (const Tensor& state : part.state) backend_.move_to_term(state.data, kTermOptimizerState);
+      }
     for (const ZeroEngine::TensorStateViews& views : engine.tensor_state_views())
       for (const Tensor& state : views.state) backend_.move_to_term(state.data, kTermOptimizerState);
     const ZeroEngine::BufferAddresses engine_buffers = engine.buffer_addresses();

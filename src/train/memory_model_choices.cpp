@@ -19,10 +19,11 @@ TrainConfig with_choice(TrainConfig config, const ZeroChoice& choice) {
   config.activation_checkpointing = choice.activation_checkpointing;
   if (choice.pipeline_stages > 0) config.pipeline.stages = choice.pipeline_stages;
   // ZeRO++ (--deepspeed's zero_quantized_weights, zero_hpz_partition_size, zero_quantized_gradients)
-  // is stage 3's: the rows of the other stages run without it.
+  // and partial offload (offload_optimizer.ratio) are stage 3's: the rows of the other stages run without them.
   if (choice.stage < 3) {
     config.zero.zero_quantized_weights = config.zero.zero_quantized_gradients = false;
     config.zero.zero_hpz_partition_size = 1;
+    config.zero.offload_optimizer_ratio = 1.0;  // (so is offload_optimizer.ratio's partial offload)
   } else if (choice.zeropp_ranks_per_node > 0) {
     config.zero.zero_quantized_weights = config.zero.zero_quantized_gradients = true;
     config.zero.zero_hpz_partition_size = config.zero.ranks_per_node = choice.zeropp_ranks_per_node;

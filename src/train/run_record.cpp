@@ -30,9 +30,11 @@ void print_zero_banner(const ZeroEngine& engine, const ZeroConfig& zero, int wor
                        int64_t accumulation, const char* precision, DType grad_dtype) {
   const ZeroMemory m = engine.memory();
   const ZeroCommPlan plan = engine.comm_plan(accumulation);
-  std::printf("zero: stage %d, offload_optimizer %s, offload_param %s, %d rank(s) on %d node(s), precision %s\n",
-              zero.stage, zero.offload_optimizer_device.c_str(), zero.offload_param_device.c_str(), world_size, nodes,
-              precision);
+  const std::string partial = m.resident_optimizer ? cat(" (ratio ", zero.offload_optimizer_ratio, ": ",
+                                                            mib(m.resident_optimizer), " of it on the device)") : "";
+  std::printf("zero: stage %d, offload_optimizer %s%s, offload_param %s, %d rank(s) on %d node(s), precision %s\n",
+              zero.stage, zero.offload_optimizer_device.c_str(), partial.c_str(), zero.offload_param_device.c_str(),
+              world_size, nodes, precision);
   const std::string widening = m.gradient_widening ? cat(" + ", mib(m.gradient_widening), " fp32 for the update") : "";
   std::printf("zero: per rank: parameters %s, gradients %s (%s%s), fp32 master %s, optimizer state %s%s\n",
               mib(m.compute_params).c_str(), mib(m.gradients).c_str(), dtype_name(grad_dtype), widening.c_str(),
@@ -49,7 +51,7 @@ void add_zero_layout(nlohmann::json& record, const ZeroEngine& engine, const Par
   record["zero_memory_per_rank"] = {{"parameters", memory.compute_params}, {"gradients", memory.gradients},
                                     {"gradient_widening", memory.gradient_widening},
                                     {"master_params", memory.master_params}, {"optimizer_state", memory.optimizer_state},
-                                    {"host", memory.host_bytes}};
+                                    {"resident_optimizer", memory.resident_optimizer}, {"host", memory.host_bytes}};
   nlohmann::json layout = {{"all_elements", 0}, {"trainable_elements", 0}, {"unit_elements", nlohmann::json::array()}};
   for (ParamGroup group : {ParamGroup::Frozen, ParamGroup::Decay, ParamGroup::NoDecay}) {
     layout["all_elements"] = layout["all_elements"].get<int64_t>() + store.group(group).numel;

@@ -303,7 +303,7 @@ void StepRunner::update(int64_t updates_done, StepOutcome& outcome, StepProfiler
   if (profiler) {
     double elements = 0.0;
     for (const ZeroEngine::PartitionViews& views : engine_.partition_views())
-      elements += static_cast<double>(views.master.numel());
+      elements += static_cast<double>(views.numel());
     profiler->table.add("optimizer", engine_.optimizer().flops_per_element() * elements,
                         std::chrono::duration<double>(std::chrono::steady_clock::now() - optimizer_start).count() -
                             (control_.stats().total_wait_seconds() - waited_before));

@@ -69,7 +69,8 @@ void ZeroEngine::finish_delayed_update() {
     if (s.host_compute.data() && compute_partition_view(s).device == Device::CPU)
       std::swap(s.compute_partition, s.host_compute);  // offload_param: the worker's twin becomes the partition
     else if (s.host_compute.data())  // rounded by the worker: upload
-      backend_.copy_async(compute_partition_view(s), s.host_compute.view(compute_dtype_, {s.partition_numel}));
+      backend_.copy_async(compute_partition_view(s).rows(s.resident_numel, s.offloaded_numel()),
+                          s.offloaded_rows(s.host_compute, compute_dtype_, s.resident_numel, s.offloaded_numel()));
     else
       update_compute_partition(group, 0, s.partition_numel);
   }
@@ -167,7 +168,7 @@ void ZeroEngine::post_copied_buckets() {
       const std::vector<UnitRange> units = {unit};
       const int64_t begin = piece_begin(units), numel = piece_numel(units);
       if (!numel || begin < bucket.begin || begin >= bucket.begin + bucket.numel) continue;
-      pieces.push_back({bucket.group, units, host_grad_view(s).rows(begin, numel),
+      pieces.push_back({bucket.group, units, host_grad_rows(s, begin, numel),
                         rounding_target(bucket.group, begin, numel, false)});
     }
     post_host_pieces(std::move(pieces), *bucket_step_, bucket_step_->grad_divisor, true);

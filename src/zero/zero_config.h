@@ -23,6 +23,10 @@ struct ZeroConfig {  // DeepSpeed "zero_optimization"; the ZeRO issue gives thes
   bool stage3_gather_16bit_weights_on_model_save = false;
   std::string offload_optimizer_device = "none";  // none | cpu
   bool offload_optimizer_pin_memory = false;
+  // offload_optimizer.ratio (DeepSpeed's ZeRO-Offload++ "Twin-Flow", stage 3): the share of the optimizer
+  // partition offloaded to the host; the rest (the first units' slices) keeps its fp32 master and
+  // optimizer state on the device and is updated there, beside the CPU update (docs/zero-offload.md).
+  double offload_optimizer_ratio = 1.0;
   std::string offload_param_device = "none";     // none | cpu (stage 3 only)
   bool offload_param_pin_memory = false;
   // ZeRO++ (stage 3; docs/zero-plus-plus.md):

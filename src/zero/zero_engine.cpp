@@ -70,6 +70,7 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
            "zero_optimization.offload_param.device \"cpu\" needs ZeRO stage 3; the config has stage ", stage_);
   ZT_CHECK(zero.reduce_bucket_size > 0 && zero.allgather_bucket_size > 0,
            "zero_optimization: reduce_bucket_size and allgather_bucket_size must be positive");
+  check_partial_offload();
   // Host memory for what is offloaded: page-locked when pin_memory asks for it (the CUDA
   // backend's host backend), so that device<->host copies run at full speed.
   auto host_backend = [&](bool pin) { return pin ? backend_.make_host_backend() : backend_.make_pageable_host_backend(); };
@@ -85,19 +86,17 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
     state->partition_numel = store.group(group).numel / divisor;
     const size_t bytes = static_cast<size_t>(state->partition_numel) * sizeof(float);
     if (group != ParamGroup::Frozen && bytes) {
-      state->master = Buffer(state_backend, bytes);
-      for (size_t k = 0; k < optimizer_->state_names().size(); ++k) {
-        state->state.emplace_back(state_backend, bytes);
-        state_backend.fill(flat_f32(state->state.back(), state->partition_numel), 0.0f);
-      }
+      if (offload_) place_resident_part(*state, store.group(group).units, divisor);
+      allocate_optimizer_state(*state, state_backend);
       const bool delayed = offload_ && zero.delayed_update_after >= 0;  // DPU: twins of the host buffers
-      if (offload_) state->host_grad = Buffer(*host_, static_cast<size_t>(state->partition_numel) * grad_bytes());
+      if (offload_) state->host_grad = Buffer(*host_, static_cast<size_t>(state->offloaded_numel()) * grad_bytes());
       if (delayed) state->host_grad_spare = Buffer(*host_, state->host_grad.bytes());
       if (stage_ >= 1 && (offload_ || rounds_ || offload_param_))
         state->compute_partition = Buffer(partition_backend, param_bytes(*state));
       if (offload_ && rounds_ && !offload_param_ && backend_.device() != Device::CPU) {
-        state->host_compute = Buffer(*host_, param_bytes(*state));
-        if (delayed) state->host_compute_spare = Buffer(*host_, param_bytes(*state));
+        const size_t offloaded_bytes = static_cast<size_t>(state->offloaded_numel()) * dtype_size(compute_dtype_);
+        state->host_compute = Buffer(*host_, offloaded_bytes);
+        if (delayed) state->host_compute_spare = Buffer(*host_, offloaded_bytes);
       } else if (offload_ && rounds_ && offload_param_ && delayed && backend_.device() != Device::CPU &&
                  state->compute_partition.data()) {
         // The host compute partition's twin: the delayed update rounds into it beside the next
@@ -142,15 +141,77 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
   allocate_update_scratch(state_backend);
 }
 
+// offload_optimizer.ratio < 1 (partial offload; stage 3, checked by check_partial_offload): the
+// group's first units stay on the device, as many as keep their slices within (1 - ratio) of the
+// partition (DeepSpeed keeps its first sub-groups, int((1 - ratio) x count) of them).
+void ZeroEngine::place_resident_part(GroupState& s, const std::vector<UnitRange>& units, int64_t divisor) const {
+  const double ratio = zero_.offload_optimizer_ratio;
+  if (ratio >= 1.0) return;
+  const auto limit = static_cast<int64_t>((1.0 - ratio) * static_cast<double>(s.partition_numel));
+  for (const UnitRange& unit : units) {
+    const int64_t slice = unit.numel / divisor;
+    if (s.resident_numel + slice > limit) break;
+    s.resident_numel += slice;
+    ++s.resident_units;
+  }
+  if (!s.resident_numel) s.resident_units = 0;  // (only units without elements here: nothing stays)
+}
+
+bool ZeroEngine::partial_offload() const {
+  for (ParamGroup group : kTrainableGroups)
+    if (groups_[static_cast<size_t>(group)]->resident_numel) return true;
+  return false;
+}
+
+// The refusals: the device-resident part is updated on the device beside the host's, after the
+// backward, element by element.
+void ZeroEngine::check_partial_offload() const {
+  const double ratio = zero_.offload_optimizer_ratio;
+  ZT_CHECK(ratio >= 0.0 && ratio <= 1.0, "zero_optimization.offload_optimizer.ratio ", ratio, " is not in [0, 1]");
+  if (ratio >= 1.0 || !offload_) return;
+  const std::string key = cat("zero_optimization.offload_optimizer.ratio ", ratio);
+  ZT_CHECK(stage_ == 3, key, " (partial offload) needs ZeRO stage 3, as in DeepSpeed; the config has stage ", stage_);
+  ZT_CHECK(zero_.delayed_update_after < 0, key, " with --delayed-param-update: the delayed update runs on the "
+           "host alone; offload all optimizer states (ratio 1) or drop the flag");
+  ZT_CHECK(!zero_.update_per_bucket, key, " with --update-per-bucket: the per-bucket update runs on the host "
+           "alone; offload all optimizer states (ratio 1) or drop the flag");
+  ZT_CHECK(optimizer_->updates_elementwise(), key, " with optimizer ", optimizer_->name(), ": its update of an "
+           "element reads more than that element (per-tensor norms), which the two parts would have to share "
+           "(use adamw or sgd, or ratio 1)");
+}
+
+// The master and the optimizer's state buffers (zeroed): the device-resident part on the device,
+// the rest on `state_backend` (the host with offload).
+void ZeroEngine::allocate_optimizer_state(GroupState& s, Backend& state_backend) {
+  const auto floats = [](int64_t numel) { return static_cast<size_t>(numel) * sizeof(float); };
+  const size_t states = optimizer_->state_names().size();
+  auto allocate = [&](Backend& on, int64_t numel, Buffer& master, std::vector<Buffer>& state) {
+    if (!numel) return;
+    master = Buffer(on, floats(numel));
+    for (size_t k = 0; k < states; ++k) {
+      state.emplace_back(on, floats(numel));
+      on.fill(flat_f32(state.back(), numel), 0.0f);
+    }
+  };
+  allocate(backend_, s.resident_numel, s.resident_master, s.resident_state);
+  allocate(state_backend, s.offloaded_numel(), s.master, s.state);
+  if (s.state.empty()) s.state.resize(states);  // (all resident: empty offloaded parts, state_rows indexes them)
+}
+
 // The update's scratch: 16-bit gradients are widened piece by piece for the optimizer, which
 // reads fp32 (wide_grad_); a fused optimizer's reduce-scatter output of one unit (fused_scratch_).
 void ZeroEngine::allocate_update_scratch(Backend& state_backend) {
   if (store_.grad_dtype() != DType::F32) {
-    int64_t largest = 0;
+    int64_t largest = 0, largest_resident = 0;  // (the device-resident part's pieces: widened on the device)
     for (ParamGroup group : kTrainableGroups)
       for (const std::vector<UnitRange>& bucket : gather_pieces(group))
-        for (const std::vector<UnitRange>& units : update_pieces(bucket)) largest = std::max(largest, piece_numel(units));
+        for (const std::vector<UnitRange>& units : update_pieces(bucket)) {
+          int64_t& into = offload_ && state(group).resident(piece_begin(units)) ? largest_resident : largest;
+          into = std::max(into, piece_numel(units));
+        }
     if (largest) wide_grad_ = Buffer(state_backend, static_cast<size_t>(largest) * sizeof(float));
+    if (largest_resident && !optimizer_->fuses_offload_passes(backend_))
+      resident_wide_grad_ = Buffer(backend_, static_cast<size_t>(largest_resident) * sizeof(float));
   }
   if (fused_ && stage_ >= 1 && world_ > 1) {  // one unit's slice of the largest group range
     int64_t largest = 0;
@@ -197,7 +258,7 @@ Tensor ZeroEngine::compute_partition_view(const GroupState& s) const {
 Tensor ZeroEngine::gather_source(ParamGroup group) const {
   const GroupState& s = *groups_[static_cast<size_t>(group)];
   if (s.compute_partition.data()) return compute_partition_view(s);
-  return flat_f32(s.master, s.partition_numel);  // fp32 compute without offload: the master itself
+  return s.master_rows(0, s.partition_numel);  // fp32 compute without offload: the master itself
 }
 
 // Copies this rank's slice of every unit of `full` into `partition` (at unit.begin / W).
@@ -229,10 +290,10 @@ void ZeroEngine::init_unit_from_store(int unit) {
     const UnitRange range = store_.unit_range(group, unit);
     if (!s.partition_numel || !range.numel) continue;
     const Tensor full = store_.group_params(group);
-    if (group != ParamGroup::Frozen) {
-      Tensor master = flat_f32(s.master, s.partition_numel);
-      if (stage_ == 0) backend_.copy(master.rows(range.begin, range.numel), full.rows(range.begin, range.numel));
-      else copy_own_slices(backend_, master, full, {range}, world_, rank_);
+    if (group != ParamGroup::Frozen) {  // into the master's part that holds the unit's slice
+      const int64_t n = stage_ == 0 ? range.numel : range.numel / world_;
+      const int64_t from = stage_ == 0 ? range.begin : range.begin + rank_ * n;
+      if (n) backend_.copy(s.master_rows(range.begin / (stage_ == 0 ? 1 : world_), n), full.rows(from, n));
     } else if (stage_ == 3) {
       copy_own_slices(backend_, compute_partition_view(s), full, {range}, world_, rank_);
     }
@@ -477,14 +538,18 @@ void ZeroEngine::gradients_ready(int unit) {
 // per-bucket update armed, the worker updates these slices once the copy is done (offload_overlap.cpp).
 void ZeroEngine::slices_final(ParamGroup group, int64_t begin, Tensor slices) {
   if (!offload_) return;
-  backend_.copy_async(host_grad_view(state(group)).rows(begin, slices.numel()), slices);
+  // (offload_optimizer.ratio < 1: only what is past the device-resident part goes to the host)
+  const GroupState& s = state(group);
+  const int64_t skip = std::clamp<int64_t>(s.resident_numel - begin, 0, slices.numel());
+  if (skip == slices.numel()) return;
+  backend_.copy_async(host_grad_rows(s, begin + skip, slices.numel() - skip), slices.rows(skip, slices.numel() - skip));
   if (bucket_step_) copied_buckets_.push_back({backend_.record_event(), group, begin, slices.numel()});
 }
 
 size_t ZeroEngine::grad_bytes() const { return dtype_size(store_.grad_dtype()); }
 
-Tensor ZeroEngine::host_grad_view(const GroupState& s) const {
-  return s.host_grad.view(store_.grad_dtype(), {s.partition_numel});
+Tensor ZeroEngine::host_grad_rows(const GroupState& s, int64_t begin, int64_t numel) const {
+  return s.offloaded_rows(s.host_grad, store_.grad_dtype(), begin, numel);
 }
 
 void ZeroEngine::end_micro_batch() { reduction_->end_micro_batch(); }
@@ -550,8 +615,15 @@ std::vector<ZeroEngine::PartitionViews> ZeroEngine::partition_views() {
   for (ParamGroup group : kTrainableGroups) {
     GroupState& s = state(group);
     if (!s.partition_numel) continue;
-    PartitionViews view{group, flat_f32(s.master, s.partition_numel), {}};
-    for (const Buffer& buffer : s.state) view.state.push_back(flat_f32(buffer, s.partition_numel));
+    PartitionViews view{group, {}};
+    auto add_part = [&](int64_t begin, int64_t numel) {
+      if (!numel) return;
+      PartitionViews::Part part{begin, s.master_rows(begin, numel), {}};
+      for (size_t k = 0; k < s.state.size(); ++k) part.state.push_back(s.state_rows(k, begin, numel));
+      view.parts.push_back(std::move(part));
+    };
+    add_part(0, s.resident_numel);  // the device-resident part (offload_optimizer.ratio < 1), then the rest
+    add_part(s.resident_numel, s.offloaded_numel());
     views.push_back(std::move(view));
   }
   return views;
@@ -661,9 +733,9 @@ void ZeroEngine::fused_unit_ready(int unit) {
       if (fused_step_.grad_divisor != 1.0f) backend_.scale(mine, 1.0f / fused_step_.grad_divisor);
       OptimizerPiece piece;
       piece.decay = group == ParamGroup::Decay;
-      piece.param = flat_f32(s.master, s.partition_numel).rows(begin, numel);
+      piece.param = s.master_rows(begin, numel);
       piece.grad = mine;
-      for (const Buffer& buffer : s.state) piece.state.push_back(flat_f32(buffer, s.partition_numel).rows(begin, numel));
+      for (size_t k = 0; k < s.state.size(); ++k) piece.state.push_back(s.state_rows(k, begin, numel));
       if (optimizer_->needs_tensor_slices()) add_tensor_slices(piece, group, {&range, 1}, sliced);
       optimizer_->update(backend_, piece, fused_step_);
       update_compute_partition(group, begin, numel);
@@ -692,7 +764,7 @@ void ZeroEngine::refresh_unit_params(int unit) {
     const UnitRange range = store_.unit_range(group, unit);
     if (!range.numel) continue;
     Tensor params = store_.group_params(group).rows(range.begin, range.numel);
-    if (stage_ == 0) backend_.copy(params, flat_f32(state(group).master, state(group).partition_numel).rows(range.begin, range.numel));
+    if (stage_ == 0) backend_.copy(params, state(group).master_rows(range.begin, range.numel));
     else all_gather_async(params, gather_source(group).rows(range.begin / world_, range.numel / world_))->wait();
   }
 }
@@ -713,7 +785,8 @@ ZeroEngine::BufferAddresses ZeroEngine::buffer_addresses() const {
       if (share.data()) addresses.parameters.push_back(share.data());
   // The reduced gradients the strategy keeps (stages 1-3: its partition buffers).
   for (const void* buffer : reduction_->gradient_buffers()) addresses.gradients.push_back(buffer);
-  if (wide_grad_.data()) addresses.gradients.push_back(wide_grad_.data());  // 16-bit ones widened for the update
+  for (const Buffer* wide : {&wide_grad_, &resident_wide_grad_})  // 16-bit ones widened for the update
+    if (wide->data()) addresses.gradients.push_back(wide->data());
   return addresses;
 }
 
@@ -785,10 +858,14 @@ ZeroMemory ZeroEngine::memory() const {
   }
   for (const std::vector<Buffer>& buffers : tensor_state_)  // per-tensor state, whole on every rank
     for (const Buffer& buffer : buffers) m.optimizer_state += static_cast<int64_t>(buffer.bytes());
-  m.gradient_widening = static_cast<int64_t>(wide_grad_.bytes());  // where the optimizer runs
+  m.gradient_widening = static_cast<int64_t>(wide_grad_.bytes() + resident_wide_grad_.bytes());  // where the optimizer runs
+  int64_t resident = 0;  // offload_optimizer.ratio < 1: elements whose master and state stay on the device
+  for (ParamGroup group : kTrainableGroups) resident += groups_[static_cast<size_t>(group)]->resident_numel;
+  m.resident_optimizer = resident * f * static_cast<int64_t>(1 + optimizer_->state_names().size());
   if (offload_)
-    m.host_bytes += m.master_params + m.optimizer_state + trainable_partition * static_cast<int64_t>(grad_bytes()) +
-                    m.gradient_widening;
+    m.host_bytes += m.master_params + m.optimizer_state - m.resident_optimizer +
+                    (trainable_partition - resident) * static_cast<int64_t>(grad_bytes()) +
+                    static_cast<int64_t>(wide_grad_.bytes());
   for (const auto& s : groups_) {  // DPU's twins of the host gradient copy and staging copy
     for (const Buffer* spare : {&s->host_grad_spare, &s->host_compute_spare})
       m.host_bytes += static_cast<int64_t>(spare->bytes());

@@ -67,6 +67,8 @@ struct ZeroMemory {
   int64_t optimizer_state = 0;     // the optimizer's state buffers (host when offloaded)
   int64_t host_bytes = 0;          // host memory: offloaded master, optimizer state and gradient copy
                                    // (part of the above), and offload_param's parameter partitions
+  int64_t resident_optimizer = 0;  // offload_optimizer.ratio < 1: the master + optimizer state bytes kept
+                                   // on the device (part of the two above, not of host_bytes)
   int64_t staging = 0;             // bucket staging buffers
   int64_t gradient_widening = 0;   // 16-bit gradients: the fp32 copy of one update piece (a unit's slice) the
                                    // optimizer reads (device; host memory with offload, part of host_bytes)
@@ -188,10 +190,17 @@ class ZeroEngine final : public UnitHooks {
   // group with elements, and how many distinct partitions the job holds (stage 0: one, the
   // same on every rank; else W). After loading them, refresh_params_from_master makes the
   // compute parameters current again.
+  // The partition [P] is in one part, or two with offload_optimizer.ratio < 1 (the first K
+  // elements on the device, the rest [K, P) on the host), in order.
   struct PartitionViews {
+    struct Part {
+      int64_t begin = 0;           // its first element in the partition
+      Tensor master;               // fp32 [n]
+      std::vector<Tensor> state;   // fp32 [n] each, named optimizer().state_names()
+    };
     ParamGroup group;
-    Tensor master;               // fp32 [P]
-    std::vector<Tensor> state;   // fp32 [P] each, named optimizer().state_names()
+    std::vector<Part> parts;
+    int64_t numel() const { return parts.empty() ? 0 : parts.back().begin + parts.back().master.numel(); }
   };
   std::vector<PartitionViews> partition_views();
   // The optimizer's per-tensor state (Optimizer::tensor_state): whole and identical on every
@@ -278,7 +287,7 @@ class ZeroEngine final : public UnitHooks {
   bool keep_after_release(int unit) const;
   void sync_params_after_update();
   size_t grad_bytes() const;                        // one gradient element's (the store's grad dtype)
-  Tensor host_grad_view(const GroupState& s) const;  // grad dtype [P]: offload's host gradient copy
+  Tensor host_grad_rows(const GroupState& s, int64_t begin, int64_t numel) const;  // grad dtype [numel]: offload's host gradient copy
   // The update's pieces of a group (consecutive units): the buckets whose parameters are gathered
   // together, the pieces the optimizer takes at once within one, and this rank's elements of one.
   std::vector<std::vector<UnitRange>> gather_pieces(ParamGroup group) const;
@@ -298,6 +307,13 @@ class ZeroEngine final : public UnitHooks {
   void start_delayed_update(const OptimizerStep& step, float grad_divisor);
   void check_delayed_update() const;
   void allocate_update_scratch(Backend& state_backend);  // wide_grad_, fused_scratch_ (the constructor's)
+  // offload_optimizer.ratio < 1: which first units of a group stay on the device; the optimizer
+  // state buffers of both parts; the refusals.
+  void place_resident_part(GroupState& s, const std::vector<UnitRange>& units, int64_t divisor) const;
+  void allocate_optimizer_state(GroupState& s, Backend& state_backend);
+  void check_partial_offload() const;
+  bool partial_offload() const;  // some group keeps a part on the device
+  Backend& piece_backend(ParamGroup group, int64_t begin);  // where the piece's optimizer state is
   void swap_delayed_buffers();     // DPU: the host buffers' twins (GroupState::host_grad_spare, ...)
   // The host update on worker_ (offload_overlap.cpp): a piece of it, posting pieces, and the
   // per-bucket update's refusals, posting of copied buckets and completion.
@@ -314,6 +330,7 @@ class ZeroEngine final : public UnitHooks {
   void finish_bucket_update(const OptimizerStep& step);
   // fp32 [n] the optimizer reads: `grad` itself, or a 16-bit one widened into wide_grad_ on `on`.
   Tensor fp32_gradient(Backend& on, Tensor grad);
+  void update_resident_parts(const OptimizerStep& step, float grad_divisor);  // offload_optimizer.ratio < 1
   void update_compute_partitions();  // compute_partition = master (rounded to the compute dtype)
   void update_compute_partition(ParamGroup group, int64_t begin, int64_t numel);
   struct BucketGather {
@@ -362,6 +379,8 @@ class ZeroEngine final : public UnitHooks {
   std::unique_ptr<Backend> param_host_;  // offload_param: host memory of the parameter partitions
   Buffer wide_grad_;  // fp32 [largest update piece], 16-bit gradients only: a piece widened for the
                       // optimizer (host memory with offload: declared after host_, released before it)
+  Buffer resident_wide_grad_;  // the same on the device for offload_optimizer.ratio's resident pieces
+                               // (where the device's optimizer does not fuse the widening)
   std::vector<std::unique_ptr<GroupState>> groups_;  // [kParamGroups]
   std::vector<std::vector<Buffer>> tensor_state_;    // [store entries]: each trainable tensor's per-tensor
                                                      // state, fp32, Optimizer::tensor_state(shape) order

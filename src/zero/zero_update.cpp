@@ -14,10 +14,14 @@ namespace zt {
 // Stages 1/2 update bucket by bucket (allgather_bucket_size) and start each bucket's all-gather as
 // soon as its partition is updated, so the gathers overlap the (CPU) update of the next buckets;
 // the other stages update the whole partition as one piece.
+// Stage 3 with offload_optimizer.ratio < 1: the device-resident units and the offloaded ones.
 std::vector<std::vector<UnitRange>> ZeroEngine::gather_pieces(ParamGroup group) const {
   const std::vector<UnitRange>& units = store_.group(group).units;
   if (stage_ == 1 || stage_ == 2) return plan_buckets(units, zero_.allgather_bucket_size);
-  return {units};
+  const auto split = units.begin() + static_cast<std::ptrdiff_t>(groups_[static_cast<size_t>(group)]->resident_units);
+  if (split == units.begin()) return {units};
+  if (split == units.end()) return {std::vector<UnitRange>(units.begin(), split)};
+  return {std::vector<UnitRange>(units.begin(), split), std::vector<UnitRange>(split, units.end())};
 }
 
 // fp32 gradients: the optimizer takes a gather piece at once. 16-bit ones: unit by unit, so that
@@ -35,7 +39,8 @@ int64_t ZeroEngine::piece_numel(const std::vector<UnitRange>& units) const {
 
 Tensor ZeroEngine::fp32_gradient(Backend& on, Tensor grad) {
   if (grad.dtype == DType::F32) return grad;
-  Tensor wide = wide_grad_.view(DType::F32, {grad.numel()});
+  const Buffer& widening = offload_ && &on == &backend_ ? resident_wide_grad_ : wide_grad_;
+  Tensor wide = widening.view(DType::F32, {grad.numel()});
   on.copy(wide, grad);  // exact: every 16-bit value is an fp32 value
   return wide;
 }
@@ -48,12 +53,12 @@ void ZeroEngine::apply_update(const OptimizerStep& step) {
   if (bucket_step_ && gradients_finished_) return finish_bucket_update(step);  // ran during the last backward
   bucket_step_.reset();  // (armed, but the last backward finished no bucket: the ordinary update)
   finish_delayed_update();
-  std::vector<GroupPartitions> partitions;
+  std::vector<GroupPartitions> partitions;  // (the compressed strategies': stages 0-2, never split)
   for (ParamGroup group : kTrainableGroups) {
     GroupState& s = state(group);
-    if (!s.partition_numel) continue;
-    GroupPartitions views{group, flat_f32(s.master, s.partition_numel), {}, store_.group_params(group)};
-    for (const Buffer& buffer : s.state) views.state.push_back(flat_f32(buffer, s.partition_numel));
+    if (!s.partition_numel || !reduction_->compressed()) continue;
+    GroupPartitions views{group, s.master_rows(0, s.partition_numel), {}, store_.group_params(group)};
+    for (size_t k = 0; k < s.state.size(); ++k) views.state.push_back(s.state_rows(k, 0, s.partition_numel));
     partitions.push_back(std::move(views));
   }
   const UpdateSource source = reduction_->prepare_update(step, partitions);
@@ -64,14 +69,18 @@ void ZeroEngine::apply_update(const OptimizerStep& step) {
   // An exchanged average stands where the reduced gradients would, already divided.
   const float grad_divisor = source == UpdateSource::Exchanged ? 1.0f : step.grad_divisor;
   if (delays(step)) return start_delayed_update(step, grad_divisor);
+  if (partial_offload()) update_resident_parts(step, grad_divisor);  // queued on the device first
   std::deque<BucketGather> gathers;
   for (ParamGroup group : kTrainableGroups) {
     if (!state(group).partition_numel) continue;
     for (const std::vector<UnitRange>& bucket : gather_pieces(group)) {
+      if (offload_ && state(group).resident(piece_begin(bucket))) continue;  // (done above)
       for (const std::vector<UnitRange>& units : update_pieces(bucket)) update_piece(group, units, step, grad_divisor);
       if (stage_ == 1 || stage_ == 2) start_bounded_gather(gathers, group, bucket);
     }
   }
+  if (partial_offload())  // the resident parts' compute parameters, after the host's (a download with offload_param)
+    for (ParamGroup group : kTrainableGroups) update_compute_partition(group, 0, state(group).resident_numel);
   if (offload_) uploads_done_ = backend_.record_event();
   for (BucketGather& gather : gathers) finish_bucket_gather(gather);
   if (stage_ == 0 || stage_ == 3) sync_params_after_update();
@@ -81,13 +90,30 @@ int64_t ZeroEngine::piece_begin(const std::vector<UnitRange>& units) const {
   return units.front().begin / (stage_ == 0 ? 1 : world_);
 }
 
+// offload_optimizer.ratio < 1: the optimizer over the device-resident parts, queued on the device
+// before the host updates the rest (on a GPU the two run side by side); their compute
+// parameters are made current after the host's part (apply_update).
+void ZeroEngine::update_resident_parts(const OptimizerStep& step, float grad_divisor) {
+  for (ParamGroup group : kTrainableGroups) {
+    const GroupState& s = state(group);
+    if (!s.resident_numel) continue;
+    for (const std::vector<UnitRange>& units : update_pieces(gather_pieces(group).front()))
+      if (const int64_t numel = piece_numel(units))
+        optimize_piece(group, units, piece_gradient(group, piece_begin(units), numel), step, grad_divisor, Tensor());
+  }
+}
+
+Backend& ZeroEngine::piece_backend(ParamGroup group, int64_t begin) {
+  return offload_ && !state(group).resident(begin) ? *host_ : backend_;
+}
+
 // The optimizer on this rank's partition of `units` of `group` (consecutive), from the reduced
 // gradient divided by grad_divisor; then the piece's compute parameters.
 void ZeroEngine::update_piece(ParamGroup group, const std::vector<UnitRange>& units, const OptimizerStep& step,
                               float grad_divisor) {
   const int64_t begin = piece_begin(units), numel = piece_numel(units);
   if (!numel) return;
-  const Tensor rounded = rounding_target(group, begin, numel, true);
+  const Tensor rounded = rounding_target(group, begin, numel, true);  // (offloaded pieces only)
   optimize_piece(group, units, piece_gradient(group, begin, numel), step, grad_divisor, rounded);
   if (!rounded.data) return update_compute_partition(group, begin, numel);
   GroupState& s = state(group);
@@ -104,7 +130,7 @@ void ZeroEngine::update_piece(ParamGroup group, const std::vector<UnitRange>& un
 // Writing the staging copy waits for the last uploads that read it.
 Tensor ZeroEngine::rounding_target(ParamGroup group, int64_t begin, int64_t numel, bool compute_too) {
   GroupState& s = state(group);
-  if (!offload_ || !rounds_ || !s.compute_partition.data()) return {};
+  if (!offload_ || !rounds_ || !s.compute_partition.data() || s.resident(begin)) return {};
   const Tensor compute = compute_partition_view(s).rows(begin, numel);
   if (compute_too && compute.device == Device::CPU) return compute;
   if (s.host_compute.data()) {
@@ -112,16 +138,16 @@ Tensor ZeroEngine::rounding_target(ParamGroup group, int64_t begin, int64_t nume
       uploads_done_->wait();
       uploads_done_.reset();
     }
-    return s.host_compute.view(compute_dtype_, {s.partition_numel}).rows(begin, numel);
+    return s.offloaded_rows(s.host_compute, compute_dtype_, begin, numel);
   }
   return {};
 }
 
 Tensor ZeroEngine::piece_gradient(ParamGroup group, int64_t begin, int64_t numel, bool queued) {
   Tensor grad = reduction_->reduced(group).rows(begin, numel);  // grad dtype [numel]
-  if (!offload_) return grad;
+  if (!offload_ || state(group).resident(begin)) return grad;
   // The gradient goes to the host, where the optimizer state lives.
-  Tensor host_grad = host_grad_view(state(group)).rows(begin, numel);
+  Tensor host_grad = host_grad_rows(state(group), begin, numel);
   if (host_grads_ready_) {  // copied bucket by bucket during backward
     host_grads_ready_->wait();
     host_grads_ready_.reset();
@@ -142,12 +168,12 @@ Tensor ZeroEngine::piece_gradient(ParamGroup group, int64_t begin, int64_t numel
 void ZeroEngine::optimize_piece(ParamGroup group, const std::vector<UnitRange>& units, Tensor grad,
                                 const OptimizerStep& step, float grad_divisor, Tensor rounded) {
   GroupState& s = state(group);
-  Backend& state_backend = offload_ ? *host_ : backend_;
   const int64_t begin = piece_begin(units), numel = grad.numel();
+  Backend& state_backend = piece_backend(group, begin);
   OptimizerPiece piece;
   piece.decay = group == ParamGroup::Decay;
-  piece.param = flat_f32(s.master, s.partition_numel).rows(begin, numel);
-  for (const Buffer& buffer : s.state) piece.state.push_back(flat_f32(buffer, s.partition_numel).rows(begin, numel));
+  piece.param = s.master_rows(begin, numel);
+  for (size_t k = 0; k < s.state.size(); ++k) piece.state.push_back(s.state_rows(k, begin, numel));
   if (optimizer_->needs_tensor_slices()) add_tensor_slices(piece, group, units, stage_ >= 1 && world_ > 1);
   if (offload_ && optimizer_->fuses_offload_passes(state_backend)) {
     piece.grad = grad;
@@ -162,16 +188,24 @@ void ZeroEngine::optimize_piece(ParamGroup group, const std::vector<UnitRange>& 
 }
 
 void ZeroEngine::update_compute_partitions() {
-  for (ParamGroup group : kTrainableGroups) update_compute_partition(group, 0, state(group).partition_numel);
+  for (ParamGroup group : kTrainableGroups) {
+    const GroupState& s = state(group);
+    update_compute_partition(group, 0, s.resident_numel);
+    update_compute_partition(group, s.resident_numel, s.offloaded_numel());
+  }
   if (offload_) uploads_done_ = backend_.record_event();
 }
 
+// Elements [begin, begin + numel) of the compute partition from the master's, which are all in
+// one part (device-resident, or not).
 void ZeroEngine::update_compute_partition(ParamGroup group, int64_t begin, int64_t numel) {
   GroupState& s = state(group);
   if (!s.compute_partition.data() || !numel) return;
-  Tensor master = flat_f32(s.master, s.partition_numel).rows(begin, numel);  // fp32
-  Tensor compute = compute_partition_view(s).rows(begin, numel);                    // compute dtype
-  if (const Tensor rounded = rounding_target(group, begin, numel, true); rounded.data) {
+  Tensor master = s.master_rows(begin, numel);                     // fp32
+  Tensor compute = compute_partition_view(s).rows(begin, numel);  // compute dtype
+  if (offload_ && s.resident(begin)) {
+    backend_.copy(compute, master);  // rounded on the device (to host memory with offload_param)
+  } else if (const Tensor rounded = rounding_target(group, begin, numel, true); rounded.data) {
     host_->copy(rounded, master);  // offloaded 16-bit compute: round on the CPU
     if (rounded.data != compute.data) backend_.copy_async(compute, rounded);  // and upload half the bytes
   } else if (offload_ && compute.device == Device::CPU) {
@@ -224,7 +258,7 @@ void ZeroEngine::sync_params_after_update() {
   if (stage_ == 0) {
     for (ParamGroup group : kTrainableGroups)
       if (state(group).partition_numel)  // fp32 -> compute dtype (RNE)
-        backend_.copy(store_.group_params(group), flat_f32(state(group).master, state(group).partition_numel));
+        backend_.copy(store_.group_params(group), state(group).master_rows(0, state(group).partition_numel));
     return;
   }
   if (stage_ == 3) {  // gathered copies are stale: refresh the persistent ones, drop the others

@@ -24,8 +24,9 @@ from oracle_common import OracleError, read_metrics
 TOLERANCE = 0.10
 ZERO_KNOBS = {"reduce_bucket_size": 100000, "allgather_bucket_size": 100000, "stage3_max_reuse_distance": 0,
               "stage3_prefetch_bucket_size": 120000}
-# name: (ranks, stage, offload optimizer, offload param, activation checkpointing, micro-batch,
-#        tokens (every sample; or (shortest, longest)), LoRA)
+# name: (ranks, stage, offload optimizer (True, or a number: offload_optimizer.ratio's partial
+#        offload), offload param, activation checkpointing, micro-batch, tokens (every sample; or
+#        (shortest, longest)), LoRA)
 GRID = {
     "full-s0-mb1-t64": (1, 0, False, False, False, 1, 64, False),
     "full-s0-mb2-t64-ckpt": (1, 0, False, False, True, 2, 64, False),
@@ -33,6 +34,7 @@ GRID = {
     "full-s2-w2-mb1-t64-ckpt": (2, 2, False, False, True, 1, 64, False),
     "full-s3-w2-mb2-t64": (2, 3, False, False, False, 2, 64, False),
     "full-s3-w2-offload-all-mb1-t64-ckpt": (2, 3, True, True, True, 1, 64, False),
+    "full-s3-offload-ratio-half-mb1-t32": (1, 3, 0.5, False, False, 1, 32, False),
     "lora-s2-mb4-t64": (1, 2, False, False, False, 4, 64, True),
     "lora-s3-w2-mb2-t32-ckpt": (2, 3, False, False, True, 2, 32, True),
     "full-s1-mb2-t16to64": (1, 1, False, False, False, 2, (16, 64), False),
@@ -58,6 +60,8 @@ def zero_section(stage, offload_optimizer, offload_param):
     zero = dict(ZERO_KNOBS, stage=stage)
     if offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu"}
+        if not isinstance(offload_optimizer, bool):  # the first units' optimizer states stay on the device
+            zero["offload_optimizer"]["ratio"] = offload_optimizer
     if offload_param:
         zero["offload_param"] = {"device": "cpu"}
     return zero

@@ -176,6 +176,7 @@ BOOST_AUTO_TEST_CASE(stage3_fp16_config_translates) {
   BOOST_CHECK(config.zero.offload_param_pin_memory);
   BOOST_CHECK(config.zero.offload_optimizer_pin_memory);
   BOOST_CHECK(has_note(notes, "zero_optimization.offload_optimizer.buffer_count is ignored"));
+  BOOST_CHECK_EQUAL(config.zero.offload_optimizer_ratio, 1.0);  // DeepSpeed's default: everything offloaded
   BOOST_CHECK_EQUAL(config.scheduler.type, "WarmupCosineLR");
   BOOST_CHECK_EQUAL(config.scheduler.warmup_min_ratio, 0.01);
   BOOST_CHECK_EQUAL(config.scheduler.cos_min_ratio, 0.1);
@@ -505,6 +506,25 @@ BOOST_AUTO_TEST_CASE(sections_that_change_the_math_are_refused) {
   check_translate_error(R"({"zero_optimization": {"stage": 0, "offload_optimizer": {"device": "cpu"}}})",
                         "offload_optimizer.device \"cpu\" needs ZeRO stage 1, 2 or 3 (stage is 0)");
   check_translate_error(R"({"zero_optimization": {"stage": 4}})", "zero_optimization.stage must be an integer in [0, 3]");
+}
+
+// offload_optimizer.ratio: DeepSpeed's partial offload (ZeRO-Offload++), stage 3's.
+BOOST_AUTO_TEST_CASE(offload_optimizer_ratio_is_partial_offload_at_stage_3) {
+  std::vector<std::string> notes;
+  TrainConfig config = translate(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu",
+                                                                                            "ratio": 0.3}}})", notes);
+  BOOST_CHECK_EQUAL(config.zero.offload_optimizer_ratio, 0.3);
+  BOOST_CHECK(!has_note(notes, "ratio"));
+  config = translate(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "none", "ratio": 0.3}}})",
+                     notes);
+  BOOST_CHECK(has_note(notes, "zero_optimization.offload_optimizer.ratio 0.3 has no effect"));
+  check_translate_error(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.3}}})",
+                        "zero_optimization.offload_optimizer.ratio 0.3 (partial offload, ZeRO-Offload++) needs ZeRO "
+                        "stage 3, as in DeepSpeed (stage is 2)");
+  check_translate_error(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 1.5}}})",
+                        "zero_optimization.offload_optimizer.ratio");
+  check_translate_error(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": -1}}})",
+                        "zero_optimization.offload_optimizer.ratio");
 }
 
 // ZeRO++'s keys (docs/zero-plus-plus.md): DeepSpeed's spelling, off by default.

@@ -1,0 +1,98 @@
+# Partial optimizer offload (zero_optimization.offload_optimizer.ratio < 1, DeepSpeed's
+# ZeRO-Offload++; docs/zero-offload.md) on whole `zerotune train` runs at stage 3;
+# tests/mpi/test_offload_ratio.py runs these checks on the CPU backend, tests/emu/test_offload_ratio.py
+# on the emulated device. Per case, against the same run offloading everything (ratio 1):
+#  1. the trajectory: bit-identical where the device's and the host's AdamW are the same code (the
+#     CPU backend), else within `atol` (the emulated device's AdamW kernel against the CPU Adam), and
+#     the loss falls;
+#  2. where the bytes are: run.json's zero_memory_per_rank.resident_optimizer > 0 (0 at ratio 1),
+#     host bytes smaller by it plus the resident part's gradient copy, and the start banner's
+#     "(ratio R: ... of it on the device)";
+#  3. exact resume: killed in step 5 and resumed from the checkpoint of step 3, bit-identical to the
+#     uninterrupted run; with `cross_ratio`, resumed at ratio 1 instead (a checkpoint holds each
+#     partition as one array whatever the ratio), bit-identical to the run at ratio R;
+# and once, on the CPU backend: the refusals (below stage 3; with --delayed-param-update).
+import os
+
+from mpi_common import read_run, run_ranks, write_ds_config
+from offload_dpu_checks import DpuRuns, losses, repeated_sample_data, same_run
+from mpi_common import check_weights, load_weights, make_model_and_data, read_metrics
+
+
+def ratio_runs(zerotune, workdir, model, data, ranks, zero, ratio, extra, precision):
+    """DpuRuns (offload_dpu_checks.py) at offload_optimizer.ratio `ratio`, in workdir/ratio-R."""
+    directory = os.path.join(workdir, f"ratio-{ratio}")
+    os.makedirs(directory)
+    offload = dict(zero["offload_optimizer"], ratio=ratio)
+    return DpuRuns(zerotune, directory, model, data, ranks, dict(zero, offload_optimizer=offload), extra, precision)
+
+
+def check_memory(report, label, partial, full, ratio, grad_bytes, stdout):
+    memory, whole = read_run(partial)["zero_memory_per_rank"], read_run(full)["zero_memory_per_rank"]
+    resident = memory["resident_optimizer"]
+    report.check(resident > 0 and whole["resident_optimizer"] == 0,
+                 f"{label}: {resident} bytes of master + optimizer state on the device at ratio {ratio}, none at 1")
+    # AdamW: master + 2 moments, 12 bytes per resident element, which also leaves the host's gradient copy.
+    expected = resident + resident // 12 * grad_bytes
+    report.check(whole["host"] - memory["host"] == expected,
+                 f"{label}: host bytes {whole['host']} -> {memory['host']} (less by {expected})")
+    peaks = [max(record.get("mem_device_peak") or 0 for record in read_metrics(out)) for out in (partial, full)]
+    if peaks[1]:  # a device (the emulated one): the resident part is device memory
+        report.check(peaks[0] - peaks[1] >= resident, f"{label}: the device's peak {peaks[1]} -> {peaks[0]} B "
+                     f"(more by at least the {resident} resident bytes)")
+    banner = [line for line in stdout.splitlines() if line.startswith("zero: stage")]
+    report.check(bool(banner) and f"(ratio {ratio}: " in banner[0] and "on the device)" in banner[0],
+                 f"{label}: the banner says what stays on the device: {banner[:1]}")
+
+
+def check_case(report, label, zerotune, workdir, model, data, case, extra):
+    ranks, zero, ratio, precision, atol, cross_ratio = case
+    full = ratio_runs(zerotune, workdir, model, data, ranks, zero, 1.0, extra, precision)
+    partial = ratio_runs(zerotune, workdir, model, data, ranks, zero, ratio, extra, precision)
+    flags = ["--save-every", 3]
+    reference, got = full.train("full", flags), os.path.join(partial.workdir, "partial")
+    result, _ = run_ranks(ranks, partial.command(got, flags))  # (its banner read below)
+    if atol == 0.0:
+        same_run(report, f"{label}: ratio {ratio} vs ratio 1", got, reference)
+    else:
+        check_weights(report, f"{label}: ratio {ratio} vs ratio 1", load_weights(got + ".safetensors"),
+                      load_weights(reference + ".safetensors"), atol, read_metrics(reference))
+    trajectory = losses(got)
+    report.check(trajectory[-1] < trajectory[0] - 0.1,
+                 f"{label}: the loss falls ({trajectory[0]:.4f} -> {trajectory[-1]:.4f})")
+    check_memory(report, label, got, reference, ratio, 4, result.stdout)
+
+    out, result = partial.train("killed", flags, env={"ZT_FAULT": f"kill:step:{ranks - 1}:5"})
+    report.check(result.returncode != 0, f"{label}: the run killed in step 5 failed (status {result.returncode})")
+    resumed_at = full if cross_ratio else partial
+    run_ranks(ranks, resumed_at.command(out, flags + ["--resume", "auto"]))
+    how = "at ratio 1" if cross_ratio else f"at ratio {ratio}"
+    same_run(report, f"{label}: killed in step 5, resumed from step 3 {how}, vs uninterrupted at ratio {ratio}", out,
+             got)
+
+
+def check_refusals(report, zerotune, workdir, model, data, extra):
+    for zero, flags, words in (
+            ({"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.5}}, [], "needs ZeRO stage 3"),
+            ({"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5}}, ["--delayed-param-update", 1],
+             "--delayed-param-update")):
+        ds = write_ds_config(os.path.join(workdir, "ds-refused.json"), 4, 2, zero)
+        result, _ = run_ranks(1, [zerotune, "train", "--model", model, "--data", data, "--out",
+                                  os.path.join(workdir, "refused"), "--deepspeed", ds, "--max-steps", 2] + flags +
+                              list(extra), expect_ok=False)
+        lines = [line for line in (result.stdout + result.stderr).splitlines() if "offload_optimizer.ratio" in line]
+        report.check(result.returncode != 0 and bool(lines) and words in lines[0],
+                     f"offload_optimizer.ratio refused naming {words!r} (status {result.returncode}): {lines[:1]}")
+
+
+def run_checks(report, zerotune, workdir, cases, extra):
+    """cases: (label, ranks, zero_optimization with offload_optimizer, ratio, precision or None,
+    atol of the final weights against ratio 1 (0: bit-identical), cross_ratio)."""
+    model, _ = make_model_and_data(zerotune, workdir, samples=8)
+    data = repeated_sample_data(os.path.join(workdir, "repeated"))
+    if not extra:  # (checked at start, before any device work: the CPU backend's run covers both)
+        check_refusals(report, zerotune, workdir, model, data, extra)
+    for index, (label, *case) in enumerate(cases):
+        case_dir = os.path.join(workdir, f"case{index}")
+        os.makedirs(case_dir)
+        check_case(report, label, zerotune, case_dir, model, data, case, extra)
