@@ -3,6 +3,8 @@
 // parameter groups, forward 0..2 and backward 2..0 with each unit's gradient written before
 // gradients_ready.
 #pragma once
+#include <boost/test/unit_test.hpp>
+
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -12,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "comm/null_communicator.h"
+#include "core/error.h"
 #include "model/param_store.h"
 #include "optim/optimizer_config.h"
 #include "zero/zero_engine.h"
@@ -138,6 +141,20 @@ inline Params gradients(const Params& params, int64_t t) {
 
 inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// A Trainer under `zero` must not start: its error names `feature` (the flag or key) and `words`.
+inline void check_refused(const zt::ZeroConfig& zero, const zt::OptimizerConfig& config, zt::DType dtype,
+                          const std::string& feature, const std::string& words) {
+  try {
+    Trainer trainer(zero, config, dtype);
+  } catch (const zt::Error& error) {
+    const std::string message = error.what();
+    BOOST_TEST(message.find(feature) != std::string::npos, message);
+    BOOST_TEST(message.find(words) != std::string::npos, message);
+    return;
+  }
+  BOOST_FAIL(feature + " with " + words + " was not refused");
 }
 
 }  // namespace zero_harness
