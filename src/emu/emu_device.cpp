@@ -39,9 +39,30 @@
 #endif
 #if ZT_EMU_TSAN
 #include <sanitizer/tsan_interface.h>
+extern "C" void __tsan_ignore_thread_begin();  // libtsan's, not in its public header
+extern "C" void __tsan_ignore_thread_end();
 #endif
 
 namespace zt_emu {
+
+namespace {
+// The emulator's own record of a warp's pending operations (Block::pending_), written by each
+// lane's fiber as it arrives. A block's fibers take turns on one OS thread, so these accesses are
+// ordered; but fibers switch without synchronisation (no_sync: so that TSan finds races between
+// a kernel's threads), so TSan cannot see that order and reported the record's own moves (erasing
+// one of two pending operations moves the other) as a race. Within this scope a fiber's accesses
+// are not recorded; its synchronisation (the warp tokens) still is. Nothing in it may yield.
+struct BookkeepingScope {
+#if ZT_EMU_TSAN
+  BookkeepingScope() { __tsan_ignore_thread_begin(); }
+  ~BookkeepingScope() { __tsan_ignore_thread_end(); }
+#else
+  BookkeepingScope() = default;
+#endif
+  BookkeepingScope(const BookkeepingScope&) = delete;
+  BookkeepingScope& operator=(const BookkeepingScope&) = delete;
+};
+}  // namespace
 
 namespace fcontext = boost::context::detail;
 
@@ -265,6 +286,7 @@ class Block {
   uint64_t warp_operation(EmuThread& thread, WarpOpKind kind, const char* name, unsigned mask,
                           uint64_t value, int source_lane, const char* file, int line);
   void complete_if_ready(int warp, size_t index, EmuThread& reporter);
+  std::string complete_operation(int warp, size_t index);
   void* dynamic_shared() { return dynamic_shared_; }
   void* static_shared(size_t bytes, size_t alignment, const void* declaration, const char* name,
                       const char* file, int line);
@@ -602,19 +624,26 @@ uint64_t Block::warp_operation(EmuThread& thread, WarpOpKind kind, const char* n
                                       !(mask & (1u << source_lane)))) {
     fail("reads lane " + std::to_string(source_lane) + ", which is not in the mask");
   }
-  std::vector<PendingWarpOperation>& pending = pending_[warp];
-  auto operation = std::find_if(pending.begin(), pending.end(),
-                                [&](const PendingWarpOperation& op) { return op.mask == mask; });
-  if (operation == pending.end()) {
-    pending.push_back({kind, name, mask});
-    operation = pending.end() - 1;
-  } else if (operation->kind != kind ||
-             (operation->name != name && std::strcmp(operation->name, name) != 0)) {
-    fail(std::string("reaches it while other lanes of the mask are at ") + operation->name);
+  size_t index = 0;
+  std::string conflict;  // another operation of the same mask pending: its name
+  {
+    [[maybe_unused]] BookkeepingScope bookkeeping;
+    std::vector<PendingWarpOperation>& pending = pending_[warp];
+    auto operation = std::find_if(pending.begin(), pending.end(),
+                                  [&](const PendingWarpOperation& op) { return op.mask == mask; });
+    if (operation == pending.end()) {
+      pending.push_back({kind, name, mask});
+      operation = pending.end() - 1;
+    } else if (operation->kind != kind ||
+               (operation->name != name && std::strcmp(operation->name, name) != 0)) {
+      conflict = operation->name;
+    }
+    operation->values[lane] = value;
+    operation->sources[lane] = source_lane;
+    operation->arrived |= 1u << lane;
+    index = static_cast<size_t>(operation - pending.begin());
   }
-  operation->values[lane] = value;
-  operation->sources[lane] = source_lane;
-  operation->arrived |= 1u << lane;
+  if (!conflict.empty()) fail("reaches it while other lanes of the mask are at " + conflict);
   set_state(thread, State::AtWarpOperation);
   const uint64_t generation = syncwarp_generation_[warp];
   (void)generation;
@@ -622,7 +651,7 @@ uint64_t Block::warp_operation(EmuThread& thread, WarpOpKind kind, const char* n
   char* token = &warp_tokens_[(warp % 32) * 2 + generation % 2];
   if (orders_memory(kind)) __tsan_release(token);
 #endif
-  complete_if_ready(warp, static_cast<size_t>(operation - pending.begin()), thread);
+  complete_if_ready(warp, index, thread);
   yield(thread);
 #if ZT_EMU_TSAN
   if (orders_memory(kind)) __tsan_acquire(token);
@@ -634,11 +663,21 @@ uint64_t Block::warp_operation(EmuThread& thread, WarpOpKind kind, const char* n
 // partial last warp) or have returned count as arrived; a shuffle that reads one of them reads
 // an undefined value, which is a fault. Called at each arrival and when a lane of the warp exits.
 void Block::complete_if_ready(int warp, size_t index, EmuThread& reporter) {
+  std::string fault;
+  {
+    [[maybe_unused]] BookkeepingScope bookkeeping;
+    fault = complete_operation(warp, index);
+  }
+  if (!fault.empty()) fault_on_fiber(reporter, fault);
+}
+
+// complete_if_ready's work, on the emulator's record only: "" or the fault to raise.
+std::string Block::complete_operation(int warp, size_t index) {
   PendingWarpOperation& operation = pending_[warp][index];
   const int lanes = std::min<int>(kWarpSize, static_cast<int>(threads_.size()) - warp * kWarpSize);
   const unsigned existing = lanes == kWarpSize ? 0xFFFFFFFFu : (1u << lanes) - 1u;
   const unsigned participants = operation.mask & existing & ~exited_lanes_[warp];
-  if ((operation.arrived & participants) != participants) return;
+  if ((operation.arrived & participants) != participants) return "";
   const unsigned arrived = operation.arrived;
   uint64_t ballot = 0;
   for (int other = 0; other < kWarpSize; ++other) {
@@ -647,18 +686,16 @@ void Block::complete_if_ready(int warp, size_t index, EmuThread& reporter) {
     const int source = operation.sources[other];
     if (operation.kind == WarpOpKind::Shuffle && !(arrived & (1u << source))) {
       const char* why = (existing & (1u << source)) ? "has exited" : "does not exist (partial warp)";
-      fault_on_fiber(reporter, std::string(operation.name) + ": lane " + std::to_string(other) +
-                                   " of warp " + std::to_string(warp) + " reads lane " +
-                                   std::to_string(source) + ", which " + why);
+      return std::string(operation.name) + ": lane " + std::to_string(other) + " of warp " + std::to_string(warp) +
+             " reads lane " + std::to_string(source) + ", which " + why;
     }
   }
   const WarpOpKind kind = operation.kind;
   if (kind == WarpOpKind::Gather) {
     // A warp-wide matrix operation: every lane holds part of the fragments.
     if (arrived != 0xFFFFFFFFu) {
-      fault_on_fiber(reporter, std::string(operation.name) + ": warp " + std::to_string(warp) +
-                                   " has lanes that exited or do not exist; every lane of the warp" +
-                                   " must take part");
+      return std::string(operation.name) + ": warp " + std::to_string(warp) +
+             " has lanes that exited or do not exist; every lane of the warp must take part";
     }
     std::copy(std::begin(operation.values), std::end(operation.values), gathered_[warp].begin());
 #if ZT_EMU_TSAN
@@ -683,6 +720,7 @@ void Block::complete_if_ready(int warp, size_t index, EmuThread& reporter) {
   }
   if (orders_memory(kind)) ++syncwarp_generation_[warp];
   pending_[warp].erase(pending_[warp].begin() + static_cast<std::ptrdiff_t>(index));
+  return "";
 }
 
 // ---- shared memory -------------------------------------------------------------------------------

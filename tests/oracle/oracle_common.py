@@ -8,6 +8,7 @@
 #
 # The oracle never skips: a missing package, a failing zerotune run or a mismatch all fail.
 import argparse
+import contextlib
 import importlib.util
 import json
 import math
@@ -895,6 +896,50 @@ def check_error_ratio(report, what, zerotune, hf_bf16, exact, bands):
                      f"{hf_error:.3e}, ratio {ratio:.2f} in [{low}, {high}]")
 
 
+def torch_bf16_matmul_accumulates_in_fp32():
+    """Whether this CPU's torch multiplies bf16 matrices as the GPUs (and the bands above) do:
+    products summed in fp32, the result rounded once. torch 1.13 on a CPU with AVX512_BF16 does
+    (oneDNN); on one without it (an AMD EPYC with AVX2 only, 2026-11-28) its bf16 GEMM was 11-22x
+    less accurate than that (rms error of a [64, 512] x [512, 64] product), which made HF-bf16's
+    gradients less accurate than zerotune's bf16 ones (ratios 0.14..0.59, under the bands)."""
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(64, 512, generator=generator).bfloat16()
+    b = torch.randn(512, 64, generator=generator).bfloat16()
+    exact = a.double() @ b.double()
+    torch_error = float(((a @ b).double() - exact).pow(2).mean().sqrt())
+    fp32_error = float(((a.float() @ b.float()).bfloat16().double() - exact).pow(2).mean().sqrt())
+    return torch_error <= 2.0 * fp32_error
+
+
+@contextlib.contextmanager
+def bf16_matmuls_accumulating_in_fp32():
+    """Within it, torch's bf16 F.linear, matmul and bmm (what HF's models and PEFT's adapters
+    call) take fp32 copies of their bf16 operands and round the fp32 result to bf16, as a GPU's
+    bf16 GEMM and torch on an AVX512_BF16 CPU do; the backward of those casts rounds the operand
+    gradients to bf16 as theirs do. Without effect where torch already multiplies that way."""
+    if torch_bf16_matmul_accumulates_in_fp32():
+        yield
+        return
+    print("oracle: this CPU's torch sums bf16 products in bf16: HF-bf16 runs its matmuls in fp32, rounded to bf16, "
+          "as a GPU does", flush=True)
+
+    def fp32_accumulating(op):
+        def call(*args, **kwargs):
+            if not any(isinstance(a, torch.Tensor) and a.dtype == torch.bfloat16 for a in args):
+                return op(*args, **kwargs)
+            wide = [a.float() if isinstance(a, torch.Tensor) and a.dtype == torch.bfloat16 else a for a in args]
+            return op(*wide, **kwargs).bfloat16()
+        return call
+
+    functional = torch.nn.functional
+    saved = (functional.linear, torch.matmul, torch.bmm)
+    functional.linear, torch.matmul, torch.bmm = (fp32_accumulating(op) for op in saved)
+    try:
+        yield
+    finally:
+        functional.linear, torch.matmul, torch.bmm = saved
+
+
 def hf_bf16_step(model, micro_batches):
     """HF in bf16 on one global batch, as DeepSpeed's bf16 mode runs it: each micro-batch's loss
     is CE on logits.float() over the targets divided by the global target count, its bf16
@@ -906,9 +951,10 @@ def hf_bf16_step(model, micro_batches):
     loss_sum, first_logits = 0.0, None
     for input_ids, labels, _ in micro_batches:
         model.zero_grad(set_to_none=True)
-        logits = forward_logits(model, input_ids)  # [B, T, V] bf16
-        ce = cross_entropy_sum(logits.float(), labels)
-        (ce / total_targets).backward()
+        with bf16_matmuls_accumulating_in_fp32():  # (the bands assume GPU-like bf16 GEMMs)
+            logits = forward_logits(model, input_ids)  # [B, T, V] bf16
+            ce = cross_entropy_sum(logits.float(), labels)
+            (ce / total_targets).backward()
         loss_sum += float(ce.detach())
         for name, parameter in trainable:
             grads[name] += parameter.grad.float()

@@ -105,7 +105,10 @@ def main():
                        scheduler={"type": "WarmupDecayLR",
                                   "params": {"warmup_min_lr": 0.01, "warmup_max_lr": 0.05, "warmup_num_steps": 2,
                                              "warmup_type": "linear", "total_num_steps": test_lomo.STEPS}})
-        lora = {"type": "adalomo", "params": {"lr": 0.3, "eps": [1e-20, 2e-3], "decay_rate": -0.6}}
+        # lr 0.1: at 0.3 the LoRA run's trajectory amplified fp32 noise (grad norm 1e-7 relative off the
+        # float64 loop at update 1, 4.6e-5 at update 4 on an AVX2-only CPU, above the 1e-5 bound, 2026-11-28);
+        # at 0.1 it stays at 2e-7 there.
+        lora = {"type": "adalomo", "params": {"lr": 0.1, "eps": [1e-20, 2e-3], "decay_rate": -0.6}}
         oc.run_guarded(report, "lora_one_pass", run_case, args, report, tmp, 610, "lora_one_pass", lora, 0.0,
                        lora=True)
     return report.finish()
