@@ -25,6 +25,8 @@ struct ZeroEngine::GroupState {
   size_t resident_units = 0;    // the group's first units (store order) whose slices make up [0, K)
   Buffer resident_master;       // fp32 [K] device
   std::vector<Buffer> resident_state;  // fp32 [K] each, device
+  Buffer resident_grad_copy;    // grad dtype [K] device, DPU only: the delayed update's gradients of the
+                                // resident part (the next step's backward rewrites the reduced ones)
   Buffer master;                // fp32 [P - K] trainable groups (host when offloaded)
   std::vector<Buffer> state;    // fp32 [P - K] each: the optimizer's state_names() (host when offloaded)
   Buffer host_grad;             // grad dtype [P - K] offload: the gradient partition copied to the host

@@ -62,6 +62,10 @@ void ZeroEngine::finish_delayed_update() {
   if (!host_update_in_flight_) return;
   for (int unit = 0; unit < store_.num_units(); ++unit) finish_prefetch(unit);  // they read the partitions
   host_update_in_flight_ = false;
+  if (delayed_resident_) {  // the device-resident part's share of the update (queued first: beside the wait)
+    update_resident_parts(delayed_resident_->step, delayed_resident_->grad_divisor, true);
+    delayed_resident_.reset();
+  }
   worker_->wait();  // rethrows the worker's error, if any
   for (ParamGroup group : kTrainableGroups) {
     GroupState& s = state(group);
@@ -72,7 +76,8 @@ void ZeroEngine::finish_delayed_update() {
       backend_.copy_async(compute_partition_view(s).rows(s.resident_numel, s.offloaded_numel()),
                           s.offloaded_rows(s.host_compute, compute_dtype_, s.resident_numel, s.offloaded_numel()));
     else
-      update_compute_partition(group, 0, s.partition_numel);
+      update_compute_partition(group, s.resident_numel, s.offloaded_numel());
+    update_compute_partition(group, 0, s.resident_numel);  // (after the swap: into the partition now current)
   }
   if (offload_) uploads_done_ = backend_.record_event();
   sync_params_after_update();
@@ -104,12 +109,19 @@ void ZeroEngine::check_delayed_update() const {
 void ZeroEngine::start_delayed_update(const OptimizerStep& step, float grad_divisor) {
   std::vector<HostPiece> pieces;
   for (ParamGroup group : kTrainableGroups) {
-    if (!state(group).partition_numel) continue;
-    for (const std::vector<UnitRange>& bucket : gather_pieces(group))
+    GroupState& s = state(group);
+    if (!s.partition_numel) continue;
+    if (s.resident_numel)  // partial offload: the resident part's gradients kept for its update, delayed alike
+      backend_.copy_async(s.resident_grad_copy.view(store_.grad_dtype(), {s.resident_numel}),
+                          reduction_->reduced(group).rows(0, s.resident_numel));
+    for (const std::vector<UnitRange>& bucket : gather_pieces(group)) {
+      if (s.resident(piece_begin(bucket))) continue;
       for (const std::vector<UnitRange>& units : update_pieces(bucket))
         if (const int64_t numel = piece_numel(units))
           pieces.push_back({group, units, piece_gradient(group, piece_begin(units), numel, true), Tensor()});
+    }
   }
+  if (partial_offload()) delayed_resident_ = DelayedStep{step, grad_divisor};
   // Copied during backward: complete since the gradient check read the device. Else (a last
   // micro-batch the schedule did not mark) piece_gradient just queued the copies: wait for them.
   if (!gradients_finished_) backend_.record_event()->wait();

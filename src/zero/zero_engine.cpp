@@ -90,6 +90,8 @@ ZeroEngine::ZeroEngine(Backend& backend, Communicator& comm, ParamStore& store, 
       allocate_optimizer_state(*state, state_backend);
       const bool delayed = offload_ && zero.delayed_update_after >= 0;  // DPU: twins of the host buffers
       if (offload_) state->host_grad = Buffer(*host_, static_cast<size_t>(state->offloaded_numel()) * grad_bytes());
+      if (delayed && state->resident_numel)
+        state->resident_grad_copy = Buffer(backend_, static_cast<size_t>(state->resident_numel) * grad_bytes());
       if (delayed) state->host_grad_spare = Buffer(*host_, state->host_grad.bytes());
       if (stage_ >= 1 && (offload_ || rounds_ || offload_param_))
         state->compute_partition = Buffer(partition_backend, param_bytes(*state));
@@ -171,8 +173,6 @@ void ZeroEngine::check_partial_offload() const {
   if (ratio >= 1.0 || !offload_) return;
   const std::string key = cat("zero_optimization.offload_optimizer.ratio ", ratio);
   ZT_CHECK(stage_ == 3, key, " (partial offload) needs ZeRO stage 3, as in DeepSpeed; the config has stage ", stage_);
-  ZT_CHECK(zero_.delayed_update_after < 0, key, " with --delayed-param-update: the delayed update runs on the "
-           "host alone; offload all optimizer states (ratio 1) or drop the flag");
   ZT_CHECK(!zero_.update_per_bucket, key, " with --update-per-bucket: the per-bucket update runs on the host "
            "alone; offload all optimizer states (ratio 1) or drop the flag");
   ZT_CHECK(optimizer_->updates_elementwise(), key, " with optimizer ", optimizer_->name(), ": its update of an "
@@ -777,7 +777,7 @@ ZeroEngine::BufferAddresses ZeroEngine::buffer_addresses() const {
     if (!s) continue;
     for (const Buffer* buffer : {&s->compute_partition, &s->host_compute, &s->host_compute_spare})
       if (buffer->data()) addresses.parameters.push_back(buffer->data());
-    for (const Buffer* buffer : {&s->host_grad, &s->host_grad_spare})
+    for (const Buffer* buffer : {&s->host_grad, &s->host_grad_spare, &s->resident_grad_copy})
       if (buffer->data()) addresses.gradients.push_back(buffer->data());
   }
   for (const UnitState& u : units_)  // hpZ's secondary partition
@@ -849,6 +849,7 @@ ZeroMemory ZeroEngine::memory() const {
     m.gradients = (largest + tie_targets) * f + static_cast<int64_t>(fused_scratch_.bytes());
   } else {
     m.gradients = reduction_->gradient_bytes();
+    for (const auto& s : groups_) m.gradients += static_cast<int64_t>(s->resident_grad_copy.bytes());  // (DPU)
   }
   m.master_params = trainable_partition * f;
   m.optimizer_state = static_cast<int64_t>(optimizer_->state_names().size()) * trainable_partition * f;

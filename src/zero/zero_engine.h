@@ -330,7 +330,9 @@ class ZeroEngine final : public UnitHooks {
   void finish_bucket_update(const OptimizerStep& step);
   // fp32 [n] the optimizer reads: `grad` itself, or a 16-bit one widened into wide_grad_ on `on`.
   Tensor fp32_gradient(Backend& on, Tensor grad);
-  void update_resident_parts(const OptimizerStep& step, float grad_divisor);  // offload_optimizer.ratio < 1
+  // offload_optimizer.ratio < 1: the optimizer over the device-resident parts, from the reduced
+  // gradients or (DPU) from their copy.
+  void update_resident_parts(const OptimizerStep& step, float grad_divisor, bool from_copy = false);
   void update_compute_partitions();  // compute_partition = master (rounded to the compute dtype)
   void update_compute_partition(ParamGroup group, int64_t begin, int64_t numel);
   struct BucketGather {
@@ -393,6 +395,11 @@ class ZeroEngine final : public UnitHooks {
   int64_t live_gathered_ = 0, peak_gathered_ = 0;    // stage 3: gathered elements now / at most
   // DPU, the per-bucket update (offload_overlap.cpp):
   bool host_update_in_flight_ = false;               // posted to worker_, not made current yet
+  struct DelayedStep {                               // DPU with a device-resident part: its update,
+    OptimizerStep step;                              // run when the host's is made current
+    float grad_divisor = 1.0f;
+  };
+  std::optional<DelayedStep> delayed_resident_;
   std::optional<OptimizerStep> bucket_step_;         // the per-bucket update armed for this step
   struct CopiedBucket {                              // slices copied to the host, not posted yet
     std::unique_ptr<BackendEvent> copied;            // after the copy

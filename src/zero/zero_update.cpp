@@ -93,13 +93,17 @@ int64_t ZeroEngine::piece_begin(const std::vector<UnitRange>& units) const {
 // offload_optimizer.ratio < 1: the optimizer over the device-resident parts, queued on the device
 // before the host updates the rest (on a GPU the two run side by side); their compute
 // parameters are made current after the host's part (apply_update).
-void ZeroEngine::update_resident_parts(const OptimizerStep& step, float grad_divisor) {
+void ZeroEngine::update_resident_parts(const OptimizerStep& step, float grad_divisor, bool from_copy) {
   for (ParamGroup group : kTrainableGroups) {
     const GroupState& s = state(group);
     if (!s.resident_numel) continue;
-    for (const std::vector<UnitRange>& units : update_pieces(gather_pieces(group).front()))
-      if (const int64_t numel = piece_numel(units))
-        optimize_piece(group, units, piece_gradient(group, piece_begin(units), numel), step, grad_divisor, Tensor());
+    for (const std::vector<UnitRange>& units : update_pieces(gather_pieces(group).front())) {
+      const int64_t begin = piece_begin(units), numel = piece_numel(units);
+      if (!numel) continue;
+      const Tensor grad = from_copy ? s.resident_grad_copy.view(store_.grad_dtype(), {s.resident_numel}).rows(begin, numel)
+                                    : piece_gradient(group, begin, numel);
+      optimize_piece(group, units, grad, step, grad_divisor, Tensor());
+    }
   }
 }
 
@@ -138,6 +142,9 @@ Tensor ZeroEngine::rounding_target(ParamGroup group, int64_t begin, int64_t nume
       uploads_done_->wait();
       uploads_done_.reset();
     }
+    // offload_param's twin of the host partition is laid out as the partition ([P], swapped with it);
+    // the staging copy of a GPU's partition holds the offloaded part only ([P - K]).
+    if (compute.device == Device::CPU) return s.host_compute.view(compute_dtype_, {s.partition_numel}).rows(begin, numel);
     return s.offloaded_rows(s.host_compute, compute_dtype_, begin, numel);
   }
   return {};

@@ -4,7 +4,8 @@
 # AdamW and rounded on the device, the rest by the CPU Adam and uploaded. Against ratio 1: losses
 # and final weights bit-identical (the emulated device's AdamW kernel, compiled for the host, gives
 # the CPU Adam's bits; a real GPU's may differ by its FMA contraction, so this check is the
-# emulator's), the loss falls, the bytes' places (device peak, host bytes, banner), exact resume.
+# emulator's), also with --delayed-param-update, the loss falls, the bytes' places (device peak, host
+# bytes, banner), exact resume (with offload_param: resumed at ratio 1 from ratio 0.5's checkpoint).
 import os
 import sys
 
@@ -17,6 +18,11 @@ CASES = (
     ("emulated device, stage 3 bf16 + offload_optimizer ratio 0.5, 1 rank", 1,
      {"stage": 3, "stage3_param_persistence_threshold": 0, "offload_optimizer": PINNED_CPU}, 0.5, "bf16", 0.0,
      False),
+    # offload_param: the resident part rounded on the device into the host partition (a download), and
+    # under --delayed-param-update after the swap with the twin the host update rounded into.
+    ("emulated device, stage 3 bf16 + offload_optimizer ratio 0.5 + offload_param, 1 rank", 1,
+     {"stage": 3, "stage3_param_persistence_threshold": 0, "offload_optimizer": PINNED_CPU,
+      "offload_param": PINNED_CPU}, 0.5, "bf16", 0.0, True),
 )
 
 

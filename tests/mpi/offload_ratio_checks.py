@@ -2,16 +2,16 @@
 # ZeRO-Offload++; docs/zero-offload.md) on whole `zerotune train` runs at stage 3;
 # tests/mpi/test_offload_ratio.py runs these checks on the CPU backend, tests/emu/test_offload_ratio.py
 # on the emulated device. Per case, against the same run offloading everything (ratio 1):
-#  1. the trajectory: bit-identical where the device's and the host's AdamW are the same code (the
-#     CPU backend), else within `atol` (the emulated device's AdamW kernel against the CPU Adam), and
-#     the loss falls;
+#  1. the trajectory: bit-identical (atol 0: the device's and the host's AdamW give the same bits on
+#     the CPU backend and the emulated device), else within `atol`, and the loss falls; the same with
+#     --delayed-param-update 1 (the resident part's update delayed with the host's);
 #  2. where the bytes are: run.json's zero_memory_per_rank.resident_optimizer > 0 (0 at ratio 1),
 #     host bytes smaller by it plus the resident part's gradient copy, and the start banner's
 #     "(ratio R: ... of it on the device)";
 #  3. exact resume: killed in step 5 and resumed from the checkpoint of step 3, bit-identical to the
 #     uninterrupted run; with `cross_ratio`, resumed at ratio 1 instead (a checkpoint holds each
 #     partition as one array whatever the ratio), bit-identical to the run at ratio R;
-# and once, on the CPU backend: the refusals (below stage 3; with --delayed-param-update).
+# and once, on the CPU backend: the refusals (below stage 3; with --update-per-bucket).
 import os
 
 from mpi_common import read_run, run_ranks, write_ds_config
@@ -25,6 +25,14 @@ def ratio_runs(zerotune, workdir, model, data, ranks, zero, ratio, extra, precis
     os.makedirs(directory)
     offload = dict(zero["offload_optimizer"], ratio=ratio)
     return DpuRuns(zerotune, directory, model, data, ranks, dict(zero, offload_optimizer=offload), extra, precision)
+
+
+def compare(report, label, got, reference, atol):
+    if atol == 0.0:
+        same_run(report, label, got, reference)
+    else:
+        check_weights(report, label, load_weights(got + ".safetensors"), load_weights(reference + ".safetensors"), atol,
+                      read_metrics(reference))
 
 
 def check_memory(report, label, partial, full, ratio, grad_bytes, stdout):
@@ -52,11 +60,11 @@ def check_case(report, label, zerotune, workdir, model, data, case, extra):
     flags = ["--save-every", 3]
     reference, got = full.train("full", flags), os.path.join(partial.workdir, "partial")
     result, _ = run_ranks(ranks, partial.command(got, flags))  # (its banner read below)
-    if atol == 0.0:
-        same_run(report, f"{label}: ratio {ratio} vs ratio 1", got, reference)
-    else:
-        check_weights(report, f"{label}: ratio {ratio} vs ratio 1", load_weights(got + ".safetensors"),
-                      load_weights(reference + ".safetensors"), atol, read_metrics(reference))
+    compare(report, f"{label}: ratio {ratio} vs ratio 1", got, reference, atol)
+    # With the one-step delayed update (from update 2): the resident part's update is delayed alike.
+    delayed = ["--delayed-param-update", 1]
+    compare(report, f"{label}, --delayed-param-update 1: ratio {ratio} vs ratio 1", partial.train("delayed", delayed),
+            full.train("delayed", delayed), atol)
     trajectory = losses(got)
     report.check(trajectory[-1] < trajectory[0] - 0.1,
                  f"{label}: the loss falls ({trajectory[0]:.4f} -> {trajectory[-1]:.4f})")
@@ -74,8 +82,8 @@ def check_case(report, label, zerotune, workdir, model, data, case, extra):
 def check_refusals(report, zerotune, workdir, model, data, extra):
     for zero, flags, words in (
             ({"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.5}}, [], "needs ZeRO stage 3"),
-            ({"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5}}, ["--delayed-param-update", 1],
-             "--delayed-param-update")):
+            ({"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5}}, ["--update-per-bucket"],
+             "--update-per-bucket")):
         ds = write_ds_config(os.path.join(workdir, "ds-refused.json"), 4, 2, zero)
         result, _ = run_ranks(1, [zerotune, "train", "--model", model, "--data", data, "--out",
                                   os.path.join(workdir, "refused"), "--deepspeed", ds, "--max-steps", 2] + flags +
