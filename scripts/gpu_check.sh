@@ -325,13 +325,13 @@ part_opt13() {
   # 3o-dpu: the same offload run with the one-step delayed update from update 3 on
   # (docs/zero-offload.md): the CPU update of step t beside step t + 1's device work; 3o-r30: the
   # same offload run with offload_optimizer.ratio 0.3 (ZeRO-Offload++: 70% of the optimizer states
-  # stay on the GPU and are updated there, beside the CPU's 30%).
-  for z in 0 3 3o 3o-dpu 3o-r30; do
+  # stay on the GPU and are updated there, beside the CPU's 30%); 3o-r30-dpu: both.
+  for z in 0 3 3o 3o-dpu 3o-r30 3o-r30-dpu; do
     off="" extra=()
     local ratio=""
-    [[ $z == 3o-r30 ]] && ratio=',"ratio":0.3'
+    [[ $z == 3o-r30* ]] && ratio=',"ratio":0.3'
     [[ $z == 3o* ]] && off=',"offload_optimizer":{"device":"cpu","pin_memory":true'"$ratio"'},"offload_param":{"device":"cpu","pin_memory":true}'
-    [[ $z == 3o-dpu ]] && extra=(--delayed-param-update 2)
+    [[ $z == *-dpu ]] && extra=(--delayed-param-update 2)
     printf '{"train_micro_batch_size_per_gpu":8,"gradient_accumulation_steps":1,"fp16":{"enabled":true,"loss_scale_window":100},"gradient_clipping":1.0,"optimizer":{"type":"AdamW","params":{"lr":1e-5}},"zero_optimization":{"stage":%s%s}}' \
       "${z:0:1}" "$off" >"$W/f$z.json"
     timeout 150 "$B/zerotune" train --model "$W/opt" --data "$W/dopt" --out "$W/f$z" --deepspeed "$W/f$z.json" --max-steps 16 \
