@@ -378,7 +378,7 @@ std::string format_report(const nlohmann::ordered_json& report) {
   if (run && report["run"]["packing"].is_string()) line(cat("packing: ", report["run"]["packing"].get<std::string>()));
   if (run && report.contains("offload_optimizer_ratio"))
     line(cat("offload_optimizer.ratio ", report["offload_optimizer_ratio"].get<double>(), " (partial offload): in the "
-             "zerotune run columns of the stage-3 rows with offload_optimizer cpu"));
+             "zerotune columns of the stage-3 rows with offload_optimizer cpu"));
   line("");
   char row[320];
   std::snprintf(row, sizeof row, "%-5s %-9s %-7s | %12s %12s %12s | %12s %12s%s", "", "offload", "offload",
@@ -802,6 +802,7 @@ ZeroMemoryInputs zero_memory_inputs(const EstimateFlags& f, const ModelSummary& 
   inputs.stage3_max_live_parameters = parse_param_count(f.max_live_text, "--stage3-max-live-parameters");
   inputs.stage3_prefetch_bucket_size = parse_param_count(f.prefetch_text, "--stage3-prefetch-bucket-size");
   inputs.hpz_partition_size = f.shape.base.zero.zero_hpz_partition_size;  // --deepspeed's ZeRO++ hpZ
+  inputs.offload_ratio = f.shape.base.zero.offload_optimizer_ratio;         // and its partial offload
   return inputs;
 }
 

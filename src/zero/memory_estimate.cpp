@@ -36,6 +36,8 @@ void check_inputs(const ZeroMemoryInputs& in) {
            "memory plan: an optimizer fused into backward (LOMO, AdaLomo) updates on the device: no optimizer offload");
   ZT_CHECK(in.tensor_state_floats >= 0, "memory plan: tensor_state_floats = ", in.tensor_state_floats, ": must be >= 0");
   ZT_CHECK(!in.offload_params || in.stage == 3, "memory plan: offload_param needs ZeRO stage 3 (stage ", in.stage, ")");
+  ZT_CHECK(in.offload_ratio >= 0.0 && in.offload_ratio <= 1.0, "memory plan: offload_ratio = ", in.offload_ratio,
+           ": must be in [0, 1]");
   ZT_CHECK(in.compute_dtype_bytes == 2 || in.compute_dtype_bytes == 4, "memory plan: compute_dtype_bytes = ",
            in.compute_dtype_bytes, ": must be 2 (bf16/fp16) or 4 (fp32)");
   ZT_CHECK(in.grad_dtype_bytes == 4 || (in.grad_dtype_bytes == 2 && in.compute_dtype_bytes == 2 && !in.fused_optimizer),
@@ -121,9 +123,15 @@ ZeroMemoryPlan zero_memory_plan(const ZeroMemoryInputs& in) {
   // fp32 master weights and the optimizer's state: whole for stage 0, partitioned from stage 1.
   const int64_t optimizer_elements = in.stage == 0 ? plan.padded_trainable : plan.trainable_partition;
   if (in.offload_optimizer) {
-    plan.host_master_bytes = optimizer_elements * 4;
-    plan.host_optimizer_bytes = optimizer_elements * 4 * in.optimizer_state_floats + in.tensor_state_floats * 4;
-    plan.host_grad_bytes = optimizer_elements * g;
+    // offload_optimizer.ratio (stage 3): the first (1 - ratio) of the elements stay on the device.
+    const int64_t resident =
+        in.stage == 3 ? static_cast<int64_t>((1.0 - in.offload_ratio) * static_cast<double>(optimizer_elements)) : 0;
+    const int64_t offloaded = optimizer_elements - resident;
+    plan.host_master_bytes = offloaded * 4;
+    plan.host_optimizer_bytes = offloaded * 4 * in.optimizer_state_floats + in.tensor_state_floats * 4;
+    plan.host_grad_bytes = offloaded * g;
+    plan.device_master_bytes = resident * 4;
+    plan.device_optimizer_bytes = resident * 4 * in.optimizer_state_floats;
   } else {
     plan.master_aliases_params = c == 4;
     plan.device_master_bytes = plan.master_aliases_params ? 0 : optimizer_elements * 4;

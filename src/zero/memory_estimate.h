@@ -30,6 +30,9 @@ struct ZeroMemoryInputs {
   int stage = 0;                   // ZeRO stage 0..3
   bool offload_optimizer = false;  // fp32 master + moments (+ gradient partition) on the host
   bool offload_params = false;     // stage 3: the compute-dtype parameter partition on the host
+  double offload_ratio = 1.0;      // stage 3 with offload_optimizer: offload_optimizer.ratio, the share of
+                                   // the master + state elements offloaded; the rest, (1 - ratio) of them,
+                                   // on the device (the run keeps whole units: at most that many)
   int64_t compute_dtype_bytes = 2; // 2 for bf16/fp16, 4 for fp32
   int64_t grad_dtype_bytes = 4;    // data_types.grad_accum_dtype: 4 for fp32 (default), 2 for bf16/fp16
   int optimizer_state_floats = 2;  // fp32 state buffers per trainable element (Optimizer::state_names:
@@ -69,7 +72,8 @@ struct ZeroMemoryPlan {
   int64_t device_grad_bucket_bytes = 0;  // stages 2/3: one reduce bucket of min(reduce_bucket_size, T)
                                          // elements, g bytes each; else 0
   int64_t device_master_bytes = 0;   // fp32 master weights: stage 0: T 4, stages 1-3: (T/W) 4;
-                                     // 0 when offloaded or aliased
+                                     // 0 when offloaded (offload_ratio < 1: the resident elements' 4 each)
+                                     // or aliased
   int64_t device_optimizer_bytes = 0;  // optimizer state, s = optimizer_state_floats: 4 s T
                                        // (stage 0) or 4 s T/W (AdamW: 8), + 4 tensor_state_floats
                                        // (whole on every rank); 0 when offloaded

@@ -238,10 +238,15 @@ ZeroEngine::~ZeroEngine() {
 }
 
 // One rank: an all-gather is a copy; done on the backend, it stays on the device (no
-// communicator round trip, which for GPU buffers would go through the host).
+// communicator round trip, which for GPU buffers would go through the host). Queued: with
+// offload_param `in` is the pinned host partition, and copy() would stage each unit's upload
+// through a host memcpy (up to 64 MiB) or wait for the stream (larger: a 1.3B model's blocks),
+// so a prefetch would not overlap the compute. The host rewrites that partition only in the
+// update, after the step's gradient check has waited for the device (every gather done), or in
+// the delayed update's twin, which no gather reads.
 Pending ZeroEngine::all_gather_async(Tensor out, Tensor in) {
   if (world_ > 1) return comm_.all_gather_async(out, in);
-  if (out.data != in.data) backend_.copy(out, in);
+  if (out.data != in.data) backend_.copy_async(out, in);
   return completed_collective();
 }
 

@@ -8,9 +8,9 @@
 #  2. where the bytes are: run.json's zero_memory_per_rank.resident_optimizer > 0 (0 at ratio 1),
 #     host bytes smaller by it plus the resident part's gradient copy, and the start banner's
 #     "(ratio R: ... of it on the device)";
-#  3. exact resume: killed in step 5 and resumed from the checkpoint of step 3, bit-identical to the
-#     uninterrupted run; with `cross_ratio`, resumed at ratio 1 instead (a checkpoint holds each
-#     partition as one array whatever the ratio), bit-identical to the run at ratio R;
+#  3. exact resume (`resume` "same ratio"): killed in step 5 and resumed from the checkpoint of step 3,
+#     bit-identical to the uninterrupted run; with "ratio 1", resumed at ratio 1 instead (a checkpoint
+#     holds each partition as one array whatever the ratio), bit-identical to the run at ratio R;
 # and once, on the CPU backend: the refusals (below stage 3; with --update-per-bucket).
 import os
 
@@ -54,7 +54,7 @@ def check_memory(report, label, partial, full, ratio, grad_bytes, stdout):
 
 
 def check_case(report, label, zerotune, workdir, model, data, case, extra):
-    ranks, zero, ratio, precision, atol, cross_ratio = case
+    ranks, zero, ratio, precision, atol, resume = case
     full = ratio_runs(zerotune, workdir, model, data, ranks, zero, 1.0, extra, precision)
     partial = ratio_runs(zerotune, workdir, model, data, ranks, zero, ratio, extra, precision)
     flags = ["--save-every", 3]
@@ -70,11 +70,13 @@ def check_case(report, label, zerotune, workdir, model, data, case, extra):
                  f"{label}: the loss falls ({trajectory[0]:.4f} -> {trajectory[-1]:.4f})")
     check_memory(report, label, got, reference, ratio, 4, result.stdout)
 
+    if resume is None:
+        return
     out, result = partial.train("killed", flags, env={"ZT_FAULT": f"kill:step:{ranks - 1}:5"})
     report.check(result.returncode != 0, f"{label}: the run killed in step 5 failed (status {result.returncode})")
-    resumed_at = full if cross_ratio else partial
+    resumed_at = full if resume == "ratio 1" else partial
     run_ranks(ranks, resumed_at.command(out, flags + ["--resume", "auto"]))
-    how = "at ratio 1" if cross_ratio else f"at ratio {ratio}"
+    how = "at ratio 1" if resume == "ratio 1" else f"at ratio {ratio}"
     same_run(report, f"{label}: killed in step 5, resumed from step 3 {how}, vs uninterrupted at ratio {ratio}", out,
              got)
 
@@ -95,7 +97,8 @@ def check_refusals(report, zerotune, workdir, model, data, extra):
 
 def run_checks(report, zerotune, workdir, cases, extra):
     """cases: (label, ranks, zero_optimization with offload_optimizer, ratio, precision or None,
-    atol of the final weights against ratio 1 (0: bit-identical), cross_ratio)."""
+    atol of the final weights against ratio 1 (0: bit-identical), resume: "same ratio", "ratio 1" or
+    None (no resume check))."""
     model, _ = make_model_and_data(zerotune, workdir, samples=8)
     data = repeated_sample_data(os.path.join(workdir, "repeated"))
     if not extra:  # (checked at start, before any device work: the CPU backend's run covers both)

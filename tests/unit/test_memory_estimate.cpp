@@ -177,6 +177,20 @@ BOOST_AUTO_TEST_CASE(plan_partitions_buckets_and_offload) {
   BOOST_TEST(plan.host_param_bytes == 251 * 2);
   BOOST_TEST(plan.host_total_bytes == 251 * 16 + 251 * 2);
   BOOST_TEST(plan.device_total_bytes == 1200 + 251 * 4 + 400);
+
+  // offload_optimizer.ratio 0.6 (partial offload): int(0.4 x 251) = 100 elements' master and
+  // state on the device, the other 151 (and only their gradient copy) on the host.
+  in.offload_ratio = 0.6;
+  plan = zt::zero_memory_plan(in);
+  BOOST_TEST(plan.device_master_bytes == 100 * 4);
+  BOOST_TEST(plan.device_optimizer_bytes == 100 * 8);
+  BOOST_TEST(plan.host_total_bytes == 151 * 16 + 251 * 2);
+  BOOST_TEST(plan.device_total_bytes == 1200 + 251 * 4 + 400 + 100 * 12);
+  in.stage = 2;  // (stage 3's only: the other stages offload everything)
+  in.offload_params = false;
+  BOOST_TEST(zt::zero_memory_plan(in).host_master_bytes == 251 * 4);
+  in.offload_ratio = 1.5;
+  check_error([in] { zt::zero_memory_plan(in); }, "offload_ratio = 1.5: must be in [0, 1]");
 }
 
 // ZeRO++'s hpZ: stage 3 holds a secondary partition of P / R parameters beside its own 1/W.
