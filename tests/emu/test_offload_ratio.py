@@ -4,8 +4,8 @@
 # AdamW and rounded on the device, the rest by the CPU Adam and uploaded. Against ratio 1: losses
 # and final weights bit-identical (the emulated device's AdamW kernel, compiled for the host, gives
 # the CPU Adam's bits; a real GPU's may differ by its FMA contraction, so this check is the
-# emulator's), also with --delayed-param-update, the loss falls, the bytes' places (device peak, host
-# bytes, banner), and (the offload_param case) exact resume.
+# emulator's), also with --delayed-param-update and (the first case) with bf16 gradients, the loss
+# falls, the bytes' places (device peak, host bytes, banner), and (the offload_param case) exact resume.
 import os
 import sys
 

@@ -61,8 +61,8 @@ class DpuRuns:
         config.pop("scheduler")  # a constant lr: the tour's warm-up starts at lr 0
         if not clipping:
             config.pop("gradient_clipping")
-        if precision:
-            config[precision] = {"enabled": True}
+        if precision:  # "bf16"/"fp16", or top-level entries to set (a dict)
+            config.update(precision if isinstance(precision, dict) else {precision: {"enabled": True}})
         with open(self.ds, "w") as stream:
             json.dump(config, stream)
 

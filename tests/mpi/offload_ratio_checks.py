@@ -11,7 +11,9 @@
 #  3. exact resume (`resume` "same ratio"): killed in step 5 and resumed from the checkpoint of step 3,
 #     bit-identical to the uninterrupted run; with "ratio 1", resumed at ratio 1 instead (a checkpoint
 #     holds each partition as one array whatever the ratio), bit-identical to the run at ratio R;
-# and once, on the CPU backend: the refusals (below stage 3; with --update-per-bucket).
+# on a device, the first case again with bf16 gradients (data_types.grad_accum_dtype: the resident
+# pieces widened on the device); and once, on the CPU backend: the refusals (below stage 3; with
+# --update-per-bucket).
 import os
 
 from mpi_common import read_run, run_ranks, write_ds_config
@@ -81,6 +83,17 @@ def check_case(report, label, zerotune, workdir, model, data, case, extra):
              got)
 
 
+def check_16bit_gradients(report, label, zerotune, workdir, model, data, case, extra):
+    """data_types.grad_accum_dtype bf16: the resident pieces' gradients widened on the device (a GPU's
+    AdamW does not fuse it), the others on the host; ratio R vs 1 as in check_case."""
+    ranks, zero, ratio, _, atol, _ = case
+    precision = {"bf16": {"enabled": True}, "data_types": {"grad_accum_dtype": "bf16"}}
+    full = ratio_runs(zerotune, workdir, model, data, ranks, zero, 1.0, extra, precision)
+    partial = ratio_runs(zerotune, workdir, model, data, ranks, zero, ratio, extra, precision)
+    compare(report, f"{label}, bf16 gradients: ratio {ratio} vs ratio 1", partial.train("bf16-grads"),
+            full.train("bf16-grads"), atol)
+
+
 def check_refusals(report, zerotune, workdir, model, data, extra):
     for zero, flags, words in (
             ({"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.5}}, [], "needs ZeRO stage 3"),
@@ -107,3 +120,7 @@ def run_checks(report, zerotune, workdir, cases, extra):
         case_dir = os.path.join(workdir, f"case{index}")
         os.makedirs(case_dir)
         check_case(report, label, zerotune, case_dir, model, data, case, extra)
+        if index == 0 and extra:  # (a device's path: the CPU backend widens inside its fused update)
+            os.makedirs(os.path.join(case_dir, "bf16-grads"))
+            check_16bit_gradients(report, label, zerotune, os.path.join(case_dir, "bf16-grads"), model, data, case,
+                                  extra)
