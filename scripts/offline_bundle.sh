@@ -36,18 +36,36 @@ multiarch() {
     echo "$(uname -m)-linux-gnu"
 }
 
-# The Debian package that owns a library path ("" when none): tries the path, its target, and
-# both with and without the /usr prefix (usrmerge registers /usr/lib, ldd may print /lib).
-owner_package() {
-  local path="$1" real candidate line
+# The places dpkg may have registered a library path under: the path, its target, and both with
+# and without the /usr prefix (usrmerge registers /usr/lib, ldd may print /lib).
+owner_candidates() {
+  local path="$1" real
   real="$(readlink -f "$path")"
-  for candidate in "$path" "$real" "/usr$path" "/usr$real" "${path#/usr}" "${real#/usr}"; do
-    line="$(dpkg -S "$candidate" 2>/dev/null | grep -v '^diversion' | head -n 1)" || true
-    if [[ -n "$line" ]]; then
-      echo "${line%%:*}"
+  printf '%s\n' "$path" "$real" "/usr$path" "/usr$real" "${path#/usr}" "${real#/usr}"
+}
+
+# path -> the Debian package owning it, for every candidate of the given libraries, from one
+# `dpkg -S` call (one per path took 0.13 s each, about 18 s of a pack).
+declare -A path_owner=()
+index_owners() {
+  local line path
+  while IFS= read -r line; do
+    [[ "$line" == diversion* ]] && continue
+    path="${line#*: }"
+    [[ -n "${path_owner[$path]+x}" ]] || path_owner[$path]="${line%%:*}"
+  done < <(for lib in "$@"; do owner_candidates "$lib"; done | sort -u | xargs -r dpkg -S 2>/dev/null || true)
+}
+
+# The Debian package that owns a library path ("" when none), the first candidate that has one
+# (index_owners first).
+owner_package() {
+  local candidate
+  while IFS= read -r candidate; do
+    if [[ -n "${path_owner[$candidate]+x}" ]]; then
+      echo "${path_owner[$candidate]}"
       return
     fi
-  done
+  done < <(owner_candidates "$1")
 }
 
 # Packages the node is expected to have: the C/C++ runtime and toolchain (a build there uses
@@ -133,6 +151,9 @@ pack() {
   ldd_output="$(ldd "$binary")" || die "pack: ldd $binary failed"
   missing="$(grep 'not found' <<<"$ldd_output" || true)"
   [[ -z "$missing" ]] || die "pack: $binary has unresolved libraries:"$'\n'"$missing"
+  local libs
+  mapfile -t libs < <(awk '/=> \// {print $3}' <<<"$ldd_output" | sort -u)
+  index_owners "${libs[@]}"
   while read -r lib; do
     owner="$(owner_package "$lib")"
     if [[ -n "$owner" ]]; then
