@@ -323,6 +323,19 @@ BOOST_AUTO_TEST_CASE(cudnn_packed_rows) {
   }
 }
 
+// One row, as the models run micro-batch 1 (every call takes the packed graphs: the models pass
+// each row's positions), at a length that grows and then shrinks from one call to the next: the
+// packed index arrays must follow the row's length, although its only sample start (0) stays.
+BOOST_AUTO_TEST_CASE(cudnn_one_row_growing_then_shrinking) {
+  uint32_t seed = 850;
+  for (int64_t time : {16, 17, 40, 13}) {
+    with_cudnn([&] {
+      check_attention({1, time, 4, 2, 64}, DType::BF16, seed += 10,
+                      packed_positions(1, time, {{static_cast<int>(time)}}));
+    });
+  }
+}
+
 // cuDNN's packed graphs take the sample boundaries from the host copy of the uploaded positions
 // (UploadMirror). Positions overwritten on the device (here by a device copy) must not be read
 // from a stale host copy: the dispatcher then downloads them. Both calls must give the same bits.

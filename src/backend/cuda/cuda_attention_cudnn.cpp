@@ -207,7 +207,13 @@ struct GraphPair {
 
 // The packed index arrays of one batch geometry, on the device.
 struct PackedIndex {
-  std::vector<int64_t> starts;  // the key: the host sample starts it was made from
+  // The key: the host sample starts it was made from and the rows' tokens (B*T), on which the last
+  // sample's length and the empty sequences' offsets depend. One row's starts are {0} at every T:
+  // without the tokens a longer row reused the shorter one's lengths (micro-batch 1 on varied
+  // lengths: its last tokens never attended, NaN on the emulated cuDNN; a shorter row, read and
+  // written past its end).
+  std::vector<int64_t> starts;
+  int64_t tokens = 0;
   int sequences = 0, longest = 0;
   Buffer arrays;                // int32: seq_len[B'], ragged_q, ragged_kv, ragged_stats [B'+1] each
   int32_t* seq_len = nullptr;
@@ -307,7 +313,8 @@ struct CudnnAttention::Impl {
 
 void CudnnAttention::Impl::prepare_packed(const AttentionCall& call, const GraphKey& key) {
   const auto& starts = call.sample_starts;
-  if (packed.sequences == key.batch && packed.starts.size() == starts.size() &&
+  const int64_t end = int64_t{call.batch} * call.time;
+  if (packed.sequences == key.batch && packed.tokens == end && packed.starts.size() == starts.size() &&
       std::equal(starts.begin(), starts.end(), packed.starts.begin())) {
     return;
   }
@@ -319,7 +326,6 @@ void CudnnAttention::Impl::prepare_packed(const AttentionCall& call, const Graph
   int32_t* ragged_q = seq_len + sequences;
   int32_t* ragged_kv = ragged_q + sequences + 1;
   int32_t* ragged_stats = ragged_kv + sequences + 1;
-  const int64_t end = int64_t{call.batch} * call.time;
   const int64_t q_row = int64_t{call.heads} * call.head_dim, kv_row = int64_t{call.kv_heads} * call.head_dim;
   ZT_CHECK(end * q_row < (int64_t{1} << 31), "attention: packed rows of ", end, " tokens x ", q_row,
            " elements exceed cuDNN's int32 ragged offsets");
@@ -345,6 +351,7 @@ void CudnnAttention::Impl::prepare_packed(const AttentionCall& call, const Graph
   packed.ragged_kv = device + (ragged_kv - staging);
   packed.ragged_stats = device + (ragged_stats - staging);
   packed.starts.assign(starts.begin(), starts.end());
+  packed.tokens = end;
   packed.sequences = sequences;
 }
 
