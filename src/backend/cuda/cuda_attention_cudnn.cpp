@@ -214,7 +214,7 @@ struct PackedIndex {
   // written past its end).
   std::vector<int64_t> starts;
   int64_t tokens = 0;
-  int sequences = 0, longest = 0;
+  int sequences = 0;
   Buffer arrays;                // int32: seq_len[B'], ragged_q, ragged_kv, ragged_stats [B'+1] each
   int32_t* seq_len = nullptr;
   int32_t* ragged_q = nullptr;
