@@ -104,8 +104,9 @@ RankFileContent rank_file_content(ZeroEngine& engine) {
     for (size_t a = 0; a <= state_names.size(); ++a) {  // the parts one after the other: the partition as saved
       std::vector<float> whole;
       for (const ZeroEngine::PartitionViews::Part& part : views.parts) {
-        const std::vector<float> values = to_host(engine.backend(), a == 0 ? part.master : part.state[a - 1]);
-        whole.insert(whole.end(), values.begin(), values.end());
+        std::vector<float> values = to_host(engine.backend(), a == 0 ? part.master : part.state[a - 1]);
+        if (whole.empty()) whole = std::move(values);  // (one part, the usual case: no second copy)
+        else whole.insert(whole.end(), values.begin(), values.end());
       }
       content.arrays.push_back({param_group_name(views.group), a == 0 ? "master" : state_names[a - 1], std::move(whole)});
     }
