@@ -26,6 +26,7 @@
 #include <boost/context/detail/fcontext.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <random>
 #include <sstream>
@@ -168,8 +169,16 @@ void* take_tsan_fiber() {
 
 enum class State { Runnable, AtBarrier, AtWarpOperation, Exited, Faulted };
 
+// A cp.async copy a thread has issued and not yet completed.
+struct AsyncCopy {
+  void* target;
+  const void* source;
+};
+
 struct EmuThread {
   ThreadContext context;
+  std::vector<AsyncCopy> open_copies;               // issued since the last commit
+  std::deque<std::vector<AsyncCopy>> copy_groups;   // committed, oldest first
   fcontext::fcontext_t fiber = nullptr;      // where the fiber resumes
   fcontext::fcontext_t scheduler = nullptr;  // where it returns to
   char* stack = nullptr;
@@ -288,6 +297,7 @@ class Block {
   void complete_if_ready(int warp, size_t index, EmuThread& reporter);
   std::string complete_operation(int warp, size_t index);
   void* dynamic_shared() { return dynamic_shared_; }
+  bool holds_shared(const void* pointer, size_t bytes) const;
   void* static_shared(size_t bytes, size_t alignment, const void* declaration, const char* name,
                       const char* file, int line);
   EmuThread& thread_of(const ThreadContext& context) { return threads_[context.linear]; }
@@ -384,6 +394,8 @@ void Block::start_threads(uint3 index) {
     thread.waiting_at = "";
     thread.file = "";
     thread.line = 0;
+    thread.open_copies.clear();
+    thread.copy_groups.clear();
     const unsigned plane = block_dim_.x * block_dim_.y;
     thread.context.thread_idx = {static_cast<unsigned>(linear) % block_dim_.x,
                                  (static_cast<unsigned>(linear) / block_dim_.x) % block_dim_.y,
@@ -523,6 +535,10 @@ void Block::thread_main(EmuThread& thread) {
   __tsan_acquire(&thread);
 #endif
   (*body_)();
+  if (!thread.open_copies.empty() || !thread.copy_groups.empty()) {
+    fault_on_fiber(thread, "a thread exited with cp.async copies it never waited for "
+                           "(cp.async.wait_group)");
+  }
   set_state(thread, State::Exited);
   thread.waiting_at = "exited";
   const int warp = thread.context.linear / kWarpSize;
@@ -725,6 +741,19 @@ std::string Block::complete_operation(int warp, size_t index) {
 
 // ---- shared memory -------------------------------------------------------------------------------
 
+bool Block::holds_shared(const void* pointer, size_t bytes) const {
+  const char* first = static_cast<const char*>(pointer);
+  auto within = [&](const void* base, size_t size) {
+    const char* begin = static_cast<const char*>(base);
+    return base != nullptr && first >= begin && first + bytes <= begin + size;
+  };
+  if (within(dynamic_shared_, dynamic_bytes_)) return true;
+  for (const StaticShared& array : static_shared_) {
+    if (within(array.memory, array.bytes)) return true;
+  }
+  return false;
+}
+
 void* Block::static_shared(size_t bytes, size_t alignment, const void* declaration, const char* name,
                            const char* file, int line) {
   for (const StaticShared& array : static_shared_) {
@@ -864,6 +893,41 @@ uint64_t warp_operation(WarpOpKind kind, const char* name, unsigned mask, uint64
 }
 
 void* dynamic_shared_memory() { return this_thread().block->dynamic_shared(); }
+
+void async_copy_16(void* target, const void* source, const char* file, int line) {
+  ThreadContext& context = this_thread();
+  const char* op = "cp.async";
+  if (reinterpret_cast<uintptr_t>(target) % 16 != 0 || reinterpret_cast<uintptr_t>(source) % 16 != 0) {
+    wmma_fault(op, "the target or the source is not 16-byte aligned", file, line);
+  }
+  if (!context.block->holds_shared(target, 16)) {
+    wmma_fault(op, "the target is not in the block's shared memory", file, line);
+  }
+  if (context.block->holds_shared(source, 16)) {
+    wmma_fault(op, "the source is in shared memory (cp.async copies from global memory)", file, line);
+  }
+  context.block->thread_of(context).open_copies.push_back({target, source});
+}
+
+void async_copy_commit() {
+  ThreadContext& context = this_thread();
+  EmuThread& thread = context.block->thread_of(context);
+  thread.copy_groups.push_back(std::move(thread.open_copies));
+  thread.open_copies.clear();
+}
+
+void async_copy_wait(int pending_groups) {
+  ThreadContext& context = this_thread();
+  EmuThread& thread = context.block->thread_of(context);
+  while (thread.copy_groups.size() > static_cast<size_t>(pending_groups)) {
+    for (const AsyncCopy& copy : thread.copy_groups.front()) std::memcpy(copy.target, copy.source, 16);
+    thread.copy_groups.pop_front();
+  }
+}
+
+bool in_shared_memory(const void* pointer, size_t bytes) {
+  return this_thread().block->holds_shared(pointer, bytes);
+}
 
 namespace {
 std::atomic<uint64_t> wmma_operation_count{0};

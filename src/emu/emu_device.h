@@ -75,10 +75,25 @@ const uint64_t* warp_gather(uint64_t value, const char* name, const char* file, 
 uint64_t wmma_operations();
 void count_wmma_operation();
 
+// ---- asynchronous copies (PTX cp.async, emu_device.cpp) -----------------------------------------
+// cp.async.cg.shared.global [target], [source], 16 queues a 16-byte copy on the calling thread;
+// commit closes the thread's open copies into a group; wait(n) completes all but the n most
+// recent groups. A copy is done at the latest moment the PTX ISA allows (its group's wait), so a
+// kernel that reads a destination before waiting for it (or, for another thread's copy, before
+// the barrier after that thread's wait) reads the poison, as a GPU may. target must be 16-byte
+// aligned shared memory, source 16-byte aligned memory outside it; a thread that exits with
+// copies it never waited for is a fault.
+void async_copy_16(void* target, const void* source, const char* file, int line);
+void async_copy_commit();
+void async_copy_wait(int pending_groups);
+
 // ---- shared memory (emu_device.cpp) ------------------------------------------------------------
 
 // The block's dynamic shared memory (the launch's shared-memory bytes, poisoned with 0xFF).
 void* dynamic_shared_memory();
+// Whether [pointer, pointer + bytes) lies within the running block's shared memory (dynamic or
+// static): ldmatrix (emu_mma.h) reads nothing else.
+bool in_shared_memory(const void* pointer, size_t bytes);
 // A static __shared__ array of the running block: one per (block, declaration); the first
 // thread to reach the declaration allocates it (poisoned with 0xFF), the others get the same.
 void* static_shared_memory(size_t bytes, size_t alignment, const void* declaration,

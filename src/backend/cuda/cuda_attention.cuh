@@ -1,7 +1,7 @@
 // Shared pieces of the CUDA backend's attention kernels (cuda_attention_forward.cu,
 // cuda_attention_backward.cu): tile sizes; the CUDA-core path's fp32 block GEMM and tile
-// loads/stores; the tensor-core path's warp-level pieces (WMMA fragments in registers, 16-byte
-// tile copies, double buffering through registers); the shared-memory layout, the tensor
+// loads/stores; the tensor-core path's warp-level pieces (mma.sync fragments in registers,
+// 16-byte tile copies, asynchronous double buffering); the shared-memory layout, the tensor
 // geometry, and the host-side argument checks and shared-memory opt-in.
 #pragma once
 #include <initializer_list>
@@ -9,7 +9,8 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.cuh"
-#include "backend/cuda/cuda_wmma.cuh"
+#include "backend/cuda/cuda_async_copy.cuh"
+#include "backend/cuda/cuda_mma.cuh"
 
 namespace zt::cuda::attention {
 
@@ -133,22 +134,17 @@ inline bool tensor_cores_fit(DType dtype, int head_dim) {
 
 // ---- the tensor-core path (bf16/fp16, D a multiple of 16 up to 128) ------------------------
 // FlashAttention-2's work split: every warp owns 16 rows (queries, or keys for dK/dV) and keeps
-// their fp32 accumulators in registers (WMMA fragments) across the whole loop; the block shares
-// only the 16-bit K/V (or Q/dO) tiles it streams through shared memory, double-buffered. A
-// warp's scores go through a warp-private fp32 scratch tile (the softmax needs whole rows, and
-// CUDA does not specify which lane holds which accumulator element), its probabilities through
-// a warp-private 16-bit operand tile; neither needs a block barrier.
+// their fp32 accumulators in registers across the whole loop; the block shares only the 16-bit
+// K/V (or Q/dO) tiles it streams through shared memory, double-buffered. The products are
+// PTX's mma.sync m16n8k16 on operands that ldmatrix loads (backend/cuda/cuda_mma.cuh): their
+// fragment layouts are documented, so a warp's scores stay in registers, each lane runs the
+// softmax on the elements it holds (4 lanes share a row), and the probabilities go straight
+// back into the next product as its A operand. Nothing of a warp's own goes through shared
+// memory, and no barrier but the block's one per streamed tile is needed.
 
-// The WMMA element type of a 16-bit storage format.
+// The mma element type of a 16-bit storage format.
 template <class Format>
-using WmmaType = std::conditional_t<std::is_same_v<Format, Bf16Format>, __nv_bfloat16, __half>;
-
-namespace wmma = nvcuda::wmma;
-using Accumulator = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
-template <class T>
-using OperandA = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
-template <class T, class Layout>
-using OperandB = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, Layout>;
+using MmaType = std::conditional_t<std::is_same_v<Format, Bf16Format>, __nv_bfloat16, __half>;
 
 constexpr int kWarpRows = 16;                       // the rows a warp owns
 constexpr int kTcWarps = 4;
@@ -157,12 +153,9 @@ constexpr int kTcBlockRows = kWarpRows * kTcWarps;  // 64 rows a block owns
 constexpr int kTcForwardKeys = 64;                  // forward key tile
 constexpr int kTcBackwardTile = 32;                 // backward streamed tile (queries or keys)
 
-// Leading dimensions: 16-bit tiles are padded by 8 elements (WMMA wants multiples of 8; the 16
-// bytes shift each row by 4 banks, so the 8 rows of a fragment load hit different banks), fp32
-// scratch by 4 (WMMA's multiple of 4 for float).
+// 16-bit tiles are padded by 8 elements: the 16 bytes shift each row by 4 banks, so the 8 rows
+// an ldmatrix phase reads (16 bytes each) hit all 32 banks once.
 constexpr int operand_ld(int cols) { return cols + 8; }
-constexpr int scratch_ld(int cols) { return cols + 4; }
-constexpr int round_up_32(int bytes) { return (bytes + 31) / 32 * 32; }
 
 // 8 16-bit values: one 16-byte load or store (LDG.128 / STS.128 when aligned).
 struct alignas(16) Vector16 {
@@ -185,156 +178,175 @@ __device__ inline void copy_rows(uint16_t* tile, int ld, const uint16_t* source,
   }
 }
 
-// A block's [kRows, kD] 16-bit tile on its way from global to shared memory through registers:
-// fetch() issues the 16-byte loads, commit() stores them, so the kernel computes on the current
-// tile while the next one is in flight (double buffering without cp.async, which the emulated
-// device does not implement). Rows past valid_rows are zero.
+// tile[kRows, kD] (leading dimension ld, 16-bit) = rows [0, valid_rows) of a matrix whose rows
+// are row_stride elements apart, zero past valid_rows, copied by the block's threads
+// asynchronously (16-byte cp.async copies; the zero rows are plain stores). The caller commits
+// the group, and waits for it and meets at a barrier before anyone reads the tile: the kernels
+// issue the next tile's copies, compute on the current one meanwhile, then wait.
 template <int kRows, int kD>
-struct TileStage {
-  static constexpr int kVectorsPerRow = kD / 8;
-  static constexpr int kVectors = kRows * kVectorsPerRow;
-  static constexpr int kPerThread = (kVectors + kTcThreads - 1) / kTcThreads;
-  Vector16 values[kPerThread];
-
-  __device__ void fetch(const uint16_t* source, int64_t row_stride, int valid_rows) {
+__device__ inline void copy_tile_async(uint16_t* tile, int ld, const uint16_t* source,
+                                       int64_t row_stride, int valid_rows) {
+  constexpr int kVectorsPerRow = kD / 8;
 #pragma unroll
-    for (int i = 0; i < kPerThread; ++i) {
-      const int e = static_cast<int>(threadIdx.x) + i * kTcThreads;
-      const int r = e / kVectorsPerRow, c = e % kVectorsPerRow * 8;
-      values[i] = Vector16{};
-      if (e < kVectors && r < valid_rows) {
-        values[i] = *reinterpret_cast<const Vector16*>(source + r * row_stride + c);
-      }
-    }
-  }
-  __device__ void commit(uint16_t* tile, int ld) const {
-#pragma unroll
-    for (int i = 0; i < kPerThread; ++i) {
-      const int e = static_cast<int>(threadIdx.x) + i * kTcThreads;
-      const int r = e / kVectorsPerRow, c = e % kVectorsPerRow * 8;
-      if (e < kVectors) *reinterpret_cast<Vector16*>(tile + r * ld + c) = values[i];
-    }
-  }
-};
-
-// Which row of its 16x16 tile each of this lane's accumulator elements is in: element i is in
-// row[i].
-// CUDA leaves that mapping unspecified (it differs between GPU generations, and the emulated
-// device has its own), so it is read off a tile whose elements are their own indices, loaded
-// with load_matrix_sync: documented behaviour everywhere. Every accumulator fragment of a
-// warp has the same mapping (element-wise arithmetic between fragments relies on it too).
-struct FragmentCoordinates {
-  int row[Accumulator::num_elements];
-};
-
-// scratch: a warp-private [16, 16] fp32 area, 32-byte aligned.
-__device__ inline FragmentCoordinates fragment_coordinates(float* scratch) {
-  const int lane = threadIdx.x % 32;
-  for (int e = lane; e < 16 * 16; e += 32) scratch[e] = static_cast<float>(e);
-  __syncwarp();
-  Accumulator indices;
-  wmma::load_matrix_sync(indices, scratch, 16, wmma::mem_row_major);
-  FragmentCoordinates at;
-#pragma unroll
-  for (int i = 0; i < Accumulator::num_elements; ++i) {
-    at.row[i] = static_cast<int>(indices.x[i]) / 16;
-  }
-  __syncwarp();  // every lane has read scratch before the warp reuses it
-  return at;
-}
-
-// acc[kCols] ([16, 16 kCols] fp32) += A[16, kDepth] B[kDepth, 16 kCols] on tensor cores, A
-// row-major at a (lda), B in shared memory: row-major (b[i * ldb + c]) or, with
-// kTransB, the transpose of a row-major tile (b[c * ldb + i]: B = tile^T, WMMA's col_major).
-template <int kDepth, int kCols, bool kTransB, class T>
-__device__ inline void warp_mma(Accumulator (&acc)[kCols], const T* a, int lda, const T* b,
-                                int ldb) {
-  using Layout = std::conditional_t<kTransB, wmma::col_major, wmma::row_major>;
-#pragma unroll
-  for (int k = 0; k < kDepth; k += 16) {
-    OperandA<T> a_tile;
-    wmma::load_matrix_sync(a_tile, a + k, lda);
-#pragma unroll
-    for (int c = 0; c < kCols; ++c) {
-      OperandB<T, Layout> b_tile;
-      wmma::load_matrix_sync(b_tile, kTransB ? b + c * 16 * ldb + k : b + k * ldb + c * 16, ldb);
-      wmma::mma_sync(acc[c], a_tile, b_tile, acc[c]);
+  for (int e = static_cast<int>(threadIdx.x); e < kRows * kVectorsPerRow; e += kTcThreads) {
+    const int r = e / kVectorsPerRow, c = e % kVectorsPerRow * 8;
+    if (r < valid_rows) {
+      async_copy_16(tile + r * ld + c, source + r * row_stride + c);
+    } else {
+      *reinterpret_cast<Vector16*>(tile + r * ld + c) = Vector16{};
     }
   }
 }
 
-// acc[kCols] ([16, 16 kCols] fp32) += (A_high + A_low)[16, kDepth] B[kDepth, 16 kCols], B
-// row-major: a value split into two 16-bit parts (high = the value rounded, low = the rest
-// rounded) keeps about 16 bits, where one rounding would leave a bias in sums that cancel (see
-// the kernels). Each B fragment is loaded once and used for both parts, so the second product
-// costs tensor-core time but no B traffic.
-template <int kDepth, int kCols, class T>
-__device__ inline void warp_mma_split(Accumulator (&acc)[kCols], const T* a_high, const T* a_low,
-                                      int lda, const T* b, int ldb) {
+// Two tiles of the same rows (K and V, or Q and dO) copied asynchronously as one group.
+template <int kRows, int kD>
+__device__ inline void copy_tile_pair_async(uint16_t* first_tile, uint16_t* second_tile, int ld,
+                                            const uint16_t* first, const uint16_t* second,
+                                            int64_t row_stride, int valid_rows) {
+  copy_tile_async<kRows, kD>(first_tile, ld, first, row_stride, valid_rows);
+  copy_tile_async<kRows, kD>(second_tile, ld, second, row_stride, valid_rows);
+  async_copy_commit();
+}
+
+// A warp's [16, 8 kN] fp32 tile is kN mma accumulators, float c[kN][4]: with g = lane / 4 and
+// t = lane % 4, c[j][e] is row g + 8 (e / 2), column 8 j + 2 t + e % 2 (emu/emu_mma.h).
+__device__ inline int fragment_row(int e) { return static_cast<int>(threadIdx.x) % 32 / 4 + 8 * (e / 2); }
+__device__ inline int fragment_col(int j, int e) {
+  return 8 * j + 2 * (static_cast<int>(threadIdx.x) % 4) + e % 2;
+}
+
+template <int kN>
+__device__ inline void zero_fragments(float (&c)[kN][4]) {
 #pragma unroll
-  for (int k = 0; k < kDepth; k += 16) {
-    OperandA<T> high, low;
-    wmma::load_matrix_sync(high, a_high + k, lda);
-    wmma::load_matrix_sync(low, a_low + k, lda);
+  for (int j = 0; j < kN; ++j) {
 #pragma unroll
-    for (int c = 0; c < kCols; ++c) {
-      OperandB<T, wmma::row_major> b_tile;
-      wmma::load_matrix_sync(b_tile, b + k * ldb + c * 16, ldb);
-      wmma::mma_sync(acc[c], high, b_tile, acc[c]);
-      wmma::mma_sync(acc[c], low, b_tile, acc[c]);
+    for (int e = 0; e < 4; ++e) c[j][e] = 0.0f;
+  }
+}
+
+// This lane's ldmatrix row address for the A operand of a [16, .] row-major tile (ld): rows
+// 0-7 and 8-15 of the step's first 8 columns, then of its last 8 (a0 .. a3).
+__device__ inline const uint16_t* a_operand_row(const uint16_t* tile, int ld) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  return tile + (lane % 16) * ld + (lane / 16) * 8;
+}
+
+// a[kDepth / 16] = the A operands of a warp's [16, kDepth] 16-bit tile (row-major, ld) in
+// shared memory, one per k step of 16.
+template <int kDepth>
+__device__ inline void load_a_operands(uint32_t (&a)[kDepth / 16][4], const uint16_t* tile, int ld) {
+  const uint16_t* row = a_operand_row(tile, ld);
+#pragma unroll
+  for (int kk = 0; kk < kDepth / 16; ++kk) zt_mma::ldmatrix_x4(a[kk], row + 16 * kk);
+}
+
+// c[kN] ([16, 8 kN]) += A [16, 16] rows^T [16, 8 kN] for one k step: `rows` is a row-major
+// [8 kN, .] tile (ld) whose columns [k0, k0 + 16) are the step's depth, so B(k, n) =
+// rows[n][k0 + k] (S = Q K^T with K's rows). One ldmatrix gives two n-tiles' B: matrices 0, 1 are
+// rows 8 j .. + 7 at columns k0 and k0 + 8, matrices 2, 3 the next 8 rows.
+template <class T, int kN>
+__device__ inline void mma_step_bt(float (&c)[kN][4], const uint32_t (&a)[4], const uint16_t* rows,
+                                   int ld, int k0) {
+  static_assert(kN % 2 == 0, "n-tiles go in pairs");
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const uint16_t* row = rows + (lane % 8 + 8 * (lane / 16)) * ld + k0 + 8 * (lane / 8 % 2);
+#pragma unroll
+  for (int j = 0; j < kN; j += 2) {
+    uint32_t b[4];
+    zt_mma::ldmatrix_x4(b, row + 8 * j * ld);
+    zt_mma::mma_m16n8k16<T>(c[j], a, b[0], b[1]);
+    zt_mma::mma_m16n8k16<T>(c[j + 1], a, b[2], b[3]);
+  }
+}
+
+// c[kN] ([16, 8 kN]) += A [16, kDepth] rows^T, rows a row-major [8 kN, kDepth] tile (ld); A a
+// warp's own [16, kDepth] row-major tile in shared memory (lda), loaded one k step at a time.
+template <class T, int kDepth, int kN>
+__device__ inline void mma_shared_a_bt(float (&c)[kN][4], const uint16_t* a_tile, int lda,
+                                       const uint16_t* rows, int ld) {
+  const uint16_t* a_row = a_operand_row(a_tile, lda);
+#pragma unroll
+  for (int kk = 0; kk < kDepth / 16; ++kk) {
+    uint32_t a[4];
+    zt_mma::ldmatrix_x4(a, a_row + 16 * kk);
+    mma_step_bt<T>(c, a, rows, ld, 16 * kk);
+  }
+}
+
+// The same with A already in registers (a[k step]).
+template <class T, int kDepth, int kN>
+__device__ inline void mma_a_bt(float (&c)[kN][4], const uint32_t (&a)[kDepth / 16][4],
+                                const uint16_t* rows, int ld) {
+#pragma unroll
+  for (int kk = 0; kk < kDepth / 16; ++kk) mma_step_bt<T>(c, a[kk], rows, ld, 16 * kk);
+}
+
+// c[kN] ([16, 8 kN]) += (sum over the kParts parts of A) [16, 16] B for one k step: B is the rows
+// [k0, k0 + 16) of a row-major [., 8 kN] tile b (ld) (P V with V's rows), loaded transposed:
+// matrices 0, 1 are rows k0 .. + 7 and k0 + 8 .. + 15 at columns 8 j, matrices 2, 3 the same
+// at 8 j + 8. Each B is loaded once for all parts (a value split into high and low 16-bit parts
+// costs tensor-core time, no loads).
+template <class T, int kN, int kParts>
+__device__ inline void mma_step_b(float (&c)[kN][4], const uint32_t (&a)[kParts][4],
+                                  const uint16_t* b, int ld, int k0) {
+  static_assert(kN % 2 == 0, "n-tiles go in pairs");
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const uint16_t* row = b + (k0 + lane % 8 + 8 * (lane / 8 % 2)) * ld + 8 * (lane / 16);
+#pragma unroll
+  for (int j = 0; j < kN; j += 2) {
+    uint32_t bt[4];
+    zt_mma::ldmatrix_x4_trans(bt, row + 8 * j);
+#pragma unroll
+    for (int part = 0; part < kParts; ++part) {
+      zt_mma::mma_m16n8k16<T>(c[j], a[part], bt[0], bt[1]);
+      zt_mma::mma_m16n8k16<T>(c[j + 1], a[part], bt[2], bt[3]);
     }
   }
 }
 
-template <int kCount>
-__device__ inline void zero_fragments(Accumulator (&acc)[kCount]) {
-#pragma unroll
-  for (int f = 0; f < kCount; ++f) wmma::fill_fragment(acc[f], 0.0f);
+// Two fp32 values rounded to the dtype in one register, the first in the low half (the order
+// of an operand's columns).
+template <class Format>
+__device__ inline uint32_t pack_pair(float first, float second) {
+  return uint32_t{Format::from_float(first)} | uint32_t{Format::from_float(second)} << 16;
 }
 
-// acc[f] (a warp's [16, 16 kCount] fp32 rows) *= factor[row] (factor: warp-private [16]).
-template <int kCount>
-__device__ inline void scale_rows(Accumulator (&acc)[kCount], const float* factor,
-                                  const FragmentCoordinates& at) {
+// The A operand of k step kk of a warp's [16, 8 kN] fp32 accumulators c, as kParts 16-bit
+// parts: part 0 is c rounded to the dtype, part 1 (if any) what that rounding left, rounded. An
+// accumulator's columns 2t, 2t + 1 of rows g, g + 8 are where the A operand wants them, so this
+// is a conversion in registers: a0, a1 from n-tile 2 kk, a2, a3 from n-tile 2 kk + 1.
+template <class Format, int kParts, int kN>
+__device__ inline void accumulators_as_a(uint32_t (&a)[kParts][4], const float (&c)[kN][4], int kk) {
+  static_assert(kParts == 1 || kParts == 2, "a value in one or two 16-bit parts");
 #pragma unroll
-  for (int i = 0; i < Accumulator::num_elements; ++i) {
-    const float f = factor[at.row[i]];
-#pragma unroll
-    for (int c = 0; c < kCount; ++c) acc[c].x[i] *= f;
+  for (int r = 0; r < 4; ++r) {
+    const float* pair = &c[2 * kk + r / 2][2 * (r % 2)];  // r: a0 (g), a1 (g + 8), a2, a3
+    const uint32_t high = pack_pair<Format>(pair[0], pair[1]);
+    a[0][r] = high;
+    if constexpr (kParts == 2) {
+      const float first = pair[0] - Format::to_float(static_cast<uint16_t>(high & 0xFFFFu));
+      const float second = pair[1] - Format::to_float(static_cast<uint16_t>(high >> 16));
+      a[kParts - 1][r] = pack_pair<Format>(first, second);
+    }
   }
 }
 
-// Rows [0, valid_rows) of a warp's [16, kD] fp32 accumulators written to a 16-bit matrix (rows
-// row_stride apart) in 16-byte vectors, through the warp's scratch [16, kScratchCols] in pieces
-// of kScratchCols columns.
-template <class Format, int kD, int kScratchCols>
-__device__ inline void store_warp_rows(Storage<Format>* target, int64_t row_stride,
-                                       const Accumulator (&acc)[kD / 16], float* scratch,
+// Rows [0, valid_rows) of a warp's [16, 8 kN] fp32 accumulators, row g times factor[0] and row
+// g + 8 times factor[1], rounded to a 16-bit matrix whose rows are row_stride apart: each lane
+// writes its column pairs (4-byte stores).
+template <class Format, int kN>
+__device__ inline void store_fragments(Storage<Format>* target, int64_t row_stride,
+                                       const float (&c)[kN][4], const float (&factor)[2],
                                        int valid_rows) {
-  constexpr int kLd = scratch_ld(kScratchCols);
-  const int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int c0 = 0; c0 < kD; c0 += kScratchCols) {
-    const int width = kD - c0 < kScratchCols ? kD - c0 : kScratchCols;
+  for (int h = 0; h < 2; ++h) {
+    const int row = fragment_row(2 * h);
+    if (row >= valid_rows) continue;
 #pragma unroll
-    for (int f = c0 / 16; f < (c0 + width) / 16; ++f) {
-      wmma::store_matrix_sync(scratch + (f * 16 - c0), acc[f], kLd, wmma::mem_row_major);
+    for (int j = 0; j < kN; ++j) {
+      *reinterpret_cast<uint32_t*>(target + row * row_stride + fragment_col(j, 0)) =
+          pack_pair<Format>(c[j][2 * h] * factor[h], c[j][2 * h + 1] * factor[h]);
     }
-    __syncwarp();
-    const int vectors_per_row = width / 8;
-    for (int e = lane; e < kWarpRows * vectors_per_row; e += 32) {
-      const int r = e / vectors_per_row, c = e % vectors_per_row * 8;
-      if (r >= valid_rows) continue;
-      Vector16 value;
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {  // element 2w in the low half (little-endian order)
-        const uint32_t low = Format::from_float(scratch[r * kLd + c + 2 * w]);
-        const uint32_t high = Format::from_float(scratch[r * kLd + c + 2 * w + 1]);
-        value.words[w] = low | high << 16;
-      }
-      *reinterpret_cast<Vector16*>(target + r * row_stride + c0 + c) = value;
-    }
-    __syncwarp();  // scratch is read before the next piece overwrites it
   }
 }
 
@@ -363,7 +375,7 @@ inline bool vector_aligned(std::initializer_list<const Tensor*> tensors) {
   return true;
 }
 
-// A kernel's dynamic shared memory cut into 32-byte aligned arrays (WMMA's alignment), the
+// A kernel's dynamic shared memory cut into 32-byte aligned arrays (ldmatrix needs 16), the
 // same on the host (to size the launch) and the device: take<T>(count) returns the next array.
 class SharedLayout {
  public:

@@ -226,18 +226,18 @@ attention_backward_dq_kernel(Storage<Format>* dq, const Storage<Format>* dout,
 // ---- tensor cores ----------------------------------------------------------------------------
 // Both kernels: 4 warps, each owning 16 rows of the block's 64 (keys for dK/dV, queries for dQ)
 // with their fp32 accumulators in registers; the block streams 32-row tiles of the other side
-// (Q and dO, or K and V) through shared memory, double-buffered (the next tile's 16-byte loads
-// in flight during the current tile's products). A warp's S, dP go through its own fp32
-// scratch, its P, dS (rounded to the dtype) through its own 16-bit operand tiles.
+// (Q and dO, or K and V) through shared memory, double-buffered (the next tiles' asynchronous
+// copies in flight during the current tiles' products). A warp's S and dP stay in its registers
+// (mma accumulators); P and dS go from there into the next products as A operands.
 //
 // Rounding (issue 15): P and dS are rounded to the dtype before they multiply dO and Q (dV, dK),
 // as in FlashAttention-2: those sums run over queries, where nothing cancels. dQ = dS K is a
 // sum that cancels: a row of dS sums to zero (softmax's gradient), so rounded dS would leave a
 // residue of K's common component (a k_proj bias) and the keys' mean in dQ. dS goes into it as
-// high + low 16-bit parts (warp_mma_split, the K fragments loaded once for both), as precise as
-// fp32 here. (Compensating instead, subtracting sum_j (round(dS_ij) - dS_ij) K_ref once per row,
-// removes the common component but leaves rounded dS's noise, which the tests' bounds do not
-// allow.)
+// high + low 16-bit parts (mma_step_b with two parts, the K operands loaded once for both), as
+// precise as fp32 here. (Compensating instead, subtracting sum_j (round(dS_ij) - dS_ij) K_ref
+// once per row, removes the common component but leaves rounded dS's noise, which the tests'
+// bounds do not allow.)
 
 // The backward kernels' shared memory for head dim kD, the same on the host (its size) and the
 // device.
@@ -245,21 +245,11 @@ template <int kD>
 struct BackwardTcShared {
   static constexpr int kCols = kTcBackwardTile;            // rows of a streamed tile (32)
   static constexpr int kLd = operand_ld(kD);               // the D-wide 16-bit tiles
-  static constexpr int kScoreLd = scratch_ld(kCols);       // a warp's fp32 [16, kCols] scratch
-  static constexpr int kOpLd = operand_ld(kCols);          // a warp's 16-bit [16, kCols] operands
-  static constexpr int kScratchFloats = kWarpRows * kScoreLd;
-  static constexpr int kOpElements = kWarpRows * kOpLd;
-  static_assert(kCols == 32, "the element-wise passes give each lane one column or half a row");
   uint16_t* own[2];          // [kTcBlockRows, kLd] each: K and V (dK/dV kernel), Q and dO (dQ)
   static constexpr int kStreamedElements = kCols * kLd;
   // Arrays indexed by arithmetic on the run-time buffer number (arrays of pointers indexed so
   // would live in local memory):
   uint16_t* streamed_tiles;  // [2 buffers][2][kCols, kLd]: Q and dO (dK/dV), K and V (dQ)
-  float* scores;             // [kTcWarps][16, kScoreLd]: S (dQ) or S^T (dK/dV)
-  float* dprobs;             // [kTcWarps][16, kScoreLd]: dP or dP^T
-  uint16_t* p_op;            // [kTcWarps][16, kOpLd]: P^T rounded (dK/dV)
-  uint16_t* ds_op;           // [kTcWarps][16, kOpLd]: dS or dS^T rounded (dS's high part)
-  uint16_t* ds_low;          // [kTcWarps][16, kOpLd]: dS - its high part, rounded (dQ)
   float* lse_tiles;          // [2 buffers][kCols]: the streamed query tile's lse (dK/dV)
   float* delta_tiles;        // [2 buffers][kCols]: its delta
   int* start_tiles;          // [2 buffers][kCols]: its rows' sample starts
@@ -268,11 +258,6 @@ struct BackwardTcShared {
   __host__ __device__ explicit BackwardTcShared(void* base) : layout(base) {
     for (int i = 0; i < 2; ++i) own[i] = layout.take<uint16_t>(size_t{kTcBlockRows} * kLd);
     streamed_tiles = layout.take<uint16_t>(size_t{4} * kStreamedElements);
-    scores = layout.take<float>(size_t{kTcWarps} * kScratchFloats);
-    dprobs = layout.take<float>(size_t{kTcWarps} * kScratchFloats);
-    p_op = layout.take<uint16_t>(size_t{kTcWarps} * kOpElements);
-    ds_op = layout.take<uint16_t>(size_t{kTcWarps} * kOpElements);
-    ds_low = layout.take<uint16_t>(size_t{kTcWarps} * kOpElements);
     lse_tiles = layout.take<float>(2 * kCols);
     delta_tiles = layout.take<float>(2 * kCols);
     start_tiles = layout.take<int>(2 * kCols);
@@ -315,22 +300,14 @@ __device__ inline bool next_query_step(int& head, int& first_query, int first_ke
   return head < head_end;
 }
 
-// P^T and dS^T [16 keys, 32 queries] of a warp in the dK/dV kernel from its S^T, dP^T scratch:
-// lane c takes query column c (its lse, delta, start), rounded to the dtype into p_op, ds_op.
-template <class Format, int kScoreLd, int kOpLd>
-__device__ inline void transposed_probabilities(const float* scores, const float* dprobs,
-                                                uint16_t* p_op, uint16_t* ds_op, float lse,
-                                                float delta, int start, int warp_key, int query,
-                                                int time, float scale) {
-  const int c = threadIdx.x % 32;
-  for (int r = 0; r < kWarpRows; ++r) {
-    const int key = warp_key + r;
-    const bool visible = query < time && key <= query && key >= start;
-    const float p = visible ? expf(scores[r * kScoreLd + c] * scale - lse) : 0.0f;
-    const float ds = p * (dprobs[r * kScoreLd + c] - delta);
-    p_op[r * kOpLd + c] = Format::from_float(p);
-    ds_op[r * kOpLd + c] = Format::from_float(ds);
-  }
+// One element of P and dS from S (unscaled) and dP where (query, key) is visible, else 0.
+struct Gradient {
+  float p, ds;
+};
+__device__ inline Gradient probability_gradient(float s, float dp, bool visible, float lse,
+                                                float delta, float scale) {
+  const float p = visible ? expf(s * scale - lse) : 0.0f;
+  return {p, p * (dp - delta)};
 }
 
 // dK, dV of the keys [first_key, + 64) of one kv head (warp w: keys first_key + 16 w ..): sums
@@ -342,16 +319,13 @@ attention_backward_dkdv_tc_kernel(Storage<Format>* dk, Storage<Format>* dv,
                                   const Storage<Format>* k, const Storage<Format>* v,
                                   const float* lse, const float* delta, const int32_t* positions,
                                   AttentionDims dims, float scale) {
-  using T = WmmaType<Format>;
+  using T = MmaType<Format>;
   using Shared = BackwardTcShared<kD>;
-  constexpr int kCols = Shared::kCols, kLd = Shared::kLd, kF = kD / 16;
+  constexpr int kCols = Shared::kCols, kLd = Shared::kLd;
+  constexpr int kN = kCols / 8, kDN = kD / 8;  // n-tiles of S^T and of dK, dV
   ZT_DYNAMIC_SHARED(float, shared_memory);
   Shared shared(SharedLayout::aligned(shared_memory));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float* scores = shared.scores + warp * Shared::kScratchFloats;  // [16, kScoreLd]: S^T
-  float* dprobs = shared.dprobs + warp * Shared::kScratchFloats;  // [16, kScoreLd]: dP^T
-  uint16_t* p_op = shared.p_op + warp * Shared::kOpElements;       // [16, kOpLd]: P^T
-  uint16_t* ds_op = shared.ds_op + warp * Shared::kOpElements;     // [16, kOpLd]: dS^T
+  const int warp = threadIdx.x / 32;
 
   const int first_key = static_cast<int>(blockIdx.x) * kTcBlockRows;  // early keys (most work) first
   const int kv_head = blockIdx.y, b = blockIdx.z;
@@ -363,90 +337,80 @@ attention_backward_dkdv_tc_kernel(Storage<Format>* dk, Storage<Format>* dv,
                 kTcThreads);
   copy_rows<kD>(shared.own[1], kLd, v + key_offset, kv_stride, keys, kTcBlockRows, threadIdx.x,
                 kTcThreads);
-  const T* k_warp = reinterpret_cast<const T*>(shared.own[0]) + warp * kWarpRows * kLd;  // [16, kLd]
-  const T* v_warp = reinterpret_cast<const T*>(shared.own[1]) + warp * kWarpRows * kLd;  // [16, kLd]
-  Accumulator dk_acc[kF], dv_acc[kF];  // [16, kD] each
+  const uint16_t* k_warp = shared.own[0] + warp * kWarpRows * kLd;  // [16, kLd]
+  const uint16_t* v_warp = shared.own[1] + warp * kWarpRows * kLd;  // [16, kLd]
+  float dk_acc[kDN][4], dv_acc[kDN][4];  // [16, kD] each
   zero_fragments(dk_acc);
   zero_fragments(dv_acc);
 
   // The first step: the group's first head, the query tile at first_key (it sees these keys).
   const int head_end = (kv_head + 1) * dims.group(), last_key = first_key + keys - 1;
   int head = kv_head * dims.group(), first_query = first_key, buffer = 0;
-  TileStage<kCols, kD> stage;  // the next Q or dO tile on its way
-  int64_t rows = dims.q_offset(b, head) + first_query * q_stride;
-  stage.fetch(q + rows, q_stride, min(kCols, dims.time - first_query));
-  stage.commit(shared.streamed(0, 0), kLd);
-  stage.fetch(dout + rows, q_stride, min(kCols, dims.time - first_query));
-  stage.commit(shared.streamed(0, 1), kLd);
+  const int64_t rows = dims.q_offset(b, head) + first_query * q_stride;
+  copy_tile_pair_async<kCols, kD>(shared.streamed(0, 0), shared.streamed(0, 1), kLd, q + rows,
+                                  dout + rows, q_stride, min(kCols, dims.time - first_query));
   load_query_stats(shared.lse(0), shared.delta(0), shared.start(0), lse, delta, positions, dims,
                    b, dims.lse_offset(b, head), first_query);
+  async_copy_wait<0>();
   __syncthreads();
   for (bool more = true; more; buffer ^= 1) {
     int next_head = head, next_query = first_query;
     const bool has_next = next_query_step(next_head, next_query, first_key, last_key, head_end,
                                           positions, dims, b);
-    const int64_t next_rows = dims.q_offset(b, next_head) + next_query * q_stride;
-    const int next_valid = min(kCols, dims.time - next_query);
-    const T* q_tile = reinterpret_cast<const T*>(shared.streamed(buffer, 0));   // [kCols, kLd]
-    const T* do_tile = reinterpret_cast<const T*>(shared.streamed(buffer, 1));  // [kCols, kLd]
-    if (has_next) stage.fetch(q + next_rows, q_stride, next_valid);
-    // S^T [16, kCols] = K_w Q^T, dP^T [16, kCols] = V_w dO^T
-    Accumulator s[kCols / 16], dp[kCols / 16];
-    zero_fragments(s);
-    zero_fragments(dp);
-    warp_mma<kD, kCols / 16, true>(s, k_warp, kLd, q_tile, kLd);
-    warp_mma<kD, kCols / 16, true>(dp, v_warp, kLd, do_tile, kLd);
-#pragma unroll
-    for (int c = 0; c < kCols / 16; ++c) {
-      wmma::store_matrix_sync(scores + c * 16, s[c], Shared::kScoreLd, wmma::mem_row_major);
-      wmma::store_matrix_sync(dprobs + c * 16, dp[c], Shared::kScoreLd, wmma::mem_row_major);
-    }
-    if (has_next) stage.commit(shared.streamed(buffer ^ 1, 0), kLd);
-    if (has_next) stage.fetch(dout + next_rows, q_stride, next_valid);
-    __syncwarp();
-    transposed_probabilities<Format, Shared::kScoreLd, Shared::kOpLd>(
-        scores, dprobs, p_op, ds_op, shared.lse(buffer)[lane], shared.delta(buffer)[lane],
-        shared.start(buffer)[lane], warp_key, first_query + lane, dims.time, scale);
-    __syncwarp();
-    // dV_w += P^T [16, kCols] dO [kCols, kD], dK_w += dS^T [16, kCols] Q [kCols, kD]
-    warp_mma<kCols, kF, false>(dv_acc, reinterpret_cast<const T*>(p_op), Shared::kOpLd, do_tile, kLd);
-    warp_mma<kCols, kF, false>(dk_acc, reinterpret_cast<const T*>(ds_op), Shared::kOpLd, q_tile, kLd);
+    const uint16_t* q_tile = shared.streamed(buffer, 0);   // [kCols, kLd]
+    const uint16_t* do_tile = shared.streamed(buffer, 1);  // [kCols, kLd]
+    // The next Q, dO tiles and their rows' stats on their way into the other buffer (its last
+    // readers passed the barrier that ended the previous step).
     if (has_next) {
-      stage.commit(shared.streamed(buffer ^ 1, 1), kLd);
+      const int64_t next_rows = dims.q_offset(b, next_head) + next_query * q_stride;
+      copy_tile_pair_async<kCols, kD>(shared.streamed(buffer ^ 1, 0), shared.streamed(buffer ^ 1, 1),
+                                      kLd, q + next_rows, dout + next_rows, q_stride,
+                                      min(kCols, dims.time - next_query));
       load_query_stats(shared.lse(buffer ^ 1), shared.delta(buffer ^ 1), shared.start(buffer ^ 1),
                        lse, delta, positions, dims, b, dims.lse_offset(b, next_head), next_query);
     }
+    // S^T [16, kCols] = K_w Q^T, dP^T [16, kCols] = V_w dO^T
+    float s[kN][4], dp[kN][4];
+    zero_fragments(s);
+    zero_fragments(dp);
+    mma_shared_a_bt<T, kD, kN>(s, k_warp, kLd, q_tile, kLd);
+    mma_shared_a_bt<T, kD, kN>(dp, v_warp, kLd, do_tile, kLd);
+    // P^T and dS^T in place of S^T and dP^T: column c is query first_query + c.
+    const float* tile_lse = shared.lse(buffer);
+    const float* tile_delta = shared.delta(buffer);
+    const int* tile_start = shared.start(buffer);
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = fragment_col(j, e), query = first_query + c, key = warp_key + fragment_row(e);
+        const bool visible = query < dims.time && key <= query && key >= tile_start[c];
+        const Gradient g = probability_gradient(s[j][e], dp[j][e], visible, tile_lse[c],
+                                                tile_delta[c], scale);
+        s[j][e] = g.p;
+        dp[j][e] = g.ds;
+      }
+    }
+    // dV_w += P^T [16, kCols] dO [kCols, kD], dK_w += dS^T [16, kCols] Q [kCols, kD]
+#pragma unroll
+    for (int kk = 0; kk < kCols / 16; ++kk) {
+      uint32_t p[1][4], ds[1][4];
+      accumulators_as_a<Format>(p, s, kk);
+      accumulators_as_a<Format>(ds, dp, kk);
+      mma_step_b<T>(dv_acc, p, do_tile, kLd, 16 * kk);
+      mma_step_b<T>(dk_acc, ds, q_tile, kLd, 16 * kk);
+    }
+    async_copy_wait<0>();
     __syncthreads();  // the next tile is in place; every warp is done with this one
     head = next_head;
     first_query = next_query;
     more = has_next;
   }
-#pragma unroll
-  for (int f = 0; f < kF; ++f) {
-    for (int i = 0; i < Accumulator::num_elements; ++i) dk_acc[f].x[i] *= scale;
-  }
   const int warp_valid = max(0, min(kWarpRows, dims.time - warp_key));
   const int64_t warp_rows = dims.kv_offset(b, kv_head) + warp_key * kv_stride;
-  store_warp_rows<Format, kD, kCols>(dk + warp_rows, kv_stride, dk_acc, scores, warp_valid);
-  store_warp_rows<Format, kD, kCols>(dv + warp_rows, kv_stride, dv_acc, scores, warp_valid);
-}
-
-// dS [16 queries, 32 keys] of a warp in the dQ kernel from its S, dP scratch, as high and low
-// 16-bit parts: lane 2r + h takes row r's columns [16 h, 16 h + 16).
-template <class Format, int kScoreLd, int kOpLd>
-__device__ inline void row_gradients(const float* scores, const float* dprobs, uint16_t* ds_high,
-                                     uint16_t* ds_low, int row, int half, int query, bool valid,
-                                     float lse, float delta, int start, int first_key,
-                                     float scale) {
-  for (int j = 0; j < 16; ++j) {
-    const int c = 16 * half + j, key = first_key + c;
-    const bool visible = valid && key <= query && key >= start;
-    const float p = visible ? expf(scores[row * kScoreLd + c] * scale - lse) : 0.0f;
-    const float ds = p * (dprobs[row * kScoreLd + c] - delta);
-    const uint16_t high = Format::from_float(ds);
-    ds_high[row * kOpLd + c] = high;
-    ds_low[row * kOpLd + c] = Format::from_float(ds - Format::to_float(high));
-  }
+  const float dk_factor[2] = {scale, scale}, dv_factor[2] = {1.0f, 1.0f};
+  store_fragments<Format>(dk + warp_rows, kv_stride, dk_acc, dk_factor, warp_valid);
+  store_fragments<Format>(dv + warp_rows, kv_stride, dv_acc, dv_factor, warp_valid);
 }
 
 // dQ of the queries [first_query, + 64) of one head (warp w: queries first_query + 16 w ..):
@@ -457,16 +421,13 @@ attention_backward_dq_tc_kernel(Storage<Format>* dq, const Storage<Format>* dout
                                 const Storage<Format>* q, const Storage<Format>* k,
                                 const Storage<Format>* v, const float* lse, const float* delta,
                                 const int32_t* positions, AttentionDims dims, float scale) {
-  using T = WmmaType<Format>;
+  using T = MmaType<Format>;
   using Shared = BackwardTcShared<kD>;
-  constexpr int kCols = Shared::kCols, kLd = Shared::kLd, kF = kD / 16;
+  constexpr int kCols = Shared::kCols, kLd = Shared::kLd;
+  constexpr int kN = kCols / 8, kDN = kD / 8;  // n-tiles of S and of dQ
   ZT_DYNAMIC_SHARED(float, shared_memory);
   Shared shared(SharedLayout::aligned(shared_memory));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float* scores = shared.scores + warp * Shared::kScratchFloats;  // [16, kScoreLd]: S
-  float* dprobs = shared.dprobs + warp * Shared::kScratchFloats;  // [16, kScoreLd]: dP
-  uint16_t* ds_high = shared.ds_op + warp * Shared::kOpElements;   // [16, kOpLd]: dS rounded
-  uint16_t* ds_low = shared.ds_low + warp * Shared::kOpElements;   // [16, kOpLd]: the rest
 
   const int tiles = (dims.time + kTcBlockRows - 1) / kTcBlockRows;
   const int first_query = (tiles - 1 - static_cast<int>(blockIdx.x)) * kTcBlockRows;  // longest first
@@ -479,69 +440,74 @@ attention_backward_dq_tc_kernel(Storage<Format>* dq, const Storage<Format>* dout
                 threadIdx.x, kTcThreads);
   copy_rows<kD>(shared.own[1], kLd, dout + query_offset, q_stride, queries, kTcBlockRows,
                 threadIdx.x, kTcThreads);
-  const T* q_warp = reinterpret_cast<const T*>(shared.own[0]) + warp * kWarpRows * kLd;   // [16, kLd]
-  const T* do_warp = reinterpret_cast<const T*>(shared.own[1]) + warp * kWarpRows * kLd;  // [16, kLd]
-  Accumulator dq_acc[kF];  // [16, kD]
+  const uint16_t* q_warp = shared.own[0] + warp * kWarpRows * kLd;   // [16, kLd]
+  const uint16_t* do_warp = shared.own[1] + warp * kWarpRows * kLd;  // [16, kLd]
+  float dq_acc[kDN][4];  // [16, kD]
   zero_fragments(dq_acc);
 
-  // Lane 2r + h: row r of the warp's 16 (its lse, delta and sample start in registers).
-  const int row = lane / 2, half = lane % 2, query = warp_query + row;
-  const bool valid = query < dims.time;
+  // This lane's rows g and g + 8: their lse, delta and sample start in registers.
+  int row_query[2], row_start[2];
+  float row_lse[2], row_delta[2];
   const int64_t stats_offset = dims.lse_offset(b, head);
-  const float row_lse = valid ? lse[stats_offset + query] : 0.0f;
-  const float row_delta = valid ? delta[stats_offset + query] : 0.0f;
-  const int row_start = valid ? sample_start(positions, dims, b, query) : 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    row_query[h] = warp_query + lane / 4 + 8 * h;
+    const bool valid = row_query[h] < dims.time;
+    row_lse[h] = valid ? lse[stats_offset + row_query[h]] : 0.0f;
+    row_delta[h] = valid ? delta[stats_offset + row_query[h]] : 0.0f;
+    row_start[h] = valid ? sample_start(positions, dims, b, row_query[h]) : 0;
+  }
 
   // Keys from the tile holding the start of the first query's sample (aligned tiles).
   const int keys_begin = sample_start(positions, dims, b, first_query) / kCols * kCols;
   const int keys_end = first_query + queries;
   const Storage<Format>* k_rows = k + dims.kv_offset(b, kv_head);
   const Storage<Format>* v_rows = v + dims.kv_offset(b, kv_head);
-  TileStage<kCols, kD> stage;  // the next K or V tile on its way
-  stage.fetch(k_rows + keys_begin * kv_stride, kv_stride, min(kCols, dims.time - keys_begin));
-  stage.commit(shared.streamed(0, 0), kLd);
-  stage.fetch(v_rows + keys_begin * kv_stride, kv_stride, min(kCols, dims.time - keys_begin));
-  stage.commit(shared.streamed(0, 1), kLd);
+  copy_tile_pair_async<kCols, kD>(shared.streamed(0, 0), shared.streamed(0, 1), kLd,
+                                  k_rows + keys_begin * kv_stride, v_rows + keys_begin * kv_stride,
+                                  kv_stride, min(kCols, dims.time - keys_begin));
+  async_copy_wait<0>();
   __syncthreads();
   int buffer = 0;
   for (int first_key = keys_begin; first_key < keys_end; first_key += kCols, buffer ^= 1) {
     const int next_key = first_key + kCols;
     const bool has_next = next_key < keys_end;
-    const int next_valid = min(kCols, dims.time - next_key);
-    const T* k_tile = reinterpret_cast<const T*>(shared.streamed(buffer, 0));  // [kCols, kLd]
-    const T* v_tile = reinterpret_cast<const T*>(shared.streamed(buffer, 1));  // [kCols, kLd]
-    if (has_next) stage.fetch(k_rows + next_key * kv_stride, kv_stride, next_valid);
+    const uint16_t* k_tile = shared.streamed(buffer, 0);  // [kCols, kLd]
+    const uint16_t* v_tile = shared.streamed(buffer, 1);  // [kCols, kLd]
+    if (has_next) {  // the next K, V tiles on their way into the other buffer
+      copy_tile_pair_async<kCols, kD>(shared.streamed(buffer ^ 1, 0), shared.streamed(buffer ^ 1, 1),
+                                      kLd, k_rows + next_key * kv_stride, v_rows + next_key * kv_stride,
+                                      kv_stride, min(kCols, dims.time - next_key));
+    }
     // S [16, kCols] = Q_w K^T, dP [16, kCols] = dO_w V^T
-    Accumulator s[kCols / 16], dp[kCols / 16];
+    float s[kN][4], dp[kN][4];
     zero_fragments(s);
     zero_fragments(dp);
-    warp_mma<kD, kCols / 16, true>(s, q_warp, kLd, k_tile, kLd);
-    warp_mma<kD, kCols / 16, true>(dp, do_warp, kLd, v_tile, kLd);
+    mma_shared_a_bt<T, kD, kN>(s, q_warp, kLd, k_tile, kLd);
+    mma_shared_a_bt<T, kD, kN>(dp, do_warp, kLd, v_tile, kLd);
+    // dS in place of S
 #pragma unroll
-    for (int c = 0; c < kCols / 16; ++c) {
-      wmma::store_matrix_sync(scores + c * 16, s[c], Shared::kScoreLd, wmma::mem_row_major);
-      wmma::store_matrix_sync(dprobs + c * 16, dp[c], Shared::kScoreLd, wmma::mem_row_major);
+    for (int j = 0; j < kN; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e / 2, key = first_key + fragment_col(j, e);
+        const bool visible = row_query[h] < dims.time && key <= row_query[h] && key >= row_start[h];
+        s[j][e] = probability_gradient(s[j][e], dp[j][e], visible, row_lse[h], row_delta[h], scale).ds;
+      }
     }
-    if (has_next) stage.commit(shared.streamed(buffer ^ 1, 0), kLd);
-    if (has_next) stage.fetch(v_rows + next_key * kv_stride, kv_stride, next_valid);
-    __syncwarp();
-    row_gradients<Format, Shared::kScoreLd, Shared::kOpLd>(scores, dprobs, ds_high, ds_low, row,
-                                                           half, query, valid, row_lse, row_delta,
-                                                           row_start, first_key, scale);
-    __syncwarp();
     // dQ_w += (dS_high + dS_low) [16, kCols] K [kCols, kD] (scaled at the end)
-    warp_mma_split<kCols, kF>(dq_acc, reinterpret_cast<const T*>(ds_high),
-                              reinterpret_cast<const T*>(ds_low), Shared::kOpLd, k_tile, kLd);
-    if (has_next) stage.commit(shared.streamed(buffer ^ 1, 1), kLd);
+#pragma unroll
+    for (int kk = 0; kk < kCols / 16; ++kk) {
+      uint32_t ds[2][4];
+      accumulators_as_a<Format>(ds, s, kk);
+      mma_step_b<T>(dq_acc, ds, k_tile, kLd, 16 * kk);
+    }
+    async_copy_wait<0>();
     __syncthreads();  // the next tile is in place; every warp is done with this one
   }
-#pragma unroll
-  for (int f = 0; f < kF; ++f) {
-    for (int i = 0; i < Accumulator::num_elements; ++i) dq_acc[f].x[i] *= scale;
-  }
-  const int warp_valid = max(0, min(kWarpRows, dims.time - warp_query));
-  store_warp_rows<Format, kD, kCols>(dq + dims.q_offset(b, head) + warp_query * q_stride,
-                                     q_stride, dq_acc, scores, warp_valid);
+  const float dq_factor[2] = {scale, scale};
+  store_fragments<Format>(dq + dims.q_offset(b, head) + warp_query * q_stride, q_stride, dq_acc,
+                          dq_factor, max(0, min(kWarpRows, dims.time - warp_query)));
 }
 
 // The two backward launches, dK/dV (one block per key tile and kv head) then dQ (one block per

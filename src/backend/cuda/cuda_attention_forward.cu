@@ -3,7 +3,7 @@
 // queries can see with an online softmax (running max and sum per query row), so no T x T
 // matrix ever exists; it writes out and the log-sum-exp that backward uses to recompute the
 // probabilities. bf16/fp16 with D a multiple of 16 (up to 128) run attention_forward_tc_kernel
-// on tensor cores (each warp's accumulators in registers); fp32 and other head dims run
+// on tensor cores (mma.sync, each warp's scores and accumulators in registers); fp32 and other head dims run
 // attention_forward_kernel on CUDA cores (fp32 tiles in shared memory, CudaCoreMath).
 #include "backend/cuda/cuda_attention.cuh"
 
@@ -153,105 +153,96 @@ attention_forward_kernel(Storage<Format>* out, float* lse, const Storage<Format>
 
 // ---- tensor cores ----------------------------------------------------------------------------
 // One block of 4 warps per (64-query tile, head, batch); warp w owns the queries
-// [first_query + 16 w, + 16). Per 64-key tile, each warp: S = Q_w K^T (fragments), the online
-// softmax on its rows in its scratch, P rounded to the dtype, O_w = rescale O_w + P V
-// (fragments). The block shares K and V tiles only, double-buffered: the next tile's 16-byte
-// loads are in flight while the warps multiply the current one.
+// [first_query + 16 w, + 16), its Q operands and its output accumulators in registers. Per
+// 64-key tile, each warp: S = Q_w K^T (accumulators), the online softmax on the elements each
+// lane holds, O_w = rescale O_w + P V with P fed back from the accumulators. The block shares
+// the K and V tiles only, double-buffered: the next tiles' asynchronous copies are in flight
+// while the warps multiply the current ones.
 //
 // The rounding (issue 15): the weights V gets must be the ones backward recomputes from lse,
 // else delta = rowsum(dO * out) misses V's common component (OPT's v_proj bias) by the
 // rounding's mean, and dS = P (dP - delta), whose rows cancel that component, keeps it. So P goes
-// into P V as high + low 16-bit parts (warp_mma_split: the V fragments are loaded once for both).
-// A single rounded P normalised by the sum of the rounded values (weights summing to 1) removes
-// the bias too, but leaves out about 2^-9 (bf16) of its small part away from the fp32 result:
-// enough to flip out's own rounding in a few elements per thousand, each flip moving delta by
-// dO times an ulp of out (common_value_component_through_each_backends_own_forward failed on
-// 17 to 72 of 6144 elements that way).
+// into P V as high + low 16-bit parts (mma_step_b with two parts: the V operands are loaded once
+// for both). A single rounded P normalised by the sum of the rounded values (weights summing to
+// 1) removes the bias too, but leaves out about 2^-9 (bf16) of its small part away from the fp32
+// result: enough to flip out's own rounding in a few elements per thousand, each flip moving
+// delta by dO times an ulp of out (common_value_component_through_each_backends_own_forward
+// failed on 17 to 72 of 6144 elements that way).
 
 // The forward kernel's shared memory for head dim kD, the same on the host (its size) and the
 // device.
 template <int kD>
 struct ForwardTcShared {
   static constexpr int kKeys = kTcForwardKeys;
-  static constexpr int kLd = operand_ld(kD);              // K, V and Q tiles
-  static constexpr int kScoreLd = scratch_ld(kKeys);      // a warp's fp32 scores
-  // The probabilities overwrite their scores: row r of a warp's scratch, seen as 16-bit values
-  // with leading dimension kProbLd (= 2 kScoreLd, a multiple of 8), holds P's high parts in
-  // [0, kKeys) and its low parts in [kKeys, 2 kKeys) (32-byte aligned for WMMA).
-  static constexpr int kProbLd = 2 * kScoreLd;
-  static constexpr int kScratchFloats = kWarpRows * kScoreLd;
-  uint16_t* q_tile;      // [kTcBlockRows, kLd]: warp w's queries are rows [16 w, 16 w + 16)
+  static constexpr int kLd = operand_ld(kD);  // K, V and Q tiles
   static constexpr int kTileElements = kKeys * kLd;
+  uint16_t* q_tile;  // [kTcBlockRows, kLd]: warp w's queries are rows [16 w, 16 w + 16)
   // [2 buffers][K, V][kKeys, kLd]; one array indexed by arithmetic (an array of pointers
   // indexed by the run-time buffer number would live in local memory)
   uint16_t* kv_tiles;
-  float* scratch;        // [kTcWarps][16, kScoreLd]: a warp's scores, then its probabilities
-  float* row_factor;     // [kTcWarps][16]: the rows' rescale factors, at the end their normalisers
   SharedLayout layout;
 
   __host__ __device__ explicit ForwardTcShared(void* base) : layout(base) {
     q_tile = layout.take<uint16_t>(size_t{kTcBlockRows} * kLd);
     kv_tiles = layout.take<uint16_t>(size_t{4} * kTileElements);
-    scratch = layout.take<float>(size_t{kTcWarps} * kScratchFloats);
-    row_factor = layout.take<float>(size_t{kTcWarps} * kWarpRows);
   }
   __device__ uint16_t* k_tile(int buffer) const { return kv_tiles + 2 * buffer * kTileElements; }
   __device__ uint16_t* v_tile(int buffer) const { return kv_tiles + (2 * buffer + 1) * kTileElements; }
 };
 
-// A warp's softmax state: lane 2r + h looks after row r of its 16 and the columns
-// [32 h, 32 h + 32) of each key tile; max is the row's, the sums this lane's half of it.
+// The online softmax state of one of the two rows a lane holds (g and g + 8 of its warp's 16);
+// the row's 4 lanes (t = 0..3) hold the same max, each its own part of the sum.
 struct SoftmaxRow {
-  int row, half, query, start;
+  int query, start;
   bool valid;
   float max = -INFINITY;
   float sum = 0.0f;  // of this lane's probabilities
 };
 
-// One key tile of the online softmax for a warp's rows: scores[16, kScoreLd] (Q K^T, unscaled)
-// -> the probabilities as high and low 16-bit parts in place (kProbLd above), the running max
-// and sum updated, and the factor that rescales each row's earlier output in row_factor[16].
-template <class Format, int kScoreLd>
-__device__ inline void softmax_tile(SoftmaxRow& my, float* scores, float* row_factor,
+// One key tile of the online softmax for a warp: s[kN][4] ([16, 8 kN] Q K^T, unscaled) becomes
+// the probabilities relative to each row's new max, the running max and sums are updated, and
+// the output accumulators o are rescaled to the new max.
+template <int kN, int kDN>
+__device__ inline void softmax_tile(SoftmaxRow (&rows)[2], float (&s)[kN][4], float (&o)[kDN][4],
                                     int first_key, float scale) {
-  const float* s = scores + my.row * kScoreLd + my.half * 32;  // [32] this lane's scores
-  // Each lane starts its walk at a different column (rotation by 5 r + 16 h mod 32 banks with
-  // kScoreLd = 68): the 32 lanes read 32 different banks at every step.
-  const int rotation = my.row + 16 * my.half;
-  float x[32];  // this lane's scores, then probabilities (x[j] is column (j + rotation) % 32)
-  float tile_max = -INFINITY;
 #pragma unroll
-  for (int j = 0; j < 32; ++j) {
-    const int c = (j + rotation) & 31;
-    const int key = first_key + my.half * 32 + c;
-    // Future key, an earlier sample's key, or a row past T.
-    const bool visible = my.valid && key <= my.query && key >= my.start;
-    x[j] = visible ? s[c] * scale : -INFINITY;
-    tile_max = fmaxf(tile_max, x[j]);
-  }
-  tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, 1));  // the row's 2 lanes
-  const float new_max = fmaxf(my.max, tile_max);
-  const float reference = new_max == -INFINITY ? 0.0f : new_max;  // rows past T: no NaN
-  const float factor = my.max == -INFINITY ? 0.0f : expf(my.max - reference);
-  float sum = 0.0f;
+  for (int h = 0; h < 2; ++h) {  // row g, then g + 8
+    SoftmaxRow& my = rows[h];
+    float tile_max = -INFINITY;
 #pragma unroll
-  for (int j = 0; j < 32; ++j) {
-    x[j] = expf(x[j] - reference);  // e^-inf = 0 for masked keys
-    sum += x[j];
-  }
-  __syncwarp();  // both lanes of a row have read its scores before either overwrites them
-  uint16_t* high = reinterpret_cast<uint16_t*>(scores + my.row * kScoreLd) + my.half * 32;
-  uint16_t* low = high + 2 * 32;  // the row's low parts start 64 values after its high parts
+    for (int j = 0; j < kN; ++j) {
 #pragma unroll
-  for (int j = 0; j < 32; ++j) {
-    const int c = (j + rotation) & 31;
-    const uint16_t rounded = Format::from_float(x[j]);
-    high[c] = rounded;
-    low[c] = Format::from_float(x[j] - Format::to_float(rounded));
+      for (int e = 2 * h; e < 2 * h + 2; ++e) {
+        const int key = first_key + fragment_col(j, e);
+        // Future key, an earlier sample's key, or a row past T.
+        const bool visible = my.valid && key <= my.query && key >= my.start;
+        s[j][e] = visible ? s[j][e] * scale : -INFINITY;
+        tile_max = fmaxf(tile_max, s[j][e]);
+      }
+    }
+    // the row's 4 lanes
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, 1));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, 2));
+    const float new_max = fmaxf(my.max, tile_max);
+    const float reference = new_max == -INFINITY ? 0.0f : new_max;  // rows past T: no NaN
+    const float factor = my.max == -INFINITY ? 0.0f : expf(my.max - reference);
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+#pragma unroll
+      for (int e = 2 * h; e < 2 * h + 2; ++e) {
+        s[j][e] = expf(s[j][e] - reference);  // e^-inf = 0 for masked keys
+        sum += s[j][e];
+      }
+    }
+    my.max = new_max;
+    my.sum = my.sum * factor + sum;
+#pragma unroll
+    for (int j = 0; j < kDN; ++j) {
+      o[j][2 * h] *= factor;
+      o[j][2 * h + 1] *= factor;
+    }
   }
-  my.max = new_max;
-  my.sum = my.sum * factor + sum;
-  if (my.half == 0) row_factor[my.row] = factor;
 }
 
 template <class Format, int kD>
@@ -259,14 +250,13 @@ __global__ void __launch_bounds__(kTcThreads, 2)
 attention_forward_tc_kernel(Storage<Format>* out, float* lse, const Storage<Format>* q,
                             const Storage<Format>* k, const Storage<Format>* v,
                             const int32_t* positions, AttentionDims dims, float scale) {
-  using T = WmmaType<Format>;
+  using T = MmaType<Format>;
   using Shared = ForwardTcShared<kD>;
-  constexpr int kKeys = Shared::kKeys, kLd = Shared::kLd, kF = kD / 16;
+  constexpr int kKeys = Shared::kKeys, kLd = Shared::kLd;
+  constexpr int kN = kKeys / 8, kDN = kD / 8;  // n-tiles of S and of O
   ZT_DYNAMIC_SHARED(float, shared_memory);
   Shared shared(SharedLayout::aligned(shared_memory));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float* scores = shared.scratch + warp * Shared::kScratchFloats;         // [16, kScoreLd]
-  float* row_factor = shared.row_factor + warp * kWarpRows;              // [16]
 
   const int tiles_count = (dims.time + kTcBlockRows - 1) / kTcBlockRows;
   const int tile = tiles_count - 1 - static_cast<int>(blockIdx.x);  // the longest rows first
@@ -276,74 +266,72 @@ attention_forward_tc_kernel(Storage<Format>* out, float* lse, const Storage<Form
   const int64_t q_stride = dims.q_stride(), kv_stride = dims.kv_stride();
   const Storage<Format>* k_rows = k + dims.kv_offset(b, kv_head);
   const Storage<Format>* v_rows = v + dims.kv_offset(b, kv_head);
-  const int warp_valid = max(0, min(kWarpRows, dims.time - warp_query));
 
-  // Q [64, kD] stays in shared memory (the warps' accumulators need the registers).
+  // Q [64, kD] goes to registers through shared memory (ldmatrix gives the operand layout).
   copy_rows<kD>(shared.q_tile, kLd, q + dims.q_offset(b, head) + first_query * q_stride,
                 q_stride, min(kTcBlockRows, dims.time - first_query), kTcBlockRows,
                 threadIdx.x, kTcThreads);
-  const T* q_warp = reinterpret_cast<const T*>(shared.q_tile) + warp * kWarpRows * kLd;  // [16, kLd]
-  const FragmentCoordinates at = fragment_coordinates(scores);
-  Accumulator o[kF];  // [16, kD]: this warp's unnormalised output
+  float o[kDN][4];  // [16, kD]: this warp's unnormalised output
   zero_fragments(o);
-
-  SoftmaxRow my;
-  my.row = lane / 2;
-  my.half = lane % 2;
-  my.query = warp_query + my.row;
-  my.valid = my.query < dims.time;
-  my.start = my.valid ? sample_start(positions, dims, b, my.query) : 0;
+  SoftmaxRow rows[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    rows[h].query = warp_query + lane / 4 + 8 * h;
+    rows[h].valid = rows[h].query < dims.time;
+    rows[h].start = rows[h].valid ? sample_start(positions, dims, b, rows[h].query) : 0;
+  }
 
   // Causal within samples: keys [start of the block's first query's sample, last query]; key
   // tiles stay aligned to kKeys.
   const int keys_begin = sample_start(positions, dims, b, first_query) / kKeys * kKeys;
   const int keys_end = min(dims.time, first_query + kTcBlockRows);
-  TileStage<kKeys, kD> stage;  // the next K or V tile on its way
-  stage.fetch(k_rows + keys_begin * kv_stride, kv_stride, min(kKeys, dims.time - keys_begin));
-  stage.commit(shared.k_tile(0), kLd);
-  stage.fetch(v_rows + keys_begin * kv_stride, kv_stride, min(kKeys, dims.time - keys_begin));
-  stage.commit(shared.v_tile(0), kLd);
-  __syncthreads();
+  copy_tile_pair_async<kKeys, kD>(shared.k_tile(0), shared.v_tile(0), kLd,
+                                  k_rows + keys_begin * kv_stride, v_rows + keys_begin * kv_stride,
+                                  kv_stride, min(kKeys, dims.time - keys_begin));
+  async_copy_wait<0>();
+  __syncthreads();  // Q and the first K, V tiles are in place
+  uint32_t q_operands[kD / 16][4];  // Q_w [16, kD] as A operands
+  load_a_operands<kD>(q_operands, shared.q_tile + warp * kWarpRows * kLd, kLd);
   int buffer = 0;
   for (int first_key = keys_begin; first_key < keys_end; first_key += kKeys, buffer ^= 1) {
     const int next_key = first_key + kKeys;
     const bool has_next = next_key < keys_end;
-    const int next_valid = min(kKeys, dims.time - next_key);
-    const T* k_tile = reinterpret_cast<const T*>(shared.k_tile(buffer));  // [kKeys, kLd]
-    const T* v_tile = reinterpret_cast<const T*>(shared.v_tile(buffer));  // [kKeys, kLd]
-    if (has_next) stage.fetch(k_rows + next_key * kv_stride, kv_stride, next_valid);
-    // S [16, kKeys] = Q_w [16, kD] K^T [kD, kKeys]
-    Accumulator s[kKeys / 16];
-    zero_fragments(s);
-    warp_mma<kD, kKeys / 16, true>(s, q_warp, kLd, k_tile, kLd);
-#pragma unroll
-    for (int c = 0; c < kKeys / 16; ++c) {
-      wmma::store_matrix_sync(scores + c * 16, s[c], Shared::kScoreLd, wmma::mem_row_major);
+    const uint16_t* k_tile = shared.k_tile(buffer);  // [kKeys, kLd]
+    const uint16_t* v_tile = shared.v_tile(buffer);  // [kKeys, kLd]
+    // The next K, V tiles on their way into the other buffer (its last readers passed the
+    // barrier that ended the previous step).
+    if (has_next) {
+      copy_tile_pair_async<kKeys, kD>(shared.k_tile(buffer ^ 1), shared.v_tile(buffer ^ 1), kLd,
+                                      k_rows + next_key * kv_stride, v_rows + next_key * kv_stride,
+                                      kv_stride, min(kKeys, dims.time - next_key));
     }
-    // Nobody reads the other buffer during this step (its last readers passed the barrier
-    // that ended the previous one).
-    if (has_next) stage.commit(shared.k_tile(buffer ^ 1), kLd);
-    if (has_next) stage.fetch(v_rows + next_key * kv_stride, kv_stride, next_valid);
-    __syncwarp();
-    softmax_tile<Format, Shared::kScoreLd>(my, scores, row_factor, first_key, scale);
-    __syncwarp();
-    // O_w [16, kD] = factor O_w + (P_high + P_low) [16, kKeys] V [kKeys, kD]
-    scale_rows(o, row_factor, at);
-    const T* p_high = reinterpret_cast<const T*>(scores);  // [16, kProbLd]
-    warp_mma_split<kKeys, kF>(o, p_high, p_high + kKeys, Shared::kProbLd, v_tile, kLd);
-    if (has_next) stage.commit(shared.v_tile(buffer ^ 1), kLd);
+    // S [16, kKeys] = Q_w [16, kD] K^T [kD, kKeys]
+    float s[kN][4];
+    zero_fragments(s);
+    mma_a_bt<T, kD, kN>(s, q_operands, k_tile, kLd);
+    softmax_tile(rows, s, o, first_key, scale);
+    // O_w [16, kD] += (P_high + P_low) [16, kKeys] V [kKeys, kD]
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      uint32_t p[2][4];
+      accumulators_as_a<Format>(p, s, kk);
+      mma_step_b<T>(o, p, v_tile, kLd, 16 * kk);
+    }
+    async_copy_wait<0>();
     __syncthreads();  // the next tile is in place; every warp is done with this one
   }
-  // out = O_w / sum, lse = max + log(sum)
-  my.sum += __shfl_xor_sync(0xFFFFFFFFu, my.sum, 1);
-  if (my.half == 0) {
-    row_factor[my.row] = my.valid ? 1.0f / my.sum : 0.0f;
-    if (my.valid) lse[dims.lse_offset(b, head) + my.query] = my.max + logf(my.sum);
+  // out = O_w / sum, lse = max + log(sum) (the sum over the row's 4 lanes)
+  float normaliser[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    SoftmaxRow& my = rows[h];
+    my.sum += __shfl_xor_sync(0xFFFFFFFFu, my.sum, 1);
+    my.sum += __shfl_xor_sync(0xFFFFFFFFu, my.sum, 2);
+    normaliser[h] = my.valid ? 1.0f / my.sum : 0.0f;
+    if (my.valid && lane % 4 == 0) lse[dims.lse_offset(b, head) + my.query] = my.max + logf(my.sum);
   }
-  __syncwarp();
-  scale_rows(o, row_factor, at);
-  store_warp_rows<Format, kD, kKeys>(out + dims.q_offset(b, head) + warp_query * q_stride,
-                                     q_stride, o, scores, warp_valid);
+  store_fragments<Format>(out + dims.q_offset(b, head) + warp_query * q_stride, q_stride, o,
+                          normaliser, max(0, min(kWarpRows, dims.time - warp_query)));
 }
 
 template <class Format>
