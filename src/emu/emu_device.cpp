@@ -179,6 +179,9 @@ struct EmuThread {
   ThreadContext context;
   std::vector<AsyncCopy> open_copies;               // issued since the last commit
   std::deque<std::vector<AsyncCopy>> copy_groups;   // committed, oldest first
+  uint64_t exchanges = 0;                           // warp_exchange calls so far (buffer parity)
+  const char* last_copy_file = "";                  // its last cp.async, for a fault at exit
+  int last_copy_line = 0;
   fcontext::fcontext_t fiber = nullptr;      // where the fiber resumes
   fcontext::fcontext_t scheduler = nullptr;  // where it returns to
   char* stack = nullptr;
@@ -270,7 +273,7 @@ class Block {
     for (auto& warp : pending_) warp.reserve(2);
     exited_lanes_.assign(warps_, 0);
     syncwarp_generation_.assign(warps_, 0);
-    gathered_.resize(warps_);
+    exchange_.resize(warps_);
   }
   ~Block() {
     for (EmuThread& thread : threads_) {
@@ -297,6 +300,7 @@ class Block {
   void complete_if_ready(int warp, size_t index, EmuThread& reporter);
   std::string complete_operation(int warp, size_t index);
   void* dynamic_shared() { return dynamic_shared_; }
+  unsigned char* exchange_buffer(int warp, uint64_t parity) { return exchange_[warp].bytes[parity % 2]; }
   bool holds_shared(const void* pointer, size_t bytes) const;
   void* static_shared(size_t bytes, size_t alignment, const void* declaration, const char* name,
                       const char* file, int line);
@@ -332,8 +336,11 @@ class Block {
   std::vector<std::vector<PendingWarpOperation>> pending_;  // per warp
   std::vector<unsigned> exited_lanes_;                       // per warp: lanes that returned
   std::vector<uint64_t> syncwarp_generation_;
-  // Per warp: the lanes' values of its last completed gather (WMMA's fragment exchange).
-  std::vector<std::array<uint64_t, kWarpSize>> gathered_;
+  // Per warp: the two buffers of warp_exchange (mma's and ldmatrix's register exchange).
+  struct alignas(16) ExchangeBuffers {
+    unsigned char bytes[2][kWarpSize * kExchangeBytes];
+  };
+  std::vector<ExchangeBuffers> exchange_;
   void* dynamic_shared_ = nullptr;
   std::vector<StaticShared> static_shared_;
   size_t static_bytes_ = 0;
@@ -396,6 +403,7 @@ void Block::start_threads(uint3 index) {
     thread.line = 0;
     thread.open_copies.clear();
     thread.copy_groups.clear();
+    thread.exchanges = 0;
     const unsigned plane = block_dim_.x * block_dim_.y;
     thread.context.thread_idx = {static_cast<unsigned>(linear) % block_dim_.x,
                                  (static_cast<unsigned>(linear) / block_dim_.x) % block_dim_.y,
@@ -536,6 +544,9 @@ void Block::thread_main(EmuThread& thread) {
 #endif
   (*body_)();
   if (!thread.open_copies.empty() || !thread.copy_groups.empty()) {
+    thread.waiting_at = "its return; its last cp.async was issued at";
+    thread.file = thread.last_copy_file;
+    thread.line = thread.last_copy_line;
     fault_on_fiber(thread, "a thread exited with cp.async copies it never waited for "
                            "(cp.async.wait_group)");
   }
@@ -713,11 +724,6 @@ std::string Block::complete_operation(int warp, size_t index) {
       return std::string(operation.name) + ": warp " + std::to_string(warp) +
              " has lanes that exited or do not exist; every lane of the warp must take part";
     }
-    std::copy(std::begin(operation.values), std::end(operation.values), gathered_[warp].begin());
-#if ZT_EMU_TSAN
-    // The lanes read the copy after they acquire this operation's token (warp_operation).
-    __tsan_release(&warp_tokens_[(warp % 32) * 2 + syncwarp_generation_[warp] % 2]);
-#endif
   }
   for (int other = 0; other < kWarpSize; ++other) {
     if (!(arrived & (1u << other))) continue;
@@ -728,9 +734,7 @@ std::string Block::complete_operation(int warp, size_t index) {
       case WarpOpKind::Any: partner.warp_result = ballot != 0; break;
       case WarpOpKind::All: partner.warp_result = ballot == arrived; break;
       case WarpOpKind::SyncWarp: partner.warp_result = 0; break;
-      case WarpOpKind::Gather:
-        partner.warp_result = reinterpret_cast<uint64_t>(gathered_[warp].data());
-        break;
+      case WarpOpKind::Gather: partner.warp_result = 0; break;
     }
     if (partner.state == State::AtWarpOperation) set_state(partner, State::Runnable);
   }
@@ -878,11 +882,18 @@ void sync_warp(const char* file, int line, unsigned mask) {
                                 "__syncwarp", mask, 0, 0, file, line);
 }
 
-const uint64_t* warp_gather(uint64_t value, const char* name, const char* file, int line) {
+const unsigned char* warp_exchange(const void* operands, size_t bytes, const char* name,
+                                   const char* file, int line) {
   ThreadContext& context = this_thread();
-  return reinterpret_cast<const uint64_t*>(context.block->warp_operation(
-      context.block->thread_of(context), WarpOpKind::Gather, name, 0xFFFFFFFFu, value, 0, file,
-      line));
+  Block& block = *context.block;
+  EmuThread& thread = block.thread_of(context);
+  if (bytes > kExchangeBytes) instruction_fault(name, "more operand bytes than an exchange holds", file, line);
+  unsigned char* lanes = block.exchange_buffer(context.linear / kWarpSize, thread.exchanges++);
+  std::memcpy(lanes + (context.linear % kWarpSize) * kExchangeBytes, operands, bytes);
+  // Every lane's operands are in place when the gather completes (it orders memory as a
+  // __syncwarp does, which ThreadSanitizer sees).
+  block.warp_operation(thread, WarpOpKind::Gather, name, 0xFFFFFFFFu, 0, 0, file, line);
+  return lanes;
 }
 
 uint64_t warp_operation(WarpOpKind kind, const char* name, unsigned mask, uint64_t value,
@@ -898,15 +909,18 @@ void async_copy_16(void* target, const void* source, const char* file, int line)
   ThreadContext& context = this_thread();
   const char* op = "cp.async";
   if (reinterpret_cast<uintptr_t>(target) % 16 != 0 || reinterpret_cast<uintptr_t>(source) % 16 != 0) {
-    wmma_fault(op, "the target or the source is not 16-byte aligned", file, line);
+    instruction_fault(op, "the target or the source is not 16-byte aligned", file, line);
   }
   if (!context.block->holds_shared(target, 16)) {
-    wmma_fault(op, "the target is not in the block's shared memory", file, line);
+    instruction_fault(op, "the target is not in the block's shared memory", file, line);
   }
   if (context.block->holds_shared(source, 16)) {
-    wmma_fault(op, "the source is in shared memory (cp.async copies from global memory)", file, line);
+    instruction_fault(op, "the source is in shared memory (cp.async copies from global memory)", file, line);
   }
-  context.block->thread_of(context).open_copies.push_back({target, source});
+  EmuThread& thread = context.block->thread_of(context);
+  thread.open_copies.push_back({target, source});
+  thread.last_copy_file = file;
+  thread.last_copy_line = line;
 }
 
 void async_copy_commit() {
@@ -930,13 +944,13 @@ bool in_shared_memory(const void* pointer, size_t bytes) {
 }
 
 namespace {
-std::atomic<uint64_t> wmma_operation_count{0};
+std::atomic<uint64_t> mma_operation_count{0};
 }  // namespace
 
-uint64_t wmma_operations() { return wmma_operation_count.load(); }
-void count_wmma_operation() { wmma_operation_count.fetch_add(1, std::memory_order_relaxed); }
+uint64_t mma_operations() { return mma_operation_count.load(); }
+void count_mma_operation() { mma_operation_count.fetch_add(1, std::memory_order_relaxed); }
 
-void wmma_fault(const char* op, const std::string& why, const char* file, int line) {
+void instruction_fault(const char* op, const std::string& why, const char* file, int line) {
   ThreadContext& context = this_thread();
   EmuThread& thread = context.block->thread_of(context);
   thread.waiting_at = op;  // where the fault's listing shows this thread

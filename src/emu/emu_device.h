@@ -65,15 +65,21 @@ inline bool orders_memory(WarpOpKind kind) {
 // lane `source_lane` (which must be in `mask`), for Ballot/Any/All the vote over `value != 0`.
 uint64_t warp_operation(WarpOpKind kind, const char* name, unsigned mask, uint64_t value,
                         int source_lane, const char* file, int line);
-// Every lane of the warp gives `value` (all 32 must take part, as in a WMMA operation); returns
-// the 32 values by lane, valid until the warp's next gather completes.
-const uint64_t* warp_gather(uint64_t value, const char* name, const char* file, int line);
-// Stops the grid: a warp matrix function (emu_wmma.h) misused by the calling lane.
-[[noreturn]] void wmma_fault(const char* op, const std::string& why, const char* file, int line);
-// How many warp-wide mma_sync operations kernels have run in this process (tests use it to see
+// Every lane of the warp gives `bytes` (at most kExchangeBytes) of operands (all 32 must take
+// part, as in an mma or ldmatrix); returns the 32 lanes' operands, lane l's at
+// l * kExchangeBytes (16-byte aligned), valid until the warp's next exchange completes. The
+// exchanges alternate between two buffers per warp: a lane writes its next operands into the
+// other one, and nobody can write this one again before every lane has arrived at the next
+// exchange (so has read this one), so no trailing __syncwarp is needed.
+constexpr size_t kExchangeBytes = 32;
+const unsigned char* warp_exchange(const void* operands, size_t bytes, const char* name,
+                                   const char* file, int line);
+// Stops the grid: an instruction (mma, ldmatrix: emu_mma.h; cp.async) misused by the calling lane.
+[[noreturn]] void instruction_fault(const char* op, const std::string& why, const char* file, int line);
+// How many warp-wide mma.sync operations kernels have run in this process (tests use it to see
 // that a kernel took its tensor-core path).
-uint64_t wmma_operations();
-void count_wmma_operation();
+uint64_t mma_operations();
+void count_mma_operation();
 
 // ---- asynchronous copies (PTX cp.async, emu_device.cpp) -----------------------------------------
 // cp.async.cg.shared.global [target], [source], 16 queues a 16-byte copy on the calling thread;

@@ -14,7 +14,8 @@
 //     matrix i; register i of lane l gets row g's elements 2t, 2t + 1 of matrix i, or with
 //     .trans the elements (2t, g) and (2t + 1, g) (the matrix transposed).
 // What is emulated beyond the layouts:
-//   - Both are warp-collective: all 32 lanes call them together (else a fault naming the place).
+//   - Both are warp-collective: all 32 lanes call them together (else a fault naming the place);
+//     neither orders memory after it (no trailing __syncwarp).
 //   - ldmatrix reads shared memory only (a row outside the block's shared memory, or not 16-byte
 //     aligned, is a fault) and reads the row this lane addresses when the lane arrives: a row
 //     another lane wrote without a __syncwarp before is stale, as on a GPU.
@@ -57,16 +58,16 @@ inline void ldmatrix(bool transposed, uint32_t (&r)[4], const void* row, const c
   const char* file = where.file_name();
   const int line = static_cast<int>(where.line());
   if (reinterpret_cast<uintptr_t>(row) % 16 != 0) {
-    zt_emu::wmma_fault(name, "the row address is not 16-byte aligned", file, line);
+    zt_emu::instruction_fault(name, "the row address is not 16-byte aligned", file, line);
   }
   if (!zt_emu::in_shared_memory(row, 16)) {
-    zt_emu::wmma_fault(name, "the row address is not in the block's shared memory", file, line);
+    zt_emu::instruction_fault(name, "the row address is not in the block's shared memory", file, line);
   }
   uint16_t mine[8];  // this lane's row, read when it arrives
   std::memcpy(mine, row, sizeof(mine));
-  const uint64_t* lanes = zt_emu::warp_gather(reinterpret_cast<uint64_t>(mine), name, file, line);
+  const unsigned char* lanes = zt_emu::warp_exchange(mine, sizeof(mine), name, file, line);
   auto row_of = [lanes](int matrix, int row_in_matrix) {
-    return reinterpret_cast<const uint16_t*>(lanes[8 * matrix + row_in_matrix]);
+    return reinterpret_cast<const uint16_t*>(lanes + (8 * matrix + row_in_matrix) * zt_emu::kExchangeBytes);
   };
   const int g = lane() / 4, t = lane() % 4;
   for (int i = 0; i < 4; ++i) {
@@ -74,7 +75,6 @@ inline void ldmatrix(bool transposed, uint32_t (&r)[4], const void* row, const c
     const uint16_t high = transposed ? row_of(i, 2 * t + 1)[g] : row_of(i, g)[2 * t + 1];
     r[i] = uint32_t{low} | uint32_t{high} << 16;
   }
-  zt_emu::sync_warp(file, line);  // every lane has read the rows (on their stacks) before any returns
 }
 
 }  // namespace detail
@@ -92,23 +92,23 @@ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row,
 }
 
 // mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32: d += a b over the warp. The
-// lanes exchange where their registers are (one gather), each computes its own 4 elements of d,
-// and a __syncwarp keeps every lane's registers alive until all have read them.
+// lanes exchange their operand registers (zt_emu::warp_exchange), and each computes its own 4
+// elements of d.
 template <class T>
 void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
                   const std::source_location where = std::source_location::current()) {
   static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>,
                 "emulated mma: bf16 or fp16 operands");
   struct Operands {
-    const uint32_t* a;
+    uint32_t a[4];
     uint32_t b[2];
   };
-  const Operands mine{a, {b0, b1}};
-  const char* file = where.file_name();
-  const int line = static_cast<int>(where.line());
-  const uint64_t* lanes =
-      zt_emu::warp_gather(reinterpret_cast<uint64_t>(&mine), "mma.m16n8k16", file, line);
-  auto operands = [lanes](int lane) { return reinterpret_cast<const Operands*>(lanes[lane]); };
+  const Operands mine{{a[0], a[1], a[2], a[3]}, {b0, b1}};
+  const unsigned char* lanes = zt_emu::warp_exchange(&mine, sizeof(mine), "mma.m16n8k16",
+                                                     where.file_name(), static_cast<int>(where.line()));
+  auto operands = [lanes](int lane) {
+    return reinterpret_cast<const Operands*>(lanes + lane * zt_emu::kExchangeBytes);
+  };
   const int g = detail::lane() / 4, t = detail::lane() % 4;
   // A(row, k) is lane 4 (row % 8) + (k % 8) / 2's register (row >= 8) + 2 (k >= 8), half k % 2;
   // B(k, col) is lane 4 col + (k % 8) / 2's register (k >= 8), half k % 2.
@@ -120,14 +120,10 @@ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b
       b_cols[h][k] = detail::element<T>(operands(4 * (2 * t + h) + source)->b[high_k], half);
     }
   }
-  float result[4];
   for (int i = 0; i < 4; ++i) {
-    result[i] = d[i];
-    for (int k = 0; k < 16; ++k) result[i] = std::fma(a_rows[i / 2][k], b_cols[i % 2][k], result[i]);
+    for (int k = 0; k < 16; ++k) d[i] = std::fma(a_rows[i / 2][k], b_cols[i % 2][k], d[i]);
   }
-  if (detail::lane() == 0) zt_emu::count_wmma_operation();
-  zt_emu::sync_warp(file, line);
-  for (int i = 0; i < 4; ++i) d[i] = result[i];
+  if (detail::lane() == 0) zt_emu::count_mma_operation();
 }
 
 }  // namespace zt_mma

@@ -25,7 +25,7 @@
 #      and train/memory_model.cpp include backend/cuda's headers, which are free of CUDA headers).
 #   3. emu (the emulated device, test-only, beside backend/cuda): src/emu includes only emu/
 #      headers; emu/ headers are included only by src/emu and src/backend/cuda (its kernels'
-#      built-ins, e.g. cuda_wmma.cuh -> emu/emu_wmma.h); emu/emu_internal.h and
+#      built-ins, e.g. cuda_mma.cuh -> emu/emu_mma.h); emu/emu_internal.h and
 #      emu/emu_runtime_memory.h are private to src/emu. (The build also force-includes
 #      emu/emu_predefine.h into the CUDA and NCCL sources of emulated builds: that is CMake's
 #      -include, not a line in a source file, and is not checked here.)

@@ -19,8 +19,10 @@
 //                                 faults, with every thread's file:line
 //   pinned_argument               a kernel writing pinned host memory that was not allocated with
 //                                 cudaHostAllocMapped (a host buffer where a device one was meant)
-//   wmma_misaligned, wmma_bad_ldm, wmma_half_warp: warp matrix functions (emu/emu_wmma.h) on a
-//                                 pointer 16 bytes off, with ldm 12, or called by 16 lanes only
+//   ldmatrix_misaligned, ldmatrix_global, mma_half_warp: the tensor-core instructions
+//                                 (emu/emu_mma.h) on a row address 4 bytes off, on a row in global
+//                                 memory, or called by 16 lanes only
+//   cp_async_never_waited         a thread that exits with cp.async copies it never waited for
 //   fault_named_by_sync           the CUDA backend's fill on pageable memory with ZT_CUDA_SYNC=1:
 //                                 the error names fill_kernel and its launch site
 //   transfer_ignores_event        CudaBackendImpl::transfer_async without its wait for the compute
@@ -28,10 +30,10 @@
 //                                 ZT_EMU_STREAMS=random (the copy runs before the kernel)
 //   device_copy_unordered         a side stream reading the destination of a blocking device-to-
 //                                 device cudaMemcpy without waiting for it: stale data
-//   wmma_load_without_syncwarp    lanes write a shared tile and load it as a WMMA fragment
-//                                 without __syncwarp: a wrong product (a race for ThreadSanitizer)
-//   wmma_store_without_syncwarp   lanes read another lane's part of a tile just stored with
-//                                 store_matrix_sync, without __syncwarp: stale (poisoned) values
+//   ldmatrix_without_syncwarp     lanes write a shared tile and load it with ldmatrix without
+//                                 __syncwarp: a wrong product (a race for ThreadSanitizer)
+//   cp_async_read_before_wait     threads read each other's cp.async copies after a barrier but
+//                                 before their wait_group: stale (poisoned) values
 // Usage: zt_emu_negative CASE. Prints CONTROL FAILED if the correct kernel fails.
 #include "emu/emu_predefine.h"
 
@@ -46,7 +48,8 @@
 #include "backend/buffer.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_launch.h"
-#include "backend/cuda/cuda_wmma.cuh"
+#include "backend/cuda/cuda_async_copy.cuh"
+#include "backend/cuda/cuda_mma.cuh"
 #include "core/error.h"
 
 namespace {
@@ -358,80 +361,101 @@ int device_copy_unordered_case() {
 
 // ---- a warp matrix load without __syncwarp -------------------------------------------------------
 
-// Lane l writes column l % 16 (rows 8 (l / 16) .. + 7) of a 16x16 bf16 tile of ones in shared
-// memory, then the warp loads it as matrix A and multiplies by a tile of ones: every output is 16.
-// A lane's fragment holds elements other lanes wrote, so the load needs a __syncwarp first;
-// load_matrix_sync does not imply one.
-struct alignas(32) SharedTile {  // load_matrix_sync wants a 32-byte aligned pointer
-  __nv_bfloat16 element[256];
+// One mma m16n8k16 of a 16x16 bf16 tile of ones in shared memory (lane l writes column l % 16 of
+// rows 8 (l / 16) .. + 7, then the warp loads it with ldmatrix as the A operand) and a B of ones:
+// every output is 16. A lane's ldmatrix row holds elements other lanes wrote, so the load needs
+// a __syncwarp first; ldmatrix does not imply one. The bugs: the __syncwarp left out, a row
+// address 4 bytes off, a row in global memory, 16 lanes only.
+enum class MmaBug { None, NoSyncwarp, Misaligned, GlobalRow, HalfWarp };
+
+constexpr int kTileLd = 24;  // the tile's padded leading dimension (16-byte rows apart)
+struct alignas(16) SharedTile {
+  uint16_t element[16 * kTileLd];
 };
 
-__global__ void wmma_shared_tile_kernel(float* out, bool with_syncwarp) {
-  namespace wmma = nvcuda::wmma;
+__global__ void mma_shared_tile_kernel(float* out, const uint16_t* global_tile, MmaBug bug) {
   ZT_SHARED(SharedTile, shared, [1]);
-  __nv_bfloat16* tile = shared[0].element;
+  uint16_t* tile = shared[0].element;
   const int lane = static_cast<int>(threadIdx.x);
-  for (int row = 8 * (lane / 16); row < 8 * (lane / 16) + 8; ++row)
-    tile[row * 16 + lane % 16] = __float2bfloat16(1.0f);
-  if (with_syncwarp) __syncwarp();
-  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a_tile;
-  wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b_tile;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> sum;
-  wmma::fill_fragment(sum, 0.0f);
-  wmma::fill_fragment(b_tile, __float2bfloat16(1.0f));
-  wmma::load_matrix_sync(a_tile, tile, 16);
-  wmma::mma_sync(sum, a_tile, b_tile, sum);
-  wmma::store_matrix_sync(out, sum, 16, wmma::mem_row_major);
+  constexpr uint16_t kOne = 0x3F80;  // bf16 1.0
+  for (int row = 8 * (lane / 16); row < 8 * (lane / 16) + 8; ++row) tile[row * kTileLd + lane % 16] = kOne;
+  if (bug != MmaBug::NoSyncwarp) __syncwarp();
+  if (bug == MmaBug::HalfWarp && lane >= 16) return;
+  const uint16_t* base = bug == MmaBug::GlobalRow ? global_tile : tile;
+  const uint16_t* row = base + (lane % 16) * kTileLd + (lane / 16) * 8 + (bug == MmaBug::Misaligned ? 2 : 0);
+  uint32_t a[4];
+  zt_mma::ldmatrix_x4(a, row);
+  constexpr uint32_t kOnes = 0x3F803F80u;
+  float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  zt_mma::mma_m16n8k16<__nv_bfloat16>(d, a, kOnes, kOnes);
+  for (int e = 0; e < 4; ++e) out[lane * 4 + e] = d[e];
 }
 
-// The other direction: the warp stores a fragment of 2s to a shared tile and each lane reads an
-// element of the next lane's part. store_matrix_sync implies no __syncwarp after it either.
-struct alignas(32) SharedFloatTile {
-  float element[256];
-};
-
-__global__ void wmma_store_then_read_kernel(float* out, bool with_syncwarp) {
-  namespace wmma = nvcuda::wmma;
-  ZT_SHARED(SharedFloatTile, shared, [1]);
-  float* tile = shared[0].element;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> twos;
-  wmma::fill_fragment(twos, 2.0f);
-  wmma::store_matrix_sync(tile, twos, 16, wmma::mem_row_major);
-  if (with_syncwarp) __syncwarp();
-  out[threadIdx.x] = tile[(threadIdx.x * 8 + 8) % 256];
-}
-
-int wmma_store_without_syncwarp_case() {
-  float* out = device_array<float>(32);
-  for (int with_syncwarp = 1; with_syncwarp >= 0; --with_syncwarp) {
-    launch({1, 32, 0, nullptr}, wmma_store_then_read_kernel, out, with_syncwarp == 1);
-    const std::vector<float> host = download(out, 32);
-    for (int lane = 0; lane < 32; ++lane) {
-      if (host[lane] == 2.0f) continue;
-      if (with_syncwarp) control_failed("a read after store_matrix_sync and __syncwarp");
-      std::printf("wrong result: lane %d read %g, expected 2 (store_matrix_sync had not written the next "
-                  "lane's elements yet)\n", lane, static_cast<double>(host[lane]));
-      return 1;
+// Runs mma_shared_tile_kernel; true when every output is 16.
+bool mma_right(MmaBug bug, const uint16_t* global_tile, bool report) {
+  float* out = device_array<float>(128);
+  launch({1, 32, 0, nullptr}, mma_shared_tile_kernel, out, global_tile, bug);
+  if (bug != MmaBug::None && bug != MmaBug::NoSyncwarp) return true;  // the fault is reported later
+  const std::vector<float> host = download(out, 128);
+  for (int i = 0; i < 128; ++i) {
+    if (host[i] == 16.0f) continue;
+    if (report) {
+      std::printf("wrong result: element %d of the product is %g, expected 16 (ldmatrix read rows "
+                  "other lanes had not written yet)\n", i, static_cast<double>(host[i]));
     }
+    return false;
   }
-  std::printf("values right without __syncwarp (only ThreadSanitizer sees this race)\n");
+  return true;
+}
+
+int ldmatrix_without_syncwarp_case() {
+  if (!mma_right(MmaBug::None, nullptr, false)) control_failed("ldmatrix after __syncwarp");
+  if (mma_right(MmaBug::NoSyncwarp, nullptr, true)) {
+    std::printf("values right without __syncwarp (only ThreadSanitizer sees this race)\n");
+  }
   return 1;
 }
 
-int wmma_load_without_syncwarp_case() {
-  float* out = device_array<float>(256);
-  for (int with_syncwarp = 1; with_syncwarp >= 0; --with_syncwarp) {
-    launch({1, 32, 0, nullptr}, wmma_shared_tile_kernel, out, with_syncwarp == 1);
-    const std::vector<float> host = download(out, 256);
-    for (int i = 0; i < 256; ++i) {
-      if (host[i] == 16.0f) continue;
-      if (with_syncwarp) control_failed("wmma load after __syncwarp");
-      std::printf("wrong result: element %d of the product is %g, expected 16 (load_matrix_sync read elements "
-                  "other lanes had not written yet)\n", i, static_cast<double>(host[i]));
+// 32 threads each copy 16 bytes of a 128-float row with cp.async, then every thread reads the
+// next thread's copy after a barrier: it must wait for its own copies (cp.async.wait_group)
+// before that barrier. The bug: the wait after the read.
+struct alignas(16) SharedFloats {
+  float element[128];
+};
+
+enum class AsyncBug { None, ReadBeforeWait, NeverWaited };
+
+__global__ void async_copy_kernel(float* out, const float* source, AsyncBug bug) {
+  ZT_SHARED(SharedFloats, shared, [1]);
+  float* row = shared[0].element;
+  const int thread = static_cast<int>(threadIdx.x);
+  zt::cuda::async_copy_16(row + 4 * thread, source + 4 * thread);
+  zt::cuda::async_copy_commit();
+  if (bug == AsyncBug::NeverWaited) return;
+  if (bug == AsyncBug::None) zt::cuda::async_copy_wait<0>();
+  __syncthreads();
+  out[thread] = row[(4 * thread + 4) % 128];
+  if (bug == AsyncBug::ReadBeforeWait) zt::cuda::async_copy_wait<0>();
+}
+
+int cp_async_read_before_wait_case() {
+  std::vector<float> values(128);
+  for (int i = 0; i < 128; ++i) values[i] = static_cast<float>(i);
+  float* source = device_array<float>(128);
+  check(cudaMemcpy(source, values.data(), sizeof(float) * 128, cudaMemcpyHostToDevice), "cudaMemcpy");
+  float* out = device_array<float>(32);
+  for (AsyncBug bug : {AsyncBug::None, AsyncBug::ReadBeforeWait}) {
+    launch({1, 32, 0, nullptr}, async_copy_kernel, out, source, bug);
+    const std::vector<float> host = download(out, 32);
+    for (int thread = 0; thread < 32; ++thread) {
+      if (host[thread] == static_cast<float>((4 * thread + 4) % 128)) continue;
+      if (bug == AsyncBug::None) control_failed("reads after cp.async.wait_group and a barrier");
+      std::printf("wrong result: thread %d read %g, expected %d (the copy was not waited for)\n", thread,
+                  static_cast<double>(host[thread]), (4 * thread + 4) % 128);
       return 1;
     }
   }
-  std::printf("values right without __syncwarp (only ThreadSanitizer sees this race)\n");
+  std::printf("not detected: every read was right\n");
   return 1;
 }
 
@@ -462,35 +486,22 @@ __global__ void shuffle_outside_mask_kernel(float* out) {
 
 __global__ void pageable_kernel(float* out) { out[threadIdx.x] = 1.0f; }
 
-// One 16x16x16 product of a [16, ldm] bf16 tile starting `offset` elements into `a`; with
-// `lanes` < 32 only those lanes take part.
-__global__ void wmma_kernel(float* out, const __nv_bfloat16* a, int offset, unsigned ldm, int lanes) {
-  namespace wmma = nvcuda::wmma;
-  if (static_cast<int>(threadIdx.x) >= lanes) return;
-  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a_tile;
-  wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b_tile;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> sum;
-  wmma::fill_fragment(sum, 0.0f);
-  wmma::load_matrix_sync(a_tile, a + offset, ldm);
-  wmma::load_matrix_sync(b_tile, a, 16);
-  wmma::mma_sync(sum, a_tile, b_tile, sum);
-  wmma::store_matrix_sync(out, sum, 16, wmma::mem_row_major);
-}
-
 int fault_case(const std::string& name) {
   float* out = device_array<float>(128);
   if (name == "divergent_barrier") launch({1, 64, 0, nullptr}, divergent_barrier_kernel, out);
   if (name == "early_exit") launch({1, 128, 0, nullptr}, early_exit_kernel, out, 100);
   if (name == "shuffle_outside_mask") launch({1, 32, 0, nullptr}, shuffle_outside_mask_kernel, out);
-  if (name.rfind("wmma_", 0) == 0) {
-    __nv_bfloat16* a = device_array<__nv_bfloat16>(16 * 32 + 8);
-    float* product = device_array<float>(256);
-    check(cudaMemset(a, 0, (16 * 32 + 8) * sizeof(__nv_bfloat16)), "cudaMemset");
-    launch({1, 32, 0, nullptr}, wmma_kernel, product, a, 0, 16u, 32);  // the control
-    if (cudaDeviceSynchronize() != cudaSuccess) control_failed("wmma_kernel");
-    if (name == "wmma_misaligned") launch({1, 32, 0, nullptr}, wmma_kernel, product, a, 8, 16u, 32);
-    if (name == "wmma_bad_ldm") launch({1, 32, 0, nullptr}, wmma_kernel, product, a, 0, 12u, 32);
-    if (name == "wmma_half_warp") launch({1, 32, 0, nullptr}, wmma_kernel, product, a, 0, 16u, 16);
+  if (name == "ldmatrix_misaligned" || name == "ldmatrix_global" || name == "mma_half_warp") {
+    uint16_t* global_tile = device_array<uint16_t>(16 * kTileLd);
+    check(cudaMemset(global_tile, 0, 16 * kTileLd * sizeof(uint16_t)), "cudaMemset");
+    if (!mma_right(MmaBug::None, global_tile, false)) control_failed("mma_shared_tile_kernel");
+    if (name == "ldmatrix_misaligned") mma_right(MmaBug::Misaligned, global_tile, false);
+    if (name == "ldmatrix_global") mma_right(MmaBug::GlobalRow, global_tile, false);
+    if (name == "mma_half_warp") mma_right(MmaBug::HalfWarp, global_tile, false);
+  }
+  if (name == "cp_async_never_waited") {
+    float* source = device_array<float>(128);
+    launch({1, 32, 0, nullptr}, async_copy_kernel, out, source, AsyncBug::NeverWaited);
   }
   if (name == "pageable_argument") {
     static float pageable[128];
@@ -552,11 +563,11 @@ int main(int argc, char** argv) {
   if (name == "fault_named_by_sync") return fault_named_by_sync_case();
   if (name == "transfer_ignores_event") return transfer_ignores_event_case();
   if (name == "device_copy_unordered") return device_copy_unordered_case();
-  if (name == "wmma_load_without_syncwarp") return wmma_load_without_syncwarp_case();
-  if (name == "wmma_store_without_syncwarp") return wmma_store_without_syncwarp_case();
+  if (name == "ldmatrix_without_syncwarp") return ldmatrix_without_syncwarp_case();
+  if (name == "cp_async_read_before_wait") return cp_async_read_before_wait_case();
   if (name == "divergent_barrier" || name == "early_exit" || name == "shuffle_outside_mask" ||
-      name == "pageable_argument" || name == "pinned_argument" || name == "wmma_misaligned" || name == "wmma_bad_ldm" ||
-      name == "wmma_half_warp") {
+      name == "pageable_argument" || name == "pinned_argument" || name == "ldmatrix_misaligned" ||
+      name == "ldmatrix_global" || name == "mma_half_warp" || name == "cp_async_never_waited") {
     return fault_case(name);
   }
   std::fprintf(stderr, "zt_emu_negative: unknown case '%s'\n", name.c_str());

@@ -32,7 +32,7 @@
 
 #if defined(ZT_EMULATED_DEVICE)
 namespace zt_emu {
-uint64_t wmma_operations();   // emu/emu_device.h
+uint64_t mma_operations();   // emu/emu_device.h
 uint64_t cudnn_executions();  // emu/emu_cudnn.h
 }  // namespace zt_emu
 #endif
@@ -249,9 +249,9 @@ BOOST_AUTO_TEST_CASE(tensor_core_head_dims) {
 BOOST_AUTO_TEST_CASE(tensor_cores_are_used_where_they_fit) {
   const ScopedAttentionVariant variant("tensor-cores");  // our kernels, not cuDNN
   const auto mma_count_of = [](DType dtype, int64_t head_dim) {
-    const uint64_t before = zt_emu::wmma_operations();
+    const uint64_t before = zt_emu::mma_operations();
     check_attention({1, 40, 2, 1, head_dim}, dtype, 400);
-    return zt_emu::wmma_operations() - before;
+    return zt_emu::mma_operations() - before;
   };
   BOOST_TEST(mma_count_of(DType::BF16, 64) > 0u);
   BOOST_TEST(mma_count_of(DType::F16, 16) > 0u);
