@@ -331,6 +331,20 @@ __device__ inline void accumulators_as_a(uint32_t (&a)[kParts][4], const float (
   }
 }
 
+// c[kDN] ([16, 8 kDN]) += A [16, 8 kN] B, A a warp's fp32 accumulators (P or dS) fed back as
+// kParts 16-bit parts (accumulators_as_a), B a row-major [8 kN, 8 kDN] tile b (ld) in shared
+// memory (V, dO, Q or K).
+template <class Format, int kParts, int kN, int kDN>
+__device__ inline void mma_accumulators_b(float (&c)[kDN][4], const float (&a)[kN][4],
+                                          const uint16_t* b, int ld) {
+#pragma unroll
+  for (int kk = 0; kk < kN / 2; ++kk) {
+    uint32_t parts[kParts][4];
+    accumulators_as_a<Format>(parts, a, kk);
+    mma_step_b<MmaType<Format>>(c, parts, b, ld, 16 * kk);
+  }
+}
+
 // Rows [0, valid_rows) of a warp's [16, 8 kN] fp32 accumulators, row g times factor[0] and row
 // g + 8 times factor[1], rounded to a 16-bit matrix whose rows are row_stride apart: each lane
 // writes its column pairs (4-byte stores).

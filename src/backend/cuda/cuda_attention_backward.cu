@@ -392,14 +392,8 @@ attention_backward_dkdv_tc_kernel(Storage<Format>* dk, Storage<Format>* dv,
       }
     }
     // dV_w += P^T [16, kCols] dO [kCols, kD], dK_w += dS^T [16, kCols] Q [kCols, kD]
-#pragma unroll
-    for (int kk = 0; kk < kCols / 16; ++kk) {
-      uint32_t p[1][4], ds[1][4];
-      accumulators_as_a<Format>(p, s, kk);
-      accumulators_as_a<Format>(ds, dp, kk);
-      mma_step_b<T>(dv_acc, p, do_tile, kLd, 16 * kk);
-      mma_step_b<T>(dk_acc, ds, q_tile, kLd, 16 * kk);
-    }
+    mma_accumulators_b<Format, 1>(dv_acc, s, do_tile, kLd);
+    mma_accumulators_b<Format, 1>(dk_acc, dp, q_tile, kLd);
     async_copy_wait<0>();
     __syncthreads();  // the next tile is in place; every warp is done with this one
     head = next_head;
@@ -496,12 +490,7 @@ attention_backward_dq_tc_kernel(Storage<Format>* dq, const Storage<Format>* dout
       }
     }
     // dQ_w += (dS_high + dS_low) [16, kCols] K [kCols, kD] (scaled at the end)
-#pragma unroll
-    for (int kk = 0; kk < kCols / 16; ++kk) {
-      uint32_t ds[2][4];
-      accumulators_as_a<Format>(ds, s, kk);
-      mma_step_b<T>(dq_acc, ds, k_tile, kLd, 16 * kk);
-    }
+    mma_accumulators_b<Format, 2>(dq_acc, s, k_tile, kLd);
     async_copy_wait<0>();
     __syncthreads();  // the next tile is in place; every warp is done with this one
   }

@@ -311,12 +311,7 @@ attention_forward_tc_kernel(Storage<Format>* out, float* lse, const Storage<Form
     mma_a_bt<T, kD, kN>(s, q_operands, k_tile, kLd);
     softmax_tile(rows, s, o, first_key, scale);
     // O_w [16, kD] += (P_high + P_low) [16, kKeys] V [kKeys, kD]
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      uint32_t p[2][4];
-      accumulators_as_a<Format>(p, s, kk);
-      mma_step_b<T>(o, p, v_tile, kLd, 16 * kk);
-    }
+    mma_accumulators_b<Format, 2>(o, s, v_tile, kLd);
     async_copy_wait<0>();
     __syncthreads();  // the next tile is in place; every warp is done with this one
   }
