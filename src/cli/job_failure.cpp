@@ -8,6 +8,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/error.h"
+
 namespace zt {
 
 namespace {
@@ -30,7 +32,12 @@ MPI_Comm make_failure_comm() {
   return comm;
 }
 
-void end_failed_job(const std::string& command, const std::string& message, MPI_Comm failure_comm) {
+void end_failed_job(const std::string& command, const std::string& message, bool mpi_started,
+                    MPI_Comm failure_comm) {
+  if (!mpi_started) {
+    print(command, process_rank(), message);
+    return;
+  }
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);

@@ -15,7 +15,9 @@ namespace zt {
 MPI_Comm make_failure_comm();
 
 // Prints "zerotune COMMAND: error (rank R): MESSAGE" as decided above; returns only when the
-// process should exit 1 normally (otherwise it has called MPI_Abort).
-void end_failed_job(const std::string& command, const std::string& message, MPI_Comm failure_comm);
+// process should exit 1 normally (otherwise it has called MPI_Abort). A command that did not
+// start MPI (mpi_started false) prints with the launcher's rank and returns.
+void end_failed_job(const std::string& command, const std::string& message, bool mpi_started,
+                    MPI_Comm failure_comm);
 
 }  // namespace zt
