@@ -335,5 +335,15 @@ expect_error train-unknown-objective "--objective 'ppo': unknown objective" "sft
 expect_error train-reward-on-samples "holds samples, not preference pairs" "zerotune prep --pairs" \
   -- train --model "$M" --data "$D" --out "$WORK/o-obj2" --objective reward --max-steps 1
 
+# Commands that skip MPI (init, prep, inspect, report) take their rank from the launcher: rank 1
+# of a launch writes nothing, and a rank variable that is not a number is named.
+OMPI_COMM_WORLD_RANK=1 "$ZEROTUNE" init --config "$REPO/data/tiny-llama/config.json" --out "$WORK/rank1-model" \
+  >"$WORK/rank1.log" 2>&1
+status=$?
+[[ "$status" -eq 0 && ! -e "$WORK/rank1-model" ]]
+check init-on-launcher-rank-1-writes-nothing $? "$WORK/rank1.log" "want exit 0 and no model; got exit $status"
+SLURM_PROCID=one expect_error launcher-rank-not-a-number "the launcher's SLURM_PROCID=one is not a rank" \
+  -- prep --help
+
 # ---------------------------------------------------------------------------------------------
 finish
