@@ -1,7 +1,9 @@
 #!/bin/bash
 # Prepared 2026-11-28 (a session without a GPU), not yet run: the next lent GPU's first call. Run from
-# the repository root with `.gpu/` from `bash scripts/gpu_check.sh pack --out .gpu --binary-dir build`
-# (its env part checks a -march=native build's CPU flags on the node) and carry [".gpu"]:
+# the repository root with `.gpu/` from
+#   ZT_PACK_XZ_LEVEL=-6 bash scripts/gpu_check.sh pack --out .gpu --binary-dir build
+# (56 MiB on 2026-11-28 afternoon, 40 s; the default -1 made 63 MiB, at the 64 MiB a call carries;
+# its env part checks a -march=native build's CPU flags on the node) and carry [".gpu"]:
 #   OUT=$OUT bash bench/gpu_calls/next-call.sh
 # 1. selftest: the link rows now time queued copies (the H200's 1.69 GB/s host -> device row timed
 #    copy()'s staging); 2. tests: zt_gpu_tests, whose fp16 common-key dq case changed (issue 29);
