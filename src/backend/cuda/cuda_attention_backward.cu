@@ -462,6 +462,9 @@ attention_backward_dq_tc_kernel(Storage<Format>* dq, const Storage<Format>* dout
                                   kv_stride, min(kCols, dims.time - keys_begin));
   async_copy_wait<0>();
   __syncthreads();
+  uint32_t q_operands[kD / 16][4], do_operands[kD / 16][4];  // Q_w, dO_w [16, kD] as A operands
+  load_a_operands<kD>(q_operands, q_warp, kLd);
+  load_a_operands<kD>(do_operands, do_warp, kLd);
   int buffer = 0;
   for (int first_key = keys_begin; first_key < keys_end; first_key += kCols, buffer ^= 1) {
     const int next_key = first_key + kCols;
@@ -477,8 +480,8 @@ attention_backward_dq_tc_kernel(Storage<Format>* dq, const Storage<Format>* dout
     float s[kN][4], dp[kN][4];
     zero_fragments(s);
     zero_fragments(dp);
-    mma_shared_a_bt<T, kD, kN>(s, q_warp, kLd, k_tile, kLd);
-    mma_shared_a_bt<T, kD, kN>(dp, do_warp, kLd, v_tile, kLd);
+    mma_a_bt<T, kD, kN>(s, q_operands, k_tile, kLd);
+    mma_a_bt<T, kD, kN>(dp, do_operands, v_tile, kLd);
     // dS in place of S
 #pragma unroll
     for (int j = 0; j < kN; ++j) {
