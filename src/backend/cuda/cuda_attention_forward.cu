@@ -167,7 +167,9 @@ attention_forward_kernel(Storage<Format>* out, float* lse, const Storage<Format>
 // 1) removes the bias too, but leaves out about 2^-9 (bf16) of its small part away from the fp32
 // result: enough to flip out's own rounding in a few elements per thousand, each flip moving
 // delta by dO times an ulp of out (common_value_component_through_each_backends_own_forward
-// failed on 17 to 72 of 6144 elements that way).
+// failed on 17 to 72 of 6144 elements that way). P rounded once with its rounding residue per
+// row times the tile's first V row added to O (the common component weighted exactly, the rest
+// of V's rounding noise left) failed it too: 27 to 88 of 6144 elements of dq and dk (2026-11-28).
 
 // The forward kernel's shared memory for head dim kD, the same on the host (its size) and the
 // device.
