@@ -90,6 +90,8 @@ class View {
   const std::vector<int64_t>& strides() const { return strides_; }
   size_t rank() const { return info_.dims.size(); }
   bool ragged() const { return !ragged_.empty(); }
+  // The fp32 array under the view, or null for another type (the interpreter's fast paths).
+  float* floats() const { return storage_.type == CUDNN_DATA_FLOAT ? static_cast<float*>(storage_.data) : nullptr; }
   double load_at(int64_t offset) const { return load(storage_.data, offset, storage_.type); }
   void store_at(int64_t offset, double value) const { store(storage_.data, offset, storage_.type, value); }
   // Offset of element `index` (rank entries), or -1 where a ragged batch has no such element.
@@ -394,10 +396,19 @@ void run_matmul(Run& run, const Op& op) {
 }
 
 // Pointwise without ragged offsets: every offset is linear in y's index, so one walk over y's
-// elements keeps a running offset per tensor (a broadcast dimension steps by 0). The same
-// values as the general loop below, several times faster (attention's S x S score nodes).
+// elements keeps a running offset per tensor (a broadcast dimension steps by 0), the last
+// dimension in an inner loop. The same values as the general loop below, several times faster
+// (attention's S x S score nodes); with every tensor fp32 (the virtual intermediates) the
+// elements are read and written as floats directly, with the same roundings as load/store.
 void run_pointwise_strided(const Op& op, const View& y, const std::vector<View>& inputs) {
   const size_t rank = y.rank(), count = inputs.size() + 1;  // inputs, then y
+  if (op.y->elements() == 0) return;
+  if (rank == 0) {  // a scalar
+    double values[3] = {0, 0, 0};
+    for (size_t i = 0; i < inputs.size(); ++i) values[i] = inputs[i].load_at(0);
+    y.store_at(0, static_cast<float>(pointwise(op.mode, values[0], values[1], values[2], nullptr, op.axis)));
+    return;
+  }
   std::vector<std::vector<int64_t>> steps(count, std::vector<int64_t>(rank, 0));
   for (size_t i = 0; i < inputs.size(); ++i) {
     const size_t shift = rank - inputs[i].rank();
@@ -406,12 +417,32 @@ void run_pointwise_strided(const Op& op, const View& y, const std::vector<View>&
     }
   }
   steps[count - 1] = y.strides();
+  const float* in_floats[3] = {nullptr, nullptr, nullptr};
+  bool all_floats = y.floats() != nullptr;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    in_floats[i] = inputs[i].floats();
+    all_floats = all_floats && in_floats[i] != nullptr;
+  }
+  const int64_t inner = y.dims()[rank - 1], outer = op.y->elements() / inner;
   std::vector<int64_t> index(rank, 0), offsets(count, 0);
-  for (int64_t e = 0, total = op.y->elements(); e < total; ++e) {
-    double values[3] = {0, 0, 0};
-    for (size_t i = 0; i < inputs.size(); ++i) values[i] = inputs[i].load_at(offsets[i]);
-    y.store_at(offsets[count - 1], static_cast<float>(pointwise(op.mode, values[0], values[1], values[2], index.data(), op.axis)));
-    for (size_t d = rank; d-- > 0;) {  // next index, last dimension fastest
+  for (int64_t row = 0; row < outer; ++row) {
+    for (int64_t x = 0; x < inner; ++x) {
+      index[rank - 1] = x;
+      double values[3] = {0, 0, 0};
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        const int64_t at = offsets[i] + x * steps[i][rank - 1];
+        values[i] = all_floats ? in_floats[i][at] : inputs[i].load_at(at);
+      }
+      const float result = static_cast<float>(pointwise(op.mode, values[0], values[1], values[2], index.data(), op.axis));
+      const int64_t at = offsets[count - 1] + x * steps[count - 1][rank - 1];
+      if (all_floats) {
+        y.floats()[at] = result;
+      } else {
+        y.store_at(at, result);
+      }
+    }
+    index[rank - 1] = 0;
+    for (size_t d = rank - 1; d-- > 0;) {  // the next row, earlier dimensions slower
       for (size_t i = 0; i < count; ++i) offsets[i] += steps[i][d];
       if (++index[d] < y.dims()[d]) break;
       for (size_t i = 0; i < count; ++i) offsets[i] -= steps[i][d] * y.dims()[d];
@@ -443,11 +474,25 @@ void run_pointwise(Run& run, const Op& op) {
   });
 }
 
+// Whether every dimension of y is x's or 1 (a reduction without grouping).
+bool reduces_by_broadcast(const std::vector<int64_t>& x_dims, const std::vector<int64_t>& y_dims) {
+  for (size_t d = 0; d < x_dims.size(); ++d) {
+    if (y_dims[d] != x_dims[d] && y_dims[d] != 1) return false;
+  }
+  return true;
+}
+
 void run_reduction(Run& run, const Op& op) {
   const View x = run.view(op.x), y = run.view(op.y);
   const bool is_max = op.mode == CUDNN_REDUCE_TENSOR_MAX || op.mode == CUDNN_REDUCE_TENSOR_AMAX;
   const double start = is_max ? -std::numeric_limits<double>::infinity()
                        : op.mode == CUDNN_REDUCE_TENSOR_MIN ? std::numeric_limits<double>::infinity() : 0.0;
+  auto accumulate = [&](double& slot, double value) {
+    if (op.mode == CUDNN_REDUCE_TENSOR_ADD) slot += value;
+    else if (op.mode == CUDNN_REDUCE_TENSOR_AMAX) slot = std::max(slot, std::fabs(value));
+    else if (is_max) slot = std::max(slot, value);
+    else slot = std::min(slot, value);
+  };
   // Accumulate by y's dense index (x in order: deterministic), then store once.
   std::vector<int64_t> y_dims = y.dims();
   std::vector<double> acc(static_cast<size_t>(op.y->elements()), start);
@@ -457,16 +502,41 @@ void run_reduction(Run& run, const Op& op) {
     for (size_t d = 0; d < y_dims.size(); ++d) at = at * y_dims[d] + index[d];
     return at;
   };
-  for_each_index(x.dims(), [&](const int64_t* index) {
-    if (x.offset(index) < 0) return;  // a ragged batch's missing element takes no part
-    map_index(x.dims(), index, y_dims, yi.data());
-    double value = x.read(index);
-    double& slot = acc[dense(yi.data())];
-    if (op.mode == CUDNN_REDUCE_TENSOR_ADD) slot += value;
-    else if (op.mode == CUDNN_REDUCE_TENSOR_AMAX) slot = std::max(slot, std::fabs(value));
-    else if (is_max) slot = std::max(slot, value);
-    else slot = std::min(slot, value);
-  });
+  const size_t rank = x.rank();
+  if (!x.ragged() && rank > 0 && op.x->elements() > 0 && reduces_by_broadcast(x.dims(), y_dims)) {
+    // The same walk as for_each_index below (x in order, last dimension fastest) with running
+    // offsets into x and acc, fp32 read directly where x is fp32 (the score nodes).
+    std::vector<int64_t> acc_step(rank, 0);
+    for (size_t d = rank, stride = 1; d-- > 0; stride *= static_cast<size_t>(y_dims[d])) {
+      acc_step[d] = y_dims[d] == 1 ? 0 : static_cast<int64_t>(stride);
+    }
+    const std::vector<int64_t>& x_step = x.strides();
+    const float* x_floats = x.floats();
+    const int64_t inner = x.dims()[rank - 1], outer = op.x->elements() / inner;
+    std::vector<int64_t> index(rank, 0);
+    int64_t x_at = 0, acc_at = 0;
+    for (int64_t row = 0; row < outer; ++row) {
+      for (int64_t e = 0; e < inner; ++e) {
+        const int64_t at = x_at + e * x_step[rank - 1];
+        accumulate(acc[static_cast<size_t>(acc_at + e * acc_step[rank - 1])],
+                   x_floats ? static_cast<double>(x_floats[at]) : x.load_at(at));
+      }
+      for (size_t d = rank - 1; d-- > 0;) {  // the next row
+        x_at += x_step[d];
+        acc_at += acc_step[d];
+        if (++index[d] < x.dims()[d]) break;
+        x_at -= x_step[d] * x.dims()[d];
+        acc_at -= acc_step[d] * x.dims()[d];
+        index[d] = 0;
+      }
+    }
+  } else {
+    for_each_index(x.dims(), [&](const int64_t* index) {
+      if (x.offset(index) < 0) return;  // a ragged batch's missing element takes no part
+      map_index(x.dims(), index, y_dims, yi.data());
+      accumulate(acc[dense(yi.data())], x.read(index));
+    });
+  }
   for_each_index(y_dims, [&](const int64_t* index) { y.write(index, static_cast<float>(acc[dense(index)])); });
 }
 
