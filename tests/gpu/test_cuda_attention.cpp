@@ -245,7 +245,7 @@ BOOST_AUTO_TEST_CASE(tensor_core_head_dims) {
 }
 
 #if defined(ZT_EMULATED_DEVICE)
-// bf16/fp16 with D % 16 == 0 multiply with warp matrix operations; fp32 and D = 24 do not.
+// bf16/fp16 with D % 16 == 0 multiply with mma.sync on tensor cores; fp32 and D = 24 do not.
 BOOST_AUTO_TEST_CASE(tensor_cores_are_used_where_they_fit) {
   const ScopedAttentionVariant variant("tensor-cores");  // our kernels, not cuDNN
   const auto mma_count_of = [](DType dtype, int64_t head_dim) {
