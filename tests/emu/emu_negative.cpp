@@ -22,7 +22,9 @@
 //   ldmatrix_misaligned, ldmatrix_global, mma_half_warp: the tensor-core instructions
 //                                 (emu/emu_mma.h) on a row address 4 bytes off, on a row in global
 //                                 memory, or called by 16 lanes only
-//   cp_async_never_waited         a thread that exits with cp.async copies it never waited for
+//   cp_async_never_waited, cp_async_misaligned, cp_async_global_target: a thread that exits with
+//                                 cp.async copies it never waited for; a source 4 bytes off; a
+//                                 target in global memory
 //   fault_named_by_sync           the CUDA backend's fill on pageable memory with ZT_CUDA_SYNC=1:
 //                                 the error names fill_kernel and its launch site
 //   transfer_ignores_event        CudaBackendImpl::transfer_async without its wait for the compute
@@ -423,13 +425,14 @@ struct alignas(16) SharedFloats {
   float element[128];
 };
 
-enum class AsyncBug { None, ReadBeforeWait, NeverWaited };
+enum class AsyncBug { None, ReadBeforeWait, NeverWaited, Misaligned, GlobalTarget };
 
 __global__ void async_copy_kernel(float* out, const float* source, AsyncBug bug) {
   ZT_SHARED(SharedFloats, shared, [1]);
   float* row = shared[0].element;
   const int thread = static_cast<int>(threadIdx.x);
-  zt::cuda::async_copy_16(row + 4 * thread, source + 4 * thread);
+  float* target = bug == AsyncBug::GlobalTarget ? out + 4 * thread : row + 4 * thread;
+  zt::cuda::async_copy_16(target, source + 4 * thread + (bug == AsyncBug::Misaligned ? 1 : 0));
   zt::cuda::async_copy_commit();
   if (bug == AsyncBug::NeverWaited) return;
   if (bug == AsyncBug::None) zt::cuda::async_copy_wait<0>();
@@ -499,9 +502,14 @@ int fault_case(const std::string& name) {
     if (name == "ldmatrix_global") mma_right(MmaBug::GlobalRow, global_tile, false);
     if (name == "mma_half_warp") mma_right(MmaBug::HalfWarp, global_tile, false);
   }
-  if (name == "cp_async_never_waited") {
-    float* source = device_array<float>(128);
-    launch({1, 32, 0, nullptr}, async_copy_kernel, out, source, AsyncBug::NeverWaited);
+  if (name.rfind("cp_async_", 0) == 0) {
+    float* source = device_array<float>(132);
+    check(cudaMemset(source, 0, 132 * sizeof(float)), "cudaMemset");
+    launch({1, 32, 0, nullptr}, async_copy_kernel, out, source, AsyncBug::None);  // the control
+    if (cudaDeviceSynchronize() != cudaSuccess) control_failed("async_copy_kernel");
+    if (name == "cp_async_never_waited") launch({1, 32, 0, nullptr}, async_copy_kernel, out, source, AsyncBug::NeverWaited);
+    if (name == "cp_async_misaligned") launch({1, 32, 0, nullptr}, async_copy_kernel, out, source, AsyncBug::Misaligned);
+    if (name == "cp_async_global_target") launch({1, 32, 0, nullptr}, async_copy_kernel, out, source, AsyncBug::GlobalTarget);
   }
   if (name == "pageable_argument") {
     static float pageable[128];
@@ -567,7 +575,8 @@ int main(int argc, char** argv) {
   if (name == "cp_async_read_before_wait") return cp_async_read_before_wait_case();
   if (name == "divergent_barrier" || name == "early_exit" || name == "shuffle_outside_mask" ||
       name == "pageable_argument" || name == "pinned_argument" || name == "ldmatrix_misaligned" ||
-      name == "ldmatrix_global" || name == "mma_half_warp" || name == "cp_async_never_waited") {
+      name == "ldmatrix_global" || name == "mma_half_warp" || name == "cp_async_never_waited" ||
+      name == "cp_async_misaligned" || name == "cp_async_global_target") {
     return fault_case(name);
   }
   std::fprintf(stderr, "zt_emu_negative: unknown case '%s'\n", name.c_str());
