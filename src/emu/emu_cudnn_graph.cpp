@@ -378,18 +378,38 @@ void run_matmul(Run& run, const Op& op) {
         b_columns[n * k_n + k] = as_operand(b.read(bi.data()), operand_type);
       }
     }
-    for (int64_t m = 0; m < m_full; ++m) {
-      for (int64_t n = 0; n < n_full; ++n) {
-        yi[r - 2] = m, yi[r - 1] = n;
-        if (m >= m_n || n >= n_n) {
-          if (op.has_padding) y.write(yi.data(), op.padding);
-          continue;
+    // Blocks of 4 x 4 outputs: 16 independent sums keep the FPU busy, each still in k order (as
+    // emu_cublaslt.cpp's GEMM); a partial block repeats its last row / column, not stored.
+    constexpr int64_t kBlock = 4;
+    for (int64_t m0 = 0; m0 < m_n; m0 += kBlock) {
+      for (int64_t n0 = 0; n0 < n_n; n0 += kBlock) {
+        const int64_t rows = std::min(kBlock, m_n - m0), columns = std::min(kBlock, n_n - n0);
+        double sums[kBlock][kBlock] = {};
+        const float* row[kBlock];
+        const float* column[kBlock];
+        for (int64_t i = 0; i < kBlock; ++i) row[i] = a_rows.data() + (m0 + std::min(i, rows - 1)) * k_n;
+        for (int64_t j = 0; j < kBlock; ++j) column[j] = b_columns.data() + (n0 + std::min(j, columns - 1)) * k_n;
+        for (int64_t k = 0; k < k_n; ++k) {
+          for (int64_t i = 0; i < kBlock; ++i) {
+            const double a_value = row[i][k];
+            for (int64_t j = 0; j < kBlock; ++j) sums[i][j] += a_value * column[j][k];
+          }
         }
-        double sum = 0;
-        const float* row = a_rows.data() + m * k_n;
-        const float* column = b_columns.data() + n * k_n;
-        for (int64_t k = 0; k < k_n; ++k) sum += static_cast<double>(row[k]) * column[k];
-        y.write(yi.data(), static_cast<float>(sum));  // the fp32 accumulator's value
+        for (int64_t i = 0; i < rows; ++i) {
+          for (int64_t j = 0; j < columns; ++j) {
+            yi[r - 2] = m0 + i, yi[r - 1] = n0 + j;
+            y.write(yi.data(), static_cast<float>(sums[i][j]));  // the fp32 accumulator's value
+          }
+        }
+      }
+    }
+    if (op.has_padding) {  // what lies outside the overrides
+      for (int64_t m = 0; m < m_full; ++m) {
+        for (int64_t n = 0; n < n_full; ++n) {
+          if (m < m_n && n < n_n) continue;
+          yi[r - 2] = m, yi[r - 1] = n;
+          y.write(yi.data(), op.padding);
+        }
       }
     }
   });
