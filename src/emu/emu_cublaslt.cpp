@@ -556,36 +556,12 @@ void run_matmul(const Operation& op) {
     for (size_t i = 0; i < m; ++i) bias[i] = load(op.desc.bias, i, op.d.type);
   }
   const size_t ldd = static_cast<size_t>(op.d.ld);
-  // Blocks of 4 x 4 outputs: 16 independent sums keep the FPU busy, each still in k order.
-  constexpr size_t kBlock = 4;
-  for (size_t j0 = 0; j0 < n; j0 += kBlock) {
-    const size_t columns = std::min(kBlock, n - j0);
-    for (size_t i0 = 0; i0 < m; i0 += kBlock) {
-      const size_t rows = std::min(kBlock, m - i0);
-      double sums[kBlock][kBlock] = {};
-      const float* a_row[kBlock];
-      const float* b_column[kBlock];
-      // A partial block repeats its last row / column; the repeats are not stored.
-      for (size_t r = 0; r < kBlock; ++r) a_row[r] = a_rows.data() + (i0 + std::min(r, rows - 1)) * k;
-      for (size_t c = 0; c < kBlock; ++c) b_column[c] = b_columns.data() + (j0 + std::min(c, columns - 1)) * k;
-      for (size_t p = 0; p < k; ++p) {
-        for (size_t r = 0; r < kBlock; ++r) {
-          const double a_value = a_row[r][p];
-          for (size_t c = 0; c < kBlock; ++c) sums[r][c] += a_value * b_column[c][p];
-        }
-      }
-      for (size_t c = 0; c < columns; ++c) {
-        const size_t j = j0 + c;
-        for (size_t r = 0; r < rows; ++r) {
-          const size_t i = i0 + r;
-          float value = alpha * static_cast<float>(sums[r][c]);  // the fp32 accumulator, scaled in fp32
-          if (beta != 0.0f) value += beta * c_values[i + j * m];
-          value += bias[i];
-          store(op.d_data, i + j * ldd, op.d.type, value);
-        }
-      }
-    }
-  }
+  zt_emu::blocked_dot_products(a_rows.data(), b_columns.data(), m, n, k, [&](size_t i, size_t j, double sum) {
+    float value = alpha * static_cast<float>(sum);  // the fp32 accumulator, scaled in fp32
+    if (beta != 0.0f) value += beta * c_values[i + j * m];
+    value += bias[i];
+    store(op.d_data, i + j * ldd, op.d.type, value);
+  });
 }
 
 // The call-time checks of cublasLtMatmul beyond the problem itself: the algorithm's alignment

@@ -378,31 +378,11 @@ void run_matmul(Run& run, const Op& op) {
         b_columns[n * k_n + k] = as_operand(b.read(bi.data()), operand_type);
       }
     }
-    // Blocks of 4 x 4 outputs: 16 independent sums keep the FPU busy, each still in k order (as
-    // emu_cublaslt.cpp's GEMM); a partial block repeats its last row / column, not stored.
-    constexpr int64_t kBlock = 4;
-    for (int64_t m0 = 0; m0 < m_n; m0 += kBlock) {
-      for (int64_t n0 = 0; n0 < n_n; n0 += kBlock) {
-        const int64_t rows = std::min(kBlock, m_n - m0), columns = std::min(kBlock, n_n - n0);
-        double sums[kBlock][kBlock] = {};
-        const float* row[kBlock];
-        const float* column[kBlock];
-        for (int64_t i = 0; i < kBlock; ++i) row[i] = a_rows.data() + (m0 + std::min(i, rows - 1)) * k_n;
-        for (int64_t j = 0; j < kBlock; ++j) column[j] = b_columns.data() + (n0 + std::min(j, columns - 1)) * k_n;
-        for (int64_t k = 0; k < k_n; ++k) {
-          for (int64_t i = 0; i < kBlock; ++i) {
-            const double a_value = row[i][k];
-            for (int64_t j = 0; j < kBlock; ++j) sums[i][j] += a_value * column[j][k];
-          }
-        }
-        for (int64_t i = 0; i < rows; ++i) {
-          for (int64_t j = 0; j < columns; ++j) {
-            yi[r - 2] = m0 + i, yi[r - 1] = n0 + j;
-            y.write(yi.data(), static_cast<float>(sums[i][j]));  // the fp32 accumulator's value
-          }
-        }
-      }
-    }
+    blocked_dot_products(a_rows.data(), b_columns.data(), static_cast<size_t>(m_n), static_cast<size_t>(n_n),
+                         static_cast<size_t>(k_n), [&](size_t m, size_t n, double sum) {
+                           yi[r - 2] = static_cast<int64_t>(m), yi[r - 1] = static_cast<int64_t>(n);
+                           y.write(yi.data(), static_cast<float>(sum));  // the fp32 accumulator's value
+                         });
     if (op.has_padding) {  // what lies outside the overrides
       for (int64_t m = 0; m < m_full; ++m) {
         for (int64_t n = 0; n < n_full; ++n) {

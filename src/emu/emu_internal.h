@@ -18,6 +18,38 @@
 
 namespace zt_emu {
 
+// ---- dot products (the emulated cuBLASLt's and cuDNN's matmuls) -------------------------------
+
+// For every (i < m, j < n): out(i, j, sum) with sum the dot product of a_rows[i * k ..] and
+// b_columns[j * k ..] (k floats each), products in double added in k order. In blocks of 4 x 4
+// outputs: 16 independent sums keep the FPU busy; a partial block repeats its last row / column,
+// whose sums are not handed out.
+template <class Out>
+void blocked_dot_products(const float* a_rows, const float* b_columns, size_t m, size_t n, size_t k,
+                          Out out) {
+  constexpr size_t kBlock = 4;
+  for (size_t j0 = 0; j0 < n; j0 += kBlock) {
+    const size_t columns = n - j0 < kBlock ? n - j0 : kBlock;
+    for (size_t i0 = 0; i0 < m; i0 += kBlock) {
+      const size_t rows = m - i0 < kBlock ? m - i0 : kBlock;
+      double sums[kBlock][kBlock] = {};
+      const float* a_row[kBlock];
+      const float* b_column[kBlock];
+      for (size_t r = 0; r < kBlock; ++r) a_row[r] = a_rows + (i0 + (r < rows ? r : rows - 1)) * k;
+      for (size_t c = 0; c < kBlock; ++c) b_column[c] = b_columns + (j0 + (c < columns ? c : columns - 1)) * k;
+      for (size_t p = 0; p < k; ++p) {
+        for (size_t r = 0; r < kBlock; ++r) {
+          const double a_value = a_row[r][p];
+          for (size_t c = 0; c < kBlock; ++c) sums[r][c] += a_value * b_column[c][p];
+        }
+      }
+      for (size_t c = 0; c < columns; ++c) {
+        for (size_t r = 0; r < rows; ++r) out(i0 + r, j0 + c, sums[r][c]);
+      }
+    }
+  }
+}
+
 // ---- errors (emu_runtime.cpp) ------------------------------------------------------------------
 
 // A fault found while device work runs (a divergent barrier, a kernel pointer to pageable or
