@@ -178,18 +178,22 @@ struct ForwardTcShared {
   static constexpr int kKeys = kTcForwardKeys;
   static constexpr int kLd = operand_ld(kD);  // K, V and Q tiles
   static constexpr int kTileElements = kKeys * kLd;
-  uint16_t* q_tile;  // [kTcBlockRows, kLd]: warp w's queries are rows [16 w, 16 w + 16)
+  // Q [kTcBlockRows, kLd] passes through buffer 1's K tile on its way into registers, before the
+  // first prefetch into that buffer: 70 KB a block at D 128 instead of 87, so an A100 (164 KB of
+  // shared memory per SM) runs two blocks per SM, as an H100 does.
+  static_assert(kKeys >= kTcBlockRows, "Q's tile fits in a K tile");
   // [2 buffers][K, V][kKeys, kLd]; one array indexed by arithmetic (an array of pointers
   // indexed by the run-time buffer number would live in local memory)
   uint16_t* kv_tiles;
   SharedLayout layout;
 
   __host__ __device__ explicit ForwardTcShared(void* base) : layout(base) {
-    q_tile = layout.take<uint16_t>(size_t{kTcBlockRows} * kLd);
     kv_tiles = layout.take<uint16_t>(size_t{4} * kTileElements);
   }
   __device__ uint16_t* k_tile(int buffer) const { return kv_tiles + 2 * buffer * kTileElements; }
   __device__ uint16_t* v_tile(int buffer) const { return kv_tiles + (2 * buffer + 1) * kTileElements; }
+  // warp w's queries are rows [16 w, 16 w + 16); valid until the first prefetch into buffer 1
+  __device__ uint16_t* q_tile() const { return k_tile(1); }
 };
 
 // The online softmax state of one of the two rows a lane holds (g and g + 8 of its warp's 16);
@@ -270,7 +274,7 @@ attention_forward_tc_kernel(Storage<Format>* out, float* lse, const Storage<Form
   const Storage<Format>* v_rows = v + dims.kv_offset(b, kv_head);
 
   // Q [64, kD] goes to registers through shared memory (ldmatrix gives the operand layout).
-  copy_rows<kD>(shared.q_tile, kLd, q + dims.q_offset(b, head) + first_query * q_stride,
+  copy_rows<kD>(shared.q_tile(), kLd, q + dims.q_offset(b, head) + first_query * q_stride,
                 q_stride, min(kTcBlockRows, dims.time - first_query), kTcBlockRows,
                 threadIdx.x, kTcThreads);
   float o[kDN][4];  // [16, kD]: this warp's unnormalised output
@@ -293,7 +297,8 @@ attention_forward_tc_kernel(Storage<Format>* out, float* lse, const Storage<Form
   async_copy_wait<0>();
   __syncthreads();  // Q and the first K, V tiles are in place
   uint32_t q_operands[kD / 16][4];  // Q_w [16, kD] as A operands
-  load_a_operands<kD>(q_operands, shared.q_tile + warp * kWarpRows * kLd, kLd);
+  load_a_operands<kD>(q_operands, shared.q_tile() + warp * kWarpRows * kLd, kLd);
+  __syncthreads();  // every warp holds its Q operands: the first prefetch may overwrite Q's tile
   int buffer = 0;
   for (int first_key = keys_begin; first_key < keys_end; first_key += kKeys, buffer ^= 1) {
     const int next_key = first_key + kKeys;
