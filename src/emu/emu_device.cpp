@@ -28,8 +28,10 @@
 #include <cstdlib>
 #include <deque>
 #include <map>
+#include <optional>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 
 #include "emu/emu_internal.h"
@@ -302,6 +304,7 @@ class Block {
   void* dynamic_shared() { return dynamic_shared_; }
   unsigned char* exchange_buffer(int warp, uint64_t parity) { return exchange_[warp].bytes[parity % 2]; }
   bool holds_shared(const void* pointer, size_t bytes) const;
+  size_t shared_offset(const void* pointer) const;
   void* static_shared(size_t bytes, size_t alignment, const void* declaration, const char* name,
                       const char* file, int line);
   EmuThread& thread_of(const ThreadContext& context) { return threads_[context.linear]; }
@@ -943,12 +946,60 @@ bool in_shared_memory(const void* pointer, size_t bytes) {
   return this_thread().block->holds_shared(pointer, bytes);
 }
 
+size_t Block::shared_offset(const void* pointer) const {
+  const char* address = static_cast<const char*>(pointer);
+  auto offset_within = [&](const void* base, size_t size) -> std::optional<size_t> {
+    const char* begin = static_cast<const char*>(base);
+    if (base == nullptr || address < begin || address >= begin + size) return std::nullopt;
+    return static_cast<size_t>(address - begin);
+  };
+  if (const auto offset = offset_within(dynamic_shared_, dynamic_bytes_)) return *offset;
+  for (const StaticShared& array : static_shared_) {
+    if (const auto offset = offset_within(array.memory, array.bytes)) return *offset;
+  }
+  throw std::logic_error("zt_emu::shared_offset: the pointer is not in the block's shared memory");
+}
+
+size_t shared_offset(const void* pointer) { return this_thread().block->shared_offset(pointer); }
+
 namespace {
 std::atomic<uint64_t> mma_operation_count{0};
 }  // namespace
 
 uint64_t mma_operations() { return mma_operation_count.load(); }
 void count_mma_operation() { mma_operation_count.fetch_add(1, std::memory_order_relaxed); }
+
+namespace {
+std::atomic<uint64_t> ldmatrix_phase_count{0};
+std::atomic<uint64_t> ldmatrix_wavefront_count{0};
+}  // namespace
+
+int phase_wavefronts(const size_t (&row_offsets)[8]) {
+  constexpr int kBanks = 32, kWordsPerRow = 4;
+  size_t words[kBanks][8 * kWordsPerRow];  // the distinct words each bank serves
+  int distinct[kBanks] = {};
+  int wavefronts = 1;
+  for (size_t offset : row_offsets) {
+    for (int w = 0; w < kWordsPerRow; ++w) {
+      const size_t word = offset / 4 + static_cast<size_t>(w);
+      const int bank = static_cast<int>(word % kBanks);
+      bool seen = false;
+      for (int i = 0; i < distinct[bank]; ++i) seen = seen || words[bank][i] == word;
+      if (seen) continue;  // the same word: a broadcast, no extra wavefront
+      words[bank][distinct[bank]++] = word;
+      wavefronts = std::max(wavefronts, distinct[bank]);
+    }
+  }
+  return wavefronts;
+}
+
+void count_ldmatrix_wavefronts(uint64_t phases, uint64_t wavefronts) {
+  ldmatrix_phase_count.fetch_add(phases, std::memory_order_relaxed);
+  ldmatrix_wavefront_count.fetch_add(wavefronts, std::memory_order_relaxed);
+}
+
+uint64_t ldmatrix_phases() { return ldmatrix_phase_count.load(); }
+uint64_t ldmatrix_wavefronts() { return ldmatrix_wavefront_count.load(); }
 
 void instruction_fault(const char* op, const std::string& why, const char* file, int line) {
   ThreadContext& context = this_thread();

@@ -80,6 +80,18 @@ const unsigned char* warp_exchange(const void* operands, size_t bytes, const cha
 // that a kernel took its tensor-core path).
 uint64_t mma_operations();
 void count_mma_operation();
+// Shared-memory wavefronts of ldmatrix (emu_mma.h). A GPU serves a warp's shared-memory request
+// in wavefronts, each reading one 4-byte word from each of the 32 banks (bank = byte offset / 4
+// % 32); ldmatrix .x4 is 4 phases, one per 8 x 8 matrix (8 rows of 16 bytes), each one wavefront
+// when its rows' words fall in distinct banks (or are the same word) and one more for every
+// further distinct word a bank must serve (a bank conflict). Counted over the process, so tests
+// can see that a kernel's padded tiles load conflict-free: the emulator's only view of shared
+// memory speed (plain loads, stores and cp.async are not grouped by instruction, so not counted).
+uint64_t ldmatrix_phases();
+uint64_t ldmatrix_wavefronts();
+void count_ldmatrix_wavefronts(uint64_t phases, uint64_t wavefronts);
+// The wavefronts of one phase whose 8 rows of 16 bytes start at these shared-memory offsets.
+int phase_wavefronts(const size_t (&row_offsets)[8]);
 
 // ---- asynchronous copies (PTX cp.async, emu_device.cpp) -----------------------------------------
 // cp.async.cg.shared.global [target], [source], 16 queues a 16-byte copy on the calling thread;
@@ -100,6 +112,9 @@ void* dynamic_shared_memory();
 // Whether [pointer, pointer + bytes) lies within the running block's shared memory (dynamic or
 // static): ldmatrix (emu_mma.h) reads nothing else.
 bool in_shared_memory(const void* pointer, size_t bytes);
+// The byte offset of `pointer` within the running block's shared memory (from the dynamic shared
+// memory's start, or the static array's holding it): its bank is offset / 4 % 32.
+size_t shared_offset(const void* pointer);
 // A static __shared__ array of the running block: one per (block, declaration); the first
 // thread to reach the declaration allocates it (poisoned with 0xFF), the others get the same.
 void* static_shared_memory(size_t bytes, size_t alignment, const void* declaration,

@@ -18,7 +18,8 @@
 //     neither orders memory after it (no trailing __syncwarp).
 //   - ldmatrix reads shared memory only (a row outside the block's shared memory, or not 16-byte
 //     aligned, is a fault) and reads the row this lane addresses when the lane arrives: a row
-//     another lane wrote without a __syncwarp before is stale, as on a GPU.
+//     another lane wrote without a __syncwarp before is stale, as on a GPU. Its shared-memory
+//     wavefronts (bank conflicts) are counted: zt_emu::ldmatrix_wavefronts (emu_device.h).
 //   - mma multiplies exactly (a product of two bf16/fp16 values is exact in fp32) and adds in
 //     fp32 in k order onto the accumulator; tensor cores add in an unspecified order, so a GPU
 //     may differ in the last bits, which the tests' tolerances allow.
@@ -63,18 +64,32 @@ inline void ldmatrix(bool transposed, uint32_t (&r)[4], const void* row, const c
   if (!zt_emu::in_shared_memory(row, 16)) {
     zt_emu::instruction_fault(name, "the row address is not in the block's shared memory", file, line);
   }
-  uint16_t mine[8];  // this lane's row, read when it arrives
-  std::memcpy(mine, row, sizeof(mine));
-  const unsigned char* lanes = zt_emu::warp_exchange(mine, sizeof(mine), name, file, line);
+  struct Row {
+    uint16_t elements[8];  // this lane's row, read when it arrives
+    size_t offset;         // its place in shared memory (for the wavefront count)
+  };
+  static_assert(sizeof(Row) <= zt_emu::kExchangeBytes);
+  Row mine;
+  std::memcpy(mine.elements, row, sizeof(mine.elements));
+  mine.offset = zt_emu::shared_offset(row);
+  const unsigned char* lanes = zt_emu::warp_exchange(&mine, sizeof(mine), name, file, line);
   auto row_of = [lanes](int matrix, int row_in_matrix) {
-    return reinterpret_cast<const uint16_t*>(lanes + (8 * matrix + row_in_matrix) * zt_emu::kExchangeBytes);
+    return reinterpret_cast<const Row*>(lanes + (8 * matrix + row_in_matrix) * zt_emu::kExchangeBytes);
   };
   const int g = lane() / 4, t = lane() % 4;
   for (int i = 0; i < 4; ++i) {
-    const uint16_t low = transposed ? row_of(i, 2 * t)[g] : row_of(i, g)[2 * t];
-    const uint16_t high = transposed ? row_of(i, 2 * t + 1)[g] : row_of(i, g)[2 * t + 1];
+    const uint16_t low = transposed ? row_of(i, 2 * t)->elements[g] : row_of(i, g)->elements[2 * t];
+    const uint16_t high = transposed ? row_of(i, 2 * t + 1)->elements[g] : row_of(i, g)->elements[2 * t + 1];
     r[i] = uint32_t{low} | uint32_t{high} << 16;
   }
+  if (lane() != 0) return;
+  uint64_t wavefronts = 0;  // of the 4 phases, one per matrix
+  for (int i = 0; i < 4; ++i) {
+    size_t offsets[8];
+    for (int j = 0; j < 8; ++j) offsets[j] = row_of(i, j)->offset;
+    wavefronts += static_cast<uint64_t>(zt_emu::phase_wavefronts(offsets));
+  }
+  zt_emu::count_ldmatrix_wavefronts(4, wavefronts);
 }
 
 }  // namespace detail

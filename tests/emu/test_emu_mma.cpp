@@ -64,7 +64,66 @@ __global__ void ldmatrix_kernel(uint32_t* out, const uint16_t* tile) {
   }
 }
 
+template <int kStride>
+struct alignas(16) StridedTile {
+  uint16_t element[16 * kStride];
+};
+
+// One ldmatrix .x4 of a [16, 16] tile whose rows lie kStride elements apart in shared memory.
+template <int kStride>
+__global__ void strided_ldmatrix_kernel(uint32_t* out) {
+  ZT_SHARED(StridedTile<kStride>, shared, [1]);
+  const int lane = static_cast<int>(threadIdx.x);
+  for (int e = lane; e < 16 * kStride; e += 32) shared[0].element[e] = static_cast<uint16_t>(e);
+  __syncwarp();
+  const int matrix = lane / 8;
+  uint32_t r[4];
+  zt_mma::ldmatrix_x4(r, shared[0].element + (8 * (matrix % 2) + lane % 8) * kStride + 8 * (matrix / 2));
+  for (int i = 0; i < 4; ++i) out[lane * 4 + i] = r[i];
+}
+
+struct Wavefronts {
+  uint64_t phases, wavefronts;
+};
+
+template <int kStride>
+Wavefronts wavefronts_of_strided_ldmatrix() {
+  uint32_t* out = nullptr;
+  BOOST_REQUIRE_EQUAL(cudaMalloc(reinterpret_cast<void**>(&out), 32 * 4 * sizeof(uint32_t)), cudaSuccess);
+  const Wavefronts before{zt_emu::ldmatrix_phases(), zt_emu::ldmatrix_wavefronts()};
+  launch({1, 32, 0, nullptr}, strided_ldmatrix_kernel<kStride>, out);
+  run_and_download(out, 32 * 4);
+  BOOST_REQUIRE_EQUAL(cudaFree(out), cudaSuccess);
+  return {zt_emu::ldmatrix_phases() - before.phases, zt_emu::ldmatrix_wavefronts() - before.wavefronts};
+}
+
 BOOST_AUTO_TEST_SUITE(emu_mma)
+
+// A phase is 8 rows of 16 bytes; banks are 4 bytes, 32 of them (128 bytes a wavefront).
+BOOST_AUTO_TEST_CASE(ldmatrix_wavefronts_count_bank_conflicts) {
+  auto phase = [](size_t first, size_t row_bytes) {
+    size_t offsets[8];
+    for (size_t j = 0; j < 8; ++j) offsets[j] = first + j * row_bytes;
+    return zt_emu::phase_wavefronts(offsets);
+  };
+  BOOST_TEST(phase(0, 16) == 1);     // 128 consecutive bytes
+  BOOST_TEST(phase(256, 48) == 1);   // rows of 24 16-bit elements: 12 banks apart
+  BOOST_TEST(phase(0, 144) == 1);    // D 64 + 8 (operand_ld): 4 banks apart
+  BOOST_TEST(phase(0, 128) == 8);    // unpadded 64-element rows: every row in banks 0-3
+  BOOST_TEST(phase(0, 256) == 8);    // unpadded D 128
+  BOOST_TEST(phase(0, 64) == 4);     // 32-element rows: rows 0, 2, 4, 6 all in banks 0-3
+  BOOST_TEST(phase(32, 0) == 1);     // one row for all 8 addresses: a broadcast
+  const size_t two_rows_one_bank[8] = {0, 128, 16, 32, 48, 64, 80, 96};
+  BOOST_TEST(zt_emu::phase_wavefronts(two_rows_one_bank) == 2);
+
+  // Counted per ldmatrix .x4 (4 phases) by lane 0, from the rows the 32 lanes address.
+  const Wavefronts padded = wavefronts_of_strided_ldmatrix<24>();
+  BOOST_TEST(padded.phases == 4u);
+  BOOST_TEST(padded.wavefronts == 4u);
+  const Wavefronts unpadded = wavefronts_of_strided_ldmatrix<64>();
+  BOOST_TEST(unpadded.phases == 4u);
+  BOOST_TEST(unpadded.wavefronts == 32u);
+}
 
 BOOST_AUTO_TEST_CASE(ldmatrix_follows_the_ptx_layout) {
   std::vector<uint16_t> tile(16 * kLd);

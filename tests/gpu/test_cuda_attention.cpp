@@ -33,6 +33,8 @@
 #if defined(ZT_EMULATED_DEVICE)
 namespace zt_emu {
 uint64_t mma_operations();   // emu/emu_device.h
+uint64_t ldmatrix_phases();  // emu/emu_device.h
+uint64_t ldmatrix_wavefronts();
 uint64_t cudnn_executions();  // emu/emu_cudnn.h
 }  // namespace zt_emu
 #endif
@@ -257,6 +259,47 @@ BOOST_AUTO_TEST_CASE(tensor_cores_are_used_where_they_fit) {
   BOOST_TEST(mma_count_of(DType::F16, 16) > 0u);
   BOOST_TEST(mma_count_of(DType::F32, 64) == 0u);
   BOOST_TEST(mma_count_of(DType::BF16, 24) == 0u);
+}
+
+// The tensor-core kernels' 16-bit tiles are padded (operand_ld: 8 elements a row) so that the 8
+// rows of each ldmatrix phase fall in distinct banks: one shared-memory wavefront per phase, at
+// every head dim, forward and backward (the emulator counts them; the roofline estimate in
+// BENCHMARKS.md assumes it). An unpadded D 128 tile would take 8 per phase.
+BOOST_AUTO_TEST_CASE(tensor_core_tiles_load_without_bank_conflicts) {
+  const ScopedAttentionVariant variant("tensor-cores");  // our kernels, not cuDNN
+  struct Counts {
+    uint64_t phases, wavefronts;
+  };
+  const auto counted = [](const auto& run, const Tensor& result) {
+    const Counts before{zt_emu::ldmatrix_phases(), zt_emu::ldmatrix_wavefronts()};
+    run();
+    download(result);  // (the launches run when the host waits)
+    return Counts{zt_emu::ldmatrix_phases() - before.phases, zt_emu::ldmatrix_wavefronts() - before.wavefronts};
+  };
+  uint32_t seed = 500;
+  for (int64_t head_dim : {64, 80, 96, 128}) {
+    const AttentionCase c{1, 70, 2, 1, head_dim};
+    const std::initializer_list<int64_t> q_shape = {c.batch, c.time, c.heads, c.head_dim};
+    const std::initializer_list<int64_t> kv_shape = {c.batch, c.time, c.kv_heads, c.head_dim};
+    const std::initializer_list<int64_t> lse_shape = {c.batch, c.heads, c.time};
+    const int64_t q_numel = c.batch * c.time * c.heads * c.head_dim, kv_numel = q_numel / c.heads * c.kv_heads;
+    DeviceTensor q = upload(random_floats(q_numel, seed += 10), DType::BF16, q_shape);
+    DeviceTensor k = upload(random_floats(kv_numel, seed + 1), DType::BF16, kv_shape);
+    DeviceTensor v = upload(random_floats(kv_numel, seed + 2), DType::BF16, kv_shape);
+    DeviceTensor dout = upload(random_floats(q_numel, seed + 3), DType::BF16, q_shape);
+    DeviceTensor out = poisoned(DType::BF16, q_shape), lse = poisoned(DType::F32, lse_shape);
+    DeviceTensor dq = poisoned(DType::BF16, q_shape), dk = poisoned(DType::BF16, kv_shape);
+    DeviceTensor dv = poisoned(DType::BF16, kv_shape);
+    const float scale = 0.125f;
+    const Counts forward = counted([&] { gpu().attention_forward(out, lse, q, k, v, Tensor(), scale); }, out);
+    const Counts backward = counted([&] {
+      gpu().attention_backward(dq, dk, dv, dout, q, k, v, out, lse, Tensor(), scale);
+    }, dq);
+    BOOST_TEST(forward.phases > 0u, "D " << head_dim);
+    BOOST_TEST(forward.wavefronts == forward.phases, "forward, D " << head_dim);
+    BOOST_TEST(backward.phases > 0u, "D " << head_dim);
+    BOOST_TEST(backward.wavefronts == backward.phases, "backward, D " << head_dim);
+  }
 }
 #endif
 
