@@ -52,6 +52,10 @@ EvalResult evaluate(CausalLM& model, const TokenDataset& data, int64_t micro_bat
         sums[2] += static_cast<double>(micro.batch);
       });
   comm.all_reduce_scalars(sums);
+  return eval_result_of(sums);
+}
+
+EvalResult eval_result_of(std::span<const double, 3> sums) {
   EvalResult result;
   result.target_tokens = static_cast<int64_t>(sums[1]);
   result.samples = static_cast<int64_t>(sums[2]);

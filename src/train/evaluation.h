@@ -39,4 +39,7 @@ void for_each_eval_micro_batch(
 EvalResult evaluate(CausalLM& model, const TokenDataset& data, int64_t micro_batch, Communicator& comm,
                     Backend& backend);
 
+// The result from the sums over every rank: [loss sum, target tokens, samples].
+EvalResult eval_result_of(std::span<const double, 3> sums);
+
 }  // namespace zt

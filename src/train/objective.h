@@ -23,6 +23,7 @@
 #include "data/token_shards.h"
 #include "model/causal_lm.h"
 #include "model/param_spec.h"
+#include "train/evaluation.h"
 
 namespace zt {
 
@@ -107,6 +108,9 @@ std::unique_ptr<Objective> make_objective(const TrainConfig& config);
 std::unique_ptr<Objective> make_sft_objective();
 std::unique_ptr<Objective> make_reward_objective();
 std::unique_ptr<Objective> make_dpo_objective(double beta, double label_smoothing);
+// The sft objective's record and line of an evaluation (its evaluate(), and a pipeline's, which
+// trains sft only: PipeEngine::evaluate).
+ObjectiveEval sft_eval_of(const EvalResult& eval);
 
 // Helpers the objectives share:
 // The pair objectives' (reward, dpo) check_data: `data` holds preference pairs and --packing is

@@ -7,7 +7,9 @@
 #include <utility>
 
 #include "core/error.h"
+#include "data/batch.h"
 #include "pipe/stage_partition.h"
+#include "train/evaluation.h"
 
 namespace zt {
 
@@ -36,7 +38,6 @@ void check_pipeline_run(const TrainConfig& config, const ModelConfig& model_conf
            "yet (only sft)");
   ZT_CHECK(!config.offload_activations, flag, ": --offload-activations does not combine with a pipeline (a stage "
            "keeps only its input per micro-batch in flight and recomputes the rest)");
-  ZT_CHECK(config.eval_data_dir.empty(), flag, ": --eval-data is not evaluated over pipeline stages yet");
   ZT_CHECK(config.dump_step0_path.empty(), flag, ": --dump-step0 needs the whole model on one rank");
 }
 
@@ -262,6 +263,56 @@ ZeroEngine::GradientCheck PipeEngine::combine(const ZeroEngine::GradientCheck& s
   double values[2] = {replica_ == 0 ? stage_check.norm * stage_check.norm : 0.0, stage_check.overflow ? 1.0 : 0.0};
   world_.all_reduce_scalars(values);
   return {std::sqrt(values[0]), values[1] > 0.0};
+}
+
+// One micro-batch's forward through this rank's chunks (virtual stages stage, P + stage, ...):
+// each receives its input from the previous virtual stage's rank (the first reads the tokens)
+// and sends its output to the next one's. Every rank of the replica walks the virtual stages in
+// increasing order and every message joins two consecutive ones, so the two ranks of a message
+// always meet: no deadlock on a blocking transport (NCCL's one stream included).
+void PipeEngine::forward_only(std::span<CausalLM* const> chunks, const BatchTensors& batch,
+                              const DropoutContext& dropout) {
+  const int stages = topology_.stages(), last_virtual = stages * chunks_ - 1;
+  const int64_t rows = batch.batch * batch.seq;
+  for (int chunk = 0; chunk < chunks_; ++chunk) {
+    const int virtual_stage = chunk * stages + stage_;
+    Tensor input;  // [B*T, C]; empty on the first virtual stage
+    if (virtual_stage > 0) {
+      Buffer& buffer = inputs_.at(static_cast<size_t>(chunk * input_slots_));  // (no step is in flight)
+      ensure_buffer(buffer, backend_, rows * hidden_, dtype_);
+      input = buffer.view(dtype_, {rows, hidden_});
+      world_.recv_async(input, rank_of_virtual(virtual_stage - 1))->wait();
+    }
+    const Tensor output = chunks[static_cast<size_t>(chunk)]->forward_stage(batch, dropout, input);
+    if (virtual_stage < last_virtual) world_.send_async(output, rank_of_virtual(virtual_stage + 1))->wait();
+  }
+}
+
+EvalResult PipeEngine::evaluate(std::span<CausalLM* const> chunks, const TokenDataset& data, int64_t micro_batch,
+                                Communicator& replicas) {
+  ZT_CHECK(static_cast<int>(chunks.size()) == chunks_, "pipeline evaluation: ", chunks.size(), " model chunks, the "
+           "schedule has ", chunks_);
+  ZT_CHECK(replicas.size() == topology_.replicas() && replicas.rank() == replica_, "pipeline evaluation: the "
+           "communicator is not this stage's data-parallel group (rank ", replicas.rank(), " of ", replicas.size(),
+           ", replica ", replica_, " of ", topology_.replicas(), ")");
+  const bool last_stage = stage_ + 1 == topology_.stages();
+  double sums[3] = {0.0, 0.0, 0.0};  // loss sum, target tokens, samples: the last stage's
+  for_each_eval_micro_batch(
+      *chunks.front(), data, micro_batch, replicas, backend_,
+      [&](std::span<const int64_t> samples) {
+        return make_micro_batch(data, samples, static_cast<int32_t>(data.attributes().pad_id));
+      },
+      [&](const MicroBatch& micro, const BatchTensors& batch) {
+        if (!last_stage) return;
+        sums[0] += chunks.back()->loss(batch);  // the head is on the last virtual stage: this rank's last chunk
+        sums[1] += static_cast<double>(micro.target_tokens);
+        sums[2] += static_cast<double>(micro.batch);
+      },
+      [&](const MicroBatch&, const BatchTensors& batch, const DropoutContext& no_dropout) {
+        forward_only(chunks, batch, no_dropout);
+      });
+  world_.all_reduce_scalars(sums);  // each replica's last stage
+  return eval_result_of(sums);
 }
 
 void PipeEngine::combine_sums(std::span<double> sums) {

@@ -63,6 +63,7 @@
 #include "optim/optimizer.h"
 #include "pipe/pipe_schedule.h"
 #include "pipe/pipeline_topology.h"
+#include "train/evaluation.h"
 #include "train/pipe_trace.h"
 #include "train/run_assembly.h"
 #include "train/step_runner.h"
@@ -93,6 +94,15 @@ class PipeEngine final : public PipelineStage {
   ZeroEngine::GradientCheck combine(const ZeroEngine::GradientCheck& stage_check) override;
   void combine_sums(std::span<double> sums) override;
 
+  // Evaluation over the pipeline (train --eval-data, between steps): forward passes only, each
+  // micro-batch through the virtual stages one after the other (forward_only); each replica
+  // evaluates its own records (for_each_eval_micro_batch over `replicas`, the stage's
+  // data-parallel group), the last stage sums the losses, and the sums go over every rank. The
+  // stages wait for each other (no schedule hides the bubble): evaluation is rare, and its result
+  // is a run without a pipeline's (train/evaluation.h). `chunks`: this rank's models, chunk order.
+  EvalResult evaluate(std::span<CausalLM* const> chunks, const TokenDataset& data, int64_t micro_batch,
+                      Communicator& replicas);
+
   int stage() const { return stage_; }
   // The instruction timeline of every step (pipe_trace.h); nullptr: none (the memory model's engine).
   void set_trace(std::unique_ptr<PipeTrace> trace) { trace_ = std::move(trace); }
@@ -112,6 +122,7 @@ class PipeEngine final : public PipelineStage {
   void complete(const PipeInstruction& wait);  // Wait: the posted exchange of its message (and its group's)
   Tensor to_send(Tensor tensor, int kind);     // posted ahead, overlapped: a copy in send_buffers_[kind]
   Tensor receive_grad_into(StageWork& work, int micro, int virtual_stage);  // RecvGrad's buffer
+  void forward_only(std::span<CausalLM* const> chunks, const BatchTensors& batch, const DropoutContext& dropout);
   void reduce_tied_grads();   // ReduceTiedGrads
   void share_tied_params();   // after OptimizerStep
   Tensor input_of(StageWork& work, int chunk, int micro, bool for_receive);  // [B*T, C]

@@ -43,20 +43,23 @@ class SftObjective final : public Objective {
 
   ObjectiveEval evaluate(CausalLM& model, const TokenDataset& data, int64_t micro_batch, Communicator& comm,
                          Backend& backend) override {
-    const EvalResult eval = zt::evaluate(model, data, micro_batch, comm, backend);
-    return {{{"eval_loss", eval.loss},
-             {"eval_ppl", eval.perplexity},
-             {"eval_tokens", eval.target_tokens},
-             {"eval_samples", eval.samples}},
-            // The perplexity the way DeepSpeed-Chat's step 1 prints it ("ppl: P, loss: L").
-            cat("ppl: ", eval.perplexity, ", loss: ", eval.loss, " | ", eval.target_tokens, " target tokens in ",
-                eval.samples, " samples")};
+    return sft_eval_of(zt::evaluate(model, data, micro_batch, comm, backend));
   }
 };
 
 }  // namespace
 
 std::unique_ptr<Objective> make_sft_objective() { return std::make_unique<SftObjective>(); }
+
+ObjectiveEval sft_eval_of(const EvalResult& eval) {
+  return {{{"eval_loss", eval.loss},
+           {"eval_ppl", eval.perplexity},
+           {"eval_tokens", eval.target_tokens},
+           {"eval_samples", eval.samples}},
+          // The perplexity the way DeepSpeed-Chat's step 1 prints it ("ppl: P, loss: L").
+          cat("ppl: ", eval.perplexity, ", loss: ", eval.loss, " | ", eval.target_tokens, " target tokens in ",
+              eval.samples, " samples")};
+}
 
 std::unique_ptr<Objective> make_objective(const TrainConfig& config) {
   const std::string& name = config.objective;

@@ -243,8 +243,8 @@ class TrainingLoop {
   void evaluate_now(int64_t steps_done, double epoch) {
     run_.control().set_context(steps_done == 0 ? std::string("evaluation before training")
                                                : cat("evaluation after step ", steps_done));
-    const ObjectiveEval eval = run_.parts.objective->evaluate(*run_.parts.model, *run_.eval_data,
-                                                              config_.micro_batch_size, *run_.comm, run_.backend());
+    const ObjectiveEval eval = run_.pipe ? evaluate_pipeline() : run_.parts.objective->evaluate(
+        *run_.parts.model, *run_.eval_data, config_.micro_batch_size, *run_.comm, run_.backend());
     if (!run_.leader) return;
     nlohmann::json record = {{"step", steps_done}, {"epoch", epoch}};
     record.update(eval.record);  // the objective's eval_* fields (train/objective.h)
@@ -253,6 +253,13 @@ class TrainingLoop {
     char epoch_text[32];
     std::snprintf(epoch_text, sizeof epoch_text, "%.2f", epoch);
     run_.say(cat("eval at step ", steps_done, " (epoch ", epoch_text, ") | ", eval.line));
+  }
+
+  // A pipeline (sft only: check_pipeline_run) evaluates through its stages, each replica its records.
+  ObjectiveEval evaluate_pipeline() {
+    std::vector<CausalLM*> chunks = {run_.parts.model.get()};
+    for (CausalLM* chunk : run_.parts.more_chunk_models()) chunks.push_back(chunk);
+    return sft_eval_of(run_.pipe->evaluate(chunks, *run_.eval_data, config_.micro_batch_size, run_.data_comm()));
   }
 
   // --sample-prompts: every --sample-every steps and after the last (every rank, in lockstep).

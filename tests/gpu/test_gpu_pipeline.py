@@ -17,7 +17,8 @@
 #    rank 0's chunk 0 and rank 1's chunk 1), whose checkpoint after step 2 resumes on one rank to
 #    the same step 3 and final weights (the checkpoint format is the same on both backends:
 #    tests/mpi/test_pipeline_equivalence.py checks its layout, exports it and resumes it on other
-#    pipeline layouts).
+#    pipeline layouts); these runs also evaluate the split before the first step (--eval-data:
+#    the forward through the stages over NCCL's send/recv, to the one rank's eval_loss).
 # ZT_GPU_TEST_WORLD_SIZES (default "1,2") lists the world sizes the machine runs: the D = 2 and
 # P = 4 cases need 4 ranks, P = 4 x D = 2 needs 8 (the emulated device's run: 2,4,8; each rank its
 # own emulated GPU, ZT_EMU_DEVICES=8). Without 4 the fp16 case runs at P = 2, D = 1, the LLaMA at
@@ -96,7 +97,7 @@ def check_tied(report, zerotune, workdir, eight):
         "num_hidden_layers": 4, "hidden_size": 32, "ffn_dim": 48, "num_attention_heads": 2})
     opt = {"full": [("p4-d2-1f1b-zero1", 8, 1, P4, 4, 2) if eight else ("p2-1f1b", 2, 0, P2, 2, 1),
                     ("p2-v2-interleaved-zero1", 2, 1, P2 + INTERLEAVED + SAVE_EVERY_2, None, 1)]}
-    run_cases(report, zerotune, opt_dir, model, data, "opt4", opt, device="cuda", steps=NEW_STEPS)
+    run_cases(report, zerotune, opt_dir, model, data, "opt4", opt, device="cuda", steps=NEW_STEPS, evaluate=True)
     checkpoint = os.path.join(opt_dir, "opt4-full-p2-v2-interleaved-zero1", "checkpoints", "global_step2")
     resume_cases(report, zerotune, opt_dir, model, data, checkpoint, finished(opt_dir, "opt4-full-ref"),
                  (("opt4-interleaved-resumed-w1", 1, 0, []),), device="cuda")

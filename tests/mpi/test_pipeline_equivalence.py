@@ -17,6 +17,9 @@
 #     joins stages 0 and 3, which exchange nothing else); P = 2 x D = 2 gpipe ZeRO-1; interleaved
 #     P = 2 x V = 2 (the tie joins rank 0's chunk 0 and rank 1's chunk 1). LoRA: P = 2 x D = 2 1f1b
 #     ZeRO-2 (the table frozen).
+# The LLaMA and OPT cases and their references also evaluate the split (--eval-data, before the
+# first step and at the epoch's end): each pipeline's eval_loss is the one rank's, its tokens and
+# samples counted once (each replica its records, the forward through every virtual stage).
 # Each run checks that rank 0 built only stage 0's units (run.json's zero_layout against the
 # partition run.json records) and printed the layout; an interleaved run, its P x V virtual stages.
 # Checkpoints (saved after steps 2 and 4; a resumed run continues steps 3-4 to the uninterrupted
@@ -79,6 +82,27 @@ def compare(report, got, ref, weight_atol=WEIGHT_ATOL):
         report.check(mine["target_tokens"] == theirs["target_tokens"] and mine["tokens"] == theirs["tokens"],
                      f"{label} step {mine['step']}: the step's tokens counted once ({mine['tokens']})")
     check_weights(report, label, got["weights"], ref["weights"], weight_atol, ref["metrics"])
+
+
+def read_evals(out):
+    """The evaluation records of OUT/metrics.jsonl (those with eval_loss), in order."""
+    with open(os.path.join(out, "metrics.jsonl")) as stream:
+        records = [json.loads(line) for line in stream if line.strip()]
+    return [record for record in records if "eval_loss" in record]
+
+
+def check_evals(report, got, ref, workdir):
+    """The pipeline run evaluated the split when the one-rank run did (--eval-at-start, each
+    epoch's end) to its eval_loss (within fp32 reassociation) and token and sample counts."""
+    label = got["name"]
+    mine, theirs = read_evals(os.path.join(workdir, label)), read_evals(os.path.join(workdir, ref["name"]))
+    report.check(len(theirs) >= 1 and [e["step"] for e in mine] == [e["step"] for e in theirs],
+                 f"{label}: evaluations at steps {[e['step'] for e in mine]} (one rank: {[e['step'] for e in theirs]})")
+    for m, t in zip(mine, theirs):
+        report.scalar(f"{label} eval_loss at step {m['step']}", m["eval_loss"], t["eval_loss"], LOSS_REL)
+        report.check(m["eval_tokens"] == t["eval_tokens"] and m["eval_samples"] == t["eval_samples"],
+                     f"{label} eval at step {m['step']}: {m['eval_tokens']} tokens in {m['eval_samples']} samples "
+                     f"(one rank: {t['eval_tokens']} in {t['eval_samples']})")
 
 
 def check_stage_zero(report, got, ref, stages, replicas):
@@ -201,21 +225,25 @@ def check_virtual_stages(report, got, flags):
 
 
 def run_cases(report, zerotune, workdir, model, data, label, cases, device="cpu", sections=None,
-              weight_atol=WEIGHT_ATOL, ref_flags=(), steps=STEPS):
+              weight_atol=WEIGHT_ATOL, ref_flags=(), steps=STEPS, evaluate=False):
     """`cases` (name, ranks, ZeRO stage, flags, P or None, D) of the model against one rank (with
     `ref_flags`), per mode (full, lora) that has any, on `device`, `steps` steps; returns the seconds
-    the pipeline runs took. The runs are named LABEL-MODE-NAME, the references LABEL-MODE-ref."""
+    the pipeline runs took. The runs are named LABEL-MODE-NAME, the references LABEL-MODE-ref.
+    `evaluate`: every run evaluates the training split too (eval_flags), compared by check_evals."""
     seconds = 0.0
+    evals = eval_flags(data) if evaluate else []
     for mode, extra in (("full", []), ("lora", LORA)):
         if not cases.get(mode):
             continue
-        ref = train(zerotune, workdir, model, data, f"{label}-{mode}-ref", 1, 0, extra + list(ref_flags),
+        ref = train(zerotune, workdir, model, data, f"{label}-{mode}-ref", 1, 0, extra + list(ref_flags) + evals,
                     device=device, sections=sections, steps=steps)
         for name, ranks, stage, flags, stages, replicas in cases[mode]:
-            got = train(zerotune, workdir, model, data, f"{label}-{mode}-{name}", ranks, stage, flags + extra,
+            got = train(zerotune, workdir, model, data, f"{label}-{mode}-{name}", ranks, stage, flags + extra + evals,
                         device=device, sections=sections, steps=steps)
             seconds += got["seconds"]
             compare(report, got, ref, weight_atol)
+            if evaluate:
+                check_evals(report, got, ref, workdir)
             if stages is None:  # interleaved (several unit ranges per rank)
                 check_virtual_stages(report, got, flags)
             else:
@@ -262,6 +290,12 @@ def check_interleaved_checkpoints(report, zerotune, workdir, model4, data):
                             (("w1-resumed-interleaved", 2, 0, INTERLEAVED),))
     check_export(report, zerotune, model4, workdir, got, ref)
     return seconds
+
+
+def eval_flags(data):
+    """Evaluation of the training split before the first step and at the epoch's end (step 4 of a
+    4-step run)."""
+    return ["--eval-data", data, "--eval-at-start"]
 
 
 P2 = ["--pipeline-stages", 2]
@@ -339,7 +373,8 @@ def main():
         model4 = os.path.join(workdir, "model4")  # the same vocabulary: the same data
         subprocess.run([args.zerotune, "init", "--config", config, "--out", model4, "--seed", "1"], check=True,
                        stdout=subprocess.DEVNULL)
-        seconds = run_cases(report, args.zerotune, workdir, model4, data, "llama", LLAMA_CASES, ref_flags=SAVE_EVERY_2)
+        seconds = run_cases(report, args.zerotune, workdir, model4, data, "llama", LLAMA_CASES, ref_flags=SAVE_EVERY_2,
+                            evaluate=True)
         seconds += check_p4_section(report, args.zerotune, workdir, model4, data)
         seconds += check_interleaved_checkpoints(report, args.zerotune, workdir, model4, data)
         opt_dir = os.path.join(workdir, "opt")
@@ -347,7 +382,7 @@ def main():
         opt_model, opt_data = make_model_and_data(args.zerotune, opt_dir, model="opt",
                                                   overrides={"num_hidden_layers": 4})
         seconds += run_cases(report, args.zerotune, opt_dir, opt_model, opt_data, "opt", OPT_CASES,
-                             ref_flags=SAVE_EVERY_2)
+                             ref_flags=SAVE_EVERY_2, evaluate=True)
         seconds += check_tied_checkpoints(report, args.zerotune, opt_dir, opt_model, opt_data)
         refused = check_refusals(report, args.zerotune, workdir, model, data)
         refused("a trainable tie across stages with ZeRO-2", 2, P2, "use ZeRO stage 0 or 1", stage=2,
