@@ -113,6 +113,24 @@ const ScheduleChoice& schedule() {
   return choice;
 }
 
+// ZT_EMU_ASYNC_COPIES: when a cp.async copy lands, at-wait (default) or at-issue: the latest and
+// the earliest moment the PTX ISA allows. At its wait, a read before the wait (or before the
+// barrier after another thread's wait) sees the poison; at its issue, a copy into memory that
+// another thread still reads (a buffer refilled before the barrier that ends its readers' use)
+// changes what that thread reads. A kernel right on a GPU is right under both.
+bool copies_at_issue_from_environment() {
+  const char* text = std::getenv("ZT_EMU_ASYNC_COPIES");
+  if (text == nullptr || *text == '\0' || std::string(text) == "at-wait") return false;
+  if (std::string(text) == "at-issue") return true;
+  std::fprintf(stderr, "zerotune emulated device: ZT_EMU_ASYNC_COPIES=%s is not one of at-wait, at-issue\n", text);
+  std::exit(2);
+}
+
+bool copies_at_issue() {
+  static const bool at_issue = copies_at_issue_from_environment();
+  return at_issue;
+}
+
 // ---- fiber stacks ---------------------------------------------------------------------------
 
 // Kernels keep small arrays in registers on a GPU; here they are on the fiber's stack, and
@@ -175,6 +193,7 @@ enum class State { Runnable, AtBarrier, AtWarpOperation, Exited, Faulted };
 struct AsyncCopy {
   void* target;
   const void* source;
+  bool done;  // copied at issue (ZT_EMU_ASYNC_COPIES=at-issue)
 };
 
 struct EmuThread {
@@ -921,7 +940,9 @@ void async_copy_16(void* target, const void* source, const char* file, int line)
     instruction_fault(op, "the source is in shared memory (cp.async copies from global memory)", file, line);
   }
   EmuThread& thread = context.block->thread_of(context);
-  thread.open_copies.push_back({target, source});
+  const bool at_issue = copies_at_issue();
+  if (at_issue) std::memcpy(target, source, 16);
+  thread.open_copies.push_back({target, source, at_issue});
   thread.last_copy_file = file;
   thread.last_copy_line = line;
 }
@@ -937,7 +958,8 @@ void async_copy_wait(int pending_groups) {
   ThreadContext& context = this_thread();
   EmuThread& thread = context.block->thread_of(context);
   while (thread.copy_groups.size() > static_cast<size_t>(pending_groups)) {
-    for (const AsyncCopy& copy : thread.copy_groups.front()) std::memcpy(copy.target, copy.source, 16);
+    for (const AsyncCopy& copy : thread.copy_groups.front())
+      if (!copy.done) std::memcpy(copy.target, copy.source, 16);
     thread.copy_groups.pop_front();
   }
 }

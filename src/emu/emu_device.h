@@ -98,7 +98,9 @@ int phase_wavefronts(const size_t (&row_offsets)[8]);
 // commit closes the thread's open copies into a group; wait(n) completes all but the n most
 // recent groups. A copy is done at the latest moment the PTX ISA allows (its group's wait), so a
 // kernel that reads a destination before waiting for it (or, for another thread's copy, before
-// the barrier after that thread's wait) reads the poison, as a GPU may. target must be 16-byte
+// the barrier after that thread's wait) reads the poison, as a GPU may; with
+// ZT_EMU_ASYNC_COPIES=at-issue at the earliest (its issue), so a kernel that refills a buffer
+// other threads still read changes what they read, as a GPU may. target must be 16-byte
 // aligned shared memory, source 16-byte aligned memory outside it; a thread that exits with
 // copies it never waited for is a fault.
 void async_copy_16(void* target, const void* source, const char* file, int line);

@@ -36,6 +36,9 @@
 //                                 __syncwarp: a wrong product (a race for ThreadSanitizer)
 //   cp_async_read_before_wait     threads read each other's cp.async copies after a barrier but
 //                                 before their wait_group: stale (poisoned) values
+//   cp_async_refill_before_read   a warp refills by cp.async a row another warp still reads (the
+//                                 copies issued before the barrier that ends the reads): with
+//                                 ZT_EMU_ASYNC_COPIES=at-issue, the reader sees the new values
 // Usage: zt_emu_negative CASE. Prints CONTROL FAILED if the correct kernel fails.
 #include "emu/emu_predefine.h"
 
@@ -462,6 +465,54 @@ int cp_async_read_before_wait_case() {
   return 1;
 }
 
+// 64 threads: warp 0 reads a row that warp 1 then refills by cp.async. Right: warp 1 issues its
+// copies after the barrier that ends warp 0's reads. The bug: issued before it (and waited for
+// after it), so a copy may land while warp 0 still reads the row. Copies done at their wait
+// (the default) hide it; done at their issue (ZT_EMU_ASYNC_COPIES=at-issue) they show it.
+__global__ void async_refill_kernel(float* out, const float* source, bool refill_early) {
+  ZT_SHARED(SharedFloats, shared, [1]);
+  float* row = shared[0].element;
+  const int thread = static_cast<int>(threadIdx.x);
+  const bool reader = thread < 32;
+  auto refill = [&] {
+    zt::cuda::async_copy_16(row + 4 * (thread - 32), source + 4 * (thread - 32));
+    zt::cuda::async_copy_commit();
+  };
+  if (reader) {
+    for (int i = 0; i < 4; ++i) row[4 * thread + i] = -1.0f;
+  }
+  __syncthreads();
+  if (!reader && refill_early) refill();
+  __syncthreads();
+  const float seen = reader ? row[(4 * thread + 4) % 128] : 0.0f;
+  __syncthreads();  // the readers are done with the row
+  if (!reader && !refill_early) refill();
+  if (!reader) zt::cuda::async_copy_wait<0>();
+  __syncthreads();
+  if (reader) out[thread] = seen;
+}
+
+int cp_async_refill_before_read_case() {
+  std::vector<float> values(128);
+  for (int i = 0; i < 128; ++i) values[i] = static_cast<float>(i);
+  float* source = device_array<float>(128);
+  check(cudaMemcpy(source, values.data(), sizeof(float) * 128, cudaMemcpyHostToDevice), "cudaMemcpy");
+  float* out = device_array<float>(32);
+  for (bool refill_early : {false, true}) {
+    launch({1, 64, 0, nullptr}, async_refill_kernel, out, source, refill_early);
+    const std::vector<float> host = download(out, 32);
+    for (int thread = 0; thread < 32; ++thread) {
+      if (host[thread] == -1.0f) continue;
+      if (!refill_early) control_failed("a refill issued after the readers' barrier");
+      std::printf("wrong result: thread %d read %g, expected -1 (a cp.async refilled the row before its readers "
+                  "were done)\n", thread, static_cast<double>(host[thread]));
+      return 1;
+    }
+  }
+  std::printf("not detected: every read was right\n");
+  return 1;
+}
+
 // ---- the emulator's own faults -------------------------------------------------------------
 
 __global__ void divergent_barrier_kernel(float* out) {
@@ -573,6 +624,7 @@ int main(int argc, char** argv) {
   if (name == "device_copy_unordered") return device_copy_unordered_case();
   if (name == "ldmatrix_without_syncwarp") return ldmatrix_without_syncwarp_case();
   if (name == "cp_async_read_before_wait") return cp_async_read_before_wait_case();
+  if (name == "cp_async_refill_before_read") return cp_async_refill_before_read_case();
   if (name == "divergent_barrier" || name == "early_exit" || name == "shuffle_outside_mask" ||
       name == "pageable_argument" || name == "pinned_argument" || name == "ldmatrix_misaligned" ||
       name == "ldmatrix_global" || name == "mma_half_warp" || name == "cp_async_never_waited" ||
