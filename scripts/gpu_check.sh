@@ -20,7 +20,9 @@
 #   binary resolves its libraries), cpu (a 2-step CPU training run: the bundle works), tests
 #   (zt_gpu_tests: kernel and backend suites), selftest, pytests (tests/gpu/test_gpu_*.py against
 #   the CPU backend; ZT_PYTESTS, a grep -E pattern of file names, picks which, ZT_PYTESTS_JOBS how
-#   many at once), sanitize (compute-sanitizer memcheck and racecheck on the kernel suites),
+#   many at once), sanitize (compute-sanitizer memcheck and racecheck on the kernel suites;
+#   ZT_SANITIZE_TOOLS, e.g. "racecheck synccheck", and ZT_SANITIZE_TESTS, a --run_test filter such
+#   as cuda_attention/tensor_core_head_dims, narrow it),
 #   bench7b (llama-7B shape: GEMM peak, kernels, LoRA vs HF+PEFT), opt13 (opt-1.3b fp16 at
 #   ZeRO-0/3/3+offload, and offload with --delayed-param-update), adam (the CPU AdamW against the
 #   node's memory bandwidth, every core), prof (where a LoRA step's time goes). Each part is
@@ -260,9 +262,9 @@ part_sanitize() {
   have_binaries sanitize zt_gpu_tests || return 1
   command -v compute-sanitizer >/dev/null || { record sanitize fail "compute-sanitizer is not on PATH"; return 1; }
   local tool figures="" rc=0 summary
-  for tool in memcheck racecheck; do
+  for tool in ${ZT_SANITIZE_TOOLS:-memcheck racecheck}; do
     ZT_CUDA_CACHING_ALLOCATOR=0 timeout 400 compute-sanitizer --tool $tool --error-exitcode 9 "$B/zt_gpu_tests" \
-      --run_test=$KERNEL_SUITES --log_level=error >"$OUT/sanitize-$tool.txt" 2>&1 || rc=1
+      --run_test=${ZT_SANITIZE_TESTS:-$KERNEL_SUITES} --log_level=error >"$OUT/sanitize-$tool.txt" 2>&1 || rc=1
     summary=$(grep -m1 "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT/sanitize-$tool.txt" | sed 's/^========= //')
     figures+="$tool: ${summary:-no summary (timed out?)}; "
   done

@@ -11,12 +11,16 @@
 #    one-rank offload_param gathers now queued (the 3o rows); 4. the CPU AdamW at the node's bandwidth;
 # 5. kernels: bench_kernels at the 7B shape, where our tensor-core attention (issue 29 item 3, now
 #    mma.sync + ldmatrix + cp.async, 2026-11-28 afternoon) meets its 25%-of-roofline aim or not; tests
-#    runs its gpu.cuda_attention cases on the real mma/ldmatrix/cp.async for the first time.
-# About 7 minutes; results in $OUT/res.tgz, the summary tables on stdout.
+#    runs its gpu.cuda_attention cases on the real mma/ldmatrix/cp.async for the first time;
+# 6. sanitize: compute-sanitizer racecheck and synccheck on those kernels alone (shared-memory
+#    hazards of the cp.async double buffering and of the forward's Q tile, refilled by its first
+#    prefetch, which the emulator's copies-at-issue run checks only for the schedules it tries).
+# About 8 minutes; results in $OUT/res.tgz, the summary tables on stdout.
 R=/tmp/res; mkdir -p $R; G=.gpu/gpu_check.sh; t0=$(date +%s)
 el() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-el "env selftest tests kernels opt13 adam"
-timeout 540 bash $G run --out $R/c --work /tmp/wc --parts "env selftest tests kernels opt13 adam" >$R/c.out 2>&1
+el "env selftest tests kernels opt13 adam sanitize"
+ZT_SANITIZE_TOOLS="racecheck synccheck" ZT_SANITIZE_TESTS=cuda_attention/tensor_core_head_dims \
+  timeout 570 bash $G run --out $R/c --work /tmp/wc --parts "env selftest tests kernels opt13 adam sanitize" >$R/c.out 2>&1
 el "done (rc $?)"
 cp /tmp/wc/f*.log $R/ 2>/dev/null
 tar -C /tmp -czf $OUT/res.tgz res
