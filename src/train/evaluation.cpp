@@ -2,6 +2,7 @@
 #include "train/evaluation.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -38,19 +39,29 @@ void for_each_eval_micro_batch(
   }
 }
 
-EvalResult evaluate(CausalLM& model, const TokenDataset& data, int64_t micro_batch, Communicator& comm,
-                    Backend& backend) {
-  double sums[3] = {0.0, 0.0, 0.0};  // loss sum, target tokens, samples
+std::array<double, 3> eval_sums(
+    CausalLM& model, CausalLM* head, const TokenDataset& data, int64_t micro_batch, Communicator& comm,
+    Backend& backend,
+    const std::function<void(const MicroBatch&, const BatchTensors&, const DropoutContext&)>& forward) {
+  std::array<double, 3> sums = {0.0, 0.0, 0.0};  // loss sum, target tokens, samples
   for_each_eval_micro_batch(
       model, data, micro_batch, comm, backend,
       [&](std::span<const int64_t> samples) {
         return make_micro_batch(data, samples, static_cast<int32_t>(data.attributes().pad_id));
       },
       [&](const MicroBatch& micro, const BatchTensors& batch) {
-        sums[0] += model.loss(batch);
+        if (!head) return;
+        sums[0] += head->loss(batch);
         sums[1] += static_cast<double>(micro.target_tokens);
         sums[2] += static_cast<double>(micro.batch);
-      });
+      },
+      forward);
+  return sums;
+}
+
+EvalResult evaluate(CausalLM& model, const TokenDataset& data, int64_t micro_batch, Communicator& comm,
+                    Backend& backend) {
+  std::array<double, 3> sums = eval_sums(model, &model, data, micro_batch, comm, backend);
   comm.all_reduce_scalars(sums);
   return eval_result_of(sums);
 }

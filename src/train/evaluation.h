@@ -2,6 +2,7 @@
 // with the samples divided over the ranks and the sums all-reduced, so the result does not
 // depend on the number of ranks or the micro-batch size (up to float reassociation).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -31,6 +32,15 @@ void for_each_eval_micro_batch(
     CausalLM& model, const TokenDataset& data, int64_t micro_batch, Communicator& comm, Backend& backend,
     const std::function<MicroBatch(std::span<const int64_t>)>& make,
     const std::function<void(const MicroBatch&, const BatchTensors&)>& visit,
+    const std::function<void(const MicroBatch&, const BatchTensors&, const DropoutContext&)>& forward = nullptr);
+
+// The SFT evaluation's sums of this rank's records (for_each_eval_micro_batch), not yet summed
+// over the ranks: [loss sum, target tokens, samples]. `forward` as there; the losses are read
+// from `head` after it, and a rank without the head (a pipeline stage before the last, which still
+// runs every forward) passes nullptr and counts nothing.
+std::array<double, 3> eval_sums(
+    CausalLM& model, CausalLM* head, const TokenDataset& data, int64_t micro_batch, Communicator& comm,
+    Backend& backend,
     const std::function<void(const MicroBatch&, const BatchTensors&, const DropoutContext&)>& forward = nullptr);
 
 // Rank r evaluates samples r, r+W, r+2W, ... in micro-batches of `micro_batch` (no dropout).

@@ -2,12 +2,12 @@
 #include "train/pipe_engine.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <memory>
 #include <utility>
 
 #include "core/error.h"
-#include "data/batch.h"
 #include "pipe/stage_partition.h"
 #include "train/evaluation.h"
 
@@ -296,18 +296,9 @@ EvalResult PipeEngine::evaluate(std::span<CausalLM* const> chunks, const TokenDa
            "communicator is not this stage's data-parallel group (rank ", replicas.rank(), " of ", replicas.size(),
            ", replica ", replica_, " of ", topology_.replicas(), ")");
   const bool last_stage = stage_ + 1 == topology_.stages();
-  double sums[3] = {0.0, 0.0, 0.0};  // loss sum, target tokens, samples: the last stage's
-  for_each_eval_micro_batch(
-      *chunks.front(), data, micro_batch, replicas, backend_,
-      [&](std::span<const int64_t> samples) {
-        return make_micro_batch(data, samples, static_cast<int32_t>(data.attributes().pad_id));
-      },
-      [&](const MicroBatch& micro, const BatchTensors& batch) {
-        if (!last_stage) return;
-        sums[0] += chunks.back()->loss(batch);  // the head is on the last virtual stage: this rank's last chunk
-        sums[1] += static_cast<double>(micro.target_tokens);
-        sums[2] += static_cast<double>(micro.batch);
-      },
+  // The head is on the last virtual stage: the last stage's last chunk.
+  std::array<double, 3> sums = eval_sums(
+      *chunks.front(), last_stage ? chunks.back() : nullptr, data, micro_batch, replicas, backend_,
       [&](const MicroBatch&, const BatchTensors& batch, const DropoutContext& no_dropout) {
         forward_only(chunks, batch, no_dropout);
       });

@@ -444,11 +444,17 @@ __global__ void async_copy_kernel(float* out, const float* source, AsyncBug bug)
   if (bug == AsyncBug::ReadBeforeWait) zt::cuda::async_copy_wait<0>();
 }
 
-int cp_async_read_before_wait_case() {
+// A device row of 128 floats, each its own index: what the cp.async cases copy.
+const float* row_of_indices() {
   std::vector<float> values(128);
   for (int i = 0; i < 128; ++i) values[i] = static_cast<float>(i);
   float* source = device_array<float>(128);
   check(cudaMemcpy(source, values.data(), sizeof(float) * 128, cudaMemcpyHostToDevice), "cudaMemcpy");
+  return source;
+}
+
+int cp_async_read_before_wait_case() {
+  const float* source = row_of_indices();
   float* out = device_array<float>(32);
   for (AsyncBug bug : {AsyncBug::None, AsyncBug::ReadBeforeWait}) {
     launch({1, 32, 0, nullptr}, async_copy_kernel, out, source, bug);
@@ -493,10 +499,7 @@ __global__ void async_refill_kernel(float* out, const float* source, bool refill
 }
 
 int cp_async_refill_before_read_case() {
-  std::vector<float> values(128);
-  for (int i = 0; i < 128; ++i) values[i] = static_cast<float>(i);
-  float* source = device_array<float>(128);
-  check(cudaMemcpy(source, values.data(), sizeof(float) * 128, cudaMemcpyHostToDevice), "cudaMemcpy");
+  const float* source = row_of_indices();
   float* out = device_array<float>(32);
   for (bool refill_early : {false, true}) {
     launch({1, 64, 0, nullptr}, async_refill_kernel, out, source, refill_early);
