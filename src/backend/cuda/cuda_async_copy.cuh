@@ -24,10 +24,12 @@ void async_copy_wait() {
   ::zt_emu::async_copy_wait(kPendingGroups);
 }
 #else
-// .cg: cached in L2 only (each tile is read once per block).
+// .cg: cached in L2 only (each tile is read once per block). The source in the .global space,
+// as the instruction names it (a generic address of global memory is the same number today).
 __device__ inline void async_copy_16(void* target, const void* source) {
   const auto address = static_cast<uint32_t>(__cvta_generic_to_shared(target));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(source) : "memory");
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(__cvta_generic_to_global(source))
+               : "memory");
 }
 __device__ inline void async_copy_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int kPendingGroups>

@@ -393,8 +393,10 @@ inline bool vector_aligned(std::initializer_list<const Tensor*> tensors) {
 // same on the host (to size the launch) and the device: take<T>(count) returns the next array.
 class SharedLayout {
  public:
+  // base nullptr: a layout that only counts the bytes (the host's launch size); the address is
+  // kept as an integer, so that counting does no arithmetic on a null pointer.
   __host__ __device__ explicit SharedLayout(void* base)
-      : base_(static_cast<char*>(base)), offset_(0) {}
+      : base_(reinterpret_cast<uintptr_t>(base)), offset_(0) {}
   template <class T>
   __host__ __device__ T* take(size_t count) {
     offset_ = (offset_ + 31) / 32 * 32;
@@ -410,7 +412,7 @@ class SharedLayout {
   }
 
  private:
-  char* base_;
+  uintptr_t base_;
   size_t offset_;
 };
 
