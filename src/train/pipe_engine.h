@@ -97,9 +97,10 @@ class PipeEngine final : public PipelineStage {
   // Evaluation over the pipeline (train --eval-data, between steps): forward passes only, each
   // micro-batch through the virtual stages one after the other (forward_only); each replica
   // evaluates its own records (for_each_eval_micro_batch over `replicas`, the stage's
-  // data-parallel group), the last stage sums the losses, and the sums go over every rank. The
-  // stages wait for each other (no schedule hides the bubble): evaluation is rare, and its result
-  // is a run without a pipeline's (train/evaluation.h). `chunks`: this rank's models, chunk order.
+  // data-parallel group), the last stage sums the losses, and the sums go over every rank; the
+  // result is a run without a pipeline's (train/evaluation.h). A rank moves on to the next
+  // micro-batch once its output is received, so with one chunk per rank the stages run
+  // consecutive micro-batches at once (docs/pipeline.md). `chunks`: this rank's models, chunk order.
   EvalResult evaluate(std::span<CausalLM* const> chunks, const TokenDataset& data, int64_t micro_batch,
                       Communicator& replicas);
 
