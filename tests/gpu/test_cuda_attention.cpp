@@ -32,8 +32,8 @@
 
 #if defined(ZT_EMULATED_DEVICE)
 namespace zt_emu {
-uint64_t mma_operations();   // emu/emu_device.h
-uint64_t ldmatrix_phases();  // emu/emu_device.h
+uint64_t mma_operations();    // emu/emu_device.h
+uint64_t ldmatrix_phases();   // emu/emu_device.h
 uint64_t ldmatrix_wavefronts();
 uint64_t cudnn_executions();  // emu/emu_cudnn.h
 }  // namespace zt_emu
@@ -261,45 +261,78 @@ BOOST_AUTO_TEST_CASE(tensor_cores_are_used_where_they_fit) {
   BOOST_TEST(mma_count_of(DType::BF16, 24) == 0u);
 }
 
+// The emulator's counts over one tensor-core forward and one backward of `c` (bf16, random
+// inputs): warp-wide mma.sync operations, ldmatrix phases (4 per ldmatrix.x4) and their
+// shared-memory wavefronts.
+struct KernelCounts {
+  uint64_t mma, phases, wavefronts;
+};
+struct AttentionCounts {
+  KernelCounts forward, backward;
+};
+AttentionCounts count_tensor_core_attention(const AttentionCase& c, uint32_t seed) {
+  const ScopedAttentionVariant variant("tensor-cores");  // our kernels, not cuDNN
+  const auto counted = [](const auto& run, const Tensor& result) {
+    const KernelCounts before{zt_emu::mma_operations(), zt_emu::ldmatrix_phases(), zt_emu::ldmatrix_wavefronts()};
+    run();
+    download(result);  // (the launches run when the host waits)
+    return KernelCounts{zt_emu::mma_operations() - before.mma, zt_emu::ldmatrix_phases() - before.phases,
+                        zt_emu::ldmatrix_wavefronts() - before.wavefronts};
+  };
+  const std::initializer_list<int64_t> q_shape = {c.batch, c.time, c.heads, c.head_dim};
+  const std::initializer_list<int64_t> kv_shape = {c.batch, c.time, c.kv_heads, c.head_dim};
+  const std::initializer_list<int64_t> lse_shape = {c.batch, c.heads, c.time};
+  const int64_t q_numel = c.batch * c.time * c.heads * c.head_dim, kv_numel = q_numel / c.heads * c.kv_heads;
+  DeviceTensor q = upload(random_floats(q_numel, seed), DType::BF16, q_shape);
+  DeviceTensor k = upload(random_floats(kv_numel, seed + 1), DType::BF16, kv_shape);
+  DeviceTensor v = upload(random_floats(kv_numel, seed + 2), DType::BF16, kv_shape);
+  DeviceTensor dout = upload(random_floats(q_numel, seed + 3), DType::BF16, q_shape);
+  DeviceTensor out = poisoned(DType::BF16, q_shape), lse = poisoned(DType::F32, lse_shape);
+  DeviceTensor dq = poisoned(DType::BF16, q_shape), dk = poisoned(DType::BF16, kv_shape);
+  DeviceTensor dv = poisoned(DType::BF16, kv_shape);
+  const float scale = 0.125f;
+  AttentionCounts counts;
+  counts.forward = counted([&] { gpu().attention_forward(out, lse, q, k, v, Tensor(), scale); }, out);
+  counts.backward = counted([&] { gpu().attention_backward(dq, dk, dv, dout, q, k, v, out, lse, Tensor(), scale); },
+                            dq);
+  return counts;
+}
+
 // The tensor-core kernels' 16-bit tiles are padded (operand_ld: 8 elements a row) so that the 8
 // rows of each ldmatrix phase fall in distinct banks: one shared-memory wavefront per phase, at
 // every head dim, forward and backward (the emulator counts them; the roofline estimate in
 // BENCHMARKS.md assumes it). An unpadded D 128 tile would take 8 per phase.
 BOOST_AUTO_TEST_CASE(tensor_core_tiles_load_without_bank_conflicts) {
-  const ScopedAttentionVariant variant("tensor-cores");  // our kernels, not cuDNN
-  struct Counts {
-    uint64_t phases, wavefronts;
-  };
-  const auto counted = [](const auto& run, const Tensor& result) {
-    const Counts before{zt_emu::ldmatrix_phases(), zt_emu::ldmatrix_wavefronts()};
-    run();
-    download(result);  // (the launches run when the host waits)
-    return Counts{zt_emu::ldmatrix_phases() - before.phases, zt_emu::ldmatrix_wavefronts() - before.wavefronts};
-  };
   uint32_t seed = 500;
   for (int64_t head_dim : {64, 80, 96, 128}) {
-    const AttentionCase c{1, 70, 2, 1, head_dim};
-    const std::initializer_list<int64_t> q_shape = {c.batch, c.time, c.heads, c.head_dim};
-    const std::initializer_list<int64_t> kv_shape = {c.batch, c.time, c.kv_heads, c.head_dim};
-    const std::initializer_list<int64_t> lse_shape = {c.batch, c.heads, c.time};
-    const int64_t q_numel = c.batch * c.time * c.heads * c.head_dim, kv_numel = q_numel / c.heads * c.kv_heads;
-    DeviceTensor q = upload(random_floats(q_numel, seed += 10), DType::BF16, q_shape);
-    DeviceTensor k = upload(random_floats(kv_numel, seed + 1), DType::BF16, kv_shape);
-    DeviceTensor v = upload(random_floats(kv_numel, seed + 2), DType::BF16, kv_shape);
-    DeviceTensor dout = upload(random_floats(q_numel, seed + 3), DType::BF16, q_shape);
-    DeviceTensor out = poisoned(DType::BF16, q_shape), lse = poisoned(DType::F32, lse_shape);
-    DeviceTensor dq = poisoned(DType::BF16, q_shape), dk = poisoned(DType::BF16, kv_shape);
-    DeviceTensor dv = poisoned(DType::BF16, kv_shape);
-    const float scale = 0.125f;
-    const Counts forward = counted([&] { gpu().attention_forward(out, lse, q, k, v, Tensor(), scale); }, out);
-    const Counts backward = counted([&] {
-      gpu().attention_backward(dq, dk, dv, dout, q, k, v, out, lse, Tensor(), scale);
-    }, dq);
-    BOOST_TEST(forward.phases > 0u, "D " << head_dim);
-    BOOST_TEST(forward.wavefronts == forward.phases, "forward, D " << head_dim);
-    BOOST_TEST(backward.phases > 0u, "D " << head_dim);
-    BOOST_TEST(backward.wavefronts == backward.phases, "backward, D " << head_dim);
+    const AttentionCounts counts = count_tensor_core_attention({1, 70, 2, 1, head_dim}, seed += 10);
+    BOOST_TEST(counts.forward.phases > 0u, "D " << head_dim);
+    BOOST_TEST(counts.forward.wavefronts == counts.forward.phases, "forward, D " << head_dim);
+    BOOST_TEST(counts.backward.phases > 0u, "D " << head_dim);
+    BOOST_TEST(counts.backward.wavefronts == counts.backward.phases, "backward, D " << head_dim);
   }
+}
+
+// The work the roofline estimate (BENCHMARKS.md, "Our tensor-core attention on mma.sync") counts
+// per tile pair, counted here at D 128 on T 128, causal, one head: 4 warps of 16 rows a block,
+// each mma m16n8k16 (4096 FLOPs), each ldmatrix.x4 512 bytes.
+//   forward, per 64 queries x 64 keys: a warp's S (8 n-tiles x 8 k-steps = 64 mma) and P V as
+//     high + low parts (16 n-tiles x 4 k-steps x 2 = 128 mma): 768 mma (3.15 M FLOPs) a block;
+//     K (8 k-steps x 4 n-tile pairs) and V (4 x 8) operands: 64 ldmatrix.x4 a warp (128 KB a
+//     block); and once per block the warp's Q operands (8). Tile pairs: (0, 0), (1, 0), (1, 1).
+//   backward, per 64 rows x 32 streamed: dK/dV's S^T, dP^T (4 n-tiles x 8 k-steps each), P^T dO,
+//     dS^T Q (16 x 2 each) = 128 mma a warp; dQ's S, dP (32 each) and dS K as two parts (64) =
+//     128: 1024 mma (4.19 M FLOPs) a pair. ldmatrix.x4 a warp: dK/dV 8 + 16 for each of S^T and
+//     dP^T (its K, V rows and the streamed Q, dO) + 16 + 16 = 80 (160 KB a block), dQ 16 x 3 = 48
+//     (96 KB; K once for both parts), and once per dQ block the Q and dO operands (16). Steps: 6
+//     for dK/dV (keys 0-63 see 4 query tiles of 32, keys 64-127 two), 6 for dQ (2 + 4 key tiles).
+BOOST_AUTO_TEST_CASE(tensor_core_work_per_tile_pair_matches_the_roofline_estimate) {
+  const AttentionCounts counts = count_tensor_core_attention({1, 128, 1, 1, 128}, 600);
+  constexpr uint64_t kWarps = 4, kForwardPairs = 3, kForwardBlocks = 2, kBackwardSteps = 6, kDqBlocks = 2;
+  BOOST_TEST(counts.forward.mma == kForwardPairs * kWarps * (64 + 128));
+  BOOST_TEST(counts.forward.phases / 4 == kWarps * (kForwardPairs * 64 + kForwardBlocks * 8));
+  BOOST_TEST(counts.backward.mma == kBackwardSteps * kWarps * 128 * 2);
+  BOOST_TEST(counts.backward.phases / 4 == kWarps * (kBackwardSteps * (80 + 48) + kDqBlocks * 16));
 }
 #endif
 
