@@ -927,6 +927,12 @@ uint64_t warp_operation(WarpOpKind kind, const char* name, unsigned mask, uint64
 
 void* dynamic_shared_memory() { return this_thread().block->dynamic_shared(); }
 
+namespace {
+std::atomic<uint64_t> async_copy_count{0};
+}  // namespace
+
+uint64_t async_copies() { return async_copy_count.load(); }
+
 void async_copy_16(void* target, const void* source, const char* file, int line) {
   ThreadContext& context = this_thread();
   const char* op = "cp.async";
@@ -940,6 +946,7 @@ void async_copy_16(void* target, const void* source, const char* file, int line)
     instruction_fault(op, "the source is in shared memory (cp.async copies from global memory)", file, line);
   }
   EmuThread& thread = context.block->thread_of(context);
+  async_copy_count.fetch_add(1, std::memory_order_relaxed);
   const bool at_issue = copies_at_issue();
   if (at_issue) std::memcpy(target, source, 16);
   thread.open_copies.push_back({target, source, at_issue});

@@ -104,6 +104,8 @@ int phase_wavefronts(const size_t (&row_offsets)[8]);
 // aligned shared memory, source 16-byte aligned memory outside it; a thread that exits with
 // copies it never waited for is a fault.
 void async_copy_16(void* target, const void* source, const char* file, int line);
+// How many 16-byte cp.async copies kernels have issued in this process (the roofline's count).
+uint64_t async_copies();
 void async_copy_commit();
 void async_copy_wait(int pending_groups);
 

@@ -34,6 +34,7 @@
 namespace zt_emu {
 uint64_t mma_operations();    // emu/emu_device.h
 uint64_t ldmatrix_phases();   // emu/emu_device.h
+uint64_t async_copies();
 uint64_t ldmatrix_wavefronts();
 uint64_t cudnn_executions();  // emu/emu_cudnn.h
 }  // namespace zt_emu
@@ -262,10 +263,10 @@ BOOST_AUTO_TEST_CASE(tensor_cores_are_used_where_they_fit) {
 }
 
 // The emulator's counts over one tensor-core forward and one backward of `c` (bf16, random
-// inputs): warp-wide mma.sync operations, ldmatrix phases (4 per ldmatrix.x4) and their
-// shared-memory wavefronts.
+// inputs): warp-wide mma.sync operations, ldmatrix phases (4 per ldmatrix.x4), their
+// shared-memory wavefronts, and 16-byte cp.async copies.
 struct KernelCounts {
-  uint64_t mma, phases, wavefronts;
+  uint64_t mma, phases, wavefronts, copies;  // copies: 16-byte cp.async
 };
 struct AttentionCounts {
   KernelCounts forward, backward;
@@ -273,11 +274,12 @@ struct AttentionCounts {
 AttentionCounts count_tensor_core_attention(const AttentionCase& c, uint32_t seed) {
   const ScopedAttentionVariant variant("tensor-cores");  // our kernels, not cuDNN
   const auto counted = [](const auto& run, const Tensor& result) {
-    const KernelCounts before{zt_emu::mma_operations(), zt_emu::ldmatrix_phases(), zt_emu::ldmatrix_wavefronts()};
+    const KernelCounts before{zt_emu::mma_operations(), zt_emu::ldmatrix_phases(), zt_emu::ldmatrix_wavefronts(),
+                              zt_emu::async_copies()};
     run();
     download(result);  // (the launches run when the host waits)
     return KernelCounts{zt_emu::mma_operations() - before.mma, zt_emu::ldmatrix_phases() - before.phases,
-                        zt_emu::ldmatrix_wavefronts() - before.wavefronts};
+                        zt_emu::ldmatrix_wavefronts() - before.wavefronts, zt_emu::async_copies() - before.copies};
   };
   const std::initializer_list<int64_t> q_shape = {c.batch, c.time, c.heads, c.head_dim};
   const std::initializer_list<int64_t> kv_shape = {c.batch, c.time, c.kv_heads, c.head_dim};
@@ -326,6 +328,8 @@ BOOST_AUTO_TEST_CASE(tensor_core_tiles_load_without_bank_conflicts) {
 //     dP^T (its K, V rows and the streamed Q, dO) + 16 + 16 = 80 (160 KB a block), dQ 16 x 3 = 48
 //     (96 KB; K once for both parts), and once per dQ block the Q and dO operands (16). Steps: 6
 //     for dK/dV (keys 0-63 see 4 query tiles of 32, keys 64-127 two), 6 for dQ (2 + 4 key tiles).
+//   cp.async: the streamed tiles, 32 KB per forward pair (K, V), 16 KB per backward step (Q and dO,
+//     or K and V); the blocks' own rows (Q; K, V; Q, dO) are plain 16-byte loads.
 BOOST_AUTO_TEST_CASE(tensor_core_work_per_tile_pair_matches_the_roofline_estimate) {
   const AttentionCounts counts = count_tensor_core_attention({1, 128, 1, 1, 128}, 600);
   constexpr uint64_t kWarps = 4, kForwardPairs = 3, kForwardBlocks = 2, kBackwardSteps = 6, kDqBlocks = 2;
@@ -333,6 +337,8 @@ BOOST_AUTO_TEST_CASE(tensor_core_work_per_tile_pair_matches_the_roofline_estimat
   BOOST_TEST(counts.forward.phases / 4 == kWarps * (kForwardPairs * 64 + kForwardBlocks * 8));
   BOOST_TEST(counts.backward.mma == kBackwardSteps * kWarps * 128 * 2);
   BOOST_TEST(counts.backward.phases / 4 == kWarps * (kBackwardSteps * (80 + 48) + kDqBlocks * 16));
+  BOOST_TEST(counts.forward.copies * 16 == kForwardPairs * 32 * 1024);
+  BOOST_TEST(counts.backward.copies * 16 == 2 * kBackwardSteps * 16 * 1024);
 }
 #endif
 
