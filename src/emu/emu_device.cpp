@@ -322,6 +322,7 @@ class Block {
   std::string complete_operation(int warp, size_t index);
   void* dynamic_shared() { return dynamic_shared_; }
   unsigned char* exchange_buffer(int warp, uint64_t parity) { return exchange_[warp].bytes[parity % 2]; }
+  std::optional<size_t> find_shared(const void* pointer, size_t bytes) const;
   bool holds_shared(const void* pointer, size_t bytes) const;
   size_t shared_offset(const void* pointer) const;
   void* static_shared(size_t bytes, size_t alignment, const void* declaration, const char* name,
@@ -767,18 +768,23 @@ std::string Block::complete_operation(int warp, size_t index) {
 
 // ---- shared memory -------------------------------------------------------------------------------
 
-bool Block::holds_shared(const void* pointer, size_t bytes) const {
+// The offset of [pointer, pointer + bytes) within the block's dynamic shared memory or the static
+// array holding it; nullopt when it is not wholly inside one of them.
+std::optional<size_t> Block::find_shared(const void* pointer, size_t bytes) const {
   const char* first = static_cast<const char*>(pointer);
-  auto within = [&](const void* base, size_t size) {
+  auto offset_within = [&](const void* base, size_t size) -> std::optional<size_t> {
     const char* begin = static_cast<const char*>(base);
-    return base != nullptr && first >= begin && first + bytes <= begin + size;
+    if (base == nullptr || first < begin || first + bytes > begin + size) return std::nullopt;
+    return static_cast<size_t>(first - begin);
   };
-  if (within(dynamic_shared_, dynamic_bytes_)) return true;
+  if (const auto offset = offset_within(dynamic_shared_, dynamic_bytes_)) return offset;
   for (const StaticShared& array : static_shared_) {
-    if (within(array.memory, array.bytes)) return true;
+    if (const auto offset = offset_within(array.memory, array.bytes)) return offset;
   }
-  return false;
+  return std::nullopt;
 }
+
+bool Block::holds_shared(const void* pointer, size_t bytes) const { return find_shared(pointer, bytes).has_value(); }
 
 void* Block::static_shared(size_t bytes, size_t alignment, const void* declaration, const char* name,
                            const char* file, int line) {
@@ -976,17 +982,9 @@ bool in_shared_memory(const void* pointer, size_t bytes) {
 }
 
 size_t Block::shared_offset(const void* pointer) const {
-  const char* address = static_cast<const char*>(pointer);
-  auto offset_within = [&](const void* base, size_t size) -> std::optional<size_t> {
-    const char* begin = static_cast<const char*>(base);
-    if (base == nullptr || address < begin || address >= begin + size) return std::nullopt;
-    return static_cast<size_t>(address - begin);
-  };
-  if (const auto offset = offset_within(dynamic_shared_, dynamic_bytes_)) return *offset;
-  for (const StaticShared& array : static_shared_) {
-    if (const auto offset = offset_within(array.memory, array.bytes)) return *offset;
-  }
-  throw std::logic_error("zt_emu::shared_offset: the pointer is not in the block's shared memory");
+  const std::optional<size_t> offset = find_shared(pointer, 1);
+  if (!offset) throw std::logic_error("zt_emu::shared_offset: the pointer is not in the block's shared memory");
+  return *offset;
 }
 
 size_t shared_offset(const void* pointer) { return this_thread().block->shared_offset(pointer); }
