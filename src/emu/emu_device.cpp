@@ -131,6 +131,14 @@ bool copies_at_issue() {
   return at_issue;
 }
 
+bool mma_toward_zero_from_environment() {
+  const char* text = std::getenv("ZT_EMU_MMA_ROUNDING");
+  if (text == nullptr || *text == '\0' || std::string(text) == "nearest") return false;
+  if (std::string(text) == "toward-zero") return true;
+  std::fprintf(stderr, "zerotune emulated device: ZT_EMU_MMA_ROUNDING=%s is not one of nearest, toward-zero\n", text);
+  std::exit(2);
+}
+
 // ---- fiber stacks ---------------------------------------------------------------------------
 
 // Kernels keep small arrays in registers on a GPU; here they are on the fiber's stack, and
@@ -994,6 +1002,10 @@ std::atomic<uint64_t> mma_operation_count{0};
 }  // namespace
 
 uint64_t mma_operations() { return mma_operation_count.load(); }
+bool mma_rounds_toward_zero() {
+  static const bool toward_zero = mma_toward_zero_from_environment();
+  return toward_zero;
+}
 void count_mma_operation() { mma_operation_count.fetch_add(1, std::memory_order_relaxed); }
 
 namespace {

@@ -80,6 +80,9 @@ const unsigned char* warp_exchange(const void* operands, size_t bytes, const cha
 // that a kernel took its tensor-core path).
 uint64_t mma_operations();
 void count_mma_operation();
+// ZT_EMU_MMA_ROUNDING: nearest (default) or toward-zero, how the emulated mma rounds each add
+// (emu_mma.h).
+bool mma_rounds_toward_zero();
 // Shared-memory wavefronts of ldmatrix (emu_mma.h). A GPU serves a warp's shared-memory request
 // in wavefronts, each reading one 4-byte word from each of the 32 banks (bank = byte offset / 4
 // % 32); ldmatrix .x4 is 4 phases, one per 8 x 8 matrix (8 rows of 16 bytes), each one wavefront

@@ -21,8 +21,11 @@
 //     another lane wrote without a __syncwarp before is stale, as on a GPU. Its shared-memory
 //     wavefronts (bank conflicts) are counted: zt_emu::ldmatrix_wavefronts (emu_device.h).
 //   - mma multiplies exactly (a product of two bf16/fp16 values is exact in fp32) and adds in
-//     fp32 in k order onto the accumulator; tensor cores add in an unspecified order, so a GPU
-//     may differ in the last bits, which the tests' tolerances allow.
+//     fp32 in k order onto the accumulator, each add rounded to nearest; tensor cores add in an
+//     unspecified order and truncate (round toward zero: Fasi et al., "Numerical behavior of
+//     NVIDIA tensor cores", 2021), so a GPU may differ in the last bits, which the tests'
+//     tolerances allow. ZT_EMU_MMA_ROUNDING=toward-zero sums each 8 products exactly and cuts
+//     the result toward zero instead (truncated_dot): the hardware's kind of error, not its bits.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -92,6 +95,23 @@ inline void ldmatrix(bool transposed, uint32_t (&r)[4], const void* row, const c
   zt_emu::count_ldmatrix_wavefronts(4, wavefronts);
 }
 
+// c + a[0..15] . b[0..15] as tensor cores add it (ZT_EMU_MMA_ROUNDING=toward-zero): the products
+// exact, summed onto the accumulator 8 at a time, each block's sum cut to fp32 toward zero (the
+// A100's blocks of 8 and truncation, Fasi et al. 2021; the bits of its alignment are not
+// modelled). The products of 16-bit values and their sums are exact in double short of a 29-bit
+// exponent spread, where what is lost lies below fp32's last bit anyway.
+inline float truncated_dot(const float (&a)[16], const float (&b)[16], float c) {
+  float accumulator = c;
+  for (int block = 0; block < 16; block += 8) {
+    double exact = accumulator;
+    for (int k = block; k < block + 8; ++k) exact += static_cast<double>(a[k]) * static_cast<double>(b[k]);
+    float rounded = static_cast<float>(exact);
+    if (std::fabs(static_cast<double>(rounded)) > std::fabs(exact)) rounded = std::nextafter(rounded, 0.0f);
+    accumulator = rounded;
+  }
+  return accumulator;
+}
+
 }  // namespace detail
 
 // ldmatrix.sync.aligned.m8n8.x4.shared.b16 {r0, r1, r2, r3}, [row]
@@ -135,8 +155,12 @@ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b
       b_cols[h][k] = detail::element<T>(operands(4 * (2 * t + h) + source)->b[high_k], half);
     }
   }
-  for (int i = 0; i < 4; ++i) {
-    for (int k = 0; k < 16; ++k) d[i] = std::fma(a_rows[i / 2][k], b_cols[i % 2][k], d[i]);
+  if (zt_emu::mma_rounds_toward_zero()) {
+    for (int i = 0; i < 4; ++i) d[i] = detail::truncated_dot(a_rows[i / 2], b_cols[i % 2], d[i]);
+  } else {
+    for (int i = 0; i < 4; ++i) {
+      for (int k = 0; k < 16; ++k) d[i] = std::fma(a_rows[i / 2][k], b_cols[i % 2][k], d[i]);
+    }
   }
   if (detail::lane() == 0) zt_emu::count_mma_operation();
 }

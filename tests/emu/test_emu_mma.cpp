@@ -217,6 +217,25 @@ __global__ void composed_kernel(float* d, const uint16_t* a, const uint16_t* b) 
   for (int e = 0; e < 4; ++e) d[(g + 8 * (e / 2)) * 8 + 2 * t + e % 2] = acc[e];
 }
 
+// ZT_EMU_MMA_ROUNDING=toward-zero's sum: 8 products at a time exactly, each block cut toward zero.
+BOOST_AUTO_TEST_CASE(truncated_dot_cuts_each_block_of_8_toward_zero) {
+  const float ulp = std::ldexp(1.0f, -23);  // fp32's at 1
+  float a[16] = {}, b[16] = {};
+  for (float& value : b) value = 1.0f;
+  a[0] = 0.75f * ulp;  // 1 + 0.75 ulp: to nearest 1 + ulp, toward zero 1
+  BOOST_TEST(std::fma(a[0], b[0], 1.0f) == 1.0f + ulp);
+  BOOST_TEST(zt_mma::detail::truncated_dot(a, b, 1.0f) == 1.0f);
+  b[0] = -1.0f;  // -(1 + 0.75 ulp): to nearest -(1 + ulp), toward zero -1
+  BOOST_TEST(std::fma(a[0], b[0], -1.0f) == -1.0f - ulp);
+  BOOST_TEST(zt_mma::detail::truncated_dot(a, b, -1.0f) == -1.0f);
+  b[0] = 1.0f;
+  a[1] = 0.25f * ulp;  // the block's products summed exactly first: 1 + ulp, exact
+  BOOST_TEST(zt_mma::detail::truncated_dot(a, b, 1.0f) == 1.0f + ulp);
+  a[1] = 0.0f;
+  a[8] = 0.25f * ulp;  // the same product in the next block: each block cut on its own
+  BOOST_TEST(zt_mma::detail::truncated_dot(a, b, 1.0f) == 1.0f);
+}
+
 BOOST_AUTO_TEST_CASE(ldmatrix_operands_compose_with_mma) {
   std::mt19937 random(3);
   std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
