@@ -113,30 +113,24 @@ const ScheduleChoice& schedule() {
   return choice;
 }
 
+// A knob of two values: false for `off` (the default, also when unset or empty), true for `on`;
+// anything else stops the process naming both.
+bool two_way_choice_from_environment(const char* name, const char* off, const char* on) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0' || std::string(text) == off) return false;
+  if (std::string(text) == on) return true;
+  std::fprintf(stderr, "zerotune emulated device: %s=%s is not one of %s, %s\n", name, text, off, on);
+  std::exit(2);
+}
+
 // ZT_EMU_ASYNC_COPIES: when a cp.async copy lands, at-wait (default) or at-issue: the latest and
 // the earliest moment the PTX ISA allows. At its wait, a read before the wait (or before the
 // barrier after another thread's wait) sees the poison; at its issue, a copy into memory that
 // another thread still reads (a buffer refilled before the barrier that ends its readers' use)
 // changes what that thread reads. A kernel right on a GPU is right under both.
-bool copies_at_issue_from_environment() {
-  const char* text = std::getenv("ZT_EMU_ASYNC_COPIES");
-  if (text == nullptr || *text == '\0' || std::string(text) == "at-wait") return false;
-  if (std::string(text) == "at-issue") return true;
-  std::fprintf(stderr, "zerotune emulated device: ZT_EMU_ASYNC_COPIES=%s is not one of at-wait, at-issue\n", text);
-  std::exit(2);
-}
-
 bool copies_at_issue() {
-  static const bool at_issue = copies_at_issue_from_environment();
+  static const bool at_issue = two_way_choice_from_environment("ZT_EMU_ASYNC_COPIES", "at-wait", "at-issue");
   return at_issue;
-}
-
-bool mma_toward_zero_from_environment() {
-  const char* text = std::getenv("ZT_EMU_MMA_ROUNDING");
-  if (text == nullptr || *text == '\0' || std::string(text) == "nearest") return false;
-  if (std::string(text) == "toward-zero") return true;
-  std::fprintf(stderr, "zerotune emulated device: ZT_EMU_MMA_ROUNDING=%s is not one of nearest, toward-zero\n", text);
-  std::exit(2);
 }
 
 // ---- fiber stacks ---------------------------------------------------------------------------
@@ -1003,7 +997,7 @@ std::atomic<uint64_t> mma_operation_count{0};
 
 uint64_t mma_operations() { return mma_operation_count.load(); }
 bool mma_rounds_toward_zero() {
-  static const bool toward_zero = mma_toward_zero_from_environment();
+  static const bool toward_zero = two_way_choice_from_environment("ZT_EMU_MMA_ROUNDING", "nearest", "toward-zero");
   return toward_zero;
 }
 void count_mma_operation() { mma_operation_count.fetch_add(1, std::memory_order_relaxed); }
