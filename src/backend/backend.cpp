@@ -7,22 +7,6 @@
 
 namespace zt {
 
-void Backend::round_to(Tensor x, DType dtype) {
-  ZT_CHECK(x.dtype == DType::F32, "round_to: expected fp32 values, got ", x.describe());
-  if (dtype == DType::F32 || x.numel() == 0) return;
-  ZT_CHECK(dtype == DType::BF16 || dtype == DType::F16, "round_to: cannot round to ", dtype_name(dtype));
-  constexpr int64_t kChunk = int64_t{1} << 22;  // elements per pass: a 8 MiB temporary
-  const int64_t n = x.numel();
-  Buffer scratch(*this, static_cast<size_t>(std::min(n, kChunk)) * 2);
-  Tensor flat = x.reshaped({n});
-  for (int64_t begin = 0; begin < n; begin += kChunk) {
-    const int64_t count = std::min(kChunk, n - begin);
-    Tensor half = scratch.view(dtype, {count});
-    copy(half, flat.rows(begin, count));
-    copy(flat.rows(begin, count), half);
-  }
-}
-
 void Backend::matmul_bias(Tensor c, Tensor a, Tensor b, Tensor bias) {
   matmul(c, a, false, b, true, 1.0f, 0.0f);
   if (!bias.empty()) add_bias(c, bias);

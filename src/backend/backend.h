@@ -153,9 +153,10 @@ class Backend {
   virtual void commit(Tensor range) { (void)range; }
   // Rounds fp32 values in place to the nearest value of `dtype` (bf16/fp16, RNE; fp16
   // overflow becomes +-inf): mixed precision's compute-dtype parameters and gradients held in
-  // fp32 storage (the CPU backend's emulation; the ZeRO engine's casts). The default goes
-  // through copy() into a temporary buffer of `dtype`.
-  virtual void round_to(Tensor x, DType dtype);
+  // fp32 storage (the CPU backend's emulation; the ZeRO engine's casts). Every backend rounds
+  // without a temporary buffer, so that the memory model's counting backend allocates what the
+  // run does.
+  virtual void round_to(Tensor x, DType dtype) = 0;
   // Waits until every operation issued so far has finished (timing; a no-op on the CPU, whose
   // operations are synchronous).
   virtual void synchronize() {}

@@ -335,6 +335,7 @@ class ZeroEngine final : public UnitHooks {
   void update_resident_parts(const OptimizerStep& step, float grad_divisor, bool from_copy = false);
   void update_compute_partitions();  // compute_partition = master (rounded to the compute dtype)
   void update_compute_partition(ParamGroup group, int64_t begin, int64_t numel);
+  void download_rounded_resident(ParamGroup group);  // offload_param: the resident part, rounded, to the host
   struct BucketGather {
     ParamGroup group = ParamGroup::Decay;
     std::vector<UnitRange> units;

@@ -286,6 +286,23 @@ void CpuBackend::clamp(Tensor x, float lo, float hi) {
   stage.write_back();
 }
 
+// In place, element by element (RNE, as copy() rounds): a temporary of `dtype` here was an
+// allocation in every 16-bit run's step that the memory model's counting backend, rounding in
+// place, never made (tests/mpi/allocation_drift.py's 16-bit cases).
+void CpuBackend::round_to(Tensor x, DType dtype) {
+  ZT_CHECK(x.dtype == DType::F32, "round_to: expected fp32 values, got ", x.describe());
+  ZT_CHECK(is_float(dtype), "round_to: cannot round to ", dtype_name(dtype));
+  float* data = x.f32();
+  const int64_t n = x.numel();
+  if (dtype == DType::BF16) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+    for (int64_t i = 0; i < n; ++i) data[i] = bf16_to_float(float_to_bf16(data[i]));
+  } else if (dtype == DType::F16) {
+#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+    for (int64_t i = 0; i < n; ++i) data[i] = fp16_to_float(float_to_fp16(data[i]));
+  }
+}
+
 double CpuBackend::sum_squares(Tensor x) {
   Fp32Staging stage("sum_squares");
   return chunked_sum_squares(stage.read("x", x).f32(), x.numel());

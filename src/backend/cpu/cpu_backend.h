@@ -85,6 +85,7 @@ class CpuBackend final : public Backend {
   void accumulate(Tensor dst, Tensor src, float scale) override;
   void scale(Tensor dst, float factor) override;
   void clamp(Tensor x, float lo, float hi) override;
+  void round_to(Tensor x, DType dtype) override;
   double sum_squares(Tensor x) override;
   bool has_inf_or_nan(Tensor x) override;
 

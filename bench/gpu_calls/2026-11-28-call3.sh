@@ -1,10 +1,10 @@
 #!/bin/bash
-# Prepared 2026-11-28 (a session without a GPU), not yet run: the next lent GPU's first call. Run from
+# Prepared 2026-11-28 (a session without a GPU); ran 2026-11-28 17:00 UTC on an H200 (the evening session's first call). Run from
 # the repository root with `.gpu/` from
 #   ZT_PACK_XZ_LEVEL=-6 bash scripts/gpu_check.sh pack --out .gpu --binary-dir build
 # (56 MiB on 2026-11-28 afternoon, 40 s; the default -1 made 63 MiB, at the 64 MiB a call carries;
 # its env part checks a -march=native build's CPU flags on the node) and carry [".gpu"]:
-#   OUT=$OUT bash bench/gpu_calls/next-call.sh
+#   OUT=$OUT bash bench/gpu_calls/2026-11-28-call3.sh
 # 1. selftest: the link rows now time queued copies (the H200's 1.69 GB/s host -> device row timed
 #    copy()'s staging); 2. tests: zt_gpu_tests, whose fp16 common-key dq case changed (issue 29);
 # 3. opt13 with the partial-offload rows 3o-r30 and 3o-r30-dpu (issue 30's 2x target) and the
