@@ -479,6 +479,29 @@ inline unsigned int tiles_of(int time, int tile) {
   return static_cast<unsigned int>((time + tile - 1) / tile);
 }
 
+// The grid of our kernels: one block per (tile, head, sample), longest first within each sample.
+// The tile is the middle index (y) and the head the fastest (x), so the first waves take every
+// head's longest tiles and the short ones fill the last (the samples, z, one after another: the
+// tail is the last sample's short tiles). With the tile fastest, each head's tiles went out
+// longest first but the heads one after another, so the last wave held long tiles too (ncu on
+// an H200, 2026-11-28: a partial wave of up to a quarter of the forward's and the backward's
+// time). Blocks go out in linear index order in practice; speed relies on it, results do not.
+inline dim3 tile_grid(const char* op, int time, int tile_rows, int heads, int batch) {
+  const unsigned int tiles = tiles_of(time, tile_rows);
+  ZT_CHECK(tiles <= 65535u, op, ": ", time, " tokens make ", tiles, " tiles of ", tile_rows,
+           " rows, over the grid's limit of 65535");
+  return dim3(static_cast<unsigned int>(heads), tiles, static_cast<unsigned int>(batch));
+}
+
+// A block's place in tile_grid: order 0 is the first tile row (the kernel maps it to its longest
+// tile), head (or kv head, for a grid over kv heads) and sample.
+struct BlockTile {
+  int order, head, b;
+};
+__device__ inline BlockTile block_tile() {
+  return {static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.z)};
+}
+
 }  // namespace zt::cuda::attention
 
 namespace zt::cuda {

@@ -138,8 +138,9 @@ attention_backward_dkdv_kernel(Storage<Format>* dk, Storage<Format>* dv,
   float* dk_acc = t.acc[0];  // [kTile, acc_ld]
   float* dv_acc = t.acc[1];  // [kTile, acc_ld]
 
-  const int first_key = static_cast<int>(blockIdx.x) * kTile;  // early keys (most work) first
-  const int kv_head = blockIdx.y, b = blockIdx.z;
+  const BlockTile block = block_tile();
+  const int first_key = block.order * kTile;  // early keys (most work) first
+  const int kv_head = block.head, b = block.b;
   const int keys = min(kTile, dims.time - first_key);
   load_tile<Format>(t.k_tile, ld, k + dims.kv_offset(b, kv_head) + first_key * dims.kv_stride(),
                     dims.kv_stride(), keys, kTile, head_dim);
@@ -192,8 +193,9 @@ attention_backward_dq_kernel(Storage<Format>* dq, const Storage<Format>* dout,
   float* dq_acc = t.acc[0];  // [kTile, acc_ld]
 
   const int tiles = (dims.time + kTile - 1) / kTile;
-  const int first_query = (tiles - 1 - static_cast<int>(blockIdx.x)) * kTile;  // longest first
-  const int head = blockIdx.y, b = blockIdx.z;
+  const BlockTile block = block_tile();
+  const int first_query = (tiles - 1 - block.order) * kTile;  // longest first
+  const int head = block.head, b = block.b;
   const int kv_head = head / dims.group();
   const int queries = min(kTile, dims.time - first_query);
   const int64_t row_offset = dims.q_offset(b, head) + first_query * dims.q_stride();
@@ -327,8 +329,9 @@ attention_backward_dkdv_tc_kernel(Storage<Format>* dk, Storage<Format>* dv,
   Shared shared(SharedLayout::aligned(shared_memory));
   const int warp = threadIdx.x / 32;
 
-  const int first_key = static_cast<int>(blockIdx.x) * kTcBlockRows;  // early keys (most work) first
-  const int kv_head = blockIdx.y, b = blockIdx.z;
+  const BlockTile block = block_tile();
+  const int first_key = block.order * kTcBlockRows;  // early keys (most work) first
+  const int kv_head = block.head, b = block.b;
   const int keys = min(kTcBlockRows, dims.time - first_key);
   const int warp_key = first_key + warp * kWarpRows;
   const int64_t q_stride = dims.q_stride(), kv_stride = dims.kv_stride();
@@ -424,8 +427,9 @@ attention_backward_dq_tc_kernel(Storage<Format>* dq, const Storage<Format>* dout
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
   const int tiles = (dims.time + kTcBlockRows - 1) / kTcBlockRows;
-  const int first_query = (tiles - 1 - static_cast<int>(blockIdx.x)) * kTcBlockRows;  // longest first
-  const int head = blockIdx.y, b = blockIdx.z, kv_head = head / dims.group();
+  const BlockTile block = block_tile();
+  const int first_query = (tiles - 1 - block.order) * kTcBlockRows;  // longest first
+  const int head = block.head, b = block.b, kv_head = head / dims.group();
   const int queries = min(kTcBlockRows, dims.time - first_query);
   const int warp_query = first_query + warp * kWarpRows;
   const int64_t q_stride = dims.q_stride(), kv_stride = dims.kv_stride();
@@ -513,16 +517,14 @@ void launch_dkdv_then_dq(const CudaBackendImpl& backend, cudaStream_t stream, co
                          const Tensor& lse, const float* delta, const int32_t* positions,
                          const AttentionDims& dims, float scale_factor) {
   allow_shared_memory(backend, op, dkdv_kernel, dkdv_bytes, dims.head_dim);
-  const dim3 dkdv_grid(tiles_of(dims.time, tile_rows), static_cast<unsigned int>(dims.kv_heads),
-                       static_cast<unsigned int>(dims.batch));
+  const dim3 dkdv_grid = tile_grid(op, dims.time, tile_rows, dims.kv_heads, dims.batch);
   const dim3 block(static_cast<unsigned int>(threads));
   launch({dkdv_grid, block, dkdv_bytes, stream}, dkdv_kernel, data_of<Format>(dk), data_of<Format>(dv),
          data_of<Format>(dout), data_of<Format>(q), data_of<Format>(k), data_of<Format>(v), lse.f32(), delta,
          positions, dims, scale_factor);
   ZT_CUDA_CHECK_LAUNCH("attention_backward_dkdv_kernel");
   allow_shared_memory(backend, op, dq_kernel, dq_bytes, dims.head_dim);
-  const dim3 dq_grid(tiles_of(dims.time, tile_rows), static_cast<unsigned int>(dims.heads),
-                     static_cast<unsigned int>(dims.batch));
+  const dim3 dq_grid = tile_grid(op, dims.time, tile_rows, dims.heads, dims.batch);
   launch({dq_grid, block, dq_bytes, stream}, dq_kernel, data_of<Format>(dq), data_of<Format>(dout),
          data_of<Format>(q), data_of<Format>(k), data_of<Format>(v), lse.f32(), delta, positions, dims,
          scale_factor);

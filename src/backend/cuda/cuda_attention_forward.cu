@@ -64,8 +64,9 @@ attention_forward_kernel(Storage<Format>* out, float* lse, const Storage<Format>
   float* row_rescale = tiles.row_rescale;
 
   const int tiles_count = (dims.time + kTile - 1) / kTile;
-  const int tile = tiles_count - 1 - static_cast<int>(blockIdx.x);  // the longest rows first
-  const int head = blockIdx.y, b = blockIdx.z;
+  const BlockTile block = block_tile();
+  const int tile = tiles_count - 1 - block.order;  // the longest rows first
+  const int head = block.head, b = block.b;
   const int kv_head = head / dims.group();
   const int first_query = tile * kTile;
   const int queries = min(kTile, dims.time - first_query);
@@ -265,8 +266,9 @@ attention_forward_tc_kernel(Storage<Format>* out, float* lse, const Storage<Form
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
   const int tiles_count = (dims.time + kTcBlockRows - 1) / kTcBlockRows;
-  const int tile = tiles_count - 1 - static_cast<int>(blockIdx.x);  // the longest rows first
-  const int head = blockIdx.y, b = blockIdx.z, kv_head = head / dims.group();
+  const BlockTile block = block_tile();
+  const int tile = tiles_count - 1 - block.order;  // the longest rows first
+  const int head = block.head, b = block.b, kv_head = head / dims.group();
   const int first_query = tile * kTcBlockRows;
   const int warp_query = first_query + warp * kWarpRows;  // this warp's first row
   const int64_t q_stride = dims.q_stride(), kv_stride = dims.kv_stride();
@@ -346,8 +348,7 @@ void launch_forward_tc(const CudaBackendImpl& backend, cudaStream_t stream, cons
     const size_t shared_bytes = ForwardTcShared<kD>(nullptr).layout.launch_bytes();
     auto kernel = attention_forward_tc_kernel<Format, kD>;
     allow_shared_memory(backend, op, kernel, shared_bytes, dims.head_dim);
-    const dim3 grid(tiles_of(dims.time, kTcBlockRows), static_cast<unsigned int>(dims.heads),
-                    static_cast<unsigned int>(dims.batch));
+    const dim3 grid = tile_grid(op, dims.time, kTcBlockRows, dims.heads, dims.batch);
     launch({grid, kTcThreads, shared_bytes, stream}, kernel, data_of<Format>(out), lse.f32(),
            data_of<Format>(q), data_of<Format>(k), data_of<Format>(v), positions, dims,
            scale_factor);
@@ -367,8 +368,7 @@ void launch_forward(const CudaBackendImpl& backend, cudaStream_t stream, const c
   const size_t shared_bytes = forward_shared_bytes<Math>(dims.head_dim);
   auto kernel = attention_forward_kernel<Format, Math>;
   allow_shared_memory(backend, op, kernel, shared_bytes, dims.head_dim);
-  const dim3 grid(tiles_of(dims.time, kForwardTile), static_cast<unsigned int>(dims.heads),
-                  static_cast<unsigned int>(dims.batch));
+  const dim3 grid = tile_grid(op, dims.time, kForwardTile, dims.heads, dims.batch);
   launch({grid, kForwardThreads, shared_bytes, stream}, kernel, data_of<Format>(out), lse.f32(),
          data_of<Format>(q), data_of<Format>(k), data_of<Format>(v), positions, dims, scale_factor);
   ZT_CUDA_CHECK_LAUNCH("attention_forward_kernel");
