@@ -51,7 +51,7 @@ cudnnStatus_t refuse(cudnnStatus_t status, std::string message) {
 // product), also dS in the I/O type: B x H x ceil64(S_q) x ceil128(S_kv) x 2 bytes, the
 // frontend's own estimate (required_dp_workspace_bytes_sm90 in
 // cudnn_frontend/node/scaled_dot_product_flash_attention.h).
-constexpr int64_t kPlanAllowance = int64_t{1} << 20;
+constexpr int64_t kPlanAllowance = int64_t{2} << 20;
 
 int64_t plan_workspace(const Graph& graph) {
   const Op* scores = nullptr;  // the first matmul: S = Q K^T [B, H, S_q, S_kv]

@@ -11,6 +11,7 @@
 # run on an untied LLaMA (data/mid-llama) and, for tied heads under a pipeline, a 4-layer tiny OPT.
 # Shared by tests/mpi/test_allocation_drift.py (the CPU backend) and
 # tests/gpu/test_gpu_allocation_drift.py (the emulated device, or a real GPU).
+import bisect
 import glob
 import os
 import subprocess
@@ -128,12 +129,15 @@ def large_scratch(events, limit=None):
 
 
 def unmatched(run_sizes, model_sizes):
-    """The run's sizes the model's list lacks (each model size matches one run size)."""
-    left = list(model_sizes)
+    """The run's sizes no model size covers: largest first, each takes the smallest model size at
+    least as large that is left (the attention's scratch is counted by a rule that may exceed what
+    a real cuDNN engine asks: on an H200 the backward's plan took less than the allowance)."""
+    left = sorted(model_sizes)
     extra = []
-    for size in run_sizes:
-        if size in left:
-            left.remove(size)
+    for size in sorted(run_sizes, reverse=True):
+        index = bisect.bisect_left(left, size)
+        if index < len(left):
+            left.pop(index)
         else:
             extra.append(size)
     return extra
@@ -208,7 +212,8 @@ def check_case(report, zerotune, workdir, device, name, case, model, data):
         difference = first_difference(model_events, run_events)
         missed = unmatched(large_scratch(streams["run"]), large_scratch(streams["model"]))
         report.check(not missed, f"{device} {name} ({os.path.basename(path)}): every op scratch buffer over "
-                     f"{LARGE_SCRATCH_BYTES} B in step 1 is one the memory model counts too (not counted: {missed})")
+                     f"{LARGE_SCRATCH_BYTES} B in step 1 is one the memory model counts at least as large (not "
+                     f"counted: {missed})")
         report.check(stepped and allocations > 0 and difference is None,
                      f"{device} {name} ({os.path.basename(path)}): memory model and run allocate the same "
                      f"{allocations} buffers through set-up and step 1"
