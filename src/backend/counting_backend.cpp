@@ -10,6 +10,7 @@
 #include "backend/allocation_log.h"
 #include "backend/chunk_residency.h"
 #include "backend/counting_optimizer_kernels.h"
+#include "backend/gpu_memory_rules.h"
 #include "backend/physical_pool.h"
 #include "core/error.h"
 
@@ -26,6 +27,7 @@ struct Allocation {
   std::string later_term;        // discardable: what chunks committed from now on count as (empty: term)
   std::vector<std::string> chunk_terms;  // discardable: the term each resident chunk counts under
   uint64_t born = 0;             // Ledger::allocations when it was made
+  bool pinned = false;           // host memory of a pinned host backend (make_host_backend)
 };
 
 // What the device backend and its host backend count into: bytes by side and by term, and
@@ -59,7 +61,8 @@ struct Ledger {
 
 class Counting final : public CountingBackend {
  public:
-  Counting(CountingOptions options, std::shared_ptr<Ledger> ledger) : options_(std::move(options)), ledger_(ledger) {
+  Counting(CountingOptions options, std::shared_ptr<Ledger> ledger, bool pinned = false)
+      : options_(std::move(options)), ledger_(ledger), pinned_(pinned) {
     ledger_->add(options_.device, kTermBackendFixed, options_.fixed_bytes);
   }
 
@@ -173,18 +176,26 @@ class Counting final : public CountingBackend {
     }
   }
 
-  std::unique_ptr<Backend> make_host_backend() override {
-    CountingOptions host;
-    host.device = Device::CPU;
-    return std::make_unique<Counting>(host, ledger_);
-  }
-  std::unique_ptr<Backend> make_pageable_host_backend() override { return make_host_backend(); }
+  std::unique_ptr<Backend> make_host_backend() override { return host_backend(true); }
+  std::unique_ptr<Backend> make_pageable_host_backend() override { return host_backend(false); }
 
-  // The CUDA backend synchronises where a copy reads or writes host memory (cuda_memory.cu), in
-  // synchronize() and in the ops that return a value: so do the held extents here.
+  // Where the CUDA backend waits for the device (cuda_memory.cu, cuda_backend.cpp), the held
+  // extents become reusable here too: synchronize(), the ops that return a value, a copy that
+  // downloads, an upload larger than the pinned staging takes, and a queued copy (copy_async,
+  // transfer_async) that is one of those because a side is pageable or both are host memory. A
+  // staged upload and a queued copy to or from pinned host memory wait for nothing: counting a
+  // wait there made held extents reusable that the GPU still held (offload_param's gathers,
+  // queued from the pinned partition: one unit more on an H200 than the model said, 2026-11-28).
   void synchronize() override { pool_.synchronized(); }
   void copy(Tensor dst, Tensor src) override {
-    if (dst.device == Device::CPU || src.device == Device::CPU) pool_.synchronized();
+    if (copy_waits(dst, src)) pool_.synchronized();
+  }
+  void copy_async(Tensor dst, Tensor src) override {
+    if (queued_copy_is_copy(dst, src)) copy(dst, src);
+  }
+  std::unique_ptr<BackendEvent> transfer_async(Tensor dst, Tensor src) override {
+    if (queued_copy_is_copy(dst, src)) pool_.synchronized();  // the CUDA backend synchronises, then copies
+    return Backend::record_event();
   }
 
   // Computing nothing.
@@ -270,6 +281,7 @@ class Counting final : public CountingBackend {
     allocation.bytes = bytes;
     allocation.size = size;
     allocation.device = options_.device;
+    allocation.pinned = pinned_ && options_.device == Device::CPU;
     allocation.term = ledger_->term;
     allocation.later_term = ledger_->term;
     const bool discardable = residency != nullptr;
@@ -300,6 +312,32 @@ class Counting final : public CountingBackend {
     return chunks * options_.discard_chunk_bytes;
   }
 
+  std::unique_ptr<Backend> host_backend(bool pinned) {
+    CountingOptions host;
+    host.device = Device::CPU;
+    return std::make_unique<Counting>(host, ledger_, pinned);
+  }
+
+  // The CUDA backend's copy() waits for the device to download (into host memory, or a host ->
+  // host conversion, which goes through the device) and for an upload past the staging's limit.
+  static bool copy_waits(const Tensor& dst, const Tensor& src) {
+    if (dst.device == Device::CPU) return src.device != Device::CPU || dst.dtype != src.dtype;
+    return src.device == Device::CPU && static_cast<int64_t>(src.bytes()) > kHostStagingMaxUploadBytes;
+  }
+  // Its copy_async() and transfer_async() are copy() for host-only copies and pageable memory.
+  bool queued_copy_is_copy(const Tensor& dst, const Tensor& src) const {
+    return (dst.device == Device::CPU && src.device == Device::CPU) || pageable(dst) || pageable(src);
+  }
+  // Host memory no pinned host backend of this ledger allocated (a host vector, a pageable buffer).
+  bool pageable(const Tensor& tensor) const {
+    if (tensor.device != Device::CPU) return false;
+    const auto after = ledger_->live.upper_bound(reinterpret_cast<uintptr_t>(tensor.data));
+    if (after == ledger_->live.begin()) return true;
+    const auto found = std::prev(after);
+    const bool inside = reinterpret_cast<uintptr_t>(tensor.data) < found->first + std::max<size_t>(found->second.bytes, 1);
+    return !(inside && found->second.pinned);
+  }
+
   Allocation* discardable(const Tensor& range) {
     if (!range.numel() || options_.discard_chunk_bytes <= 0) return nullptr;
     auto after = ledger_->live.upper_bound(reinterpret_cast<uintptr_t>(range.data));
@@ -322,6 +360,7 @@ class Counting final : public CountingBackend {
 
   CountingOptions options_;
   std::shared_ptr<Ledger> ledger_;
+  bool pinned_ = false;  // a host backend whose allocations are pinned (make_host_backend)
   PhysicalPool pool_;  // of this device's discardable buffers
   CountingOptimizerKernels optimizer_kernels_{pool_};  // declared after pool_, which it uses
   std::map<const ChunkResidency*, const Allocation*> owners_;

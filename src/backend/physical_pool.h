@@ -13,8 +13,9 @@
 // the previous mapping commit stay held: the device may still be using them (ZeRO-3 releases
 // unit k just before it prefetches unit k + 2), so the commit does not wait for them; it waits
 // at most for work queued before the previous mapping commit. A held extent committed again is
-// simply in use again. At a synchronisation (the backend's synchronize(), and the ops that return
-// a value to the host or copy to or from it, which the counting backend mirrors) the device has
+// simply in use again. At a synchronisation (the backend's synchronize(): the ops that return a
+// value to the host, a download, an upload past the pinned staging; not a staged upload or a
+// queued copy to or from pinned host memory; the counting backend mirrors each) the device has
 // finished everything: every held extent becomes reusable then.
 //
 // What it costs: the held bytes grow only at a commit that finds no reusable extent left over to

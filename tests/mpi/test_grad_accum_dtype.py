@@ -124,12 +124,18 @@ def main():
             hm, fm = half[0], full[0]
             label = f"{precision} stage {stage}"
             if stage <= 1:  # the whole local gradient is resident: the saving shows in the peak
+                # What the engine says it saves: half the gradient buffers, less the fp32 copy of the
+                # largest unit the update widens into (on this tiny model a third of the gradient:
+                # the token table). Until 2026-11-28 the fp32-gradient run's peak also held a
+                # temporary of CpuBackend::round_to that the memory model never counted.
                 saved = fm[-1]["mem_cpu_backend_peak"] - hm[-1]["mem_cpu_backend_peak"]
-                fp32_grads = full[1]["zero_memory_per_rank"]["gradients"]
+                fp32_memory, half_memory = full[1]["zero_memory_per_rank"], half[1]["zero_memory_per_rank"]
+                expected = fp32_memory["gradients"] - half_memory["gradients"] - half_memory["gradient_widening"]
                 print(f"{label}: CPU backend peak {fm[-1]['mem_cpu_backend_peak']} -> {hm[-1]['mem_cpu_backend_peak']} "
-                      f"B (saved {saved} B; fp32 gradient buffers {fp32_grads} B)")
-                report.check(saved >= 0.4 * fp32_grads, f"{label}: measured peak drops by {saved} B >= 40% of the fp32 "
-                             f"gradient buffers ({fp32_grads} B)")
+                      f"B (saved {saved} B; the engine's gradient bytes less by {expected} B)")
+                report.check(expected > 0.1 * fp32_memory["gradients"] and saved >= 0.9 * expected,
+                             f"{label}: measured peak drops by {saved} B >= 90% of the {expected} B the gradient "
+                             f"buffers and the widening copy save (> 10% of fp32's {fp32_memory['gradients']} B)")
 
         # The dynamic scaler: the first steps overflow at 2^24; inf shows in 16-bit gradients alike.
         dynamic = {"enabled": True, "initial_scale_power": 24, "loss_scale_window": 4, "hysteresis": 2}

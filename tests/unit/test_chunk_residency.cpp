@@ -3,12 +3,14 @@
 // counting backend that the memory model runs the trainer's code on (counting_backend.h).
 #include <boost/test/unit_test.hpp>
 
+#include <functional>
 #include <utility>
 #include <vector>
 
 #include "backend/buffer.h"
 #include "backend/chunk_residency.h"
 #include "backend/counting_backend.h"
+#include "backend/gpu_memory_rules.h"
 #include "backend/physical_pool.h"
 
 namespace zt {
@@ -175,6 +177,51 @@ BOOST_AUTO_TEST_CASE(the_counting_backend_counts_rounding_chunks_and_host_memory
   }
   BOOST_TEST(backend->counted().device == 4096);
   BOOST_TEST(backend->counted().host == 0);
+}
+
+// Held extents become reusable where the CUDA backend waits for the device (cuda_memory.cu), and
+// only there: a download, an upload past the pinned staging's limit, a queued copy to pageable
+// memory (copy_async is then copy(), which downloads). A staged upload, a host-only copy and a queued copy from
+// pinned host memory wait for nothing, so a commit after them finds the discarded extent still
+// held and takes new memory (offload_param's gathers from the pinned partition: the memory
+// model once counted a wait there and said one unit less than an H200 held).
+BOOST_AUTO_TEST_CASE(the_counting_backend_frees_held_extents_only_where_the_cuda_backend_waits) {
+  CountingOptions options;
+  options.discard_chunk_bytes = 1024;
+  auto backend = make_counting_backend(options);
+  std::unique_ptr<Backend> pinned = backend->make_host_backend();
+  std::unique_ptr<Backend> pageable = backend->make_pageable_host_backend();
+  Buffer pinned_buffer(*pinned, 1024), pageable_buffer(*pageable, 1024), device_buffer(*backend, 1024);
+  const Tensor from_pinned = pinned_buffer.view(DType::U8, {1024});
+  const Tensor from_pageable = pageable_buffer.view(DType::U8, {1024});
+  const Tensor on_device = device_buffer.view(DType::U8, {1024});
+  const Tensor big_upload(pinned_buffer.data(), DType::U8, {kHostStagingMaxUploadBytes + 1}, Device::CPU);
+  // One step of the pattern: unit A is discarded after the last mapping commit, `between` runs,
+  // then unit B is committed. Returns the device bytes after B's commit: 2 units when A is still
+  // held, 1 when B took A's memory.
+  const auto device_after = [&](const std::function<void()>& between) {
+    Buffer units(*backend, 2048, Buffer::Discardable{false});
+    const Tensor a(units.data(), DType::U8, {1024}, Device::CUDA);
+    const Tensor b(static_cast<char*>(units.data()) + 1024, DType::U8, {1024}, Device::CUDA);
+    backend->commit(a);
+    backend->discard(a);
+    between();
+    backend->commit(b);
+    const int64_t device = backend->counted().device - 1024;  // less device_buffer
+    backend->synchronize();
+    return device;
+  };
+  BOOST_TEST(device_after([] {}) == 2048);
+  BOOST_TEST(device_after([&] { backend->copy_async(on_device, from_pinned); }) == 2048);
+  BOOST_TEST(device_after([&] { backend->copy(on_device, from_pageable); }) == 2048);  // staged
+  BOOST_TEST(device_after([&] { backend->copy(from_pinned, from_pageable); }) == 2048);  // host only
+  BOOST_TEST(device_after([&] { backend->copy_async(on_device, from_pageable); }) == 2048);  // copy(): staged
+  BOOST_TEST(device_after([&] { backend->copy_async(from_pageable, on_device); }) == 1024);  // copy(): downloads
+  BOOST_TEST(device_after([&] { backend->copy_async(from_pinned, on_device); }) == 2048);    // queued
+  BOOST_TEST(device_after([&] { backend->copy(from_pinned, on_device); }) == 1024);  // a download
+  BOOST_TEST(device_after([&] { backend->copy(on_device, big_upload); }) == 1024);
+  BOOST_TEST(device_after([&] { backend->transfer_async(on_device, from_pageable); }) == 1024);
+  BOOST_TEST(device_after([&] { backend->transfer_async(on_device, from_pinned); }) == 2048);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

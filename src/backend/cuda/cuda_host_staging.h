@@ -21,12 +21,14 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/gpu_memory_rules.h"
+
 namespace zt::cuda {
 
 class HostStaging {
  public:
   static constexpr size_t kBlockBytes = size_t{4} << 20;       // a new block's size (larger uploads get their own)
-  static constexpr size_t kMaxUploadBytes = size_t{64} << 20;  // larger uploads synchronise instead (copy())
+  static constexpr size_t kMaxUploadBytes = kHostStagingMaxUploadBytes;  // larger uploads synchronise instead (copy())
   static constexpr size_t kMaxTotalBytes = size_t{256} << 20;  // pinned bytes before the host waits
 
   explicit HostStaging(cudaStream_t stream) : stream_(stream) {}
