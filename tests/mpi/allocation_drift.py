@@ -113,19 +113,18 @@ def comparable(events):
     return out
 
 
-def large_scratch(events, limit=None):
-    """The sizes of the op scratch buffers above `limit` bytes allocated in the first step (from the
-    mark "step" to "stepped"), sorted."""
-    limit = LARGE_SCRATCH_BYTES if limit is None else limit
+def large_scratch(events):
+    """The sizes of the op scratch buffers over LARGE_SCRATCH_BYTES allocated in the first step
+    (from the mark "step" to "stepped")."""
     sizes, in_step = [], False
     for event in events:
-        if event[0] == "mark":
-            in_step = (in_step or event[1] == "step") and event[1] != "stepped"
-            if event[1] == "stepped":
-                break
-        elif event[0] == "scratch" and in_step and int(event[1]) > limit:
+        if event == ("mark", "step"):
+            in_step = True
+        elif event == ("mark", "stepped"):
+            break
+        elif event[0] == "scratch" and in_step and int(event[1]) > LARGE_SCRATCH_BYTES:
             sizes.append(int(event[1]))
-    return sorted(sizes)
+    return sizes
 
 
 def unmatched(run_sizes, model_sizes):
