@@ -60,7 +60,8 @@ void ZeroEngine::finish_delayed_update() {
   if (!copied_buckets_.empty()) post_copied_buckets();  // the last buckets: copied before the gradient check
   bucket_step_.reset();
   if (!host_update_in_flight_) return;
-  for (int unit = 0; unit < store_.num_units(); ++unit) finish_prefetch(unit);  // they read the partitions
+  settle_host_uploads();  // they read the partitions
+  for (int unit = 0; unit < store_.num_units(); ++unit) finish_prefetch(unit);
   host_update_in_flight_ = false;
   if (delayed_resident_) {  // the device-resident part's share of the update (queued first: beside the wait)
     update_resident_parts(delayed_resident_->step, delayed_resident_->grad_divisor, true);

@@ -230,6 +230,7 @@ ZeroEngine::~ZeroEngine() {
   try {
     for (UnitState& unit : units_)
       for (Pending& pending : unit.inflight) pending->wait();
+    settle_host_uploads();
     // Asynchronous host copies must not outlive the (pinned) host buffers they read or write.
     for (std::unique_ptr<BackendEvent>* event : {&host_grads_ready_, &uploads_done_, &spare_uploads_done_})
       if (*event) (*event)->wait();
@@ -343,6 +344,10 @@ void ZeroEngine::gather_unit(int unit, bool async) {
     Tensor out = store_.group_params(group).rows(range.begin, range.numel);
     backend_.commit(out);  // its pages were given back when the unit was released
     Tensor in = gather_source(group).rows(range.begin / world_, range.numel / world_);
+    if (offload_param_ && world_ == 1) {  // the gather is an upload: beside the compute, not behind it
+      u.host_uploads.push_back(backend_.transfer_async(out, in));
+      continue;
+    }
     if (offload_param_ && world_ > 1) {  // collectives read device memory: upload this rank's slice first
       u.uploads.emplace_back(backend_, in.bytes());
       Tensor uploaded = u.uploads.back().view(in.dtype, {in.numel()});
@@ -377,8 +382,21 @@ void ZeroEngine::finish_prefetch(int unit) {
   UnitState& u = units_[static_cast<size_t>(unit)];
   for (Pending& pending : u.inflight) pending->wait();
   u.inflight.clear();
+  for (const std::unique_ptr<BackendEvent>& upload : u.host_uploads) backend_.wait_for(*upload);
+  u.host_uploads.clear();
   u.uploads.clear();
   if (u.capture_secondary) capture_secondary(unit);
+}
+
+// A gather from the pinned host partition (one rank, offload_param) reads it until its transfer
+// ends, and finish_prefetch only orders the compute after it. The host rewrites the partition
+// after a wait for the device that follows every gather the step used; a gather started but not
+// yet used is waited for here (none in a training step: each pass uses what it prefetches).
+void ZeroEngine::settle_host_uploads() {
+  for (UnitState& u : units_) {
+    for (const std::unique_ptr<BackendEvent>& upload : u.host_uploads) upload->wait();
+    u.host_uploads.clear();
+  }
 }
 
 // ---- ZeRO++ --------------------------------------------------------------------------------------

@@ -257,6 +257,9 @@ class ZeroEngine final : public UnitHooks {
     UnitUse last_use = UnitUse::Forward;
     std::vector<Pending> inflight;  // stage 3: all-gathers started ahead of use (a prefetch)
     std::vector<Buffer> uploads;    // offload_param: this rank's slices copied to the device for them
+    // One rank with offload_param: the gathers, host -> device copies on the transfer queue beside
+    // the compute (finish_prefetch orders the compute after them; the host waits for none).
+    std::vector<std::unique_ptr<BackendEvent>> host_uploads;
     // hpZ: per group (kAllGroups order), compute dtype [range / R]: this rank's place in its node
     // of the unit's parameters, kept from the first gather after an update, so that later gathers
     // run within the node. Empty for persistent units.
@@ -282,6 +285,7 @@ class ZeroEngine final : public UnitHooks {
   void make_secondary_partition();
   void invalidate_secondary(int unit);
   void finish_prefetch(int unit);
+  void settle_host_uploads();  // before the host rewrites a partition a gather may still be reading
   void prefetch_next(int unit, UnitUse use);
   void discard_unit_params(int unit);
   bool keep_after_release(int unit) const;

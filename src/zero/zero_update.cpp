@@ -49,7 +49,8 @@ Tensor ZeroEngine::fp32_gradient(Backend& on, Tensor grad) {
 
 void ZeroEngine::apply_update(const OptimizerStep& step) {
   ZT_CHECK(!fused_, "ZeRO: optimizer ", optimizer_->name(), " updates inside backward (begin_update_pass), not after it");
-  for (int unit = 0; unit < store_.num_units(); ++unit) finish_prefetch(unit);  // before the host partitions change
+  settle_host_uploads();  // before the host partitions change
+  for (int unit = 0; unit < store_.num_units(); ++unit) finish_prefetch(unit);
   if (bucket_step_ && gradients_finished_) return finish_bucket_update(step);  // ran during the last backward
   bucket_step_.reset();  // (armed, but the last backward finished no bucket: the ordinary update)
   finish_delayed_update();
