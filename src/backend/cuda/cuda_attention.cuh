@@ -441,6 +441,18 @@ __device__ inline int sample_start(const int32_t* positions, const AttentionDims
   return positions ? query - positions[int64_t{b} * dims.time + query] : 0;
 }
 
+// The tensor-core kernels take exponentials base 2: e^(scale s - m) = 2^(s scale log2(e) - m log2(e)),
+// one fused multiply-add and the hardware's ex2 per element (expf takes several instructions
+// more). The lse they write and read stays the natural log, as the other kernels' and cuDNN's.
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Whether query `query` (of sample start `start`, valid: < T) sees every key of
+// [first_key, first_key + keys): the tile needs no mask for that row.
+__device__ inline bool sees_whole_tile(bool valid, int query, int start, int first_key, int keys) {
+  return valid && first_key + keys - 1 <= query && first_key >= start;
+}
+
 // ---- host side -----------------------------------------------------------------------------
 
 // Allows `kernel` its dynamic shared memory (above the 48 KiB default), or throws naming D.

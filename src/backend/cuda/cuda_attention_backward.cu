@@ -273,8 +273,8 @@ struct BackwardTcShared {
   __device__ int* start(int buffer) const { return start_tiles + buffer * kCols; }
 };
 
-// lse, delta and sample start of the query rows [first_query, + kTcBackwardTile) of one head
-// (lse/delta offset `offset`), by the block's first warp.
+// lse (in log2 units: lse log2(e), see kLog2e), delta and sample start of the query rows
+// [first_query, + kTcBackwardTile) of one head (lse/delta offset `offset`), by the block's first warp.
 __device__ inline void load_query_stats(float* lse_tile, float* delta_tile, int* start_tile,
                                         const float* lse, const float* delta,
                                         const int32_t* positions, const AttentionDims& dims,
@@ -282,7 +282,7 @@ __device__ inline void load_query_stats(float* lse_tile, float* delta_tile, int*
   const int r = threadIdx.x;
   if (r >= kTcBackwardTile) return;
   const bool valid = first_query + r < dims.time;
-  lse_tile[r] = valid ? lse[offset + first_query + r] : 0.0f;
+  lse_tile[r] = valid ? lse[offset + first_query + r] * kLog2e : 0.0f;
   delta_tile[r] = valid ? delta[offset + first_query + r] : 0.0f;
   start_tile[r] = valid ? sample_start(positions, dims, b, first_query + r) : 0;
 }
@@ -302,13 +302,14 @@ __device__ inline bool next_query_step(int& head, int& first_query, int first_ke
   return head < head_end;
 }
 
-// One element of P and dS from S (unscaled) and dP where (query, key) is visible, else 0.
+// One element of P and dS from S (unscaled; -inf where (query, key) is not visible: P 0) and
+// dP: P = 2^(s scale log2(e) - lse log2(e)) = e^(scale s - lse), as the forward's (kLog2e).
 struct Gradient {
   float p, ds;
 };
-__device__ inline Gradient probability_gradient(float s, float dp, bool visible, float lse,
-                                                float delta, float scale) {
-  const float p = visible ? expf(s * scale - lse) : 0.0f;
+__device__ inline Gradient probability_gradient(float s, float dp, float lse_log2, float delta,
+                                                float scale_log2) {
+  const float p = exp2f(fmaf(s, scale_log2, -lse_log2));
   return {p, p * (dp - delta)};
 }
 
@@ -328,6 +329,7 @@ attention_backward_dkdv_tc_kernel(Storage<Format>* dk, Storage<Format>* dv,
   ZT_DYNAMIC_SHARED(float, shared_memory);
   Shared shared(SharedLayout::aligned(shared_memory));
   const int warp = threadIdx.x / 32;
+  const float scale_log2 = scale * kLog2e;
 
   const BlockTile block = block_tile();
   const int first_key = block.order * kTcBlockRows;  // early keys (most work) first
@@ -382,14 +384,26 @@ attention_backward_dkdv_tc_kernel(Storage<Format>* dk, Storage<Format>* dv,
     const float* tile_lse = shared.lse(buffer);
     const float* tile_delta = shared.delta(buffer);
     const int* tile_start = shared.start(buffer);
+    // Every query of the tile valid and after the warp's keys, the last (latest sample start)
+    // within their sample: no mask (a branch around the loop, one way per warp).
+    const bool masked = !(first_query + kCols <= dims.time && warp_key + kWarpRows - 1 <= first_query &&
+                          warp_key >= tile_start[kCols - 1]);
+    if (masked) {
+#pragma unroll
+      for (int j = 0; j < kN; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = fragment_col(j, e), query = first_query + c, key = warp_key + fragment_row(e);
+          if (!(query < dims.time && key <= query && key >= tile_start[c])) s[j][e] = -INFINITY;
+        }
+      }
+    }
 #pragma unroll
     for (int j = 0; j < kN; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int c = fragment_col(j, e), query = first_query + c, key = warp_key + fragment_row(e);
-        const bool visible = query < dims.time && key <= query && key >= tile_start[c];
-        const Gradient g = probability_gradient(s[j][e], dp[j][e], visible, tile_lse[c],
-                                                tile_delta[c], scale);
+        const int c = fragment_col(j, e);
+        const Gradient g = probability_gradient(s[j][e], dp[j][e], tile_lse[c], tile_delta[c], scale_log2);
         s[j][e] = g.p;
         dp[j][e] = g.ds;
       }
@@ -425,6 +439,7 @@ attention_backward_dq_tc_kernel(Storage<Format>* dq, const Storage<Format>* dout
   ZT_DYNAMIC_SHARED(float, shared_memory);
   Shared shared(SharedLayout::aligned(shared_memory));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const float scale_log2 = scale * kLog2e;
 
   const int tiles = (dims.time + kTcBlockRows - 1) / kTcBlockRows;
   const BlockTile block = block_tile();
@@ -451,7 +466,7 @@ attention_backward_dq_tc_kernel(Storage<Format>* dq, const Storage<Format>* dout
   for (int h = 0; h < 2; ++h) {
     row_query[h] = warp_query + lane / 4 + 8 * h;
     const bool valid = row_query[h] < dims.time;
-    row_lse[h] = valid ? lse[stats_offset + row_query[h]] : 0.0f;
+    row_lse[h] = valid ? lse[stats_offset + row_query[h]] * kLog2e : 0.0f;  // log2 units
     row_delta[h] = valid ? delta[stats_offset + row_query[h]] : 0.0f;
     row_start[h] = valid ? sample_start(positions, dims, b, row_query[h]) : 0;
   }
@@ -486,14 +501,25 @@ attention_backward_dq_tc_kernel(Storage<Format>* dq, const Storage<Format>* dout
     zero_fragments(dp);
     mma_a_bt<T, kD, kN>(s, q_operands, k_tile, kLd);
     mma_a_bt<T, kD, kN>(dp, do_operands, v_tile, kLd);
-    // dS in place of S
+    // dS in place of S; the mask only where some row of the warp misses some key of the tile
+    const bool masked = !__all_sync(0xFFFFFFFFu, sees_whole_tile(row_query[0] < dims.time, row_query[0], row_start[0], first_key, kCols) &&
+                                                     sees_whole_tile(row_query[1] < dims.time, row_query[1], row_start[1], first_key, kCols));
+    if (masked) {
+#pragma unroll
+      for (int j = 0; j < kN; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e / 2, key = first_key + fragment_col(j, e);
+          if (!(row_query[h] < dims.time && key <= row_query[h] && key >= row_start[h])) s[j][e] = -INFINITY;
+        }
+      }
+    }
 #pragma unroll
     for (int j = 0; j < kN; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int h = e / 2, key = first_key + fragment_col(j, e);
-        const bool visible = row_query[h] < dims.time && key <= row_query[h] && key >= row_start[h];
-        s[j][e] = probability_gradient(s[j][e], dp[j][e], visible, row_lse[h], row_delta[h], scale).ds;
+        const int h = e / 2;
+        s[j][e] = probability_gradient(s[j][e], dp[j][e], row_lse[h], row_delta[h], scale_log2).ds;
       }
     }
     // dQ_w += (dS_high + dS_low) [16, kCols] K [kCols, kD] (scaled at the end)

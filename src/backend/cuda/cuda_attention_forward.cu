@@ -207,11 +207,28 @@ struct SoftmaxRow {
 };
 
 // One key tile of the online softmax for a warp: s[kN][4] ([16, 8 kN] Q K^T, unscaled) becomes
-// the probabilities relative to each row's new max, the running max and sums are updated, and
-// the output accumulators o are rescaled to the new max.
+// the probabilities relative to each row's new max, the running max (of the unscaled scores:
+// the scale is positive) and sums are updated, and the output accumulators o are rescaled to the
+// new max. `masked` (the same in every lane): some row of the warp does not see some key of the
+// tile (the diagonal tile, a sample's start, rows past T); the other tiles skip the mask.
+template <int kN>
+__device__ inline void mask_tile(const SoftmaxRow (&rows)[2], float (&s)[kN][4], int first_key) {
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const SoftmaxRow& my = rows[e / 2];
+      const int key = first_key + fragment_col(j, e);
+      // Future key, an earlier sample's key, or a row past T.
+      if (!(my.valid && key <= my.query && key >= my.start)) s[j][e] = -INFINITY;
+    }
+  }
+}
+
 template <int kN, int kDN>
 __device__ inline void softmax_tile(SoftmaxRow (&rows)[2], float (&s)[kN][4], float (&o)[kDN][4],
-                                    int first_key, float scale) {
+                                    int first_key, float scale_log2, bool masked) {
+  if (masked) mask_tile(rows, s, first_key);  // (a branch around the loop: one way per warp)
 #pragma unroll
   for (int h = 0; h < 2; ++h) {  // row g, then g + 8
     SoftmaxRow& my = rows[h];
@@ -219,26 +236,21 @@ __device__ inline void softmax_tile(SoftmaxRow (&rows)[2], float (&s)[kN][4], fl
 #pragma unroll
     for (int j = 0; j < kN; ++j) {
 #pragma unroll
-      for (int e = 2 * h; e < 2 * h + 2; ++e) {
-        const int key = first_key + fragment_col(j, e);
-        // Future key, an earlier sample's key, or a row past T.
-        const bool visible = my.valid && key <= my.query && key >= my.start;
-        s[j][e] = visible ? s[j][e] * scale : -INFINITY;
-        tile_max = fmaxf(tile_max, s[j][e]);
-      }
+      for (int e = 2 * h; e < 2 * h + 2; ++e) tile_max = fmaxf(tile_max, s[j][e]);
     }
     // the row's 4 lanes
     tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, 1));
     tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, 2));
     const float new_max = fmaxf(my.max, tile_max);
-    const float reference = new_max == -INFINITY ? 0.0f : new_max;  // rows past T: no NaN
-    const float factor = my.max == -INFINITY ? 0.0f : expf(my.max - reference);
+    // in log2 units, scaled; rows past T: no NaN
+    const float reference = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
+    const float factor = my.max == -INFINITY ? 0.0f : exp2f(my.max * scale_log2 - reference);
     float sum = 0.0f;
 #pragma unroll
     for (int j = 0; j < kN; ++j) {
 #pragma unroll
       for (int e = 2 * h; e < 2 * h + 2; ++e) {
-        s[j][e] = expf(s[j][e] - reference);  // e^-inf = 0 for masked keys
+        s[j][e] = exp2f(fmaf(s[j][e], scale_log2, -reference));  // 2^-inf = 0 for masked keys
         sum += s[j][e];
       }
     }
@@ -318,13 +330,15 @@ attention_forward_tc_kernel(Storage<Format>* out, float* lse, const Storage<Form
     float s[kN][4];
     zero_fragments(s);
     mma_a_bt<T, kD, kN>(s, q_operands, k_tile, kLd);
-    softmax_tile(rows, s, o, first_key, scale);
+    const bool masked = !__all_sync(0xFFFFFFFFu, sees_whole_tile(rows[0].valid, rows[0].query, rows[0].start, first_key, kKeys) &&
+                                                     sees_whole_tile(rows[1].valid, rows[1].query, rows[1].start, first_key, kKeys));
+    softmax_tile(rows, s, o, first_key, scale * kLog2e, masked);
     // O_w [16, kD] += (P_high + P_low) [16, kKeys] V [kKeys, kD]
     mma_accumulators_b<Format, 2>(o, s, v_tile, kLd);
     async_copy_wait<0>();
     __syncthreads();  // the next tile is in place; every warp is done with this one
   }
-  // out = O_w / sum, lse = max + log(sum) (the sum over the row's 4 lanes)
+  // out = O_w / sum, lse = scale max + log(sum) (the sum over the row's 4 lanes)
   float normaliser[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -332,7 +346,9 @@ attention_forward_tc_kernel(Storage<Format>* out, float* lse, const Storage<Form
     my.sum += __shfl_xor_sync(0xFFFFFFFFu, my.sum, 1);
     my.sum += __shfl_xor_sync(0xFFFFFFFFu, my.sum, 2);
     normaliser[h] = my.valid ? 1.0f / my.sum : 0.0f;
-    if (my.valid && lane % 4 == 0) lse[dims.lse_offset(b, head) + my.query] = my.max + logf(my.sum);
+    // ln(sum 2^(x - reference)) + reference ln 2, reference = max scale log2(e) as the softmax's
+    if (my.valid && lane % 4 == 0)
+      lse[dims.lse_offset(b, head) + my.query] = (my.max * (scale * kLog2e) + log2f(my.sum)) * kLn2;
   }
   store_fragments<Format>(out + dims.q_offset(b, head) + warp_query * q_stride, q_stride, o,
                           normaliser, max(0, min(kWarpRows, dims.time - warp_query)));
