@@ -59,8 +59,8 @@ class HostWorker;
 // Bytes held per rank, by what they are and where (rank 0 prints this at start).
 struct ZeroMemory {
   int64_t compute_params = 0;      // device: compute-dtype parameters resident (stage 3: partitions +
-                                   // persistent units + the largest unit, twice when a prefetch of it
-                                   // fits stage3_prefetch_bucket_size and stage3_max_live_parameters)
+                                   // persistent units + the largest unit, twice when it is prefetched:
+                                   // stage3_prefetches, zero_config.h)
   int64_t gradients = 0;           // device: gradient buffers (full for 0/1 and for one rank; partition + one
                                    // bucket for 2/3; a fused optimizer: the units in flight + one slice)
   int64_t master_params = 0;       // fp32 master partition (host when offloaded)
@@ -339,7 +339,8 @@ class ZeroEngine final : public UnitHooks {
   void update_resident_parts(const OptimizerStep& step, float grad_divisor, bool from_copy = false);
   void update_compute_partitions();  // compute_partition = master (rounded to the compute dtype)
   void update_compute_partition(ParamGroup group, int64_t begin, int64_t numel);
-  void download_rounded_resident(ParamGroup group);  // offload_param: the resident part, rounded, to the host
+  void download_rounded_master(ParamGroup group, int64_t begin, int64_t numel);  // offload_param: the device master, rounded, to the host partition
+  int64_t device_master_numel(const GroupState& s) const;
   struct BucketGather {
     ParamGroup group = ParamGroup::Decay;
     std::vector<UnitRange> units;

@@ -49,6 +49,13 @@ CASES = (
     ("stage 3 bf16 + offload_optimizer + offload_param, 2 ranks", 2,
      {"stage": 3, "stage3_param_persistence_threshold": 0, "offload_optimizer": PINNED_CPU,
       "offload_param": PINNED_CPU}, "bf16", None, ()),
+    # One rank: the gathers are uploads from the pinned partition on the transfer queue (no
+    # collective); the resident part of a partial offload goes back to that partition each step.
+    ("stage 3 fp16 + offload_optimizer ratio 0.5 + offload_param, 1 rank", 1,
+     {"stage": 3, "stage3_param_persistence_threshold": 0,
+      "offload_optimizer": dict(PINNED_CPU, ratio=0.5), "offload_param": PINNED_CPU}, "fp16", None, ()),
+    ("stage 3 fp16 + offload_param, 1 rank", 1,
+     {"stage": 3, "stage3_param_persistence_threshold": 0, "offload_param": PINNED_CPU}, "fp16", None, ()),
     ("stage 2 bf16 + offload_optimizer, delayed parameter update", 1, {"stage": 2, "offload_optimizer": PINNED_CPU},
      "bf16", None, ("--delayed-param-update", "1")),
     ("stage 2 bf16 + offload_optimizer, per-bucket update", 1, {"stage": 2, "offload_optimizer": PINNED_CPU},

@@ -41,6 +41,9 @@ CASES = {
     # offload_optimizer.ratio 0.5 + offload_param: the resident part's update rounded on the device into
     # the bf16 host partition (its staging once op scratch of the whole part: LARGE_SCRATCH_BYTES below).
     "s3-offload-ratio-half-param-bf16": (1, 3, 0.5, True, None, ["--bf16"]),
+    # offload_param alone: the whole master is on the device, rounded into the host partition after
+    # the update (as one op scratch copy of the whole partition until the H200's call9: 2.32 GiB over).
+    "s3-offload-param-only-bf16": (1, 3, False, True, None, ["--bf16"]),
     "s2-lora": (1, 2, False, False, None, ["--lora-r", 4, "--lora-targets", "all-linear"]),
     "s0-qlora-packing": (1, 0, False, False, None, ["--lora-r", 4, "--quantize", "nf4", "--packing"]),
     "s2-sgd": (1, 2, False, False, {"type": "SGD", "params": {"lr": 0.05, "momentum": 0.9}}, []),
