@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "zero/zero_config.h"
 
 namespace zt {
 
@@ -94,7 +95,7 @@ ZeroMemoryPlan zero_memory_plan(const ZeroMemoryInputs& in) {
     plan.device_param_bytes = plan.padded_params * c;
   } else {
     const int64_t unit = in.gather_unit_params > 0 ? in.gather_unit_params : in.largest_layer_params;
-    const bool prefetch_fits = unit <= in.stage3_prefetch_bucket_size && 2 * unit <= in.stage3_max_live_parameters;
+    const bool prefetch_fits = stage3_prefetches(unit, unit, in.stage3_prefetch_bucket_size, in.stage3_max_live_parameters);
     plan.gathered_params = std::min(plan.padded_params, prefetch_fits ? 2 * unit : unit);
     const int64_t partition_bytes = plan.param_partition * c;
     if (in.offload_params)

@@ -58,9 +58,9 @@ struct ZeroMemoryPlan {
   int64_t padded_trainable = 0;      // T
   int64_t trainable_partition = 0;   // T / W: this rank's slice of master weights and moments
   int64_t gathered_params = 0;       // stage 3: parameters gathered at once: the gather unit U
-                                     // plus, when U <= stage3_prefetch_bucket_size and
+                                     // plus, when stage3_prefetch_bucket_size > 0 and
                                      // 2U <= stage3_max_live_parameters, the prefetched next
-                                     // unit (at most P); 0 for stages 0-2
+                                     // unit (at most P; stage3_prefetches); 0 for stages 0-2
   bool master_aliases_params = false;  // fp32 compute without optimizer offload: the compute
                                        // parameters are the fp32 master weights (no copy)
   // device (GPU) bytes per rank

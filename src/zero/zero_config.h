@@ -5,6 +5,15 @@
 
 namespace zt {
 
+// Whether stage 3 prefetches the next unit (`next` parameters not yet gathered) while `live` are
+// gathered. DeepSpeed's coordinator adds the next parameters to a prefetch while fewer than
+// stage3_prefetch_bucket_size are in flight, so a unit larger than the bucket still goes (nothing
+// is in flight before it: opt-1.3b's 50.4M-parameter blocks against the 5e7 default); 0 turns
+// prefetching off. Within stage3_max_live_parameters, which zerotune keeps strictly.
+inline bool stage3_prefetches(int64_t next, int64_t live, int64_t prefetch_bucket_size, int64_t max_live_parameters) {
+  return next > 0 && prefetch_bucket_size > 0 && live + next <= max_live_parameters;
+}
+
 struct ZeroConfig {  // DeepSpeed "zero_optimization"; the ZeRO issue gives these their effect
   int stage = 0;
   int64_t reduce_bucket_size = 500000000;

@@ -516,8 +516,11 @@ void ZeroEngine::acquire(int unit, UnitUse use) {
   }
 }
 
-// Stage 3: starts gathering what the next unit of this pass reads, within
-// stage3_prefetch_bucket_size and stage3_max_live_parameters. The pass goes forward 0..U-1 and
+// Stage 3: starts gathering what the next unit of this pass reads, as DeepSpeed's coordinator
+// would with stage3_prefetch_bucket_size and stage3_max_live_parameters (stage3_prefetches: until
+// 2026-11-28 a unit larger than the bucket was never prefetched, so opt-1.3b's blocks, 50.4M
+// parameters against the 5e7 default, were each gathered when needed, with nothing to overlap
+// with; with offload_param each upload then stood between two blocks). The pass goes forward 0..U-1 and
 // backward U-1..0; a unit whose backward reads no parameters (an embedding table) is skipped.
 void ZeroEngine::prefetch_next(int unit, UnitUse use) {
   const int next = use == UnitUse::Forward ? unit + 1 : unit - 1;
@@ -526,8 +529,7 @@ void ZeroEngine::prefetch_next(int unit, UnitUse use) {
   int64_t missing = 0;
   for (int read : store_.unit_reads(next))
     if (!units_[static_cast<size_t>(read)].gathered) missing += store_.unit_numel(read);
-  if (!missing || missing > zero_.stage3_prefetch_bucket_size || live_gathered_ + missing > zero_.stage3_max_live_parameters)
-    return;
+  if (!stage3_prefetches(missing, live_gathered_, zero_.stage3_prefetch_bucket_size, zero_.stage3_max_live_parameters)) return;
   for (int read : store_.unit_reads(next))
     if (!units_[static_cast<size_t>(read)].gathered) gather_unit(read, true);
 }
@@ -840,7 +842,7 @@ ZeroMemory ZeroEngine::memory() const {
         if (store_.unit_numel(read) >= zero_.stage3_param_persistence_threshold) in_use += store_.unit_numel(read);
       largest = std::max(largest, in_use);
     }
-    const bool prefetched = largest <= zero_.stage3_prefetch_bucket_size && 2 * largest <= zero_.stage3_max_live_parameters;
+    const bool prefetched = stage3_prefetches(largest, largest, zero_.stage3_prefetch_bucket_size, zero_.stage3_max_live_parameters);
     const int64_t planned = persistent + (prefetched ? 2 * largest : largest);
     // The compute-dtype partitions: on the device, or in host memory with offload_param.
     const int64_t frozen_partition = groups_[static_cast<size_t>(ParamGroup::Frozen)]->partition_numel;
