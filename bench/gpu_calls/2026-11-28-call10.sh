@@ -1,0 +1,31 @@
+#!/bin/bash
+# The night session's last call (2026-11-28, an H200), after call9 found why offload_param's uploads
+# never overlapped the compute: opt-1.3b's blocks (50.4M parameters) exceeded the 5e7 default
+# stage3_prefetch_bucket_size, and zerotune prefetched a unit only when it fit the bucket, so every
+# gather waited at the block that needed it. Now a unit is prefetched as DeepSpeed's coordinator does
+# (stage3_prefetches); the one-rank uploads run on the transfer queue (call7); offload_param alone
+# rounds its master into the host partition unit by unit (call9 measured 2.32 GiB over the prediction).
+# 1. opt13's six rows, then call9's param-only and r30opt-dpu rows (10 steps); 2. the gpu test suite;
+# 3. tests/gpu/test_gpu_allocation_drift.py (its new offload_param-only case) on the hardware.
+# Same pack as call7 (rebuilt at this commit; carry [".gpu"]):  OUT=$OUT bash bench/gpu_calls/2026-11-28-call10.sh
+R=/tmp/res; mkdir -p $R; W=/tmp/wc; B=$W/bin; P=$W/proj; t0=$(date +%s)
+timeout 200 bash .gpu/gpu_check.sh run --out $R/c --work $W --parts "env opt13 tests" >$R/c.out 2>&1
+echo "opt13+tests rc $? after $(( $(date +%s) - t0 )) s"; cat $R/c/summary.md
+for f in $R/c/opt13-*.log; do echo "$f: $(grep -h '^memory:' $f | grep -o 'predicted.*peak') | $(grep -h 'peak memory' $f)"; done
+eval "$(sed -n 2,3p $W/wrap/zerotune)"  # the bundle's environment (gpu_check.sh's wrapper), for $B's binaries
+opt30='"offload_optimizer":{"device":"cpu","pin_memory":true,"ratio":0.3}'; par='"offload_param":{"device":"cpu","pin_memory":true}'
+declare -A cfg=([param-only]="$par" [r30opt-dpu]="$opt30")
+for z in param-only r30opt-dpu; do
+  extra=(); [[ $z == *-dpu ]] && extra=(--delayed-param-update 2)
+  printf '{"train_micro_batch_size_per_gpu":8,"gradient_accumulation_steps":1,"fp16":{"enabled":true,"loss_scale_window":100},"gradient_clipping":1.0,"optimizer":{"type":"AdamW","params":{"lr":1e-5}},"zero_optimization":{"stage":3,%s}}' "${cfg[$z]}" >$W/f$z.json
+  timeout 60 $B/zerotune train --model $W/opt --data $W/dopt --out $W/f$z --deepspeed $W/f$z.json --max-steps 10 \
+    --device cuda --seed 1 --log-every 1 --no-save-at-end "${extra[@]}" >$R/$z.log 2>&1
+  echo "$z rc $? $(grep -h '^memory:' $R/$z.log | grep -o 'predicted.*peak') | $(grep -h 'peak memory' $R/$z.log)"
+  env -u LD_LIBRARY_PATH python3 $P/bench/bench_results.py summarize $W/f$z --label "$z" 2>&1 | tr -d '\n' >$R/$z.json
+  env -u LD_LIBRARY_PATH python3 -c "import json,statistics; d=json.load(open('$R/$z.json')); t=d['step_seconds'][1:]; print('$z median s/step', round(statistics.median(t),4), 'min', round(min(t),4), 'of', len(t))"
+done
+echo "[$(( $(date +%s) - t0 )) s] drift"
+ZT_PYTESTS='allocation_drift' timeout 110 bash .gpu/gpu_check.sh run --out $R/d --work $W --parts "env pytests" >$R/d.out 2>&1
+echo "drift rc $? after $(( $(date +%s) - t0 )) s"; tail -n 4 $R/d/pytests.txt 2>/dev/null
+cp $W/test_gpu_*.log $R/ 2>/dev/null
+tar -C /tmp -czf $OUT/res.tgz res
