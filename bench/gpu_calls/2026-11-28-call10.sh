@@ -24,6 +24,7 @@ for z in param-only r30opt-dpu; do
   env -u LD_LIBRARY_PATH python3 $P/bench/bench_results.py summarize $W/f$z --label "$z" 2>&1 | tr -d '\n' >$R/$z.json
   env -u LD_LIBRARY_PATH python3 -c "import json,statistics; d=json.load(open('$R/$z.json')); t=d['step_seconds'][1:]; print('$z median s/step', round(statistics.median(t),4), 'min', round(min(t),4), 'of', len(t))"
 done
+tar -C /tmp -czf $OUT/res.tgz res  # (again at the end)
 echo "[$(( $(date +%s) - t0 )) s] drift"
 ZT_PYTESTS='allocation_drift' timeout 110 bash .gpu/gpu_check.sh run --out $R/d --work $W --parts "env pytests" >$R/d.out 2>&1
 echo "drift rc $? after $(( $(date +%s) - t0 )) s"; tail -n 4 $R/d/pytests.txt 2>/dev/null
