@@ -344,15 +344,24 @@ void ZeroEngine::gather_unit(int unit, bool async) {
     Tensor out = store_.group_params(group).rows(range.begin, range.numel);
     backend_.commit(out);  // its pages were given back when the unit was released
     Tensor in = gather_source(group).rows(range.begin / world_, range.numel / world_);
-    if (offload_param_ && world_ == 1) {  // the gather is an upload: beside the compute, not behind it
-      u.host_uploads.push_back(backend_.transfer_async(out, in));
-      continue;
-    }
-    if (offload_param_ && world_ > 1) {  // collectives read device memory: upload this rank's slice first
+    if (offload_param_) {
+      const Tensor master = device_master_rows(group, range.begin / world_, range.numel / world_);  // fp32 or empty
+      if (master.data && world_ == 1) {
+        backend_.copy(out, master);  // rounded into place on the device
+        continue;
+      }
+      if (!master.data && world_ == 1) {  // the gather is an upload: beside the compute, not behind it
+        u.host_uploads.push_back(backend_.transfer_async(out, in));
+        continue;
+      }
+      // Collectives read device memory: this rank's slice rounded from the master, else uploaded.
       u.uploads.emplace_back(backend_, in.bytes());
-      Tensor uploaded = u.uploads.back().view(in.dtype, {in.numel()});
-      backend_.copy_async(uploaded, in);  // the gather after it is ordered on the device
-      in = uploaded;
+      Tensor slice = u.uploads.back().view(in.dtype, {in.numel()});
+      if (master.data)
+        backend_.copy(slice, master);
+      else
+        backend_.copy_async(slice, in);  // the gather after it is ordered on the device
+      in = slice;
     }
     u.inflight.push_back(gather_range(u, static_cast<int>(group), out, in));
   }
@@ -386,6 +395,18 @@ void ZeroEngine::finish_prefetch(int unit) {
   u.host_uploads.clear();
   u.uploads.clear();
   if (u.capture_secondary) capture_secondary(unit);
+}
+
+// offload_param: this rank's slice [begin, begin + numel) of a group's fp32 master where that is
+// device memory (no optimizer offload, or the resident part of offload_optimizer.ratio < 1), else
+// empty. A gather rounds it on the device rather than uploading the host partition's 16-bit copy:
+// the same bits (that copy is the master rounded, rewritten whenever the master is), no link
+// traffic, and no download of the updated master to the host after the update (update_compute_partition).
+Tensor ZeroEngine::device_master_rows(ParamGroup group, int64_t begin, int64_t numel) {
+  GroupState& s = state(group);
+  if (group == ParamGroup::Frozen || (offload_ && !s.resident(begin))) return {};  // (frozen: no master)
+  const Tensor master = s.master_rows(begin, numel);
+  return master.device == Device::CPU ? Tensor() : master;
 }
 
 // A gather from the pinned host partition (one rank, offload_param) reads it until its transfer

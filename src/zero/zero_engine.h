@@ -285,6 +285,7 @@ class ZeroEngine final : public UnitHooks {
   void make_secondary_partition();
   void invalidate_secondary(int unit);
   void finish_prefetch(int unit);
+  Tensor device_master_rows(ParamGroup group, int64_t begin, int64_t numel);  // offload_param: what gathers round on the device
   void settle_host_uploads();  // before the host rewrites a partition a gather may still be reading
   void prefetch_next(int unit, UnitUse use);
   void discard_unit_params(int unit);
@@ -339,8 +340,6 @@ class ZeroEngine final : public UnitHooks {
   void update_resident_parts(const OptimizerStep& step, float grad_divisor, bool from_copy = false);
   void update_compute_partitions();  // compute_partition = master (rounded to the compute dtype)
   void update_compute_partition(ParamGroup group, int64_t begin, int64_t numel);
-  void download_rounded_master(ParamGroup group, int64_t begin, int64_t numel);  // offload_param: the device master, rounded, to the host partition
-  int64_t device_master_numel(const GroupState& s) const;
   struct BucketGather {
     ParamGroup group = ParamGroup::Decay;
     std::vector<UnitRange> units;

@@ -201,7 +201,7 @@ void ZeroEngine::update_compute_partitions() {
     update_compute_partition(group, 0, s.resident_numel);
     update_compute_partition(group, s.resident_numel, s.offloaded_numel());
   }
-  if (offload_ || offload_param_) uploads_done_ = backend_.record_event();  // (offload_param: the downloads)
+  if (offload_) uploads_done_ = backend_.record_event();
 }
 
 // Elements [begin, begin + numel) of the compute partition from the master's, which are all in
@@ -211,8 +211,9 @@ void ZeroEngine::update_compute_partition(ParamGroup group, int64_t begin, int64
   if (!s.compute_partition.data() || !numel) return;
   Tensor master = s.master_rows(begin, numel);                     // fp32
   Tensor compute = compute_partition_view(s).rows(begin, numel);  // compute dtype
-  if (compute.device == Device::CPU && master.device != Device::CPU)  // offload_param, a master on the device
-    return download_rounded_master(group, begin, numel);
+  // offload_param with this part's master on the device: the gathers round it there
+  // (device_master_rows); nothing reads this part of the host partition.
+  if (compute.device == Device::CPU && master.device != Device::CPU) return;
   if (offload_ && s.resident(begin)) {
     backend_.copy(compute, master);  // rounded on the device
   } else if (const Tensor rounded = rounding_target(group, begin, numel, true); rounded.data) {
@@ -223,42 +224,6 @@ void ZeroEngine::update_compute_partition(ParamGroup group, int64_t begin, int64
   } else {
     backend_.copy(compute, master);  // fp32 -> compute dtype (RNE)
   }
-}
-
-// The elements of a partition whose fp32 master is device memory: the resident part of a partial
-// offload, all of it without optimizer offload, none with the whole optimizer offloaded.
-int64_t ZeroEngine::device_master_numel(const GroupState& s) const {
-  return offload_ ? s.resident_numel : s.partition_numel;
-}
-
-// offload_param with the master on the device (offload_optimizer.ratio < 1: the resident part;
-// no optimizer offload: all of it): the master rounded on the device unit by unit through one
-// staging buffer (compute dtype [the largest unit's slice]), each unit's download to the host
-// partition queued behind its rounding. copy() of the whole part staged all of it on the device
-// at once, outside the memory model, and waited for the download: at ratio 0.3 the step's peak
-// was 1.67 GiB over the prediction on an H200 (2026-11-28, evening), without optimizer offload
-// 2.32 GiB (the night's call9), with two host waits more per step. uploads_done_, recorded after,
-// covers these downloads. (The device-master units are gather_pieces' first piece either way.)
-// Elements [begin, begin + numel): whole units (the update's whole device master, or LOMO's unit).
-void ZeroEngine::download_rounded_master(ParamGroup group, int64_t begin, int64_t numel) {
-  const GroupState& s = state(group);
-  std::vector<std::vector<UnitRange>> pieces;  // the units of the range, one a piece
-  for (std::vector<UnitRange>& units : plan_buckets(gather_pieces(group).front(), 1))
-    if (piece_begin(units) >= begin && piece_begin(units) + piece_numel(units) <= begin + numel) pieces.push_back(std::move(units));
-  int64_t largest = 0, covered = 0;
-  for (const std::vector<UnitRange>& units : pieces) largest = std::max(largest, piece_numel(units));
-  Buffer staging(backend_, static_cast<size_t>(largest) * dtype_size(compute_dtype_));
-  for (const std::vector<UnitRange>& units : pieces) {
-    const int64_t first = piece_begin(units), count = piece_numel(units);
-    if (!count) continue;
-    const Tensor rounded = staging.view(compute_dtype_, {count});       // compute dtype [count], device
-    backend_.copy(rounded, s.master_rows(first, count));                // fp32 -> compute dtype (RNE)
-    backend_.copy_async(compute_partition_view(s).rows(first, count), rounded);  // to host memory
-    covered += count;
-  }
-  ZT_CHECK(covered == numel && begin + numel <= device_master_numel(s), "ZeRO: elements [", begin, ", ", begin + numel,
-           ") of the device master are not whole units (", covered, " covered; the device master has ",
-           device_master_numel(s), ")");
 }
 
 // Stage 1/2: all-gather one bucket of consecutive units of a group from the compute partition

@@ -50,7 +50,8 @@ CASES = (
      {"stage": 3, "stage3_param_persistence_threshold": 0, "offload_optimizer": PINNED_CPU,
       "offload_param": PINNED_CPU}, "bf16", None, ()),
     # One rank: the gathers are uploads from the pinned partition on the transfer queue (no
-    # collective); the resident part of a partial offload goes back to that partition each step.
+    # collective), or, where the master is on the device (the resident part of a partial offload;
+    # all of it without optimizer offload), rounded from it in place.
     ("stage 3 fp16 + offload_optimizer ratio 0.5 + offload_param, 1 rank", 1,
      {"stage": 3, "stage3_param_persistence_threshold": 0,
       "offload_optimizer": dict(PINNED_CPU, ratio=0.5), "offload_param": PINNED_CPU}, "fp16", None, ()),

@@ -38,11 +38,13 @@ CASES = {
     "s2-w2": (2, 2, False, False, None, []),
     "s3-w2": (2, 3, False, False, None, ["--activation-checkpointing"]),
     "s3-w2-offload-all": (2, 3, True, True, None, []),
-    # offload_optimizer.ratio 0.5 + offload_param: the resident part's update rounded on the device into
-    # the bf16 host partition (its staging once op scratch of the whole part: LARGE_SCRATCH_BYTES below).
+    # offload_optimizer.ratio 0.5 + offload_param: the resident part's gathers rounded from its master on
+    # the device (its update once went to the bf16 host partition through op scratch of the whole part:
+    # LARGE_SCRATCH_BYTES below).
     "s3-offload-ratio-half-param-bf16": (1, 3, 0.5, True, None, ["--bf16"]),
-    # offload_param alone: the whole master is on the device, rounded into the host partition after
-    # the update (as one op scratch copy of the whole partition until the H200's call9: 2.32 GiB over).
+    # offload_param alone: the whole master is on the device (until the H200's call9 rounded into the
+    # host partition after the update as one op scratch copy of the whole partition: 2.32 GiB over;
+    # since, the gathers round it in place).
     "s3-offload-param-only-bf16": (1, 3, False, True, None, ["--bf16"]),
     "s2-lora": (1, 2, False, False, None, ["--lora-r", 4, "--lora-targets", "all-linear"]),
     "s0-qlora-packing": (1, 0, False, False, None, ["--lora-r", 4, "--quantize", "nf4", "--packing"]),

@@ -62,10 +62,11 @@ def train(zerotune, workdir, model, data, mode, ranks, stage, offload, device, s
           scheduler=None):
     name = f"{mode}-w{ranks}-s{stage}-{offload}-{device}"
     out = os.path.join(workdir, name)
-    zero = dict(ZERO_KNOBS[ranks], stage=stage, offload_optimizer={"device": "none" if offload == "none" else "cpu"})
+    # offload "param": offload_param alone (the fp32 master on the device, the 16-bit partition on the host)
+    zero = dict(ZERO_KNOBS[ranks], stage=stage, offload_optimizer={"device": "none" if offload in ("none", "param") else "cpu"})
     if ranks == 4:
         zero["stage3_param_persistence_threshold"] = PERSISTENCE_W4[model_name]
-    if offload == "cpu+param":
+    if offload in ("cpu+param", "param"):
         zero["offload_param"] = {"device": "cpu"}
     ds = write_ds_config(os.path.join(workdir, name + ".json"), 16, 4, zero)
     if scheduler:
@@ -148,7 +149,7 @@ def check_accounting(report, got, reads):
         frozen = layout["all_elements"] - layout["trainable_elements"]
         offloaded = layout["trainable_elements"] / ranks if got["offload"] == "cpu" else 0
         # offload_param: the partitions (frozen and trainable) live in host memory.
-        partitions = 0 if got["offload"] == "cpu+param" else frozen / ranks + offloaded
+        partitions = 0 if got["offload"] in ("cpu+param", "param") else frozen / ranks + offloaded
         planned = 4.0 * (2 * reads.largest_in_use(units) + partitions)
         report.scalar(f"{label}: stage-3 parameter bytes per rank = 2 largest units in use + partitions",
                       memory["parameters"], planned, 1e-12)
