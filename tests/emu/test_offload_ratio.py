@@ -18,11 +18,15 @@ CASES = (
     ("emulated device, stage 3 bf16 + offload_optimizer ratio 0.5, 1 rank", 1,
      {"stage": 3, "stage3_param_persistence_threshold": 0, "offload_optimizer": PINNED_CPU}, 0.5, "bf16", 0.0,
      None),
-    # offload_param: the resident part rounded on the device into the host partition (a download), and
-    # under --delayed-param-update after the swap with the twin the host update rounded into.
+    # offload_param: the resident part's gathers round its master on the device in place (the rest
+    # upload the host partition, which under --delayed-param-update swaps with the twin the host
+    # update rounded into); on 2 ranks each rank's resident slice is rounded into the all-gather's input.
     ("emulated device, stage 3 bf16 + offload_optimizer ratio 0.5 + offload_param, 1 rank", 1,
      {"stage": 3, "stage3_param_persistence_threshold": 0, "offload_optimizer": PINNED_CPU,
       "offload_param": PINNED_CPU}, 0.5, "bf16", 0.0, "same ratio"),
+    ("emulated device, stage 3 bf16 + offload_optimizer ratio 0.5 + offload_param, 2 ranks", 2,
+     {"stage": 3, "stage3_param_persistence_threshold": 0, "offload_optimizer": PINNED_CPU,
+      "offload_param": PINNED_CPU}, 0.5, "bf16", 0.0, None),
 )
 
 
