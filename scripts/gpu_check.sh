@@ -24,7 +24,8 @@
 #   ZT_SANITIZE_TOOLS, e.g. "racecheck synccheck", and ZT_SANITIZE_TESTS, a --run_test filter such
 #   as cuda_attention/tensor_core_head_dims, narrow it),
 #   bench7b (llama-7B shape: GEMM peak, kernels, LoRA vs HF+PEFT), opt13 (opt-1.3b fp16 at
-#   ZeRO-0/3/3+offload, and offload with --delayed-param-update), adam (the CPU AdamW against the
+#   ZeRO-0/3/3+offload, offload with --delayed-param-update and offload_optimizer.ratio 0.3, and
+#   each offload alone), adam (the CPU AdamW against the
 #   node's memory bandwidth, every core), prof (where a LoRA step's time goes). Each part is
 #   time-boxed; everything goes to RESULTS (default ./gpu-results): log.txt, one file per part,
 #   summary.md (a table: part, pass/fail, key figures, seconds), printed at the end. Exit status:
@@ -315,7 +316,7 @@ part_bench7b() {
 }
 
 part_opt13() {
-  begin "opt-1.3b shape, full fine-tuning, fp16, micro-batch 8, seq 512, 16 steps, ZeRO-0, 3, 3 + offload (+ DPU, ratio 0.3)"
+  begin "opt-1.3b shape, full fine-tuning, fp16, micro-batch 8, seq 512, 16 steps, ZeRO-0, 3, 3 + offload (+ DPU, ratio 0.3; each offload alone)"
   have_binaries opt13 zerotune make_bench_data || return 1
   local z off extra rc=0 figures=""
   timeout 120 "$B/zerotune" init --config "$P/job_scripts/deepspeed-chat/models/opt-1.3b/config.json" --out "$W/opt" --seed 1 \
@@ -327,12 +328,17 @@ part_opt13() {
   # 3o-dpu: the same offload run with the one-step delayed update from update 3 on
   # (docs/zero-offload.md): the CPU update of step t beside step t + 1's device work; 3o-r30: the
   # same offload run with offload_optimizer.ratio 0.3 (ZeRO-Offload++: 70% of the optimizer states
-  # stay on the GPU and are updated there, beside the CPU's 30%); 3o-r30-dpu: both.
-  for z in 0 3 3o 3o-dpu 3o-r30 3o-r30-dpu; do
+  # stay on the GPU and are updated there, beside the CPU's 30%); 3o-r30-dpu: both. Two rows take a
+  # part of 3o-r30-dpu away (bench/gpu_calls/2026-11-28-call9.sh found them telling): 3p, offload_param
+  # alone (the optimizer on the GPU); 3r30-dpu, the optimizer offload at ratio 0.3 with DPU alone.
+  local opt='"offload_optimizer":{"device":"cpu","pin_memory":true' par=',"offload_param":{"device":"cpu","pin_memory":true}'
+  for z in 0 3 3o 3o-dpu 3o-r30 3o-r30-dpu 3p 3r30-dpu; do
     off="" extra=()
     local ratio=""
-    [[ $z == 3o-r30* ]] && ratio=',"ratio":0.3'
-    [[ $z == 3o* ]] && off=',"offload_optimizer":{"device":"cpu","pin_memory":true'"$ratio"'},"offload_param":{"device":"cpu","pin_memory":true}'
+    [[ $z == *r30* ]] && ratio=',"ratio":0.3'
+    [[ $z == 3o* ]] && off=",$opt$ratio}$par"
+    [[ $z == 3p ]] && off="$par"
+    [[ $z == 3r30* ]] && off=",$opt$ratio}"
     [[ $z == *-dpu ]] && extra=(--delayed-param-update 2)
     printf '{"train_micro_batch_size_per_gpu":8,"gradient_accumulation_steps":1,"fp16":{"enabled":true,"loss_scale_window":100},"gradient_clipping":1.0,"optimizer":{"type":"AdamW","params":{"lr":1e-5}},"zero_optimization":{"stage":%s%s}}' \
       "${z:0:1}" "$off" >"$W/f$z.json"

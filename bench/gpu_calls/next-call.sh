@@ -8,25 +8,14 @@
 # offload): call10 measured 3o-r30-dpu 0.210 s/step (2.28x of ZeRO-0) and param-only 0.180 with
 # those parts still uploaded; the estimate says 22.23 GiB for 3o-r30 (cli.estimate_matches_h200
 # holds the model's figure until this measures it).
-# 1. opt13's six rows, call9's param-only and r30opt-dpu rows (10 steps); 2. kernels and the gpu
+# 1. opt13's eight rows (3p and 3r30-dpu are call9's param-only and r30opt-dpu); 2. kernels and the gpu
 # test suite; 3. tests/gpu/test_gpu_allocation_drift.py and test_gpu_zero_equivalence.py (its new
-# one-rank offload_param-alone case). About 6 minutes; results in $OUT/res.tgz, the summary on stdout.
+# one-rank offload_param-alone case). About 7 minutes; results in $OUT/res.tgz, the summary on stdout.
 R=/tmp/res; mkdir -p $R; W=/tmp/wc; B=$W/bin; P=$W/proj; t0=$(date +%s)
-timeout 260 bash .gpu/gpu_check.sh run --out $R/c --work $W --parts "env opt13 kernels tests" >$R/c.out 2>&1
+timeout 330 bash .gpu/gpu_check.sh run --out $R/c --work $W --parts "env opt13 kernels tests" >$R/c.out 2>&1
 echo "opt13+kernels+tests rc $? after $(( $(date +%s) - t0 )) s"; cat $R/c/summary.md; grep -h "^attention_" $R/c/kernels.txt 2>/dev/null
 for f in $R/c/opt13-*.log; do echo "$f: $(grep -h '^memory:' $f | grep -o 'predicted.*peak') | $(grep -h 'peak memory' $f)"; done
-eval "$(sed -n 2,3p $W/wrap/zerotune)"  # the bundle's environment (gpu_check.sh's wrapper), for $B's binaries
-opt30='"offload_optimizer":{"device":"cpu","pin_memory":true,"ratio":0.3}'; par='"offload_param":{"device":"cpu","pin_memory":true}'
-declare -A cfg=([param-only]="$par" [r30opt-dpu]="$opt30")
-for z in param-only r30opt-dpu; do
-  extra=(); [[ $z == *-dpu ]] && extra=(--delayed-param-update 2)
-  printf '{"train_micro_batch_size_per_gpu":8,"gradient_accumulation_steps":1,"fp16":{"enabled":true,"loss_scale_window":100},"gradient_clipping":1.0,"optimizer":{"type":"AdamW","params":{"lr":1e-5}},"zero_optimization":{"stage":3,%s}}' "${cfg[$z]}" >$W/f$z.json
-  timeout 60 $B/zerotune train --model $W/opt --data $W/dopt --out $W/f$z --deepspeed $W/f$z.json --max-steps 10 \
-    --device cuda --seed 1 --log-every 1 --no-save-at-end "${extra[@]}" >$R/$z.log 2>&1
-  echo "$z rc $? $(grep -h '^memory:' $R/$z.log | grep -o 'predicted.*peak') | $(grep -h 'peak memory' $R/$z.log)"
-  env -u LD_LIBRARY_PATH python3 $P/bench/bench_results.py summarize $W/f$z --label "$z" 2>&1 | tr -d '\n' >$R/$z.json
-  env -u LD_LIBRARY_PATH python3 -c "import json,statistics; d=json.load(open('$R/$z.json')); t=d['step_seconds'][1:]; print('$z median s/step', round(statistics.median(t),4), 'min', round(min(t),4), 'of', len(t))"
-done
+python3 -c "import json, statistics; [print(d['label'], 'median s/step', round(statistics.median(d['step_seconds'][1:]), 4)) for d in map(json.loads, open('$R/c/bench.json'))]"
 tar -C /tmp -czf $OUT/res.tgz res  # (again at the end)
 echo "[$(( $(date +%s) - t0 )) s] drift"
 ZT_PYTESTS='allocation_drift|zero_equivalence' timeout 200 bash .gpu/gpu_check.sh run --out $R/d --work $W --parts "env pytests" >$R/d.out 2>&1
