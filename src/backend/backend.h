@@ -136,8 +136,10 @@ class Backend {
   // so far has completed (without the host waiting, and without the deferred-error snapshot
   // record_event() queues: the ordering is the device's alone), and the returned event
   // completes with it. Compute issued later does not wait for it unless wait_for(event) is
-  // called; host memory follows copy_async's rules. The default (synchronous backends) is
-  // copy(), already complete.
+  // called; host memory follows copy_async's rules. Transfers toward the host and toward the
+  // device take two queues (a GPU runs an upload and a download at once); each queue runs its
+  // transfers in the order issued, so the event of a later one follows the earlier ones of its
+  // direction. The default (synchronous backends) is copy(), already complete.
   virtual std::unique_ptr<BackendEvent> transfer_async(Tensor dst, Tensor src);
   // Compute issued after this call starts once `event` (of record_event or transfer_async) has
   // completed; the host does not wait. The default has nothing to order.

@@ -2,7 +2,8 @@
 // waited for the device, and how often the virtual-memory driver calls ran, so that tests can
 // hold a training step to a documented number of each (a GPU has no such counters; the driver's
 // own are not readable). ZT_EMU_CALL_REPORT=PATH: at exit the process writes
-//   {"host_waits": {"cudaStreamSynchronize": 12, ...}, "vmm": {"cuMemMap": 40, ...}}
+//   {"host_waits": {"cudaStreamSynchronize": 12, ...}, "vmm": {"cuMemMap": 40, ...},
+//    "copy_bytes": {"device to host, on a compute stream": 96, ...}}
 // to PATH.RANK (the MPI rank from the launcher's environment, else the pid), as the memory
 // report does (emu_memory.cpp).
 #include <unistd.h>
@@ -71,10 +72,10 @@ std::string report_path(const char* variable) {
 
 static bool capturing = false;  // between cudaProfilerStart and cudaProfilerStop (under counts_lock)
 
-void count_call(const char* category, const char* call) {
+void count_call(const char* category, const char* call, uint64_t amount) {
   std::lock_guard lock(counts_lock());
-  ++counts()[category][call];
-  if (capturing) ++counts()[std::string("captured ") + category][call];
+  counts()[category][call] += amount;
+  if (capturing) counts()[std::string("captured ") + category][call] += amount;
 }
 
 void set_capturing(bool start) {

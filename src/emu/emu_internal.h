@@ -152,7 +152,8 @@ constexpr int kMultiprocessors = 132;
 // (emu_counters.cpp), for tests that bound a step's synchronisations and driver calls.
 // Between cudaProfilerStart and cudaProfilerStop (set_capturing) a call also counts under
 // "captured <category>", and each start counts as "capture_ranges" / "cudaProfilerStart".
-void count_call(const char* category, const char* call);
+// `amount`: what the call adds (1 a call; bytes for "copy_bytes").
+void count_call(const char* category, const char* call, uint64_t amount = 1);
 // The file a report named by environment `variable` (set) goes to: its value + "." + the MPI rank
 // from the launcher's environment, else the pid (the memory and call reports).
 std::string report_path(const char* variable);

@@ -222,6 +222,7 @@ struct Stream {
   bool blocking = true;   // created without cudaStreamNonBlocking: ordered with the legacy stream
   bool destroyed = false; // its handle is invalid; queued work still runs (as cudaStreamDestroy says)
   bool busy = false;      // its head item is being run further up the call stack
+  bool computes = false;  // a kernel, library call or collective was queued on it (enqueue)
   std::deque<Item> queue;
   uint64_t queued = 0;    // items ever queued
   uint64_t executed = 0;  // items run to completion (or discarded after a fault)
@@ -500,6 +501,7 @@ void enqueue(cudaStream_t stream, Work work) {
   const std::shared_ptr<Stream> target = find_stream(stream);
   if (!target)
     device_fault(stream_text(stream) + " is not a stream of the emulated device (never created, or destroyed)");
+  target->computes = true;
   push(*target, Item{std::move(work), {}, false});
 }
 
@@ -652,6 +654,18 @@ Work staged_copy_work(const CopyRequest& request, const std::string& what) {
               {}};
 }
 
+// The bytes a copy moves between the host and the device, by direction and by whether its stream
+// also runs compute (ZT_EMU_CALL_REPORT's "copy_bytes"): a GPU's compute waits for a copy queued
+// among its kernels, not for one on a copy-only stream (tests/emu/test_step_syncs.py).
+void count_crossing_bytes(const Stream& stream, Memory dst, Memory src, size_t bytes) {
+  const bool to_host = dst != Memory::Device && src == Memory::Device;
+  const bool to_device = dst == Memory::Device && src != Memory::Device;
+  if (!to_host && !to_device) return;
+  const char* direction = to_host ? (stream.computes ? "device to host, on a compute stream" : "device to host, on a copy stream")
+                                  : (stream.computes ? "host to device, on a compute stream" : "host to device, on a copy stream");
+  count_call("copy_bytes", direction, bytes);
+}
+
 cudaError_t copy(const CopyRequest& request) {
   if (const cudaError_t sticky = sticky_error()) return sticky;
   const std::string call = request.call;
@@ -679,6 +693,7 @@ cudaError_t copy(const CopyRequest& request) {
     std::memmove(request.dst, request.src, request.count);
     return cudaSuccess;
   }
+  count_crossing_bytes(*stream, dst_memory, src_memory, request.count);
   Work work = src_memory == Memory::Pageable ? staged_copy_work(request, what)
                                              : device_copy_work(request, dst_memory, what);
   const uint64_t position = push(*stream, Item{std::move(work), {}, false});

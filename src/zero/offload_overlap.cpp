@@ -170,10 +170,11 @@ void ZeroEngine::arm_bucket_update(const OptimizerStep& step) {
 }
 
 // After backward issued the next unit: the buckets copied before it are complete on the device
-// (or will be, ahead of that unit's backward): their units go to the worker. One wait, for the
-// last copy's event, which follows every copy before it.
+// (or will be, beside that unit's backward): their units go to the worker. One wait, for the
+// last download's event, which follows every download before it (the transfer queue's order);
+// the event stays for reduce_gradients' ordering of the compute after the downloads.
 void ZeroEngine::post_copied_buckets() {
-  copied_buckets_.back().copied->wait();
+  grads_downloaded_->wait();
   for (CopiedBucket& bucket : copied_buckets_) {
     const GroupState& s = state(bucket.group);
     std::vector<HostPiece> pieces;

@@ -350,8 +350,10 @@ class ZeroEngine final : public UnitHooks {
   void finish_bucket_gather(BucketGather& gather);
   void start_bounded_gather(std::deque<BucketGather>& gathers, ParamGroup group, const std::vector<UnitRange>& bucket);
   // A bucket's final reduced slices (the reduction strategy's slices_final): with offload, their
-  // copy to the host starts now, overlapping the rest of backward.
+  // copy to the host starts now on the transfer queue, overlapping the rest of backward.
   void slices_final(ParamGroup group, int64_t begin, Tensor slices);
+  // The compute queue ordered after the gradient downloads slices_final started (end of backward).
+  void order_after_grad_downloads();
   // For optimizers that need_tensor_slices: the piece's tensors (`units` of `group`, this rank's
   // slices when `sliced`, else whole), their per-tensor state and the sums over the ranks.
   void add_tensor_slices(OptimizerPiece& piece, ParamGroup group, std::span<const UnitRange> units, bool sliced);
@@ -394,6 +396,7 @@ class ZeroEngine final : public UnitHooks {
   std::vector<UnitState> units_;
   bool boundary_ = false;                            // the step's last micro-batch is running
   bool gradients_finished_ = false;                  // this step's partitions were rounded/offloaded per bucket
+  std::unique_ptr<BackendEvent> grads_downloaded_;   // offload: the last slices_final download (transfer queue)
   std::unique_ptr<BackendEvent> host_grads_ready_;   // offload: after the last gradient download
   std::unique_ptr<BackendEvent> uploads_done_;       // offload: after the last parameter upload
   std::unique_ptr<BackendEvent> spare_uploads_done_; // DPU: after the last upload from host_compute_spare
@@ -407,7 +410,6 @@ class ZeroEngine final : public UnitHooks {
   std::optional<DelayedStep> delayed_resident_;
   std::optional<OptimizerStep> bucket_step_;         // the per-bucket update armed for this step
   struct CopiedBucket {                              // slices copied to the host, not posted yet
-    std::unique_ptr<BackendEvent> copied;            // after the copy
     ParamGroup group = ParamGroup::Decay;
     int64_t begin = 0, numel = 0;                    // in the group's partition
   };

@@ -25,6 +25,12 @@
 # queued and read after the policy's, so one wait for both): one wait per micro-batch; the loss
 # itself joins the step's sum when that is read, not per micro-batch (before: one more wait each,
 # for the whole backward, and DPO's reference another).
+#
+# The same report counts the bytes each direction moves on a queue that also computes and on a
+# copy-only one ("copy_bytes"): on the compute queue at most a few KiB per step go to the host
+# (the values above); with offload_optimizer the reduced gradients go on the transfer queue
+# toward the host, beside the backward (issue 30: on a GPU the compute queue waited for them,
+# 29 ms of an opt-1.3b step at ratio 0.3).
 import glob
 import json
 import os
@@ -36,6 +42,9 @@ from mpi_common import (Report, main_guard, make_model_and_data, parse_args, rea
 from test_reward_zero import write_pairs  # noqa: E402
 
 WAITS_PER_STEP = 1
+# Device-to-host bytes on the compute queue per step: the values the host reads (status words, the
+# loss, an objective's values), never a tensor (the tiny model's gradients are 495 KB in bf16).
+DOWNLOAD_BYTES_ON_COMPUTE_PER_STEP = 4096
 CAPTURED_STEPS = (3, 4)
 STEPS = 4
 
@@ -91,14 +100,28 @@ def write_config(path, ranks, zero, precision, optimizer, extra):
 
 
 def captured_waits(report_prefix):
-    """Per rank: (captured host waits by call, capture ranges, all host waits of the run)."""
+    """Per rank: (captured host waits by call, capture ranges, all host waits of the run, captured bytes
+    copied between host and device by direction and queue)."""
     results = []
     for path in sorted(glob.glob(report_prefix + ".*")):
         with open(path) as stream:
             counts = json.load(stream)
         results.append((counts.get("captured host_waits", {}), counts.get("capture_ranges", {}).get("cudaProfilerStart", 0),
-                        sum(counts.get("host_waits", {}).values())))
+                        sum(counts.get("host_waits", {}).values()), counts.get("captured copy_bytes", {})))
     return results
+
+
+def check_downloads(report, label, copied, steps, offloads_optimizer):
+    """Nothing but a few values crosses to the host on the compute queue; with offload_optimizer the
+    reduced gradients go down on a copy queue beside the backward's compute."""
+    on_compute = copied.get("device to host, on a compute stream", 0)
+    report.check(on_compute <= DOWNLOAD_BYTES_ON_COMPUTE_PER_STEP * steps,
+                 f"{label}: {on_compute} bytes device to host on the compute queue in steps "
+                 f"{CAPTURED_STEPS[0]}-{CAPTURED_STEPS[1]} (at most {DOWNLOAD_BYTES_ON_COMPUTE_PER_STEP} per step): {copied}")
+    if offloads_optimizer:
+        beside = copied.get("device to host, on a copy stream", 0)
+        report.check(beside > DOWNLOAD_BYTES_ON_COMPUTE_PER_STEP * steps,
+                     f"{label}: the gradients go to the host on a copy queue ({beside} bytes in the captured steps)")
 
 
 def main():
@@ -129,7 +152,7 @@ def main():
                 budget, least = WAITS_PER_STEP + len(read_run(out)["zero_layout"]["unit_elements"]), WAITS_PER_STEP + 1
             if objective:  # + the values the host's loss reads, per micro-batch (2 per step)
                 budget = WAITS_PER_STEP + 2 * OBJECTIVE_WAITS_PER_MICRO_BATCH[objective]
-            for rank, (captured, ranges, everything) in enumerate(ranks_counts):
+            for rank, (captured, ranges, everything, copied) in enumerate(ranks_counts):
                 # The counter is live (set-up and tear-down wait) and the capture range happened once.
                 report.check(ranges == 1 and everything > 0,
                              f"{label}, rank {rank}: one capture range ({ranges}), {everything} host waits in the run")
@@ -137,6 +160,7 @@ def main():
                 report.check(least * steps <= waits <= budget * steps,
                              f"{label}, rank {rank}: {waits} host waits in steps {CAPTURED_STEPS[0]}-{CAPTURED_STEPS[1]} "
                              f"(at most {budget} per step{f', at least {least}' if least else ''}): {captured}")
+                check_downloads(report, f"{label}, rank {rank}", copied, steps, "offload_optimizer" in zero)
     return report.finish()
 
 

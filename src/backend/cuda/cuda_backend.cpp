@@ -186,9 +186,11 @@ CudaBackendImpl::~CudaBackendImpl() {
   if (bounce_) cudaFreeHost(bounce_);
   staging_.reset();  // after the stream synchronisation above
   if (lt_handle_) cublasLtDestroy(lt_handle_);
-  if (transfer_stream_) cudaStreamSynchronize(transfer_stream_);
+  for (cudaStream_t transfers : transfer_streams_)
+    if (transfers) cudaStreamSynchronize(transfers);
   if (stream_) cudaStreamDestroy(stream_);
-  if (transfer_stream_) cudaStreamDestroy(transfer_stream_);
+  for (cudaStream_t transfers : transfer_streams_)
+    if (transfers) cudaStreamDestroy(transfers);
   // allocator_ (a member) frees the workspace, the status words and every cached block.
 }
 
@@ -399,11 +401,10 @@ cudaEvent_t CudaBackendImpl::cuda_event_of(const BackendEvent* event) {
   return cuda_event != nullptr ? cuda_event->event() : nullptr;
 }
 
-cudaStream_t CudaBackendImpl::transfer_stream() {
-  if (transfer_stream_ == nullptr) {
-    ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&transfer_stream_, cudaStreamNonBlocking));
-  }
-  return transfer_stream_;
+cudaStream_t CudaBackendImpl::transfer_stream(Device dst) {
+  cudaStream_t& stream = transfer_streams_[dst == Device::CPU ? 1 : 0];
+  if (stream == nullptr) ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return stream;
 }
 
 void CudaBackendImpl::wait_for(const BackendEvent& event) {

@@ -239,7 +239,9 @@ class CudaBackendImpl final : public CudaBackend {
   // event of another backend: already complete).
   std::unique_ptr<BackendEvent> record_event_on(cudaStream_t stream);
   static cudaEvent_t cuda_event_of(const BackendEvent* event);
-  cudaStream_t transfer_stream();
+  // transfer_async's queue toward `dst` (created on first use): one per direction, so that an
+  // upload and a download run at once on a GPU's two copy engines.
+  cudaStream_t transfer_stream(Device dst);
   // Host copies of int32 uploads (positions of packed rows): see cuda_upload_mirror.h.
   const UploadMirror& uploads() const { return uploads_; }
   // cuDNN's attention graphs and handle, made on first use.
@@ -266,7 +268,7 @@ class CudaBackendImpl final : public CudaBackend {
   size_t max_shared_memory_ = 0;
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
-  cudaStream_t transfer_stream_ = nullptr;  // transfer_async's queue (created on first use)
+  cudaStream_t transfer_streams_[2] = {nullptr, nullptr};  // transfer_async's: toward the device, the host
   cublasLtHandle_t lt_handle_ = nullptr;
   CachingAllocator allocator_;
   std::unique_ptr<DiscardableMemory> discardable_;  // made once the stream exists

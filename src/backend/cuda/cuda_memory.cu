@@ -184,7 +184,7 @@ void CudaBackendImpl::copy_async(Tensor dst, Tensor src) {
   queue_same_dtype_copy(stream_, dst, src);
 }
 
-// On the transfer stream after the compute issued so far (an event of record_event_on: no
+// On the transfer stream toward dst's side after the compute issued so far (an event of record_event_on: no
 // deferred-error snapshot, the host never waits for it); pageable or host-only copies take
 // copy() (complete on return, as copy_async's), which needs every earlier compute done:
 // synchronize first.
@@ -199,7 +199,7 @@ std::unique_ptr<BackendEvent> CudaBackendImpl::transfer_async(Tensor dst, Tensor
     return Backend::record_event();
   }
   note_copy(dst, src);
-  cudaStream_t stream = transfer_stream();
+  cudaStream_t stream = transfer_stream(dst.device);
   const std::unique_ptr<BackendEvent> issued = record_event_on(stream_);
   ZT_CUDA_CHECK(cudaStreamWaitEvent(stream, cuda_event_of(issued.get()), 0));
   queue_same_dtype_copy(stream, dst, src);
