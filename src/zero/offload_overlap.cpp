@@ -68,20 +68,49 @@ void ZeroEngine::finish_delayed_update() {
     delayed_resident_.reset();
   }
   worker_->wait();  // rethrows the worker's error, if any
+  bool uploads = false;
   for (ParamGroup group : kTrainableGroups) {
     GroupState& s = state(group);
     if (!s.compute_partition.data() || !s.partition_numel) continue;
     if (s.host_compute.data() && compute_partition_view(s).device == Device::CPU)
       std::swap(s.compute_partition, s.host_compute);  // offload_param: the worker's twin becomes the partition
-    else if (s.host_compute.data())  // rounded by the worker: upload
-      backend_.copy_async(compute_partition_view(s).rows(s.resident_numel, s.offloaded_numel()),
-                          s.offloaded_rows(s.host_compute, compute_dtype_, s.resident_numel, s.offloaded_numel()));
+    else if (s.host_compute.data())  // rounded by the worker: uploaded below
+      uploads = true;
     else
       update_compute_partition(group, s.resident_numel, s.offloaded_numel());
     update_compute_partition(group, 0, s.resident_numel);  // (after the swap: into the partition now current)
   }
-  if (offload_) uploads_done_ = backend_.record_event();
+  if (uploads) uploads_done_ = upload_rounded_partitions();
+  else if (offload_) uploads_done_ = backend_.record_event();
   sync_params_after_update();
+}
+
+// The worker's rounded parameters (host_compute) into the device's compute partitions, unit by unit
+// on the transfer queue toward the device, in the order the next forward reads them (the units
+// sync_params_after_update gathers at once first: the persistent ones at stage 3). Each unit keeps
+// its upload's event (UnitState::partition_upload): its gather orders the compute after it, so the
+// next forward's first units run while the later ones upload (before, one copy of the whole
+// offloaded partition stood on the compute stream ahead of the forward: about 1.8 GB, 36 ms, for
+// opt-1.3b at ratio 0.3 on a GPU's link). Returns the last upload's event, which follows the others.
+std::shared_ptr<BackendEvent> ZeroEngine::upload_rounded_partitions() {
+  std::vector<int> order;
+  for (int unit = 0; unit < store_.num_units(); ++unit)
+    if (stage_ == 3 && store_.unit_numel(unit) < zero_.stage3_param_persistence_threshold) order.push_back(unit);
+  for (int unit = 0; unit < store_.num_units(); ++unit)
+    if (!(stage_ == 3 && store_.unit_numel(unit) < zero_.stage3_param_persistence_threshold)) order.push_back(unit);
+  std::shared_ptr<BackendEvent> last;
+  for (int unit : order) {
+    for (ParamGroup group : kTrainableGroups) {
+      const GroupState& s = state(group);
+      const UnitRange range = store_.unit_range(group, unit);
+      const int64_t begin = range.begin / world_, numel = range.numel / world_;
+      if (!numel || !s.host_compute.data() || s.resident(begin)) continue;
+      last = backend_.transfer_async(compute_partition_view(s).rows(begin, numel),
+                                     s.offloaded_rows(s.host_compute, compute_dtype_, begin, numel));
+      units_[static_cast<size_t>(unit)].partition_upload = last;
+    }
+  }
+  return last;
 }
 
 // ---- delayed parameter update (DPU) ---------------------------------------------------------------

@@ -232,8 +232,8 @@ ZeroEngine::~ZeroEngine() {
       for (Pending& pending : unit.inflight) pending->wait();
     settle_host_uploads();
     // Asynchronous host copies must not outlive the (pinned) host buffers they read or write.
-    for (std::unique_ptr<BackendEvent>* event : {&grads_downloaded_, &host_grads_ready_, &uploads_done_, &spare_uploads_done_})
-      if (*event) (*event)->wait();
+    for (BackendEvent* event : {grads_downloaded_.get(), host_grads_ready_.get(), uploads_done_.get(), spare_uploads_done_.get()})
+      if (event) event->wait();
   } catch (...) {  // unwinding from another error: that one is reported
   }
 }
@@ -339,6 +339,7 @@ void ZeroEngine::begin_step(int64_t update_number) {
 
 void ZeroEngine::gather_unit(int unit, bool async) {
   UnitState& u = units_[static_cast<size_t>(unit)];
+  order_after_partition_upload(unit);
   for (ParamGroup group : kAllGroups) {
     const UnitRange range = store_.unit_range(group, unit);
     if (!range.numel) continue;
@@ -371,6 +372,16 @@ void ZeroEngine::gather_unit(int unit, bool async) {
   live_gathered_ += store_.unit_numel(unit);
   peak_gathered_ = std::max(peak_gathered_, live_gathered_);
   if (!async) finish_prefetch(unit);
+}
+
+void ZeroEngine::order_after_partition_upload(int unit) {
+  std::shared_ptr<BackendEvent>& upload = units_[static_cast<size_t>(unit)].partition_upload;
+  if (upload) backend_.wait_for(*upload);
+  upload.reset();
+}
+
+void ZeroEngine::order_after_partition_uploads() {
+  for (int unit = 0; unit < store_.num_units(); ++unit) order_after_partition_upload(unit);
 }
 
 // One group's range of a unit: out [range] <- every rank's in [range / W]. hpZ with a current

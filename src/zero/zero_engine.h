@@ -260,6 +260,9 @@ class ZeroEngine final : public UnitHooks {
     // One rank with offload_param: the gathers, host -> device copies on the transfer queue beside
     // the compute (finish_prefetch orders the compute after them; the host waits for none).
     std::vector<std::unique_ptr<BackendEvent>> host_uploads;
+    // A host update's rounded parameters of the unit uploaded into the compute partition on the
+    // transfer queue (upload_rounded_partitions); its gather orders the compute after it.
+    std::shared_ptr<BackendEvent> partition_upload;
     // hpZ: per group (kAllGroups order), compute dtype [range / R]: this rank's place in its node
     // of the unit's parameters, kept from the first gather after an update, so that later gathers
     // run within the node. Empty for persistent units.
@@ -320,6 +323,11 @@ class ZeroEngine final : public UnitHooks {
   bool partial_offload() const;  // some group keeps a part on the device
   Backend& piece_backend(ParamGroup group, int64_t begin);  // where the piece's optimizer state is
   void swap_delayed_buffers();     // DPU: the host buffers' twins (GroupState::host_grad_spare, ...)
+  std::shared_ptr<BackendEvent> upload_rounded_partitions();  // host_compute -> compute partitions, unit by unit
+  // Before the device reads the compute partitions: the compute ordered after the uploads
+  // upload_rounded_partitions started (all units, or one: its gather).
+  void order_after_partition_uploads();
+  void order_after_partition_upload(int unit);
   // The host update on worker_ (offload_overlap.cpp): a piece of it, posting pieces, and the
   // per-bucket update's refusals, posting of copied buckets and completion.
   struct HostPiece {
@@ -398,8 +406,8 @@ class ZeroEngine final : public UnitHooks {
   bool gradients_finished_ = false;                  // this step's partitions were rounded/offloaded per bucket
   std::unique_ptr<BackendEvent> grads_downloaded_;   // offload: the last slices_final download (transfer queue)
   std::unique_ptr<BackendEvent> host_grads_ready_;   // offload: after the last gradient download
-  std::unique_ptr<BackendEvent> uploads_done_;       // offload: after the last parameter upload
-  std::unique_ptr<BackendEvent> spare_uploads_done_; // DPU: after the last upload from host_compute_spare
+  std::shared_ptr<BackendEvent> uploads_done_;       // offload: after the last parameter upload
+  std::shared_ptr<BackendEvent> spare_uploads_done_; // DPU: after the last upload from host_compute_spare
   int64_t live_gathered_ = 0, peak_gathered_ = 0;    // stage 3: gathered elements now / at most
   // DPU, the per-bucket update (offload_overlap.cpp):
   bool host_update_in_flight_ = false;               // posted to worker_, not made current yet

@@ -54,6 +54,7 @@ void ZeroEngine::apply_update(const OptimizerStep& step) {
   if (bucket_step_ && gradients_finished_) return finish_bucket_update(step);  // ran during the last backward
   bucket_step_.reset();  // (armed, but the last backward finished no bucket: the ordinary update)
   finish_delayed_update();
+  if (!delays(step)) order_after_partition_uploads();  // the update below rewrites the compute partitions
   std::vector<GroupPartitions> partitions;  // (the compressed strategies': stages 0-2, never split)
   for (ParamGroup group : kTrainableGroups) {
     GroupState& s = state(group);
@@ -196,6 +197,7 @@ void ZeroEngine::optimize_piece(ParamGroup group, const std::vector<UnitRange>& 
 }
 
 void ZeroEngine::update_compute_partitions() {
+  order_after_partition_uploads();  // (rows a delayed update's upload may still write)
   for (ParamGroup group : kTrainableGroups) {
     const GroupState& s = state(group);
     update_compute_partition(group, 0, s.resident_numel);
@@ -285,6 +287,7 @@ void ZeroEngine::sync_params_after_update() {
     return;
   }
   std::deque<BucketGather> gathers;  // stage 1/2: all-gather the updated partitions
+  order_after_partition_uploads();
   for (ParamGroup group : kTrainableGroups)
     for (const std::vector<UnitRange>& bucket : plan_buckets(store_.group(group).units, zero_.allgather_bucket_size))
       start_bounded_gather(gathers, group, bucket);

@@ -30,7 +30,9 @@
 # copy-only one ("copy_bytes"): on the compute queue at most a few KiB per step go to the host
 # (the values above); with offload_optimizer the reduced gradients go on the transfer queue
 # toward the host, beside the backward (issue 30: on a GPU the compute queue waited for them,
-# 29 ms of an opt-1.3b step at ratio 0.3).
+# 29 ms of an opt-1.3b step at ratio 0.3). After a host update that ran beside the device (DPU,
+# per bucket) the rounded parameters go up on the transfer queue toward the device, unit by unit,
+# each unit's gather ordered after its own upload; the compute queue uploads only the micro-batches.
 import glob
 import json
 import os
@@ -45,6 +47,9 @@ WAITS_PER_STEP = 1
 # Device-to-host bytes on the compute queue per step: the values the host reads (status words, the
 # loss, an objective's values), never a tensor (the tiny model's gradients are 495 KB in bf16).
 DOWNLOAD_BYTES_ON_COMPUTE_PER_STEP = 4096
+# Host-to-device bytes on the compute queue per step after a host update that ran beside the device:
+# the micro-batches (tokens, labels, positions: about 7.4 KB a step here), never the parameters (247 KB).
+UPLOAD_BYTES_ON_COMPUTE_PER_STEP = 16384
 CAPTURED_STEPS = (3, 4)
 STEPS = 4
 
@@ -67,6 +72,9 @@ CASES = (
     ("stage 3 fp16 + offload_param, 1 rank", 1,
      {"stage": 3, "stage3_param_persistence_threshold": 0, "offload_param": PINNED_CPU}, "fp16", None, ()),
     ("stage 2 bf16 + offload_optimizer, delayed parameter update", 1, {"stage": 2, "offload_optimizer": PINNED_CPU},
+     "bf16", None, ("--delayed-param-update", "1")),
+    ("stage 3 bf16 + offload_optimizer ratio 0.5, delayed parameter update", 1,
+     {"stage": 3, "stage3_param_persistence_threshold": 0, "offload_optimizer": dict(PINNED_CPU, ratio=0.5)},
      "bf16", None, ("--delayed-param-update", "1")),
     ("stage 2 bf16 + offload_optimizer, per-bucket update", 1, {"stage": 2, "offload_optimizer": PINNED_CPU},
      "bf16", None, ("--update-per-bucket",)),
@@ -124,6 +132,17 @@ def check_downloads(report, label, copied, steps, offloads_optimizer):
                      f"{label}: the gradients go to the host on a copy queue ({beside} bytes in the captured steps)")
 
 
+def check_uploads(report, label, copied, steps):
+    """A host update that ran beside the device (DPU, per bucket): its rounded parameters go up on a copy
+    queue, unit by unit (each unit's gather waits for its own); the compute queue uploads the micro-batches only."""
+    on_compute = copied.get("host to device, on a compute stream", 0)
+    beside = copied.get("host to device, on a copy stream", 0)
+    report.check(on_compute <= UPLOAD_BYTES_ON_COMPUTE_PER_STEP * steps < beside,
+                 f"{label}: {on_compute} bytes host to device on the compute queue in steps {CAPTURED_STEPS[0]}-"
+                 f"{CAPTURED_STEPS[1]} (at most {UPLOAD_BYTES_ON_COMPUTE_PER_STEP} per step), the parameters on a copy "
+                 f"queue ({beside} bytes)")
+
+
 def main():
     args = parse_args(__doc__)
     report = Report(f"host waits per training step on the emulated device: at most {WAITS_PER_STEP} (LOMO: per unit)")
@@ -161,6 +180,8 @@ def main():
                              f"{label}, rank {rank}: {waits} host waits in steps {CAPTURED_STEPS[0]}-{CAPTURED_STEPS[1]} "
                              f"(at most {budget} per step{f', at least {least}' if least else ''}): {captured}")
                 check_downloads(report, f"{label}, rank {rank}", copied, steps, "offload_optimizer" in zero)
+                if "--delayed-param-update" in extra or "--update-per-bucket" in extra:
+                    check_uploads(report, f"{label}, rank {rank}", copied, steps)
     return report.finish()
 
 
