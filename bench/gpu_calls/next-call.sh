@@ -7,7 +7,10 @@
 # in place where it is on the device (the resident part at ratio 0.3, all of it without optimizer
 # offload): call10 measured 3o-r30-dpu 0.210 s/step (2.28x of ZeRO-0) and param-only 0.180 with
 # those parts still uploaded; the estimate says 22.23 GiB for 3o-r30 (cli.estimate_matches_h200
-# holds the model's figure until this measures it).
+# holds the model's figure until this measures it). Also not run on a GPU (2026-11-28 late, commits
+# 0f42ba2 and c685bda): offload's gradient downloads on a transfer queue of their own (one stream per
+# direction), and a DPU update's parameter uploads unit by unit beside the next forward: watch the
+# 3r30-dpu and 3o-r30-dpu rows (expected about 0.10 s and 0.12-0.15 s; BENCHMARKS.md).
 # 1. opt13's eight rows (3p and 3r30-dpu are call9's param-only and r30opt-dpu); 2. kernels and the gpu
 # test suite; 3. tests/gpu/test_gpu_allocation_drift.py and test_gpu_zero_equivalence.py (its new
 # one-rank offload_param-alone case). About 7 minutes; results in $OUT/res.tgz, the summary on stdout.
