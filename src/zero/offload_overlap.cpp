@@ -28,6 +28,8 @@
 // clipping by the global norm, no fp16 loss scale (the refusals: check_bucket_update, StepRunner).
 #include "zero/zero_engine.h"
 
+#include <algorithm>
+#include <numeric>
 #include <utility>
 
 #include "zero/group_state.h"
@@ -90,14 +92,14 @@ void ZeroEngine::finish_delayed_update() {
 // sync_params_after_update gathers at once first: the persistent ones at stage 3). Each unit keeps
 // its upload's event (UnitState::partition_upload): its gather orders the compute after it, so the
 // next forward's first units run while the later ones upload (before, one copy of the whole
-// offloaded partition stood on the compute stream ahead of the forward: about 1.8 GB, 36 ms, for
+// offloaded partition stood on the compute stream ahead of the forward: 0.78 GB, about 14 ms, for
 // opt-1.3b at ratio 0.3 on a GPU's link). Returns the last upload's event, which follows the others.
 std::shared_ptr<BackendEvent> ZeroEngine::upload_rounded_partitions() {
-  std::vector<int> order;
-  for (int unit = 0; unit < store_.num_units(); ++unit)
-    if (stage_ == 3 && store_.unit_numel(unit) < zero_.stage3_param_persistence_threshold) order.push_back(unit);
-  for (int unit = 0; unit < store_.num_units(); ++unit)
-    if (!(stage_ == 3 && store_.unit_numel(unit) < zero_.stage3_param_persistence_threshold)) order.push_back(unit);
+  std::vector<int> order(static_cast<size_t>(store_.num_units()));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_partition(order.begin(), order.end(), [this](int unit) {
+    return stage_ == 3 && store_.unit_numel(unit) < zero_.stage3_param_persistence_threshold;  // persistent first
+  });
   std::shared_ptr<BackendEvent> last;
   for (int unit : order) {
     for (ParamGroup group : kTrainableGroups) {
