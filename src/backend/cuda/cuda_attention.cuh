@@ -150,7 +150,7 @@ constexpr int kWarpRows = 16;                       // the rows a warp owns
 constexpr int kTcWarps = 4;
 constexpr int kTcThreads = 32 * kTcWarps;           // 128
 constexpr int kTcBlockRows = kWarpRows * kTcWarps;  // 64 rows a block owns
-constexpr int kTcForwardKeys = 64;                  // forward key tile
+constexpr int kTcForwardKeys = 32;                  // forward key tile (cuda_attention_forward.cu)
 constexpr int kTcBackwardTile = 32;                 // backward streamed tile (queries or keys)
 
 // 16-bit tiles are padded by 8 elements: the 16 bytes shift each row by 4 banks, so the 8 rows

@@ -155,22 +155,21 @@ attention_forward_kernel(Storage<Format>* out, float* lse, const Storage<Format>
 // ---- tensor cores ----------------------------------------------------------------------------
 // One block of 4 warps per (64-query tile, head, batch); warp w owns the queries
 // [first_query + 16 w, + 16), its Q operands and its output accumulators in registers. Per
-// 64-key tile, each warp: S = Q_w K^T (accumulators), the online softmax on the elements each
+// 32-key tile, each warp: S = Q_w K^T (accumulators), the online softmax on the elements each
 // lane holds, O_w = rescale O_w + P V with P fed back from the accumulators. The block shares
 // the K and V tiles only, double-buffered: the next tiles' asynchronous copies are in flight
-// while the warps multiply the current ones.
+// while the warps multiply the current ones. 32-key tiles keep a warp's S in 16 registers, so
+// the kernel fits 168 registers and three blocks (12 warps) run per SM: ncu found the 8 warps
+// of two 64-key blocks latency-bound (issue slots 43% busy, 2026-11-28).
 //
-// The rounding (issue 15): the weights V gets must be the ones backward recomputes from lse,
-// else delta = rowsum(dO * out) misses V's common component (OPT's v_proj bias) by the
-// rounding's mean, and dS = P (dP - delta), whose rows cancel that component, keeps it. So P goes
-// into P V as high + low 16-bit parts (mma_step_b with two parts: the V operands are loaded once
-// for both). A single rounded P normalised by the sum of the rounded values (weights summing to
-// 1) removes the bias too, but leaves out about 2^-9 (bf16) of its small part away from the fp32
-// result: enough to flip out's own rounding in a few elements per thousand, each flip moving
-// delta by dO times an ulp of out (common_value_component_through_each_backends_own_forward
-// failed on 17 to 72 of 6144 elements that way). P rounded once with its rounding residue per
-// row times the tile's first V row added to O (the common component weighted exactly, the rest
-// of V's rounding noise left) failed it too: 27 to 88 of 6144 elements of dq and dk (2026-11-28).
+// The rounding (issue 15): the weights V gets must sum to 1 as the weights backward recomputes
+// from lse do, else delta = rowsum(dO * out) misses V's common component (OPT's v_proj bias) by
+// the rounding's residue, and dS = P (dP - delta), whose rows cancel that component, keeps it.
+// P goes into P V rounded once to the dtype, as FlashAttention-2 does, and out is normalised by
+// the sum of the rounded values (SoftmaxRow::kept), lse by the exact sum: both sets of weights
+// sum to 1, so the common component cancels in dS exactly, and out misses only the small part's
+// rounding (common_value_component_through_each_backends_own_forward bounds it). Until
+// 2026-11-29, P went in as high + low 16-bit parts, half again the tensor work of the tile.
 
 // The forward kernel's shared memory for head dim kD, the same on the host (its size) and the
 // device.
@@ -179,10 +178,10 @@ struct ForwardTcShared {
   static constexpr int kKeys = kTcForwardKeys;
   static constexpr int kLd = operand_ld(kD);  // K, V and Q tiles
   static constexpr int kTileElements = kKeys * kLd;
-  // Q [kTcBlockRows, kLd] passes through buffer 1's K tile on its way into registers, before the
-  // first prefetch into that buffer: 70 KB a block at D 128 instead of 87, so an A100 (164 KB of
-  // shared memory per SM) runs two blocks per SM, as an H100 does.
-  static_assert(kKeys >= kTcBlockRows, "Q's tile fits in a K tile");
+  // Q [kTcBlockRows, kLd] passes through buffer 1's K and V tiles (consecutive) on its way into
+  // registers, before the first prefetch into that buffer: 35 KB a block at D 128, so shared
+  // memory allows three blocks per SM on an A100 (164 KB) as on an H100.
+  static_assert(2 * kKeys >= kTcBlockRows, "Q's tile fits in buffer 1's K and V tiles");
   // [2 buffers][K, V][kKeys, kLd]; one array indexed by arithmetic (an array of pointers
   // indexed by the run-time buffer number would live in local memory)
   uint16_t* kv_tiles;
@@ -193,7 +192,8 @@ struct ForwardTcShared {
   }
   __device__ uint16_t* k_tile(int buffer) const { return kv_tiles + 2 * buffer * kTileElements; }
   __device__ uint16_t* v_tile(int buffer) const { return kv_tiles + (2 * buffer + 1) * kTileElements; }
-  // warp w's queries are rows [16 w, 16 w + 16); valid until the first prefetch into buffer 1
+  // [kTcBlockRows, kLd]: warp w's queries are rows [16 w, 16 w + 16); valid until the first
+  // prefetch into buffer 1
   __device__ uint16_t* q_tile() const { return k_tile(1); }
 };
 
@@ -203,13 +203,14 @@ struct SoftmaxRow {
   int query, start;
   bool valid;
   float max = -INFINITY;
-  float sum = 0.0f;  // of this lane's probabilities
+  float sum = 0.0f;   // of this lane's probabilities (lse's, which backward recomputes P from)
+  float kept = 0.0f;  // of the same rounded to the dtype, the weights P V takes (out's normaliser)
 };
 
 // One key tile of the online softmax for a warp: s[kN][4] ([16, 8 kN] Q K^T, unscaled) becomes
-// the probabilities relative to each row's new max, the running max (of the unscaled scores:
-// the scale is positive) and sums are updated, and the output accumulators o are rescaled to the
-// new max. `masked` (the same in every lane): some row of the warp does not see some key of the
+// the probabilities relative to each row's new max, rounded to the dtype as P V takes them; the
+// running max (of the unscaled scores: the scale is positive) and both sums are updated, and the
+// output accumulators o are rescaled to the new max. `masked` (the same in every lane): some row of the warp does not see some key of the
 // tile (the diagonal tile, a sample's start, rows past T); the other tiles skip the mask.
 template <int kN>
 __device__ inline void mask_tile(const SoftmaxRow (&rows)[2], float (&s)[kN][4], int first_key) {
@@ -225,7 +226,7 @@ __device__ inline void mask_tile(const SoftmaxRow (&rows)[2], float (&s)[kN][4],
   }
 }
 
-template <int kN, int kDN>
+template <class Format, int kN, int kDN>
 __device__ inline void softmax_tile(SoftmaxRow (&rows)[2], float (&s)[kN][4], float (&o)[kDN][4],
                                     int first_key, float scale_log2, bool masked) {
   if (masked) mask_tile(rows, s, first_key);  // (a branch around the loop: one way per warp)
@@ -245,27 +246,40 @@ __device__ inline void softmax_tile(SoftmaxRow (&rows)[2], float (&s)[kN][4], fl
     // in log2 units, scaled; rows past T: no NaN
     const float reference = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
     const float factor = my.max == -INFINITY ? 0.0f : exp2f(my.max * scale_log2 - reference);
-    float sum = 0.0f;
+    float sum = 0.0f, kept = 0.0f;
 #pragma unroll
     for (int j = 0; j < kN; ++j) {
 #pragma unroll
       for (int e = 2 * h; e < 2 * h + 2; ++e) {
-        s[j][e] = exp2f(fmaf(s[j][e], scale_log2, -reference));  // 2^-inf = 0 for masked keys
-        sum += s[j][e];
+        const float p = exp2f(fmaf(s[j][e], scale_log2, -reference));  // 2^-inf = 0 for masked keys
+        s[j][e] = Format::to_float(Format::from_float(p));  // as P V's A operand takes it
+        sum += p;
+        kept += s[j][e];
       }
     }
     my.max = new_max;
     my.sum = my.sum * factor + sum;
+    my.kept = my.kept * factor + kept;
+    // The row's output follows only when some row's max moved (2^0 is exactly 1: skipping
+    // changes no bit). Past a row's first tiles its max seldom moves, and the rescale is kD / 4
+    // multiplies a lane against the tile's kN exponentials. A vote, so the warp takes one way.
+    if (__any_sync(0xFFFFFFFFu, factor != 1.0f)) {
 #pragma unroll
-    for (int j = 0; j < kDN; ++j) {
-      o[j][2 * h] *= factor;
-      o[j][2 * h + 1] *= factor;
+      for (int j = 0; j < kDN; ++j) {
+        o[j][2 * h] *= factor;
+        o[j][2 * h + 1] *= factor;
+      }
     }
   }
 }
 
+// Blocks per SM the registers are sized for: three (168 registers a thread) where that fits
+// without spills (CUDA 13's ptxas, sm_80 and sm_90): every head dim but 112, which no family
+// uses and which spills 8-12 bytes there. Four blocks (128 registers) spill at D 96-128.
+constexpr int forward_tc_blocks_per_sm(int head_dim) { return head_dim == 112 ? 2 : 3; }
+
 template <class Format, int kD>
-__global__ void __launch_bounds__(kTcThreads, 2)
+__global__ void __launch_bounds__(kTcThreads, forward_tc_blocks_per_sm(kD))
 attention_forward_tc_kernel(Storage<Format>* out, float* lse, const Storage<Format>* q,
                             const Storage<Format>* k, const Storage<Format>* v,
                             const int32_t* positions, AttentionDims dims, float scale) {
@@ -332,9 +346,9 @@ attention_forward_tc_kernel(Storage<Format>* out, float* lse, const Storage<Form
     mma_a_bt<T, kD, kN>(s, q_operands, k_tile, kLd);
     const bool masked = !__all_sync(0xFFFFFFFFu, sees_whole_tile(rows[0].valid, rows[0].query, rows[0].start, first_key, kKeys) &&
                                                      sees_whole_tile(rows[1].valid, rows[1].query, rows[1].start, first_key, kKeys));
-    softmax_tile(rows, s, o, first_key, scale * kLog2e, masked);
-    // O_w [16, kD] += (P_high + P_low) [16, kKeys] V [kKeys, kD]
-    mma_accumulators_b<Format, 2>(o, s, v_tile, kLd);
+    softmax_tile<Format>(rows, s, o, first_key, scale * kLog2e, masked);
+    // O_w [16, kD] += P [16, kKeys] V [kKeys, kD], P rounded to the dtype
+    mma_accumulators_b<Format, 1>(o, s, v_tile, kLd);
     async_copy_wait<0>();
     __syncthreads();  // the next tile is in place; every warp is done with this one
   }
@@ -345,7 +359,9 @@ attention_forward_tc_kernel(Storage<Format>* out, float* lse, const Storage<Form
     SoftmaxRow& my = rows[h];
     my.sum += __shfl_xor_sync(0xFFFFFFFFu, my.sum, 1);
     my.sum += __shfl_xor_sync(0xFFFFFFFFu, my.sum, 2);
-    normaliser[h] = my.valid ? 1.0f / my.sum : 0.0f;
+    my.kept += __shfl_xor_sync(0xFFFFFFFFu, my.kept, 1);
+    my.kept += __shfl_xor_sync(0xFFFFFFFFu, my.kept, 2);
+    normaliser[h] = my.valid ? 1.0f / my.kept : 0.0f;  // weights that sum to 1 as rounded
     // ln(sum 2^(x - reference)) + reference ln 2, reference = max scale log2(e) as the softmax's
     if (my.valid && lane % 4 == 0)
       lse[dims.lse_offset(b, head) + my.query] = (my.max * (scale * kLog2e) + log2f(my.sum)) * kLn2;
