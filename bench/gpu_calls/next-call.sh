@@ -10,10 +10,13 @@
 # holds the model's figure until this measures it). Also not run on a GPU (2026-11-28 late, commits
 # 0f42ba2 and c685bda): offload's gradient downloads on a transfer queue of their own (one stream per
 # direction), and a DPU update's parameter uploads unit by unit beside the next forward: watch the
-# 3r30-dpu and 3o-r30-dpu rows (expected about 0.10 s and 0.12-0.15 s; BENCHMARKS.md).
+# 3r30-dpu and 3o-r30-dpu rows (expected about 0.10 s and 0.12-0.15 s; BENCHMARKS.md). And (2026-11-29,
+# commit a6d9faa) our tensor-core attention forward with P rounded once, 32-key tiles and three blocks
+# per SM: the kernels part's attention_forward row for `tensor-cores` (call7: 158.1 TFLOP/s; estimate
+# about 185), and test_gpu_families.py's bf16 tensor-core checks on the hardware.
 # 1. opt13's eight rows (3p and 3r30-dpu are call9's param-only and r30opt-dpu); 2. kernels and the gpu
-# test suite; 3. tests/gpu/test_gpu_allocation_drift.py and test_gpu_zero_equivalence.py (its new
-# one-rank offload_param-alone case). About 7 minutes; results in $OUT/res.tgz, the summary on stdout.
+# test suite; 3. tests/gpu/test_gpu_allocation_drift.py, test_gpu_zero_equivalence.py (its new
+# one-rank offload_param-alone case) and test_gpu_families.py. About 7 minutes; results in $OUT/res.tgz, the summary on stdout.
 R=/tmp/res; mkdir -p $R; W=/tmp/wc; B=$W/bin; P=$W/proj; t0=$(date +%s)
 timeout 330 bash .gpu/gpu_check.sh run --out $R/c --work $W --parts "env opt13 kernels tests" >$R/c.out 2>&1
 echo "opt13+kernels+tests rc $? after $(( $(date +%s) - t0 )) s"; cat $R/c/summary.md; grep -h "^attention_" $R/c/kernels.txt 2>/dev/null
@@ -21,7 +24,7 @@ for f in $R/c/opt13-*.log; do echo "$f: $(grep -h '^memory:' $f | grep -o 'predi
 python3 -c "import json, statistics; [print(d['label'], 'median s/step', round(statistics.median(d['step_seconds'][1:]), 4)) for d in map(json.loads, open('$R/c/bench.json'))]"
 tar -C /tmp -czf $OUT/res.tgz res  # (again at the end)
 echo "[$(( $(date +%s) - t0 )) s] drift"
-ZT_PYTESTS='allocation_drift|zero_equivalence' timeout 200 bash .gpu/gpu_check.sh run --out $R/d --work $W --parts "env pytests" >$R/d.out 2>&1
+ZT_PYTESTS='allocation_drift|zero_equivalence|gpu_families' timeout 200 bash .gpu/gpu_check.sh run --out $R/d --work $W --parts "env pytests" >$R/d.out 2>&1
 echo "drift rc $? after $(( $(date +%s) - t0 )) s"; tail -n 4 $R/d/pytests.txt 2>/dev/null
 cp $W/test_gpu_*.log $R/ 2>/dev/null
 tar -C /tmp -czf $OUT/res.tgz res
