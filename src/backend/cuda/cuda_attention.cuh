@@ -182,13 +182,22 @@ __device__ inline void copy_rows(uint16_t* tile, int ld, const uint16_t* source,
 // are row_stride elements apart, zero past valid_rows, copied by the block's threads
 // asynchronously (16-byte cp.async copies; the zero rows are plain stores). The caller commits
 // the group, and waits for it and meets at a barrier before anyone reads the tile: the kernels
-// issue the next tile's copies, compute on the current one meanwhile, then wait.
+// issue the next tile's copies, compute on the current one meanwhile, then wait. The copies a
+// thread makes are counted at compile time (kCopies), so the loop unrolls without a remainder
+// and each copy's row and column are shifts of the thread index where kVectorsPerRow divides
+// the block: with a count known only at run time (a loop to the tile's end) the address
+// arithmetic had been a third of the forward's loop (ptxas, sm_90, D 128: 855 instructions a
+// 32-key tile, 605 now).
 template <int kRows, int kD>
 __device__ inline void copy_tile_async(uint16_t* tile, int ld, const uint16_t* source,
                                        int64_t row_stride, int valid_rows) {
   constexpr int kVectorsPerRow = kD / 8;
+  constexpr int kVectors = kRows * kVectorsPerRow;
+  constexpr int kCopies = (kVectors + kTcThreads - 1) / kTcThreads;  // per thread, at most
 #pragma unroll
-  for (int e = static_cast<int>(threadIdx.x); e < kRows * kVectorsPerRow; e += kTcThreads) {
+  for (int i = 0; i < kCopies; ++i) {
+    const int e = static_cast<int>(threadIdx.x) + i * kTcThreads;
+    if (kVectors % kTcThreads != 0 && e >= kVectors) break;
     const int r = e / kVectorsPerRow, c = e % kVectorsPerRow * 8;
     if (r < valid_rows) {
       async_copy_16(tile + r * ld + c, source + r * row_stride + c);
