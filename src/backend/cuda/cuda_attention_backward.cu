@@ -309,7 +309,7 @@ struct Gradient {
 };
 __device__ inline Gradient probability_gradient(float s, float dp, float lse_log2, float delta,
                                                 float scale_log2) {
-  const float p = exp2f(fmaf(s, scale_log2, -lse_log2));
+  const float p = exp2_flushed(fmaf(s, scale_log2, -lse_log2));
   return {p, p * (dp - delta)};
 }
 

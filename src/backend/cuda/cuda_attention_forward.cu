@@ -245,13 +245,16 @@ __device__ inline void softmax_tile(SoftmaxRow (&rows)[2], float (&s)[kN][4], fl
     const float new_max = fmaxf(my.max, tile_max);
     // in log2 units, scaled; rows past T: no NaN
     const float reference = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
-    const float factor = my.max == -INFINITY ? 0.0f : exp2f(my.max * scale_log2 - reference);
+    // (exactly 1 where the max stays: the output's rescale below is skipped then)
+    const float factor = my.max == new_max    ? 1.0f
+                         : my.max == -INFINITY ? 0.0f
+                                               : exp2_flushed(my.max * scale_log2 - reference);
     float sum = 0.0f, kept = 0.0f;
 #pragma unroll
     for (int j = 0; j < kN; ++j) {
 #pragma unroll
       for (int e = 2 * h; e < 2 * h + 2; ++e) {
-        const float p = exp2f(fmaf(s[j][e], scale_log2, -reference));  // 2^-inf = 0 for masked keys
+        const float p = exp2_flushed(fmaf(s[j][e], scale_log2, -reference));  // 0 for masked keys
         s[j][e] = Format::to_float(Format::from_float(p));  // as P V's A operand takes it
         sum += p;
         kept += s[j][e];
@@ -260,9 +263,9 @@ __device__ inline void softmax_tile(SoftmaxRow (&rows)[2], float (&s)[kN][4], fl
     my.max = new_max;
     my.sum = my.sum * factor + sum;
     my.kept = my.kept * factor + kept;
-    // The row's output follows only when some row's max moved (2^0 is exactly 1: skipping
-    // changes no bit). Past a row's first tiles its max seldom moves, and the rescale is kD / 4
-    // multiplies a lane against the tile's kN exponentials. A vote, so the warp takes one way.
+    // The row's output follows only when some row's max moved (factor 1: skipping changes no
+    // bit). Past a row's first tiles its max seldom moves, and the rescale is kD / 4 multiplies
+    // a lane against the tile's kN exponentials. A vote, so the warp takes one way.
     if (__any_sync(0xFFFFFFFFu, factor != 1.0f)) {
 #pragma unroll
       for (int j = 0; j < kDN; ++j) {
