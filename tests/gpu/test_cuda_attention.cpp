@@ -365,18 +365,19 @@ BOOST_AUTO_TEST_CASE(tensor_core_tiles_load_without_bank_conflicts) {
 //   backward, per 64 rows x 32 streamed: dK/dV's S^T, dP^T (4 n-tiles x 8 k-steps each), P^T dO,
 //     dS^T Q (16 x 2 each) = 128 mma a warp; dQ's S, dP (32 each) and dS K as two parts (64) =
 //     128: 1024 mma (4.19 M FLOPs) a pair. ldmatrix.x4 a warp: dK/dV 8 + 16 for each of S^T and
-//     dP^T (its K, V rows and the streamed Q, dO) + 16 + 16 = 80 (160 KB a block), dQ 16 x 3 = 48
-//     (96 KB; K once for both parts), and once per dQ block the Q and dO operands (16). Steps: 6
-//     for dK/dV (keys 0-63 see 4 query tiles of 32, keys 64-127 two), 6 for dQ (2 + 4 key tiles).
+//     dP^T (its K, V rows and the streamed Q, dO) + 16 + 16 = 80 (160 KB a block), dQ 8 + 16 for
+//     each of S and dP (its Q, dO rows and the streamed K, V) + 16 = 64 (128 KB; K once for both
+//     parts of dS). Steps: 6 for dK/dV (keys 0-63 see 4 query tiles of 32, keys 64-127 two), 6
+//     for dQ (2 + 4 key tiles).
 //   cp.async: the streamed tiles, 16 KB per forward pair (K, V), 16 KB per backward step (Q and dO,
 //     or K and V); the blocks' own rows (Q; K, V; Q, dO) are plain 16-byte loads.
 BOOST_AUTO_TEST_CASE(tensor_core_work_per_tile_pair_matches_the_roofline_estimate) {
   const AttentionCounts counts = count_tensor_core_attention({1, 128, 1, 1, 128}, 600);
-  constexpr uint64_t kWarps = 4, kForwardPairs = 6, kForwardBlocks = 2, kBackwardSteps = 6, kDqBlocks = 2;
+  constexpr uint64_t kWarps = 4, kForwardPairs = 6, kForwardBlocks = 2, kBackwardSteps = 6;
   BOOST_TEST(counts.forward.mma == kForwardPairs * kWarps * (32 + 32));
   BOOST_TEST(counts.forward.phases / 4 == kWarps * (kForwardPairs * 32 + kForwardBlocks * 8));
   BOOST_TEST(counts.backward.mma == kBackwardSteps * kWarps * 128 * 2);
-  BOOST_TEST(counts.backward.phases / 4 == kWarps * (kBackwardSteps * (80 + 48) + kDqBlocks * 16));
+  BOOST_TEST(counts.backward.phases / 4 == kWarps * kBackwardSteps * (80 + 64));
   BOOST_TEST(counts.forward.copies * 16 == kForwardPairs * 16 * 1024);
   BOOST_TEST(counts.backward.copies * 16 == 2 * kBackwardSteps * 16 * 1024);
 }

@@ -426,8 +426,15 @@ attention_backward_dkdv_tc_kernel(Storage<Format>* dk, Storage<Format>* dv,
 
 // dQ of the queries [first_query, + 64) of one head (warp w: queries first_query + 16 w ..):
 // sums over the key tiles these queries see.
+// Blocks per SM the dQ kernel's registers are sized for: three (168 registers a thread) where
+// that fits without spills (CUDA 13's ptxas, sm_80 and sm_90), with Q's and dO's operands read
+// from shared memory at each step (16 ldmatrix.x4 more a step, 64 registers less); D 96 and 112
+// spill 4-72 bytes there and keep two. The dK/dV kernel holds dK and dV (128 registers at D 128)
+// and stays at two.
+constexpr int dq_tc_blocks_per_sm(int head_dim) { return head_dim == 96 || head_dim == 112 ? 2 : 3; }
+
 template <class Format, int kD>
-__global__ void __launch_bounds__(kTcThreads, 2)
+__global__ void __launch_bounds__(kTcThreads, dq_tc_blocks_per_sm(kD))
 attention_backward_dq_tc_kernel(Storage<Format>* dq, const Storage<Format>* dout,
                                 const Storage<Format>* q, const Storage<Format>* k,
                                 const Storage<Format>* v, const float* lse, const float* delta,
@@ -481,9 +488,6 @@ attention_backward_dq_tc_kernel(Storage<Format>* dq, const Storage<Format>* dout
                                   kv_stride, min(kCols, dims.time - keys_begin));
   async_copy_wait<0>();
   __syncthreads();
-  uint32_t q_operands[kD / 16][4], do_operands[kD / 16][4];  // Q_w, dO_w [16, kD] as A operands
-  load_a_operands<kD>(q_operands, q_warp, kLd);
-  load_a_operands<kD>(do_operands, do_warp, kLd);
   int buffer = 0;
   for (int first_key = keys_begin; first_key < keys_end; first_key += kCols, buffer ^= 1) {
     const int next_key = first_key + kCols;
@@ -499,8 +503,8 @@ attention_backward_dq_tc_kernel(Storage<Format>* dq, const Storage<Format>* dout
     float s[kN][4], dp[kN][4];
     zero_fragments(s);
     zero_fragments(dp);
-    mma_a_bt<T, kD, kN>(s, q_operands, k_tile, kLd);
-    mma_a_bt<T, kD, kN>(dp, do_operands, v_tile, kLd);
+    mma_shared_a_bt<T, kD, kN>(s, q_warp, kLd, k_tile, kLd);
+    mma_shared_a_bt<T, kD, kN>(dp, do_warp, kLd, v_tile, kLd);
     // dS in place of S; the mask only where some row of the warp misses some key of the tile
     const bool masked = !__all_sync(0xFFFFFFFFu, sees_whole_tile(row_query[0] < dims.time, row_query[0], row_start[0], first_key, kCols) &&
                                                      sees_whole_tile(row_query[1] < dims.time, row_query[1], row_start[1], first_key, kCols));
