@@ -13,7 +13,9 @@
 # 3r30-dpu and 3o-r30-dpu rows (expected about 0.10 s and 0.12-0.15 s; BENCHMARKS.md). And (2026-11-29,
 # commit a6d9faa) our tensor-core attention forward with P rounded once, 32-key tiles and three blocks
 # per SM: the kernels part's attention_forward row for `tensor-cores` (call7: 158.1 TFLOP/s; estimate
-# about 185), and test_gpu_families.py's bf16 tensor-core checks on the hardware.
+# about 185), and test_gpu_families.py's bf16 tensor-core checks on the hardware. Before packing,
+# `bash bench/gpu_calls/build-ab.sh 80fd5f5` (the kernels before 2026-11-29; no device time) so that
+# the call times both versions of our attention kernels side by side (the A/B loop below).
 # 1. opt13's eight rows (3p and 3r30-dpu are call9's param-only and r30opt-dpu); 2. kernels and the gpu
 # test suite; 3. tests/gpu/test_gpu_allocation_drift.py, test_gpu_zero_equivalence.py (its new
 # one-rank offload_param-alone case) and test_gpu_families.py. About 7 minutes; results in $OUT/res.tgz, the summary on stdout.
@@ -23,6 +25,15 @@ echo "opt13+kernels+tests rc $? after $(( $(date +%s) - t0 )) s"; cat $R/c/summa
 for f in $R/c/opt13-*.log; do echo "$f: $(grep -h '^memory:' $f | grep -o 'predicted.*peak') | $(grep -h 'peak memory' $f)"; done
 python3 -c "import json, statistics; [print(d['label'], 'median s/step', round(statistics.median(d['step_seconds'][1:]), 4)) for d in map(json.loads, open('$R/c/bench.json'))]"
 tar -C /tmp -czf $OUT/res.tgz res  # (again at the end)
+# A/B of the kernels: bench_kernels of other commits (bench/gpu_calls/build-ab.sh puts them in
+# .gpu/ab before the call), each run beside this build's, attention rows only, on this machine.
+for ab in $B/bench_kernels .gpu/ab/bench_kernels-*; do
+  [[ -x "$ab" ]] || continue
+  sed "s|exec $B/zerotune|exec $(readlink -f "$ab")|" $W/wrap/zerotune >$W/wrap/ab && chmod +x $W/wrap/ab
+  echo "[$(( $(date +%s) - t0 )) s] A/B $ab"
+  timeout 120 $W/wrap/ab cuda --shape 7b --dtype bf16 --peak-tflops 989 --peak-gbps 3350 >$R/ab-$(basename "$ab").txt 2>&1
+  grep -E "^attention_(forward|backward)" $R/ab-$(basename "$ab").txt
+done
 echo "[$(( $(date +%s) - t0 )) s] drift"
 ZT_PYTESTS='allocation_drift|zero_equivalence|gpu_families' timeout 200 bash .gpu/gpu_check.sh run --out $R/d --work $W --parts "env pytests" >$R/d.out 2>&1
 echo "drift rc $? after $(( $(date +%s) - t0 )) s"; tail -n 4 $R/d/pytests.txt 2>/dev/null

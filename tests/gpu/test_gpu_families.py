@@ -11,10 +11,11 @@
 # ROUNDED_P_BF16_BOUND of each tensor's norm (see there) (||gpu - cpu|| / ||cpu||): both backends
 # store bf16 and sum in other orders, so a ReLU input near zero can round to the other side on one
 # of them, which moves one token's term (about 1/sqrt(tokens)) of a gradient row; an
-# elementwise bound meets that, the norm does not. And in bf16 each variant's gradients are as close
-# to the CPU's fp32 ones as the CPU's own bf16 gradients are (the root mean square over tensors of
-# ||bf16 - fp32|| / ||fp32||, within 1.25x): rounding P once does not make the GPU less accurate, it
-# only rounds elsewhere than the CPU. With LoRA on every linear layer
+# elementwise bound meets that, the norm does not. And in bf16 each variant's gradients are about as
+# close to the CPU's fp32 ones as the CPU's own bf16 gradients are (the root mean square over
+# tensors of ||bf16 - fp32|| / ||fp32||, within 1.25x): a guard against gross accuracy regressions
+# (a forward normalised by the exact sum passes it at 1.07x; the attention's own unit test,
+# common_value_component_through_each_backends_own_forward, guards that). With LoRA on every linear layer
 # (all-linear: OPT's project_in/out in the 350m shape) in fp32, and for OPT 4 training steps in fp32
 # track the CPU (losses within 1e-4 relative, final weights within 1e-4). Without a GPU every
 # check fails with zerotune's message (this test never skips).
@@ -38,9 +39,9 @@ VOCAB = 256
 # out of the attention (model/attention_bias.h), but not the norm's. Measured worst: cuDNN 6.3e-2
 # on an H100 and 5.6e-2 on the emulated cuDNN (which rounds matmul operands the same way); our
 # tensor-core kernels 6.0e-2 (opt) and 4.7e-2 (opt_350m) on the emulated device, whose gradients
-# are as far from the CPU's fp32 ones as the CPU's own bf16 gradients (rms 6.15e-2 against 6.12e-2
+# are as far from the CPU's fp32 ones as the CPU's own bf16 gradients (rms 5.98e-2 against 5.95e-2
 # on opt). This bound is the measured one with headroom, still far below the O(1) of a layout or
-# mask error; the comparison with fp32 (RELATIVE_ACCURACY) holds the accuracy itself.
+# mask error; the comparison with fp32 (RELATIVE_ACCURACY) bounds the accuracy as a whole.
 ROUNDED_P_BF16_BOUND = 8e-2
 RELATIVE_ACCURACY = 1.25  # a bf16 GPU run's rms error against fp32, over the CPU bf16 run's
 
@@ -71,6 +72,8 @@ def rms_relative_error(got, exact, skip):
     ||got - exact|| / ||exact||."""
     errors = [float((got[key].double() - exact[key].double()).norm()) / float(exact[key].double().norm())
               for key in exact if key not in skip and float(exact[key].double().norm()) > 0.0]
+    if not errors:
+        raise ValueError("no nonzero tensor to compare with fp32")
     return (sum(error * error for error in errors) / len(errors)) ** 0.5
 
 
@@ -167,7 +170,10 @@ def main():
                                  f"(worst {worst:.2e} in {worst_name})")
                 except Exception as error:  # noqa: BLE001
                     report.fail(f"[{name} step-0 {label}] {type(error).__name__}: {error}")
-            check_bf16_accuracy(report, name, dumps_of)
+            try:
+                check_bf16_accuracy(report, name, dumps_of)
+            except Exception as error:  # noqa: BLE001 - reported; the next model still runs
+                report.fail(f"[{name} bf16 accuracy] {type(error).__name__}: {error}")
         try:  # a few OPT updates: the tied embedding and the positions train on both backends alike
             model = os.path.join(workdir, "opt")
             runs = {}

@@ -167,9 +167,11 @@ attention_forward_kernel(Storage<Format>* out, float* lse, const Storage<Format>
 // the rounding's residue, and dS = P (dP - delta), whose rows cancel that component, keeps it.
 // P goes into P V rounded once to the dtype, as FlashAttention-2 does, and out is normalised by
 // the sum of the rounded values (SoftmaxRow::kept), lse by the exact sum: both sets of weights
-// sum to 1, so the common component cancels in dS exactly, and out misses only the small part's
-// rounding (common_value_component_through_each_backends_own_forward bounds it). Until
-// 2026-11-29, P went in as high + low 16-bit parts, half again the tensor work of the tile.
+// sum to 1, so the common component cancels in dS up to out's own rounding to 16 bits (delta
+// reads the stored out, in every 16-bit implementation alike), and out misses only the small
+// part's rounding (common_value_component_through_each_backends_own_forward bounds it;
+// FlashAttention-2 normalises by the exact sum). Until 2026-11-29, P went in as high + low 16-bit
+// parts, half again the tensor work of the tile.
 
 // The forward kernel's shared memory for head dim kD, the same on the host (its size) and the
 // device.
@@ -278,7 +280,8 @@ __device__ inline void softmax_tile(SoftmaxRow (&rows)[2], float (&s)[kN][4], fl
 
 // Blocks per SM the registers are sized for: three (168 registers a thread) where that fits
 // without spills (CUDA 13's ptxas, sm_80 and sm_90): every head dim but 112, which no family
-// uses and which spills 8-12 bytes there. Four blocks (128 registers) spill at D 96-128.
+// uses and which spills 8-12 bytes there. Four blocks (128 registers) spill at D 96-128 (up to
+// 236 bytes).
 constexpr int forward_tc_blocks_per_sm(int head_dim) { return head_dim == 112 ? 2 : 3; }
 
 template <class Format, int kD>
