@@ -2,7 +2,7 @@
 # Prepared 2026-11-28 night (after that session's calls 7-10; not yet run): the next lent GPU's
 # first call; rename it with the date when it runs. Pack with
 #   ZT_PACK_XZ_LEVEL=-6 bash scripts/gpu_check.sh pack --out .gpu --binary-dir build
-# and carry [".gpu"]:  OUT=$OUT bash bench/gpu_calls/next-call.sh
+# and carry [".gpu", ".gpu-ab"]:  OUT=$OUT bash bench/gpu_calls/next-call.sh
 # What no GPU has run yet (commit 9558da6 and after): offload_param's gathers round the device master
 # in place where it is on the device (the resident part at ratio 0.3, all of it without optimizer
 # offload): call10 measured 3o-r30-dpu 0.210 s/step (2.28x of ZeRO-0) and param-only 0.180 with
@@ -14,8 +14,9 @@
 # commit a6d9faa) our tensor-core attention forward with P rounded once, 32-key tiles and three blocks
 # per SM: the kernels part's attention_forward row for `tensor-cores` (call7: 158.1 TFLOP/s; estimate
 # about 185), and test_gpu_families.py's bf16 tensor-core checks on the hardware. Before packing,
-# `bash bench/gpu_calls/build-ab.sh 80fd5f5` (the kernels before 2026-11-29; no device time) so that
-# the call times both versions of our attention kernels side by side (the A/B loop below).
+# `bash bench/gpu_calls/build-ab.sh 80fd5f5` (the kernels before 2026-11-29; no device time) and carry
+# [".gpu", ".gpu-ab"], so that the call times both versions of our attention kernels side by side
+# (the A/B loop below).
 # 1. opt13's eight rows (3p and 3r30-dpu are call9's param-only and r30opt-dpu); 2. kernels and the gpu
 # test suite; 3. tests/gpu/test_gpu_allocation_drift.py, test_gpu_zero_equivalence.py (its new
 # one-rank offload_param-alone case) and test_gpu_families.py. About 7 minutes; results in $OUT/res.tgz, the summary on stdout.
@@ -26,8 +27,11 @@ for f in $R/c/opt13-*.log; do echo "$f: $(grep -h '^memory:' $f | grep -o 'predi
 python3 -c "import json, statistics; [print(d['label'], 'median s/step', round(statistics.median(d['step_seconds'][1:]), 4)) for d in map(json.loads, open('$R/c/bench.json'))]"
 tar -C /tmp -czf $OUT/res.tgz res  # (again at the end)
 # A/B of the kernels: bench_kernels of other commits (bench/gpu_calls/build-ab.sh puts them in
-# .gpu/ab before the call), each run beside this build's, attention rows only, on this machine.
-for ab in $B/bench_kernels .gpu/ab/bench_kernels-*; do
+# .gpu-ab, carried with .gpu), each run beside this build's, attention rows only, on this machine.
+for packed in .gpu-ab/bench_kernels-*.xz; do
+  [[ -f "$packed" ]] && xz -dc "$packed" >$W/$(basename "$packed" .xz) && chmod +x $W/$(basename "$packed" .xz)
+done
+for ab in $B/bench_kernels $W/bench_kernels-*; do
   [[ -x "$ab" ]] || continue
   sed "s|exec $B/zerotune|exec $(readlink -f "$ab")|" $W/wrap/zerotune >$W/wrap/ab && chmod +x $W/wrap/ab
   echo "[$(( $(date +%s) - t0 )) s] A/B $ab"
