@@ -151,6 +151,10 @@ constexpr int kWarpRows = 16;                       // the rows a warp owns
 constexpr int kTcWarps = 4;
 constexpr int kTcThreads = 32 * kTcWarps;           // 128
 constexpr int kTcBlockRows = kWarpRows * kTcWarps;  // 64 rows a block owns
+// Blocks per SM the forward and dQ kernels' registers are sized for (__launch_bounds__): three,
+// 168 registers a thread, where that fits without spills (CUDA 13's ptxas, sm_80 and sm_90):
+// every head dim but 112, which no family uses and which spills 8-16 bytes there.
+constexpr int tc_blocks_per_sm(int head_dim) { return head_dim == 112 ? 2 : 3; }
 constexpr int kTcForwardKeys = 32;                  // forward key tile (cuda_attention_forward.cu)
 constexpr int kTcBackwardTile = 32;                 // backward streamed tile (queries or keys)
 

@@ -278,14 +278,10 @@ __device__ inline void softmax_tile(SoftmaxRow (&rows)[2], float (&s)[kN][4], fl
   }
 }
 
-// Blocks per SM the registers are sized for: three (168 registers a thread) where that fits
-// without spills (CUDA 13's ptxas, sm_80 and sm_90): every head dim but 112, which no family
-// uses and which spills 8-12 bytes there. Four blocks (128 registers) spill at D 96-128 (up to
-// 236 bytes).
-constexpr int forward_tc_blocks_per_sm(int head_dim) { return head_dim == 112 ? 2 : 3; }
-
+// tc_blocks_per_sm: three blocks a SM at 168 registers. Four (128 registers) spill at D 96-128
+// (up to 236 bytes).
 template <class Format, int kD>
-__global__ void __launch_bounds__(kTcThreads, forward_tc_blocks_per_sm(kD))
+__global__ void __launch_bounds__(kTcThreads, tc_blocks_per_sm(kD))
 attention_forward_tc_kernel(Storage<Format>* out, float* lse, const Storage<Format>* q,
                             const Storage<Format>* k, const Storage<Format>* v,
                             const int32_t* positions, AttentionDims dims, float scale) {
