@@ -97,11 +97,12 @@ struct OpCheck {
 };
 
 const std::vector<DType> kFloats = {DType::F32, DType::BF16, DType::F16};
-// The attention's variants round intermediates to the dtype: our tensor-core kernels P in
-// P V and dV = P^T dO and dS in dK = dS^T Q (dQ = dS K takes high + low parts; worst 2.9 units
-// here with P V's P in two parts, 2026-11-28), cuDNN's fused SDPA P and dS once for every product, as FlashAttention does: worst 8.3
-// units on the packed bf16 case on an H100 (2026-11-27; a 5-token row leaves few terms to
-// average the roundings out). Layout or mask errors are O(1), far above 12 units.
+// The attention's variants round intermediates to the dtype: our tensor-core kernels P and dS
+// once for every product (dQ subtracting the residue of a reference key; worst 2.9 units here on
+// 2026-11-28, when P V and dS K took two parts), cuDNN's fused SDPA P and dS once for every
+// product, as FlashAttention does: worst 8.3 units on the packed bf16 case on an H100
+// (2026-11-27; a 5-token row leaves few terms to average the roundings out). Layout or mask
+// errors are O(1), far above 12 units.
 // tests/gpu/test_cuda_attention.cpp holds each variant to its own, tighter bound.
 constexpr double kAttentionRoundings = 12.0;
 

@@ -31,7 +31,7 @@ from mpi_common import (REPO, Report, load_weights, main_guard, parse_args, read
 VOCAB = 256
 
 # Both attention variants round P to bf16 once before P V (cuDNN's fused attention, the default, dS
-# too, as FlashAttention does; our tensor-core kernels since 2026-11-29, dS K excepted). A component
+# too, as FlashAttention does; our tensor-core kernels since 2026-11-29). A component
 # common to every value of a row (LayerNorm's bias through v_proj: these models randomise it) then
 # amplifies out's own rounding to bf16 in dS through delta = rowsum(dO * out), on each backend
 # alike but no longer at the same elements, as when our kernels took P in high + low parts and
