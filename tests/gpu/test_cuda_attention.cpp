@@ -220,14 +220,20 @@ void check_within_rounding(const std::vector<float>& device, const std::vector<f
 // 16 bits leaves its rounding error's row sum times that component, which the tensor-core dQ
 // subtracts (the row sum times a reference key; without it 2829 bf16 and 2797 fp16 of the 6144
 // elements of dq fail).
-void check_common_component(bool in_keys) {
+// `time` rows of `head_dim` (2 rows, 4 heads); `positions` empty: one sample per row, else packed
+// rows on both backends.
+void check_common_component(bool in_keys, int64_t time = 48, int64_t head_dim = 16,
+                            std::vector<int32_t> positions = {}) {
   const ScopedAttentionVariant variant("tensor-cores");  // our kernels, not cuDNN
   for (DType dtype : {DType::BF16, DType::F16}) {
-    const int64_t batch = 2, time = 48, heads = 4, head_dim = 16;
+    const int64_t batch = 2, heads = 4;
     const std::initializer_list<int64_t> shape = {batch, time, heads, head_dim};
     const std::initializer_list<int64_t> lse_shape = {batch, heads, time};
     const int64_t numel = batch * time * heads * head_dim;
     const float scale = 0.25f;
+    const Tensor positions_h = positions.empty() ? Tensor() : view(positions, {batch * time});
+    DeviceTensor positions_d;
+    if (!positions.empty()) positions_d = upload_integers(positions, {batch * time});
     std::vector<float> q = rounded(random_floats(numel, 500, -0.5f, 0.5f), dtype);
     std::vector<float> k = random_floats(numel, 501, in_keys ? -0.1f : -0.5f, in_keys ? 0.1f : 0.5f);
     std::vector<float> v = random_floats(numel, 502, -0.1f, 0.1f);
@@ -237,11 +243,11 @@ void check_common_component(bool in_keys) {
     std::vector<float> dout = rounded(random_floats(numel, 503), dtype);
     std::vector<float> out(numel), lse(batch * heads * time);
     cpu().attention_forward(view(out, shape), view(lse, lse_shape), view(q, shape), view(k, shape),
-                            view(v, shape), Tensor(), scale);
+                            view(v, shape), positions_h, scale);
     DeviceTensor q_d = upload(q, dtype, shape), k_d = upload(k, dtype, shape);
     DeviceTensor v_d = upload(v, dtype, shape), dout_d = upload(dout, dtype, shape);
     DeviceTensor out_d = poisoned(dtype, shape), lse_d = poisoned(DType::F32, lse_shape);
-    gpu().attention_forward(out_d, lse_d, q_d, k_d, v_d, Tensor(), scale);
+    gpu().attention_forward(out_d, lse_d, q_d, k_d, v_d, positions_d.tensor, scale);
     std::vector<float> device_out = download(out_d);
     const std::string what = cat("attention with a common ", in_keys ? "key" : "value",
                                  " component, own forwards");
@@ -259,10 +265,10 @@ void check_common_component(bool in_keys) {
     std::vector<float> dq(numel), dk(numel), dv(numel);
     cpu().attention_backward(view(dq, shape), view(dk, shape), view(dv, shape), view(dout, shape),
                              view(q, shape), view(k, shape), view(v, shape),
-                             view(device_out, shape), view(lse, lse_shape), Tensor(), scale);
+                             view(device_out, shape), view(lse, lse_shape), positions_h, scale);
     DeviceTensor dq_d = poisoned(dtype, shape), dk_d = poisoned(dtype, shape);
     DeviceTensor dv_d = poisoned(dtype, shape);
-    gpu().attention_backward(dq_d, dk_d, dv_d, dout_d, q_d, k_d, v_d, out_d, lse_d, Tensor(), scale);
+    gpu().attention_backward(dq_d, dk_d, dv_d, dout_d, q_d, k_d, v_d, out_d, lse_d, positions_d.tensor, scale);
     check_near(download(dq_d), dq, dtype, 4 * dtype_rtol(dtype), what + " dq");
     check_near(download(dk_d), dk, dtype, 4 * dtype_rtol(dtype), what + " dk");
     check_near(download(dv_d), dv, dtype, 4 * dtype_rtol(dtype), what + " dv");
@@ -275,6 +281,13 @@ BOOST_AUTO_TEST_CASE(common_value_component_through_each_backends_own_forward) {
 
 BOOST_AUTO_TEST_CASE(common_key_component_through_each_backends_own_forward) {
   check_common_component(true);
+}
+
+// The keys' case over several key tiles of packed rows at D 64: dQ's rounding residue builds up
+// across tiles and samples, against one reference key per block (the mean of its first tile,
+// which may hold an earlier sample's keys).
+BOOST_AUTO_TEST_CASE(common_key_component_over_packed_tiles) {
+  check_common_component(true, 130, 64, packed_positions(2, 130, {{70, 60}, {5, 100, 25}}));
 }
 
 // The head dims of the LLaMA, Mistral, Qwen2 and OPT families on tensor cores, with GQA and a
@@ -290,7 +303,7 @@ BOOST_AUTO_TEST_CASE(tensor_core_head_dims) {
 }
 
 // The other head dims the tensor-core kernels are built for, among them 112, whose forward and
-// dQ kernels are sized for two blocks per SM where D 128 and 16-80 take three.
+// dQ kernels are sized for two blocks per SM where every other head dim takes three.
 BOOST_AUTO_TEST_CASE(tensor_core_other_head_dims) {
   const ScopedAttentionVariant variant("tensor-cores");  // our kernels, not cuDNN
   const std::pair<int64_t, DType> cases[] = {{32, DType::F16}, {48, DType::BF16}, {112, DType::BF16}, {112, DType::F16}};

@@ -295,14 +295,11 @@ __device__ inline void mma_a_bt(float (&c)[kN][4], const uint32_t (&a)[kDepth / 
   for (int kk = 0; kk < kDepth / 16; ++kk) mma_step_bt<T>(c, a[kk], rows, ld, 16 * kk);
 }
 
-// c[kN] ([16, 8 kN]) += (sum over the kParts parts of A) [16, 16] B for one k step: B is the rows
-// [k0, k0 + 16) of a row-major [., 8 kN] tile b (ld) (P V with V's rows), loaded transposed:
-// matrices 0, 1 are rows k0 .. + 7 and k0 + 8 .. + 15 at columns 8 j, matrices 2, 3 the same
-// at 8 j + 8. Each B is loaded once for all parts (a value split into high and low 16-bit parts
-// costs tensor-core time, no loads).
-template <class T, int kN, int kParts>
-__device__ inline void mma_step_b(float (&c)[kN][4], const uint32_t (&a)[kParts][4],
-                                  const uint16_t* b, int ld, int k0) {
+// c[kN] ([16, 8 kN]) += A [16, 16] B for one k step: B is the rows [k0, k0 + 16) of a
+// row-major [., 8 kN] tile b (ld) (P V with V's rows), loaded transposed: matrices 0, 1 are rows
+// k0 .. + 7 and k0 + 8 .. + 15 at columns 8 j, matrices 2, 3 the same at 8 j + 8.
+template <class T, int kN>
+__device__ inline void mma_step_b(float (&c)[kN][4], const uint32_t (&a)[4], const uint16_t* b, int ld, int k0) {
   static_assert(kN % 2 == 0, "n-tiles go in pairs");
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const uint16_t* row = b + (k0 + lane % 8 + 8 * (lane / 8 % 2)) * ld + 8 * (lane / 16);
@@ -310,11 +307,8 @@ __device__ inline void mma_step_b(float (&c)[kN][4], const uint32_t (&a)[kParts]
   for (int j = 0; j < kN; j += 2) {
     uint32_t bt[4];
     zt_mma::ldmatrix_x4_trans(bt, row + 8 * j);
-#pragma unroll
-    for (int part = 0; part < kParts; ++part) {
-      zt_mma::mma_m16n8k16<T>(c[j], a[part], bt[0], bt[1]);
-      zt_mma::mma_m16n8k16<T>(c[j + 1], a[part], bt[2], bt[3]);
-    }
+    zt_mma::mma_m16n8k16<T>(c[j], a, bt[0], bt[1]);
+    zt_mma::mma_m16n8k16<T>(c[j + 1], a, bt[2], bt[3]);
   }
 }
 
@@ -325,37 +319,29 @@ __device__ inline uint32_t pack_pair(float first, float second) {
   return uint32_t{Format::from_float(first)} | uint32_t{Format::from_float(second)} << 16;
 }
 
-// The A operand of k step kk of a warp's [16, 8 kN] fp32 accumulators c, as kParts 16-bit
-// parts: part 0 is c rounded to the dtype, part 1 (if any) what that rounding left, rounded. An
-// accumulator's columns 2t, 2t + 1 of rows g, g + 8 are where the A operand wants them, so this
-// is a conversion in registers: a0, a1 from n-tile 2 kk, a2, a3 from n-tile 2 kk + 1.
-template <class Format, int kParts, int kN>
-__device__ inline void accumulators_as_a(uint32_t (&a)[kParts][4], const float (&c)[kN][4], int kk) {
-  static_assert(kParts == 1 || kParts == 2, "a value in one or two 16-bit parts");
+// The A operand of k step kk of a warp's [16, 8 kN] fp32 accumulators c, rounded to the dtype.
+// An accumulator's columns 2t, 2t + 1 of rows g, g + 8 are where the A operand wants them, so
+// this is a conversion in registers: a0, a1 from n-tile 2 kk, a2, a3 from n-tile 2 kk + 1.
+template <class Format, int kN>
+__device__ inline void accumulators_as_a(uint32_t (&a)[4], const float (&c)[kN][4], int kk) {
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     const float* pair = &c[2 * kk + r / 2][2 * (r % 2)];  // r: a0 (g), a1 (g + 8), a2, a3
-    const uint32_t high = pack_pair<Format>(pair[0], pair[1]);
-    a[0][r] = high;
-    if constexpr (kParts == 2) {
-      const float first = pair[0] - Format::to_float(static_cast<uint16_t>(high & 0xFFFFu));
-      const float second = pair[1] - Format::to_float(static_cast<uint16_t>(high >> 16));
-      a[kParts - 1][r] = pack_pair<Format>(first, second);
-    }
+    a[r] = pack_pair<Format>(pair[0], pair[1]);
   }
 }
 
-// c[kDN] ([16, 8 kDN]) += A [16, 8 kN] B, A a warp's fp32 accumulators (P or dS) fed back as
-// kParts 16-bit parts (accumulators_as_a), B a row-major [8 kN, 8 kDN] tile b (ld) in shared
-// memory (V, dO, Q or K).
-template <class Format, int kParts, int kN, int kDN>
-__device__ inline void mma_accumulators_b(float (&c)[kDN][4], const float (&a)[kN][4],
-                                          const uint16_t* b, int ld) {
+// c[kDN] ([16, 8 kDN]) += A [16, 8 kN] B, A a warp's fp32 accumulators (P or dS) fed back
+// rounded to the dtype (accumulators_as_a; the kernels round them themselves first where they
+// need the rounded values), B a row-major [8 kN, 8 kDN] tile b (ld) in shared memory (V, dO, Q
+// or K).
+template <class Format, int kN, int kDN>
+__device__ inline void mma_accumulators_b(float (&c)[kDN][4], const float (&a)[kN][4], const uint16_t* b, int ld) {
 #pragma unroll
   for (int kk = 0; kk < kN / 2; ++kk) {
-    uint32_t parts[kParts][4];
-    accumulators_as_a<Format>(parts, a, kk);
-    mma_step_b<MmaType<Format>>(c, parts, b, ld, 16 * kk);
+    uint32_t operand[4];
+    accumulators_as_a<Format>(operand, a, kk);
+    mma_step_b<MmaType<Format>>(c, operand, b, ld, 16 * kk);
   }
 }
 

@@ -238,9 +238,11 @@ attention_backward_dq_kernel(Storage<Format>* dq, const Storage<Format>* dout,
 // residue of K's common component (a k_proj bias) and the keys' mean in dQ. So dQ takes dS rounded
 // once and subtracts what that leaves of a reference key: dQ_i -= r_i K_ref, with r_i = sum_j
 // (round(dS_ij) - dS_ij) the row's rounding residue over every key tile and K_ref the mean of the
-// block's first key tile. Since sum_j dS_ij = 0, dS K = dS (K - 1 K_ref^T) for any K_ref, so what
-// stays is each rounding times K_j - K_ref: no common component, the noise of dK's and dV's own
-// rounding: every bound of the tests holds, dq's worst errors beside dK's and dV's. Until
+// block's first key tile. For any K_ref, sum_j round(dS_ij) K_j - r_i K_ref = sum_j dS_ij K_j +
+// sum_j (round(dS_ij) - dS_ij) (K_j - K_ref): what stays is each rounding times K_j - K_ref, no
+// common component, the noise of dK's and dV's own rounding (every bound of the tests holds, dq's
+// worst errors beside dK's and dV's). (The row sum of dS is zero only up to delta's rounding; the
+// identity does not need it.) Until
 // 2026-11-29 dS went in as high + low parts, a third of the kernel's products. (A compensation
 // tried on 2026-11-28 had failed the tests' bounds; which reference key it took is not recorded.)
 
@@ -414,8 +416,8 @@ attention_backward_dkdv_tc_kernel(Storage<Format>* dk, Storage<Format>* dv,
       }
     }
     // dV_w += P^T [16, kCols] dO [kCols, kD], dK_w += dS^T [16, kCols] Q [kCols, kD]
-    mma_accumulators_b<Format, 1>(dv_acc, s, do_tile, kLd);
-    mma_accumulators_b<Format, 1>(dk_acc, dp, q_tile, kLd);
+    mma_accumulators_b<Format>(dv_acc, s, do_tile, kLd);
+    mma_accumulators_b<Format>(dk_acc, dp, q_tile, kLd);
     async_copy_wait<0>();
     __syncthreads();  // the next tile is in place; every warp is done with this one
     head = next_head;
@@ -560,7 +562,7 @@ attention_backward_dq_tc_kernel(Storage<Format>* dq, const Storage<Format>* dout
       }
     }
     // dQ_w += dS [16, kCols] K [kCols, kD] (scaled at the end)
-    mma_accumulators_b<Format, 1>(dq_acc, s, k_tile, kLd);
+    mma_accumulators_b<Format>(dq_acc, s, k_tile, kLd);
     async_copy_wait<0>();
     __syncthreads();  // the next tile is in place; every warp is done with this one
   }

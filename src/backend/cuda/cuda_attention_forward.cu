@@ -350,7 +350,7 @@ attention_forward_tc_kernel(Storage<Format>* out, float* lse, const Storage<Form
                                                      sees_whole_tile(rows[1].valid, rows[1].query, rows[1].start, first_key, kKeys));
     softmax_tile<Format>(rows, s, o, first_key, scale * kLog2e, masked);
     // O_w [16, kD] += P [16, kKeys] V [kKeys, kD], P rounded to the dtype
-    mma_accumulators_b<Format, 1>(o, s, v_tile, kLd);
+    mma_accumulators_b<Format>(o, s, v_tile, kLd);
     async_copy_wait<0>();
     __syncthreads();  // the next tile is in place; every warp is done with this one
   }
