@@ -242,9 +242,9 @@ attention_backward_dq_kernel(Storage<Format>* dq, const Storage<Format>* dout,
 // sum_j (round(dS_ij) - dS_ij) (K_j - K_ref): what stays is each rounding times K_j - K_ref, no
 // common component, the noise of dK's and dV's own rounding (every bound of the tests holds, dq's
 // worst errors beside dK's and dV's). (The row sum of dS is zero only up to delta's rounding; the
-// identity does not need it.) Until
-// 2026-11-29 dS went in as high + low parts, a third of the kernel's products. (A compensation
-// tried on 2026-11-28 had failed the tests' bounds; which reference key it took is not recorded.)
+// identity does not need it.) Until 2026-11-29 dS went in as high + low parts, a third of the
+// kernel's products. (A compensation tried on 2026-11-28 had failed the tests' bounds; which
+// reference key it took is not recorded.)
 
 // The backward kernels' shared memory for head dim kD, the same on the host (its size) and the
 // device.
@@ -431,8 +431,6 @@ attention_backward_dkdv_tc_kernel(Storage<Format>* dk, Storage<Format>* dv,
   store_fragments<Format>(dv + warp_rows, kv_stride, dv_acc, dv_factor, warp_valid);
 }
 
-// dQ of the queries [first_query, + 64) of one head (warp w: queries first_query + 16 w ..):
-// sums over the key tiles these queries see.
 // reference[kD] (fp32) = the mean of the first `rows` rows of a 16-bit [., ld] key tile, a
 // column a thread: the reference key whose rounding residue dQ subtracts (the Rounding comment).
 template <class Format, int kD>
@@ -460,6 +458,8 @@ __device__ inline void subtract_residue_key(float (&dq)[kDN][4], float (&residue
   }
 }
 
+// dQ of the queries [first_query, + 64) of one head (warp w: queries first_query + 16 w ..):
+// sums over the key tiles these queries see.
 // tc_blocks_per_sm: three blocks a SM at 168 registers, with Q's and dO's operands read from
 // shared memory at each step (16 ldmatrix.x4 more a step, 64 registers less). The dK/dV kernel
 // holds dK and dV (128 registers at D 128), spills 200-320 bytes at three, and stays at two.
