@@ -380,29 +380,30 @@ BOOST_AUTO_TEST_CASE(tensor_core_tiles_load_without_bank_conflicts) {
 }
 
 // The work the roofline estimate (BENCHMARKS.md, "Our tensor-core attention on mma.sync") counts
-// per tile pair, counted here at D 128 on T 128, causal, one head: 4 warps of 16 rows a block,
-// each mma m16n8k16 (4096 FLOPs), each ldmatrix.x4 512 bytes.
-//   forward, per 64 queries x 32 keys: a warp's S (4 n-tiles x 8 k-steps = 32 mma) and P V, P
-//     rounded once (16 n-tiles x 2 k-steps = 32 mma): 256 mma (1.05 M FLOPs) a block; K (8
-//     k-steps x 2 n-tile pairs) and V (2 x 8) operands: 32 ldmatrix.x4 a warp (64 KB a block);
-//     and once per block the warp's Q operands (8). Tile pairs: query block 0 with key tiles 0,
-//     1; block 1 with 0-3.
-//   backward, per 64 rows x 32 streamed: dK/dV's S^T, dP^T (4 n-tiles x 8 k-steps each), P^T dO,
-//     dS^T Q (16 x 2 each) = 128 mma a warp; dQ's S, dP and dS K (32 each) = 96: 896 mma (3.67 M
-//     FLOPs) a pair. ldmatrix.x4 a warp: dK/dV 8 + 16 for each of S^T and dP^T (its K, V rows and
-//     the streamed Q, dO) + 16 + 16 = 80 (160 KB a block), dQ 8 + 16 for each of S and dP (its Q,
-//     dO rows and the streamed K, V) + 16 = 64 (128 KB). Steps: 6 for dK/dV (keys 0-63 see 4 query tiles of 32, keys 64-127 two), 6
-//     for dQ (2 + 4 key tiles).
-//   cp.async: the streamed tiles, 16 KB per forward pair (K, V), 16 KB per backward step (Q and dO,
-//     or K and V); the blocks' own rows (Q; K, V; Q, dO) are plain 16-byte loads.
+// per tile, counted here at D 128 on T 128, causal, one head; each mma m16n8k16 4096 FLOPs, each
+// ldmatrix.x4 512 bytes.
+//   forward: one block of 4 warps of 32 rows (two row tiles), 32-key tiles; warp w sees key tiles
+//     0 .. w and skips the later ones: 10 warp tiles. Per warp tile of 32 queries x 32 keys: S
+//     (4 n-tiles x 8 k-steps x 2 row tiles = 64 mma) and P V, P rounded once (16 n-tiles x 2
+//     k-steps x 2 = 64 mma); ldmatrix.x4: K (8 k-steps x 2 n-tile pairs) and V (2 x 8), each
+//     serving both row tiles, and Q's operands (8 k-steps x 2 row tiles), 48 (24 KB).
+//   backward, per 64 rows x 32 streamed, 4 warps of 16 rows: dK/dV's S^T, dP^T (4 n-tiles x 8
+//     k-steps each), P^T dO, dS^T Q (16 x 2 each) = 128 mma a warp; dQ's S, dP and dS K (32 each)
+//     = 96: 896 mma (3.67 M FLOPs) a pair. ldmatrix.x4 a warp: dK/dV 8 + 16 for each of S^T and
+//     dP^T (its K, V rows and the streamed Q, dO) + 16 + 16 = 80 (160 KB a block), dQ 8 + 16 for
+//     each of S and dP (its Q, dO rows and the streamed K, V) + 16 = 64 (128 KB). Steps: 6 for
+//     dK/dV (keys 0-63 see 4 query tiles of 32, keys 64-127 two), 6 for dQ (2 + 4 key tiles).
+//   cp.async: the forward's Q tile (32 KB) and its 4 K, V tile pairs (16 KB each); 16 KB per
+//     backward step (Q and dO, or K and V); the backward blocks' own rows (K, V; Q, dO) are plain
+//     16-byte loads.
 BOOST_AUTO_TEST_CASE(tensor_core_work_per_tile_pair_matches_the_roofline_estimate) {
   const AttentionCounts counts = count_tensor_core_attention({1, 128, 1, 1, 128}, 600);
-  constexpr uint64_t kWarps = 4, kForwardPairs = 6, kForwardBlocks = 2, kBackwardSteps = 6;
-  BOOST_TEST(counts.forward.mma == kForwardPairs * kWarps * (32 + 32));
-  BOOST_TEST(counts.forward.phases / 4 == kWarps * (kForwardPairs * 32 + kForwardBlocks * 8));
+  constexpr uint64_t kWarps = 4, kForwardWarpTiles = 1 + 2 + 3 + 4, kBackwardSteps = 6;
+  BOOST_TEST(counts.forward.mma == kForwardWarpTiles * (64 + 64));
+  BOOST_TEST(counts.forward.phases / 4 == kForwardWarpTiles * 48);
   BOOST_TEST(counts.backward.mma == kBackwardSteps * kWarps * (128 + 96));
   BOOST_TEST(counts.backward.phases / 4 == kWarps * kBackwardSteps * (80 + 64));
-  BOOST_TEST(counts.forward.copies * 16 == kForwardPairs * 16 * 1024);
+  BOOST_TEST(counts.forward.copies * 16 == (32 + 4 * 16) * 1024);
   BOOST_TEST(counts.backward.copies * 16 == 2 * kBackwardSteps * 16 * 1024);
 }
 #endif

@@ -134,28 +134,35 @@ inline bool tensor_cores_fit(DType dtype, int head_dim) {
 }
 
 // ---- the tensor-core path (bf16/fp16, D a multiple of 16 up to 128) ------------------------
-// FlashAttention-2's work split: every warp owns 16 rows (queries, or keys for dK/dV) and keeps
-// their fp32 accumulators in registers across the whole loop; the block shares only the 16-bit
-// K/V (or Q/dO) tiles it streams through shared memory, double-buffered. The products are
-// PTX's mma.sync m16n8k16 on operands that ldmatrix loads (backend/cuda/cuda_mma.cuh): their
-// fragment layouts are documented, so a warp's scores stay in registers, each lane runs the
-// softmax on the elements it holds (4 lanes share a row), and the probabilities go straight
-// back into the next product as its A operand. Nothing of a warp's own goes through shared
-// memory, and no barrier but the block's one per streamed tile is needed.
+// FlashAttention-2's work split: every warp owns its rows (queries, or keys for dK/dV: 16 a
+// warp in the backward, 32 in the forward, as two row tiles that share each operand the warp
+// loads) and keeps their fp32 accumulators in registers across the whole loop; the block shares
+// the 16-bit tiles it streams through shared memory (K/V, or Q/dO), double-buffered, and its own
+// rows' tiles (the warps load their operands from them). The products are PTX's mma.sync
+// m16n8k16 on operands that ldmatrix loads (backend/cuda/cuda_mma.cuh): their fragment layouts
+// are documented, so a warp's scores stay in registers, each lane runs the softmax on the
+// elements it holds (4 lanes share a row), and the probabilities go straight back into the next
+// product as its A operand. No score or probability goes through shared memory, and no barrier
+// but the block's one per streamed tile is needed.
 
 // The mma element type of a 16-bit storage format.
 template <class Format>
 using MmaType = std::conditional_t<std::is_same_v<Format, Bf16Format>, __nv_bfloat16, __half>;
 
-constexpr int kWarpRows = 16;                       // the rows a warp owns
+constexpr int kWarpRows = 16;                       // a row tile: the rows of one mma
 constexpr int kTcWarps = 4;
 constexpr int kTcThreads = 32 * kTcWarps;           // 128
-constexpr int kTcBlockRows = kWarpRows * kTcWarps;  // 64 rows a block owns
-// Blocks per SM the forward and dQ kernels' registers are sized for (__launch_bounds__): three,
-// 168 registers a thread, where that fits without spills (CUDA 13's ptxas, sm_80 and sm_90):
-// every head dim but 112, which no family uses and which spills 8-16 bytes there.
+constexpr int kTcBlockRows = kWarpRows * kTcWarps;  // 64 rows a backward block owns, 16 a warp
+// Blocks per SM the dQ kernel's registers are sized for (__launch_bounds__): three, 168
+// registers a thread, where that fits without spills (CUDA 13's ptxas, sm_80 and sm_90): every
+// head dim but 112, which no family uses and which spills 8-16 bytes there.
 constexpr int tc_blocks_per_sm(int head_dim) { return head_dim == 112 ? 2 : 3; }
-constexpr int kTcForwardKeys = 32;                  // forward key tile (cuda_attention_forward.cu)
+// The forward (cuda_attention_forward.cu): a warp owns two row tiles (32 queries), which share
+// each K and V operand it loads, so a block owns 128 queries; 32-key tiles. At D 112, which no
+// family uses, two spill (4-24 bytes, CUDA 13's ptxas) and a warp keeps one (a 64-query block).
+constexpr int tc_forward_row_tiles(int head_dim) { return head_dim == 112 ? 1 : 2; }
+constexpr int tc_forward_rows(int head_dim) { return kWarpRows * tc_forward_row_tiles(head_dim) * kTcWarps; }
+constexpr int kTcForwardKeys = 32;
 constexpr int kTcBackwardTile = 32;                 // backward streamed tile (queries or keys)
 
 // 16-bit tiles are padded by 8 elements: the 16 bytes shift each row by 4 banks, so the 8 rows
@@ -245,21 +252,20 @@ __device__ inline const uint16_t* a_operand_row(const uint16_t* tile, int ld) {
   return tile + (lane % 16) * ld + (lane / 16) * 8;
 }
 
-// a[kDepth / 16] = the A operands of a warp's [16, kDepth] 16-bit tile (row-major, ld) in
-// shared memory, one per k step of 16.
-template <int kDepth>
-__device__ inline void load_a_operands(uint32_t (&a)[kDepth / 16][4], const uint16_t* tile, int ld) {
-  const uint16_t* row = a_operand_row(tile, ld);
-#pragma unroll
-  for (int kk = 0; kk < kDepth / 16; ++kk) zt_mma::ldmatrix_x4(a[kk], row + 16 * kk);
+// A single row tile's arrays viewed as kM = 1 row tiles (the same bytes), so that one warp tile's
+// products run through the kM-tile code below.
+template <class A>
+__device__ inline auto as_row_tiles(A& x) -> A (&)[1] {
+  return *reinterpret_cast<A(*)[1]>(&x);
 }
 
-// c[kN] ([16, 8 kN]) += A [16, 16] rows^T [16, 8 kN] for one k step: `rows` is a row-major
-// [8 kN, .] tile (ld) whose columns [k0, k0 + 16) are the step's depth, so B(k, n) =
-// rows[n][k0 + k] (S = Q K^T with K's rows). One ldmatrix gives two n-tiles' B: matrices 0, 1 are
-// rows 8 j .. + 7 at columns k0 and k0 + 8, matrices 2, 3 the next 8 rows.
-template <class T, int kN>
-__device__ inline void mma_step_bt(float (&c)[kN][4], const uint32_t (&a)[4], const uint16_t* rows,
+// c[m][kN] ([16, 8 kN] each) += A_m [16, 16] rows^T [16, 8 kN] for one k step, for kM row tiles
+// that share each B operand (the forward's warp owns 32 rows: one ldmatrix serves both): `rows`
+// is a row-major [8 kN, .] tile (ld) whose columns [k0, k0 + 16) are the step's depth, so B(k, n)
+// = rows[n][k0 + k] (S = Q K^T with K's rows). One ldmatrix gives two n-tiles' B: matrices 0, 1
+// are rows 8 j .. + 7 at columns k0 and k0 + 8, matrices 2, 3 the next 8 rows.
+template <class T, int kM, int kN>
+__device__ inline void mma_step_bt(float (&c)[kM][kN][4], const uint32_t (&a)[kM][4], const uint16_t* rows,
                                    int ld, int k0) {
   static_assert(kN % 2 == 0, "n-tiles go in pairs");
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -268,38 +274,51 @@ __device__ inline void mma_step_bt(float (&c)[kN][4], const uint32_t (&a)[4], co
   for (int j = 0; j < kN; j += 2) {
     uint32_t b[4];
     zt_mma::ldmatrix_x4(b, row + 8 * j * ld);
-    zt_mma::mma_m16n8k16<T>(c[j], a, b[0], b[1]);
-    zt_mma::mma_m16n8k16<T>(c[j + 1], a, b[2], b[3]);
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      zt_mma::mma_m16n8k16<T>(c[m][j], a[m], b[0], b[1]);
+      zt_mma::mma_m16n8k16<T>(c[m][j + 1], a[m], b[2], b[3]);
+    }
   }
 }
 
-// c[kN] ([16, 8 kN]) += A [16, kDepth] rows^T, rows a row-major [8 kN, kDepth] tile (ld); A a
-// warp's own [16, kDepth] row-major tile in shared memory (lda), loaded one k step at a time.
-template <class T, int kDepth, int kN>
-__device__ inline void mma_shared_a_bt(float (&c)[kN][4], const uint16_t* a_tile, int lda,
+// The same for one row tile: c[kN] ([16, 8 kN]) += A [16, 16] rows^T.
+template <class T, int kN>
+__device__ inline void mma_step_bt(float (&c)[kN][4], const uint32_t (&a)[4], const uint16_t* rows,
+                                   int ld, int k0) {
+  mma_step_bt<T>(as_row_tiles(c), as_row_tiles(a), rows, ld, k0);
+}
+
+// c[m][kN] ([16, 8 kN] each) += A_m [16, kDepth] rows^T, rows a row-major [8 kN, kDepth] tile
+// (ld); A a warp's own [16 kM, kDepth] row-major tile in shared memory (lda), row tile m its
+// rows [16 m, 16 m + 16), loaded one k step at a time.
+template <class T, int kDepth, int kM, int kN>
+__device__ inline void mma_shared_a_bt(float (&c)[kM][kN][4], const uint16_t* a_tile, int lda,
                                        const uint16_t* rows, int ld) {
   const uint16_t* a_row = a_operand_row(a_tile, lda);
 #pragma unroll
   for (int kk = 0; kk < kDepth / 16; ++kk) {
-    uint32_t a[4];
-    zt_mma::ldmatrix_x4(a, a_row + 16 * kk);
+    uint32_t a[kM][4];
+#pragma unroll
+    for (int m = 0; m < kM; ++m) zt_mma::ldmatrix_x4(a[m], a_row + 16 * m * lda + 16 * kk);
     mma_step_bt<T>(c, a, rows, ld, 16 * kk);
   }
 }
 
-// The same with A already in registers (a[k step]).
+// The same for one row tile: c[kN] ([16, 8 kN]) += A [16, kDepth] rows^T.
 template <class T, int kDepth, int kN>
-__device__ inline void mma_a_bt(float (&c)[kN][4], const uint32_t (&a)[kDepth / 16][4],
-                                const uint16_t* rows, int ld) {
-#pragma unroll
-  for (int kk = 0; kk < kDepth / 16; ++kk) mma_step_bt<T>(c, a[kk], rows, ld, 16 * kk);
+__device__ inline void mma_shared_a_bt(float (&c)[kN][4], const uint16_t* a_tile, int lda,
+                                       const uint16_t* rows, int ld) {
+  mma_shared_a_bt<T, kDepth>(as_row_tiles(c), a_tile, lda, rows, ld);
 }
 
-// c[kN] ([16, 8 kN]) += A [16, 16] B for one k step: B is the rows [k0, k0 + 16) of a
-// row-major [., 8 kN] tile b (ld) (P V with V's rows), loaded transposed: matrices 0, 1 are rows
-// k0 .. + 7 and k0 + 8 .. + 15 at columns 8 j, matrices 2, 3 the same at 8 j + 8.
-template <class T, int kN>
-__device__ inline void mma_step_b(float (&c)[kN][4], const uint32_t (&a)[4], const uint16_t* b, int ld, int k0) {
+// c[m][kN] ([16, 8 kN] each) += A_m [16, 16] B for one k step and kM row tiles sharing each B
+// operand: B is the rows [k0, k0 + 16) of a row-major [., 8 kN] tile b (ld) (P V with V's rows),
+// loaded transposed: matrices 0, 1 are rows k0 .. + 7 and k0 + 8 .. + 15 at columns 8 j,
+// matrices 2, 3 the same at 8 j + 8.
+template <class T, int kM, int kN>
+__device__ inline void mma_step_b(float (&c)[kM][kN][4], const uint32_t (&a)[kM][4], const uint16_t* b, int ld,
+                                  int k0) {
   static_assert(kN % 2 == 0, "n-tiles go in pairs");
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const uint16_t* row = b + (k0 + lane % 8 + 8 * (lane / 8 % 2)) * ld + 8 * (lane / 16);
@@ -307,8 +326,11 @@ __device__ inline void mma_step_b(float (&c)[kN][4], const uint32_t (&a)[4], con
   for (int j = 0; j < kN; j += 2) {
     uint32_t bt[4];
     zt_mma::ldmatrix_x4_trans(bt, row + 8 * j);
-    zt_mma::mma_m16n8k16<T>(c[j], a, bt[0], bt[1]);
-    zt_mma::mma_m16n8k16<T>(c[j + 1], a, bt[2], bt[3]);
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      zt_mma::mma_m16n8k16<T>(c[m][j], a[m], bt[0], bt[1]);
+      zt_mma::mma_m16n8k16<T>(c[m][j + 1], a[m], bt[2], bt[3]);
+    }
   }
 }
 
@@ -333,15 +355,14 @@ __device__ inline void accumulators_as_a(uint32_t (&a)[4], const float (&c)[kN][
 
 // c[kDN] ([16, 8 kDN]) += A [16, 8 kN] B, A a warp's fp32 accumulators (P or dS) fed back
 // rounded to the dtype (accumulators_as_a; the kernels round them themselves first where they
-// need the rounded values), B a row-major [8 kN, 8 kDN] tile b (ld) in shared memory (V, dO, Q
-// or K).
+// need the rounded values), B a row-major [8 kN, 8 kDN] tile b (ld) in shared memory (dO, Q or K).
 template <class Format, int kN, int kDN>
 __device__ inline void mma_accumulators_b(float (&c)[kDN][4], const float (&a)[kN][4], const uint16_t* b, int ld) {
 #pragma unroll
   for (int kk = 0; kk < kN / 2; ++kk) {
     uint32_t operand[4];
     accumulators_as_a<Format>(operand, a, kk);
-    mma_step_b<MmaType<Format>>(c, operand, b, ld, 16 * kk);
+    mma_step_b<MmaType<Format>>(as_row_tiles(c), as_row_tiles(operand), b, ld, 16 * kk);
   }
 }
 

@@ -1,5 +1,5 @@
 // The CUDA backend's causal self-attention with grouped-query heads, forward, in the
-// FlashAttention-2 manner: one block per (64-query tile, head, batch) walks the key tiles its
+// FlashAttention-2 manner: one block per (query tile, head, batch) walks the key tiles its
 // queries can see with an online softmax (running max and sum per query row), so no T x T
 // matrix ever exists; it writes out and the log-sum-exp that backward uses to recompute the
 // probabilities. bf16/fp16 with D a multiple of 16 (up to 128) run attention_forward_tc_kernel
@@ -153,14 +153,17 @@ attention_forward_kernel(Storage<Format>* out, float* lse, const Storage<Format>
 }
 
 // ---- tensor cores ----------------------------------------------------------------------------
-// One block of 4 warps per (64-query tile, head, batch); warp w owns the queries
-// [first_query + 16 w, + 16), its Q operands and its output accumulators in registers. Per
-// 32-key tile, each warp: S = Q_w K^T (accumulators), the online softmax on the elements each
-// lane holds, O_w = rescale O_w + P V with P fed back from the accumulators. The block shares
-// the K and V tiles only, double-buffered: the next tiles' asynchronous copies are in flight
-// while the warps multiply the current ones. 32-key tiles keep a warp's S in 16 registers, so
-// the kernel fits 168 registers and three blocks (12 warps) run per SM: ncu found the 8 warps
-// of two 64-key blocks latency-bound (issue slots 43% busy, 2026-11-28).
+// One block of 4 warps per (128-query tile, head, batch); warp w owns the queries
+// [first_query + 32 w, + 32) as two row tiles of 16, and their output accumulators in registers.
+// Per 32-key tile, each warp: S = Q_w K^T (accumulators), the online softmax on the elements each
+// lane holds, O_w = rescale O_w + P V with P fed back from the accumulators. Each K and V operand
+// a warp loads from shared memory serves both its row tiles, as in FlashAttention-2 (a warp of 16
+// rows loaded one for each 16 x 8 product: ncu found those kernels latency-bound, 2026-11-28,
+// with the shared-memory pipe the busiest). Q stays in shared memory and its operands are loaded
+// at each key tile (32 registers less than holding them). The block shares the Q tile and the K
+// and V tiles, double-buffered: the next tiles' asynchronous copies are in flight while the warps
+// multiply the current ones. A warp skips the key tiles all its rows are before (the diagonal's
+// later tiles), which change nothing of its state.
 //
 // The rounding (issue 15): the weights V gets must sum to 1 as the weights backward recomputes
 // from lse do, else delta = rowsum(dO * out) misses V's common component (OPT's v_proj bias) by
@@ -174,46 +177,44 @@ attention_forward_kernel(Storage<Format>* out, float* lse, const Storage<Format>
 // parts, half again the tensor work of the tile.
 
 // The forward kernel's shared memory for head dim kD, the same on the host (its size) and the
-// device.
+// device: 70 KB a block at D 128, two blocks per SM on an A100 (164 KB) as on an H100.
 template <int kD>
 struct ForwardTcShared {
   static constexpr int kKeys = kTcForwardKeys;
-  static constexpr int kLd = operand_ld(kD);  // K, V and Q tiles
+  static constexpr int kLd = operand_ld(kD);  // Q, K and V tiles
   static constexpr int kTileElements = kKeys * kLd;
-  // Q [kTcBlockRows, kLd] passes through buffer 1's K and V tiles (consecutive) on its way into
-  // registers, before the first prefetch into that buffer: 35 KB a block at D 128, so shared
-  // memory allows three blocks per SM on an A100 (164 KB) as on an H100.
-  static_assert(2 * kKeys >= kTcBlockRows, "Q's tile fits in buffer 1's K and V tiles");
+  static constexpr int kRows = tc_forward_rows(kD);  // the block's queries: 128 (64 at D 112)
+  uint16_t* q_tile;  // [kRows, kLd]: warp w's queries are rows [32 w, 32 w + 32) (16 at D 112)
   // [2 buffers][K, V][kKeys, kLd]; one array indexed by arithmetic (an array of pointers
   // indexed by the run-time buffer number would live in local memory)
   uint16_t* kv_tiles;
   SharedLayout layout;
 
   __host__ __device__ explicit ForwardTcShared(void* base) : layout(base) {
+    q_tile = layout.take<uint16_t>(size_t{kRows} * kLd);
     kv_tiles = layout.take<uint16_t>(size_t{4} * kTileElements);
   }
   __device__ uint16_t* k_tile(int buffer) const { return kv_tiles + 2 * buffer * kTileElements; }
   __device__ uint16_t* v_tile(int buffer) const { return kv_tiles + (2 * buffer + 1) * kTileElements; }
-  // [kTcBlockRows, kLd]: warp w's queries are rows [16 w, 16 w + 16); valid until the first
-  // prefetch into buffer 1
-  __device__ uint16_t* q_tile() const { return k_tile(1); }
 };
 
-// The online softmax state of one of the two rows a lane holds (g and g + 8 of its warp's 16);
-// the row's 4 lanes (t = 0..3) hold the same max, each its own part of the sum.
+// The online softmax state of one of the two rows a lane holds in a row tile (g and g + 8 of its
+// 16); the row's 4 lanes (t = 0..3) hold the same max, each its own part of the sum.
 struct SoftmaxRow {
-  int query, start;
-  bool valid;
+  int query;
+  int start;  // the row's first key; INT_MAX past T (a start no key reaches: every key masked)
   float max = -INFINITY;
   float sum = 0.0f;   // of this lane's probabilities (lse's, which backward recomputes P from)
   float kept = 0.0f;  // of the same rounded to the dtype, the weights P V takes (out's normaliser)
 };
 
-// One key tile of the online softmax for a warp: s[kN][4] ([16, 8 kN] Q K^T, unscaled) becomes
-// the probabilities relative to each row's new max, rounded to the dtype as P V takes them; the
-// running max (of the unscaled scores: the scale is positive) and both sums are updated, and the
-// output accumulators o are rescaled to the new max. `masked` (the same in every lane): some row of the warp does not see some key of the
-// tile (the diagonal tile, a sample's start, rows past T); the other tiles skip the mask.
+// One key tile of the online softmax for a row tile of a warp: from s[kN][4] ([16, 8 kN] Q K^T,
+// unscaled), p[kN / 2] = the probabilities relative to each row's new max, rounded to the dtype
+// and packed as P V's A operands (accumulators_as_a's layout: a[r] of k step kk holds n-tile
+// 2 kk + r / 2 of row g + 8 (r % 2)); the running max (of the unscaled scores: the scale is
+// positive) and both sums are updated, and the output accumulators o are rescaled to the new
+// max. `masked` (the same in every lane): some row of the warp does not see some key of the tile
+// (the diagonal tile, a sample's start, rows past T); the other tiles skip the mask.
 template <int kN>
 __device__ inline void mask_tile(const SoftmaxRow (&rows)[2], float (&s)[kN][4], int first_key) {
 #pragma unroll
@@ -223,14 +224,14 @@ __device__ inline void mask_tile(const SoftmaxRow (&rows)[2], float (&s)[kN][4],
       const SoftmaxRow& my = rows[e / 2];
       const int key = first_key + fragment_col(j, e);
       // Future key, an earlier sample's key, or a row past T.
-      if (!(my.valid && key <= my.query && key >= my.start)) s[j][e] = -INFINITY;
+      if (!(key <= my.query && key >= my.start)) s[j][e] = -INFINITY;
     }
   }
 }
 
 template <class Format, int kN, int kDN>
-__device__ inline void softmax_tile(SoftmaxRow (&rows)[2], float (&s)[kN][4], float (&o)[kDN][4],
-                                    int first_key, float scale_log2, bool masked) {
+__device__ inline void softmax_tile(SoftmaxRow (&rows)[2], float (&s)[kN][4], uint32_t (&p)[kN / 2][4],
+                                    float (&o)[kDN][4], int first_key, float scale_log2, bool masked) {
   if (masked) mask_tile(rows, s, first_key);  // (a branch around the loop: one way per warp)
 #pragma unroll
   for (int h = 0; h < 2; ++h) {  // row g, then g + 8
@@ -254,13 +255,15 @@ __device__ inline void softmax_tile(SoftmaxRow (&rows)[2], float (&s)[kN][4], fl
     float sum = 0.0f, kept = 0.0f;
 #pragma unroll
     for (int j = 0; j < kN; ++j) {
-#pragma unroll
-      for (int e = 2 * h; e < 2 * h + 2; ++e) {
-        const float p = exp2_flushed(fmaf(s[j][e], scale_log2, -reference));  // 0 for masked keys
-        s[j][e] = Format::to_float(Format::from_float(p));  // as P V's A operand takes it
-        sum += p;
-        kept += s[j][e];
-      }
+      // 0 for masked keys
+      const float first = exp2_flushed(fmaf(s[j][2 * h], scale_log2, -reference));
+      const float second = exp2_flushed(fmaf(s[j][2 * h + 1], scale_log2, -reference));
+      const uint32_t pair = pack_pair<Format>(first, second);  // as P V's A operand takes them
+      p[j / 2][2 * (j % 2) + h] = pair;
+      sum += first;
+      sum += second;
+      kept += Format::to_float(static_cast<uint16_t>(pair & 0xFFFFu));
+      kept += Format::to_float(static_cast<uint16_t>(pair >> 16));
     }
     my.max = new_max;
     my.sum = my.sum * factor + sum;
@@ -278,98 +281,133 @@ __device__ inline void softmax_tile(SoftmaxRow (&rows)[2], float (&s)[kN][4], fl
   }
 }
 
-// tc_blocks_per_sm: three blocks a SM at 168 registers. Four (128 registers) spill at D 96-128
-// (up to 236 bytes).
+// One key tile of a warp's kM row tiles (two; one at D 112): S [16 kM, kKeys] = Q_w [16 kM, kD]
+// K^T [kD, kKeys] with each K operand serving every row tile, the online softmax, O_w [16 kM, kD]
+// += P [16 kM, kKeys] V [kKeys, kD] with P rounded to the dtype, each V operand serving every row
+// tile. q_warp: the warp's rows of the block's Q tile in shared memory.
+template <class Format, int kD, int kM, int kDN>
+__device__ inline void forward_tc_tile(SoftmaxRow (&rows)[kM][2], float (&o)[kM][kDN][4], const uint16_t* q_warp,
+                                       const uint16_t* k_tile, const uint16_t* v_tile, int first_key,
+                                       float scale_log2) {
+  constexpr int kKeys = kTcForwardKeys, kN = kKeys / 8, kLd = operand_ld(kD);
+  float s[kM][kN][4];
+#pragma unroll
+  for (int m = 0; m < kM; ++m) zero_fragments(s[m]);
+  mma_shared_a_bt<MmaType<Format>, kD>(s, q_warp, kLd, k_tile, kLd);
+  bool whole = true;  // every row of this lane sees every key of the tile
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const SoftmaxRow& row = rows[m][h];
+      whole = whole && sees_whole_tile(true, row.query, row.start, first_key, kKeys);  // (past T: no key)
+    }
+  }
+  const bool masked = !__all_sync(0xFFFFFFFFu, whole);
+  uint32_t p[kM][kN / 2][4];  // P [16 kM, kKeys] as A operands, rounded to the dtype
+#pragma unroll
+  for (int m = 0; m < kM; ++m) softmax_tile<Format>(rows[m], s[m], p[m], o[m], first_key, scale_log2, masked);
+#pragma unroll
+  for (int kk = 0; kk < kN / 2; ++kk) {
+    uint32_t a[kM][4];  // (register names: no copy)
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) a[m][r] = p[m][kk][r];
+    }
+    mma_step_b<MmaType<Format>>(o, a, v_tile, kLd, 16 * kk);
+  }
+}
+
+// Two blocks per SM: a thread's 255 registers hold the warp's two row tiles of output (128 at
+// D 128), scores (32) and probabilities (16); ptxas (CUDA 13, sm_80 and sm_90) spills nothing.
 template <class Format, int kD>
-__global__ void __launch_bounds__(kTcThreads, tc_blocks_per_sm(kD))
+__global__ void __launch_bounds__(kTcThreads, 2)
 attention_forward_tc_kernel(Storage<Format>* out, float* lse, const Storage<Format>* q,
                             const Storage<Format>* k, const Storage<Format>* v,
                             const int32_t* positions, AttentionDims dims, float scale) {
-  using T = MmaType<Format>;
   using Shared = ForwardTcShared<kD>;
-  constexpr int kKeys = Shared::kKeys, kLd = Shared::kLd;
-  constexpr int kN = kKeys / 8, kDN = kD / 8;  // n-tiles of S and of O
+  constexpr int kKeys = Shared::kKeys, kLd = Shared::kLd, kRows = Shared::kRows;
+  constexpr int kM = tc_forward_row_tiles(kD), kDN = kD / 8;  // row tiles, n-tiles of O
   ZT_DYNAMIC_SHARED(float, shared_memory);
   Shared shared(SharedLayout::aligned(shared_memory));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
-  const int tiles_count = (dims.time + kTcBlockRows - 1) / kTcBlockRows;
+  const int tiles_count = (dims.time + kRows - 1) / kRows;
   const BlockTile block = block_tile();
   const int tile = tiles_count - 1 - block.order;  // the longest rows first
   const int head = block.head, b = block.b, kv_head = head / dims.group();
-  const int first_query = tile * kTcBlockRows;
-  const int warp_query = first_query + warp * kWarpRows;  // this warp's first row
+  const int first_query = tile * kRows;
+  const int warp_query = first_query + warp * kM * kWarpRows;  // this warp's first row
+  // The last key this warp's rows see (causal); -1 for a warp past T (the last block's).
+  const int warp_last_key = warp_query < dims.time ? min(warp_query + kM * kWarpRows, dims.time) - 1 : -1;
   const int64_t q_stride = dims.q_stride(), kv_stride = dims.kv_stride();
   const Storage<Format>* k_rows = k + dims.kv_offset(b, kv_head);
   const Storage<Format>* v_rows = v + dims.kv_offset(b, kv_head);
 
-  // Q [64, kD] goes to registers through shared memory (ldmatrix gives the operand layout).
-  copy_rows<kD>(shared.q_tile(), kLd, q + dims.q_offset(b, head) + first_query * q_stride,
-                q_stride, min(kTcBlockRows, dims.time - first_query), kTcBlockRows,
-                threadIdx.x, kTcThreads);
-  float o[kDN][4];  // [16, kD]: this warp's unnormalised output
-  zero_fragments(o);
-  SoftmaxRow rows[2];
+  float o[kM][kDN][4];  // [16 kM, kD]: this warp's unnormalised output, row tile m its rows 16 m ..
+  SoftmaxRow rows[kM][2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    rows[h].query = warp_query + lane / 4 + 8 * h;
-    rows[h].valid = rows[h].query < dims.time;
-    rows[h].start = rows[h].valid ? sample_start(positions, dims, b, rows[h].query) : 0;
+  for (int m = 0; m < kM; ++m) {
+    zero_fragments(o[m]);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      SoftmaxRow& row = rows[m][h];
+      row.query = warp_query + kWarpRows * m + lane / 4 + 8 * h;
+      row.start = row.query < dims.time ? sample_start(positions, dims, b, row.query) : INT_MAX;
+    }
   }
 
   // Causal within samples: keys [start of the block's first query's sample, last query]; key
-  // tiles stay aligned to kKeys.
+  // tiles stay aligned to kKeys. Q [128, kD] and the first K, V tiles go as one copy group.
   const int keys_begin = sample_start(positions, dims, b, first_query) / kKeys * kKeys;
-  const int keys_end = min(dims.time, first_query + kTcBlockRows);
+  const int keys_end = min(dims.time, first_query + kRows);
+  copy_tile_async<kRows, kD>(shared.q_tile, kLd, q + dims.q_offset(b, head) + first_query * q_stride, q_stride,
+                             min(kRows, dims.time - first_query));
   copy_tile_pair_async<kKeys, kD>(shared.k_tile(0), shared.v_tile(0), kLd,
                                   k_rows + keys_begin * kv_stride, v_rows + keys_begin * kv_stride,
                                   kv_stride, min(kKeys, dims.time - keys_begin));
   async_copy_wait<0>();
   __syncthreads();  // Q and the first K, V tiles are in place
-  uint32_t q_operands[kD / 16][4];  // Q_w [16, kD] as A operands
-  load_a_operands<kD>(q_operands, shared.q_tile() + warp * kWarpRows * kLd, kLd);
-  __syncthreads();  // every warp holds its Q operands: the first prefetch may overwrite Q's tile
+  const uint16_t* q_warp = shared.q_tile + warp * kM * kWarpRows * kLd;  // [16 kM, kLd]
   int buffer = 0;
   for (int first_key = keys_begin; first_key < keys_end; first_key += kKeys, buffer ^= 1) {
     const int next_key = first_key + kKeys;
-    const bool has_next = next_key < keys_end;
-    const uint16_t* k_tile = shared.k_tile(buffer);  // [kKeys, kLd]
-    const uint16_t* v_tile = shared.v_tile(buffer);  // [kKeys, kLd]
     // The next K, V tiles on their way into the other buffer (its last readers passed the
     // barrier that ended the previous step).
-    if (has_next) {
+    if (next_key < keys_end) {
       copy_tile_pair_async<kKeys, kD>(shared.k_tile(buffer ^ 1), shared.v_tile(buffer ^ 1), kLd,
                                       k_rows + next_key * kv_stride, v_rows + next_key * kv_stride,
                                       kv_stride, min(kKeys, dims.time - next_key));
     }
-    // S [16, kKeys] = Q_w [16, kD] K^T [kD, kKeys]
-    float s[kN][4];
-    zero_fragments(s);
-    mma_a_bt<T, kD, kN>(s, q_operands, k_tile, kLd);
-    const bool masked = !__all_sync(0xFFFFFFFFu, sees_whole_tile(rows[0].valid, rows[0].query, rows[0].start, first_key, kKeys) &&
-                                                     sees_whole_tile(rows[1].valid, rows[1].query, rows[1].start, first_key, kKeys));
-    softmax_tile<Format>(rows, s, o, first_key, scale * kLog2e, masked);
-    // O_w [16, kD] += P [16, kKeys] V [kKeys, kD], P rounded to the dtype
-    mma_accumulators_b<Format>(o, s, v_tile, kLd);
+    if (first_key <= warp_last_key) {  // (the same in every lane) else every key is after every row, or no row
+      forward_tc_tile<Format, kD>(rows, o, q_warp, shared.k_tile(buffer), shared.v_tile(buffer), first_key,
+                                  scale * kLog2e);
+    }
     async_copy_wait<0>();
     __syncthreads();  // the next tile is in place; every warp is done with this one
   }
   // out = O_w / sum, lse = scale max + log(sum) (the sum over the row's 4 lanes)
-  float normaliser[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    SoftmaxRow& my = rows[h];
-    my.sum += __shfl_xor_sync(0xFFFFFFFFu, my.sum, 1);
-    my.sum += __shfl_xor_sync(0xFFFFFFFFu, my.sum, 2);
-    my.kept += __shfl_xor_sync(0xFFFFFFFFu, my.kept, 1);
-    my.kept += __shfl_xor_sync(0xFFFFFFFFu, my.kept, 2);
-    normaliser[h] = my.valid ? 1.0f / my.kept : 0.0f;  // weights that sum to 1 as rounded
-    // ln(sum 2^(x - reference)) + reference ln 2, reference = max scale log2(e) as the softmax's
-    if (my.valid && lane % 4 == 0)
-      lse[dims.lse_offset(b, head) + my.query] = (my.max * (scale * kLog2e) + log2f(my.sum)) * kLn2;
+  for (int m = 0; m < kM; ++m) {
+    float normaliser[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      SoftmaxRow& my = rows[m][h];
+      my.sum += __shfl_xor_sync(0xFFFFFFFFu, my.sum, 1);
+      my.sum += __shfl_xor_sync(0xFFFFFFFFu, my.sum, 2);
+      my.kept += __shfl_xor_sync(0xFFFFFFFFu, my.kept, 1);
+      my.kept += __shfl_xor_sync(0xFFFFFFFFu, my.kept, 2);
+      const bool valid = my.query < dims.time;
+      normaliser[h] = valid ? 1.0f / my.kept : 0.0f;  // weights that sum to 1 as rounded
+      // ln(sum 2^(x - reference)) + reference ln 2, reference = max scale log2(e) as the softmax's
+      if (valid && lane % 4 == 0)
+        lse[dims.lse_offset(b, head) + my.query] = (my.max * (scale * kLog2e) + log2f(my.sum)) * kLn2;
+    }
+    const int tile_query = warp_query + kWarpRows * m;
+    store_fragments<Format>(out + dims.q_offset(b, head) + tile_query * q_stride, q_stride, o[m], normaliser,
+                            max(0, min(kWarpRows, dims.time - tile_query)));
   }
-  store_fragments<Format>(out + dims.q_offset(b, head) + warp_query * q_stride, q_stride, o,
-                          normaliser, max(0, min(kWarpRows, dims.time - warp_query)));
 }
 
 template <class Format>
@@ -382,7 +420,7 @@ void launch_forward_tc(const CudaBackendImpl& backend, cudaStream_t stream, cons
     const size_t shared_bytes = ForwardTcShared<kD>(nullptr).layout.launch_bytes();
     auto kernel = attention_forward_tc_kernel<Format, kD>;
     allow_shared_memory(backend, op, kernel, shared_bytes, dims.head_dim);
-    const dim3 grid = tile_grid(op, dims.time, kTcBlockRows, dims.heads, dims.batch);
+    const dim3 grid = tile_grid(op, dims.time, ForwardTcShared<kD>::kRows, dims.heads, dims.batch);
     launch({grid, kTcThreads, shared_bytes, stream}, kernel, data_of<Format>(out), lse.f32(),
            data_of<Format>(q), data_of<Format>(k), data_of<Format>(v), positions, dims,
            scale_factor);
