@@ -10,13 +10,16 @@
 # holds the model's figure until this measures it). Also not run on a GPU (2026-11-28 late, commits
 # 0f42ba2 and c685bda): offload's gradient downloads on a transfer queue of their own (one stream per
 # direction), and a DPU update's parameter uploads unit by unit beside the next forward: watch the
-# 3r30-dpu and 3o-r30-dpu rows (expected about 0.10 s and 0.12-0.15 s; BENCHMARKS.md). And (2026-11-29,
-# commit a6d9faa) our tensor-core attention forward with P rounded once, 32-key tiles and three blocks
-# per SM: the kernels part's attention_forward row for `tensor-cores` (call7: 158.1 TFLOP/s; estimate
-# about 185), and test_gpu_families.py's bf16 tensor-core checks on the hardware. Before packing,
-# `bash bench/gpu_calls/build-ab.sh 80fd5f5` (the kernels before 2026-11-29; no device time) and carry
-# [".gpu", ".gpu-ab"], so that the call times both versions of our attention kernels side by side
-# (the A/B loop below).
+# 3r30-dpu and 3o-r30-dpu rows (expected about 0.10 s and 0.12-0.15 s; BENCHMARKS.md). And our
+# tensor-core attention: 2026-11-29 early (commits a6d9faa-d836b3c) P and dS rounded once, 32-key tiles,
+# three blocks per SM for the forward and dQ; 2026-11-29 later (commit 31b2626) the forward with 32
+# query rows a warp (two row tiles sharing each K and V operand, two blocks per SM). Watch the kernels
+# part's attention rows for `tensor-cores` (call7: forward 158.1, backward 132.1 TFLOP/s; estimates
+# about 222 and 150) and test_gpu_families.py's bf16 tensor-core checks on the hardware. Before
+# packing, `bash bench/gpu_calls/build-ab.sh d836b3c` (the 16-row forward; no device time) and carry
+# [".gpu", ".gpu-ab"], so that the call times both forwards side by side (the A/B loop below). One
+# A/B binary only: the tree (6 MB), the pack (57.5 MB) and it (2.8 MB) make 63 MiB of the 64 MiB
+# that may travel.
 # 1. opt13's eight rows (3p and 3r30-dpu are call9's param-only and r30opt-dpu); 2. kernels and the gpu
 # test suite; 3. tests/gpu/test_gpu_allocation_drift.py, test_gpu_zero_equivalence.py (its new
 # one-rank offload_param-alone case) and test_gpu_families.py. About 7 minutes; results in $OUT/res.tgz, the summary on stdout.
