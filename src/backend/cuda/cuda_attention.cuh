@@ -341,6 +341,21 @@ __device__ inline uint32_t pack_pair(float first, float second) {
   return uint32_t{Format::from_float(first)} | uint32_t{Format::from_float(second)} << 16;
 }
 
+// pack_pair's register and the values it holds, widened back to fp32: the kernels that need the
+// rounded values (the forward's sum of the weights P V takes, dQ's rounding residue) round once.
+template <class Format>
+__device__ inline uint32_t pack_pair_rounded(float first, float second, float& first_rounded, float& second_rounded) {
+  const uint32_t pair = pack_pair<Format>(first, second);
+  first_rounded = Format::to_float(static_cast<uint16_t>(pair & 0xFFFFu));
+  second_rounded = Format::to_float(static_cast<uint16_t>(pair >> 16));
+  return pair;
+}
+
+// Where k step kk's A operand register r (a0 .. a3) takes an accumulator pair from: columns 2t,
+// 2t + 1 of n-tile 2 kk + r / 2, row g + 8 (r % 2). A kernel that packs its accumulators itself
+// puts the pair of n-tile j, row half h (g, g + 8) at operand[j / 2][a_register(j, h)].
+__device__ constexpr int a_register(int j, int h) { return 2 * (j % 2) + h; }
+
 // The A operand of k step kk of a warp's [16, 8 kN] fp32 accumulators c, rounded to the dtype.
 // An accumulator's columns 2t, 2t + 1 of rows g, g + 8 are where the A operand wants them, so
 // this is a conversion in registers: a0, a1 from n-tile 2 kk, a2, a3 from n-tile 2 kk + 1.
@@ -353,9 +368,27 @@ __device__ inline void accumulators_as_a(uint32_t (&a)[4], const float (&c)[kN][
   }
 }
 
+// c[m][kDN] ([16, 8 kDN] each) += A_m [16, 16 kK] B for kM row tiles, A_m given as its packed
+// operands a[m][kk] (k step kk; P or dS, rounded by the kernel), B a row-major [16 kK, 8 kDN] tile
+// b (ld) in shared memory (V or K), each of its operands serving the kM row tiles.
+template <class T, int kM, int kK, int kDN>
+__device__ inline void mma_operands_b(float (&c)[kM][kDN][4], const uint32_t (&a)[kM][kK][4], const uint16_t* b,
+                                      int ld) {
+#pragma unroll
+  for (int kk = 0; kk < kK; ++kk) {
+    uint32_t step[kM][4];  // (register names: no copy)
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) step[m][r] = a[m][kk][r];
+    }
+    mma_step_b<T>(c, step, b, ld, 16 * kk);
+  }
+}
+
 // c[kDN] ([16, 8 kDN]) += A [16, 8 kN] B, A a warp's fp32 accumulators (P or dS) fed back
-// rounded to the dtype (accumulators_as_a; the kernels round them themselves first where they
-// need the rounded values), B a row-major [8 kN, 8 kDN] tile b (ld) in shared memory (dO, Q or K).
+// rounded to the dtype (accumulators_as_a), B a row-major [8 kN, 8 kDN] tile b (ld) in shared
+// memory (dO or Q).
 template <class Format, int kN, int kDN>
 __device__ inline void mma_accumulators_b(float (&c)[kDN][4], const float (&a)[kN][4], const uint16_t* b, int ld) {
 #pragma unroll

@@ -551,18 +551,22 @@ attention_backward_dq_tc_kernel(Storage<Format>* dq, const Storage<Format>* dout
         }
       }
     }
+    uint32_t ds_operands[kN / 2][4];  // dS [16, kCols] rounded once, as dS K's A operands
 #pragma unroll
     for (int j = 0; j < kN; ++j) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e / 2;
-        const float ds = probability_gradient(s[j][e], dp[j][e], row_lse[h], row_delta[h], scale_log2).ds;
-        s[j][e] = Format::to_float(Format::from_float(ds));  // as dS K's A operand takes it
-        residue[h] += s[j][e] - ds;
+      for (int h = 0; h < 2; ++h) {
+        const float first = probability_gradient(s[j][2 * h], dp[j][2 * h], row_lse[h], row_delta[h], scale_log2).ds;
+        const float second =
+            probability_gradient(s[j][2 * h + 1], dp[j][2 * h + 1], row_lse[h], row_delta[h], scale_log2).ds;
+        float first_rounded, second_rounded;
+        ds_operands[j / 2][a_register(j, h)] = pack_pair_rounded<Format>(first, second, first_rounded, second_rounded);
+        residue[h] += first_rounded - first;
+        residue[h] += second_rounded - second;
       }
     }
     // dQ_w += dS [16, kCols] K [kCols, kD] (scaled at the end)
-    mma_accumulators_b<Format>(dq_acc, s, k_tile, kLd);
+    mma_operands_b<T>(as_row_tiles(dq_acc), as_row_tiles(ds_operands), k_tile, kLd);
     async_copy_wait<0>();
     __syncthreads();  // the next tile is in place; every warp is done with this one
   }

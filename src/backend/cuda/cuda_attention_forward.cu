@@ -210,8 +210,7 @@ struct SoftmaxRow {
 
 // One key tile of the online softmax for a row tile of a warp: from s[kN][4] ([16, 8 kN] Q K^T,
 // unscaled), p[kN / 2] = the probabilities relative to each row's new max, rounded to the dtype
-// and packed as P V's A operands (accumulators_as_a's layout: a[r] of k step kk holds n-tile
-// 2 kk + r / 2 of row g + 8 (r % 2)); the running max (of the unscaled scores: the scale is
+// and packed as P V's A operands (a_register); the running max (of the unscaled scores: the scale is
 // positive) and both sums are updated, and the output accumulators o are rescaled to the new
 // max. `masked` (the same in every lane): some row of the warp does not see some key of the tile
 // (the diagonal tile, a sample's start, rows past T); the other tiles skip the mask.
@@ -258,12 +257,12 @@ __device__ inline void softmax_tile(SoftmaxRow (&rows)[2], float (&s)[kN][4], ui
       // 0 for masked keys
       const float first = exp2_flushed(fmaf(s[j][2 * h], scale_log2, -reference));
       const float second = exp2_flushed(fmaf(s[j][2 * h + 1], scale_log2, -reference));
-      const uint32_t pair = pack_pair<Format>(first, second);  // as P V's A operand takes them
-      p[j / 2][2 * (j % 2) + h] = pair;
+      float first_kept, second_kept;  // as P V's A operand takes them
+      p[j / 2][a_register(j, h)] = pack_pair_rounded<Format>(first, second, first_kept, second_kept);
       sum += first;
       sum += second;
-      kept += Format::to_float(static_cast<uint16_t>(pair & 0xFFFFu));
-      kept += Format::to_float(static_cast<uint16_t>(pair >> 16));
+      kept += first_kept;
+      kept += second_kept;
     }
     my.max = new_max;
     my.sum = my.sum * factor + sum;
@@ -307,16 +306,7 @@ __device__ inline void forward_tc_tile(SoftmaxRow (&rows)[kM][2], float (&o)[kM]
   uint32_t p[kM][kN / 2][4];  // P [16 kM, kKeys] as A operands, rounded to the dtype
 #pragma unroll
   for (int m = 0; m < kM; ++m) softmax_tile<Format>(rows[m], s[m], p[m], o[m], first_key, scale_log2, masked);
-#pragma unroll
-  for (int kk = 0; kk < kN / 2; ++kk) {
-    uint32_t a[kM][4];  // (register names: no copy)
-#pragma unroll
-    for (int m = 0; m < kM; ++m) {
-#pragma unroll
-      for (int r = 0; r < 4; ++r) a[m][r] = p[m][kk][r];
-    }
-    mma_step_b<MmaType<Format>>(o, a, v_tile, kLd, 16 * kk);
-  }
+  mma_operands_b<MmaType<Format>>(o, p, v_tile, kLd);
 }
 
 // Two blocks per SM: a thread's 255 registers hold the warp's two row tiles of output (128 at
