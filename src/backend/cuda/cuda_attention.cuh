@@ -198,8 +198,8 @@ __device__ inline void copy_rows(uint16_t* tile, int ld, const uint16_t* source,
 // thread makes are counted at compile time (kCopies), so the loop unrolls without a remainder
 // and each copy's row and column are shifts of the thread index where kVectorsPerRow divides
 // the block: with a count known only at run time (a loop to the tile's end) the address
-// arithmetic had been a third of the forward's loop (ptxas, sm_90, D 128: 855 instructions a
-// 32-key tile, 605 now).
+// arithmetic had been a third of the forward's loop (ptxas, sm_90, D 128, the 16-row forward
+// of 2026-11-29: 855 instructions a 32-key tile, 605 after).
 template <int kRows, int kD>
 __device__ inline void copy_tile_async(uint16_t* tile, int ld, const uint16_t* source,
                                        int64_t row_stride, int valid_rows) {
@@ -504,7 +504,7 @@ constexpr float kLn2 = 0.6931471805599453f;
 // 2^x by the hardware's ex2 alone, results below 2^-126 flushed to zero (PTX ex2.approx.ftz,
 // relative error within 2^-22): exp2f without -ftz wraps the same instruction in a rescaling
 // that keeps subnormal results, four instructions more an element (ptxas, sm_90: 80 of the
-// forward's 605 a tile went to 16 exponentials). A probability under 2^-126 of its row's
+// 16-row forward's 605 a tile went to 16 exponentials, 2026-11-29). A probability under 2^-126 of its row's
 // largest adds nothing a 16-bit P or an fp32 sum can hold. 2^-inf = 0 (masked keys).
 __device__ inline float exp2_flushed(float x) {
 #if defined(ZT_CUDA_EMULATE)
@@ -517,8 +517,9 @@ __device__ inline float exp2_flushed(float x) {
 #endif
 }
 
-// Whether query `query` (of sample start `start`, valid: < T) sees every key of
-// [first_key, first_key + keys): the tile needs no mask for that row.
+// Whether query `query` (of sample start `start`; valid: < T) sees every key of
+// [first_key, first_key + keys): the tile needs no mask for that row. (The forward passes valid
+// true and gives a row past T a start past every key, which fails the same.)
 __device__ inline bool sees_whole_tile(bool valid, int query, int start, int first_key, int keys) {
   return valid && first_key + keys - 1 <= query && first_key >= start;
 }

@@ -156,14 +156,15 @@ attention_forward_kernel(Storage<Format>* out, float* lse, const Storage<Format>
 // One block of 4 warps per (128-query tile, head, batch); warp w owns the queries
 // [first_query + 32 w, + 32) as two row tiles of 16, and their output accumulators in registers.
 // Per 32-key tile, each warp: S = Q_w K^T (accumulators), the online softmax on the elements each
-// lane holds, O_w = rescale O_w + P V with P fed back from the accumulators. Each K and V operand
+// lane holds, O_w = rescale O_w + P V with P packed into A operands in registers. Each K and V operand
 // a warp loads from shared memory serves both its row tiles, as in FlashAttention-2 (a warp of 16
 // rows loaded one for each 16 x 8 product: ncu found those kernels latency-bound, 2026-11-28,
 // with the shared-memory pipe the busiest). Q stays in shared memory and its operands are loaded
-// at each key tile (32 registers less than holding them). The block shares the Q tile and the K
-// and V tiles, double-buffered: the next tiles' asynchronous copies are in flight while the warps
-// multiply the current ones. A warp skips the key tiles all its rows are before (the diagonal's
-// later tiles), which change nothing of its state.
+// at each key tile (holding them would take 64 registers at D 128). The block shares the Q tile
+// and the K and V tiles, double-buffered: the next tiles' asynchronous copies are in flight while
+// the warps multiply the current ones. A warp skips the key tiles all its rows are before (the
+// diagonal's later tiles) or after (in packed rows, the tiles before its first row's sample),
+// which would change nothing of its state: every probability 0, every max kept.
 //
 // The rounding (issue 15): the weights V gets must sum to 1 as the weights backward recomputes
 // from lse do, else delta = rowsum(dO * out) misses V's common component (OPT's v_proj bias) by
@@ -329,8 +330,12 @@ attention_forward_tc_kernel(Storage<Format>* out, float* lse, const Storage<Form
   const int head = block.head, b = block.b, kv_head = head / dims.group();
   const int first_query = tile * kRows;
   const int warp_query = first_query + warp * kM * kWarpRows;  // this warp's first row
-  // The last key this warp's rows see (causal); -1 for a warp past T (the last block's).
-  const int warp_last_key = warp_query < dims.time ? min(warp_query + kM * kWarpRows, dims.time) - 1 : -1;
+  // The keys this warp's rows see lie in [warp_first_key, warp_last_key]: from its first row's
+  // sample start (starts never decrease along a row) to its last row (causal); none for a warp
+  // past T (the last block's).
+  const bool warp_valid = warp_query < dims.time;
+  const int warp_first_key = warp_valid ? sample_start(positions, dims, b, warp_query) : 0;
+  const int warp_last_key = warp_valid ? min(warp_query + kM * kWarpRows, dims.time) - 1 : -1;
   const int64_t q_stride = dims.q_stride(), kv_stride = dims.kv_stride();
   const Storage<Format>* k_rows = k + dims.kv_offset(b, kv_head);
   const Storage<Format>* v_rows = v + dims.kv_offset(b, kv_head);
@@ -370,7 +375,8 @@ attention_forward_tc_kernel(Storage<Format>* out, float* lse, const Storage<Form
                                       k_rows + next_key * kv_stride, v_rows + next_key * kv_stride,
                                       kv_stride, min(kKeys, dims.time - next_key));
     }
-    if (first_key <= warp_last_key) {  // (the same in every lane) else every key is after every row, or no row
+    // (the same in every lane)
+    if (first_key <= warp_last_key && first_key + kKeys > warp_first_key) {
       forward_tc_tile<Format, kD>(rows, o, q_warp, shared.k_tile(buffer), shared.v_tile(buffer), first_key,
                                   scale * kLog2e);
     }
