@@ -22,7 +22,7 @@
 # that may travel.
 # 1. opt13's eight rows (3p and 3r30-dpu are call9's param-only and r30opt-dpu); 2. kernels and the gpu
 # test suite; 3. tests/gpu/test_gpu_allocation_drift.py, test_gpu_zero_equivalence.py (its new
-# one-rank offload_param-alone case) and test_gpu_families.py. About 7 minutes; results in $OUT/res.tgz, the summary on stdout.
+# one-rank offload_param-alone case) and test_gpu_families.py; 4. ncu on both forwards while time is left. About 7-8 minutes; results in $OUT/res.tgz, the summary on stdout.
 R=/tmp/res; mkdir -p $R; W=/tmp/wc; B=$W/bin; P=$W/proj; t0=$(date +%s)
 timeout 330 bash .gpu/gpu_check.sh run --out $R/c --work $W --parts "env opt13 kernels tests" >$R/c.out 2>&1
 echo "opt13+kernels+tests rc $? after $(( $(date +%s) - t0 )) s"; cat $R/c/summary.md; grep -h "^attention_" $R/c/kernels.txt 2>/dev/null
@@ -34,9 +34,11 @@ tar -C /tmp -czf $OUT/res.tgz res  # (again at the end)
 for packed in .gpu-ab/bench_kernels-*.xz; do
   [[ -f "$packed" ]] && xz -dc "$packed" >$W/$(basename "$packed" .xz) && chmod +x $W/$(basename "$packed" .xz)
 done
+# $W/wrap/ab: the run's zerotune wrapper (library paths of the unpacked bundle) around binary $1.
+wrap_binary() { sed "s|exec $B/zerotune|exec $(readlink -f "$1")|" $W/wrap/zerotune >$W/wrap/ab && chmod +x $W/wrap/ab; }
 for ab in $B/bench_kernels $W/bench_kernels-*; do
   [[ -x "$ab" ]] || continue
-  sed "s|exec $B/zerotune|exec $(readlink -f "$ab")|" $W/wrap/zerotune >$W/wrap/ab && chmod +x $W/wrap/ab
+  wrap_binary "$ab"
   echo "[$(( $(date +%s) - t0 )) s] A/B $ab"
   timeout 120 $W/wrap/ab cuda --shape 7b --dtype bf16 --peak-tflops 989 --peak-gbps 3350 >$R/ab-$(basename "$ab").txt 2>&1
   grep -E "^attention_(forward|backward)" $R/ab-$(basename "$ab").txt
@@ -46,3 +48,18 @@ ZT_PYTESTS='allocation_drift|zero_equivalence|gpu_families' timeout 200 bash .gp
 echo "drift rc $? after $(( $(date +%s) - t0 )) s"; tail -n 4 $R/d/pytests.txt 2>/dev/null
 cp $W/test_gpu_*.log $R/ 2>/dev/null
 tar -C /tmp -czf $OUT/res.tgz res
+# Nsight Compute's view of the tensor-core forward of each binary (call4's sections: occupancy,
+# warp states, pipes), while the call's 600 s allow: whether 8 warps of two product chains (32 rows
+# a warp) still wait on latency as call4's 8 warps of one did.
+if command -v ncu >/dev/null && (( $(date +%s) - t0 < 440 )); then
+  for ab in $B/bench_kernels $W/bench_kernels-*; do
+    [[ -x "$ab" ]] || continue
+    wrap_binary "$ab"
+    echo "[$(( $(date +%s) - t0 )) s] ncu $ab"
+    ZT_CUDA_ATTENTION=tensor-cores timeout 60 ncu --kernel-name regex:'attention_forward_tc_kernel' --launch-count 1 \
+      --section SpeedOfLight --section Occupancy --section WarpStateStats --section ComputeWorkloadAnalysis \
+      --section MemoryWorkloadAnalysis $W/wrap/ab cuda --shape 7b --iters 1 --repeats 1 >$R/ncu-$(basename "$ab").txt 2>&1
+    grep -E "Duration|Achieved Occupancy|Issue Slots Busy|Registers Per Thread" $R/ncu-$(basename "$ab").txt | head -6
+  done
+  tar -C /tmp -czf $OUT/res.tgz res
+fi
