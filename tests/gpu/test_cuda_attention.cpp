@@ -125,9 +125,10 @@ void check_within(const std::vector<float>& device, const std::vector<float>& ex
                                 << bound(worst) << ")");
 }
 
-// Per gradient element, what bounds its error, from the terms' magnitudes (fp64, on the CPU,
-// from the CPU's lse and 16-bit out):
-// - `rounded`: the sum of the terms P and dS rounded to the dtype multiply. dv_j = sum_i P_ij
+// Per element of out and of the gradients, what bounds its error, from the terms' magnitudes
+// (fp64, on the CPU, from the CPU's lse and 16-bit out):
+// - `rounded`: the sum of the terms P and dS rounded to the dtype multiply. out_i = sum_j P_ij
+//   |v_j| (a 16-bit P V, as FlashAttention-2 and cuDNN take it), dv_j = sum_i P_ij
 //   |dO_i|, dk_j = scale sum_i |dS_ij| |q_i| (i over the queries of every head of j's group that
 //   see key j), dq_i = scale sum_j |dS_ij| (|k_j| + max_j' |k_j'|) (the second term bounds the
 //   reference key dQ's rounding residue multiplies). Rounding P and dS once moves each gradient
@@ -136,10 +137,10 @@ void check_within(const std::vector<float>& device, const std::vector<float>& ex
 // - `fp32`: dS's own fp32 error. dP - delta cancels where a key's value is the row's out (a
 //   sample's first query: dS is 0 in exact arithmetic); there both backends' fp32 sums leave
 //   their rounding, taken as 2^-20 (16 fp32 units) of the sums' terms, times |q| or |k| as above.
-struct GradientMagnitudes {
-  std::vector<double> dq, dk, dv, dq_fp32, dk_fp32;
+struct AttentionMagnitudes {
+  std::vector<double> out, dq, dk, dv, dq_fp32, dk_fp32;
 };
-GradientMagnitudes gradient_magnitudes(const AttentionCase& c, const std::vector<float>& q, const std::vector<float>& k,
+AttentionMagnitudes attention_magnitudes(const AttentionCase& c, const std::vector<float>& q, const std::vector<float>& k,
                                        const std::vector<float>& v, const std::vector<float>& dout,
                                        const std::vector<float>& out, const std::vector<float>& lse,
                                        const std::vector<int32_t>& positions, float scale) {
@@ -147,7 +148,7 @@ GradientMagnitudes gradient_magnitudes(const AttentionCase& c, const std::vector
   const auto q_at = [&](int64_t b, int64_t t, int64_t h) { return static_cast<size_t>(((b * T + t) * H + h) * D); };
   const auto k_at = [&](int64_t b, int64_t t, int64_t h) { return static_cast<size_t>(((b * T + t) * Hkv + h) * D); };
   const auto zeros = [](size_t n) { return std::vector<double>(n); };
-  GradientMagnitudes m{zeros(q.size()), zeros(k.size()), zeros(v.size()), zeros(q.size()), zeros(k.size())};
+  AttentionMagnitudes m{zeros(q.size()), zeros(q.size()), zeros(k.size()), zeros(v.size()), zeros(q.size()), zeros(k.size())};
   std::vector<double> k_max(static_cast<size_t>(D));
   for (size_t e = 0; e < k.size(); ++e) k_max[e % D] = std::max(k_max[e % D], std::fabs(static_cast<double>(k[e])));
   for (int64_t b = 0; b < c.batch; ++b) {
@@ -172,6 +173,7 @@ GradientMagnitudes gradient_magnitudes(const AttentionCase& c, const std::vector
           const double ds = p * std::fabs(dp - delta), ds_fp32 = p * std::ldexp(dp_terms + delta_terms, -20);
           for (int64_t d = 0; d < D; ++d) {
             const double q_d = std::fabs(q[qi + d]), k_d = std::fabs(k[kj + d]) + k_max[d];
+            m.out[qi + d] += p * std::fabs(v[kj + d]);
             m.dv[kj + d] += p * std::fabs(dout[qi + d]);
             m.dk[kj + d] += scale * ds * q_d;
             m.dk_fp32[kj + d] += scale * ds_fp32 * q_d;
@@ -185,9 +187,9 @@ GradientMagnitudes gradient_magnitudes(const AttentionCase& c, const std::vector
   return m;
 }
 
-// The device's gradient within 2u of the CPU's, of its own size (the rounding to the dtype) and
-// of its rounded terms' magnitudes (P and dS rounded once, with a factor 2 of headroom), plus dS's
-// fp32 error (`fp32`, empty for dv).
+// The device's out or gradient within 2u of the CPU's, of its own size (the rounding to the
+// dtype) and of its rounded terms' magnitudes (P and dS rounded once, with a factor 2 of
+// headroom), plus dS's fp32 error (`fp32`, empty for out and dv).
 void check_within_magnitudes(const std::vector<float>& device, const std::vector<float>& expected,
                              const std::vector<double>& rounded, const std::vector<double>& fp32, DType dtype,
                              const std::string& what) {
@@ -198,14 +200,15 @@ void check_within_magnitudes(const std::vector<float>& device, const std::vector
       what + " (" + dtype_name(dtype) + ")");
 }
 
-// The bound check_attention holds the device's dq, dk, dv to: check_near's (2 units of the dtype
-// times the gradient's rms, gradient_rtol) for short rows, check_within_magnitudes (16-bit dtypes)
-// for rows of hundreds of tokens, where an early key's dv sums hundreds of rounded probabilities.
-enum class GradientBound { rms_scaled, per_element };
+// The bound check_attention holds the device's out, dq, dk, dv to: check_near's (2 units of the
+// dtype times the tensor's rms; gradient_rtol) for short rows, check_within_magnitudes (16-bit
+// dtypes) for rows of hundreds of tokens, where an early key's dv sums hundreds of rounded
+// probabilities and a late query's out averages hundreds of values to a fraction of their size.
+enum class Bound { rms_scaled, per_element };
 
 // `positions` empty: one sample per row; else packed rows (backend.h), on both backends.
 void check_attention(const AttentionCase& c, DType dtype, uint32_t seed, std::vector<int32_t> positions = {},
-                     GradientBound gradient_bound = GradientBound::rms_scaled) {
+                     Bound bound = Bound::rms_scaled) {
   const int64_t q_numel = c.batch * c.time * c.heads * c.head_dim;
   const int64_t kv_numel = c.batch * c.time * c.kv_heads * c.head_dim;
   const std::initializer_list<int64_t> q_shape = {c.batch, c.time, c.heads, c.head_dim};
@@ -224,15 +227,21 @@ void check_attention(const AttentionCase& c, DType dtype, uint32_t seed, std::ve
                           view(k, kv_shape), view(v, kv_shape), positions_h, scale);
   const std::string what = cat("attention B", c.batch, " T", c.time, " H", c.heads, " Hkv",
                                c.kv_heads, " D", c.head_dim, positions.empty() ? "" : " packed");
+  std::vector<float> out_rounded = rounded(out, dtype);
+  std::optional<AttentionMagnitudes> magnitudes;
+  if (bound == Bound::per_element) {
+    BOOST_REQUIRE(dtype != DType::F32);
+    magnitudes = attention_magnitudes(c, q, k, v, dout, out_rounded, lse, positions, scale);
+  }
 
   DeviceTensor q_d = upload(q, dtype, q_shape), k_d = upload(k, dtype, kv_shape);
   DeviceTensor v_d = upload(v, dtype, kv_shape), dout_d = upload(dout, dtype, q_shape);
   DeviceTensor out_d = poisoned(dtype, q_shape), lse_d = poisoned(DType::F32, lse_shape);
   gpu().attention_forward(out_d, lse_d, q_d, k_d, v_d, positions_d.tensor, scale);
-  check_near(download(out_d), out, dtype, 1e-5, what + " out");
+  if (magnitudes) check_within_magnitudes(download(out_d), out, magnitudes->out, {}, dtype, what + " out");
+  else check_near(download(out_d), out, dtype, 1e-5, what + " out");
   check_near(download(lse_d), lse, DType::F32, 1e-5, what + " lse");
 
-  std::vector<float> out_rounded = rounded(out, dtype);
   std::vector<float> dq(q_numel), dk(kv_numel), dv(kv_numel);
   cpu().attention_backward(view(dq, q_shape), view(dk, kv_shape), view(dv, kv_shape),
                            view(dout, q_shape), view(q, q_shape), view(k, kv_shape),
@@ -247,12 +256,10 @@ void check_attention(const AttentionCase& c, DType dtype, uint32_t seed, std::ve
     gpu().attention_backward(dq_d, dk_d, dv_d, dout_d, q_d, k_d, v_d, out_cpu_d, lse_cpu_d,
                              positions_d.tensor, scale);
     std::vector<float> results[3] = {download(dq_d), download(dk_d), download(dv_d)};
-    if (run == 0 && gradient_bound == GradientBound::per_element) {
-      BOOST_REQUIRE(dtype != DType::F32);
-      const GradientMagnitudes m = gradient_magnitudes(c, q, k, v, dout, out_rounded, lse, positions, scale);
-      check_within_magnitudes(results[0], dq, m.dq, m.dq_fp32, dtype, what + " dq");
-      check_within_magnitudes(results[1], dk, m.dk, m.dk_fp32, dtype, what + " dk");
-      check_within_magnitudes(results[2], dv, m.dv, {}, dtype, what + " dv");
+    if (run == 0 && magnitudes) {
+      check_within_magnitudes(results[0], dq, magnitudes->dq, magnitudes->dq_fp32, dtype, what + " dq");
+      check_within_magnitudes(results[1], dk, magnitudes->dk, magnitudes->dk_fp32, dtype, what + " dk");
+      check_within_magnitudes(results[2], dv, magnitudes->dv, {}, dtype, what + " dv");
     } else if (run == 0) {
       const double rtol = gradient_rtol(dtype, c.head_dim);
       check_near(results[0], dq, dtype, rtol, what + " dq");
@@ -400,9 +407,9 @@ BOOST_AUTO_TEST_CASE(tensor_core_long_rows) {
   const ScopedAttentionVariant variant("tensor-cores");  // our kernels, not cuDNN
   uint32_t seed = 1000;
   for (DType dtype : {DType::BF16, DType::F16}) {
-    check_attention({1, 307, 2, 1, 128}, dtype, seed += 10, {}, GradientBound::per_element);
+    check_attention({1, 307, 2, 1, 128}, dtype, seed += 10, {}, Bound::per_element);
     check_attention({1, 307, 2, 1, 64}, dtype, seed += 10, packed_positions(1, 307, {{100, 150, 57}}),
-                    GradientBound::per_element);
+                    Bound::per_element);
   }
 }
 
@@ -584,6 +591,19 @@ BOOST_AUTO_TEST_CASE(cudnn_packed_rows) {
     });
     with_cudnn([&] {
       check_attention({2, 70, 4, 1, 64}, dtype, seed += 10, packed_positions(2, 70, {{30, 40}, {3, 60}}));
+    });
+  }
+}
+
+// Rows of 307 tokens, plain and packed, with the per-element gradient bound of
+// tensor_core_long_rows (cuDNN rounds P and dS once for each product, on a GPU, as our kernels do).
+BOOST_AUTO_TEST_CASE(cudnn_long_rows) {
+  uint32_t seed = 1100;
+  for (DType dtype : {DType::BF16, DType::F16}) {
+    with_cudnn([&] { check_attention({1, 307, 2, 1, 128}, dtype, seed += 10, {}, Bound::per_element); });
+    with_cudnn([&] {
+      check_attention({1, 307, 2, 1, 64}, dtype, seed += 10, packed_positions(1, 307, {{100, 150, 57}}),
+                      Bound::per_element);
     });
   }
 }
