@@ -504,8 +504,8 @@ constexpr float kLn2 = 0.6931471805599453f;
 // 2^x by the hardware's ex2 alone, results below 2^-126 flushed to zero (PTX ex2.approx.ftz,
 // relative error within 2^-22): exp2f without -ftz wraps the same instruction in a rescaling
 // that keeps subnormal results, four instructions more an element (ptxas, sm_90: 80 of the
-// 16-row forward's 605 a tile went to 16 exponentials, 2026-11-29). A probability under 2^-126 of its row's
-// largest adds nothing a 16-bit P or an fp32 sum can hold. 2^-inf = 0 (masked keys).
+// 16-row forward's 605 a tile went to 16 exponentials, 2026-11-29). A probability under 2^-126
+// of its row's largest adds nothing a 16-bit P or an fp32 sum can hold. 2^-inf = 0 (masked keys).
 __device__ inline float exp2_flushed(float x) {
 #if defined(ZT_CUDA_EMULATE)
   const float y = exp2f(x);

@@ -154,7 +154,8 @@ attention_forward_kernel(Storage<Format>* out, float* lse, const Storage<Format>
 
 // ---- tensor cores ----------------------------------------------------------------------------
 // One block of 4 warps per (128-query tile, head, batch); warp w owns the queries
-// [first_query + 32 w, + 32) as two row tiles of 16, and their output accumulators in registers.
+// [first_query + 32 w, + 32) as two row tiles of 16, and their output accumulators in registers
+// (at D 112 one row tile a warp, 64-query blocks: tc_forward_row_tiles).
 // Per 32-key tile, each warp: S = Q_w K^T (accumulators), the online softmax on the elements each
 // lane holds, O_w = rescale O_w + P V with P packed into A operands in registers. Each K and V operand
 // a warp loads from shared memory serves both its row tiles, as in FlashAttention-2 (a warp of 16
@@ -354,7 +355,7 @@ attention_forward_tc_kernel(Storage<Format>* out, float* lse, const Storage<Form
   }
 
   // Causal within samples: keys [start of the block's first query's sample, last query]; key
-  // tiles stay aligned to kKeys. Q [128, kD] and the first K, V tiles go as one copy group.
+  // tiles stay aligned to kKeys. Q [kRows, kD] and the first K, V tiles go as one copy group.
   const int keys_begin = sample_start(positions, dims, b, first_query) / kKeys * kKeys;
   const int keys_end = min(dims.time, first_query + kRows);
   copy_tile_async<kRows, kD>(shared.q_tile, kLd, q + dims.q_offset(b, head) + first_query * q_stride, q_stride,
