@@ -127,16 +127,16 @@ void check_within(const std::vector<float>& device, const std::vector<float>& ex
 
 // Per element of out and of the gradients, what bounds its error, from the terms' magnitudes
 // (fp64, on the CPU, from the CPU's lse and 16-bit out):
-// - `rounded`: the sum of the terms P and dS rounded to the dtype multiply. out_i = sum_j P_ij
-//   |v_j| (a 16-bit P V, as FlashAttention-2 and cuDNN take it), dv_j = sum_i P_ij
-//   |dO_i|, dk_j = scale sum_i |dS_ij| |q_i| (i over the queries of every head of j's group that
-//   see key j), dq_i = scale sum_j |dS_ij| (|k_j| + max_j' |k_j'|) (the second term bounds the
-//   reference key dQ's rounding residue multiplies). Rounding P and dS once moves each gradient
-//   by at most u times this, at any T, where an rms-scaled bound (check_near) does not grow with
-//   the number of terms.
-// - `fp32`: dS's own fp32 error. dP - delta cancels where a key's value is the row's out (a
-//   sample's first query: dS is 0 in exact arithmetic); there both backends' fp32 sums leave
-//   their rounding, taken as 2^-20 (16 fp32 units) of the sums' terms, times |q| or |k| as above.
+// - out, dq, dk, dv: the sum of the magnitudes of the terms that P and dS, rounded to the dtype,
+//   multiply. out_i = sum_j P_ij |v_j| (a 16-bit P V, as FlashAttention-2 and cuDNN take it),
+//   dv_j = sum_i P_ij |dO_i|, dk_j = scale sum_i |dS_ij| |q_i| (i over the queries of every head
+//   of j's group that see key j), dq_i = scale sum_j |dS_ij| (|k_j| + max_j' |k_j'|) (the second
+//   term bounds the reference key dQ's rounding residue multiplies). Rounding P and dS once
+//   moves each element by at most u times this, at any T, where an rms-scaled bound
+//   (check_near) does not grow with the number of terms.
+// - dq_fp32, dk_fp32: dS's own fp32 error. dP - delta cancels where a key's value is the row's
+//   out (a sample's first query: dS is 0 in exact arithmetic); there both backends' fp32 sums
+//   leave their rounding, taken as 2^-20 (16 fp32 units) of the sums' terms, times |q| or |k|.
 struct AttentionMagnitudes {
   std::vector<double> out, dq, dk, dv, dq_fp32, dk_fp32;
 };
