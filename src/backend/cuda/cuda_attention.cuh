@@ -445,16 +445,23 @@ inline bool vector_aligned(std::initializer_list<const Tensor*> tensors) {
 
 // A kernel's dynamic shared memory cut into 32-byte aligned arrays (ldmatrix needs 16), the
 // same on the host (to size the launch) and the device: take<T>(count) returns the next array.
+// On the device every array is the base plus an offset (pointer arithmetic, never through an
+// integer), so the compiler sees that it is shared memory: plain loads and stores of the tiles
+// become LDS/STS, and ldmatrix's and cp.async's address conversions fold away, where an address
+// that went through an integer took generic LD/ST.
 class SharedLayout {
  public:
-  // base nullptr: a layout that only counts the bytes (the host's launch size); the address is
-  // kept as an integer, so that counting does no arithmetic on a null pointer.
-  __host__ __device__ explicit SharedLayout(void* base)
-      : base_(reinterpret_cast<uintptr_t>(base)), offset_(0) {}
+  // base nullptr: a layout that only counts the bytes (the host's launch size), with no
+  // arithmetic on the null pointer.
+  __host__ __device__ explicit SharedLayout(void* base) : base_(static_cast<char*>(base)), offset_(0) {}
   template <class T>
   __host__ __device__ T* take(size_t count) {
     offset_ = (offset_ + 31) / 32 * 32;
-    T* array = reinterpret_cast<T*>(base_ + offset_);
+#if defined(__CUDA_ARCH__)
+    T* array = reinterpret_cast<T*>(base_ + offset_);  // (a kernel's base is never null)
+#else
+    T* array = base_ ? reinterpret_cast<T*>(base_ + offset_) : nullptr;
+#endif
     offset_ += count * sizeof(T);
     return array;
   }
@@ -462,11 +469,12 @@ class SharedLayout {
   __host__ __device__ size_t launch_bytes() const { return offset_ + 32; }
   // The base rounded up to 32 bytes (dynamic shared memory is only 16-byte aligned).
   __host__ __device__ static void* aligned(void* base) {
-    return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(base) + 31) / 32 * 32);
+    char* bytes = static_cast<char*>(base);
+    return bytes + (32 - reinterpret_cast<uintptr_t>(bytes) % 32) % 32;
   }
 
  private:
-  uintptr_t base_;
+  char* base_;
   size_t offset_;
 };
 
