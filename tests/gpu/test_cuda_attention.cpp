@@ -511,24 +511,27 @@ BOOST_AUTO_TEST_CASE(tensor_core_tiles_load_without_bank_conflicts) {
 //     (4 n-tiles x 8 k-steps x 2 row tiles = 64 mma) and P V, P rounded once (16 n-tiles x 2
 //     k-steps x 2 = 64 mma); ldmatrix.x4: K (8 k-steps x 2 n-tile pairs) and V (2 x 8), each
 //     serving both row tiles, and Q's operands (8 k-steps x 2 row tiles), 48 (24 KB).
-//   backward, per 64 rows x 32 streamed, 4 warps of 16 rows: dK/dV's S^T, dP^T (4 n-tiles x 8
-//     k-steps each), P^T dO, dS^T Q (16 x 2 each) = 128 mma a warp; dQ's S, dP and dS K (32 each)
-//     = 96: 896 mma (3.67 M FLOPs) a pair. ldmatrix.x4 a warp: dK/dV 8 + 16 for each of S^T and
-//     dP^T (its K, V rows and the streamed Q, dO) + 16 + 16 = 80 (160 KB a block), dQ 8 + 16 for
-//     each of S and dP (its Q, dO rows and the streamed K, V) + 16 = 64 (128 KB). Steps: 6 for
-//     dK/dV (keys 0-63 see 4 query tiles of 32, keys 64-127 two), 6 for dQ (2 + 4 key tiles).
+//   backward dK/dV, per 64 keys x 32 streamed queries, 4 warps of 16 keys: S^T, dP^T (4 n-tiles x
+//     8 k-steps each), P^T dO, dS^T Q (16 x 2 each) = 128 mma a warp; ldmatrix.x4 8 + 16 for each
+//     of S^T and dP^T (its K, V rows and the streamed Q, dO) + 16 + 16 = 80 (160 KB a block).
+//     Steps: 6 (keys 0-63 see 4 query tiles of 32, keys 64-127 two).
+//   backward dQ, as the forward: one block of 4 warps of 32 queries (two row tiles), 32-key tiles,
+//     warp w computes key tiles 0 .. w: 10 warp tiles. Per warp tile: S, dP (4 n-tiles x 8
+//     k-steps x 2 row tiles each) and dS K (16 x 2 x 2) = 192 mma; ldmatrix.x4: K, V (8 k-steps x 2
+//     n-tile pairs each) and K again (2 x 8), each serving both row tiles, and Q's and dO's
+//     operands (8 x 2 each): 80 (40 KB), where 16-row warps loaded 64 for 96 mma.
 //   cp.async: the forward's Q tile (32 KB) and its 4 K, V tile pairs (16 KB each); 16 KB per
-//     backward step (Q and dO, or K and V); the backward blocks' own rows (K, V; Q, dO) are plain
-//     16-byte loads.
+//     backward step (Q and dO for dK/dV: 6, K and V for dQ: 4); the backward blocks' own rows (K,
+//     V; Q, dO) are plain 16-byte loads.
 BOOST_AUTO_TEST_CASE(tensor_core_work_per_tile_matches_the_roofline_estimate) {
   const AttentionCounts counts = count_tensor_core_attention({1, 128, 1, 1, 128}, 600);
-  constexpr uint64_t kWarps = 4, kForwardWarpTiles = 1 + 2 + 3 + 4, kBackwardSteps = 6;
-  BOOST_TEST(counts.forward.mma == kForwardWarpTiles * (64 + 64));
-  BOOST_TEST(counts.forward.phases / 4 == kForwardWarpTiles * 48);
-  BOOST_TEST(counts.backward.mma == kBackwardSteps * kWarps * (128 + 96));
-  BOOST_TEST(counts.backward.phases / 4 == kWarps * kBackwardSteps * (80 + 64));
+  constexpr uint64_t kWarps = 4, kQueryWarpTiles = 1 + 2 + 3 + 4, kDkdvSteps = 6, kDqSteps = 4;
+  BOOST_TEST(counts.forward.mma == kQueryWarpTiles * (64 + 64));
+  BOOST_TEST(counts.forward.phases / 4 == kQueryWarpTiles * 48);
+  BOOST_TEST(counts.backward.mma == kDkdvSteps * kWarps * 128 + kQueryWarpTiles * 192);
+  BOOST_TEST(counts.backward.phases / 4 == kDkdvSteps * kWarps * 80 + kQueryWarpTiles * 80);
   BOOST_TEST(counts.forward.copies * 16 == (32 + 4 * 16) * 1024);
-  BOOST_TEST(counts.backward.copies * 16 == 2 * kBackwardSteps * 16 * 1024);
+  BOOST_TEST(counts.backward.copies * 16 == (kDkdvSteps + kDqSteps) * 16 * 1024);
 }
 #endif
 

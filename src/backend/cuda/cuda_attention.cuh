@@ -152,16 +152,13 @@ using MmaType = std::conditional_t<std::is_same_v<Format, Bf16Format>, __nv_bflo
 constexpr int kWarpRows = 16;                       // a row tile: the rows of one mma
 constexpr int kTcWarps = 4;
 constexpr int kTcThreads = 32 * kTcWarps;           // 128
-constexpr int kTcBlockRows = kWarpRows * kTcWarps;  // 64 rows a backward block owns, 16 a warp
-// Blocks per SM the dQ kernel's registers are sized for (__launch_bounds__): three, 168
-// registers a thread, where that fits without spills (CUDA 13's ptxas, sm_80 and sm_90): every
-// head dim but 112, which no family uses and which spills 8-16 bytes there.
-constexpr int tc_blocks_per_sm(int head_dim) { return head_dim == 112 ? 2 : 3; }
-// The forward (cuda_attention_forward.cu): a warp owns two row tiles (32 queries), which share
-// each K and V operand it loads, so a block owns 128 queries; 32-key tiles. At D 112, which no
-// family uses, two spill (4-24 bytes, CUDA 13's ptxas) and a warp keeps one (a 64-query block).
-constexpr int tc_forward_row_tiles(int head_dim) { return head_dim == 112 ? 1 : 2; }
-constexpr int tc_forward_rows(int head_dim) { return kWarpRows * tc_forward_row_tiles(head_dim) * kTcWarps; }
+constexpr int kTcBlockRows = kWarpRows * kTcWarps;  // 64 keys a dK/dV block owns, 16 a warp
+// The query-side kernels, the forward (cuda_attention_forward.cu) and dQ (cuda_attention_backward.cu):
+// a warp owns two row tiles (32 queries), which share each K and V operand it loads, so a block
+// owns 128 queries, two blocks an SM. At D 112, which no family uses, two row tiles spill (4-24
+// bytes, CUDA 13's ptxas) and a warp keeps one (64-query blocks).
+constexpr int tc_query_row_tiles(int head_dim) { return head_dim == 112 ? 1 : 2; }
+constexpr int tc_query_rows(int head_dim) { return kWarpRows * tc_query_row_tiles(head_dim) * kTcWarps; }
 constexpr int kTcForwardKeys = 32;
 constexpr int kTcBackwardTile = 32;                 // backward streamed tile (queries or keys)
 
@@ -530,6 +527,23 @@ __device__ inline float exp2_flushed(float x) {
 // true and gives a row past T a start past every key, which fails the same.)
 __device__ inline bool sees_whole_tile(bool valid, int query, int start, int first_key, int keys) {
   return valid && first_key + keys - 1 <= query && first_key >= start;
+}
+
+// s[kN][4] ([16, 8 kN] scores of a row tile whose first column is key first_key) at -inf where
+// the lane's row (rows[e / 2]: g, then g + 8; any type with a query and a start, the start
+// past every key for a row past T) does not see the key: a future key, an earlier sample's key,
+// or a row past T.
+template <class Row, int kN>
+__device__ inline void mask_tile(const Row (&rows)[2], float (&s)[kN][4], int first_key) {
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const Row& my = rows[e / 2];
+      const int key = first_key + fragment_col(j, e);
+      if (!(key <= my.query && key >= my.start)) s[j][e] = -INFINITY;
+    }
+  }
 }
 
 // ---- host side -----------------------------------------------------------------------------

@@ -4,8 +4,8 @@
 // looping over the query heads of its group and the query tiles in a fixed order; another
 // computes dQ with one block per (32-query tile, head, batch) looping over key tiles. Each block
 // owns the rows it writes. bf16/fp16 with D a multiple of 16 (up to 128) run the tensor-core
-// kernels (64-row blocks, each warp's accumulators in registers), everything else the CUDA-core
-// ones (32-row tiles in fp32, CudaCoreMath), as the forward.
+// kernels (blocks of 64 keys and 128 queries, each warp's accumulators in registers), everything
+// else the CUDA-core ones (32-row tiles in fp32, CudaCoreMath), as the forward.
 #include "backend/buffer.h"
 #include "backend/cuda/cuda_attention.cuh"
 
@@ -226,11 +226,13 @@ attention_backward_dq_kernel(Storage<Format>* dq, const Storage<Format>* dout,
 }
 
 // ---- tensor cores ----------------------------------------------------------------------------
-// Both kernels: 4 warps, each owning 16 rows of the block's 64 (keys for dK/dV, queries for dQ)
-// with their fp32 accumulators in registers; the block streams 32-row tiles of the other side
-// (Q and dO, or K and V) through shared memory, double-buffered (the next tiles' asynchronous
-// copies in flight during the current tiles' products). A warp's S and dP stay in its registers
-// (mma accumulators); P and dS go from there into the next products as A operands.
+// Both kernels: 4 warps with their rows' fp32 accumulators in registers. dK/dV: a warp owns 16
+// of the block's 64 keys. dQ: a warp owns 32 of the block's 128 queries as two row tiles that
+// share each K and V operand it loads, as the forward (one row tile at D 112:
+// tc_query_row_tiles). The block streams 32-row tiles of the other side (Q and dO, or K and V)
+// through shared memory, double-buffered (the next tiles' asynchronous copies in flight during
+// the current tiles' products). A warp's S and dP stay in its registers (mma accumulators); P and
+// dS go from there into the next products as A operands.
 //
 // Rounding (issue 15): P and dS are rounded to the dtype before they multiply dO and Q (dV, dK),
 // as in FlashAttention-2: those sums run over queries, where nothing cancels. dQ = dS K is a
@@ -246,30 +248,35 @@ attention_backward_dq_kernel(Storage<Format>* dq, const Storage<Format>* dout,
 // kernel's products. (A compensation tried on 2026-11-28 had failed the tests' bounds; which
 // reference key it took is not recorded.)
 
-// The backward kernels' shared memory for head dim kD, the same on the host (its size) and the
-// device.
-template <int kD>
+// The backward kernels' shared memory for head dim kD and the block's own kRows rows (64 keys
+// for dK/dV, tc_query_rows queries for dQ), the same on the host (its size) and the device.
+template <int kD, int kRows>
 struct BackwardTcShared {
   static constexpr int kCols = kTcBackwardTile;            // rows of a streamed tile (32)
   static constexpr int kLd = operand_ld(kD);               // the D-wide 16-bit tiles
-  uint16_t* own[2];          // [kTcBlockRows, kLd] each: K and V (dK/dV kernel), Q and dO (dQ)
+  uint16_t* own[2];          // [kRows, kLd] each: K and V (dK/dV kernel), Q and dO (dQ)
   static constexpr int kStreamedElements = kCols * kLd;
   // Arrays indexed by arithmetic on the run-time buffer number (arrays of pointers indexed so
   // would live in local memory):
   uint16_t* streamed_tiles;  // [2 buffers][2][kCols, kLd]: Q and dO (dK/dV), K and V (dQ)
-  float* lse_tiles;          // [2 buffers][kCols]: the streamed query tile's lse (dK/dV)
-  float* delta_tiles;        // [2 buffers][kCols]: its delta
-  int* start_tiles;          // [2 buffers][kCols]: its rows' sample starts
+  // dK/dV: [2 buffers][kCols], the streamed query tile's lse, delta and rows' sample starts;
+  // dQ: [kRows], the block's own rows' (DqWarpRows)
+  static constexpr int kStatRows = 2 * kCols > kRows ? 2 * kCols : kRows;
+  float* lse_tiles;
+  float* delta_tiles;
+  int* start_tiles;
   float* key_reference;      // [kD]: the key dQ subtracts its rounding residue against (dQ)
+  float* residues;           // [2 kRows / kTcBlockRows][kTcThreads]: dQ's (DqWarpRows::residue)
   SharedLayout layout;
 
   __host__ __device__ explicit BackwardTcShared(void* base) : layout(base) {
-    for (int i = 0; i < 2; ++i) own[i] = layout.take<uint16_t>(size_t{kTcBlockRows} * kLd);
+    for (int i = 0; i < 2; ++i) own[i] = layout.take<uint16_t>(size_t{kRows} * kLd);
     streamed_tiles = layout.take<uint16_t>(size_t{4} * kStreamedElements);
-    lse_tiles = layout.take<float>(2 * kCols);
-    delta_tiles = layout.take<float>(2 * kCols);
-    start_tiles = layout.take<int>(2 * kCols);
+    lse_tiles = layout.take<float>(kStatRows);
+    delta_tiles = layout.take<float>(kStatRows);
+    start_tiles = layout.take<int>(kStatRows);
     key_reference = layout.take<float>(kD);
+    residues = layout.take<float>(size_t{2} * kRows / kTcBlockRows * kTcThreads);
   }
   // Streamed tile `which` (0: Q or K, 1: dO or V) of `buffer`.
   __device__ uint16_t* streamed(int buffer, int which) const {
@@ -330,7 +337,7 @@ attention_backward_dkdv_tc_kernel(Storage<Format>* dk, Storage<Format>* dv,
                                   const float* lse, const float* delta, const int32_t* positions,
                                   AttentionDims dims, float scale) {
   using T = MmaType<Format>;
-  using Shared = BackwardTcShared<kD>;
+  using Shared = BackwardTcShared<kD, kTcBlockRows>;
   constexpr int kCols = Shared::kCols, kLd = Shared::kLd;
   constexpr int kN = kCols / 8, kDN = kD / 8;  // n-tiles of S^T and of dK, dV
   ZT_DYNAMIC_SHARED(float, shared_memory);
@@ -458,55 +465,135 @@ __device__ inline void subtract_residue_key(float (&dq)[kDN][4], float (&residue
   }
 }
 
-// dQ of the queries [first_query, + 64) of one head (warp w: queries first_query + 16 w ..):
-// sums over the key tiles these queries see.
-// tc_blocks_per_sm: three blocks a SM at 168 registers, with Q's and dO's operands read from
-// shared memory at each step (16 ldmatrix.x4 more a step, 64 registers less). The dK/dV kernel
-// holds dK and dV (128 registers at D 128), spills 200-320 bytes at three, and stays at two.
+// A row of a dQ row tile as mask_tile reads it: its query and first key (its sample's start;
+// INT_MAX past T, a start no key reaches, so every key is masked).
+struct GradientRow {
+  int query;
+  int start;
+};
+
+// A dQ warp's rows' lse (log2 units), delta and first key (as GradientRow's start), row r of the
+// warp query first_query + r, and the lanes' running rounding residues (this lane's part of
+// sum_j round(dS_ij) - dS_ij for its rows g, g + 8 of row tile m at residue[(2 m + h)
+// kTcThreads + threadIdx.x]), in shared memory: in registers they made the kernel spill at D 128
+// (20 values a thread).
+struct DqWarpRows {
+  int first_query;
+  const float* lse_log2;  // [16 kM]
+  const float* delta;     // [16 kM]
+  const int* start;       // [16 kM]
+  float* residue;         // [2 kM][kTcThreads]
+};
+
+// One key tile of a dQ warp's kM row tiles: S [16 kM, kCols] = Q_w K^T and dP = dO_w V^T with
+// each K and V operand serving every row tile, dS = P (dP - delta) rounded once to the dtype
+// (its rounding residue added to stats.residue), dQ_w [16 kM, kD]
+// += dS K (scaled at the end). q_warp, do_warp: the warp's rows of the block's Q and dO tiles.
+// masked: some row of the warp misses some key of the tile (the same in every lane).
+template <class Format, int kD, int kM, int kDN>
+__device__ inline void dq_tc_tile(float (&dq)[kM][kDN][4], const uint16_t* q_warp, const uint16_t* do_warp,
+                                  const DqWarpRows& stats, const uint16_t* k_tile,
+                                  const uint16_t* v_tile, int first_key, bool masked, float scale_log2) {
+  using T = MmaType<Format>;
+  constexpr int kCols = kTcBackwardTile, kN = kCols / 8, kLd = operand_ld(kD);
+  float s[kM][kN][4], dp[kM][kN][4];
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+    zero_fragments(s[m]);
+    zero_fragments(dp[m]);
+  }
+  mma_shared_a_bt<T, kD>(s, q_warp, kLd, k_tile, kLd);
+  mma_shared_a_bt<T, kD>(dp, do_warp, kLd, v_tile, kLd);
+  if (masked) {
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      GradientRow rows[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = kWarpRows * m + fragment_row(2 * h);
+        rows[h] = {stats.first_query + r, stats.start[r]};
+      }
+      mask_tile(rows, s[m], first_key);
+    }
+  }
+  uint32_t ds[kM][kN / 2][4];  // dS [16 kM, kCols] rounded once, as dS K's A operands
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+    float residue[2] = {0.0f, 0.0f};  // rows g, g + 8: sum_j round(dS_ij) - dS_ij over the tile
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = kWarpRows * m + fragment_row(2 * h);  // the row in the warp's
+        const float lse_log2 = stats.lse_log2[r], delta = stats.delta[r];
+        const float first = probability_gradient(s[m][j][2 * h], dp[m][j][2 * h], lse_log2, delta, scale_log2).ds;
+        const float second = probability_gradient(s[m][j][2 * h + 1], dp[m][j][2 * h + 1], lse_log2, delta, scale_log2).ds;
+        float first_rounded, second_rounded;
+        ds[m][j / 2][a_register(j, h)] = pack_pair_rounded<Format>(first, second, first_rounded, second_rounded);
+        residue[h] += first_rounded - first;
+        residue[h] += second_rounded - second;
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) stats.residue[(2 * m + h) * kTcThreads + threadIdx.x] += residue[h];
+  }
+  mma_operands_b<T>(dq, ds, k_tile, kLd);
+}
+
+// dQ of the queries [first_query, + 128) of one head (warp w: queries first_query + 32 w .., as
+// two row tiles; 64 and 16 at D 112): sums over the key tiles these queries see. Two blocks an
+// SM: a thread's 255 registers hold the warp's dQ (128 at D 128), S and dP (32 each) and dS's
+// operands; Q's and dO's operands are read from shared memory at each step. A warp skips the key
+// tiles all its rows precede or follow (as the forward): every dS there is 0, and so is its
+// rounding residue, so no bit changes.
 template <class Format, int kD>
-__global__ void __launch_bounds__(kTcThreads, tc_blocks_per_sm(kD))
+__global__ void __launch_bounds__(kTcThreads, 2)
 attention_backward_dq_tc_kernel(Storage<Format>* dq, const Storage<Format>* dout,
                                 const Storage<Format>* q, const Storage<Format>* k,
                                 const Storage<Format>* v, const float* lse, const float* delta,
                                 const int32_t* positions, AttentionDims dims, float scale) {
-  using T = MmaType<Format>;
-  using Shared = BackwardTcShared<kD>;
+  constexpr int kM = tc_query_row_tiles(kD), kRows = tc_query_rows(kD), kDN = kD / 8;  // row tiles, n-tiles of dQ
+  using Shared = BackwardTcShared<kD, kRows>;
   constexpr int kCols = Shared::kCols, kLd = Shared::kLd;
-  constexpr int kN = kCols / 8, kDN = kD / 8;  // n-tiles of S and of dQ
   ZT_DYNAMIC_SHARED(float, shared_memory);
   Shared shared(SharedLayout::aligned(shared_memory));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const float scale_log2 = scale * kLog2e;
+  const int warp = threadIdx.x / 32;
 
-  const int tiles = (dims.time + kTcBlockRows - 1) / kTcBlockRows;
+  const int tiles = (dims.time + kRows - 1) / kRows;
   const BlockTile block = block_tile();
-  const int first_query = (tiles - 1 - block.order) * kTcBlockRows;  // longest first
+  const int first_query = (tiles - 1 - block.order) * kRows;  // longest first
   const int head = block.head, b = block.b, kv_head = head / dims.group();
-  const int queries = min(kTcBlockRows, dims.time - first_query);
-  const int warp_query = first_query + warp * kWarpRows;
+  const int queries = min(kRows, dims.time - first_query);
+  const int warp_query = first_query + warp * kM * kWarpRows;  // this warp's first row
+  // The keys this warp's rows see: [warp_first_key, warp_last_key] (none past T), as the forward's.
+  const bool warp_valid = warp_query < dims.time;
+  const int warp_first_key = warp_valid ? sample_start(positions, dims, b, warp_query) : 0;
+  const int warp_last_key = warp_valid ? min(warp_query + kM * kWarpRows, dims.time) - 1 : -1;
+  // Its last row's sample start, the latest of its rows' (INT_MAX when some row is past T): a
+  // tile from it on to the warp's first row needs no mask.
+  const int warp_end = warp_query + kM * kWarpRows;
+  const int warp_last_start = warp_end <= dims.time ? sample_start(positions, dims, b, warp_end - 1) : INT_MAX;
   const int64_t q_stride = dims.q_stride(), kv_stride = dims.kv_stride();
   const int64_t query_offset = dims.q_offset(b, head) + first_query * q_stride;
-  copy_rows<kD>(shared.own[0], kLd, q + query_offset, q_stride, queries, kTcBlockRows,
-                threadIdx.x, kTcThreads);
-  copy_rows<kD>(shared.own[1], kLd, dout + query_offset, q_stride, queries, kTcBlockRows,
-                threadIdx.x, kTcThreads);
-  const uint16_t* q_warp = shared.own[0] + warp * kWarpRows * kLd;   // [16, kLd]
-  const uint16_t* do_warp = shared.own[1] + warp * kWarpRows * kLd;  // [16, kLd]
-  float dq_acc[kDN][4];  // [16, kD]
-  zero_fragments(dq_acc);
-
-  // This lane's rows g and g + 8: their lse, delta and sample start in registers.
-  int row_query[2], row_start[2];
-  float row_lse[2], row_delta[2];
-  const int64_t stats_offset = dims.lse_offset(b, head);
+  copy_rows<kD>(shared.own[0], kLd, q + query_offset, q_stride, queries, kRows, threadIdx.x, kTcThreads);
+  copy_rows<kD>(shared.own[1], kLd, dout + query_offset, q_stride, queries, kRows, threadIdx.x, kTcThreads);
+  const uint16_t* q_warp = shared.own[0] + warp * kM * kWarpRows * kLd;   // [16 kM, kLd]
+  const uint16_t* do_warp = shared.own[1] + warp * kM * kWarpRows * kLd;  // [16 kM, kLd]
+  float dq_acc[kM][kDN][4];  // [16 kM, kD]: row tile m the warp's rows 16 m ..
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    row_query[h] = warp_query + lane / 4 + 8 * h;
-    const bool valid = row_query[h] < dims.time;
-    row_lse[h] = valid ? lse[stats_offset + row_query[h]] * kLog2e : 0.0f;  // log2 units
-    row_delta[h] = valid ? delta[stats_offset + row_query[h]] : 0.0f;
-    row_start[h] = valid ? sample_start(positions, dims, b, row_query[h]) : 0;
+  for (int m = 0; m < kM; ++m) zero_fragments(dq_acc[m]);
+  const int64_t stats_offset = dims.lse_offset(b, head);
+  for (int r = threadIdx.x; r < kRows; r += kTcThreads) {  // (read after the barrier below)
+    const int query = first_query + r;
+    const bool valid = query < dims.time;
+    shared.lse_tiles[r] = valid ? lse[stats_offset + query] * kLog2e : 0.0f;
+    shared.delta_tiles[r] = valid ? delta[stats_offset + query] : 0.0f;
+    shared.start_tiles[r] = valid ? sample_start(positions, dims, b, query) : INT_MAX;
   }
+  for (int i = threadIdx.x; i < 2 * kM * kTcThreads; i += kTcThreads) shared.residues[i] = 0.0f;
+  const int warp_row = warp * kM * kWarpRows;  // the warp's first row in the block's
+  const DqWarpRows stats = {warp_query, shared.lse_tiles + warp_row, shared.delta_tiles + warp_row,
+                            shared.start_tiles + warp_row, shared.residues};
 
   // Keys from the tile holding the start of the first query's sample (aligned tiles).
   const int keys_begin = sample_start(positions, dims, b, first_query) / kCols * kCols;
@@ -520,60 +607,31 @@ attention_backward_dq_tc_kernel(Storage<Format>* dq, const Storage<Format>* dout
   __syncthreads();
   // (read after the loop, whose barriers order it; buffer 0 is next written after the first)
   mean_key_row<Format, kD>(shared.key_reference, shared.streamed(0, 0), kLd, min(kCols, dims.time - keys_begin));
-  float residue[2] = {0.0f, 0.0f};  // rows g, g + 8: this lane's part of sum_j round(dS_ij) - dS_ij
   int buffer = 0;
   for (int first_key = keys_begin; first_key < keys_end; first_key += kCols, buffer ^= 1) {
     const int next_key = first_key + kCols;
-    const bool has_next = next_key < keys_end;
-    const uint16_t* k_tile = shared.streamed(buffer, 0);  // [kCols, kLd]
-    const uint16_t* v_tile = shared.streamed(buffer, 1);  // [kCols, kLd]
-    if (has_next) {  // the next K, V tiles on their way into the other buffer
+    if (next_key < keys_end) {  // the next K, V tiles on their way into the other buffer
       copy_tile_pair_async<kCols, kD>(shared.streamed(buffer ^ 1, 0), shared.streamed(buffer ^ 1, 1),
                                       kLd, k_rows + next_key * kv_stride, v_rows + next_key * kv_stride,
                                       kv_stride, min(kCols, dims.time - next_key));
     }
-    // S [16, kCols] = Q_w K^T, dP [16, kCols] = dO_w V^T
-    float s[kN][4], dp[kN][4];
-    zero_fragments(s);
-    zero_fragments(dp);
-    mma_shared_a_bt<T, kD, kN>(s, q_warp, kLd, k_tile, kLd);
-    mma_shared_a_bt<T, kD, kN>(dp, do_warp, kLd, v_tile, kLd);
-    // dS in place of S; the mask only where some row of the warp misses some key of the tile
-    const bool masked = !__all_sync(0xFFFFFFFFu, sees_whole_tile(row_query[0] < dims.time, row_query[0], row_start[0], first_key, kCols) &&
-                                                     sees_whole_tile(row_query[1] < dims.time, row_query[1], row_start[1], first_key, kCols));
-    if (masked) {
-#pragma unroll
-      for (int j = 0; j < kN; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e / 2, key = first_key + fragment_col(j, e);
-          if (!(row_query[h] < dims.time && key <= row_query[h] && key >= row_start[h])) s[j][e] = -INFINITY;
-        }
-      }
+    if (first_key <= warp_last_key && first_key + kCols > warp_first_key) {  // (the same in every lane)
+      const bool masked = !(first_key + kCols - 1 <= warp_query && first_key >= warp_last_start);
+      dq_tc_tile<Format, kD>(dq_acc, q_warp, do_warp, stats, shared.streamed(buffer, 0),
+                             shared.streamed(buffer, 1), first_key, masked, scale * kLog2e);
     }
-    uint32_t ds_operands[kN / 2][4];  // dS [16, kCols] rounded once, as dS K's A operands
-#pragma unroll
-    for (int j = 0; j < kN; ++j) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float first = probability_gradient(s[j][2 * h], dp[j][2 * h], row_lse[h], row_delta[h], scale_log2).ds;
-        const float second =
-            probability_gradient(s[j][2 * h + 1], dp[j][2 * h + 1], row_lse[h], row_delta[h], scale_log2).ds;
-        float first_rounded, second_rounded;
-        ds_operands[j / 2][a_register(j, h)] = pack_pair_rounded<Format>(first, second, first_rounded, second_rounded);
-        residue[h] += first_rounded - first;
-        residue[h] += second_rounded - second;
-      }
-    }
-    // dQ_w += dS [16, kCols] K [kCols, kD] (scaled at the end)
-    mma_operands_b<T>(as_row_tiles(dq_acc), as_row_tiles(ds_operands), k_tile, kLd);
     async_copy_wait<0>();
     __syncthreads();  // the next tile is in place; every warp is done with this one
   }
-  subtract_residue_key(dq_acc, residue, shared.key_reference);
   const float dq_factor[2] = {scale, scale};
-  store_fragments<Format>(dq + dims.q_offset(b, head) + warp_query * q_stride, q_stride, dq_acc,
-                          dq_factor, max(0, min(kWarpRows, dims.time - warp_query)));
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+    float residue[2] = {stats.residue[2 * m * kTcThreads + threadIdx.x], stats.residue[(2 * m + 1) * kTcThreads + threadIdx.x]};
+    subtract_residue_key(dq_acc[m], residue, shared.key_reference);
+    const int tile_query = warp_query + kWarpRows * m;
+    store_fragments<Format>(dq + query_offset + (tile_query - first_query) * q_stride, q_stride, dq_acc[m],
+                            dq_factor, max(0, min(kWarpRows, dims.time - tile_query)));
+  }
 }
 
 // The two backward launches, dK/dV (one block per key tile and kv head) then dQ (one block per
@@ -582,19 +640,19 @@ attention_backward_dq_tc_kernel(Storage<Format>* dq, const Storage<Format>* dout
 template <class Format, class DkdvKernel, class DqKernel>
 void launch_dkdv_then_dq(const CudaBackendImpl& backend, cudaStream_t stream, const char* op,
                          DkdvKernel dkdv_kernel, size_t dkdv_bytes, DqKernel dq_kernel, size_t dq_bytes,
-                         int tile_rows, int threads, Tensor& dq, Tensor& dk, Tensor& dv,
+                         int dkdv_rows, int dq_rows, int threads, Tensor& dq, Tensor& dk, Tensor& dv,
                          const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                          const Tensor& lse, const float* delta, const int32_t* positions,
                          const AttentionDims& dims, float scale_factor) {
   allow_shared_memory(backend, op, dkdv_kernel, dkdv_bytes, dims.head_dim);
-  const dim3 dkdv_grid = tile_grid(op, dims.time, tile_rows, dims.kv_heads, dims.batch);
+  const dim3 dkdv_grid = tile_grid(op, dims.time, dkdv_rows, dims.kv_heads, dims.batch);
   const dim3 block(static_cast<unsigned int>(threads));
   launch({dkdv_grid, block, dkdv_bytes, stream}, dkdv_kernel, data_of<Format>(dk), data_of<Format>(dv),
          data_of<Format>(dout), data_of<Format>(q), data_of<Format>(k), data_of<Format>(v), lse.f32(), delta,
          positions, dims, scale_factor);
   ZT_CUDA_CHECK_LAUNCH("attention_backward_dkdv_kernel");
   allow_shared_memory(backend, op, dq_kernel, dq_bytes, dims.head_dim);
-  const dim3 dq_grid = tile_grid(op, dims.time, tile_rows, dims.heads, dims.batch);
+  const dim3 dq_grid = tile_grid(op, dims.time, dq_rows, dims.heads, dims.batch);
   launch({dq_grid, block, dq_bytes, stream}, dq_kernel, data_of<Format>(dq), data_of<Format>(dout),
          data_of<Format>(q), data_of<Format>(k), data_of<Format>(v), lse.f32(), delta, positions, dims,
          scale_factor);
@@ -608,10 +666,12 @@ void launch_backward_tc(const CudaBackendImpl& backend, cudaStream_t stream, con
                         const int32_t* positions, const AttentionDims& dims, float scale_factor) {
   with_head_dim(dims.head_dim, [&](auto head_dim) {
     constexpr int kD = decltype(head_dim)::value;
-    const size_t bytes = BackwardTcShared<kD>(nullptr).layout.launch_bytes();
-    launch_dkdv_then_dq<Format>(backend, stream, op, attention_backward_dkdv_tc_kernel<Format, kD>, bytes,
-                                attention_backward_dq_tc_kernel<Format, kD>, bytes, kTcBlockRows, kTcThreads,
-                                dq, dk, dv, dout, q, k, v, lse, delta, positions, dims, scale_factor);
+    constexpr int kDqRows = tc_query_rows(kD);
+    const size_t dkdv_bytes = BackwardTcShared<kD, kTcBlockRows>(nullptr).layout.launch_bytes();
+    const size_t dq_bytes = BackwardTcShared<kD, kDqRows>(nullptr).layout.launch_bytes();
+    launch_dkdv_then_dq<Format>(backend, stream, op, attention_backward_dkdv_tc_kernel<Format, kD>, dkdv_bytes,
+                                attention_backward_dq_tc_kernel<Format, kD>, dq_bytes, kTcBlockRows, kDqRows,
+                                kTcThreads, dq, dk, dv, dout, q, k, v, lse, delta, positions, dims, scale_factor);
   });
 }
 
@@ -626,7 +686,7 @@ void launch_backward(const CudaBackendImpl& backend, cudaStream_t stream, const 
   const size_t dq_bytes = BackwardShared<Math>(nullptr, dims.head_dim, 1).layout.launch_bytes();
   launch_dkdv_then_dq<Format>(backend, stream, op, attention_backward_dkdv_kernel<Format, Math>, dkdv_bytes,
                               attention_backward_dq_kernel<Format, Math>, dq_bytes, kBackwardTile,
-                              kBackwardThreads, dq, dk, dv, dout, q, k, v, lse, delta, positions, dims,
+                              kBackwardTile, kBackwardThreads, dq, dk, dv, dout, q, k, v, lse, delta, positions, dims,
                               scale_factor);
 }
 

@@ -155,7 +155,7 @@ attention_forward_kernel(Storage<Format>* out, float* lse, const Storage<Format>
 // ---- tensor cores ----------------------------------------------------------------------------
 // One block of 4 warps per (128-query tile, head, batch); warp w owns the queries
 // [first_query + 32 w, + 32) as two row tiles of 16, and their output accumulators in registers
-// (at D 112 one row tile a warp, 64-query blocks: tc_forward_row_tiles).
+// (at D 112 one row tile a warp, 64-query blocks: tc_query_row_tiles).
 // Per 32-key tile, each warp: S = Q_w K^T (accumulators), the online softmax on the elements each
 // lane holds, O_w = rescale O_w + P V with P packed into A operands in registers. Each K and V operand
 // a warp loads from shared memory serves both its row tiles, as in FlashAttention-2 (a warp of 16
@@ -185,7 +185,7 @@ struct ForwardTcShared {
   static constexpr int kKeys = kTcForwardKeys;
   static constexpr int kLd = operand_ld(kD);  // Q, K and V tiles
   static constexpr int kTileElements = kKeys * kLd;
-  static constexpr int kRows = tc_forward_rows(kD);  // the block's queries: 128 (64 at D 112)
+  static constexpr int kRows = tc_query_rows(kD);  // the block's queries: 128 (64 at D 112)
   uint16_t* q_tile;  // [kRows, kLd]: warp w's queries are rows [32 w, 32 w + 32) (16 at D 112)
   // [2 buffers][K, V][kKeys, kLd]; one array indexed by arithmetic (an array of pointers
   // indexed by the run-time buffer number would live in local memory)
@@ -216,20 +216,6 @@ struct SoftmaxRow {
 // positive) and both sums are updated, and the output accumulators o are rescaled to the new
 // max. `masked` (the same in every lane): some row of the warp does not see some key of the tile
 // (the diagonal tile, a sample's start, rows past T); the other tiles skip the mask.
-template <int kN>
-__device__ inline void mask_tile(const SoftmaxRow (&rows)[2], float (&s)[kN][4], int first_key) {
-#pragma unroll
-  for (int j = 0; j < kN; ++j) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const SoftmaxRow& my = rows[e / 2];
-      const int key = first_key + fragment_col(j, e);
-      // Future key, an earlier sample's key, or a row past T.
-      if (!(key <= my.query && key >= my.start)) s[j][e] = -INFINITY;
-    }
-  }
-}
-
 template <class Format, int kN, int kDN>
 __device__ inline void softmax_tile(SoftmaxRow (&rows)[2], float (&s)[kN][4], uint32_t (&p)[kN / 2][4],
                                     float (&o)[kDN][4], int first_key, float scale_log2, bool masked) {
@@ -320,7 +306,7 @@ attention_forward_tc_kernel(Storage<Format>* out, float* lse, const Storage<Form
                             const int32_t* positions, AttentionDims dims, float scale) {
   using Shared = ForwardTcShared<kD>;
   constexpr int kKeys = Shared::kKeys, kLd = Shared::kLd, kRows = Shared::kRows;
-  constexpr int kM = tc_forward_row_tiles(kD), kDN = kD / 8;  // row tiles, n-tiles of O
+  constexpr int kM = tc_query_row_tiles(kD), kDN = kD / 8;  // row tiles, n-tiles of O
   ZT_DYNAMIC_SHARED(float, shared_memory);
   Shared shared(SharedLayout::aligned(shared_memory));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
