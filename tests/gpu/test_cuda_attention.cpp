@@ -511,27 +511,31 @@ BOOST_AUTO_TEST_CASE(tensor_core_tiles_load_without_bank_conflicts) {
 //     (4 n-tiles x 8 k-steps x 2 row tiles = 64 mma) and P V, P rounded once (16 n-tiles x 2
 //     k-steps x 2 = 64 mma); ldmatrix.x4: K (8 k-steps x 2 n-tile pairs) and V (2 x 8), each
 //     serving both row tiles, and Q's operands (8 k-steps x 2 row tiles), 48 (24 KB).
-//   backward dK/dV, per 64 keys x 32 streamed queries, 4 warps of 16 keys: S^T, dP^T (4 n-tiles x
-//     8 k-steps each), P^T dO, dS^T Q (16 x 2 each) = 128 mma a warp; ldmatrix.x4 8 + 16 for each
-//     of S^T and dP^T (its K, V rows and the streamed Q, dO) + 16 + 16 = 80 (160 KB a block).
-//     Steps: 6 (keys 0-63 see 4 query tiles of 32, keys 64-127 two).
+//   backward dK/dV: blocks of 64 keys stream 64-query tiles; per step, warp w computes S^T and
+//     dP^T of keys 32 (w / 2) .. and queries 32 (w % 2) .. (4 n-tiles x 8 k-steps x 2 row tiles
+//     each: 128 mma; ldmatrix.x4 K or V (8 x 2) and Q or dO (8 x 2), each serving both row tiles:
+//     64), then P^T dO and dS^T Q for the same keys and half of D (4 n-tile pairs x 2 halves x 4
+//     k-steps x 2 row tiles each: 128 mma; P^T or dS^T (4 x 2) and dO or Q (4 x 4): 48). Steps: 3
+//     (keys 0-63 see 2 query tiles, keys 64-127 one); on the diagonal steps the warp of keys 32-63
+//     and queries 0-31 sees nothing and skips its S^T and dP^T.
 //   backward dQ, as the forward: one block of 4 warps of 32 queries (two row tiles), 32-key tiles,
 //     warp w computes key tiles 0 .. w: 10 warp tiles. Per warp tile: S, dP (4 n-tiles x 8
 //     k-steps x 2 row tiles each) and dS K (16 x 2 x 2) = 192 mma; ldmatrix.x4: K, V (8 k-steps x 2
 //     n-tile pairs each) and K again (2 x 8), each serving both row tiles, and Q's and dO's
 //     operands (8 x 2 each): 80 (40 KB), where 16-row warps loaded 64 for 96 mma.
-//   cp.async: the forward's Q tile (32 KB) and its 4 K, V tile pairs (16 KB each); 16 KB per
-//     backward step (Q and dO for dK/dV: 6, K and V for dQ: 4); the backward blocks' own rows (K,
+//   cp.async: the forward's Q tile (32 KB) and its 4 K, V tile pairs (16 KB each); per backward
+//     step 32 KB of Q and dO (dK/dV) or 16 KB of K and V (dQ); the backward blocks' own rows (K,
 //     V; Q, dO) are plain 16-byte loads.
 BOOST_AUTO_TEST_CASE(tensor_core_work_per_tile_matches_the_roofline_estimate) {
   const AttentionCounts counts = count_tensor_core_attention({1, 128, 1, 1, 128}, 600);
-  constexpr uint64_t kWarps = 4, kQueryWarpTiles = 1 + 2 + 3 + 4, kDkdvSteps = 6, kDqSteps = 4;
+  constexpr uint64_t kWarps = 4, kQueryWarpTiles = 1 + 2 + 3 + 4, kDkdvSteps = 3, kDqSteps = 4;
+  constexpr uint64_t kScoreWarpSteps = kDkdvSteps * kWarps - 2;  // less the diagonal's skipped two
   BOOST_TEST(counts.forward.mma == kQueryWarpTiles * (64 + 64));
   BOOST_TEST(counts.forward.phases / 4 == kQueryWarpTiles * 48);
-  BOOST_TEST(counts.backward.mma == kDkdvSteps * kWarps * 128 + kQueryWarpTiles * 192);
-  BOOST_TEST(counts.backward.phases / 4 == kDkdvSteps * kWarps * 80 + kQueryWarpTiles * 80);
+  BOOST_TEST(counts.backward.mma == kScoreWarpSteps * 128 + kDkdvSteps * kWarps * 128 + kQueryWarpTiles * 192);
+  BOOST_TEST(counts.backward.phases / 4 == kScoreWarpSteps * 64 + kDkdvSteps * kWarps * 48 + kQueryWarpTiles * 80);
   BOOST_TEST(counts.forward.copies * 16 == (32 + 4 * 16) * 1024);
-  BOOST_TEST(counts.backward.copies * 16 == (kDkdvSteps + kDqSteps) * 16 * 1024);
+  BOOST_TEST(counts.backward.copies * 16 == (kDkdvSteps * 32 + kDqSteps * 16) * 1024);
 }
 #endif
 

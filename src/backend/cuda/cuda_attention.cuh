@@ -134,16 +134,16 @@ inline bool tensor_cores_fit(DType dtype, int head_dim) {
 }
 
 // ---- the tensor-core path (bf16/fp16, D a multiple of 16 up to 128) ------------------------
-// FlashAttention-2's work split: every warp owns its rows (queries, or keys for dK/dV: 16 a
-// warp in the backward, 32 in the forward, as two row tiles that share each operand the warp
-// loads) and keeps their fp32 accumulators in registers across the whole loop; the block shares
-// the 16-bit tiles it streams through shared memory (K/V, or Q/dO), double-buffered, and its own
-// rows' tiles (the warps load their operands from them). The products are PTX's mma.sync
-// m16n8k16 on operands that ldmatrix loads (backend/cuda/cuda_mma.cuh): their fragment layouts
-// are documented, so a warp's scores stay in registers, each lane runs the softmax on the
-// elements it holds (4 lanes share a row), and the probabilities go straight back into the next
-// product as its A operand. No score or probability goes through shared memory, and no barrier
-// but the block's one per streamed tile is needed.
+// FlashAttention-2's work split: every warp owns its rows and keeps their fp32 accumulators in
+// registers across the whole loop. In the forward and dQ a warp owns 32 queries, as two row tiles
+// that share each operand the warp loads; the block shares the 16-bit K and V tiles it streams
+// through shared memory, double-buffered, and its own rows' tiles (the warps load their operands
+// from them). The products are PTX's mma.sync m16n8k16 on operands that ldmatrix loads
+// (backend/cuda/cuda_mma.cuh): their fragment layouts are documented, so a warp's scores stay in
+// registers, each lane runs the softmax on the elements it holds (4 lanes share a row), and the
+// probabilities go straight back into the next product as its A operand, with no barrier but the
+// block's one per streamed tile. dK/dV (cuda_attention_backward.cu) owns 32 keys and half of D a
+// warp, and its warps exchange P^T and dS^T through shared memory, as FlashAttention-2's backward.
 
 // The mma element type of a 16-bit storage format.
 template <class Format>
@@ -152,7 +152,7 @@ using MmaType = std::conditional_t<std::is_same_v<Format, Bf16Format>, __nv_bflo
 constexpr int kWarpRows = 16;                       // a row tile: the rows of one mma
 constexpr int kTcWarps = 4;
 constexpr int kTcThreads = 32 * kTcWarps;           // 128
-constexpr int kTcBlockRows = kWarpRows * kTcWarps;  // 64 keys a dK/dV block owns, 16 a warp
+constexpr int kTcBlockRows = kWarpRows * kTcWarps;  // 64 keys a dK/dV block owns
 // The query-side kernels, the forward (cuda_attention_forward.cu) and dQ (cuda_attention_backward.cu):
 // a warp owns two row tiles (32 queries), which share each K and V operand it loads, so a block
 // owns 128 queries, two blocks an SM. At D 112, which no family uses, two row tiles spill (4-24
@@ -160,7 +160,8 @@ constexpr int kTcBlockRows = kWarpRows * kTcWarps;  // 64 keys a dK/dV block own
 constexpr int tc_query_row_tiles(int head_dim) { return head_dim == 112 ? 1 : 2; }
 constexpr int tc_query_rows(int head_dim) { return kWarpRows * tc_query_row_tiles(head_dim) * kTcWarps; }
 constexpr int kTcForwardKeys = 32;
-constexpr int kTcBackwardTile = 32;                 // backward streamed tile (queries or keys)
+constexpr int kTcBackwardTile = 32;                 // dQ's streamed key tile
+constexpr int kTcDkdvQueries = 64;                  // dK/dV's streamed query tile
 
 // 16-bit tiles are padded by 8 elements: the 16 bytes shift each row by 4 banks, so the 8 rows
 // an ldmatrix phase reads (16 bytes each) hit all 32 banks once.
@@ -313,14 +314,17 @@ __device__ inline void mma_shared_a_bt(float (&c)[kN][4], const uint16_t* a_tile
 // operand: B is the rows [k0, k0 + 16) of a row-major [., 8 kN] tile b (ld) (P V with V's rows),
 // loaded transposed: matrices 0, 1 are rows k0 .. + 7 and k0 + 8 .. + 15 at columns 8 j,
 // matrices 2, 3 the same at 8 j + 8.
+// Only the first active_pairs n-tile pairs when given (the same in every lane; a warp that owns
+// part of an output whose n-tile pairs do not split evenly between warps).
 template <class T, int kM, int kN>
 __device__ inline void mma_step_b(float (&c)[kM][kN][4], const uint32_t (&a)[kM][4], const uint16_t* b, int ld,
-                                  int k0) {
+                                  int k0, int active_pairs = kN / 2) {
   static_assert(kN % 2 == 0, "n-tiles go in pairs");
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const uint16_t* row = b + (k0 + lane % 8 + 8 * (lane / 8 % 2)) * ld + 8 * (lane / 16);
 #pragma unroll
   for (int j = 0; j < kN; j += 2) {
+    if (j / 2 >= active_pairs) break;
     uint32_t bt[4];
     zt_mma::ldmatrix_x4_trans(bt, row + 8 * j);
 #pragma unroll
@@ -328,6 +332,23 @@ __device__ inline void mma_step_b(float (&c)[kM][kN][4], const uint32_t (&a)[kM]
       zt_mma::mma_m16n8k16<T>(c[m][j], a[m], bt[0], bt[1]);
       zt_mma::mma_m16n8k16<T>(c[m][j + 1], a[m], bt[2], bt[3]);
     }
+  }
+}
+
+// c[m][kN] ([16, 8 kN] each) += A_m [16, kDepth] B for kM row tiles, A a warp's own [16 kM,
+// kDepth] row-major tile in shared memory (lda; row tile m its rows [16 m, 16 m + 16)), B a
+// row-major [kDepth, 8 kN] tile b (ldb), each of its operands serving the kM row tiles; only the
+// first active_pairs n-tile pairs (mma_step_b).
+template <class T, int kDepth, int kM, int kN>
+__device__ inline void mma_shared_a_b(float (&c)[kM][kN][4], const uint16_t* a_tile, int lda, const uint16_t* b,
+                                      int ldb, int active_pairs = kN / 2) {
+  const uint16_t* a_row = a_operand_row(a_tile, lda);
+#pragma unroll
+  for (int kk = 0; kk < kDepth / 16; ++kk) {
+    uint32_t a[kM][4];
+#pragma unroll
+    for (int m = 0; m < kM; ++m) zt_mma::ldmatrix_x4(a[m], a_row + 16 * m * lda + 16 * kk);
+    mma_step_b<T>(c, a, b, ldb, 16 * kk, active_pairs);
   }
 }
 
@@ -399,16 +420,18 @@ __device__ inline void mma_accumulators_b(float (&c)[kDN][4], const float (&a)[k
 // Rows [0, valid_rows) of a warp's [16, 8 kN] fp32 accumulators, row g times factor[0] and row
 // g + 8 times factor[1], rounded to a 16-bit matrix whose rows are row_stride apart: each lane
 // writes its column pairs (4-byte stores).
+// Only the first active_tiles n-tiles when given.
 template <class Format, int kN>
 __device__ inline void store_fragments(Storage<Format>* target, int64_t row_stride,
                                        const float (&c)[kN][4], const float (&factor)[2],
-                                       int valid_rows) {
+                                       int valid_rows, int active_tiles = kN) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = fragment_row(2 * h);
     if (row >= valid_rows) continue;
 #pragma unroll
     for (int j = 0; j < kN; ++j) {
+      if (j >= active_tiles) break;
       *reinterpret_cast<uint32_t*>(target + row * row_stride + fragment_col(j, 0)) =
           pack_pair<Format>(c[j][2 * h] * factor[h], c[j][2 * h + 1] * factor[h]);
     }

@@ -226,13 +226,22 @@ attention_backward_dq_kernel(Storage<Format>* dq, const Storage<Format>* dout,
 }
 
 // ---- tensor cores ----------------------------------------------------------------------------
-// Both kernels: 4 warps with their rows' fp32 accumulators in registers. dK/dV: a warp owns 16
-// of the block's 64 keys. dQ: a warp owns 32 of the block's 128 queries as two row tiles that
-// share each K and V operand it loads, as the forward (one row tile at D 112:
-// tc_query_row_tiles). The block streams 32-row tiles of the other side (Q and dO, or K and V)
-// through shared memory, double-buffered (the next tiles' asynchronous copies in flight during
-// the current tiles' products). A warp's S and dP stay in its registers (mma accumulators); P and
-// dS go from there into the next products as A operands.
+// Both kernels: 4 warps with their rows' fp32 accumulators in registers, and the block's own rows
+// (K and V for dK/dV, Q and dO for dQ) in shared memory, from which the warps load their operands.
+// - dK/dV: a block owns 64 keys and streams 64-query tiles of Q and dO. Its warps split each step
+//   two ways, as FlashAttention-2's backward does. For S^T = K Q^T and dP^T = V dO^T, warp w takes
+//   keys 32 (w / 2) .. + 32 and queries 32 (w % 2) .. + 32 (two row tiles sharing each Q and dO
+//   operand), and writes P^T and dS^T, rounded to the dtype, to shared memory. For dV += P^T dO and
+//   dK += dS^T Q it takes the same keys and half of D, loading P^T's and dS^T's rows as A operands:
+//   128 accumulator registers at D 128, as 16 keys x D took, with each operand it loads serving
+//   twice the work (per 32 x 32 x D of S: 112 ldmatrix.x4 for 256 mma, where 16-key warps loaded
+//   160). The streamed tiles are single-buffered, so that two blocks fit an SM (89 KB each at
+//   D 128; double-buffered, 122 KB): while one block waits for its next tiles the other computes.
+// - dQ: a warp owns 32 of the block's 128 queries as two row tiles that share each K and V operand
+//   it loads, as the forward (one row tile at D 112: tc_query_row_tiles). The block streams 32-key
+//   tiles of K and V, double-buffered (the next tiles' asynchronous copies in flight during the
+//   current tiles' products). A warp's S and dP stay in its registers (mma accumulators); dS goes
+//   from there into dS K as A operands.
 //
 // Rounding (issue 15): P and dS are rounded to the dtype before they multiply dO and Q (dV, dK),
 // as in FlashAttention-2: those sums run over queries, where nothing cancels. dQ = dS K is a
@@ -248,57 +257,84 @@ attention_backward_dq_kernel(Storage<Format>* dq, const Storage<Format>* dout,
 // kernel's products. (A compensation tried on 2026-11-28 had failed the tests' bounds; which
 // reference key it took is not recorded.)
 
-// The backward kernels' shared memory for head dim kD and the block's own kRows rows (64 keys
-// for dK/dV, tc_query_rows queries for dQ), the same on the host (its size) and the device.
-template <int kD, int kRows>
-struct BackwardTcShared {
-  static constexpr int kCols = kTcBackwardTile;            // rows of a streamed tile (32)
-  static constexpr int kLd = operand_ld(kD);               // the D-wide 16-bit tiles
-  uint16_t* own[2];          // [kRows, kLd] each: K and V (dK/dV kernel), Q and dO (dQ)
-  static constexpr int kStreamedElements = kCols * kLd;
-  // Arrays indexed by arithmetic on the run-time buffer number (arrays of pointers indexed so
-  // would live in local memory):
-  uint16_t* streamed_tiles;  // [2 buffers][2][kCols, kLd]: Q and dO (dK/dV), K and V (dQ)
-  // dK/dV: [2 buffers][kCols], the streamed query tile's lse, delta and rows' sample starts;
-  // dQ: [kRows], the block's own rows' (DqWarpRows)
-  static constexpr int kStatRows = 2 * kCols > kRows ? 2 * kCols : kRows;
-  float* lse_tiles;
-  float* delta_tiles;
-  int* start_tiles;
-  float* key_reference;      // [kD]: the key dQ subtracts its rounding residue against (dQ)
-  float* residues;           // [2 kRows / kTcBlockRows][kTcThreads]: dQ's (DqWarpRows::residue)
+// The dK/dV kernel's shared memory for head dim kD, the same on the host (its size) and the device.
+template <int kD>
+struct DkdvTcShared {
+  static constexpr int kKeys = kTcBlockRows;        // the block's keys (64)
+  static constexpr int kQueries = kTcDkdvQueries;   // a streamed query tile (64)
+  static constexpr int kLd = operand_ld(kD);        // the D-wide 16-bit tiles
+  static constexpr int kPLd = operand_ld(kQueries); // P^T and dS^T
+  uint16_t* k_tile;   // [kKeys, kLd]
+  uint16_t* v_tile;   // [kKeys, kLd]
+  uint16_t* q_tile;   // [kQueries, kLd]
+  uint16_t* do_tile;  // [kQueries, kLd]
+  uint16_t* p_tile;   // [kKeys, kPLd]: P^T rounded to the dtype
+  uint16_t* ds_tile;  // [kKeys, kPLd]: dS^T rounded to the dtype
+  float* lse;         // [kQueries]: the query tile's lse (log2 units)
+  float* delta;       // [kQueries]
+  int* start;         // [kQueries]: its rows' sample starts
   SharedLayout layout;
 
-  __host__ __device__ explicit BackwardTcShared(void* base) : layout(base) {
-    for (int i = 0; i < 2; ++i) own[i] = layout.take<uint16_t>(size_t{kRows} * kLd);
-    streamed_tiles = layout.take<uint16_t>(size_t{4} * kStreamedElements);
-    lse_tiles = layout.take<float>(kStatRows);
-    delta_tiles = layout.take<float>(kStatRows);
-    start_tiles = layout.take<int>(kStatRows);
+  __host__ __device__ explicit DkdvTcShared(void* base) : layout(base) {
+    k_tile = layout.take<uint16_t>(size_t{kKeys} * kLd);
+    v_tile = layout.take<uint16_t>(size_t{kKeys} * kLd);
+    q_tile = layout.take<uint16_t>(size_t{kQueries} * kLd);
+    do_tile = layout.take<uint16_t>(size_t{kQueries} * kLd);
+    p_tile = layout.take<uint16_t>(size_t{kKeys} * kPLd);
+    ds_tile = layout.take<uint16_t>(size_t{kKeys} * kPLd);
+    lse = layout.take<float>(kQueries);
+    delta = layout.take<float>(kQueries);
+    start = layout.take<int>(kQueries);
+  }
+};
+
+// The dQ kernel's shared memory for head dim kD, the same on the host (its size) and the device.
+template <int kD>
+struct DqTcShared {
+  static constexpr int kRows = tc_query_rows(kD);  // the block's queries (128; 64 at D 112)
+  static constexpr int kKeys = kTcBackwardTile;    // a streamed key tile (32)
+  static constexpr int kLd = operand_ld(kD);
+  static constexpr int kTileElements = kKeys * kLd;
+  uint16_t* q_tile;     // [kRows, kLd]
+  uint16_t* do_tile;    // [kRows, kLd]
+  // [2 buffers][K, V][kKeys, kLd]; one array indexed by arithmetic (an array of pointers indexed
+  // by the run-time buffer number would live in local memory)
+  uint16_t* kv_tiles;
+  float* lse;           // [kRows]: the block's rows' lse (log2 units), delta and sample starts
+  float* delta;         // [kRows]
+  int* start;           // [kRows]
+  float* key_reference; // [kD]: the key dQ subtracts its rounding residue against
+  float* residues;      // [2 rows a lane x row tiles a warp][kTcThreads]: DqWarpRows::residue
+  SharedLayout layout;
+
+  __host__ __device__ explicit DqTcShared(void* base) : layout(base) {
+    q_tile = layout.take<uint16_t>(size_t{kRows} * kLd);
+    do_tile = layout.take<uint16_t>(size_t{kRows} * kLd);
+    kv_tiles = layout.take<uint16_t>(size_t{4} * kTileElements);
+    lse = layout.take<float>(kRows);
+    delta = layout.take<float>(kRows);
+    start = layout.take<int>(kRows);
     key_reference = layout.take<float>(kD);
-    residues = layout.take<float>(size_t{2} * kRows / kTcBlockRows * kTcThreads);
+    residues = layout.take<float>(size_t{2} * tc_query_row_tiles(kD) * kTcThreads);
   }
-  // Streamed tile `which` (0: Q or K, 1: dO or V) of `buffer`.
-  __device__ uint16_t* streamed(int buffer, int which) const {
-    return streamed_tiles + (2 * buffer + which) * kStreamedElements;
-  }
-  __device__ float* lse(int buffer) const { return lse_tiles + buffer * kCols; }
-  __device__ float* delta(int buffer) const { return delta_tiles + buffer * kCols; }
-  __device__ int* start(int buffer) const { return start_tiles + buffer * kCols; }
+  __device__ uint16_t* k_tile(int buffer) const { return kv_tiles + 2 * buffer * kTileElements; }
+  __device__ uint16_t* v_tile(int buffer) const { return kv_tiles + (2 * buffer + 1) * kTileElements; }
 };
 
 // lse (in log2 units: lse log2(e), see kLog2e), delta and sample start of the query rows
-// [first_query, + kTcBackwardTile) of one head (lse/delta offset `offset`), by the block's first warp.
-__device__ inline void load_query_stats(float* lse_tile, float* delta_tile, int* start_tile,
+// [first_query, + rows) of one head (lse/delta offset `offset`), one row a thread; past T: lse
+// and delta 0, start INT_MAX (a start no key reaches: every key masked).
+__device__ inline void load_query_stats(float* lse_tile, float* delta_tile, int* start_tile, int rows,
                                         const float* lse, const float* delta,
                                         const int32_t* positions, const AttentionDims& dims,
                                         int b, int64_t offset, int first_query) {
-  const int r = threadIdx.x;
-  if (r >= kTcBackwardTile) return;
-  const bool valid = first_query + r < dims.time;
-  lse_tile[r] = valid ? lse[offset + first_query + r] * kLog2e : 0.0f;
-  delta_tile[r] = valid ? delta[offset + first_query + r] : 0.0f;
-  start_tile[r] = valid ? sample_start(positions, dims, b, first_query + r) : 0;
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+    const int query = first_query + r;
+    const bool valid = query < dims.time;
+    lse_tile[r] = valid ? lse[offset + query] * kLog2e : 0.0f;
+    delta_tile[r] = valid ? delta[offset + query] : 0.0f;
+    start_tile[r] = valid ? sample_start(positions, dims, b, query) : INT_MAX;
+  }
 }
 
 // The dK/dV kernel's step after (head, first_query): the head's next query tile while its
@@ -307,7 +343,7 @@ __device__ inline void load_query_stats(float* lse_tile, float* delta_tile, int*
 __device__ inline bool next_query_step(int& head, int& first_query, int first_key, int last_key,
                                        int head_end, const int32_t* positions,
                                        const AttentionDims& dims, int b) {
-  first_query += kTcBackwardTile;
+  first_query += kTcDkdvQueries;
   if (first_query < dims.time && sample_start(positions, dims, b, first_query) <= last_key) {
     return true;
   }
@@ -327,8 +363,70 @@ __device__ inline Gradient probability_gradient(float s, float dp, float lse_log
   return {p, p * (dp - delta)};
 }
 
-// dK, dV of the keys [first_key, + 64) of one kv head (warp w: keys first_key + 16 w ..): sums
-// over the query heads of its group and every query tile that sees these keys, in a fixed order.
+// A warp's [32, 32] part of P^T and dS^T (keys warp_keys .., queries warp_queries .. of the block's
+// and the step's), rounded to the dtype, into the block's P^T and dS^T tiles: S^T = K Q^T and
+// dP^T = V dO^T over two row tiles of keys, each Q and dO operand serving both. A warp none of
+// whose queries sees any of its keys (a later key, an earlier sample, past T) writes zeros.
+template <class Format, int kD>
+__device__ inline void dkdv_probabilities(const DkdvTcShared<kD>& shared, int warp_keys, int warp_queries,
+                                          int first_key, int first_query, int time, float scale_log2) {
+  using Shared = DkdvTcShared<kD>;
+  constexpr int kLd = Shared::kLd, kPLd = Shared::kPLd, kM = 2, kN = 4;  // 2 row tiles of keys, 4 n-tiles of queries
+  const int key0 = first_key + warp_keys, query0 = first_query + warp_queries;
+  const float* lse = shared.lse + warp_queries;      // [32]
+  const float* delta = shared.delta + warp_queries;  // [32]
+  const int* start = shared.start + warp_queries;    // [32]
+  float s[kM][kN][4], dp[kM][kN][4];
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+    zero_fragments(s[m]);
+    zero_fragments(dp[m]);
+  }
+  // (the same in every lane; a first query past T has start INT_MAX)
+  const bool any = key0 <= min(query0 + 31, time - 1) && start[0] <= key0 + 31;
+  if (any) {
+    mma_shared_a_bt<MmaType<Format>, kD>(s, shared.k_tile + warp_keys * kLd, kLd, shared.q_tile + warp_queries * kLd, kLd);
+    mma_shared_a_bt<MmaType<Format>, kD>(dp, shared.v_tile + warp_keys * kLd, kLd, shared.do_tile + warp_queries * kLd, kLd);
+  }
+  // Every query valid, after the warp's keys, and its sample (the last query's, the latest)
+  // started by the first key: no mask. (A warp that skipped its products is masked whole.)
+  if (!(query0 + 32 <= time && key0 + 31 <= query0 && key0 >= start[31])) {
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+#pragma unroll
+      for (int j = 0; j < kN; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = fragment_col(j, e), key = key0 + 16 * m + fragment_row(e);
+          if (!(key <= query0 + c && key >= start[c])) s[m][j][e] = -INFINITY;  // (past T: start INT_MAX)
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    // this lane's columns 2t, 2t + 1 of n-tile j: their lse and delta
+    const float2 lse_pair = *reinterpret_cast<const float2*>(lse + fragment_col(j, 0));
+    const float2 delta_pair = *reinterpret_cast<const float2*>(delta + fragment_col(j, 0));
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const Gradient first = probability_gradient(s[m][j][2 * h], dp[m][j][2 * h], lse_pair.x, delta_pair.x, scale_log2);
+        const Gradient second =
+            probability_gradient(s[m][j][2 * h + 1], dp[m][j][2 * h + 1], lse_pair.y, delta_pair.y, scale_log2);
+        const int offset = (warp_keys + 16 * m + fragment_row(2 * h)) * kPLd + warp_queries + fragment_col(j, 0);
+        *reinterpret_cast<uint32_t*>(shared.p_tile + offset) = pack_pair<Format>(first.p, second.p);
+        *reinterpret_cast<uint32_t*>(shared.ds_tile + offset) = pack_pair<Format>(first.ds, second.ds);
+      }
+    }
+  }
+}
+
+// dK, dV of the keys [first_key, + 64) of one kv head: sums over the query heads of its group and
+// every query tile that sees these keys, in a fixed order. Warp w: P^T and dS^T of keys 32 (w / 2)
+// .. and queries 32 (w % 2) .. of each step; dK and dV of the same keys at columns kHalfColumns
+// (w % 2) .. (n-tile pairs that do not split evenly leave the second half a pair fewer: D 80).
 template <class Format, int kD>
 __global__ void __launch_bounds__(kTcThreads, 2)
 attention_backward_dkdv_tc_kernel(Storage<Format>* dk, Storage<Format>* dv,
@@ -337,105 +435,59 @@ attention_backward_dkdv_tc_kernel(Storage<Format>* dk, Storage<Format>* dv,
                                   const float* lse, const float* delta, const int32_t* positions,
                                   AttentionDims dims, float scale) {
   using T = MmaType<Format>;
-  using Shared = BackwardTcShared<kD, kTcBlockRows>;
-  constexpr int kCols = Shared::kCols, kLd = Shared::kLd;
-  constexpr int kN = kCols / 8, kDN = kD / 8;  // n-tiles of S^T and of dK, dV
+  using Shared = DkdvTcShared<kD>;
+  constexpr int kKeys = Shared::kKeys, kQueries = Shared::kQueries, kLd = Shared::kLd, kPLd = Shared::kPLd;
+  constexpr int kPairs = kD / 16, kHalfPairs = (kPairs + 1) / 2;  // n-tile pairs of D, of a warp's half
+  constexpr int kHalfColumns = 16 * kHalfPairs, kDN = 2 * kHalfPairs;
   ZT_DYNAMIC_SHARED(float, shared_memory);
   Shared shared(SharedLayout::aligned(shared_memory));
   const int warp = threadIdx.x / 32;
-  const float scale_log2 = scale * kLog2e;
+  const int warp_keys = 32 * (warp / 2), half = warp % 2;  // its keys; its queries (S) and columns (dK, dV)
+  const int columns = half * kHalfColumns, pairs = half == 0 ? kHalfPairs : kPairs - kHalfPairs;
 
   const BlockTile block = block_tile();
-  const int first_key = block.order * kTcBlockRows;  // early keys (most work) first
+  const int first_key = block.order * kKeys;  // early keys (most work) first
   const int kv_head = block.head, b = block.b;
-  const int keys = min(kTcBlockRows, dims.time - first_key);
-  const int warp_key = first_key + warp * kWarpRows;
+  const int keys = min(kKeys, dims.time - first_key);
   const int64_t q_stride = dims.q_stride(), kv_stride = dims.kv_stride();
   const int64_t key_offset = dims.kv_offset(b, kv_head) + first_key * kv_stride;
-  copy_rows<kD>(shared.own[0], kLd, k + key_offset, kv_stride, keys, kTcBlockRows, threadIdx.x,
-                kTcThreads);
-  copy_rows<kD>(shared.own[1], kLd, v + key_offset, kv_stride, keys, kTcBlockRows, threadIdx.x,
-                kTcThreads);
-  const uint16_t* k_warp = shared.own[0] + warp * kWarpRows * kLd;  // [16, kLd]
-  const uint16_t* v_warp = shared.own[1] + warp * kWarpRows * kLd;  // [16, kLd]
-  float dk_acc[kDN][4], dv_acc[kDN][4];  // [16, kD] each
-  zero_fragments(dk_acc);
-  zero_fragments(dv_acc);
+  copy_rows<kD>(shared.k_tile, kLd, k + key_offset, kv_stride, keys, kKeys, threadIdx.x, kTcThreads);
+  copy_rows<kD>(shared.v_tile, kLd, v + key_offset, kv_stride, keys, kKeys, threadIdx.x, kTcThreads);
+  float dk_acc[2][kDN][4], dv_acc[2][kDN][4];  // [32, kHalfColumns] each: the warp's keys and columns
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+    zero_fragments(dk_acc[m]);
+    zero_fragments(dv_acc[m]);
+  }
 
   // The first step: the group's first head, the query tile at first_key (it sees these keys).
   const int head_end = (kv_head + 1) * dims.group(), last_key = first_key + keys - 1;
-  int head = kv_head * dims.group(), first_query = first_key, buffer = 0;
-  const int64_t rows = dims.q_offset(b, head) + first_query * q_stride;
-  copy_tile_pair_async<kCols, kD>(shared.streamed(0, 0), shared.streamed(0, 1), kLd, q + rows,
-                                  dout + rows, q_stride, min(kCols, dims.time - first_query));
-  load_query_stats(shared.lse(0), shared.delta(0), shared.start(0), lse, delta, positions, dims,
-                   b, dims.lse_offset(b, head), first_query);
-  async_copy_wait<0>();
-  __syncthreads();
-  for (bool more = true; more; buffer ^= 1) {
-    int next_head = head, next_query = first_query;
-    const bool has_next = next_query_step(next_head, next_query, first_key, last_key, head_end,
-                                          positions, dims, b);
-    const uint16_t* q_tile = shared.streamed(buffer, 0);   // [kCols, kLd]
-    const uint16_t* do_tile = shared.streamed(buffer, 1);  // [kCols, kLd]
-    // The next Q, dO tiles and their rows' stats on their way into the other buffer (its last
-    // readers passed the barrier that ended the previous step).
-    if (has_next) {
-      const int64_t next_rows = dims.q_offset(b, next_head) + next_query * q_stride;
-      copy_tile_pair_async<kCols, kD>(shared.streamed(buffer ^ 1, 0), shared.streamed(buffer ^ 1, 1),
-                                      kLd, q + next_rows, dout + next_rows, q_stride,
-                                      min(kCols, dims.time - next_query));
-      load_query_stats(shared.lse(buffer ^ 1), shared.delta(buffer ^ 1), shared.start(buffer ^ 1),
-                       lse, delta, positions, dims, b, dims.lse_offset(b, next_head), next_query);
-    }
-    // S^T [16, kCols] = K_w Q^T, dP^T [16, kCols] = V_w dO^T
-    float s[kN][4], dp[kN][4];
-    zero_fragments(s);
-    zero_fragments(dp);
-    mma_shared_a_bt<T, kD, kN>(s, k_warp, kLd, q_tile, kLd);
-    mma_shared_a_bt<T, kD, kN>(dp, v_warp, kLd, do_tile, kLd);
-    // P^T and dS^T in place of S^T and dP^T: column c is query first_query + c.
-    const float* tile_lse = shared.lse(buffer);
-    const float* tile_delta = shared.delta(buffer);
-    const int* tile_start = shared.start(buffer);
-    // Every query of the tile valid and after the warp's keys, the last (latest sample start)
-    // within their sample: no mask (a branch around the loop, one way per warp).
-    const bool masked = !(first_query + kCols <= dims.time && warp_key + kWarpRows - 1 <= first_query &&
-                          warp_key >= tile_start[kCols - 1]);
-    if (masked) {
-#pragma unroll
-      for (int j = 0; j < kN; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int c = fragment_col(j, e), query = first_query + c, key = warp_key + fragment_row(e);
-          if (!(query < dims.time && key <= query && key >= tile_start[c])) s[j][e] = -INFINITY;
-        }
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kN; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int c = fragment_col(j, e);
-        const Gradient g = probability_gradient(s[j][e], dp[j][e], tile_lse[c], tile_delta[c], scale_log2);
-        s[j][e] = g.p;
-        dp[j][e] = g.ds;
-      }
-    }
-    // dV_w += P^T [16, kCols] dO [kCols, kD], dK_w += dS^T [16, kCols] Q [kCols, kD]
-    mma_accumulators_b<Format>(dv_acc, s, do_tile, kLd);
-    mma_accumulators_b<Format>(dk_acc, dp, q_tile, kLd);
+  int head = kv_head * dims.group(), first_query = first_key;
+  for (bool more = true; more;) {
+    __syncthreads();  // every warp is done with the previous step's tiles
+    const int64_t rows = dims.q_offset(b, head) + first_query * q_stride;
+    copy_tile_pair_async<kQueries, kD>(shared.q_tile, shared.do_tile, kLd, q + rows, dout + rows, q_stride,
+                                       min(kQueries, dims.time - first_query));
+    load_query_stats(shared.lse, shared.delta, shared.start, kQueries, lse, delta, positions, dims, b,
+                     dims.lse_offset(b, head), first_query);
     async_copy_wait<0>();
-    __syncthreads();  // the next tile is in place; every warp is done with this one
-    head = next_head;
-    first_query = next_query;
-    more = has_next;
+    __syncthreads();  // Q, dO and their stats in place
+    dkdv_probabilities<Format, kD>(shared, warp_keys, 32 * half, first_key, first_query, dims.time, scale * kLog2e);
+    __syncthreads();  // P^T and dS^T in place
+    // dV_w += P^T [32, kQueries] dO [kQueries, half of D], dK_w += dS^T Q (scaled at the end)
+    mma_shared_a_b<T, kQueries>(dv_acc, shared.p_tile + warp_keys * kPLd, kPLd, shared.do_tile + columns, kLd, pairs);
+    mma_shared_a_b<T, kQueries>(dk_acc, shared.ds_tile + warp_keys * kPLd, kPLd, shared.q_tile + columns, kLd, pairs);
+    more = next_query_step(head, first_query, first_key, last_key, head_end, positions, dims, b);
   }
-  const int warp_valid = max(0, min(kWarpRows, dims.time - warp_key));
-  const int64_t warp_rows = dims.kv_offset(b, kv_head) + warp_key * kv_stride;
   const float dk_factor[2] = {scale, scale}, dv_factor[2] = {1.0f, 1.0f};
-  store_fragments<Format>(dk + warp_rows, kv_stride, dk_acc, dk_factor, warp_valid);
-  store_fragments<Format>(dv + warp_rows, kv_stride, dv_acc, dv_factor, warp_valid);
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+    const int tile_key = first_key + warp_keys + kWarpRows * m;
+    const int valid = max(0, min(kWarpRows, dims.time - tile_key));
+    const int64_t tile_rows = dims.kv_offset(b, kv_head) + tile_key * kv_stride + columns;
+    store_fragments<Format>(dk + tile_rows, kv_stride, dk_acc[m], dk_factor, valid, 2 * pairs);
+    store_fragments<Format>(dv + tile_rows, kv_stride, dv_acc[m], dv_factor, valid, 2 * pairs);
+  }
 }
 
 // reference[kD] (fp32) = the mean of the first `rows` rows of a 16-bit [., ld] key tile, a
@@ -552,9 +604,9 @@ attention_backward_dq_tc_kernel(Storage<Format>* dq, const Storage<Format>* dout
                                 const Storage<Format>* q, const Storage<Format>* k,
                                 const Storage<Format>* v, const float* lse, const float* delta,
                                 const int32_t* positions, AttentionDims dims, float scale) {
-  constexpr int kM = tc_query_row_tiles(kD), kRows = tc_query_rows(kD), kDN = kD / 8;  // row tiles, n-tiles of dQ
-  using Shared = BackwardTcShared<kD, kRows>;
-  constexpr int kCols = Shared::kCols, kLd = Shared::kLd;
+  using Shared = DqTcShared<kD>;
+  constexpr int kM = tc_query_row_tiles(kD), kDN = kD / 8;  // row tiles, n-tiles of dQ
+  constexpr int kRows = Shared::kRows, kCols = Shared::kKeys, kLd = Shared::kLd;
   ZT_DYNAMIC_SHARED(float, shared_memory);
   Shared shared(SharedLayout::aligned(shared_memory));
   const int warp = threadIdx.x / 32;
@@ -575,50 +627,45 @@ attention_backward_dq_tc_kernel(Storage<Format>* dq, const Storage<Format>* dout
   const int warp_last_start = warp_end <= dims.time ? sample_start(positions, dims, b, warp_end - 1) : INT_MAX;
   const int64_t q_stride = dims.q_stride(), kv_stride = dims.kv_stride();
   const int64_t query_offset = dims.q_offset(b, head) + first_query * q_stride;
-  copy_rows<kD>(shared.own[0], kLd, q + query_offset, q_stride, queries, kRows, threadIdx.x, kTcThreads);
-  copy_rows<kD>(shared.own[1], kLd, dout + query_offset, q_stride, queries, kRows, threadIdx.x, kTcThreads);
-  const uint16_t* q_warp = shared.own[0] + warp * kM * kWarpRows * kLd;   // [16 kM, kLd]
-  const uint16_t* do_warp = shared.own[1] + warp * kM * kWarpRows * kLd;  // [16 kM, kLd]
+  copy_rows<kD>(shared.q_tile, kLd, q + query_offset, q_stride, queries, kRows, threadIdx.x, kTcThreads);
+  copy_rows<kD>(shared.do_tile, kLd, dout + query_offset, q_stride, queries, kRows, threadIdx.x, kTcThreads);
+  const uint16_t* q_warp = shared.q_tile + warp * kM * kWarpRows * kLd;   // [16 kM, kLd]
+  const uint16_t* do_warp = shared.do_tile + warp * kM * kWarpRows * kLd;  // [16 kM, kLd]
   float dq_acc[kM][kDN][4];  // [16 kM, kD]: row tile m the warp's rows 16 m ..
 #pragma unroll
   for (int m = 0; m < kM; ++m) zero_fragments(dq_acc[m]);
-  const int64_t stats_offset = dims.lse_offset(b, head);
-  for (int r = threadIdx.x; r < kRows; r += kTcThreads) {  // (read after the barrier below)
-    const int query = first_query + r;
-    const bool valid = query < dims.time;
-    shared.lse_tiles[r] = valid ? lse[stats_offset + query] * kLog2e : 0.0f;
-    shared.delta_tiles[r] = valid ? delta[stats_offset + query] : 0.0f;
-    shared.start_tiles[r] = valid ? sample_start(positions, dims, b, query) : INT_MAX;
-  }
+  // (read after the barrier below)
+  load_query_stats(shared.lse, shared.delta, shared.start, kRows, lse, delta, positions, dims, b,
+                   dims.lse_offset(b, head), first_query);
   for (int i = threadIdx.x; i < 2 * kM * kTcThreads; i += kTcThreads) shared.residues[i] = 0.0f;
   const int warp_row = warp * kM * kWarpRows;  // the warp's first row in the block's
-  const DqWarpRows stats = {warp_query, shared.lse_tiles + warp_row, shared.delta_tiles + warp_row,
-                            shared.start_tiles + warp_row, shared.residues};
+  const DqWarpRows stats = {warp_query, shared.lse + warp_row, shared.delta + warp_row, shared.start + warp_row,
+                            shared.residues};
 
   // Keys from the tile holding the start of the first query's sample (aligned tiles).
   const int keys_begin = sample_start(positions, dims, b, first_query) / kCols * kCols;
   const int keys_end = first_query + queries;
   const Storage<Format>* k_rows = k + dims.kv_offset(b, kv_head);
   const Storage<Format>* v_rows = v + dims.kv_offset(b, kv_head);
-  copy_tile_pair_async<kCols, kD>(shared.streamed(0, 0), shared.streamed(0, 1), kLd,
+  copy_tile_pair_async<kCols, kD>(shared.k_tile(0), shared.v_tile(0), kLd,
                                   k_rows + keys_begin * kv_stride, v_rows + keys_begin * kv_stride,
                                   kv_stride, min(kCols, dims.time - keys_begin));
   async_copy_wait<0>();
   __syncthreads();
   // (read after the loop, whose barriers order it; buffer 0 is next written after the first)
-  mean_key_row<Format, kD>(shared.key_reference, shared.streamed(0, 0), kLd, min(kCols, dims.time - keys_begin));
+  mean_key_row<Format, kD>(shared.key_reference, shared.k_tile(0), kLd, min(kCols, dims.time - keys_begin));
   int buffer = 0;
   for (int first_key = keys_begin; first_key < keys_end; first_key += kCols, buffer ^= 1) {
     const int next_key = first_key + kCols;
     if (next_key < keys_end) {  // the next K, V tiles on their way into the other buffer
-      copy_tile_pair_async<kCols, kD>(shared.streamed(buffer ^ 1, 0), shared.streamed(buffer ^ 1, 1),
+      copy_tile_pair_async<kCols, kD>(shared.k_tile(buffer ^ 1), shared.v_tile(buffer ^ 1),
                                       kLd, k_rows + next_key * kv_stride, v_rows + next_key * kv_stride,
                                       kv_stride, min(kCols, dims.time - next_key));
     }
     if (first_key <= warp_last_key && first_key + kCols > warp_first_key) {  // (the same in every lane)
       const bool masked = !(first_key + kCols - 1 <= warp_query && first_key >= warp_last_start);
-      dq_tc_tile<Format, kD>(dq_acc, q_warp, do_warp, stats, shared.streamed(buffer, 0),
-                             shared.streamed(buffer, 1), first_key, masked, scale * kLog2e);
+      dq_tc_tile<Format, kD>(dq_acc, q_warp, do_warp, stats, shared.k_tile(buffer), shared.v_tile(buffer),
+                             first_key, masked, scale * kLog2e);
     }
     async_copy_wait<0>();
     __syncthreads();  // the next tile is in place; every warp is done with this one
@@ -666,11 +713,10 @@ void launch_backward_tc(const CudaBackendImpl& backend, cudaStream_t stream, con
                         const int32_t* positions, const AttentionDims& dims, float scale_factor) {
   with_head_dim(dims.head_dim, [&](auto head_dim) {
     constexpr int kD = decltype(head_dim)::value;
-    constexpr int kDqRows = tc_query_rows(kD);
-    const size_t dkdv_bytes = BackwardTcShared<kD, kTcBlockRows>(nullptr).layout.launch_bytes();
-    const size_t dq_bytes = BackwardTcShared<kD, kDqRows>(nullptr).layout.launch_bytes();
+    const size_t dkdv_bytes = DkdvTcShared<kD>(nullptr).layout.launch_bytes();
+    const size_t dq_bytes = DqTcShared<kD>(nullptr).layout.launch_bytes();
     launch_dkdv_then_dq<Format>(backend, stream, op, attention_backward_dkdv_tc_kernel<Format, kD>, dkdv_bytes,
-                                attention_backward_dq_tc_kernel<Format, kD>, dq_bytes, kTcBlockRows, kDqRows,
+                                attention_backward_dq_tc_kernel<Format, kD>, dq_bytes, kTcBlockRows, DqTcShared<kD>::kRows,
                                 kTcThreads, dq, dk, dv, dout, q, k, v, lse, delta, positions, dims, scale_factor);
   });
 }
