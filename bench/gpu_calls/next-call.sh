@@ -13,16 +13,20 @@
 # 3r30-dpu and 3o-r30-dpu rows (expected about 0.10 s and 0.12-0.15 s; BENCHMARKS.md). And our
 # tensor-core attention: 2026-11-29 early (commits a6d9faa-d836b3c) P and dS rounded once, 32-key tiles,
 # three blocks per SM for the forward and dQ; 2026-11-29 later (commit 31b2626) the forward with 32
-# query rows a warp (two row tiles sharing each K and V operand, two blocks per SM). Watch the kernels
-# part's attention rows for `tensor-cores` (call7: forward 158.1, backward 132.1 TFLOP/s; estimates
-# about 222 and 150) and test_gpu_families.py's bf16 tensor-core checks on the hardware. Before
-# packing, `bash bench/gpu_calls/build-ab.sh d836b3c` (the 16-row forward; no device time) and carry
-# [".gpu", ".gpu-ab"], so that the call times both forwards side by side (the A/B loop below). One
-# A/B binary only: the tree (6 MB), the pack (57.5 MB) and it (2.8 MB) make 63 MiB of the 64 MiB
-# that may travel.
+# query rows a warp (two row tiles sharing each K and V operand, two blocks per SM); 2026-11-29
+# evening (commits 0132577, fdd99c2) the backward in FlashAttention-2's layout too: dQ with 32 query
+# rows a warp, dK/dV split two ways (32 keys x 32 queries of S^T a warp, P^T and dS^T through shared
+# memory, 32 keys x half of D of dK and dV). Watch the kernels part's attention rows for
+# `tensor-cores` (call7: forward 158.1, backward 132.1 TFLOP/s; estimates about 222 and 157) and
+# test_gpu_families.py's bf16 tensor-core checks on the hardware. Before packing, `bash
+# bench/gpu_calls/build-ab.sh d836b3c` (the 16-row forward and backward; no device time) and carry
+# [".gpu", ".gpu-ab"], so that the call times both builds' kernels side by side (the A/B loop
+# below). One A/B binary only: the tree (6 MB), the pack (57.5 MB) and it (2.8 MB) make 63 MiB of
+# the 64 MiB that may travel.
 # 1. opt13's eight rows (3p and 3r30-dpu are call9's param-only and r30opt-dpu); 2. kernels and the gpu
 # test suite; 3. tests/gpu/test_gpu_allocation_drift.py, test_gpu_zero_equivalence.py (its new
-# one-rank offload_param-alone case) and test_gpu_families.py; 4. ncu on both forwards while time is left. About 7-8 minutes; results in $OUT/res.tgz, the summary on stdout.
+# one-rank offload_param-alone case) and test_gpu_families.py; 4. ncu on both builds' three tensor-core
+# kernels while time is left. About 7-8 minutes; results in $OUT/res.tgz, the summary on stdout.
 R=/tmp/res; mkdir -p $R; W=/tmp/wc; B=$W/bin; P=$W/proj; t0=$(date +%s)
 timeout 330 bash .gpu/gpu_check.sh run --out $R/c --work $W --parts "env opt13 kernels tests" >$R/c.out 2>&1
 echo "opt13+kernels+tests rc $? after $(( $(date +%s) - t0 )) s"; cat $R/c/summary.md; grep -h "^attention_" $R/c/kernels.txt 2>/dev/null
@@ -48,18 +52,21 @@ ZT_PYTESTS='allocation_drift|zero_equivalence|gpu_families' timeout 200 bash .gp
 echo "drift rc $? after $(( $(date +%s) - t0 )) s"; tail -n 4 $R/d/pytests.txt 2>/dev/null
 cp $W/test_gpu_*.log $R/ 2>/dev/null
 tar -C /tmp -czf $OUT/res.tgz res
-# Nsight Compute's view of the tensor-core forward of each binary (call4's sections: occupancy,
+# Nsight Compute's view of the tensor-core kernels of each binary (call4's sections: occupancy,
 # warp states, pipes), while the call's 600 s allow: whether 8 warps of two product chains (32 rows
-# a warp) still wait on latency as call4's 8 warps of one did.
-if command -v ncu >/dev/null && (( $(date +%s) - t0 < 440 )); then
-  for ab in $B/bench_kernels $W/bench_kernels-*; do
-    [[ -x "$ab" ]] || continue
-    wrap_binary "$ab"
-    echo "[$(( $(date +%s) - t0 )) s] ncu $ab"
-    ZT_CUDA_ATTENTION=tensor-cores timeout 60 ncu --kernel-name regex:'attention_forward_tc_kernel' --launch-count 1 \
-      --section SpeedOfLight --section Occupancy --section WarpStateStats --section ComputeWorkloadAnalysis \
-      --section MemoryWorkloadAnalysis $W/wrap/ab cuda --shape 7b --iters 1 --repeats 1 >$R/ncu-$(basename "$ab").txt 2>&1
-    grep -E "Duration|Achieved Occupancy|Issue Slots Busy|Registers Per Thread" $R/ncu-$(basename "$ab").txt | head -6
+# a warp) still wait on latency as call4's 8 warps of one did, and whether the single-buffered dK/dV
+# blocks wait on their tile loads (warp state "long scoreboard" / barrier).
+if command -v ncu >/dev/null; then
+  for kernel in attention_forward_tc_kernel attention_backward_dkdv_tc_kernel attention_backward_dq_tc_kernel; do
+    for ab in $B/bench_kernels $W/bench_kernels-*; do
+      [[ -x "$ab" ]] && (( $(date +%s) - t0 < 540 )) || continue
+      wrap_binary "$ab"
+      echo "[$(( $(date +%s) - t0 )) s] ncu $kernel $ab"
+      ZT_CUDA_ATTENTION=tensor-cores timeout 40 ncu --kernel-name regex:"$kernel" --launch-count 1 \
+        --section SpeedOfLight --section Occupancy --section WarpStateStats --section ComputeWorkloadAnalysis \
+        --section MemoryWorkloadAnalysis $W/wrap/ab cuda --shape 7b --iters 1 --repeats 1 >$R/ncu-$kernel-$(basename "$ab").txt 2>&1
+      grep -E "Duration|Achieved Occupancy|Issue Slots Busy|Registers Per Thread" $R/ncu-$kernel-$(basename "$ab").txt | head -6
+    done
   done
   tar -C /tmp -czf $OUT/res.tgz res
 fi
