@@ -399,7 +399,8 @@ BOOST_AUTO_TEST_CASE(common_key_component_over_packed_tiles) {
 // Rows of hundreds of tokens on tensor cores. The forward over three 128-query blocks: in the
 // last, a warp's second row tile partly past T behind a full first one (T mod 32 = 19) and two
 // warps wholly past T; packed samples that cross the blocks, where later warps skip the key
-// tiles before their first row's sample. The backward over five 64-row blocks a side. Its
+// tiles before their first row's sample. The backward over five 64-key dK/dV blocks and three
+// 128-query dQ blocks, as the forward's. Its
 // gradients are held to the per-element bound: an early key's dv sums 300 and more rounded
 // probabilities, and the rms-scaled bound of the cases above, which does not grow with T,
 // refused 1-5 elements of 39296-78592 (by up to 1.3x) here.
@@ -425,14 +426,28 @@ BOOST_AUTO_TEST_CASE(tensor_core_head_dims) {
   }
 }
 
-// The other head dims the tensor-core kernels are built for, among them 112, whose forward warps
-// own one row tile (16 queries) where every other head dim's own two, and whose dQ kernel is
-// sized for two blocks per SM where every other head dim's takes three.
+// The other head dims the tensor-core kernels are built for, among them 112, whose forward and
+// dQ warps own one row tile (16 queries) where every other head dim's own two.
 BOOST_AUTO_TEST_CASE(tensor_core_other_head_dims) {
   const ScopedAttentionVariant variant("tensor-cores");  // our kernels, not cuDNN
   const std::pair<int64_t, DType> cases[] = {{32, DType::F16}, {48, DType::BF16}, {112, DType::BF16}, {112, DType::F16}};
   uint32_t seed = 900;
   for (const auto& [head_dim, dtype] : cases) check_attention({1, 70, 4, 2, head_dim}, dtype, seed += 10);
+}
+
+// Packed rows at the head dims whose D does not split evenly between dK/dV's two column halves
+// (80: five n-tile pairs, 3 + 2) and whose query-side warps own one row tile (112), with GQA,
+// over several dK/dV blocks and steps: samples that start inside query tiles, key blocks and
+// warp tiles.
+BOOST_AUTO_TEST_CASE(tensor_core_packed_uneven_head_dims) {
+  const ScopedAttentionVariant variant("tensor-cores");  // our kernels, not cuDNN
+  uint32_t seed = 1200;
+  for (int64_t head_dim : {80, 112}) {
+    for (DType dtype : {DType::BF16, DType::F16}) {
+      check_attention({1, 150, 4, 2, head_dim}, dtype, seed += 10, packed_positions(1, 150, {{45, 70, 20}}),
+                      Bound::per_element);
+    }
+  }
 }
 
 #if defined(ZT_EMULATED_DEVICE)

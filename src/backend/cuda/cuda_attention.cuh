@@ -155,8 +155,9 @@ constexpr int kTcThreads = 32 * kTcWarps;           // 128
 constexpr int kTcBlockRows = kWarpRows * kTcWarps;  // 64 keys a dK/dV block owns
 // The query-side kernels, the forward (cuda_attention_forward.cu) and dQ (cuda_attention_backward.cu):
 // a warp owns two row tiles (32 queries), which share each K and V operand it loads, so a block
-// owns 128 queries, two blocks an SM. At D 112, which no family uses, two row tiles spill (4-24
-// bytes, CUDA 13's ptxas) and a warp keeps one (64-query blocks).
+// owns 128 queries, two blocks an SM (dQ's on an H100; an A100 fits one at D 96 and 128). At
+// D 112, which no family uses, two row tiles spill (4-24 bytes, CUDA 13's ptxas) and a warp
+// keeps one (64-query blocks).
 constexpr int tc_query_row_tiles(int head_dim) { return head_dim == 112 ? 1 : 2; }
 constexpr int tc_query_rows(int head_dim) { return kWarpRows * tc_query_row_tiles(head_dim) * kTcWarps; }
 constexpr int kTcForwardKeys = 32;
@@ -287,20 +288,30 @@ __device__ inline void mma_step_bt(float (&c)[kN][4], const uint32_t (&a)[4], co
   mma_step_bt<T>(as_row_tiles(c), as_row_tiles(a), rows, ld, k0);
 }
 
-// c[m][kN] ([16, 8 kN] each) += A_m [16, kDepth] rows^T, rows a row-major [8 kN, kDepth] tile
-// (ld); A a warp's own [16 kM, kDepth] row-major tile in shared memory (lda), row tile m its
-// rows [16 m, 16 m + 16), loaded one k step at a time.
-template <class T, int kDepth, int kM, int kN>
-__device__ inline void mma_shared_a_bt(float (&c)[kM][kN][4], const uint16_t* a_tile, int lda,
-                                       const uint16_t* rows, int ld) {
+// step(a, k0) for each k step of a warp's own [16 kM, kDepth] row-major A tile in shared memory
+// (lda; row tile m its rows [16 m, 16 m + 16)), a[kM][4] that step's operands, loaded one k step
+// at a time.
+template <int kDepth, int kM, class Step>
+__device__ inline void for_each_shared_a_step(const uint16_t* a_tile, int lda, Step&& step) {
   const uint16_t* a_row = a_operand_row(a_tile, lda);
 #pragma unroll
   for (int kk = 0; kk < kDepth / 16; ++kk) {
     uint32_t a[kM][4];
 #pragma unroll
     for (int m = 0; m < kM; ++m) zt_mma::ldmatrix_x4(a[m], a_row + 16 * m * lda + 16 * kk);
-    mma_step_bt<T>(c, a, rows, ld, 16 * kk);
+    step(a, 16 * kk);
   }
+}
+
+// c[m][kN] ([16, 8 kN] each) += A_m [16, kDepth] rows^T, rows a row-major [8 kN, kDepth] tile
+// (ld); A a warp's own [16 kM, kDepth] row-major tile in shared memory (lda), row tile m its
+// rows [16 m, 16 m + 16).
+template <class T, int kDepth, int kM, int kN>
+__device__ inline void mma_shared_a_bt(float (&c)[kM][kN][4], const uint16_t* a_tile, int lda,
+                                       const uint16_t* rows, int ld) {
+  for_each_shared_a_step<kDepth, kM>(a_tile, lda, [&](const uint32_t (&a)[kM][4], int k0) {
+    mma_step_bt<T>(c, a, rows, ld, k0);
+  });
 }
 
 // The same for one row tile: c[kN] ([16, 8 kN]) += A [16, kDepth] rows^T.
@@ -342,14 +353,9 @@ __device__ inline void mma_step_b(float (&c)[kM][kN][4], const uint32_t (&a)[kM]
 template <class T, int kDepth, int kM, int kN>
 __device__ inline void mma_shared_a_b(float (&c)[kM][kN][4], const uint16_t* a_tile, int lda, const uint16_t* b,
                                       int ldb, int active_pairs = kN / 2) {
-  const uint16_t* a_row = a_operand_row(a_tile, lda);
-#pragma unroll
-  for (int kk = 0; kk < kDepth / 16; ++kk) {
-    uint32_t a[kM][4];
-#pragma unroll
-    for (int m = 0; m < kM; ++m) zt_mma::ldmatrix_x4(a[m], a_row + 16 * m * lda + 16 * kk);
-    mma_step_b<T>(c, a, b, ldb, 16 * kk, active_pairs);
-  }
+  for_each_shared_a_step<kDepth, kM>(a_tile, lda, [&](const uint32_t (&a)[kM][4], int k0) {
+    mma_step_b<T>(c, a, b, ldb, k0, active_pairs);
+  });
 }
 
 // Two fp32 values rounded to the dtype in one register, the first in the low half (the order

@@ -235,8 +235,9 @@ attention_backward_dq_kernel(Storage<Format>* dq, const Storage<Format>* dout,
 //   dK += dS^T Q it takes the same keys and half of D, loading P^T's and dS^T's rows as A operands:
 //   128 accumulator registers at D 128, as 16 keys x D took, with each operand it loads serving
 //   twice the work (per 32 x 32 x D of S: 112 ldmatrix.x4 for 256 mma, where 16-key warps loaded
-//   160). The streamed tiles are single-buffered, so that two blocks fit an SM (89 KB each at
-//   D 128; double-buffered, 122 KB): while one block waits for its next tiles the other computes.
+//   160). The streamed tiles are single-buffered, so that two blocks fit an H100's SM (89 KB each
+//   at D 128; double-buffered, 122 KB): while one block waits for its next tiles the other
+//   computes. An A100 (164 KB an SM) fits one at D 128 (unpadded, swizzled tiles would fit two).
 // - dQ: a warp owns 32 of the block's 128 queries as two row tiles that share each K and V operand
 //   it loads, as the forward (one row tile at D 112: tc_query_row_tiles). The block streams 32-key
 //   tiles of K and V, double-buffered (the next tiles' asynchronous copies in flight during the
@@ -594,7 +595,8 @@ __device__ inline void dq_tc_tile(float (&dq)[kM][kDN][4], const uint16_t* q_war
 
 // dQ of the queries [first_query, + 128) of one head (warp w: queries first_query + 32 w .., as
 // two row tiles; 64 and 16 at D 112): sums over the key tiles these queries see. Two blocks an
-// SM: a thread's 255 registers hold the warp's dQ (128 at D 128), S and dP (32 each) and dS's
+// SM (109 KB each at D 128: an H100 fits two, an A100 one at D 96 and 128): a thread's 255
+// registers hold the warp's dQ (128 at D 128), S and dP (32 each) and dS's
 // operands; Q's and dO's operands are read from shared memory at each step. A warp skips the key
 // tiles all its rows precede or follow (as the forward): every dS there is 0, and so is its
 // rounding residue, so no bit changes.
