@@ -189,6 +189,17 @@ __device__ inline void copy_rows(uint16_t* tile, int ld, const uint16_t* source,
   }
 }
 
+// Row r, column c of a 16-bit tile (ld) from a matrix whose rows are row_stride elements apart:
+// one 16-byte asynchronous copy, or zeros (a plain store) from valid_rows on.
+__device__ inline void copy_or_zero_16(uint16_t* tile, int ld, const uint16_t* source, int64_t row_stride,
+                                       int valid_rows, int r, int c) {
+  if (r < valid_rows) {
+    async_copy_16(tile + r * ld + c, source + r * row_stride + c);
+  } else {
+    *reinterpret_cast<Vector16*>(tile + r * ld + c) = Vector16{};
+  }
+}
+
 // tile[kRows, kD] (leading dimension ld, 16-bit) = rows [0, valid_rows) of a matrix whose rows
 // are row_stride elements apart, zero past valid_rows, copied by the block's threads
 // asynchronously (16-byte cp.async copies; the zero rows are plain stores). The caller commits
@@ -209,12 +220,30 @@ __device__ inline void copy_tile_async(uint16_t* tile, int ld, const uint16_t* s
   for (int i = 0; i < kCopies; ++i) {
     const int e = static_cast<int>(threadIdx.x) + i * kTcThreads;
     if (kVectors % kTcThreads != 0 && e >= kVectors) break;
-    const int r = e / kVectorsPerRow, c = e % kVectorsPerRow * 8;
-    if (r < valid_rows) {
-      async_copy_16(tile + r * ld + c, source + r * row_stride + c);
-    } else {
-      *reinterpret_cast<Vector16*>(tile + r * ld + c) = Vector16{};
-    }
+    copy_or_zero_16(tile, ld, source, row_stride, valid_rows, e / kVectorsPerRow, e % kVectorsPerRow * 8);
+  }
+}
+
+// The same copy with each thread's column fixed: it copies one 16-byte column of every
+// kRowsPerPass-th row from its own first row (where the columns don't divide the block, its last
+// threads idle). copy_tile_async's column moves from copy to copy at D 48, 80, 96 and 112, and
+// the compiler keeps each copy's offset in a register across a loop: the dK/dV kernel, which
+// copies Q and dO at two places in its loop, spilled them at D 112 (sm_80). The forward, whose
+// registers are allocated the other way round, spills with this one (D 96 and 128, 8 bytes).
+template <int kRows, int kD>
+__device__ inline void copy_tile_async_by_column(uint16_t* tile, int ld, const uint16_t* source,
+                                                 int64_t row_stride, int valid_rows) {
+  constexpr int kVectorsPerRow = kD / 8;
+  constexpr int kRowsPerPass = kTcThreads / kVectorsPerRow;
+  constexpr int kPasses = (kRows + kRowsPerPass - 1) / kRowsPerPass;
+  const int thread = static_cast<int>(threadIdx.x);
+  if (kRowsPerPass * kVectorsPerRow < kTcThreads && thread >= kRowsPerPass * kVectorsPerRow) return;
+  const int first_row = thread / kVectorsPerRow, c = thread % kVectorsPerRow * 8;
+#pragma unroll
+  for (int i = 0; i < kPasses; ++i) {
+    const int r = first_row + i * kRowsPerPass;
+    if (kRows % kRowsPerPass != 0 && r >= kRows) break;
+    copy_or_zero_16(tile, ld, source, row_stride, valid_rows, r, c);
   }
 }
 
@@ -325,17 +354,14 @@ __device__ inline void mma_shared_a_bt(float (&c)[kN][4], const uint16_t* a_tile
 // operand: B is the rows [k0, k0 + 16) of a row-major [., 8 kN] tile b (ld) (P V with V's rows),
 // loaded transposed: matrices 0, 1 are rows k0 .. + 7 and k0 + 8 .. + 15 at columns 8 j,
 // matrices 2, 3 the same at 8 j + 8.
-// Only the first active_pairs n-tile pairs when given (the same in every lane; a warp that owns
-// part of an output whose n-tile pairs do not split evenly between warps).
 template <class T, int kM, int kN>
 __device__ inline void mma_step_b(float (&c)[kM][kN][4], const uint32_t (&a)[kM][4], const uint16_t* b, int ld,
-                                  int k0, int active_pairs = kN / 2) {
+                                  int k0) {
   static_assert(kN % 2 == 0, "n-tiles go in pairs");
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const uint16_t* row = b + (k0 + lane % 8 + 8 * (lane / 8 % 2)) * ld + 8 * (lane / 16);
 #pragma unroll
   for (int j = 0; j < kN; j += 2) {
-    if (j / 2 >= active_pairs) break;
     uint32_t bt[4];
     zt_mma::ldmatrix_x4_trans(bt, row + 8 * j);
 #pragma unroll
@@ -348,13 +374,12 @@ __device__ inline void mma_step_b(float (&c)[kM][kN][4], const uint32_t (&a)[kM]
 
 // c[m][kN] ([16, 8 kN] each) += A_m [16, kDepth] B for kM row tiles, A a warp's own [16 kM,
 // kDepth] row-major tile in shared memory (lda; row tile m its rows [16 m, 16 m + 16)), B a
-// row-major [kDepth, 8 kN] tile b (ldb), each of its operands serving the kM row tiles; only the
-// first active_pairs n-tile pairs (mma_step_b).
+// row-major [kDepth, 8 kN] tile b (ldb), each of its operands serving the kM row tiles.
 template <class T, int kDepth, int kM, int kN>
 __device__ inline void mma_shared_a_b(float (&c)[kM][kN][4], const uint16_t* a_tile, int lda, const uint16_t* b,
-                                      int ldb, int active_pairs = kN / 2) {
+                                      int ldb) {
   for_each_shared_a_step<kDepth, kM>(a_tile, lda, [&](const uint32_t (&a)[kM][4], int k0) {
-    mma_step_b<T>(c, a, b, ldb, k0, active_pairs);
+    mma_step_b<T>(c, a, b, ldb, k0);
   });
 }
 
@@ -426,18 +451,19 @@ __device__ inline void mma_accumulators_b(float (&c)[kDN][4], const float (&a)[k
 // Rows [0, valid_rows) of a warp's [16, 8 kN] fp32 accumulators, row g times factor[0] and row
 // g + 8 times factor[1], rounded to a 16-bit matrix whose rows are row_stride apart: each lane
 // writes its column pairs (4-byte stores).
-// Only the first active_tiles n-tiles when given.
+// From n-tile first_tile on when given (columns 8 first_tile ..; the earlier ones another warp
+// stores).
 template <class Format, int kN>
 __device__ inline void store_fragments(Storage<Format>* target, int64_t row_stride,
                                        const float (&c)[kN][4], const float (&factor)[2],
-                                       int valid_rows, int active_tiles = kN) {
+                                       int valid_rows, int first_tile = 0) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = fragment_row(2 * h);
     if (row >= valid_rows) continue;
 #pragma unroll
     for (int j = 0; j < kN; ++j) {
-      if (j >= active_tiles) break;
+      if (j < first_tile) continue;
       *reinterpret_cast<uint32_t*>(target + row * row_stride + fragment_col(j, 0)) =
           pack_pair<Format>(c[j][2 * h] * factor[h], c[j][2 * h + 1] * factor[h]);
     }

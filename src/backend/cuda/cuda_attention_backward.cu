@@ -322,20 +322,26 @@ struct DqTcShared {
   __device__ uint16_t* v_tile(int buffer) const { return kv_tiles + (2 * buffer + 1) * kTileElements; }
 };
 
-// lse (in log2 units: lse log2(e), see kLog2e), delta and sample start of the query rows
-// [first_query, + rows) of one head (lse/delta offset `offset`), one row a thread; past T: lse
-// and delta 0, start INT_MAX (a start no key reaches: every key masked).
-__device__ inline void load_query_stats(float* lse_tile, float* delta_tile, int* start_tile, int rows,
-                                        const float* lse, const float* delta,
-                                        const int32_t* positions, const AttentionDims& dims,
-                                        int b, int64_t offset, int first_query) {
-  for (int r = threadIdx.x; r < rows; r += blockDim.x) {
-    const int query = first_query + r;
-    const bool valid = query < dims.time;
-    lse_tile[r] = valid ? lse[offset + query] * kLog2e : 0.0f;
-    delta_tile[r] = valid ? delta[offset + query] : 0.0f;
-    start_tile[r] = valid ? sample_start(positions, dims, b, query) : INT_MAX;
-  }
+// A query row's lse (in log2 units: lse log2(e), see kLog2e), delta and sample start, for lse/delta
+// offset `offset` (one head); past T: lse and delta 0, start INT_MAX (a start no key reaches:
+// every key masked).
+struct QueryStats {
+  float lse_log2 = 0.0f;
+  float delta = 0.0f;
+  int start = INT_MAX;
+};
+__device__ inline QueryStats query_stats(const float* lse, const float* delta, const int32_t* positions,
+                                         const AttentionDims& dims, int b, int64_t offset, int query) {
+  if (query >= dims.time) return {};
+  return {lse[offset + query] * kLog2e, delta[offset + query], sample_start(positions, dims, b, query)};
+}
+
+// Row r of a block's stats tiles (lse, delta, start: [rows] each).
+__device__ inline void store_query_stats(float* lse_tile, float* delta_tile, int* start_tile, int r,
+                                         const QueryStats& stats) {
+  lse_tile[r] = stats.lse_log2;
+  delta_tile[r] = stats.delta;
+  start_tile[r] = stats.start;
 }
 
 // The dK/dV kernel's step after (head, first_query): the head's next query tile while its
@@ -364,31 +370,25 @@ __device__ inline Gradient probability_gradient(float s, float dp, float lse_log
   return {p, p * (dp - delta)};
 }
 
+// Whether some query of a warp's 32 (from query0) sees some key of its 32 (from key0): its first
+// query (the earliest sample start; past T, start INT_MAX) sees the keys' first and the first key
+// is at most the last valid query. The same in every lane.
+__device__ inline bool warp_sees_any(int key0, int query0, const int* start, int time) {
+  return key0 <= min(query0 + 31, time - 1) && start[0] <= key0 + 31;
+}
+
 // A warp's [32, 32] part of P^T and dS^T (keys warp_keys .., queries warp_queries .. of the block's
-// and the step's), rounded to the dtype, into the block's P^T and dS^T tiles: S^T = K Q^T and
-// dP^T = V dO^T over two row tiles of keys, each Q and dO operand serving both. A warp none of
-// whose queries sees any of its keys (a later key, an earlier sample, past T) writes zeros.
+// and the step's) from its S^T and dP^T ([2 row tiles of keys][4 n-tiles of queries]), masked
+// where a query does not see a key, rounded to the dtype, into the block's P^T and dS^T tiles.
 template <class Format, int kD>
-__device__ inline void dkdv_probabilities(const DkdvTcShared<kD>& shared, int warp_keys, int warp_queries,
-                                          int first_key, int first_query, int time, float scale_log2) {
-  using Shared = DkdvTcShared<kD>;
-  constexpr int kLd = Shared::kLd, kPLd = Shared::kPLd, kM = 2, kN = 4;  // 2 row tiles of keys, 4 n-tiles of queries
+__device__ inline void store_probabilities(const DkdvTcShared<kD>& shared, float (&s)[2][4][4], const float (&dp)[2][4][4],
+                                           int warp_keys, int warp_queries, int first_key, int first_query,
+                                           int time, float scale_log2) {
+  constexpr int kPLd = DkdvTcShared<kD>::kPLd, kM = 2, kN = 4;
   const int key0 = first_key + warp_keys, query0 = first_query + warp_queries;
   const float* lse = shared.lse + warp_queries;      // [32]
   const float* delta = shared.delta + warp_queries;  // [32]
   const int* start = shared.start + warp_queries;    // [32]
-  float s[kM][kN][4], dp[kM][kN][4];
-#pragma unroll
-  for (int m = 0; m < kM; ++m) {
-    zero_fragments(s[m]);
-    zero_fragments(dp[m]);
-  }
-  // (the same in every lane; a first query past T has start INT_MAX)
-  const bool any = key0 <= min(query0 + 31, time - 1) && start[0] <= key0 + 31;
-  if (any) {
-    mma_shared_a_bt<MmaType<Format>, kD>(s, shared.k_tile + warp_keys * kLd, kLd, shared.q_tile + warp_queries * kLd, kLd);
-    mma_shared_a_bt<MmaType<Format>, kD>(dp, shared.v_tile + warp_keys * kLd, kLd, shared.do_tile + warp_queries * kLd, kLd);
-  }
   // Every query valid, after the warp's keys, and its sample (the last query's, the latest)
   // started by the first key: no mask. (A warp that skipped its products is masked whole.)
   if (!(query0 + 32 <= time && key0 + 31 <= query0 && key0 >= start[31])) {
@@ -426,8 +426,13 @@ __device__ inline void dkdv_probabilities(const DkdvTcShared<kD>& shared, int wa
 
 // dK, dV of the keys [first_key, + 64) of one kv head: sums over the query heads of its group and
 // every query tile that sees these keys, in a fixed order. Warp w: P^T and dS^T of keys 32 (w / 2)
-// .. and queries 32 (w % 2) .. of each step; dK and dV of the same keys at columns kHalfColumns
-// (w % 2) .. (n-tile pairs that do not split evenly leave the second half a pair fewer: D 80).
+// .. and queries 32 (w % 2) .. of each step; dK and dV of the same keys and half of D: n-tile pairs
+// [0, kHalfPairs) and [kPairs - kHalfPairs, kPairs). Where the pairs do not split evenly (D 80:
+// five) the halves share the middle pair, which both compute and the first stores: the same code
+// in both halves (a pair count that differs between them cost registers: D 112 spilled).
+// The single Q and dO tiles are refilled as soon as the step is done with each, so the loads
+// overlap products: dO's with S^T, the next step's Q with dV (its rows' stats load during dK). A
+// warp none of whose queries sees any of its keys skips its S^T and dP^T.
 template <class Format, int kD>
 __global__ void __launch_bounds__(kTcThreads, 2)
 attention_backward_dkdv_tc_kernel(Storage<Format>* dk, Storage<Format>* dv,
@@ -439,12 +444,13 @@ attention_backward_dkdv_tc_kernel(Storage<Format>* dk, Storage<Format>* dv,
   using Shared = DkdvTcShared<kD>;
   constexpr int kKeys = Shared::kKeys, kQueries = Shared::kQueries, kLd = Shared::kLd, kPLd = Shared::kPLd;
   constexpr int kPairs = kD / 16, kHalfPairs = (kPairs + 1) / 2;  // n-tile pairs of D, of a warp's half
-  constexpr int kHalfColumns = 16 * kHalfPairs, kDN = 2 * kHalfPairs;
+  constexpr int kDN = 2 * kHalfPairs, kShared = 2 * (2 * kHalfPairs - kPairs);  // n-tiles: a half's, both halves'
   ZT_DYNAMIC_SHARED(float, shared_memory);
   Shared shared(SharedLayout::aligned(shared_memory));
   const int warp = threadIdx.x / 32;
   const int warp_keys = 32 * (warp / 2), half = warp % 2;  // its keys; its queries (S) and columns (dK, dV)
-  const int columns = half * kHalfColumns, pairs = half == 0 ? kHalfPairs : kPairs - kHalfPairs;
+  const int warp_queries = 32 * half, columns = half * 16 * (kPairs - kHalfPairs);
+  const int first_stored = half * kShared;  // the n-tile the warp's stores start from
 
   const BlockTile block = block_tile();
   const int first_key = block.order * kKeys;  // early keys (most work) first
@@ -454,31 +460,67 @@ attention_backward_dkdv_tc_kernel(Storage<Format>* dk, Storage<Format>* dv,
   const int64_t key_offset = dims.kv_offset(b, kv_head) + first_key * kv_stride;
   copy_rows<kD>(shared.k_tile, kLd, k + key_offset, kv_stride, keys, kKeys, threadIdx.x, kTcThreads);
   copy_rows<kD>(shared.v_tile, kLd, v + key_offset, kv_stride, keys, kKeys, threadIdx.x, kTcThreads);
-  float dk_acc[2][kDN][4], dv_acc[2][kDN][4];  // [32, kHalfColumns] each: the warp's keys and columns
+  float dk_acc[2][kDN][4], dv_acc[2][kDN][4];  // [32, 8 kDN] each: the warp's keys and columns
 #pragma unroll
   for (int m = 0; m < 2; ++m) {
     zero_fragments(dk_acc[m]);
     zero_fragments(dv_acc[m]);
   }
 
-  // The first step: the group's first head, the query tile at first_key (it sees these keys).
+  // The first step: the group's first head, the query tile at first_key (it sees these keys); its
+  // Q tile on the way, its rows' stats in place (thread r: row r).
   const int head_end = (kv_head + 1) * dims.group(), last_key = first_key + keys - 1;
   int head = kv_head * dims.group(), first_query = first_key;
+  copy_tile_async_by_column<kQueries, kD>(shared.q_tile, kLd, q + dims.q_offset(b, head) + first_query * q_stride,
+                                          q_stride, min(kQueries, dims.time - first_query));
+  async_copy_commit();
+  if (threadIdx.x < kQueries) {
+    store_query_stats(shared.lse, shared.delta, shared.start, threadIdx.x,
+                      query_stats(lse, delta, positions, dims, b, dims.lse_offset(b, head), first_query + threadIdx.x));
+  }
   for (bool more = true; more;) {
-    __syncthreads();  // every warp is done with the previous step's tiles
-    const int64_t rows = dims.q_offset(b, head) + first_query * q_stride;
-    copy_tile_pair_async<kQueries, kD>(shared.q_tile, shared.do_tile, kLd, q + rows, dout + rows, q_stride,
-                                       min(kQueries, dims.time - first_query));
-    load_query_stats(shared.lse, shared.delta, shared.start, kQueries, lse, delta, positions, dims, b,
-                     dims.lse_offset(b, head), first_query);
+    // dO on its way beside Q (the previous step's last barrier: no warp reads it)
+    copy_tile_async_by_column<kQueries, kD>(shared.do_tile, kLd, dout + dims.q_offset(b, head) + first_query * q_stride,
+                                            q_stride, min(kQueries, dims.time - first_query));
+    async_copy_commit();
+    async_copy_wait<1>();
+    __syncthreads();  // Q and the stats in place
+    // S^T [32, 32] = K_w Q_w^T, dP^T = V_w dO_w^T (two row tiles of keys sharing each operand)
+    const bool any = warp_sees_any(first_key + warp_keys, first_query + warp_queries, shared.start + warp_queries, dims.time);
+    float s[2][4][4], dp[2][4][4];
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      zero_fragments(s[m]);
+      zero_fragments(dp[m]);
+    }
+    if (any) mma_shared_a_bt<T, kD>(s, shared.k_tile + warp_keys * kLd, kLd, shared.q_tile + warp_queries * kLd, kLd);
     async_copy_wait<0>();
-    __syncthreads();  // Q, dO and their stats in place
-    dkdv_probabilities<Format, kD>(shared, warp_keys, 32 * half, first_key, first_query, dims.time, scale * kLog2e);
-    __syncthreads();  // P^T and dS^T in place
-    // dV_w += P^T [32, kQueries] dO [kQueries, half of D], dK_w += dS^T Q (scaled at the end)
-    mma_shared_a_b<T, kQueries>(dv_acc, shared.p_tile + warp_keys * kPLd, kPLd, shared.do_tile + columns, kLd, pairs);
-    mma_shared_a_b<T, kQueries>(dk_acc, shared.ds_tile + warp_keys * kPLd, kPLd, shared.q_tile + columns, kLd, pairs);
-    more = next_query_step(head, first_query, first_key, last_key, head_end, positions, dims, b);
+    __syncthreads();  // dO in place
+    if (any) mma_shared_a_bt<T, kD>(dp, shared.v_tile + warp_keys * kLd, kLd, shared.do_tile + warp_queries * kLd, kLd);
+    store_probabilities<Format, kD>(shared, s, dp, warp_keys, warp_queries, first_key, first_query, dims.time,
+                                    scale * kLog2e);
+    __syncthreads();  // P^T and dS^T in place; no warp reads the stats again this step
+    // The next step, its rows' stats loading during dK
+    int next_head = head, next_query = first_query;
+    const bool has_next = next_query_step(next_head, next_query, first_key, last_key, head_end, positions, dims, b);
+    QueryStats next_stats;
+    if (has_next && threadIdx.x < kQueries) {
+      next_stats = query_stats(lse, delta, positions, dims, b, dims.lse_offset(b, next_head), next_query + threadIdx.x);
+    }
+    // dK_w += dS^T [32, kQueries] Q [kQueries, half of D] (scaled at the end), then dV_w += P^T dO
+    mma_shared_a_b<T, kQueries>(dk_acc, shared.ds_tile + warp_keys * kPLd, kPLd, shared.q_tile + columns, kLd);
+    __syncthreads();  // every warp is done with Q: the next step's on its way during dV
+    if (has_next) {
+      copy_tile_async_by_column<kQueries, kD>(shared.q_tile, kLd, q + dims.q_offset(b, next_head) + next_query * q_stride,
+                                              q_stride, min(kQueries, dims.time - next_query));
+      async_copy_commit();
+      if (threadIdx.x < kQueries) store_query_stats(shared.lse, shared.delta, shared.start, threadIdx.x, next_stats);
+    }
+    mma_shared_a_b<T, kQueries>(dv_acc, shared.p_tile + warp_keys * kPLd, kPLd, shared.do_tile + columns, kLd);
+    __syncthreads();  // every warp is done with dO, P^T and dS^T
+    head = next_head;
+    first_query = next_query;
+    more = has_next;
   }
   const float dk_factor[2] = {scale, scale}, dv_factor[2] = {1.0f, 1.0f};
 #pragma unroll
@@ -486,8 +528,8 @@ attention_backward_dkdv_tc_kernel(Storage<Format>* dk, Storage<Format>* dv,
     const int tile_key = first_key + warp_keys + kWarpRows * m;
     const int valid = max(0, min(kWarpRows, dims.time - tile_key));
     const int64_t tile_rows = dims.kv_offset(b, kv_head) + tile_key * kv_stride + columns;
-    store_fragments<Format>(dk + tile_rows, kv_stride, dk_acc[m], dk_factor, valid, 2 * pairs);
-    store_fragments<Format>(dv + tile_rows, kv_stride, dv_acc[m], dv_factor, valid, 2 * pairs);
+    store_fragments<Format>(dk + tile_rows, kv_stride, dk_acc[m], dk_factor, valid, first_stored);
+    store_fragments<Format>(dv + tile_rows, kv_stride, dv_acc[m], dv_factor, valid, first_stored);
   }
 }
 
@@ -636,9 +678,10 @@ attention_backward_dq_tc_kernel(Storage<Format>* dq, const Storage<Format>* dout
   float dq_acc[kM][kDN][4];  // [16 kM, kD]: row tile m the warp's rows 16 m ..
 #pragma unroll
   for (int m = 0; m < kM; ++m) zero_fragments(dq_acc[m]);
-  // (read after the barrier below)
-  load_query_stats(shared.lse, shared.delta, shared.start, kRows, lse, delta, positions, dims, b,
-                   dims.lse_offset(b, head), first_query);
+  for (int r = threadIdx.x; r < kRows; r += kTcThreads) {  // (read after the barrier below)
+    store_query_stats(shared.lse, shared.delta, shared.start, r,
+                      query_stats(lse, delta, positions, dims, b, dims.lse_offset(b, head), first_query + r));
+  }
   for (int i = threadIdx.x; i < 2 * kM * kTcThreads; i += kTcThreads) shared.residues[i] = 0.0f;
   const int warp_row = warp * kM * kWarpRows;  // the warp's first row in the block's
   const DqWarpRows stats = {warp_query, shared.lse + warp_row, shared.delta + warp_row, shared.start + warp_row,
