@@ -14,9 +14,10 @@
 # tensor-core attention: 2026-11-29 early (commits a6d9faa-d836b3c) P and dS rounded once, 32-key tiles,
 # three blocks per SM for the forward and dQ; 2026-11-29 later (commit 31b2626) the forward with 32
 # query rows a warp (two row tiles sharing each K and V operand, two blocks per SM); 2026-11-29
-# evening (commits 0132577, fdd99c2) the backward in FlashAttention-2's layout too: dQ with 32 query
-# rows a warp, dK/dV split two ways (32 keys x 32 queries of S^T a warp, P^T and dS^T through shared
-# memory, 32 keys x half of D of dK and dV). Watch the kernels part's attention rows for
+# morning (commits 0132577, fdd99c2, e78bf4f) the backward in FlashAttention-2's layout too: dQ with
+# 32 query rows a warp, dK/dV split two ways (32 keys x 32 queries of S^T a warp, P^T and dS^T
+# through shared memory, 32 keys x half of D of dK and dV; single-buffered Q and dO refilled as
+# soon as each is free). Watch the kernels part's attention rows for
 # `tensor-cores` (call7: forward 158.1, backward 132.1 TFLOP/s; estimates about 222 and 157) and
 # test_gpu_families.py's bf16 tensor-core checks on the hardware. Before packing, `bash
 # bench/gpu_calls/build-ab.sh d836b3c` (the 16-row forward and backward; no device time) and carry
@@ -57,7 +58,7 @@ tar -C /tmp -czf $OUT/res.tgz res
 # a warp) still wait on latency as call4's 8 warps of one did, and whether the single-buffered dK/dV
 # blocks wait on their tile loads (warp state "long scoreboard" / barrier).
 if command -v ncu >/dev/null; then
-  for kernel in attention_forward_tc_kernel attention_backward_dkdv_tc_kernel attention_backward_dq_tc_kernel; do
+  for kernel in attention_backward_dkdv_tc_kernel attention_forward_tc_kernel attention_backward_dq_tc_kernel; do
     for ab in $B/bench_kernels $W/bench_kernels-*; do
       [[ -x "$ab" ]] && (( $(date +%s) - t0 < 540 )) || continue
       wrap_binary "$ab"
