@@ -280,13 +280,6 @@ __device__ inline const uint16_t* a_operand_row(const uint16_t* tile, int ld) {
   return tile + (lane % 16) * ld + (lane / 16) * 8;
 }
 
-// A single row tile's arrays viewed as kM = 1 row tiles (the same bytes), so that one warp tile's
-// products run through the kM-tile code below.
-template <class A>
-__device__ inline auto as_row_tiles(A& x) -> A (&)[1] {
-  return *reinterpret_cast<A(*)[1]>(&x);
-}
-
 // c[m][kN] ([16, 8 kN] each) += A_m [16, 16] rows^T [16, 8 kN] for one k step, for kM row tiles
 // that share each B operand (the forward's warp owns 32 rows: one ldmatrix serves both): `rows`
 // is a row-major [8 kN, .] tile (ld) whose columns [k0, k0 + 16) are the step's depth, so B(k, n)
@@ -308,13 +301,6 @@ __device__ inline void mma_step_bt(float (&c)[kM][kN][4], const uint32_t (&a)[kM
       zt_mma::mma_m16n8k16<T>(c[m][j + 1], a[m], b[2], b[3]);
     }
   }
-}
-
-// The same for one row tile: c[kN] ([16, 8 kN]) += A [16, 16] rows^T.
-template <class T, int kN>
-__device__ inline void mma_step_bt(float (&c)[kN][4], const uint32_t (&a)[4], const uint16_t* rows,
-                                   int ld, int k0) {
-  mma_step_bt<T>(as_row_tiles(c), as_row_tiles(a), rows, ld, k0);
 }
 
 // step(a, k0) for each k step of a warp's own [16 kM, kDepth] row-major A tile in shared memory
@@ -341,13 +327,6 @@ __device__ inline void mma_shared_a_bt(float (&c)[kM][kN][4], const uint16_t* a_
   for_each_shared_a_step<kDepth, kM>(a_tile, lda, [&](const uint32_t (&a)[kM][4], int k0) {
     mma_step_bt<T>(c, a, rows, ld, k0);
   });
-}
-
-// The same for one row tile: c[kN] ([16, 8 kN]) += A [16, kDepth] rows^T.
-template <class T, int kDepth, int kN>
-__device__ inline void mma_shared_a_bt(float (&c)[kN][4], const uint16_t* a_tile, int lda,
-                                       const uint16_t* rows, int ld) {
-  mma_shared_a_bt<T, kDepth>(as_row_tiles(c), a_tile, lda, rows, ld);
 }
 
 // c[m][kN] ([16, 8 kN] each) += A_m [16, 16] B for one k step and kM row tiles sharing each B
@@ -405,18 +384,6 @@ __device__ inline uint32_t pack_pair_rounded(float first, float second, float& f
 // puts the pair of n-tile j, row half h (g, g + 8) at operand[j / 2][a_register(j, h)].
 __device__ constexpr int a_register(int j, int h) { return 2 * (j % 2) + h; }
 
-// The A operand of k step kk of a warp's [16, 8 kN] fp32 accumulators c, rounded to the dtype.
-// An accumulator's columns 2t, 2t + 1 of rows g, g + 8 are where the A operand wants them, so
-// this is a conversion in registers: a0, a1 from n-tile 2 kk, a2, a3 from n-tile 2 kk + 1.
-template <class Format, int kN>
-__device__ inline void accumulators_as_a(uint32_t (&a)[4], const float (&c)[kN][4], int kk) {
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const float* pair = &c[2 * kk + r / 2][2 * (r % 2)];  // r: a0 (g), a1 (g + 8), a2, a3
-    a[r] = pack_pair<Format>(pair[0], pair[1]);
-  }
-}
-
 // c[m][kDN] ([16, 8 kDN] each) += A_m [16, 16 kK] B for kM row tiles, A_m given as its packed
 // operands a[m][kk] (k step kk; P or dS, rounded by the kernel), B a row-major [16 kK, 8 kDN] tile
 // b (ld) in shared memory (V or K), each of its operands serving the kM row tiles.
@@ -432,19 +399,6 @@ __device__ inline void mma_operands_b(float (&c)[kM][kDN][4], const uint32_t (&a
       for (int r = 0; r < 4; ++r) step[m][r] = a[m][kk][r];
     }
     mma_step_b<T>(c, step, b, ld, 16 * kk);
-  }
-}
-
-// c[kDN] ([16, 8 kDN]) += A [16, 8 kN] B, A a warp's fp32 accumulators (P or dS) fed back
-// rounded to the dtype (accumulators_as_a), B a row-major [8 kN, 8 kDN] tile b (ld) in shared
-// memory (dO or Q).
-template <class Format, int kN, int kDN>
-__device__ inline void mma_accumulators_b(float (&c)[kDN][4], const float (&a)[kN][4], const uint16_t* b, int ld) {
-#pragma unroll
-  for (int kk = 0; kk < kN / 2; ++kk) {
-    uint32_t operand[4];
-    accumulators_as_a<Format>(operand, a, kk);
-    mma_step_b<MmaType<Format>>(as_row_tiles(c), as_row_tiles(operand), b, ld, 16 * kk);
   }
 }
 
@@ -577,11 +531,10 @@ __device__ inline float exp2_flushed(float x) {
 #endif
 }
 
-// Whether query `query` (of sample start `start`; valid: < T) sees every key of
-// [first_key, first_key + keys): the tile needs no mask for that row. (The forward passes valid
-// true and gives a row past T a start past every key, which fails the same.)
-__device__ inline bool sees_whole_tile(bool valid, int query, int start, int first_key, int keys) {
-  return valid && first_key + keys - 1 <= query && first_key >= start;
+// Whether query `query` (of sample start `start`; past T a start past every key) sees every key
+// of [first_key, first_key + keys): the tile needs no mask for that row.
+__device__ inline bool sees_whole_tile(int query, int start, int first_key, int keys) {
+  return first_key + keys - 1 <= query && first_key >= start;
 }
 
 // s[kN][4] ([16, 8 kN] scores of a row tile whose first column is key first_key) at -inf where

@@ -287,7 +287,7 @@ __device__ inline void forward_tc_tile(SoftmaxRow (&rows)[kM][2], float (&o)[kM]
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const SoftmaxRow& row = rows[m][h];
-      whole = whole && sees_whole_tile(true, row.query, row.start, first_key, kKeys);  // (past T: no key)
+      whole = whole && sees_whole_tile(row.query, row.start, first_key, kKeys);  // (past T: no key)
     }
   }
   const bool masked = !__all_sync(0xFFFFFFFFu, whole);
