@@ -3,7 +3,7 @@
 // with a message saying so (CI excludes the label with ctest -LE gpu). The same sources make
 // zt_gpu_tests_emu (label gpu-emu), which runs them on the emulated device (src/emu).
 #define BOOST_TEST_MODULE zerotune_gpu_tests
-#include <boost/test/included/unit_test.hpp>
+#include <boost/test/unit_test.hpp>  // the framework: Boost.Test's static library
 #include <mpi.h>
 
 // MPI is up for the whole run, as in zerotune: the emulated NCCL runs over it (a real NCCL
