@@ -1,6 +1,7 @@
 // Names and traffic counters shared by every Communicator implementation.
 #include "comm/communicator.h"
 
+#include "backend/backend.h"
 #include "core/error.h"
 
 namespace zt {
@@ -28,6 +29,22 @@ class CompletedCollective final : public PendingCollective {
 }  // namespace
 
 Pending completed_collective() { return std::make_unique<CompletedCollective>(); }
+
+Tensor Communicator::own_gather_slice(Tensor out, Tensor host_slice) const {
+  ZT_CHECK(host_slice.device == Device::CPU, "all_gather_from_host: the slice ", host_slice.describe(),
+           " is not host memory (rank ", rank(), ")");
+  ZT_CHECK(out.dtype == host_slice.dtype && out.numel() == host_slice.numel() * size(),
+           "all_gather_from_host: out ", out.describe(), " is not ", size(), " slices like ",
+           host_slice.describe(), " (rank ", rank(), ")");
+  const int64_t n = host_slice.numel();
+  return out.reshaped({out.numel()}).rows(rank() * n, n);
+}
+
+Pending Communicator::all_gather_from_host_async(Backend& device, Tensor out, Tensor host_slice) {
+  Tensor own = own_gather_slice(out, host_slice);
+  device.wait_for(*device.transfer_async(own, host_slice));
+  return all_gather_async(out, own);
+}
 
 double CommStats::total_bytes_sent() const {
   double total = 0.0;

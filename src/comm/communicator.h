@@ -21,6 +21,8 @@
 
 namespace zt {
 
+class Backend;
+
 enum class Collective : int {
   AllReduce = 0, ReduceScatter, AllGather, Broadcast, Barrier, Scalars, AllToAll,
   PointToPoint,  // send_recv_async: a pipeline stage's activations and their gradients
@@ -87,6 +89,14 @@ class Communicator {
   // fp32, bf16 or fp16 (in and out the same): ZeRO gathers parameters in the compute dtype;
   // uint8: 1-bit optimizers gather packed signs.
   virtual Pending all_gather_async(Tensor out, Tensor in) = 0;
+  // ZeRO-3 offload_param's gather: out [W*n] (`device`'s memory) <- slice r of rank r, this rank's
+  // slice read from `host_slice` [n] (host memory, out's dtype), which is uploaded into out's own
+  // slice first and gathered in place. The upload starts after the compute `device` was given so
+  // far (out's pages may have served it), on its transfer queue; the default orders the compute
+  // and so the collective after the upload, while a device communicator (NCCL) orders only its
+  // collective after it: the compute issued later runs beside both (the gather's wait orders the
+  // compute after them). `host_slice` is read until the returned collective has completed.
+  virtual Pending all_gather_from_host_async(Backend& device, Tensor out, Tensor host_slice);
   // in [W*n] -> out [W*n]: slice s of out = rank s's slice `rank()` of its in (MPI_Alltoall).
   // fp32 or uint8 (in and out the same, distinct buffers): 1-bit optimizers send each rank the
   // packed signs of its chunk.
@@ -160,6 +170,9 @@ class Communicator {
   // The checks every exchange_async makes before it starts: at least one transfer, each with a
   // tensor and another rank of this communicator as its peer.
   void check_point_to_point(std::span<const Transfer> transfers) const;
+  // all_gather_from_host_async's checks (a host slice, out W of them): out's own slice, which the
+  // upload fills and the in-place gather sends.
+  Tensor own_gather_slice(Tensor out, Tensor host_slice) const;
   CommStats stats_;
   std::chrono::duration<double> timeout_ = std::chrono::minutes(30);  // torch.distributed's default
   std::string context_;

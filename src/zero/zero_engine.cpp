@@ -356,7 +356,12 @@ void ZeroEngine::gather_unit(int unit, bool async) {
         u.host_uploads.push_back(backend_.transfer_async(out, in));
         continue;
       }
-      // Collectives read device memory: this rank's slice rounded from the master, else uploaded.
+      if (!master.data && gathers_from_host(u)) {  // uploaded beside the compute, then gathered in place
+        u.inflight.push_back(comm_.all_gather_from_host_async(backend_, out, in));
+        u.gathers_read_host = true;
+        continue;
+      }
+      // hpZ, qwZ: device memory in; this rank's slice rounded from the master, else uploaded.
       u.uploads.emplace_back(backend_, in.bytes());
       Tensor slice = u.uploads.back().view(in.dtype, {in.numel()});
       if (master.data)
@@ -372,6 +377,12 @@ void ZeroEngine::gather_unit(int unit, bool async) {
   live_gathered_ += store_.unit_numel(unit);
   peak_gathered_ = std::max(peak_gathered_, live_gathered_);
   if (!async) finish_prefetch(unit);
+}
+
+bool ZeroEngine::gathers_from_host(const UnitState& u) const {
+  const bool from_secondary = hpz_ && u.secondary_current && !exact_gathers_;  // gather_range's choices
+  const bool quantized = zero_.zero_quantized_weights && !exact_gathers_;
+  return world_ > 1 && !from_secondary && !quantized;
 }
 
 void ZeroEngine::order_after_partition_upload(int unit) {
@@ -403,6 +414,7 @@ void ZeroEngine::finish_prefetch(int unit) {
   UnitState& u = units_[static_cast<size_t>(unit)];
   for (Pending& pending : u.inflight) pending->wait();
   u.inflight.clear();
+  u.gathers_read_host = false;
   for (const std::unique_ptr<BackendEvent>& upload : u.host_uploads) backend_.wait_for(*upload);
   u.host_uploads.clear();
   u.uploads.clear();
@@ -421,14 +433,18 @@ Tensor ZeroEngine::device_master_rows(ParamGroup group, int64_t begin, int64_t n
   return master.device == Device::CPU ? Tensor() : master;
 }
 
-// A gather from the pinned host partition (one rank, offload_param) reads it until its transfer
-// ends, and finish_prefetch only orders the compute after it. The host rewrites the partition
+// A gather from the pinned host partition (offload_param: one rank's transfer, or on several the
+// upload that all_gather_from_host_async makes before its collective) reads it until that ends, and
+// finish_prefetch only orders the compute after it. The host rewrites the partition
 // after a wait for the device that follows every gather the step used; a gather started but not
 // yet used is waited for here (none in a training step: each pass uses what it prefetches).
 void ZeroEngine::settle_host_uploads() {
   for (UnitState& u : units_) {
     for (const std::unique_ptr<BackendEvent>& upload : u.host_uploads) upload->wait();
     u.host_uploads.clear();
+    if (u.gathers_read_host)  // (finish_prefetch waits for them again: a wait completes once)
+      for (Pending& gather : u.inflight) gather->wait();
+    u.gathers_read_host = false;
   }
 }
 

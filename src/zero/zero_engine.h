@@ -257,6 +257,9 @@ class ZeroEngine final : public UnitHooks {
     UnitUse last_use = UnitUse::Forward;
     std::vector<Pending> inflight;  // stage 3: all-gathers started ahead of use (a prefetch)
     std::vector<Buffer> uploads;    // offload_param: this rank's slices copied to the device for them
+    // Several ranks with offload_param: some gather of `inflight` uploads its slice from the host
+    // partition itself (Communicator::all_gather_from_host_async), reading it until it completes.
+    bool gathers_read_host = false;
     // One rank with offload_param: the gathers, host -> device copies on the transfer queue beside
     // the compute (finish_prefetch orders the compute after them; the host waits for none).
     std::vector<std::unique_ptr<BackendEvent>> host_uploads;
@@ -289,6 +292,9 @@ class ZeroEngine final : public UnitHooks {
   void invalidate_secondary(int unit);
   void finish_prefetch(int unit);
   Tensor device_master_rows(ParamGroup group, int64_t begin, int64_t numel);  // offload_param: what gathers round on the device
+  // offload_param: a gather of the unit that all ranks run exactly (no hpZ secondary, no qwZ), whose
+  // input can be the host partition itself (uploaded by the communicator).
+  bool gathers_from_host(const UnitState& u) const;
   void settle_host_uploads();  // before the host rewrites a partition a gather may still be reading
   void prefetch_next(int unit, UnitUse use);
   void discard_unit_params(int unit);

@@ -20,6 +20,8 @@
 //     all-gather (this rank's slice exact, the others' within half a step of their block's scale)
 //     and the two-hop int4 reduce-scatter (within the bound of its quantizations of the exact sum),
 //     the bytes each sends (codes + scales) as docs/zero-plus-plus.md says;
+//   - ZeRO-3 offload_param's gather: this rank's slice from host memory into its place in a device
+//     buffer, gathered in place (all_gather_from_host_async), and its refusals;
 //   - refusals: a send to this rank itself or to a rank that does not exist, neither side given;
 //   - (host MPI only) a receive of more bytes than the sender sent names both sizes, and a
 //     receive from a rank that never sends ends after the timeout naming point_to_point.
@@ -259,6 +261,40 @@ void check_quantized_collectives(zt::Communicator& comm, zt::Backend& backend, c
          label + ": qgZ sends (R-1) N slices within the node and N-1 across, each int4 + scales");
 }
 
+// ZeRO-3 offload_param's gather (Communicator::all_gather_from_host_async): this rank's slice from
+// host memory (pinned where the backend has it) uploaded into its place in out, then gathered in
+// place, counted as an all-gather; a slice in device memory, or one out does not hold W of, refused.
+// (NCCL without its collective's wait for the upload reads the slice before it lands: every other
+// rank's values wrong.)
+void check_gather_from_host(zt::Communicator& comm, zt::Backend& backend, const std::string& label) {
+  const int size = comm.size(), rank = comm.rank();
+  const int n = 37;
+  std::unique_ptr<zt::Backend> host = backend.make_host_backend();
+  zt::Buffer slice_memory(*host, n * sizeof(float));
+  const zt::Tensor slice = slice_memory.view(zt::DType::F32, {n});
+  const std::vector<float> mine = values_of(rank, n, 0.75f);
+  std::copy(mine.begin(), mine.end(), slice.f32());
+  DeviceFloats gathered(backend, std::vector<float>(static_cast<size_t>(n * size), -1.0f));
+  const double before = comm.traffic().total_bytes_sent();
+  comm.all_gather_from_host_async(backend, gathered.tensor, slice)->wait();
+  std::vector<float> expected;
+  for (int r = 0; r < size; ++r) {
+    const std::vector<float> theirs = values_of(r, n, 0.75f);
+    expected.insert(expected.end(), theirs.begin(), theirs.end());
+  }
+  expect(gathered.read(backend) == expected, label + ": every rank's slice, uploaded from host memory and gathered");
+  expect(comm.traffic().total_bytes_sent() - before ==
+             static_cast<double>(size - 1) / static_cast<double>(size) * static_cast<double>(gathered.tensor.bytes()),
+         label + ": the gather from host memory sends (W-1)/W of out, as an all-gather");
+  if (backend.device() != zt::Device::CPU) {
+    DeviceFloats on_device(backend, mine);
+    expect_error([&] { comm.all_gather_from_host_async(backend, gathered.tensor, on_device.tensor); },
+                 "is not host memory", label + ": a gather from host memory given a device slice");
+  }
+  expect_error([&] { comm.all_gather_from_host_async(backend, gathered.tensor, slice.rows(0, n - 1)); },
+               "slices like", label + ": a gather from host memory whose out is not W slices");
+}
+
 void check_refusals(zt::Communicator& comm, zt::Backend& backend, const std::string& label) {
   DeviceFloats data(backend, values_of(0, 4));
   expect_error([&] { comm.send_async(data.tensor, comm.rank()); }, "cannot send to rank", label + ": send to itself");
@@ -299,6 +335,7 @@ void check_all(zt::Communicator& comm, zt::Backend& backend, const std::string& 
   check_split(comm, backend, label);
   check_node_groups(comm, backend, label);
   check_quantized_collectives(comm, backend, label);
+  check_gather_from_host(comm, backend, label);
   check_refusals(comm, backend, label);
   comm.barrier();
 }

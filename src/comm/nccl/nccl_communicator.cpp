@@ -207,6 +207,22 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
+  // The upload on the backend's transfer queue (after the compute issued so far, as a collective
+  // is), and the collective after the upload alone: the compute stream does not wait for either
+  // until the gather is waited for.
+  Pending all_gather_from_host_async(Backend& device, Tensor out, Tensor host_slice) override {
+    Tensor own = own_gather_slice(out, host_slice);
+    const ncclDataType_t type = gather_type("all_gather_from_host", "out", out);
+    ZT_CHECK(&device == &device_, "all_gather_from_host: the upload must go to this communicator's device (rank ",
+             rank(), ")");
+    const std::unique_ptr<BackendEvent> uploaded = device.transfer_async(own, host_slice);
+    count(Collective::AllGather, ring_share() * static_cast<double>(out.bytes()));
+    const auto enqueue = [&](ncclComm_t comm, cudaStream_t stream) {
+      return ncclAllGather(own.data, out.data, static_cast<size_t>(own.numel()), type, comm, stream);
+    };
+    return issue(Collective::AllGather, "ncclAllGather", enqueue, cuda::CudaBackendImpl::cuda_event_of(uploaded.get()));
+  }
+
   // Each peer's slice goes by ncclSend/ncclRecv, grouped so that NCCL runs them together (one
   // send and one receive per peer; this rank's own slice is sent to itself as well).
   Pending all_to_all_async(Tensor out, Tensor in) override {
@@ -398,12 +414,14 @@ class NcclCommunicator final : public Communicator {
   // compute stream's queued work, and records its completion event. The stream waits for the
   // compute stream only, not for the other channel: a collective that reads what another
   // produced is issued after that one's wait(), which made the compute stream wait for it.
+  // `after` (an upload's event, or null): the channel waits for it as well.
   template <class Enqueue>
-  Pending issue(Collective kind, const char* call, Enqueue enqueue) {
+  Pending issue(Collective kind, const char* call, Enqueue enqueue, cudaEvent_t after = nullptr) {
     ensure_usable(kind);
     const Channel& channel = channel_for(kind);
     ZT_CUDA_CHECK(cudaEventRecord(compute_ready_, compute_stream_));
     ZT_CUDA_CHECK(cudaStreamWaitEvent(channel.stream, compute_ready_, 0));
+    if (after) ZT_CUDA_CHECK(cudaStreamWaitEvent(channel.stream, after, 0));
     settle(channel, enqueue(channel.comm, channel.stream), call);
     cudaEvent_t finished = take_event();
     const cudaError_t status = cudaEventRecord(finished, channel.stream);
