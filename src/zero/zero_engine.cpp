@@ -347,28 +347,8 @@ void ZeroEngine::gather_unit(int unit, bool async) {
     backend_.commit(out);  // its pages were given back when the unit was released
     Tensor in = gather_source(group).rows(range.begin / world_, range.numel / world_);
     if (offload_param_) {
-      const Tensor master = device_master_rows(group, range.begin / world_, range.numel / world_);  // fp32 or empty
-      if (master.data && world_ == 1) {
-        backend_.copy(out, master);  // rounded into place on the device
-        continue;
-      }
-      if (!master.data && world_ == 1) {  // the gather is an upload: beside the compute, not behind it
-        u.host_uploads.push_back(backend_.transfer_async(out, in));
-        continue;
-      }
-      if (!master.data && gathers_from_host(u)) {  // uploaded beside the compute, then gathered in place
-        u.inflight.push_back(comm_.all_gather_from_host_async(backend_, out, in));
-        u.gathers_read_host = true;
-        continue;
-      }
-      // hpZ, qwZ: device memory in; this rank's slice rounded from the master, else uploaded.
-      u.uploads.emplace_back(backend_, in.bytes());
-      Tensor slice = u.uploads.back().view(in.dtype, {in.numel()});
-      if (master.data)
-        backend_.copy(slice, master);
-      else
-        backend_.copy_async(slice, in);  // the gather after it is ordered on the device
-      in = slice;
+      gather_offloaded_range(u, group, range, out, in);
+      continue;
     }
     u.inflight.push_back(gather_range(u, static_cast<int>(group), out, in));
   }
@@ -379,10 +359,47 @@ void ZeroEngine::gather_unit(int unit, bool async) {
   if (!async) finish_prefetch(unit);
 }
 
-bool ZeroEngine::gathers_from_host(const UnitState& u) const {
-  const bool from_secondary = hpz_ && u.secondary_current && !exact_gathers_;  // gather_range's choices
-  const bool quantized = zero_.zero_quantized_weights && !exact_gathers_;
-  return world_ > 1 && !from_secondary && !quantized;
+bool ZeroEngine::gathers_from_secondary(const UnitState& u) const { return hpz_ && u.secondary_current && !exact_gathers_; }
+
+bool ZeroEngine::gathers_in_place(const UnitState& u) const {
+  return world_ > 1 && !gathers_from_secondary(u) && !(zero_.zero_quantized_weights && !exact_gathers_);
+}
+
+// offload_param: one group's range of a unit from the host partition's slice `in` [range / W], or
+// rounded from the device master's slice where that is on the device (the same bits as the host
+// copy). On one rank the gather is that copy: an upload beside the compute, or the rounding in
+// place. On several an exact gather puts this rank's slice in its place in `out` and gathers in
+// place: the upload beside the compute, the collective waiting for it (all_gather_from_host_async).
+// hpZ's gather from a current secondary partition reads no slice; qwZ's reads a device one.
+void ZeroEngine::gather_offloaded_range(UnitState& u, ParamGroup group, UnitRange range, Tensor out, Tensor in) {
+  const Tensor master = device_master_rows(group, range.begin / world_, range.numel / world_);  // fp32 or empty
+  const int group_index = static_cast<int>(group);
+  if (world_ == 1) {
+    if (master.data) backend_.copy(out, master);
+    else u.host_uploads.push_back(backend_.transfer_async(out, in));
+    return;
+  }
+  if (gathers_in_place(u) && !master.data) {
+    u.inflight.push_back(comm_.all_gather_from_host_async(backend_, out, in));
+    u.gathers_read_host = true;
+    return;
+  }
+  if (gathers_in_place(u)) {
+    const Tensor own = out.reshaped({out.numel()}).rows(rank_ * in.numel(), in.numel());  // [range / W]
+    backend_.copy(own, master);
+    u.inflight.push_back(gather_range(u, group_index, out, own));
+    return;
+  }
+  if (!gathers_from_secondary(u)) {  // qwZ: a device slice, rounded from the master, else uploaded
+    u.uploads.emplace_back(backend_, in.bytes());
+    const Tensor slice = u.uploads.back().view(in.dtype, {in.numel()});
+    if (master.data)
+      backend_.copy(slice, master);
+    else
+      backend_.copy_async(slice, in);  // the gather after it is ordered on the device
+    in = slice;
+  }
+  u.inflight.push_back(gather_range(u, group_index, out, in));
 }
 
 void ZeroEngine::order_after_partition_upload(int unit) {
@@ -400,7 +417,7 @@ void ZeroEngine::order_after_partition_uploads() {
 // (DeepSpeed's hpZ + qwZ quantizes the node's gathers too).
 Pending ZeroEngine::gather_range(UnitState& u, int group_index, Tensor out, Tensor in) {
   const bool quantized = zero_.zero_quantized_weights && !exact_gathers_;
-  if (hpz_ && u.secondary_current && !exact_gathers_) {
+  if (gathers_from_secondary(u)) {
     const Buffer& secondary = u.secondary[static_cast<size_t>(group_index)];
     const Tensor share = secondary.view(compute_dtype_, {out.numel() / nodes_->ranks_per_node});  // [range / R]
     if (quantized && nodes_->ranks_per_node > 1) return quantized_all_gather_async(backend_, *nodes_->intra, out, share);

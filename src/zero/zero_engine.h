@@ -256,7 +256,7 @@ class ZeroEngine final : public UnitHooks {
     bool grads_live = true;  // stage 2/3: the unit's gradient range holds this micro-batch's sums
     UnitUse last_use = UnitUse::Forward;
     std::vector<Pending> inflight;  // stage 3: all-gathers started ahead of use (a prefetch)
-    std::vector<Buffer> uploads;    // offload_param: this rank's slices copied to the device for them
+    std::vector<Buffer> uploads;    // offload_param with qwZ: this rank's slices copied to the device for them
     // Several ranks with offload_param: some gather of `inflight` uploads its slice from the host
     // partition itself (Communicator::all_gather_from_host_async), reading it until it completes.
     bool gathers_read_host = false;
@@ -292,9 +292,11 @@ class ZeroEngine final : public UnitHooks {
   void invalidate_secondary(int unit);
   void finish_prefetch(int unit);
   Tensor device_master_rows(ParamGroup group, int64_t begin, int64_t numel);  // offload_param: what gathers round on the device
-  // offload_param: a gather of the unit that all ranks run exactly (no hpZ secondary, no qwZ), whose
-  // input can be the host partition itself (uploaded by the communicator).
-  bool gathers_from_host(const UnitState& u) const;
+  // Stage 3's gathers of the unit (gather_range): within the node from hpZ's current secondary
+  // partition; or over all ranks exactly (no qwZ), the input this rank's slice of the output.
+  bool gathers_from_secondary(const UnitState& u) const;
+  bool gathers_in_place(const UnitState& u) const;
+  void gather_offloaded_range(UnitState& u, ParamGroup group, UnitRange range, Tensor out, Tensor in);
   void settle_host_uploads();  // before the host rewrites a partition a gather may still be reading
   void prefetch_next(int unit, UnitUse use);
   void discard_unit_params(int unit);

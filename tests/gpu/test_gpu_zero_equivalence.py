@@ -11,8 +11,8 @@
 # A tied head (OPT: the head's unit reads the embedding's, whose gradient it accumulates into)
 # runs at stages 2 and 3 on 2 ranks too: on the CUDA backend released gradient and parameter
 # ranges are unmapped, so a unit read or gradient commit missing for the tie faults there.
-# offload_param alone on one rank (its gathers round the device master in place, no upload) runs in
-# that second set too.
+# offload_param alone (its gathers round the device master: on one rank in place, no upload; on two
+# into this rank's place in the gathered range, gathered in place) runs in that second set too.
 # 2 steps, not the CPU matrix's 4 (an emulated step costs about as much as a run's start-up): a
 # schedule whose first update moves the weights (test_zero_equivalence.EARLY_UPDATE_SCHEDULER), so
 # step 2's forward and the final weights test the updates as steps 3 and 4 do there.
@@ -33,7 +33,8 @@ def main():
         check_matrix(report, args.zerotune, workdir, "cuda", world_sizes, steps=EARLY_UPDATE_STEPS,
                      sparse_world_sizes=world_sizes[1:], scheduler=EARLY_UPDATE_SCHEDULER)
         check_cases(report, args.zerotune, workdir, "cuda", "opt", EARLY_UPDATE_STEPS,
-                    [(2, 2, "none"), (2, 3, "none"), (2, 3, "cpu+param"), (1, 3, "param")], modes=("full",),
+                    [(2, 2, "none"), (2, 3, "none"), (2, 3, "cpu+param"), (1, 3, "param"), (2, 3, "param")],
+                    modes=("full",),
                     scheduler=EARLY_UPDATE_SCHEDULER)
     return report.finish()
 
