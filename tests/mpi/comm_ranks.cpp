@@ -291,6 +291,9 @@ void check_gather_from_host(zt::Communicator& comm, zt::Backend& backend, const 
     expect_error([&] { comm.all_gather_from_host_async(backend, gathered.tensor, on_device.tensor); },
                  "is not host memory", label + ": a gather from host memory given a device slice");
   }
+  if (label == "nccl")  // its upload goes on its own device's transfer queue
+    expect_error([&] { comm.all_gather_from_host_async(*host, gathered.tensor, slice); }, "this communicator's device",
+                 label + ": a gather from host memory told to upload through another backend");
   expect_error([&] { comm.all_gather_from_host_async(backend, gathered.tensor, slice.rows(0, n - 1)); },
                "slices like", label + ": a gather from host memory whose out is not W slices");
 }
